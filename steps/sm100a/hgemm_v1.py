@@ -1,0 +1,84 @@
+"""Step 1 (sm_100a): one 128x128 output tile, K = 64 -- the whole data path, once.
+
+Lesson: GMEM -> SMEM (thread copies) -> tensor cores (tcgen05.mma, accumulator in TMEM)
+-> registers -> GMEM. Every later step reuses this path and changes one contract.
+"""
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+
+from tirx_gemm import helpers as H
+
+
+def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
+    """Step card -- v1, single tile.
+
+    Changes: (first step) scope = one CTA, one warpgroup, one 128x128x64 tile.
+    Layout: A/B tiles in 128B-swizzled SMEM (what tcgen05 reads); fp32 accumulator in TMEM.
+    Dispatch: Tx.cta.copy (all 128 threads copy), Tx.gemm_async(dispatch="tcgen05") issued
+    by one elected thread, tcgen05.commit -> mbarrier, tcgen05.ld for the epilogue.
+    Why: correctness baseline -- every synchronisation point exists for a reason that the
+    later steps keep (cta_sync before MMA, mbarrier wait before reading TMEM, wait::ld).
+    Constraints: M = N = 128 and K = 64 exactly; fp16.
+    Run: ``tirx-gemm build v1`` (compiles here); executing needs a Blackwell (sm_100a) GPU.
+    """
+    BLK_M, BLK_N, BLK_K = 128, 128, 64
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    H.check_equal("M", M, BLK_M, "step v1 computes a single 128x128 tile (no 2D grid yet)")
+    H.check_equal("N", N, BLK_N, "step v1 computes a single 128x128 tile (no 2D grid yet)")
+    H.check_equal("K", K, BLK_K, "step v1 has no K-loop: one BLK_K=64 tile")
+
+    A_layout = H.swizzled_layout((BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((BLK_N, BLK_K))
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
+        T.device_entry()
+        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
+        wg_id = T.warpgroup_id([1])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        mma_bar = pool.alloc((1,), "uint64", align=8)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
+        pool.commit()
+
+        # mma_bar: tcgen05.commit arrives (1 arrival) when the MMA is done; all threads
+        # wait on it before reading TMEM; initial phase 0
+        if warp_id == 0:
+            if lane_id == 0:
+                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
+            H.tmem_alloc(tmem_addr)
+        H.publish_setup()
+        tmem = H.tmem_accumulator()
+
+        m_st = T.meta_var(bx * BLK_M)
+        n_st = T.meta_var(by * BLK_N)
+        phase_mma: T.int32 = 0
+
+        # --- load: every thread copies part of the tile, then all meet ---
+        Tx.cta.copy(Asmem[:, :], A[m_st:m_st + BLK_M, :])
+        Tx.cta.copy(Bsmem[:, :], B[n_st:n_st + BLK_N, :])
+        T.cuda.cta_sync()
+
+        # --- compute: one elected thread issues the tile MMA; the tensor cores do the work
+        if warp_id == 0:
+            if T.cuda.elect_sync():
+                H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, False)
+                H.mma_commit(mma_bar.ptr_to([0]))
+        H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+
+        # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
+        H.epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, warp_id * 32 + lane_id)
+
+        # --- free ---
+        T.cuda.cta_sync()
+        if warp_id == 0:
+            H.tmem_free(tmem_addr)
+
+    return kernel

@@ -1,0 +1,100 @@
+"""Step 4 (sm_100a): TMA -- one thread moves whole tiles; an mbarrier counts the bytes.
+
+Lesson: loads become asynchronous copies by the Tensor Memory Accelerator. cta_sync
+cannot tell when the TMA engine is done, so a second mbarrier (tma_bar) is armed with
+the expected byte count (expect_tx). The epilogue also goes through TMA: registers ->
+swizzled SMEM -> one TMA store.
+"""
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+
+from tirx_gemm import helpers as H
+
+
+def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
+    """Step card -- v4, TMA loads and TMA store.
+
+    Changes from v3: dispatch of the loads: Tx.cta.copy (128 threads computing
+    addresses) -> Tx.copy_async(dispatch="tma_auto") issued by thread 0, completing on
+    tma_bar after 2 x 128x64 fp16 = 32 KiB (expect_tx). Layout: a Dsmem staging tile
+    for the TMA-store epilogue. Scope unchanged (one CTA per output tile).
+    Contracts: tma_bar and mma_bar each complete once per K slice, both phases flip per
+    slice; the TMA store drains (wait_group 0) before Dsmem could be reused.
+    Why: frees the threads from address generation and copies; still load -> wait ->
+    MMA -> wait per slice (no overlap yet -- that is v5). The published B200 figure for
+    this step in the seed's article series is 278 TFLOP/s at 4096^3 (not measured here).
+    Constraints: M, N multiples of 128; K a multiple of 64; fp16.
+    Run: ``tirx-gemm build v4 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
+    """
+    BLK_M, BLK_N, BLK_K = 128, 128, 64
+    K_TILES = K // BLK_K
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+
+    A_layout = H.swizzled_layout((BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((BLK_N, BLK_K))
+    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
+        T.device_entry()
+        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
+        wg_id = T.warpgroup_id([1])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma_bar = pool.alloc((1,), "uint64", align=8)
+        mma_bar = pool.alloc((1,), "uint64", align=8)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        pool.commit()
+
+        # tma_bar: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
+        #   threads wait on it before the MMA reads SMEM; initial phase 0, flips per slice
+        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; all
+        #   threads wait on it before reusing SMEM / reading TMEM; initial phase 0, flips
+        #   every K slice
+        if warp_id == 0:
+            if lane_id == 0:
+                H.init_mbarrier(tma_bar.ptr_to([0]), 1)
+                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
+            H.tmem_alloc(tmem_addr)
+        H.publish_setup()
+        tmem = H.tmem_accumulator()
+
+        m_st = T.meta_var(bx * BLK_M)
+        n_st = T.meta_var(by * BLK_N)
+        phase_tma: T.int32 = 0
+        phase_mma: T.int32 = 0
+        tid = T.meta_var(warp_id * 32 + lane_id)
+
+        for k in T.serial(K_TILES):
+            # --- load: exactly one thread issues the TMA copies (elect_sync per warp
+            # would elect four issuers); everyone waits for the bytes to land
+            if tid == 0:
+                H.tma_load_tiles(Asmem[:, :], Bsmem[:, :], A, B, m_st, n_st, k * BLK_K,
+                                 BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([0]))
+            H.wait_mbarrier(tma_bar.ptr_to([0]), phase_tma)
+            phase_tma = phase_tma ^ 1
+
+            # --- compute: the first slice overwrites the accumulator, the rest add to it
+            if tid == 0:
+                H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
+                H.mma_commit(mma_bar.ptr_to([0]))
+            H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+            phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
+
+        # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
+        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1)
+
+        # --- free ---
+        T.cuda.cta_sync()
+        if warp_id == 0:
+            H.tmem_free(tmem_addr)
+
+    return kernel

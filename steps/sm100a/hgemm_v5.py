@@ -1,0 +1,114 @@
+"""Step 5 (sm_100a): a PIPE_DEPTH-stage SMEM ring -- load slice k+PIPE_DEPTH while slice k computes.
+
+Lesson: with one A/B buffer the next TMA load must wait for the current MMA. A ring of
+PIPE_DEPTH buffers, each with its own TMA barrier, lets loads run ahead. Each stage's
+barrier completes once per trip around the ring, so its phase flips on wrap-around,
+while mma_bar still flips every slice.
+"""
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+
+from tirx_gemm import helpers as H
+
+
+def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2):
+    """Step card -- v5, software pipeline (SMEM ring).
+
+    Changes from v4: layout: A/B SMEM gain a PIPE_DEPTH stage dimension, tma_bar becomes
+    one barrier per stage. Dispatch: thread 0 prefetches the first PIPE_DEPTH slices;
+    after slice k's MMA completes, its stage is refilled with slice k + PIPE_DEPTH.
+    Contracts: tma_bar[s] completes once per ring trip -> ``phase_tma`` flips when the
+    consumer wraps from stage PIPE_DEPTH-1 to 0; mma_bar flips every slice.
+    Why: the TMA for future slices is in flight while the tensor cores work, hiding
+    load latency. The single thread still waits for each MMA before refilling (true
+    producer/consumer concurrency is v7).
+    Constraints: M, N multiples of 128; K a multiple of 64; PIPE_DEPTH >= 1 and the
+    ring must fit in shared memory; fp16.
+    Run: ``tirx-gemm build v5 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
+    """
+    BLK_M, BLK_N, BLK_K = 128, 128, 64
+    K_TILES = K // BLK_K
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
+                       BLK_M * BLK_N * H.F16_BYTES)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
+    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
+        T.device_entry()
+        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
+        wg_id = T.warpgroup_id([1])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma_bar = pool.alloc((1,), "uint64", align=8)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        pool.commit()
+
+        # tma_bar[s]: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
+        #   threads wait on it before the MMA reads stage s; initial phase 0, flips each
+        #   time the ring wraps
+        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; all
+        #   threads wait on it before reusing SMEM / reading TMEM; initial phase 0, flips
+        #   every K slice
+        if warp_id == 0:
+            if lane_id == 0:
+                for s in T.unroll(PIPE_DEPTH):
+                    H.init_mbarrier(tma_bar.ptr_to([s]), 1)
+                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
+            H.tmem_alloc(tmem_addr)
+        H.publish_setup()
+        tmem = H.tmem_accumulator()
+
+        m_st = T.meta_var(bx * BLK_M)
+        n_st = T.meta_var(by * BLK_N)
+        phase_tma: T.int32 = 0
+        phase_mma: T.int32 = 0
+        tid = T.meta_var(warp_id * 32 + lane_id)
+
+        # --- load (prologue): fill the ring ---
+        if tid == 0:
+            for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
+                H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st, s * BLK_K,
+                                 BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
+
+        for k in T.serial(K_TILES):
+            stage = T.meta_var(k % PIPE_DEPTH)
+            H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma)
+
+            # --- compute: the first slice overwrites the accumulator, the rest add to it
+            if tid == 0:
+                H.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
+                H.mma_commit(mma_bar.ptr_to([0]))
+            H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+            phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
+
+            # --- load: the MMA is done with this stage, refill it PIPE_DEPTH slices ahead
+            if tid == 0:
+                if k + PIPE_DEPTH < K_TILES:
+                    H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st, n_st,
+                                     (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
+                                     tma_bar.ptr_to([stage]))
+            if stage == PIPE_DEPTH - 1:
+                phase_tma = phase_tma ^ 1  # wrapping around: every stage starts a new phase
+
+        # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
+        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1)
+
+        # --- free ---
+        T.cuda.cta_sync()
+        if warp_id == 0:
+            H.tmem_free(tmem_addr)
+
+    return kernel
