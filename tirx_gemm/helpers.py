@@ -197,3 +197,14 @@ def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0
         raise ValueError(
             f"PIPE_DEPTH={PIPE_DEPTH} needs ~{need // 1024} KiB of shared memory, more than "
             f"the {SMEM_BYTES_MAX // 1024} KiB a CTA may use")
+
+
+def check_phase_parity(K_TILES: int, PIPE_DEPTH: int) -> None:
+    """A kernel that resets its barrier phases to 0 per output tile needs every barrier to
+    complete an even number of phases per tile (mma_bar: K_TILES, tma_bar[s]:
+    K_TILES / PIPE_DEPTH)."""
+    if K_TILES % (2 * PIPE_DEPTH) != 0:
+        raise ValueError(
+            f"K_TILES={K_TILES} (K/BLK_K) is not a multiple of 2*PIPE_DEPTH={2 * PIPE_DEPTH}: "
+            "barrier phases restart at 0 for every output tile, so each barrier must "
+            "complete an even number of phases per tile")
