@@ -149,12 +149,13 @@ def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, ba
 
 
 @T.inline
-def tmem_to_registers(tmem, BLK_N, Dreg_f16):
-    # each thread of the warpgroup reads one accumulator row (TMEM lane = row) as fp32,
-    # waits for the asynchronous tcgen05.ld, then narrows to fp16
+def tmem_to_registers(tmem, col, BLK_N, Dreg_f16):
+    # each thread of the warpgroup reads one accumulator row (TMEM lane = row) from
+    # columns [col, col + BLK_N) as fp32, waits for the asynchronous tcgen05.ld, then
+    # narrows to fp16
     Dreg = T.alloc_local((BLK_N,), ACC_DTYPE)
     Dreg_wg = Dreg.view(128, BLK_N, layout=TileLayout(S[(128, BLK_N): (1 @ tid_in_wg, 1)]))
-    Tx.wg.copy_async(Dreg_wg[:, :], tmem[:, :BLK_N])
+    Tx.wg.copy_async(Dreg_wg[:, :], tmem[:, col:col + BLK_N])
     T.ptx["tcgen05.wait::ld.sync.aligned"]()
     Tx.cast(Dreg_f16[:], Dreg[:])
 
@@ -163,16 +164,14 @@ def tmem_to_registers(tmem, BLK_N, Dreg_f16):
 def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row):
     # TMEM -> registers -> GMEM: thread `row` of the warpgroup stores output row m_st + row
     Dreg_f16 = T.alloc_local((BLK_N,), AB_DTYPE)
-    tmem_to_registers(tmem, BLK_N, Dreg_f16)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
     Tx.copy(D[m_st + row, n_st:n_st + BLK_N], Dreg_f16[:])
 
 
 @T.inline
-def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader,
-                          bar_id):
-    # TMEM -> registers -> swizzled Dsmem -> (one thread) TMA store -> GMEM
-    Dreg_f16 = T.alloc_local((BLK_N,), AB_DTYPE)
-    tmem_to_registers(tmem, BLK_N, Dreg_f16)
+def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id):
+    # registers -> swizzled Dsmem -> (one thread) TMA store -> GMEM; `bar_id` names the
+    # barrier that syncs the 128 threads of the storing warpgroup
     Tx.copy(Dsmem[row, 0:BLK_N], Dreg_f16[:])
     # generic-proxy SMEM writes must be fenced before the async proxy (TMA) reads them
     T.ptx.fence.proxy.async_.shared__cta()
@@ -185,6 +184,33 @@ def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_lead
         T.ptx.cp.async_.bulk.wait_group(0)
     T.cuda.warpgroup_sync(bar_id)
 
+
+@T.inline
+def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader,
+                          bar_id):
+    # TMEM -> registers -> swizzled Dsmem -> (one thread) TMA store -> GMEM
+    Dreg_f16 = T.alloc_local((BLK_N,), AB_DTYPE)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
+    store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id)
+
+
+@T.inline
+def mma_tile_at(tmem, col, Asmem, Bsmem, BLK_N, accum):
+    # as mma_tile, into accumulator columns [col, col + BLK_N)
+    Tx.gemm_async(tmem[:, col:col + BLK_N], Asmem, Bsmem, accum=accum, dispatch="tcgen05",
+                  cta_group=1)
+
+
+@T.inline
+def tcgen05_fence_after_sync():
+    # order tcgen05 work after a thread synchronisation (mbarrier wait / bar.sync)
+    T.ptx["tcgen05.fence::after_thread_sync"]()
+
+
+@T.inline
+def tcgen05_fence_before_sync():
+    # order completed tcgen05 work (e.g. TMEM loads) before a thread synchronisation
+    T.ptx["tcgen05.fence::before_thread_sync"]()
 
 SMEM_BYTES_MAX = 227 * 1024  # opt-in dynamic shared memory per CTA on sm_90 / sm_100
 

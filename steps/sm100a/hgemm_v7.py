@@ -1,0 +1,158 @@
+"""Step 7 (sm_100a): warp specialization -- TMA producer, MMA issuer and epilogue run at once.
+
+Lesson: in v6 one thread loads, issues the MMA, waits, and then everybody runs the
+epilogue: each unit idles while another works. Here each job gets its own warp(s) and
+they talk only through mbarriers, so TMA, tensor cores and the epilogue overlap.
+"""
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+
+
+def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
+             SM_COUNT: int = 148):
+    """Step card -- v7, warp specialization.
+
+    Changes from v6: scope: two warpgroups (256 threads) with roles --
+      warpgroup 1, warp 3: TMA producer (fills the PIPE_DEPTH-stage SMEM ring);
+      warpgroup 1, warp 0: MMA issuer (one elected lane issues tcgen05.mma);
+      warpgroup 0: epilogue (TMEM -> registers -> Dsmem -> TMA store).
+    Layout: the TMEM accumulator is double-buffered (ACC_STAGES=2 x 128 columns), so
+    the MMA of tile i+1 runs while the epilogue drains tile i.
+    Dispatch: setmaxnreg lowers warpgroup 1 (it needs few registers) and raises
+    warpgroup 0 (128 fp32 + 128 fp16 values per thread in the epilogue).
+    Barriers (stage and phase tracked by PipelineState):
+      tma2mma[s] TMA -> MMA, byte-counted (expect_tx), consumer starts at phase 0;
+      mma2tma[s] MMA -> TMA, tcgen05.commit frees stage s, producer starts at phase 1
+                 (a fresh barrier has not completed phase "1", so the first wait on
+                 every stage passes: all stages start empty);
+      mma2ld[a]  MMA -> epilogue, tcgen05.commit after a tile's last MMA, phase 0;
+      ld2mma[a]  epilogue -> MMA, 128 epilogue threads arrive after reading TMEM;
+                 the MMA warp starts at phase 1 (both accumulators start free).
+    Phases are carried across tiles, so v6's K-tile parity contract is gone.
+    Why: overlapping load, MMA and epilogue is what turns the tensor cores from mostly
+    idle to mostly busy; the published B200 figure for this step is 607 TFLOP/s at
+    4096^3 (not measured here).
+    Constraints: M, N multiples of 128; K a multiple of 64; PIPE_DEPTH >= 1; fp16.
+    Run: ``tirx-gemm build v7 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
+    """
+    BLK_M, BLK_N, BLK_K = 128, 128, 64
+    ACC_STAGES = 2  # 2 x 128 fp32 columns of the 512 in TMEM
+    PRODUCER_REGS, EPILOGUE_REGS = 56, 224
+    K_TILES = K // BLK_K
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
+                       BLK_M * BLK_N * H.F16_BYTES)
+    H.check_positive_ints(SM_COUNT=SM_COUNT)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
+    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
+        T.device_entry()
+        bx = T.cta_id([SM_COUNT])
+        wg_id = T.warpgroup_id([2])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        pool.commit()
+
+        # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
+        # ld2mma 128 (every epilogue thread)
+        if wg_id == 0:
+            if warp_id == 0:
+                if lane_id == 0:
+                    for s in T.unroll(PIPE_DEPTH):
+                        H.init_mbarrier(tma2mma.ptr_to([s]), 1)
+                        H.init_mbarrier(mma2tma.ptr_to([s]), 1)
+                    for a in T.unroll(ACC_STAGES):
+                        H.init_mbarrier(mma2ld.ptr_to([a]), 1)
+                        H.init_mbarrier(ld2mma.ptr_to([a]), 128)
+                H.tmem_alloc(tmem_addr)
+        H.publish_setup()
+        tmem = H.tmem_accumulator()
+
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=SM_COUNT,
+            l2_group_size=8)
+        scheduler.init(bx)
+
+        with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
+            if warp_id == 3:
+                # --- load (producer): keep the ring full, PIPE_DEPTH slices ahead ---
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    for k in T.serial(K_TILES):
+                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase)
+                        if T.cuda.elect_sync():
+                            H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                             A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                             tma2mma.ptr_to([ring.stage]))
+                        ring.advance()
+                    scheduler.next_tile()
+            elif warp_id == 0:
+                # --- compute (MMA issuer): one elected lane issues, commits free stages ---
+                ring = PipelineState(PIPE_DEPTH, 0)
+                acc = PipelineState(ACC_STAGES, 1)
+                while scheduler.valid():
+                    # the epilogue must have drained this accumulator (tile i - 2)
+                    H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase)
+                    H.tcgen05_fence_after_sync()
+                    for k in T.serial(K_TILES):
+                        H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase)
+                        H.tcgen05_fence_after_sync()
+                        if T.cuda.elect_sync():
+                            H.mma_tile_at(tmem, acc.stage * BLK_N, Asmem[ring.stage, :, :],
+                                          Bsmem[ring.stage, :, :], BLK_N, k != 0)
+                            # stage is free once these MMAs have read it
+                            H.mma_commit(mma2tma.ptr_to([ring.stage]))
+                        ring.advance()
+                    if T.cuda.elect_sync():
+                        # the accumulator is final once every MMA of the tile completed
+                        H.mma_commit(mma2ld.ptr_to([acc.stage]))
+                    acc.advance()
+                    scheduler.next_tile()
+
+        with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
+            # --- writeback (epilogue): TMEM -> registers, free TMEM, then TMA store ---
+            acc = PipelineState(ACC_STAGES, 0)
+            row = T.meta_var(warp_id * 32 + lane_id)
+            while scheduler.valid():
+                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase)
+                H.tcgen05_fence_after_sync()
+                Dreg_f16 = T.alloc_local((BLK_N,), "float16")
+                H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)
+                H.tcgen05_fence_before_sync()
+                T.ptx.mbarrier.arrive.shared.b64(ld2mma.ptr_to([acc.stage]), T.uint32(1))
+                H.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row,
+                                     row == 0, 1)
+                acc.advance()
+                scheduler.next_tile()
+
+        # --- free: only warp 0 of warpgroup 0 allocated, so only it deallocates ---
+        T.cuda.cta_sync()
+        if wg_id == 0:
+            if warp_id == 0:
+                H.tmem_free(tmem_addr)
+
+    return kernel
