@@ -469,7 +469,9 @@ def validate_inputs(A, B, D, M: int, N: int, K: int, *, require_cuda: bool = Tru
         raise ValueError(f"A, B, D must be on one device, got {', '.join(sorted(devices))}")
 
 
-def _synchronize(what: str) -> None:
+def _synchronize(what: str, device=None) -> None:
+    if device is not None and torch.device(device).type != "cuda":
+        return  # CPU stand-ins (tests) have nothing to wait for
     try:
         torch.cuda.synchronize()
     except Exception as e:  # torch raises RuntimeError / torch.AcceleratorError
@@ -736,14 +738,14 @@ def check(kernel, M: int, N: int, K: int, *, launch: Callable | None = None,
         inp = make_inputs(M, N, K, kind=kind, seed=seed, device=device)
         log(f"  check {kind:6s} M,N,K={M},{N},{K} seed={inp.seed} ...")
         poison_(inp.D)
-        _synchronize("preparing inputs")
+        _synchronize("preparing inputs", device)
         try:
             launch(inp.A, inp.B, inp.D)
         except (KernelLaunchError, TypeError, ValueError, DeviceMismatchError):
             raise  # refused before launching, or already explained
         except Exception as e:
             raise KernelLaunchError(f"launch at M,N,K={M},{N},{K} failed: {e}") from e
-        _synchronize(f"kernel at M,N,K={M},{N},{K}")
+        _synchronize(f"kernel at M,N,K={M},{N},{K}", device)
         ref = reference(inp.A, inp.B)
         res = compare(inp.D, ref, exact=(kind == "int"), **compare_kw)
         log(f"    {res.summary()}")

@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Render the README results table from the JSONL records in results/.
+
+    python scripts/render_results.py [--results results/] [--readme README.md] [--check]
+
+Writes the table between <!-- results:begin --> and <!-- results:end --> in the README.
+With --check nothing is written: the exit status is 1 when the README is stale (2 when its
+markers are missing or broken). With --print the table goes to stdout instead.
+
+The list of steps (rows) and bench shapes (columns) comes from tirx_gemm.registry; where that
+cannot be imported (e.g. on a GPU host without the TVM compiler) the steps found in the
+records are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tirx_gemm.records import (  # noqa: E402
+    load_records,
+    render_table,
+    replace_between_markers,
+)
+
+
+def _step_sort_key(step_id: str):
+    digits = "".join(c for c in step_id if c.isdigit())
+    return (int(digits) if digits else 0, step_id)
+
+
+def _steps_in_records(records: list[dict]) -> list[tuple]:
+    rows: dict[tuple, str] = {}
+    for r in records:
+        key = (r["step"], r["arch"])
+        rows[key] = rows.get(key) or r.get("lesson") or ""
+    return [(s, a, lesson) for (s, a), lesson in
+            sorted(rows.items(), key=lambda kv: (kv[0][1], _step_sort_key(kv[0][0])))]
+
+
+def steps_and_shapes(records: list[dict]):
+    """((step_id, arch, lesson) rows, (M, N, K) columns, where the rows came from).
+
+    Rows: the registry's steps in its order, then any (step, arch) that has records but is
+    not in the registry (a measurement is never hidden). Columns: the registry's bench shapes
+    plus every shape that has a record.
+    """
+    record_shapes = {(int(r["M"]), int(r["N"]), int(r["K"])) for r in records}
+    try:
+        from tirx_gemm.registry import STEPS  # lazy: imports the builders (and tvm)
+    except Exception as e:  # ImportError, or tvm failing to initialise
+        return (_steps_in_records(records), sorted(record_shapes),
+                f"steps from the records (registry not importable: {e})")
+    steps = [(s.id, s.arch, s.lesson) for s in STEPS]
+    known = {(s, a) for s, a, _ in steps}
+    steps += [row for row in _steps_in_records(records) if row[:2] not in known]
+    shapes = set(record_shapes)
+    for s in STEPS:
+        for shape in getattr(s, "bench_shapes", ()) or ():
+            shapes.add(tuple(int(x) for x in shape))
+    return steps, sorted(shapes), "steps from tirx_gemm.registry"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default=str(ROOT / "results"), help="folder of *.jsonl records")
+    ap.add_argument("--readme", default=str(ROOT / "README.md"), help="README to update")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the README table is stale")
+    ap.add_argument("--print", dest="print_only", action="store_true",
+                    help="print the table instead of writing the README")
+    args = ap.parse_args(argv)
+
+    records = load_records(args.results)
+    steps, shapes, source = steps_and_shapes(records)
+    table = render_table(records, steps, shapes=shapes)
+    if args.print_only:
+        sys.stdout.write(table)
+        return 0
+
+    readme = Path(args.readme)
+    if not readme.is_file():
+        print(f"{readme} does not exist", file=sys.stderr)
+        return 2
+    text = readme.read_text(encoding="utf-8")
+    try:
+        new = replace_between_markers(text, table)
+    except ValueError as e:
+        print(f"{readme}: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        if new != text:
+            print(f"{readme} results table is stale: run python scripts/render_results.py",
+                  file=sys.stderr)
+            return 1
+        print(f"{readme} results table is up to date ({len(records)} records; {source})")
+        return 0
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+        print(f"updated {readme} from {len(records)} records ({source})")
+    else:
+        print(f"{readme} already up to date ({len(records)} records; {source})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

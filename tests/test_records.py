@@ -1,0 +1,188 @@
+"""CPU tests of tirx_gemm.records and scripts/render_results.py."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tirx_gemm.records import (
+    BEGIN_MARKER,
+    END_MARKER,
+    NO_SM100_GPU,
+    append_record,
+    device_slug,
+    latest_by_key,
+    load_records,
+    render_table,
+    replace_between_markers,
+    update_readme,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STEPS = [
+    ("v1", "sm_100a", "single tile"),
+    ("v2", "sm_100a", "K-loop"),
+    ("v1", "sm_90a", "single tile"),
+    ("v2", "sm_90a", "K-loop"),
+]
+
+
+def rec(step="v1", arch="sm_90a", M=4096, N=4096, K=4096, device="NVIDIA H200",
+        ts="2026-05-01T10:00:00+00:00", tflops=400.0, ratio=0.55, verified=True, **kw):
+    r = {
+        "step": step, "arch": arch, "M": M, "N": N, "K": K, "device": device,
+        "capability": "9.0", "sm_count": 132, "timestamp": ts, "tflops": tflops,
+        "ratio_to_torch": ratio, "verified": verified, "checked": True,
+        "torch_version": "2.11.0+cu130", "tvm_version": "0.27.0.post1",
+        "driver_version": "580.65.06", "git_sha": "abcdef1234567890",
+        "clocks": {"sm_mhz": 1980, "mem_mhz": 3201, "max_sm_mhz": 1980},
+    }
+    r.update(kw)
+    return r
+
+
+def test_device_slug():
+    assert device_slug("NVIDIA H200") == "nvidia-h200"
+    assert device_slug("NVIDIA B200 (SXM)") == "nvidia-b200-sxm"
+
+
+def test_round_trip(tmp_path):
+    a = rec()
+    b = rec(step="v2", rel_err=float("nan"), device="NVIDIA B200", arch="sm_100a")
+    p1 = append_record(a, tmp_path)
+    p2 = append_record(b, tmp_path)
+    append_record(rec(ts="2026-05-02T10:00:00+00:00"), tmp_path)
+    assert p1.name == "nvidia-h200.jsonl" and p2.name == "nvidia-b200.jsonl"
+    assert len(p1.read_text().splitlines()) == 2  # append-only, one line per record
+    got = load_records(tmp_path)
+    assert len(got) == 3
+    assert a in got
+    b_loaded = next(r for r in got if r["device"] == "NVIDIA B200")
+    assert b_loaded["rel_err"] is None  # NaN stored as null: the file stays valid JSON
+    for line in p2.read_text().splitlines():
+        json.loads(line)
+
+
+def test_append_requires_key_fields(tmp_path):
+    with pytest.raises(ValueError, match="device"):
+        append_record({"step": "v1", "arch": "sm_90a", "M": 1, "N": 1, "K": 1}, tmp_path)
+
+
+def test_load_records_reports_damaged_line(tmp_path):
+    (tmp_path / "x.jsonl").write_text(json.dumps(rec()) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"x.jsonl:2"):
+        load_records(tmp_path)
+    assert load_records(tmp_path / "missing") == []
+
+
+def test_latest_by_key():
+    old = rec(ts="2026-05-01T10:00:00+00:00", tflops=100.0)
+    new = rec(ts="2026-05-03T10:00:00+00:00", tflops=300.0)
+    mid = rec(ts="2026-05-02T10:00:00Z", tflops=200.0)
+    other_shape = rec(M=8192, N=8192, K=8192, tflops=50.0)
+    other_dev = rec(device="NVIDIA H100 80GB HBM3", tflops=70.0)
+    latest = latest_by_key([old, new, mid, other_shape, other_dev])
+    assert len(latest) == 3
+    assert latest[("v1", "sm_90a", 4096, 4096, 4096, "NVIDIA H200")]["tflops"] == 300.0
+    # tie on timestamp: the later record wins
+    a, b = rec(tflops=1.0), rec(tflops=2.0)
+    assert list(latest_by_key([a, b]).values())[0]["tflops"] == 2.0
+
+
+def test_render_table_marks_missing_sm100a_rows():
+    records = [rec(), rec(step="v2", tflops=450.0, ratio=0.6),
+               rec(step="v2", ts="2026-04-01T00:00:00+00:00", tflops=1.0)]
+    md = render_table(records, STEPS, shapes=[(4096, 4096, 4096), (8192, 8192, 8192)])
+    lines = md.splitlines()
+    assert lines[0].startswith("| step | arch | lesson | GPU |")
+    assert "4096³" in lines[0] and "8192³" in lines[0]
+    sm100_rows = [ln for ln in lines if "| sm_100a |" in ln]
+    assert len(sm100_rows) == 2
+    for ln in sm100_rows:
+        assert f"| {NO_SM100_GPU} |" in ln
+    assert NO_SM100_GPU == "not measured: no sm_100a GPU available"
+    v2 = next(ln for ln in lines if ln.startswith("| v2 | sm_90a |"))
+    assert "450.0 (0.60×) ✓" in v2  # the latest record, not the older one
+    assert "1.0" not in v2.split("|")[5]
+    assert v2.rstrip(" |").endswith("—")  # 8192³ not measured for this step
+    assert "NVIDIA H200: compute capability 9.0" in md
+
+
+def test_render_table_sm90a_unmeasured_and_failed():
+    records = [rec(step="v1", verified=False, tflops=None, ratio=None)]
+    md = render_table(records, STEPS)
+    v1 = next(ln for ln in md.splitlines() if ln.startswith("| v1 | sm_90a |"))
+    assert "✗ failed check" in v1
+    v2 = next(ln for ln in md.splitlines() if ln.startswith("| v2 | sm_90a |"))
+    assert "| not measured |" in v2 and NO_SM100_GPU not in v2
+
+
+def test_render_table_sm100a_partially_measured_says_not_measured():
+    records = [rec(step="v1", arch="sm_100a", device="NVIDIA B200", capability="10.0")]
+    md = render_table(records, STEPS)
+    assert NO_SM100_GPU not in md
+    v2 = next(ln for ln in md.splitlines() if ln.startswith("| v2 | sm_100a |"))
+    assert "| not measured |" in v2
+
+
+def test_render_table_is_deterministic_and_escapes_pipes():
+    steps = [("v1", "sm_90a", "a | b")]
+    md1 = render_table([rec()], steps)
+    md2 = render_table([rec()], steps)
+    assert md1 == md2
+    assert "a \\| b" in md1
+
+
+README = f"""# tirx-gemm
+
+intro
+
+{BEGIN_MARKER}
+old table
+{END_MARKER}
+
+tail
+"""
+
+
+def test_update_readme_replaces_between_markers(tmp_path):
+    p = tmp_path / "README.md"
+    p.write_text(README)
+    assert update_readme(p, "| new | table |\n")
+    text = p.read_text()
+    assert "old table" not in text
+    assert f"{BEGIN_MARKER}\n| new | table |\n{END_MARKER}" in text
+    assert text.startswith("# tirx-gemm\n\nintro\n") and text.endswith("\ntail\n")
+    assert not update_readme(p, "| new | table |")  # unchanged: False, file untouched
+
+
+def test_replace_between_markers_errors():
+    with pytest.raises(ValueError, match="exactly one"):
+        replace_between_markers("no markers", "x")
+    with pytest.raises(ValueError, match="comes before"):
+        replace_between_markers(f"{END_MARKER}\n{BEGIN_MARKER}", "x")
+
+
+def test_render_results_script(tmp_path):
+    results = tmp_path / "results"
+    append_record(rec(), results)
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    script = ROOT / "scripts" / "render_results.py"
+    base = [sys.executable, str(script), "--results", str(results), "--readme", str(readme)]
+    r = subprocess.run(base + ["--check"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "stale" in r.stderr
+    r = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "old table" not in readme.read_text()
+    assert "| v1 | sm_90a |" in readme.read_text()
+    r = subprocess.run(base + ["--check"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    readme.write_text("no markers\n")
+    r = subprocess.run(base + ["--check"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2

@@ -1,0 +1,249 @@
+"""Measured results as data: JSONL records per device, and the README table made from them.
+
+One record is one run of one step at one shape on one GPU (the dict that runner.run_step
+returns). Records are appended, never edited, to ``results/<device-slug>.jsonl`` (one JSON
+object a line). The README results table is generated from them by :func:`render_table` and
+written between the ``<!-- results:begin -->`` / ``<!-- results:end -->`` markers by
+:func:`update_readme`. Nothing here parses printed output, and nothing here imports tvm or the
+step registry: the caller passes the list of steps in.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+__all__ = [
+    "BEGIN_MARKER",
+    "END_MARKER",
+    "NO_SM100_GPU",
+    "NOT_MEASURED",
+    "REQUIRED_KEYS",
+    "device_slug",
+    "record_key",
+    "append_record",
+    "load_records",
+    "latest_by_key",
+    "render_table",
+    "replace_between_markers",
+    "update_readme",
+]
+
+BEGIN_MARKER = "<!-- results:begin -->"
+END_MARKER = "<!-- results:end -->"
+NO_SM100_GPU = "not measured: no sm_100a GPU available"
+NOT_MEASURED = "not measured"
+REQUIRED_KEYS = ("step", "arch", "M", "N", "K", "device")
+
+
+def device_slug(name: str) -> str:
+    """File-name-safe form of a GPU name: "NVIDIA H200" -> "nvidia-h200"."""
+    slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
+    return slug or "unknown-device"
+
+
+def record_key(rec: dict) -> tuple:
+    """(step, arch, M, N, K, device): what a newer record of the same run supersedes."""
+    return (rec["step"], rec["arch"], int(rec["M"]), int(rec["N"]), int(rec["K"]), rec["device"])
+
+
+def _sanitize(x):
+    """NaN/Inf are not JSON: store them as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _sanitize(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_sanitize(v) for v in x]
+    return x
+
+
+def append_record(rec: dict, results_dir: str | os.PathLike = "results") -> Path:
+    """Append one record to results_dir/<device-slug>.jsonl (created if missing); return it."""
+    missing = [k for k in REQUIRED_KEYS if rec.get(k) is None]
+    if missing:
+        raise ValueError(f"record lacks {', '.join(missing)}")
+    line = json.dumps(_sanitize(rec), sort_keys=True, allow_nan=False)
+    d = Path(results_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{device_slug(rec['device'])}.jsonl"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+    return path
+
+
+def load_records(results_dir: str | os.PathLike = "results") -> list[dict]:
+    """All records of results_dir/*.jsonl, file by file (sorted by name), in file order.
+
+    A line that is not a JSON object raises ValueError naming the file and line: results are
+    data, and a damaged file should be noticed, not skipped.
+    """
+    d = Path(results_dir)
+    if not d.is_dir():
+        return []
+    records = []
+    for path in sorted(d.glob("*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+                if not isinstance(rec, dict):
+                    raise ValueError(f"{path}:{lineno}: a record must be a JSON object")
+                records.append(rec)
+    return records
+
+
+def _when(rec: dict) -> _dt.datetime:
+    ts = rec.get("timestamp")
+    if ts:
+        try:
+            t = _dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+            return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+        except ValueError:
+            pass
+    return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+
+
+def latest_by_key(records: Iterable[dict]) -> dict[tuple, dict]:
+    """The newest record (by timestamp; on a tie the later one) per record_key."""
+    latest: dict[tuple, dict] = {}
+    for rec in records:
+        key = record_key(rec)
+        old = latest.get(key)
+        if old is None or _when(rec) >= _when(old):
+            latest[key] = rec
+    return latest
+
+
+# --------------------------------------------------------------------------------------
+# the README table
+# --------------------------------------------------------------------------------------
+def _cell_text(s) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _shape_label(shape) -> str:
+    M, N, K = shape
+    if M == N == K:
+        return f"{M}³"
+    return f"{M}×{N}×{K}"
+
+
+def _fmt_cell(rec: dict | None) -> str:
+    if rec is None:
+        return "—"
+    tf, ratio = rec.get("tflops"), rec.get("ratio_to_torch")
+    perf = ""
+    if tf is not None:
+        perf = f"{tf:.1f}"
+        if ratio is not None:
+            perf += f" ({ratio:.2f}×)"
+    if rec.get("verified"):
+        return f"{perf} ✓" if perf else "✓ (not timed)"
+    if not rec.get("checked", True):
+        return f"{perf} unchecked" if perf else "unchecked"
+    return f"✗ {perf} failed check" if perf else "✗ failed check"
+
+
+def render_table(records: Sequence[dict], steps: Sequence[tuple],
+                 shapes: Sequence[tuple] | None = None) -> str:
+    """Markdown results table.
+
+    ``steps``: (step_id, arch, lesson) tuples, one row each (in the given order; a step
+    measured on several GPUs gets one row per GPU). ``shapes``: (M, N, K) columns; default:
+    every shape found in the records. Each cell: TFLOP/s (median) and ratio to torch.matmul
+    timed in the same run, ✓ when the run passed its check against the fp32 reference. A
+    step without records reads "not measured: no sm_100a GPU available" when its arch is
+    sm_100a and no sm_100a record exists at all, else "not measured".
+    """
+    latest = list(latest_by_key(records).values())
+    if shapes is None:
+        shapes = sorted({(int(r["M"]), int(r["N"]), int(r["K"])) for r in latest})
+    shapes = [tuple(int(x) for x in s) for s in shapes]
+    archs_measured = {r["arch"] for r in latest}
+
+    header = ["step", "arch", "lesson", "GPU"] + [
+        f"{_shape_label(s)} TFLOP/s (× torch)" for s in shapes]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    devices_used: dict[str, dict] = {}
+    for step_id, arch, lesson in steps:
+        recs = [r for r in latest if r["step"] == step_id and r["arch"] == arch]
+        devices = sorted({r["device"] for r in recs})
+        if not devices:
+            why = NO_SM100_GPU if (arch == "sm_100a" and arch not in archs_measured) \
+                else NOT_MEASURED
+            row = [step_id, arch, _cell_text(lesson), why] + ["—"] * len(shapes)
+            lines.append("| " + " | ".join(row) + " |")
+            continue
+        for dev in devices:
+            by_shape = {(int(r["M"]), int(r["N"]), int(r["K"])): r
+                        for r in recs if r["device"] == dev}
+            for r in by_shape.values():
+                prev = devices_used.get(dev)
+                if prev is None or _when(r) >= _when(prev):
+                    devices_used[dev] = r
+            row = [step_id, arch, _cell_text(lesson), _cell_text(dev)] + [
+                _fmt_cell(by_shape.get(s)) for s in shapes]
+            lines.append("| " + " | ".join(row) + " |")
+
+    notes = [
+        "",
+        "TFLOP/s = 2·M·N·K / median time (CUDA events, after warm-up, inputs rotated past L2); "
+        "(× torch) = ratio to torch.matmul (cuBLAS) timed in the same run; "
+        "✓ = passed the check against the fp32 torch reference (random and exact small-integer "
+        "inputs, output poisoned with NaN before the launch); ✗ = failed it.",
+    ]
+    for dev in sorted(devices_used):
+        r = devices_used[dev]
+        bits = [f"compute capability {r.get('capability', '?')}"]
+        if r.get("sm_count"):
+            bits.append(f"{r['sm_count']} SMs")
+        clocks = r.get("clocks") or {}
+        if clocks.get("max_sm_mhz"):
+            bits.append(f"max SM clock {clocks['max_sm_mhz']} MHz")
+        if r.get("driver_version"):
+            bits.append(f"driver {r['driver_version']}")
+        for key, label in (("torch_version", "torch"), ("tvm_version", "tvm")):
+            if r.get(key):
+                bits.append(f"{label} {r[key]}")
+        if r.get("git_sha"):
+            bits.append(f"git {str(r['git_sha'])[:10]}")
+        ts = r.get("timestamp")
+        if ts:
+            bits.append(f"latest run {str(ts)[:10]}")
+        notes.append(f"- {_cell_text(dev)}: " + ", ".join(bits))
+    return "\n".join(lines + notes) + "\n"
+
+
+def replace_between_markers(text: str, table_md: str) -> str:
+    """``text`` with everything between the results markers replaced by ``table_md``."""
+    nb, ne = text.count(BEGIN_MARKER), text.count(END_MARKER)
+    if nb != 1 or ne != 1:
+        raise ValueError(f"expected exactly one {BEGIN_MARKER} and one {END_MARKER}, "
+                         f"found {nb} and {ne}")
+    b, e = text.index(BEGIN_MARKER), text.index(END_MARKER)
+    if e < b:
+        raise ValueError(f"{END_MARKER} comes before {BEGIN_MARKER}")
+    head = text[: b + len(BEGIN_MARKER)]
+    tail = text[e:]
+    return f"{head}\n{table_md.strip()}\n{tail}"
+
+
+def update_readme(readme_path: str | os.PathLike, table_md: str) -> bool:
+    """Write table_md between the markers of the README; return True if the file changed."""
+    path = Path(readme_path)
+    text = path.read_text(encoding="utf-8")
+    new = replace_between_markers(text, table_md)
+    if new == text:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
