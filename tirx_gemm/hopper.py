@@ -1,0 +1,236 @@
+"""Hopper (sm_90a) building blocks shared by steps/sm90a/hgemm_v1 .. v7.
+
+On Hopper the tensor cores are driven by ``wgmma``: one *warpgroup* (128 threads)
+issues ``wgmma.mma_async`` together, the operands are read from shared memory through
+64-bit *matrix descriptors*, and the fp32 accumulators live in the registers of the
+issuing warpgroup (no TMEM). TIRx 0.27 has no tile primitive that dispatches to wgmma
+(``Tx.gemm_async`` targets tcgen05 only), so the steps issue the PTX directly, and the
+pieces every step needs live here once:
+
+* descriptor encoding and the byte arithmetic that walks a 128B-swizzled K-major tile,
+* ``wgmma_tile``: the wgmma calls that consume one BLK_K slice of A and B,
+* the operand fence that pins accumulator registers behind ``wgmma.wait_group``,
+* barrier init, and the two epilogues: fragment -> GMEM (v1-v3) and
+  fragment -> swizzled SMEM for a TMA store (v4+).
+
+Everything that runs on the device is an ``@T.inline`` helper: it is expanded at the call
+site, so the generated CUDA is the same as if the step had written it inline.
+
+Conventions used throughout (fp16 operands, K-major, 128B swizzle):
+
+* An SMEM operand tile is ``(rows, 64)`` fp16 in :func:`tirx_gemm.helpers.swizzled_layout`:
+  each row is exactly one 128-byte swizzle row, 8 rows form a 1024-byte swizzle atom,
+  atoms are stacked along the rows. Tiles (and pipeline stages) are 1024-byte aligned.
+* Descriptor fields are in 16-byte units. For this layout ``SBO = 1024 B`` (distance
+  between 8-row groups) and ``LBO`` is unused by the hardware (set to 1, as CUTLASS does).
+  The start address is the low 14-bit field, so *adding* ``bytes >> 4`` to an encoded
+  descriptor moves its start: +32 B selects the next k16 slice inside the 128-byte row
+  (the hardware applies the swizzle to the final address, which is why a plain +32 B
+  works inside a swizzled row), +64*128 B = 8192 B selects the next 64-row block.
+* Accumulator fragment of ``wgmma m64nNk16 .f32`` for thread (warp ``w`` of the
+  warpgroup, lane ``l``): register ``acc[4j + 2h + e]`` (``j < N/8``, ``h, e in {0, 1}``)
+  holds ``D[16w + l//4 + 8h, 8j + 2(l%4) + e]`` of the 64 x N block.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+
+from .helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES
+
+# --------------------------------------------------------------------------------------
+# target and hardware constants
+# --------------------------------------------------------------------------------------
+SM90A_TARGET = {"kind": "cuda", "arch": "sm_90a"}
+
+WG_THREADS = 128            # one warpgroup = 4 warps: the unit that issues a wgmma
+WGMMA_M = 64                # rows of one wgmma (per warpgroup)
+WGMMA_K = 16                # fp16 K of one wgmma
+SWIZZLE_ROW_ELEMS = 64      # fp16 elements in one 128-byte swizzle row: BLK_K of every step
+SMEM_ALIGN = 1024           # one 128B swizzle atom (8 rows x 128 B): tiles start on it
+SMEM_LIMIT_BYTES = 227 * 1024  # max dynamic SMEM per CTA on H100/H200
+
+# encode_matrix_descriptor arguments (16-byte units; swizzle code 3 = 128B swizzle)
+SWIZZLE_128B = 3
+DESC_LBO = 1                # unused for swizzled K-major operands
+DESC_SBO = (8 * 128) >> 4   # 8 rows x 128 B between consecutive 8-row groups = 64
+DESC_K16_STEP = (WGMMA_K * F16_BYTES) >> 4  # 32 B per k16 slice = 2
+DESC_M64_STEP = (WGMMA_M * 128) >> 4        # 8192 B per 64-row block = 512
+
+
+def sm90a_target():
+    return tvm.target.Target(SM90A_TARGET)
+
+
+def tile_bytes(rows: int, cols: int) -> int:
+    """Bytes of one fp16 tile: the transaction count a TMA load of it reports."""
+    return rows * cols * F16_BYTES
+
+
+def wgmma_name(n: int) -> str:
+    """PTX mnemonic of the fp16 x fp16 -> fp32 wgmma with both operands in SMEM."""
+    return f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16"
+
+
+def check_smem_budget(nbytes: int, what: str) -> None:
+    if nbytes > SMEM_LIMIT_BYTES:
+        raise ValueError(
+            f"{what} needs {nbytes} B of shared memory, more than the "
+            f"{SMEM_LIMIT_BYTES} B a CTA can have on sm_90a"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# descriptors
+# --------------------------------------------------------------------------------------
+@T.inline
+def encode_desc(desc, tile_ptr):
+    """desc[0] <- descriptor of a 1024-aligned, 128B-swizzled, K-major fp16 tile."""
+    T.cuda.wgmma.encode_matrix_descriptor(
+        T.address_of(desc[0]), tile_ptr, DESC_LBO, DESC_SBO, SWIZZLE_128B
+    )
+
+
+def desc_advance(desc_value, byte_offset):
+    """The descriptor ``byte_offset`` bytes further on (``byte_offset`` may be a runtime
+    expression, e.g. ``stage * STAGE_BYTES``; it must be a multiple of 16)."""
+    if isinstance(byte_offset, int):
+        return desc_value + T.uint64(byte_offset >> 4)
+    return desc_value + T.Cast("uint64", byte_offset >> 4)
+
+
+# --------------------------------------------------------------------------------------
+# wgmma issue
+# --------------------------------------------------------------------------------------
+@T.inline
+def wgmma_tile(acc, desc_a, desc_b, accumulate, m_blocks: int, n: int):
+    """All wgmmas that consume one 64-wide K slice already resident in SMEM.
+
+    ``desc_a`` / ``desc_b``: descriptors (values) of the A tile (``m_blocks * 64`` rows)
+    and the B tile (``n`` rows), both ``(rows, 64)`` 128B-swizzled.
+    ``acc``: ``m_blocks * n / 2`` fp32 registers per thread; block ``h`` owns
+    ``acc[h * n/2 : (h+1) * n/2]`` (rows ``64h .. 64h+63`` of the tile).
+    ``accumulate``: False on the very first K slice of an output tile (the hardware then
+    computes D = A*B and ignores the stale registers, so no zero-fill is needed).
+    Issue only: the caller brackets it with ``wgmma.fence`` / ``commit_group`` / ``wait_group``.
+    """
+    for kk in T.unroll(SWIZZLE_ROW_ELEMS // WGMMA_K):
+        for h in T.unroll(m_blocks):
+            T.ptx[wgmma_name(n)](
+                *[acc[h * (n // 2) + i] for i in range(n // 2)],
+                desc_a + T.Cast("uint64", h * DESC_M64_STEP + kk * DESC_K16_STEP),
+                desc_b + T.Cast("uint64", kk * DESC_K16_STEP),
+                T.ptx.pred(T.Or(accumulate, kk > 0)),
+                1, 1, 0, 0,  # scale-a, scale-b, trans-a, trans-b (0 = K-major)
+            )
+
+
+# An empty asm statement that claims to read and write one accumulator register. Volatile
+# asm statements keep their order, and every later use of the register depends on this
+# one, so reads of the accumulators cannot be hoisted above wgmma.wait_group (the
+# compiler does not know that wgmma writes them asynchronously).
+_FENCE_F32_SRC = """
+__device__ __forceinline__ void tirx_gemm_fence_f32(float& reg) {
+  asm volatile("" : "+f"(reg) :: "memory");
+}
+"""
+
+
+@T.inline
+def fence_operands(acc, count: int):
+    for i in T.unroll(count):
+        T.cuda.func_call("tirx_gemm_fence_f32", acc[i], source_code=_FENCE_F32_SRC)
+
+
+# --------------------------------------------------------------------------------------
+# barriers
+# --------------------------------------------------------------------------------------
+@T.inline
+def init_mbarriers(bar, num: int, count: int):
+    """mbarrier.init for bar[0:num], each completing a phase after ``count`` arrivals.
+    Call from one thread, then :func:`publish_mbarrier_init` from all threads."""
+    for i in T.unroll(num):
+        T.ptx.mbarrier.init.shared.b64(bar.ptr_to([i]), T.uint32(count))
+
+
+@T.inline
+def publish_mbarrier_init():
+    # make the initialised barriers visible to the async proxy (TMA) and to every thread
+    T.ptx["fence.mbarrier_init.release.cluster"]()
+    T.cuda.cta_sync()
+
+
+# --------------------------------------------------------------------------------------
+# epilogues
+# --------------------------------------------------------------------------------------
+@T.inline
+def store_fragment_to_gmem(D, acc, row0, col0, warp_id, lane_id, m_blocks: int, n: int):
+    """Accumulators -> fp16 -> D[row0 : row0 + 64*m_blocks, col0 : col0 + n], straight
+    from registers. Each thread writes pairs of neighbouring columns (one 32-bit store
+    of a packed half2); a warp covers 8 rows x 8 columns per store, so the stores are
+    only sector-sized: fine for a first step, fixed by the SMEM + TMA store of v4."""
+    pair = T.alloc_local((2,), AB_DTYPE)
+    for h in T.unroll(m_blocks):
+        for j in T.unroll(n // 8):
+            for hh in T.unroll(2):
+                base = T.meta_var(h * (n // 2) + 4 * j + 2 * hh)
+                row = T.meta_var(row0 + h * WGMMA_M + warp_id * 16 + lane_id // 4 + 8 * hh)
+                col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4))
+                pair[0] = T.Cast(AB_DTYPE, acc[base])
+                pair[1] = T.Cast(AB_DTYPE, acc[base + 1])
+                Tx.copy(D[row, col : col + 2], pair[:])
+
+
+@T.inline
+def store_fragment_to_smem(Dsmem, acc, row0, warp_id, lane_id, m_blocks: int, n: int):
+    """Accumulators -> fp16 -> Dsmem[row0 : row0 + 64*m_blocks, 0:n] (a 128B-swizzled
+    tile, the source of a TMA store). The swizzle makes these stores bank-conflict free:
+    the 8 rows a warp writes at once land in 8 different 16-byte chunks."""
+    pair = T.alloc_local((2,), AB_DTYPE)
+    for h in T.unroll(m_blocks):
+        for j in T.unroll(n // 8):
+            for hh in T.unroll(2):
+                base = T.meta_var(h * (n // 2) + 4 * j + 2 * hh)
+                row = T.meta_var(row0 + h * WGMMA_M + warp_id * 16 + lane_id // 4 + 8 * hh)
+                col = T.meta_var(8 * j + 2 * (lane_id % 4))
+                pair[0] = T.Cast(AB_DTYPE, acc[base])
+                pair[1] = T.Cast(AB_DTYPE, acc[base + 1])
+                Tx.copy(Dsmem[row, col : col + 2], pair[:])
+
+
+@T.inline
+def tma_store_tile(D_tile, Dsmem_tile):
+    """One thread: bulk-copy a swizzled SMEM tile to GMEM and commit it as a bulk group.
+    The caller must have fenced the generic-proxy writes (``fence.proxy.async``) and
+    synchronised the writers first, and must wait on the group before reusing Dsmem."""
+    Tx.copy_async(D_tile, Dsmem_tile, dispatch="tma_auto")
+    T.ptx.cp.async_.bulk.commit_group()
+
+
+__all__ = [
+    "ACC_DTYPE",
+    "DESC_K16_STEP",
+    "DESC_M64_STEP",
+    "DESC_SBO",
+    "SM90A_TARGET",
+    "SMEM_ALIGN",
+    "SWIZZLE_ROW_ELEMS",
+    "WGMMA_K",
+    "WGMMA_M",
+    "WG_THREADS",
+    "check_smem_budget",
+    "desc_advance",
+    "encode_desc",
+    "fence_operands",
+    "init_mbarriers",
+    "publish_mbarrier_init",
+    "sm90a_target",
+    "store_fragment_to_gmem",
+    "store_fragment_to_smem",
+    "tile_bytes",
+    "tma_store_tile",
+    "wgmma_name",
+    "wgmma_tile",
+]
