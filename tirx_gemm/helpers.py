@@ -234,3 +234,9 @@ def check_phase_parity(K_TILES: int, PIPE_DEPTH: int) -> None:
             f"K_TILES={K_TILES} (K/BLK_K) is not a multiple of 2*PIPE_DEPTH={2 * PIPE_DEPTH}: "
             "barrier phases restart at 0 for every output tile, so each barrier must "
             "complete an even number of phases per tile")
+
+
+# Loop annotation that keeps a K-loop rolled (`#pragma unroll 1`): nvcc would otherwise
+# unroll a 64-trip K-loop completely (256 MMA instructions, a 170 KB cubin, slow builds)
+# and SASS counts would depend on the shape.
+ROLLED = {"disable_unroll": 1}

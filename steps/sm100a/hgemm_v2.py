@@ -62,7 +62,7 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
         n_st = T.meta_var(by * BLK_N)
         phase_mma: T.int32 = 0
 
-        for k in T.serial(K_TILES):
+        for k in T.serial(K_TILES, annotations=H.ROLLED):
             # --- load: every thread copies part of slice k, then all meet ---
             Tx.cta.copy(Asmem[:, :], A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K])
             Tx.cta.copy(Bsmem[:, :], B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K])

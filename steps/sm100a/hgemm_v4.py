@@ -73,7 +73,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         phase_mma: T.int32 = 0
         tid = T.meta_var(warp_id * 32 + lane_id)
 
-        for k in T.serial(K_TILES):
+        for k in T.serial(K_TILES, annotations=H.ROLLED):
             # --- load: exactly one thread issues the TMA copies (elect_sync per warp
             # would elect four issuers); everyone waits for the bytes to land
             if tid == 0:

@@ -96,7 +96,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                     H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st, s * BLK_K,
                                      BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
 
-            for k in T.serial(K_TILES):
+            for k in T.serial(K_TILES, annotations=H.ROLLED):
                 stage = T.meta_var(k % PIPE_DEPTH)
                 H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma)
 

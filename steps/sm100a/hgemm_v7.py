@@ -100,7 +100,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 while scheduler.valid():
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                    for k in T.serial(K_TILES):
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
                         H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase)
                         if T.cuda.elect_sync():
                             H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
@@ -116,7 +116,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                     # the epilogue must have drained this accumulator (tile i - 2)
                     H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase)
                     H.tcgen05_fence_after_sync()
-                    for k in T.serial(K_TILES):
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
                         H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase)
                         H.tcgen05_fence_after_sync()
                         if T.cuda.elect_sync():

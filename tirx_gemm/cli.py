@@ -1,0 +1,247 @@
+"""`tirx-gemm`: list, build, show, export and run the steps.
+
+Building needs the TVM compiler and nvcc (no GPU). Running needs a GPU of the step's arch
+and either TVM in-process or a bundle made by `tirx-gemm export` (torch + apache-tvm-ffi
++ TVM's runtime libraries are enough there). tvm is imported only by the commands that
+compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tirx_gemm import registry
+
+TABLE_SASS = ("UTCHMMA", "HGMMA", "UTMALDG", "UTMASTG", "LDG.E.128", "STS.128", "USETMAXREG")
+
+
+def _mnk(text: str) -> tuple[int, int, int]:
+    try:
+        parts = tuple(int(x) for x in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--mnk wants M,N,K integers, got {text!r}") from None
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"--mnk wants three integers M,N,K, got {text!r}")
+    return parts
+
+
+def _steps_arg(args) -> list[registry.Step]:
+    if getattr(args, "all", False):
+        steps = registry.all_steps(args.arch)
+        if not steps:
+            raise ValueError(f"no steps registered for {args.arch}")
+        return steps
+    if not args.step:
+        raise ValueError("name a step (e.g. v4) or pass --all")
+    return [registry.get(args.step, args.arch)]
+
+
+def _fmt_bytes(n) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1024:.1f}K" if n >= 1024 else str(n)
+
+
+# ---------------------------------------------------------------------------------------
+def cmd_list(args) -> int:
+    steps = registry.all_steps(args.arch)
+    print(f"{'step':5} {'arch':8} {'canonical M,N,K':17} lesson")
+    for s in steps:
+        print(f"{s.id:5} {s.arch:8} {','.join(map(str, s.canonical)):17} {s.lesson}")
+        if args.verbose:
+            print(f"{'':32}constraints: {s.constraints}")
+    arches = sorted({s.arch for s in steps})
+    print(f"\n{len(steps)} steps ({', '.join(arches)}). sm_100a steps compile here; running them "
+          "needs a Blackwell GPU. sm_90a twins run on Hopper (H100/H200).")
+    return 0
+
+
+def _table_row(r) -> str:
+    sass = r.key_sass()
+    keys = " ".join(f"{k}x{sass[k]}" for k in TABLE_SASS if k in sass)
+    t = "cached" if r.cached else f"{r.times.get('total', 0):.1f}s"
+    shape = f"{r.M}x{r.N}x{r.K}"
+    return (f"{r.step:4} {r.arch:8} {shape:16} {t:>7} {r.registers or '?':>5} "
+            f"{_fmt_bytes(r.smem_bytes):>7} {r.spill_stores + r.spill_loads:>6}  {keys}")
+
+
+TABLE_HEAD = (f"{'step':4} {'arch':8} {'M x N x K':16} {'build':>7} {'regs':>5} {'smem':>7} "
+              f"{'spills':>6}  key SASS")
+
+
+def cmd_build(args) -> int:
+    from tirx_gemm.build import build_many
+
+    steps = _steps_arg(args)
+    reqs = [(s, args.mnk or s.canonical, {}) for s in steps]
+    t0 = time.perf_counter()
+    show_progress = len(reqs) > 1 and not args.quiet
+
+    def progress(done, total, req, res):
+        if show_progress:
+            status = "failed" if isinstance(res, Exception) else ("cached" if res.cached else "built")
+            print(f"\r[{done}/{total}] {req[0].key} {status}" + " " * 20, end="", file=sys.stderr,
+                  flush=True)
+
+    results = build_many(reqs, jobs=args.jobs, use_cache=not args.no_cache, progress=progress)
+    if show_progress:
+        print(file=sys.stderr)
+    print(TABLE_HEAD)
+    failed = 0
+    for (step, mnk, _), r in zip(reqs, results):
+        if isinstance(r, Exception):
+            failed += 1
+            print(f"{step.id:4} {step.arch:8} {'x'.join(map(str, mnk)):16} FAILED: {r}")
+        else:
+            print(_table_row(r))
+    print(f"\n{len(reqs) - failed}/{len(reqs)} built in {time.perf_counter() - t0:.1f}s "
+          f"(cache: {_cache_note()})")
+    if any(s.arch == "sm_100a" for s in steps):
+        print("sm_100a kernels are compiled, not run: no Blackwell GPU was used.")
+    return 1 if failed else 0
+
+
+def _cache_note() -> str:
+    from tirx_gemm.build import cache_root
+    return str(cache_root())
+
+
+def cmd_show(args) -> int:
+    from tirx_gemm.build import build
+
+    step = registry.get(args.step, args.arch)
+    r = build(step.id, *(args.mnk or step.canonical), arch=step.arch)
+    what = args.what or "cuda"
+    text = {"cuda": r.cuda_source, "sass": r.sass, "tir": r.tir}[what]
+    sys.stdout.write(text)
+    if what == "sass" and not args.quiet:
+        summary = ", ".join(f"{k} x{v}" for k, v in r.key_sass().items())
+        print(f"\n// key SASS: {summary}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+def cmd_export(args) -> int:
+    """Build steps and put their libraries, a manifest and TVM's runtime into a bundle that
+    a GPU host without the TVM compiler can run."""
+    from tirx_gemm import bundle
+
+    steps = _steps_arg(args)
+    reqs = []
+    for s in steps:
+        shapes = bundle.shapes_for(s, args.shapes, args.mnk)
+        reqs += [(s, mnk, bundle.build_kwargs(s, args)) for mnk in shapes]
+    out = Path(args.out)
+    n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet)
+    print(f"exported {n} kernels to {out}/ (manifest.json, runtime/). On the GPU host: "
+          f"python -m tirx_gemm.cli run <step> --arch {args.arch} --bundle {out}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from tirx_gemm import runner
+
+    step = registry.get(args.step, args.arch)
+    mnk = tuple(args.mnk or step.canonical)
+    # 1. the device first: a user without the right GPU learns that before anything else
+    #    runs (we still build, so the compile side is checked and shown)
+    try:
+        device = runner.check_device(step.arch)
+    except runner.DeviceMismatchError as exc:
+        device, why = None, str(exc)
+    if args.bundle:
+        from tirx_gemm import bundle
+        entry = bundle.find(Path(args.bundle), step, mnk)
+        lib, meta = Path(args.bundle) / entry["lib"], entry
+    else:
+        from tirx_gemm.build import build
+        r = build(step.id, *mnk, arch=step.arch)
+        print(TABLE_HEAD)
+        print(_table_row(r))
+        lib, meta = r.lib_path, {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
+                                 "kwargs": r.kwargs, "tvm_version": r.tvm_version}
+    if device is None:
+        print(f"\ncannot run {step.key}: {why}", file=sys.stderr)
+        if step.arch == "sm_100a":
+            print("No TFLOP/s is reported: sm_100a results exist only where a Blackwell GPU "
+                  "ran them.", file=sys.stderr)
+        return 2
+    kernel = runner.load_kernel(str(lib))
+    rec = runner.run_step(kernel, meta, check=True, time=not args.no_time)
+    if args.record and rec.get("verified"):
+        from tirx_gemm import records
+        path = records.append_record(rec, args.results)
+        print(f"record appended to {path}")
+    return 0 if rec.get("verified") else 1
+
+
+# ---------------------------------------------------------------------------------------
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tirx-gemm", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp, step=True, all_=True):
+        if step:
+            sp.add_argument("step", nargs="?" if all_ else None, help="step id, e.g. v4")
+        if all_:
+            sp.add_argument("--all", action="store_true", help="every step of --arch")
+        sp.add_argument("--arch", default="sm_100a", choices=registry.ARCHES)
+        sp.add_argument("--mnk", type=_mnk, help="problem shape M,N,K (default: the step's canonical shape)")
+        sp.add_argument("-q", "--quiet", action="store_true")
+
+    sp = sub.add_parser("list", help="list the steps")
+    sp.add_argument("--arch", default=None, choices=registry.ARCHES)
+    sp.add_argument("-v", "--verbose", action="store_true", help="also show constraints")
+    sp.set_defaults(fn=cmd_list)
+
+    sp = sub.add_parser("build", help="compile steps; print registers, smem, spills, key SASS")
+    common(sp)
+    sp.add_argument("--jobs", type=int, default=None, help="parallel build processes (default: cores)")
+    sp.add_argument("--no-cache", action="store_true", help="rebuild even if cached")
+    sp.set_defaults(fn=cmd_build)
+
+    sp = sub.add_parser("show", help="print a step's generated CUDA, SASS or TIR")
+    common(sp, all_=False)
+    g = sp.add_mutually_exclusive_group()
+    for w in ("cuda", "sass", "tir"):
+        g.add_argument(f"--{w}", dest="what", action="store_const", const=w)
+    sp.set_defaults(fn=cmd_show)
+
+    sp = sub.add_parser("export", help="build + bundle kernels for a GPU host without TVM")
+    common(sp)
+    sp.add_argument("--shapes", default="canonical", choices=("canonical", "test", "bench", "all"),
+                    help="which registry shapes to export (ignored with --mnk)")
+    sp.add_argument("--out", default="build/bundle", help="bundle directory")
+    sp.add_argument("--jobs", type=int, default=None)
+    sp.add_argument("--num-sms", type=int, default=None,
+                    help="SM count for persistent steps (default: the step's default)")
+    sp.set_defaults(fn=cmd_export)
+
+    sp = sub.add_parser("run", help="run one step on this machine's GPU: check against torch, time it")
+    common(sp, all_=False)
+    sp.add_argument("--bundle", help="run from an exported bundle instead of building here")
+    sp.add_argument("--no-time", action="store_true", help="check correctness only")
+    sp.add_argument("--record", action="store_true", help="append the record to results/")
+    sp.add_argument("--results", default="results", help="results directory")
+    sp.set_defaults(fn=cmd_run)
+    return p
+
+
+def main(argv=None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The one table of steps: it feeds the CLI, the tests, the notebooks and the scripts.
+
+Importing this module does not import TVM: builders are loaded lazily by module path, so
+the run side (a GPU host without the TVM compiler) can read the table too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+ARCHES = ("sm_100a", "sm_90a")
+Shape = tuple[int, int, int]
+
+# SASS opcodes worth counting in summaries (prefix match on the mnemonic)
+KEY_SASS = (
+    "UTCHMMA", "UTCBAR", "LDTM", "HGMMA", "UTMALDG", "UTMASTG", "LDG.E.128", "STS.128",
+    "STG.E.128", "LDSM", "SYNCS.PHASECHK", "SYNCS.ARRIVE", "USETMAXREG", "WARPGROUP.ARRIVE",
+    "BAR.SYNC",
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str                 # "v1" .. "v7"
+    arch: str               # "sm_100a" | "sm_90a"
+    lesson: str             # one line: what this step teaches
+    constraints: str        # human-readable shape contract (the builder enforces it)
+    canonical: Shape        # the shape `tirx-gemm build vN` uses by default
+    test_shapes: tuple[Shape, ...]   # other valid shapes for CPU build tests / GPU checks
+    bench_shapes: tuple[Shape, ...]  # shapes that the benchmark / regression time
+    invalid_shapes: tuple[Shape, ...]  # shapes the builder must reject with ValueError
+    sass_expect: tuple[str, ...]       # SASS opcodes the lesson promises (prefix match)
+    sass_forbid: tuple[str, ...] = ()  # SASS opcodes the lesson removes
+    builder_kwargs: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def key(self) -> str:
+        return f"{self.id}@{self.arch}"
+
+    @property
+    def module(self) -> str:
+        return f"tirx_gemm.steps.{self.arch.replace('_', '')}.hgemm_{self.id}"
+
+    @property
+    def source_file(self) -> str:
+        import importlib.util
+        spec = importlib.util.find_spec(self.module)
+        return spec.origin
+
+    def builder(self) -> Callable:
+        return getattr(importlib.import_module(self.module), f"hgemm_{self.id}")
+
+    def build_primfunc(self, M: int, N: int, K: int, **kwargs):
+        return self.builder()(M, N, K, **{**dict(self.builder_kwargs), **kwargs})
+
+
+_SQUARE = ((4096, 4096, 4096),)
+_GRID_TESTS = ((256, 384, 512), (1024, 2048, 512), (4096, 4096, 4096))
+_BENCH = ((4096, 4096, 4096), (8192, 8192, 8192))
+
+_LESSONS = {
+    "v1": "single 128x128 tile, K=64: thread copies, one elected thread issues the MMA, mbarrier wait, accumulator -> registers -> GMEM",
+    "v2": "K-loop: accumulate over K tiles; the mbarrier phase flips every iteration",
+    "v3": "2D grid: one CTA per 128x128 output tile",
+    "v4": "TMA: one thread issues tile copies completing on an mbarrier (expect_tx); TMA-store epilogue",
+    "v5": "multi-stage SMEM ring: prefetch PIPE_DEPTH tiles, per-stage barriers and phases",
+    "v6": "persistent kernel: a fixed pool of CTAs walks tiles in L2-friendly order",
+    "v7": "warp specialization: TMA producer, MMA issuer and epilogue run concurrently, linked by full/empty barriers",
+}
+# The Hopper twins teach the same scheduling lessons; the MMA is wgmma (accumulator in
+# registers, issued by a whole warpgroup) instead of tcgen05 (TMEM, one elected thread).
+_LESSONS_SM90 = {
+    **_LESSONS,
+    "v1": "single 128x128 tile, K=64: thread copies, the warpgroup issues wgmma from SMEM descriptors, wait_group, register fragment -> GMEM",
+    "v2": "K-loop: accumulate over K tiles in registers; a barrier stops the next copy overwriting SMEM that wgmma still reads",
+    "v7": "warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups (128x256 tile), full/empty barriers, setmaxnreg",
+}
+
+_THREAD_COPIES = ("LDG.E.128", "STS.128")
+_TMA = ("UTMALDG", "UTMASTG", "SYNCS.ARRIVE")
+
+
+def _sm100(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
+    return Step(id_, "sm_100a", _LESSONS[id_], constraints, canonical, tests, bench, invalid,
+                ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK") + expect, forbid)
+
+
+def _sm90(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
+    return Step(id_, "sm_90a", _LESSONS_SM90[id_], constraints, canonical, tests, bench,
+                invalid, ("HGMMA", "WARPGROUP.ARRIVE") + expect, forbid)
+
+
+_ONE_TILE = "M = N = 128, K = 64 (one tile)"
+_ONE_ROW = "M = N = 128, K a multiple of 64"
+_TILED = "M, N multiples of 128, K a multiple of 64"
+_V1_BAD = ((256, 128, 64), (128, 128, 128), (128, 128, 32))
+_V2_BAD = ((256, 128, 256), (128, 128, 96))
+_TILED_BAD = ((200, 128, 64), (128, 130, 64), (128, 128, 100))
+
+STEPS: list[Step] = [
+    _sm100("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
+    _sm100("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512)), (), _V2_BAD,
+           _THREAD_COPIES, ("UTMALDG",)),
+    _sm100("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _SQUARE, _TILED_BAD,
+           _THREAD_COPIES, ("UTMALDG",)),
+    _sm100("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _BENCH, _TILED_BAD, _TMA,
+           ("LDG.E.128",)),
+    _sm100("v5", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _BENCH, _TILED_BAD, _TMA,
+           ("LDG.E.128",)),
+    _sm100("v6", _TILED + " with K/64 a multiple of 2*PIPE_DEPTH", (4096, 4096, 4096),
+           ((256, 384, 256), (1024, 2048, 512)), _BENCH,
+           ((128, 128, 192), (200, 128, 256), (128, 128, 100)), _TMA, ("LDG.E.128",)),
+    _sm100("v7", _TILED, (4096, 4096, 4096), ((256, 384, 192), (1024, 2048, 512)), _BENCH,
+           _TILED_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
+
+    _sm90("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
+    _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512)), (), _V2_BAD,
+          _THREAD_COPIES, ("UTMALDG",)),
+    _sm90("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _SQUARE, _TILED_BAD,
+          _THREAD_COPIES, ("UTMALDG",)),
+    _sm90("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _BENCH, _TILED_BAD,
+          _TMA + ("SYNCS.PHASECHK",), ("LDG.E.128",)),
+]
+
+
+def gpu_shapes(step: Step) -> list[Shape]:
+    """Every shape a GPU check of this step covers: canonical, tests and benchmarks."""
+    out: list[Shape] = []
+    for s in (step.canonical, *step.test_shapes, *step.bench_shapes):
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def all_steps(arch: str | None = None) -> list[Step]:
+    return [s for s in STEPS if arch is None or s.arch == arch]
+
+
+def step_ids() -> list[str]:
+    seen: list[str] = []
+    for s in STEPS:
+        if s.id not in seen:
+            seen.append(s.id)
+    return seen
+
+
+def get(step_id: str, arch: str = "sm_100a") -> Step:
+    step_id = step_id.lower()
+    if not step_id.startswith("v"):
+        step_id = "v" + step_id
+    if arch not in ARCHES:
+        raise ValueError(f"unknown arch {arch!r}: choose one of {', '.join(ARCHES)}")
+    for s in STEPS:
+        if s.id == step_id and s.arch == arch:
+            return s
+    have = ", ".join(s.id for s in STEPS if s.arch == arch) or "none yet"
+    raise ValueError(f"no step {step_id!r} for {arch} (steps for {arch}: {have})")
