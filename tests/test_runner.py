@@ -440,7 +440,8 @@ def test_find_runtime_dir_reports_where_it_looked(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------
 def test_l2_rotation_and_tflops():
     l2 = 50 * 1024 * 1024
-    assert n_sets_for_l2(2 * 3 * 4096 * 4096, l2) == 1  # 96 MiB > L2: one set
+    assert n_sets_for_l2(2 * 3 * 8192 * 8192, l2) == 1  # 384 MiB >> L2: one set
+    assert n_sets_for_l2(2 * 3 * 4096 * 4096, l2) == 3  # 96 MiB < 2x L2: rotate
     small = 2 * (128 * 64 + 128 * 64 + 128 * 128)
     n = n_sets_for_l2(small, l2)
     assert n * small >= 2 * l2 or n == 1024

@@ -80,6 +80,7 @@ __all__ = [
     "n_sets_for_l2",
     "make_bench_sets",
     "bench",
+    "bench_interleaved",
     "bench_torch",
     "tflops",
     "git_sha",
@@ -132,7 +133,7 @@ class RuntimeLibraryError(RuntimeError):
 # --------------------------------------------------------------------------------------
 # build metadata
 # --------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class BuildMeta:
     """What a kernel was built for. Only step, arch, M, N, K are required."""
 
@@ -145,6 +146,7 @@ class BuildMeta:
     git_sha: str | None = None
     lesson: str | None = None
     lib_path: str | None = None
+    kwargs: dict | None = None  # build-time tunables beyond the shape (e.g. pipeline depth)
 
     @classmethod
     def from_any(cls, meta: Any) -> "BuildMeta":
@@ -169,6 +171,8 @@ class BuildMeta:
             raise ValueError(
                 f"build metadata arch={values['arch']!r} is not one of {sorted(ARCH_CAPABILITY)}"
             )
+        if values["kwargs"] is not None:
+            values["kwargs"] = dict(values["kwargs"])
         if values["lib_path"] is not None:
             values["lib_path"] = str(values["lib_path"])
         return cls(**values)
@@ -200,8 +204,9 @@ def _cuda_unavailable_reason() -> str:
     built = torch.version.cuda
     if built is None:
         return f"torch {torch.__version__} is a CPU-only build"
-    return (f"torch {torch.__version__} (CUDA {built}) reports torch.cuda.is_available() == False "
-            f"(no driver or no device; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (f"torch {torch.__version__} (CUDA {built}) reports torch.cuda.is_available() == "
+            f"False (no driver or no device; CUDA_VISIBLE_DEVICES={visible!r})")
 
 
 def _resolve_device(device) -> torch.device:
@@ -767,11 +772,21 @@ class BenchResult:
     best_ms: float
     mean_ms: float
     iters: int
-    warmup: int
+    warmup: int  # warm-up launches actually run (at least the requested count)
     n_sets: int
+    rounds: int = 1
+    queue_ahead: bool = False
+    times_ms: list = dataclasses.field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d.pop("times_ms")
+        return d
+
+    @classmethod
+    def from_times(cls, times: list, **kw) -> "BenchResult":
+        return cls(median_ms=statistics.median(times), best_ms=min(times),
+                   mean_ms=statistics.fmean(times), iters=len(times), times_ms=list(times), **kw)
 
 
 def _l2_bytes(device=None) -> int:
@@ -788,12 +803,13 @@ def _l2_bytes(device=None) -> int:
 def n_sets_for_l2(set_bytes: int, l2_bytes: int, max_sets: int = 1024) -> int:
     """How many input sets to rotate among so no launch finds its operands in L2.
 
-    One set when a set (A+B+D bytes) is larger than L2; otherwise enough sets that the ones
-    touched since a set's last use total at least 2x L2 (capped at ``max_sets``).
+    One set when a set (A+B+D bytes) is at least twice L2 (little of it can survive in L2
+    until its next use); otherwise enough sets that the ones touched since a set's last use
+    total at least 2x L2 (capped at ``max_sets``).
     """
     if set_bytes <= 0:
         raise ValueError("set_bytes must be positive")
-    if set_bytes > l2_bytes:
+    if set_bytes >= 2 * l2_bytes:
         return 1
     return max(2, min(max_sets, math.ceil(2 * l2_bytes / set_bytes) + 1))
 
@@ -812,38 +828,141 @@ def make_bench_sets(M: int, N: int, K: int, *, device="cuda", n_sets: int | None
     return sets
 
 
-def bench(fn: Callable, input_sets: Sequence[tuple], *, warmup: int = 10, iters: int = 100,
-          log: Log | None = None) -> BenchResult:
-    """Time ``fn(A, B, D)`` with CUDA events around each launch, after ``warmup`` launches.
+# A GPU boosts for the first tens of ms of load and then settles at its power-limited clock
+# (H200, cuBLAS 8192^3: 759 TFLOP/s for ~50 ms, then ~658). Warm-up therefore runs until at
+# least DEFAULT_MIN_WARMUP_MS of GPU time has passed, and run_step interleaves the kernel and
+# torch launch by launch in alternation so both are measured in the same clock state.
+DEFAULT_MIN_WARMUP_MS = 200.0
+# Queue-ahead: a torch.cuda._sleep kernel holds the stream while the host enqueues the timed
+# launches, so the events measure GPU time, not Python/launch overhead (H200, 256x256x128
+# cuBLAS: 26-40 us per launch without, 5.3 us with).
+SLEEP_CYCLES_PER_MS = 2.0e6  # ~2 GHz; a lower clock only lengthens the sleep
+MAX_QUEUE_AHEAD_MS = 100.0
+EVENT_HOST_MS = 0.02  # host cost of the two event records around a launch
 
-    Launch i uses ``input_sets[i % len(input_sets)]`` (make_bench_sets sizes the list so the
-    operands are not L2-resident). Returns the median and best of ``iters`` launches in ms.
-    Host-side launch overhead between the events is included, which matters only for kernels
-    of a few microseconds.
+
+def _warm_up(fn: Callable, sets: Sequence[tuple], warmup: int, min_warmup_ms: float,
+             start: int = 0) -> tuple[int, float]:
+    """Run >= ``warmup`` launches and >= ``min_warmup_ms`` of GPU time.
+
+    Returns (launches run, host milliseconds per launch).
     """
+    n = len(sets)
+    done = 0
+    host_ms = 0.05
+    if warmup > 0:
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ev0.record()
+        t0 = _time.perf_counter()
+        for i in range(warmup):
+            fn(*sets[(start + i) % n])
+        host_ms = (_time.perf_counter() - t0) * 1e3 / warmup
+        ev1.record()
+        _synchronize("warm-up launches")
+        gpu_ms = ev0.elapsed_time(ev1)
+        done = warmup
+        if gpu_ms < min_warmup_ms:
+            per = max(gpu_ms / warmup, 1e-3)
+            extra = min(math.ceil((min_warmup_ms - gpu_ms) / per), 20000)
+            for i in range(extra):
+                fn(*sets[(start + done + i) % n])
+            done += extra
+            _synchronize("warm-up launches")
+    return done, host_ms
+
+
+def _timed_launches(fns: Sequence[Callable], sets: Sequence[tuple], count: int, start: int,
+                    host_ms: float, queue_ahead: bool) -> tuple[list[list[float]], int]:
+    """CUDA events around each of ``count`` launches of every function in ``fns``.
+
+    With several functions the launches alternate A B, B A, A B, ... so that each sees the same
+    clock state. Launch j (over all functions) uses ``sets[(start + j) % len(sets)]``, so no
+    launch reuses the operands another launch has just pulled into L2. Returns (times in ms
+    per function, next set index).
+    """
+    n, k = len(sets), len(fns)
+    starts = [[torch.cuda.Event(enable_timing=True) for _ in range(count)] for _ in range(k)]
+    ends = [[torch.cuda.Event(enable_timing=True) for _ in range(count)] for _ in range(k)]
+    if queue_ahead:
+        sleep_ms = min(MAX_QUEUE_AHEAD_MS, count * (host_ms + k * EVENT_HOST_MS) * 1.5 + 0.5)
+        torch.cuda._sleep(int(sleep_ms * SLEEP_CYCLES_PER_MS))
+    pos = start
+    for i in range(count):
+        for j in (range(k) if i % 2 == 0 else range(k - 1, -1, -1)):
+            args = sets[pos % n]
+            starts[j][i].record()
+            fns[j](*args)
+            ends[j][i].record()
+            pos += 1
+    _synchronize("timed launches")
+    times = [[a.elapsed_time(b) for a, b in zip(starts[j], ends[j])] for j in range(k)]
+    return times, pos
+
+
+def _check_bench_args(input_sets, iters):
     if not input_sets:
         raise ValueError("bench needs at least one input set")
     if iters < 1:
         raise ValueError("iters must be >= 1")
+
+
+def bench(fn: Callable, input_sets: Sequence[tuple], *, warmup: int = 10, iters: int = 100,
+          min_warmup_ms: float = DEFAULT_MIN_WARMUP_MS, queue_ahead: bool = True,
+          log: Log | None = None) -> BenchResult:
+    """Time ``fn(A, B, D)`` with CUDA events around each launch, after warm-up.
+
+    Warm-up: at least ``warmup`` launches and ``min_warmup_ms`` of GPU time (clocks settle).
+    Launch i uses ``input_sets[i % len(input_sets)]`` (make_bench_sets sizes the list so the
+    operands are not L2-resident). With ``queue_ahead`` the timed launches are queued behind a
+    GPU sleep so host overhead is not timed. Returns median and best of ``iters`` launches (ms).
+    """
+    _check_bench_args(input_sets, iters)
     log = log or _quiet
-    n = len(input_sets)
-    for i in range(warmup):
-        fn(*input_sets[i % n])
-    _synchronize("warm-up launches")
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        args = input_sets[(warmup + i) % n]
-        starts[i].record()
-        fn(*args)
-        ends[i].record()
-    _synchronize("timed launches")
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    res = BenchResult(median_ms=statistics.median(times), best_ms=min(times),
-                      mean_ms=statistics.fmean(times), iters=iters, warmup=warmup, n_sets=n)
-    log(f"    median {res.median_ms:.4f} ms, best {res.best_ms:.4f} ms "
-        f"({iters} launches over {n} input set{'s' if n > 1 else ''})")
+    qa = queue_ahead and hasattr(torch.cuda, "_sleep")
+    done, host_ms = _warm_up(fn, input_sets, warmup, min_warmup_ms)
+    (times,), _ = _timed_launches([fn], input_sets, iters, done, host_ms, qa)
+    res = BenchResult.from_times(times, warmup=done, n_sets=len(input_sets), queue_ahead=qa)
+    log(f"    median {res.median_ms:.4f} ms, best {res.best_ms:.4f} ms ({iters} launches over "
+        f"{res.n_sets} input set{'s' if res.n_sets > 1 else ''}, {done} warm-up)")
     return res
+
+
+def bench_interleaved(fns: Mapping[str, Callable], input_sets: Sequence[tuple], *,
+                      warmup: int = 10, iters: int = 100, rounds: int = 4,
+                      min_warmup_ms: float = DEFAULT_MIN_WARMUP_MS, queue_ahead: bool = True,
+                      log: Log | None = None) -> dict[str, BenchResult]:
+    """Time several functions of (A, B, D) launch by launch in alternation (A B B A A B ...).
+
+    Each gets its warm-up; then ``iters`` timed launches of each, alternating, so a clock or
+    power change during the run affects all of them alike (a fair ratio). ``rounds`` splits the
+    launches into that many queue-ahead batches (each batch queued behind one GPU sleep).
+    """
+    _check_bench_args(input_sets, iters)
+    log = log or _quiet
+    qa = queue_ahead and hasattr(torch.cuda, "_sleep")
+    names = list(fns)
+    rounds = max(1, min(rounds, iters))
+    sizes = [iters // rounds + (1 if r < iters % rounds else 0) for r in range(rounds)]
+    warmed, host_ms, pos = {}, 0.0, 0
+    for name in names:
+        warmed[name], h = _warm_up(fns[name], input_sets, warmup, min_warmup_ms, start=pos)
+        host_ms += h
+        pos += warmed[name]
+    times: dict[str, list] = {name: [] for name in names}
+    for count in sizes:
+        chunk, pos = _timed_launches([fns[nm] for nm in names], input_sets, count, pos,
+                                     host_ms, qa)
+        for name, t in zip(names, chunk):
+            times[name] += t
+    out = {}
+    for name in names:
+        res = BenchResult.from_times(times[name], warmup=warmed[name], n_sets=len(input_sets),
+                                     rounds=rounds, queue_ahead=qa)
+        out[name] = res
+        log(f"    {name}: median {res.median_ms:.4f} ms, best {res.best_ms:.4f} ms")
+    log(f"    ({iters} launches each, alternating, in {rounds} batches over "
+        f"{len(input_sets)} input set{'s' if len(input_sets) > 1 else ''})")
+    return out
 
 
 def _torch_matmul(A, B, D):
@@ -851,12 +970,11 @@ def _torch_matmul(A, B, D):
 
 
 def bench_torch(M: int, N: int, K: int, *, input_sets: Sequence[tuple] | None = None,
-                warmup: int = 10, iters: int = 100, device="cuda",
-                log: Log | None = None) -> BenchResult:
+                device="cuda", **bench_kw) -> BenchResult:
     """Time torch.matmul(A, B.T, out=D) (cuBLAS) exactly as :func:`bench` times a kernel."""
     if input_sets is None:
         input_sets = make_bench_sets(M, N, K, device=device)
-    return bench(_torch_matmul, input_sets, warmup=warmup, iters=iters, log=log)
+    return bench(_torch_matmul, input_sets, **bench_kw)
 
 
 def tflops(M: int, N: int, K: int, ms: float | None) -> float | None:
@@ -908,8 +1026,9 @@ def _finite_or_none(x):
 # one step, end to end
 # --------------------------------------------------------------------------------------
 def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int = 10,
-             iters: int = 100, torch_baseline: bool = True, time_unverified: bool = False,
-             device=None, git_sha: str | None = None, seed: int | None = None,
+             iters: int = 100, rounds: int = 4, min_warmup_ms: float = DEFAULT_MIN_WARMUP_MS,
+             torch_baseline: bool = True, time_unverified: bool = False, device=None,
+             git_sha: str | None = None, seed: int | None = None,
              log: Log | None = _print) -> dict:
     """Check and time one built step on this GPU; return a record (a dict, see records.py).
 
@@ -917,7 +1036,9 @@ def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int
     K (and optionally tvm_version, git_sha, lesson, lib_path). The GPU must fit the arch
     (DeviceMismatchError otherwise). The check runs first; a kernel that fails it is not timed
     unless ``time_unverified`` (and its record then says verified=false). With ``check=False``
-    the record also says verified=false.
+    the record also says verified=false. Timing: warm-up (>= ``warmup`` launches and
+    ``min_warmup_ms`` of GPU time), then ``iters`` launches of the kernel and of torch.matmul,
+    alternating launch by launch on the same input sets (``rounds`` queue-ahead batches).
     """
     log = log or _quiet
     m = BuildMeta.from_any(meta)
@@ -954,6 +1075,7 @@ def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int
 
     timing = None
     torch_timing = None
+    clocks_after = None
     timed = time and (verified or time_unverified)
     if time and not timed:
         log("timing skipped: the kernel failed its check (time_unverified=True to time anyway)")
@@ -962,13 +1084,20 @@ def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int
         for A, B, D in sets[:1]:
             validate_inputs(A, B, D, M, N, K)  # the timed loop calls the kernel raw
         _check_capability(m.arch, dev)
-        log(f"timing {m.step}: {warmup} warm-up + {iters} timed launches, CUDA events, "
-            f"{len(sets)} input set(s)")
-        timing = bench(kernel, sets, warmup=warmup, iters=iters, log=log)
         if torch_baseline:
-            log("timing torch.matmul(A, B.T) (cuBLAS) on the same input sets")
-            torch_timing = bench_torch(M, N, K, input_sets=sets, warmup=warmup, iters=iters,
-                                       log=log)
+            log(f"timing {m.step} and torch.matmul(A, B.T) (cuBLAS): warm-up, then {iters} "
+                f"launches each, alternating, CUDA events, {len(sets)} input set(s)")
+            res = bench_interleaved({"kernel": kernel, "torch": _torch_matmul}, sets,
+                                    warmup=warmup, iters=iters, rounds=rounds,
+                                    min_warmup_ms=min_warmup_ms, log=log)
+            timing, torch_timing = res["kernel"], res["torch"]
+        else:
+            log(f"timing {m.step}: warm-up, then {iters} launches, CUDA events, {len(sets)} "
+                "input set(s)")
+            timing = bench(kernel, sets, warmup=warmup, iters=iters,
+                           min_warmup_ms=min_warmup_ms, log=log)
+        clocks_after = _query_nvidia_smi(torch.cuda.get_device_properties(dev),
+                                         dev.index)["clocks"]
         del sets
 
     k_tflops = tflops(M, N, K, timing.median_ms) if timing else None
@@ -988,6 +1117,7 @@ def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int
         "M": M,
         "N": N,
         "K": K,
+        "build_kwargs": m.kwargs or {},
         "device": dev_info["name"],
         "capability": dev_info["capability"],
         "sm_count": dev_info["sm_count"],
@@ -1011,8 +1141,18 @@ def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int
         "torch_best_ms": torch_timing.best_ms if torch_timing else None,
         "torch_tflops": t_tflops,
         "ratio_to_torch": ratio,
-        "warmup": warmup if timing else None,
-        "iters": iters if timing else None,
-        "n_input_sets": timing.n_sets if timing else None,
+        "clocks_after_timing": clocks_after,
+        "timing": None if timing is None else {
+            "method": ("CUDA events around each launch"
+                       + ("; kernel and torch launches alternate" if torch_timing else "")
+                       + ("; launches queued behind a GPU sleep" if timing.queue_ahead else "")),
+            "warmup_launches": timing.warmup,
+            "min_warmup_ms": min_warmup_ms,
+            "iters": timing.iters,
+            "rounds": timing.rounds,
+            "n_input_sets": timing.n_sets,
+            "mean_ms": timing.mean_ms,
+            "torch_mean_ms": torch_timing.mean_ms if torch_timing else None,
+        },
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
