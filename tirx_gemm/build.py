@@ -158,9 +158,9 @@ def cache_key(step: Step, M: int, N: int, K: int, kwargs: dict) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([BUILD_FORMAT, step.key, M, N, K, sorted(kwargs.items()),
                          _toolchain_id()], default=str).encode())
-    # the step's own source and everything it can pull in from the package
-    for path in [Path(step.source_file), PKG_DIR / "helpers.py", PKG_DIR / "hopper.py",
-                 Path(__file__)]:
+    # the step's own source and the package modules a step of its arch can pull in
+    shared = ["helpers.py"] + (["hopper.py"] if step.arch == "sm_90a" else [])
+    for path in [Path(step.source_file), *(PKG_DIR / f for f in shared), Path(__file__)]:
         if path.exists():
             h.update(path.read_bytes())
     return h.hexdigest()[:20]

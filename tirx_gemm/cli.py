@@ -137,7 +137,8 @@ def cmd_export(args) -> int:
         shapes = bundle.shapes_for(s, args.shapes, args.mnk)
         reqs += [(s, mnk, bundle.build_kwargs(s, args)) for mnk in shapes]
     out = Path(args.out)
-    n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet)
+    n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
+                      ffi_wheel_python=args.ffi_wheel)
     print(f"exported {n} kernels to {out}/ (manifest.json, runtime/). On the GPU host: "
           f"python -m tirx_gemm.cli run <step> --arch {args.arch} --bundle {out}")
     return 0
@@ -220,6 +221,9 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--jobs", type=int, default=None)
     sp.add_argument("--num-sms", type=int, default=None,
                     help="SM count for persistent steps (default: the step's default)")
+    sp.add_argument("--ffi-wheel", metavar="PYVER", default=None,
+                    help="also download the apache-tvm-ffi wheel for this Python (e.g. 3.12) "
+                         "into the bundle, for a GPU host without network")
     sp.set_defaults(fn=cmd_export)
 
     sp = sub.add_parser("run", help="run one step on this machine's GPU: check against torch, time it")

@@ -1,0 +1,36 @@
+"""The registry is the single table of steps: check it is complete and consistent."""
+import inspect
+
+import pytest
+
+from tirx_gemm import registry
+
+
+def test_keys_unique_and_steps_in_order():
+    keys = [s.key for s in registry.STEPS]
+    assert len(keys) == len(set(keys))
+    for arch in registry.ARCHES:
+        ids = [s.id for s in registry.all_steps(arch)]
+        assert ids == [f"v{i}" for i in range(1, len(ids) + 1)], (arch, ids)
+
+
+def test_sm100a_has_all_seven_steps():
+    assert [s.id for s in registry.all_steps("sm_100a")] == [f"v{i}" for i in range(1, 8)]
+
+
+@pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
+def test_builder_importable_with_documented_signature(step):
+    fn = step.builder()
+    assert fn.__name__ == f"hgemm_{step.id}"
+    params = list(inspect.signature(fn).parameters)
+    assert params[:3] == ["M", "N", "K"] and "dtype" in params
+    assert fn.__doc__ and len(fn.__doc__.strip()) > 100, "each builder carries a step card"
+    assert step.lesson and step.constraints and step.sass_expect
+
+
+def test_get_errors_are_clear():
+    with pytest.raises(ValueError, match="unknown arch"):
+        registry.get("v1", "sm_80")
+    with pytest.raises(ValueError, match="no step 'v9'"):
+        registry.get("v9", "sm_100a")
+    assert registry.get("4", "sm_100a").id == "v4"

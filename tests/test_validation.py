@@ -1,0 +1,46 @@
+"""Every builder rejects invalid arguments with a ValueError naming the broken constraint,
+before any compilation happens."""
+import pytest
+
+from tirx_gemm import registry
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+CONSTRAINT_WORDS = ("multiple of", "must equal", "K_TILES", "must be")
+
+
+@pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
+def test_invalid_shapes_raise_with_constraint(step):
+    assert step.invalid_shapes, "each step lists shapes it must reject"
+    for M, N, K in step.invalid_shapes:
+        with pytest.raises(ValueError) as info:
+            step.build_primfunc(M, N, K)
+        msg = str(info.value)
+        assert any(w in msg for w in CONSTRAINT_WORDS), msg
+        assert any(f"{n}=" in msg for n in ("M", "N", "K", "K_TILES")), msg
+
+
+@pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
+def test_bad_dtype_and_types_raise(step):
+    M, N, K = step.canonical
+    with pytest.raises(ValueError, match="dtype='float32' is not supported"):
+        step.build_primfunc(M, N, K, dtype="float32")
+    with pytest.raises(ValueError, match="must be a Python int"):
+        step.build_primfunc(float(M), N, K)
+    with pytest.raises(ValueError, match="must be positive"):
+        step.build_primfunc(M, N, 0)
+
+
+def test_messages_name_the_tile():
+    with pytest.raises(ValueError, match=r"K=96 is not a multiple of BLK_K=64"):
+        registry.get("v3", "sm_100a").build_primfunc(128, 128, 96)
+    with pytest.raises(ValueError, match=r"M=256 must equal 128"):
+        registry.get("v1", "sm_100a").build_primfunc(256, 128, 64)
+    with pytest.raises(ValueError, match=r"K_TILES=3 .* 2\*PIPE_DEPTH=4"):
+        registry.get("v6", "sm_100a").build_primfunc(128, 128, 192)
+
+
+@pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
+def test_valid_shapes_construct(step):
+    for M, N, K in (step.canonical, *step.test_shapes):
+        assert step.build_primfunc(M, N, K) is not None

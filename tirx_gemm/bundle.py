@@ -1,0 +1,135 @@
+"""Bundles: built kernels + a manifest + TVM's runtime libraries, for a GPU host that has
+torch and apache-tvm-ffi but not the TVM compiler (or no network to install it).
+
+Layout of a bundle directory::
+
+    manifest.json                   one entry per kernel: step, arch, shape, kwargs, lib, ...
+    <step>_<arch>_<M>x<N>x<K>.so    exported TVM libraries (host code + embedded cubin)
+    runtime/libtvm_runtime.so       from the apache-tvm wheel (found next to the libraries
+    runtime/libtvm_runtime_cuda.so  by tirx_gemm.runner.load_kernel)
+    wheels/                         optional: apache-tvm-ffi wheel for the host's Python
+
+This module imports without TVM: the GPU host only calls :func:`find`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tirx_gemm import registry
+
+MANIFEST = "manifest.json"
+RUNTIME_LIBS = ("libtvm_runtime.so", "libtvm_runtime_cuda.so")
+FFI_VERSION = "0.1.15.post2"  # the apache-tvm-ffi that apache-tvm 0.27.0.post1 ships with
+
+
+def shapes_for(step: registry.Step, which: str, mnk=None) -> list[tuple[int, int, int]]:
+    if mnk:
+        return [tuple(mnk)]
+    if which == "canonical":
+        return [step.canonical]
+    if which == "test":
+        return [step.canonical, *[s for s in step.test_shapes if s != step.canonical]]
+    if which == "bench":
+        return list(step.bench_shapes) or [step.canonical]
+    return registry.gpu_shapes(step)
+
+
+def build_kwargs(step: registry.Step, args) -> dict:
+    """Builder keywords chosen at export time (the SM count of persistent steps)."""
+    n = getattr(args, "num_sms", None)
+    if not n:
+        return {}
+    import inspect
+    params = inspect.signature(step.builder()).parameters
+    for name in ("SM_COUNT", "num_sms"):
+        if name in params:
+            return {name: n}
+    return {}
+
+
+def lib_name(step: str, arch: str, M: int, N: int, K: int, kwargs: dict) -> str:
+    extra = "".join(f"_{k}{v}" for k, v in sorted(kwargs.items()))
+    return f"{step}_{arch}_{M}x{N}x{K}{extra}.so"
+
+
+def _tvm_lib_dir() -> Path:
+    spec = importlib.util.find_spec("tvm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the apache-tvm package is not installed: cannot copy its runtime")
+    return Path(list(spec.submodule_search_locations)[0]) / "lib"
+
+
+def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=None) -> int:
+    from tirx_gemm.build import build_many
+
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"kernels": []}
+
+    def show(done, total, req, res):
+        if progress:
+            state = "FAILED" if isinstance(res, Exception) else ("cached" if res.cached else "built")
+            print(f"[{done}/{total}] {req[0].key} {'x'.join(map(str, req[1]))} {state}",
+                  file=sys.stderr, flush=True)
+
+    results = build_many(requests, jobs=jobs, progress=show)
+    errors = [(req, r) for req, r in zip(requests, results) if isinstance(r, Exception)]
+    if errors:
+        lines = "\n".join(f"  {req[0].key} {req[1]}: {r}" for req, r in errors)
+        raise RuntimeError(f"{len(errors)} build(s) failed:\n{lines}")
+    for r in results:
+        name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs)
+        shutil.copyfile(r.lib_path, out / name)
+        entry = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
+                 "kwargs": r.kwargs, "lib": name, "tvm_version": r.tvm_version,
+                 "build_key": r.key, "registers": r.registers, "smem_bytes": r.smem_bytes,
+                 "spills": r.spill_stores + r.spill_loads}
+        manifest["kernels"] = [e for e in manifest["kernels"] if e["lib"] != name] + [entry]
+    manifest_path.write_text(json.dumps(manifest, indent=1))
+    rt = out / "runtime"
+    rt.mkdir(exist_ok=True)
+    for lib in RUNTIME_LIBS:
+        shutil.copyfile(_tvm_lib_dir() / lib, rt / lib)
+    if ffi_wheel_python:
+        py = ffi_wheel_python.replace(".", "")
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "--only-binary=:all:", "--python-version", ffi_wheel_python,
+                        "--implementation", "cp", "--abi", f"cp{py}",
+                        "--platform", "manylinux_2_28_x86_64", "-d", str(out / "wheels"),
+                        f"apache-tvm-ffi=={FFI_VERSION}"], check=True)
+    return len(results)
+
+
+def load_manifest(bundle: Path) -> list[dict]:
+    path = Path(bundle) / MANIFEST
+    if not path.exists():
+        raise ValueError(f"{bundle} is not a bundle: no {MANIFEST} (make one with "
+                         f"`tirx-gemm export`)")
+    return json.loads(path.read_text())["kernels"]
+
+
+def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None) -> dict:
+    """The manifest entry for (step, arch, shape); a clear error if the bundle has the step
+    only for other shapes or arches."""
+    kernels = load_manifest(bundle)
+    M, N, K = mnk
+    same = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch]
+    hits = [e for e in same if (e["M"], e["N"], e["K"]) == (M, N, K)
+            and (kwargs is None or e["kwargs"] == kwargs)]
+    if hits:
+        return hits[-1]
+    if same:
+        have = ", ".join(f"{e['M']}x{e['N']}x{e['K']}" for e in same)
+        raise ValueError(f"bundle {bundle} has {step.key} built for {have}, not {M}x{N}x{K}: "
+                         f"a kernel runs only at the shape it was built for")
+    others = sorted({e["arch"] for e in kernels if e["step"] == step.id})
+    if others:
+        raise ValueError(f"bundle {bundle} has {step.id} only for {', '.join(others)}, "
+                         f"not {step.arch}")
+    raise ValueError(f"bundle {bundle} has no {step.key}")
