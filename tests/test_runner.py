@@ -426,6 +426,36 @@ def test_find_runtime_dir_order(tmp_path, monkeypatch):
     assert (found / "libtvm_runtime.so").is_file() and found.name == "lib"
 
 
+def test_load_kernel_loads_tvm_runtime_once_per_process(tmp_path, monkeypatch):
+    """A second copy of libtvm_runtime.so from another folder aborts the process (seen on
+    the H200): load_kernel must dlopen the runtime once and reuse it."""
+    import types
+
+    def fake_runtime(d):
+        d.mkdir(parents=True)
+        for name in runner.RUNTIME_LIBS:
+            (d / name).write_bytes(b"")
+
+    for b in ("b1", "b2"):
+        fake_runtime(tmp_path / b / "runtime")
+        (tmp_path / b / "k.so").write_bytes(b"")
+    dlopened, loaded = [], []
+    fake_ffi = types.ModuleType("tvm_ffi")
+    fake_ffi.load_module = lambda p: loaded.append(p) or {"main": f"main of {p}"}
+    monkeypatch.setitem(sys.modules, "tvm_ffi", fake_ffi)
+    monkeypatch.delitem(sys.modules, "tvm", raising=False)
+    monkeypatch.delenv(runner.RUNTIME_DIR_ENV, raising=False)
+    monkeypatch.setattr(runner, "_init_cuda_via_torch", lambda: None)
+    monkeypatch.setattr(runner.ctypes, "CDLL", lambda p, mode=0: dlopened.append(p) or p)
+    monkeypatch.setattr(runner, "_RUNTIME_LOADED", {"dir": None, "handles": []})
+    f1 = runner.load_kernel(tmp_path / "b1" / "k.so")
+    f2 = runner.load_kernel(tmp_path / "b2" / "k.so")
+    assert f1.endswith("b1/k.so") and f2.endswith("b2/k.so")
+    assert [Path(p).name for p in dlopened] == list(runner.RUNTIME_LIBS)
+    assert all("b1" in p for p in dlopened)
+    assert runner.loaded_runtime_dir() == tmp_path / "b1" / "runtime"
+
+
 def test_find_runtime_dir_reports_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.delenv(runner.RUNTIME_DIR_ENV, raising=False)
     monkeypatch.setattr(runner, "_tvm_package_lib_dir", lambda: None)

@@ -68,6 +68,7 @@ __all__ = [
     "required_capability_text",
     "check_device",
     "find_runtime_dir",
+    "loaded_runtime_dir",
     "load_kernel",
     "validate_inputs",
     "launch",
@@ -376,7 +377,15 @@ def find_runtime_dir(lib_path: str | os.PathLike | None = None) -> Path:
     )
 
 
-_RUNTIME_HANDLES: dict[str, list] = {}
+# TVM's runtime may be dlopen'ed once per process: a second copy from another folder aborts the
+# process (duplicate global function registration; C++ terminate, not catchable). The first
+# folder loaded wins for the life of the process.
+_RUNTIME_LOADED: dict = {"dir": None, "handles": []}
+
+
+def loaded_runtime_dir() -> Path | None:
+    """The folder TVM's runtime was loaded from by load_kernel in this process, if any."""
+    return _RUNTIME_LOADED["dir"]
 
 
 def _init_cuda_via_torch() -> None:
@@ -397,6 +406,10 @@ def load_kernel(lib_path: str | os.PathLike):
     (see :func:`find_runtime_dir`); ``tvm_ffi.load_module(lib_path)["main"]``. When tvm is
     already imported in this process, ``tvm.runtime.load_module`` is used instead. CUDA is
     initialised through torch first. Call the result with torch CUDA tensors (DLPack).
+
+    The runtime libraries are loaded once per process (from the folder found by the first
+    call); later calls reuse them, since a second copy would abort the process. For the same
+    reason, do not ``import tvm`` in a process after this path has loaded the runtime.
     """
     path = Path(lib_path)
     if not path.is_file():
@@ -413,16 +426,15 @@ def load_kernel(lib_path: str | os.PathLike):
             f"loading {path} needs the apache-tvm-ffi package (import tvm_ffi failed: {e}); "
             "install the apache-tvm-ffi wheel matching this Python"
         ) from e
-    rt_dir = find_runtime_dir(path)
-    key = str(rt_dir.resolve())
-    if key not in _RUNTIME_HANDLES:
+    if _RUNTIME_LOADED["dir"] is None:
+        rt_dir = find_runtime_dir(path)
         handles = []
         for name in RUNTIME_LIBS:
             try:
                 handles.append(ctypes.CDLL(str(rt_dir / name), mode=ctypes.RTLD_GLOBAL))
             except OSError as e:
                 raise RuntimeLibraryError(f"cannot load {rt_dir / name}: {e}") from e
-        _RUNTIME_HANDLES[key] = handles
+        _RUNTIME_LOADED.update(dir=rt_dir, handles=handles)
     try:
         mod = tvm_ffi.load_module(str(path))
     except Exception as e:  # tvm_ffi raises its own error types
