@@ -83,12 +83,14 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
     if errors:
         lines = "\n".join(f"  {req[0].key} {req[1]}: {r}" for req, r in errors)
         raise RuntimeError(f"{len(errors)} build(s) failed:\n{lines}")
+    from tirx_gemm.cli import _git_sha
+    sha = _git_sha()
     for r in results:
         name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs)
         shutil.copyfile(r.lib_path, out / name)
         entry = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
                  "kwargs": r.kwargs, "lib": name, "tvm_version": r.tvm_version,
-                 "build_key": r.key, "registers": r.registers, "smem_bytes": r.smem_bytes,
+                 "build_key": r.key, "git_sha": sha, "registers": r.registers, "smem_bytes": r.smem_bytes,
                  "spills": r.spill_stores + r.spill_loads}
         manifest["kernels"] = [e for e in manifest["kernels"] if e["lib"] != name] + [entry]
     manifest_path.write_text(json.dumps(manifest, indent=1))

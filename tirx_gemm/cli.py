@@ -144,41 +144,122 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
-    from tirx_gemm import runner
-
-    step = registry.get(args.step, args.arch)
-    mnk = tuple(args.mnk or step.canonical)
-    # 1. the device first: a user without the right GPU learns that before anything else
-    #    runs (we still build, so the compile side is checked and shown)
+def _git_sha() -> str | None:
+    """HEAD of the checkout this package runs from, with -dirty when its sources changed."""
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
     try:
-        device = runner.check_device(step.arch)
-    except runner.DeviceMismatchError as exc:
-        device, why = None, str(exc)
-    if args.bundle:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "tirx_gemm", "steps"],
+                               cwd=root, capture_output=True, text=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _kernel_for(step, mnk, bundle_dir=None, show_build=True):
+    """(library path, build metadata) from a bundle, or built here."""
+    if bundle_dir:
         from tirx_gemm import bundle
-        entry = bundle.find(Path(args.bundle), step, mnk)
-        lib, meta = Path(args.bundle) / entry["lib"], entry
-    else:
-        from tirx_gemm.build import build
-        r = build(step.id, *mnk, arch=step.arch)
+        entry = dict(bundle.find(Path(bundle_dir), step, mnk))
+        entry.setdefault("lesson", step.lesson)
+        return Path(bundle_dir) / entry["lib"], entry
+    from tirx_gemm.build import build
+    r = build(step.id, *mnk, arch=step.arch)
+    if show_build:
         print(TABLE_HEAD)
         print(_table_row(r))
-        lib, meta = r.lib_path, {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
-                                 "kwargs": r.kwargs, "tvm_version": r.tvm_version}
+    return r.lib_path, {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
+                        "kwargs": r.kwargs, "tvm_version": r.tvm_version,
+                        "lesson": step.lesson, "git_sha": _git_sha()}
+
+
+def _device_or_reason(arch):
+    from tirx_gemm import runner
+    try:
+        return runner.check_device(arch), None
+    except runner.DeviceMismatchError as exc:
+        return None, str(exc)
+
+
+def _cannot_run(what: str, arch: str, why: str) -> int:
+    print(f"\ncannot run {what}: {why}", file=sys.stderr)
+    if arch == "sm_100a":
+        print("No TFLOP/s is reported: sm_100a results exist only where a Blackwell GPU ran "
+              "them.", file=sys.stderr)
+    return 2
+
+
+def cmd_run(args) -> int:
+    step = registry.get(args.step, args.arch)
+    mnk = tuple(args.mnk or step.canonical)
+    device, why = _device_or_reason(step.arch)
+    # build (or find in the bundle) even without a GPU, so the compile side is shown/checked
+    lib, meta = _kernel_for(step, mnk, args.bundle)
     if device is None:
-        print(f"\ncannot run {step.key}: {why}", file=sys.stderr)
-        if step.arch == "sm_100a":
-            print("No TFLOP/s is reported: sm_100a results exist only where a Blackwell GPU "
-                  "ran them.", file=sys.stderr)
-        return 2
+        return _cannot_run(step.key, step.arch, why)
+    from tirx_gemm import runner
     kernel = runner.load_kernel(str(lib))
-    rec = runner.run_step(kernel, meta, check=True, time=not args.no_time)
+    rec = runner.run_step(kernel, meta, check=True, time=not args.no_time,
+                          git_sha=meta.get("git_sha"))
     if args.record and rec.get("verified"):
         from tirx_gemm import records
-        path = records.append_record(rec, args.results)
-        print(f"record appended to {path}")
+        print(f"record appended to {records.append_record(rec, args.results)}")
     return 0 if rec.get("verified") else 1
+
+
+BENCH_HEAD = (f"{'step':4} {'arch':7} {'M x N x K':16} {'check':6} {'rel err':>8} {'ms':>8} "
+              f"{'TFLOP/s':>8} {'torch':>8} {'ratio':>6}")
+
+
+def _bench_row(rec) -> str:
+    def f(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+    shape = f"{rec['M']}x{rec['N']}x{rec['K']}"
+    return (f"{rec['step']:4} {rec['arch']:7} {shape:16} {'ok' if rec['verified'] else 'FAIL':6} "
+            f"{f(rec.get('rel_err'), '.1e'):>8} {f(rec.get('median_ms'), '.3f'):>8} "
+            f"{f(rec.get('tflops'), '.1f'):>8} {f(rec.get('torch_tflops'), '.1f'):>8} "
+            f"{f(rec.get('ratio_to_torch'), '.3f'):>6}")
+
+
+def _parse_shapes(text: str | None):
+    if not text or text in ("bench", "test", "all", "canonical"):
+        return text or "bench"
+    return [_mnk(part) for part in text.split(";")]
+
+
+def measure_steps(steps, shapes, *, bundle=None, check_only=False, log=print):
+    """Check (and time) every (step, shape); returns the records in order."""
+    from tirx_gemm import bundle as bundle_mod, runner
+    recs = []
+    plan = [(s, mnk) for s in steps for mnk in (
+        bundle_mod.shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
+    for i, (step, mnk) in enumerate(plan, 1):
+        log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}")
+        lib, meta = _kernel_for(step, mnk, bundle, show_build=False)
+        kernel = runner.load_kernel(str(lib))
+        recs.append(runner.run_step(kernel, meta, check=True, time=not check_only,
+                                    git_sha=meta.get("git_sha"), log=lambda m: log("    " + m)))
+    return recs
+
+
+def cmd_bench(args) -> int:
+    steps = _steps_arg(args) if (args.step or args.all) else registry.all_steps(args.arch)
+    device, why = _device_or_reason(args.arch)
+    if device is None:
+        return _cannot_run(f"{args.arch} steps", args.arch, why)
+    recs = measure_steps(steps, args.mnk and [args.mnk] or _parse_shapes(args.shapes),
+                         bundle=args.bundle, check_only=args.no_time)
+    print("\n" + BENCH_HEAD)
+    for rec in recs:
+        print(_bench_row(rec))
+    print(f"device: {device['name']} (cc {device['capability']}, {device['sm_count']} SMs)")
+    if args.record:
+        from tirx_gemm import records
+        paths = {str(records.append_record(r, args.results)) for r in recs if r["verified"]}
+        print(f"records appended to {', '.join(sorted(paths)) or 'nothing (no verified run)'}")
+    return 0 if all(r["verified"] for r in recs) else 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,6 +314,16 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", action="store_true", help="append the record to results/")
     sp.add_argument("--results", default="results", help="results directory")
     sp.set_defaults(fn=cmd_run)
+
+    sp = sub.add_parser("bench", help="check + time steps against torch.matmul on this GPU")
+    common(sp)
+    sp.add_argument("--shapes", default="bench",
+                    help="bench | test | all | canonical | 'M,N,K;M,N,K' (default: bench)")
+    sp.add_argument("--bundle", help="run from an exported bundle instead of building here")
+    sp.add_argument("--no-time", action="store_true", help="check correctness only")
+    sp.add_argument("--record", action="store_true", help="append verified records to results/")
+    sp.add_argument("--results", default="results", help="results directory")
+    sp.set_defaults(fn=cmd_bench)
     return p
 
 

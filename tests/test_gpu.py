@@ -1,0 +1,82 @@
+"""GPU correctness per step (marked `gpu`): every step of the present GPU's arch, at its
+canonical shape and at every test/benchmark shape of the registry, checked against the fp32
+torch reference (fresh random inputs + exact small-integer inputs, output poisoned first).
+
+Skipped where no GPU of the step's arch exists. Kernels come from a bundle when
+TIRX_GEMM_BUNDLE names one (a GPU host without the TVM compiler), else they are built here.
+Run on a GPU host:  TIRX_GEMM_BUNDLE=build/bundle python -m pytest -m gpu tests/test_gpu.py
+"""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tirx_gemm import registry, runner
+
+pytestmark = pytest.mark.gpu
+
+BUNDLE = os.environ.get("TIRX_GEMM_BUNDLE")
+
+
+def _gpu_capability():
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability()
+
+
+CAP = _gpu_capability()
+CASES = [(s, mnk) for s in registry.STEPS for mnk in registry.gpu_shapes(s)]
+
+
+def _skip_unless_arch(arch):
+    if CAP is None:
+        pytest.skip("no CUDA GPU visible")
+    if not runner.capability_matches(arch, CAP):
+        pytest.skip(f"{arch} needs compute capability {runner.required_capability_text(arch)}; "
+                    f"this GPU is {CAP[0]}.{CAP[1]}")
+
+
+def _load(step, mnk):
+    if BUNDLE:
+        from tirx_gemm import bundle
+        entry = bundle.find(Path(BUNDLE), step, mnk)
+        return runner.load_kernel(str(Path(BUNDLE) / entry["lib"])), entry
+    from tirx_gemm.build import build
+    r = build(step.id, *mnk, arch=step.arch)
+    return runner.load_kernel(str(r.lib_path)), {"step": r.step, "arch": r.arch, "M": r.M,
+                                                 "N": r.N, "K": r.K, "kwargs": r.kwargs}
+
+
+@pytest.mark.parametrize("step,mnk", CASES,
+                         ids=[f"{s.key}-{'x'.join(map(str, m))}" for s, m in CASES])
+def test_step_correct(step, mnk):
+    _skip_unless_arch(step.arch)
+    kernel, meta = _load(step, mnk)
+    rec = runner.run_step(kernel, meta, check=True, time=False, log=lambda m: None)
+    assert rec["verified"], rec["check"]
+    assert rec["rel_err"] is not None and rec["rel_err"] < 1e-3
+    assert any(c["kind"] == "int" and c["exact"] and c["ok"] for c in rec["check"])
+
+
+def test_bad_inputs_never_launch():
+    steps = [s for s in registry.STEPS if CAP and runner.capability_matches(s.arch, CAP)]
+    if not steps:
+        pytest.skip("no GPU of a registered arch")
+    step = steps[0]
+    kernel, meta = _load(step, step.canonical)
+    M, N, K = step.canonical
+    dev = "cuda"
+    good = dict(A=torch.randn(M, K, device=dev).half(), B=torch.randn(N, K, device=dev).half(),
+                D=torch.full((M, N), float("nan"), device=dev).half())
+    bad_cases = {
+        "cpu": dict(good, A=good["A"].cpu()),
+        "dtype": dict(good, B=good["B"].float()),
+        "shape": dict(good, A=torch.randn(M + 128, K, device=dev).half()),
+        "non-contiguous": dict(good, A=torch.randn(K, M, device=dev).half().t()),
+    }
+    for name, t in bad_cases.items():
+        t["D"].fill_(float("nan"))
+        with pytest.raises((ValueError, TypeError)):
+            runner.launch(kernel, meta, t["A"], t["B"], t["D"])
+        assert torch.isnan(good["D"].float()).all(), f"{name}: the kernel must not have run"
