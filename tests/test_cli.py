@@ -1,0 +1,71 @@
+"""CLI smoke tests: what a user types, what they see, and the exit status."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tirx_gemm import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tirx_gemm.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_list_shows_every_step():
+    out = cli("list", "-v")
+    assert out.returncode == 0, out.stderr
+    for s in registry.STEPS:
+        assert any(line.startswith(f"{s.id} ") and s.arch in line for line in out.stdout.splitlines())
+    assert "constraints:" in out.stdout
+
+
+def test_build_prints_resource_table():
+    out = cli("build", "v1")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("v1 "))
+    assert "sm_100a" in row and "UTCHMMA" in row and "128x128x64" in row
+    assert "not run" in out.stdout  # honest about sm_100a
+
+
+def test_build_all_reports_progress_and_every_step():
+    out = cli("build", "--all", "--arch", "sm_100a")
+    assert out.returncode == 0, out.stderr
+    assert "[7/7]" in out.stderr
+    for i in range(1, 8):
+        assert any(line.startswith(f"v{i} ") for line in out.stdout.splitlines())
+
+
+@pytest.mark.parametrize("what,needle", [("--cuda", "__global__"), ("--sass", "UTCHMMA"),
+                                         ("--tir", "T.prim_func")])
+def test_show(what, needle):
+    out = cli("show", "v2", what)
+    assert out.returncode == 0, out.stderr
+    assert needle in out.stdout
+
+
+def test_run_without_gpu_builds_then_refuses():
+    out = cli("run", "v3", "--mnk", "256,384,512")
+    assert out.returncode == 2
+    assert "v3" in out.stdout and "UTCHMMA" in out.stdout  # it did build
+    assert "cannot run v3@sm_100a" in out.stderr
+    assert "compute capability 10.x" in out.stderr
+    assert "TFLOP/s" not in out.stdout
+
+
+def test_invalid_shape_and_step_errors():
+    out = cli("build", "v1", "--mnk", "256,128,64")
+    assert out.returncode == 2 and "M=256 must equal 128" in out.stderr
+    out = cli("build", "v9")
+    assert out.returncode == 2 and "no step 'v9'" in out.stderr
+    out = cli("build", "v3", "--mnk", "1,2")
+    assert out.returncode == 2 and "three integers" in out.stderr
+
+
+def test_readme_results_table_is_current():
+    out = subprocess.run([sys.executable, "scripts/render_results.py", "--check"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
