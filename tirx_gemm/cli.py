@@ -229,12 +229,10 @@ def _parse_shapes(text: str | None):
     return [_mnk(part) for part in text.split(";")]
 
 
-def measure_steps(steps, shapes, *, bundle=None, check_only=False, log=print):
-    """Check (and time) every (step, shape); returns the records in order."""
-    from tirx_gemm import bundle as bundle_mod, runner
+def measure_plan(plan, *, bundle=None, check_only=False, log=print):
+    """Check (and time) every (step, shape) of the plan; returns the records in order."""
+    from tirx_gemm import runner
     recs = []
-    plan = [(s, mnk) for s in steps for mnk in (
-        bundle_mod.shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
     for i, (step, mnk) in enumerate(plan, 1):
         log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}")
         lib, meta = _kernel_for(step, mnk, bundle, show_build=False)
@@ -244,13 +242,19 @@ def measure_steps(steps, shapes, *, bundle=None, check_only=False, log=print):
     return recs
 
 
+def _plan(steps, shapes):
+    from tirx_gemm import bundle as bundle_mod
+    return [(s, mnk) for s in steps for mnk in (
+        bundle_mod.shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
+
+
 def cmd_bench(args) -> int:
     steps = _steps_arg(args) if (args.step or args.all) else registry.all_steps(args.arch)
     device, why = _device_or_reason(args.arch)
     if device is None:
         return _cannot_run(f"{args.arch} steps", args.arch, why)
-    recs = measure_steps(steps, args.mnk and [args.mnk] or _parse_shapes(args.shapes),
-                         bundle=args.bundle, check_only=args.no_time)
+    recs = measure_plan(_plan(steps, args.mnk and [args.mnk] or _parse_shapes(args.shapes)),
+                        bundle=args.bundle, check_only=args.no_time)
     print("\n" + BENCH_HEAD)
     for rec in recs:
         print(_bench_row(rec))
@@ -260,6 +264,96 @@ def cmd_bench(args) -> int:
         paths = {str(records.append_record(r, args.results)) for r in recs if r["verified"]}
         print(f"records appended to {', '.join(sorted(paths)) or 'nothing (no verified run)'}")
     return 0 if all(r["verified"] for r in recs) else 1
+
+
+def _gpu_arch() -> tuple[str | None, str]:
+    """The registered arch of the GPU present, or None and why."""
+    import torch
+    from tirx_gemm import runner
+    if not torch.cuda.is_available():
+        return None, f"no CUDA GPU visible (torch {torch.__version__})"
+    cap = torch.cuda.get_device_capability()
+    for arch in registry.ARCHES:
+        if runner.capability_matches(arch, cap):
+            return arch, ""
+    return None, (f"this GPU ({torch.cuda.get_device_name()}) is compute capability "
+                  f"{cap[0]}.{cap[1]}; the steps need 9.0 (sm_90a) or 10.x (sm_100a)")
+
+
+def cmd_regress(args) -> int:
+    from tirx_gemm import regress
+    if args.cpu:
+        return _regress_cpu(args)
+    arch, why = _gpu_arch()
+    if arch is None:
+        print(f"cannot run the GPU regression: {why}\n(the CPU-level check is "
+              "`tirx-gemm regress --cpu`)", file=sys.stderr)
+        return 2
+    device, _ = _device_or_reason(arch)
+    plan = regress.bench_plan(registry.all_steps(arch))
+    print(f"regression on {device['name']} ({arch}): {len(plan)} step/shape pairs, "
+          f"tolerance {args.tolerance:.0%}")
+    recs = measure_plan(plan, bundle=args.bundle,
+                        log=(lambda m: None) if args.quiet else print)
+    path = Path(args.baseline) if args.baseline else regress.baseline_path(
+        device["name"], Path(args.results) / "baselines")
+    base = regress.load_baseline(path)
+    verdicts = regress.evaluate(recs, None if args.update_baseline else base, args.tolerance)
+    print("\n" + regress.format_verdicts(verdicts))
+    if args.record:
+        from tirx_gemm import records
+        for r in recs:
+            if r["verified"]:
+                records.append_record(r, args.results)
+    wrong = [v for v in verdicts if v["status"] == "FAIL"]
+    if (base is None or args.update_baseline) and not wrong:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(regress.baseline_from_records(recs, device), indent=1) + "\n")
+        print(f"\n{'no baseline for ' + device['name'] + ': ' if base is None else ''}"
+              f"recorded the baseline {path} from this run")
+    elif base is None:
+        print(f"\nno baseline for {device['name']}, and none recorded: the run had failures")
+    print(f"\n{len(wrong)} failure(s)" if wrong else "\nregression: all steps pass")
+    return 1 if wrong else 0
+
+
+def _regress_cpu(args) -> int:
+    from tirx_gemm import regress
+    from tirx_gemm.build import build_many
+    steps = registry.all_steps(args.arch if args.arch_given else None)
+    reqs = regress.cpu_requests(steps)
+    res = build_many(reqs, progress=None if args.quiet else (
+        lambda d, t, req, r: print(f"\r[{d}/{t}] {req[0].key}", end="", file=sys.stderr)))
+    print(file=sys.stderr)
+    bad = [(req, r) for req, r in zip(reqs, res) if isinstance(r, Exception)]
+    for req, r in bad:
+        print(f"{req[0].key}: build failed: {r}")
+    if bad:
+        return 1
+    actual = regress.build_snapshot(res)
+    path = Path(args.expectations)
+    if args.update:
+        old = json.loads(path.read_text()) if path.exists() else {}
+        old.update(actual)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {len(actual)} expectations to {path}")
+        return 0
+    if not path.exists():
+        print(f"no expectations file {path}: create it with `tirx-gemm regress --cpu --update`")
+        return 1
+    expected = json.loads(path.read_text())
+    expected = {k: v for k, v in expected.items() if k in actual or not args.arch_given
+                or k.split("@")[1].startswith(args.arch + ":")}
+    diff = regress.diff_snapshot(expected, actual)
+    if diff:
+        print("build regression: compiled steps differ from " + str(path) + "\n  "
+              + "\n  ".join(diff) + "\n(if intended, run `tirx-gemm regress --cpu --update` "
+              "and commit the file)")
+        return 1
+    print(f"build regression: {len(actual)} step builds match {path} (registers, shared "
+          f"memory, spills, key SASS counts)")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,11 +418,32 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", action="store_true", help="append verified records to results/")
     sp.add_argument("--results", default="results", help="results directory")
     sp.set_defaults(fn=cmd_bench)
+
+    sp = sub.add_parser("regress", help="per-step regression: GPU (vs baseline) or --cpu (vs "
+                                        "committed build expectations)")
+    sp.add_argument("--cpu", action="store_true",
+                    help="compile every step and compare resources/SASS with the expectations")
+    sp.add_argument("--arch", choices=registry.ARCHES, default=None,
+                    help="--cpu: only this arch (default: both)")
+    sp.add_argument("--update", action="store_true", help="--cpu: rewrite the expectations")
+    sp.add_argument("--expectations", default=str(Path("results") / "expectations" / "build.json"))
+    sp.add_argument("--bundle", help="GPU: run from an exported bundle")
+    sp.add_argument("--tolerance", type=float, default=0.15,
+                    help="GPU: allowed drop below baseline TFLOP/s (default 0.15)")
+    sp.add_argument("--baseline", help="GPU: baseline file (default results/baselines/<device>.json)")
+    sp.add_argument("--update-baseline", action="store_true",
+                    help="GPU: rewrite the baseline from this run (only if all steps pass)")
+    sp.add_argument("--record", action="store_true", help="GPU: append verified records")
+    sp.add_argument("--results", default="results")
+    sp.add_argument("-q", "--quiet", action="store_true")
+    sp.set_defaults(fn=cmd_regress)
     return p
 
 
 def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
+    if args.cmd == "regress":
+        args.arch_given = args.arch is not None
     try:
         return args.fn(args)
     except ValueError as exc:

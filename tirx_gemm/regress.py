@@ -1,0 +1,159 @@
+"""Per-step regression checks.
+
+GPU level (``tirx-gemm regress``): every step of the present GPU's arch at its benchmark
+shapes must pass its correctness check and reach at least ``baseline x (1 - tolerance)``
+TFLOP/s, where the baseline is a per-device file under ``results/baselines/``. A GPU with no
+baseline gets one recorded from the run (and is told so).
+
+CPU level (``tirx-gemm regress --cpu``, run by CI): every step of both arches is compiled
+and its registers, shared memory, spills and key SASS instruction counts are compared with
+the committed expectations in ``results/expectations/build.json``, failing with a readable
+diff.
+
+This module imports without TVM (the GPU side runs on hosts without the compiler).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+from tirx_gemm.registry import KEY_SASS, Step
+
+DEFAULT_TOLERANCE = 0.15
+BASELINE_DIR = Path("results") / "baselines"
+EXPECTATIONS = Path("results") / "expectations" / "build.json"
+
+
+def shape_key(M: int, N: int, K: int) -> str:
+    return f"{M}x{N}x{K}"
+
+
+def bench_plan(steps: list[Step]) -> list[tuple[Step, tuple[int, int, int]]]:
+    """(step, shape) pairs a regression run measures: bench shapes, else the canonical one."""
+    return [(s, mnk) for s in steps for mnk in (s.bench_shapes or (s.canonical,))]
+
+
+# ---------------------------------------------------------------------------------------
+# GPU level
+# ---------------------------------------------------------------------------------------
+def baseline_path(device_name: str, baseline_dir: Path = BASELINE_DIR) -> Path:
+    from tirx_gemm.records import device_slug
+    return Path(baseline_dir) / f"{device_slug(device_name)}.json"
+
+
+def load_baseline(path: Path) -> dict | None:
+    path = Path(path)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if "entries" not in data:
+        raise ValueError(f"{path}: not a baseline file (no 'entries')")
+    return data
+
+
+def baseline_from_records(records: list[dict], device: dict) -> dict:
+    entries = {}
+    for r in records:
+        if r.get("verified") and r.get("tflops"):
+            entries[f"{r['step']}@{r['arch']}:{shape_key(r['M'], r['N'], r['K'])}"] = {
+                "tflops": round(r["tflops"], 3),
+                "ratio_to_torch": r.get("ratio_to_torch"),
+                "git_sha": r.get("git_sha"),
+            }
+    return {"device": device.get("name"), "capability": device.get("capability"),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "note": "floor = tflops x (1 - tolerance); regenerate with "
+                    "`tirx-gemm regress --update-baseline` after an intended change",
+            "entries": entries}
+
+
+def evaluate(records: list[dict], baseline: dict | None, tolerance: float) -> list[dict]:
+    """One verdict per record: ok / FAIL with the reason. A wrong result always fails; a
+    verified result fails when it is below its floor; no baseline entry -> 'new'."""
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
+    entries = (baseline or {}).get("entries", {})
+    out = []
+    for r in records:
+        key = f"{r['step']}@{r['arch']}:{shape_key(r['M'], r['N'], r['K'])}"
+        base = entries.get(key)
+        floor = base["tflops"] * (1 - tolerance) if base else None
+        tf = r.get("tflops")
+        if not r.get("verified"):
+            status, why = "FAIL", "wrong result: " + _check_reason(r)
+        elif tf is None:
+            status, why = "FAIL", "not timed"
+        elif floor is None:
+            status, why = "new", "no baseline entry"
+        elif tf < floor:
+            status, why = "FAIL", f"{tf:.1f} TFLOP/s < floor {floor:.1f} (baseline {base['tflops']:.1f})"
+        else:
+            status, why = "ok", ""
+        out.append({"key": key, "step": r["step"], "arch": r["arch"],
+                    "shape": shape_key(r["M"], r["N"], r["K"]), "tflops": tf,
+                    "ratio_to_torch": r.get("ratio_to_torch"),
+                    "baseline": base["tflops"] if base else None, "floor": floor,
+                    "status": status, "why": why})
+    return out
+
+
+def _check_reason(r: dict) -> str:
+    for c in r.get("check") or []:
+        if not c.get("ok"):
+            return c.get("reason") or f"{c.get('n_mismatch')} mismatches ({c.get('kind')} inputs)"
+    return "check failed"
+
+
+def format_verdicts(verdicts: list[dict]) -> str:
+    def f(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+    lines = [f"{'step':4} {'arch':7} {'M x N x K':16} {'TFLOP/s':>8} {'baseline':>8} "
+             f"{'floor':>8} {'x torch':>7}  status"]
+    for v in verdicts:
+        lines.append(f"{v['step']:4} {v['arch']:7} {v['shape']:16} {f(v['tflops'], '.1f'):>8} "
+                     f"{f(v['baseline'], '.1f'):>8} {f(v['floor'], '.1f'):>8} "
+                     f"{f(v['ratio_to_torch'], '.3f'):>7}  {v['status']}"
+                     + (f" ({v['why']})" if v["why"] else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# CPU level: build expectations
+# ---------------------------------------------------------------------------------------
+def build_snapshot(results) -> dict:
+    """{step@arch:MxNxK: {registers, smem_bytes, spills, sass: {opcode: count}}}."""
+    snap = {}
+    for r in results:
+        snap[f"{r.step}@{r.arch}:{shape_key(r.M, r.N, r.K)}"] = {
+            "registers": r.registers, "smem_bytes": r.smem_bytes,
+            "spills": r.spill_stores + r.spill_loads,
+            "sass": {k: v for k, v in r.key_sass().items() if k in KEY_SASS}}
+    return snap
+
+
+def diff_snapshot(expected: dict, actual: dict) -> list[str]:
+    """Readable differences; empty when the builds match the expectations."""
+    lines = []
+    for key in sorted(set(expected) | set(actual)):
+        if key not in actual:
+            lines.append(f"{key}: expected but not built")
+            continue
+        if key not in expected:
+            lines.append(f"{key}: built but has no expectation (run `tirx-gemm regress --cpu "
+                         f"--update`)")
+            continue
+        e, a = expected[key], actual[key]
+        for field in ("registers", "smem_bytes", "spills"):
+            if e.get(field) != a.get(field):
+                lines.append(f"{key}: {field} {e.get(field)} -> {a.get(field)}")
+        es, as_ = e.get("sass", {}), a.get("sass", {})
+        for op in sorted(set(es) | set(as_)):
+            if es.get(op, 0) != as_.get(op, 0):
+                lines.append(f"{key}: SASS {op} x{es.get(op, 0)} -> x{as_.get(op, 0)}")
+    return lines
+
+
+def cpu_requests(steps: list[Step]):
+    return [(s, s.canonical, {}) for s in steps]
