@@ -11,7 +11,9 @@ pieces every step needs live here once:
 * ``wgmma_tile``: the wgmma calls that consume one BLK_K slice of A and B,
 * the operand fence that pins accumulator registers behind ``wgmma.wait_group``,
 * barrier init, and the two epilogues: fragment -> GMEM (v1-v3) and
-  fragment -> swizzled SMEM for a TMA store (v4+).
+  fragment -> swizzled SMEM for a TMA store (v4+),
+* ``tma_load_slice``: expect_tx plus the two TMA loads of one K slice (v5+),
+* ``ROLLED`` (keeps K-loops rolled) and ``check_ctas_fit_sm`` (persistent pools, v6).
 
 Everything that runs on the device is an ``@T.inline`` helper: it is expanded at the call
 site, so the generated CUDA is the same as if the step had written it inline.
@@ -38,7 +40,13 @@ import tvm
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from . import helpers as _helpers
 from .helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES
+
+# `T.serial(K_TILES, annotations=ROLLED)` emits `#pragma unroll 1`: nvcc would otherwise
+# unroll K-loops (4x in v4: 32 HGMMA instead of 8), which makes SASS counts depend on the
+# shape and slows builds. helpers.ROLLED is the project-wide spelling once it exists.
+ROLLED = getattr(_helpers, "ROLLED", {"disable_unroll": 1})
 
 # --------------------------------------------------------------------------------------
 # target and hardware constants
@@ -51,6 +59,8 @@ WGMMA_K = 16                # fp16 K of one wgmma
 SWIZZLE_ROW_ELEMS = 64      # fp16 elements in one 128-byte swizzle row: BLK_K of every step
 SMEM_ALIGN = 1024           # one 128B swizzle atom (8 rows x 128 B): tiles start on it
 SMEM_LIMIT_BYTES = 227 * 1024  # max dynamic SMEM per CTA on H100/H200
+SMEM_PER_SM_BYTES = 228 * 1024  # shared memory of one SM, shared by its resident CTAs
+SMEM_RESERVED_PER_CTA = 1024    # taken by the system from every resident CTA
 
 # encode_matrix_descriptor arguments (16-byte units; swizzle code 3 = 128B swizzle)
 SWIZZLE_128B = 3
@@ -72,6 +82,16 @@ def tile_bytes(rows: int, cols: int) -> int:
 def wgmma_name(n: int) -> str:
     """PTX mnemonic of the fp16 x fp16 -> fp32 wgmma with both operands in SMEM."""
     return f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16"
+
+
+def check_ctas_fit_sm(ctas_per_sm: int, smem_bytes_per_cta: int) -> None:
+    """A persistent pool of ctas_per_sm CTAs per SM must be resident at once, or the CTAs
+    beyond the first wave only start when others have finished all their tiles."""
+    need = ctas_per_sm * (smem_bytes_per_cta + SMEM_RESERVED_PER_CTA)
+    if need > SMEM_PER_SM_BYTES:
+        raise ValueError(
+            f"CTAS_PER_SM={ctas_per_sm} CTAs of {smem_bytes_per_cta} B shared memory each "
+            f"need {need} B, more than the {SMEM_PER_SM_BYTES} B of one sm_90a SM")
 
 
 def check_smem_budget(nbytes: int, what: str) -> None:
@@ -163,6 +183,24 @@ def publish_mbarrier_init():
 
 
 # --------------------------------------------------------------------------------------
+# TMA loads
+# --------------------------------------------------------------------------------------
+@T.inline
+def tma_load_slice(bar, Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M: int, BLK_N: int,
+                   BLK_K: int):
+    """One thread: load A[m_st:+BLK_M, k_st:+BLK_K] -> Asmem and B[n_st:+BLK_N, k_st:+BLK_K]
+    -> Bsmem with the TMA unit, both completing on ``bar`` (a pointer). The arrival with
+    expect_tx announces the bytes first, so ``bar``'s phase completes exactly when this
+    thread has arrived and both copies have landed (v4 wrote the same three calls inline)."""
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+        bar, T.uint32(tile_bytes(BLK_M, BLK_K) + tile_bytes(BLK_N, BLK_K)))
+    Tx.copy_async(Asmem, A[m_st : m_st + BLK_M, k_st : k_st + BLK_K],
+                  dispatch="tma_auto", mbar=bar)
+    Tx.copy_async(Bsmem, B[n_st : n_st + BLK_N, k_st : k_st + BLK_K],
+                  dispatch="tma_auto", mbar=bar)
+
+
+# --------------------------------------------------------------------------------------
 # epilogues
 # --------------------------------------------------------------------------------------
 @T.inline
@@ -214,12 +252,14 @@ __all__ = [
     "DESC_K16_STEP",
     "DESC_M64_STEP",
     "DESC_SBO",
+    "ROLLED",
     "SM90A_TARGET",
     "SMEM_ALIGN",
     "SWIZZLE_ROW_ELEMS",
     "WGMMA_K",
     "WGMMA_M",
     "WG_THREADS",
+    "check_ctas_fit_sm",
     "check_smem_budget",
     "desc_advance",
     "encode_desc",
@@ -230,6 +270,7 @@ __all__ = [
     "store_fragment_to_gmem",
     "store_fragment_to_smem",
     "tile_bytes",
+    "tma_load_slice",
     "tma_store_tile",
     "wgmma_name",
     "wgmma_tile",

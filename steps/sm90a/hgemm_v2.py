@@ -25,6 +25,7 @@ from tirx_gemm.helpers import ACC_DTYPE, check_equal, check_tiled_shape, swizzle
 from tirx_gemm.hopper import (
     encode_desc,
     fence_operands,
+    ROLLED,
     SMEM_ALIGN,
     store_fragment_to_gmem,
     wgmma_tile,
@@ -70,7 +71,7 @@ def hgemm_v2(M, N, K, dtype="float16"):
         encode_desc(desc_a, Asmem.ptr_to([0, 0]))
         encode_desc(desc_b, Bsmem.ptr_to([0, 0]))
 
-        for k in T.serial(K_TILES):
+        for k in T.serial(K_TILES, annotations=ROLLED):  # kept rolled: SASS size independent of K
             # --- load: every thread copies a share of the k-th A and B slices ---
             Tx.cta.copy(Asmem[:, :], A[0:BLK_M, k * BLK_K : (k + 1) * BLK_K])
             Tx.cta.copy(Bsmem[:, :], B[0:BLK_N, k * BLK_K : (k + 1) * BLK_K])

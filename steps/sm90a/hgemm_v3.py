@@ -23,6 +23,7 @@ from tirx_gemm.helpers import ACC_DTYPE, check_tiled_shape, swizzled_layout
 from tirx_gemm.hopper import (
     encode_desc,
     fence_operands,
+    ROLLED,
     SMEM_ALIGN,
     store_fragment_to_gmem,
     wgmma_tile,
@@ -68,7 +69,7 @@ def hgemm_v3(M, N, K, dtype="float16"):
         encode_desc(desc_a, Asmem.ptr_to([0, 0]))
         encode_desc(desc_b, Bsmem.ptr_to([0, 0]))
 
-        for k in T.serial(K_TILES):
+        for k in T.serial(K_TILES, annotations=ROLLED):  # kept rolled: SASS size independent of K
             # --- load: every thread copies a share of the k-th A and B slices ---
             Tx.cta.copy(Asmem[:, :], A[m_st : m_st + BLK_M, k * BLK_K : (k + 1) * BLK_K])
             Tx.cta.copy(Bsmem[:, :], B[n_st : n_st + BLK_N, k * BLK_K : (k + 1) * BLK_K])

@@ -31,6 +31,7 @@ from tirx_gemm.hopper import (
     fence_operands,
     init_mbarriers,
     publish_mbarrier_init,
+    ROLLED,
     SMEM_ALIGN,
     store_fragment_to_smem,
     tile_bytes,
@@ -90,7 +91,7 @@ def hgemm_v4(M, N, K, dtype="float16"):
         encode_desc(desc_b, Bsmem.ptr_to([0, 0]))
 
         phase: T.int32 = 0  # parity of the load_bar phase we wait for: flips every slice
-        for k in T.serial(K_TILES):
+        for k in T.serial(K_TILES, annotations=ROLLED):  # kept rolled: SASS size independent of K
             # --- load: one thread announces the bytes and asks the TMA unit for both slices ---
             if tid == 0:
                 T.ptx.mbarrier.arrive.expect_tx.shared.b64(load_bar.ptr_to([0]), T.uint32(LOAD_BYTES))

@@ -1,0 +1,199 @@
+"""sm_90a step 6: persistent CTAs: a fixed pool walks the output tiles in L2-friendly order.
+
+Card
+----
+What changed from v5: the grid is no longer one CTA per tile but a pool of
+  num_sms * CTAS_PER_SM CTAs, all resident at once. Each CTA initialises its barriers
+  and descriptors once and then takes tiles from ClusterPersistentScheduler2D (CTA c
+  gets tiles c, c + NUM_CTAS, ...; tiles are numbered in groups of L2_GROUP tile rows,
+  column by column, so the CTAs running at the same time share A row bands and B
+  column bands in L2). The K-loop is v5's, with two consequences of running many tiles:
+  * the ring position (stage, phase) is no longer k % PIPE_DEPTH: it is carried from
+    tile to tile in a PipelineState. The seed's step 6 instead restarted the phases at 0
+    for every tile, which is only correct when every barrier completes an even number
+    of phases per tile (K/64 a multiple of 2*PIPE_DEPTH); carrying them removes that
+    contract: any K is fine.
+  * because the ring is empty after the last slice, the first PIPE_DEPTH slices of the
+    *next* tile are requested before this tile's epilogue, and the TMA store is waited
+    for (read side only) just before Dsmem is rewritten, one tile later.
+Scope / layout / dispatch: scope changes (persistent 1D pool + tile scheduler); layout
+  is v5's; dispatch changes only in when the next tile's first loads and the store
+  wait are issued.
+Why: v5 pays per tile for CTA launch, barrier init, the pipeline fill and a blocking
+  store wait, and its L2 reuse depends on the hardware's CTA order. Here those costs are
+  paid once per CTA and the fill overlaps the epilogue. The gain is small because v5's
+  second CTA per SM already hides most of them: measured on an H200 with the steps timed
+  in alternation, 4096^3 v5 713, v6 721 TFLOP/s (712 with L2_GROUP=8); 8192^3, where
+  every kernel is power-limited, v5 639, v6 651. What persistence really buys is a CTA
+  that lives for all its tiles, which v7 needs to give its warps long-running roles.
+  CTAS_PER_SM=2 keeps v5's two CTAs per SM (one CTA's wgmma drain is covered by the
+  other's wgmmas); with one CTA per SM and PIPE_DEPTH=4 this step ran at 506.
+Barrier contract: see the comment at full_bar.
+Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
+  32 KB per stage plus 32 KB Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the
+  228 KB of one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); num_sms, L2_GROUP >= 1 (the
+  runner passes the device's SM count as num_sms).
+Run: tirx-gemm run v6 --arch sm_90a
+"""
+from tvm.backend.cuda.lang import PipelineState
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+from tvm.script import tirx as T
+
+from tirx_gemm.helpers import (
+    ACC_DTYPE,
+    check_pipe_depth,
+    check_positive_ints,
+    check_tiled_shape,
+    swizzled_layout,
+)
+from tirx_gemm.hopper import (
+    check_ctas_fit_sm,
+    desc_advance,
+    encode_desc,
+    fence_operands,
+    init_mbarriers,
+    publish_mbarrier_init,
+    ROLLED,
+    SMEM_ALIGN,
+    store_fragment_to_smem,
+    tile_bytes,
+    tma_load_slice,
+    tma_store_tile,
+    wgmma_tile,
+)
+
+
+def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
+             L2_GROUP=16):
+    # --- tunables ---
+    BLK_M, BLK_N, BLK_K = 128, 128, 64
+    M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice
+    ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
+    A_STAGE_BYTES = tile_bytes(BLK_M, BLK_K)  # 16 KB: one stage of A; descriptors step by it
+    B_STAGE_BYTES = tile_bytes(BLK_N, BLK_K)
+
+    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
+    check_positive_ints(num_sms=num_sms, CTAS_PER_SM=CTAS_PER_SM, L2_GROUP=L2_GROUP)
+    # the pool is meant to be resident all at once: CTAS_PER_SM of them must fit on an SM
+    check_ctas_fit_sm(CTAS_PER_SM, PIPE_DEPTH * (A_STAGE_BYTES + B_STAGE_BYTES)
+                      + tile_bytes(BLK_M, BLK_N) + SMEM_ALIGN)
+    NUM_CTAS = num_sms * CTAS_PER_SM
+    K_TILES = K // BLK_K
+    PREFETCH = min(PIPE_DEPTH, K_TILES)  # slices loaded before the K-loop starts
+
+    A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = swizzled_layout((BLK_M, BLK_N), dtype)
+
+    @T.prim_func
+    def kernel(
+        A: T.Buffer((M, K), dtype),
+        B: T.Buffer((N, K), dtype),
+        D: T.Buffer((M, N), dtype),
+    ):
+        T.device_entry()
+        cta = T.cta_id([NUM_CTAS])  # a fixed pool, CTAS_PER_SM per SM: each walks many tiles
+        wg_id = T.warpgroup_id([1])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.commit()
+        acc = T.alloc_local((ACC_REGS,), ACC_DTYPE)
+        desc_a = T.alloc_local((1,), "uint64")
+        desc_b = T.alloc_local((1,), "uint64")
+
+        tid = T.meta_var(warp_id * 32 + lane_id)
+        # full_bar[s]: thread 0 arrives once per load into stage s (arrive.expect_tx) and
+        # the TMA unit completes the bytes; all 128 threads wait. Initial phase 0, then one
+        # phase per use of stage s for the life of the CTA: `ring` counts uses across tiles,
+        # so no tile has to leave the barriers at the parity it found them in.
+        if tid == 0:
+            init_mbarriers(full_bar, PIPE_DEPTH, 1)
+        publish_mbarrier_init()
+
+        encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))  # stage 0; desc_advance reaches stage s
+        encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+
+        # tiles in L2-friendly order: groups of L2_GROUP tile rows, column by column
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=NUM_CTAS,
+            l2_group_size=L2_GROUP)
+        scheduler.init(cta)
+        # stage and phase of the next slice to consume, carried from tile to tile: global
+        # slice g lives in stage g % PIPE_DEPTH and completes phase (g // PIPE_DEPTH) & 1
+        ring = PipelineState(PIPE_DEPTH, 0)
+
+        # --- load (prologue of the first tile): fill the ring before the first wait ---
+        if tid == 0:
+            if scheduler.valid():
+                for s in T.unroll(PREFETCH):
+                    tma_load_slice(full_bar.ptr_to([s]), Asmem[s, :, :], Bsmem[s, :, :], A, B,
+                                   scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N, s * BLK_K,
+                                   BLK_M, BLK_N, BLK_K)
+
+        while scheduler.valid():
+            # this tile's indices, kept: the scheduler moves on before this tile's epilogue
+            m_tile: T.int32 = scheduler.m_idx
+            n_tile: T.int32 = scheduler.n_idx
+            m_st = T.meta_var(m_tile * BLK_M)
+            n_st = T.meta_var(n_tile * BLK_N)
+            for k in T.serial(K_TILES, annotations=ROLLED):
+                T.cuda.mbarrier_wait(full_bar.ptr_to([ring.stage]), ring.phase)
+
+                # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---
+                T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
+                wgmma_tile(acc, desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES),
+                           desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES), k > 0,
+                           M_BLOCKS, BLK_N)
+                T.ptx.wgmma.commit_group.sync.aligned()
+                T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
+                # WAR on the stage: thread 0 refills it only after every warp has passed
+                # its wait_group, i.e. no wgmma still reads the old slice.
+                T.cuda.cta_sync()
+
+                # --- load: refill the stage just drained, PIPE_DEPTH slices ahead ---
+                if tid == 0:
+                    if k + PIPE_DEPTH < K_TILES:
+                        tma_load_slice(full_bar.ptr_to([ring.stage]), Asmem[ring.stage, :, :],
+                                       Bsmem[ring.stage, :, :], A, B, m_st, n_st,
+                                       (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K)
+                ring.advance()  # flips the phase when the ring wraps
+            fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
+
+            # --- load (prologue of the next tile): the ring is empty now, so the next
+            # tile's first slices load while this tile's epilogue runs. Possible only
+            # because `ring` carries on: they go to the stages after the last one used.
+            scheduler.next_tile()
+            if tid == 0:
+                if scheduler.valid():
+                    for s in T.unroll(PREFETCH):
+                        stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
+                        tma_load_slice(full_bar.ptr_to([stage]), Asmem[stage, :, :],
+                                       Bsmem[stage, :, :], A, B, scheduler.m_idx * BLK_M,
+                                       scheduler.n_idx * BLK_N, s * BLK_K, BLK_M, BLK_N, BLK_K)
+
+            # --- writeback: registers -> fp16 -> swizzled Dsmem -> TMA store ---
+            if tid == 0:
+                # the previous tile's TMA store must have finished reading Dsmem
+                T.ptx.cp.async_.bulk.wait_group.read(0)
+            T.cuda.cta_sync()
+            store_fragment_to_smem(Dsmem, acc, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
+            T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
+            T.cuda.cta_sync()                       # every thread's part of the tile is written
+            if tid == 0:
+                # not waited for here: the store drains while the next tile computes
+                tma_store_tile(D[m_st : m_st + BLK_M, n_st : n_st + BLK_N], Dsmem[:, :])
+
+        # --- free: SMEM is released at exit, so the last store must have read it ---
+        if tid == 0:
+            T.ptx.cp.async_.bulk.wait_group(0)
+
+    return kernel

@@ -1,0 +1,205 @@
+"""sm_90a step 7: warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups.
+
+Card
+----
+What changed from v6: the CTA has three warpgroups with fixed roles instead of one
+  warpgroup doing everything in turn.
+  * warpgroup 2, the producer: one thread keeps the SMEM ring full, PIPE_DEPTH slices
+    ahead, across tile boundaries; setmaxnreg lowers the warpgroup to PRODUCER_REGS.
+  * warpgroups 0 and 1, the consumers: each owns 64 rows of a 128x256 CTA tile and issues
+    m64n256k16 wgmmas (128 fp32 accumulators per thread); setmaxnreg raises them to
+    CONSUMER_REGS. They keep one wgmma group in flight across K steps: issue slice k,
+    commit, wait_group(1) (= slice k-1 is done), then hand slice k-1's stage back.
+  * every stage has a full/empty mbarrier pair, so producer and consumers never meet at
+    a CTA-wide barrier; each consumer stores its own 64x256 half through SMEM with one
+    TMA store (named barrier per warpgroup).
+  The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
+  so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
+  m64n256k16 does the work of two m64n128k16.
+Scope / layout / dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
+  issuers. Layout: 128x256 tile, 48 KB stages, full+empty barriers, Dsmem 128x256 kept
+  as two contiguous 64-row halves (one TMA box each).
+  Dispatch: producer/consumer overlap, wgmma kept asynchronous across K steps, setmaxnreg.
+Why: in v6 the tensor cores idle at every K step while a warpgroup drains its wgmmas
+  (wait_group(0)), syncs the CTA and refills a stage; only the second CTA on the SM
+  covers that. Here the producer never stalls a consumer, a consumer's next wgmmas are
+  queued before the previous ones finish, and the two consumers share the tensor cores.
+  This is the structure of CUTLASS's sm90 warp-specialized kernels and of fast.cu's
+  128x256 kernels. Measured on an H200: 4096^3 723-748 TFLOP/s (0.96-0.98x torch.matmul
+  timed alongside; v6 693-721), 8192^3 741-748 (1.00x; v6 699), or 655 vs torch 643 when
+  the GPU is power-limited. PIPE_DEPTH=2 ran at 447:
+  with 48 KB stages two slices do not cover the load latency. Small problems lose: at
+  1024x2048x512 there are 64 tiles of 128x256 for 132 SMs (172 TFLOP/s, v6 184).
+Barrier contract: see the comments at full_bar and empty_bar.
+Constraints: M a multiple of 128, N a multiple of 256, K a multiple of 64, float16;
+  PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
+  num_sms >= 1 (the runner passes the device's SM count).
+Run: tirx-gemm run v7 --arch sm_90a
+"""
+
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+from tvm.script import tirx as T
+
+from tirx_gemm.helpers import (
+    ACC_DTYPE,
+    check_pipe_depth,
+    check_positive_ints,
+    check_tiled_shape,
+    swizzled_layout,
+)
+from tirx_gemm.hopper import (
+    desc_advance,
+    DESC_M64_STEP,
+    encode_desc,
+    fence_operands,
+    init_mbarriers,
+    publish_mbarrier_init,
+    ROLLED,
+    SMEM_ALIGN,
+    store_fragment_to_smem,
+    tile_bytes,
+    tma_load_slice,
+    tma_store_tile,
+    wgmma_tile,
+    WGMMA_M,
+)
+
+
+def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
+    # --- tunables ---
+    BLK_M, BLK_N, BLK_K = 128, 256, 64
+    NUM_CONSUMERS = BLK_M // WGMMA_M   # consumer warpgroups, 64 rows each
+    PRODUCER = NUM_CONSUMERS           # the producer is the last warpgroup
+    ACC_REGS = BLK_N // 2              # fp32 accumulators per consumer thread (128)
+    PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
+    A_STAGE_BYTES = tile_bytes(BLK_M, BLK_K)  # 16 KB
+    B_STAGE_BYTES = tile_bytes(BLK_N, BLK_K)  # 32 KB
+
+    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
+    check_positive_ints(num_sms=num_sms, L2_GROUP=L2_GROUP)
+    K_TILES = K // BLK_K
+
+    A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    # each consumer's 64 rows contiguous (64 x 256 = four 64x64 swizzled blocks), so that
+    # its half is one dense TMA box; the default (128, 256) layout interleaves the halves
+    D_layout = swizzled_layout((NUM_CONSUMERS, WGMMA_M, BLK_N), dtype)
+
+    @T.prim_func
+    def kernel(
+        A: T.Buffer((M, K), dtype),
+        B: T.Buffer((N, K), dtype),
+        D: T.Buffer((M, N), dtype),
+    ):
+        T.device_entry()
+        cta = T.cta_id([num_sms])
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        empty_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        # full_bar[s]: the producer thread arrives once per load into stage s
+        #   (arrive.expect_tx) and the TMA unit completes the bytes; all 256 consumer
+        #   threads wait. Initial phase 0; consumers wait from phase 0.
+        # empty_bar[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS
+        #   arrivals) once its wgmmas have finished reading stage s; the producer waits
+        #   before reloading it. Initial phase 0; the producer waits from phase 1, which a
+        #   fresh barrier counts as complete: every stage starts empty.
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                init_mbarriers(full_bar, PIPE_DEPTH, 1)
+                init_mbarriers(empty_bar, PIPE_DEPTH, NUM_CONSUMERS)
+        publish_mbarrier_init()
+
+        # every role walks the same tile sequence with its own copy of the scheduler state
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=num_sms,
+            l2_group_size=L2_GROUP)
+        scheduler.init(cta)
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
+            # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    for k in T.serial(K_TILES, annotations=ROLLED):
+                        T.cuda.mbarrier_wait(empty_bar.ptr_to([ring.stage]), ring.phase)
+                        tma_load_slice(full_bar.ptr_to([ring.stage]), Asmem[ring.stage, :, :],
+                                       Bsmem[ring.stage, :, :], A, B, m_st, n_st, k * BLK_K,
+                                       BLK_M, BLK_N, BLK_K)
+                        ring.advance()
+                    scheduler.next_tile()
+
+        # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True, regs=CONSUMER_REGS, increase=True):
+            consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
+            acc = T.alloc_local((ACC_REGS,), ACC_DTYPE)
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0  # stage of the slice whose wgmmas may still be running
+            while scheduler.valid():
+                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                for k in T.serial(K_TILES, annotations=ROLLED):
+                    T.cuda.mbarrier_wait(full_bar.ptr_to([ring.stage]), ring.phase)
+
+                    # --- compute: 4 k16 slices of m64n256k16, accumulate after k=0 ---
+                    T.ptx.wgmma.fence.sync.aligned()  # earlier reads/writes of acc come first
+                    wgmma_tile(acc,
+                               desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                               + T.Cast("uint64", consumer * DESC_M64_STEP),
+                               desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                               k > 0, 1, BLK_N)
+                    T.ptx.wgmma.commit_group.sync.aligned()
+                    # slice k stays in flight; slice k-1 is done, so its stage goes back.
+                    # One arrival per warpgroup suffices: a wgmma is one warpgroup-wide
+                    # operation, done for all 128 threads once done for thread 0 (CUTLASS
+                    # releases its stages the same way).
+                    T.ptx.wgmma.wait_group.sync.aligned(1)
+                    if k > 0:
+                        if tid_in_wg == 0:
+                            T.ptx.mbarrier.arrive.shared.b64(empty_bar.ptr_to([held]))
+                    held = ring.stage
+                    ring.advance()
+                T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
+                if tid_in_wg == 0:
+                    T.ptx.mbarrier.arrive.shared.b64(empty_bar.ptr_to([held]))
+                fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the wait
+
+                # --- writeback: this warpgroup's 64x256 half -> Dsmem -> one TMA store ---
+                row0 = T.meta_var(consumer * WGMMA_M)
+                if tid_in_wg == 0:
+                    # our previous TMA store must have finished reading these Dsmem rows
+                    T.ptx.cp.async_.bulk.wait_group.read(0)
+                # named barrier 1 or 2 (0 is the CTA-wide one): this warpgroup's 128 threads
+                T.cuda.warpgroup_sync(1 + consumer)
+                store_fragment_to_smem(Dsmem, acc, row0, warp_id, lane_id, 1, BLK_N)
+                T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
+                T.cuda.warpgroup_sync(1 + consumer)
+                if tid_in_wg == 0:
+                    tma_store_tile(D[m_st + row0 : m_st + row0 + WGMMA_M, n_st : n_st + BLK_N],
+                                   Dsmem[row0 : row0 + WGMMA_M, :])
+                scheduler.next_tile()
+
+            # --- free: SMEM is released at exit, so the last store must have read it ---
+            if tid_in_wg == 0:
+                T.ptx.cp.async_.bulk.wait_group(0)
+
+    return kernel
