@@ -57,7 +57,7 @@ class Step:
 
 
 _SQUARE = ((4096, 4096, 4096),)
-_GRID_TESTS = ((256, 384, 512), (1024, 2048, 512), (4096, 4096, 4096))
+_GRID_TESTS = ((256, 384, 512), (1024, 2048, 512), (768, 1280, 960))
 _BENCH = ((4096, 4096, 4096), (8192, 8192, 8192))
 
 _LESSONS = {
@@ -101,27 +101,35 @@ _TILED_BAD = ((200, 128, 64), (128, 130, 64), (128, 128, 100))
 
 STEPS: list[Step] = [
     _sm100("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
-    _sm100("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512)), (), _V2_BAD,
+    _sm100("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,
            _THREAD_COPIES, ("UTMALDG",)),
-    _sm100("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _SQUARE, _TILED_BAD,
+    _sm100("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _SQUARE, _TILED_BAD,
            _THREAD_COPIES, ("UTMALDG",)),
-    _sm100("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _BENCH, _TILED_BAD, _TMA,
+    _sm100("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
            ("LDG.E.128",)),
-    _sm100("v5", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _BENCH, _TILED_BAD, _TMA,
+    _sm100("v5", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
            ("LDG.E.128",)),
     _sm100("v6", _TILED + " with K/64 a multiple of 2*PIPE_DEPTH", (4096, 4096, 4096),
-           ((256, 384, 256), (1024, 2048, 512)), _BENCH,
+           ((256, 384, 256), (1024, 2048, 512), (768, 1280, 1024)), _BENCH,
            ((128, 128, 192), (200, 128, 256), (128, 128, 100)), _TMA, ("LDG.E.128",)),
-    _sm100("v7", _TILED, (4096, 4096, 4096), ((256, 384, 192), (1024, 2048, 512)), _BENCH,
+    _sm100("v7", _TILED, (4096, 4096, 4096), ((256, 384, 192), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
            _TILED_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
 
     _sm90("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
-    _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512)), (), _V2_BAD,
+    _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,
           _THREAD_COPIES, ("UTMALDG",)),
-    _sm90("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _SQUARE, _TILED_BAD,
+    _sm90("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _SQUARE, _TILED_BAD,
           _THREAD_COPIES, ("UTMALDG",)),
-    _sm90("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS[:2], _BENCH, _TILED_BAD,
+    _sm90("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD,
           _TMA + ("SYNCS.PHASECHK",), ("LDG.E.128",)),
+    _sm90("v5", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
+          ("LDG.E.128",)),
+    _sm90("v6", _TILED, (4096, 4096, 4096), ((256, 384, 576), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
+          _TILED_BAD, _TMA, ("LDG.E.128",)),
+    _sm90("v7", "M a multiple of 128, N a multiple of 256, K a multiple of 64",
+          (4096, 4096, 4096), ((256, 512, 320), (1024, 2048, 512), (512, 1280, 704)), _BENCH,
+          ((256, 384, 64), (200, 256, 64), (128, 256, 100)),
+          _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
 ]
 
 

@@ -1,23 +1,6 @@
 """sm_90a step 1: one 128x128 output tile, K = 64, thread copies + wgmma.
 
-Card
-----
-What changed: first step. The whole Hopper data path in its simplest form:
-  GMEM --(all 128 threads, Tx.cta.copy)--> 128B-swizzled SMEM --(wgmma, descriptors)-->
-  fp32 accumulators in registers --(cast)--> fp16 --(per-thread stores)--> GMEM.
-Scope / layout / dispatch:
-  scope    one CTA = one warpgroup (128 threads); the warpgroup issues every wgmma together
-  layout   A and B tiles are (128, 64) fp16, K-major, 128B swizzle; the accumulator is the
-           wgmma register fragment (64 fp32 per thread per 64x128 block, two blocks)
-  dispatch thread copy (LDG.128/STS.128) + wgmma.mma_async m64n128k16 (HGMMA)
-Why: fixes the contracts every later step reuses: SMEM writes by threads must be made
-  visible to the async proxy (fence.proxy.async) and to the whole CTA (bar.sync) before
-  wgmma reads them; wgmma is asynchronous, so the registers it writes may be read only
-  after commit_group + wait_group(0) (and an operand fence so the compiler cannot hoist
-  the reads). Performance is not the point: 1 CTA, one tile.
-Constraints: M = N = 128, K = 64, dtype float16.
-Run: tirx-gemm run sm90a v1   (or build: tvm.compile(IRModule({"main": hgemm_v1(128, 128, 64)}),
-  target=sm90a_target(), tir_pipeline="tirx"))
+The step card is the docstring of the builder below.
 """
 
 from tvm.script import tirx as T
@@ -34,6 +17,26 @@ from tirx_gemm.hopper import (
 
 
 def hgemm_v1(M, N, K, dtype="float16"):
+    """sm_90a step 1: one 128x128 output tile, K = 64, thread copies + wgmma.
+
+    Card
+    ----
+    What changed: first step. The whole Hopper data path in its simplest form:
+      GMEM --(all 128 threads, Tx.cta.copy)--> 128B-swizzled SMEM --(wgmma, descriptors)-->
+      fp32 accumulators in registers --(cast)--> fp16 --(per-thread stores)--> GMEM.
+    Scope / layout / dispatch:
+      scope    one CTA = one warpgroup (128 threads); the warpgroup issues every wgmma together
+      layout   A and B tiles are (128, 64) fp16, K-major, 128B swizzle; the accumulator is the
+               wgmma register fragment (64 fp32 per thread per 64x128 block, two blocks)
+      dispatch thread copy (LDG.128/STS.128) + wgmma.mma_async m64n128k16 (HGMMA)
+    Why: fixes the contracts every later step reuses: SMEM writes by threads must be made
+      visible to the async proxy (fence.proxy.async) and to the whole CTA (bar.sync) before
+      wgmma reads them; wgmma is asynchronous, so the registers it writes may be read only
+      after commit_group + wait_group(0) (and an operand fence so the compiler cannot hoist
+      the reads). Performance is not the point: 1 CTA, one tile.
+    Constraints: M = N = 128, K = 64, dtype float16.
+    Run: tirx-gemm run v1 --arch sm_90a  (compile only: tirx-gemm build v1 --arch sm_90a)
+    """
     # --- tunables (fixed by the lesson) ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice

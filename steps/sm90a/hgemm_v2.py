@@ -1,21 +1,6 @@
 """sm_90a step 2: K-loop: accumulate one 128x128 tile over K / 64 slices.
 
-Card
-----
-What changed from v1: the load -> wgmma sequence runs once per 64-wide K slice and the
-  accumulators stay in registers across iterations. The first slice issues wgmma with
-  scale-d = 0 (D = A*B, stale registers ignored), later ones with scale-d = 1 (D += A*B).
-  A second CTA barrier closes every iteration: the single SMEM tile is overwritten by the
-  next slice's copy, so every warp must be past its wait_group first.
-Scope / layout / dispatch: unchanged (one warpgroup, same tiles, same wgmma); only the
-  control flow gains a K-loop.
-Why: real GEMMs have K >> 64. Each slice is one SMEM tile's worth of A and B; the same
-  SMEM and the same registers are reused K / 64 times. Loads and wgmma are still fully
-  serialised (copy, sync, compute, wait, sync): that is what v4/v5 attack.
-  (On Blackwell this step's hazard is the mbarrier phase; on Hopper with thread copies and
-  wgmma.wait_group there is no mbarrier yet - it appears with TMA in v4.)
-Constraints: M = N = 128 (still a single output tile), K a multiple of 64, float16.
-Run: tirx-gemm run sm90a v2
+The step card is the docstring of the builder below.
 """
 
 from tvm.script import tirx as T
@@ -33,6 +18,25 @@ from tirx_gemm.hopper import (
 
 
 def hgemm_v2(M, N, K, dtype="float16"):
+    """sm_90a step 2: K-loop: accumulate one 128x128 tile over K / 64 slices.
+
+    Card
+    ----
+    What changed from v1: the load -> wgmma sequence runs once per 64-wide K slice and the
+      accumulators stay in registers across iterations. The first slice issues wgmma with
+      scale-d = 0 (D = A*B, stale registers ignored), later ones with scale-d = 1 (D += A*B).
+      A second CTA barrier closes every iteration: the single SMEM tile is overwritten by the
+      next slice's copy, so every warp must be past its wait_group first.
+    Scope / layout / dispatch: unchanged (one warpgroup, same tiles, same wgmma); only the
+      control flow gains a K-loop.
+    Why: real GEMMs have K >> 64. Each slice is one SMEM tile's worth of A and B; the same
+      SMEM and the same registers are reused K / 64 times. Loads and wgmma are still fully
+      serialised (copy, sync, compute, wait, sync): that is what v4/v5 attack.
+      (On Blackwell this step's hazard is the mbarrier phase; on Hopper with thread copies and
+      wgmma.wait_group there is no mbarrier yet - it appears with TMA in v4.)
+    Constraints: M = N = 128 (still a single output tile), K a multiple of 64, float16.
+    Run: tirx-gemm run v2 --arch sm_90a
+    """
     # --- tunables (fixed by the lesson) ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice

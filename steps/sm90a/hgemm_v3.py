@@ -1,19 +1,6 @@
 """sm_90a step 3: 2D grid: one CTA per 128x128 output tile.
 
-Card
-----
-What changed from v2: the grid is (M/128) x (N/128) CTAs. CTA (bx, by) reads the row
-  band A[bx*128 : +128, :] and the row band B[by*128 : +128, :] (= the column band of
-  B.T) and writes D[bx*128 : +128, by*128 : +128]. The kernel body is v2's, with the
-  tile offsets m_st / n_st in the slices and in the epilogue.
-Scope / layout / dispatch: scope changes (grid of CTAs instead of one); layout and
-  dispatch are unchanged.
-Why: a GEMM of useful size has many output tiles and an H100/H200 has 132 SMs; at
-  4096^3 the grid is 32 x 32 = 1024 CTAs, several resident per SM, so one CTA's copies
-  overlap another CTA's wgmmas even though each CTA is still serial inside. Neighbouring
-  CTAs re-read the same A/B bands from GMEM/L2: that waste is left for later steps.
-Constraints: M, N multiples of 128, K a multiple of 64, float16.
-Run: tirx-gemm run sm90a v3
+The step card is the docstring of the builder below.
 """
 
 from tvm.script import tirx as T
@@ -31,6 +18,23 @@ from tirx_gemm.hopper import (
 
 
 def hgemm_v3(M, N, K, dtype="float16"):
+    """sm_90a step 3: 2D grid: one CTA per 128x128 output tile.
+
+    Card
+    ----
+    What changed from v2: the grid is (M/128) x (N/128) CTAs. CTA (bx, by) reads the row
+      band A[bx*128 : +128, :] and the row band B[by*128 : +128, :] (= the column band of
+      B.T) and writes D[bx*128 : +128, by*128 : +128]. The kernel body is v2's, with the
+      tile offsets m_st / n_st in the slices and in the epilogue.
+    Scope / layout / dispatch: scope changes (grid of CTAs instead of one); layout and
+      dispatch are unchanged.
+    Why: a GEMM of useful size has many output tiles and an H100/H200 has 132 SMs; at
+      4096^3 the grid is 32 x 32 = 1024 CTAs, several resident per SM, so one CTA's copies
+      overlap another CTA's wgmmas even though each CTA is still serial inside. Neighbouring
+      CTAs re-read the same A/B bands from GMEM/L2: that waste is left for later steps.
+    Constraints: M, N multiples of 128, K a multiple of 64, float16.
+    Run: tirx-gemm run v3 --arch sm_90a
+    """
     # --- tunables (fixed by the lesson) ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice

@@ -1,25 +1,6 @@
 """sm_90a step 4: TMA loads completing on an mbarrier; TMA store epilogue.
 
-Card
-----
-What changed from v3: the 128 threads no longer copy. Thread 0 announces the byte count
-  on an mbarrier (arrive.expect_tx) and asks the TMA unit for the A and B slices
-  (Tx.copy_async dispatch="tma_auto", 2D tensor maps with 128B swizzle); every thread
-  waits on the mbarrier, whose phase flips once per K slice. The epilogue goes
-  registers -> fp16 -> swizzled Dsmem, fence.proxy.async, then one thread issues a TMA
-  store of the whole 128x128 tile (commit_group / wait_group).
-Scope / layout / dispatch: dispatch changes (thread copy -> TMA, per-thread GMEM
-  stores -> TMA store); layout gains Dsmem (128x128 fp16, 128B swizzle, stored as two
-  64-column halves); scope is v3's (one warpgroup per 128x128 tile, 2D grid).
-Why: the copy no longer costs the warpgroup 32 load/store instructions per thread and
-  slice plus address math, and the TMA unit moves whole 128-byte rows with the swizzle
-  applied in flight. Output rows are written as full lines by the TMA instead of 4-byte
-  pieces. Loads and wgmma are still serial inside a CTA (load, wait, compute, wait):
-  the overlap comes from the ~3 CTAs resident per SM (66 KB SMEM, 128 threads each).
-  Reference: a single-stage TMA + wgmma kernel ran at 450 TFLOP/s on an H200 at 4096^3.
-Barrier contract: see the comment at load_bar.
-Constraints: M, N multiples of 128, K a multiple of 64, float16.
-Run: tirx-gemm run sm90a v4
+The step card is the docstring of the builder below.
 """
 
 from tvm.script import tirx as T
@@ -41,6 +22,29 @@ from tirx_gemm.hopper import (
 
 
 def hgemm_v4(M, N, K, dtype="float16"):
+    """sm_90a step 4: TMA loads completing on an mbarrier; TMA store epilogue.
+
+    Card
+    ----
+    What changed from v3: the 128 threads no longer copy. Thread 0 announces the byte count
+      on an mbarrier (arrive.expect_tx) and asks the TMA unit for the A and B slices
+      (Tx.copy_async dispatch="tma_auto", 2D tensor maps with 128B swizzle); every thread
+      waits on the mbarrier, whose phase flips once per K slice. The epilogue goes
+      registers -> fp16 -> swizzled Dsmem, fence.proxy.async, then one thread issues a TMA
+      store of the whole 128x128 tile (commit_group / wait_group).
+    Scope / layout / dispatch: dispatch changes (thread copy -> TMA, per-thread GMEM
+      stores -> TMA store); layout gains Dsmem (128x128 fp16, 128B swizzle, stored as two
+      64-column halves); scope is v3's (one warpgroup per 128x128 tile, 2D grid).
+    Why: the copy no longer costs the warpgroup 32 load/store instructions per thread and
+      slice plus address math, and the TMA unit moves whole 128-byte rows with the swizzle
+      applied in flight. Output rows are written as full lines by the TMA instead of 4-byte
+      pieces. Loads and wgmma are still serial inside a CTA (load, wait, compute, wait):
+      the overlap comes from the ~3 CTAs resident per SM (66 KB SMEM, 128 threads each).
+      Reference: a single-stage TMA + wgmma kernel ran at 450 TFLOP/s on an H200 at 4096^3.
+    Barrier contract: see the comment at load_bar.
+    Constraints: M, N multiples of 128, K a multiple of 64, float16.
+    Run: tirx-gemm run v4 --arch sm_90a
+    """
     # --- tunables (fixed by the lesson) ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice

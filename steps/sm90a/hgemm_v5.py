@@ -1,30 +1,6 @@
 """sm_90a step 5: a PIPE_DEPTH-stage SMEM ring: load slice k+PIPE_DEPTH while slice k computes.
 
-Card
-----
-What changed from v4: A and B SMEM gain a stage dimension (PIPE_DEPTH copies of the
-  128x64 slices) and load_bar becomes full_bar[PIPE_DEPTH], one barrier per stage.
-  Thread 0 prefetches the first PIPE_DEPTH slices before the K-loop; slice k is read
-  from stage k % PIPE_DEPTH, and as soon as every warp is past slice k's wait_group the
-  stage is refilled with slice k + PIPE_DEPTH. The wgmma descriptors move by a whole
-  stage (16 KB of A, 16 KB of B) per stage index.
-Scope / layout / dispatch: layout changes (stage dimension, one barrier per stage);
-  dispatch changes only in *when* thread 0 issues the TMA (PIPE_DEPTH slices ahead
-  instead of just before the wait); scope is v4's (one warpgroup per 128x128 tile).
-Why: in v4 every slice pays the whole GMEM->SMEM latency (~1 us, several slices of
-  tensor-core work) before its wgmmas start; only the other CTAs on the SM (three fit in
-  66 KB each) hide it. Here the next slice is already in flight while slice k computes,
-  so the wait on full_bar[stage] normally finds the data there. What stays serial inside
-  a CTA is wgmma issue -> wait_group(0) -> CTA sync -> refill: each slice drains the
-  tensor-core pipe before the next starts (v7 removes that). The default PIPE_DEPTH=2
-  (96 KB) keeps two CTAs per SM, so one CTA's drain is covered by the other's wgmmas.
-  Measured on an H200 at 4096^3: v4 546-548 TFLOP/s; v5 PIPE_DEPTH=2 683-713 (0.92-0.93x
-  torch.matmul timed alongside); PIPE_DEPTH=3 458 and 4 475, because 130+ KB leaves one
-  CTA per SM and deeper prefetch cannot cover the drain.
-Barrier contract: see the comment at full_bar.
-Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
-  32 KB per stage plus 32 KB Dsmem within 227 KB (PIPE_DEPTH <= 6).
-Run: tirx-gemm run v5 --arch sm_90a
+The step card is the docstring of the builder below.
 """
 
 from tvm.script import tirx as T
@@ -47,6 +23,34 @@ from tirx_gemm.hopper import (
 
 
 def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
+    """sm_90a step 5: a PIPE_DEPTH-stage SMEM ring: load slice k+PIPE_DEPTH while slice k computes.
+
+    Card
+    ----
+    What changed from v4: A and B SMEM gain a stage dimension (PIPE_DEPTH copies of the
+      128x64 slices) and load_bar becomes full_bar[PIPE_DEPTH], one barrier per stage.
+      Thread 0 prefetches the first PIPE_DEPTH slices before the K-loop; slice k is read
+      from stage k % PIPE_DEPTH, and as soon as every warp is past slice k's wait_group the
+      stage is refilled with slice k + PIPE_DEPTH. The wgmma descriptors move by a whole
+      stage (16 KB of A, 16 KB of B) per stage index.
+    Scope / layout / dispatch: layout changes (stage dimension, one barrier per stage);
+      dispatch changes only in *when* thread 0 issues the TMA (PIPE_DEPTH slices ahead
+      instead of just before the wait); scope is v4's (one warpgroup per 128x128 tile).
+    Why: in v4 every slice pays the whole GMEM->SMEM latency (~1 us, several slices of
+      tensor-core work) before its wgmmas start; only the other CTAs on the SM (three fit in
+      66 KB each) hide it. Here the next slice is already in flight while slice k computes,
+      so the wait on full_bar[stage] normally finds the data there. What stays serial inside
+      a CTA is wgmma issue -> wait_group(0) -> CTA sync -> refill: each slice drains the
+      tensor-core pipe before the next starts (v7 removes that). The default PIPE_DEPTH=2
+      (96 KB) keeps two CTAs per SM, so one CTA's drain is covered by the other's wgmmas.
+      Measured on an H200 at 4096^3: v4 546-548 TFLOP/s; v5 PIPE_DEPTH=2 683-713 (0.92-0.93x
+      torch.matmul timed alongside); PIPE_DEPTH=3 458 and 4 475, because 130+ KB leaves one
+      CTA per SM and deeper prefetch cannot cover the drain.
+    Barrier contract: see the comment at full_bar.
+    Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
+      32 KB per stage plus 32 KB Dsmem within 227 KB (PIPE_DEPTH <= 6).
+    Run: tirx-gemm run v5 --arch sm_90a
+    """
     # --- tunables ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice

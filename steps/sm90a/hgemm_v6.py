@@ -1,39 +1,6 @@
 """sm_90a step 6: persistent CTAs: a fixed pool walks the output tiles in L2-friendly order.
 
-Card
-----
-What changed from v5: the grid is no longer one CTA per tile but a pool of
-  num_sms * CTAS_PER_SM CTAs, all resident at once. Each CTA initialises its barriers
-  and descriptors once and then takes tiles from ClusterPersistentScheduler2D (CTA c
-  gets tiles c, c + NUM_CTAS, ...; tiles are numbered in groups of L2_GROUP tile rows,
-  column by column, so the CTAs running at the same time share A row bands and B
-  column bands in L2). The K-loop is v5's, with two consequences of running many tiles:
-  * the ring position (stage, phase) is no longer k % PIPE_DEPTH: it is carried from
-    tile to tile in a PipelineState. The seed's step 6 instead restarted the phases at 0
-    for every tile, which is only correct when every barrier completes an even number
-    of phases per tile (K/64 a multiple of 2*PIPE_DEPTH); carrying them removes that
-    contract: any K is fine.
-  * because the ring is empty after the last slice, the first PIPE_DEPTH slices of the
-    *next* tile are requested before this tile's epilogue, and the TMA store is waited
-    for (read side only) just before Dsmem is rewritten, one tile later.
-Scope / layout / dispatch: scope changes (persistent 1D pool + tile scheduler); layout
-  is v5's; dispatch changes only in when the next tile's first loads and the store
-  wait are issued.
-Why: v5 pays per tile for CTA launch, barrier init, the pipeline fill and a blocking
-  store wait, and its L2 reuse depends on the hardware's CTA order. Here those costs are
-  paid once per CTA and the fill overlaps the epilogue. The gain is small because v5's
-  second CTA per SM already hides most of them: measured on an H200 with the steps timed
-  in alternation, 4096^3 v5 713, v6 721 TFLOP/s (712 with L2_GROUP=8); 8192^3, where
-  every kernel is power-limited, v5 639, v6 651. What persistence really buys is a CTA
-  that lives for all its tiles, which v7 needs to give its warps long-running roles.
-  CTAS_PER_SM=2 keeps v5's two CTAs per SM (one CTA's wgmma drain is covered by the
-  other's wgmmas); with one CTA per SM and PIPE_DEPTH=4 this step ran at 506.
-Barrier contract: see the comment at full_bar.
-Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
-  32 KB per stage plus 32 KB Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the
-  228 KB of one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); num_sms, L2_GROUP >= 1 (the
-  runner passes the device's SM count as num_sms).
-Run: tirx-gemm run v6 --arch sm_90a
+The step card is the docstring of the builder below.
 """
 from tvm.backend.cuda.lang import PipelineState
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
@@ -65,6 +32,43 @@ from tirx_gemm.hopper import (
 
 def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
              L2_GROUP=16):
+    """sm_90a step 6: persistent CTAs: a fixed pool walks the output tiles in L2-friendly order.
+
+    Card
+    ----
+    What changed from v5: the grid is no longer one CTA per tile but a pool of
+      num_sms * CTAS_PER_SM CTAs, all resident at once. Each CTA initialises its barriers
+      and descriptors once and then takes tiles from ClusterPersistentScheduler2D (CTA c
+      gets tiles c, c + NUM_CTAS, ...; tiles are numbered in groups of L2_GROUP tile rows,
+      column by column, so the CTAs running at the same time share A row bands and B
+      column bands in L2). The K-loop is v5's, with two consequences of running many tiles:
+      * the ring position (stage, phase) is no longer k % PIPE_DEPTH: it is carried from
+        tile to tile in a PipelineState. The seed's step 6 instead restarted the phases at 0
+        for every tile, which is only correct when every barrier completes an even number
+        of phases per tile (K/64 a multiple of 2*PIPE_DEPTH); carrying them removes that
+        contract: any K is fine.
+      * because the ring is empty after the last slice, the first PIPE_DEPTH slices of the
+        *next* tile are requested before this tile's epilogue, and the TMA store is waited
+        for (read side only) just before Dsmem is rewritten, one tile later.
+    Scope / layout / dispatch: scope changes (persistent 1D pool + tile scheduler); layout
+      is v5's; dispatch changes only in when the next tile's first loads and the store
+      wait are issued.
+    Why: v5 pays per tile for CTA launch, barrier init, the pipeline fill and a blocking
+      store wait, and its L2 reuse depends on the hardware's CTA order. Here those costs are
+      paid once per CTA and the fill overlaps the epilogue. The gain is small because v5's
+      second CTA per SM already hides most of them: measured on an H200 with the steps timed
+      in alternation, 4096^3 v5 713, v6 721 TFLOP/s (712 with L2_GROUP=8); 8192^3, where
+      every kernel is power-limited, v5 639, v6 651. What persistence really buys is a CTA
+      that lives for all its tiles, which v7 needs to give its warps long-running roles.
+      CTAS_PER_SM=2 keeps v5's two CTAs per SM (one CTA's wgmma drain is covered by the
+      other's wgmmas); with one CTA per SM and PIPE_DEPTH=4 this step ran at 506.
+    Barrier contract: see the comment at full_bar.
+    Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
+      32 KB per stage plus 32 KB Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the
+      228 KB of one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); num_sms, L2_GROUP >= 1 (the
+      runner passes the device's SM count as num_sms).
+    Run: tirx-gemm run v6 --arch sm_90a
+    """
     # --- tunables ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice

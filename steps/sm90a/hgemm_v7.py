@@ -1,40 +1,6 @@
 """sm_90a step 7: warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups.
 
-Card
-----
-What changed from v6: the CTA has three warpgroups with fixed roles instead of one
-  warpgroup doing everything in turn.
-  * warpgroup 2, the producer: one thread keeps the SMEM ring full, PIPE_DEPTH slices
-    ahead, across tile boundaries; setmaxnreg lowers the warpgroup to PRODUCER_REGS.
-  * warpgroups 0 and 1, the consumers: each owns 64 rows of a 128x256 CTA tile and issues
-    m64n256k16 wgmmas (128 fp32 accumulators per thread); setmaxnreg raises them to
-    CONSUMER_REGS. They keep one wgmma group in flight across K steps: issue slice k,
-    commit, wait_group(1) (= slice k-1 is done), then hand slice k-1's stage back.
-  * every stage has a full/empty mbarrier pair, so producer and consumers never meet at
-    a CTA-wide barrier; each consumer stores its own 64x256 half through SMEM with one
-    TMA store (named barrier per warpgroup).
-  The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
-  so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
-  m64n256k16 does the work of two m64n128k16.
-Scope / layout / dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
-  issuers. Layout: 128x256 tile, 48 KB stages, full+empty barriers, Dsmem 128x256 kept
-  as two contiguous 64-row halves (one TMA box each).
-  Dispatch: producer/consumer overlap, wgmma kept asynchronous across K steps, setmaxnreg.
-Why: in v6 the tensor cores idle at every K step while a warpgroup drains its wgmmas
-  (wait_group(0)), syncs the CTA and refills a stage; only the second CTA on the SM
-  covers that. Here the producer never stalls a consumer, a consumer's next wgmmas are
-  queued before the previous ones finish, and the two consumers share the tensor cores.
-  This is the structure of CUTLASS's sm90 warp-specialized kernels and of fast.cu's
-  128x256 kernels. Measured on an H200: 4096^3 723-748 TFLOP/s (0.96-0.98x torch.matmul
-  timed alongside; v6 693-721), 8192^3 741-748 (1.00x; v6 699), or 655 vs torch 643 when
-  the GPU is power-limited. PIPE_DEPTH=2 ran at 447:
-  with 48 KB stages two slices do not cover the load latency. Small problems lose: at
-  1024x2048x512 there are 64 tiles of 128x256 for 132 SMs (172 TFLOP/s, v6 184).
-Barrier contract: see the comments at full_bar and empty_bar.
-Constraints: M a multiple of 128, N a multiple of 256, K a multiple of 64, float16;
-  PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
-  num_sms >= 1 (the runner passes the device's SM count).
-Run: tirx-gemm run v7 --arch sm_90a
+The step card is the docstring of the builder below.
 """
 
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
@@ -67,6 +33,44 @@ from tirx_gemm.hopper import (
 
 
 def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
+    """sm_90a step 7: warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups.
+
+    Card
+    ----
+    What changed from v6: the CTA has three warpgroups with fixed roles instead of one
+      warpgroup doing everything in turn.
+      * warpgroup 2, the producer: one thread keeps the SMEM ring full, PIPE_DEPTH slices
+        ahead, across tile boundaries; setmaxnreg lowers the warpgroup to PRODUCER_REGS.
+      * warpgroups 0 and 1, the consumers: each owns 64 rows of a 128x256 CTA tile and issues
+        m64n256k16 wgmmas (128 fp32 accumulators per thread); setmaxnreg raises them to
+        CONSUMER_REGS. They keep one wgmma group in flight across K steps: issue slice k,
+        commit, wait_group(1) (= slice k-1 is done), then hand slice k-1's stage back.
+      * every stage has a full/empty mbarrier pair, so producer and consumers never meet at
+        a CTA-wide barrier; each consumer stores its own 64x256 half through SMEM with one
+        TMA store (named barrier per warpgroup).
+      The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
+      so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
+      m64n256k16 does the work of two m64n128k16.
+    Scope / layout / dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
+      issuers. Layout: 128x256 tile, 48 KB stages, full+empty barriers, Dsmem 128x256 kept
+      as two contiguous 64-row halves (one TMA box each).
+      Dispatch: producer/consumer overlap, wgmma kept asynchronous across K steps, setmaxnreg.
+    Why: in v6 the tensor cores idle at every K step while a warpgroup drains its wgmmas
+      (wait_group(0)), syncs the CTA and refills a stage; only the second CTA on the SM
+      covers that. Here the producer never stalls a consumer, a consumer's next wgmmas are
+      queued before the previous ones finish, and the two consumers share the tensor cores.
+      This is the structure of CUTLASS's sm90 warp-specialized kernels and of fast.cu's
+      128x256 kernels. Measured on an H200: 4096^3 723-748 TFLOP/s (0.96-0.98x torch.matmul
+      timed alongside; v6 693-721), 8192^3 741-748 (1.00x; v6 699), or 655 vs torch 643 when
+      the GPU is power-limited. PIPE_DEPTH=2 ran at 447:
+      with 48 KB stages two slices do not cover the load latency. Small problems lose: at
+      1024x2048x512 there are 64 tiles of 128x256 for 132 SMs (172 TFLOP/s, v6 184).
+    Barrier contract: see the comments at full_bar and empty_bar.
+    Constraints: M a multiple of 128, N a multiple of 256, K a multiple of 64, float16;
+      PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
+      num_sms >= 1 (the runner passes the device's SM count).
+    Run: tirx-gemm run v7 --arch sm_90a
+    """
     # --- tunables ---
     BLK_M, BLK_N, BLK_K = 128, 256, 64
     NUM_CONSUMERS = BLK_M // WGMMA_M   # consumer warpgroups, 64 rows each
