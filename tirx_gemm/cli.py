@@ -249,13 +249,20 @@ def _plan(steps, shapes):
         bundle_mod.shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
 
 
+def _progress_log(args):
+    """Full detail by default; with -q only the one-line-per-kernel progress."""
+    if not args.quiet:
+        return print
+    return lambda m: None if m.startswith("    ") else print(m, flush=True)
+
+
 def cmd_bench(args) -> int:
     steps = _steps_arg(args) if (args.step or args.all) else registry.all_steps(args.arch)
     device, why = _device_or_reason(args.arch)
     if device is None:
         return _cannot_run(f"{args.arch} steps", args.arch, why)
     recs = measure_plan(_plan(steps, args.mnk and [args.mnk] or _parse_shapes(args.shapes)),
-                        bundle=args.bundle, check_only=args.no_time)
+                        bundle=args.bundle, check_only=args.no_time, log=_progress_log(args))
     print("\n" + BENCH_HEAD)
     for rec in recs:
         print(_bench_row(rec))
@@ -295,7 +302,7 @@ def cmd_regress(args) -> int:
     print(f"regression on {device['name']} ({arch}): {len(plan)} step/shape pairs, "
           f"tolerance {args.tolerance:.0%}")
     recs = measure_plan(plan, bundle=args.bundle,
-                        log=(lambda m: None) if args.quiet else print)
+                        log=_progress_log(args))
     path = Path(args.baseline) if args.baseline else regress.baseline_path(
         device["name"], Path(args.results) / "baselines")
     base = regress.load_baseline(path)
