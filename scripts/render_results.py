@@ -50,7 +50,8 @@ def steps_and_shapes(records: list[dict]):
     not in the registry (a measurement is never hidden). Columns: the registry's bench shapes
     plus every shape that has a record.
     """
-    record_shapes = {(int(r["M"]), int(r["N"]), int(r["K"])) for r in records}
+    record_shapes = {(int(r["M"]), int(r["N"]), int(r["K"])) for r in records
+                     if r.get("tflops") is not None}
     try:
         from tirx_gemm.registry import STEPS  # lazy: imports the builders (and tvm)
     except Exception as e:  # ImportError, or tvm failing to initialise

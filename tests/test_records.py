@@ -98,7 +98,7 @@ def test_render_table_marks_missing_sm100a_rows():
                rec(step="v2", ts="2026-04-01T00:00:00+00:00", tflops=1.0)]
     md = render_table(records, STEPS, shapes=[(4096, 4096, 4096), (8192, 8192, 8192)])
     lines = md.splitlines()
-    assert lines[0].startswith("| step | arch | lesson | GPU |")
+    assert lines[0].startswith("| step | arch | GPU | checked shapes |")
     assert "4096³" in lines[0] and "8192³" in lines[0]
     sm100_rows = [ln for ln in lines if "| sm_100a |" in ln]
     assert len(sm100_rows) == 2
@@ -130,11 +130,13 @@ def test_render_table_sm100a_partially_measured_says_not_measured():
 
 
 def test_render_table_is_deterministic_and_escapes_pipes():
-    steps = [("v1", "sm_90a", "a | b")]
-    md1 = render_table([rec()], steps)
-    md2 = render_table([rec()], steps)
+    steps = [("v1", "sm_90a", "lesson")]
+    r = rec()
+    r["device"] = "GPU a | b"
+    md1 = render_table([r], steps)
+    md2 = render_table([r], steps)
     assert md1 == md2
-    assert "a \\| b" in md1
+    assert "GPU a \\| b" in md1
 
 
 README = f"""# tirx-gemm

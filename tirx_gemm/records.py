@@ -166,12 +166,14 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
     sm_100a and no sm_100a record exists at all, else "not measured".
     """
     latest = list(latest_by_key(records).values())
+    # a timed record of a shape is kept even when a later check-only run of it exists
+    timed_latest = list(latest_by_key([r for r in records if r.get("tflops") is not None]).values())
     if shapes is None:
-        shapes = sorted({(int(r["M"]), int(r["N"]), int(r["K"])) for r in latest})
+        shapes = sorted({(int(r["M"]), int(r["N"]), int(r["K"])) for r in timed_latest})
     shapes = [tuple(int(x) for x in s) for s in shapes]
     archs_measured = {r["arch"] for r in latest}
 
-    header = ["step", "arch", "lesson", "GPU"] + [
+    header = ["step", "arch", "GPU", "checked shapes"] + [
         f"{_shape_label(s)} TFLOP/s (× torch)" for s in shapes]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     devices_used: dict[str, dict] = {}
@@ -181,18 +183,22 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         if not devices:
             why = NO_SM100_GPU if (arch == "sm_100a" and arch not in archs_measured) \
                 else NOT_MEASURED
-            row = [step_id, arch, _cell_text(lesson), why] + ["—"] * len(shapes)
+            row = [step_id, arch, why, "—"] + ["—"] * len(shapes)
             lines.append("| " + " | ".join(row) + " |")
             continue
         for dev in devices:
-            by_shape = {(int(r["M"]), int(r["N"]), int(r["K"])): r
-                        for r in recs if r["device"] == dev}
-            for r in by_shape.values():
+            mine = [r for r in recs if r["device"] == dev]
+            timed = {(int(r["M"]), int(r["N"]), int(r["K"])): r for r in timed_latest
+                     if r["step"] == step_id and r["arch"] == arch and r["device"] == dev}
+            for r in mine:
                 prev = devices_used.get(dev)
                 if prev is None or _when(r) >= _when(prev):
                     devices_used[dev] = r
-            row = [step_id, arch, _cell_text(lesson), _cell_text(dev)] + [
-                _fmt_cell(by_shape.get(s)) for s in shapes]
+            ok = sum(1 for r in mine if r.get("verified"))
+            checked = f"{ok}/{len(mine)} ✓" + (
+                "" if ok == len(mine) else f", {len(mine) - ok} ✗ failed check")
+            row = [step_id, arch, _cell_text(dev), checked] + [
+                _fmt_cell(timed.get(s)) for s in shapes]
             lines.append("| " + " | ".join(row) + " |")
 
     notes = [
@@ -200,7 +206,9 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         "TFLOP/s = 2·M·N·K / median time (CUDA events, after warm-up, inputs rotated past L2); "
         "(× torch) = ratio to torch.matmul (cuBLAS) timed in the same run; "
         "✓ = passed the check against the fp32 torch reference (random and exact small-integer "
-        "inputs, output poisoned with NaN before the launch); ✗ = failed it.",
+        "inputs, output poisoned with NaN before the launch); ✗ = failed it. checked shapes = "
+        "distinct shapes whose latest check passed (canonical, test and benchmark shapes of "
+        "the registry).",
     ]
     for dev in sorted(devices_used):
         r = devices_used[dev]
