@@ -1,0 +1,235 @@
+"""The notebooks: committed stripped, exactly as scripts/make_notebooks.py writes them, and
+every one executes headless (CPU, no GPU) without a cell error.
+
+Execution uses nbclient with an ipykernel running *this* interpreter (a kernelspec written to
+a temp dir, so no user-level "python3" kernel can take its place) and this process's
+environment, so the kernel sees the test session's TIRX_GEMM_CACHE (tests/conftest.py). The
+builds the notebooks ask for are made up front with build_many (parallel; already cached
+when tests/test_build.py ran first in the session), so the notebooks mostly read the cache.
+"""
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+from tirx_gemm import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+NB_DIR = ROOT / "notebooks"
+CELL_TIMEOUT_S = 300  # a cold build of one step is ~10 s; a cached notebook runs in seconds
+TOTAL_BUDGET_S = 180  # what CI may spend executing all notebooks with a warm cache
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_notebooks",
+                                                  ROOT / "scripts" / "make_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+GEN = _generator()
+GENERATED = GEN.render()
+NAMES = sorted(GENERATED)
+
+
+# --------------------------------------------------------------------------------------
+# the committed files: policy and drift
+# --------------------------------------------------------------------------------------
+def test_every_registry_step_has_a_notebook():
+    names = GEN.notebook_names()
+    assert list(names) == registry.step_ids()
+    assert GEN.OVERVIEW in GENERATED
+    for sid, name in names.items():
+        assert name in GENERATED and name.startswith(f"{int(sid[1:]):02d}_"), name
+
+
+def test_committed_notebooks_are_what_the_generator_writes():
+    committed = sorted(p.name for p in NB_DIR.glob("*.ipynb"))
+    assert committed == NAMES, ("notebooks/ and scripts/make_notebooks.py disagree on the "
+                                "file list: run `python scripts/make_notebooks.py`")
+    for name in NAMES:
+        assert (NB_DIR / name).read_text(encoding="utf-8") == GENERATED[name], (
+            f"notebooks/{name} differs from the generator's output: edit "
+            "scripts/make_notebooks.py, then run it (never edit the .ipynb by hand)")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_has_no_outputs(name):
+    nb = nbformat.read(NB_DIR / name, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, (
+                f"{name}: cell {cell.get('id')} carries outputs; notebooks are committed "
+                "stripped (notebooks/README.md)")
+
+
+def test_notebooks_hold_no_kernel_code():
+    """Thin notebooks: code cells call the package; no TIRx kernel code is copied in."""
+    for name in NAMES:
+        nb = json.loads(GENERATED[name])
+        code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        for banned in ("T.prim_func", "tvm.script", "Tx.", "@T.", "import tvm"):
+            assert banned not in code, f"{name} contains {banned!r}"
+
+
+# --------------------------------------------------------------------------------------
+# the helper module without matplotlib
+# --------------------------------------------------------------------------------------
+def test_plot_falls_back_to_a_table_without_matplotlib(monkeypatch):
+    from tirx_gemm import notebook as nb
+    for mod in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    out = nb.plot_results(highlight="v1")
+    assert isinstance(out, nb.Md) and not hasattr(out, "_repr_png_")
+    text = out._repr_markdown_()
+    assert "matplotlib is not installed" in text
+    for s in registry.STEPS:
+        assert f"| {s.arch} |" in text
+
+
+def test_results_name_the_device_or_say_not_measured(tmp_path, monkeypatch):
+    from tirx_gemm import notebook as nb
+    from tirx_gemm import records
+    monkeypatch.setenv(nb.RESULTS_ENV, str(tmp_path))  # no records at all
+    text = str(nb.results_table("v1"))
+    assert records.NO_SM100_GPU in text
+    rec = {"step": "v1", "arch": "sm_90a", "M": 128, "N": 128, "K": 64, "device": "NVIDIA H200",
+           "tflops": 0.3, "ratio_to_torch": 0.78, "verified": True, "rel_err": 2e-4,
+           "timestamp": "2026-11-29T10:07:01+00:00"}
+    records.append_record(rec, tmp_path)
+    text = str(nb.results_table("v1"))
+    assert "NVIDIA H200" in text and records.NO_SM100_GPU in text
+
+
+def test_measure_runs_where_a_gpu_of_the_arch_is_present(monkeypatch):
+    """The GPU branch (faked here): a present arch is measured through cli.measure_plan and
+    its record shown; an absent one falls back to the recorded results."""
+    from tirx_gemm import cli
+    from tirx_gemm import notebook as nb
+    calls = []
+
+    def fake_device(arch):
+        if arch == "sm_90a":
+            return {"name": "NVIDIA H200", "capability": "9.0", "sm_count": 132}, None
+        return None, "no sm_100a GPU here"
+
+    def fake_measure(plan, *, bundle=None, check_only=False, log=print):
+        (s, mnk), = plan
+        calls.append((s.key, tuple(mnk), bundle))
+        return [{"step": s.id, "arch": s.arch, "M": mnk[0], "N": mnk[1],
+                 "K": mnk[2], "device": "NVIDIA H200", "verified": True,
+                 "rel_err": 2.1e-4, "tflops": 123.4, "ratio_to_torch": 0.5,
+                 "timestamp": "2026-11-29T00:00:00+00:00"}]
+
+    monkeypatch.setattr(nb, "_device_for", fake_device)
+    monkeypatch.setattr(cli, "measure_plan", fake_measure)
+    text = str(nb.measure_or_recorded("v1", bundle="some/bundle"))
+    assert calls == [("v1@sm_90a", registry.get("v1", "sm_90a").canonical, "some/bundle")]
+    assert "measured here on NVIDIA H200" in text and "123.4" in text and "✓" in text
+    assert "sm_100a" in text and "no sm_100a GPU here" in text
+
+
+# --------------------------------------------------------------------------------------
+# execution
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kernel_spec_dir(tmp_path_factory):
+    """A 'python3' kernelspec that runs this very interpreter (the test venv)."""
+    d = tmp_path_factory.mktemp("kernels")
+    (d / "python3").mkdir()
+    (d / "python3" / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (test venv)", "language": "python"}))
+    return d
+
+
+@pytest.fixture(scope="module")
+def warm_cache():
+    """Build every step's canonical shape once, in parallel (cache hits after test_build)."""
+    from tirx_gemm.build import build_many
+    t0 = time.perf_counter()
+    res = build_many([(s, s.canonical, {}) for s in registry.STEPS])
+    for s, r in zip(registry.STEPS, res):
+        if isinstance(r, Exception):
+            raise AssertionError(f"{s.key} does not build: {r}")
+    return time.perf_counter() - t0
+
+
+_TIMES: dict[str, float] = {}
+
+
+def _execute(name, kernel_spec_dir):
+    nb = nbformat.read(NB_DIR / name, as_version=4)
+    ksm = KernelSpecManager(kernel_dirs=[str(kernel_spec_dir)], ensure_native_kernel=False)
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=ksm)
+    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
+                            resources={"metadata": {"path": str(NB_DIR)}})
+    t0 = time.perf_counter()
+    try:
+        # the kernel inherits this environment: TIRX_GEMM_CACHE from conftest, PATH (nvcc)
+        client.execute(env=dict(os.environ))
+    finally:
+        if km.has_kernel:  # we own the kernel manager, so nbclient leaves the kernel running
+            km.shutdown_kernel(now=True)
+    _TIMES[name] = time.perf_counter() - t0
+    return nb
+
+
+def _text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                parts.append("ERROR " + out.get("ename", "") + ": " + out.get("evalue", ""))
+            data = out.get("data", {})
+            for key in ("text/markdown", "text/plain"):
+                if key in data:
+                    parts.append("".join(data[key]))
+            if "text" in out:
+                parts.append("".join(out["text"]))
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_executes_headless(name, kernel_spec_dir, warm_cache):
+    nb = _execute(name, kernel_spec_dir)  # raises CellExecutionError on any cell error
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error", out
+    text = _text(nb)
+    # every notebook ends in recorded results (no GPU here) that name their device, and a
+    # plot (or its table fallback)
+    from tirx_gemm import records
+    assert records.NO_SM100_GPU in text
+    plot_out = [o for o in nb.cells[-1].get("outputs", []) if o.get("output_type") in
+                ("execute_result", "display_data")]
+    assert plot_out and ("image/png" in plot_out[0]["data"]
+                         or "matplotlib is not installed" in "".join(
+                             plot_out[0]["data"].get("text/markdown", "")))
+    if name != GEN.OVERVIEW:
+        sid = next(k for k, v in GEN.notebook_names().items() if v == name)
+        for s in registry.STEPS:
+            if s.id == sid:  # the build summary and resource tables name each registered arch
+                assert f"| {s.arch} |" in text
+        assert "opcode (prefix)" in text and "registers / thread" in text and "```cuda" in text
+
+
+def test_notebook_execution_fits_the_ci_budget():
+    """Runs after the executions above (same module, file order); skipped if they did not."""
+    if len(_TIMES) != len(NAMES):
+        pytest.skip("not every notebook was executed in this session")
+    total = sum(_TIMES.values())
+    print("\nnotebook execution: " + ", ".join(f"{n} {t:.1f}s" for n, t in _TIMES.items())
+          + f"; total {total:.1f}s")
+    assert total < TOTAL_BUDGET_S, f"notebooks took {total:.0f}s (budget {TOTAL_BUDGET_S}s)"

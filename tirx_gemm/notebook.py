@@ -1,0 +1,634 @@
+"""What the notebooks call, so that they stay thin (DESIGN.md item 10).
+
+The notebooks in ``notebooks/`` are narrative plus one-line calls into this module; no
+kernel code lives in them. Everything here reads the one registry (``tirx_gemm.registry``),
+the build harness (``tirx_gemm.build``: canonical shapes only, cached on disk under
+``TIRX_GEMM_CACHE``) and the recorded results (``results/*.jsonl`` via
+``tirx_gemm.records``); runs go through ``tirx_gemm.runner`` and only where a GPU of the
+step's arch is present.
+
+Every function returns an object that renders itself in Jupyter (markdown, or a PNG for
+plots) and prints as plain text elsewhere, so the same calls work in a notebook, in a
+terminal and in the headless CI run. Importing this module imports neither TVM nor torch.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tirx_gemm import records, registry
+from tirx_gemm.registry import KEY_SASS, Step
+
+__all__ = [
+    "Md",
+    "Png",
+    "steps_of",
+    "arches",
+    "previous_step_id",
+    "results_dir",
+    "canonical_build",
+    "build_summary",
+    "step_overview",
+    "resource_table",
+    "sass_compare",
+    "cuda_excerpt",
+    "results_for",
+    "results_table",
+    "measure_or_recorded",
+    "plot_results",
+    "path_table",
+    "resource_overview",
+    "sass_overview",
+    "device_status",
+]
+
+PKG_DIR = Path(__file__).resolve().parent
+RESULTS_ENV = "TIRX_GEMM_RESULTS"
+
+
+# --------------------------------------------------------------------------------------
+# display objects
+# --------------------------------------------------------------------------------------
+class Md:
+    """Markdown text: rendered by Jupyter, printed as-is elsewhere."""
+
+    def __init__(self, text: str):
+        self.text = text.rstrip() + "\n"
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __add__(self, other: "Md") -> "Md":
+        return Md(self.text + "\n" + str(other))
+
+
+class Png:
+    """A rendered plot: Jupyter shows the image, a terminal gets the same data as text."""
+
+    def __init__(self, png: bytes, text: str):
+        self.png = png
+        self.text = text
+
+    def _repr_png_(self) -> bytes:
+        return self.png
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
+    def cell(x) -> str:
+        return "—" if x is None or x == "" else str(x).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _shape(mnk) -> str:
+    return "x".join(str(int(x)) for x in mnk)
+
+
+def _kib(n) -> str:
+    return "—" if n is None else f"{n / 1024:.1f} KiB"
+
+
+# --------------------------------------------------------------------------------------
+# the registry, seen from one step
+# --------------------------------------------------------------------------------------
+def steps_of(step_id: str) -> list[Step]:
+    """Every registered arch of one step, in registry order (sm_100a first)."""
+    return [s for s in registry.STEPS if s.id == step_id]
+
+
+def arches(step_id: str) -> list[str]:
+    return [s.arch for s in steps_of(step_id)]
+
+
+def _step(step_id: str, arch: str) -> Step | None:
+    try:
+        return registry.get(step_id, arch)
+    except ValueError:
+        return None
+
+
+def previous_step_id(step_id: str) -> str | None:
+    ids = registry.step_ids()
+    i = ids.index(step_id)
+    return ids[i - 1] if i > 0 else None
+
+
+def _missing(step_id: str, arch: str) -> str:
+    return f"{arch} {step_id}: not in the registry (yet)"
+
+
+# --------------------------------------------------------------------------------------
+# builds (canonical shapes only: cached on disk, so a repeat is a file read)
+# --------------------------------------------------------------------------------------
+_BUILDS: dict = {}
+
+
+def canonical_build(step_id: str, arch: str):
+    """BuildResult of one step at its canonical shape, or None if the registry lacks it."""
+    step = _step(step_id, arch)
+    if step is None:
+        return None
+    key = (step.id, step.arch)
+    if key not in _BUILDS:
+        from tirx_gemm.build import build
+        _BUILDS[key] = build(step.id, *step.canonical, arch=step.arch)
+    return _BUILDS[key]
+
+
+def _prefetch(steps: Sequence[Step]) -> None:
+    """Build several steps at once (parallel worker processes for the cache misses)."""
+    todo = [s for s in steps if (s.id, s.arch) not in _BUILDS]
+    if not todo:
+        return
+    from tirx_gemm.build import build_many
+    for s, res in zip(todo, build_many([(s, s.canonical, {}) for s in todo])):
+        if isinstance(res, Exception):
+            raise res
+        _BUILDS[(s.id, s.arch)] = res
+
+
+def _total_sass(res) -> int:
+    return sum(res.sass_counts.values())
+
+
+def build_summary(builds: dict) -> Md:
+    """One line per arch for the results of ``tirx_gemm.build.build`` (arch -> BuildResult)."""
+    rows = []
+    for arch, r in builds.items():
+        step = registry.get(r.step, r.arch)
+        t = "cached" if r.cached else f"{r.times.get('total', 0):.1f} s"
+        rows.append([r.arch, f"`{step.module}.hgemm_{r.step}`", _shape((r.M, r.N, r.K)), t,
+                     f"`{Path(r.dir).name}`", f"{len(r.cuda_source.splitlines())} lines",
+                     f"{_total_sass(r)} instructions"])
+    return Md(_table(["arch", "builder", "M x N x K", "build", "cache entry", "CUDA", "SASS"],
+                     rows))
+
+
+# --------------------------------------------------------------------------------------
+# a step, both arches
+# --------------------------------------------------------------------------------------
+def _card(step: Step) -> str:
+    """The step card: the builder's docstring, else the module docstring (read from the
+    source with ast: importing the builder would import TVM)."""
+    import ast
+    tree = ast.parse(Path(step.source_file).read_text())
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)
+               and n.name == f"hgemm_{step.id}"), None)
+    doc = (ast.get_docstring(fn) if fn is not None else None) or ast.get_docstring(tree) or ""
+    return doc.strip()
+
+
+def step_overview(step_id: str) -> Md:
+    """Lesson, constraints, canonical shape, source file and step card for each arch."""
+    out = [f"### {step_id}: the registry's view"]
+    for arch in registry.ARCHES:
+        step = _step(step_id, arch)
+        if step is None:
+            out.append(f"\n**{arch}**: not in the registry (yet).")
+            continue
+        src = Path(step.source_file)
+        try:
+            src = src.relative_to(PKG_DIR.parent)
+        except ValueError:
+            pass
+        out.append(f"\n**{arch}**: {step.lesson}\n\n"
+                   f"- builder: `{step.module}.hgemm_{step.id}` (`{src}`)\n"
+                   f"- constraints: {step.constraints}\n"
+                   f"- canonical shape: {_shape(step.canonical)}\n"
+                   f"- SASS the lesson promises: {', '.join(f'`{o}`' for o in step.sass_expect)}"
+                   + (f"; forbids: {', '.join(f'`{o}`' for o in step.sass_forbid)}"
+                      if step.sass_forbid else ""))
+        card = _card(step)
+        if card:
+            out.append("\n<details><summary>step card (docstring)</summary>\n\n```text\n"
+                       + card + "\n```\n</details>")
+    return Md("\n".join(out))
+
+
+def resource_table(step_id: str) -> Md:
+    """Registers, shared memory and spills of this step and the previous one, per arch."""
+    prev = previous_step_id(step_id)
+    ids = [prev, step_id] if prev else [step_id]
+    _prefetch([s for i in ids for s in steps_of(i)])
+    rows = []
+    notes = []
+    for arch in registry.ARCHES:
+        for sid in ids:
+            r = canonical_build(sid, arch)
+            if r is None:
+                notes.append(_missing(sid, arch))
+                continue
+            rows.append([arch, sid + (" (this step)" if sid == step_id else ""),
+                         _shape((r.M, r.N, r.K)), r.registers, _kib(r.smem_bytes),
+                         r.static_smem_bytes, f"{r.spill_stores} / {r.spill_loads}",
+                         _total_sass(r)])
+    text = _table(["arch", "step", "M x N x K", "registers / thread", "dynamic smem / CTA",
+                   "static smem (B)", "spill st / ld (B)", "SASS instructions"], rows)
+    if notes:
+        text += "\n\n" + "; ".join(notes) + "."
+    return Md(text)
+
+
+def _key_counts(res) -> dict:
+    return res.key_sass() if res is not None else {}
+
+
+def sass_compare(step_id: str) -> Md:
+    """Key SASS opcode counts, previous step vs this step, for each arch."""
+    prev = previous_step_id(step_id)
+    _prefetch([s for i in filter(None, [prev, step_id]) for s in steps_of(i)])
+    cols, counts, notes = [], [], []
+    for arch in registry.ARCHES:
+        for sid in filter(None, [prev, step_id]):
+            r = canonical_build(sid, arch)
+            if r is None:
+                notes.append(_missing(sid, arch))
+                continue
+            cols.append(f"{sid} {arch}")
+            counts.append(_key_counts(r) | {"(all instructions)": _total_sass(r)})
+    ops = [op for op in (*KEY_SASS, "(all instructions)") if any(c.get(op) for c in counts)]
+    rows = [[f"`{op}`"] + [c.get(op, 0) for c in counts] for op in ops]
+    text = _table(["opcode (prefix)"] + cols, rows)
+    if notes:
+        text += "\n\n" + "; ".join(notes) + "."
+    return Md(text)
+
+
+# SASS opcodes glossary, shown once in the overview
+SASS_GLOSSARY = {
+    "UTCHMMA": "tcgen05.mma: tensor-core MMA into TMEM (sm_100a)",
+    "UTCBAR": "tcgen05.commit: MMA completion -> mbarrier arrive (sm_100a)",
+    "LDTM": "tcgen05.ld: TMEM -> registers (sm_100a)",
+    "HGMMA": "wgmma.mma_async: warpgroup MMA, accumulator in registers (sm_90a)",
+    "UTMALDG": "TMA tile load GMEM -> SMEM",
+    "UTMASTG": "TMA tile store SMEM -> GMEM",
+    "LDG.E.128": "16-byte global load by a thread (thread copies)",
+    "STS.128": "16-byte shared store by a thread",
+    "STG.E.128": "16-byte global store by a thread",
+    "LDSM": "ldmatrix: shared -> registers",
+    "SYNCS.PHASECHK": "mbarrier try_wait on a phase parity",
+    "SYNCS.ARRIVE": "mbarrier arrive (incl. expect_tx)",
+    "USETMAXREG": "setmaxnreg: move registers between warpgroups",
+    "WARPGROUP.ARRIVE": "wgmma.fence: order register writes before wgmma",
+    "BAR.SYNC": "CTA or named barrier (bar.sync)",
+}
+
+_SKELETON = re.compile(
+    r"__global__|\bfor \(|\bwhile \(|\bif \(|\belse\b|break;|mbarrier|setmaxnreg"
+    r"|tcgen05_(mma|commit|ld|alloc|dealloc)|wgmma_(f16|fence|commit|wait)|cp_async_bulk"
+    r"|cta_sync|warpgroup_sync|elect_one|fence_proxy|phase\w*\[0\] =|stage\w*\[0\] ="
+    r"|^\s*}\s*$")
+_CALL = re.compile(r"^\s*(?:[\w:<>*]+\s+)?([A-Za-z_]\w*)\s*\(")
+
+
+def _kernel_body(src: str) -> list[str]:
+    """Lines of the __global__ kernel definition (the last __global__ occurrence that opens
+    a body), up to its closing brace."""
+    lines = src.splitlines()
+    start = None
+    for i, line in enumerate(lines):
+        if "__global__" in line and line.rstrip().endswith("{"):
+            start = i
+    if start is None:
+        return lines
+    depth, out = 0, []
+    for line in lines[start:]:
+        out.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth <= 0 and len(out) > 1:
+            break
+    return out
+
+
+def _prune_empty_blocks(lines: list[str]) -> list[str]:
+    """Drop blocks left empty by the skeleton filter (`if (..) {` + `}`, empty `else`)."""
+    out = list(lines)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(out) - 1):
+            a, b = out[i].strip(), out[i + 1].strip()
+            if b == "}" and a == "} else {":
+                out[i:i + 2] = [out[i + 1]]
+                changed = True
+                break
+            if b == "}" and a.endswith("{") and "__global__" not in a:
+                del out[i:i + 2]
+                changed = True
+                break
+    return out
+
+
+def _collapse_repeats(lines: list[str]) -> list[str]:
+    """Runs of calls to the same function (e.g. 8 wgmma issues) -> first + a count."""
+    out, i = [], 0
+    while i < len(lines):
+        m = _CALL.match(lines[i])
+        j = i + 1
+        if m and not lines[i].lstrip().startswith(("if", "for", "while")):
+            while j < len(lines) and (mm := _CALL.match(lines[j])) and mm.group(1) == m.group(1):
+                j += 1
+        out.append(lines[i])
+        if j - i > 1:
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            out.append(f"{indent}// ... {j - i - 1} more {m.group(1)}(...) (x{j - i} in all)")
+        i = j
+    return out
+
+
+def cuda_excerpt(step_id: str, arch: str = "sm_100a", lines: int = 40, *,
+                 focus: str | None = None, skeleton: bool = True, width: int = 130) -> Md:
+    """An excerpt of the generated CUDA kernel (canonical shape).
+
+    ``skeleton=True`` keeps control flow, barriers, MMA issue, TMA and fences (what the
+    lesson is about) and folds runs of identical calls; ``focus`` (a regex) starts the
+    excerpt a few lines above its first match; lines are cut at ``width`` characters and
+    the excerpt at ``lines`` lines.
+    """
+    r = canonical_build(step_id, arch)
+    if r is None:
+        return Md(_missing(step_id, arch) + ".")
+    body = _kernel_body(r.cuda_source)
+    total = len(body)
+    if skeleton:
+        body = _collapse_repeats(_prune_empty_blocks(
+            [ln for ln in body if _SKELETON.search(ln)]))
+    start = 0
+    if focus:
+        rx = re.compile(focus)
+        hit = next((i for i, ln in enumerate(body) if rx.search(ln)), None)
+        start = max(0, hit - 3) if hit is not None else 0
+    shown = body[start:start + lines]
+    cut = [ln if len(ln) <= width else ln[: width - 4] + " ..." for ln in shown]
+    head = (f"{arch} {step_id} {_shape((r.M, r.N, r.K))}: `{r.cuda_path}` "
+            f"({total} lines in the kernel body; "
+            + ("skeleton: control flow, barriers, MMA, TMA, fences" if skeleton else "verbatim")
+            + f"; showing {len(cut)} lines from line {start + 1} of that view)")
+    more = len(body) - (start + len(shown))
+    tail = f"\n// ... {more} more lines" if more > 0 else ""
+    return Md(head + "\n\n```cuda\n" + "\n".join(cut) + tail + "\n```")
+
+
+# --------------------------------------------------------------------------------------
+# recorded results (results/*.jsonl) and runs on this machine
+# --------------------------------------------------------------------------------------
+def results_dir() -> Path:
+    """$TIRX_GEMM_RESULTS, else the checkout's results/ (editable install), else the first
+    results/ found walking up from the working directory."""
+    env = os.environ.get(RESULTS_ENV)
+    if env:
+        return Path(env)
+    cand = PKG_DIR.parent / "results"
+    if cand.is_dir():
+        return cand
+    for d in [Path.cwd(), *Path.cwd().parents]:
+        if (d / "results").is_dir():
+            return d / "results"
+    return cand
+
+
+def _all_latest() -> list[dict]:
+    return list(records.latest_by_key(records.load_records(results_dir())).values())
+
+
+def results_for(step_id: str | None = None) -> list[dict]:
+    """Latest recorded run per (step, arch, shape, device), for one step or all, sorted."""
+    recs = [r for r in _all_latest() if step_id is None or r["step"] == step_id]
+    order = {a: i for i, a in enumerate(registry.ARCHES)}
+    return sorted(recs, key=lambda r: (r["step"], order.get(r["arch"], 9), r["device"],
+                                       int(r["M"]) * int(r["N"]) * int(r["K"])))
+
+
+def _step_rows(step_ids: Sequence[str]) -> list[tuple]:
+    return [(s.id, s.arch, s.lesson) for sid in step_ids for s in steps_of(sid)]
+
+
+def results_table(step_id: str | None = None) -> Md:
+    """The README-style results table (records.render_table), for one step or all; steps
+    without records say why (sm_100a: no sm_100a GPU available)."""
+    ids = [step_id] if step_id else registry.step_ids()
+    recs = [r for r in _all_latest() if r["step"] in ids]
+    shapes = sorted({(int(r["M"]), int(r["N"]), int(r["K"])) for r in recs},
+                    key=lambda s: s[0] * s[1] * s[2])
+    if not shapes:
+        shapes = sorted({s.canonical for sid in ids for s in steps_of(sid)})
+    src = results_dir()
+    try:
+        src = src.relative_to(PKG_DIR.parent)
+    except ValueError:
+        pass
+    return Md(f"Recorded in `{src}/` (newest run per step, arch, shape and GPU):\n\n"
+              + records.render_table(recs, _step_rows(ids), shapes))
+
+
+def _device_for(arch: str):
+    """(device info, None) if a GPU of this arch is here, else (None, why not)."""
+    try:
+        from tirx_gemm import runner
+    except Exception as exc:  # noqa: BLE001 - no torch: nothing can run here
+        return None, f"the run side cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        return runner.check_device(arch, query_smi=False), None
+    except runner.DeviceMismatchError as exc:
+        return None, str(exc)
+
+
+def _record_rows(recs: Sequence[dict]) -> list[list]:
+    rows = []
+    for r in recs:
+        tf, ratio = r.get("tflops"), r.get("ratio_to_torch")
+        rows.append([r["step"], r["arch"], r["device"], _shape((r["M"], r["N"], r["K"])),
+                     "✓" if r.get("verified") else "✗",
+                     None if r.get("rel_err") is None else f"{r['rel_err']:.1e}",
+                     None if tf is None else f"{tf:.1f}",
+                     None if ratio is None else f"{ratio:.2f}x",
+                     str(r.get("timestamp", ""))[:10]])
+    return rows
+
+
+_RECORD_HEAD = ["step", "arch", "GPU", "M x N x K", "check", "rel. error", "TFLOP/s",
+                "x torch", "date"]
+
+
+def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
+    """For each arch of the step: where a GPU of that arch is present, check and time the
+    step here at its canonical shape (``tirx_gemm.cli.measure_plan``: build or bundle ->
+    runner.run_step); where not, say why and show the recorded results with their GPU."""
+    bundle = bundle or os.environ.get("TIRX_GEMM_BUNDLE") or None
+    out = []
+    for arch in registry.ARCHES:
+        step = _step(step_id, arch)
+        if step is None:
+            out.append(f"**{arch}**: {step_id} is not in the registry (yet).")
+            continue
+        dev, why = _device_for(arch)
+        if dev is not None:
+            from tirx_gemm.cli import measure_plan
+            log: list[str] = []
+            recs = measure_plan([(step, step.canonical)], bundle=bundle, log=log.append)
+            out.append(f"**{arch}**: measured here on {dev['name']} (cc {dev['capability']}, "
+                       f"{dev['sm_count']} SMs), canonical shape; not recorded "
+                       "(`tirx-gemm run ... --record` appends to results/):\n\n"
+                       + _table(_RECORD_HEAD, _record_rows(recs)))
+            continue
+        recs = [r for r in results_for(step_id) if r["arch"] == arch]
+        if recs:
+            devices = ", ".join(sorted({r["device"] for r in recs}))
+            out.append(f"**{arch}**: not run here ({why}). Recorded on {devices}:\n\n"
+                       + _table(_RECORD_HEAD, _record_rows(recs)))
+        elif arch == "sm_100a" and not any(r["arch"] == "sm_100a" for r in _all_latest()):
+            out.append(f"**{arch}**: {records.NO_SM100_GPU} (not run here either: {why}).")
+        else:
+            out.append(f"**{arch}**: {records.NOT_MEASURED} (no record in results/; not run "
+                       f"here: {why}).")
+    return Md("\n\n".join(out))
+
+
+def _plot_data(highlight: str | None = None) -> list[dict]:
+    """One entry per registered (step, arch): the latest record at the canonical shape per
+    GPU, or a 'not measured' entry."""
+    latest = _all_latest()
+    data = []
+    for s in registry.STEPS:
+        recs = [r for r in latest if r["step"] == s.id and r["arch"] == s.arch
+                and (int(r["M"]), int(r["N"]), int(r["K"])) == tuple(s.canonical)]
+        if not recs:
+            why = (records.NO_SM100_GPU if s.arch == "sm_100a"
+                   and not any(r["arch"] == "sm_100a" for r in latest) else records.NOT_MEASURED)
+            data.append({"step": s.id, "arch": s.arch, "shape": s.canonical, "device": why,
+                         "tflops": None, "ratio": None, "verified": None,
+                         "highlight": s.id == highlight})
+        for r in recs:
+            data.append({"step": s.id, "arch": s.arch, "shape": s.canonical,
+                         "device": r["device"], "tflops": r.get("tflops"),
+                         "ratio": r.get("ratio_to_torch"), "verified": r.get("verified"),
+                         "highlight": s.id == highlight})
+    return data
+
+
+def _plot_text(data: list[dict]) -> str:
+    rows = [[d["step"] + (" <-" if d["highlight"] else ""), d["arch"], _shape(d["shape"]),
+             d["device"], None if d["tflops"] is None else f"{d['tflops']:.1f}",
+             None if d["ratio"] is None else f"{d['ratio']:.2f}x",
+             {True: "✓", False: "✗", None: ""}[d["verified"]]] for d in data]
+    return _table(["step", "arch", "M x N x K (canonical)", "GPU", "TFLOP/s", "x torch",
+                   "check"], rows)
+
+
+def plot_results(highlight: str | None = None):
+    """Recorded TFLOP/s and ratio to torch of every step at its canonical shape, one bar per
+    (step, arch, GPU), ``highlight`` in a stronger colour. Rendered with matplotlib (Agg,
+    no display needed) when it is importable (the ``plot`` extra), else the same numbers as
+    a text table."""
+    data = _plot_data(highlight)
+    text = _plot_text(data)
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError:
+        return Md("matplotlib is not installed (`pip install -e '.[plot]'`): the recorded "
+                  "results as a table instead.\n\n" + text)
+
+    measured = [d for d in data if d["tflops"] is not None]
+    unmeasured = sorted({f"{d['arch']}: {d['device']}" for d in data if d["tflops"] is None
+                         and d["device"] == records.NO_SM100_GPU})
+    if highlight and not any(d["highlight"] for d in measured):
+        unmeasured.append(f"{highlight}: no recorded run at its canonical shape")
+    fig = Figure(figsize=(11, 4.2), dpi=100)
+    FigureCanvasAgg(fig)
+    ax1, ax2 = fig.subplots(1, 2)
+    labels = [f"{d['step']}\n{d['arch']}" for d in measured]
+    x = list(range(len(measured)))
+    colors = ["tab:orange" if d["highlight"] else "tab:blue" for d in measured]
+    if measured:
+        ax1.bar(x, [d["tflops"] for d in measured], color=colors)
+        ax1.set_yscale("log")
+        ax1.set_ylim(top=max(d["tflops"] for d in measured) * 8)  # room for the labels
+        for i, d in enumerate(measured):
+            ax1.annotate(f"{d['tflops']:.3g}\n{_shape(d['shape'])}", (i, d["tflops"]),
+                         ha="center", va="bottom", fontsize=7)
+        ratios = [d["ratio"] or 0.0 for d in measured]
+        ax2.bar(x, ratios, color=colors)
+        ax2.axhline(1.0, color="gray", lw=0.8, ls="--")
+        for i, v in enumerate(ratios):
+            ax2.annotate(f"{v:.2f}x", (i, v), ha="center", va="bottom", fontsize=7)
+    for ax, title in ((ax1, "TFLOP/s (log scale)"), (ax2, "ratio to torch.matmul (cuBLAS)")):
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_title(title, fontsize=10)
+    devices = ", ".join(sorted({d["device"] for d in measured})) or "no GPU recorded"
+    fig.suptitle(f"Recorded results, each step at its canonical shape ({devices})", fontsize=11)
+    if unmeasured:
+        fig.text(0.5, 0.01, "; ".join(unmeasured), ha="center", fontsize=8, color="dimgray")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return Png(buf.getvalue(), text)
+
+
+# --------------------------------------------------------------------------------------
+# the overview notebook: all steps at once
+# --------------------------------------------------------------------------------------
+def path_table(notebooks: dict | None = None) -> Md:
+    """The path v1 -> vN from the registry: lesson per arch (and the notebook of each step)."""
+    rows = []
+    for sid in registry.step_ids():
+        by = {s.arch: s.lesson for s in steps_of(sid)}
+        row = [sid] + [by.get(a, "not in the registry (yet)") for a in registry.ARCHES]
+        if notebooks is not None:
+            nb = notebooks.get(sid)
+            row.append(f"[{nb}]({nb})" if nb else None)
+        rows.append(row)
+    head = ["step"] + [f"{a} lesson" for a in registry.ARCHES]
+    if notebooks is not None:
+        head.append("notebook")
+    return Md(_table(head, rows))
+
+
+def resource_overview() -> Md:
+    """Registers, shared memory, spills and instruction count of every step (canonical)."""
+    _prefetch(registry.STEPS)
+    rows = []
+    for s in registry.STEPS:
+        r = canonical_build(s.id, s.arch)
+        rows.append([s.id, s.arch, _shape(s.canonical), r.registers, _kib(r.smem_bytes),
+                     f"{r.spill_stores} / {r.spill_loads}", _total_sass(r)])
+    return Md(_table(["step", "arch", "M x N x K", "registers / thread", "dynamic smem / CTA",
+                      "spill st / ld (B)", "SASS instructions"], rows))
+
+
+def sass_overview(arch: str = "sm_100a") -> Md:
+    """Key SASS opcode counts of every step of one arch, side by side."""
+    steps = registry.all_steps(arch)
+    if not steps:
+        return Md(f"no {arch} steps in the registry.")
+    _prefetch(steps)
+    counts = [_key_counts(canonical_build(s.id, arch)) for s in steps]
+    ops = [op for op in KEY_SASS if any(c.get(op) for c in counts)]
+    rows = [[f"`{op}`", SASS_GLOSSARY.get(op, "")] + [c.get(op, 0) for c in counts]
+            for op in ops]
+    return Md(f"{arch}, canonical shapes:\n\n"
+              + _table(["opcode", "what it is"] + [s.id for s in steps], rows))
+
+
+def device_status() -> Md:
+    """Which tracks can run on this machine."""
+    rows = []
+    for arch in registry.ARCHES:
+        dev, why = _device_for(arch)
+        rows.append([arch, f"yes: {dev['name']} (cc {dev['capability']})" if dev else
+                     f"no: {why}"])
+    return Md(_table(["arch", "runs here?"], rows))
