@@ -31,7 +31,7 @@ from pathlib import Path
 from tirx_gemm import registry
 from tirx_gemm.registry import KEY_SASS, Step
 
-BUILD_FORMAT = 3  # bump when the cached artefacts or their meaning change
+BUILD_FORMAT = 4  # bump when the cached artefacts or their meaning change
 PKG_DIR = Path(__file__).resolve().parent
 
 NVCC_FLAGS = [
@@ -305,7 +305,7 @@ def ensure_libcuda() -> str:
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_SASS_OP = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
+_SASS_OP = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", re.M)
 
 
 def parse_ptxas(text: str) -> dict:
