@@ -26,6 +26,8 @@ def test_builder_importable_with_documented_signature(step):
     assert params[:3] == ["M", "N", "K"] and "dtype" in params
     assert fn.__doc__ and len(fn.__doc__.strip()) > 100, "each builder carries a step card"
     assert step.lesson and step.constraints and step.sass_expect
+    if step.sm_count_kwarg:  # persistent steps size their CTA pool to the GPU
+        assert step.sm_count_kwarg in params
 
 
 def test_get_errors_are_clear():

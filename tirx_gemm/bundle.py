@@ -42,15 +42,7 @@ def shapes_for(step: registry.Step, which: str, mnk=None) -> list[tuple[int, int
 
 def build_kwargs(step: registry.Step, args) -> dict:
     """Builder keywords chosen at export time (the SM count of persistent steps)."""
-    n = getattr(args, "num_sms", None)
-    if not n:
-        return {}
-    import inspect
-    params = inspect.signature(step.builder()).parameters
-    for name in ("SM_COUNT", "num_sms"):
-        if name in params:
-            return {name: n}
-    return {}
+    return step.with_sm_count(getattr(args, "num_sms", None))
 
 
 def lib_name(step: str, arch: str, M: int, N: int, K: int, kwargs: dict) -> str:

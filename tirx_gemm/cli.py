@@ -159,15 +159,16 @@ def _git_sha() -> str | None:
         return None
 
 
-def _kernel_for(step, mnk, bundle_dir=None, show_build=True):
-    """(library path, build metadata) from a bundle, or built here."""
+def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None):
+    """(library path, build metadata) from a bundle, or built here (persistent steps sized
+    to ``sm_count`` SMs when given: the GPU they will run on)."""
     if bundle_dir:
         from tirx_gemm import bundle
         entry = dict(bundle.find(Path(bundle_dir), step, mnk))
         entry.setdefault("lesson", step.lesson)
         return Path(bundle_dir) / entry["lib"], entry
     from tirx_gemm.build import build
-    r = build(step.id, *mnk, arch=step.arch)
+    r = build(step.id, *mnk, arch=step.arch, **step.with_sm_count(sm_count))
     if show_build:
         print(TABLE_HEAD)
         print(_table_row(r))
@@ -197,7 +198,8 @@ def cmd_run(args) -> int:
     mnk = tuple(args.mnk or step.canonical)
     device, why = _device_or_reason(step.arch)
     # build (or find in the bundle) even without a GPU, so the compile side is shown/checked
-    lib, meta = _kernel_for(step, mnk, args.bundle)
+    lib, meta = _kernel_for(step, mnk, args.bundle,
+                            sm_count=device["sm_count"] if device else None)
     if device is None:
         return _cannot_run(step.key, step.arch, why)
     from tirx_gemm import runner
@@ -231,12 +233,14 @@ def _parse_shapes(text: str | None):
 
 
 def measure_plan(plan, *, bundle=None, check_only=False, log=print):
-    """Check (and time) every (step, shape) of the plan; returns the records in order."""
+    """Check (and time) every (step, shape) of the plan; returns the records in order.
+    Kernels built here size persistent steps to this GPU's SM count."""
     from tirx_gemm import runner
     recs = []
     for i, (step, mnk) in enumerate(plan, 1):
         log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}")
-        lib, meta = _kernel_for(step, mnk, bundle, show_build=False)
+        sm_count = None if bundle else runner.check_device(step.arch, query_smi=False)["sm_count"]
+        lib, meta = _kernel_for(step, mnk, bundle, show_build=False, sm_count=sm_count)
         kernel = runner.load_kernel(str(lib))
         recs.append(runner.run_step(kernel, meta, check=True, time=not check_only,
                                     git_sha=meta.get("git_sha"), log=lambda m: log("    " + m)))

@@ -34,6 +34,11 @@ class Step:
     sass_expect: tuple[str, ...]       # SASS opcodes the lesson promises (prefix match)
     sass_forbid: tuple[str, ...] = ()  # SASS opcodes the lesson removes
     builder_kwargs: tuple[tuple[str, object], ...] = field(default=())
+    sm_count_kwarg: str | None = None  # persistent steps: the builder keyword for the CTA pool
+
+    def with_sm_count(self, n: int | None) -> dict:
+        """Builder keywords that size a persistent step's CTA pool to a GPU with n SMs."""
+        return {self.sm_count_kwarg: n} if (n and self.sm_count_kwarg) else {}
 
     @property
     def key(self) -> str:
@@ -82,14 +87,19 @@ _THREAD_COPIES = ("LDG.E.128", "STS.128")
 _TMA = ("UTMALDG", "UTMASTG", "SYNCS.ARRIVE")
 
 
+_PERSISTENT = ("v6", "v7")
+
+
 def _sm100(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
     return Step(id_, "sm_100a", _LESSONS[id_], constraints, canonical, tests, bench, invalid,
-                ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK") + expect, forbid)
+                ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK") + expect, forbid,
+                sm_count_kwarg="SM_COUNT" if id_ in _PERSISTENT else None)
 
 
 def _sm90(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
     return Step(id_, "sm_90a", _LESSONS_SM90[id_], constraints, canonical, tests, bench,
-                invalid, ("HGMMA", "WARPGROUP.ARRIVE") + expect, forbid)
+                invalid, ("HGMMA", "WARPGROUP.ARRIVE") + expect, forbid,
+                sm_count_kwarg="num_sms" if id_ in _PERSISTENT else None)
 
 
 _ONE_TILE = "M = N = 128, K = 64 (one tile)"
