@@ -75,8 +75,8 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
     if errors:
         lines = "\n".join(f"  {req[0].key} {req[1]}: {r}" for req, r in errors)
         raise RuntimeError(f"{len(errors)} build(s) failed:\n{lines}")
-    from tirx_gemm.cli import _git_sha
-    sha = _git_sha()
+    from tirx_gemm.runner import git_sha
+    sha = git_sha()
     for r in results:
         name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs)
         shutil.copyfile(r.lib_path, out / name)

@@ -144,21 +144,6 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _git_sha() -> str | None:
-    """HEAD of the checkout this package runs from, with -dirty when its sources changed."""
-    import subprocess
-    root = Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                "tirx_gemm", "steps"],
-                               cwd=root, capture_output=True, text=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None):
     """(library path, build metadata) from a bundle, or built here (persistent steps sized
     to ``sm_count`` SMs when given: the GPU they will run on)."""
@@ -167,6 +152,7 @@ def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None):
         entry = dict(bundle.find(Path(bundle_dir), step, mnk))
         entry.setdefault("lesson", step.lesson)
         return Path(bundle_dir) / entry["lib"], entry
+    from tirx_gemm import runner
     from tirx_gemm.build import build
     r = build(step.id, *mnk, arch=step.arch, **step.with_sm_count(sm_count))
     if show_build:
@@ -174,7 +160,7 @@ def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None):
         print(_table_row(r))
     return r.lib_path, {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
                         "kwargs": r.kwargs, "tvm_version": r.tvm_version,
-                        "lesson": step.lesson, "git_sha": _git_sha()}
+                        "lesson": step.lesson, "git_sha": runner.git_sha()}
 
 
 def _device_or_reason(arch):
