@@ -1,7 +1,6 @@
 """CPU tests of tirx_gemm.records and scripts/render_results.py."""
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path

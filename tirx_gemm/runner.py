@@ -50,7 +50,7 @@ import subprocess
 import sys
 import time as _time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np  # noqa: F401  (part of the run-side contract; kept importable)
 import torch

@@ -6,7 +6,6 @@ the expected byte count (expect_tx). The epilogue also goes through TMA: registe
 swizzled SMEM -> one TMA store.
 """
 from tvm.script import tirx as T
-from tvm.script.tirx import tile as Tx
 
 from tirx_gemm import helpers as H
 

@@ -6,7 +6,6 @@ barrier completes once per trip around the ring, so its phase flips on wrap-arou
 while mma_bar still flips every slice.
 """
 from tvm.script import tirx as T
-from tvm.script.tirx import tile as Tx
 
 from tirx_gemm import helpers as H
 

@@ -6,7 +6,6 @@ Reusing barriers across tiles is only correct if every barrier ends a tile in th
 parity the next tile assumes -- the K-tile parity contract below.
 """
 from tvm.script import tirx as T
-from tvm.script.tirx import tile as Tx
 
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
