@@ -61,7 +61,6 @@ class Step:
         return self.builder()(M, N, K, **{**dict(self.builder_kwargs), **kwargs})
 
 
-_SQUARE = ((4096, 4096, 4096),)
 _GRID_TESTS = ((256, 384, 512), (1024, 2048, 512), (768, 1280, 960))
 _BENCH = ((4096, 4096, 4096), (8192, 8192, 8192))
 
@@ -113,7 +112,7 @@ STEPS: list[Step] = [
     _sm100("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
     _sm100("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,
            _THREAD_COPIES, ("UTMALDG",)),
-    _sm100("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _SQUARE, _TILED_BAD,
+    _sm100("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD,
            _THREAD_COPIES, ("UTMALDG",)),
     _sm100("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
            ("LDG.E.128",)),
@@ -128,7 +127,7 @@ STEPS: list[Step] = [
     _sm90("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
     _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,
           _THREAD_COPIES, ("UTMALDG",)),
-    _sm90("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _SQUARE, _TILED_BAD,
+    _sm90("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD,
           _THREAD_COPIES, ("UTMALDG",)),
     _sm90("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD,
           _TMA + ("SYNCS.PHASECHK",), ("LDG.E.128",)),
