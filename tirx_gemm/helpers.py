@@ -138,14 +138,15 @@ def mma_tile(tmem, Asmem, Bsmem, BLK_N, accum):
 
 @T.inline
 def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, bar):
-    # one thread: two TMA tile copies that complete on `bar`, plus the arrival that
-    # tells `bar` how many bytes to expect before its phase may complete
-    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch="tma_auto",
-                  cta_group=1, mbar=bar)
-    Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch="tma_auto",
-                  cta_group=1, mbar=bar)
+    # one thread (both arches): the arrival that tells `bar` how many bytes to expect,
+    # then two TMA tile copies that complete on `bar`; the phase completes once this
+    # thread has arrived and every byte has landed
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))
+    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch="tma_auto",
+                  mbar=bar)
+    Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch="tma_auto",
+                  mbar=bar)
 
 
 @T.inline

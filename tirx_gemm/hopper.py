@@ -10,10 +10,11 @@ pieces every step needs live here once:
 * descriptor encoding and the byte arithmetic that walks a 128B-swizzled K-major tile,
 * ``wgmma_tile``: the wgmma calls that consume one BLK_K slice of A and B,
 * the operand fence that pins accumulator registers behind ``wgmma.wait_group``,
-* barrier init, and the two epilogues: fragment -> GMEM (v1-v3) and
-  fragment -> swizzled SMEM for a TMA store (v4+),
-* ``tma_load_slice``: expect_tx plus the two TMA loads of one K slice (v5+),
-* ``ROLLED`` (keeps K-loops rolled) and ``check_ctas_fit_sm`` (persistent pools, v6).
+* barrier init, and the fragment epilogue ``store_fragment``: to GMEM (v1-v3) or to a
+  swizzled SMEM tile for a TMA store (v4+),
+* ``check_ctas_fit_sm`` (persistent pools, v6).
+The arch-neutral pieces (validation, layouts, ``tma_load_tiles``, ``ROLLED``) are in
+:mod:`tirx_gemm.helpers`.
 
 Everything that runs on the device is an ``@T.inline`` helper: it is expanded at the call
 site, so the generated CUDA is the same as if the step had written it inline.
@@ -40,13 +41,8 @@ import tvm
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
-from . import helpers as _helpers
 from .helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES
 
-# `T.serial(K_TILES, annotations=ROLLED)` emits `#pragma unroll 1`: nvcc would otherwise
-# unroll K-loops (4x in v4: 32 HGMMA instead of 8), which makes SASS counts depend on the
-# shape and slows builds. helpers.ROLLED is the project-wide spelling once it exists.
-ROLLED = getattr(_helpers, "ROLLED", {"disable_unroll": 1})
 
 # --------------------------------------------------------------------------------------
 # target and hardware constants
@@ -183,32 +179,16 @@ def publish_mbarrier_init():
 
 
 # --------------------------------------------------------------------------------------
-# TMA loads
-# --------------------------------------------------------------------------------------
-@T.inline
-def tma_load_slice(bar, Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M: int, BLK_N: int,
-                   BLK_K: int):
-    """One thread: load A[m_st:+BLK_M, k_st:+BLK_K] -> Asmem and B[n_st:+BLK_N, k_st:+BLK_K]
-    -> Bsmem with the TMA unit, both completing on ``bar`` (a pointer). The arrival with
-    expect_tx announces the bytes first, so ``bar``'s phase completes exactly when this
-    thread has arrived and both copies have landed (v4 wrote the same three calls inline)."""
-    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-        bar, T.uint32(tile_bytes(BLK_M, BLK_K) + tile_bytes(BLK_N, BLK_K)))
-    Tx.copy_async(Asmem, A[m_st : m_st + BLK_M, k_st : k_st + BLK_K],
-                  dispatch="tma_auto", mbar=bar)
-    Tx.copy_async(Bsmem, B[n_st : n_st + BLK_N, k_st : k_st + BLK_K],
-                  dispatch="tma_auto", mbar=bar)
-
-
-# --------------------------------------------------------------------------------------
 # epilogues
 # --------------------------------------------------------------------------------------
 @T.inline
-def store_fragment_to_gmem(D, acc, row0, col0, warp_id, lane_id, m_blocks: int, n: int):
-    """Accumulators -> fp16 -> D[row0 : row0 + 64*m_blocks, col0 : col0 + n], straight
-    from registers. Each thread writes pairs of neighbouring columns (one 32-bit store
-    of a packed half2); a warp covers 8 rows x 8 columns per store, so the stores are
-    only sector-sized: fine for a first step, fixed by the SMEM + TMA store of v4."""
+def store_fragment(dst, acc, row0, col0, warp_id, lane_id, m_blocks: int, n: int):
+    """Accumulators -> fp16 -> dst[row0 : row0 + 64*m_blocks, col0 : col0 + n], straight from
+    registers; each thread writes pairs of neighbouring columns (one packed half2).
+    dst = D (GMEM, v1-v3): a warp covers 8 rows x 8 columns per store, so the stores are
+    only sector-sized -- fine for a first step, fixed by the SMEM + TMA store of v4.
+    dst = Dsmem (a 128B-swizzled tile, the source of a TMA store, v4+): the swizzle makes
+    these stores bank-conflict free (the 8 rows a warp writes land in 8 16-byte chunks)."""
     pair = T.alloc_local((2,), AB_DTYPE)
     for h in T.unroll(m_blocks):
         for j in T.unroll(n // 8):
@@ -218,24 +198,7 @@ def store_fragment_to_gmem(D, acc, row0, col0, warp_id, lane_id, m_blocks: int, 
                 col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4))
                 pair[0] = T.Cast(AB_DTYPE, acc[base])
                 pair[1] = T.Cast(AB_DTYPE, acc[base + 1])
-                Tx.copy(D[row, col : col + 2], pair[:])
-
-
-@T.inline
-def store_fragment_to_smem(Dsmem, acc, row0, warp_id, lane_id, m_blocks: int, n: int):
-    """Accumulators -> fp16 -> Dsmem[row0 : row0 + 64*m_blocks, 0:n] (a 128B-swizzled
-    tile, the source of a TMA store). The swizzle makes these stores bank-conflict free:
-    the 8 rows a warp writes at once land in 8 different 16-byte chunks."""
-    pair = T.alloc_local((2,), AB_DTYPE)
-    for h in T.unroll(m_blocks):
-        for j in T.unroll(n // 8):
-            for hh in T.unroll(2):
-                base = T.meta_var(h * (n // 2) + 4 * j + 2 * hh)
-                row = T.meta_var(row0 + h * WGMMA_M + warp_id * 16 + lane_id // 4 + 8 * hh)
-                col = T.meta_var(8 * j + 2 * (lane_id % 4))
-                pair[0] = T.Cast(AB_DTYPE, acc[base])
-                pair[1] = T.Cast(AB_DTYPE, acc[base + 1])
-                Tx.copy(Dsmem[row, col : col + 2], pair[:])
+                Tx.copy(dst[row, col : col + 2], pair[:])
 
 
 @T.inline
@@ -252,7 +215,6 @@ __all__ = [
     "DESC_K16_STEP",
     "DESC_M64_STEP",
     "DESC_SBO",
-    "ROLLED",
     "SM90A_TARGET",
     "SMEM_ALIGN",
     "SWIZZLE_ROW_ELEMS",
@@ -267,10 +229,8 @@ __all__ = [
     "init_mbarriers",
     "publish_mbarrier_init",
     "sm90a_target",
-    "store_fragment_to_gmem",
-    "store_fragment_to_smem",
+    "store_fragment",
     "tile_bytes",
-    "tma_load_slice",
     "tma_store_tile",
     "wgmma_name",
     "wgmma_tile",

@@ -11,7 +11,7 @@ from tirx_gemm.hopper import (
     encode_desc,
     fence_operands,
     SMEM_ALIGN,
-    store_fragment_to_gmem,
+    store_fragment,
     wgmma_tile,
 )
 
@@ -90,6 +90,6 @@ def hgemm_v1(M, N, K, dtype="float16"):
         fence_operands(acc, ACC_REGS)
 
         # --- writeback: registers -> fp16 -> GMEM ---
-        store_fragment_to_gmem(D, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
+        store_fragment(D, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
 
     return kernel

@@ -6,13 +6,12 @@ The step card is the docstring of the builder below.
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
-from tirx_gemm.helpers import ACC_DTYPE, check_equal, check_tiled_shape, swizzled_layout
+from tirx_gemm.helpers import ACC_DTYPE, ROLLED, check_equal, check_tiled_shape, swizzled_layout
 from tirx_gemm.hopper import (
     encode_desc,
     fence_operands,
-    ROLLED,
     SMEM_ALIGN,
-    store_fragment_to_gmem,
+    store_fragment,
     wgmma_tile,
 )
 
@@ -95,6 +94,6 @@ def hgemm_v2(M, N, K, dtype="float16"):
         fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
 
         # --- writeback: registers -> fp16 -> GMEM ---
-        store_fragment_to_gmem(D, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
+        store_fragment(D, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
 
     return kernel

@@ -6,15 +6,14 @@ The step card is the docstring of the builder below.
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
-from tirx_gemm.helpers import ACC_DTYPE, check_tiled_shape, swizzled_layout
+from tirx_gemm.helpers import ACC_DTYPE, ROLLED, check_tiled_shape, swizzled_layout
 from tirx_gemm.hopper import (
     encode_desc,
     fence_operands,
     init_mbarriers,
     publish_mbarrier_init,
-    ROLLED,
     SMEM_ALIGN,
-    store_fragment_to_smem,
+    store_fragment,
     tile_bytes,
     tma_store_tile,
     wgmma_tile,
@@ -121,7 +120,7 @@ def hgemm_v4(M, N, K, dtype="float16"):
         fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
 
         # --- writeback: registers -> fp16 -> swizzled Dsmem -> TMA store ---
-        store_fragment_to_smem(Dsmem, acc, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
+        store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
         T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
         T.cuda.cta_sync()                       # every thread's part of the tile is written
         if tid == 0:

@@ -5,18 +5,23 @@ The step card is the docstring of the builder below.
 
 from tvm.script import tirx as T
 
-from tirx_gemm.helpers import ACC_DTYPE, check_pipe_depth, check_tiled_shape, swizzled_layout
+from tirx_gemm.helpers import (
+    ACC_DTYPE,
+    ROLLED,
+    check_pipe_depth,
+    check_tiled_shape,
+    swizzled_layout,
+    tma_load_tiles,
+)
 from tirx_gemm.hopper import (
     desc_advance,
     encode_desc,
     fence_operands,
     init_mbarriers,
     publish_mbarrier_init,
-    ROLLED,
     SMEM_ALIGN,
-    store_fragment_to_smem,
+    store_fragment,
     tile_bytes,
-    tma_load_slice,
     tma_store_tile,
     wgmma_tile,
 )
@@ -110,8 +115,8 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
         # --- load (prologue): fill the ring before the first wait ---
         if tid == 0:
             for s in T.unroll(PREFETCH):
-                tma_load_slice(full_bar.ptr_to([s]), Asmem[s, :, :], Bsmem[s, :, :], A, B,
-                               m_st, n_st, s * BLK_K, BLK_M, BLK_N, BLK_K)
+                tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B,
+                               m_st, n_st, s * BLK_K, BLK_M, BLK_N, BLK_K, full_bar.ptr_to([s]))
 
         phase: T.int32 = 0  # parity of the phase of full_bar[stage] that we wait for
         for k in T.serial(K_TILES, annotations=ROLLED):
@@ -131,15 +136,15 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
             # --- load: refill the stage just drained, PIPE_DEPTH slices ahead ---
             if tid == 0:
                 if k + PIPE_DEPTH < K_TILES:
-                    tma_load_slice(full_bar.ptr_to([stage]), Asmem[stage, :, :],
+                    tma_load_tiles(Asmem[stage, :, :],
                                    Bsmem[stage, :, :], A, B, m_st, n_st,
-                                   (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K)
+                                   (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K, full_bar.ptr_to([stage]))
             if stage == PIPE_DEPTH - 1:
                 phase = phase ^ 1  # the ring wraps: every stage's next phase has the other parity
         fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
 
         # --- writeback: registers -> fp16 -> swizzled Dsmem -> TMA store ---
-        store_fragment_to_smem(Dsmem, acc, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
+        store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
         T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
         T.cuda.cta_sync()                       # every thread's part of the tile is written
         if tid == 0:

@@ -8,10 +8,12 @@ from tvm.script import tirx as T
 
 from tirx_gemm.helpers import (
     ACC_DTYPE,
+    ROLLED,
     check_pipe_depth,
     check_positive_ints,
     check_tiled_shape,
     swizzled_layout,
+    tma_load_tiles,
 )
 from tirx_gemm.hopper import (
     check_ctas_fit_sm,
@@ -20,11 +22,9 @@ from tirx_gemm.hopper import (
     fence_operands,
     init_mbarriers,
     publish_mbarrier_init,
-    ROLLED,
     SMEM_ALIGN,
-    store_fragment_to_smem,
+    store_fragment,
     tile_bytes,
-    tma_load_slice,
     tma_store_tile,
     wgmma_tile,
 )
@@ -141,9 +141,9 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
         if tid == 0:
             if scheduler.valid():
                 for s in T.unroll(PREFETCH):
-                    tma_load_slice(full_bar.ptr_to([s]), Asmem[s, :, :], Bsmem[s, :, :], A, B,
+                    tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B,
                                    scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N, s * BLK_K,
-                                   BLK_M, BLK_N, BLK_K)
+                                   BLK_M, BLK_N, BLK_K, full_bar.ptr_to([s]))
 
         while scheduler.valid():
             # this tile's indices, kept: the scheduler moves on before this tile's epilogue
@@ -168,9 +168,10 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
                 # --- load: refill the stage just drained, PIPE_DEPTH slices ahead ---
                 if tid == 0:
                     if k + PIPE_DEPTH < K_TILES:
-                        tma_load_slice(full_bar.ptr_to([ring.stage]), Asmem[ring.stage, :, :],
+                        tma_load_tiles(Asmem[ring.stage, :, :],
                                        Bsmem[ring.stage, :, :], A, B, m_st, n_st,
-                                       (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K)
+                                       (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
+                                       full_bar.ptr_to([ring.stage]))
                 ring.advance()  # flips the phase when the ring wraps
             fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
 
@@ -182,16 +183,16 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
                 if scheduler.valid():
                     for s in T.unroll(PREFETCH):
                         stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
-                        tma_load_slice(full_bar.ptr_to([stage]), Asmem[stage, :, :],
+                        tma_load_tiles(Asmem[stage, :, :],
                                        Bsmem[stage, :, :], A, B, scheduler.m_idx * BLK_M,
-                                       scheduler.n_idx * BLK_N, s * BLK_K, BLK_M, BLK_N, BLK_K)
+                                       scheduler.n_idx * BLK_N, s * BLK_K, BLK_M, BLK_N, BLK_K, full_bar.ptr_to([stage]))
 
             # --- writeback: registers -> fp16 -> swizzled Dsmem -> TMA store ---
             if tid == 0:
                 # the previous tile's TMA store must have finished reading Dsmem
                 T.ptx.cp.async_.bulk.wait_group.read(0)
             T.cuda.cta_sync()
-            store_fragment_to_smem(Dsmem, acc, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
+            store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
             T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
             T.cuda.cta_sync()                       # every thread's part of the tile is written
             if tid == 0:

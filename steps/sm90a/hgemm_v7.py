@@ -9,10 +9,12 @@ from tvm.script import tirx as T
 
 from tirx_gemm.helpers import (
     ACC_DTYPE,
+    ROLLED,
     check_pipe_depth,
     check_positive_ints,
     check_tiled_shape,
     swizzled_layout,
+    tma_load_tiles,
 )
 from tirx_gemm.hopper import (
     desc_advance,
@@ -21,11 +23,9 @@ from tirx_gemm.hopper import (
     fence_operands,
     init_mbarriers,
     publish_mbarrier_init,
-    ROLLED,
     SMEM_ALIGN,
-    store_fragment_to_smem,
+    store_fragment,
     tile_bytes,
-    tma_load_slice,
     tma_store_tile,
     wgmma_tile,
     WGMMA_M,
@@ -144,9 +144,9 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=ROLLED):
                         T.cuda.mbarrier_wait(empty_bar.ptr_to([ring.stage]), ring.phase)
-                        tma_load_slice(full_bar.ptr_to([ring.stage]), Asmem[ring.stage, :, :],
+                        tma_load_tiles(Asmem[ring.stage, :, :],
                                        Bsmem[ring.stage, :, :], A, B, m_st, n_st, k * BLK_K,
-                                       BLK_M, BLK_N, BLK_K)
+                                       BLK_M, BLK_N, BLK_K, full_bar.ptr_to([ring.stage]))
                         ring.advance()
                     scheduler.next_tile()
 
@@ -196,7 +196,7 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
                     T.ptx.cp.async_.bulk.wait_group.read(0)
                 # named barrier 1 or 2 (0 is the CTA-wide one): this warpgroup's 128 threads
                 T.cuda.warpgroup_sync(1 + consumer)
-                store_fragment_to_smem(Dsmem, acc, row0, warp_id, lane_id, 1, BLK_N)
+                store_fragment(Dsmem, acc, row0, 0, warp_id, lane_id, 1, BLK_N)
                 T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
                 T.cuda.warpgroup_sync(1 + consumer)
                 if tid_in_wg == 0:
