@@ -62,8 +62,10 @@ sm_90a also `fence.proxy.async`, because wgmma reads SMEM through the async prox
 MMA is asynchronous, so its result may be read only after its completion is observed
 (an mbarrier on sm_100a, `wgmma.wait_group` on sm_90a).""",
         "barriers_sm100a": TABLE_HEAD + """\
-| `mma_bar` (mbarrier) | 1 | `tcgen05.commit` from the elected thread of warp 0: arrives once the MMAs it issued have completed | all 128 threads, before reading TMEM | 0 (they wait for parity 0) | never: it completes one phase in the kernel's life |
-| CTA barrier (`bar.sync 0`) | 128 | every thread: after setup (barrier init and TMEM address published), after copying its share of A and B, and before TMEM is freed | every thread | n/a | n/a |""",
+| `mma_bar` (mbarrier) | 1 | `tcgen05.commit` from the elected thread of warp 0: arrives once the MMAs it issued have completed | all 128 threads, before reading TMEM (then `tcgen05.fence::after_thread_sync`) | 0 (they wait for parity 0) | never: it completes one phase in the kernel's life |
+| CTA barrier (`bar.sync 0`) | 128 | every thread: after setup (barrier init and TMEM address published), after copying its share of A and B **and `fence.proxy.async`** (its ordinary stores must reach the async proxy that `tcgen05.mma` reads through), and before TMEM is freed; each wrapped in `tcgen05.fence::before/after_thread_sync` | every thread | n/a | n/a |
+
+NumSim's racecheck finds the missing proxy fence ("no generic->async proxy bridge"): `tirx-gemm sim v1 --mutant no-proxy-fence`.""",
         "barriers_sm90a": TABLE_HEAD + """\
 | CTA barrier (`bar.sync 0`), after `fence.proxy.async` | 128 | every thread, after copying its share of A and B | every thread, before the wgmmas read SMEM | n/a | n/a |
 | wgmma group (not a barrier) | n/a | `wgmma.commit_group` closes the 8 wgmmas | each thread's `wgmma.wait_group(0)`, then an operand fence pins the accumulator reads behind it | n/a | n/a |
@@ -93,8 +95,8 @@ the loop). The single A/B SMEM tile is refilled every slice.
 Why: real K is thousands. Copy, sync, MMA and wait are still fully serial, and one CTA
 uses one SM: the point is the contract, not the speed.""",
         "barriers_sm100a": TABLE_HEAD + """\
-| `mma_bar` | 1 | `tcgen05.commit` (elected thread of warp 0), once per K slice | all 128 threads: before the next slice's copy overwrites SMEM, and before the epilogue reads TMEM | 0 | after every wait: `phase_mma ^= 1`, once per K slice |
-| CTA barrier (`bar.sync 0`) | 128 | every thread, after copying its share of slice k | every thread, before the MMA is issued | n/a | n/a |""",
+| `mma_bar` | 1 | `tcgen05.commit` (elected thread of warp 0), once per K slice | all 128 threads: before the next slice's copy overwrites SMEM (then `fence.proxy.async`: the MMA's async-proxy reads before our next stores), and before the epilogue reads TMEM | 0 | after every wait: `phase_mma ^= 1`, once per K slice |
+| CTA barrier (`bar.sync 0`) | 128 | every thread, after copying its share of slice k and `fence.proxy.async` | every thread, before the MMA is issued; it also bounds how far thread 0 can run ahead, so no waiter misses a phase of `mma_bar` | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
 | CTA barrier 1 (after `fence.proxy.async`) | 128 | every thread, after copying its share of slice k | every thread, before the wgmmas read slice k (read after write) | n/a | n/a |
 | CTA barrier 2 (after `wait_group(0)`) | 128 | every thread, once its wgmmas on slice k are done | every thread, before copying slice k+1 (write after read) | n/a | n/a |
@@ -125,8 +127,8 @@ another CTA's MMAs even though every CTA is still serial inside. Neighbouring CT
 the same A/B bands from GMEM (L2 catches some): left for later steps.""",
         "barriers_sm100a": "Unchanged from v2, per CTA (every CTA has its own barriers in its "
                            "own SMEM):\n\n" + TABLE_HEAD + """\
-| `mma_bar` | 1 | `tcgen05.commit` (elected thread of warp 0), once per K slice | all 128 threads of the CTA | 0 | every K slice |
-| CTA barrier (`bar.sync 0`) | 128 | every thread, after copying its share of slice k | every thread | n/a | n/a |""",
+| `mma_bar` | 1 | `tcgen05.commit` (elected thread of warp 0), once per K slice | all 128 threads of the CTA (then `fence.proxy.async` before the next stores) | 0 | every K slice |
+| CTA barrier (`bar.sync 0`) | 128 | every thread, after copying its share of slice k and `fence.proxy.async` | every thread | n/a | n/a |""",
         "barriers_sm90a": "Unchanged from v2, per CTA:\n\n" + TABLE_HEAD + """\
 | CTA barrier 1 (after `fence.proxy.async`) | 128 | every thread, after copying its share of slice k | every thread, before the wgmmas (read after write) | n/a | n/a |
 | CTA barrier 2 (after `wait_group(0)`) | 128 | every thread, once its wgmmas on slice k are done | every thread, before copying slice k+1 (write after read) | n/a | n/a |""",
@@ -154,8 +156,9 @@ flight, and the output leaves as full lines. Inside a CTA it is still load -> wa
 -> wait per slice: no overlap yet (that is v5). The seed's article series quotes
 278 TFLOP/s for this step on a B200 at 4096^3 (not measured here).""",
         "barriers_sm100a": TABLE_HEAD + """\
-| `tma_bar` | 1 (+ 32768 tx bytes) | thread 0: `arrive.expect_tx` after issuing the two TMA loads; the TMA unit completes the bytes | all 128 threads, before the MMA reads SMEM | 0 | every K slice |
-| `mma_bar` | 1 | `tcgen05.commit` (thread 0) | all 128 threads, before the next TMA load overwrites SMEM and before the epilogue reads TMEM | 0 | every K slice |
+| `tma_bar` | 1 (+ 32768 tx bytes) | thread 0: `arrive.expect_tx`, then the two TMA loads; the TMA unit completes the bytes | **warp 0 only**, before the MMA reads SMEM | 0 | every K slice |
+| `mma_bar` | 1 | `tcgen05.commit` (thread 0) | **warp 0 only**, before the next TMA load overwrites SMEM | 0 | every K slice |
+| CTA barrier (after the K-loop) | 128 | every thread; warp 0 once it has seen the last MMA complete | every thread, before the epilogue reads TMEM | n/a | n/a |
 | named barrier 1 (`bar.sync 1`, 128) | 128 | every thread, after writing its row of Dsmem (and `fence.proxy.async`); again after the store | every thread | n/a | n/a |
 | TMA store bulk group | n/a | thread 0: `cp.async.bulk.commit_group` | thread 0: `wait_group(0)` before Dsmem may be reused | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
@@ -191,8 +194,9 @@ refill -> next issue: every slice still drains the tensor-core pipe (v7 removes 
 sm_90a the default depth is 2 rather than more because two 97 KiB CTAs per SM hide each
 other's drains; the step card has the measured depths.""",
         "barriers_sm100a": TABLE_HEAD + """\
-| `tma_bar[s]`, s < PIPE_DEPTH | 1 (+ 32768 tx bytes) | thread 0: `expect_tx` with the two loads into stage s (prologue and refills); the TMA unit completes the bytes | all 128 threads, before the MMA reads stage s | 0 | when the ring wraps (after the wait on stage PIPE_DEPTH-1): once per PIPE_DEPTH slices |
-| `mma_bar` | 1 | `tcgen05.commit` (thread 0) | all 128 threads, before stage s is refilled and before TMEM is read | 0 | every K slice |
+| `tma_bar[s]`, s < PIPE_DEPTH | 1 (+ 32768 tx bytes) | thread 0: `expect_tx` with the two loads into stage s (prologue and refills); the TMA unit completes the bytes | warp 0 only, before the MMA reads stage s | 0 | when the ring wraps (after the wait on stage PIPE_DEPTH-1): once per PIPE_DEPTH slices |
+| `mma_bar` | 1 | `tcgen05.commit` (thread 0) | warp 0 only, before stage s is refilled | 0 | every K slice |
+| CTA barrier (after the K-loop) | 128 | every thread; warp 0 once it has seen the last MMA complete | every thread, before the epilogue reads TMEM | n/a | n/a |
 | named barrier 1 (epilogue) | 128 | every thread, Dsmem written and fenced / store drained | every thread | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
 | `full_bar[s]`, s < PIPE_DEPTH | 1 (+ 32768 tx bytes) | thread 0: `expect_tx` + the two loads into stage s (prologue and refills) | all 128 threads, before the wgmmas read stage s | 0 | when the ring wraps (after stage PIPE_DEPTH-1) |
@@ -215,14 +219,15 @@ other's drains; the step card has the measured depths.""",
 | **scope** | 1D grid of `SM_COUNT` = 148 CTAs (a B200's SMs); each takes tiles from `ClusterPersistentScheduler2D` (`l2_group_size=8`: groups of 8 tile rows visited column by column, so CTAs running at the same time share B bands in L2). TMEM allocation, barrier init and scheduler init happen once per CTA. | a pool of `num_sms` x `CTAS_PER_SM` = 132 x 2 CTAs (H100/H200; two 97 KiB CTAs fit on an SM, as in v5), the same scheduler with `L2_GROUP` = 16 |
 | **layout** | unchanged (PIPE_DEPTH-stage ring, Dsmem) | unchanged |
 | **dispatch** | unchanged inside a tile | + the next tile's first slices are loaded as soon as this tile's last wgmmas drained, so they overlap this tile's epilogue; the TMA store is no longer waited for right after it is issued |
-| **new contract** | barriers are reused across tiles and **phases restart at 0 for each tile**, so every barrier must complete an even number of phases per tile (**K-tile parity contract**): `mma_bar` completes K_TILES times, each `tma_bar[s]` K_TILES / PIPE_DEPTH times, so K/64 must be a multiple of 2 x PIPE_DEPTH (the builder rejects e.g. 128x128x192) | the ring's stage and phase (`PipelineState`) are **carried across tiles**, so no parity contract; before writing Dsmem again, thread 0 waits `cp.async.bulk.wait_group.read 0` (the previous store has finished *reading* it) |
+| **new contract** | barriers are reused across tiles, so their **phases are carried across tiles**: the ring's stage and phase live in a `PipelineState` that counts slices for the CTA's life, and each tile's prologue fills the stages after the last one used. (The seed restarted phases at 0 per tile, correct only when K/64 is a multiple of 2 x PIPE_DEPTH.) Two CTA barriers per tile hand the accumulator to the epilogue and TMEM back to the MMA | the ring's stage and phase (`PipelineState`) are **carried across tiles**, so no parity contract; before writing Dsmem again, thread 0 waits `cp.async.bulk.wait_group.read 0` (the previous store has finished *reading* it) |
 
 Why: setup is paid once per SM instead of once per tile, and the tile order improves L2
 reuse. Inside a CTA, loads, MMA and epilogue still take turns (v7).""",
         "barriers_sm100a": TABLE_HEAD + """\
-| `tma_bar[s]` | 1 (+ 32768 tx bytes) | thread 0: `expect_tx` + two loads into stage s | all 128 threads, before the MMA reads stage s | 0, **reset to 0 at every tile** (valid only under the parity contract) | every ring wrap |
-| `mma_bar` | 1 | `tcgen05.commit` (thread 0) | all 128 threads | 0, reset at every tile | every K slice |
-| CTA barrier (end of tile) | 128 | every thread, past the epilogue's TMEM reads | every thread, before the next tile's MMA overwrites TMEM | n/a | n/a |
+| `tma_bar[s]` | 1 (+ 32768 tx bytes) | thread 0: `expect_tx` + two loads into stage s (each tile's prologue and refills) | warp 0 only, before the MMA reads stage s | 0, never reset: `ring` counts uses for the CTA's whole life | every ring wrap (`ring.advance()`) |
+| `mma_bar` | 1 | `tcgen05.commit` (thread 0) | warp 0 only | 0, carried across tiles | every K slice |
+| CTA barrier (after a tile's K-loop) | 128 | every thread; warp 0 once it has seen the tile's last MMA complete | every thread, before the epilogue reads TMEM | n/a | n/a |
+| CTA barrier (end of tile) | 128 | every thread, past the epilogue's TMEM reads | warp 0, before the next tile's MMA overwrites TMEM | n/a | n/a |
 | named barrier 1 (epilogue) | 128 | as in v4 | as in v4 | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
 | `full_bar[s]` | 1 (+ 32768 tx bytes) | thread 0: in-loop refills and the next tile's prefetch, `expect_tx` + two loads | all 128 threads, before the wgmmas read stage s | 0, never reset: `ring` counts uses for the CTA's whole life | every ring wrap (`ring.advance()`) |
@@ -250,7 +255,7 @@ run at the same time.
 | **scope** | 2 warpgroups (256 threads): warpgroup 1 warp 3 = **TMA producer**; warpgroup 1 warp 0 = **MMA issuer** (one elected lane); warpgroup 0 = **epilogue** | 3 warpgroups (384 threads): warpgroup 2 = **producer** (one thread); warpgroups 0 and 1 = **consumers**, each owns 64 rows of a 128x256 tile |
 | **layout** | TMEM accumulator **double-buffered** (2 x 128 columns), so tile i+1's MMAs run while the epilogue drains tile i; `PIPE_DEPTH` = 4 (161 KiB SMEM) | tile 128x256 (`m64n256k16` wgmma), 48 KiB stages, `PIPE_DEPTH` = 3, Dsmem 128x256 as two contiguous 64-row halves (one TMA box each); one CTA per SM (`num_sms` = 132, `L2_GROUP` = 16) |
 | **dispatch** | `setmaxnreg`: warpgroup 1 down to 56 registers, the epilogue up to 224 | `setmaxnreg` 40 (producer) / 232 (consumers); consumers keep one wgmma group in flight: issue slice k, commit, `wait_group(1)` (= slice k-1 done), release slice k-1's stage |
-| **new contract** | **full/empty barrier pairs** (`tma2mma`/`mma2tma` for the SMEM ring, `mma2ld`/`ld2mma` for the accumulators); stage and phase tracked by `PipelineState` and carried across tiles, so v6's parity contract is gone | `full_bar`/`empty_bar` per stage, carried across tiles; each consumer syncs only its own warpgroup (named barrier) for its half of the store |
+| **new contract** | **full/empty barrier pairs** (`tma2mma`/`mma2tma` for the SMEM ring, `mma2ld`/`ld2mma` for the accumulators); stage and phase tracked by `PipelineState` and carried across tiles, as in v6 | `full_bar`/`empty_bar` per stage, carried across tiles; each consumer syncs only its own warpgroup (named barrier) for its half of the store |
 
 The trick in the "initial phase" column: a fresh mbarrier is in phase 0, and a wait for
 parity 1 returns at once (the phase "before" 0 counts as completed). So a producer that
@@ -388,6 +393,15 @@ def step_notebook(step_id: str, names: dict[str, str]) -> str:
                "with the GPU they ran on. sm_100a has no recorded run: no Blackwell GPU was "
                "available."),
         ("code", "nb.measure_or_recorded(STEP)"),
+        ("md", "## Simulate it on a CPU model of Blackwell\n\nNo Blackwell GPU was available, "
+               "so the sm_100a step is executed on tirx-harness NumSim, a CPU model of sm_100a "
+               "(tcgen05/TMEM, TMA, mbarrier phases and byte counts), at the registry's "
+               "simulation shapes, and checked by synccheck (deadlocks, phase overtaking) and "
+               "racecheck (races, missing proxy fences). It runs live where the simulator is "
+               "installed (Python >= 3.12, `pip install -e \".[sim]\"`); otherwise the latest "
+               "recorded simulation is shown. It proves numbers and synchronization on a "
+               "model: no timing, not silicon."),
+        ("code", "nb.simulation(STEP)"),
         ("code", "nb.results_table(STEP)"),
         ("md", "Every step's recorded result at its canonical shape, this one highlighted "
                "(a matplotlib plot with the `plot` extra installed, a table otherwise)."),
@@ -423,9 +437,10 @@ def overview_notebook(names: dict[str, str]) -> str:
                "fresh barrier is in phase 0, so a wait for parity 1 returns at once: that is "
                "how v7's producers start with every stage empty. A barrier reused in a loop "
                "completes one phase per use, so the waiter flips its parity per use (v2), per "
-               "trip around a ring (v5), and either resets it per tile under a parity contract "
-               "(sm_100a v6) or carries it across tiles (sm_90a v6, v7). Each step notebook "
-               "has the table for its step."),
+               "trip around a ring (v5), and carries it across tiles (v6, v7). Only a warp "
+               "that cannot fall a whole phase behind may watch a barrier: in sm_100a v4-v6 "
+               "that is warp 0 alone, in v7 each role's own warp. Each step notebook has the "
+               "table for its step."),
         ("md", "## Every step, compiled\n\nRegisters, shared memory, spills and size of every "
                "registered step at its canonical shape (built in parallel worker processes on "
                "a cache miss)."),

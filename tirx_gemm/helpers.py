@@ -78,13 +78,15 @@ def swizzled_layout(shape, dtype: str = AB_DTYPE):
 TMEM_COLS = 512  # the whole tensor memory of the SM: 128 lanes x 512 fp32 columns
 
 
-def tmem_accumulator():
+def tmem_accumulator(tmem_addr):
     """The fp32 accumulator view of tensor memory: lane = output row, column = output col.
 
-    All 512 columns are allocated, so the allocation's base column is 0 and the view can
-    be declared at offset 0 (TIRx 0.27 takes a column offset, not the allocated address).
+    Declared at the address tcgen05.alloc wrote into ``tmem_addr[0]`` (read after
+    publish_setup), not at a hard-coded 0: that only happens to be right while one CTA
+    owns all 512 columns of the SM.
     """
-    return T.decl_buffer((128, TMEM_COLS), ACC_DTYPE, scope="tmem", allocated_addr=0,
+    return T.decl_buffer((128, TMEM_COLS), ACC_DTYPE, scope="tmem",
+                         allocated_addr=tmem_addr[0],
                          layout=TileLayout(S[(128, TMEM_COLS): (1 @ TLane, 1 @ TCol)]))
 
 
@@ -107,9 +109,19 @@ def tmem_alloc(tmem_addr):
 
 
 @T.inline
+def tcgen05_cta_sync():
+    # a CTA barrier that also orders tensor-core work: each thread's earlier tcgen05 ops
+    # (MMA issue, TMEM loads) are ordered before it, and its later ones after it
+    T.ptx["tcgen05.fence::before_thread_sync"]()
+    T.cuda.cta_sync()
+    T.ptx["tcgen05.fence::after_thread_sync"]()
+
+
+@T.inline
 def tmem_free(tmem_addr):
-    # warp-wide, by the warp that allocated; releasing the permit lets the next CTA on
-    # this SM allocate without waiting for this one to exit
+    # warp-wide, by the warp that allocated, after a tcgen05_cta_sync that every thread
+    # reached once done with TMEM; releasing the permit lets the next CTA on this SM
+    # allocate without waiting for this one to exit
     T.ptx["tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned"]()
     T.ptx["tcgen05.dealloc.cta_group::1.sync.aligned.b32"](tmem_addr[0], T.uint32(TMEM_COLS))
 
@@ -117,10 +129,28 @@ def tmem_free(tmem_addr):
 @T.inline
 def publish_setup():
     # make barrier inits and the TMEM address slot visible to every thread and to the
-    # async proxy (TMA, tensor cores) before anyone touches them
+    # async proxy (TMA, tensor cores) before anyone touches them; tcgen05.alloc is
+    # tcgen05 work, so it is fenced before the barrier and every thread fences after it
+    # before reading the allocated address or issuing tcgen05 work
     T.ptx.fence.proxy.async_.shared__cta()
     T.ptx["fence.mbarrier_init.release.cluster"]()
-    T.cuda.cta_sync()
+    tcgen05_cta_sync()
+
+
+@T.inline
+def publish_smem_writes():
+    # thread stores (st.shared, the generic proxy) are not seen by tcgen05.mma (the async
+    # proxy) through a CTA barrier alone: each writer fences its own stores into the
+    # async proxy, then the barrier tells the MMA issuer that every writer has done so
+    T.ptx.fence.proxy.async_.shared__cta()
+    tcgen05_cta_sync()
+
+
+@T.inline
+def reclaim_smem():
+    # the reverse direction: the MMA's async-proxy reads of SMEM, complete once this
+    # thread's mbarrier wait returned, are ordered before its next ordinary stores there
+    T.ptx.fence.proxy.async_.shared__cta()
 
 
 @T.inline
@@ -226,18 +256,118 @@ def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0
             f"the {SMEM_BYTES_MAX // 1024} KiB a CTA may use")
 
 
-def check_phase_parity(K_TILES: int, PIPE_DEPTH: int) -> None:
-    """A kernel that resets its barrier phases to 0 per output tile needs every barrier to
-    complete an even number of phases per tile (mma_bar: K_TILES, tma_bar[s]:
-    K_TILES / PIPE_DEPTH)."""
-    if K_TILES % (2 * PIPE_DEPTH) != 0:
-        raise ValueError(
-            f"K_TILES={K_TILES} (K/BLK_K) is not a multiple of 2*PIPE_DEPTH={2 * PIPE_DEPTH}: "
-            "barrier phases restart at 0 for every output tile, so each barrier must "
-            "complete an even number of phases per tile")
-
-
 # Loop annotation that keeps a K-loop rolled (`#pragma unroll 1`): nvcc would otherwise
 # unroll a 64-trip K-loop completely (256 MMA instructions, a 170 KB cubin, slow builds)
 # and SASS counts would depend on the shape.
-ROLLED = {"disable_unroll": 1}
+# The value is the boolean True (what TVM's own unroll=False emits); NumSim rejects 1.
+ROLLED = {"disable_unroll": True}
+
+
+# --- 2-CTA (cta_group::2) and multi-consumer helpers (v8, v9) ---
+# A cluster of two CTAs (a "CTA pair") shares one tcgen05.mma: CTA 0 issues it with
+# cta_group::2, the tensor cores read A and B from both CTAs' SMEM and write each CTA's
+# 128 rows into that CTA's TMEM. Everything that owns pair-wide state (TMEM allocation,
+# commits, barriers another CTA signals) uses the 2-CTA forms below.
+CTA_PAIR = 2  # CTAs per cluster in v8 / v9
+
+
+def check_even_sm_count(SM_COUNT: int) -> None:
+    check_positive_ints(SM_COUNT=SM_COUNT)
+    if SM_COUNT % CTA_PAIR != 0:
+        raise ValueError(f"SM_COUNT={SM_COUNT} is not a multiple of the cluster size "
+                         f"{CTA_PAIR}: the persistent pool is made of CTA pairs")
+
+
+def barriers_in_cta(bars, depth, rank):
+    """The barrier array ``bars`` as it lives in CTA ``rank`` of this cluster.
+
+    Plain Python (called in the kernel body): mapa turns this CTA's address of ``bars``
+    into the generic address of the same array in the peer's shared memory, which the
+    2-CTA TMA (its completion barrier) and remote arrivals take.
+    """
+    mapped = T.alloc_local((1,), "uint64")
+    T.evaluate(T.ptx.mapa.u64(mapped[0], bars.ptr_to([0]), T.uint32(rank)))
+    ptr_type = tvm.ir.PointerType(tvm.ir.PrimType("uint64"), "shared")
+    ptr = tvm.tirx.Var("peer_bars", ptr_type)
+    T.Bind(T.reinterpret(ptr_type, mapped[0]), var=ptr)
+    return T.decl_buffer((depth,), "uint64", data=ptr, scope="shared")
+
+
+@T.inline
+def arrive_remote(bar):
+    # one arrival on a barrier in another CTA of the cluster (`bar` from barriers_in_cta)
+    T.ptx.mbarrier.arrive.shared__cluster.b64(bar)
+
+
+@T.inline
+def tmem_alloc_pair(tmem_addr):
+    # one warp in EACH CTA of the pair runs it; both get the same column range, so the
+    # pair-wide MMA can address "the same" accumulator columns in both TMEMs
+    T.ptx["tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32"](
+        T.address_of(tmem_addr[0]), T.uint32(TMEM_COLS))
+
+
+@T.inline
+def tmem_free_pair(tmem_addr):
+    # by the allocating warp of each CTA, after tcgen05_cluster_sync (the peer's MMA may
+    # still write this CTA's TMEM until then)
+    T.ptx["tcgen05.relinquish_alloc_permit.cta_group::2.sync.aligned"]()
+    T.ptx["tcgen05.dealloc.cta_group::2.sync.aligned.b32"](tmem_addr[0], T.uint32(TMEM_COLS))
+
+
+@T.inline
+def tcgen05_cluster_sync():
+    # tcgen05_cta_sync across both CTAs of the cluster (barrier.cluster arrive/wait)
+    T.ptx["tcgen05.fence::before_thread_sync"]()
+    T.cuda.cluster_sync()
+    T.ptx["tcgen05.fence::after_thread_sync"]()
+
+
+@T.inline
+def publish_setup_pair():
+    # publish_setup for a CTA pair: the peer arrives on this CTA's barriers (TMA bytes,
+    # epilogue arrivals, multicast commits), so the inits and the TMEM address must be
+    # visible cluster-wide before either CTA starts its roles
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.ptx["fence.mbarrier_init.release.cluster"]()
+    tcgen05_cluster_sync()
+
+
+@T.inline
+def mma_commit_pair(bar):
+    # arrives once on `bar` in BOTH CTAs (cta mask 0b11) when every tcgen05.mma issued so
+    # far by this thread has completed: the peer learns about the shared MMA's progress
+    T.ptx["tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"](
+        bar, T.uint16(0b11))
+
+
+@T.inline
+def mma_tile_pair(tmem, col, Asmem, Bsmem, MMA_N, accum):
+    # one elected thread of CTA 0: M = 256 (128 rows from each CTA's Asmem), N = MMA_N
+    # (MMA_N / 2 rows of B from each CTA's Bsmem), into columns [col, col + MMA_N) of
+    # both CTAs' TMEM
+    Tx.gemm_async(tmem[:, col:col + MMA_N], Asmem, Bsmem, accum=accum, dispatch="tcgen05",
+                  cta_group=2)
+
+
+@T.inline
+def tma_load_pair(dst, src, bar_cta0):
+    # a TMA copy whose completion (its bytes) is counted on CTA 0's barrier, whichever
+    # CTA of the pair issues it: the 2-CTA form takes a barrier in the peer's SMEM
+    Tx.copy_async(dst, src, dispatch="tma_auto", cta_group=2, mbar=bar_cta0)
+
+
+@T.inline
+def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, is_leader,
+                       bar_id):
+    # store_tile_via_tma through rows [r0, r0 + BLK_M) of a taller staging buffer, so
+    # that several epilogue warpgroups can share one Dsmem allocation (one band each)
+    Tx.copy(Dsmem[r0 + row, 0:EPI_N], Dreg_f16[:])
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.cuda.warpgroup_sync(bar_id)
+    if is_leader:
+        Tx.copy_async(D[m_st:m_st + BLK_M, n_st:n_st + EPI_N], Dsmem[r0:r0 + BLK_M, :],
+                      dispatch="tma_auto")
+        T.ptx.cp.async_.bulk.commit_group()
+        T.ptx.cp.async_.bulk.wait_group(0)
+    T.cuda.warpgroup_sync(bar_id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -431,7 +432,50 @@ def results_table(step_id: str | None = None) -> Md:
     except ValueError:
         pass
     return Md(f"Recorded in `{src}/` (newest run per step, arch, shape and GPU):\n\n"
-              + records.render_table(recs, _step_rows(ids), shapes))
+              + records.render_table(recs, _step_rows(ids), shapes,
+                                     sim_records=sim_records()))
+
+
+def sim_records() -> list[dict]:
+    """The NumSim records (results/sim/*.jsonl): sm_100a steps run on a CPU model."""
+    return records.load_records(results_dir() / "sim")
+
+
+_SIM_HEAD = ["M x N x K", "kwargs", "result", "rel. error", "synccheck", "racecheck", "date",
+             "git"]
+
+
+def simulation(step_id: str, *, live: bool | None = None) -> Md:
+    """The sm_100a step on NumSim, a CPU model of Blackwell: simulated here when the
+    simulator is installed (Python >= 3.12, ``pip install -e ".[sim]"``), else the step's
+    latest recorded simulation (results/sim/). Correctness and synchronization on a model;
+    no timing."""
+    from tirx_gemm import sim
+    step = _step(step_id, sim.ARCH)
+    if step is None:
+        return Md(f"{step_id} has no sm_100a step to simulate.")
+    why = sim.unavailable_reason()
+    if live is None:
+        live = why is None
+    if live:
+        lines: list[str] = []
+        log_path = Path(tempfile.mkdtemp(prefix="tirx-gemm-sim-")) / f"{step_id}.txt"
+        rows = sim.simulate(sim.cases_for(step), log_path=log_path, out=lines.append)
+        ok = sum(r.ok for r in rows)
+        return Md(f"Simulated here on NumSim ({ok}/{len(rows)} cases correct and clean; full "
+                  f"checker text in `{log_path}`):\n\n```\n" + "\n".join(lines) + "\n```")
+    run = sorted(records.latest_sim_run(sim_records(), step_id),
+                 key=lambda r: int(r["M"]) * int(r["N"]) * int(r["K"]))
+    if not run:
+        return Md(f"Not simulated here ({why}) and no simulation recorded in results/sim/.")
+    rows = [[_shape((r["M"], r["N"], r["K"])),
+             " ".join(f"{k}={v}" for k, v in (r.get("kwargs") or {}).items()) or "-",
+             r.get("numsim"), None if r.get("rel_err") is None else f"{r['rel_err']:.1e}",
+             r.get("synccheck"), r.get("racecheck"), str(r.get("timestamp", ""))[:10],
+             str(r.get("git_sha"))[:10]] for r in run]
+    return Md(f"Not simulated here ({why}). The latest recorded simulation "
+              f"(`tirx-gemm sim {step_id} --record`, {run[0].get('device')}):\n\n"
+              + _table(_SIM_HEAD, rows))
 
 
 def _device_for(arch: str):

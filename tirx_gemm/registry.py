@@ -35,6 +35,11 @@ class Step:
     sass_forbid: tuple[str, ...] = ()  # SASS opcodes the lesson removes
     builder_kwargs: tuple[tuple[str, object], ...] = field(default=())
     sm_count_kwarg: str | None = None  # persistent steps: the builder keyword for the CTA pool
+    # sm_100a: CPU simulation cases (NumSim + synccheck + racecheck), each
+    # ((M, N, K), ((kwarg, value), ...)), chosen to exercise the step's protocol
+    sim_cases: tuple[tuple[Shape, tuple[tuple[str, object], ...]], ...] = ()
+    # checker findings of status "review" this step accepts: ((finding kind, reason), ...)
+    sim_accept: tuple[tuple[str, str], ...] = ()
 
     def with_sm_count(self, n: int | None) -> dict:
         """Builder keywords that size a persistent step's CTA pool to a GPU with n SMs."""
@@ -92,7 +97,27 @@ _PERSISTENT = ("v6", "v7")
 def _sm100(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
     return Step(id_, "sm_100a", _LESSONS[id_], constraints, canonical, tests, bench, invalid,
                 ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK") + expect, forbid,
-                sm_count_kwarg="SM_COUNT" if id_ in _PERSISTENT else None)
+                sm_count_kwarg="SM_COUNT" if id_ in _PERSISTENT else None,
+                sim_cases=_SIM_CASES[id_])
+
+
+# CPU simulation cases of the sm_100a steps (small shapes: NumSim runs on the CPU). Each
+# protocol is exercised where it can break: more K tiles than PIPE_DEPTH and fewer, K
+# tile counts that are not a multiple of the ring depth, non-square tile grids, persistent
+# pools small enough (SM_COUNT) that each CTA walks several tiles and phases wrap across
+# tiles, a CTA pool larger than the tile count, and v7 with a one-stage ring.
+_SIM_CASES = {
+    "v1": (((128, 128, 64), ()),),
+    "v2": (((128, 128, 64), ()), ((128, 128, 320), ())),
+    "v3": (((256, 384, 128), ()),),
+    "v4": (((256, 128, 192), ()), ((128, 256, 64), ())),
+    "v5": (((256, 128, 384), ()), ((128, 256, 64), ()), ((128, 128, 192), (("PIPE_DEPTH", 4),))),
+    "v6": (((384, 256, 320), (("SM_COUNT", 2),)), ((256, 384, 64), (("SM_COUNT", 4),)),
+           ((256, 256, 256), (("SM_COUNT", 1), ("PIPE_DEPTH", 3)))),
+    "v7": (((384, 256, 320), (("SM_COUNT", 2),)), ((256, 384, 128), (("SM_COUNT", 2),)),
+           ((256, 256, 192), (("SM_COUNT", 1), ("PIPE_DEPTH", 1))),
+           ((128, 256, 128), (("SM_COUNT", 4),))),
+}
 
 
 def _sm90(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
@@ -118,9 +143,8 @@ STEPS: list[Step] = [
            ("LDG.E.128",)),
     _sm100("v5", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
            ("LDG.E.128",)),
-    _sm100("v6", _TILED + " with K/64 a multiple of 2*PIPE_DEPTH", (4096, 4096, 4096),
-           ((256, 384, 256), (1024, 2048, 512), (768, 1280, 1024)), _BENCH,
-           ((128, 128, 192), (200, 128, 256), (128, 128, 100)), _TMA, ("LDG.E.128",)),
+    _sm100("v6", _TILED, (4096, 4096, 4096), ((256, 384, 576), (1024, 2048, 512), (768, 1280, 960)),
+           _BENCH, _TILED_BAD, _TMA, ("LDG.E.128",)),
     _sm100("v7", _TILED, (4096, 4096, 4096), ((256, 384, 192), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
            _TILED_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
 

@@ -18,6 +18,14 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
     by one elected thread, tcgen05.commit -> mbarrier, tcgen05.ld for the epilogue.
     Why: correctness baseline -- every synchronisation point exists for a reason that the
     later steps keep (cta_sync before MMA, mbarrier wait before reading TMEM, wait::ld).
+    Proxy fence: the threads write SMEM with ordinary stores (the generic proxy) and
+    tcgen05.mma reads it through the async proxy; a CTA barrier alone does not order the
+    two, so every writer executes fence.proxy.async before the barrier
+    (H.publish_smem_writes). Without it racecheck reports a data race with "no
+    generic->async proxy bridge". tcgen05 fences (before/after_thread_sync) order the
+    tensor-core work around each barrier and wait; the TMEM view is declared at the
+    address tcgen05.alloc returned.
+    Simulated: ``tirx-gemm sim v1`` runs it on NumSim, a CPU model of sm_100a.
     Constraints: M = N = 128 and K = 64 exactly; fp16.
     Run: ``tirx-gemm build v1`` (compiles here); executing needs a Blackwell (sm_100a) GPU.
     """
@@ -55,7 +63,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator()
+        tmem = H.tmem_accumulator(tmem_addr)
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -64,7 +72,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
         # --- load: every thread copies part of the tile, then all meet ---
         Tx.cta.copy(Asmem[:, :], A[m_st:m_st + BLK_M, :])
         Tx.cta.copy(Bsmem[:, :], B[n_st:n_st + BLK_N, :])
-        T.cuda.cta_sync()
+        H.publish_smem_writes()
 
         # --- compute: one elected thread issues the tile MMA; the tensor cores do the work
         if warp_id == 0:
@@ -72,12 +80,13 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
                 H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, False)
                 H.mma_commit(mma_bar.ptr_to([0]))
         H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+        H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
         H.epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, warp_id * 32 + lane_id)
 
         # --- free ---
-        T.cuda.cta_sync()
+        H.tcgen05_cta_sync()
         if warp_id == 0:
             H.tmem_free(tmem_addr)
 

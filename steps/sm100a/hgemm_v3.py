@@ -53,7 +53,7 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator()
+        tmem = H.tmem_accumulator(tmem_addr)
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -63,7 +63,7 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
             # --- load: every thread copies part of slice k, then all meet ---
             Tx.cta.copy(Asmem[:, :], A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K])
             Tx.cta.copy(Bsmem[:, :], B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K])
-            T.cuda.cta_sync()
+            H.publish_smem_writes()
 
             # --- compute: the first slice overwrites the accumulator, the rest add to it
             if warp_id == 0:
@@ -72,12 +72,14 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
                     H.mma_commit(mma_bar.ptr_to([0]))
             H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
             phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
+            H.reclaim_smem()  # the next slice's stores may overwrite what the MMA read
+        H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the last wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
         H.epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, warp_id * 32 + lane_id)
 
         # --- free ---
-        T.cuda.cta_sync()
+        H.tcgen05_cta_sync()
         if warp_id == 0:
             H.tmem_free(tmem_addr)
 

@@ -19,6 +19,13 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     for the TMA-store epilogue. Scope unchanged (one CTA per output tile).
     Contracts: tma_bar and mma_bar each complete once per K slice, both phases flip per
     slice; the TMA store drains (wait_group 0) before Dsmem could be reused.
+    Who waits: only warp 0 runs the K-loop (lane 0 issues, the warp waits), and one CTA
+    barrier after the loop hands the finished accumulator to all four warps. With v3's
+    thread copies gone nothing else bounds thread 0: had warps 1-3 also polled the
+    parity of tma_bar/mma_bar, thread 0 could complete two phases before a slow warp
+    looked, and that warp would wait forever on a parity that had come back (synccheck:
+    the wait on generation 0 overtaken by generation 1). A waiter must not fall a whole
+    phase behind the barrier it watches.
     Why: frees the threads from address generation and copies; still load -> wait ->
     MMA -> wait per slice (no overlap yet -- that is v5). The published B200 figure for
     this step in the seed's article series is 278 TFLOP/s at 4096^3 (not measured here).
@@ -64,7 +71,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator()
+        tmem = H.tmem_accumulator(tmem_addr)
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -72,27 +79,33 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         phase_mma: T.int32 = 0
         tid = T.meta_var(warp_id * 32 + lane_id)
 
-        for k in T.serial(K_TILES, annotations=H.ROLLED):
-            # --- load: exactly one thread issues the TMA copies (elect_sync per warp
-            # would elect four issuers); everyone waits for the bytes to land
-            if tid == 0:
-                H.tma_load_tiles(Asmem[:, :], Bsmem[:, :], A, B, m_st, n_st, k * BLK_K,
-                                 BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([0]))
-            H.wait_mbarrier(tma_bar.ptr_to([0]), phase_tma)
-            phase_tma = phase_tma ^ 1
+        # warp 0 alone runs the K-loop (lane 0 issues, the whole warp waits): a barrier
+        # phase is watched only by the warp that produces the next one, so no waiter can
+        # miss a phase while thread 0 runs ahead
+        if warp_id == 0:
+            for k in T.serial(K_TILES, annotations=H.ROLLED):
+                # --- load: exactly one thread issues the TMA copies and waits for the bytes
+                if lane_id == 0:
+                    H.tma_load_tiles(Asmem[:, :], Bsmem[:, :], A, B, m_st, n_st, k * BLK_K,
+                                     BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([0]))
+                H.wait_mbarrier(tma_bar.ptr_to([0]), phase_tma)
+                phase_tma = phase_tma ^ 1
+                H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
-            # --- compute: the first slice overwrites the accumulator, the rest add to it
-            if tid == 0:
-                H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
-                H.mma_commit(mma_bar.ptr_to([0]))
-            H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
-            phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
+                # --- compute: the first slice overwrites the accumulator, the rest add to it
+                if lane_id == 0:
+                    H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
+                    H.mma_commit(mma_bar.ptr_to([0]))
+                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+                phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
+        # warp 0 has seen the last MMA complete: this barrier hands the accumulator to all
+        H.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
         H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1)
 
         # --- free ---
-        T.cuda.cta_sync()
+        H.tcgen05_cta_sync()
         if warp_id == 0:
             H.tmem_free(tmem_addr)
 

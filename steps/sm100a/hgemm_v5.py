@@ -17,7 +17,9 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     one barrier per stage. Dispatch: thread 0 prefetches the first PIPE_DEPTH slices;
     after slice k's MMA completes, its stage is refilled with slice k + PIPE_DEPTH.
     Contracts: tma_bar[s] completes once per ring trip -> ``phase_tma`` flips when the
-    consumer wraps from stage PIPE_DEPTH-1 to 0; mma_bar flips every slice.
+    consumer wraps from stage PIPE_DEPTH-1 to 0; mma_bar flips every slice. As in v4,
+    only warp 0 watches the barriers inside the loop; a CTA barrier after it hands the
+    accumulator to the epilogue.
     Why: the TMA for future slices is in flight while the tensor cores work, hiding
     load latency. The single thread still waits for each MMA before refilling (true
     producer/consumer concurrency is v7).
@@ -68,7 +70,7 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator()
+        tmem = H.tmem_accumulator(tmem_addr)
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -76,37 +78,44 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         phase_mma: T.int32 = 0
         tid = T.meta_var(warp_id * 32 + lane_id)
 
-        # --- load (prologue): fill the ring ---
-        if tid == 0:
-            for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
-                H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st, s * BLK_K,
-                                 BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
+        # warp 0 alone runs the pipeline (lane 0 issues, the whole warp waits): a barrier
+        # phase is watched only by the warp that produces the next one, so no waiter can
+        # miss a phase while thread 0 runs ahead
+        if warp_id == 0:
+            # --- load (prologue): fill the ring ---
+            if lane_id == 0:
+                for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
+                    H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st,
+                                     s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
 
-        for k in T.serial(K_TILES, annotations=H.ROLLED):
-            stage = T.meta_var(k % PIPE_DEPTH)
-            H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma)
+            for k in T.serial(K_TILES, annotations=H.ROLLED):
+                stage = T.meta_var(k % PIPE_DEPTH)
+                H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma)
+                H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
-            # --- compute: the first slice overwrites the accumulator, the rest add to it
-            if tid == 0:
-                H.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
-                H.mma_commit(mma_bar.ptr_to([0]))
-            H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
-            phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
+                # --- compute: the first slice overwrites the accumulator, the rest add to it
+                if lane_id == 0:
+                    H.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
+                    H.mma_commit(mma_bar.ptr_to([0]))
+                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+                phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
 
-            # --- load: the MMA is done with this stage, refill it PIPE_DEPTH slices ahead
-            if tid == 0:
-                if k + PIPE_DEPTH < K_TILES:
-                    H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st, n_st,
-                                     (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
-                                     tma_bar.ptr_to([stage]))
-            if stage == PIPE_DEPTH - 1:
-                phase_tma = phase_tma ^ 1  # wrapping around: every stage starts a new phase
+                # --- load: the MMA is done with this stage, refill it PIPE_DEPTH slices ahead
+                if lane_id == 0:
+                    if k + PIPE_DEPTH < K_TILES:
+                        H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st,
+                                         n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
+                                         tma_bar.ptr_to([stage]))
+                if stage == PIPE_DEPTH - 1:
+                    phase_tma = phase_tma ^ 1  # wrapping around: every stage starts a new phase
+        # warp 0 has seen the last MMA complete: this barrier hands the accumulator to all
+        H.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
         H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1)
 
         # --- free ---
-        T.cuda.cta_sync()
+        H.tcgen05_cta_sync()
         if warp_id == 0:
             H.tmem_free(tmem_addr)
 

@@ -2,11 +2,11 @@
 
 Lesson: launch a fixed pool of CTAs (one per SM) that set up TMEM and barriers once,
 then take output tiles from a scheduler (ClusterPersistentScheduler2D, l2_group_size=8).
-Reusing barriers across tiles is only correct if every barrier ends a tile in the
-parity the next tile assumes -- the K-tile parity contract below.
+Reusing barriers across tiles means carrying their phases from tile to tile.
 """
 from tvm.script import tirx as T
 
+from tvm.backend.cuda.lang import PipelineState
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import helpers as H
@@ -20,14 +20,18 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     output tiles given by ClusterPersistentScheduler2D (groups of l2_group_size=8 tile
     rows, visited column by column, so neighbouring work shares B tiles in L2). TMEM
     allocation, barrier init and scheduler init happen once per CTA, not once per tile.
-    Contract: barriers are reused across tiles and the phases restart at 0 for each
-    tile, so each barrier must complete an even number of phases per tile: mma_bar
-    completes K_TILES times, each tma_bar[s] K_TILES / PIPE_DEPTH times -> K_TILES must
-    be a multiple of 2 * PIPE_DEPTH (4096 / 64 = 64 slices, PIPE_DEPTH=2: fine).
+    Contract: barriers are reused across tiles, so their phases are carried from tile to
+    tile, not restarted: the ring position (stage, phase) lives in a PipelineState that
+    counts slices for the life of the CTA (global slice g: stage g % PIPE_DEPTH, phase
+    (g // PIPE_DEPTH) & 1), and the next tile's prologue fills the stages after the last
+    one used. (The seed restarted phases at 0 per tile, which is right only when every
+    barrier completes an even number of phases per tile: K/64 a multiple of
+    2*PIPE_DEPTH. Carrying them removes that constraint.) As in v4/v5 only warp 0 watches
+    the barriers; two CTA barriers per tile hand the accumulator to the epilogue and
+    hand TMEM back to the next tile's MMA.
     Why: amortises setup and improves L2 reuse; still no load/MMA/epilogue overlap
     inside a CTA (v7).
-    Constraints: M, N multiples of 128; K a multiple of 64 with K/64 a multiple of
-    2*PIPE_DEPTH; fp16.
+    Constraints: M, N multiples of 128; K a multiple of 64; fp16.
     Run: ``tirx-gemm build v6 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -36,7 +40,6 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
                        BLK_M * BLK_N * H.F16_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT)
-    H.check_phase_parity(K // BLK_K, PIPE_DEPTH)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
@@ -75,55 +78,65 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator()
+        tmem = H.tmem_accumulator(tmem_addr)
         tid = T.meta_var(warp_id * 32 + lane_id)
 
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=SM_COUNT,
             l2_group_size=8)
         scheduler.init(bx)
+        # stage and phase of the next slice to consume, carried from tile to tile: global
+        # slice g lives in stage g % PIPE_DEPTH and completes phase (g // PIPE_DEPTH) & 1 of
+        # tma_bar[stage]; mma_bar completes one phase per slice
+        ring = PipelineState(PIPE_DEPTH, 0)
+        phase_mma: T.int32 = 0
         while scheduler.valid():
             m_st = T.meta_var(scheduler.m_idx * BLK_M)
             n_st = T.meta_var(scheduler.n_idx * BLK_N)
-            # safe only because of the K-tile parity contract (see the step card)
-            phase_tma: T.int32 = 0
-            phase_mma: T.int32 = 0
 
-            # --- load (prologue): fill the ring ---
-            if tid == 0:
-                for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
-                    H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st, s * BLK_K,
-                                     BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
-
-            for k in T.serial(K_TILES, annotations=H.ROLLED):
-                stage = T.meta_var(k % PIPE_DEPTH)
-                H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma)
-
-                # --- compute: the first slice overwrites the accumulator, the rest add to it
-                if tid == 0:
-                    H.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
-                    H.mma_commit(mma_bar.ptr_to([0]))
-                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
-                phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
-
-                # --- load: the MMA is done with this stage, refill it PIPE_DEPTH slices ahead
-                if tid == 0:
-                    if k + PIPE_DEPTH < K_TILES:
-                        H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st, n_st,
-                                         (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
+            # warp 0 alone runs the pipeline (lane 0 issues, the whole warp waits): a
+            # barrier phase is watched only by the warp that produces the next one
+            if warp_id == 0:
+                # --- load (prologue): the ring is empty, fill it from the current stage on
+                if lane_id == 0:
+                    for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
+                        stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
+                        H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st,
+                                         n_st, s * BLK_K, BLK_M, BLK_N, BLK_K,
                                          tma_bar.ptr_to([stage]))
-                if stage == PIPE_DEPTH - 1:
-                    phase_tma = phase_tma ^ 1  # wrapping around: every stage starts a new phase
+
+                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    H.wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase)
+                    H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
+
+                    # --- compute: the first slice overwrites the accumulator, the rest add
+                    if lane_id == 0:
+                        H.mma_tile(tmem, Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                   BLK_N, k != 0)
+                        H.mma_commit(mma_bar.ptr_to([0]))
+                    H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+                    phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
+
+                    # --- load: the MMA is done with this stage, refill it PIPE_DEPTH ahead
+                    if lane_id == 0:
+                        if k + PIPE_DEPTH < K_TILES:
+                            H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                             A, B, m_st, n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M,
+                                             BLK_N, BLK_K, tma_bar.ptr_to([ring.stage]))
+                    ring.advance()  # flips the phase when the ring wraps
+            # warp 0 has seen the tile's last MMA complete: this barrier hands the
+            # accumulator to all
+            H.tcgen05_cta_sync()
 
             # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
             H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1)
 
-            # every thread is past the epilogue before the next tile's MMA may overwrite TMEM
-            T.cuda.cta_sync()
+            # every thread has read TMEM before the next tile's MMA may overwrite it
+            H.tcgen05_cta_sync()
             scheduler.next_tile()
 
         # --- free ---
-        T.cuda.cta_sync()
+        H.tcgen05_cta_sync()
         if warp_id == 0:
             H.tmem_free(tmem_addr)
 

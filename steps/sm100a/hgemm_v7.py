@@ -31,7 +31,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
       mma2ld[a]  MMA -> epilogue, tcgen05.commit after a tile's last MMA, phase 0;
       ld2mma[a]  epilogue -> MMA, 128 epilogue threads arrive after reading TMEM;
                  the MMA warp starts at phase 1 (both accumulators start free).
-    Phases are carried across tiles, so v6's K-tile parity contract is gone.
+    Phases are carried across tiles, as in v6.
     Why: overlapping load, MMA and epilogue is what turns the tensor cores from mostly
     idle to mostly busy; the published B200 figure for this step is 607 TFLOP/s at
     4096^3 (not measured here).
@@ -86,7 +86,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                         H.init_mbarrier(ld2mma.ptr_to([a]), 128)
                 H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator()
+        tmem = H.tmem_accumulator(tmem_addr)
 
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=SM_COUNT,
@@ -150,7 +150,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 scheduler.next_tile()
 
         # --- free: only warp 0 of warpgroup 0 allocated, so only it deallocates ---
-        T.cuda.cta_sync()
+        H.tcgen05_cta_sync()
         if wg_id == 0:
             if warp_id == 0:
                 H.tmem_free(tmem_addr)

@@ -1,0 +1,152 @@
+"""The CPU simulation gate (NumSim, synccheck, racecheck) and proof that it can fail.
+
+The registry and verdict tests run everywhere. The simulation tests need Python >= 3.12
+and tirx-harness (`pip install -e ".[sim]"`); elsewhere they are skipped with the reason.
+`.ci/run` runs them in a 3.12 venv, after `tirx-gemm sim --all` (the gate itself).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from tirx_gemm import mutants, registry, sim
+
+SIM_STEPS = registry.all_steps("sm_100a")
+_why = sim.unavailable_reason()
+needs_numsim = pytest.mark.skipif(_why is not None, reason=f"simulation skipped: {_why}")
+
+
+def _default(step, name):
+    return inspect.signature(step.builder()).parameters[name].default
+
+
+# --------------------------------------------------------------------------------------
+# registry: every sm_100a step has cases that exercise its protocol
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("step", SIM_STEPS, ids=lambda s: s.key)
+def test_every_sm100a_step_has_valid_sim_cases(step):
+    cases = sim.cases_for(step)
+    assert cases, f"{step.key} has no simulation cases"
+    for c in cases:  # each one builds (the builder validates the shape and keywords)
+        assert c.build() is not None
+
+
+@pytest.mark.parametrize("step", [s for s in SIM_STEPS if s.sm_count_kwarg], ids=lambda s: s.key)
+def test_persistent_cases_walk_several_tiles_and_both_ring_regimes(step):
+    walks, fewer_k, more_k = False, False, False
+    for c in sim.cases_for(step):
+        kw = dict(c.kwargs)
+        tiles = (c.M // 128) * (c.N // 128)
+        assert step.sm_count_kwarg in kw, f"{c.label}: a persistent case sets the CTA pool"
+        walks |= tiles >= 2 * kw[step.sm_count_kwarg]
+        depth = kw.get("PIPE_DEPTH", _default(step, "PIPE_DEPTH"))
+        fewer_k |= c.K // 64 < depth
+        more_k |= c.K // 64 > depth and (c.K // 64) % depth != 0
+    assert walks, "no case where each CTA walks several tiles (phases wrap across tiles)"
+    assert fewer_k, "no case with fewer K tiles than PIPE_DEPTH"
+    assert more_k, "no case with more K tiles than PIPE_DEPTH, not a multiple of it"
+
+
+def test_v7_is_simulated_with_a_one_stage_ring_and_non_square_grids():
+    cases = sim.cases_for(registry.get("v7"))
+    assert any(dict(c.kwargs).get("PIPE_DEPTH") == 1 for c in cases)
+    assert any(c.M != c.N for c in cases)
+
+
+def test_sim_refuses_hopper_steps():
+    with pytest.raises(ValueError, match="sm_100a only"):
+        sim.cases_for(registry.get("v4", "sm_90a"))
+
+
+# --------------------------------------------------------------------------------------
+# verdict policy (fake reports; no simulator needed)
+# --------------------------------------------------------------------------------------
+class _Finding:
+    def __init__(self, status, kind, message="m"):
+        self.status, self.kind, self.message = status, kind, message
+
+
+class _Report:
+    def __init__(self, verdict, findings=()):
+        self.verdict, self.findings = verdict, list(findings)
+
+    def format(self):
+        return f"{self.verdict}: " + "; ".join(f.kind for f in self.findings)
+
+
+def _row():
+    return sim.SimRow("v7", "sm_100a", 128, 128, 64, {})
+
+
+def _verdict(report, accept=()):
+    step = registry.Step("v7", "sm_100a", "", "", (128, 128, 64), (), (), (), (),
+                         sim_accept=tuple(accept))
+    row = _row()
+    return sim._checker_verdict("synccheck", report, step, row, lambda s: None), row
+
+
+def test_clean_passes_and_error_or_incomplete_fail():
+    assert _verdict(_Report("clean"))[0] == "clean"
+    for v in ("error", "incomplete"):
+        text, row = _verdict(_Report(v, [_Finding(v, "deadlock", "stuck")]), accept=[("deadlock", "x")])
+        assert text == v and row.problems and "deadlock" in row.problems[0]
+
+
+def test_review_fails_unless_its_kind_is_accepted_with_a_reason():
+    rep = _Report("review", [_Finding("review", "odd_wait")])
+    text, row = _verdict(rep)
+    assert text == "review" and row.problems
+    text, row = _verdict(rep, accept=[("odd_wait", "benign: explained here")])
+    assert text == "accepted review" and not row.problems
+    text, row = _verdict(_Report("review", [_Finding("review", "odd_wait"),
+                                            _Finding("review", "other")]),
+                         accept=[("odd_wait", "benign")])
+    assert text == "review" and row.problems
+
+
+def test_cli_rejects_bad_arguments_before_simulating(capsys):
+    from tirx_gemm import cli
+    for argv, msg in ((["sim", "v4", "--check", "numsim,speed"], "choose from"),
+                      (["sim", "v4", "--all"], "not both"),
+                      (["sim", "v4", "--mnk", "128,128"], "three positive"),
+                      (["sim", "v4", "--mutant", "ld2mma-64"], "breaks step v7"),
+                      (["sim", "v9"], "no step 'v9'"),
+                      (["sim", "v1", "--mnk", "256,128,64"], "single 128x128 tile")):
+        assert cli.main(argv) == 2, argv
+        assert msg in capsys.readouterr().err, argv
+
+
+def test_every_mutant_edit_applies_to_todays_source():
+    for m in mutants.MUTANTS.values():
+        assert m.must_flag, m.name
+        assert callable(mutants.builder(m))
+
+
+# --------------------------------------------------------------------------------------
+# simulation: the gate reports each planted bug
+# --------------------------------------------------------------------------------------
+def _passes(row, what):
+    return {"numsim": row.numsim == "correct", "sync": row.sync == "clean",
+            "race": row.race == "clean"}[what]
+
+
+@needs_numsim
+def test_unbroken_v1_passes_the_gate():
+    row = sim.run_case(sim.cases_for(registry.get("v1"))[0])
+    assert row.ok, row.problems
+
+
+@needs_numsim
+@pytest.mark.parametrize("name", list(mutants.MUTANTS))
+def test_gate_reports_each_mutant(name):
+    m = mutants.get(name)
+    case = sim.cases_for(registry.get(m.step))[0]
+    row = sim.run_case(sim.SimCase(case.step, case.M, case.N, case.K, case.kwargs, name))
+    assert not row.ok, f"mutant {name} ({m.bug}) passed the gate"
+    for what in m.must_flag:
+        assert not _passes(row, what), f"mutant {name}: {what} did not flag it: {row}"
+    if m.numbers_right:
+        # the numbers alone would have passed this bug: only the checkers see it
+        assert row.numsim == "correct", row

@@ -1,0 +1,113 @@
+"""Deliberately broken variants of sm_100a steps: proof that the simulation gate can fail.
+
+Each mutant is one small source edit of a step (or of the helpers it uses) that plants a
+real protocol bug. ``tirx-gemm sim vN --mutant NAME`` simulates it, and the tests assert
+that the gate reports it (the expected verdicts are listed with each mutant). The
+``ld2mma-64`` mutant is the lesson: its numbers come out right, only the checkers see the
+bug.
+
+A mutant is built from a copy of the source written to a temporary folder (TVMScript
+parses a kernel from its source file), so the package itself is never modified. An edit
+whose text no longer occurs exactly once fails loudly: a mutant never silently becomes
+the unbroken step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from tirx_gemm import registry
+
+PKG_DIR = Path(__file__).resolve().parent
+HELPERS_IMPORT = "from tirx_gemm import helpers as H"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    name: str
+    step: str                  # step id (sm_100a)
+    bug: str                   # one line: what is broken
+    step_edits: tuple[tuple[str, str], ...] = ()     # (old, new) in the step's source
+    helper_edits: tuple[tuple[str, str], ...] = ()   # (old, new) in helpers.py
+    # what the gate must report: the simulation's result and/or checker verdicts that
+    # must NOT be "clean"/"correct" (e.g. ("sync",) = synccheck must flag it)
+    must_flag: tuple[str, ...] = ()
+    numbers_right: bool | None = None  # True: NumSim's numbers are still correct
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("consumer-phase-1", "v7",
+           "the MMA warp waits on tma2mma starting at phase 1 instead of 0",
+           step_edits=(("ring = PipelineState(PIPE_DEPTH, 0)",
+                        "ring = PipelineState(PIPE_DEPTH, 1)"),),
+           must_flag=("numsim", "sync")),
+    Mutant("ld2mma-64", "v7",
+           "ld2mma expects 64 arrivals although all 128 epilogue threads arrive",
+           step_edits=(("H.init_mbarrier(ld2mma.ptr_to([a]), 128)",
+                        "H.init_mbarrier(ld2mma.ptr_to([a]), 64)"),),
+           must_flag=("sync",), numbers_right=True),
+    Mutant("no-proxy-fence", "v1",
+           "thread-written SMEM reaches tcgen05.mma through a CTA barrier only "
+           "(no fence.proxy.async)",
+           step_edits=(("        H.publish_smem_writes()\n",
+                        "        T.cuda.cta_sync()\n"),),
+           must_flag=("race",)),
+    Mutant("no-expect-tx", "v4",
+           "the TMA barrier gets a plain arrival instead of arrive.expect_tx: its phase "
+           "can complete before the bytes land",
+           helper_edits=(("    T.ptx.mbarrier.arrive.expect_tx.shared.b64(\n"
+                          "        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))\n",
+                          "    T.ptx.mbarrier.arrive.shared.b64(bar, T.uint32(1))\n"),),
+           must_flag=("sync", "race")),
+)}
+
+
+def get(name: str) -> Mutant:
+    if name not in MUTANTS:
+        raise ValueError(f"no mutant {name!r} (mutants: {', '.join(MUTANTS)})")
+    return MUTANTS[name]
+
+
+def _edit(text: str, edits, where: str, name: str) -> str:
+    for old, new in edits:
+        n = text.count(old)
+        if n != 1:
+            raise RuntimeError(f"mutant {name}: the text to break occurs {n} times in {where} "
+                               f"(expected once): {old.strip()[:70]!r}; update the mutant")
+        text = text.replace(old, new)
+    return text
+
+
+def _load(path: Path, module_name: str):
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def builder(m: Mutant) -> Callable:
+    """The mutant's builder: same signature as the step's ``hgemm_vN``."""
+    step = registry.get(m.step, "sm_100a")
+    tmp = Path(tempfile.mkdtemp(prefix=f"tirx-gemm-mutant-{m.name}-"))
+    step_src = Path(step.source_file).read_text(encoding="utf-8")
+    if HELPERS_IMPORT not in step_src:
+        raise RuntimeError(f"mutant {m.name}: {step.source_file} no longer has "
+                           f"{HELPERS_IMPORT!r}; update the mutant")
+    tag = m.name.replace("-", "_")
+    if m.helper_edits:
+        helpers_src = _edit((PKG_DIR / "helpers.py").read_text(encoding="utf-8"),
+                            m.helper_edits, "helpers.py", m.name)
+        (tmp / "helpers_mutant.py").write_text(helpers_src, encoding="utf-8")
+        _load(tmp / "helpers_mutant.py", f"tirx_gemm_mutant_helpers_{tag}")
+        step_src = step_src.replace(HELPERS_IMPORT,
+                                    f"import tirx_gemm_mutant_helpers_{tag} as H")
+    step_src = _edit(step_src, m.step_edits, step.source_file, m.name)
+    (tmp / f"hgemm_{step.id}_mutant.py").write_text(step_src, encoding="utf-8")
+    mod = _load(tmp / f"hgemm_{step.id}_mutant.py", f"tirx_gemm_mutant_{tag}")
+    return getattr(mod, f"hgemm_{step.id}")

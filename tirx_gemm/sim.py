@@ -1,0 +1,387 @@
+"""Run the sm_100a steps on a CPU model of Blackwell: tirx-harness NumSim + its checkers.
+
+There is no Blackwell GPU here, and compiling proves nothing about synchronization. NumSim
+(PyPI ``tirx-harness``) executes a TIRx PrimFunc on a numerical model of sm_100a (tcgen05
+MMA and TMEM, TMA, mbarrier phases and tx-counts) and two checkers run the same execution:
+synccheck (deadlocks, barrier misuse, phase overtaking) and racecheck (races on
+global/shared/TMEM, missing proxy fences).
+
+For each simulation case of a step (``Step.sim_cases`` in the registry: shapes chosen to
+exercise its protocol) this module builds the PrimFunc, runs it on random fp16 inputs and
+on small-integer inputs with D poisoned with NaN, compares with the fp32 numpy reference
+under the runner's rules (:mod:`tirx_gemm.numerics`), then runs synccheck and racecheck.
+A row passes only if both inputs are correct and both checkers say ``clean``; a ``review``
+finding passes only where the registry accepts its kind for that step with a written
+reason; ``incomplete`` and ``error`` always fail.
+
+What a pass means: the kernel computes the right numbers on the model and its barrier and
+proxy protocol is free of the hazards the checkers look for, for that execution. It says
+nothing about speed (the model has no timing) and it is a model, not silicon.
+
+Needs Python >= 3.12 and ``tirx-harness`` (``pip install -e ".[sim]"``); no torch. The first
+use builds the engines with cargo (minutes; cached under ``NUMSIM_BUILD_CACHE_DIR``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import io
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from tirx_gemm import numerics, registry
+from tirx_gemm.gitinfo import git_sha
+from tirx_gemm.registry import Step
+
+ARCH = "sm_100a"
+CHECKS = ("numsim", "sync", "race")
+DEVICE = "NumSim, CPU model of sm_100a"
+HARNESS_VERSION = "0.1.2.post2"
+RECORDS_FILE = "numsim-cpu.jsonl"  # under results/sim/
+
+
+class SimUnavailable(RuntimeError):
+    """The simulator cannot run in this interpreter (Python version, package missing)."""
+
+
+def unavailable_reason() -> str | None:
+    """Why NumSim cannot run here, or None when it can."""
+    if sys.version_info < (3, 12):
+        return (f"NumSim needs Python >= 3.12 (this is {platform.python_version()}): make a "
+                f"3.12 venv and `pip install -e \".[sim]\"`")
+    try:
+        import tirx_harness.numsim  # noqa: F401
+    except ImportError as e:
+        return f"tirx-harness is not installed ({e}): `pip install -e \".[sim]\"`"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# cases
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SimCase:
+    step: Step
+    M: int
+    N: int
+    K: int
+    kwargs: tuple[tuple[str, object], ...] = ()
+    mutant: str | None = None  # a deliberately broken variant (tirx_gemm.mutants)
+
+    def build(self):
+        if self.mutant:
+            from tirx_gemm import mutants
+            return mutants.builder(mutants.get(self.mutant))(self.M, self.N, self.K,
+                                                             **dict(self.kwargs))
+        return self.step.build_primfunc(self.M, self.N, self.K, **dict(self.kwargs))
+
+    @property
+    def shape(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}"
+
+    @property
+    def kwargs_text(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.kwargs) or "-"
+
+    @property
+    def label(self) -> str:
+        kw = f" {self.kwargs_text}" if self.kwargs else ""
+        mut = f" [mutant {self.mutant}]" if self.mutant else ""
+        return f"{self.step.id}@{self.step.arch} {self.shape}{kw}{mut}"
+
+
+def cases_for(step: Step, mnk: tuple[int, int, int] | None = None) -> list[SimCase]:
+    """The registry's simulation cases of ``step`` (or one case at ``mnk``)."""
+    if step.arch != ARCH:
+        raise ValueError(f"{step.key}: NumSim models sm_100a only (run sm_90a steps on a GPU)")
+    if mnk is not None:
+        return [SimCase(step, *mnk)]
+    if not step.sim_cases:
+        raise ValueError(f"{step.key} has no sim_cases in the registry")
+    return [SimCase(step, *shape, tuple(kwargs)) for shape, kwargs in step.sim_cases]
+
+
+# --------------------------------------------------------------------------------------
+# one case
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class SimRow:
+    step: str
+    arch: str
+    M: int
+    N: int
+    K: int
+    kwargs: dict
+    mutant: str | None = None
+    numsim: str = "skipped"   # "correct" | "WRONG" | "failed" | "skipped"
+    rel_err: float | None = None
+    sync: str = "skipped"     # a checker verdict, "accepted review", or "skipped"
+    race: str = "skipped"
+    seconds: float = 0.0
+    ok: bool = False
+    problems: list = dataclasses.field(default_factory=list)  # one line each
+
+    def to_record(self, seed: int, checks: tuple[str, ...]) -> dict:
+        import tvm  # the version only; tvm is already imported to build the kernel
+        return {
+            "kind": "numsim", "step": self.step, "arch": self.arch, "M": self.M, "N": self.N,
+            "K": self.K, "kwargs": self.kwargs, "device": DEVICE, "numsim": self.numsim,
+            "rel_err": self.rel_err, "synccheck": self.sync, "racecheck": self.race,
+            "checks": list(checks), "verified": self.ok, "seed": seed,
+            "seconds": round(self.seconds, 1), "tvm_version": tvm.__version__,
+            "tirx_harness_version": _harness_version(), "git_sha": git_sha(),
+            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+
+
+def _harness_version() -> str | None:
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("tirx-harness")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+
+
+def _checker_verdict(name: str, report, step: Step, row: SimRow, log) -> str:
+    """Verdict text for the table; appends a problem line unless the verdict passes."""
+    text = report.format()
+    log(f"--- {name} ({row.step}@{row.arch} {row.M}x{row.N}x{row.K} {row.kwargs}) ---\n{text}\n")
+    verdict = report.verdict
+    if verdict == "clean":
+        return "clean"
+    findings = list(report.findings)
+    if verdict == "review":
+        accepted = dict(step.sim_accept)
+        open_ = [f for f in findings if f.status == "review" and f.kind not in accepted]
+        if not open_ and all(f.status in ("review", "info") for f in findings):
+            for f in findings:
+                if f.kind in accepted:
+                    log(f"accepted review {f.kind}: {accepted[f.kind]}\n")
+            return "accepted review"
+    worst = [f for f in findings if f.status == verdict] or findings
+    first = f"{worst[0].kind}: {str(worst[0].message).splitlines()[0]}" if worst else ""
+    row.problems.append(f"{name} {verdict}" + (f" ({first})" if first else ""))
+    return verdict
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
+             engine=None) -> SimRow:
+    """Simulate one case; never raises for a kernel problem (it goes into the row)."""
+    from tirx_harness.numsim import Engine, transpile
+    from tirx_harness.numsim.checkers import racecheck, synccheck
+
+    step = case.step
+    row = SimRow(step.id, step.arch, case.M, case.N, case.K, dict(case.kwargs), case.mutant)
+    t0 = time.time()
+    func = case.build()
+    inputs = {kind: numerics.make_inputs_np(case.M, case.N, case.K, kind, seed + i)
+              for i, kind in enumerate(numerics.INPUT_KINDS)}
+    if "numsim" in checks:
+        try:
+            module = transpile(func)
+            engine = engine or Engine(max_workers="auto")
+            rels, verdicts = [], []
+            for kind, (A, B, D) in inputs.items():
+                res = engine.run(module, {"A": A, "B": B, "D": D.copy()})
+                out = np.asarray(res.outputs["D"])
+                cmp = numerics.compare_np(out, numerics.reference_np(A, B), exact=kind == "int")
+                log(f"--- numsim {kind} inputs ({case.label}, seed {seed}) ---\n"
+                    f"{cmp.summary()}\ndiagnostics: {res.diagnostics}\n")
+                if kind == "random":
+                    rels.append(cmp.rel_frobenius_error)
+                if not cmp.ok:
+                    row.problems.append(f"numsim {kind} inputs: {cmp.summary()}")
+                if res.verdict != "clean":
+                    row.problems.append(f"numsim diagnostics {res.verdict}: {res.diagnostics}")
+                verdicts.append(cmp.ok and res.verdict == "clean")
+            row.rel_err = rels[0] if rels else None
+            row.numsim = "correct" if all(verdicts) else "WRONG"
+        except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row
+            row.numsim = "failed"
+            row.problems.append(f"numsim {type(e).__name__}: {_first_line(e)}")
+            log(f"--- numsim ({case.label}) raised ---\n{traceback.format_exc()}\n")
+    A, B, D = inputs["random"]
+    for name, fn in (("sync", synccheck), ("race", racecheck)):
+        if name not in checks:
+            continue
+        try:
+            report = fn(func, {"A": A, "B": B, "D": D.copy()})
+        except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row
+            setattr(row, name, "failed")
+            row.problems.append(f"{name}check {type(e).__name__}: {_first_line(e)}")
+            log(f"--- {name}check ({case.label}) raised ---\n{traceback.format_exc()}\n")
+            continue
+        setattr(row, name, _checker_verdict(f"{name}check", report, step, row, log))
+    row.seconds = time.time() - t0
+    row.ok = not row.problems and all(
+        getattr(row, {"numsim": "numsim", "sync": "sync", "race": "race"}[c]) in
+        ("correct", "clean", "accepted review") for c in checks)
+    return row
+
+
+# --------------------------------------------------------------------------------------
+# the table
+# --------------------------------------------------------------------------------------
+HEAD = (f"{'step':4} {'shape':13} {'kwargs':24} {'result':8} {'rel err':>8} "
+        f"{'synccheck':15} {'racecheck':15} {'seconds':>7}")
+
+
+def format_row(r: SimRow) -> str:
+    kw = " ".join(f"{k}={v}" for k, v in r.kwargs.items()) or "-"
+    if r.mutant:
+        kw = f"MUTANT {r.mutant} " + ("" if kw == "-" else kw)
+    rel = f"{r.rel_err:.1e}" if r.rel_err is not None else "-"
+    return (f"{r.step:4} {f'{r.M}x{r.N}x{r.K}':13} {kw:24} {r.numsim:8} {rel:>8} "
+            f"{r.sync:15} {r.race:15} {r.seconds:7.1f}")
+
+
+def default_log_path() -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("build") / "sim" / f"sim-{stamp}.txt"
+
+
+@contextlib.contextmanager
+def _quiet_native():
+    """The engines print cargo progress on stdout; keep it out of the table (it is logged)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield buf
+
+
+def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Path,
+             out=print) -> list[SimRow]:
+    """Run every case, print one table row per case as it finishes, log the full text."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with open(log_path, "w", encoding="utf-8") as logf:
+        def log(s: str) -> None:
+            logf.write(s)
+            logf.flush()
+        log(f"tirx-gemm sim: {len(cases)} case(s), checks {','.join(checks)}, seed {seed}\n")
+        out(HEAD)
+        for case in cases:
+            with _quiet_native() as buf:
+                row = run_case(case, checks=checks, seed=seed, log=log)
+            if buf.getvalue():
+                log(f"--- engine output ({case.label}) ---\n{buf.getvalue()}\n")
+            rows.append(row)
+            out(format_row(row))
+            for p in row.problems:
+                out(f"     ! {p}")
+    return rows
+
+
+def append_records(rows: list[SimRow], seed: int, checks, results_dir="results") -> Path:
+    path = Path(results_dir) / "sim" / RECORDS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r.to_record(seed, tuple(checks)), sort_keys=True) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# CLI: `tirx-gemm sim`
+# --------------------------------------------------------------------------------------
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "sim", help="run sm_100a steps on a CPU model of Blackwell (NumSim) + sync/race checks",
+        description="Simulate sm_100a steps with tirx-harness NumSim at the registry's "
+                    "simulation shapes (or --mnk), check numbers against an fp32 reference "
+                    "and run synccheck and racecheck. Exit 0 only if every row is correct "
+                    "and clean. Proves correctness and protocol on a model, never speed.")
+    p.add_argument("step", nargs="?", help="step id, e.g. v4")
+    p.add_argument("--all", action="store_true", help="every sm_100a step")
+    p.add_argument("--mnk", help="one shape M,N,K instead of the registry's sim cases")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--check", default=",".join(CHECKS),
+                   help=f"comma list of {','.join(CHECKS)} (default: all)")
+    p.add_argument("--log", help="file for the full checker text (default build/sim/...)")
+    p.add_argument("--mutant", help="simulate a deliberately broken variant instead "
+                   "(tirx_gemm/mutants.py; the gate must fail); names the step itself")
+    p.add_argument("--record", action="store_true",
+                   help="append the rows to results/sim/numsim-cpu.jsonl (README table)")
+    p.set_defaults(fn=cmd_sim)
+
+
+def _parse_checks(text: str) -> tuple[str, ...]:
+    checks = tuple(c.strip() for c in text.split(",") if c.strip())
+    bad = [c for c in checks if c not in CHECKS]
+    if bad or not checks:
+        raise ValueError(f"--check {text!r}: choose from {','.join(CHECKS)}")
+    return checks
+
+
+def _parse_mnk(text: str | None):
+    if text is None:
+        return None
+    try:
+        mnk = tuple(int(x) for x in text.replace("x", ",").split(","))
+    except ValueError:
+        mnk = ()
+    if len(mnk) != 3 or min(mnk) <= 0:
+        raise ValueError(f"--mnk wants three positive integers M,N,K, got {text!r}")
+    return mnk
+
+
+def cmd_sim(args) -> int:
+    checks = _parse_checks(args.check)
+    mnk = _parse_mnk(args.mnk)
+    if args.mutant:
+        from tirx_gemm import mutants
+        m = mutants.get(args.mutant)
+        if args.all or (args.step and registry.get(args.step, ARCH).id != m.step):
+            raise ValueError(f"--mutant {m.name} breaks step {m.step}; name that step or none")
+        if args.record:
+            raise ValueError("--record keeps results of the real steps only, not of mutants")
+        args.step = m.step
+    if args.all and args.step:
+        raise ValueError("name one step or pass --all, not both")
+    if args.all and mnk:
+        raise ValueError("--mnk needs one step (the steps accept different shapes)")
+    if args.all:
+        steps = registry.all_steps(ARCH)
+    elif args.step:
+        steps = [registry.get(args.step, ARCH)]
+    else:
+        raise ValueError("name a step (e.g. v4) or pass --all")
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed} must be >= 0")
+    cases = [c for s in steps for c in cases_for(s, mnk)]
+    if args.mutant:
+        cases = [dataclasses.replace(cases[0], mutant=args.mutant)]
+    if mnk:  # a shape the step rejects fails here, before any simulation starts
+        steps[0].build_primfunc(*mnk)
+    why = unavailable_reason()
+    if why:
+        raise SimUnavailable(why)
+    log_path = Path(args.log) if args.log else default_log_path()
+    print(f"simulating {len(cases)} case(s) on NumSim (CPU model of sm_100a); the first run "
+          "builds the engines with cargo (a few minutes, cached)", flush=True)
+    t0 = time.time()
+    rows = simulate(cases, checks=checks, seed=args.seed, log_path=log_path,
+                    out=lambda s: print(s, flush=True))
+    bad = [r for r in rows if not r.ok]
+    print(f"\n{len(rows) - len(bad)}/{len(rows)} correct and clean in {time.time() - t0:.0f} s; "
+          f"full checker text: {log_path}")
+    print("A pass proves numbers and synchronization on a CPU model of sm_100a; it measures "
+          "no speed and is not silicon.")
+    if args.record:
+        print(f"records appended to {append_records(rows, args.seed, checks)}")
+    return 1 if bad else 0
