@@ -4,7 +4,16 @@ resource usage and a SASS opcode summary.
 Every build runs in its own process, forked from a build server that has imported TVM once
 (``python -m tirx_gemm.build --serve``), so no TVM compiler state leaks from one step into
 the next and no build pays the TVM import again; results are cached on disk by
-(step, shape, arch, builder kwargs, sources, toolchain): a repeated build is a file read.
+(step, shape, arch, builder kwargs, watchdog, sources, toolchain): a repeated build is a file
+read.
+
+Reliability contract: a cache entry appears only by renaming a finished, validated build
+folder into place, and is validated again on load (an invalid one is rebuilt, with a notice);
+its meta.json stores no absolute path, so a moved cache folder still works. Every external
+tool runs with a time limit (``TIRX_GEMM_TOOL_TIMEOUT`` seconds overrides the defaults) in its
+own process group, so a timeout or an interrupt (SIGINT, SIGTERM) kills the tool with all its
+children; an interrupted build leaves neither temporary folders nor processes behind, and a
+build killed outright (SIGKILL) leaves a folder that the next build removes.
 
 On a machine without a GPU driver the worker first loads a stub ``libcuda.so.1`` (built
 from ``tirx_gemm/stub/libcuda_stub.c``) so that TVM embeds the compiled kernel into the
@@ -21,9 +30,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,7 +42,7 @@ from pathlib import Path
 from tirx_gemm import registry
 from tirx_gemm.registry import KEY_SASS, Step
 
-BUILD_FORMAT = 4  # bump when the cached artefacts or their meaning change
+BUILD_FORMAT = 5  # bump when the cached artefacts or their meaning change
 PKG_DIR = Path(__file__).resolve().parent
 
 NVCC_FLAGS = [
@@ -42,8 +53,25 @@ NVCC_FLAGS = [
 ]
 
 
+# every file a cache entry must hold, non-empty, to be used
+ARTEFACTS = ("kernel.cu", "kernel.cubin", "kernel.so", "kernel.sass", "kernel.tir.py", "meta.json")
+
+TOOL_TIMEOUT_ENV = "TIRX_GEMM_TOOL_TIMEOUT"
+# seconds: nvcc of v7 takes ~5 s on 2 cores, so 300 s only catches a hung tool; a version
+# probe answers at once
+TOOL_TIMEOUT_S = 300.0
+PROBE_TIMEOUT_S = 30.0
+
+# the generated index math uses int32 element offsets (TVM's default index type)
+INT32_MAX = 2**31 - 1
+
+
 class BuildError(RuntimeError):
     """The step is valid but the toolchain failed (TVM lowering, nvcc, cuobjdump)."""
+
+
+class _InvalidEntry(Exception):
+    """A cache entry that must not be used (the message says why)."""
 
 
 @dataclasses.dataclass
@@ -66,6 +94,7 @@ class BuildResult:
     times: dict                     # seconds: tvm, nvcc, sass, export, total
     tvm_version: str
     nvcc_version: str
+    watchdog_ms: int | None = None  # bounded mbarrier waits (helpers.set_watchdog), or None
     cached: bool = False
 
     # artefact paths
@@ -106,8 +135,10 @@ class BuildResult:
         return {k: n for k in KEY_SASS if (n := count_prefix(self.sass_counts, k))}
 
     def to_json(self) -> dict:
+        """meta.json: everything but the folder, which is wherever the entry is found."""
         d = dataclasses.asdict(self)
         d.pop("cached")
+        d.pop("dir")
         return d
 
 
@@ -128,8 +159,74 @@ def find_tool(name: str) -> str:
     for root in (spec.submodule_search_locations or []) if spec else []:
         for cand in sorted(Path(root).glob(f"*/bin/{name}")):
             return str(cand)
-    hint = {"cuobjdump": "nvidia-cuda-cuobjdump", "nvdisasm": "nvidia-cuda-nvdisasm"}.get(name)
-    raise BuildError(f"{name} not found on PATH" + (f" (pip install {hint})" if hint else ""))
+    hint = {"cuobjdump": "pip install nvidia-cuda-cuobjdump",
+            "nvdisasm": "pip install nvidia-cuda-nvdisasm",
+            "nvcc": "compiling needs the CUDA toolkit 12.8+ with its bin/ on PATH"}.get(name)
+    raise BuildError(f"{name} not found on PATH" + (f" ({hint})" if hint else ""))
+
+
+def tool_timeout(probe: bool = False) -> float:
+    """Seconds a tool may run: ``TIRX_GEMM_TOOL_TIMEOUT`` if set, else the default."""
+    text = os.environ.get(TOOL_TIMEOUT_ENV)
+    if not text:
+        return PROBE_TIMEOUT_S if probe else TOOL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ValueError(f"{TOOL_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    return value
+
+
+def _tool_preexec() -> None:
+    """In the tool's process, before exec: die with the process that started it (Linux), so
+    not even a SIGKILLed build leaves a compiler running."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+_ACTIVE_TOOLS: set[int] = set()  # process groups of running tools (killed on SIGTERM)
+
+
+def _kill_group(pgid: int, sig=signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_tool(cmd: list, *, probe: bool = False, env: dict | None = None,
+             name: str | None = None) -> subprocess.CompletedProcess:
+    """Run an external tool with a time limit, capturing its output as text.
+
+    The tool gets its own process group (killed whole on timeout or on any exception here,
+    KeyboardInterrupt included, so none of its children outlives it). Raises BuildError
+    naming the tool when it cannot start or does not finish within the limit.
+    """
+    name = name or Path(cmd[0]).name
+    limit = tool_timeout(probe)
+    try:
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True, preexec_fn=_tool_preexec)
+    except OSError as exc:
+        raise BuildError(f"{name} could not be started: {exc.strerror or exc}") from None
+    _ACTIVE_TOOLS.add(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        proc.communicate()
+        raise BuildError(f"{name} did not finish within {limit:g} s "
+                         f"({TOOL_TIMEOUT_ENV} sets the limit in seconds)") from None
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    finally:
+        _ACTIVE_TOOLS.discard(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def cache_root() -> Path:
@@ -146,17 +243,25 @@ def _toolchain_id() -> str:
     if _TOOLCHAIN is None:
         from importlib.metadata import version
         try:
-            nvcc = subprocess.run([find_tool("nvcc"), "--version"], capture_output=True,
-                                  text=True, check=True).stdout.strip().splitlines()[-1]
-        except (BuildError, subprocess.CalledProcessError):
+            probe = run_tool([find_tool("nvcc"), "--version"], probe=True, name="nvcc --version")
+        except BuildError as exc:
+            if "not found" not in str(exc):
+                raise  # a hung or broken nvcc must not pass for a missing one
             nvcc = "nvcc-missing"
+        else:
+            lines = probe.stdout.strip().splitlines()
+            if probe.returncode != 0 or not lines:
+                raise BuildError(f"nvcc --version failed (exit {probe.returncode}): "
+                                 f"{(probe.stderr.strip().splitlines() or ['no output'])[-1]}")
+            nvcc = lines[-1]
         _TOOLCHAIN = f"tvm={version('apache-tvm')};{nvcc}"
     return _TOOLCHAIN
 
 
-def cache_key(step: Step, M: int, N: int, K: int, kwargs: dict) -> str:
+def cache_key(step: Step, M: int, N: int, K: int, kwargs: dict,
+              watchdog_ms: int | None = None) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([BUILD_FORMAT, step.key, M, N, K, sorted(kwargs.items()),
+    h.update(json.dumps([BUILD_FORMAT, step.key, M, N, K, sorted(kwargs.items()), watchdog_ms,
                          _toolchain_id()], default=str).encode())
     # the step's own source and the package modules a step of its arch can pull in
     shared = ["helpers.py"] + (["hopper.py"] if step.arch == "sm_90a" else [])
@@ -166,18 +271,70 @@ def cache_key(step: Step, M: int, N: int, K: int, kwargs: dict) -> str:
     return h.hexdigest()[:20]
 
 
-def _load_cached(step: Step, M, N, K, kwargs) -> BuildResult | None:
-    key = cache_key(step, M, N, K, kwargs)
-    meta = cache_root() / "builds" / key / "meta.json"
-    if meta.exists():
+def _read_entry(entry: Path, key: str) -> BuildResult:
+    """The build stored in ``entry``; _InvalidEntry says why it cannot be used."""
+    try:
+        data = json.loads((entry / "meta.json").read_text())
+    except FileNotFoundError:
+        raise _InvalidEntry("no meta.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _InvalidEntry(f"meta.json is not readable JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("key") != key:
+        raise _InvalidEntry("meta.json does not describe this build")
+    try:
+        res = BuildResult(**data, dir=str(entry))
+    except TypeError as exc:
+        raise _InvalidEntry(f"meta.json has the wrong fields: {exc}") from None
+    for name in ARTEFACTS:
+        path = entry / name
+        if not path.is_file() or path.stat().st_size == 0:
+            raise _InvalidEntry(f"{name} is missing or empty")
+    return res
+
+
+def _load_cached(step: Step, M, N, K, kwargs, watchdog_ms=None) -> BuildResult | None:
+    key = cache_key(step, M, N, K, kwargs, watchdog_ms)
+    entry = cache_root() / "builds" / key
+    if not entry.exists():
+        return None
+    try:
+        res = _read_entry(entry, key)
+    except _InvalidEntry as exc:
+        print(f"tirx-gemm: cache entry {entry} is invalid ({exc}); rebuilding", file=sys.stderr)
+        return None
+    res.cached = True
+    return res
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+STALE_UNOWNED_S = 600  # a work folder without an owner file is a crash between two syscalls
+
+
+def _sweep_stale(builds: Path) -> None:
+    """Remove work folders (``<key>.xxxxxxxx``) whose building process is gone: what a build
+    killed outright (SIGKILL, power loss) leaves behind."""
+    if not builds.is_dir():
+        return
+    for d in builds.glob("*.*"):
+        owner = d / "owner.pid"
         try:
-            res = BuildResult(**json.loads(meta.read_text()))
-        except (TypeError, json.JSONDecodeError):
-            return None
-        if res.lib_path.exists() and res.cubin_path.exists():
-            res.cached = True
-            return res
-    return None
+            if owner.exists():
+                stale = not _pid_alive(int(owner.read_text() or 0))
+            else:
+                stale = time.time() - d.stat().st_mtime > STALE_UNOWNED_S
+        except (OSError, ValueError):
+            stale = True
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,17 +348,39 @@ def resolve_shape(step: Step, mnk) -> tuple[int, int, int]:
     return tuple(int(x) for x in mnk)
 
 
+def check_shape_limits(M: int, N: int, K: int) -> None:
+    """Positive sizes whose operands fit the int32 element offsets of the index math (TVM
+    would otherwise fail deep inside lowering, or overflow silently)."""
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r} must be a positive integer")
+    for name, v in (("M*K", M * K), ("N*K", N * K), ("M*N", M * N)):
+        if v > INT32_MAX:
+            raise ValueError(f"M,N,K={M},{N},{K}: {name}={v} elements exceeds 2^31-1, the "
+                             "limit of the kernels' int32 index math")
+
+
+def check_watchdog_ms(watchdog_ms) -> None:
+    if watchdog_ms is not None and (isinstance(watchdog_ms, bool)
+                                    or not isinstance(watchdog_ms, int) or watchdog_ms < 1):
+        raise ValueError(f"watchdog_ms={watchdog_ms!r} must be a positive integer "
+                         "(milliseconds) or None")
+
+
 def build(step_id: str, M: int | None = None, N: int | None = None, K: int | None = None,
-          arch: str = "sm_100a", *, use_cache: bool = True, **kwargs) -> BuildResult:
+          arch: str = "sm_100a", *, use_cache: bool = True, watchdog_ms: int | None = None,
+          **kwargs) -> BuildResult:
     """Compile one step. Raises ValueError for an invalid step/shape (the builder's own
-    message), BuildError when the toolchain fails."""
+    message), BuildError when the toolchain fails. ``watchdog_ms`` builds the kernel with
+    bounded barrier waits (helpers.set_watchdog)."""
     step = registry.get(step_id, arch)
     M, N, K = step.canonical if M is None else (M, N, K)
-    return build_many([(step, (M, N, K), kwargs)], use_cache=use_cache)[0]
+    return build_many([(step, (M, N, K), kwargs)], use_cache=use_cache,
+                      watchdog_ms=watchdog_ms)[0]
 
 
 def build_many(requests, *, jobs: int | None = None, use_cache: bool = True,
-               progress=None) -> list[BuildResult | Exception]:
+               progress=None, watchdog_ms: int | None = None) -> list[BuildResult | Exception]:
     """Build several (step, (M, N, K), kwargs), each in its own process.
 
     A build server process imports TVM once; every build then runs in a child forked from
@@ -211,17 +390,30 @@ def build_many(requests, *, jobs: int | None = None, use_cache: bool = True,
 
     With one request, errors are raised; with several, each failed slot holds its
     exception so that one bad step does not hide the others' results. ``progress`` is
-    called as progress(done, total, request, result_or_exc) after each build.
+    called as progress(done, total, request, result_or_exc) after each build. Without
+    ``use_cache`` every request is rebuilt and replaces its cache entry. ``watchdog_ms``
+    applies to every request.
     """
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs={jobs!r} must be a positive integer")
+    check_watchdog_ms(watchdog_ms)
     reqs = [(s, tuple(mnk), dict(kw or {})) for s, mnk, kw in requests]
     out: list = [None] * len(reqs)
     todo = []
     for i, (step, (M, N, K), kw) in enumerate(reqs):
-        hit = _load_cached(step, M, N, K, kw) if use_cache else None
+        try:
+            check_shape_limits(M, N, K)
+        except ValueError as exc:
+            out[i] = exc
+            continue
+        hit = _load_cached(step, M, N, K, kw, watchdog_ms) if use_cache else None
         if hit is not None:
             out[i] = hit
         else:
             todo.append(i)
+    if todo:  # before any work: a missing tool is one clear line, not a failed worker each
+        find_tool("nvcc")
+        find_tool("cuobjdump")
     done = 0
     for i in range(len(reqs)):
         if out[i] is not None:
@@ -231,36 +423,75 @@ def build_many(requests, *, jobs: int | None = None, use_cache: bool = True,
     if todo:
         jobs = jobs or max(1, min(len(todo), os.cpu_count() or 1))
         jobs_by_dir = {}
-        for i in todo:
-            step, mnk, kw = reqs[i]
-            job = _prepare(step, mnk, kw)
-            jobs_by_dir[job["dir"]] = (i, job)
-        for work_dir, rc, log in _serve([job for _, job in jobs_by_dir.values()], jobs):
-            i, job = jobs_by_dir[work_dir]
+        builds = cache_root() / "builds"
+        with _terminate_as_exit():
             try:
-                out[i] = _finish(reqs[i][0], job, rc, log)
-            except Exception as exc:  # noqa: BLE001 - reported per slot
-                out[i] = exc
-            done += 1
-            if progress:
-                progress(done, len(reqs), reqs[i], out[i])
+                _sweep_stale(builds)
+                for i in todo:
+                    step, mnk, kw = reqs[i]
+                    job = _prepare(step, mnk, kw, watchdog_ms)
+                    jobs_by_dir[job["dir"]] = (i, job)
+                server = _serve([job for _, job in jobs_by_dir.values()], jobs)
+                try:
+                    for work_dir, rc, log in server:
+                        i, job = jobs_by_dir[work_dir]
+                        try:
+                            out[i] = _finish(reqs[i][0], job, rc, log)
+                        except Exception as exc:  # noqa: BLE001 - reported per slot
+                            out[i] = exc
+                        done += 1
+                        if progress:
+                            progress(done, len(reqs), reqs[i], out[i])
+                finally:
+                    server.close()  # on an interrupt: kills the server and its builds
+            finally:
+                for work_dir in jobs_by_dir:  # finished ones were renamed or removed already
+                    shutil.rmtree(work_dir, ignore_errors=True)
     if len(reqs) == 1 and isinstance(out[0], Exception):
         raise out[0]
     return out
 
 
-def _prepare(step: Step, mnk, kwargs) -> dict:
+class _terminate_as_exit:
+    """While building in the main thread, SIGTERM raises SystemExit(143) like Ctrl-C raises
+    KeyboardInterrupt, so the cleanup above runs for both."""
+
+    def __enter__(self):
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGTERM, _raise_exit)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+
+
+def _raise_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _prepare(step: Step, mnk, kwargs, watchdog_ms=None) -> dict:
     M, N, K = mnk
-    key = cache_key(step, M, N, K, kwargs)
+    key = cache_key(step, M, N, K, kwargs, watchdog_ms)
     final = cache_root() / "builds" / key
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=final.parent))
+    (work / "owner.pid").write_text(str(os.getpid()))
     return {"step": step.id, "arch": step.arch, "M": M, "N": N, "K": K, "kwargs": kwargs,
-            "key": key, "dir": str(work)}
+            "watchdog_ms": watchdog_ms, "key": key, "dir": str(work)}
+
+
+SERVER_GRACE_S = 3.0  # after SIGTERM, how long builds get to kill their tools and exit
 
 
 def _serve(jobs: list[dict], parallel: int):
-    """Run the build server; yield (work dir, exit status, log tail) as builds finish."""
+    """Run the build server; yield (work dir, exit status, log tail) as builds finish.
+
+    The server leads its own process group, which its build children share: closing this
+    generator early (an exception or interrupt in the caller) sends SIGTERM to the group,
+    then SIGKILL to whatever is left after SERVER_GRACE_S.
+    """
     env = dict(os.environ)
     # the server must import this very package, whichever way it was made importable
     env["PYTHONPATH"] = os.pathsep.join([str(PKG_DIR.parent)] + (
@@ -268,17 +499,22 @@ def _serve(jobs: list[dict], parallel: int):
     with tempfile.TemporaryFile("w+") as server_err:
         proc = subprocess.Popen([sys.executable, "-m", "tirx_gemm.build", "--serve",
                                  str(parallel)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=server_err, text=True, env=env)
-        proc.stdin.write("".join(json.dumps(j) + "\n" for j in jobs))
-        proc.stdin.close()
+                                stderr=server_err, text=True, env=env,
+                                start_new_session=True, preexec_fn=_server_preexec)
         seen = set()
-        for line in proc.stdout:
-            if line.startswith("DONE "):
-                msg = json.loads(line[5:])
-                seen.add(msg["dir"])
-                log = Path(msg["dir"]) / "build.log"
-                yield msg["dir"], msg["rc"], log.read_text() if log.exists() else ""
-        proc.wait()
+        try:
+            proc.stdin.write("".join(json.dumps(j) + "\n" for j in jobs))
+            proc.stdin.close()
+            for line in proc.stdout:
+                if line.startswith("DONE "):
+                    msg = json.loads(line[5:])
+                    seen.add(msg["dir"])
+                    log = Path(msg["dir"]) / "build.log"
+                    yield msg["dir"], msg["rc"], log.read_text() if log.exists() else ""
+            proc.wait()
+        except BaseException:
+            _stop_group(proc)
+            raise
         server_err.seek(0)
         err = server_err.read()
     for job in jobs:  # the server died before reporting these
@@ -286,31 +522,62 @@ def _serve(jobs: list[dict], parallel: int):
             yield job["dir"], proc.returncode or -1, err[-3000:]
 
 
+def _server_preexec() -> None:
+    """The server dies with SIGTERM when the process that started it dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    _kill_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + SERVER_GRACE_S
+    while time.monotonic() < deadline:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(0.05)
+    _kill_group(proc.pid)
+    proc.wait()
+
+
 def _finish(step: Step, job: dict, rc: int, log: str) -> BuildResult:
+    """Validate a finished work folder and rename it into place as the cache entry,
+    replacing an entry already there (a --no-cache build, or one found invalid)."""
     work, final = Path(job["dir"]), cache_root() / "builds" / job["key"]
     shape = f"{job['M']}x{job['N']}x{job['K']}"
-    err_file = work / "error.json"
-    if err_file.exists():
-        err = json.loads(err_file.read_text())
-        shutil.rmtree(work, ignore_errors=True)
-        if err["type"] == "ValueError":
-            raise ValueError(err["message"])
-        raise BuildError(f"{step.key} {shape}: {err['type']}: {err['message']}")
-    if rc != 0 or not (work / "meta.json").exists():
-        shutil.rmtree(work, ignore_errors=True)
-        tail = "\n".join(log.strip().splitlines()[-25:])
-        raise BuildError(f"{step.key} {shape}: build process failed (exit {rc}):\n{tail}")
-    meta = json.loads((work / "meta.json").read_text())
-    meta["dir"] = str(final)
-    (work / "meta.json").write_text(json.dumps(meta, indent=1))
-    if final.exists():  # a concurrent build of the same key won; keep theirs
-        shutil.rmtree(work, ignore_errors=True)
-    else:
+    try:
+        err_file = work / "error.json"
+        if err_file.exists():
+            err = json.loads(err_file.read_text())
+            if err["type"] == "ValueError":
+                raise ValueError(err["message"])
+            if err["type"] == "BuildError":
+                raise BuildError(f"{step.key} {shape}: {err['message']}")
+            raise BuildError(f"{step.key} {shape}: {err['type']}: {err['message']}")
+        if rc != 0:
+            tail = "\n".join(log.strip().splitlines()[-25:])
+            raise BuildError(f"{step.key} {shape}: build process failed (exit {rc}):\n{tail}")
+        try:
+            _read_entry(work, job["key"])
+        except _InvalidEntry as exc:
+            raise BuildError(f"{step.key} {shape}: the build produced an unusable result "
+                             f"({exc})") from None
+        (work / "owner.pid").unlink()
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f"{job['key']}.", dir=final.parent))
+            (old / "owner.pid").write_text(str(os.getpid()))
+            final.rename(old / "entry")
+            shutil.rmtree(old, ignore_errors=True)
         try:
             work.rename(final)
         except OSError:
-            shutil.rmtree(work, ignore_errors=True)
-    return BuildResult(**json.loads((final / "meta.json").read_text()))
+            if not final.is_dir():  # else a concurrent build of the same key won: use theirs
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return _read_entry(final, job["key"])
 
 
 def _server(parallel: int) -> int:
@@ -330,6 +597,8 @@ def _server(parallel: int) -> int:
             if pid == 0:  # child: one build, then leave without running parent cleanup
                 code = 1
                 try:
+                    _server_preexec()  # a build dies with the server
+                    signal.signal(signal.SIGTERM, _kill_tools_and_exit)
                     # the child's own output goes to its log, not into the server's protocol
                     log = os.open(os.path.join(job["dir"], "build.log"),
                                   os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -350,6 +619,12 @@ def _server(parallel: int) -> int:
 # ---------------------------------------------------------------------------------------
 # worker (runs in its own process)
 # ---------------------------------------------------------------------------------------
+def _kill_tools_and_exit(signum, frame):
+    for pgid in list(_ACTIVE_TOOLS):
+        _kill_group(pgid)
+    os._exit(128 + signum)
+
+
 def ensure_libcuda() -> str:
     """Load the real libcuda if there is one, else the stub. Returns which."""
     try:
@@ -363,8 +638,10 @@ def ensure_libcuda() -> str:
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", str(tmp),
-                        str(src)], check=True)
+        gcc = run_tool(["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o",
+                        str(tmp), str(src)])
+        if gcc.returncode != 0:
+            raise BuildError(f"gcc failed to build the libcuda stub: {gcc.stderr.strip()}")
         tmp.rename(out)
     ctypes.CDLL(str(out), mode=ctypes.RTLD_GLOBAL)
     return "stub"
@@ -419,13 +696,23 @@ def _worker(req: dict) -> None:
         (work / "kernel.cu").write_text(code)
         cmd = [find_tool("nvcc"), "--cubin", "-arch", req["arch"], *NVCC_FLAGS,
                "-o", str(work / "kernel.cubin"), str(work / "kernel.cu")]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            proc = run_tool(cmd)
+        except BuildError as exc:
+            tool_errors.append(exc)  # TVM re-wraps what a callback raises
+            raise
         if proc.returncode != 0:
-            raise BuildError("nvcc failed:\n" + proc.stdout + proc.stderr)
+            tool_errors.append(BuildError("nvcc failed:\n" + proc.stdout + proc.stderr))
+            raise tool_errors[-1]
         nvcc_log.append(proc.stdout + proc.stderr)
         times["nvcc"] = time.perf_counter() - t
         return bytearray((work / "kernel.cubin").read_bytes())
 
+    from tirx_gemm import helpers
+    if hasattr(helpers, "set_watchdog"):
+        helpers.set_watchdog(req["watchdog_ms"])
+    elif req["watchdog_ms"] is not None:
+        raise BuildError("this checkout's helpers have no kernel watchdog (set_watchdog)")
     try:
         func = step.build_primfunc(req["M"], req["N"], req["K"], **req["kwargs"])
     except ValueError as exc:
@@ -445,8 +732,8 @@ def _worker(req: dict) -> None:
     times["export"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    sass = subprocess.run([find_tool("cuobjdump"), "-sass", str(work / "kernel.cubin")],
-                          capture_output=True, text=True, env=_with_nvdisasm_on_path())
+    sass = run_tool([find_tool("cuobjdump"), "-sass", str(work / "kernel.cubin")],
+                    env=_with_nvdisasm_on_path())
     if sass.returncode != 0:
         raise BuildError("cuobjdump failed: " + sass.stderr.strip())
     (work / "kernel.sass").write_text(sass.stdout)
@@ -462,8 +749,12 @@ def _worker(req: dict) -> None:
         static_smem_bytes=res["static_smem_bytes"], spill_stores=res["spill_stores"],
         spill_loads=res["spill_loads"], stack_bytes=res["stack_bytes"],
         sass_counts=sass_opcode_counts(sass.stdout), times={k: round(v, 3) for k, v in times.items()},
-        tvm_version=tvm.__version__, nvcc_version=nvcc_version)
+        tvm_version=tvm.__version__, nvcc_version=nvcc_version, watchdog_ms=req["watchdog_ms"])
+    # written last: a work folder with meta.json is complete
     (work / "meta.json").write_text(json.dumps(meta.to_json(), indent=1))
+
+
+tool_errors: list[BuildError] = []  # a tool failure inside TVM's compile callback
 
 
 def _with_nvdisasm_on_path() -> dict:
@@ -476,9 +767,11 @@ def _with_nvdisasm_on_path() -> dict:
 
 
 def _worker_main(req: dict) -> int:
+    del tool_errors[:]
     try:
         _worker(req)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as data
+        exc = tool_errors[0] if tool_errors else exc  # the tool's own words, not TVM's wrap
         Path(req["dir"]).mkdir(parents=True, exist_ok=True)
         (Path(req["dir"]) / "error.json").write_text(
             json.dumps({"type": type(exc).__name__, "message": str(exc)[-4000:]}))

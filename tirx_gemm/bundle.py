@@ -4,7 +4,9 @@ torch and apache-tvm-ffi but not the TVM compiler (or no network to install it).
 Layout of a bundle directory::
 
     manifest.json                   one entry per kernel: step, arch, shape, kwargs, lib, ...
-    <step>_<arch>_<M>x<N>x<K>.so    exported TVM libraries (host code + embedded cubin)
+    <step>_<arch>_<M>x<N>x<K>[_<kwarg><value>...][_wd<ms>].so
+                                    exported TVM libraries (host code + embedded cubin);
+                                    _wd<ms>: a watchdog build (bounded barrier waits)
     runtime/libtvm_runtime.so       from the apache-tvm wheel (found next to the libraries
     runtime/libtvm_runtime_cuda.so  by tirx_gemm.runner.load_kernel)
     wheels/                         optional: apache-tvm-ffi wheel for the host's Python
@@ -17,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -45,9 +46,23 @@ def build_kwargs(step: registry.Step, args) -> dict:
     return step.with_sm_count(getattr(args, "num_sms", None))
 
 
-def lib_name(step: str, arch: str, M: int, N: int, K: int, kwargs: dict) -> str:
+def lib_name(step: str, arch: str, M: int, N: int, K: int, kwargs: dict,
+             watchdog_ms: int | None = None) -> str:
     extra = "".join(f"_{k}{v}" for k, v in sorted(kwargs.items()))
+    if watchdog_ms is not None:
+        extra += f"_wd{watchdog_ms}"
     return f"{step}_{arch}_{M}x{N}x{K}{extra}.so"
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse, before building, a bundle folder that cannot be created: it or one of its
+    parents is an existing file."""
+    for d in (out, *out.parents):
+        if d.exists():
+            if not d.is_dir():
+                what = "it is a file" if d == out else f"{d} is a file"
+                raise ValueError(f"--out {out}: cannot make a bundle folder there ({what})")
+            return
 
 
 def _tvm_lib_dir() -> Path:
@@ -57,12 +72,11 @@ def _tvm_lib_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "lib"
 
 
-def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=None) -> int:
-    from tirx_gemm.build import build_many
+def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=None,
+           watchdog_ms: int | None = None) -> int:
+    from tirx_gemm.build import BuildError, build_many, run_tool
 
-    out.mkdir(parents=True, exist_ok=True)
-    manifest_path = out / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"kernels": []}
+    check_out_dir(out)
 
     def show(done, total, req, res):
         if progress:
@@ -70,18 +84,25 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
             print(f"[{done}/{total}] {req[0].key} {'x'.join(map(str, req[1]))} {state}",
                   file=sys.stderr, flush=True)
 
-    results = build_many(requests, jobs=jobs, progress=show)
+    results = build_many(requests, jobs=jobs, progress=show, watchdog_ms=watchdog_ms)
     errors = [(req, r) for req, r in zip(requests, results) if isinstance(r, Exception)]
-    if errors:
-        lines = "\n".join(f"  {req[0].key} {req[1]}: {r}" for req, r in errors)
-        raise RuntimeError(f"{len(errors)} build(s) failed:\n{lines}")
+    if errors:  # nothing is written: a bundle never ships part of what was asked
+        why = "; ".join(f"{req[0].key} {'x'.join(map(str, req[1]))}: "
+                        f"{(str(r).strip() or type(r).__name__).splitlines()[0]}"
+                        for req, r in errors)
+        raise BuildError(f"{len(errors)} of {len(requests)} build(s) failed, nothing exported: "
+                         f"{why}")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"kernels": []}
     from tirx_gemm.runner import git_sha
     sha = git_sha()
     for r in results:
-        name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs)
+        name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs, r.watchdog_ms)
         shutil.copyfile(r.lib_path, out / name)
         entry = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
-                 "kwargs": r.kwargs, "lib": name, "tvm_version": r.tvm_version,
+                 "kwargs": r.kwargs, "watchdog_ms": r.watchdog_ms, "lib": name,
+                 "tvm_version": r.tvm_version,
                  "build_key": r.key, "git_sha": sha, "registers": r.registers, "smem_bytes": r.smem_bytes,
                  "spills": r.spill_stores + r.spill_loads}
         manifest["kernels"] = [e for e in manifest["kernels"] if e["lib"] != name] + [entry]
@@ -92,11 +113,15 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
         shutil.copyfile(_tvm_lib_dir() / lib, rt / lib)
     if ffi_wheel_python:
         py = ffi_wheel_python.replace(".", "")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+        pip = run_tool([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                         "--only-binary=:all:", "--python-version", ffi_wheel_python,
                         "--implementation", "cp", "--abi", f"cp{py}",
                         "--platform", "manylinux_2_28_x86_64", "-d", str(out / "wheels"),
-                        f"apache-tvm-ffi=={FFI_VERSION}"], check=True)
+                        f"apache-tvm-ffi=={FFI_VERSION}"], name="pip download")
+        if pip.returncode != 0:
+            tail = (pip.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BuildError(f"pip download of apache-tvm-ffi=={FFI_VERSION} for Python "
+                             f"{ffi_wheel_python} failed: {tail}")
     return len(results)
 
 
@@ -108,12 +133,20 @@ def load_manifest(bundle: Path) -> list[dict]:
     return json.loads(path.read_text())["kernels"]
 
 
-def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None) -> dict:
-    """The manifest entry for (step, arch, shape); a clear error if the bundle has the step
-    only for other shapes or arches."""
+def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
+         watchdog_ms: int | None = None) -> dict:
+    """The manifest entry for (step, arch, shape) built with ``watchdog_ms`` (None: the
+    normal build); a clear error if the bundle has the step only for other shapes, arches
+    or watchdog settings."""
     kernels = load_manifest(bundle)
     M, N, K = mnk
-    same = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch]
+    mine = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch]
+    same = [e for e in mine if e.get("watchdog_ms") == watchdog_ms]
+    if mine and not same:
+        have = sorted({str(e.get("watchdog_ms")) for e in mine})
+        raise ValueError(f"bundle {bundle} has {step.key} built with watchdog_ms "
+                         f"{', '.join(have)}, not {watchdog_ms} (export with the same "
+                         "--watchdog-ms)")
     hits = [e for e in same if (e["M"], e["N"], e["K"]) == (M, N, K)
             and (kwargs is None or e["kwargs"] == kwargs)]
     if hits:

@@ -4,14 +4,19 @@ Building needs the TVM compiler and nvcc (no GPU). Running needs a GPU of the st
 and either TVM in-process or a bundle made by `tirx-gemm export` (torch + apache-tvm-ffi
 + TVM's runtime libraries are enough there). tvm is imported only by the commands that
 compile.
+
+Errors a user can cause (bad values, a missing or hung tool, a failed build) print one line,
+``tirx-gemm: error: ...``, and exit 2; TIRX_GEMM_DEBUG=1 prints the traceback too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from tirx_gemm import registry
@@ -19,17 +24,68 @@ from tirx_gemm import registry
 TABLE_SASS = ("UTCHMMA", "HGMMA", "UTMALDG", "UTMASTG", "LDG.E.128", "STS.128", "USETMAXREG")
 
 
+DEBUG_ENV = "TIRX_GEMM_DEBUG"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes in one line (``-h`` shows the usage), exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _mnk(text: str) -> tuple[int, int, int]:
+    from tirx_gemm.build import check_shape_limits
     try:
         parts = tuple(int(x) for x in text.replace("x", ",").split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--mnk wants M,N,K integers, got {text!r}") from None
     if len(parts) != 3:
         raise argparse.ArgumentTypeError(f"--mnk wants three integers M,N,K, got {text!r}")
+    try:
+        check_shape_limits(*parts)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return parts
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1) (0.15 allows 15% "
+                                         f"below the baseline), got {text!r}")
+    return value
+
+
+SHAPE_LISTS = ("bench", "test", "all", "canonical")
+
+
+def _shapes(text: str):
+    """A registry shape list name, or explicit shapes 'M,N,K;M,N,K'."""
+    if text in SHAPE_LISTS:
+        return text
+    if not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(
+            f"unknown shape list {text!r}: use {', '.join(SHAPE_LISTS)} or 'M,N,K;M,N,K'")
+    return [_mnk(part) for part in text.split(";")]
+
+
 def _steps_arg(args) -> list[registry.Step]:
+    if getattr(args, "all", False) and args.step:
+        raise ValueError(f"name a step ({args.step}) or pass --all, not both")
     if getattr(args, "all", False):
         steps = registry.all_steps(args.arch)
         if not steps:
@@ -87,7 +143,8 @@ def cmd_build(args) -> int:
             print(f"\r[{done}/{total}] {req[0].key} {status}" + " " * 20, end="", file=sys.stderr,
                   flush=True)
 
-    results = build_many(reqs, jobs=args.jobs, use_cache=not args.no_cache, progress=progress)
+    results = build_many(reqs, jobs=args.jobs, use_cache=not args.no_cache, progress=progress,
+                         watchdog_ms=args.watchdog_ms)
     if show_progress:
         print(file=sys.stderr)
     print(TABLE_HEAD)
@@ -131,29 +188,34 @@ def cmd_export(args) -> int:
     from tirx_gemm import bundle
 
     steps = _steps_arg(args)
+    if args.all and args.mnk:
+        raise ValueError("--mnk names one shape, which not every step accepts (v1 is "
+                         "128x128x64 only): export one step with --mnk, or --all with --shapes")
+    out = Path(args.out)
+    bundle.check_out_dir(out)
     reqs = []
     for s in steps:
         shapes = bundle.shapes_for(s, args.shapes, args.mnk)
         reqs += [(s, mnk, bundle.build_kwargs(s, args)) for mnk in shapes]
-    out = Path(args.out)
     n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
-                      ffi_wheel_python=args.ffi_wheel)
+                      ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
     print(f"exported {n} kernels to {out}/ (manifest.json, runtime/). On the GPU host: "
           f"python -m tirx_gemm.cli run <step> --arch {args.arch} --bundle {out}")
     return 0
 
 
-def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None):
+def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None, watchdog_ms=None):
     """(library path, build metadata) from a bundle, or built here (persistent steps sized
     to ``sm_count`` SMs when given: the GPU they will run on)."""
     if bundle_dir:
         from tirx_gemm import bundle
-        entry = dict(bundle.find(Path(bundle_dir), step, mnk))
+        entry = dict(bundle.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms))
         entry.setdefault("lesson", step.lesson)
         return Path(bundle_dir) / entry["lib"], entry
     from tirx_gemm import runner
     from tirx_gemm.build import build
-    r = build(step.id, *mnk, arch=step.arch, **step.with_sm_count(sm_count))
+    r = build(step.id, *mnk, arch=step.arch, watchdog_ms=watchdog_ms,
+              **step.with_sm_count(sm_count))
     if show_build:
         print(TABLE_HEAD)
         print(_table_row(r))
@@ -184,7 +246,8 @@ def cmd_run(args) -> int:
     device, why = _device_or_reason(step.arch)
     # build (or find in the bundle) even without a GPU, so the compile side is shown/checked
     lib, meta = _kernel_for(step, mnk, args.bundle,
-                            sm_count=device["sm_count"] if device else None)
+                            sm_count=device["sm_count"] if device else None,
+                            watchdog_ms=args.watchdog_ms)
     if device is None:
         return _cannot_run(step.key, step.arch, why)
     from tirx_gemm import runner
@@ -211,13 +274,7 @@ def _bench_row(rec) -> str:
             f"{f(rec.get('ratio_to_torch'), '.3f'):>6}")
 
 
-def _parse_shapes(text: str | None):
-    if not text or text in ("bench", "test", "all", "canonical"):
-        return text or "bench"
-    return [_mnk(part) for part in text.split(";")]
-
-
-def measure_plan(plan, *, bundle=None, check_only=False, log=print):
+def measure_plan(plan, *, bundle=None, check_only=False, log=print, watchdog_ms=None):
     """Check (and time) every (step, shape) of the plan; returns the records in order.
     Kernels built here size persistent steps to this GPU's SM count."""
     from tirx_gemm import runner
@@ -225,7 +282,8 @@ def measure_plan(plan, *, bundle=None, check_only=False, log=print):
     for i, (step, mnk) in enumerate(plan, 1):
         log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}")
         sm_count = None if bundle else runner.check_device(step.arch, query_smi=False)["sm_count"]
-        lib, meta = _kernel_for(step, mnk, bundle, show_build=False, sm_count=sm_count)
+        lib, meta = _kernel_for(step, mnk, bundle, show_build=False, sm_count=sm_count,
+                                watchdog_ms=watchdog_ms)
         kernel = runner.load_kernel(str(lib))
         recs.append(runner.run_step(kernel, meta, check=True, time=not check_only,
                                     git_sha=meta.get("git_sha"), log=lambda m: log("    " + m)))
@@ -250,8 +308,9 @@ def cmd_bench(args) -> int:
     device, why = _device_or_reason(args.arch)
     if device is None:
         return _cannot_run(f"{args.arch} steps", args.arch, why)
-    recs = measure_plan(_plan(steps, args.mnk and [args.mnk] or _parse_shapes(args.shapes)),
-                        bundle=args.bundle, check_only=args.no_time, log=_progress_log(args))
+    recs = measure_plan(_plan(steps, args.mnk and [args.mnk] or args.shapes),
+                        bundle=args.bundle, check_only=args.no_time, log=_progress_log(args),
+                        watchdog_ms=args.watchdog_ms)
     print("\n" + BENCH_HEAD)
     for rec in recs:
         print(_bench_row(rec))
@@ -291,8 +350,8 @@ def cmd_regress(args) -> int:
     plan = regress.bench_plan(registry.all_steps(arch))
     print(f"regression on {device['name']} ({arch}): {len(plan)} step/shape pairs, "
           f"tolerance {args.tolerance:.0%}")
-    recs = measure_plan(plan, bundle=args.bundle,
-                        log=_progress_log(args))
+    recs = measure_plan(plan, bundle=args.bundle, log=_progress_log(args),
+                        watchdog_ms=args.watchdog_ms)
     path = Path(args.baseline) if args.baseline else regress.baseline_path(
         device["name"], Path(args.results) / "baselines")
     base = regress.load_baseline(path)
@@ -319,7 +378,7 @@ def _regress_cpu(args) -> int:
     from tirx_gemm.build import build_many
     steps = registry.all_steps(args.arch if args.arch_given else None)
     reqs = regress.cpu_requests(steps)
-    res = build_many(reqs, progress=None if args.quiet else (
+    res = build_many(reqs, watchdog_ms=args.watchdog_ms, progress=None if args.quiet else (
         lambda d, t, req, r: print(f"\r[{d}/{t}] {req[0].key}", end="", file=sys.stderr)))
     print(file=sys.stderr)
     bad = [(req, r) for req, r in zip(reqs, res) if isinstance(r, Exception)]
@@ -355,7 +414,7 @@ def _regress_cpu(args) -> int:
 
 # ---------------------------------------------------------------------------------------
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tirx-gemm", description=__doc__.split("\n")[0])
+    p = _Parser(prog="tirx-gemm", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp, step=True, all_=True):
@@ -367,6 +426,11 @@ def make_parser() -> argparse.ArgumentParser:
         sp.add_argument("--mnk", type=_mnk, help="problem shape M,N,K (default: the step's canonical shape)")
         sp.add_argument("-q", "--quiet", action="store_true")
 
+    def watchdog(sp):
+        sp.add_argument("--watchdog-ms", type=_positive_int, default=None, metavar="MS",
+                        help="build with bounded barrier waits: a wait longer than MS ms "
+                             "prints which barrier stalled and traps (a debugging build)")
+
     sp = sub.add_parser("list", help="list the steps")
     sp.add_argument("--arch", default=None, choices=registry.ARCHES)
     sp.add_argument("-v", "--verbose", action="store_true", help="also show constraints")
@@ -374,8 +438,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("build", help="compile steps; print registers, smem, spills, key SASS")
     common(sp)
-    sp.add_argument("--jobs", type=int, default=None, help="parallel build processes (default: cores)")
-    sp.add_argument("--no-cache", action="store_true", help="rebuild even if cached")
+    sp.add_argument("--jobs", type=_positive_int, default=None,
+                    help="parallel build processes (default: cores)")
+    sp.add_argument("--no-cache", action="store_true", help="rebuild and replace cached builds")
+    watchdog(sp)
     sp.set_defaults(fn=cmd_build)
 
     sp = sub.add_parser("show", help="print a step's generated CUDA, SASS or TIR")
@@ -390,12 +456,13 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shapes", default="canonical", choices=("canonical", "test", "bench", "all"),
                     help="which registry shapes to export (ignored with --mnk)")
     sp.add_argument("--out", default="build/bundle", help="bundle directory")
-    sp.add_argument("--jobs", type=int, default=None)
-    sp.add_argument("--num-sms", type=int, default=None,
+    sp.add_argument("--jobs", type=_positive_int, default=None)
+    sp.add_argument("--num-sms", type=_positive_int, default=None,
                     help="SM count for persistent steps (default: the step's default)")
     sp.add_argument("--ffi-wheel", metavar="PYVER", default=None,
                     help="also download the apache-tvm-ffi wheel for this Python (e.g. 3.12) "
                          "into the bundle, for a GPU host without network")
+    watchdog(sp)
     sp.set_defaults(fn=cmd_export)
 
     sp = sub.add_parser("run", help="run one step on this machine's GPU: check against torch, time it")
@@ -404,17 +471,19 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-time", action="store_true", help="check correctness only")
     sp.add_argument("--record", action="store_true", help="append the record to results/")
     sp.add_argument("--results", default="results", help="results directory")
+    watchdog(sp)
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("bench", help="check + time steps against torch.matmul on this GPU")
     common(sp)
-    sp.add_argument("--shapes", default="bench",
+    sp.add_argument("--shapes", default="bench", type=_shapes,
                     help="bench | test | all | canonical | 'M,N,K;M,N,K' (default: bench)")
     sp.add_argument("--bundle", help="run from an exported bundle instead of building here")
     sp.add_argument("--no-time", action="store_true", help="check correctness only")
     sp.add_argument("--record", action="store_true",
                     help="append the records (failed checks too) to results/")
     sp.add_argument("--results", default="results", help="results directory")
+    watchdog(sp)
     sp.set_defaults(fn=cmd_bench)
 
     sp = sub.add_parser("regress", help="per-step regression: GPU (vs baseline) or --cpu (vs "
@@ -426,7 +495,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--update", action="store_true", help="--cpu: rewrite the expectations")
     sp.add_argument("--expectations", default=str(Path("results") / "expectations" / "build.json"))
     sp.add_argument("--bundle", help="GPU: run from an exported bundle")
-    sp.add_argument("--tolerance", type=float, default=0.15,
+    sp.add_argument("--tolerance", type=_fraction, default=0.15,
                     help="GPU: allowed drop below baseline TFLOP/s (default 0.15)")
     sp.add_argument("--baseline", help="GPU: baseline file (default results/baselines/<device>.json)")
     sp.add_argument("--update-baseline", action="store_true",
@@ -434,6 +503,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", action="store_true", help="GPU: append the records")
     sp.add_argument("--results", default="results")
     sp.add_argument("-q", "--quiet", action="store_true")
+    watchdog(sp)
     sp.set_defaults(fn=cmd_regress)
     return p
 
@@ -442,13 +512,26 @@ def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
+    from tirx_gemm.build import BuildError
     try:
         return args.fn(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, BuildError, OSError) as exc:
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        print(f"tirx-gemm: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's first line; a tool's output after it (nvcc diagnostics) is kept
+    indented below, because that is what the learner has to read."""
+    text = str(exc).strip() or type(exc).__name__
+    first, _, rest = text.partition("\n")
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        first = f"{exc.filename}: {exc.strerror}"
+    return first + "".join(f"\n    {line}" for line in rest.splitlines())
 
 
 if __name__ == "__main__":
