@@ -142,8 +142,7 @@ def test_unbroken_v1_passes_the_gate():
 @pytest.mark.parametrize("name", list(mutants.MUTANTS))
 def test_gate_reports_each_mutant(name):
     m = mutants.get(name)
-    case = sim.cases_for(registry.get(m.step))[0]
-    row = sim.run_case(sim.SimCase(case.step, case.M, case.N, case.K, case.kwargs, name))
+    row = sim.run_case(sim.mutant_case(name))
     assert not row.ok, f"mutant {name} ({m.bug}) passed the gate"
     for what in m.must_flag:
         assert not _passes(row, what), f"mutant {name}: {what} did not flag it: {row}"

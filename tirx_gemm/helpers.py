@@ -78,15 +78,18 @@ def swizzled_layout(shape, dtype: str = AB_DTYPE):
 TMEM_COLS = 512  # the whole tensor memory of the SM: 128 lanes x 512 fp32 columns
 
 
-def tmem_accumulator(tmem_addr):
+def tmem_accumulator():
     """The fp32 accumulator view of tensor memory: lane = output row, column = output col.
 
-    Declared at the address tcgen05.alloc wrote into ``tmem_addr[0]`` (read after
-    publish_setup), not at a hard-coded 0: that only happens to be right while one CTA
-    owns all 512 columns of the SM.
+    In TIRx 0.27 ``allocated_addr`` is a column offset from the CTA's TMEM base (TVM's own
+    TMEMPool passes its running column offset), not the address tcgen05.alloc returns;
+    passing ``tmem_addr[0]`` fails to compile ("variables (tmem_addr.source,) are used,
+    but are not passed in as API arguments"). Offset 0 is the allocation's first column
+    by construction: every step allocates all 512 columns, so an allocation succeeds only
+    when the SM's whole TMEM is free and it always starts at column 0 (a second CTA on
+    the SM blocks in tcgen05.alloc until the first one deallocates).
     """
-    return T.decl_buffer((128, TMEM_COLS), ACC_DTYPE, scope="tmem",
-                         allocated_addr=tmem_addr[0],
+    return T.decl_buffer((128, TMEM_COLS), ACC_DTYPE, scope="tmem", allocated_addr=0,
                          layout=TileLayout(S[(128, TMEM_COLS): (1 @ TLane, 1 @ TCol)]))
 
 
@@ -95,10 +98,67 @@ def init_mbarrier(bar, count):
     T.ptx.mbarrier.init.shared.b64(bar, T.uint32(count))
 
 
-@T.inline
-def wait_mbarrier(bar, phase):
-    # returns once the barrier has left `phase` (the phase we are waiting to complete)
-    T.cuda.mbarrier_wait(bar, phase)
+# --------------------------------------------------------------------------------------
+# mbarrier waits, optionally bounded by a watchdog (both arches)
+# --------------------------------------------------------------------------------------
+_watchdog_ns: int | None = None
+
+
+def set_watchdog(ms: int | None) -> None:
+    """Build every following kernel with bounded mbarrier waits: a wait that has not
+    returned after ``ms`` milliseconds prints which barrier, stage, phase and role was
+    waiting (and the block/thread) and traps, so a protocol bug becomes an error instead
+    of a frozen GPU. None (the default) builds the plain, unbounded wait. The build
+    harness calls this before the builder; it is part of the build's cache key."""
+    global _watchdog_ns
+    if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0):
+        raise ValueError(f"watchdog_ms={ms!r} must be a positive int (milliseconds) or None")
+    _watchdog_ns = None if ms is None else ms * 1_000_000
+
+
+def watchdog_ms() -> int | None:
+    return None if _watchdog_ns is None else _watchdog_ns // 1_000_000
+
+
+# try_wait in a loop, like TVM's own wait, plus a %globaltimer deadline; the strings name
+# the barrier and the waiting role, `stage` is the ring slot (0 for a single barrier).
+# No backslash escapes in this source: TVM unescapes them when it pastes it in (hence %c, 10).
+_WATCHDOG_WAIT_SRC = """
+__device__ __forceinline__ void tirx_gemm_watchdog_wait(void* bar, int phase,
+    long long budget_ns, const char* name, int stage, const char* role) {
+  unsigned int addr = (unsigned int)__cvta_generic_to_shared(bar);
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (true) {
+    unsigned int done;
+    asm volatile("{ .reg .pred p; "
+                 "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(addr), "r"(phase) : "memory");
+    if (done) return;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if ((long long)(now - start) > budget_ns) {
+      printf("tirx-gemm watchdog: %s[%d] phase %d never completed: %s waited %lld ms "
+             "(block %d, thread %d); trapping%c", name, stage, phase, role,
+             budget_ns / 1000000, (int)blockIdx.x, (int)threadIdx.x, 10);
+      asm volatile("trap;");
+    }
+  }
+}
+"""
+
+
+def wait_mbarrier(bar, phase, name: str = "mbarrier", stage=0, role: str = "a thread"):
+    """Wait until the phase of ``bar`` with parity ``phase`` has completed.
+
+    ``name``, ``stage`` and ``role`` only matter in a watchdog build (set_watchdog): they
+    are what the trap message names. A plain Python function, not ``@T.inline``: it
+    chooses at build time between TVM's unbounded wait and the bounded one.
+    """
+    if _watchdog_ns is None:
+        return T.cuda.mbarrier_wait(bar, phase)
+    return T.cuda.func_call("tirx_gemm_watchdog_wait", bar, phase, T.int64(_watchdog_ns),
+                            name, stage, role, source_code=_WATCHDOG_WAIT_SRC)
 
 
 @T.inline

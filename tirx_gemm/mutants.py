@@ -38,6 +38,8 @@ class Mutant:
     # must NOT be "clean"/"correct" (e.g. ("sync",) = synccheck must flag it)
     must_flag: tuple[str, ...] = ()
     numbers_right: bool | None = None  # True: NumSim's numbers are still correct
+    # the case to simulate, ((M, N, K), kwargs); None: the step's first sim case
+    case: tuple | None = None
 
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
@@ -47,10 +49,12 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                         "ring = PipelineState(PIPE_DEPTH, 1)"),),
            must_flag=("numsim", "sync")),
     Mutant("ld2mma-64", "v7",
-           "ld2mma expects 64 arrivals although all 128 epilogue threads arrive",
+           "ld2mma expects 64 arrivals although all 128 epilogue threads arrive (with each "
+           "accumulator used once per CTA the numbers are right; with more tiles it deadlocks)",
            step_edits=(("H.init_mbarrier(ld2mma.ptr_to([a]), 128)",
                         "H.init_mbarrier(ld2mma.ptr_to([a]), 64)"),),
-           must_flag=("sync",), numbers_right=True),
+           must_flag=("sync", "race"), numbers_right=True,
+           case=((256, 256, 256), (("SM_COUNT", 2),))),
     Mutant("no-proxy-fence", "v1",
            "thread-written SMEM reaches tcgen05.mma through a CTA barrier only "
            "(no fence.proxy.async)",

@@ -110,6 +110,18 @@ def cases_for(step: Step, mnk: tuple[int, int, int] | None = None) -> list[SimCa
     return [SimCase(step, *shape, tuple(kwargs)) for shape, kwargs in step.sim_cases]
 
 
+def mutant_case(name: str, mnk=None) -> SimCase:
+    """The case a mutant is simulated at: ``mnk``, else the mutant's own case, else the
+    first simulation case of its step."""
+    from tirx_gemm import mutants
+    m = mutants.get(name)
+    step = registry.get(m.step, ARCH)
+    if mnk is not None:
+        return SimCase(step, *mnk, mutant=name)
+    shape, kwargs = m.case or step.sim_cases[0]
+    return SimCase(step, *shape, tuple(kwargs), mutant=name)
+
+
 # --------------------------------------------------------------------------------------
 # one case
 # --------------------------------------------------------------------------------------
@@ -365,7 +377,7 @@ def cmd_sim(args) -> int:
         raise ValueError(f"--seed {args.seed} must be >= 0")
     cases = [c for s in steps for c in cases_for(s, mnk)]
     if args.mutant:
-        cases = [dataclasses.replace(cases[0], mutant=args.mutant)]
+        cases = [mutant_case(args.mutant, mnk)]
     if mnk:  # a shape the step rejects fails here, before any simulation starts
         steps[0].build_primfunc(*mnk)
     why = unavailable_reason()

@@ -23,8 +23,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
     two, so every writer executes fence.proxy.async before the barrier
     (H.publish_smem_writes). Without it racecheck reports a data race with "no
     generic->async proxy bridge". tcgen05 fences (before/after_thread_sync) order the
-    tensor-core work around each barrier and wait; the TMEM view is declared at the
-    address tcgen05.alloc returned.
+    tensor-core work around each barrier and wait.
     Simulated: ``tirx-gemm sim v1`` runs it on NumSim, a CPU model of sm_100a.
     Constraints: M = N = 128 and K = 64 exactly; fp16.
     Run: ``tirx-gemm build v1`` (compiles here); executing needs a Blackwell (sm_100a) GPU.
@@ -63,7 +62,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator(tmem_addr)
+        tmem = H.tmem_accumulator()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -79,7 +78,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
             if T.cuda.elect_sync():
                 H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, False)
                 H.mma_commit(mma_bar.ptr_to([0]))
-        H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+        H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "all threads")
         H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---

@@ -53,7 +53,7 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator(tmem_addr)
+        tmem = H.tmem_accumulator()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -70,7 +70,7 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
                 if T.cuda.elect_sync():
                     H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
                     H.mma_commit(mma_bar.ptr_to([0]))
-            H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+            H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "all threads")
             phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
             H.reclaim_smem()  # the next slice's stores may overwrite what the MMA read
         H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the last wait

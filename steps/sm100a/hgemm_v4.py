@@ -71,7 +71,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator(tmem_addr)
+        tmem = H.tmem_accumulator()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -88,7 +88,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
                 if lane_id == 0:
                     H.tma_load_tiles(Asmem[:, :], Bsmem[:, :], A, B, m_st, n_st, k * BLK_K,
                                      BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([0]))
-                H.wait_mbarrier(tma_bar.ptr_to([0]), phase_tma)
+                H.wait_mbarrier(tma_bar.ptr_to([0]), phase_tma, "tma_bar", 0, "warp 0")
                 phase_tma = phase_tma ^ 1
                 H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
@@ -96,7 +96,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
                 if lane_id == 0:
                     H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
                     H.mma_commit(mma_bar.ptr_to([0]))
-                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "warp 0")
                 phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
         # warp 0 has seen the last MMA complete: this barrier hands the accumulator to all
         H.tcgen05_cta_sync()

@@ -70,7 +70,7 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator(tmem_addr)
+        tmem = H.tmem_accumulator()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -90,14 +90,14 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
 
             for k in T.serial(K_TILES, annotations=H.ROLLED):
                 stage = T.meta_var(k % PIPE_DEPTH)
-                H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma)
+                H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma, "tma_bar", stage, "warp 0")
                 H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                 # --- compute: the first slice overwrites the accumulator, the rest add to it
                 if lane_id == 0:
                     H.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
                     H.mma_commit(mma_bar.ptr_to([0]))
-                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "warp 0")
                 phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
 
                 # --- load: the MMA is done with this stage, refill it PIPE_DEPTH slices ahead

@@ -78,7 +78,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                 H.init_mbarrier(mma_bar.ptr_to([0]), 1)
             H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator(tmem_addr)
+        tmem = H.tmem_accumulator()
         tid = T.meta_var(warp_id * 32 + lane_id)
 
         scheduler = ClusterPersistentScheduler2D(
@@ -106,7 +106,8 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                                          tma_bar.ptr_to([stage]))
 
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
-                    H.wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase)
+                    H.wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase, "tma_bar",
+                                    ring.stage, "warp 0")
                     H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                     # --- compute: the first slice overwrites the accumulator, the rest add
@@ -114,7 +115,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                         H.mma_tile(tmem, Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                    BLK_N, k != 0)
                         H.mma_commit(mma_bar.ptr_to([0]))
-                    H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma)
+                    H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "warp 0")
                     phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
 
                     # --- load: the MMA is done with this stage, refill it PIPE_DEPTH ahead

@@ -86,7 +86,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                         H.init_mbarrier(ld2mma.ptr_to([a]), 128)
                 H.tmem_alloc(tmem_addr)
         H.publish_setup()
-        tmem = H.tmem_accumulator(tmem_addr)
+        tmem = H.tmem_accumulator()
 
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=SM_COUNT,
@@ -101,7 +101,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase)
+                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
+                                        ring.stage, "TMA producer")
                         if T.cuda.elect_sync():
                             H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                              A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
@@ -114,10 +115,12 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 acc = PipelineState(ACC_STAGES, 1)
                 while scheduler.valid():
                     # the epilogue must have drained this accumulator (tile i - 2)
-                    H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase)
+                    H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase, "ld2mma", acc.stage,
+                                    "MMA issuer")
                     H.tcgen05_fence_after_sync()
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase)
+                        H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
+                                        ring.stage, "MMA issuer")
                         H.tcgen05_fence_after_sync()
                         if T.cuda.elect_sync():
                             H.mma_tile_at(tmem, acc.stage * BLK_N, Asmem[ring.stage, :, :],
@@ -138,7 +141,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
             while scheduler.valid():
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase)
+                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase, "mma2ld", acc.stage,
+                                "epilogue")
                 H.tcgen05_fence_after_sync()
                 Dreg_f16 = T.alloc_local((BLK_N,), "float16")
                 H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)

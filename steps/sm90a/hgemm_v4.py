@@ -6,7 +6,7 @@ The step card is the docstring of the builder below.
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
-from tirx_gemm.helpers import ACC_DTYPE, ROLLED, check_tiled_shape, swizzled_layout
+from tirx_gemm.helpers import ACC_DTYPE, ROLLED, check_tiled_shape, swizzled_layout, wait_mbarrier
 from tirx_gemm.hopper import (
     encode_desc,
     fence_operands,
@@ -106,7 +106,7 @@ def hgemm_v4(M, N, K, dtype="float16"):
                               dispatch="tma_auto", mbar=load_bar.ptr_to([0]))
             # the phase completes when thread 0 has arrived and all LOAD_BYTES have landed;
             # its acquire makes the TMA-written tiles visible to this thread's wgmma
-            T.cuda.mbarrier_wait(load_bar.ptr_to([0]), phase)
+            wait_mbarrier(load_bar.ptr_to([0]), phase, "load_bar", 0, "all threads")
             phase = phase ^ 1
 
             # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---

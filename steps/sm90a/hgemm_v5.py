@@ -12,6 +12,7 @@ from tirx_gemm.helpers import (
     check_tiled_shape,
     swizzled_layout,
     tma_load_tiles,
+    wait_mbarrier,
 )
 from tirx_gemm.hopper import (
     desc_advance,
@@ -121,7 +122,7 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
         phase: T.int32 = 0  # parity of the phase of full_bar[stage] that we wait for
         for k in T.serial(K_TILES, annotations=ROLLED):
             stage = T.meta_var(k % PIPE_DEPTH)
-            T.cuda.mbarrier_wait(full_bar.ptr_to([stage]), phase)
+            wait_mbarrier(full_bar.ptr_to([stage]), phase, "full_bar", stage, "all threads")
 
             # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---
             T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written

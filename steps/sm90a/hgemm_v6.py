@@ -14,6 +14,7 @@ from tirx_gemm.helpers import (
     check_tiled_shape,
     swizzled_layout,
     tma_load_tiles,
+    wait_mbarrier,
 )
 from tirx_gemm.hopper import (
     check_ctas_fit_sm,
@@ -152,7 +153,8 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
             m_st = T.meta_var(m_tile * BLK_M)
             n_st = T.meta_var(n_tile * BLK_N)
             for k in T.serial(K_TILES, annotations=ROLLED):
-                T.cuda.mbarrier_wait(full_bar.ptr_to([ring.stage]), ring.phase)
+                wait_mbarrier(full_bar.ptr_to([ring.stage]), ring.phase, "full_bar", ring.stage,
+                              "all threads")
 
                 # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---
                 T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written

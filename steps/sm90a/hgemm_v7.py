@@ -15,6 +15,7 @@ from tirx_gemm.helpers import (
     check_tiled_shape,
     swizzled_layout,
     tma_load_tiles,
+    wait_mbarrier,
 )
 from tirx_gemm.hopper import (
     desc_advance,
@@ -143,7 +144,8 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=ROLLED):
-                        T.cuda.mbarrier_wait(empty_bar.ptr_to([ring.stage]), ring.phase)
+                        wait_mbarrier(empty_bar.ptr_to([ring.stage]), ring.phase, "empty_bar",
+                                      ring.stage, "producer")
                         tma_load_tiles(Asmem[ring.stage, :, :],
                                        Bsmem[ring.stage, :, :], A, B, m_st, n_st, k * BLK_K,
                                        BLK_M, BLK_N, BLK_K, full_bar.ptr_to([ring.stage]))
@@ -164,7 +166,8 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 for k in T.serial(K_TILES, annotations=ROLLED):
-                    T.cuda.mbarrier_wait(full_bar.ptr_to([ring.stage]), ring.phase)
+                    wait_mbarrier(full_bar.ptr_to([ring.stage]), ring.phase, "full_bar",
+                                  ring.stage, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16, accumulate after k=0 ---
                     T.ptx.wgmma.fence.sync.aligned()  # earlier reads/writes of acc come first
