@@ -30,7 +30,7 @@ HELPERS_IMPORT = "from tirx_gemm import helpers as H"
 @dataclasses.dataclass(frozen=True)
 class Mutant:
     name: str
-    step: str                  # step id (sm_100a)
+    step: str                  # step id
     bug: str                   # one line: what is broken
     step_edits: tuple[tuple[str, str], ...] = ()     # (old, new) in the step's source
     helper_edits: tuple[tuple[str, str], ...] = ()   # (old, new) in helpers.py
@@ -40,6 +40,7 @@ class Mutant:
     numbers_right: bool | None = None  # True: NumSim's numbers are still correct
     # the case to simulate, ((M, N, K), kwargs); None: the step's first sim case
     case: tuple | None = None
+    arch: str = "sm_100a"  # sm_100a mutants feed the simulation gate, sm_90a ones the GPU
 
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
@@ -68,6 +69,13 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                           "        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))\n",
                           "    T.ptx.mbarrier.arrive.shared.b64(bar, T.uint32(1))\n"),),
            must_flag=("sync", "race")),
+    # GPU (H200): a hang the watchdog build must turn into a trap naming the barrier
+    Mutant("producer-phase-0", "v7",
+           "the TMA producer waits on empty_bar starting at phase 0: a fresh barrier has not "
+           "completed phase 0, so it waits for consumers that wait for it (deadlock)",
+           step_edits=(("                ring = PipelineState(PIPE_DEPTH, 1)",
+                        "                ring = PipelineState(PIPE_DEPTH, 0)"),),
+           must_flag=("hang",), arch="sm_90a"),
 )}
 
 
@@ -97,10 +105,10 @@ def _load(path: Path, module_name: str):
 
 def builder(m: Mutant) -> Callable:
     """The mutant's builder: same signature as the step's ``hgemm_vN``."""
-    step = registry.get(m.step, "sm_100a")
+    step = registry.get(m.step, m.arch)
     tmp = Path(tempfile.mkdtemp(prefix=f"tirx-gemm-mutant-{m.name}-"))
     step_src = Path(step.source_file).read_text(encoding="utf-8")
-    if HELPERS_IMPORT not in step_src:
+    if m.helper_edits and HELPERS_IMPORT not in step_src:
         raise RuntimeError(f"mutant {m.name}: {step.source_file} no longer has "
                            f"{HELPERS_IMPORT!r}; update the mutant")
     tag = m.name.replace("-", "_")

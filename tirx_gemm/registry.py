@@ -63,7 +63,18 @@ class Step:
         return getattr(importlib.import_module(self.module), f"hgemm_{self.id}")
 
     def build_primfunc(self, M: int, N: int, K: int, **kwargs):
-        return self.builder()(M, N, K, **{**dict(self.builder_kwargs), **kwargs})
+        """The step's PrimFunc. ``mutant=NAME`` builds a deliberately broken variant of this
+        step instead (tirx_gemm.mutants), e.g. to prove that the simulation gate or the
+        GPU watchdog catches it; it travels through builds and bundles like any keyword."""
+        builder = self.builder()
+        mutant = kwargs.pop("mutant", None)
+        if mutant is not None:
+            from tirx_gemm import mutants
+            m = mutants.get(mutant)
+            if (m.step, m.arch) != (self.id, self.arch):
+                raise ValueError(f"mutant {mutant} breaks {m.step}@{m.arch}, not {self.key}")
+            builder = mutants.builder(m)
+        return builder(M, N, K, **{**dict(self.builder_kwargs), **kwargs})
 
 
 _GRID_TESTS = ((256, 384, 512), (1024, 2048, 512), (768, 1280, 960))

@@ -78,11 +78,8 @@ class SimCase:
     mutant: str | None = None  # a deliberately broken variant (tirx_gemm.mutants)
 
     def build(self):
-        if self.mutant:
-            from tirx_gemm import mutants
-            return mutants.builder(mutants.get(self.mutant))(self.M, self.N, self.K,
-                                                             **dict(self.kwargs))
-        return self.step.build_primfunc(self.M, self.N, self.K, **dict(self.kwargs))
+        extra = {"mutant": self.mutant} if self.mutant else {}
+        return self.step.build_primfunc(self.M, self.N, self.K, **dict(self.kwargs), **extra)
 
     @property
     def shape(self) -> str:
@@ -115,6 +112,9 @@ def mutant_case(name: str, mnk=None) -> SimCase:
     first simulation case of its step."""
     from tirx_gemm import mutants
     m = mutants.get(name)
+    if m.arch != ARCH:
+        raise ValueError(f"mutant {name} breaks {m.step}@{m.arch}: NumSim models sm_100a only "
+                         "(that one is for the GPU watchdog)")
     step = registry.get(m.step, ARCH)
     if mnk is not None:
         return SimCase(step, *mnk, mutant=name)
@@ -357,6 +357,7 @@ def cmd_sim(args) -> int:
     mnk = _parse_mnk(args.mnk)
     if args.mutant:
         from tirx_gemm import mutants
+        mutant_case(args.mutant)  # an sm_90a mutant is refused here
         m = mutants.get(args.mutant)
         if args.all or (args.step and registry.get(args.step, ARCH).id != m.step):
             raise ValueError(f"--mutant {m.name} breaks step {m.step}; name that step or none")
