@@ -88,6 +88,8 @@ _LESSONS = {
     "v5": "multi-stage SMEM ring: prefetch PIPE_DEPTH tiles, per-stage barriers and phases",
     "v6": "persistent kernel: a fixed pool of CTAs walks tiles in L2-friendly order",
     "v7": "warp specialization: TMA producer, MMA issuer and epilogue run concurrently, linked by full/empty barriers",
+    "v8": "2-CTA MMA: a CTA pair issues one tcgen05.mma cta_group::2 over a 256x256 cluster tile; barriers signalled across the pair",
+    "v9": "multiple consumers: two MMA warps into separate TMEM column ranges (all 512) share each staged B tile; two epilogue warpgroups",
 }
 # The Hopper twins teach the same scheduling lessons; the MMA is wgmma (accumulator in
 # registers, issued by a whole warpgroup) instead of tcgen05 (TMEM, one elected thread).
@@ -100,9 +102,13 @@ _LESSONS_SM90 = {
 
 _THREAD_COPIES = ("LDG.E.128", "STS.128")
 _TMA = ("UTMALDG", "UTMASTG", "SYNCS.ARRIVE")
+# v8, v9: the 2-CTA MMA, its multicast commit, TMA completing on the pair's barrier, the
+# pair-wide TMEM allocation and the cluster barrier
+_PAIR = ("UTCHMMA.2CTA", "UTCBAR.2CTA.MULTICAST", "UTMALDG.2D.2CTA", "UTCATOMSWS.2CTA",
+         "UCGABAR_ARV", "UCGABAR_WAIT")
 
 
-_PERSISTENT = ("v6", "v7")
+_PERSISTENT = ("v6", "v7", "v8", "v9")
 
 
 def _sm100(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
@@ -128,6 +134,13 @@ _SIM_CASES = {
     "v7": (((384, 256, 320), (("SM_COUNT", 2),)), ((256, 384, 128), (("SM_COUNT", 2),)),
            ((256, 256, 192), (("SM_COUNT", 1), ("PIPE_DEPTH", 1))),
            ((128, 256, 128), (("SM_COUNT", 4),))),
+    # v8/v9: cluster tiles (256x256, 512x256) over SM_COUNT // 2 CTA pairs
+    "v8": (((512, 768, 320), (("SM_COUNT", 2),)), ((768, 512, 128), (("SM_COUNT", 4),)),
+           ((512, 256, 448), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
+           ((256, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1)))),
+    "v9": (((512, 768, 320), (("SM_COUNT", 2),)), ((1536, 256, 128), (("SM_COUNT", 4),)),
+           ((512, 512, 448), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
+           ((512, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1)))),
 }
 
 
@@ -158,6 +171,14 @@ STEPS: list[Step] = [
            _BENCH, _TILED_BAD, _TMA, ("LDG.E.128",)),
     _sm100("v7", _TILED, (4096, 4096, 4096), ((256, 384, 192), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
            _TILED_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
+    _sm100("v8", "M, N multiples of 256, K a multiple of 64, SM_COUNT even", (4096, 4096, 4096),
+           ((512, 768, 192), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
+           ((384, 256, 64), (256, 384, 64), (256, 256, 100)), _TMA + ("USETMAXREG",) + _PAIR,
+           ("LDG.E.128",)),
+    _sm100("v9", "M a multiple of 512, N a multiple of 256, K a multiple of 64, SM_COUNT even",
+           (4096, 4096, 4096), ((512, 768, 192), (1024, 2048, 512), (1536, 1280, 960)), _BENCH,
+           ((768, 256, 64), (512, 384, 64), (512, 256, 100)), _TMA + ("USETMAXREG",) + _PAIR,
+           ("LDG.E.128",)),
 
     _sm90("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
     _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,

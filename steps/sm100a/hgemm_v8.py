@@ -1,0 +1,191 @@
+"""Step 8 (sm_100a): 2-CTA MMA -- a pair of CTAs shares one 256x256 tcgen05.mma.
+
+Lesson: in v7 every CTA loads a 128-row slice of A and of B to compute a 128x128 tile:
+each staged byte feeds 128 output columns or rows. Here two CTAs of a cluster pool
+their slices and CTA 0 issues one MMA with cta_group::2 over the 256x256 cluster tile,
+so each staged slice feeds 256 outputs: twice the work per byte of SMEM traffic.
+"""
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+
+
+def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
+             SM_COUNT: int = 148):
+    """Step card -- v8, 2-CTA MMA (cta_group::2).
+
+    Changes from v7: scope: a cluster of CTA_PAIR=2 CTAs cooperates on a 256x256 cluster
+    tile. Each CTA still loads one 128x64 slice of A (its 128 output rows) and one
+    128x64 slice of B (half of the 256 output columns) per stage; CTA 0's MMA warp issues
+    tcgen05.mma.cta_group::2 (M=256, N=256), which reads both CTAs' SMEM and writes each
+    CTA's 128 rows x 256 columns into that CTA's TMEM. CTA 1's MMA warp idles.
+    Layout: the accumulator is 256 fp32 columns per tile, still double-buffered
+    (ACC_STAGES=2 x 256 = all 512 TMEM columns); TMEM is allocated and freed with the
+    2-CTA forms by one warp in each CTA. The epilogue drains 256 columns in two
+    128-column chunks through the same 128x128 Dsmem.
+    Dispatch: the scheduler walks 256x256 cluster tiles over SM_COUNT // 2 clusters;
+    both CTAs of a pair compute the same tile sequence.
+    Barriers (stage and phase tracked by PipelineState, as in v7; "peer" = the other CTA):
+      tma2mma[s] TMA -> MMA, only CTA 0's copy is used: CTA 0's producer arrives with
+                 expect_tx for BOTH CTAs' bytes, and both CTAs' TMA copies complete_tx
+                 on it (the 2-CTA TMA form takes a barrier in the peer); CTA 0's MMA
+                 warp waits, starting at phase 0;
+      mma2tma[s] MMA -> TMA, one multicast tcgen05.commit arrives in both CTAs: each
+                 producer waits on its own copy, starting at phase 1 (stages start empty);
+      mma2ld[a]  MMA -> epilogue, a multicast commit after a tile's last MMA, in both
+                 CTAs; each epilogue waits on its own copy, phase 0;
+      ld2mma[a]  epilogue -> MMA, only CTA 0's copy is used: all 128 epilogue threads of
+                 BOTH CTAs arrive on it (count 256) once done with TMEM stage a; CTA 0's
+                 MMA warp starts at phase 1 (both accumulators start free).
+    Setup and teardown are cluster-wide: a cluster barrier publishes the barrier inits
+    before the peer may signal them, and another one keeps each CTA (its SMEM barriers
+    and TMEM) alive until the peer is done with it.
+    Why: per unit of tensor-core work the cluster stages half the A and B bytes of v7,
+    which is what keeps the tensor cores fed at B200 rates; the book's published B200
+    figure for this step is 1328 TFLOP/s at 4096^3, vs 607 for v7 (not measured here).
+    Constraints: M, N multiples of 256 (the cluster tile); K a multiple of 64;
+    PIPE_DEPTH >= 1; SM_COUNT even (CTAs come in pairs); fp16.
+    Run: ``tirx-gemm build v8 --mnk 4096,4096,4096`` (compile);
+    ``tirx-gemm sim v8`` (CPU model of sm_100a); executing needs an sm_100a GPU.
+    """
+    CTA_PAIR = H.CTA_PAIR
+    BLK_M, BLK_N, BLK_K = 128, 128, 64  # per CTA
+    MMA_M, MMA_N = CTA_PAIR * BLK_M, CTA_PAIR * BLK_N  # the cluster tile, 256 x 256
+    ACC_STAGES = 2  # 2 x 256 fp32 columns = the whole TMEM
+    PRODUCER_REGS, EPILOGUE_REGS = 56, 224
+    K_TILES = K // BLK_K
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # what one CTA loads per stage
+    H.check_tiled_shape(M, N, K, MMA_M, MMA_N, BLK_K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
+    H.check_even_sm_count(SM_COUNT)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
+    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
+        T.device_entry()
+        bx = T.cta_id([SM_COUNT])
+        cbx, cby = T.cta_id_in_cluster([CTA_PAIR, 1])  # cbx: this CTA's rank in the pair
+        wg_id = T.warpgroup_id([2])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        pool.commit()
+
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
+        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the pair)
+        if wg_id == 0:
+            if warp_id == 0:
+                if lane_id == 0:
+                    for s in T.unroll(PIPE_DEPTH):
+                        H.init_mbarrier(tma2mma.ptr_to([s]), 1)
+                        H.init_mbarrier(mma2tma.ptr_to([s]), 1)
+                    for a in T.unroll(ACC_STAGES):
+                        H.init_mbarrier(mma2ld.ptr_to([a]), 1)
+                        H.init_mbarrier(ld2mma.ptr_to([a]), CTA_PAIR * 128)
+                H.tmem_alloc_pair(tmem_addr)
+        H.publish_setup_pair()
+        tmem = H.tmem_accumulator()
+        # CTA 0's copies of the two barriers the whole pair signals
+        tma2mma_cta0 = H.barriers_in_cta(tma2mma, PIPE_DEPTH, 0)
+        ld2mma_cta0 = H.barriers_in_cta(ld2mma, ACC_STAGES, 0)
+
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M // MMA_M, num_n_tiles=N // MMA_N,
+            num_clusters=SM_COUNT // CTA_PAIR, l2_group_size=8)
+        scheduler.init(bx // CTA_PAIR)
+
+        with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
+            if warp_id == 3:
+                # --- load (producer, both CTAs): this CTA's A rows and B rows of the
+                # cluster tile, bytes counted on CTA 0's barrier ---
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + cbx) * BLK_M)
+                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + cbx) * BLK_N)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
+                                        ring.stage, "TMA producer")
+                        if T.cuda.elect_sync():
+                            if cbx == 0:
+                                T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+                                    tma2mma.ptr_to([ring.stage]),
+                                    T.uint32(CTA_PAIR * STAGE_BYTES))
+                            H.tma_load_pair(Asmem[ring.stage, :, :],
+                                            A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K],
+                                            tma2mma_cta0.ptr_to([ring.stage]))
+                            H.tma_load_pair(Bsmem[ring.stage, :, :],
+                                            B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
+                                            tma2mma_cta0.ptr_to([ring.stage]))
+                        ring.advance()
+                    scheduler.next_tile()
+            elif warp_id == 0:
+                if cbx == 0:
+                    # --- compute (MMA issuer, CTA 0 only): one 256x256x64 MMA per stage
+                    # for the pair; commits reach both CTAs ---
+                    ring = PipelineState(PIPE_DEPTH, 0)
+                    acc = PipelineState(ACC_STAGES, 1)
+                    while scheduler.valid():
+                        # both CTAs' epilogues must have drained this accumulator
+                        H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase, "ld2mma",
+                                        acc.stage, "MMA issuer")
+                        H.tcgen05_fence_after_sync()
+                        for k in T.serial(K_TILES, annotations=H.ROLLED):
+                            H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
+                                            ring.stage, "MMA issuer")
+                            H.tcgen05_fence_after_sync()
+                            if T.cuda.elect_sync():
+                                H.mma_tile_pair(tmem, acc.stage * MMA_N, Asmem[ring.stage, :, :],
+                                                Bsmem[ring.stage, :, :], MMA_N, k != 0)
+                                # stage s is free in both CTAs once these MMAs read it
+                                H.mma_commit_pair(mma2tma.ptr_to([ring.stage]))
+                            ring.advance()
+                        if T.cuda.elect_sync():
+                            H.mma_commit_pair(mma2ld.ptr_to([acc.stage]))
+                        acc.advance()
+                        scheduler.next_tile()
+
+        with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
+            # --- writeback (epilogue, both CTAs): this CTA's 128 rows x 256 columns in
+            # two 128-column chunks, then free the accumulator in CTA 0's ld2mma ---
+            acc = PipelineState(ACC_STAGES, 0)
+            row = T.meta_var(warp_id * 32 + lane_id)
+            while scheduler.valid():
+                m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + cbx) * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * MMA_N)
+                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase, "mma2ld", acc.stage,
+                                "epilogue")
+                H.tcgen05_fence_after_sync()
+                for c in T.unroll(MMA_N // BLK_N):
+                    Dreg_f16 = T.alloc_local((BLK_N,), "float16")
+                    H.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
+                    H.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
+                                         BLK_N, row, row == 0, 1)
+                H.tcgen05_fence_before_sync()
+                H.arrive_remote(ld2mma_cta0.ptr_to([acc.stage]))
+                acc.advance()
+                scheduler.next_tile()
+
+        # --- free: the peer's MMA and arrivals touch this CTA until both are done ---
+        H.tcgen05_cluster_sync()
+        if wg_id == 0:
+            if warp_id == 0:
+                H.tmem_free_pair(tmem_addr)
+
+    return kernel
