@@ -515,13 +515,23 @@ def main(argv=None) -> int:
     from tirx_gemm.build import BuildError
     try:
         return args.fn(args)
-    except (ValueError, BuildError, OSError) as exc:
+    except (ValueError, BuildError, OSError, *_runner_errors()) as exc:
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
         print(f"tirx-gemm: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _runner_errors() -> tuple:
+    """The runner's errors a user meets (no GPU of the arch, no runtime libraries, a kernel
+    that faulted); only evaluated once an exception is being matched, and only if the
+    runner (which imports torch) was loaded, since only then can they occur."""
+    runner = sys.modules.get("tirx_gemm.runner")
+    if runner is None:
+        return ()
+    return (runner.DeviceMismatchError, runner.RuntimeLibraryError, runner.KernelLaunchError)
 
 
 def _one_line(exc: BaseException) -> str:

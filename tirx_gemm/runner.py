@@ -124,7 +124,7 @@ class DeviceMismatchError(RuntimeError):
 
 
 class KernelLaunchError(RuntimeError):
-    """The kernel launch or its execution failed (surfaced by torch.cuda.synchronize())."""
+    """The kernel launch or its execution failed (surfaced when the host waits for it)."""
 
 
 class RuntimeLibraryError(RuntimeError):
@@ -486,11 +486,61 @@ def validate_inputs(A, B, D, M: int, N: int, K: int, *, require_cuda: bool = Tru
         raise ValueError(f"A, B, D must be on one device, got {', '.join(sorted(devices))}")
 
 
+# Host-side hang guard. A kernel whose barrier wait never completes (a learner's wrong phase)
+# would freeze torch.cuda.synchronize() forever; every wait of this module instead polls a
+# CUDA event against a deadline. After a hang the CUDA context cannot be used or torn down
+# cleanly (the kernel still occupies the GPU), so the process reports it in one line and
+# leaves with os._exit, skipping interpreter cleanup that would block on the GPU.
+KERNEL_TIMEOUT_ENV = "TIRX_GEMM_KERNEL_TIMEOUT"
+KERNEL_TIMEOUT_S = 60.0  # the slowest wait here (warm-up at 8192^3) takes well under 1 s
+HANG_EXIT_CODE = 3
+_POLL_MAX_S = 0.01  # the poll interval grows to this: fast for short waits, cheap for long
+
+_launch_label: str | None = None  # "v4@sm_90a 4096x4096x4096" while run_step runs a step
+
+
+def kernel_timeout() -> float:
+    """Seconds the host waits for the GPU: ``TIRX_GEMM_KERNEL_TIMEOUT`` if set, else 60."""
+    text = os.environ.get(KERNEL_TIMEOUT_ENV)
+    if not text:
+        return KERNEL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ValueError(f"{KERNEL_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    return value
+
+
+def _label(meta) -> str:
+    return f"{meta.step}@{meta.arch} {meta.M}x{meta.N}x{meta.K}"
+
+
+def _hang(what: str, limit: float) -> None:
+    sys.stdout.flush()
+    print(f"{_launch_label or what}: no completion within {limit:g} s (kernel hang); "
+          f"exiting, the GPU context is unusable ({KERNEL_TIMEOUT_ENV} sets the limit, "
+          "--watchdog-ms builds name the stalled barrier)", file=sys.stderr, flush=True)
+    os._exit(HANG_EXIT_CODE)
+
+
 def _synchronize(what: str, device=None) -> None:
+    """Wait for the work queued so far, at most kernel_timeout() seconds (then _hang)."""
     if device is not None and torch.device(device).type != "cuda":
         return  # CPU stand-ins (tests) have nothing to wait for
+    limit = kernel_timeout()
     try:
-        torch.cuda.synchronize()
+        done = torch.cuda.Event()
+        done.record()
+        deadline = _time.monotonic() + limit
+        pause = 1e-4
+        while not done.query():
+            if _time.monotonic() >= deadline:
+                _hang(what, limit)
+            _time.sleep(pause)
+            pause = min(2 * pause, _POLL_MAX_S)
+        torch.cuda.synchronize()  # returns at once now; raises a pending asynchronous error
     except Exception as e:  # torch raises RuntimeError / torch.AcceleratorError
         raise KernelLaunchError(f"{what} failed on the GPU: {e}") from e
 
@@ -517,7 +567,7 @@ def launch(kernel, meta, A, B, D, *, sync: bool = True) -> None:
     except Exception as e:
         raise KernelLaunchError(f"launching {m.step}/{m.arch} failed: {e}") from e
     if sync:
-        _synchronize(f"kernel {m.step}/{m.arch} at M,N,K={m.M},{m.N},{m.K}")
+        _synchronize(_label(m))
 
 
 class KernelHandle:
@@ -1059,8 +1109,21 @@ def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int
     ``min_warmup_ms`` of GPU time), then ``iters`` launches of the kernel and of torch.matmul,
     alternating launch by launch on the same input sets (``rounds`` queue-ahead batches).
     """
+    global _launch_label
     log = log or _quiet
     m = BuildMeta.from_any(meta)
+    _launch_label = _label(m)  # what a hang report names, for every wait below
+    try:
+        return _run_step(kernel, m, log=log, check=check, time=time, warmup=warmup,
+                         iters=iters, rounds=rounds, min_warmup_ms=min_warmup_ms,
+                         torch_baseline=torch_baseline, time_unverified=time_unverified,
+                         device=device, git_sha=git_sha, seed=seed)
+    finally:
+        _launch_label = None
+
+
+def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_ms,
+              torch_baseline, time_unverified, device, git_sha, seed) -> dict:
     M, N, K = m.shape
     dev_info = check_device(m.arch, device)
     dev = torch.device("cuda", dev_info["index"])

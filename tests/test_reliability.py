@@ -1,0 +1,415 @@
+"""Issue 11: no hang, no traceback, no poisoned cache.
+
+The build cache survives damage, moves and interrupted builds; every external tool has a
+time limit; a kernel that never completes is reported and the process exits (proved with
+fake CUDA events: there is no GPU here); user mistakes end in one line before any work.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tirx_gemm import bundle, registry, runner
+from tirx_gemm.build import BuildError, build, build_many, cache_key, run_tool
+
+ROOT = Path(__file__).resolve().parent.parent
+NVCC = shutil.which("nvcc")
+STEP = registry.get("v3", "sm_90a")
+SHAPE = (256, 384, 512)
+SHAPE_ARGS = ("v3", "--arch", "sm_90a", "--mnk", ",".join(map(str, SHAPE)))
+
+
+def cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "tirx_gemm.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def _one_line_error(out, needle):
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and needle in lines[0], out.stderr
+
+
+def _entries(cache: Path) -> list[Path]:
+    d = cache / "builds"
+    return sorted(d.iterdir()) if d.is_dir() else []
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0): only a process that runs counts
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, limit_s: float = 120.0):
+    """Until ``path`` exists (the fake tool started); fail if the build ended first."""
+    deadline = time.monotonic() + limit_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _fake_nvcc(tmp_path: Path, *, hang_version: bool) -> Path:
+    """An nvcc that hangs (writing its pid first); ``nvcc --version`` is the real one
+    unless hang_version."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pid_file = tmp_path / "nvcc.pid"
+    version = "" if hang_version else f'case "$*" in *--version*) exec {NVCC} "$@";; esac\n'
+    (bin_dir / "nvcc").write_text(f"#!/bin/sh\n{version}echo $$ > {pid_file}\nexec sleep 600\n")
+    (bin_dir / "nvcc").chmod(0o755)
+    return bin_dir
+
+
+def _path_with(bin_dir: Path) -> str:
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+# --------------------------------------------------------------------------------------
+# 1. build cache
+# --------------------------------------------------------------------------------------
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TIRX_GEMM_CACHE", str(d))
+    return d
+
+
+def test_damaged_cache_entries_are_rebuilt_with_a_notice(cache):
+    first = build(STEP.id, *SHAPE, arch=STEP.arch)
+    entry = Path(first.dir)
+    damages = {
+        "meta.json is not readable JSON": lambda: (entry / "meta.json").write_text("garbage{"),
+        "kernel.so is missing or empty": lambda: (entry / "kernel.so").write_bytes(b""),
+        "kernel.cubin is missing or empty": lambda: (entry / "kernel.cubin").unlink(),
+        "meta.json has the wrong fields": lambda: (entry / "meta.json").write_text(
+            json.dumps({"key": first.key, "step": "v3"})),
+    }
+    for why, damage in damages.items():
+        damage()
+        out = cli("build", *SHAPE_ARGS)
+        assert out.returncode == 0, out.stderr
+        assert f"cache entry {entry} is invalid ({why}" in out.stderr
+        assert "cached" not in out.stdout
+        again = build(STEP.id, *SHAPE, arch=STEP.arch)
+        assert again.cached and again.lib_path.stat().st_size > 0
+    assert _entries(cache) == [entry]
+
+
+def test_no_cache_rebuilds_and_replaces_the_entry(cache):
+    first = build(STEP.id, *SHAPE, arch=STEP.arch)
+    marker = Path(first.dir) / "marker"
+    marker.write_text("from the old entry")
+    res = build(STEP.id, *SHAPE, arch=STEP.arch, use_cache=False)
+    assert not res.cached and res.dir == first.dir
+    assert not marker.exists(), "--no-cache must replace the entry, not keep the old one"
+    assert _entries(cache) == [Path(first.dir)]
+
+
+def test_a_moved_cache_folder_still_works(cache, tmp_path, monkeypatch):
+    first = build(STEP.id, *SHAPE, arch=STEP.arch)
+    assert str(cache) not in (Path(first.dir) / "meta.json").read_text()
+    moved = tmp_path / "moved"
+    cache.rename(moved)
+    monkeypatch.setenv("TIRX_GEMM_CACHE", str(moved))
+    res = build(STEP.id, *SHAPE, arch=STEP.arch)
+    assert res.cached and Path(res.dir).parent.parent == moved
+    assert "__global__" in res.cuda_source and res.lib_path.is_file()
+    out = cli("export", *SHAPE_ARGS, "--out", str(tmp_path / "bundle"), "-q",
+              env={"TIRX_GEMM_CACHE": str(moved)})
+    assert out.returncode == 0, out.stderr
+    assert "built" not in out.stderr  # exported from the moved cache, not rebuilt
+
+
+def test_stale_work_folder_of_a_killed_build_is_swept(cache):
+    builds = cache / "builds"
+    builds.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = builds / "0123456789abcdef0123.abcdefgh"
+    stale.mkdir()
+    (stale / "owner.pid").write_text(str(dead.pid))
+    live = builds / "0123456789abcdef0123.livelive"
+    live.mkdir()
+    (live / "owner.pid").write_text(str(os.getpid()))
+    res = build(STEP.id, *SHAPE, arch=STEP.arch)
+    assert not stale.exists(), "a dead build's work folder must be removed"
+    assert live.exists(), "a running build's work folder must be left alone"
+    assert sorted(_entries(cache)) == sorted([Path(res.dir), live])
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_build_leaves_no_folder_and_no_process(cache, tmp_path, sig, code):
+    bin_dir = _fake_nvcc(tmp_path, hang_version=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, "
+         "signal.default_int_handler); from tirx_gemm.cli import main; sys.exit(main())",
+         "build", *SHAPE_ARGS],
+        cwd=ROOT, env={**os.environ, "PATH": _path_with(bin_dir)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = tmp_path / "nvcc.pid"
+    _wait_for(pid_file, proc)
+    assert list((cache / "builds").glob("*.*")), "the build is under way in a work folder"
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert _entries(cache) == [], "no work folder or entry may outlive the interrupt"
+    assert not _pid_alive(int(pid_file.read_text())), "the tool must not outlive the build"
+
+
+def test_killed_build_does_not_poison_the_next(cache, tmp_path):
+    bin_dir = _fake_nvcc(tmp_path, hang_version=False)
+    proc = subprocess.Popen([sys.executable, "-m", "tirx_gemm.cli", "build", *SHAPE_ARGS],
+                            cwd=ROOT, env={**os.environ, "PATH": _path_with(bin_dir)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid_file = tmp_path / "nvcc.pid"
+    _wait_for(pid_file, proc)
+    proc.kill()
+    proc.wait()
+    nvcc_pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while _pid_alive(nvcc_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pid_alive(nvcc_pid), "the tool dies with a SIGKILLed build"
+    res = build(STEP.id, *SHAPE, arch=STEP.arch)
+    assert not res.cached and res.lib_path.stat().st_size > 0
+    assert _entries(cache) == [Path(res.dir)]
+
+
+# --------------------------------------------------------------------------------------
+# 2. external tools have time limits
+# --------------------------------------------------------------------------------------
+def test_hung_nvcc_compile_is_a_one_line_error(cache, tmp_path):
+    bin_dir = _fake_nvcc(tmp_path, hang_version=False)
+    out = cli("build", *SHAPE_ARGS, env={"PATH": _path_with(bin_dir),
+                                         "TIRX_GEMM_TOOL_TIMEOUT": "1"})
+    _one_line_error(out, "nvcc did not finish within 1 s (TIRX_GEMM_TOOL_TIMEOUT")
+    assert _entries(cache) == []
+    assert not _pid_alive(int((tmp_path / "nvcc.pid").read_text()))
+
+
+def test_hung_nvcc_version_probe_is_a_one_line_error(cache, tmp_path):
+    bin_dir = _fake_nvcc(tmp_path, hang_version=True)
+    out = cli("build", *SHAPE_ARGS, env={"PATH": _path_with(bin_dir),
+                                         "TIRX_GEMM_TOOL_TIMEOUT": "1"})
+    _one_line_error(out, "nvcc --version did not finish within 1 s")
+
+
+def test_run_tool_kills_the_tools_children_on_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIRX_GEMM_TOOL_TIMEOUT", "0.5")
+    child = tmp_path / "child.pid"
+    script = tmp_path / "tool"
+    script.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {child}\nwait\n")
+    script.chmod(0o755)
+    with pytest.raises(BuildError, match=r"^tool did not finish within 0.5 s"):
+        run_tool([script])
+    assert not _pid_alive(int(child.read_text()))
+
+
+def test_bad_tool_timeout_value(monkeypatch):
+    monkeypatch.setenv("TIRX_GEMM_TOOL_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="TIRX_GEMM_TOOL_TIMEOUT='soon' must be a positive"):
+        run_tool(["true"])
+
+
+def test_missing_nvcc_is_one_line(cache, tmp_path):
+    bin_dir = tmp_path / "empty"
+    bin_dir.mkdir()
+    out = cli("build", *SHAPE_ARGS, env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+    _one_line_error(out, "nvcc not found on PATH")
+
+
+# --------------------------------------------------------------------------------------
+# 3. host-side hang guard (fake CUDA events: no GPU here)
+# --------------------------------------------------------------------------------------
+class _NeverDone:
+    def record(self):
+        pass
+
+    def query(self):
+        return False
+
+
+def _cpu_operands(M, N, K):
+    return (torch.zeros(M, K, dtype=torch.float16), torch.zeros(N, K, dtype=torch.float16),
+            torch.zeros(M, N, dtype=torch.float16))
+
+
+def test_launch_of_a_hanging_kernel_reports_and_exits():
+    """In a real process: launch() waits through the guard, which prints the one-line
+    report and leaves with os._exit (no cleanup can block on the GPU)."""
+    code = textwrap.dedent("""
+        import torch
+        from tirx_gemm import runner
+        class NeverDone:
+            def record(self): pass
+            def query(self): return False
+        torch.cuda.Event = NeverDone
+        torch.cuda.synchronize = lambda: (_ for _ in ()).throw(AssertionError("blocked"))
+        runner.validate_inputs = lambda *a, **k: None
+        runner._check_capability = lambda *a, **k: None
+        ops = [torch.zeros(s, dtype=torch.float16) for s in ((256, 512), (384, 512), (256, 384))]
+        meta = {"step": "v4", "arch": "sm_90a", "M": 256, "N": 384, "K": 512}
+        runner.launch(lambda *a: None, meta, *ops)
+        print("not reached")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TIRX_GEMM_KERNEL_TIMEOUT": "0.2"})
+    assert out.returncode == runner.HANG_EXIT_CODE, out.stderr
+    assert "not reached" not in out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "v4@sm_90a 256x384x512: no completion within 0.2 s (kernel hang)"), out.stderr
+
+
+class _Exited(BaseException):  # like SystemExit: no "except Exception" may swallow it
+    pass
+
+
+@pytest.fixture
+def guard(monkeypatch):
+    """Fake GPU waits: os._exit raises _Exited(code); the limit is 0.05 s."""
+    monkeypatch.setenv("TIRX_GEMM_KERNEL_TIMEOUT", "0.05")
+    monkeypatch.setattr(runner.os, "_exit", lambda code: (_ for _ in ()).throw(_Exited(code)))
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
+    return synced
+
+
+def test_run_step_labels_every_wait_with_step_arch_and_shape(guard, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "Event", _NeverDone)
+
+    def check_device(arch, device=None):  # the first wait of run_step happens after this
+        runner._synchronize("preparing inputs")
+
+    monkeypatch.setattr(runner, "check_device", check_device)
+    meta = {"step": "v7", "arch": "sm_90a", "M": 4096, "N": 4096, "K": 4096}
+    with pytest.raises(_Exited) as exc:
+        runner.run_step(lambda *a: None, meta, log=None)
+    assert exc.value.args == (runner.HANG_EXIT_CODE,)
+    assert capsys.readouterr().err.startswith(
+        "v7@sm_90a 4096x4096x4096: no completion within 0.05 s (kernel hang)")
+    assert runner._launch_label is None, "the label is cleared after the step"
+    assert guard == [], "a hung kernel is never waited for without a limit"
+
+
+def test_completed_wait_returns_and_surfaces_async_errors(guard, monkeypatch):
+    polls = []
+
+    class DoneAfterThree(_NeverDone):
+        def query(self):
+            polls.append(1)
+            return len(polls) >= 3
+
+    monkeypatch.setattr(torch.cuda, "Event", DoneAfterThree)
+    meta = runner.BuildMeta("v2", "sm_90a", 128, 128, 256)
+    monkeypatch.setattr(runner, "validate_inputs", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "_check_capability", lambda *a, **k: None)
+    launched = []
+    runner.launch(lambda *a: launched.append(a), meta, *_cpu_operands(128, 128, 256))
+    assert launched and len(polls) == 3 and guard == [1]
+
+
+def test_faulting_kernel_is_a_launch_error_not_a_hang(guard, monkeypatch):
+    class Faulted(_NeverDone):
+        def query(self):
+            raise RuntimeError("CUDA error: unspecified launch failure")
+
+    monkeypatch.setattr(torch.cuda, "Event", Faulted)
+    with pytest.raises(runner.KernelLaunchError, match="v1@sm_90a 128x128x64 failed on the "
+                                                       "GPU: CUDA error: unspecified launch"):
+        runner._synchronize("v1@sm_90a 128x128x64")
+
+
+def test_bad_kernel_timeout_value(monkeypatch):
+    monkeypatch.setenv("TIRX_GEMM_KERNEL_TIMEOUT", "-1")
+    with pytest.raises(ValueError, match="TIRX_GEMM_KERNEL_TIMEOUT='-1' must be a positive"):
+        runner.kernel_timeout()
+
+
+# --------------------------------------------------------------------------------------
+# watchdog plumbing (the kernel side is helpers.set_watchdog)
+# --------------------------------------------------------------------------------------
+def test_watchdog_is_part_of_the_cache_key_and_the_bundle_name():
+    assert cache_key(STEP, *SHAPE, {}) != cache_key(STEP, *SHAPE, {}, 2000)
+    assert cache_key(STEP, *SHAPE, {}, 2000) != cache_key(STEP, *SHAPE, {}, 1000)
+    assert bundle.lib_name("v3", "sm_90a", 256, 384, 512, {}, 2000).endswith("_wd2000.so")
+    assert "_wd" not in bundle.lib_name("v3", "sm_90a", 256, 384, 512, {})
+
+
+def test_watchdog_build(cache):
+    from tirx_gemm import helpers
+    if hasattr(helpers, "set_watchdog"):
+        res = build(STEP.id, *SHAPE, arch=STEP.arch, watchdog_ms=2000)
+        assert res.watchdog_ms == 2000
+        assert res.key != build(STEP.id, *SHAPE, arch=STEP.arch).key
+    else:  # never a normal kernel labelled as a watchdog build
+        with pytest.raises(BuildError, match="no kernel watchdog"):
+            build(STEP.id, *SHAPE, arch=STEP.arch, watchdog_ms=2000)
+
+
+def test_bundle_find_respects_the_watchdog(tmp_path):
+    entry = {"step": "v3", "arch": "sm_90a", "M": 256, "N": 384, "K": 512, "kwargs": {},
+             "lib": "v3_sm_90a_256x384x512.so"}
+    (tmp_path / bundle.MANIFEST).write_text(json.dumps({"kernels": [entry]}))
+    assert bundle.find(tmp_path, STEP, SHAPE)["lib"] == entry["lib"]
+    with pytest.raises(ValueError, match="built with watchdog_ms None, not 2000"):
+        bundle.find(tmp_path, STEP, SHAPE, watchdog_ms=2000)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "2000"])
+def test_watchdog_and_jobs_values_are_checked_before_work(bad):
+    with pytest.raises(ValueError, match="watchdog_ms=.* must be a positive integer"):
+        build_many([(STEP, SHAPE, {})], watchdog_ms=bad)
+    with pytest.raises(ValueError, match="jobs=.* must be a positive integer"):
+        build_many([(STEP, SHAPE, {})], jobs=bad)
+
+
+# --------------------------------------------------------------------------------------
+# 4. user mistakes: one line, exit 2, before any work
+# --------------------------------------------------------------------------------------
+MISTAKES = [
+    (("build", "v3", "--mnk", "256,256,128", "--jobs", "-1"), "--jobs: must be a positive integer"),
+    (("build", "v3", "--jobs", "0"), "--jobs: must be a positive integer"),
+    (("export", "v6", "--arch", "sm_90a", "--num-sms", "0"), "--num-sms: must be a positive"),
+    (("build", "v4", "--all"), "name a step (v4) or pass --all, not both"),
+    (("regress", "--tolerance", "15"), "--tolerance: must be a fraction in [0, 1)"),
+    (("export", "v4", "--arch", "sm_90a", "--out", "README.md/x"),
+     "README.md is a file"),
+    (("export", "--all", "--arch", "sm_90a", "--mnk", "256,256,128", "--out", "build/qa"),
+     "--mnk names one shape, which not every step accepts"),
+    (("build", "v3", "--mnk", "65536,128,65536"), "M*K=4294967296 elements exceeds 2^31-1"),
+    (("build", "v3", "--mnk", "10000000,10000000,10000000"), "exceeds 2^31-1"),
+    (("build", "v3", "--mnk", "0,128,64"), "M=0 must be a positive integer"),
+    (("bench", "--shapes", "benchmark"), "unknown shape list 'benchmark'"),
+    (("run", "v3", "--watchdog-ms", "0"), "--watchdog-ms: must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize("args,needle", MISTAKES, ids=[" ".join(a) for a, _ in MISTAKES])
+def test_user_mistakes_are_one_line_errors_before_any_work(cache, args, needle):
+    out = cli(*args)
+    _one_line_error(out, needle)
+    assert _entries(cache) == [], "nothing may be built before the values are checked"
+    assert not (ROOT / "build" / "qa").exists()
+
+
+def test_debug_env_shows_the_traceback(cache):
+    out = cli("build", "v4", "--all", env={"TIRX_GEMM_DEBUG": "1"})
+    assert out.returncode == 2
+    assert "Traceback" in out.stderr and out.stderr.strip().endswith(
+        "tirx-gemm: error: name a step (v4) or pass --all, not both")
