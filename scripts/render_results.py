@@ -7,6 +7,10 @@ Writes the table between <!-- results:begin --> and <!-- results:end --> in the 
 With --check nothing is written: the exit status is 1 when the README is stale (2 when its
 markers are missing or broken). With --print the table goes to stdout instead.
 
+A missing results folder, one without records, or a bad record (named by file and line)
+is an error (exit 2) and leaves the README untouched: a table of "not measured" rows made
+from nothing would erase the measurements it shows.
+
 The list of steps (rows) and bench shapes (columns) comes from tirx_gemm.registry; where that
 cannot be imported (e.g. on a GPU host without the TVM compiler) the steps found in the
 records are used.
@@ -77,7 +81,16 @@ def main(argv=None) -> int:
                     help="print the table instead of writing the README")
     args = ap.parse_args(argv)
 
-    records = load_records(args.results)
+    results = Path(args.results)
+    try:
+        if not results.is_dir():
+            raise ValueError(f"results folder {results} does not exist")
+        records = load_records(results)
+        if not records:
+            raise ValueError(f"no records in {results}/*.jsonl: nothing to render the table from")
+    except ValueError as e:
+        print(f"render_results: error: {e}; README not changed", file=sys.stderr)
+        return 2
     steps, shapes, source = steps_and_shapes(records)
     table = render_table(records, steps, shapes=shapes)
     if args.print_only:

@@ -78,6 +78,27 @@ def test_load_records_reports_damaged_line(tmp_path):
     assert load_records(tmp_path / "missing") == []
 
 
+def _without(key):
+    r = rec()
+    del r[key]
+    return r
+
+
+@pytest.mark.parametrize("line,why", [
+    (json.dumps(_without("device")).encode(), "record lacks device"),
+    (json.dumps(_without("M")).encode(), "record lacks M"),
+    (json.dumps(rec(M="4096")).encode(), "M must be integers, got '4096'"),
+    (json.dumps([1, 2]).encode(), "a record must be a JSON object"),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe garbage", "not UTF-8 text"),
+], ids=["no-device", "no-M", "string-M", "list", "binary"])
+def test_load_records_names_file_and_line_of_a_bad_record(tmp_path, line, why):
+    (tmp_path / "dev.jsonl").write_bytes(json.dumps(rec()).encode() + b"\n\n" + line + b"\n")
+    with pytest.raises(ValueError) as exc:
+        load_records(tmp_path)
+    assert str(exc.value).startswith(f"{tmp_path / 'dev.jsonl'}:3: {why}")
+    assert "\n" not in str(exc.value)
+
+
 def test_latest_by_key():
     old = rec(ts="2026-05-01T10:00:00+00:00", tflops=100.0)
     new = rec(ts="2026-05-03T10:00:00+00:00", tflops=300.0)
@@ -187,3 +208,26 @@ def test_render_results_script(tmp_path):
     readme.write_text("no markers\n")
     r = subprocess.run(base + ["--check"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "bad-record"])
+def test_render_results_never_rewrites_the_readme_from_nothing(tmp_path, case):
+    results = tmp_path / "results"
+    if case != "missing":
+        results.mkdir()
+    if case == "bad-record":
+        append_record(rec(), results)
+        with open(results / "nvidia-h200.jsonl", "ab") as f:
+            f.write(b"\xff\xfe\x00\x01\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "render_results.py"),
+                        "--results", str(results), "--readme", str(readme)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert readme.read_text() == README
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert lines[0].endswith("README not changed")
+    assert {"missing": "does not exist", "empty": "no records in",
+            "bad-record": "nvidia-h200.jsonl:2: not UTF-8 text"}[case] in lines[0]

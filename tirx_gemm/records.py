@@ -80,24 +80,39 @@ def append_record(rec: dict, results_dir: str | os.PathLike = "results") -> Path
 def load_records(results_dir: str | os.PathLike = "results") -> list[dict]:
     """All records of results_dir/*.jsonl, file by file (sorted by name), in file order.
 
-    A line that is not a JSON object raises ValueError naming the file and line: results are
-    data, and a damaged file should be noticed, not skipped.
+    A line that is not UTF-8 text, not a JSON object, or a record without the keys that
+    identify it (REQUIRED_KEYS; M, N, K integers) raises ValueError naming the file and line:
+    results are data, and a damaged file should be noticed, not skipped.
     """
     d = Path(results_dir)
     if not d.is_dir():
         return []
     records = []
     for path in sorted(d.glob("*.jsonl")):
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                where = f"{path}:{lineno}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{where}: not UTF-8 text (byte {e.start}: "
+                                     f"{raw[e.start:e.start + 1]!r})") from None
                 if not line.strip():
                     continue
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+                    raise ValueError(f"{where}: not valid JSON ({e})") from None
                 if not isinstance(rec, dict):
-                    raise ValueError(f"{path}:{lineno}: a record must be a JSON object")
+                    raise ValueError(f"{where}: a record must be a JSON object")
+                missing = [k for k in REQUIRED_KEYS if rec.get(k) is None]
+                if missing:
+                    raise ValueError(f"{where}: record lacks {', '.join(missing)}")
+                bad = [k for k in ("M", "N", "K")
+                       if isinstance(rec[k], bool) or not isinstance(rec[k], int)]
+                if bad:
+                    raise ValueError(f"{where}: {', '.join(bad)} must be integers, got "
+                                     + ", ".join(repr(rec[k]) for k in bad))
                 records.append(rec)
     return records
 
