@@ -1,6 +1,7 @@
 """The regression checks catch what they exist to catch: a wrong result, a step below its
 baseline floor, and a compiled step whose resources or SASS drifted."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,14 @@ def test_missing_entry_is_new_and_baseline_roundtrip(tmp_path):
     assert regress.load_baseline(p)["entries"]["v4@sm_90a:4096x4096x4096"]["tflops"] == 500.0
     with pytest.raises(ValueError):
         regress.evaluate([rec()], b, 1.5)
+
+
+@pytest.mark.parametrize("content", [b"garbage{", b"\xff\xfe\x00", b"[1, 2]", b"{}"])
+def test_damaged_baseline_names_the_file(tmp_path, content):
+    p = tmp_path / "nvidia-h200.json"
+    p.write_bytes(content)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(p))}: not a baseline file"):
+        regress.load_baseline(p)
 
 
 def test_snapshot_diff_is_readable():

@@ -49,8 +49,11 @@ def load_baseline(path: Path) -> dict | None:
     path = Path(path)
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    if "entries" not in data:
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a baseline file ({e})") from None
+    if not isinstance(data, dict) or "entries" not in data:
         raise ValueError(f"{path}: not a baseline file (no 'entries')")
     return data
 
