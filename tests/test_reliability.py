@@ -413,3 +413,15 @@ def test_debug_env_shows_the_traceback(cache):
     assert out.returncode == 2
     assert "Traceback" in out.stderr and out.stderr.strip().endswith(
         "tirx-gemm: error: name a step (v4) or pass --all, not both")
+
+
+@pytest.mark.parametrize("args,env", [
+    (("run", "v3", "--arch", "sm_90a"), {"TIRX_GEMM_KERNEL_TIMEOUT": "soon"}),
+    (("regress",), {"TIRX_GEMM_KERNEL_TIMEOUT": "0"}),
+    (("build", "v3", "--arch", "sm_90a"), {"TIRX_GEMM_TOOL_TIMEOUT": "-3"}),
+], ids=["run-kernel-timeout", "regress-kernel-timeout", "build-tool-timeout"])
+def test_bad_limit_variables_are_one_line_errors_before_any_work(cache, args, env):
+    out = cli(*args, env=env)
+    (name, value), = env.items()
+    _one_line_error(out, f"{name}={value!r} must be a positive number of seconds")
+    assert _entries(cache) == []

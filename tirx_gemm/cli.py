@@ -226,6 +226,7 @@ def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None, watc
 
 def _device_or_reason(arch):
     from tirx_gemm import runner
+    runner.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
     try:
         return runner.check_device(arch), None
     except runner.DeviceMismatchError as exc:
@@ -341,6 +342,8 @@ def cmd_regress(args) -> int:
     from tirx_gemm import regress
     if args.cpu:
         return _regress_cpu(args)
+    from tirx_gemm import runner
+    runner.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
     arch, why = _gpu_arch()
     if arch is None:
         print(f"cannot run the GPU regression: {why}\n(the CPU-level check is "
