@@ -88,11 +88,13 @@ def main(argv=None) -> int:
         records = load_records(results)
         if not records:
             raise ValueError(f"no records in {results}/*.jsonl: nothing to render the table from")
+        # the sm_100a steps' CPU simulations (tirx-gemm sim --record); may be absent
+        sim_records = load_records(results / "sim")
     except ValueError as e:
         print(f"render_results: error: {e}; README not changed", file=sys.stderr)
         return 2
     steps, shapes, source = steps_and_shapes(records)
-    table = render_table(records, steps, shapes=shapes)
+    table = render_table(records, steps, shapes=shapes, sim_records=sim_records)
     if args.print_only:
         sys.stdout.write(table)
         return 0

@@ -118,7 +118,7 @@ def test_render_table_marks_missing_sm100a_rows():
                rec(step="v2", ts="2026-04-01T00:00:00+00:00", tflops=1.0)]
     md = render_table(records, STEPS, shapes=[(4096, 4096, 4096), (8192, 8192, 8192)])
     lines = md.splitlines()
-    assert lines[0].startswith("| step | arch | GPU | checked shapes |")
+    assert lines[0].startswith("| step | arch | GPU | simulated on CPU (NumSim) | checked shapes |")
     assert "4096³" in lines[0] and "8192³" in lines[0]
     sm100_rows = [ln for ln in lines if "| sm_100a |" in ln]
     assert len(sm100_rows) == 2
@@ -127,7 +127,7 @@ def test_render_table_marks_missing_sm100a_rows():
     assert NO_SM100_GPU == "not measured: no sm_100a GPU available"
     v2 = next(ln for ln in lines if ln.startswith("| v2 | sm_90a |"))
     assert "450.0 (0.60×) ✓" in v2  # the latest record, not the older one
-    assert "1.0" not in v2.split("|")[5]
+    assert "1.0" not in v2.split("|")[6]
     assert v2.rstrip(" |").endswith("—")  # 8192³ not measured for this step
     assert "NVIDIA H200: compute capability 9.0" in md
 
@@ -231,3 +231,30 @@ def test_render_results_never_rewrites_the_readme_from_nothing(tmp_path, case):
     assert lines[0].endswith("README not changed")
     assert {"missing": "does not exist", "empty": "no records in",
             "bad-record": "nvidia-h200.jsonl:2: not UTF-8 text"}[case] in lines[0]
+
+
+def _sim_rec(step="v4", ok=True, sha="abc1234def", ts="2026-11-29T12:00:00+00:00", M=256):
+    return {"kind": "numsim", "step": step, "arch": "sm_100a", "M": M, "N": 128, "K": 192,
+            "kwargs": {}, "device": "NumSim, CPU model of sm_100a", "verified": ok,
+            "numsim": "correct" if ok else "WRONG", "synccheck": "clean",
+            "racecheck": "clean", "git_sha": sha, "timestamp": ts}
+
+
+def test_render_table_shows_the_latest_simulation_never_as_tflops():
+    steps = [("v4", "sm_100a", "TMA"), ("v5", "sm_100a", "ring"), ("v4", "sm_90a", "TMA")]
+    sims = [_sim_rec(ok=False, sha="old0000000", ts="2026-11-01T00:00:00+00:00"),
+            _sim_rec(), _sim_rec(M=128)]
+    md = render_table([], steps, shapes=[(4096, 4096, 4096)], sim_records=sims)
+    v4 = next(ln for ln in md.splitlines() if ln.startswith("| v4 | sm_100a |"))
+    cells = [c.strip() for c in v4.strip("|").split("|")]
+    assert cells[2] == NO_SM100_GPU
+    # the latest revision's two cases passed; the older failing revision does not count
+    assert cells[3].startswith("✓ 2/2 cases correct, sync/race clean (2026-11-29, git abc1234def")
+    assert cells[5] == "—"  # no TFLOP/s from a simulation
+    v5 = next(ln for ln in md.splitlines() if ln.startswith("| v5 | sm_100a |"))
+    assert "not simulated" in v5
+    hopper = next(ln for ln in md.splitlines() if ln.startswith("| v4 | sm_90a |"))
+    assert "n/a (a GPU runs it)" in hopper
+    failing = render_table([], steps[:1], shapes=[(4096, 4096, 4096)],
+                           sim_records=[_sim_rec(), _sim_rec(M=128, ok=False)])
+    assert "✗ 1 of 2 cases failed" in failing

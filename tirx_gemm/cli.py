@@ -508,6 +508,9 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("-q", "--quiet", action="store_true")
     watchdog(sp)
     sp.set_defaults(fn=cmd_regress)
+
+    from tirx_gemm import sim  # numpy + registry only at import; NumSim loads when it runs
+    sim.add_parser(sub)
     return p
 
 
@@ -521,6 +524,11 @@ def main(argv=None) -> int:
     except (ValueError, BuildError, OSError, *_runner_errors()) as exc:
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
+        print(f"tirx-gemm: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        if type(exc).__name__ != "SimUnavailable":  # the simulator is not installed here
+            raise
         print(f"tirx-gemm: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -169,8 +169,45 @@ def _fmt_cell(rec: dict | None) -> str:
     return f"✗ {perf} failed check" if perf else "✗ failed check"
 
 
+SIM_ARCH = "sm_100a"  # the arch NumSim models
+
+
+def latest_sim_run(sim_records: Sequence[dict], step_id: str, arch: str = SIM_ARCH) -> list[dict]:
+    """A step's latest NumSim run: the newest record per case among the records of the git
+    revision that was simulated last (cases dropped from the registry since then and older
+    revisions do not count)."""
+    mine = [r for r in sim_records if r.get("step") == step_id and r.get("arch") == arch]
+    if not mine:
+        return []
+    newest = max(mine, key=_when)
+    latest: dict[tuple, dict] = {}
+    for r in mine:
+        if r.get("git_sha") != newest.get("git_sha"):
+            continue
+        key = (int(r["M"]), int(r["N"]), int(r["K"]), json.dumps(r.get("kwargs"), sort_keys=True))
+        if key not in latest or _when(r) >= _when(latest[key]):
+            latest[key] = r
+    return list(latest.values())
+
+
+def _sim_cell(step_id: str, arch: str, sim_records: Sequence[dict]) -> str:
+    """The simulation verdict of one step (its latest NumSim run)."""
+    if arch != SIM_ARCH:
+        return "n/a (a GPU runs it)"
+    run = latest_sim_run(sim_records, step_id, arch)
+    if not run:
+        return "not simulated"
+    newest = max(run, key=_when)
+    ok = sum(1 for r in run if r.get("verified"))
+    when = f"{str(newest.get('timestamp', ''))[:10]}, git {str(newest.get('git_sha'))[:10]}"
+    if ok == len(run):
+        return f"✓ {ok}/{ok} cases correct, sync/race clean ({when})"
+    return f"✗ {len(run) - ok} of {len(run)} cases failed ({when})"
+
+
 def render_table(records: Sequence[dict], steps: Sequence[tuple],
-                 shapes: Sequence[tuple] | None = None) -> str:
+                 shapes: Sequence[tuple] | None = None,
+                 sim_records: Sequence[dict] = ()) -> str:
     """Markdown results table.
 
     ``steps``: (step_id, arch, lesson) tuples, one row each (in the given order; a step
@@ -188,7 +225,7 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
     shapes = [tuple(int(x) for x in s) for s in shapes]
     archs_measured = {r["arch"] for r in latest}
 
-    header = ["step", "arch", "GPU", "checked shapes"] + [
+    header = ["step", "arch", "GPU", "simulated on CPU (NumSim)", "checked shapes"] + [
         f"{_shape_label(s)} TFLOP/s (× torch)" for s in shapes]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     devices_used: dict[str, dict] = {}
@@ -198,7 +235,8 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         if not devices:
             why = NO_SM100_GPU if (arch == "sm_100a" and arch not in archs_measured) \
                 else NOT_MEASURED
-            row = [step_id, arch, why, "—"] + ["—"] * len(shapes)
+            row = [step_id, arch, why, _sim_cell(step_id, arch, sim_records), "—"] + \
+                ["—"] * len(shapes)
             lines.append("| " + " | ".join(row) + " |")
             continue
         for dev in devices:
@@ -212,7 +250,8 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
             ok = sum(1 for r in mine if r.get("verified"))
             checked = f"{ok}/{len(mine)} ✓" + (
                 "" if ok == len(mine) else f", {len(mine) - ok} ✗ failed check")
-            row = [step_id, arch, _cell_text(dev), checked] + [
+            row = [step_id, arch, _cell_text(dev), _sim_cell(step_id, arch, sim_records),
+                   checked] + [
                 _fmt_cell(timed.get(s)) for s in shapes]
             lines.append("| " + " | ".join(row) + " |")
 
@@ -223,7 +262,11 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         "✓ = passed the check against the fp32 torch reference (random and exact small-integer "
         "inputs, output poisoned with NaN before the launch); ✗ = failed it. checked shapes = "
         "distinct shapes whose latest check passed (canonical, test and benchmark shapes of "
-        "the registry).",
+        "the registry). simulated on CPU (NumSim) = every simulation case of the step's "
+        "latest run (registry shapes chosen to exercise its barrier protocol) executed on "
+        "tirx-harness NumSim, a CPU model of sm_100a: numbers correct on random and exact "
+        "small-integer inputs, synccheck and racecheck clean. It proves correctness and "
+        "synchronization on a model, not speed and not silicon: no TFLOP/s come from it.",
     ]
     for dev in sorted(devices_used):
         r = devices_used[dev]
