@@ -282,14 +282,17 @@ def tma_load_multicast_b(Asmem, Bsmem_half, A, B, m_st, nb_st, k_st, BLK_M, B_RO
 
 
 # mapa turns this CTA's shared address of a barrier into the address of the same barrier
-# in CTA `cta` of the cluster (shared::cluster window); the release.cluster arrive makes
-# this thread's completed reads (the wgmma's, ordered by wait_group) visible before it.
+# in CTA `cta` of the cluster (shared::cluster window). The arrive keeps PTX's default
+# semantics (release at CTA scope), as CUTLASS's cluster barriers do: what it publishes
+# is that this warpgroup's wgmmas finished reading the stage, which wgmma.wait_group
+# already guarantees. `.release.cluster` would compile to MEMBAR.ALL.GPU before every
+# arrival, i.e. once per K step on the consumers' critical path.
 _ARRIVE_CLUSTER_SRC = """
 __device__ __forceinline__ void tirx_gemm_arrive_cluster(void* bar, int cta) {
   unsigned int local = (unsigned int)__cvta_generic_to_shared(bar);
   asm volatile("{ .reg .b32 remote; "
                "mapa.shared::cluster.u32 remote, %0, %1; "
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote]; }"
                :: "r"(local), "r"(cta) : "memory");
 }
 """
@@ -313,3 +316,70 @@ __all__ += [
     "release_stage_in_cluster",
     "tma_load_multicast_b",
 ]
+
+
+# The overlapped epilogue of v9: the finished fp32 accumulators are packed to fp16 pairs
+# (64 registers) so that the next tile's wgmmas may overwrite the accumulators at once;
+# the packed tile is then written to SMEM with stmatrix and TMA-stored while those
+# wgmmas run.
+_PACK_HALF2_SRC = """
+__device__ __forceinline__ unsigned int tirx_gemm_pack_half2(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<unsigned int*>(&v);
+}
+"""
+
+EPI_COLS = SWIZZLE_ROW_ELEMS  # columns of one TMA-store chunk: one 128-byte swizzle row
+
+
+@T.inline
+def pack_fragment(packed, acc, count: int):
+    """packed[i] <- fp16x2(acc[2i], acc[2i+1]) for i < count. In the wgmma fragment,
+    acc[4j+2h+e] is D[16w + l//4 + 8h, 8j + 2(l%4) + e], so packed[2j+h] holds the two
+    neighbouring columns of row 8h + l//4 of 8x8 block j: the register of one stmatrix
+    m8n8 matrix (thread l holds row l//4, columns 2(l%4), 2(l%4)+1)."""
+    for i in T.unroll(count):
+        packed[i] = T.cuda.func_call("tirx_gemm_pack_half2", acc[2 * i], acc[2 * i + 1],
+                                     source_code=_PACK_HALF2_SRC, return_type="uint32")
+
+
+@T.inline
+def stmatrix_chunk(Dstage, wg, buf, packed, c, warp_id, lane_id):
+    """Warpgroup ``wg`` writes columns [64c, 64c + 64) of its packed 64-row fragment into
+    the staging tile Dstage[wg, buf] (64x64, 128B-swizzled) with four stmatrix.x4 per
+    thread. Each x4 stores a 16x16 block: matrices (rows +0, cols j), (rows +8, cols j),
+    (+0, j+1), (+8, j+1); lane L gives the address of row L % 8 of matrix L // 8. A matrix
+    row is one 16-byte swizzle chunk, so the 8 rows of a matrix land in 8 different
+    16-byte bank groups (no bank conflicts); ptr_to applies the swizzle."""
+    q = T.meta_var(lane_id // 8)
+    for i in T.unroll(EPI_COLS // 16):
+        j = T.meta_var(c * (EPI_COLS // 8) + 2 * i)  # first 8-column block of this x4
+        T.ptx.stmatrix.sync.aligned.m8n8.x4.shared.b16(
+            Dstage.ptr_to([wg, buf, warp_id * 16 + (q % 2) * 8 + lane_id % 8,
+                           8 * (2 * i + q // 2)]),
+            packed[2 * j], packed[2 * j + 1], packed[2 * j + 2], packed[2 * j + 3])
+
+
+@T.inline
+def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp_id,
+                      lane_id, tid_in_wg, bar_id):
+    """Warpgroup ``wg``: its packed 64 x n fp16 fragment -> GMEM D[m_st:+64, n_st:+n], in
+    64-column chunks through its ``bufs`` staging tiles Dstage[wg, b] (64x64, swizzled),
+    one TMA store per chunk. Nothing waits for a store to reach GMEM: a staging tile is
+    reused only once the store that last read it is done reading (wait_group.read(bufs-1):
+    at most the bufs - 1 younger stores may still be pending), which has usually happened
+    long before. The caller waits for all its stores (wait_group 0) before exiting."""
+    for c in T.unroll(n // EPI_COLS):
+        if tid_in_wg == 0:
+            T.ptx.cp.async_.bulk.wait_group.read(bufs - 1)
+        T.cuda.warpgroup_sync(bar_id)  # the staging tile is free for all 128 writers
+        stmatrix_chunk(Dstage, wg, c % bufs, packed, c, warp_id, lane_id)
+        T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
+        T.cuda.warpgroup_sync(bar_id)
+        if tid_in_wg == 0:
+            tma_store_tile(
+                D[m_st:m_st + WGMMA_M, n_st + c * EPI_COLS:n_st + (c + 1) * EPI_COLS],
+                Dstage[wg, c % bufs, :, :])
+
+
+__all__ += ["EPI_COLS", "pack_fragment", "stmatrix_chunk", "store_packed_tile"]

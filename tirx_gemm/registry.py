@@ -98,6 +98,8 @@ _LESSONS_SM90 = {
     "v1": "single 128x128 tile, K=64: thread copies, the warpgroup issues wgmma from SMEM descriptors, wait_group, register fragment -> GMEM",
     "v2": "K-loop: accumulate over K tiles in registers; a barrier stops the next copy overwriting SMEM that wgmma still reads",
     "v7": "warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups (128x256 tile), full/empty barriers, setmaxnreg",
+    "v8": "2-CTA cluster: vertically adjacent CTAs share the B tile, each loads half and TMA multicasts it to both; empty barriers arrived remotely; cluster scheduler",
+    "v9": "overlapped epilogue: stmatrix the previous tile's fp16 result and TMA-store it while the next tile's first wgmmas (scale-d 0) run; 4-stage ring",
 }
 
 _THREAD_COPIES = ("LDG.E.128", "STS.128")
@@ -156,6 +158,14 @@ _TILED = "M, N multiples of 128, K a multiple of 64"
 _V1_BAD = ((256, 128, 64), (128, 128, 128), (128, 128, 32))
 _V2_BAD = ((256, 128, 256), (128, 128, 96))
 _TILED_BAD = ((200, 128, 64), (128, 130, 64), (128, 128, 100))
+# sm_90a v8/v9: 2-CTA clusters of 128x256 tiles (cluster tile 256x256; 132 SMs make 66
+# clusters). Test shapes are mostly non-square: fewer cluster tiles than clusters (256x512,
+# 512x256 with deep K), 78 cluster tiles (1536x3328: some clusters take two, the canonical
+# and bench shapes take ~4 and ~16), K steps not a multiple of the ring depth, a single K step.
+_CLUSTER_TILED = "M a multiple of 256, N a multiple of 256, K a multiple of 64, num_sms even"
+_CLUSTER_TESTS = ((256, 512, 320), (1024, 2048, 512), (768, 1280, 704), (1536, 3328, 1088),
+                  (2048, 768, 64), (512, 256, 4096))
+_CLUSTER_BAD = ((128, 256, 64), (256, 384, 64), (256, 256, 100))
 
 STEPS: list[Step] = [
     _sm100("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
@@ -195,6 +205,10 @@ STEPS: list[Step] = [
           (4096, 4096, 4096), ((256, 512, 320), (1024, 2048, 512), (512, 1280, 704)), _BENCH,
           ((256, 384, 64), (200, 256, 64), (128, 256, 100)),
           _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
+    _sm90("v8", _CLUSTER_TILED, (4096, 4096, 4096), _CLUSTER_TESTS, _BENCH, _CLUSTER_BAD,
+          _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
+    _sm90("v9", _CLUSTER_TILED, (4096, 4096, 4096), _CLUSTER_TESTS, _BENCH, _CLUSTER_BAD,
+          _TMA + ("USETMAXREG", "HGMMA.64x256x16", "STSM"), ("LDG.E.128",)),
 ]
 
 

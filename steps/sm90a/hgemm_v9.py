@@ -1,0 +1,241 @@
+"""sm_90a step 9: the epilogue overlaps the next tile's mainloop; a 4-stage ring.
+
+The step card is the docstring of the builder below.
+"""
+
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+from tvm.script import tirx as T
+
+from tirx_gemm.helpers import (
+    ACC_DTYPE,
+    ROLLED,
+    check_pipe_depth,
+    check_positive_ints,
+    check_tiled_shape,
+    swizzled_layout,
+    wait_mbarrier,
+)
+from tirx_gemm.hopper import (
+    CLUSTER_SIZE,
+    check_cluster_pool,
+    desc_advance,
+    DESC_M64_STEP,
+    encode_desc,
+    fence_operands,
+    init_mbarriers,
+    EPI_COLS,
+    pack_fragment,
+    publish_mbarrier_init_cluster,
+    release_stage_in_cluster,
+    SMEM_ALIGN,
+    store_packed_tile,
+    tile_bytes,
+    tma_load_multicast_b,
+    wgmma_tile,
+    WGMMA_M,
+)
+
+
+def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2_GROUP=8):
+    """sm_90a step 9: the epilogue of tile t runs while the wgmmas of tile t+1 do.
+
+    Card
+    ----
+    What changed from v8: in v8 a consumer warpgroup drains its last wgmma, converts and
+      stores 128 accumulators, syncs, issues the TMA store, and only then issues the next
+      tile's first wgmma: the tensor cores idle for the whole epilogue, once per tile.
+      Here the epilogue is split around the next tile's first wgmmas:
+      * end of tile t: wait for the last wgmma, pack the 128 fp32 accumulators into 64
+        fp16x2 registers (``packed``) -- a few dozen ALU instructions -- and go on;
+      * tile t+1 starts at once: its first wgmma runs with scale-d = 0 (D = A*B, the stale
+        accumulators are ignored, so no zero-fill is needed between tiles; every step
+        since v1 does this, and it is what lets the accumulators be reused right away);
+      * once the wgmmas of tile t+1's first EPI_AT + 1 K steps are queued (they run
+        asynchronously), the warpgroup writes ``packed`` to SMEM with stmatrix (16-byte
+        rows of 8x8 matrices: 16 stmatrix.x4 per thread instead of v8's 64 4-byte
+        stores) and TMA-stores it, in 64-column chunks through EPI_BUFS staging tiles
+        of 8 KB per warpgroup; a staging tile is reused only after the store that last
+        read it is done reading (cp.async.bulk.wait_group.read), nothing waits for GMEM.
+      * the staging buffer shrinks from v8's 64 KB to NUM_CONSUMERS * EPI_BUFS * 8 KB
+        (32 KB), which makes room for a 4th 48 KB stage (PIPE_DEPTH=4, 224 KB in all):
+        one more K step of loads in flight, which the lock-stepped CTA pair of v8 needs
+        more than v7 did (a stage is refilled only when both CTAs are done with it).
+    Scope / layout / dispatch: layout (packed fp16 fragment, chunked staging tiles, 4
+      stages) and dispatch (epilogue issued between wgmma issue and wait); the cluster,
+      barriers and roles are v8's.
+    Why: v7/v8 lose the tensor cores for one epilogue per tile. At 4096^3 a 128x256 tile
+      has 64 K steps of ~0.56 us each at the SM's peak rate (2*128*256*64 flop at
+      ~7.5 TFLOP/s per SM), ~36 us in all; an epilogue of 1-2 us is 3-5% of that (half
+      at 8192^3). Here it hides behind up to two K steps (~1.1 us) of queued wgmmas.
+      Not measured yet.
+    Barrier contract: see the comments at full_bar and empty_bar (v8's, unchanged); the
+      staging tiles are guarded by bulk-group waits and the named barrier of the owning
+      warpgroup, see store_packed_tile.
+    Constraints: M a multiple of 256, N a multiple of 256, K a multiple of 64, float16;
+      1 <= EPI_BUFS <= 4 (BLK_N / 64 chunks); PIPE_DEPTH stages of 48 KB plus
+      EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
+      num_sms even.
+    Run: tirx-gemm run v9 --arch sm_90a
+    """
+    # --- tunables ---
+    BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
+    NUM_CONSUMERS = BLK_M // WGMMA_M      # consumer warpgroups, 64 rows each
+    PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
+    ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread (128)
+    PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
+    A_STAGE_BYTES = tile_bytes(BLK_M, BLK_K)  # 16 KB
+    B_STAGE_BYTES = tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
+    B_HALF = BLK_N // CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
+    PACKED_REGS = ACC_REGS // 2               # fp16x2 registers of a packed tile (64)
+    EPI_CHUNKS = BLK_N // EPI_COLS            # 64-column TMA-store chunks per tile (4)
+
+    check_tiled_shape(M, N, K, CLUSTER_SIZE * BLK_M, BLK_N, BLK_K, dtype)
+    check_positive_ints(EPI_BUFS=EPI_BUFS)
+    if EPI_BUFS > EPI_CHUNKS:
+        raise ValueError(f"EPI_BUFS={EPI_BUFS} is more than the {EPI_CHUNKS} 64-column "
+                         f"chunks of a {BLK_N}-column tile: extra staging tiles stay unused")
+    check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
+                     NUM_CONSUMERS * EPI_BUFS * tile_bytes(WGMMA_M, EPI_COLS))
+    check_positive_ints(num_sms=num_sms, L2_GROUP=L2_GROUP)
+    check_cluster_pool(num_sms)
+    K_TILES = K // BLK_K
+    NUM_CLUSTERS = num_sms // CLUSTER_SIZE
+    # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
+    EPI_AT = min(1, K_TILES - 1)
+
+    A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    # per consumer EPI_BUFS staging tiles of 64x64 (one TMA-store box each)
+    D_layout = swizzled_layout((NUM_CONSUMERS, EPI_BUFS, WGMMA_M, EPI_COLS), dtype)
+
+    @T.prim_func
+    def kernel(
+        A: T.Buffer((M, K), dtype),
+        B: T.Buffer((N, K), dtype),
+        D: T.Buffer((M, N), dtype),
+    ):
+        T.device_entry()
+        cta = T.cta_id([num_sms])
+        rank, _unused = T.cta_id_in_cluster([CLUSTER_SIZE, 1])  # this CTA's place in the pair
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        empty_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, WGMMA_M, EPI_COLS), dtype, layout=D_layout)
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        # full_bar[s]: this CTA's producer thread arrives once per load into stage s
+        #   (arrive.expect_tx for all 48 KB landing here); the bytes are completed by this
+        #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
+        #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
+        # empty_bar[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
+        #   (CLUSTER_SIZE * NUM_CONSUMERS = 4 arrivals, two of them remote) once its wgmmas
+        #   have finished reading stage s; this CTA's producer waits before refilling it
+        #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
+        #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                init_mbarriers(full_bar, PIPE_DEPTH, 1)
+                init_mbarriers(empty_bar, PIPE_DEPTH, CLUSTER_SIZE * NUM_CONSUMERS)
+        # the peer signals these barriers: publish the inits cluster-wide before anyone may
+        publish_mbarrier_init_cluster()
+
+        # every role of both CTAs walks the same cluster-tile sequence
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M // (CLUSTER_SIZE * BLK_M), num_n_tiles=N // BLK_N,
+            num_clusters=NUM_CLUSTERS, l2_group_size=L2_GROUP)
+        scheduler.init(cta // CLUSTER_SIZE)
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
+            # --- load (producer): own A rows, own half of B multicast to both CTAs ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    for k in T.serial(K_TILES, annotations=ROLLED):
+                        wait_mbarrier(empty_bar.ptr_to([ring.stage]), ring.phase, "empty_bar",
+                                      ring.stage, "producer")
+                        tma_load_multicast_b(Asmem[ring.stage, :, :],
+                                             Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
+                                             A, B, m_st, n_st + rank * B_HALF, k * BLK_K,
+                                             BLK_M, B_HALF, BLK_K, BLK_N,
+                                             full_bar.ptr_to([ring.stage]))
+                        ring.advance()
+                    scheduler.next_tile()
+
+        # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True, regs=CONSUMER_REGS, increase=True):
+            consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
+            row0 = T.meta_var(consumer * WGMMA_M)
+            acc = T.alloc_local((ACC_REGS,), ACC_DTYPE)
+            packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, fp16x2
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
+            pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
+            prev_m: T.int32 = 0    # where that tile goes
+            prev_n: T.int32 = 0
+            while scheduler.valid():
+                m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                for k in T.serial(K_TILES, annotations=ROLLED):
+                    wait_mbarrier(full_bar.ptr_to([ring.stage]), ring.phase, "full_bar",
+                                  ring.stage, "consumer")
+
+                    # --- compute: 4 k16 slices of m64n256k16; k=0 overwrites (scale-d 0) ---
+                    T.ptx.wgmma.fence.sync.aligned()
+                    wgmma_tile(acc,
+                               desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                               + T.Cast("uint64", consumer * DESC_M64_STEP),
+                               desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                               k > 0, 1, BLK_N)
+                    T.ptx.wgmma.commit_group.sync.aligned()
+                    if k == EPI_AT:
+                        if pending == 1:
+                            # --- writeback of the previous tile, behind the queued wgmmas
+                            # (they write acc; the epilogue reads only `packed`) ---
+                            store_packed_tile(D, Dstage, consumer, packed, prev_m + row0,
+                                              prev_n, BLK_N, EPI_BUFS, warp_id, lane_id,
+                                              tid_in_wg, 1 + consumer)
+                            pending = 0
+                    # slice k-1 is done: its stage goes back to the producers of both CTAs
+                    T.ptx.wgmma.wait_group.sync.aligned(1)
+                    if k > 0:
+                        release_stage_in_cluster(empty_bar, held, tid_in_wg)
+                    held = ring.stage
+                    ring.advance()
+                T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
+                release_stage_in_cluster(empty_bar, held, tid_in_wg)
+                fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the wait
+                # free the accumulators for the next tile's wgmmas: fp32 -> fp16x2
+                pack_fragment(packed, acc, PACKED_REGS)
+                pending = 1
+                prev_m = m_st
+                prev_n = n_st
+                scheduler.next_tile()
+
+            # --- writeback of the last tile, then every store must have completed ---
+            if pending == 1:
+                store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, BLK_N,
+                                  EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
+            if tid_in_wg == 0:
+                T.ptx.cp.async_.bulk.wait_group(0)
+
+        # --- free: the peer multicasts into this CTA's SMEM and arrives on its barriers
+        # until it is done; neither CTA may exit (and release its SMEM) before both are ---
+        T.cuda.cluster_sync()
+
+    return kernel
