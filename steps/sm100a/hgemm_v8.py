@@ -57,7 +57,11 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = K // BLK_K
     STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # what one CTA loads per stage
-    H.check_tiled_shape(M, N, K, MMA_M, MMA_N, BLK_K, dtype)
+    H.check_dtype(dtype)
+    H.check_positive_ints(M=M, N=N, K=K)
+    H.check_multiple("M", M, "MMA_M (the cluster tile's rows)", MMA_M)
+    H.check_multiple("N", N, "MMA_N (the cluster tile's columns)", MMA_N)
+    H.check_multiple("K", K, "BLK_K", BLK_K)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
     H.check_even_sm_count(SM_COUNT)
 

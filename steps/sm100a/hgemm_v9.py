@@ -62,7 +62,11 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224  # 128 x 56 + 256 x 224 = 384 x 168
     K_TILES = K // BLK_K
     STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # one CTA's share
-    H.check_tiled_shape(M, N, K, TILE_M, MMA_N, BLK_K, dtype)
+    H.check_dtype(dtype)
+    H.check_positive_ints(M=M, N=N, K=K)
+    H.check_multiple("M", M, "TILE_M (the cluster tile's rows)", TILE_M)
+    H.check_multiple("N", N, "MMA_N (the cluster tile's columns)", MMA_N)
+    H.check_multiple("K", K, "BLK_K", BLK_K)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * EPI_N * H.F16_BYTES)
     H.check_even_sm_count(SM_COUNT)
 

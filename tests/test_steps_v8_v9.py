@@ -1,0 +1,86 @@
+"""sm_100a v8 (2-CTA MMA) and v9 (two MMA consumers): contracts a CPU can check.
+
+The simulation itself (NumSim, synccheck, racecheck) runs through tests/test_sim.py and
+`tirx-gemm sim v8 v9`; here: argument validation, the step cards, and that the registry's
+simulation cases exercise the cluster protocol where it can break.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from tirx_gemm import registry
+
+PAIR_STEPS = [registry.get("v8", "sm_100a"), registry.get("v9", "sm_100a")]
+# the cluster tile (M, N) each step walks: v8 256x256, v9 512x256 (two consumers)
+CLUSTER_TILE = {"v8": (256, 256), "v9": (512, 256)}
+ids = [s.key for s in PAIR_STEPS]
+
+
+def _default(step, name):
+    return inspect.signature(step.builder()).parameters[name].default
+
+
+@pytest.mark.parametrize("step", PAIR_STEPS, ids=ids)
+@pytest.mark.parametrize("sm_count", [3, 147, 0])
+def test_sm_count_must_make_pairs(step, sm_count):
+    with pytest.raises(ValueError, match="SM_COUNT"):
+        step.build_primfunc(*step.canonical, SM_COUNT=sm_count)
+
+
+@pytest.mark.parametrize("step", PAIR_STEPS, ids=ids)
+def test_shapes_must_be_whole_cluster_tiles(step):
+    tm, tn = CLUSTER_TILE[step.id]
+    with pytest.raises(ValueError, match=rf"M={tm + 128} is not a multiple of \w+_M \(the "
+                       rf"cluster tile's rows\)={tm}"):
+        step.build_primfunc(tm + 128, tn, 64)
+    with pytest.raises(ValueError, match=rf"N={tn + 128} is not a multiple of MMA_N \(the "
+                       rf"cluster tile's columns\)={tn}"):
+        step.build_primfunc(tm, tn + 128, 64)
+    with pytest.raises(ValueError, match="K=96 is not a multiple of BLK_K=64"):
+        step.build_primfunc(tm, tn, 96)
+
+
+def test_v9_ring_depth_bounded_by_shared_memory():
+    # 48 KiB per stage (two A slices + one B slice) + 32 KiB Dsmem: 4 stages fit, 5 do not
+    v9 = PAIR_STEPS[1]
+    assert v9.build_primfunc(512, 256, 64, PIPE_DEPTH=4) is not None
+    with pytest.raises(ValueError, match="PIPE_DEPTH=5 needs"):
+        v9.build_primfunc(512, 256, 64, PIPE_DEPTH=5)
+
+
+@pytest.mark.parametrize("step", PAIR_STEPS, ids=ids)
+def test_step_card_states_the_pair_contract(step):
+    doc = step.builder().__doc__
+    for word in ("cta_group::2", "tma2mma", "mma2tma", "mma2ld", "ld2mma", "CTA 0",
+                 "expect_tx", "multicast", "phase 0", "phase 1", "Constraints", "Why"):
+        assert word in doc, f"{step.key} step card does not mention {word!r}"
+    assert step.sm_count_kwarg == "SM_COUNT"
+
+
+@pytest.mark.parametrize("step", PAIR_STEPS, ids=ids)
+def test_lesson_promises_the_2cta_instructions(step):
+    for op in ("UTCHMMA.2CTA", "UTCBAR.2CTA.MULTICAST", "UTMALDG.2D.2CTA", "UTCATOMSWS.2CTA",
+               "UCGABAR_ARV"):
+        assert op in step.sass_expect, f"{step.key} does not expect {op} in SASS"
+
+
+@pytest.mark.parametrize("step", PAIR_STEPS, ids=ids)
+def test_sim_cases_exercise_the_cluster_protocol(step):
+    tm, tn = CLUSTER_TILE[step.id]
+    several, idle_pair, fewer_k, more_k, uneven_k, non_square = (False,) * 6
+    for (M, N, K), kwargs in step.sim_cases:
+        kw = dict(kwargs)
+        clusters = kw["SM_COUNT"] // 2
+        tiles = (M // tm) * (N // tn)
+        depth = kw.get("PIPE_DEPTH", _default(step, "PIPE_DEPTH"))
+        k_tiles = K // 64
+        several |= tiles >= 2 * clusters  # each pair walks several cluster tiles
+        idle_pair |= tiles < clusters  # a pair with no tile must still set up and tear down
+        fewer_k |= k_tiles < depth
+        more_k |= k_tiles > depth
+        uneven_k |= k_tiles > depth and k_tiles % depth != 0
+        non_square |= M // tm != N // tn
+    assert several and idle_pair and fewer_k and more_k and uneven_k and non_square
