@@ -6,10 +6,10 @@ Skipped where no GPU of the step's arch exists. Kernels come from a bundle when
 TIRX_GEMM_BUNDLE names one (a GPU host without the TVM compiler), else they are built here.
 Run on a GPU host:  TIRX_GEMM_BUNDLE=build/bundle python -m pytest -m gpu tests/test_gpu.py
 
-Correctness kernels are watchdog builds (WATCHDOG_MS) where the helpers provide one: a step
-that deadlocks traps naming the stalled barrier instead of hanging the test run (from a
-bundle: its watchdog build if exported with --watchdog-ms 2000, else the normal one). The
-runner's host-side guard bounds every wait either way.
+Correctness kernels are watchdog builds (WATCHDOG_MS): a step that deadlocks traps naming
+the stalled barrier instead of hanging the test run (from a bundle: its watchdog build if
+exported with --watchdog-ms 2000, else the normal one). The runner's host-side guard bounds
+every wait either way.
 """
 import os
 from pathlib import Path
@@ -51,10 +51,8 @@ def _load(step, mnk):
         except ValueError:
             entry = bundle.find(Path(BUNDLE), step, mnk)
         return runner.load_kernel(str(Path(BUNDLE) / entry["lib"])), entry
-    from tirx_gemm import helpers
     from tirx_gemm.build import build
-    r = build(step.id, *mnk, arch=step.arch,
-              watchdog_ms=WATCHDOG_MS if hasattr(helpers, "set_watchdog") else None)
+    r = build(step.id, *mnk, arch=step.arch, watchdog_ms=WATCHDOG_MS)
     return runner.load_kernel(str(r.lib_path)), {"step": r.step, "arch": r.arch, "M": r.M,
                                                  "N": r.N, "K": r.K, "kwargs": r.kwargs}
 

@@ -351,15 +351,15 @@ def test_watchdog_is_part_of_the_cache_key_and_the_bundle_name():
     assert "_wd" not in bundle.lib_name("v3", "sm_90a", 256, 384, 512, {})
 
 
-def test_watchdog_build(cache):
-    from tirx_gemm import helpers
-    if hasattr(helpers, "set_watchdog"):
-        res = build(STEP.id, *SHAPE, arch=STEP.arch, watchdog_ms=2000)
-        assert res.watchdog_ms == 2000
-        assert res.key != build(STEP.id, *SHAPE, arch=STEP.arch).key
-    else:  # never a normal kernel labelled as a watchdog build
-        with pytest.raises(BuildError, match="no kernel watchdog"):
-            build(STEP.id, *SHAPE, arch=STEP.arch, watchdog_ms=2000)
+def test_watchdog_build_reaches_the_builder(cache):
+    """v4 waits on mbarriers (v3 does not): its watchdog build bounds them, the normal one
+    does not, and both are cached side by side."""
+    plain = build("v4", *SHAPE, arch="sm_90a")
+    guarded = build("v4", *SHAPE, arch="sm_90a", watchdog_ms=2000)
+    assert (plain.watchdog_ms, guarded.watchdog_ms) == (None, 2000)
+    assert "watchdog" not in plain.cuda_source and "watchdog" in guarded.cuda_source
+    assert plain.key != guarded.key and len(_entries(cache)) == 2
+    assert build("v4", *SHAPE, arch="sm_90a", watchdog_ms=2000).cached
 
 
 def test_bundle_find_respects_the_watchdog(tmp_path):
