@@ -10,6 +10,7 @@ from tvm.script import tirx as T
 from tirx_gemm.helpers import (
     ACC_DTYPE,
     ROLLED,
+    check_multiple,
     check_pipe_depth,
     check_positive_ints,
     check_tiled_shape,
@@ -56,6 +57,7 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
         arrive through the cluster's shared-memory window, mapa), so the count is 4.
       * the scheduler walks 256x256 cluster tiles with num_sms // 2 clusters; both CTAs of
         a cluster see the same sequence (they must: each waits for the other's arrivals).
+        L2_GROUP=8 cluster-tile rows cover the same 2048 rows of A as v7's 16 tile rows.
       * setup and teardown are cluster-wide: a cluster barrier publishes the barrier inits
         before the peer may signal them, and another keeps each CTA's SMEM and barriers
         alive until the peer has stopped writing and arriving there.
@@ -84,7 +86,9 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
     B_STAGE_BYTES = tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
     B_HALF = BLK_N // CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
 
-    check_tiled_shape(M, N, K, CLUSTER_SIZE * BLK_M, BLK_N, BLK_K, dtype)
+    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    # the two CTAs of a cluster take vertically adjacent tiles: M in whole cluster tiles
+    check_multiple("M", M, "the cluster tile height CLUSTER_SIZE*BLK_M", CLUSTER_SIZE * BLK_M)
     check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
     check_positive_ints(num_sms=num_sms, L2_GROUP=L2_GROUP)
     check_cluster_pool(num_sms)

@@ -10,6 +10,7 @@ from tvm.script import tirx as T
 from tirx_gemm.helpers import (
     ACC_DTYPE,
     ROLLED,
+    check_multiple,
     check_pipe_depth,
     check_positive_ints,
     check_tiled_shape,
@@ -90,7 +91,9 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
     PACKED_REGS = ACC_REGS // 2               # fp16x2 registers of a packed tile (64)
     EPI_CHUNKS = BLK_N // EPI_COLS            # 64-column TMA-store chunks per tile (4)
 
-    check_tiled_shape(M, N, K, CLUSTER_SIZE * BLK_M, BLK_N, BLK_K, dtype)
+    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    # the two CTAs of a cluster take vertically adjacent tiles: M in whole cluster tiles
+    check_multiple("M", M, "the cluster tile height CLUSTER_SIZE*BLK_M", CLUSTER_SIZE * BLK_M)
     check_positive_ints(EPI_BUFS=EPI_BUFS)
     if EPI_BUFS > EPI_CHUNKS:
         raise ValueError(f"EPI_BUFS={EPI_BUFS} is more than the {EPI_CHUNKS} 64-column "
