@@ -138,9 +138,11 @@ __device__ __forceinline__ void tirx_gemm_watchdog_wait(void* bar, int phase,
     if (done) return;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     if ((long long)(now - start) > budget_ns) {
-      printf("tirx-gemm watchdog: %s[%d] phase %d never completed: %s waited %lld ms "
-             "(block %d, thread %d); trapping%c", name, stage, phase, role,
-             budget_ns / 1000000, (int)blockIdx.x, (int)threadIdx.x, 10);
+      unsigned int active = __activemask();  // one line per waiting warp: its first lane
+      if ((threadIdx.x & 31) == (unsigned int)(__ffs(active) - 1))
+        printf("tirx-gemm watchdog: %s[%d] phase %d never completed: %s waited %lld ms "
+               "(block %d, thread %d); trapping%c", name, stage, phase, role,
+               budget_ns / 1000000, (int)blockIdx.x, (int)threadIdx.x, 10);
       asm volatile("trap;");
     }
   }

@@ -16,7 +16,8 @@ House rules it implements (DESIGN.md, items 6-8):
   torch.matmul (cuBLAS) timed in the same run as the ratio's denominator;
 * the result is a record (a dict), not printed text.
 
-Tolerances used by :func:`compare` (inputs from :func:`make_inputs`)
+Tolerances used by :func:`compare` (inputs from :func:`make_inputs`; the rules are
+defined once, in numpy, in ``tirx_gemm.numerics``, shared with the CPU simulation)
 --------------------------------------------------------------------
 The kernel accumulates in fp32 and rounds once to fp16. The fp16 unit roundoff is
 u = 2**-11 ~ 4.9e-4, so the output rounding alone gives a relative Frobenius error of about
@@ -54,6 +55,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np  # noqa: F401  (part of the run-side contract; kept importable)
 import torch
+
+from tirx_gemm import numerics
+from tirx_gemm.gitinfo import git_sha
 
 __all__ = [
     "ARCH_CAPABILITY",
@@ -97,11 +101,8 @@ RUNTIME_DIR_ENV = "TIRX_GEMM_TVM_RUNTIME_DIR"
 RUNTIME_LIBS = ("libtvm_runtime.so", "libtvm_runtime_cuda.so")
 
 # compare() defaults; see the module docstring for the reasoning.
-DEFAULT_MAX_REL_ERR = 1e-3
-DEFAULT_RTOL = 1e-3
-DEFAULT_ATOL_SCALE = 1e-3  # atol = DEFAULT_ATOL_SCALE * rms(ref)
-
-INT_LOW, INT_HIGH = -2, 2  # small-integer inputs: entries in [INT_LOW, INT_HIGH]
+from tirx_gemm.numerics import (DEFAULT_ATOL_SCALE, DEFAULT_MAX_REL_ERR,  # noqa: F401
+                                DEFAULT_RTOL, INT_HIGH, INT_LOW)
 
 H200_L2_BYTES = 50 * 1024 * 1024  # fallback when torch does not report the L2 size
 
@@ -630,12 +631,11 @@ def make_inputs(M: int, N: int, K: int, kind: str = "random", seed: int | None =
     gen = torch.Generator(device=dev)
     gen.manual_seed(int(seed))
     if kind == "random":
-        scale = float(K) ** -0.25
+        scale = numerics.random_scale(K)
         A = (torch.randn(M, K, generator=gen, device=dev) * scale).half()
         B = (torch.randn(N, K, generator=gen, device=dev) * scale).half()
     elif kind == "int":
-        if 4 * K >= 2 ** 24:
-            raise ValueError(f"K={K} too large for an exact integer check (needs 4*K < 2**24)")
+        numerics.check_int_k(K)
         A = torch.randint(INT_LOW, INT_HIGH + 1, (M, K), generator=gen, device=dev).half()
         B = torch.randint(INT_LOW, INT_HIGH + 1, (N, K), generator=gen, device=dev).half()
     else:
@@ -667,116 +667,19 @@ def reference(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # compare
 # --------------------------------------------------------------------------------------
-@dataclasses.dataclass
-class CompareResult:
-    ok: bool
-    exact: bool
-    rel_frobenius_error: float
-    max_abs_error: float
-    n_nan: int
-    n_inf: int
-    n_mismatch: int  # elements failing the elementwise test, NaN/Inf included
-    n_total: int
-    first_mismatches: list  # [(row, col, got, want), ...] in row-major order
-    rtol: float
-    atol: float
-    max_rel_err: float | None
-    reason: str  # "" when ok, else why it failed
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["first_mismatches"] = [list(m) for m in self.first_mismatches]
-        return d
-
-    def summary(self) -> str:
-        head = "ok" if self.ok else f"FAILED ({self.reason})"
-        s = (f"{head}: rel_err={self.rel_frobenius_error:.3g} max_abs={self.max_abs_error:.3g} "
-             f"mismatches={self.n_mismatch}/{self.n_total} nan={self.n_nan} inf={self.n_inf}")
-        if self.first_mismatches:
-            shown = ", ".join(f"D[{r},{c}]={g!r} want {w!r}" for r, c, g, w in
-                              self.first_mismatches)
-            s += f"; first: {shown}"
-        return s
-
-    __str__ = summary
-
-
-def _to_float(x) -> float:
-    return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
+CompareResult = numerics.CompareResult
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, *, exact: bool = False,
             rtol: float = DEFAULT_RTOL, atol: float | None = None,
             max_rel_err: float | None = DEFAULT_MAX_REL_ERR, n_show: int = 5) -> CompareResult:
-    """Compare a kernel output with the fp32 reference. Pure: works on CPU or CUDA tensors.
-
-    Fails on any NaN or Inf in ``out`` (an unwritten, poisoned element is NaN). Otherwise,
-    with ``exact`` every element must equal ``ref`` rounded to fp16; without it every element
-    must satisfy |out-ref| <= atol + rtol*|ref| (atol None: 1e-3 * rms(ref)) and the relative
-    Frobenius error ||out-ref||_F/||ref||_F must be <= max_rel_err (None: not checked).
-    """
+    """Compare a kernel output with the fp32 reference: the rules of ``numerics.compare_np``
+    (one definition for the GPU checks and the CPU simulation), applied on the host."""
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"out has shape {tuple(out.shape)} but ref has {tuple(ref.shape)}")
-    if out.device != ref.device:
-        ref = ref.to(out.device)
-    o = out.float()
-    r = ref.float()
-    n_total = o.numel()
-    n_nan = int(torch.isnan(o).sum())
-    n_inf = int(torch.isinf(o).sum())
-
-    # norms in fp64 so the error of a large matrix is not lost in the sum
-    diff = o - r
-    ref_norm = _to_float(torch.linalg.vector_norm(r, dtype=torch.float64))
-    diff_norm = _to_float(torch.linalg.vector_norm(diff, dtype=torch.float64))
-    if ref_norm > 0:
-        rel = diff_norm / ref_norm
-    else:
-        rel = 0.0 if diff_norm == 0 else math.inf
-    finite = torch.isfinite(diff)
-    max_abs = _to_float(diff.abs()[finite].max()) if bool(finite.any()) else math.nan
-    if n_nan or n_inf:
-        max_abs = math.nan if n_nan else math.inf
-
-    if exact:
-        want = ref if ref.dtype == torch.float16 else r.half()
-        want = want.float()
-        bad = ~(o == want)  # NaN != anything, so poisoned elements count
-        used_rtol, used_atol = 0.0, 0.0
-        display_want = want
-    else:
-        rms = ref_norm / math.sqrt(n_total) if n_total else 0.0
-        used_atol = float(atol) if atol is not None else DEFAULT_ATOL_SCALE * rms
-        used_rtol = float(rtol)
-        bad = ~(diff.abs() <= used_atol + used_rtol * r.abs())
-        display_want = r
-    n_mismatch = int(bad.sum())
-
-    first = []
-    if n_mismatch and n_show > 0:
-        ncols = o.shape[-1] if o.dim() >= 2 else 1
-        flat_idx = bad.reshape(-1).nonzero()[:n_show, 0].tolist()
-        o_flat, w_flat = o.reshape(-1), display_want.reshape(-1)
-        for i in flat_idx:
-            first.append((i // ncols, i % ncols, float(o_flat[i]), float(w_flat[i])))
-
-    reasons = []
-    if n_nan:
-        reasons.append(f"{n_nan} NaN (unwritten or invalid) elements")
-    if n_inf:
-        reasons.append(f"{n_inf} Inf elements")
-    if n_mismatch:
-        what = "not exactly equal to the fp16-rounded reference" if exact else (
-            f"outside |out-ref| <= {used_atol:.3g} + {used_rtol:.3g}*|ref|")
-        reasons.append(f"{n_mismatch} of {n_total} elements {what}")
-    if not exact and max_rel_err is not None and not (rel <= max_rel_err):
-        reasons.append(f"relative Frobenius error {rel:.3g} > {max_rel_err:.3g}")
-    return CompareResult(
-        ok=not reasons, exact=exact, rel_frobenius_error=rel, max_abs_error=max_abs,
-        n_nan=n_nan, n_inf=n_inf, n_mismatch=n_mismatch, n_total=n_total,
-        first_mismatches=first, rtol=used_rtol, atol=used_atol,
-        max_rel_err=None if exact else max_rel_err, reason="; ".join(reasons),
-    )
+    return numerics.compare_np(out.detach().float().cpu().numpy(),
+                               ref.detach().float().cpu().numpy(), exact=exact, rtol=rtol,
+                               atol=atol, max_rel_err=max_rel_err, n_show=n_show)
 
 
 # --------------------------------------------------------------------------------------
@@ -1049,25 +952,6 @@ def tflops(M: int, N: int, K: int, ms: float | None) -> float | None:
 # --------------------------------------------------------------------------------------
 # provenance
 # --------------------------------------------------------------------------------------
-def git_sha(repo_dir: str | os.PathLike | None = None) -> str | None:
-    """HEAD of the repository holding this file (or repo_dir), with "-dirty" appended when
-    tracked sources of the package or the steps are modified; None without git."""
-    cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=5)
-        if out.returncode != 0 or not out.stdout.strip():
-            return None
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
-                             capture_output=True, text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                "tirx_gemm", "steps"], cwd=top or cwd, capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() + ("-dirty" if dirty else "")
-
-
 _read_git_sha = git_sha  # run_step's keyword ``git_sha`` shadows the function
 
 
