@@ -95,7 +95,7 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"kernels": []}
-    from tirx_gemm.runner import git_sha
+    from tirx_gemm.gitinfo import git_sha
     sha = git_sha()
     for r in results:
         name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs, r.watchdog_ms)
