@@ -36,7 +36,8 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 # --------------------------------------------------------------------------------------
 TRACKS_NOTE = (
     "Both tracks appear where the registry lists them: **sm_100a** (Blackwell, tcgen05, "
-    "accumulator in tensor memory; compiled here, never run: no Blackwell GPU) and its "
+    "accumulator in tensor memory; compiled here and executed on NumSim, a CPU model of "
+    "sm_100a, never on silicon: no Blackwell GPU) and its "
     "**sm_90a** twin (Hopper, wgmma, accumulator in registers; runs on an H200). A twin the "
     "registry does not list yet is reported as such by the cells below.")
 
@@ -284,6 +285,75 @@ mostly busy. The seed's article series quotes 607 TFLOP/s for this step on a B20
                 "drops from 8 to 4 per slice: each consumer issues only its 64 rows, as "
                 "m64n256k16 (the registry expects `HGMMA.64x256x16`).",
         "lines": 110,
+    },
+    "v8": {
+        "slug": "two_cta",
+        "title": "two CTAs work as one",
+        "changes": """\
+**What changes from v7:** scope. Two CTAs of a cluster cooperate on one cluster tile; the
+technique differs per arch, because only Blackwell has a 2-CTA MMA.
+
+| | sm_100a | sm_90a |
+|---|---|---|
+| **scope** | a cluster of 2 CTAs computes a **256x256** cluster tile; the scheduler walks cluster tiles over `SM_COUNT // 2` clusters | a cluster of 2 CTAs computes two vertically adjacent 128x256 tiles that need the same B tile; the scheduler walks 256x256 cluster tiles over `num_sms // 2` clusters |
+| **layout** | each CTA stages its own 128x64 slice of A and of B per stage; each CTA's TMEM holds its 128 rows of the 256x256 result, double-buffered (2 x 256 columns = all 512) | each CTA stages its A tile and **half** of B; the TMA unit **multicasts** that half into both CTAs' SMEM (`UTMALDG.2D.MULTICAST`): 32 KB of loads per CTA and K step instead of 48 KB |
+| **dispatch** | CTA 0's MMA warp issues one `tcgen05.mma cta_group::2` that reads A and B from both CTAs' SMEM; TMEM alloc/dealloc and commits in their 2-CTA forms | as v7 (wgmma m64n256k16 per consumer), plus the multicast loads |
+| **new contract** | barriers **across the pair**: CTA 0's `tma2mma` expects both CTAs' bytes; one multicast `tcgen05.commit` (mask 0b11) frees a stage or publishes an accumulator in both CTAs; both CTAs' epilogues arrive on CTA 0's `ld2mma` (256); cluster barriers at setup and teardown | a CTA may refill a stage only when the consumers of **both** CTAs are done with it (its multicast writes into the peer): consumers release stages in both CTAs through the cluster's shared-memory window (`mapa` + remote arrive); cluster barriers at setup and teardown |
+
+Why: every staged byte feeds twice the output (sm_100a: half the operand traffic per FLOP;
+the book measured 1328 TFLOP/s for its step 8 on a B200 at 4096^3, against 607 for step 7:
+the book's figures, not measured here). On Hopper the multicast halves B's trips from L2 to
+the SMs; v7 is bound by the tensor cores rather than by loads, so the measured gain is
+small (results table).""",
+        "barriers_sm100a": TABLE_HEAD + """\
+| `tma2mma[s]` (CTA 0's is used) | 1 (+ both CTAs' bytes) | CTA 0's producer: `expect_tx` for the pair; both CTAs' TMA copies complete on CTA 0's barrier | CTA 0's MMA warp | 0 | every ring wrap |
+| `mma2tma[s]` | 1 | one multicast `tcgen05.commit` (mask 0b11) arrives in both CTAs once the pair MMA has read stage s | each CTA's producer | producer waits parity 1 first (stages start empty) | every ring wrap |
+| `mma2ld[a]` | 1 | multicast commit after a tile's last MMA, in both CTAs | each CTA's epilogue warpgroup | 0 | every 2 tiles |
+| `ld2mma[a]` (CTA 0's) | 2 x 128 | every epilogue thread of both CTAs (CTA 1's arrive remotely) after reading accumulator a | CTA 0's MMA warp | MMA warp waits parity 1 first | every 2 tiles |
+| cluster barrier | 2 x 256 | all threads of both CTAs | all threads: after barrier init and TMEM alloc; before TMEM dealloc (the peer's MMA and arrivals touch this CTA until both are done) | n/a | n/a |""",
+        "barriers_sm90a": TABLE_HEAD + """\
+| `full_bar[s]` (per CTA) | 1 (+ 48 KB) | own producer thread (`expect_tx` 48 KB); bytes come from its own TMA (A + own half of B) and the peer's multicast (other half of B) | the 256 consumer threads of this CTA | 0 | every ring wrap |
+| `empty_bar[s]` (per CTA) | 4 | threads 0 and 1 of each consumer warpgroup of both CTAs: each warpgroup arrives once in each CTA (two of the four arrivals are remote) | own producer thread | producer waits parity 1 first (stages start empty) | every ring wrap |
+| cluster barrier | all threads of both CTAs | all threads | all threads: after barrier init; before exit | n/a | n/a |""",
+        "sass": "What to look for: on sm_100a the 2-CTA forms `UTCHMMA.2CTA`, "
+                "`UTCBAR.2CTA.MULTICAST`, `UTMALDG.2D.2CTA`, `UTCATOMSWS.2CTA` and the cluster "
+                "barrier `UCGABAR_ARV`/`UCGABAR_WAIT`; on sm_90a `UTMALDG.2D.MULTICAST` next to "
+                "the plain A load, and `SYNCS.ARRIVE.TRANS64.RED` (the remote arrive).",
+        "lines": 110,
+    },
+    "v9": {
+        "slug": "consumers_and_overlap",
+        "title": "keep the tensor cores busy through the epilogue",
+        "changes": """\
+**What changes from v8:** dispatch. Again one idea per arch, both aimed at the time the
+tensor cores wait for an epilogue.
+
+| | sm_100a | sm_90a |
+|---|---|---|
+| **scope** | three warpgroups: warp 3 of warpgroup 2 loads, warps 0 and 1 of warpgroup 2 are **two MMA consumers**, warpgroups 0 and 1 are their epilogues; cluster tile 512x256 | as v8 (a 2-CTA cluster, producer + two consumer warpgroups) |
+| **layout** | a stage holds two A slices and **one shared B slice**; consumer c accumulates into TMEM columns [256c, 256c+256) (all 512) | the staging buffer for the output shrinks to `EPI_BUFS` x 8 KB per warpgroup, which makes room for a **4th stage** |
+| **dispatch** | each consumer issues its own 2-CTA MMA against the same B; each epilogue drains its columns in 64-column chunks and frees them on its own | the finished accumulators are packed to fp16 at once; the next tile's first wgmma starts from **scale-d 0** (no zero-fill), and while it runs the warpgroup writes the packed tile with `stmatrix` and TMA-stores it in 64-column chunks; a store is waited for (`wait_group.read`) only when its staging buffer is reused |
+| **new contract** | a stage is refilled after **two** commits (`mma2tma` counts 2); `mma2ld`/`ld2mma` indexed by consumer instead of accumulator stage | bulk-async groups replace the per-tile `wait_group(0)`: staging buffer b is rewritten only after the store that read it finished reading |
+
+Why: on sm_100a, while one epilogue writes back, the other consumer keeps the tensor cores
+busy, and staged bytes per MMA fall from 32 KiB to 24 KiB (the book reports 1460 TFLOP/s for
+its step 9 on a B200 at 4096^3, equal to cuBLAS there: the book's figures). On Hopper the
+epilogue of tile t hides behind the first wgmmas of tile t+1.""",
+        "barriers_sm100a": TABLE_HEAD + """\
+| `tma2mma[s]` (CTA 0's is used) | 1 (+ both CTAs' bytes: two A slices and one B slice each) | CTA 0's producer (`expect_tx` for the pair) and both CTAs' TMA copies | both MMA consumers of CTA 0 | 0 | every ring wrap |
+| `mma2tma[s]` | **2** | one multicast `tcgen05.commit` per consumer, once its MMA has read stage s | each CTA's producer | producer waits parity 1 first | every ring wrap |
+| `mma2ld[c]` | 1 | consumer c's multicast commit after a tile's last MMA | epilogue warpgroup c of each CTA | 0 | every tile of consumer c |
+| `ld2mma[c]` (CTA 0's) | 2 x 128 | every thread of epilogue c in both CTAs, after reading its columns | MMA consumer c | consumer waits parity 1 first | every tile of consumer c |
+| cluster barrier | all threads of both CTAs | all threads | after init; before TMEM dealloc | n/a | n/a |""",
+        "barriers_sm90a": TABLE_HEAD + """\
+| `full_bar[s]`, `empty_bar[s]` | as v8 | as v8 | as v8 | as v8 (4 stages) | every ring wrap |
+| named barrier 1 + c (consumer c's warpgroup) | 128 | the warpgroup's threads, before and after each chunk's `stmatrix` | the same threads; thread 0 then issues the chunk's TMA store | n/a | n/a |
+| bulk-async group (staging buffer b) | n/a | thread 0 commits one TMA store per chunk | thread 0: `wait_group.read(EPI_BUFS-1)` before reusing a buffer; `wait_group(0)` before exit | n/a | n/a |""",
+        "sass": "What to look for: sm_100a keeps v8's 2-CTA forms with twice the `UTCHMMA` "
+                "issue sites (two consumers); sm_90a gains `STSM` (stmatrix) and "
+                "`F2FP.F16.F32.PACK_AB` between the `HGMMA` issue and `WARPGROUP.DEPBAR`, and "
+                "several `UTMASTG` (one per 64-column chunk).",
+        "lines": 120,
     },
 }
 
