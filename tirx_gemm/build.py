@@ -149,20 +149,175 @@ def count_prefix(counts: dict, prefix: str) -> int:
 # ---------------------------------------------------------------------------------------
 # tools and cache
 # ---------------------------------------------------------------------------------------
-def find_tool(name: str) -> str:
-    """A CUDA tool from PATH, else from pip's nvidia-* wheels (cuobjdump, nvdisasm)."""
-    path = shutil.which(name)
-    if path:
-        return path
+# The CUDA toolchain comes from pip's nvidia-* wheels (pyproject.toml pins nvcc, crt, runtime,
+# cccl and nvvm of one CUDA release): they unpack into one CUDA root,
+# site-packages/nvidia/cu13/{bin,include,nvvm,lib}, which nvcc.profile treats like a toolkit.
+# A system CUDA (CUDA_HOME, CUDA_PATH or PATH) is used only when TIRX_GEMM_SYSTEM_CUDA=1.
+SYSTEM_CUDA_ENV = "TIRX_GEMM_SYSTEM_CUDA"
+WHEEL_CUDA_DIRS = ("cu13",)  # nvidia/<dir>/bin/nvcc of the CUDA 13 wheels
+WHEEL_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-cuda-runtime",
+                  "nvidia-cuda-cccl", "nvidia-nvvm", "nvidia-cuda-cuobjdump",
+                  "nvidia-cuda-nvdisasm")
+
+
+def use_system_cuda() -> bool:
+    """True when the user asked for a system CUDA (``TIRX_GEMM_SYSTEM_CUDA=1``)."""
+    return os.environ.get(SYSTEM_CUDA_ENV, "").strip().lower() not in ("", "0", "no", "false",
+                                                                        "off")
+
+
+def _wheel_dirs() -> list[Path]:
+    """The folders of the ``nvidia`` namespace package (where the nvidia-* wheels unpack)."""
     import importlib.util
     spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for cand in sorted(Path(root).glob(f"*/bin/{name}")):
+    return [Path(r) for r in (spec.submodule_search_locations or [])] if spec else []
+
+
+def wheel_cuda_root() -> Path | None:
+    """The CUDA root the nvidia-cuda-nvcc wheel installed (holds bin/nvcc), or None."""
+    for base in _wheel_dirs():
+        for name in WHEEL_CUDA_DIRS:
+            if (base / name / "bin" / "nvcc").is_file():
+                return base / name
+    return None
+
+
+def _system_tool(name: str) -> str | None:
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root and (Path(root) / "bin" / name).is_file():
+            return str(Path(root) / "bin" / name)
+    return shutil.which(name)
+
+
+def find_tool(name: str) -> str:
+    """A CUDA tool (nvcc, ptxas, cuobjdump, nvdisasm) from the nvidia-* wheels installed with
+    this package; with ``TIRX_GEMM_SYSTEM_CUDA=1`` from CUDA_HOME/bin, CUDA_PATH/bin or PATH
+    instead (cuobjdump and nvdisasm, which some toolkits lack, then fall back to the wheels)."""
+    system = use_system_cuda()
+    if system:
+        path = _system_tool(name)
+        if path:
+            return path
+        if name in ("nvcc", "ptxas"):
+            raise BuildError(f"{name} not found on PATH, in $CUDA_HOME/bin or in $CUDA_PATH/bin "
+                             f"({SYSTEM_CUDA_ENV}=1 asks for a system CUDA; unset it to use "
+                             "the nvidia-cuda-nvcc wheel that `pip install -e .` installs)")
+    root = wheel_cuda_root()
+    if root is not None and (root / "bin" / name).is_file():
+        return str(root / "bin" / name)
+    for base in _wheel_dirs():
+        for cand in sorted(base.glob(f"*/bin/{name}")):
             return str(cand)
     hint = {"cuobjdump": "pip install nvidia-cuda-cuobjdump",
-            "nvdisasm": "pip install nvidia-cuda-nvdisasm",
-            "nvcc": "compiling needs the CUDA toolkit 12.8+ with its bin/ on PATH"}.get(name)
-    raise BuildError(f"{name} not found on PATH" + (f" ({hint})" if hint else ""))
+            "nvdisasm": "pip install nvidia-cuda-nvdisasm"}.get(
+                name, "`pip install -e .` installs the CUDA compiler wheels (nvidia-cuda-nvcc "
+                f"and its headers); {SYSTEM_CUDA_ENV}=1 uses a system CUDA instead")
+    raise BuildError(f"{name} not found in this Python's nvidia-* wheels ({hint})")
+
+
+def toolchain_env(env: dict | None = None) -> dict:
+    """``env`` (default: os.environ) for running the CUDA compiler: with the wheel toolchain
+    its bin/ leads PATH and CUDA_HOME/CUDA_PATH name its root, so TVM's own CUDA lookups
+    (tvm.support.nvcc.find_cuda_path, a plain ``nvcc``) find the same toolchain; with
+    ``TIRX_GEMM_SYSTEM_CUDA=1`` the environment is left as the user set it."""
+    env = dict(os.environ if env is None else env)
+    root = None if use_system_cuda() else wheel_cuda_root()
+    if root is not None:
+        path = env.get("PATH", "")
+        if path.split(os.pathsep)[0] != str(root / "bin"):
+            env["PATH"] = str(root / "bin") + (os.pathsep + path if path else "")
+        env["CUDA_HOME"] = env["CUDA_PATH"] = str(root)
+    return env
+
+
+_HEADER_VERSIONS = (("include/cuda.h", "CUDA_VERSION"),
+                    ("include/cuda_runtime_api.h", "CUDART_VERSION"),
+                    ("include/cccl/cuda/std/__cccl/version.h", "CCCL_VERSION"))
+
+
+def toolchain_report() -> list[tuple[str, str]]:
+    """What a build compiles with, as (label, text) lines: the source of the toolchain, nvcc,
+    the ptxas and cicc that nvcc runs, the include folders it passes and their header versions,
+    cuobjdump, nvdisasm, the host compiler and the installed nvidia-* wheels. The nvcc lines
+    come from ``nvcc --dryrun`` itself, so they name what nvcc really uses."""
+    from importlib.metadata import PackageNotFoundError, version
+    lines = []
+    system = use_system_cuda()
+    lines.append(("toolchain", f"system CUDA ({SYSTEM_CUDA_ENV}=1)" if system else
+                  f"nvidia-* wheels in this Python (set {SYSTEM_CUDA_ENV}=1 for a system CUDA)"))
+    env = toolchain_env()
+    nvcc = find_tool("nvcc")
+    ver = run_tool([nvcc, "--version"], probe=True, env=env, name="nvcc --version")
+    release = [ln for ln in ver.stdout.splitlines() if "release" in ln]
+    lines.append(("nvcc", f"{nvcc} ({release[-1].strip() if release else ver.stdout.strip()})"))
+    with tempfile.TemporaryDirectory(prefix="tirx-gemm-doctor.") as d:
+        src = Path(d) / "probe.cu"
+        src.write_text("__global__ void k() {}\n")
+        dry = run_tool([nvcc, "--dryrun", "--cubin", "-arch", "sm_90a", "-o",
+                        str(Path(d) / "probe.cubin"), str(src)], probe=True, env=env,
+                       name="nvcc --dryrun")
+    text = dry.stdout + dry.stderr
+    var = dict(re.findall(r"^#\$ (\w+)=(.*)$", text, re.M))
+    search = (var.get("PATH", "") + os.pathsep + env.get("PATH", "")).split(os.pathsep)
+
+    def on(path_dirs, tool):
+        for d in path_dirs:
+            if d and (Path(d) / tool).is_file():
+                return str(Path(os.path.normpath(Path(d) / tool)))
+        return None
+
+    ptxas = on(search, "ptxas")
+    if ptxas:
+        pv = run_tool([ptxas, "--version"], probe=True, env=env, name="ptxas --version")
+        rel = [ln for ln in pv.stdout.splitlines() if "release" in ln]
+        lines.append(("ptxas", f"{ptxas} ({rel[-1].strip() if rel else '?'})"))
+    else:
+        lines.append(("ptxas", "not found on nvcc's search path"))
+    cicc = on([var.get("CICC_PATH", "")], "cicc")
+    lines.append(("cicc", cicc or "not found"))
+    includes = [os.path.normpath(p) for p in re.findall(r'"-(?:I|isystem" ")([^"]+)"',
+                                                        var.get("INCLUDES", "") + " " +
+                                                        var.get("SYSTEM_INCLUDES", ""))]
+    for inc in includes:
+        found = []
+        for rel, macro in _HEADER_VERSIONS:
+            for cand in (Path(inc).parent / rel, Path(inc) / Path(rel).name):
+                if cand.is_file():
+                    m = re.search(rf"#define\s+{macro}\s+(\d+)", cand.read_text(errors="replace"))
+                    if m and f"{macro}={m.group(1)}" not in found:
+                        found.append(f"{macro}={m.group(1)}")
+                    break
+        lines.append(("headers", inc + (f" ({', '.join(found)})" if found else "")))
+    if not includes:
+        lines.append(("headers", "(nvcc --dryrun named no include folders)"))
+    for tool in ("cuobjdump", "nvdisasm"):
+        try:
+            lines.append((tool, find_tool(tool)))
+        except BuildError as exc:
+            lines.append((tool, f"missing: {exc}"))
+    host = re.search(r"^#\$ (\S+) .* -E -x c\+\+", text, re.M)
+    cxx = shutil.which(host.group(1), path=var.get("PATH") or None) if host else None
+    if cxx:
+        hv = run_tool([cxx, "--version"], probe=True, name=f"{host.group(1)} --version")
+        cc1plus = run_tool([cxx, "-print-prog-name=cc1plus"], probe=True,
+                           name=f"{host.group(1)} -print-prog-name").stdout.strip()
+        lines.append(("host compiler", f"{cxx} ({(hv.stdout.splitlines() or ['?'])[0]})" + (
+            "" if os.path.isabs(cc1plus) and os.path.isfile(cc1plus) else
+            "; missing: its C++ front end cc1plus, which nvcc needs (install g++)")))
+    else:
+        lines.append(("host compiler", "not found (nvcc needs gcc/g++ to preprocess)"))
+    wheels = []
+    for pkg in WHEEL_PACKAGES:
+        try:
+            wheels.append(f"{pkg}=={version(pkg)}")
+        except PackageNotFoundError:
+            wheels.append(f"{pkg} (not installed)")
+    lines.append(("wheels", ", ".join(wheels)))
+    if dry.returncode != 0:
+        lines.append(("warning", f"nvcc --dryrun failed (exit {dry.returncode}): "
+                      f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}"))
+    return lines
 
 
 def tool_timeout(probe: bool = False) -> float:
@@ -243,7 +398,8 @@ def _toolchain_id() -> str:
     if _TOOLCHAIN is None:
         from importlib.metadata import version
         try:
-            probe = run_tool([find_tool("nvcc"), "--version"], probe=True, name="nvcc --version")
+            probe = run_tool([find_tool("nvcc"), "--version"], probe=True, env=toolchain_env(),
+                             name="nvcc --version")
         except BuildError as exc:
             if "not found" not in str(exc):
                 raise  # a hung or broken nvcc must not pass for a missing one
@@ -584,6 +740,7 @@ def _server(parallel: int) -> int:
     """Import TVM once, then fork one child per build request read from stdin."""
     jobs = [json.loads(line) for line in sys.stdin if line.strip()]
     ensure_libcuda()
+    os.environ.update(toolchain_env())  # TVM's own nvcc/CUDA lookups find our toolchain
     os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
     import tvm  # noqa: F401  (imported before forking: the point of the server)
     import tvm_ffi  # noqa: F401
@@ -682,6 +839,7 @@ def _worker(req: dict) -> None:
     t0 = time.perf_counter()
     times = {}
     libcuda = ensure_libcuda()
+    os.environ.update(toolchain_env())
     os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
 
     import tvm

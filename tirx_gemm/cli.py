@@ -167,6 +167,18 @@ def _cache_note() -> str:
     return str(cache_root())
 
 
+def cmd_doctor(args) -> int:
+    """Which CUDA toolchain a build uses: nvcc, the ptxas and headers nvcc picks (from
+    ``nvcc --dryrun``), cuobjdump, nvdisasm, the host compiler, with paths and versions."""
+    from tirx_gemm.build import toolchain_report
+    lines = toolchain_report()
+    for label, text in lines:
+        print(f"{label + ':':15}{text}")
+    print(f"{'cache:':15}{_cache_note()}")
+    return 1 if any(label == "warning" or "missing" in text or "not found" in text
+                    for label, text in lines) else 0
+
+
 def cmd_show(args) -> int:
     from tirx_gemm.build import build
 
@@ -446,6 +458,9 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-cache", action="store_true", help="rebuild and replace cached builds")
     watchdog(sp)
     sp.set_defaults(fn=cmd_build)
+
+    sp = sub.add_parser("doctor", help="show the CUDA toolchain a build uses (paths, versions)")
+    sp.set_defaults(fn=cmd_doctor)
 
     sp = sub.add_parser("show", help="print a step's generated CUDA, SASS or TIR")
     common(sp, all_=False)
