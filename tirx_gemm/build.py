@@ -291,6 +291,8 @@ def toolchain_report() -> list[tuple[str, str]]:
         lines.append(("headers", inc + (f" ({', '.join(found)})" if found else "")))
     if not includes:
         lines.append(("headers", "(nvcc --dryrun named no include folders)"))
+    lines.append(("cudart", ensure_cudart() or "missing: libcudart.so.13 (TVM's CUDA module "
+                  "needs it; the nvidia-cuda-runtime wheel has it)"))
     for tool in ("cuobjdump", "nvdisasm"):
         try:
             lines.append((tool, find_tool(tool)))
@@ -782,11 +784,36 @@ def _kill_tools_and_exit(signum, frame):
     os._exit(128 + signum)
 
 
+_LIBCUDA: str | None = None  # what ensure_libcuda loaded (inherited by forked builds)
+
+
+def ensure_cudart() -> str | None:
+    """Load the CUDA runtime library that TVM's CUDA module (libtvm_runtime_cuda.so needs
+    libcudart.so.13) links against: the nvidia-cuda-runtime wheel's, found from the installed
+    packages; with TIRX_GEMM_SYSTEM_CUDA=1 the system's first (the loader's search path).
+    Without it TVM silently keeps CUDA source only. Returns the path loaded, or None."""
+    root = wheel_cuda_root()
+    wheel = [str(p) for p in sorted((root / "lib").glob("libcudart.so.*[0-9]"))] if root else []
+    for cand in (["libcudart.so.13"] + wheel) if use_system_cuda() else wheel:
+        try:
+            ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL)
+            return cand
+        except OSError:
+            continue
+    return None
+
+
 def ensure_libcuda() -> str:
-    """Load the real libcuda if there is one, else the stub. Returns which."""
+    """Load the CUDA runtime (ensure_cudart), then the real libcuda if there is one, else
+    the stub. Returns which libcuda."""
+    global _LIBCUDA
+    if _LIBCUDA is not None:
+        return _LIBCUDA
+    ensure_cudart()
     try:
         ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
-        return "driver"
+        _LIBCUDA = "driver"
+        return _LIBCUDA
     except OSError:
         pass
     src = PKG_DIR / "stub" / "libcuda_stub.c"
@@ -801,7 +828,8 @@ def ensure_libcuda() -> str:
             raise BuildError(f"gcc failed to build the libcuda stub: {gcc.stderr.strip()}")
         tmp.rename(out)
     ctypes.CDLL(str(out), mode=ctypes.RTLD_GLOBAL)
-    return "stub"
+    _LIBCUDA = "stub"
+    return _LIBCUDA
 
 
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
