@@ -36,7 +36,7 @@ attempt() {  # label, text the output must contain, extra CLI arguments...
 }
 
 echo "== 1. watchdog build (--watchdog-ms 1500): the kernel traps and says where it waited"
-attempt "watchdog build" "tirx-gemm watchdog: empty_bar" --watchdog-ms 1500
+attempt "watchdog build" "tirx-gemm watchdog: mma2tma" --watchdog-ms 1500
 echo
 echo "== 2. normal build, TIRX_GEMM_KERNEL_TIMEOUT=10: the host reports the hang"
 TIRX_GEMM_KERNEL_TIMEOUT=10 attempt "normal build" "no completion within 10 s (kernel hang)"

@@ -148,7 +148,7 @@ the same A/B bands from GMEM (L2 catches some): left for later steps.""",
 |---|---|---|
 | **scope** | unchanged (one CTA per output tile) | unchanged |
 | **layout** | + `Dsmem`, a 128x128 fp16 swizzled staging tile for the store: 65 KiB SMEM per CTA | same (stored as two 64-column halves) |
-| **dispatch** | loads: thread copies -> **TMA** (`Tx.copy_async(dispatch="tma_auto")`) issued by thread 0, completing on `tma_bar`; store: TMEM -> registers -> Dsmem -> **one TMA store** | loads: TMA, completing on `load_bar`; store: registers -> Dsmem -> one TMA store |
+| **dispatch** | loads: thread copies -> **TMA** (`Tx.copy_async(dispatch="tma_auto")`) issued by thread 0, completing on `tma_bar`; store: TMEM -> registers -> Dsmem -> **one TMA store** | loads: TMA, completing on `tma_bar`; store: registers -> Dsmem -> one TMA store |
 | **new contract** | a CTA barrier cannot see the TMA engine finish, so an mbarrier **counts bytes**: thread 0 arrives with `expect_tx(32768)` (2 x 128x64 fp16) and the TMA unit's `complete_tx` supplies them | same; `expect_tx` is issued before the copies here and after them on sm_100a: either order is correct, since the phase cannot complete before thread 0's single arrival |
 
 Why: the threads stop computing addresses and moving data (32 load/store instructions per
@@ -163,7 +163,7 @@ flight, and the output leaves as full lines. Inside a CTA it is still load -> wa
 | named barrier 1 (`bar.sync 1`, 128) | 128 | every thread, after writing its row of Dsmem (and `fence.proxy.async`); again after the store | every thread | n/a | n/a |
 | TMA store bulk group | n/a | thread 0: `cp.async.bulk.commit_group` | thread 0: `wait_group(0)` before Dsmem may be reused | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
-| `load_bar` | 1 (+ 32768 tx bytes) | thread 0: `arrive.expect_tx`, then the two TMA loads; the TMA unit completes the bytes | all 128 threads, before the wgmmas (its acquire makes the TMA-written tiles visible) | 0 | every K slice |
+| `tma_bar` | 1 (+ 32768 tx bytes) | thread 0: `arrive.expect_tx`, then the two TMA loads; the TMA unit completes the bytes | all 128 threads, before the wgmmas (its acquire makes the TMA-written tiles visible) | 0 | every K slice |
 | CTA barrier (after `wait_group(0)`) | 128 | every thread, once its wgmmas on slice k are done | thread 0 before issuing the next TMA (write after read) | n/a | n/a |
 | CTA barrier (epilogue, after `fence.proxy.async`) | 128 | every thread, after writing its fragment to Dsmem | thread 0, before the TMA store | n/a | n/a |
 | TMA store bulk group | n/a | thread 0: `commit_group` | thread 0: `wait_group(0)` (Dsmem must outlive the store's reads) | n/a | n/a |""",
@@ -181,9 +181,9 @@ flight, and the output leaves as full lines. Inside a CTA it is still load -> wa
 | | sm_100a | sm_90a |
 |---|---|---|
 | **scope** | unchanged (one CTA per output tile) | unchanged |
-| **layout** | A/B SMEM gain a stage dimension: `PIPE_DEPTH` = 2 by default (97 KiB per CTA); `tma_bar` becomes one barrier per stage | `PIPE_DEPTH` = 2 by default (97 KiB, so two CTAs fit on an SM); `load_bar` becomes `full_bar[PIPE_DEPTH]`; wgmma descriptors step by one 16 KiB stage |
+| **layout** | A/B SMEM gain a stage dimension: `PIPE_DEPTH` = 2 by default (97 KiB per CTA); `tma_bar` becomes one barrier per stage | `PIPE_DEPTH` = 2 by default (97 KiB, so two CTAs fit on an SM); `tma_bar` becomes one barrier per stage; wgmma descriptors step by one 16 KiB stage |
 | **dispatch** | thread 0 fills the ring before the loop (prologue); after slice k's MMA completes, stage `k % PIPE_DEPTH` is refilled with slice `k + PIPE_DEPTH` | same, after every warp is past slice k's `wait_group(0)` |
-| **new contract** | stage s holds slices s, s+P, s+2P, ...: its barrier completes once per trip around the ring, so the parity to wait for **flips when the consumer wraps** (after stage P-1), not every slice; `mma_bar` still flips every slice | same for `full_bar[s]` |
+| **new contract** | stage s holds slices s, s+P, s+2P, ...: its barrier completes once per trip around the ring, so the parity to wait for **flips when the consumer wraps** (after stage P-1), not every slice; `mma_bar` still flips every slice | same for `tma_bar[s]` |
 
 No "empty" barrier is needed yet: the thread that refills a stage is the one that saw its
 MMA complete (`mma_bar` / `wait_group` + CTA barrier), so program order protects the
@@ -200,7 +200,7 @@ other's drains; the step card has the measured depths.""",
 | CTA barrier (after the K-loop) | 128 | every thread; warp 0 once it has seen the last MMA complete | every thread, before the epilogue reads TMEM | n/a | n/a |
 | named barrier 1 (epilogue) | 128 | every thread, Dsmem written and fenced / store drained | every thread | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
-| `full_bar[s]`, s < PIPE_DEPTH | 1 (+ 32768 tx bytes) | thread 0: `expect_tx` + the two loads into stage s (prologue and refills) | all 128 threads, before the wgmmas read stage s | 0 | when the ring wraps (after stage PIPE_DEPTH-1) |
+| `tma_bar[s]`, s < PIPE_DEPTH | 1 (+ 32768 tx bytes) | thread 0: `expect_tx` + the two loads into stage s (prologue and refills) | all 128 threads, before the wgmmas read stage s | 0 | when the ring wraps (after stage PIPE_DEPTH-1) |
 | CTA barrier (after `wait_group(0)`) | 128 | every thread, once its wgmmas on slice k are done | thread 0, before refilling that stage (write after read) | n/a | n/a |
 | CTA barrier (epilogue) + TMA store bulk group | 128 / n/a | as in v4 | as in v4 | n/a | n/a |""",
         "sass": "What to look for: more `UTMALDG` (the prologue's loads plus the in-loop "
@@ -217,7 +217,7 @@ other's drains; the step card has the measured depths.""",
 
 | | sm_100a | sm_90a |
 |---|---|---|
-| **scope** | 1D grid of `SM_COUNT` = 148 CTAs (a B200's SMs); each takes tiles from `ClusterPersistentScheduler2D` (`l2_group_size=8`: groups of 8 tile rows visited column by column, so CTAs running at the same time share B bands in L2). TMEM allocation, barrier init and scheduler init happen once per CTA. | a pool of `num_sms` x `CTAS_PER_SM` = 132 x 2 CTAs (H100/H200; two 97 KiB CTAs fit on an SM, as in v5), the same scheduler with `L2_GROUP` = 16 |
+| **scope** | 1D grid of `SM_COUNT` = 148 CTAs (a B200's SMs); each takes tiles from `ClusterPersistentScheduler2D` (`l2_group_size=8`: groups of 8 tile rows visited column by column, so CTAs running at the same time share B bands in L2). TMEM allocation, barrier init and scheduler init happen once per CTA. | a pool of `SM_COUNT` x `CTAS_PER_SM` = 132 x 2 CTAs (H100/H200; two 97 KiB CTAs fit on an SM, as in v5), the same scheduler with `L2_GROUP` = 16 |
 | **layout** | unchanged (PIPE_DEPTH-stage ring, Dsmem) | unchanged |
 | **dispatch** | unchanged inside a tile | + the next tile's first slices are loaded as soon as this tile's last wgmmas drained, so they overlap this tile's epilogue; the TMA store is no longer waited for right after it is issued |
 | **new contract** | barriers are reused across tiles, so their **phases are carried across tiles**: the ring's stage and phase live in a `PipelineState` that counts slices for the CTA's life, and each tile's prologue fills the stages after the last one used. (The seed restarted phases at 0 per tile, correct only when K/64 is a multiple of 2 x PIPE_DEPTH.) Two CTA barriers per tile hand the accumulator to the epilogue and TMEM back to the MMA | the ring's stage and phase (`PipelineState`) are **carried across tiles**, so no parity contract; before writing Dsmem again, thread 0 waits `cp.async.bulk.wait_group.read 0` (the previous store has finished *reading* it) |
@@ -231,7 +231,7 @@ reuse. Inside a CTA, loads, MMA and epilogue still take turns (v7).""",
 | CTA barrier (end of tile) | 128 | every thread, past the epilogue's TMEM reads | warp 0, before the next tile's MMA overwrites TMEM | n/a | n/a |
 | named barrier 1 (epilogue) | 128 | as in v4 | as in v4 | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
-| `full_bar[s]` | 1 (+ 32768 tx bytes) | thread 0: in-loop refills and the next tile's prefetch, `expect_tx` + two loads | all 128 threads, before the wgmmas read stage s | 0, never reset: `ring` counts uses for the CTA's whole life | every ring wrap (`ring.advance()`) |
+| `tma_bar[s]` | 1 (+ 32768 tx bytes) | thread 0: in-loop refills and the next tile's prefetch, `expect_tx` + two loads | all 128 threads, before the wgmmas read stage s | 0, never reset: `ring` counts uses for the CTA's whole life | every ring wrap (`ring.advance()`) |
 | CTA barrier (after `wait_group(0)`) | 128 | every thread, its wgmmas on the stage done | thread 0, before refilling the stage | n/a | n/a |
 | CTA barrier (epilogue, first) | 128 | every thread; thread 0 after `bulk wait_group.read(0)` | every thread, before writing Dsmem | n/a | n/a |
 | CTA barrier (epilogue, second, after `fence.proxy.async`) | 128 | every thread, fragment written | thread 0, before the TMA store | n/a | n/a |
@@ -254,9 +254,9 @@ run at the same time.
 | | sm_100a | sm_90a |
 |---|---|---|
 | **scope** | 2 warpgroups (256 threads): warpgroup 1 warp 3 = **TMA producer**; warpgroup 1 warp 0 = **MMA issuer** (one elected lane); warpgroup 0 = **epilogue** | 3 warpgroups (384 threads): warpgroup 2 = **producer** (one thread); warpgroups 0 and 1 = **consumers**, each owns 64 rows of a 128x256 tile |
-| **layout** | TMEM accumulator **double-buffered** (2 x 128 columns), so tile i+1's MMAs run while the epilogue drains tile i; `PIPE_DEPTH` = 4 (161 KiB SMEM) | tile 128x256 (`m64n256k16` wgmma), 48 KiB stages, `PIPE_DEPTH` = 3, Dsmem 128x256 as two contiguous 64-row halves (one TMA box each); one CTA per SM (`num_sms` = 132, `L2_GROUP` = 16) |
+| **layout** | TMEM accumulator **double-buffered** (2 x 128 columns), so tile i+1's MMAs run while the epilogue drains tile i; `PIPE_DEPTH` = 4 (161 KiB SMEM) | tile 128x256 (`m64n256k16` wgmma), 48 KiB stages, `PIPE_DEPTH` = 3, Dsmem 128x256 as two contiguous 64-row halves (one TMA box each); one CTA per SM (`SM_COUNT` = 132, `L2_GROUP` = 16) |
 | **dispatch** | `setmaxnreg`: warpgroup 1 down to 56 registers, the epilogue up to 224 | `setmaxnreg` 40 (producer) / 232 (consumers); consumers keep one wgmma group in flight: issue slice k, commit, `wait_group(1)` (= slice k-1 done), release slice k-1's stage |
-| **new contract** | **full/empty barrier pairs** (`tma2mma`/`mma2tma` for the SMEM ring, `mma2ld`/`ld2mma` for the accumulators); stage and phase tracked by `PipelineState` and carried across tiles, as in v6 | `full_bar`/`empty_bar` per stage, carried across tiles; each consumer syncs only its own warpgroup (named barrier) for its half of the store |
+| **new contract** | **full/empty barrier pairs** (`tma2mma`/`mma2tma` for the SMEM ring, `mma2ld`/`ld2mma` for the accumulators); stage and phase tracked by `PipelineState` and carried across tiles, as in v6 | `tma2mma`/`mma2tma` per stage, carried across tiles; each consumer syncs only its own warpgroup (named barrier) for its half of the store |
 
 The trick in the "initial phase" column: a fresh mbarrier is in phase 0, and a wait for
 parity 1 returns at once (the phase "before" 0 counts as completed). So a producer that
@@ -274,8 +274,8 @@ mostly busy. The seed's article series quotes 607 TFLOP/s for this step on a B20
 | named barrier 1 (epilogue warpgroup) | 128 | epilogue threads: Dsmem written and fenced / store drained | epilogue threads | n/a | n/a |
 | CTA barrier (exit) | 256 | every thread | warp 0 of warpgroup 0, before freeing TMEM | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
-| `full_bar[s]` | 1 (+ 49152 tx bytes) | producer thread: `expect_tx` + two TMA loads into stage s | all 256 consumer threads | 0 (consumers wait for parity 0 first) | every ring wrap, carried across tiles |
-| `empty_bar[s]` | 2 (one per consumer) | thread 0 of each consumer warpgroup, once `wait_group(1)` shows its wgmmas on stage s done (the tile's last stage: after `wait_group(0)`) | producer thread, before reloading stage s | producer waits parity **1** first: passes on a fresh barrier, all stages start empty | every ring wrap |
+| `tma2mma[s]` | 1 (+ 49152 tx bytes) | producer thread: `expect_tx` + two TMA loads into stage s | all 256 consumer threads | 0 (consumers wait for parity 0 first) | every ring wrap, carried across tiles |
+| `mma2tma[s]` | 2 (one per consumer) | thread 0 of each consumer warpgroup, once `wait_group(1)` shows its wgmmas on stage s done (the tile's last stage: after `wait_group(0)`) | producer thread, before reloading stage s | producer waits parity **1** first: passes on a fresh barrier, all stages start empty | every ring wrap |
 | named barrier 1 + c (consumer c's warpgroup) | 128 | consumer c's threads: Dsmem half free (after thread 0's `wait_group.read(0)`) / half written and fenced | consumer c's threads; thread 0 then issues the TMA store of its 64x256 half | n/a | n/a |
 | wgmma groups | n/a | `commit_group` per slice | `wait_group(1)` keeps one slice in flight; `wait_group(0)` at the tile's end | n/a | n/a |""",
         "sass": "What to look for: `USETMAXREG` x2 (one decrease, one increase); more "
@@ -295,7 +295,7 @@ technique differs per arch, because only Blackwell has a 2-CTA MMA.
 
 | | sm_100a | sm_90a |
 |---|---|---|
-| **scope** | a cluster of 2 CTAs computes a **256x256** cluster tile; the scheduler walks cluster tiles over `SM_COUNT // 2` clusters | a cluster of 2 CTAs computes two vertically adjacent 128x256 tiles that need the same B tile; the scheduler walks 256x256 cluster tiles over `num_sms // 2` clusters |
+| **scope** | a cluster of 2 CTAs computes a **256x256** cluster tile; the scheduler walks cluster tiles over `SM_COUNT // 2` clusters | a cluster of 2 CTAs computes two vertically adjacent 128x256 tiles that need the same B tile; the scheduler walks 256x256 cluster tiles over `SM_COUNT // 2` clusters |
 | **layout** | each CTA stages its own 128x64 slice of A and of B per stage; each CTA's TMEM holds its 128 rows of the 256x256 result, double-buffered (2 x 256 columns = all 512) | each CTA stages its A tile and **half** of B; the TMA unit **multicasts** that half into both CTAs' SMEM (`UTMALDG.2D.MULTICAST`): 32 KB of loads per CTA and K step instead of 48 KB |
 | **dispatch** | CTA 0's MMA warp issues one `tcgen05.mma cta_group::2` that reads A and B from both CTAs' SMEM; TMEM alloc/dealloc and commits in their 2-CTA forms | as v7 (wgmma m64n256k16 per consumer), plus the multicast loads |
 | **new contract** | barriers **across the pair**: CTA 0's `tma2mma` expects both CTAs' bytes; one multicast `tcgen05.commit` (mask 0b11) frees a stage or publishes an accumulator in both CTAs; both CTAs' epilogues arrive on CTA 0's `ld2mma` (256); cluster barriers at setup and teardown | a CTA may refill a stage only when the consumers of **both** CTAs are done with it (its multicast writes into the peer): consumers release stages in both CTAs through the cluster's shared-memory window (`mapa` + remote arrive); cluster barriers at setup and teardown |
@@ -312,8 +312,8 @@ small (results table).""",
 | `ld2mma[a]` (CTA 0's) | 2 x 128 | every epilogue thread of both CTAs (CTA 1's arrive remotely) after reading accumulator a | CTA 0's MMA warp | MMA warp waits parity 1 first | every 2 tiles |
 | cluster barrier | 2 x 256 | all threads of both CTAs | all threads: after barrier init and TMEM alloc; before TMEM dealloc (the peer's MMA and arrivals touch this CTA until both are done) | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
-| `full_bar[s]` (per CTA) | 1 (+ 48 KB) | own producer thread (`expect_tx` 48 KB); bytes come from its own TMA (A + own half of B) and the peer's multicast (other half of B) | the 256 consumer threads of this CTA | 0 | every ring wrap |
-| `empty_bar[s]` (per CTA) | 4 | threads 0 and 1 of each consumer warpgroup of both CTAs: each warpgroup arrives once in each CTA (two of the four arrivals are remote) | own producer thread | producer waits parity 1 first (stages start empty) | every ring wrap |
+| `tma2mma[s]` (per CTA) | 1 (+ 48 KB) | own producer thread (`expect_tx` 48 KB); bytes come from its own TMA (A + own half of B) and the peer's multicast (other half of B) | the 256 consumer threads of this CTA | 0 | every ring wrap |
+| `mma2tma[s]` (per CTA) | 4 | threads 0 and 1 of each consumer warpgroup of both CTAs: each warpgroup arrives once in each CTA (two of the four arrivals are remote) | own producer thread | producer waits parity 1 first (stages start empty) | every ring wrap |
 | cluster barrier | all threads of both CTAs | all threads | all threads: after barrier init; before exit | n/a | n/a |""",
         "sass": "What to look for: on sm_100a the 2-CTA forms `UTCHMMA.2CTA`, "
                 "`UTCBAR.2CTA.MULTICAST`, `UTMALDG.2D.2CTA`, `UTCATOMSWS.2CTA` and the cluster "
@@ -346,7 +346,7 @@ epilogue of tile t hides behind the first wgmmas of tile t+1.""",
 | `ld2mma[c]` (CTA 0's) | 2 x 128 | every thread of epilogue c in both CTAs, after reading its columns | MMA consumer c | consumer waits parity 1 first | every tile of consumer c |
 | cluster barrier | all threads of both CTAs | all threads | after init; before TMEM dealloc | n/a | n/a |""",
         "barriers_sm90a": TABLE_HEAD + """\
-| `full_bar[s]`, `empty_bar[s]` | as v8 | as v8 | as v8 | as v8 (4 stages) | every ring wrap |
+| `tma2mma[s]`, `mma2tma[s]` | as v8 | as v8 | as v8 | as v8 (4 stages) | every ring wrap |
 | named barrier 1 + c (consumer c's warpgroup) | 128 | the warpgroup's threads, before and after each chunk's `stmatrix` | the same threads; thread 0 then issues the chunk's TMA store | n/a | n/a |
 | bulk-async group (staging buffer b) | n/a | thread 0 commits one TMA store per chunk | thread 0: `wait_group.read(EPI_BUFS-1)` before reusing a buffer; `wait_group(0)` before exit | n/a | n/a |""",
         "sass": "What to look for: sm_100a keeps v8's 2-CTA forms with twice the `UTCHMMA` "

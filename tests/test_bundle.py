@@ -26,7 +26,7 @@ def test_manifest_libraries_and_runtime(exported):
         assert lib.stat().st_size > 10_000
         assert k["tvm_version"] and k["spills"] == 0 and k["registers"]
     v6 = next(k for k in kernels if k["step"] == "v6")
-    assert v6["kwargs"] == {"num_sms": 132} and "num_sms132" in v6["lib"]
+    assert v6["kwargs"] == {"SM_COUNT": 132} and "SM_COUNT132" in v6["lib"]
     for lib in bundle.RUNTIME_LIBS:
         assert (exported / "runtime" / lib).stat().st_size > 100_000
 

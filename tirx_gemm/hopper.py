@@ -250,10 +250,10 @@ CLUSTER_SIZE = 2
 CLUSTER_MASK = (1 << CLUSTER_SIZE) - 1  # multicast to every CTA of the cluster (0b11)
 
 
-def check_cluster_pool(num_sms: int) -> None:
+def check_cluster_pool(SM_COUNT: int) -> None:
     """The persistent pool of a clustered step is made of whole clusters."""
-    if num_sms % CLUSTER_SIZE != 0:
-        raise ValueError(f"num_sms={num_sms} is not a multiple of the cluster size "
+    if SM_COUNT % CLUSTER_SIZE != 0:
+        raise ValueError(f"SM_COUNT={SM_COUNT} is not a multiple of the cluster size "
                          f"{CLUSTER_SIZE}: the persistent pool is made of CTA pairs")
 
 
@@ -299,12 +299,12 @@ __device__ __forceinline__ void tirx_gemm_arrive_cluster(void* bar, int cta) {
 
 
 @T.inline
-def release_stage_in_cluster(empty_bar, stage, tid_in_wg):
+def release_stage_in_cluster(mma2tma, stage, tid_in_wg):
     # one consumer warpgroup is done reading `stage` (after its wgmma.wait_group): threads
     # 0 .. CLUSTER_SIZE-1 each arrive on the stage's empty barrier in CTA tid_in_wg, so the
     # producer of every CTA whose multicast writes this stage learns it is free
     if tid_in_wg < CLUSTER_SIZE:
-        T.cuda.func_call("tirx_gemm_arrive_cluster", empty_bar.ptr_to([stage]), tid_in_wg,
+        T.cuda.func_call("tirx_gemm_arrive_cluster", mma2tma.ptr_to([stage]), tid_in_wg,
                          source_code=_ARRIVE_CLUSTER_SRC)
 
 

@@ -71,7 +71,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            must_flag=("sync", "race")),
     # GPU (H200): a hang the watchdog build must turn into a trap naming the barrier
     Mutant("producer-phase-0", "v7",
-           "the TMA producer waits on empty_bar starting at phase 0: a fresh barrier has not "
+           "the TMA producer waits on mma2tma starting at phase 0: a fresh barrier has not "
            "completed phase 0, so it waits for consumers that wait for it (deadlock)",
            step_edits=(("                ring = PipelineState(PIPE_DEPTH, 1)",
                         "                ring = PipelineState(PIPE_DEPTH, 0)"),),

@@ -149,7 +149,7 @@ _SIM_CASES = {
 def _sm90(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
     return Step(id_, "sm_90a", _LESSONS_SM90[id_], constraints, canonical, tests, bench,
                 invalid, ("HGMMA", "WARPGROUP.ARRIVE") + expect, forbid,
-                sm_count_kwarg="num_sms" if id_ in _PERSISTENT else None)
+                sm_count_kwarg="SM_COUNT" if id_ in _PERSISTENT else None)
 
 
 _ONE_TILE = "M = N = 128, K = 64 (one tile)"
@@ -162,7 +162,7 @@ _TILED_BAD = ((200, 128, 64), (128, 130, 64), (128, 128, 100))
 # clusters). Test shapes are mostly non-square: fewer cluster tiles than clusters (256x512,
 # 512x256 with deep K), 78 cluster tiles (1536x3328: some clusters take two, the canonical
 # and bench shapes take ~4 and ~16), K steps not a multiple of the ring depth, a single K step.
-_CLUSTER_TILED = "M a multiple of 256, N a multiple of 256, K a multiple of 64, num_sms even"
+_CLUSTER_TILED = "M a multiple of 256, N a multiple of 256, K a multiple of 64, SM_COUNT even"
 _CLUSTER_TESTS = ((256, 512, 320), (1024, 2048, 512), (768, 1280, 704), (1536, 3328, 1088),
                   (2048, 768, 64), (512, 256, 4096))
 _CLUSTER_BAD = ((128, 256, 64), (256, 384, 64), (256, 256, 100))

@@ -40,7 +40,7 @@ def hgemm_v4(M, N, K, dtype="float16"):
       pieces. Loads and wgmma are still serial inside a CTA (load, wait, compute, wait):
       the overlap comes from the ~3 CTAs resident per SM (66 KB SMEM, 128 threads each).
       Reference: a single-stage TMA + wgmma kernel ran at 450 TFLOP/s on an H200 at 4096^3.
-    Barrier contract: see the comment at load_bar.
+    Barrier contract: see the comment at tma_bar.
     Recorded (NVIDIA H200, `tirx-gemm bench`, results/nvidia-h200.jsonl, git 2a459d3):
       4096^3 495 TFLOP/s (0.74x torch), 8192^3 551 (0.82x).
     Constraints: M, N multiples of 128, K a multiple of 64, float16.
@@ -73,7 +73,7 @@ def hgemm_v4(M, N, K, dtype="float16"):
 
         # --- allocate ---
         pool = T.SMEMPool()
-        load_bar = pool.alloc((1,), "uint64", align=8)
+        tma_bar = pool.alloc((1,), "uint64", align=8)
         pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
         Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
@@ -84,10 +84,10 @@ def hgemm_v4(M, N, K, dtype="float16"):
         desc_b = T.alloc_local((1,), "uint64")
 
         tid = T.meta_var(warp_id * 32 + lane_id)
-        # load_bar: thread 0 arrives once per K slice (arrive.expect_tx LOAD_BYTES) and the
+        # tma_bar: thread 0 arrives once per K slice (arrive.expect_tx LOAD_BYTES) and the
         # TMA unit completes those bytes; all 128 threads wait. Initial phase 0.
         if tid == 0:
-            init_mbarriers(load_bar, 1, 1)
+            init_mbarriers(tma_bar, 1, 1)
         publish_mbarrier_init()
 
         m_st = T.meta_var(bx * BLK_M)
@@ -95,18 +95,18 @@ def hgemm_v4(M, N, K, dtype="float16"):
         encode_desc(desc_a, Asmem.ptr_to([0, 0]))
         encode_desc(desc_b, Bsmem.ptr_to([0, 0]))
 
-        phase: T.int32 = 0  # parity of the load_bar phase we wait for: flips every slice
+        phase: T.int32 = 0  # parity of the tma_bar phase we wait for: flips every slice
         for k in T.serial(K_TILES, annotations=ROLLED):  # kept rolled: SASS size independent of K
             # --- load: one thread announces the bytes and asks the TMA unit for both slices ---
             if tid == 0:
-                T.ptx.mbarrier.arrive.expect_tx.shared.b64(load_bar.ptr_to([0]), T.uint32(LOAD_BYTES))
+                T.ptx.mbarrier.arrive.expect_tx.shared.b64(tma_bar.ptr_to([0]), T.uint32(LOAD_BYTES))
                 Tx.copy_async(Asmem[:, :], A[m_st : m_st + BLK_M, k * BLK_K : (k + 1) * BLK_K],
-                              dispatch="tma_auto", mbar=load_bar.ptr_to([0]))
+                              dispatch="tma_auto", mbar=tma_bar.ptr_to([0]))
                 Tx.copy_async(Bsmem[:, :], B[n_st : n_st + BLK_N, k * BLK_K : (k + 1) * BLK_K],
-                              dispatch="tma_auto", mbar=load_bar.ptr_to([0]))
+                              dispatch="tma_auto", mbar=tma_bar.ptr_to([0]))
             # the phase completes when thread 0 has arrived and all LOAD_BYTES have landed;
             # its acquire makes the TMA-written tiles visible to this thread's wgmma
-            wait_mbarrier(load_bar.ptr_to([0]), phase, "load_bar", 0, "all threads")
+            wait_mbarrier(tma_bar.ptr_to([0]), phase, "tma_bar", 0, "all threads")
             phase = phase ^ 1
 
             # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---

@@ -34,7 +34,7 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
     Card
     ----
     What changed from v4: A and B SMEM gain a stage dimension (PIPE_DEPTH copies of the
-      128x64 slices) and load_bar becomes full_bar[PIPE_DEPTH], one barrier per stage.
+      128x64 slices) and tma_bar becomes tma_bar[PIPE_DEPTH], one barrier per stage.
       Thread 0 prefetches the first PIPE_DEPTH slices before the K-loop; slice k is read
       from stage k % PIPE_DEPTH, and as soon as every warp is past slice k's wait_group the
       stage is refilled with slice k + PIPE_DEPTH. The wgmma descriptors move by a whole
@@ -45,14 +45,14 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
     Why: in v4 every slice pays the whole GMEM->SMEM latency (~1 us, several slices of
       tensor-core work) before its wgmmas start; only the other CTAs on the SM (three fit in
       66 KB each) hide it. Here the next slice is already in flight while slice k computes,
-      so the wait on full_bar[stage] normally finds the data there. What stays serial inside
+      so the wait on tma_bar[stage] normally finds the data there. What stays serial inside
       a CTA is wgmma issue -> wait_group(0) -> CTA sync -> refill: each slice drains the
       tensor-core pipe before the next starts (v7 removes that). The default PIPE_DEPTH=2
       (96 KB) keeps two CTAs per SM, so one CTA's drain is covered by the other's wgmmas.
       Measured on an H200 at 4096^3: v4 546-548 TFLOP/s; v5 PIPE_DEPTH=2 683-713 (0.92-0.93x
       torch.matmul timed alongside); PIPE_DEPTH=3 458 and 4 475, because 130+ KB leaves one
       CTA per SM and deeper prefetch cannot cover the drain.
-    Barrier contract: see the comment at full_bar.
+    Barrier contract: see the comment at tma_bar.
     Recorded (NVIDIA H200, `tirx-gemm bench`, results/nvidia-h200.jsonl, git 2a459d3):
       4096^3 636 TFLOP/s (0.97x torch), 8192^3 623 (0.99x).
     Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
@@ -89,7 +89,7 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
 
         # --- allocate ---
         pool = T.SMEMPool()
-        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -100,12 +100,12 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
         desc_b = T.alloc_local((1,), "uint64")
 
         tid = T.meta_var(warp_id * 32 + lane_id)
-        # full_bar[s]: thread 0 arrives once per load into stage s (arrive.expect_tx) and
+        # tma_bar[s]: thread 0 arrives once per load into stage s (arrive.expect_tx) and
         # the TMA unit completes the bytes; all 128 threads wait. Initial phase 0. Stage s
         # holds slices s, s + PIPE_DEPTH, s + 2*PIPE_DEPTH, ...: the parity to wait for
         # flips each time the ring wraps, not every slice as in v4.
         if tid == 0:
-            init_mbarriers(full_bar, PIPE_DEPTH, 1)
+            init_mbarriers(tma_bar, PIPE_DEPTH, 1)
         publish_mbarrier_init()
 
         m_st = T.meta_var(bx * BLK_M)
@@ -117,12 +117,12 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
         if tid == 0:
             for s in T.unroll(PREFETCH):
                 tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B,
-                               m_st, n_st, s * BLK_K, BLK_M, BLK_N, BLK_K, full_bar.ptr_to([s]))
+                               m_st, n_st, s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
 
-        phase: T.int32 = 0  # parity of the phase of full_bar[stage] that we wait for
+        phase: T.int32 = 0  # parity of the phase of tma_bar[stage] that we wait for
         for k in T.serial(K_TILES, annotations=ROLLED):
             stage = T.meta_var(k % PIPE_DEPTH)
-            wait_mbarrier(full_bar.ptr_to([stage]), phase, "full_bar", stage, "all threads")
+            wait_mbarrier(tma_bar.ptr_to([stage]), phase, "tma_bar", stage, "all threads")
 
             # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---
             T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
@@ -139,7 +139,7 @@ def hgemm_v5(M, N, K, dtype="float16", PIPE_DEPTH=2):
                 if k + PIPE_DEPTH < K_TILES:
                     tma_load_tiles(Asmem[stage, :, :],
                                    Bsmem[stage, :, :], A, B, m_st, n_st,
-                                   (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K, full_bar.ptr_to([stage]))
+                                   (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([stage]))
             if stage == PIPE_DEPTH - 1:
                 phase = phase ^ 1  # the ring wraps: every stage's next phase has the other parity
         fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait

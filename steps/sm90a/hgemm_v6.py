@@ -31,14 +31,14 @@ from tirx_gemm.hopper import (
 )
 
 
-def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
+def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, SM_COUNT=132, CTAS_PER_SM=2,
              L2_GROUP=16):
     """sm_90a step 6: persistent CTAs: a fixed pool walks the output tiles in L2-friendly order.
 
     Card
     ----
     What changed from v5: the grid is no longer one CTA per tile but a pool of
-      num_sms * CTAS_PER_SM CTAs, all resident at once. Each CTA initialises its barriers
+      SM_COUNT * CTAS_PER_SM CTAs, all resident at once. Each CTA initialises its barriers
       and descriptors once and then takes tiles from ClusterPersistentScheduler2D (CTA c
       gets tiles c, c + NUM_CTAS, ...; tiles are numbered in groups of L2_GROUP tile rows,
       column by column, so the CTAs running at the same time share A row bands and B
@@ -63,13 +63,13 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
       that lives for all its tiles, which v7 needs to give its warps long-running roles.
       CTAS_PER_SM=2 keeps v5's two CTAs per SM (one CTA's wgmma drain is covered by the
       other's wgmmas); with one CTA per SM and PIPE_DEPTH=4 this step ran at 506.
-    Barrier contract: see the comment at full_bar.
+    Barrier contract: see the comment at tma_bar.
     Recorded (NVIDIA H200, `tirx-gemm bench`, results/nvidia-h200.jsonl, git 2a459d3):
       4096^3 689 TFLOP/s (0.96x torch), 8192^3 654 (1.01x).
     Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
       32 KB per stage plus 32 KB Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the
-      228 KB of one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); num_sms, L2_GROUP >= 1 (the
-      runner passes the device's SM count as num_sms).
+      228 KB of one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); SM_COUNT, L2_GROUP >= 1 (the
+      runner passes the device's SM count as SM_COUNT).
     Run: tirx-gemm run v6 --arch sm_90a
     """
     # --- tunables ---
@@ -81,11 +81,11 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
 
     check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
     check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
-    check_positive_ints(num_sms=num_sms, CTAS_PER_SM=CTAS_PER_SM, L2_GROUP=L2_GROUP)
+    check_positive_ints(SM_COUNT=SM_COUNT, CTAS_PER_SM=CTAS_PER_SM, L2_GROUP=L2_GROUP)
     # the pool is meant to be resident all at once: CTAS_PER_SM of them must fit on an SM
     check_ctas_fit_sm(CTAS_PER_SM, PIPE_DEPTH * (A_STAGE_BYTES + B_STAGE_BYTES)
                       + tile_bytes(BLK_M, BLK_N) + SMEM_ALIGN)
-    NUM_CTAS = num_sms * CTAS_PER_SM
+    NUM_CTAS = SM_COUNT * CTAS_PER_SM
     K_TILES = K // BLK_K
     PREFETCH = min(PIPE_DEPTH, K_TILES)  # slices loaded before the K-loop starts
 
@@ -107,7 +107,7 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
 
         # --- allocate ---
         pool = T.SMEMPool()
-        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -118,12 +118,12 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
         desc_b = T.alloc_local((1,), "uint64")
 
         tid = T.meta_var(warp_id * 32 + lane_id)
-        # full_bar[s]: thread 0 arrives once per load into stage s (arrive.expect_tx) and
+        # tma_bar[s]: thread 0 arrives once per load into stage s (arrive.expect_tx) and
         # the TMA unit completes the bytes; all 128 threads wait. Initial phase 0, then one
         # phase per use of stage s for the life of the CTA: `ring` counts uses across tiles,
         # so no tile has to leave the barriers at the parity it found them in.
         if tid == 0:
-            init_mbarriers(full_bar, PIPE_DEPTH, 1)
+            init_mbarriers(tma_bar, PIPE_DEPTH, 1)
         publish_mbarrier_init()
 
         encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))  # stage 0; desc_advance reaches stage s
@@ -144,7 +144,7 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
                 for s in T.unroll(PREFETCH):
                     tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B,
                                    scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N, s * BLK_K,
-                                   BLK_M, BLK_N, BLK_K, full_bar.ptr_to([s]))
+                                   BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
 
         while scheduler.valid():
             # this tile's indices, kept: the scheduler moves on before this tile's epilogue
@@ -153,7 +153,7 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
             m_st = T.meta_var(m_tile * BLK_M)
             n_st = T.meta_var(n_tile * BLK_N)
             for k in T.serial(K_TILES, annotations=ROLLED):
-                wait_mbarrier(full_bar.ptr_to([ring.stage]), ring.phase, "full_bar", ring.stage,
+                wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase, "tma_bar", ring.stage,
                               "all threads")
 
                 # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---
@@ -173,7 +173,7 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
                         tma_load_tiles(Asmem[ring.stage, :, :],
                                        Bsmem[ring.stage, :, :], A, B, m_st, n_st,
                                        (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
-                                       full_bar.ptr_to([ring.stage]))
+                                       tma_bar.ptr_to([ring.stage]))
                 ring.advance()  # flips the phase when the ring wraps
             fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
 
@@ -187,7 +187,7 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, num_sms=132, CTAS_PER_SM=2,
                         stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
                         tma_load_tiles(Asmem[stage, :, :],
                                        Bsmem[stage, :, :], A, B, scheduler.m_idx * BLK_M,
-                                       scheduler.n_idx * BLK_N, s * BLK_K, BLK_M, BLK_N, BLK_K, full_bar.ptr_to([stage]))
+                                       scheduler.n_idx * BLK_N, s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([stage]))
 
             # --- writeback: registers -> fp16 -> swizzled Dsmem -> TMA store ---
             if tid == 0:

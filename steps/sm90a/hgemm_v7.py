@@ -33,7 +33,7 @@ from tirx_gemm.hopper import (
 )
 
 
-def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
+def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
     """sm_90a step 7: warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups.
 
     Card
@@ -66,12 +66,12 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
       the GPU is power-limited. PIPE_DEPTH=2 ran at 447:
       with 48 KB stages two slices do not cover the load latency. Small problems lose: at
       1024x2048x512 there are 64 tiles of 128x256 for 132 SMs (172 TFLOP/s, v6 184).
-    Barrier contract: see the comments at full_bar and empty_bar.
+    Barrier contract: see the comments at tma2mma and mma2tma.
     Recorded (NVIDIA H200, `tirx-gemm bench`, results/nvidia-h200.jsonl, git 2a459d3):
       4096^3 715 TFLOP/s (0.98x torch), 8192^3 670 (1.02x).
     Constraints: M a multiple of 128, N a multiple of 256, K a multiple of 64, float16;
       PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
-      num_sms >= 1 (the runner passes the device's SM count).
+      SM_COUNT >= 1 (the runner passes the device's SM count).
     Run: tirx-gemm run v7 --arch sm_90a
     """
     # --- tunables ---
@@ -85,7 +85,7 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
 
     check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
     check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
-    check_positive_ints(num_sms=num_sms, L2_GROUP=L2_GROUP)
+    check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     K_TILES = K // BLK_K
 
     A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
@@ -101,15 +101,15 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
         D: T.Buffer((M, N), dtype),
     ):
         T.device_entry()
-        cta = T.cta_id([num_sms])
+        cta = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
 
         # --- allocate ---
         pool = T.SMEMPool()
-        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        empty_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -117,22 +117,22 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # full_bar[s]: the producer thread arrives once per load into stage s
+        # tma2mma[s]: the producer thread arrives once per load into stage s
         #   (arrive.expect_tx) and the TMA unit completes the bytes; all 256 consumer
         #   threads wait. Initial phase 0; consumers wait from phase 0.
-        # empty_bar[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS
         #   arrivals) once its wgmmas have finished reading stage s; the producer waits
         #   before reloading it. Initial phase 0; the producer waits from phase 1, which a
         #   fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                init_mbarriers(full_bar, PIPE_DEPTH, 1)
-                init_mbarriers(empty_bar, PIPE_DEPTH, NUM_CONSUMERS)
+                init_mbarriers(tma2mma, PIPE_DEPTH, 1)
+                init_mbarriers(mma2tma, PIPE_DEPTH, NUM_CONSUMERS)
         publish_mbarrier_init()
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=num_sms,
+            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=SM_COUNT,
             l2_group_size=L2_GROUP)
         scheduler.init(cta)
 
@@ -144,11 +144,11 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=ROLLED):
-                        wait_mbarrier(empty_bar.ptr_to([ring.stage]), ring.phase, "empty_bar",
+                        wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
                                       ring.stage, "producer")
                         tma_load_tiles(Asmem[ring.stage, :, :],
                                        Bsmem[ring.stage, :, :], A, B, m_st, n_st, k * BLK_K,
-                                       BLK_M, BLK_N, BLK_K, full_bar.ptr_to([ring.stage]))
+                                       BLK_M, BLK_N, BLK_K, tma2mma.ptr_to([ring.stage]))
                         ring.advance()
                     scheduler.next_tile()
 
@@ -166,7 +166,7 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 for k in T.serial(K_TILES, annotations=ROLLED):
-                    wait_mbarrier(full_bar.ptr_to([ring.stage]), ring.phase, "full_bar",
+                    wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
                                   ring.stage, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16, accumulate after k=0 ---
@@ -184,12 +184,12 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=16):
                     T.ptx.wgmma.wait_group.sync.aligned(1)
                     if k > 0:
                         if tid_in_wg == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(empty_bar.ptr_to([held]))
+                            T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
                     held = ring.stage
                     ring.advance()
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
                 if tid_in_wg == 0:
-                    T.ptx.mbarrier.arrive.shared.b64(empty_bar.ptr_to([held]))
+                    T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
                 fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the wait
 
                 # --- writeback: this warpgroup's 64x256 half -> Dsmem -> one TMA store ---

@@ -37,7 +37,7 @@ from tirx_gemm.hopper import (
 )
 
 
-def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
+def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=8):
     """sm_90a step 8: a 2-CTA cluster; each CTA loads half of the shared B tile and multicasts it.
 
     Card
@@ -48,14 +48,14 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
       CTA r fetches rows [128r, 128r+128) of the slice once and the TMA unit *multicasts*
       it (cta_mask 0b11) into the same SMEM offset of both CTAs, completing bytes on the
       full barrier at the same offset in each. A stays per CTA (unicast).
-      * full_bar: still one expect_tx per stage and CTA, for everything that lands in this
+      * tma2mma: still one expect_tx per stage and CTA, for everything that lands in this
         CTA (A 16 KB + both B halves 32 KB): half of the B bytes are written, and counted,
         by the peer's TMA.
-      * empty_bar: a stage may be refilled only when the consumers of BOTH CTAs are done
+      * mma2tma: a stage may be refilled only when the consumers of BOTH CTAs are done
         with it, since this CTA's multicast writes into the peer's SMEM. Each consumer
         warpgroup arrives on the stage's empty barrier in both CTAs (a remote mbarrier
         arrive through the cluster's shared-memory window, mapa), so the count is 4.
-      * the scheduler walks 256x256 cluster tiles with num_sms // 2 clusters; both CTAs of
+      * the scheduler walks 256x256 cluster tiles with SM_COUNT // 2 clusters; both CTAs of
         a cluster see the same sequence (they must: each waits for the other's arrivals).
         L2_GROUP=8 cluster-tile rows cover the same 2048 rows of A as v7's 16 tile rows.
       * setup and teardown are cluster-wide: a cluster barrier publishes the barrier inits
@@ -70,10 +70,10 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
       (0.98-1.02x torch), so the expected gain is small: fast.cu reports +1-3% from a
       2-CTA cluster with multicast on an H100. The cost: the pair runs in lock-step (a slow
       CTA stalls its peer through the empty barriers), and 2-CTA clusters must fit a GPC.
-    Barrier contract: see the comments at full_bar and empty_bar.
+    Barrier contract: see the comments at tma2mma and mma2tma.
     Constraints: M a multiple of 256 (two 128-row tiles per cluster), N a multiple of 256,
       K a multiple of 64, float16; PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem
-      within 227 KB (PIPE_DEPTH <= 3); num_sms even (the pool is made of CTA pairs).
+      within 227 KB (PIPE_DEPTH <= 3); SM_COUNT even (the pool is made of CTA pairs).
     Run: tirx-gemm run v8 --arch sm_90a
     """
     # --- tunables ---
@@ -90,10 +90,10 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
     # the two CTAs of a cluster take vertically adjacent tiles: M in whole cluster tiles
     check_multiple("M", M, "the cluster tile height CLUSTER_SIZE*BLK_M", CLUSTER_SIZE * BLK_M)
     check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
-    check_positive_ints(num_sms=num_sms, L2_GROUP=L2_GROUP)
-    check_cluster_pool(num_sms)
+    check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    check_cluster_pool(SM_COUNT)
     K_TILES = K // BLK_K
-    NUM_CLUSTERS = num_sms // CLUSTER_SIZE
+    NUM_CLUSTERS = SM_COUNT // CLUSTER_SIZE
 
     A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -106,7 +106,7 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
         D: T.Buffer((M, N), dtype),
     ):
         T.device_entry()
-        cta = T.cta_id([num_sms])
+        cta = T.cta_id([SM_COUNT])
         rank, _unused = T.cta_id_in_cluster([CLUSTER_SIZE, 1])  # this CTA's place in the pair
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
         warp_id = T.warp_id_in_wg([4])
@@ -114,8 +114,8 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
 
         # --- allocate ---
         pool = T.SMEMPool()
-        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        empty_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -123,19 +123,19 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # full_bar[s]: this CTA's producer thread arrives once per load into stage s
+        # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
         #   (arrive.expect_tx for all 48 KB landing here); the bytes are completed by this
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
         #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
-        # empty_bar[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
+        # mma2tma[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
         #   (CLUSTER_SIZE * NUM_CONSUMERS = 4 arrivals, two of them remote) once its wgmmas
         #   have finished reading stage s; this CTA's producer waits before refilling it
         #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
         #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                init_mbarriers(full_bar, PIPE_DEPTH, 1)
-                init_mbarriers(empty_bar, PIPE_DEPTH, CLUSTER_SIZE * NUM_CONSUMERS)
+                init_mbarriers(tma2mma, PIPE_DEPTH, 1)
+                init_mbarriers(mma2tma, PIPE_DEPTH, CLUSTER_SIZE * NUM_CONSUMERS)
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
         publish_mbarrier_init_cluster()
 
@@ -153,13 +153,13 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
                     m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=ROLLED):
-                        wait_mbarrier(empty_bar.ptr_to([ring.stage]), ring.phase, "empty_bar",
+                        wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
                                       ring.stage, "producer")
                         tma_load_multicast_b(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
                                              A, B, m_st, n_st + rank * B_HALF, k * BLK_K,
                                              BLK_M, B_HALF, BLK_K, BLK_N,
-                                             full_bar.ptr_to([ring.stage]))
+                                             tma2mma.ptr_to([ring.stage]))
                         ring.advance()
                     scheduler.next_tile()
 
@@ -177,7 +177,7 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
                 m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 for k in T.serial(K_TILES, annotations=ROLLED):
-                    wait_mbarrier(full_bar.ptr_to([ring.stage]), ring.phase, "full_bar",
+                    wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
                                   ring.stage, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16, accumulate after k=0 ---
@@ -191,11 +191,11 @@ def hgemm_v8(M, N, K, dtype="float16", PIPE_DEPTH=3, num_sms=132, L2_GROUP=8):
                     # slice k-1 is done: its stage goes back to the producers of both CTAs
                     T.ptx.wgmma.wait_group.sync.aligned(1)
                     if k > 0:
-                        release_stage_in_cluster(empty_bar, held, tid_in_wg)
+                        release_stage_in_cluster(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
-                release_stage_in_cluster(empty_bar, held, tid_in_wg)
+                release_stage_in_cluster(mma2tma, held, tid_in_wg)
                 fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the wait
 
                 # --- writeback: this warpgroup's 64x256 half -> Dsmem -> one TMA store ---

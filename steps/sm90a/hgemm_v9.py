@@ -38,7 +38,7 @@ from tirx_gemm.hopper import (
 )
 
 
-def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2_GROUP=8):
+def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, SM_COUNT=132, L2_GROUP=8):
     """sm_90a step 9: the epilogue of tile t runs while the wgmmas of tile t+1 do.
 
     Card
@@ -70,13 +70,13 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
       ~7.5 TFLOP/s per SM), ~36 us in all; an epilogue of 1-2 us is 3-5% of that (half
       at 8192^3). Here it hides behind up to two K steps (~1.1 us) of queued wgmmas.
       Not measured yet.
-    Barrier contract: see the comments at full_bar and empty_bar (v8's, unchanged); the
+    Barrier contract: see the comments at tma2mma and mma2tma (v8's, unchanged); the
       staging tiles are guarded by bulk-group waits and the named barrier of the owning
       warpgroup, see store_packed_tile.
     Constraints: M a multiple of 256, N a multiple of 256, K a multiple of 64, float16;
       1 <= EPI_BUFS <= 4 (BLK_N / 64 chunks); PIPE_DEPTH stages of 48 KB plus
       EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
-      num_sms even.
+      SM_COUNT even.
     Run: tirx-gemm run v9 --arch sm_90a
     """
     # --- tunables ---
@@ -100,10 +100,10 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
                          f"chunks of a {BLK_N}-column tile: extra staging tiles stay unused")
     check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
                      NUM_CONSUMERS * EPI_BUFS * tile_bytes(WGMMA_M, EPI_COLS))
-    check_positive_ints(num_sms=num_sms, L2_GROUP=L2_GROUP)
-    check_cluster_pool(num_sms)
+    check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    check_cluster_pool(SM_COUNT)
     K_TILES = K // BLK_K
-    NUM_CLUSTERS = num_sms // CLUSTER_SIZE
+    NUM_CLUSTERS = SM_COUNT // CLUSTER_SIZE
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = min(1, K_TILES - 1)
 
@@ -119,7 +119,7 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
         D: T.Buffer((M, N), dtype),
     ):
         T.device_entry()
-        cta = T.cta_id([num_sms])
+        cta = T.cta_id([SM_COUNT])
         rank, _unused = T.cta_id_in_cluster([CLUSTER_SIZE, 1])  # this CTA's place in the pair
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
         warp_id = T.warp_id_in_wg([4])
@@ -127,8 +127,8 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
 
         # --- allocate ---
         pool = T.SMEMPool()
-        full_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        empty_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -136,19 +136,19 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # full_bar[s]: this CTA's producer thread arrives once per load into stage s
+        # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
         #   (arrive.expect_tx for all 48 KB landing here); the bytes are completed by this
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
         #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
-        # empty_bar[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
+        # mma2tma[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
         #   (CLUSTER_SIZE * NUM_CONSUMERS = 4 arrivals, two of them remote) once its wgmmas
         #   have finished reading stage s; this CTA's producer waits before refilling it
         #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
         #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                init_mbarriers(full_bar, PIPE_DEPTH, 1)
-                init_mbarriers(empty_bar, PIPE_DEPTH, CLUSTER_SIZE * NUM_CONSUMERS)
+                init_mbarriers(tma2mma, PIPE_DEPTH, 1)
+                init_mbarriers(mma2tma, PIPE_DEPTH, CLUSTER_SIZE * NUM_CONSUMERS)
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
         publish_mbarrier_init_cluster()
 
@@ -166,13 +166,13 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
                     m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=ROLLED):
-                        wait_mbarrier(empty_bar.ptr_to([ring.stage]), ring.phase, "empty_bar",
+                        wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
                                       ring.stage, "producer")
                         tma_load_multicast_b(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
                                              A, B, m_st, n_st + rank * B_HALF, k * BLK_K,
                                              BLK_M, B_HALF, BLK_K, BLK_N,
-                                             full_bar.ptr_to([ring.stage]))
+                                             tma2mma.ptr_to([ring.stage]))
                         ring.advance()
                     scheduler.next_tile()
 
@@ -195,7 +195,7 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
                 m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 for k in T.serial(K_TILES, annotations=ROLLED):
-                    wait_mbarrier(full_bar.ptr_to([ring.stage]), ring.phase, "full_bar",
+                    wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
                                   ring.stage, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16; k=0 overwrites (scale-d 0) ---
@@ -217,11 +217,11 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, num_sms=132, L2
                     # slice k-1 is done: its stage goes back to the producers of both CTAs
                     T.ptx.wgmma.wait_group.sync.aligned(1)
                     if k > 0:
-                        release_stage_in_cluster(empty_bar, held, tid_in_wg)
+                        release_stage_in_cluster(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
-                release_stage_in_cluster(empty_bar, held, tid_in_wg)
+                release_stage_in_cluster(mma2tma, held, tid_in_wg)
                 fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the wait
                 # free the accumulators for the next tile's wgmmas: fp32 -> fp16x2
                 pack_fragment(packed, acc, PACKED_REGS)
