@@ -383,3 +383,16 @@ def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp
 
 
 __all__ += ["EPI_COLS", "pack_fragment", "stmatrix_chunk", "store_packed_tile"]
+
+
+# --- names parallel to tirx_gemm.helpers (sm_100a), so the two tracks read side by side ---
+@T.inline
+def publish_smem_writes():
+    # thread stores (st.shared, the generic proxy) are not seen by wgmma (the async proxy)
+    # through a CTA barrier alone: each writer fences its own stores into the async proxy,
+    # then the barrier makes sure every thread's share has landed before any wgmma reads it
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.cuda.cta_sync()
+
+
+__all__ += ["publish_smem_writes"]

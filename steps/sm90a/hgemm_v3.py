@@ -1,99 +1,83 @@
-"""sm_90a step 3: 2D grid: one CTA per 128x128 output tile.
+"""Step 3 (sm_90a): a 2D grid -- one CTA per 128x128 output tile.
 
-The step card is the docstring of the builder below.
+Lesson: scope grows from one CTA to a grid; CTA (bx, by) reads A's row band bx and B's
+row band by (B's rows are D's columns: D = A @ B.T) and writes D's tile (bx, by).
 """
-
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
-from tirx_gemm.helpers import ACC_DTYPE, ROLLED, check_tiled_shape, swizzled_layout
-from tirx_gemm.hopper import (
-    encode_desc,
-    fence_operands,
-    SMEM_ALIGN,
-    store_fragment,
-    wgmma_tile,
-)
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
 
 
-def hgemm_v3(M, N, K, dtype="float16"):
-    """sm_90a step 3: 2D grid: one CTA per 128x128 output tile.
+def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
+    """Step card -- v3, 2D grid.
 
-    Card
-    ----
-    What changed from v2: the grid is (M/128) x (N/128) CTAs. CTA (bx, by) reads the row
-      band A[bx*128 : +128, :] and the row band B[by*128 : +128, :] (= the column band of
-      B.T) and writes D[bx*128 : +128, by*128 : +128]. The kernel body is v2's, with the
-      tile offsets m_st / n_st in the slices and in the epilogue.
-    Scope / layout / dispatch: scope changes (grid of CTAs instead of one); layout and
-      dispatch are unchanged.
+    Changes from v2: scope = a grid of (M/128) x (N/128) CTAs, each the v2 kernel on its
+    own output tile (m_st = bx*128, n_st = by*128): CTA (bx, by) reads the row band
+    A[bx*128 : +128, :] and the row band B[by*128 : +128, :] (= the column band of B.T)
+    and writes D[bx*128 : +128, by*128 : +128]. Layout and dispatch unchanged.
     Why: a GEMM of useful size has many output tiles and an H100/H200 has 132 SMs; at
-      4096^3 the grid is 32 x 32 = 1024 CTAs, several resident per SM, so one CTA's copies
-      overlap another CTA's wgmmas even though each CTA is still serial inside. Neighbouring
-      CTAs re-read the same A/B bands from GMEM/L2: that waste is left for later steps.
-    Recorded (NVIDIA H200, `tirx-gemm bench`, results/nvidia-h200.jsonl, git 2a459d3):
-      4096^3 297 TFLOP/s (0.40x torch.matmul in the same run).
-    Constraints: M, N multiples of 128, K a multiple of 64, float16.
-    Run: tirx-gemm run v3 --arch sm_90a
+    4096^3 the grid is 32 x 32 = 1024 CTAs, several resident per SM, so one CTA's copies
+    overlap another CTA's wgmmas even though each CTA is still serial inside (load and
+    compute do not overlap yet). Neighbouring CTAs re-read the same A/B bands from GMEM/L2:
+    that waste is left for later steps.
+    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
+    Constraints: M, N multiples of 128; K a multiple of 64; fp16.
+    Run: ``tirx-gemm run v3 --arch sm_90a --mnk 4096,4096,4096``.
     """
-    # --- tunables (fixed by the lesson) ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
-    M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice
+    M_BLOCKS = BLK_M // 64            # wgmma is m64: the warpgroup issues 2 per k16 slice
     ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
-
-    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
     K_TILES = K // BLK_K
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
 
-    A_layout = swizzled_layout((BLK_M, BLK_K), dtype)
-    B_layout = swizzled_layout((BLK_N, BLK_K), dtype)
+    A_layout = H.swizzled_layout((BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((BLK_N, BLK_K))
 
     @T.prim_func
-    def kernel(
-        A: T.Buffer((M, K), dtype),
-        B: T.Buffer((N, K), dtype),
-        D: T.Buffer((M, N), dtype),
-    ):
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
         T.device_entry()
-        bx, by = T.cta_id([M // BLK_M, N // BLK_N])  # one CTA per output tile
+        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
         wg_id = T.warpgroup_id([1])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
 
         # --- allocate ---
         pool = T.SMEMPool()
-        pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
-        Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
         pool.commit()
-        acc = T.alloc_local((ACC_REGS,), ACC_DTYPE)
+        acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
         desc_a = T.alloc_local((1,), "uint64")
         desc_b = T.alloc_local((1,), "uint64")
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
-        encode_desc(desc_a, Asmem.ptr_to([0, 0]))
-        encode_desc(desc_b, Bsmem.ptr_to([0, 0]))
+        W.encode_desc(desc_a, Asmem.ptr_to([0, 0]))
+        W.encode_desc(desc_b, Bsmem.ptr_to([0, 0]))
 
-        for k in T.serial(K_TILES, annotations=ROLLED):  # kept rolled: SASS size independent of K
-            # --- load: every thread copies a share of the k-th A and B slices ---
-            Tx.cta.copy(Asmem[:, :], A[m_st : m_st + BLK_M, k * BLK_K : (k + 1) * BLK_K])
-            Tx.cta.copy(Bsmem[:, :], B[n_st : n_st + BLK_N, k * BLK_K : (k + 1) * BLK_K])
-            # wgmma reads SMEM through the async proxy: order our generic-proxy writes
-            # before it, then make sure every thread's share has landed.
-            T.ptx.fence.proxy.async_.shared__cta()
-            T.cuda.cta_sync()
+        for k in T.serial(K_TILES, annotations=H.ROLLED):
+            # --- load: every thread copies part of slice k, then all meet ---
+            Tx.cta.copy(Asmem[:, :], A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K])
+            Tx.cta.copy(Bsmem[:, :], B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K])
+            W.publish_smem_writes()
 
-            # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---
+            # --- compute: the first slice overwrites the accumulator, the rest add to it
             T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
-            wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N)
+            W.wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N)
             T.ptx.wgmma.commit_group.sync.aligned()
             T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
             # WAR on the single SMEM tile: nobody copies slice k+1 until every warp has
-            # passed its wait_group (wait_group only covers the calling thread's wgmmas).
+            # passed its wait_group (wait_group only covers the calling thread's wgmmas)
             T.cuda.cta_sync()
-        fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
+        W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the last wait
 
-        # --- writeback: registers -> fp16 -> GMEM ---
-        store_fragment(D, acc, m_st, n_st, warp_id, lane_id, M_BLOCKS, BLK_N)
+        # --- writeback: registers -> fp16 -> GMEM, the wgmma fragment of each thread ---
+        W.store_fragment(D, acc, m_st, n_st, warp_id, lane_id, M_BLOCKS, BLK_N)
+
+        # --- free: nothing to release (no TMEM: the accumulator is registers) ---
 
     return kernel
