@@ -98,6 +98,20 @@ def test_toolchain_env_leads_with_the_wheels(no_system_cuda):
     assert B.toolchain_env(env) == env, "applying it twice changes nothing"
 
 
+def test_tvm_finds_the_same_toolchain(no_system_cuda):
+    """In a build process (toolchain_env applied), TVM's own CUDA lookups name the wheels."""
+    env = {k: v for k, v in os.environ.items() if k != B.SYSTEM_CUDA_ENV}
+    code = ("import os; from tirx_gemm import build; os.environ.update(build.toolchain_env()); "
+            "from tvm.support import nvcc; print(nvcc.find_cuda_path()); "
+            "print(nvcc.get_cuda_version()); print(nvcc.find_libdevice_path('sm_90a'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr
+    root = str(B.wheel_cuda_root())
+    path, version, libdevice = out.stdout.strip().splitlines()[-3:]
+    assert path == root and version.startswith("(13, 0") and libdevice.startswith(root + "/nvvm/")
+
+
 def test_doctor_names_the_wheel_toolchain(no_system_cuda):
     env = {k: v for k, v in os.environ.items() if k != B.SYSTEM_CUDA_ENV}
     out = cli("doctor", env=env)
