@@ -1,104 +1,74 @@
-"""sm_90a step 6: persistent CTAs: a fixed pool walks the output tiles in L2-friendly order.
+"""Step 6 (sm_90a): a persistent kernel -- a fixed pool of CTAs walks all tiles in L2-friendly order.
 
-The step card is the docstring of the builder below.
+Lesson: launch a fixed pool of CTAs (CTAS_PER_SM per SM) that set up barriers and
+descriptors once, then take output tiles from a scheduler (ClusterPersistentScheduler2D).
+Reusing barriers across tiles means carrying their phases from tile to tile.
 """
-from tvm.backend.cuda.lang import PipelineState
-from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 from tvm.script import tirx as T
 
-from tirx_gemm.helpers import (
-    ACC_DTYPE,
-    ROLLED,
-    check_pipe_depth,
-    check_positive_ints,
-    check_tiled_shape,
-    swizzled_layout,
-    tma_load_tiles,
-    wait_mbarrier,
-)
-from tirx_gemm.hopper import (
-    check_ctas_fit_sm,
-    desc_advance,
-    encode_desc,
-    fence_operands,
-    init_mbarriers,
-    publish_mbarrier_init,
-    SMEM_ALIGN,
-    store_fragment,
-    tile_bytes,
-    tma_store_tile,
-    wgmma_tile,
-)
+from tvm.backend.cuda.lang import PipelineState
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
 
 
-def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, SM_COUNT=132, CTAS_PER_SM=2,
-             L2_GROUP=16):
-    """sm_90a step 6: persistent CTAs: a fixed pool walks the output tiles in L2-friendly order.
+def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2,
+             SM_COUNT: int = 132, CTAS_PER_SM: int = 2, L2_GROUP: int = 16):
+    """Step card -- v6, persistent CTAs + tile scheduler.
 
-    Card
-    ----
-    What changed from v5: the grid is no longer one CTA per tile but a pool of
-      SM_COUNT * CTAS_PER_SM CTAs, all resident at once. Each CTA initialises its barriers
-      and descriptors once and then takes tiles from ClusterPersistentScheduler2D (CTA c
-      gets tiles c, c + NUM_CTAS, ...; tiles are numbered in groups of L2_GROUP tile rows,
-      column by column, so the CTAs running at the same time share A row bands and B
-      column bands in L2). The K-loop is v5's, with two consequences of running many tiles:
-      * the ring position (stage, phase) is no longer k % PIPE_DEPTH: it is carried from
-        tile to tile in a PipelineState. The seed's step 6 instead restarted the phases at 0
-        for every tile, which is only correct when every barrier completes an even number
-        of phases per tile (K/64 a multiple of 2*PIPE_DEPTH); carrying them removes that
-        contract: any K is fine.
-      * because the ring is empty after the last slice, the first PIPE_DEPTH slices of the
-        *next* tile are requested before this tile's epilogue, and the TMA store is waited
-        for (read side only) just before Dsmem is rewritten, one tile later.
-    Scope / layout / dispatch: scope changes (persistent 1D pool + tile scheduler); layout
-      is v5's; dispatch changes only in when the next tile's first loads and the store
-      wait are issued.
+    Changes from v5: scope: a 1D grid of SM_COUNT * CTAS_PER_SM CTAs (132 = the H100/H200's
+    SMs), all resident at once; each initialises its barriers and descriptors once and then
+    takes output tiles from ClusterPersistentScheduler2D (CTA c gets tiles c, c + NUM_CTAS,
+    ...; tiles are numbered in groups of L2_GROUP tile rows, column by column, so the CTAs
+    running at the same time share A row bands and B column bands in L2). Layout is v5's;
+    dispatch changes only in when the next tile's first loads and the store wait are issued.
+    Contract: barriers are reused across tiles, so their phases are carried from tile to
+    tile, not restarted: the ring position (stage, phase) lives in a PipelineState that
+    counts slices for the life of the CTA (global slice g: stage g % PIPE_DEPTH, phase
+    (g // PIPE_DEPTH) & 1). (The seed restarted phases at 0 per tile, which is right only
+    when every barrier completes an even number of phases per tile: K/64 a multiple of
+    2*PIPE_DEPTH. Carrying them removes that constraint: any K is fine.) Because the ring
+    is empty after the last slice, the first PIPE_DEPTH slices of the *next* tile are
+    requested before this tile's epilogue (into the stages after the last one used), and
+    the TMA store is waited for (read side only) just before Dsmem is rewritten, one tile
+    later.
     Why: v5 pays per tile for CTA launch, barrier init, the pipeline fill and a blocking
-      store wait, and its L2 reuse depends on the hardware's CTA order. Here those costs are
-      paid once per CTA and the fill overlaps the epilogue. The gain is small because v5's
-      second CTA per SM already hides most of them: measured on an H200 with the steps timed
-      in alternation, 4096^3 v5 713, v6 721 TFLOP/s (712 with L2_GROUP=8); 8192^3, where
-      every kernel is power-limited, v5 639, v6 651. What persistence really buys is a CTA
-      that lives for all its tiles, which v7 needs to give its warps long-running roles.
-      CTAS_PER_SM=2 keeps v5's two CTAs per SM (one CTA's wgmma drain is covered by the
-      other's wgmmas); with one CTA per SM and PIPE_DEPTH=4 this step ran at 506.
-    Barrier contract: see the comment at tma_bar.
-    Recorded (NVIDIA H200, `tirx-gemm bench`, results/nvidia-h200.jsonl, git 2a459d3):
-      4096^3 689 TFLOP/s (0.96x torch), 8192^3 654 (1.01x).
-    Constraints: M, N multiples of 128, K a multiple of 64, float16; PIPE_DEPTH >= 1 with
-      32 KB per stage plus 32 KB Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the
-      228 KB of one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); SM_COUNT, L2_GROUP >= 1 (the
-      runner passes the device's SM count as SM_COUNT).
-    Run: tirx-gemm run v6 --arch sm_90a
+    store wait, and its L2 reuse depends on the hardware's CTA order. Here those costs are
+    paid once per CTA and the fill overlaps the epilogue. The gain over v5 is small because
+    v5's second CTA per SM already hides most of them (compare v5 and v6 in the results
+    table); what persistence really buys is a CTA that lives for all its tiles, which v7
+    needs to give its warps long-running roles. CTAS_PER_SM=2 keeps v5's two CTAs per SM
+    (one CTA's wgmma drain is covered by the other's wgmmas); one CTA per SM with
+    PIPE_DEPTH=4 ran much slower.
+    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
+    Constraints: M, N multiples of 128; K a multiple of 64; PIPE_DEPTH >= 1 with 32 KB per
+    stage plus 32 KB Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the 228 KB of
+    one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); SM_COUNT, L2_GROUP >= 1 (the runner passes
+    the device's SM count as SM_COUNT); fp16.
+    Run: ``tirx-gemm run v6 --arch sm_90a --mnk 4096,4096,4096``.
     """
-    # --- tunables ---
     BLK_M, BLK_N, BLK_K = 128, 128, 64
-    M_BLOCKS = BLK_M // 64           # wgmma is m64: the warpgroup issues 2 per k16 slice
+    M_BLOCKS = BLK_M // 64            # wgmma is m64: the warpgroup issues 2 per k16 slice
     ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
-    A_STAGE_BYTES = tile_bytes(BLK_M, BLK_K)  # 16 KB: one stage of A; descriptors step by it
-    B_STAGE_BYTES = tile_bytes(BLK_N, BLK_K)
-
-    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
-    check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
-    check_positive_ints(SM_COUNT=SM_COUNT, CTAS_PER_SM=CTAS_PER_SM, L2_GROUP=L2_GROUP)
-    # the pool is meant to be resident all at once: CTAS_PER_SM of them must fit on an SM
-    check_ctas_fit_sm(CTAS_PER_SM, PIPE_DEPTH * (A_STAGE_BYTES + B_STAGE_BYTES)
-                      + tile_bytes(BLK_M, BLK_N) + SMEM_ALIGN)
-    NUM_CTAS = SM_COUNT * CTAS_PER_SM
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB: one stage of A; descriptors step by it
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     K_TILES = K // BLK_K
-    PREFETCH = min(PIPE_DEPTH, K_TILES)  # slices loaded before the K-loop starts
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
+    H.check_positive_ints(SM_COUNT=SM_COUNT, CTAS_PER_SM=CTAS_PER_SM, L2_GROUP=L2_GROUP)
+    # the pool is meant to be resident all at once: CTAS_PER_SM of them must fit on an SM
+    W.check_ctas_fit_sm(CTAS_PER_SM, PIPE_DEPTH * (A_STAGE_BYTES + B_STAGE_BYTES)
+                        + W.tile_bytes(BLK_M, BLK_N) + 1024)
+    NUM_CTAS = SM_COUNT * CTAS_PER_SM
 
-    A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
-    B_layout = swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
-    D_layout = swizzled_layout((BLK_M, BLK_N), dtype)
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
+    D_layout = H.swizzled_layout((BLK_M, BLK_N))
 
     @T.prim_func
-    def kernel(
-        A: T.Buffer((M, K), dtype),
-        B: T.Buffer((N, K), dtype),
-        D: T.Buffer((M, N), dtype),
-    ):
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
         T.device_entry()
         cta = T.cta_id([NUM_CTAS])  # a fixed pool, CTAS_PER_SM per SM: each walks many tiles
         wg_id = T.warpgroup_id([1])
@@ -108,26 +78,26 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, SM_COUNT=132, CTAS_PER_SM=2
         # --- allocate ---
         pool = T.SMEMPool()
         tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
         pool.commit()
-        acc = T.alloc_local((ACC_REGS,), ACC_DTYPE)
+        acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
         desc_a = T.alloc_local((1,), "uint64")
         desc_b = T.alloc_local((1,), "uint64")
 
         tid = T.meta_var(warp_id * 32 + lane_id)
-        # tma_bar[s]: thread 0 arrives once per load into stage s (arrive.expect_tx) and
-        # the TMA unit completes the bytes; all 128 threads wait. Initial phase 0, then one
-        # phase per use of stage s for the life of the CTA: `ring` counts uses across tiles,
-        # so no tile has to leave the barriers at the parity it found them in.
+        # tma_bar[s]: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
+        #   threads wait on it before their wgmma reads stage s; initial phase 0, then one
+        #   phase per use of stage s for the life of the CTA: `ring` counts uses across
+        #   tiles, so no tile has to leave the barriers at the parity it found them in
         if tid == 0:
-            init_mbarriers(tma_bar, PIPE_DEPTH, 1)
-        publish_mbarrier_init()
+            W.init_mbarriers(tma_bar, PIPE_DEPTH, 1)
+        W.publish_mbarrier_init()
 
-        encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))  # stage 0; desc_advance reaches stage s
-        encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+        W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))  # stage 0; desc_advance reaches stage s
+        W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
 
         # tiles in L2-friendly order: groups of L2_GROUP tile rows, column by column
         scheduler = ClusterPersistentScheduler2D(
@@ -141,10 +111,10 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, SM_COUNT=132, CTAS_PER_SM=2
         # --- load (prologue of the first tile): fill the ring before the first wait ---
         if tid == 0:
             if scheduler.valid():
-                for s in T.unroll(PREFETCH):
-                    tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B,
-                                   scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N, s * BLK_K,
-                                   BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
+                for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
+                    H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B,
+                                     scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N,
+                                     s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
 
         while scheduler.valid():
             # this tile's indices, kept: the scheduler moves on before this tile's epilogue
@@ -152,30 +122,29 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, SM_COUNT=132, CTAS_PER_SM=2
             n_tile: T.int32 = scheduler.n_idx
             m_st = T.meta_var(m_tile * BLK_M)
             n_st = T.meta_var(n_tile * BLK_N)
-            for k in T.serial(K_TILES, annotations=ROLLED):
-                wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase, "tma_bar", ring.stage,
-                              "all threads")
+            for k in T.serial(K_TILES, annotations=H.ROLLED):
+                H.wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase, "tma_bar",
+                                ring.stage, "all threads")
 
-                # --- compute: 4 k16 slices x 2 row blocks = 8 wgmmas, accumulate after k=0 ---
+                # --- compute: the first slice overwrites the accumulator, the rest add
                 T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
-                wgmma_tile(acc, desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES),
-                           desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES), k > 0,
-                           M_BLOCKS, BLK_N)
+                W.wgmma_tile(acc, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES),
+                             W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES), k > 0,
+                             M_BLOCKS, BLK_N)
                 T.ptx.wgmma.commit_group.sync.aligned()
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
                 # WAR on the stage: thread 0 refills it only after every warp has passed
-                # its wait_group, i.e. no wgmma still reads the old slice.
+                # its wait_group, i.e. no wgmma still reads the old slice
                 T.cuda.cta_sync()
 
-                # --- load: refill the stage just drained, PIPE_DEPTH slices ahead ---
+                # --- load: the wgmmas are done with this stage, refill it PIPE_DEPTH ahead
                 if tid == 0:
                     if k + PIPE_DEPTH < K_TILES:
-                        tma_load_tiles(Asmem[ring.stage, :, :],
-                                       Bsmem[ring.stage, :, :], A, B, m_st, n_st,
-                                       (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
-                                       tma_bar.ptr_to([ring.stage]))
+                        H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                         A, B, m_st, n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M,
+                                         BLK_N, BLK_K, tma_bar.ptr_to([ring.stage]))
                 ring.advance()  # flips the phase when the ring wraps
-            fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the last wait
+            W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the last wait
 
             # --- load (prologue of the next tile): the ring is empty now, so the next
             # tile's first slices load while this tile's epilogue runs. Possible only
@@ -183,23 +152,24 @@ def hgemm_v6(M, N, K, dtype="float16", PIPE_DEPTH=2, SM_COUNT=132, CTAS_PER_SM=2
             scheduler.next_tile()
             if tid == 0:
                 if scheduler.valid():
-                    for s in T.unroll(PREFETCH):
+                    for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
                         stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
-                        tma_load_tiles(Asmem[stage, :, :],
-                                       Bsmem[stage, :, :], A, B, scheduler.m_idx * BLK_M,
-                                       scheduler.n_idx * BLK_N, s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([stage]))
+                        H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B,
+                                         scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N,
+                                         s * BLK_K, BLK_M, BLK_N, BLK_K,
+                                         tma_bar.ptr_to([stage]))
 
-            # --- writeback: registers -> fp16 -> swizzled Dsmem -> TMA store ---
+            # --- writeback: registers -> Dsmem -> one TMA store -> GMEM ---
             if tid == 0:
                 # the previous tile's TMA store must have finished reading Dsmem
                 T.ptx.cp.async_.bulk.wait_group.read(0)
             T.cuda.cta_sync()
-            store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
+            W.store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
             T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
             T.cuda.cta_sync()                       # every thread's part of the tile is written
             if tid == 0:
                 # not waited for here: the store drains while the next tile computes
-                tma_store_tile(D[m_st : m_st + BLK_M, n_st : n_st + BLK_N], Dsmem[:, :])
+                W.tma_store_tile(D[m_st:m_st + BLK_M, n_st:n_st + BLK_N], Dsmem[:, :])
 
         # --- free: SMEM is released at exit, so the last store must have read it ---
         if tid == 0:
