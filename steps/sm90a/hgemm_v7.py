@@ -1,44 +1,22 @@
-"""sm_90a step 7: warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups.
+"""Step 7 (sm_90a): warp specialization -- a TMA producer and two wgmma consumer warpgroups.
 
-The step card is the docstring of the builder below.
+Lesson: in v6 one warpgroup loads, issues the wgmmas, waits, and then runs the
+epilogue: each unit idles while another works. Here each job gets its own warpgroup(s) and
+they talk only through mbarriers (full/empty per stage), so TMA and tensor cores overlap.
 """
-
+from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
-from tvm.script import tirx as T
 
-from tirx_gemm.helpers import (
-    ACC_DTYPE,
-    ROLLED,
-    check_pipe_depth,
-    check_positive_ints,
-    check_tiled_shape,
-    swizzled_layout,
-    tma_load_tiles,
-    wait_mbarrier,
-)
-from tirx_gemm.hopper import (
-    desc_advance,
-    DESC_M64_STEP,
-    encode_desc,
-    fence_operands,
-    init_mbarriers,
-    publish_mbarrier_init,
-    SMEM_ALIGN,
-    store_fragment,
-    tile_bytes,
-    tma_store_tile,
-    wgmma_tile,
-    WGMMA_M,
-)
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
 
 
-def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
-    """sm_90a step 7: warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups.
+def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
+             SM_COUNT: int = 132, L2_GROUP: int = 16):
+    """Step card -- v7, warp specialization.
 
-    Card
-    ----
-    What changed from v6: the CTA has three warpgroups with fixed roles instead of one
+    Changes from v6: the CTA has three warpgroups with fixed roles instead of one
       warpgroup doing everything in turn.
       * warpgroup 2, the producer: one thread keeps the SMEM ring full, PIPE_DEPTH slices
         ahead, across tile boundaries; setmaxnreg lowers the warpgroup to PRODUCER_REGS.
@@ -52,7 +30,7 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
       The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
       so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
       m64n256k16 does the work of two m64n128k16.
-    Scope / layout / dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
+    Scope / Layout / Dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
       issuers. Layout: 128x256 tile, 48 KB stages, full+empty barriers, Dsmem 128x256 kept
       as two contiguous 64-row halves (one TMA box each).
       Dispatch: producer/consumer overlap, wgmma kept asynchronous across K steps, setmaxnreg.
@@ -61,45 +39,37 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
       covers that. Here the producer never stalls a consumer, a consumer's next wgmmas are
       queued before the previous ones finish, and the two consumers share the tensor cores.
       This is the structure of CUTLASS's sm90 warp-specialized kernels and of fast.cu's
-      128x256 kernels. Measured on an H200: 4096^3 723-748 TFLOP/s (0.96-0.98x torch.matmul
-      timed alongside; v6 693-721), 8192^3 741-748 (1.00x; v6 699), or 655 vs torch 643 when
-      the GPU is power-limited. PIPE_DEPTH=2 ran at 447:
-      with 48 KB stages two slices do not cover the load latency. Small problems lose: at
-      1024x2048x512 there are 64 tiles of 128x256 for 132 SMs (172 TFLOP/s, v6 184).
-    Barrier contract: see the comments at tma2mma and mma2tma.
-    Recorded (NVIDIA H200, `tirx-gemm bench`, results/nvidia-h200.jsonl, git 2a459d3):
-      4096^3 715 TFLOP/s (0.98x torch), 8192^3 670 (1.02x).
+      128x256 kernels. PIPE_DEPTH=2 ran much slower on an H200: with 48 KB stages two
+      slices do not cover the load latency. Small problems lose to v6: at 1024x2048x512
+      there are 64 tiles of 128x256 for 132 SMs.
+    Contracts/Barriers: see the comments at tma2mma and mma2tma.
+    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
     Constraints: M a multiple of 128, N a multiple of 256, K a multiple of 64, float16;
       PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
       SM_COUNT >= 1 (the runner passes the device's SM count).
-    Run: tirx-gemm run v7 --arch sm_90a
+    Run: ``tirx-gemm run v7 --arch sm_90a --mnk 4096,4096,4096``.
     """
-    # --- tunables ---
     BLK_M, BLK_N, BLK_K = 128, 256, 64
-    NUM_CONSUMERS = BLK_M // WGMMA_M   # consumer warpgroups, 64 rows each
-    PRODUCER = NUM_CONSUMERS           # the producer is the last warpgroup
-    ACC_REGS = BLK_N // 2              # fp32 accumulators per consumer thread (128)
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M  # consumer warpgroups, 64 rows each
+    PRODUCER = NUM_CONSUMERS            # the producer is the last warpgroup
+    ACC_REGS = BLK_N // 2               # fp32 accumulators per consumer thread (128)
     PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
-    A_STAGE_BYTES = tile_bytes(BLK_M, BLK_K)  # 16 KB
-    B_STAGE_BYTES = tile_bytes(BLK_N, BLK_K)  # 32 KB
-
-    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
-    check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, tile_bytes(BLK_M, BLK_N))
-    check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB
     K_TILES = K // BLK_K
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
+    H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
 
-    A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
-    B_layout = swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
     # each consumer's 64 rows contiguous (64 x 256 = four 64x64 swizzled blocks), so that
     # its half is one dense TMA box; the default (128, 256) layout interleaves the halves
-    D_layout = swizzled_layout((NUM_CONSUMERS, WGMMA_M, BLK_N), dtype)
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, W.WGMMA_M, BLK_N))
 
     @T.prim_func
-    def kernel(
-        A: T.Buffer((M, K), dtype),
-        B: T.Buffer((N, K), dtype),
-        D: T.Buffer((M, N), dtype),
-    ):
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
         T.device_entry()
         cta = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
@@ -110,10 +80,10 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
         pool = T.SMEMPool()
         tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
@@ -126,9 +96,9 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
         #   fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                init_mbarriers(tma2mma, PIPE_DEPTH, 1)
-                init_mbarriers(mma2tma, PIPE_DEPTH, NUM_CONSUMERS)
-        publish_mbarrier_init()
+                W.init_mbarriers(tma2mma, PIPE_DEPTH, 1)
+                W.init_mbarriers(mma2tma, PIPE_DEPTH, NUM_CONSUMERS)
+        W.publish_mbarrier_init()
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
@@ -143,39 +113,39 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
                 while scheduler.valid():
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                    for k in T.serial(K_TILES, annotations=ROLLED):
-                        wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                      ring.stage, "producer")
-                        tma_load_tiles(Asmem[ring.stage, :, :],
-                                       Bsmem[ring.stage, :, :], A, B, m_st, n_st, k * BLK_K,
-                                       BLK_M, BLK_N, BLK_K, tma2mma.ptr_to([ring.stage]))
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
+                                        ring.stage, "producer")
+                        H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                         Bsmem[ring.stage, :, :], A, B, m_st, n_st, k * BLK_K,
+                                         BLK_M, BLK_N, BLK_K, tma2mma.ptr_to([ring.stage]))
                         ring.advance()
                     scheduler.next_tile()
 
         # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
         with WarpgroupRole(wg_id < NUM_CONSUMERS, True, regs=CONSUMER_REGS, increase=True):
             consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
-            acc = T.alloc_local((ACC_REGS,), ACC_DTYPE)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
             desc_a = T.alloc_local((1,), "uint64")
             desc_b = T.alloc_local((1,), "uint64")
-            encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
-            encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
             ring = PipelineState(PIPE_DEPTH, 0)
             held: T.int32 = 0  # stage of the slice whose wgmmas may still be running
             while scheduler.valid():
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                for k in T.serial(K_TILES, annotations=ROLLED):
-                    wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                  ring.stage, "consumer")
+                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
+                                    ring.stage, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16, accumulate after k=0 ---
                     T.ptx.wgmma.fence.sync.aligned()  # earlier reads/writes of acc come first
-                    wgmma_tile(acc,
-                               desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                               + T.Cast("uint64", consumer * DESC_M64_STEP),
-                               desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                               k > 0, 1, BLK_N)
+                    W.wgmma_tile(acc,
+                                 W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                 + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                 W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                 k > 0, 1, BLK_N)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     # slice k stays in flight; slice k-1 is done, so its stage goes back.
                     # One arrival per warpgroup suffices: a wgmma is one warpgroup-wide
@@ -190,21 +160,21 @@ def hgemm_v7(M, N, K, dtype="float16", PIPE_DEPTH=3, SM_COUNT=132, L2_GROUP=16):
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
                 if tid_in_wg == 0:
                     T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
-                fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the wait
+                W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
 
                 # --- writeback: this warpgroup's 64x256 half -> Dsmem -> one TMA store ---
-                row0 = T.meta_var(consumer * WGMMA_M)
+                row0 = T.meta_var(consumer * W.WGMMA_M)
                 if tid_in_wg == 0:
                     # our previous TMA store must have finished reading these Dsmem rows
                     T.ptx.cp.async_.bulk.wait_group.read(0)
                 # named barrier 1 or 2 (0 is the CTA-wide one): this warpgroup's 128 threads
                 T.cuda.warpgroup_sync(1 + consumer)
-                store_fragment(Dsmem, acc, row0, 0, warp_id, lane_id, 1, BLK_N)
+                W.store_fragment(Dsmem, acc, row0, 0, warp_id, lane_id, 1, BLK_N)
                 T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
                 T.cuda.warpgroup_sync(1 + consumer)
                 if tid_in_wg == 0:
-                    tma_store_tile(D[m_st + row0 : m_st + row0 + WGMMA_M, n_st : n_st + BLK_N],
-                                   Dsmem[row0 : row0 + WGMMA_M, :])
+                    W.tma_store_tile(D[m_st + row0 : m_st + row0 + W.WGMMA_M, n_st : n_st + BLK_N],
+                                     Dsmem[row0 : row0 + W.WGMMA_M, :])
                 scheduler.next_tile()
 
             # --- free: SMEM is released at exit, so the last store must have read it ---
