@@ -30,6 +30,7 @@ from tirx_gemm.records import (  # noqa: E402
     load_records,
     render_table,
     replace_between_markers,
+    update_readme,
 )
 
 
@@ -103,24 +104,21 @@ def main(argv=None) -> int:
     if not readme.is_file():
         print(f"{readme} does not exist", file=sys.stderr)
         return 2
-    text = readme.read_text(encoding="utf-8")
     try:
-        new = replace_between_markers(text, table)
-    except ValueError as e:
+        if args.check:
+            text = readme.read_text(encoding="utf-8")
+            if replace_between_markers(text, table) != text:
+                print(f"{readme} results table is stale: run python scripts/render_results.py",
+                      file=sys.stderr)
+                return 1
+            print(f"{readme} results table is up to date ({len(records)} records; {source})")
+        elif update_readme(readme, table):
+            print(f"updated {readme} from {len(records)} records ({source})")
+        else:
+            print(f"{readme} already up to date ({len(records)} records; {source})")
+    except ValueError as e:  # markers missing or broken
         print(f"{readme}: {e}", file=sys.stderr)
         return 2
-    if args.check:
-        if new != text:
-            print(f"{readme} results table is stale: run python scripts/render_results.py",
-                  file=sys.stderr)
-            return 1
-        print(f"{readme} results table is up to date ({len(records)} records; {source})")
-        return 0
-    if new != text:
-        readme.write_text(new, encoding="utf-8")
-        print(f"updated {readme} from {len(records)} records ({source})")
-    else:
-        print(f"{readme} already up to date ({len(records)} records; {source})")
     return 0
 
 

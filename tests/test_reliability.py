@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirx_gemm import bundle, registry, runner
+from tirx_gemm import bundle, launcher, registry, runner
 from tirx_gemm.build import BuildError, build, build_many, cache_key, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,14 +254,14 @@ def test_launch_of_a_hanging_kernel_reports_and_exits():
     report and leaves with os._exit (no cleanup can block on the GPU)."""
     code = textwrap.dedent("""
         import torch
-        from tirx_gemm import runner
+        from tirx_gemm import launcher, runner
         class NeverDone:
             def record(self): pass
             def query(self): return False
         torch.cuda.Event = NeverDone
         torch.cuda.synchronize = lambda: (_ for _ in ()).throw(AssertionError("blocked"))
-        runner.validate_inputs = lambda *a, **k: None
-        runner._check_capability = lambda *a, **k: None
+        launcher.validate_inputs = lambda *a, **k: None
+        launcher.check_capability = lambda *a, **k: None
         ops = [torch.zeros(s, dtype=torch.float16) for s in ((256, 512), (384, 512), (256, 384))]
         meta = {"step": "v4", "arch": "sm_90a", "M": 256, "N": 384, "K": 512}
         runner.launch(lambda *a: None, meta, *ops)
@@ -284,7 +284,7 @@ class _Exited(BaseException):  # like SystemExit: no "except Exception" may swal
 def guard(monkeypatch):
     """Fake GPU waits: os._exit raises _Exited(code); the limit is 0.05 s."""
     monkeypatch.setenv("TIRX_GEMM_KERNEL_TIMEOUT", "0.05")
-    monkeypatch.setattr(runner.os, "_exit", lambda code: (_ for _ in ()).throw(_Exited(code)))
+    monkeypatch.setattr(launcher.os, "_exit", lambda code: (_ for _ in ()).throw(_Exited(code)))
     synced = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
     return synced
@@ -294,7 +294,7 @@ def test_run_step_labels_every_wait_with_step_arch_and_shape(guard, monkeypatch,
     monkeypatch.setattr(torch.cuda, "Event", _NeverDone)
 
     def check_device(arch, device=None):  # the first wait of run_step happens after this
-        runner._synchronize("preparing inputs")
+        launcher.synchronize("preparing inputs")
 
     monkeypatch.setattr(runner, "check_device", check_device)
     meta = {"step": "v7", "arch": "sm_90a", "M": 4096, "N": 4096, "K": 4096}
@@ -303,7 +303,7 @@ def test_run_step_labels_every_wait_with_step_arch_and_shape(guard, monkeypatch,
     assert exc.value.args == (runner.HANG_EXIT_CODE,)
     assert capsys.readouterr().err.startswith(
         "v7@sm_90a 4096x4096x4096: no completion within 0.05 s (kernel hang)")
-    assert runner._launch_label is None, "the label is cleared after the step"
+    assert launcher._launch_label is None, "the label is cleared after the step"
     assert guard == [], "a hung kernel is never waited for without a limit"
 
 
@@ -317,8 +317,8 @@ def test_completed_wait_returns_and_surfaces_async_errors(guard, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", DoneAfterThree)
     meta = runner.BuildMeta("v2", "sm_90a", 128, 128, 256)
-    monkeypatch.setattr(runner, "validate_inputs", lambda *a, **k: None)
-    monkeypatch.setattr(runner, "_check_capability", lambda *a, **k: None)
+    monkeypatch.setattr(launcher, "validate_inputs", lambda *a, **k: None)
+    monkeypatch.setattr(launcher, "check_capability", lambda *a, **k: None)
     launched = []
     runner.launch(lambda *a: launched.append(a), meta, *_cpu_operands(128, 128, 256))
     assert launched and len(polls) == 3 and guard == [1]
@@ -332,7 +332,7 @@ def test_faulting_kernel_is_a_launch_error_not_a_hang(guard, monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", Faulted)
     with pytest.raises(runner.KernelLaunchError, match="v1@sm_90a 128x128x64 failed on the "
                                                        "GPU: CUDA error: unspecified launch"):
-        runner._synchronize("v1@sm_90a 128x128x64")
+        launcher.synchronize("v1@sm_90a 128x128x64")
 
 
 def test_bad_kernel_timeout_value(monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirx_gemm import runner
+from tirx_gemm import loader, runner
 from tirx_gemm.runner import (
     BuildMeta,
     DeviceMismatchError,
@@ -445,9 +445,9 @@ def test_load_kernel_loads_tvm_runtime_once_per_process(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tvm_ffi", fake_ffi)
     monkeypatch.delitem(sys.modules, "tvm", raising=False)
     monkeypatch.delenv(runner.RUNTIME_DIR_ENV, raising=False)
-    monkeypatch.setattr(runner, "_init_cuda_via_torch", lambda: None)
-    monkeypatch.setattr(runner.ctypes, "CDLL", lambda p, mode=0: dlopened.append(p) or p)
-    monkeypatch.setattr(runner, "_RUNTIME_LOADED", {"dir": None, "handles": []})
+    monkeypatch.setattr(loader, "_init_cuda_via_torch", lambda: None)
+    monkeypatch.setattr(loader.ctypes, "CDLL", lambda p, mode=0: dlopened.append(p) or p)
+    monkeypatch.setattr(loader, "_RUNTIME_LOADED", {"dir": None, "handles": []})
     f1 = runner.load_kernel(tmp_path / "b1" / "k.so")
     f2 = runner.load_kernel(tmp_path / "b2" / "k.so")
     assert f1.endswith("b1/k.so") and f2.endswith("b2/k.so")
@@ -458,7 +458,7 @@ def test_load_kernel_loads_tvm_runtime_once_per_process(tmp_path, monkeypatch):
 
 def test_find_runtime_dir_reports_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.delenv(runner.RUNTIME_DIR_ENV, raising=False)
-    monkeypatch.setattr(runner, "_tvm_package_lib_dir", lambda: None)
+    monkeypatch.setattr(loader, "tvm_package_lib_dir", lambda: None)
     with pytest.raises(RuntimeLibraryError) as ei:
         find_runtime_dir(tmp_path / "x.so")
     msg = str(ei.value)

@@ -14,15 +14,15 @@ terminal and in the headless CI run. Importing this module imports neither TVM n
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
-from tirx_gemm import records, registry
-from tirx_gemm.registry import KEY_SASS, Step
+from tirx_gemm import measure, plots, records, registry, tables
+from tirx_gemm.registry import Step
+from tirx_gemm.sass import KEY_SASS, SASS_GLOSSARY
 
 __all__ = [
     "Md",
@@ -86,16 +86,8 @@ class Png:
         return self.text
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
-    def cell(x) -> str:
-        return "—" if x is None or x == "" else str(x).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _shape(mnk) -> str:
-    return "x".join(str(int(x)) for x in mnk)
+_table = tables.markdown
+_shape = tables.shape
 
 
 def _kib(n) -> str:
@@ -267,25 +259,6 @@ def sass_compare(step_id: str) -> Md:
         text += "\n\n" + "; ".join(notes) + "."
     return Md(text)
 
-
-# SASS opcodes glossary, shown once in the overview
-SASS_GLOSSARY = {
-    "UTCHMMA": "tcgen05.mma: tensor-core MMA into TMEM (sm_100a)",
-    "UTCBAR": "tcgen05.commit: MMA completion -> mbarrier arrive (sm_100a)",
-    "LDTM": "tcgen05.ld: TMEM -> registers (sm_100a)",
-    "HGMMA": "wgmma.mma_async: warpgroup MMA, accumulator in registers (sm_90a)",
-    "UTMALDG": "TMA tile load GMEM -> SMEM",
-    "UTMASTG": "TMA tile store SMEM -> GMEM",
-    "LDG.E.128": "16-byte global load by a thread (thread copies)",
-    "STS.128": "16-byte shared store by a thread",
-    "STG.E.128": "16-byte global store by a thread",
-    "LDSM": "ldmatrix: shared -> registers",
-    "SYNCS.PHASECHK": "mbarrier try_wait on a phase parity",
-    "SYNCS.ARRIVE": "mbarrier arrive (incl. expect_tx)",
-    "USETMAXREG": "setmaxnreg: move registers between warpgroups",
-    "WARPGROUP.ARRIVE": "wgmma.fence: order register writes before wgmma",
-    "BAR.SYNC": "CTA or named barrier (bar.sync)",
-}
 
 _SKELETON = re.compile(
     r"__global__|\bfor \(|\bwhile \(|\bif \(|\belse\b|break;|mbarrier|setmaxnreg"
@@ -481,13 +454,10 @@ def simulation(step_id: str, *, live: bool | None = None) -> Md:
 def _device_for(arch: str):
     """(device info, None) if a GPU of this arch is here, else (None, why not)."""
     try:
-        from tirx_gemm import runner
+        from tirx_gemm import device
     except Exception as exc:  # noqa: BLE001 - no torch: nothing can run here
         return None, f"the run side cannot be imported ({type(exc).__name__}: {exc})"
-    try:
-        return runner.check_device(arch, query_smi=False), None
-    except runner.DeviceMismatchError as exc:
-        return None, str(exc)
+    return device.device_or_reason(arch, query_smi=False)
 
 
 def _record_rows(recs: Sequence[dict]) -> list[list]:
@@ -509,8 +479,8 @@ _RECORD_HEAD = ["step", "arch", "GPU", "M x N x K", "check", "rel. error", "TFLO
 
 def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
     """For each arch of the step: where a GPU of that arch is present, check and time the
-    step here at its canonical shape (``tirx_gemm.cli.measure_plan``: build or bundle ->
-    runner.run_step); where not, say why and show the recorded results with their GPU."""
+    step here at its canonical shape (``tirx_gemm.measure.measure_plan``: build or bundle
+    -> runner.run_step); where not, say why and show the recorded results with their GPU."""
     bundle = bundle or os.environ.get("TIRX_GEMM_BUNDLE") or None
     out = []
     for arch in registry.ARCHES:
@@ -520,9 +490,9 @@ def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
             continue
         dev, why = _device_for(arch)
         if dev is not None:
-            from tirx_gemm.cli import measure_plan
             log: list[str] = []
-            recs = measure_plan([(step, step.canonical)], bundle=bundle, log=log.append)
+            recs = measure.measure_plan([(step, step.canonical)], bundle=bundle,
+                                        log=log.append)
             out.append(f"**{arch}**: measured here on {dev['name']} (cc {dev['capability']}, "
                        f"{dev['sm_count']} SMs), canonical shape; not recorded "
                        "(`tirx-gemm run ... --record` appends to results/):\n\n"
@@ -541,86 +511,17 @@ def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
     return Md("\n\n".join(out))
 
 
-def _plot_data(highlight: str | None = None) -> list[dict]:
-    """One entry per registered (step, arch): the latest record at the canonical shape per
-    GPU, or a 'not measured' entry."""
-    latest = _all_latest()
-    data = []
-    for s in registry.STEPS:
-        recs = [r for r in latest if r["step"] == s.id and r["arch"] == s.arch
-                and (int(r["M"]), int(r["N"]), int(r["K"])) == tuple(s.canonical)]
-        if not recs:
-            why = (records.NO_SM100_GPU if s.arch == "sm_100a"
-                   and not any(r["arch"] == "sm_100a" for r in latest) else records.NOT_MEASURED)
-            data.append({"step": s.id, "arch": s.arch, "shape": s.canonical, "device": why,
-                         "tflops": None, "ratio": None, "verified": None,
-                         "highlight": s.id == highlight})
-        for r in recs:
-            data.append({"step": s.id, "arch": s.arch, "shape": s.canonical,
-                         "device": r["device"], "tflops": r.get("tflops"),
-                         "ratio": r.get("ratio_to_torch"), "verified": r.get("verified"),
-                         "highlight": s.id == highlight})
-    return data
-
-
-def _plot_text(data: list[dict]) -> str:
-    rows = [[d["step"] + (" <-" if d["highlight"] else ""), d["arch"], _shape(d["shape"]),
-             d["device"], None if d["tflops"] is None else f"{d['tflops']:.1f}",
-             None if d["ratio"] is None else f"{d['ratio']:.2f}x",
-             {True: "✓", False: "✗", None: ""}[d["verified"]]] for d in data]
-    return _table(["step", "arch", "M x N x K (canonical)", "GPU", "TFLOP/s", "x torch",
-                   "check"], rows)
-
-
 def plot_results(highlight: str | None = None):
     """Recorded TFLOP/s and ratio to torch of every step at its canonical shape, one bar per
-    (step, arch, GPU), ``highlight`` in a stronger colour. Rendered with matplotlib (Agg,
-    no display needed) when it is importable (the ``plot`` extra), else the same numbers as
-    a text table."""
-    data = _plot_data(highlight)
-    text = _plot_text(data)
+    (step, arch, GPU), ``highlight`` in a stronger colour (``tirx_gemm.plots``). A PNG when
+    matplotlib is importable (the ``plot`` extra), else the same numbers as a table."""
+    data = plots.canonical_data(_all_latest(), registry.STEPS, highlight)
+    text = plots.canonical_text(data)
     try:
-        from matplotlib.figure import Figure
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        return Png(plots.canonical_png(data, highlight), text)
     except ImportError:
         return Md("matplotlib is not installed (`pip install -e '.[plot]'`): the recorded "
                   "results as a table instead.\n\n" + text)
-
-    measured = [d for d in data if d["tflops"] is not None]
-    unmeasured = sorted({f"{d['arch']}: {d['device']}" for d in data if d["tflops"] is None
-                         and d["device"] == records.NO_SM100_GPU})
-    if highlight and not any(d["highlight"] for d in measured):
-        unmeasured.append(f"{highlight}: no recorded run at its canonical shape")
-    fig = Figure(figsize=(11, 4.2), dpi=100)
-    FigureCanvasAgg(fig)
-    ax1, ax2 = fig.subplots(1, 2)
-    labels = [f"{d['step']}\n{d['arch']}" for d in measured]
-    x = list(range(len(measured)))
-    colors = ["tab:orange" if d["highlight"] else "tab:blue" for d in measured]
-    if measured:
-        ax1.bar(x, [d["tflops"] for d in measured], color=colors)
-        ax1.set_yscale("log")
-        ax1.set_ylim(top=max(d["tflops"] for d in measured) * 8)  # room for the labels
-        for i, d in enumerate(measured):
-            ax1.annotate(f"{d['tflops']:.3g}\n{_shape(d['shape'])}", (i, d["tflops"]),
-                         ha="center", va="bottom", fontsize=7)
-        ratios = [d["ratio"] or 0.0 for d in measured]
-        ax2.bar(x, ratios, color=colors)
-        ax2.axhline(1.0, color="gray", lw=0.8, ls="--")
-        for i, v in enumerate(ratios):
-            ax2.annotate(f"{v:.2f}x", (i, v), ha="center", va="bottom", fontsize=7)
-    for ax, title in ((ax1, "TFLOP/s (log scale)"), (ax2, "ratio to torch.matmul (cuBLAS)")):
-        ax.set_xticks(x)
-        ax.set_xticklabels(labels, fontsize=8)
-        ax.set_title(title, fontsize=10)
-    devices = ", ".join(sorted({d["device"] for d in measured})) or "no GPU recorded"
-    fig.suptitle(f"Recorded results, each step at its canonical shape ({devices})", fontsize=11)
-    if unmeasured:
-        fig.text(0.5, 0.01, "; ".join(unmeasured), ha="center", fontsize=8, color="dimgray")
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return Png(buf.getvalue(), text)
 
 
 # --------------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from tirx_gemm import tables
+
 __all__ = [
     "BEGIN_MARKER",
     "END_MARKER",
@@ -142,11 +144,8 @@ def latest_by_key(records: Iterable[dict]) -> dict[tuple, dict]:
 # --------------------------------------------------------------------------------------
 # the README table
 # --------------------------------------------------------------------------------------
-def _cell_text(s) -> str:
-    return str(s).replace("|", "\\|").replace("\n", " ")
-
-
-def _shape_label(shape) -> str:
+def shape_label(shape) -> str:
+    """(4096, 4096, 4096) -> "4096³"; otherwise "M×N×K"."""
     M, N, K = shape
     if M == N == K:
         return f"{M}³"
@@ -155,7 +154,7 @@ def _shape_label(shape) -> str:
 
 def _fmt_cell(rec: dict | None) -> str:
     if rec is None:
-        return "—"
+        return tables.MISSING
     tf, ratio = rec.get("tflops"), rec.get("ratio_to_torch")
     perf = ""
     if tf is not None:
@@ -226,8 +225,8 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
     archs_measured = {r["arch"] for r in latest}
 
     header = ["step", "arch", "GPU", "simulated on CPU (NumSim)", "checked shapes"] + [
-        f"{_shape_label(s)} TFLOP/s (× torch)" for s in shapes]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        f"{shape_label(s)} TFLOP/s (× torch)" for s in shapes]
+    rows = []
     devices_used: dict[str, dict] = {}
     for step_id, arch, lesson in steps:
         recs = [r for r in latest if r["step"] == step_id and r["arch"] == arch]
@@ -235,9 +234,8 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         if not devices:
             why = NO_SM100_GPU if (arch == "sm_100a" and arch not in archs_measured) \
                 else NOT_MEASURED
-            row = [step_id, arch, why, _sim_cell(step_id, arch, sim_records), "—"] + \
-                ["—"] * len(shapes)
-            lines.append("| " + " | ".join(row) + " |")
+            rows.append([step_id, arch, why, _sim_cell(step_id, arch, sim_records), None]
+                        + [None] * len(shapes))
             continue
         for dev in devices:
             mine = [r for r in recs if r["device"] == dev]
@@ -250,10 +248,8 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
             ok = sum(1 for r in mine if r.get("verified"))
             checked = f"{ok}/{len(mine)} ✓" + (
                 "" if ok == len(mine) else f", {len(mine) - ok} ✗ failed check")
-            row = [step_id, arch, _cell_text(dev), _sim_cell(step_id, arch, sim_records),
-                   checked] + [
-                _fmt_cell(timed.get(s)) for s in shapes]
-            lines.append("| " + " | ".join(row) + " |")
+            rows.append([step_id, arch, dev, _sim_cell(step_id, arch, sim_records), checked]
+                        + [_fmt_cell(timed.get(s)) for s in shapes])
 
     notes = [
         "",
@@ -286,8 +282,8 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         ts = r.get("timestamp")
         if ts:
             bits.append(f"latest run {str(ts)[:10]}")
-        notes.append(f"- {_cell_text(dev)}: " + ", ".join(bits))
-    return "\n".join(lines + notes) + "\n"
+        notes.append(f"- {tables.cell(dev)}: " + ", ".join(bits))
+    return "\n".join([tables.markdown(header, rows)] + notes) + "\n"
 
 
 def replace_between_markers(text: str, table_md: str) -> str:

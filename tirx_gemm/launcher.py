@@ -1,0 +1,246 @@
+"""Launching a loaded kernel: build metadata, operand validation, and the host hang guard.
+
+:func:`launch` refuses operands that do not fit the build (shape, dtype, layout, device,
+compute capability) before the kernel runs; every wait for the GPU goes through
+:func:`synchronize`, which polls against a deadline (``TIRX_GEMM_KERNEL_TIMEOUT``) instead of
+blocking forever on a hung kernel. Imports torch, numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import time as _time
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from tirx_gemm.device import ARCH_CAPABILITY, check_capability
+from tirx_gemm.loader import load_kernel
+
+__all__ = [
+    "BuildMeta",
+    "KernelLaunchError",
+    "KERNEL_TIMEOUT_ENV",
+    "HANG_EXIT_CODE",
+    "kernel_timeout",
+    "label",
+    "hang_label",
+    "synchronize",
+    "validate_inputs",
+    "launch",
+    "KernelHandle",
+]
+
+
+class KernelLaunchError(RuntimeError):
+    """The kernel launch or its execution failed (surfaced when the host waits for it)."""
+
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BuildMeta:
+    """What a kernel was built for. Only step, arch, M, N, K are required."""
+
+    step: str
+    arch: str
+    M: int
+    N: int
+    K: int
+    tvm_version: str | None = None
+    git_sha: str | None = None
+    lesson: str | None = None
+    lib_path: str | None = None
+    kwargs: dict | None = None  # build-time tunables beyond the shape (e.g. pipeline depth)
+
+    @classmethod
+    def from_any(cls, meta: Any) -> "BuildMeta":
+        """Accept a BuildMeta, a mapping, or any object with the same attribute names."""
+        if isinstance(meta, BuildMeta):
+            return meta
+        fields = [f.name for f in dataclasses.fields(cls)]
+        if isinstance(meta, Mapping):
+            get = lambda name: meta.get(name)  # noqa: E731
+        else:
+            get = lambda name: getattr(meta, name, None)  # noqa: E731
+        values = {name: get(name) for name in fields}
+        missing = [name for name in ("step", "arch", "M", "N", "K") if values[name] is None]
+        if missing:
+            raise ValueError(f"build metadata lacks {', '.join(missing)}: got {meta!r}")
+        for name in ("M", "N", "K"):
+            v = values[name]
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+                raise ValueError(f"build metadata {name}={v!r} must be a positive int")
+            values[name] = int(v)
+        if values["arch"] not in ARCH_CAPABILITY:
+            raise ValueError(
+                f"build metadata arch={values['arch']!r} is not one of {sorted(ARCH_CAPABILITY)}"
+            )
+        if values["kwargs"] is not None:
+            values["kwargs"] = dict(values["kwargs"])
+        if values["lib_path"] is not None:
+            values["lib_path"] = str(values["lib_path"])
+        return cls(**values)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.M, self.N, self.K)
+
+
+
+def validate_inputs(A, B, D, M: int, N: int, K: int, *, require_cuda: bool = True) -> None:
+    """Refuse bad operands before any launch: the kernel would read or write out of bounds.
+
+    Checks in this order, each with its own message: torch.Tensor (TypeError); on CUDA
+    (ValueError; skipped with ``require_cuda=False``, which lets the remaining checks be
+    exercised on CPU); dtype float16 (TypeError); 2-D, shapes (M,K), (N,K), (M,N), contiguous,
+    16-byte aligned (ValueError); all on the same device (ValueError).
+    """
+    ops = (("A", A, (M, K)), ("B", B, (N, K)), ("D", D, (M, N)))
+    for name, t, _ in ops:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if require_cuda:
+        for name, t, _ in ops:
+            if t.device.type != "cuda":
+                raise ValueError(f"{name} is on {t.device}, must be a CUDA tensor")
+    for name, t, _ in ops:
+        if t.dtype != torch.float16:
+            raise TypeError(f"{name} has dtype {t.dtype}, must be torch.float16")
+    for name, t, shape in ops:
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D, got {t.dim()}-D with shape {tuple(t.shape)}")
+        if tuple(t.shape) != shape:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)}, expected {shape} for M,N,K={M},{N},{K} "
+                "(D = A @ B.T with A MxK, B NxK, D MxN)"
+            )
+        if not t.is_contiguous():
+            raise ValueError(f"{name} is not contiguous (strides {t.stride()}); pass "
+                             f"{name}.contiguous()")
+        if t.data_ptr() % 16 != 0:
+            raise ValueError(f"{name} data pointer is not 16-byte aligned (TMA and vector "
+                             "copies need it)")
+    devices = {str(t.device) for _, t, _ in ops}
+    if len(devices) != 1:
+        raise ValueError(f"A, B, D must be on one device, got {', '.join(sorted(devices))}")
+
+
+# Host-side hang guard. A kernel whose barrier wait never completes (a learner's wrong phase)
+# would freeze torch.cuda.synchronize() forever; every wait of this module instead polls a
+# CUDA event against a deadline. After a hang the CUDA context cannot be used or torn down
+# cleanly (the kernel still occupies the GPU), so the process reports it in one line and
+# leaves with os._exit, skipping interpreter cleanup that would block on the GPU.
+KERNEL_TIMEOUT_ENV = "TIRX_GEMM_KERNEL_TIMEOUT"
+KERNEL_TIMEOUT_S = 60.0  # the slowest wait here (warm-up at 8192^3) takes well under 1 s
+HANG_EXIT_CODE = 3
+_POLL_MAX_S = 0.01  # the poll interval grows to this: fast for short waits, cheap for long
+
+_launch_label: str | None = None  # "v4@sm_90a 4096x4096x4096" while run_step runs a step
+
+
+def kernel_timeout() -> float:
+    """Seconds the host waits for the GPU: ``TIRX_GEMM_KERNEL_TIMEOUT`` if set, else 60."""
+    text = os.environ.get(KERNEL_TIMEOUT_ENV)
+    if not text:
+        return KERNEL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ValueError(f"{KERNEL_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    return value
+
+
+def label(meta) -> str:
+    """What a hang report names: "v4@sm_90a 4096x4096x4096"."""
+    return f"{meta.step}@{meta.arch} {meta.M}x{meta.N}x{meta.K}"
+
+
+@contextlib.contextmanager
+def hang_label(text: str) -> Iterator[None]:
+    """Name ``text`` (label(meta)) in the hang report of every wait inside the block."""
+    global _launch_label
+    _launch_label = text
+    try:
+        yield
+    finally:
+        _launch_label = None
+
+
+def _hang(what: str, limit: float) -> None:
+    sys.stdout.flush()
+    print(f"{_launch_label or what}: no completion within {limit:g} s (kernel hang); "
+          f"exiting, the GPU context is unusable ({KERNEL_TIMEOUT_ENV} sets the limit, "
+          "--watchdog-ms builds name the stalled barrier)", file=sys.stderr, flush=True)
+    os._exit(HANG_EXIT_CODE)
+
+
+def synchronize(what: str, device=None) -> None:
+    """Wait for the work queued so far, at most kernel_timeout() seconds (then _hang)."""
+    if device is not None and torch.device(device).type != "cuda":
+        return  # CPU stand-ins (tests) have nothing to wait for
+    limit = kernel_timeout()
+    try:
+        done = torch.cuda.Event()
+        done.record()
+        deadline = _time.monotonic() + limit
+        pause = 1e-4
+        while not done.query():
+            if _time.monotonic() >= deadline:
+                _hang(what, limit)
+            _time.sleep(pause)
+            pause = min(2 * pause, _POLL_MAX_S)
+        torch.cuda.synchronize()  # returns at once now; raises a pending asynchronous error
+    except Exception as e:  # torch raises RuntimeError / torch.AcceleratorError
+        raise KernelLaunchError(f"{what} failed on the GPU: {e}") from e
+
+
+def launch(kernel, meta, A, B, D, *, sync: bool = True) -> None:
+    """Validate and launch ``kernel(A, B, D)`` built with ``meta`` (step, arch, M, N, K).
+
+    Refuses, before launching, inputs whose shapes differ from the built shape, bad operands
+    (see validate_inputs) and a GPU that does not fit the build's arch. With ``sync`` it waits
+    for the kernel and turns an asynchronous failure into KernelLaunchError.
+    """
+    m = BuildMeta.from_any(meta)
+    shapes = [tuple(getattr(t, "shape", ())) for t in (A, B, D)]
+    if shapes != [(m.M, m.K), (m.N, m.K), (m.M, m.N)]:
+        raise ValueError(
+            f"kernel {m.step}/{m.arch} built for M,N,K={m.M},{m.N},{m.K} but inputs are "
+            f"A {shapes[0]}, B {shapes[1]}, D {shapes[2]} (expected A {(m.M, m.K)}, "
+            f"B {(m.N, m.K)}, D {(m.M, m.N)})"
+        )
+    validate_inputs(A, B, D, m.M, m.N, m.K)
+    check_capability(m.arch, A.device)
+    try:
+        kernel(A, B, D)
+    except Exception as e:
+        raise KernelLaunchError(f"launching {m.step}/{m.arch} failed: {e}") from e
+    if sync:
+        synchronize(label(m))
+
+
+class KernelHandle:
+    """A loaded kernel with its build metadata; calling it validates, launches and syncs."""
+
+    def __init__(self, kernel, meta):
+        self.kernel = kernel
+        self.meta = BuildMeta.from_any(meta)
+
+    @classmethod
+    def load(cls, lib_path, meta) -> "KernelHandle":
+        return cls(load_kernel(lib_path), meta)
+
+    def __call__(self, A, B, D, *, sync: bool = True) -> None:
+        launch(self.kernel, self.meta, A, B, D, sync=sync)
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return f"KernelHandle({m.step}/{m.arch}, M,N,K={m.M},{m.N},{m.K})"
+
+
