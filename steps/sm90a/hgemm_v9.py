@@ -1,49 +1,22 @@
-"""sm_90a step 9: the epilogue overlaps the next tile's mainloop; a 4-stage ring.
+"""Step 9 (sm_90a): the epilogue of tile t runs while the wgmmas of tile t+1 do.
 
-The step card is the docstring of the builder below.
+Lesson: pack the finished accumulators to fp16 and let the next tile's first wgmmas
+(scale-d = 0) overwrite them at once; the packed tile is written with stmatrix and
+TMA-stored while those wgmmas run.
 """
-
+from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
-from tvm.script import tirx as T
 
-from tirx_gemm.helpers import (
-    ACC_DTYPE,
-    ROLLED,
-    check_multiple,
-    check_pipe_depth,
-    check_positive_ints,
-    check_tiled_shape,
-    swizzled_layout,
-    wait_mbarrier,
-)
-from tirx_gemm.hopper import (
-    CLUSTER_SIZE,
-    check_cluster_pool,
-    desc_advance,
-    DESC_M64_STEP,
-    encode_desc,
-    fence_operands,
-    init_mbarriers,
-    EPI_COLS,
-    pack_fragment,
-    publish_mbarrier_init_cluster,
-    release_stage_in_cluster,
-    SMEM_ALIGN,
-    store_packed_tile,
-    tile_bytes,
-    tma_load_multicast_b,
-    wgmma_tile,
-    WGMMA_M,
-)
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
 
 
-def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, SM_COUNT=132, L2_GROUP=8):
-    """sm_90a step 9: the epilogue of tile t runs while the wgmmas of tile t+1 do.
+def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
+             EPI_BUFS: int = 2, SM_COUNT: int = 132, L2_GROUP: int = 8):
+    """Step card -- v9, overlapped epilogue.
 
-    Card
-    ----
-    What changed from v8: in v8 a consumer warpgroup drains its last wgmma, converts and
+    Changes from v8: in v8 a consumer warpgroup drains its last wgmma, converts and
       stores 128 accumulators, syncs, issues the TMA store, and only then issues the next
       tile's first wgmma: the tensor cores idle for the whole epilogue, once per tile.
       Here the epilogue is split around the next tile's first wgmmas:
@@ -62,65 +35,60 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, SM_COUNT=132, L
         (32 KB), which makes room for a 4th 48 KB stage (PIPE_DEPTH=4, 224 KB in all):
         one more K step of loads in flight, which the lock-stepped CTA pair of v8 needs
         more than v7 did (a stage is refilled only when both CTAs are done with it).
-    Scope / layout / dispatch: layout (packed fp16 fragment, chunked staging tiles, 4
+    Scope / Layout / Dispatch: layout (packed fp16 fragment, chunked staging tiles, 4
       stages) and dispatch (epilogue issued between wgmma issue and wait); the cluster,
       barriers and roles are v8's.
     Why: v7/v8 lose the tensor cores for one epilogue per tile. At 4096^3 a 128x256 tile
       has 64 K steps of ~0.56 us each at the SM's peak rate (2*128*256*64 flop at
       ~7.5 TFLOP/s per SM), ~36 us in all; an epilogue of 1-2 us is 3-5% of that (half
       at 8192^3). Here it hides behind up to two K steps (~1.1 us) of queued wgmmas.
-      Not measured yet.
-    Barrier contract: see the comments at tma2mma and mma2tma (v8's, unchanged); the
+    Contracts/Barriers: see the comments at tma2mma and mma2tma (v8's, unchanged); the
       staging tiles are guarded by bulk-group waits and the named barrier of the owning
       warpgroup, see store_packed_tile.
     Constraints: M a multiple of 256, N a multiple of 256, K a multiple of 64, float16;
       1 <= EPI_BUFS <= 4 (BLK_N / 64 chunks); PIPE_DEPTH stages of 48 KB plus
       EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
       SM_COUNT even.
-    Run: tirx-gemm run v9 --arch sm_90a
+    Run: ``tirx-gemm run v9 --arch sm_90a --mnk 4096,4096,4096``.
     """
-    # --- tunables ---
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
-    NUM_CONSUMERS = BLK_M // WGMMA_M      # consumer warpgroups, 64 rows each
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M      # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread (128)
     PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
-    A_STAGE_BYTES = tile_bytes(BLK_M, BLK_K)  # 16 KB
-    B_STAGE_BYTES = tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
-    B_HALF = BLK_N // CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
+    B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
     PACKED_REGS = ACC_REGS // 2               # fp16x2 registers of a packed tile (64)
-    EPI_CHUNKS = BLK_N // EPI_COLS            # 64-column TMA-store chunks per tile (4)
+    EPI_CHUNKS = BLK_N // W.EPI_COLS            # 64-column TMA-store chunks per tile (4)
 
-    check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
     # the two CTAs of a cluster take vertically adjacent tiles: M in whole cluster tiles
-    check_multiple("M", M, "the cluster tile height CLUSTER_SIZE*BLK_M", CLUSTER_SIZE * BLK_M)
-    check_positive_ints(EPI_BUFS=EPI_BUFS)
+    H.check_multiple("M", M, "the cluster tile height W.CLUSTER_SIZE*BLK_M", W.CLUSTER_SIZE * BLK_M)
+    H.check_positive_ints(EPI_BUFS=EPI_BUFS)
     if EPI_BUFS > EPI_CHUNKS:
         raise ValueError(f"EPI_BUFS={EPI_BUFS} is more than the {EPI_CHUNKS} 64-column "
                          f"chunks of a {BLK_N}-column tile: extra staging tiles stay unused")
-    check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
-                     NUM_CONSUMERS * EPI_BUFS * tile_bytes(WGMMA_M, EPI_COLS))
-    check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
-    check_cluster_pool(SM_COUNT)
+    H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
+                       NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS))
+    H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    W.check_cluster_pool(SM_COUNT)
     K_TILES = K // BLK_K
-    NUM_CLUSTERS = SM_COUNT // CLUSTER_SIZE
+    NUM_CLUSTERS = SM_COUNT // W.CLUSTER_SIZE
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = min(1, K_TILES - 1)
 
-    A_layout = swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
-    B_layout = swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
     # per consumer EPI_BUFS staging tiles of 64x64 (one TMA-store box each)
-    D_layout = swizzled_layout((NUM_CONSUMERS, EPI_BUFS, WGMMA_M, EPI_COLS), dtype)
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS))
 
     @T.prim_func
-    def kernel(
-        A: T.Buffer((M, K), dtype),
-        B: T.Buffer((N, K), dtype),
-        D: T.Buffer((M, N), dtype),
-    ):
+    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
+               D: T.Buffer((M, N), "float16")):
         T.device_entry()
         cta = T.cta_id([SM_COUNT])
-        rank, _unused = T.cta_id_in_cluster([CLUSTER_SIZE, 1])  # this CTA's place in the pair
+        rank, _unused = T.cta_id_in_cluster([W.CLUSTER_SIZE, 1])  # this CTA's place in the pair
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -129,10 +97,11 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, SM_COUNT=132, L
         pool = T.SMEMPool()
         tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        pool.move_base_to(SMEM_ALIGN)  # tiles start on a 128B-swizzle atom (1024 B) boundary
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, WGMMA_M, EPI_COLS), dtype, layout=D_layout)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
+        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), "float16",
+                            layout=D_layout)
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
@@ -141,90 +110,90 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, SM_COUNT=132, L
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
         #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
         # mma2tma[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
-        #   (CLUSTER_SIZE * NUM_CONSUMERS = 4 arrivals, two of them remote) once its wgmmas
+        #   (W.CLUSTER_SIZE * NUM_CONSUMERS = 4 arrivals, two of them remote) once its wgmmas
         #   have finished reading stage s; this CTA's producer waits before refilling it
         #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
         #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                init_mbarriers(tma2mma, PIPE_DEPTH, 1)
-                init_mbarriers(mma2tma, PIPE_DEPTH, CLUSTER_SIZE * NUM_CONSUMERS)
+                W.init_mbarriers(tma2mma, PIPE_DEPTH, 1)
+                W.init_mbarriers(mma2tma, PIPE_DEPTH, W.CLUSTER_SIZE * NUM_CONSUMERS)
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
-        publish_mbarrier_init_cluster()
+        W.publish_mbarrier_init_cluster()
 
         # every role of both CTAs walks the same cluster-tile sequence
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // (CLUSTER_SIZE * BLK_M), num_n_tiles=N // BLK_N,
+            "ts", num_m_tiles=M // (W.CLUSTER_SIZE * BLK_M), num_n_tiles=N // BLK_N,
             num_clusters=NUM_CLUSTERS, l2_group_size=L2_GROUP)
-        scheduler.init(cta // CLUSTER_SIZE)
+        scheduler.init(cta // W.CLUSTER_SIZE)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
             # --- load (producer): own A rows, own half of B multicast to both CTAs ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
-                    m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
+                    m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                    for k in T.serial(K_TILES, annotations=ROLLED):
-                        wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                      ring.stage, "producer")
-                        tma_load_multicast_b(Asmem[ring.stage, :, :],
-                                             Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
-                                             A, B, m_st, n_st + rank * B_HALF, k * BLK_K,
-                                             BLK_M, B_HALF, BLK_K, BLK_N,
-                                             tma2mma.ptr_to([ring.stage]))
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
+                                        ring.stage, "producer")
+                        W.tma_load_multicast_b(Asmem[ring.stage, :, :],
+                                               Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
+                                               A, B, m_st, n_st + rank * B_HALF, k * BLK_K,
+                                               BLK_M, B_HALF, BLK_K, BLK_N,
+                                               tma2mma.ptr_to([ring.stage]))
                         ring.advance()
                     scheduler.next_tile()
 
         # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
         with WarpgroupRole(wg_id < NUM_CONSUMERS, True, regs=CONSUMER_REGS, increase=True):
             consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
-            row0 = T.meta_var(consumer * WGMMA_M)
-            acc = T.alloc_local((ACC_REGS,), ACC_DTYPE)
+            row0 = T.meta_var(consumer * W.WGMMA_M)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
             packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, fp16x2
             desc_a = T.alloc_local((1,), "uint64")
             desc_b = T.alloc_local((1,), "uint64")
-            encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
-            encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
             ring = PipelineState(PIPE_DEPTH, 0)
             held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
             pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
             prev_m: T.int32 = 0    # where that tile goes
             prev_n: T.int32 = 0
             while scheduler.valid():
-                m_st = T.meta_var((scheduler.m_idx * CLUSTER_SIZE + rank) * BLK_M)
+                m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                for k in T.serial(K_TILES, annotations=ROLLED):
-                    wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                  ring.stage, "consumer")
+                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
+                                    ring.stage, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16; k=0 overwrites (scale-d 0) ---
                     T.ptx.wgmma.fence.sync.aligned()
-                    wgmma_tile(acc,
-                               desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                               + T.Cast("uint64", consumer * DESC_M64_STEP),
-                               desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                               k > 0, 1, BLK_N)
+                    W.wgmma_tile(acc,
+                                 W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                 + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                 W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                 k > 0, 1, BLK_N)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if k == EPI_AT:
                         if pending == 1:
                             # --- writeback of the previous tile, behind the queued wgmmas
                             # (they write acc; the epilogue reads only `packed`) ---
-                            store_packed_tile(D, Dstage, consumer, packed, prev_m + row0,
-                                              prev_n, BLK_N, EPI_BUFS, warp_id, lane_id,
-                                              tid_in_wg, 1 + consumer)
+                            W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0,
+                                                prev_n, BLK_N, EPI_BUFS, warp_id, lane_id,
+                                                tid_in_wg, 1 + consumer)
                             pending = 0
                     # slice k-1 is done: its stage goes back to the producers of both CTAs
                     T.ptx.wgmma.wait_group.sync.aligned(1)
                     if k > 0:
-                        release_stage_in_cluster(mma2tma, held, tid_in_wg)
+                        W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
-                release_stage_in_cluster(mma2tma, held, tid_in_wg)
-                fence_operands(acc, ACC_REGS)  # acc is final; keep its reads below the wait
+                W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
+                W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
                 # free the accumulators for the next tile's wgmmas: fp32 -> fp16x2
-                pack_fragment(packed, acc, PACKED_REGS)
+                W.pack_fragment(packed, acc, PACKED_REGS)
                 pending = 1
                 prev_m = m_st
                 prev_n = n_st
@@ -232,8 +201,8 @@ def hgemm_v9(M, N, K, dtype="float16", PIPE_DEPTH=4, EPI_BUFS=2, SM_COUNT=132, L
 
             # --- writeback of the last tile, then every store must have completed ---
             if pending == 1:
-                store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, BLK_N,
-                                  EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
+                W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, BLK_N,
+                                    EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
             if tid_in_wg == 0:
                 T.ptx.cp.async_.bulk.wait_group(0)
 
