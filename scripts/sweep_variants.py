@@ -22,7 +22,7 @@ from pathlib import Path
 
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
 NUM_SMS = 132  # the H200
-# (step, builder keywords beyond num_sms, watchdog_ms)
+# (step, builder keywords beyond SM_COUNT, watchdog_ms)
 VARIANTS = (
     ("v7", {}, None),
     ("v7", {"L2_GROUP": 8}, None),
@@ -57,7 +57,7 @@ def export(out: Path) -> int:
 
 
 def _label(e: dict) -> str:
-    kw = {k: v for k, v in e["kwargs"].items() if k != "num_sms"}
+    kw = {k: v for k, v in e["kwargs"].items() if k != "SM_COUNT"}
     text = " ".join(f"{k}={v}" for k, v in kw.items()) or "default"
     return text + (f" wd{e['watchdog_ms']}" if e.get("watchdog_ms") else "")
 
@@ -108,7 +108,12 @@ def main(argv=None) -> int:
     r.add_argument("--passes", type=int, default=2)
     args = ap.parse_args(argv)
     if args.cmd == "export":
-        return export(Path(args.out))
+        from tirx_gemm.build import BuildError
+        try:
+            return export(Path(args.out))
+        except (ValueError, BuildError) as e:
+            print(f"sweep_variants: error: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
     if args.passes < 1:
         print("sweep_variants: error: --passes must be >= 1", file=sys.stderr)
         return 2
