@@ -6,7 +6,6 @@ fake CUDA events: there is no GPU here); user mistakes end in one line before an
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +17,10 @@ import pytest
 import torch
 
 from tirx_gemm import bundle, launcher, registry, runner
-from tirx_gemm.build import BuildError, build, build_many, cache_key, run_tool
+from tirx_gemm.build import BuildError, build, build_many, cache_key, find_tool, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
-NVCC = shutil.which("nvcc")
+NVCC = find_tool("nvcc")  # the real one (the wheel's, unless TIRX_GEMM_SYSTEM_CUDA=1)
 STEP = registry.get("v3", "sm_90a")
 SHAPE = (256, 384, 512)
 SHAPE_ARGS = ("v3", "--arch", "sm_90a", "--mnk", ",".join(map(str, SHAPE)))
@@ -77,6 +76,13 @@ def _fake_nvcc(tmp_path: Path, *, hang_version: bool) -> Path:
 
 def _path_with(bin_dir: Path) -> str:
     return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+def _fake_env(bin_dir: Path) -> dict:
+    """PATH with the fake nvcc first, in the system-CUDA mode that takes nvcc from PATH (by
+    default nvcc comes from the nvidia-cuda-nvcc wheel, whatever PATH says)."""
+    return {"PATH": _path_with(bin_dir), "TIRX_GEMM_SYSTEM_CUDA": "1", "CUDA_HOME": "",
+            "CUDA_PATH": ""}
 
 
 # --------------------------------------------------------------------------------------
@@ -159,7 +165,7 @@ def test_interrupted_build_leaves_no_folder_and_no_process(cache, tmp_path, sig,
         [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, "
          "signal.default_int_handler); from tirx_gemm.cli import main; sys.exit(main())",
          "build", *SHAPE_ARGS],
-        cwd=ROOT, env={**os.environ, "PATH": _path_with(bin_dir)},
+        cwd=ROOT, env={**os.environ, **_fake_env(bin_dir)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid_file = tmp_path / "nvcc.pid"
     _wait_for(pid_file, proc)
@@ -174,7 +180,7 @@ def test_interrupted_build_leaves_no_folder_and_no_process(cache, tmp_path, sig,
 def test_killed_build_does_not_poison_the_next(cache, tmp_path):
     bin_dir = _fake_nvcc(tmp_path, hang_version=False)
     proc = subprocess.Popen([sys.executable, "-m", "tirx_gemm.cli", "build", *SHAPE_ARGS],
-                            cwd=ROOT, env={**os.environ, "PATH": _path_with(bin_dir)},
+                            cwd=ROOT, env={**os.environ, **_fake_env(bin_dir)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pid_file = tmp_path / "nvcc.pid"
     _wait_for(pid_file, proc)
@@ -195,7 +201,7 @@ def test_killed_build_does_not_poison_the_next(cache, tmp_path):
 # --------------------------------------------------------------------------------------
 def test_hung_nvcc_compile_is_a_one_line_error(cache, tmp_path):
     bin_dir = _fake_nvcc(tmp_path, hang_version=False)
-    out = cli("build", *SHAPE_ARGS, env={"PATH": _path_with(bin_dir),
+    out = cli("build", *SHAPE_ARGS, env={**_fake_env(bin_dir),
                                          "TIRX_GEMM_TOOL_TIMEOUT": "1"})
     _one_line_error(out, "nvcc did not finish within 1 s (TIRX_GEMM_TOOL_TIMEOUT")
     assert _entries(cache) == []
@@ -204,7 +210,7 @@ def test_hung_nvcc_compile_is_a_one_line_error(cache, tmp_path):
 
 def test_hung_nvcc_version_probe_is_a_one_line_error(cache, tmp_path):
     bin_dir = _fake_nvcc(tmp_path, hang_version=True)
-    out = cli("build", *SHAPE_ARGS, env={"PATH": _path_with(bin_dir),
+    out = cli("build", *SHAPE_ARGS, env={**_fake_env(bin_dir),
                                          "TIRX_GEMM_TOOL_TIMEOUT": "1"})
     _one_line_error(out, "nvcc --version did not finish within 1 s")
 
@@ -229,7 +235,9 @@ def test_bad_tool_timeout_value(monkeypatch):
 def test_missing_nvcc_is_one_line(cache, tmp_path):
     bin_dir = tmp_path / "empty"
     bin_dir.mkdir()
-    out = cli("build", *SHAPE_ARGS, env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+    out = cli("build", *SHAPE_ARGS, env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin",
+                                         "TIRX_GEMM_SYSTEM_CUDA": "1", "CUDA_HOME": "",
+                                         "CUDA_PATH": ""})
     _one_line_error(out, "nvcc not found on PATH")
 
 
