@@ -24,8 +24,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-readme", action="store_true", help="do not re-render README/plot")
     args = ap.parse_args(argv)
 
-    from tirx_gemm import cli
-    arch, why = cli._gpu_arch()
+    from tirx_gemm import cli, device
+    arch, why = device.gpu_arch()
     if arch is None:
         print(f"cannot benchmark: {why}", file=sys.stderr)
         return 2

@@ -19,9 +19,10 @@ import time
 import traceback
 from pathlib import Path
 
-from tirx_gemm import registry
-
-TABLE_SASS = ("UTCHMMA", "HGMMA", "UTMALDG", "UTMASTG", "LDG.E.128", "STS.128", "USETMAXREG")
+from tirx_gemm import registry, tables
+from tirx_gemm.measure import kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
+from tirx_gemm.regress import DEFAULT_TOLERANCE
+from tirx_gemm.sass import HEADLINE_SASS
 
 
 DEBUG_ENV = "TIRX_GEMM_DEBUG"
@@ -116,17 +117,20 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _table_row(r) -> str:
+BUILD_HEAD = ("step", "arch", "M x N x K", "build", "regs", "smem", "spills", "key SASS")
+BUILD_ALIGN = "<<<>>>><"
+
+
+def _build_row(r) -> list:
     sass = r.key_sass()
-    keys = " ".join(f"{k}x{sass[k]}" for k in TABLE_SASS if k in sass)
+    keys = " ".join(f"{k}x{sass[k]}" for k in HEADLINE_SASS if k in sass)
     t = "cached" if r.cached else f"{r.times.get('total', 0):.1f}s"
-    shape = f"{r.M}x{r.N}x{r.K}"
-    return (f"{r.step:4} {r.arch:8} {shape:16} {t:>7} {r.registers or '?':>5} "
-            f"{_fmt_bytes(r.smem_bytes):>7} {r.spill_stores + r.spill_loads:>6}  {keys}")
+    return [r.step, r.arch, tables.shape((r.M, r.N, r.K)), t, r.registers or "?",
+            _fmt_bytes(r.smem_bytes), r.spill_stores + r.spill_loads, keys]
 
 
-TABLE_HEAD = (f"{'step':4} {'arch':8} {'M x N x K':16} {'build':>7} {'regs':>5} {'smem':>7} "
-              f"{'spills':>6}  key SASS")
+def _build_table(rows) -> str:
+    return tables.text(BUILD_HEAD, rows, BUILD_ALIGN)
 
 
 def cmd_build(args) -> int:
@@ -147,14 +151,11 @@ def cmd_build(args) -> int:
                          watchdog_ms=args.watchdog_ms)
     if show_progress:
         print(file=sys.stderr)
-    print(TABLE_HEAD)
-    failed = 0
-    for (step, mnk, _), r in zip(reqs, results):
-        if isinstance(r, Exception):
-            failed += 1
-            print(f"{step.id:4} {step.arch:8} {'x'.join(map(str, mnk)):16} FAILED: {r}")
-        else:
-            print(_table_row(r))
+    rows = [[step.id, step.arch, tables.shape(mnk), f"FAILED: {r}"]
+            if isinstance(r, Exception) else _build_row(r)
+            for (step, mnk, _), r in zip(reqs, results)]
+    failed = sum(isinstance(r, Exception) for r in results)
+    print(_build_table(rows))
     print(f"\n{len(reqs) - failed}/{len(reqs)} built in {time.perf_counter() - t0:.1f}s "
           f"(cache: {_cache_note()})")
     if any(s.arch == "sm_100a" for s in steps):
@@ -216,33 +217,10 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _kernel_for(step, mnk, bundle_dir=None, show_build=True, sm_count=None, watchdog_ms=None):
-    """(library path, build metadata) from a bundle, or built here (persistent steps sized
-    to ``sm_count`` SMs when given: the GPU they will run on)."""
-    if bundle_dir:
-        from tirx_gemm import bundle
-        entry = dict(bundle.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms))
-        entry.setdefault("lesson", step.lesson)
-        return Path(bundle_dir) / entry["lib"], entry
-    from tirx_gemm import runner
-    from tirx_gemm.build import build
-    r = build(step.id, *mnk, arch=step.arch, watchdog_ms=watchdog_ms,
-              **step.with_sm_count(sm_count))
-    if show_build:
-        print(TABLE_HEAD)
-        print(_table_row(r))
-    return r.lib_path, {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
-                        "kwargs": r.kwargs, "tvm_version": r.tvm_version,
-                        "lesson": step.lesson, "git_sha": runner.git_sha()}
-
-
 def _device_or_reason(arch):
-    from tirx_gemm import runner
-    runner.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
-    try:
-        return runner.check_device(arch), None
-    except runner.DeviceMismatchError as exc:
-        return None, str(exc)
+    from tirx_gemm import device, launcher
+    launcher.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
+    return device.device_or_reason(arch)
 
 
 def _cannot_run(what: str, arch: str, why: str) -> int:
@@ -258,9 +236,11 @@ def cmd_run(args) -> int:
     mnk = tuple(args.mnk or step.canonical)
     device, why = _device_or_reason(step.arch)
     # build (or find in the bundle) even without a GPU, so the compile side is shown/checked
-    lib, meta = _kernel_for(step, mnk, args.bundle,
-                            sm_count=device["sm_count"] if device else None,
-                            watchdog_ms=args.watchdog_ms)
+    lib, meta, built = kernel_for(step, mnk, args.bundle,
+                                  sm_count=device["sm_count"] if device else None,
+                                  watchdog_ms=args.watchdog_ms)
+    if built is not None:
+        print(_build_table([_build_row(built)]))
     if device is None:
         return _cannot_run(step.key, step.arch, why)
     from tirx_gemm import runner
@@ -273,40 +253,16 @@ def cmd_run(args) -> int:
     return 0 if rec.get("verified") else 1
 
 
-BENCH_HEAD = (f"{'step':4} {'arch':7} {'M x N x K':16} {'check':6} {'rel err':>8} {'ms':>8} "
-              f"{'TFLOP/s':>8} {'torch':>8} {'ratio':>6}")
+BENCH_HEAD = ("step", "arch", "M x N x K", "check", "rel err", "ms", "TFLOP/s", "torch",
+              "ratio")
 
 
-def _bench_row(rec) -> str:
-    def f(v, fmt):
-        return format(v, fmt) if isinstance(v, (int, float)) else "-"
-    shape = f"{rec['M']}x{rec['N']}x{rec['K']}"
-    return (f"{rec['step']:4} {rec['arch']:7} {shape:16} {'ok' if rec['verified'] else 'FAIL':6} "
-            f"{f(rec.get('rel_err'), '.1e'):>8} {f(rec.get('median_ms'), '.3f'):>8} "
-            f"{f(rec.get('tflops'), '.1f'):>8} {f(rec.get('torch_tflops'), '.1f'):>8} "
-            f"{f(rec.get('ratio_to_torch'), '.3f'):>6}")
-
-
-def measure_plan(plan, *, bundle=None, check_only=False, log=print, watchdog_ms=None):
-    """Check (and time) every (step, shape) of the plan; returns the records in order.
-    Kernels built here size persistent steps to this GPU's SM count."""
-    from tirx_gemm import runner
-    recs = []
-    for i, (step, mnk) in enumerate(plan, 1):
-        log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}")
-        sm_count = None if bundle else runner.check_device(step.arch, query_smi=False)["sm_count"]
-        lib, meta = _kernel_for(step, mnk, bundle, show_build=False, sm_count=sm_count,
-                                watchdog_ms=watchdog_ms)
-        kernel = runner.load_kernel(str(lib))
-        recs.append(runner.run_step(kernel, meta, check=True, time=not check_only,
-                                    git_sha=meta.get("git_sha"), log=lambda m: log("    " + m)))
-    return recs
-
-
-def _plan(steps, shapes):
-    from tirx_gemm import bundle as bundle_mod
-    return [(s, mnk) for s in steps for mnk in (
-        bundle_mod.shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
+def _bench_row(rec) -> list:
+    f = tables.fmt
+    return [rec["step"], rec["arch"], tables.shape((rec["M"], rec["N"], rec["K"])),
+            "ok" if rec["verified"] else "FAIL", f(rec.get("rel_err"), ".1e"),
+            f(rec.get("median_ms"), ".3f"), f(rec.get("tflops"), ".1f"),
+            f(rec.get("torch_tflops"), ".1f"), f(rec.get("ratio_to_torch"), ".3f")]
 
 
 def _progress_log(args):
@@ -324,9 +280,7 @@ def cmd_bench(args) -> int:
     recs = measure_plan(_plan(steps, args.mnk and [args.mnk] or args.shapes),
                         bundle=args.bundle, check_only=args.no_time, log=_progress_log(args),
                         watchdog_ms=args.watchdog_ms)
-    print("\n" + BENCH_HEAD)
-    for rec in recs:
-        print(_bench_row(rec))
+    print("\n" + tables.text(BENCH_HEAD, [_bench_row(r) for r in recs], "<<<<>>>>>"))
     print(f"device: {device['name']} (cc {device['capability']}, {device['sm_count']} SMs)")
     if args.record:
         from tirx_gemm import records
@@ -336,27 +290,13 @@ def cmd_bench(args) -> int:
     return 0 if all(r["verified"] for r in recs) else 1
 
 
-def _gpu_arch() -> tuple[str | None, str]:
-    """The registered arch of the GPU present, or None and why."""
-    import torch
-    from tirx_gemm import runner
-    if not torch.cuda.is_available():
-        return None, f"no CUDA GPU visible (torch {torch.__version__})"
-    cap = torch.cuda.get_device_capability()
-    for arch in registry.ARCHES:
-        if runner.capability_matches(arch, cap):
-            return arch, ""
-    return None, (f"this GPU ({torch.cuda.get_device_name()}) is compute capability "
-                  f"{cap[0]}.{cap[1]}; the steps need 9.0 (sm_90a) or 10.x (sm_100a)")
-
-
 def cmd_regress(args) -> int:
     from tirx_gemm import regress
     if args.cpu:
         return _regress_cpu(args)
-    from tirx_gemm import runner
-    runner.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
-    arch, why = _gpu_arch()
+    from tirx_gemm import device, launcher
+    launcher.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
+    arch, why = device.gpu_arch()
     if arch is None:
         print(f"cannot run the GPU regression: {why}\n(the CPU-level check is "
               "`tirx-gemm regress --cpu`)", file=sys.stderr)
@@ -513,8 +453,8 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--update", action="store_true", help="--cpu: rewrite the expectations")
     sp.add_argument("--expectations", default=str(Path("results") / "expectations" / "build.json"))
     sp.add_argument("--bundle", help="GPU: run from an exported bundle")
-    sp.add_argument("--tolerance", type=_fraction, default=0.15,
-                    help="GPU: allowed drop below baseline TFLOP/s (default 0.15)")
+    sp.add_argument("--tolerance", type=_fraction, default=DEFAULT_TOLERANCE,
+                    help=f"GPU: allowed drop below baseline TFLOP/s (default {DEFAULT_TOLERANCE})")
     sp.add_argument("--baseline", help="GPU: baseline file (default results/baselines/<device>.json)")
     sp.add_argument("--update-baseline", action="store_true",
                     help="GPU: rewrite the baseline from this run (only if all steps pass)")
@@ -551,13 +491,14 @@ def main(argv=None) -> int:
 
 
 def _runner_errors() -> tuple:
-    """The runner's errors a user meets (no GPU of the arch, no runtime libraries, a kernel
-    that faulted); only evaluated once an exception is being matched, and only if the
-    runner (which imports torch) was loaded, since only then can they occur."""
-    runner = sys.modules.get("tirx_gemm.runner")
-    if runner is None:
-        return ()
-    return (runner.DeviceMismatchError, runner.RuntimeLibraryError, runner.KernelLaunchError)
+    """The run side's errors a user meets (no GPU of the arch, no runtime libraries, a
+    kernel that faulted); only evaluated once an exception is being matched, and only from
+    the run-side modules (which import torch) already loaded, since only then can they
+    occur."""
+    found = [(sys.modules.get(f"tirx_gemm.{mod}"), name) for mod, name in (
+        ("device", "DeviceMismatchError"), ("loader", "RuntimeLibraryError"),
+        ("launcher", "KernelLaunchError"))]
+    return tuple(getattr(mod, name) for mod, name in found if mod is not None)
 
 
 def _one_line(exc: BaseException) -> str:

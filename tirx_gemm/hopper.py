@@ -37,7 +37,6 @@ Conventions used throughout (fp16 operands, K-major, 128B swizzle):
 
 from __future__ import annotations
 
-import tvm
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
@@ -45,11 +44,8 @@ from .helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES
 
 
 # --------------------------------------------------------------------------------------
-# target and hardware constants
+# hardware constants
 # --------------------------------------------------------------------------------------
-SM90A_TARGET = {"kind": "cuda", "arch": "sm_90a"}
-
-WG_THREADS = 128            # one warpgroup = 4 warps: the unit that issues a wgmma
 WGMMA_M = 64                # rows of one wgmma (per warpgroup)
 WGMMA_K = 16                # fp16 K of one wgmma
 SWIZZLE_ROW_ELEMS = 64      # fp16 elements in one 128-byte swizzle row: BLK_K of every step
@@ -64,10 +60,6 @@ DESC_LBO = 1                # unused for swizzled K-major operands
 DESC_SBO = (8 * 128) >> 4   # 8 rows x 128 B between consecutive 8-row groups = 64
 DESC_K16_STEP = (WGMMA_K * F16_BYTES) >> 4  # 32 B per k16 slice = 2
 DESC_M64_STEP = (WGMMA_M * 128) >> 4        # 8192 B per 64-row block = 512
-
-
-def sm90a_target():
-    return tvm.target.Target(SM90A_TARGET)
 
 
 def tile_bytes(rows: int, cols: int) -> int:
@@ -88,14 +80,6 @@ def check_ctas_fit_sm(ctas_per_sm: int, smem_bytes_per_cta: int) -> None:
         raise ValueError(
             f"CTAS_PER_SM={ctas_per_sm} CTAs of {smem_bytes_per_cta} B shared memory each "
             f"need {need} B, more than the {SMEM_PER_SM_BYTES} B of one sm_90a SM")
-
-
-def check_smem_budget(nbytes: int, what: str) -> None:
-    if nbytes > SMEM_LIMIT_BYTES:
-        raise ValueError(
-            f"{what} needs {nbytes} B of shared memory, more than the "
-            f"{SMEM_LIMIT_BYTES} B a CTA can have on sm_90a"
-        )
 
 
 # --------------------------------------------------------------------------------------
@@ -215,20 +199,16 @@ __all__ = [
     "DESC_K16_STEP",
     "DESC_M64_STEP",
     "DESC_SBO",
-    "SM90A_TARGET",
     "SMEM_ALIGN",
     "SWIZZLE_ROW_ELEMS",
     "WGMMA_K",
     "WGMMA_M",
-    "WG_THREADS",
     "check_ctas_fit_sm",
-    "check_smem_budget",
     "desc_advance",
     "encode_desc",
     "fence_operands",
     "init_mbarriers",
     "publish_mbarrier_init",
-    "sm90a_target",
     "store_fragment",
     "tile_bytes",
     "tma_store_tile",

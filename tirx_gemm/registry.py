@@ -7,18 +7,13 @@ the run side (a GPU host without the TVM compiler) can read the table too.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
+
+from tirx_gemm.sass import KEY_SASS  # noqa: F401  (the glossary's opcodes; build.py reads them here)
 
 ARCHES = ("sm_100a", "sm_90a")
 Shape = tuple[int, int, int]
-
-# SASS opcodes worth counting in summaries (prefix match on the mnemonic)
-KEY_SASS = (
-    "UTCHMMA", "UTCBAR", "LDTM", "HGMMA", "UTMALDG", "UTMASTG", "LDG.E.128", "STS.128",
-    "STG.E.128", "LDSM", "SYNCS.PHASECHK", "SYNCS.ARRIVE", "USETMAXREG", "WARPGROUP.ARRIVE",
-    "BAR.SYNC",
-)
 
 
 @dataclass(frozen=True)
@@ -33,7 +28,6 @@ class Step:
     invalid_shapes: tuple[Shape, ...]  # shapes the builder must reject with ValueError
     sass_expect: tuple[str, ...]       # SASS opcodes the lesson promises (prefix match)
     sass_forbid: tuple[str, ...] = ()  # SASS opcodes the lesson removes
-    builder_kwargs: tuple[tuple[str, object], ...] = field(default=())
     sm_count_kwarg: str | None = None  # persistent steps: the builder keyword for the CTA pool
     # sm_100a: CPU simulation cases (NumSim + synccheck + racecheck), each
     # ((M, N, K), ((kwarg, value), ...)), chosen to exercise the step's protocol
@@ -74,7 +68,7 @@ class Step:
             if (m.step, m.arch) != (self.id, self.arch):
                 raise ValueError(f"mutant {mutant} breaks {m.step}@{m.arch}, not {self.key}")
             builder = mutants.builder(m)
-        return builder(M, N, K, **{**dict(self.builder_kwargs), **kwargs})
+        return builder(M, N, K, **kwargs)
 
 
 _GRID_TESTS = ((256, 384, 512), (1024, 2048, 512), (768, 1280, 960))

@@ -19,7 +19,9 @@ import datetime as _dt
 import json
 from pathlib import Path
 
-from tirx_gemm.registry import KEY_SASS, Step
+from tirx_gemm import tables
+from tirx_gemm.registry import Step
+from tirx_gemm.sass import KEY_SASS
 
 DEFAULT_TOLERANCE = 0.15
 BASELINE_DIR = Path("results") / "baselines"
@@ -112,16 +114,12 @@ def _check_reason(r: dict) -> str:
 
 
 def format_verdicts(verdicts: list[dict]) -> str:
-    def f(v, fmt):
-        return format(v, fmt) if isinstance(v, (int, float)) else "-"
-    lines = [f"{'step':4} {'arch':7} {'M x N x K':16} {'TFLOP/s':>8} {'baseline':>8} "
-             f"{'floor':>8} {'x torch':>7}  status"]
-    for v in verdicts:
-        lines.append(f"{v['step']:4} {v['arch']:7} {v['shape']:16} {f(v['tflops'], '.1f'):>8} "
-                     f"{f(v['baseline'], '.1f'):>8} {f(v['floor'], '.1f'):>8} "
-                     f"{f(v['ratio_to_torch'], '.3f'):>7}  {v['status']}"
-                     + (f" ({v['why']})" if v["why"] else ""))
-    return "\n".join(lines)
+    f = tables.fmt
+    rows = [[v["step"], v["arch"], v["shape"], f(v["tflops"], ".1f"), f(v["baseline"], ".1f"),
+             f(v["floor"], ".1f"), f(v["ratio_to_torch"], ".3f"),
+             v["status"] + (f" ({v['why']})" if v["why"] else "")] for v in verdicts]
+    return tables.text(["step", "arch", "M x N x K", "TFLOP/s", "baseline", "floor",
+                        "x torch", "status"], rows, "<<<>>>><")
 
 
 # ---------------------------------------------------------------------------------------
