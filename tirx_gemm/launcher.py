@@ -20,6 +20,7 @@ import torch
 
 from tirx_gemm.device import ARCH_CAPABILITY, check_capability
 from tirx_gemm.loader import load_kernel
+from tirx_gemm.settings import env_seconds
 
 __all__ = [
     "BuildMeta",
@@ -144,16 +145,7 @@ _launch_label: str | None = None  # "v4@sm_90a 4096x4096x4096" while run_step ru
 
 def kernel_timeout() -> float:
     """Seconds the host waits for the GPU: ``TIRX_GEMM_KERNEL_TIMEOUT`` if set, else 60."""
-    text = os.environ.get(KERNEL_TIMEOUT_ENV)
-    if not text:
-        return KERNEL_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise ValueError(f"{KERNEL_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
-    return value
+    return env_seconds(KERNEL_TIMEOUT_ENV, KERNEL_TIMEOUT_S)
 
 
 def label(meta) -> str:
