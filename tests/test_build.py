@@ -61,12 +61,14 @@ def test_exported_library_embeds_the_binary(built):
         assert cubin in res.lib_path.read_bytes(), f"{step.key}: cubin not embedded"
 
 
-def test_second_build_is_cached_and_fast(built):
-    t0 = time.perf_counter()
+def test_second_build_is_cached(built):
+    # a cache hit is a file read: no build server starts (speed is shown by `tirx-gemm
+    # build --all` printing "cached", not asserted on a shared machine's clock)
     again = build_many(REQUESTS)
-    elapsed = time.perf_counter() - t0
     assert all(r.cached for r in again)
-    assert elapsed < 2.0, f"cached rebuild of {len(REQUESTS)} kernels took {elapsed:.2f}s"
+    for req, r in zip(REQUESTS, again):
+        first = built[0][(req[0].key, req[1])]
+        assert r.key == first.key and r.cuda_source == first.cuda_source
 
 
 def test_invalid_shape_through_harness_raises_valueerror():
