@@ -437,8 +437,7 @@ def step_notebook(step_id: str, names: dict[str, str]) -> str:
                "step's canonical shape. `tirx_gemm.build.build` compiles in a worker process "
                "(TVM -> CUDA -> nvcc -> cubin -> SASS) and caches the result on disk under "
                "`$TIRX_GEMM_CACHE` (default `~/.cache/tirx-gemm`): a repeat is a file read."),
-        ("code", "from tirx_gemm.build import build\n\n"
-                 "builds = {s.arch: build(s.id, *s.canonical, arch=s.arch) for s in nb.steps_of(STEP)}\n"
+        ("code", "builds = nb.build_step(STEP)  # arch -> tirx_gemm.build.BuildResult\n"
                  "nb.build_summary(builds)"),
         ("md", "## The generated CUDA\n\nThe kernel body TVM generated, as a *skeleton*: "
                "control flow, barriers, MMA issue, TMA and fences kept, everything else "

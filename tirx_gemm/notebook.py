@@ -14,6 +14,7 @@ terminal and in the headless CI run. Importing this module imports neither TVM n
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import tempfile
@@ -32,7 +33,9 @@ __all__ = [
     "previous_step_id",
     "results_dir",
     "canonical_build",
+    "build_step",
     "build_summary",
+    "compiler_missing",
     "step_overview",
     "resource_table",
     "sass_compare",
@@ -129,6 +132,29 @@ def _missing(step_id: str, arch: str) -> str:
 _BUILDS: dict = {}
 
 
+def compiler_missing() -> str | None:
+    """Why this host cannot compile, or None. A GPU host that runs exported bundles has
+    torch and the TVM runtime but not TVM's compiler: the notebook then skips the build
+    cells (saying so) and still checks and times the step from the bundle."""
+    if importlib.util.find_spec("tvm") is None:
+        return ("the TVM compiler is not installed here (a host that runs exported bundles); "
+                "build outputs appear where it is installed")
+    return None
+
+
+def _not_here() -> Md:
+    return Md(f"Not shown here: {compiler_missing()}.")
+
+
+def build_step(step_id: str) -> dict:
+    """The step's builds at its canonical shape, arch -> BuildResult ({} where this host
+    cannot compile)."""
+    if compiler_missing():
+        return {}
+    from tirx_gemm.build import build
+    return {s.arch: build(s.id, *s.canonical, arch=s.arch) for s in steps_of(step_id)}
+
+
 def canonical_build(step_id: str, arch: str):
     """BuildResult of one step at its canonical shape, or None if the registry lacks it."""
     step = _step(step_id, arch)
@@ -159,6 +185,8 @@ def _total_sass(res) -> int:
 
 def build_summary(builds: dict) -> Md:
     """One line per arch for the results of ``tirx_gemm.build.build`` (arch -> BuildResult)."""
+    if not builds and compiler_missing():
+        return _not_here()
     rows = []
     for arch, r in builds.items():
         step = registry.get(r.step, r.arch)
@@ -213,6 +241,8 @@ def step_overview(step_id: str) -> Md:
 
 def resource_table(step_id: str) -> Md:
     """Registers, shared memory and spills of this step and the previous one, per arch."""
+    if compiler_missing():
+        return _not_here()
     prev = previous_step_id(step_id)
     ids = [prev, step_id] if prev else [step_id]
     _prefetch([s for i in ids for s in steps_of(i)])
@@ -241,6 +271,8 @@ def _key_counts(res) -> dict:
 
 def sass_compare(step_id: str) -> Md:
     """Key SASS opcode counts, previous step vs this step, for each arch."""
+    if compiler_missing():
+        return _not_here()
     prev = previous_step_id(step_id)
     _prefetch([s for i in filter(None, [prev, step_id]) for s in steps_of(i)])
     cols, counts, notes = [], [], []
@@ -332,6 +364,8 @@ def cuda_excerpt(step_id: str, arch: str = "sm_100a", lines: int = 40, *,
     excerpt a few lines above its first match; lines are cut at ``width`` characters and
     the excerpt at ``lines`` lines.
     """
+    if compiler_missing():
+        return _not_here()
     r = canonical_build(step_id, arch)
     if r is None:
         return Md(_missing(step_id, arch) + ".")
@@ -545,6 +579,8 @@ def path_table(notebooks: dict | None = None) -> Md:
 
 def resource_overview() -> Md:
     """Registers, shared memory, spills and instruction count of every step (canonical)."""
+    if compiler_missing():
+        return _not_here()
     _prefetch(registry.STEPS)
     rows = []
     for s in registry.STEPS:
@@ -560,6 +596,8 @@ def sass_overview(arch: str = "sm_100a") -> Md:
     steps = registry.all_steps(arch)
     if not steps:
         return Md(f"no {arch} steps in the registry.")
+    if compiler_missing():
+        return _not_here()
     _prefetch(steps)
     counts = [_key_counts(canonical_build(s.id, arch)) for s in steps]
     ops = [op for op in KEY_SASS if any(c.get(op) for c in counts)]
