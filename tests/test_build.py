@@ -81,3 +81,10 @@ def test_sm100a_v1_and_v7_differ_by_the_lesson(built):
     v7 = built[0][("v7@sm_100a", (4096, 4096, 4096))]
     assert count_prefix(v1.sass_counts, "USETMAXREG") == 0
     assert count_prefix(v7.sass_counts, "USETMAXREG") >= 2  # one dec + one inc
+
+
+def test_setmaxnreg_splits_fit_the_registers_ptxas_chose(built):
+    from tirx_gemm.regbudget import setmaxnreg_problem
+    for step in registry.STEPS:
+        res = built[0][(step.key, step.canonical)]
+        assert setmaxnreg_problem(res.cuda_source, res.registers) is None, step.key
