@@ -40,6 +40,7 @@ from collections import Counter
 from pathlib import Path
 
 from tirx_gemm import registry
+from tirx_gemm.regbudget import setmaxnreg_problem
 from tirx_gemm.registry import KEY_SASS, Step
 
 BUILD_FORMAT = 5  # bump when the cached artefacts or their meaning change
@@ -324,16 +325,8 @@ def toolchain_report() -> list[tuple[str, str]]:
 
 def tool_timeout(probe: bool = False) -> float:
     """Seconds a tool may run: ``TIRX_GEMM_TOOL_TIMEOUT`` if set, else the default."""
-    text = os.environ.get(TOOL_TIMEOUT_ENV)
-    if not text:
-        return PROBE_TIMEOUT_S if probe else TOOL_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise ValueError(f"{TOOL_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
-    return value
+    from tirx_gemm.settings import env_seconds
+    return env_seconds(TOOL_TIMEOUT_ENV, PROBE_TIMEOUT_S if probe else TOOL_TIMEOUT_S)
 
 
 def _tool_preexec() -> None:
@@ -498,14 +491,6 @@ def _sweep_stale(builds: Path) -> None:
 # ---------------------------------------------------------------------------------------
 # public API
 # ---------------------------------------------------------------------------------------
-def resolve_shape(step: Step, mnk) -> tuple[int, int, int]:
-    if mnk is None:
-        return step.canonical
-    if len(mnk) != 3:
-        raise ValueError(f"shape must be M,N,K (three integers), got {mnk!r}")
-    return tuple(int(x) for x in mnk)
-
-
 def check_shape_limits(M: int, N: int, K: int) -> None:
     """Positive sizes whose operands fit the int32 element offsets of the index math (TVM
     would otherwise fail deep inside lowering, or overflow silently)."""
@@ -718,10 +703,14 @@ def _finish(step: Step, job: dict, rc: int, log: str) -> BuildResult:
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise BuildError(f"{step.key} {shape}: build process failed (exit {rc}):\n{tail}")
         try:
-            _read_entry(work, job["key"])
+            built = _read_entry(work, job["key"])
         except _InvalidEntry as exc:
             raise BuildError(f"{step.key} {shape}: the build produced an unusable result "
                              f"({exc})") from None
+        # a setmaxnreg split that the registers ptxas chose cannot honour hangs on the GPU
+        why = setmaxnreg_problem(built.cuda_source, built.registers)
+        if why:
+            raise BuildError(f"{step.key} {shape}: {why}")
         (work / "owner.pid").unlink()
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f"{job['key']}.", dir=final.parent))

@@ -16,16 +16,15 @@ This module imports without TVM: the GPU host only calls :func:`find`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
 from pathlib import Path
 
 from tirx_gemm import registry
+from tirx_gemm.loader import RUNTIME_LIBS, tvm_package_lib_dir
 
 MANIFEST = "manifest.json"
-RUNTIME_LIBS = ("libtvm_runtime.so", "libtvm_runtime_cuda.so")
 FFI_VERSION = "0.1.15.post2"  # the apache-tvm-ffi that apache-tvm 0.27.0.post1 ships with
 
 
@@ -66,10 +65,10 @@ def check_out_dir(out: Path) -> None:
 
 
 def _tvm_lib_dir() -> Path:
-    spec = importlib.util.find_spec("tvm")
-    if spec is None or not spec.submodule_search_locations:
+    lib = tvm_package_lib_dir()
+    if lib is None:
         raise RuntimeError("the apache-tvm package is not installed: cannot copy its runtime")
-    return Path(list(spec.submodule_search_locations)[0]) / "lib"
+    return lib
 
 
 def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=None,

@@ -112,8 +112,9 @@ def cmd_list(args) -> int:
         if args.verbose:
             print(f"{'':32}constraints: {s.constraints}")
     arches = sorted({s.arch for s in steps})
-    print(f"\n{len(steps)} steps ({', '.join(arches)}). sm_100a steps compile here; running them "
-          "needs a Blackwell GPU. sm_90a twins run on Hopper (H100/H200).")
+    print(f"\n{len(steps)} steps ({', '.join(arches)}). sm_100a steps compile here and run on "
+          "NumSim, a CPU model of Blackwell (`tirx-gemm sim`); timing them needs a Blackwell "
+          "GPU. sm_90a twins run on Hopper (H100/H200).")
     return 0
 
 
@@ -159,7 +160,8 @@ def cmd_build(args) -> int:
     print(f"\n{len(reqs) - failed}/{len(reqs)} built in {time.perf_counter() - t0:.1f}s "
           f"(cache: {_cache_note()})")
     if any(s.arch == "sm_100a" for s in steps):
-        print("sm_100a kernels are compiled, not run: no Blackwell GPU was used.")
+        print("sm_100a kernels are compiled here, not run on a GPU (no Blackwell GPU was "
+              "used); `tirx-gemm sim` executes them on NumSim, a CPU model of sm_100a.")
     return 1 if failed else 0
 
 
