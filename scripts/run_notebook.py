@@ -63,7 +63,10 @@ def main(argv=None) -> int:
                                 resources={"metadata": {"path": str(path.parent)}})
         failed = None
         try:
-            client.execute(env=dict(os.environ))
+            env = dict(os.environ)
+            if env.get("TIRX_GEMM_BUNDLE"):  # the kernel runs in notebooks/: make it absolute
+                env["TIRX_GEMM_BUNDLE"] = str(Path(env["TIRX_GEMM_BUNDLE"]).resolve())
+            client.execute(env=env)
         except CellExecutionError as e:
             failed = str(e).strip().splitlines()[-1] if str(e).strip() else "cell error"
         finally:

@@ -49,9 +49,19 @@ class Step:
 
     @property
     def source_file(self) -> str:
+        """The step's source. From an installed package via its module; from a plain
+        checkout on PYTHONPATH (a GPU host running bundles, no install) the steps/ folder
+        beside tirx_gemm/, since only an install maps steps/ to tirx_gemm.steps."""
         import importlib.util
-        spec = importlib.util.find_spec(self.module)
-        return spec.origin
+        from pathlib import Path
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is not None and spec.origin:
+            return spec.origin
+        return str(Path(__file__).resolve().parent.parent / "steps"
+                   / self.arch.replace("_", "") / f"hgemm_{self.id}.py")
 
     def builder(self) -> Callable:
         return getattr(importlib.import_module(self.module), f"hgemm_{self.id}")
