@@ -187,7 +187,12 @@ def _checker_verdict(name: str, report, step: Step, row: SimRow, log) -> str:
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    line = text.splitlines()[0][:300] if text else type(e).__name__
+    if type(e).__name__ == "NumSimBuildError":  # the engines are Rust crates built by cargo
+        line += (" (cargo needs the crates registry, or a CARGO_HOME with vendored crates: "
+                 "README, 'Running the Blackwell steps on a CPU model'; the full error is "
+                 "in the log)")
+    return line
 
 
 def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
