@@ -476,16 +476,12 @@ def main(argv=None) -> int:
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
     from tirx_gemm.build import BuildError
+    from tirx_gemm.sim import SimUnavailable
     try:
         return args.fn(args)
-    except (ValueError, BuildError, OSError, *_runner_errors()) as exc:
+    except (ValueError, BuildError, OSError, SimUnavailable, *_runner_errors()) as exc:
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
-        print(f"tirx-gemm: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:
-        if type(exc).__name__ != "SimUnavailable":  # the simulator is not installed here
-            raise
         print(f"tirx-gemm: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

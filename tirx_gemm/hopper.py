@@ -50,7 +50,6 @@ WGMMA_M = 64                # rows of one wgmma (per warpgroup)
 WGMMA_K = 16                # fp16 K of one wgmma
 SWIZZLE_ROW_ELEMS = 64      # fp16 elements in one 128-byte swizzle row: BLK_K of every step
 SMEM_ALIGN = 1024           # one 128B swizzle atom (8 rows x 128 B): tiles start on it
-SMEM_LIMIT_BYTES = 227 * 1024  # max dynamic SMEM per CTA on H100/H200
 SMEM_PER_SM_BYTES = 228 * 1024  # shared memory of one SM, shared by its resident CTAs
 SMEM_RESERVED_PER_CTA = 1024    # taken by the system from every resident CTA
 

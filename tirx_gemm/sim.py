@@ -323,7 +323,9 @@ def add_parser(sub) -> None:
                     "and clean. Proves correctness and protocol on a model, never speed.")
     p.add_argument("step", nargs="?", help="step id, e.g. v4")
     p.add_argument("--all", action="store_true", help="every sm_100a step")
-    p.add_argument("--mnk", help="one shape M,N,K instead of the registry's sim cases")
+    from tirx_gemm.cli import _mnk  # the CLI's one shape parser (int32 limits included)
+    p.add_argument("--mnk", type=_mnk,
+                   help="one shape M,N,K instead of the registry's sim cases")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--check", default=",".join(CHECKS),
                    help=f"comma list of {','.join(CHECKS)} (default: all)")
@@ -343,21 +345,9 @@ def _parse_checks(text: str) -> tuple[str, ...]:
     return checks
 
 
-def _parse_mnk(text: str | None):
-    if text is None:
-        return None
-    try:
-        mnk = tuple(int(x) for x in text.replace("x", ",").split(","))
-    except ValueError:
-        mnk = ()
-    if len(mnk) != 3 or min(mnk) <= 0:
-        raise ValueError(f"--mnk wants three positive integers M,N,K, got {text!r}")
-    return mnk
-
-
 def cmd_sim(args) -> int:
     checks = _parse_checks(args.check)
-    mnk = _parse_mnk(args.mnk)
+    mnk = args.mnk
     if args.mutant:
         from tirx_gemm import mutants
         mutant_case(args.mutant)  # an sm_90a mutant is refused here
