@@ -24,20 +24,18 @@ SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
 NUM_SMS = 132  # the H200
 # (step, builder keywords beyond SM_COUNT, watchdog_ms)
 VARIANTS = (
+    # this round (issue 10): same-run baselines, then what fast.cu does differently from
+    # v9 -- a 128-SM pool (64 clusters: 4096^3's 256 cluster tiles make exactly 4 per
+    # cluster) and a 24/240 register split. The earlier round (L2 group, depth, staging
+    # buffers, watchdog cost) is in results/logs/h200_sweep.log and this file's history.
     ("v7", {}, None),
-    ("v7", {"L2_GROUP": 8}, None),
     ("v8", {}, None),
-    ("v8", {"L2_GROUP": 4}, None),
-    ("v8", {"L2_GROUP": 16}, None),
     ("v9", {}, None),
-    ("v9", {"L2_GROUP": 4}, None),
-    ("v9", {"L2_GROUP": 16}, None),
-    ("v9", {"PIPE_DEPTH": 3, "EPI_BUFS": 4}, None),
-    ("v9", {"PIPE_DEPTH": 3}, None),
-    ("v9", {"EPI_BUFS": 1}, None),
-    # what the watchdog costs: the same kernels with bounded waits
-    ("v7", {}, 2000),
-    ("v9", {}, 2000),
+    ("v7", {"SM_COUNT": 128}, None),
+    ("v8", {"SM_COUNT": 128}, None),
+    ("v9", {"SM_COUNT": 128}, None),
+    ("v9", {"PRODUCER_REGS": 24, "CONSUMER_REGS": 240}, None),
+    ("v9", {"SM_COUNT": 128, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}, None),
 )
 
 
@@ -57,7 +55,7 @@ def export(out: Path) -> int:
 
 
 def _label(e: dict) -> str:
-    kw = {k: v for k, v in e["kwargs"].items() if k != "SM_COUNT"}
+    kw = {k: v for k, v in e["kwargs"].items() if k != "SM_COUNT" or v != NUM_SMS}
     text = " ".join(f"{k}={v}" for k, v in kw.items()) or "default"
     return text + (f" wd{e['watchdog_ms']}" if e.get("watchdog_ms") else "")
 

@@ -236,6 +236,21 @@ def check_cluster_pool(SM_COUNT: int) -> None:
                          f"{CLUSTER_SIZE}: the persistent pool is made of CTA pairs")
 
 
+def check_reg_split(producer_regs: int, consumer_regs: int, num_consumers: int) -> None:
+    """A setmaxnreg split: multiples of 8 in [24, 256] (PTX's rule) whose total over one
+    producer and ``num_consumers`` consumer warpgroups fits the SM's 64K registers."""
+    for name, regs in (("PRODUCER_REGS", producer_regs), ("CONSUMER_REGS", consumer_regs)):
+        if isinstance(regs, bool) or not isinstance(regs, int) or not 24 <= regs <= 256 \
+                or regs % 8:
+            raise ValueError(f"{name}={regs!r} must be a multiple of 8 in [24, 256] "
+                             f"(setmaxnreg's rule)")
+    total = 128 * (producer_regs + num_consumers * consumer_regs)
+    if total > 65536:
+        raise ValueError(f"PRODUCER_REGS={producer_regs} + {num_consumers} x CONSUMER_REGS="
+                         f"{consumer_regs} needs {total} registers per CTA, more than the "
+                         f"SM's 65536")
+
+
 @T.inline
 def publish_mbarrier_init_cluster():
     # publish_mbarrier_init for a cluster: the peer CTA completes bytes on this CTA's full

@@ -13,7 +13,8 @@ from tirx_gemm import hopper as W
 
 
 def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
-             EPI_BUFS: int = 2, SM_COUNT: int = 132, L2_GROUP: int = 8):
+             EPI_BUFS: int = 2, SM_COUNT: int = 132, L2_GROUP: int = 8,
+             PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
     """Step card -- v9, overlapped epilogue.
 
     Changes from v8: in v8 a consumer warpgroup drains its last wgmma, converts and
@@ -48,14 +49,14 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Constraints: M a multiple of 256, N a multiple of 256, K a multiple of 64, float16;
       1 <= EPI_BUFS <= 4 (BLK_N / 64 chunks); PIPE_DEPTH stages of 48 KB plus
       EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
-      SM_COUNT even.
+      SM_COUNT even; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, default v8's 40/232)
+      multiples of 8 within 64K registers per CTA.
     Run: ``tirx-gemm run v9 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
     NUM_CONSUMERS = BLK_M // W.WGMMA_M      # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread (128)
-    PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
     B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
@@ -73,6 +74,8 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                        NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     W.check_cluster_pool(SM_COUNT)
+    # setmaxnreg: 128 producer threads + 256 consumer threads within the SM's 64K registers
+    W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
     K_TILES = K // BLK_K
     NUM_CLUSTERS = SM_COUNT // W.CLUSTER_SIZE
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
