@@ -1,9 +1,10 @@
 """Build harness: compile a step for an arch -> CUDA source, cubin, exported library,
 resource usage and a SASS opcode summary.
 
-Every build runs in its own process, forked from a build server that has imported TVM once
-(``python -m tirx_gemm.build --serve``), so no TVM compiler state leaks from one step into
-the next and no build pays the TVM import again; results are cached on disk by
+Every build runs in a fresh process of a ``concurrent.futures.ProcessPoolExecutor``
+(``max_tasks_per_child=1``) whose workers are forked from a multiprocessing fork server that
+has imported TVM once, so no TVM compiler state leaks from one step into the next and no
+build pays the TVM import again; results are cached on disk by
 (step, shape, arch, builder kwargs, watchdog, sources, toolchain): a repeated build is a file
 read.
 
@@ -25,8 +26,10 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import faulthandler
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -37,6 +40,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tirx_gemm import registry
@@ -526,10 +531,11 @@ def build_many(requests, *, jobs: int | None = None, use_cache: bool = True,
                progress=None, watchdog_ms: int | None = None) -> list[BuildResult | Exception]:
     """Build several (step, (M, N, K), kwargs), each in its own process.
 
-    A build server process imports TVM once; every build then runs in a child forked from
-    it, so each starts from the same clean, just-imported compiler state (nothing one build
-    does leaks into another) without paying the ~2.5 s TVM import per build. At most
-    ``jobs`` children run at once (default: the CPU count).
+    A build server process runs a process pool whose fork server imports TVM once; every
+    build then runs in a fresh worker forked from it, so each starts from the same clean,
+    just-imported compiler state (nothing one build does leaks into another) without paying
+    the ~2.5 s TVM import per build. At most ``jobs`` builds run at once (default: the CPU
+    count); a build whose process dies (a crash in TVM, say) fails alone.
 
     With one request, errors are raised; with several, each failed slot holds its
     exception so that one bad step does not hide the others' results. ``progress`` is
@@ -576,10 +582,10 @@ def build_many(requests, *, jobs: int | None = None, use_cache: bool = True,
                     jobs_by_dir[job["dir"]] = (i, job)
                 server = _serve([job for _, job in jobs_by_dir.values()], jobs)
                 try:
-                    for work_dir, rc, log in server:
+                    for work_dir, failure in server:
                         i, job = jobs_by_dir[work_dir]
                         try:
-                            out[i] = _finish(reqs[i][0], job, rc, log)
+                            out[i] = _finish(reqs[i][0], job, failure)
                         except Exception as exc:  # noqa: BLE001 - reported per slot
                             out[i] = exc
                         done += 1
@@ -629,44 +635,48 @@ SERVER_GRACE_S = 3.0  # after SIGTERM, how long builds get to kill their tools a
 
 
 def _serve(jobs: list[dict], parallel: int):
-    """Run the build server; yield (work dir, exit status, log tail) as builds finish.
+    """Run the build server (``_server``); yield (work dir, failure) as builds finish, where
+    failure is None or why the server could not report the build.
 
-    The server leads its own process group, which its build children share: closing this
-    generator early (an exception or interrupt in the caller) sends SIGTERM to the group,
-    then SIGKILL to whatever is left after SERVER_GRACE_S.
+    The server leads its own process group, which its fork server and pool workers share:
+    closing this generator early (an exception or interrupt in the caller) sends SIGTERM to
+    the group, then SIGKILL to whatever is left after SERVER_GRACE_S. Each process of the
+    chain dies with its parent (PR_SET_PDEATHSIG: server, fork server, worker, tool), so
+    neither a SIGKILLed caller nor a finished server leaves one behind.
     """
     env = dict(os.environ)
     # the server must import this very package, whichever way it was made importable
     env["PYTHONPATH"] = os.pathsep.join([str(PKG_DIR.parent)] + (
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with tempfile.TemporaryFile("w+") as server_err:
-        proc = subprocess.Popen([sys.executable, "-m", "tirx_gemm.build", "--serve",
-                                 str(parallel)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=server_err, text=True, env=env,
-                                start_new_session=True, preexec_fn=_server_preexec)
+        proc = subprocess.Popen([sys.executable, "-c",
+                                 "import sys, tirx_gemm.build as b; sys.exit(b._server())"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=server_err,
+                                text=True, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent)
         seen = set()
         try:
-            proc.stdin.write("".join(json.dumps(j) + "\n" for j in jobs))
+            json.dump({"jobs": jobs, "parallel": parallel}, proc.stdin)
             proc.stdin.close()
-            for line in proc.stdout:
-                if line.startswith("DONE "):
-                    msg = json.loads(line[5:])
-                    seen.add(msg["dir"])
-                    log = Path(msg["dir"]) / "build.log"
-                    yield msg["dir"], msg["rc"], log.read_text() if log.exists() else ""
+            for line in proc.stdout:  # one JSON string per finished build: its work dir
+                seen.add(work_dir := json.loads(line))
+                yield work_dir, None
             proc.wait()
         except BaseException:
             _stop_group(proc)
             raise
         server_err.seek(0)
         err = server_err.read()
+    tail = "\n".join(err.strip().splitlines()[-25:])
     for job in jobs:  # the server died before reporting these
         if job["dir"] not in seen:
-            yield job["dir"], proc.returncode or -1, err[-3000:]
+            yield job["dir"], f"the build server failed (exit {proc.returncode}):\n{tail}"
 
 
-def _server_preexec() -> None:
-    """The server dies with SIGTERM when the process that started it dies (Linux)."""
+def _die_with_parent() -> None:
+    """The calling process gets SIGTERM when its parent dies (Linux): the server when the
+    process that started it does, the fork server with the server, a worker with the fork
+    server."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
@@ -685,7 +695,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _finish(step: Step, job: dict, rc: int, log: str) -> BuildResult:
+def _finish(step: Step, job: dict, failure: str | None) -> BuildResult:
     """Validate a finished work folder and rename it into place as the cache entry,
     replacing an entry already there (a --no-cache build, or one found invalid)."""
     work, final = Path(job["dir"]), cache_root() / "builds" / job["key"]
@@ -699,9 +709,8 @@ def _finish(step: Step, job: dict, rc: int, log: str) -> BuildResult:
             if err["type"] == "BuildError":
                 raise BuildError(f"{step.key} {shape}: {err['message']}")
             raise BuildError(f"{step.key} {shape}: {err['type']}: {err['message']}")
-        if rc != 0:
-            tail = "\n".join(log.strip().splitlines()[-25:])
-            raise BuildError(f"{step.key} {shape}: build process failed (exit {rc}):\n{tail}")
+        if failure:
+            raise BuildError(f"{step.key} {shape}: {failure}")
         try:
             built = _read_entry(work, job["key"])
         except _InvalidEntry as exc:
@@ -712,6 +721,7 @@ def _finish(step: Step, job: dict, rc: int, log: str) -> BuildResult:
         if why:
             raise BuildError(f"{step.key} {shape}: {why}")
         (work / "owner.pid").unlink()
+        (work / "worker.pid").unlink(missing_ok=True)
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f"{job['key']}.", dir=final.parent))
             (old / "owner.pid").write_text(str(os.getpid()))
@@ -727,53 +737,141 @@ def _finish(step: Step, job: dict, rc: int, log: str) -> BuildResult:
     return _read_entry(final, job["key"])
 
 
-def _server(parallel: int) -> int:
-    """Import TVM once, then fork one child per build request read from stdin."""
-    jobs = [json.loads(line) for line in sys.stdin if line.strip()]
-    ensure_libcuda()
+# modules the pool's fork server imports once, so that no build pays for them; this module
+# first: told by _POOL_PRELOAD_ENV, its import loads the CUDA libraries, which TVM needs
+# loaded before it is imported (else it silently keeps CUDA source only)
+POOL_PRELOAD = ["tirx_gemm.build", "tvm", "tvm_ffi", "tirx_gemm.helpers", "tirx_gemm.hopper"]
+_POOL_PRELOAD_ENV = "_TIRX_GEMM_BUILD_POOL_PRELOAD"
+
+
+def _server() -> int:
+    """Run the build requests read from stdin ({"jobs": [...], "parallel": n}) in a process
+    pool; print each finished build's work dir as a JSON line on stdout."""
+    req = json.load(sys.stdin)
+    # stdout is the channel to the caller; fd 1 becomes stderr for everything else, so the
+    # fork server and the workers, which inherit it, cannot write into the channel
+    report_to = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    ensure_libcuda()  # builds the libcuda stub once, here, so the fork server just loads it
     os.environ.update(toolchain_env())  # TVM's own nvcc/CUDA lookups find our toolchain
     os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
-    import tvm  # noqa: F401  (imported before forking: the point of the server)
-    import tvm_ffi  # noqa: F401
-    running: dict[int, dict] = {}
-    pending = list(jobs)
-    while pending or running:
-        while pending and len(running) < parallel:
-            job = pending.pop(0)
-            sys.stdout.flush()
-            pid = os.fork()
-            if pid == 0:  # child: one build, then leave without running parent cleanup
-                code = 1
-                try:
-                    _server_preexec()  # a build dies with the server
-                    signal.signal(signal.SIGTERM, _kill_tools_and_exit)
-                    # the child's own output goes to its log, not into the server's protocol
-                    log = os.open(os.path.join(job["dir"], "build.log"),
-                                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    os.dup2(log, 1)
-                    os.dup2(log, 2)
-                    code = _worker_main(job)
-                finally:
-                    os._exit(code)
-            running[pid] = job
-        pid, status = os.wait()
-        job = running.pop(pid, None)
-        if job is not None:
-            rc = os.waitstatus_to_exitcode(status)
-            print("DONE " + json.dumps({"dir": job["dir"], "rc": rc}), flush=True)
+    os.environ[_POOL_PRELOAD_ENV] = "1"  # for the fork server, which inherits this environment
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(POOL_PRELOAD)
+
+    def report(job: dict) -> None:
+        print(json.dumps(job["dir"]), file=report_to, flush=True)
+
+    # a worker that dies breaks the pool and fails every request not yet reported: those
+    # that had not started run again; of those that were running, a lone one is the one
+    # that died, several run again one at a time (then a death names its build)
+    rounds = [(req["jobs"], req["parallel"])]
+    while rounds:
+        batch, parallel = rounds.pop(0)
+        broken: list[dict] = []
+        with ProcessPoolExecutor(min(parallel, len(batch)), mp_context=ctx,
+                                 initializer=_pool_worker_init,
+                                 max_tasks_per_child=1) as pool:
+            futures = {pool.submit(_pool_build, job): job for job in batch}
+            for fut in as_completed(futures):
+                job, exc = futures[fut], fut.exception()
+                if isinstance(exc, BrokenProcessPool) and not _wrote_result(job):
+                    broken.append(job)
+                    continue
+                if exc is not None:  # _pool_build reports a build's errors itself
+                    _write_error(job, f"the build process raised {type(exc).__name__}: {exc}")
+                report(job)
+            # only to name a dead worker's exit status: the pool keeps it in a private dict
+            exit_codes = {pid: proc.exitcode
+                          for pid, proc in (getattr(pool, "_processes", None) or {}).items()}
+        if not broken:
+            continue
+        started = [job for job in broken if (Path(job["dir"]) / "worker.pid").exists()]
+        waiting = [job for job in broken if job not in started]
+        if not started:  # the pool broke before any build ran: no build's fault, no retry
+            for job in waiting:
+                _write_error(job, "the build process pool broke before this build started "
+                                  f"(worker exit codes: {sorted(map(str, exit_codes.values()))})")
+                report(job)
+            continue
+        if len(started) == 1:
+            _write_error(started[0], _death_message(started[0], exit_codes))
+            report(started[0])
+        else:
+            for job in started:
+                (Path(job["dir"]) / "worker.pid").unlink()
+            rounds[:0] = [([job], 1) for job in started]
+        if waiting:
+            rounds.insert(0, (waiting, parallel))
     return 0
+
+
+def _wrote_result(job: dict) -> bool:
+    """The build wrote its result (it may have finished just as another worker died)."""
+    return any((Path(job["dir"]) / name).exists() for name in ("meta.json", "error.json"))
+
+
+def _write_error(job: dict, message: str) -> None:
+    (Path(job["dir"]) / "error.json").write_text(json.dumps({"type": "BuildError",
+                                                             "message": message[-4000:]}))
+
+
+def _death_message(job: dict, exit_codes: dict) -> str:
+    try:
+        code = exit_codes.get(int((Path(job["dir"]) / "worker.pid").read_text()))
+    except (OSError, ValueError):
+        code = None
+    how = "" if code is None else f" (exit {code}" + (
+        f", {signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals()
+        else ")")
+    try:
+        log = (Path(job["dir"]) / "build.log").read_text(errors="replace")
+    except OSError:
+        log = ""
+    fatal = log.find("Fatal Python error")  # faulthandler's report: where it died
+    lines = (log[fatal:].strip().splitlines()[:25] if fatal >= 0
+             else log.strip().splitlines()[-25:])
+    return (f"the build process died{how} before reporting a result:\n"
+            + ("\n".join(lines) or "(its log is empty)"))
 
 
 # ---------------------------------------------------------------------------------------
 # worker (runs in its own process)
 # ---------------------------------------------------------------------------------------
+def _pool_worker_init() -> None:
+    """In each pool worker: die with the fork server, and on SIGTERM (the server's group
+    stopped, or the pool broken) kill the running tools before leaving."""
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, _kill_tools_and_exit)
+
+
 def _kill_tools_and_exit(signum, frame):
     for pgid in list(_ACTIVE_TOOLS):
         _kill_group(pgid)
     os._exit(128 + signum)
 
 
-_LIBCUDA: str | None = None  # what ensure_libcuda loaded (inherited by forked builds)
+def _pool_build(job: dict) -> None:
+    """One build in a fresh pool worker (max_tasks_per_child=1: the process ends after it);
+    its errors are reported as data, in error.json."""
+    work = Path(job["dir"])
+    (work / "error.json").unlink(missing_ok=True)  # from an attempt the pool's breakage ended
+    (work / "worker.pid").write_text(str(os.getpid()))
+    # the build's own output, and a fatal signal's traceback, go to its log
+    log = os.open(work / "build.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    faulthandler.enable()
+    try:
+        _worker(job)
+    except Exception as exc:  # noqa: BLE001 - reported to the caller as data
+        exc = tool_errors[0] if tool_errors else exc  # the tool's own words, not TVM's wrap
+        (work / "error.json").write_text(
+            json.dumps({"type": type(exc).__name__, "message": str(exc)[-4000:]}))
+
+
+_LIBCUDA: str | None = None  # what ensure_libcuda loaded in this process
 
 
 def ensure_cudart() -> str | None:
@@ -938,27 +1036,9 @@ def _with_nvdisasm_on_path() -> dict:
     return env
 
 
-def _worker_main(req: dict) -> int:
-    del tool_errors[:]
-    try:
-        _worker(req)
-    except Exception as exc:  # noqa: BLE001 - reported to the parent as data
-        exc = tool_errors[0] if tool_errors else exc  # the tool's own words, not TVM's wrap
-        Path(req["dir"]).mkdir(parents=True, exist_ok=True)
-        (Path(req["dir"]) / "error.json").write_text(
-            json.dumps({"type": type(exc).__name__, "message": str(exc)[-4000:]}))
-        return 1
-    return 0
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "--serve":
-        return _server(int(argv[1]))
-    print("usage: python -m tirx_gemm.build --serve JOBS < requests.jsonl (internal)",
-          file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if os.environ.pop(_POOL_PRELOAD_ENV, None) == "1":
+    # imported by the build pool's fork server (POOL_PRELOAD), before TVM. It must die with
+    # the server itself: waiting for the server's end of its pipe to close is not enough,
+    # as every worker holds a copy of that end
+    _die_with_parent()
+    ensure_libcuda()

@@ -1,0 +1,149 @@
+"""Issue 12: the build worker pool (concurrent.futures over a multiprocessing fork server).
+
+Every build runs in a fresh process; a build whose process dies fails alone, with a clear
+BuildError, while the other requests still build; the server, its fork server and its
+workers leave no process behind, whether the builds finish or are interrupted.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tirx_gemm import registry
+from tirx_gemm.build import BuildError, build_many, find_tool
+
+ROOT = Path(__file__).resolve().parent.parent
+NVCC = find_tool("nvcc")  # the real one
+STEP = registry.get("v2", "sm_90a")  # small kernels: quick builds
+SHAPES = [(128, 128, 64), (128, 128, 512), (128, 128, 1024)]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TIRX_GEMM_CACHE", str(d))
+    return d
+
+
+def _fake_nvcc(tmp_path: Path, body: str) -> dict:
+    """Environment whose nvcc runs ``body`` (sh; $PPID is the build's worker process), then
+    the real nvcc; ``nvcc --version`` is the real one. Each call appends "<worker pid>
+    <worker's process group> <the -o path>" to tmp_path/calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "nvcc").write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *--version*) exec {NVCC} "$@";; esac\n'
+        'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        f'echo "$PPID $(cut -d" " -f5 /proc/$PPID/stat) $out" >> {calls}\n'
+        f"{body}\n"
+        f'exec {NVCC} "$@"\n')
+    (bin_dir / "nvcc").chmod(0o755)
+    # system-CUDA mode takes nvcc from PATH (by default it comes from the wheel)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "TIRX_GEMM_SYSTEM_CUDA": "1",
+            "CUDA_HOME": "", "CUDA_PATH": ""}
+
+
+def _calls(tmp_path: Path) -> list[tuple[int, int, str]]:
+    lines = (tmp_path / "calls").read_text().split("\n")
+    return [(int(p), int(g), o) for p, g, o in (ln.split(" ", 2) for ln in lines if ln)]
+
+
+def _stat(pid) -> list[str]:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` still runs (a zombie has finished running)."""
+    return any(f and f[0] != "Z" and int(f[2]) == pgid
+               for f in map(_stat, (p.name for p in Path("/proc").iterdir() if p.name.isdigit())))
+
+
+def _pid_alive(pid: int) -> bool:
+    f = _stat(pid)
+    return bool(f) and f[0] != "Z"
+
+
+def _soon(done, within_s: float = 15.0) -> bool:
+    """True once done() is (SIGKILL and parent-death signals are asynchronous)."""
+    deadline = time.monotonic() + within_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_dying_build_fails_alone_and_every_build_has_its_own_process(cache, tmp_path,
+                                                                       monkeypatch):
+    # nvcc kills the process of the first build that calls it, and of each retry of that
+    # build, outright, as a crash in TVM would
+    crash = (f'key=$(basename $(dirname "$out")); key=${{key%%.*}}; f={tmp_path}/crash_key\n'
+             'if mkdir "$f.lock" 2>/dev/null; then echo "$key" > "$f"; fi\n'
+             'if [ "$(cat "$f" 2>/dev/null)" = "$key" ]; then\n'
+             '  kill -SEGV $PPID; sleep 5; exit 1\n'
+             'fi')
+    for k, v in _fake_nvcc(tmp_path, crash).items():
+        monkeypatch.setenv(k, v)
+    reqs = [(STEP, shape, {}) for shape in SHAPES]
+    done = []
+    out = build_many(reqs, jobs=2, progress=lambda i, n, req, res: done.append(req[1]))
+    calls = _calls(tmp_path)
+    crash_key = (tmp_path / "crash_key").read_text().strip()
+    crashed = [i for i, r in enumerate(out) if isinstance(r, Exception)]
+    assert len(crashed) == 1, out
+    exc = out[crashed[0]]
+    assert isinstance(exc, BuildError)
+    # its exit status (TVM's own crash handler may exit with 255 instead of the signal)
+    assert re.search(r"the build process died \(exit (-11, SIGSEGV|255)\) before reporting a "
+                     "result", str(exc)), exc
+    assert "Fatal Python error: Segmentation fault" in str(exc)  # its log: where it died
+    key = [r.key for r in out if not isinstance(r, Exception)]
+    assert len(key) == len(SHAPES) - 1 and crash_key not in key
+    for r in out:
+        if not isinstance(r, Exception):
+            assert not r.cached and r.lib_path.stat().st_size > 0
+    assert sorted(done) == sorted(SHAPES)  # progress once per request
+    # every nvcc call came from its own build process (a rerun gets a fresh one too)
+    assert len({pid for pid, _, _ in calls}) == len(calls)
+    t = time.monotonic()
+    assert _soon(lambda: not _group_alive(calls[0][1]), 5), "the pool outlived build_many"
+    print(f"pool gone {time.monotonic() - t:.3f} s after build_many")
+    assert sorted(p.name for p in (cache / "builds").iterdir()) == sorted(key)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig):
+    env = _fake_nvcc(tmp_path, f"echo $$ >> {tmp_path}/nvcc.pids; exec sleep 600")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, "
+         "signal.default_int_handler); from tirx_gemm.cli import main; sys.exit(main())",
+         "build", "--all", "--arch", "sm_90a", "--jobs", "2"],
+        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    pid_file = tmp_path / "nvcc.pids"
+    deadline = time.monotonic() + 120
+    while not pid_file.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no build reached nvcc"
+        time.sleep(0.05)
+    pgid = _calls(tmp_path)[0][1]  # the server's group: server, fork server, workers
+    assert pgid != os.getpgrp() and _group_alive(pgid)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert _soon(lambda: not _group_alive(pgid)), \
+        "a server, fork server or worker outlived the build"
+    for nvcc in map(int, pid_file.read_text().split()):
+        assert _soon(lambda: not _pid_alive(nvcc)), "nvcc outlived the build"
+    if sig != signal.SIGKILL:
+        assert not (cache / "builds").exists() or not list((cache / "builds").iterdir())
