@@ -44,6 +44,8 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       (0.98-1.02x torch), so the expected gain is small: fast.cu reports +1-3% from a
       2-CTA cluster with multicast on an H100. The cost: the pair runs in lock-step (a slow
       CTA stalls its peer through the empty barriers), and 2-CTA clusters must fit a GPC.
+      On the H200 the two cancel: v8 measures level with v7 or slightly below it (README,
+      results/logs/ncu/); v9 (overlapped epilogue, 4th stage) comes out ahead of v8.
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
     Constraints: M a multiple of 256 (two 128-row tiles per cluster), N a multiple of 256,
       K a multiple of 64, float16; PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem
