@@ -41,7 +41,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     Why: per CTA and K step v7 issues 48 KB of TMA loads (A 16 KB + B 32 KB); here 32 KB
       (A 16 KB + half of B 16 KB): one third less L2->SM traffic, and each B byte leaves L2
       once per cluster instead of once per CTA. v7 is close to the tensor-core rate
-      (0.98-1.02x torch), so the expected gain is small: fast.cu reports +1-3% from a
+      (about torch.matmul's speed, results table), so the expected gain is small: fast.cu reports +1-3% from a
       2-CTA cluster with multicast on an H100. The cost: the pair runs in lock-step (a slow
       CTA stalls its peer through the empty barriers), and 2-CTA clusters must fit a GPC.
       On the H200 the two cancel: v8 measures level with v7 or slightly below it (README,
