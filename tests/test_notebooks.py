@@ -6,7 +6,9 @@ a temp dir, so no user-level "python3" kernel can take its place) and this proce
 environment, so the kernel sees the test session's TIRX_GEMM_CACHE (tests/conftest.py). The
 builds the notebooks ask for are made up front with build_many (parallel; already cached
 when tests/test_build.py ran first in the session), so the notebooks mostly read the cache.
+Each notebook runs in a fresh kernel of its own; two run at a time.
 """
+import asyncio
 import importlib.util
 import json
 import os
@@ -16,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
 from tirx_gemm import registry
@@ -162,19 +164,42 @@ def warm_cache():
             raise AssertionError(f"{s.key} does not build: {r}")
 
 
-def _execute(name, kernel_spec_dir):
+NB_PARALLEL = 2  # notebooks executed at once (each in its own kernel): the CI machine's cores
+
+
+async def _execute(name, kernel_spec_dir):
     nb = nbformat.read(NB_DIR / name, as_version=4)
     ksm = KernelSpecManager(kernel_dirs=[str(kernel_spec_dir)], ensure_native_kernel=False)
-    km = KernelManager(kernel_name="python3", kernel_spec_manager=ksm)
+    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ksm)
     client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
                             resources={"metadata": {"path": str(NB_DIR)}})
     try:
         # the kernel inherits this environment: TIRX_GEMM_CACHE from conftest, PATH (nvcc)
-        client.execute(env=dict(os.environ))
+        await client.async_execute(env=dict(os.environ))
     finally:
         if km.has_kernel:  # we own the kernel manager, so nbclient leaves the kernel running
-            km.shutdown_kernel(now=True)
+            await km.shutdown_kernel(now=True)
     return nb
+
+
+@pytest.fixture(scope="module")
+def executed(kernel_spec_dir, warm_cache):
+    """{name: executed notebook, or the exception its execution raised}: every notebook
+    runs once, each in a fresh kernel of its own (no state passes between notebooks),
+    NB_PARALLEL at a time; each notebook's test then reads its own result."""
+    async def run_all():
+        gate = asyncio.Semaphore(NB_PARALLEL)
+
+        async def one(name):
+            async with gate:
+                try:
+                    return await _execute(name, kernel_spec_dir)
+                except Exception as exc:  # noqa: BLE001 - raised again by that notebook's test
+                    return exc
+
+        return dict(zip(NAMES, await asyncio.gather(*(one(n) for n in NAMES))))
+
+    return asyncio.run(run_all())
 
 
 def _text(nb) -> str:
@@ -193,8 +218,10 @@ def _text(nb) -> str:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_executes_headless(name, kernel_spec_dir, warm_cache):
-    nb = _execute(name, kernel_spec_dir)  # raises CellExecutionError on any cell error
+def test_notebook_executes_headless(name, executed):
+    nb = executed[name]
+    if isinstance(nb, Exception):  # CellExecutionError on any cell error
+        raise nb
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             assert out.get("output_type") != "error", out

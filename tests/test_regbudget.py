@@ -1,6 +1,4 @@
 """The setmaxnreg budget check: the arithmetic, and every warp-specialized step as built."""
-import pytest
-
 from tirx_gemm.regbudget import setmaxnreg_problem
 
 V7 = ("__launch_bounds__(256) k() {}\nsetmaxnreg.dec.sync.aligned.u32 56;\n"

@@ -6,6 +6,7 @@ fake CUDA events: there is no GPU here); user mistakes end in one line before an
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,67 +107,89 @@ def cache(tmp_path, monkeypatch):
     return d
 
 
-def test_damaged_cache_entries_are_rebuilt_with_a_notice(cache):
-    first = build(STEP.id, *SHAPE, arch=STEP.arch)
-    entry = Path(first.dir)
+# the entries these tests start from, built once in the session's cache (tests/conftest.py;
+# already there when tests/test_build.py ran first) and copied into each test's own cache:
+# an entry is relocatable (test_a_moved_cache_folder_still_works), so a copy is the entry a
+# build would have written, without paying for the build again
+SEED_REQUESTS = ([(STEP, SHAPE, {}), (registry.get("v4", "sm_90a"), SHAPE, {})]
+                 + [(s, s.canonical, {}) for s in registry.all_steps("sm_90a")])
+
+
+@pytest.fixture(scope="module")
+def seeds():
+    """{(step key, shape): entry folder in the session cache} for SEED_REQUESTS."""
+    out = {}
+    for (step, mnk, _), res in zip(SEED_REQUESTS, build_many(SEED_REQUESTS)):
+        if isinstance(res, Exception):
+            raise res
+        out[(step.key, mnk)] = Path(res.dir)
+    return out
+
+
+def _seed(cache: Path, seeds: dict, step=STEP, mnk=SHAPE) -> Path:
+    """Copy the session's entry of (step, mnk) into ``cache``; its path there."""
+    src = seeds[(step.key, tuple(mnk))]
+    dst = cache / "builds" / src.name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_damaged_cache_entries_are_rebuilt_with_a_notice(cache, seeds):
+    """Four kinds of damage, one on each of four entries; one `tirx-gemm build` names each
+    with its reason and rebuilds exactly those (the undamaged ones stay cache hits)."""
+    steps = registry.all_steps("sm_90a")
+    entries = {s.id: _seed(cache, seeds, s, s.canonical) for s in steps}
     damages = {
-        "meta.json is not readable JSON": lambda: (entry / "meta.json").write_text("garbage{"),
-        "kernel.so is missing or empty": lambda: (entry / "kernel.so").write_bytes(b""),
-        "kernel.cubin is missing or empty": lambda: (entry / "kernel.cubin").unlink(),
-        "meta.json has the wrong fields": lambda: (entry / "meta.json").write_text(
-            json.dumps({"key": first.key, "step": "v3"})),
+        "v1": ("meta.json is not readable JSON",
+               lambda e: (e / "meta.json").write_text("garbage{")),
+        "v2": ("kernel.so is missing or empty", lambda e: (e / "kernel.so").write_bytes(b"")),
+        "v3": ("kernel.cubin is missing or empty", lambda e: (e / "kernel.cubin").unlink()),
+        "v4": ("meta.json has the wrong fields", lambda e: (e / "meta.json").write_text(
+            json.dumps({"key": e.name, "step": "v4"}))),
     }
-    for why, damage in damages.items():
-        damage()
-        out = cli("build", *SHAPE_ARGS)
-        assert out.returncode == 0, out.stderr
-        assert f"cache entry {entry} is invalid ({why}" in out.stderr
-        assert "cached" not in out.stdout
-        again = build(STEP.id, *SHAPE, arch=STEP.arch)
-        assert again.cached and again.lib_path.stat().st_size > 0
+    for sid, (_, damage) in damages.items():
+        damage(entries[sid])
+    out = cli("build", "--all", "--arch", "sm_90a")
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines()
+            if line.split() and line.split()[0] in entries}
+    assert sorted(rows) == sorted(entries), out.stdout
+    for sid, entry in entries.items():
+        if sid in damages:
+            assert f"cache entry {entry} is invalid ({damages[sid][0]}" in out.stderr, sid
+            assert "cached" not in rows[sid], f"{sid} was damaged: it must be rebuilt"
+        else:
+            assert f"cache entry {entry} is invalid" not in out.stderr, sid
+            assert "cached" in rows[sid], f"{sid} was intact: it must stay a cache hit"
+    again = build_many([(s, s.canonical, {}) for s in steps])
+    assert all(r.cached and r.lib_path.stat().st_size > 0 for r in again)
+    assert _entries(cache) == sorted(entries.values())
+
+
+def test_no_cache_rebuilds_and_replaces_the_entry(cache, seeds):
+    entry = _seed(cache, seeds)
+    marker = entry / "marker"
+    marker.write_text("from the old entry")
+    res = build(STEP.id, *SHAPE, arch=STEP.arch, use_cache=False)
+    assert not res.cached and Path(res.dir) == entry
+    assert not marker.exists(), "--no-cache must replace the entry, not keep the old one"
     assert _entries(cache) == [entry]
 
 
-def test_no_cache_rebuilds_and_replaces_the_entry(cache):
-    first = build(STEP.id, *SHAPE, arch=STEP.arch)
-    marker = Path(first.dir) / "marker"
-    marker.write_text("from the old entry")
-    res = build(STEP.id, *SHAPE, arch=STEP.arch, use_cache=False)
-    assert not res.cached and res.dir == first.dir
-    assert not marker.exists(), "--no-cache must replace the entry, not keep the old one"
-    assert _entries(cache) == [Path(first.dir)]
-
-
-def test_a_moved_cache_folder_still_works(cache, tmp_path, monkeypatch):
-    first = build(STEP.id, *SHAPE, arch=STEP.arch)
-    assert str(cache) not in (Path(first.dir) / "meta.json").read_text()
-    moved = tmp_path / "moved"
-    cache.rename(moved)
-    monkeypatch.setenv("TIRX_GEMM_CACHE", str(moved))
+def test_a_moved_cache_folder_still_works(cache, seeds, tmp_path):
+    """An entry built in another cache folder (the session's) and copied here is a cache
+    hit from its new place, and exports without a rebuild."""
+    origin = seeds[(STEP.key, SHAPE)]
+    entry = _seed(cache, seeds)
+    assert str(origin.parent.parent) not in (entry / "meta.json").read_text()
     res = build(STEP.id, *SHAPE, arch=STEP.arch)
-    assert res.cached and Path(res.dir).parent.parent == moved
+    assert res.cached and Path(res.dir) == entry
     assert "__global__" in res.cuda_source and res.lib_path.is_file()
-    out = cli("export", *SHAPE_ARGS, "--out", str(tmp_path / "bundle"), "-q",
-              env={"TIRX_GEMM_CACHE": str(moved)})
+    out = cli("export", *SHAPE_ARGS, "--out", str(tmp_path / "bundle"), "-q")
     assert out.returncode == 0, out.stderr
-    assert "built" not in out.stderr  # exported from the moved cache, not rebuilt
-
-
-def test_stale_work_folder_of_a_killed_build_is_swept(cache):
-    builds = cache / "builds"
-    builds.mkdir(parents=True)
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    stale = builds / "0123456789abcdef0123.abcdefgh"
-    stale.mkdir()
-    (stale / "owner.pid").write_text(str(dead.pid))
-    live = builds / "0123456789abcdef0123.livelive"
-    live.mkdir()
-    (live / "owner.pid").write_text(str(os.getpid()))
-    res = build(STEP.id, *SHAPE, arch=STEP.arch)
-    assert not stale.exists(), "a dead build's work folder must be removed"
-    assert live.exists(), "a running build's work folder must be left alone"
-    assert sorted(_entries(cache)) == sorted([Path(res.dir), live])
+    assert "built" not in out.stderr  # exported from the copied entry, not rebuilt
+    assert (tmp_path / "bundle" / bundle.MANIFEST).is_file()
+    assert _entries(cache) == [entry]
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -185,10 +208,13 @@ def test_interrupted_build_leaves_no_folder_and_no_process(cache, tmp_path, sig,
     proc.communicate(timeout=60)
     assert proc.returncode == code
     assert _entries(cache) == [], "no work folder or entry may outlive the interrupt"
-    assert not _pid_alive(int(pid_file.read_text())), "the tool must not outlive the build"
+    assert _gone(int(pid_file.read_text())), "the tool must not outlive the build"
 
 
 def test_killed_build_does_not_poison_the_next(cache, tmp_path):
+    """A SIGKILLed build can clean nothing up: its tool dies with it, and the next build
+    sweeps the work folders whose owner is dead, leaves a running build's alone, and
+    builds afresh."""
     bin_dir = _fake_nvcc(tmp_path, hang_version=False)
     proc = subprocess.Popen([sys.executable, "-m", "tirx_gemm.cli", "build", *SHAPE_ARGS],
                             cwd=ROOT, env={**os.environ, **_fake_env(bin_dir)},
@@ -197,14 +223,21 @@ def test_killed_build_does_not_poison_the_next(cache, tmp_path):
     _wait_for(pid_file, proc)
     proc.kill()
     proc.wait()
-    nvcc_pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 30
-    while _pid_alive(nvcc_pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _pid_alive(nvcc_pid), "the tool dies with a SIGKILLed build"
+    assert _gone(int(pid_file.read_text()), within_s=30), "the tool dies with a SIGKILLed build"
+    builds = cache / "builds"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = builds / "0123456789abcdef0123.abcdefgh"  # as a killed build leaves it
+    stale.mkdir()
+    (stale / "owner.pid").write_text(str(dead.pid))
+    live = builds / "0123456789abcdef0123.livelive"
+    live.mkdir()
+    (live / "owner.pid").write_text(str(os.getpid()))
     res = build(STEP.id, *SHAPE, arch=STEP.arch)
     assert not res.cached and res.lib_path.stat().st_size > 0
-    assert _entries(cache) == [Path(res.dir)]
+    assert not stale.exists(), "a dead build's work folder must be removed"
+    assert live.exists(), "a running build's work folder must be left alone"
+    assert _entries(cache) == sorted([Path(res.dir), live]), "the killed build's folder is swept"
 
 
 # --------------------------------------------------------------------------------------
@@ -216,7 +249,7 @@ def test_hung_nvcc_compile_is_a_one_line_error(cache, tmp_path):
                                          "TIRX_GEMM_TOOL_TIMEOUT": "1"})
     _one_line_error(out, "nvcc did not finish within 1 s (TIRX_GEMM_TOOL_TIMEOUT")
     assert _entries(cache) == []
-    assert not _pid_alive(int((tmp_path / "nvcc.pid").read_text()))
+    assert _gone(int((tmp_path / "nvcc.pid").read_text())), "the hung nvcc must be killed"
 
 
 def test_hung_nvcc_version_probe_is_a_one_line_error(cache, tmp_path):
@@ -370,10 +403,12 @@ def test_watchdog_is_part_of_the_cache_key_and_the_bundle_name():
     assert "_wd" not in bundle.lib_name("v3", "sm_90a", 256, 384, 512, {})
 
 
-def test_watchdog_build_reaches_the_builder(cache):
+def test_watchdog_build_reaches_the_builder(cache, seeds):
     """v4 waits on mbarriers (v3 does not): its watchdog build bounds them, the normal one
-    does not, and both are cached side by side."""
+    (the session's, copied here) does not, and both are cached side by side."""
+    _seed(cache, seeds, registry.get("v4", "sm_90a"), SHAPE)
     plain = build("v4", *SHAPE, arch="sm_90a")
+    assert plain.cached
     guarded = build("v4", *SHAPE, arch="sm_90a", watchdog_ms=2000)
     assert (plain.watchdog_ms, guarded.watchdog_ms) == (None, 2000)
     assert "watchdog" not in plain.cuda_source and "watchdog" in guarded.cuda_source
