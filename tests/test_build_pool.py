@@ -122,8 +122,11 @@ def test_a_dying_build_fails_alone_and_every_build_has_its_own_process(cache, tm
     assert sorted(p.name for p in (cache / "builds").iterdir()) == sorted(key)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig):
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                      (signal.SIGKILL, -signal.SIGKILL)])
+def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, code):
+    """Ctrl-C and SIGTERM end the build with 130 and 143 and leave no work folder; after any
+    of them, SIGKILL included, no server, fork server, worker or nvcc is left."""
     env = _fake_nvcc(tmp_path, f"echo $$ >> {tmp_path}/nvcc.pids; exec sleep 600")
     proc = subprocess.Popen(
         [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, "
@@ -141,6 +144,7 @@ def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig):
     assert pgid != os.getpgrp() and _group_alive(pgid)
     proc.send_signal(sig)
     proc.communicate(timeout=60)
+    assert proc.returncode == code
     assert _soon(lambda: not _group_alive(pgid)), \
         "a server, fork server or worker outlived the build"
     for nvcc in map(int, pid_file.read_text().split()):
