@@ -18,11 +18,14 @@ from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
 from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
 
-# D = A @ B.T: fp16 operands, fp32 accumulation, fp16 output.
-AB_DTYPE = "float16"
+# D = A @ B.T: fp16 or bf16 operands, fp32 accumulation, output in the operands' dtype.
+AB_DTYPE = "float16"   # the default operand dtype of every builder
 ACC_DTYPE = "float32"
-F16_BYTES = 2
-SUPPORTED_DTYPES = ("float16",)
+F16_BYTES = 2          # bytes per operand element: fp16 and bf16 are both 16-bit
+SUPPORTED_DTYPES = ("float16", "bfloat16")
+# TMA's rule for a global tensor: every stride but the innermost is a multiple of 16 bytes,
+# so a row of A, B or D (K or N elements of 2 bytes) must be a multiple of 8 elements
+TMA_ROW_MULTIPLE = 16 // F16_BYTES
 
 
 # --------------------------------------------------------------------------------------
@@ -31,8 +34,8 @@ SUPPORTED_DTYPES = ("float16",)
 def check_dtype(dtype: str) -> None:
     if str(dtype) not in SUPPORTED_DTYPES:
         raise ValueError(
-            f"dtype={dtype!r} is not supported: these steps compute fp16 x fp16 -> fp32 "
-            f"accumulate -> fp16 (dtype must be one of {SUPPORTED_DTYPES})"
+            f"dtype={dtype!r} is not supported: the steps take float16 or bfloat16 operands "
+            f"(fp32 accumulate, output in the operands' dtype)"
         )
 
 
@@ -57,6 +60,26 @@ def check_tiled_shape(M: int, N: int, K: int, BLK_M: int, BLK_N: int, BLK_K: int
     check_multiple("M", M, "BLK_M", BLK_M)
     check_multiple("N", N, "BLK_N", BLK_N)
     check_multiple("K", K, "BLK_K", BLK_K)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_edge_shape(M: int, N: int, K: int, dtype: str = AB_DTYPE) -> None:
+    """The contract of the TMA steps (v4 on): any M >= 1, N and K multiples of 8.
+
+    Tiles need not divide the problem: TMA loads zero-fill the part of a box that lies
+    outside the tensor and TMA stores drop it, so edge tiles cost a full tile of work but
+    no special code. What TMA cannot do is address a row whose byte stride is not a
+    multiple of 16, hence N and K (the row lengths of D, A and B) in multiples of 8."""
+    check_dtype(dtype)
+    check_positive_ints(M=M, N=N, K=K)
+    for name, value in (("N", N), ("K", K)):
+        if value % TMA_ROW_MULTIPLE != 0:
+            raise ValueError(
+                f"{name}={value} is not a multiple of {TMA_ROW_MULTIPLE}: TMA needs every "
+                f"row of A, B and D to start on a 16-byte boundary ({name} x 2 bytes)")
 
 
 def check_equal(name: str, value: int, expected: int, why: str) -> None:
@@ -228,17 +251,38 @@ def mma_tile(tmem, Asmem, Bsmem, BLK_N, accum):
                   cta_group=1)
 
 
+# TMA copies are "tma_explicit": one tensor map per global tensor with its true extents
+# (M x K, N x K, M x N), a box of one 128-byte swizzle atom wide, so a box that reaches past
+# the tensor's edge is legal: a load zero-fills the outside part (and still counts the whole
+# box's bytes on the mbarrier), a store drops it. "tma_auto" would refuse any extent that
+# is not a multiple of the swizzle atom (64 elements).
+TMA = "tma_explicit"
+
+
 @T.inline
 def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, bar):
     # one thread (both arches): the arrival that tells `bar` how many bytes to expect,
     # then two TMA tile copies that complete on `bar`; the phase completes once this
-    # thread has arrived and every byte has landed
+    # thread has arrived and every byte has landed (zero-filled edge bytes count too)
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))
-    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch="tma_auto",
-                  mbar=bar)
-    Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch="tma_auto",
-                  mbar=bar)
+    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar)
+    Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar)
+
+
+SWIZZLE_COLS = 64  # one 128-byte swizzle atom of 16-bit elements: the widest TMA box
+
+
+@T.inline
+def tma_store_swizzled(D, Dsmem, r0, m_st, n_st, ROWS, COLS):
+    # one thread (both arches): TMA-store rows [r0, r0 + ROWS) of the swizzled staging
+    # tile to D[m_st:, n_st:], one box per 64-column swizzle atom; rows and columns past
+    # D's edge are not written. The caller fenced and synchronised the SMEM writers and
+    # commits / waits on the bulk group.
+    for h in T.unroll(COLS // SWIZZLE_COLS):
+        Tx.copy_async(D[m_st:m_st + ROWS, n_st + h * SWIZZLE_COLS:n_st + (h + 1) * SWIZZLE_COLS],
+                      Dsmem[r0:r0 + ROWS, h * SWIZZLE_COLS:(h + 1) * SWIZZLE_COLS],
+                      dispatch=TMA)
 
 
 @T.inline

@@ -18,7 +18,7 @@ Shape = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class Step:
-    id: str                 # "v1" .. "v7"
+    id: str                 # "v1" .. "v11"
     arch: str               # "sm_100a" | "sm_90a"
     lesson: str             # one line: what this step teaches
     constraints: str        # human-readable shape contract (the builder enforces it)
@@ -34,6 +34,22 @@ class Step:
     sim_cases: tuple[tuple[Shape, tuple[tuple[str, object], ...]], ...] = ()
     # checker findings of status "review" this step accepts: ((finding kind, reason), ...)
     sim_accept: tuple[tuple[str, str], ...] = ()
+    # extra kernel operands after D (split-K partial sums, tile counters): "module:function"
+    # of a TVM- and torch-free function (M, N, K, kwargs) -> ((name, shape, dtype), ...).
+    # The caller allocates each zero-filled once per kernel and passes it after D in that
+    # order; the kernel must leave every workspace buffer zero-filled again when it returns.
+    workspace: str | None = None
+
+    def workspace_specs(self, M: int, N: int, K: int, kwargs: dict | None = None):
+        """The extra operands of this step at this shape: ((name, shape, dtype), ...)."""
+        if self.workspace is None:
+            return ()
+        mod, _, fn = self.workspace.partition(":")
+        return tuple(getattr(importlib.import_module(mod), fn)(M, N, K, dict(kwargs or {})))
+
+    def dtype(self, kwargs: dict | None = None) -> str:
+        """The operand dtype a build with these keywords takes (float16 unless given)."""
+        return str((kwargs or {}).get("dtype", "float16"))
 
     def with_sm_count(self, n: int | None) -> dict:
         """Builder keywords that size a persistent step's CTA pool to a GPU with n SMs."""
@@ -133,21 +149,30 @@ _SIM_CASES = {
     "v1": (((128, 128, 64), ()),),
     "v2": (((128, 128, 64), ()), ((128, 128, 320), ())),
     "v3": (((256, 384, 128), ()),),
-    "v4": (((256, 128, 192), ()), ((128, 256, 64), ())),
-    "v5": (((256, 128, 384), ()), ((128, 256, 64), ()), ((128, 128, 192), (("PIPE_DEPTH", 4),))),
+    "v4": (((256, 128, 192), ()), ((128, 256, 64), ()), ((200, 136, 200), ())),
+    "v5": (((256, 128, 384), ()), ((128, 256, 64), ()), ((128, 128, 192), (("PIPE_DEPTH", 4),)),
+           ((136, 264, 264), ())),
     "v6": (((384, 256, 320), (("SM_COUNT", 2),)), ((256, 384, 64), (("SM_COUNT", 4),)),
-           ((256, 256, 256), (("SM_COUNT", 1), ("PIPE_DEPTH", 3)))),
+           ((256, 256, 256), (("SM_COUNT", 1), ("PIPE_DEPTH", 3))),
+           ((300, 136, 200), (("SM_COUNT", 2),))),
     "v7": (((384, 256, 320), (("SM_COUNT", 2),)), ((256, 384, 128), (("SM_COUNT", 2),)),
            ((256, 256, 192), (("SM_COUNT", 1), ("PIPE_DEPTH", 1))),
-           ((128, 256, 128), (("SM_COUNT", 4),))),
+           ((128, 256, 128), (("SM_COUNT", 4),)), ((300, 136, 200), (("SM_COUNT", 2),))),
     # v8/v9: cluster tiles (256x256, 512x256) over SM_COUNT // 2 CTA pairs
     "v8": (((512, 768, 320), (("SM_COUNT", 2),)), ((768, 512, 128), (("SM_COUNT", 4),)),
            ((512, 256, 448), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
-           ((256, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1)))),
+           ((256, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1))),
+           ((300, 264, 200), (("SM_COUNT", 2),))),
     "v9": (((512, 768, 320), (("SM_COUNT", 2),)), ((1536, 256, 128), (("SM_COUNT", 4),)),
            ((512, 512, 448), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
-           ((512, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1)))),
+           ((512, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1))),
+           ((600, 264, 200), (("SM_COUNT", 2),))),
 }
+# every step is also simulated once in bf16 (its first case); the edge cases above (v4 on:
+# M not a multiple of the tile, N and K multiples of 8 only) exercise TMA's zero-filled
+# loads and clipped stores, partial cluster tiles and ceil-divided tile counts
+BF16 = (("dtype", "bfloat16"),)
+_SIM_CASES = {k: v + ((v[0][0], v[0][1] + BF16),) for k, v in _SIM_CASES.items()}
 
 
 def _sm90(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
@@ -158,18 +183,23 @@ def _sm90(id_, constraints, canonical, tests, bench, invalid, expect, forbid=())
 
 _ONE_TILE = "M = N = 128, K = 64 (one tile)"
 _ONE_ROW = "M = N = 128, K a multiple of 64"
-_TILED = "M, N multiples of 128, K a multiple of 64"
+_TILED = "M, N multiples of 128, K a multiple of 64 (aligned: thread copies have no edge code)"
+# v4 on (TMA): any M; N and K only need TMA's 16-byte row stride
+_EDGE = "any M >= 1; N, K multiples of 8 (TMA: 16-byte row strides)"
 _V1_BAD = ((256, 128, 64), (128, 128, 128), (128, 128, 32))
 _V2_BAD = ((256, 128, 256), (128, 128, 96))
 _TILED_BAD = ((200, 128, 64), (128, 130, 64), (128, 128, 100))
+_EDGE_BAD = ((128, 130, 64), (128, 128, 100), (1, 12, 64))
+# shapes off every tile grid: one row, a 4095-row batch, 1000^3, N and K only multiples of 8
+_EDGE_TESTS = ((1000, 1000, 1000), (1, 264, 72), (4095, 4096, 4104))
 # sm_90a v8/v9: 2-CTA clusters of 128x256 tiles (cluster tile 256x256; 132 SMs make 66
 # clusters). Test shapes are mostly non-square: fewer cluster tiles than clusters (256x512,
 # 512x256 with deep K), 78 cluster tiles (1536x3328: some clusters take two, the canonical
 # and bench shapes take ~4 and ~16), K steps not a multiple of the ring depth, a single K step.
-_CLUSTER_TILED = "M a multiple of 256, N a multiple of 256, K a multiple of 64, SM_COUNT even"
+_CLUSTER_TILED = _EDGE + "; SM_COUNT even"
 _CLUSTER_TESTS = ((256, 512, 320), (1024, 2048, 512), (768, 1280, 704), (1536, 3328, 1088),
-                  (2048, 768, 64), (512, 256, 4096))
-_CLUSTER_BAD = ((128, 256, 64), (256, 384, 64), (256, 256, 100))
+                  (2048, 768, 64), (512, 256, 4096)) + _EDGE_TESTS
+_CLUSTER_BAD = ((128, 132, 64), (256, 256, 100), (0, 256, 64))
 
 STEPS: list[Step] = [
     _sm100("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
@@ -177,38 +207,35 @@ STEPS: list[Step] = [
            _THREAD_COPIES, ("UTMALDG",)),
     _sm100("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD,
            _THREAD_COPIES, ("UTMALDG",)),
-    _sm100("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
+    _sm100("v4", _EDGE, (4096, 4096, 4096), _GRID_TESTS + _EDGE_TESTS, _BENCH, _EDGE_BAD, _TMA,
            ("LDG.E.128",)),
-    _sm100("v5", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
+    _sm100("v5", _EDGE, (4096, 4096, 4096), _GRID_TESTS + _EDGE_TESTS, _BENCH, _EDGE_BAD, _TMA,
            ("LDG.E.128",)),
-    _sm100("v6", _TILED, (4096, 4096, 4096), ((256, 384, 576), (1024, 2048, 512), (768, 1280, 960)),
-           _BENCH, _TILED_BAD, _TMA, ("LDG.E.128",)),
-    _sm100("v7", _TILED, (4096, 4096, 4096), ((256, 384, 192), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
-           _TILED_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
-    _sm100("v8", "M, N multiples of 256, K a multiple of 64, SM_COUNT even", (4096, 4096, 4096),
-           ((512, 768, 192), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
-           ((384, 256, 64), (256, 384, 64), (256, 256, 100)), _TMA + ("USETMAXREG",) + _PAIR,
-           ("LDG.E.128",)),
-    _sm100("v9", "M a multiple of 512, N a multiple of 256, K a multiple of 64, SM_COUNT even",
-           (4096, 4096, 4096), ((512, 768, 192), (1024, 2048, 512), (1536, 1280, 960)), _BENCH,
-           ((768, 256, 64), (512, 384, 64), (512, 256, 100)), _TMA + ("USETMAXREG",) + _PAIR,
-           ("LDG.E.128",)),
+    _sm100("v6", _EDGE, (4096, 4096, 4096), ((256, 384, 576), (1024, 2048, 512), (768, 1280, 960)) + _EDGE_TESTS,
+           _BENCH, _EDGE_BAD, _TMA, ("LDG.E.128",)),
+    _sm100("v7", _EDGE, (4096, 4096, 4096), ((256, 384, 192), (1024, 2048, 512), (768, 1280, 960)) + _EDGE_TESTS, _BENCH,
+           _EDGE_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
+    _sm100("v8", _EDGE + "; SM_COUNT even", (4096, 4096, 4096),
+           ((512, 768, 192), (1024, 2048, 512), (768, 1280, 960)) + _EDGE_TESTS, _BENCH,
+           _CLUSTER_BAD, _TMA + ("USETMAXREG",) + _PAIR, ("LDG.E.128",)),
+    _sm100("v9", _EDGE + "; SM_COUNT even",
+           (4096, 4096, 4096), ((512, 768, 192), (1024, 2048, 512), (1536, 1280, 960)) + _EDGE_TESTS, _BENCH,
+           _CLUSTER_BAD, _TMA + ("USETMAXREG",) + _PAIR, ("LDG.E.128",)),
 
     _sm90("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
     _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,
           _THREAD_COPIES, ("UTMALDG",)),
     _sm90("v3", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD,
           _THREAD_COPIES, ("UTMALDG",)),
-    _sm90("v4", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD,
+    _sm90("v4", _EDGE, (4096, 4096, 4096), _GRID_TESTS + _EDGE_TESTS, _BENCH, _EDGE_BAD,
           _TMA + ("SYNCS.PHASECHK",), ("LDG.E.128",)),
-    _sm90("v5", _TILED, (4096, 4096, 4096), _GRID_TESTS, _BENCH, _TILED_BAD, _TMA,
+    _sm90("v5", _EDGE, (4096, 4096, 4096), _GRID_TESTS + _EDGE_TESTS, _BENCH, _EDGE_BAD, _TMA,
           ("LDG.E.128",)),
-    _sm90("v6", _TILED, (4096, 4096, 4096), ((256, 384, 576), (1024, 2048, 512), (768, 1280, 960)), _BENCH,
-          _TILED_BAD, _TMA, ("LDG.E.128",)),
-    _sm90("v7", "M a multiple of 128, N a multiple of 256, K a multiple of 64",
-          (4096, 4096, 4096), ((256, 512, 320), (1024, 2048, 512), (512, 1280, 704)), _BENCH,
-          ((256, 384, 64), (200, 256, 64), (128, 256, 100)),
-          _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
+    _sm90("v6", _EDGE, (4096, 4096, 4096), ((256, 384, 576), (1024, 2048, 512), (768, 1280, 960)) + _EDGE_TESTS, _BENCH,
+          _EDGE_BAD, _TMA, ("LDG.E.128",)),
+    _sm90("v7", _EDGE,
+          (4096, 4096, 4096), ((256, 512, 320), (1024, 2048, 512), (512, 1280, 704)) + _EDGE_TESTS, _BENCH,
+          _EDGE_BAD, _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
     _sm90("v8", _CLUSTER_TILED, (4096, 4096, 4096), _CLUSTER_TESTS, _BENCH, _CLUSTER_BAD,
           _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
     _sm90("v9", _CLUSTER_TILED, (4096, 4096, 4096), _CLUSTER_TESTS, _BENCH, _CLUSTER_BAD,
