@@ -11,7 +11,8 @@ pieces every step needs live here once:
 * ``wgmma_tile``: the wgmma calls that consume one BLK_K slice of A and B,
 * the operand fence that pins accumulator registers behind ``wgmma.wait_group``,
 * barrier init, and the fragment epilogue ``store_fragment``: to GMEM (v1-v3) or to a
-  swizzled SMEM tile for a TMA store (v4+),
+  swizzled SMEM tile for a TMA store (v4+), and ``tma_store_tile``, the TMA store of such
+  a tile (one box per 64-column swizzle atom, clipped at D's edges),
 * ``check_ctas_fit_sm`` (persistent pools, v6).
 The arch-neutral pieces (validation, layouts, ``tma_load_tiles``, ``ROLLED``) are in
 :mod:`tirx_gemm.helpers`.
@@ -19,9 +20,12 @@ The arch-neutral pieces (validation, layouts, ``tma_load_tiles``, ``ROLLED``) ar
 Everything that runs on the device is an ``@T.inline`` helper: it is expanded at the call
 site, so the generated CUDA is the same as if the step had written it inline.
 
-Conventions used throughout (fp16 operands, K-major, 128B swizzle):
+Conventions used throughout (16-bit operands, fp16 or bf16, K-major, 128B swizzle; every
+byte count below holds for both, and ``dtype`` picks only the wgmma variant and the
+conversion of the fp32 accumulators):
 
-* An SMEM operand tile is ``(rows, 64)`` fp16 in :func:`tirx_gemm.helpers.swizzled_layout`:
+* An SMEM operand tile is ``(rows, 64)`` 16-bit elements in
+  :func:`tirx_gemm.helpers.swizzled_layout`:
   each row is exactly one 128-byte swizzle row, 8 rows form a 1024-byte swizzle atom,
   atoms are stacked along the rows. Tiles (and pipeline stages) are 1024-byte aligned.
 * Descriptor fields are in 16-byte units. For this layout ``SBO = 1024 B`` (distance
@@ -40,6 +44,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from . import helpers as H
 from .helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES
 
 
@@ -47,8 +52,8 @@ from .helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES
 # hardware constants
 # --------------------------------------------------------------------------------------
 WGMMA_M = 64                # rows of one wgmma (per warpgroup)
-WGMMA_K = 16                # fp16 K of one wgmma
-SWIZZLE_ROW_ELEMS = 64      # fp16 elements in one 128-byte swizzle row: BLK_K of every step
+WGMMA_K = 16                # K of one 16-bit (fp16 / bf16) wgmma
+SWIZZLE_ROW_ELEMS = 64      # 16-bit elements in one 128-byte swizzle row: BLK_K of every step
 SMEM_ALIGN = 1024           # one 128B swizzle atom (8 rows x 128 B): tiles start on it
 SMEM_PER_SM_BYTES = 228 * 1024  # shared memory of one SM, shared by its resident CTAs
 SMEM_RESERVED_PER_CTA = 1024    # taken by the system from every resident CTA
@@ -62,13 +67,21 @@ DESC_M64_STEP = (WGMMA_M * 128) >> 4        # 8192 B per 64-row block = 512
 
 
 def tile_bytes(rows: int, cols: int) -> int:
-    """Bytes of one fp16 tile: the transaction count a TMA load of it reports."""
+    """Bytes of one 16-bit tile: the transaction count a TMA load of it reports (also for
+    a box that reaches past the tensor's edge: the zero-filled part counts too)."""
     return rows * cols * F16_BYTES
 
 
-def wgmma_name(n: int) -> str:
-    """PTX mnemonic of the fp16 x fp16 -> fp32 wgmma with both operands in SMEM."""
-    return f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16"
+# the PTX type of each operand dtype in the wgmma mnemonic
+_WGMMA_TYPE = {"float16": "f16", "bfloat16": "bf16"}
+
+
+def wgmma_name(n: int, dtype: str = AB_DTYPE) -> str:
+    """PTX mnemonic of the 16-bit x 16-bit -> fp32 wgmma with both operands in SMEM
+    (dtype float16: ``...f32.f16.f16``, bfloat16: ``...f32.bf16.bf16``)."""
+    H.check_dtype(dtype)
+    t = _WGMMA_TYPE[str(dtype)]
+    return f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}"
 
 
 def check_ctas_fit_sm(ctas_per_sm: int, smem_bytes_per_cta: int) -> None:
@@ -86,7 +99,7 @@ def check_ctas_fit_sm(ctas_per_sm: int, smem_bytes_per_cta: int) -> None:
 # --------------------------------------------------------------------------------------
 @T.inline
 def encode_desc(desc, tile_ptr):
-    """desc[0] <- descriptor of a 1024-aligned, 128B-swizzled, K-major fp16 tile."""
+    """desc[0] <- descriptor of a 1024-aligned, 128B-swizzled, K-major 16-bit tile."""
     T.cuda.wgmma.encode_matrix_descriptor(
         T.address_of(desc[0]), tile_ptr, DESC_LBO, DESC_SBO, SWIZZLE_128B
     )
@@ -104,7 +117,7 @@ def desc_advance(desc_value, byte_offset):
 # wgmma issue
 # --------------------------------------------------------------------------------------
 @T.inline
-def wgmma_tile(acc, desc_a, desc_b, accumulate, m_blocks: int, n: int):
+def wgmma_tile(acc, desc_a, desc_b, accumulate, m_blocks: int, n: int, dtype: str):
     """All wgmmas that consume one 64-wide K slice already resident in SMEM.
 
     ``desc_a`` / ``desc_b``: descriptors (values) of the A tile (``m_blocks * 64`` rows)
@@ -113,11 +126,12 @@ def wgmma_tile(acc, desc_a, desc_b, accumulate, m_blocks: int, n: int):
     ``acc[h * n/2 : (h+1) * n/2]`` (rows ``64h .. 64h+63`` of the tile).
     ``accumulate``: False on the very first K slice of an output tile (the hardware then
     computes D = A*B and ignores the stale registers, so no zero-fill is needed).
+    ``dtype``: the operands' dtype (float16 or bfloat16), which picks the wgmma variant.
     Issue only: the caller brackets it with ``wgmma.fence`` / ``commit_group`` / ``wait_group``.
     """
     for kk in T.unroll(SWIZZLE_ROW_ELEMS // WGMMA_K):
         for h in T.unroll(m_blocks):
-            T.ptx[wgmma_name(n)](
+            T.ptx[wgmma_name(n, dtype)](
                 *[acc[h * (n // 2) + i] for i in range(n // 2)],
                 desc_a + T.Cast("uint64", h * DESC_M64_STEP + kk * DESC_K16_STEP),
                 desc_b + T.Cast("uint64", kk * DESC_K16_STEP),
@@ -166,30 +180,35 @@ def publish_mbarrier_init():
 # --------------------------------------------------------------------------------------
 @T.inline
 def store_fragment(dst, acc, row0, col0, warp_id, lane_id, m_blocks: int, n: int):
-    """Accumulators -> fp16 -> dst[row0 : row0 + 64*m_blocks, col0 : col0 + n], straight from
-    registers; each thread writes pairs of neighbouring columns (one packed half2).
+    """Accumulators -> dst's dtype (fp16 or bf16) -> dst[row0 : row0 + 64*m_blocks,
+    col0 : col0 + n], straight from registers; each thread writes pairs of neighbouring
+    columns (one packed 2 x 16-bit word).
     dst = D (GMEM, v1-v3): a warp covers 8 rows x 8 columns per store, so the stores are
     only sector-sized -- fine for a first step, fixed by the SMEM + TMA store of v4.
     dst = Dsmem (a 128B-swizzled tile, the source of a TMA store, v4+): the swizzle makes
     these stores bank-conflict free (the 8 rows a warp writes land in 8 16-byte chunks)."""
-    pair = T.alloc_local((2,), AB_DTYPE)
+    pair = T.alloc_local((2,), dst.dtype)
     for h in T.unroll(m_blocks):
         for j in T.unroll(n // 8):
             for hh in T.unroll(2):
                 base = T.meta_var(h * (n // 2) + 4 * j + 2 * hh)
                 row = T.meta_var(row0 + h * WGMMA_M + warp_id * 16 + lane_id // 4 + 8 * hh)
                 col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4))
-                pair[0] = T.Cast(AB_DTYPE, acc[base])
-                pair[1] = T.Cast(AB_DTYPE, acc[base + 1])
+                pair[0] = T.Cast(dst.dtype, acc[base])
+                pair[1] = T.Cast(dst.dtype, acc[base + 1])
                 Tx.copy(dst[row, col : col + 2], pair[:])
 
 
 @T.inline
-def tma_store_tile(D_tile, Dsmem_tile):
-    """One thread: bulk-copy a swizzled SMEM tile to GMEM and commit it as a bulk group.
-    The caller must have fenced the generic-proxy writes (``fence.proxy.async``) and
-    synchronised the writers first, and must wait on the group before reusing Dsmem."""
-    Tx.copy_async(D_tile, Dsmem_tile, dispatch="tma_auto")
+def tma_store_tile(D, Dsmem, r0, m_st, n_st, rows: int, cols: int):
+    """One thread: TMA-store rows [r0, r0 + rows) of the swizzled SMEM tile Dsmem to
+    D[m_st : m_st + rows, n_st : n_st + cols] and commit it as one bulk group. One box per
+    64-column swizzle atom (helpers.tma_store_swizzled); the tensor map has D's true
+    extents, so rows and columns past D's edge are not written (an edge tile is clipped,
+    no special code). The caller must have fenced the generic-proxy writes
+    (``fence.proxy.async``) and synchronised the writers first, and must wait on the group
+    before reusing Dsmem."""
+    H.tma_store_swizzled(D, Dsmem, r0, m_st, n_st, rows, cols)
     T.ptx.cp.async_.bulk.commit_group()
 
 
@@ -266,13 +285,14 @@ def tma_load_multicast_b(Asmem, Bsmem_half, A, B, m_st, nb_st, k_st, BLK_M, B_RO
     # one thread per CTA: expect every byte that lands in THIS CTA's stage (own A tile +
     # the whole BLK_N-row B tile, half of it written by the peer's multicast), then load
     # the own A tile (unicast) and B rows [nb_st, nb_st + B_ROWS) multicast into the same
-    # offset of both CTAs, completing on the barrier at the same offset in each
+    # offset of both CTAs, completing on the barrier at the same offset in each. Boxes
+    # that reach past A's or B's edge are zero-filled and still count all their bytes: a
+    # CTA whose rows all lie past M loads zeros, and its B half still feeds the peer
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((BLK_M + BLK_N) * BLK_K * _F16_BYTES))
-    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch="tma_auto",
-                  mbar=bar)
+    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=H.TMA, mbar=bar)
     Tx.copy_async(Bsmem_half, B[nb_st:nb_st + B_ROWS, k_st:k_st + BLK_K],
-                  dispatch="tma_auto", mbar=bar, cta_mask=CLUSTER_MASK)
+                  dispatch=H.TMA, mbar=bar, cta_mask=CLUSTER_MASK)
 
 
 # mapa turns this CTA's shared address of a barrier into the address of the same barrier
@@ -312,29 +332,39 @@ __all__ += [
 ]
 
 
-# The overlapped epilogue of v9: the finished fp32 accumulators are packed to fp16 pairs
-# (64 registers) so that the next tile's wgmmas may overwrite the accumulators at once;
-# the packed tile is then written to SMEM with stmatrix and TMA-stored while those
-# wgmmas run.
-_PACK_HALF2_SRC = """
+# The overlapped epilogue of v9: the finished fp32 accumulators are packed to 16-bit
+# pairs (fp16x2 or bf16x2, 64 registers) so that the next tile's wgmmas may overwrite the
+# accumulators at once; the packed tile is then written to SMEM with stmatrix (which moves
+# b16 pairs, whatever they encode) and TMA-stored while those wgmmas run.
+# dtype -> (device function, its source): round-to-nearest conversion of two fp32 values
+_PACK_FN = {
+    "float16": ("tirx_gemm_pack_half2", """
 __device__ __forceinline__ unsigned int tirx_gemm_pack_half2(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<unsigned int*>(&v);
 }
-"""
+"""),
+    "bfloat16": ("tirx_gemm_pack_bfloat162", """
+__device__ __forceinline__ unsigned int tirx_gemm_pack_bfloat162(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<unsigned int*>(&v);
+}
+"""),
+}
 
 EPI_COLS = SWIZZLE_ROW_ELEMS  # columns of one TMA-store chunk: one 128-byte swizzle row
 
 
 @T.inline
-def pack_fragment(packed, acc, count: int):
-    """packed[i] <- fp16x2(acc[2i], acc[2i+1]) for i < count. In the wgmma fragment,
+def pack_fragment(packed, acc, count: int, dtype: str):
+    """packed[i] <- dtype x2 (acc[2i], acc[2i+1]) for i < count (dtype float16 or
+    bfloat16, the output's). In the wgmma fragment,
     acc[4j+2h+e] is D[16w + l//4 + 8h, 8j + 2(l%4) + e], so packed[2j+h] holds the two
     neighbouring columns of row 8h + l//4 of 8x8 block j: the register of one stmatrix
     m8n8 matrix (thread l holds row l//4, columns 2(l%4), 2(l%4)+1)."""
     for i in T.unroll(count):
-        packed[i] = T.cuda.func_call("tirx_gemm_pack_half2", acc[2 * i], acc[2 * i + 1],
-                                     source_code=_PACK_HALF2_SRC, return_type="uint32")
+        packed[i] = T.cuda.func_call(_PACK_FN[dtype][0], acc[2 * i], acc[2 * i + 1],
+                                     source_code=_PACK_FN[dtype][1], return_type="uint32")
 
 
 @T.inline
@@ -357,12 +387,14 @@ def stmatrix_chunk(Dstage, wg, buf, packed, c, warp_id, lane_id):
 @T.inline
 def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp_id,
                       lane_id, tid_in_wg, bar_id):
-    """Warpgroup ``wg``: its packed 64 x n fp16 fragment -> GMEM D[m_st:+64, n_st:+n], in
+    """Warpgroup ``wg``: its packed 64 x n 16-bit fragment -> GMEM D[m_st:+64, n_st:+n], in
     64-column chunks through its ``bufs`` staging tiles Dstage[wg, b] (64x64, swizzled),
-    one TMA store per chunk. Nothing waits for a store to reach GMEM: a staging tile is
-    reused only once the store that last read it is done reading (wait_group.read(bufs-1):
-    at most the bufs - 1 younger stores may still be pending), which has usually happened
-    long before. The caller waits for all its stores (wait_group 0) before exiting."""
+    one TMA store per chunk (one box, one swizzle atom wide; rows and columns past D's
+    edge are not written, a chunk wholly past N writes nothing). Nothing waits for a
+    store to reach GMEM: a staging tile is reused only once the store that last read it
+    is done reading (wait_group.read(bufs-1): at most the bufs - 1 younger stores may
+    still be pending), which has usually happened long before. The caller waits for all
+    its stores (wait_group 0) before exiting."""
     for c in T.unroll(n // EPI_COLS):
         if tid_in_wg == 0:
             T.ptx.cp.async_.bulk.wait_group.read(bufs - 1)
@@ -371,9 +403,10 @@ def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp
         T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
         T.cuda.warpgroup_sync(bar_id)
         if tid_in_wg == 0:
-            tma_store_tile(
+            Tx.copy_async(
                 D[m_st:m_st + WGMMA_M, n_st + c * EPI_COLS:n_st + (c + 1) * EPI_COLS],
-                Dstage[wg, c % bufs, :, :])
+                Dstage[wg, c % bufs, :, :], dispatch=H.TMA)
+            T.ptx.cp.async_.bulk.commit_group()
 
 
 __all__ += ["EPI_COLS", "pack_fragment", "stmatrix_chunk", "store_packed_tile"]

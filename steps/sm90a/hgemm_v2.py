@@ -25,7 +25,8 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
     Why: real K is thousands; each slice is one SMEM tile's worth of A and B, and the same
     SMEM and the same registers are reused K / 64 times. Loads and wgmma are still fully
     serialised (copy, sync, compute, wait, sync): that is what v4/v5 attack.
-    Constraints: M = N = 128, K a multiple of 64; fp16.
+    Constraints: M = N = 128, K a multiple of 64; dtype float16 or bfloat16.
+    (v1-v3 keep an aligned contract: thread copies have no edge code; v4's TMA lifts it.)
     Run: ``tirx-gemm run v2 --arch sm_90a --mnk 128,128,1024``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -36,12 +37,12 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
     H.check_equal("M", M, BLK_M, "step v2 computes a single 128x128 tile (no 2D grid yet)")
     H.check_equal("N", N, BLK_N, "step v2 computes a single 128x128 tile (no 2D grid yet)")
 
-    A_layout = H.swizzled_layout((BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((BLK_N, BLK_K))
+    A_layout = H.swizzled_layout((BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((BLK_N, BLK_K), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([1])  # one CTA: the grid arrives in v3
         wg_id = T.warpgroup_id([1])
@@ -51,8 +52,8 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
         # --- allocate ---
         pool = T.SMEMPool()
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
+        Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
         pool.commit()
         acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
         desc_a = T.alloc_local((1,), "uint64")
@@ -69,7 +70,7 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
 
             # --- compute: the first slice overwrites the accumulator, the rest add to it
             T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
-            W.wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N)
+            W.wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N, dtype)
             T.ptx.wgmma.commit_group.sync.aligned()
             T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
             # WAR on the single SMEM tile: nobody copies slice k+1 until every warp has
@@ -77,7 +78,7 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
             T.cuda.cta_sync()
         W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the last wait
 
-        # --- writeback: registers -> fp16 -> GMEM, the wgmma fragment of each thread ---
+        # --- writeback: registers -> dtype -> GMEM, the wgmma fragment of each thread ---
         W.store_fragment(D, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
 
         # --- free: nothing to release (no TMEM: the accumulator is registers) ---

@@ -15,12 +15,13 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     """Step card -- v4, TMA loads and TMA store.
 
     Changes from v3: dispatch of the loads: Tx.cta.copy (128 threads computing
-    addresses) -> Tx.copy_async(dispatch="tma_auto", 2D tensor maps with 128B swizzle)
-    issued by thread 0, completing on tma_bar after 2 x 128x64 fp16 = 32 KiB (expect_tx).
-    Dispatch of the stores: per-thread GMEM stores -> registers -> fp16 -> swizzled Dsmem,
-    fence.proxy.async, then one thread issues a TMA store of the whole 128x128 tile
-    (commit_group / wait_group). Layout: a Dsmem staging tile (128x128 fp16, 128B swizzle,
-    stored as two 64-column halves). Scope unchanged (one warpgroup per 128x128 tile).
+    addresses) -> Tx.copy_async(dispatch="tma_explicit", 2D tensor maps with 128B swizzle)
+    issued by thread 0, completing on tma_bar after 2 x 128x64 x 2 B = 32 KiB (expect_tx).
+    Dispatch of the stores: per-thread GMEM stores -> registers -> fp16/bf16 -> swizzled
+    Dsmem, fence.proxy.async, then one thread TMA-stores the 128x128 tile, one box per
+    64-column half (commit_group / wait_group). Layout: a Dsmem staging tile (128x128,
+    128B swizzle, stored as two 64-column halves). Scope unchanged (one warpgroup per
+    128x128 tile); dtype float16 or bfloat16 (the wgmma's .f16 / .bf16 variant).
     Contracts: tma_bar completes once per K slice, its phase flips per slice; every thread
     waits on it (its acquire makes the TMA-written tiles visible to that thread's wgmma).
     The CTA barrier after each slice's wait_group is what bounds thread 0: it issues the
@@ -32,25 +33,36 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     pieces. Loads and wgmma are still serial inside a CTA (load, wait, compute, wait): the
     overlap comes from the ~3 CTAs resident per SM (66 KB SMEM, 128 threads each); a ring
     of stages is v5.
+    Edges: TMA also removes the aligned-shape contract of v1-v3. Each tensor map carries
+    the true extents of A, B and D, so a load box that reaches past the edge of A or B is
+    zero-filled by the TMA unit -- and the whole box still counts on tma_bar, so expect_tx
+    stays 32 KiB -- and a store box writes only the part inside D. Zeros add nothing to the
+    dot products: the grid is ceil(M/128) x ceil(N/128) and K_TILES = ceil(K/64), and the
+    edge tiles need no code of their own. The cost: an edge tile takes a full tile of
+    wgmma work and SMEM, but only the last row and column of tiles are partial, so at
+    M = N = 1000 (8 x 8 tiles = 1024 x 1024) the waste is (1024/1000)^2 - 1 ~ 5% of the
+    MMA work (K = 1000 pads its last slice too: 1024/1000, 2.4% more). What TMA cannot do
+    is address a row whose stride is not a multiple of 16 bytes, hence N, K multiples of 8.
     Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
-    Constraints: M, N multiples of 128; K a multiple of 64; fp16.
+    Constraints: any M >= 1; N, K multiples of 8 (TMA's 16-byte row stride);
+    dtype float16 or bfloat16.
     Run: ``tirx-gemm run v4 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64            # wgmma is m64: the warpgroup issues 2 per k16 slice
     ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
-    K_TILES = K // BLK_K
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
 
-    A_layout = H.swizzled_layout((BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+    A_layout = H.swizzled_layout((BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
-        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
+        bx, by = T.cta_id([H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)])  # edge tiles too
         wg_id = T.warpgroup_id([1])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -59,9 +71,9 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         pool = T.SMEMPool()
         tma_bar = pool.alloc((1,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
         acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
         desc_a = T.alloc_local((1,), "uint64")
@@ -90,7 +102,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
 
             # --- compute: the first slice overwrites the accumulator, the rest add to it
             T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
-            W.wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N)
+            W.wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N, dtype)
             T.ptx.wgmma.commit_group.sync.aligned()
             T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
             # WAR on the single SMEM tile: thread 0 issues the next TMA only after every
@@ -98,12 +110,12 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
             T.cuda.cta_sync()
         W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the last wait
 
-        # --- writeback: registers -> Dsmem -> one TMA store -> GMEM ---
+        # --- writeback: registers -> Dsmem -> TMA store (clipped at D's edge) -> GMEM ---
         W.store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
         T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
         T.cuda.cta_sync()                       # every thread's part of the tile is written
         if tid == 0:
-            W.tma_store_tile(D[m_st:m_st + BLK_M, n_st:n_st + BLK_N], Dsmem[:, :])
+            W.tma_store_tile(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
             T.ptx.cp.async_.bulk.wait_group(0)  # Dsmem must outlive the store's reads
 
         # --- free: nothing to release (no TMEM: the accumulator is registers) ---

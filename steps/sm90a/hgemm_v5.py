@@ -32,8 +32,10 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     PIPE_DEPTH=3 or 4 ran slower on an H200, because 130+ KB leaves one CTA per SM and
     deeper prefetch cannot cover the drain.
     Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
-    Constraints: M, N multiples of 128; K a multiple of 64; PIPE_DEPTH >= 1 and the
-    ring (32 KB per stage plus 32 KB Dsmem) must fit in 227 KB (PIPE_DEPTH <= 6); fp16.
+    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges: zero-filled loads,
+    clipped stores; K_TILES = ceil(K/64), which may be fewer than PIPE_DEPTH); PIPE_DEPTH
+    >= 1 and the ring (32 KB per stage plus 32 KB Dsmem) must fit in 227 KB
+    (PIPE_DEPTH <= 6); dtype float16 or bfloat16.
     Run: ``tirx-gemm run v5 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -41,19 +43,19 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB: one stage of A; descriptors step by it
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
-    K_TILES = K // BLK_K
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
-        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
+        bx, by = T.cta_id([H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)])  # edge tiles too
         wg_id = T.warpgroup_id([1])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -62,9 +64,9 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         pool = T.SMEMPool()
         tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
         acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
         desc_a = T.alloc_local((1,), "uint64")
@@ -98,7 +100,7 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
             T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
             W.wgmma_tile(acc, W.desc_advance(desc_a[0], stage * A_STAGE_BYTES),
                          W.desc_advance(desc_b[0], stage * B_STAGE_BYTES), k > 0, M_BLOCKS,
-                         BLK_N)
+                         BLK_N, dtype)
             T.ptx.wgmma.commit_group.sync.aligned()
             T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
             # WAR on the stage: thread 0 refills it only after every warp has passed its
@@ -115,12 +117,12 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                 phase = phase ^ 1  # wrapping around: every stage starts a new phase
         W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the last wait
 
-        # --- writeback: registers -> Dsmem -> one TMA store -> GMEM ---
+        # --- writeback: registers -> Dsmem -> TMA store (clipped at D's edge) -> GMEM ---
         W.store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
         T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
         T.cuda.cta_sync()                       # every thread's part of the tile is written
         if tid == 0:
-            W.tma_store_tile(D[m_st:m_st + BLK_M, n_st:n_st + BLK_N], Dsmem[:, :])
+            W.tma_store_tile(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
             T.ptx.cp.async_.bulk.wait_group(0)  # Dsmem must outlive the store's reads
 
         # --- free: nothing to release (no TMEM: the accumulator is registers) ---

@@ -42,10 +42,11 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     (one CTA's wgmma drain is covered by the other's wgmmas); one CTA per SM with
     PIPE_DEPTH=4 ran much slower.
     Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
-    Constraints: M, N multiples of 128; K a multiple of 64; PIPE_DEPTH >= 1 with 32 KB per
-    stage plus 32 KB Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the 228 KB of
+    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
+    ceil(M/128) x ceil(N/128) tiles); PIPE_DEPTH >= 1 with 32 KB per stage plus 32 KB
+    Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the 228 KB of
     one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); SM_COUNT, L2_GROUP >= 1 (the runner passes
-    the device's SM count as SM_COUNT); fp16.
+    the device's SM count as SM_COUNT); dtype float16 or bfloat16.
     Run: ``tirx-gemm run v6 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -53,8 +54,8 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB: one stage of A; descriptors step by it
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
-    K_TILES = K // BLK_K
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, CTAS_PER_SM=CTAS_PER_SM, L2_GROUP=L2_GROUP)
     # the pool is meant to be resident all at once: CTAS_PER_SM of them must fit on an SM
@@ -62,13 +63,13 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                         + W.tile_bytes(BLK_M, BLK_N) + 1024)
     NUM_CTAS = SM_COUNT * CTAS_PER_SM
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         cta = T.cta_id([NUM_CTAS])  # a fixed pool, CTAS_PER_SM per SM: each walks many tiles
         wg_id = T.warpgroup_id([1])
@@ -79,9 +80,9 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         pool = T.SMEMPool()
         tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
         acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
         desc_a = T.alloc_local((1,), "uint64")
@@ -101,8 +102,8 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
 
         # tiles in L2-friendly order: groups of L2_GROUP tile rows, column by column
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=NUM_CTAS,
-            l2_group_size=L2_GROUP)
+            "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=H.ceil_div(N, BLK_N),
+            num_clusters=NUM_CTAS, l2_group_size=L2_GROUP)
         scheduler.init(cta)
         # stage and phase of the next slice to consume, carried from tile to tile: global
         # slice g lives in stage g % PIPE_DEPTH and completes phase (g // PIPE_DEPTH) & 1
@@ -130,7 +131,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                 T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
                 W.wgmma_tile(acc, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES),
                              W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES), k > 0,
-                             M_BLOCKS, BLK_N)
+                             M_BLOCKS, BLK_N, dtype)
                 T.ptx.wgmma.commit_group.sync.aligned()
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
                 # WAR on the stage: thread 0 refills it only after every warp has passed
@@ -159,7 +160,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                                          s * BLK_K, BLK_M, BLK_N, BLK_K,
                                          tma_bar.ptr_to([stage]))
 
-            # --- writeback: registers -> Dsmem -> one TMA store -> GMEM ---
+            # --- writeback: registers -> Dsmem -> TMA store (clipped at D's edge) -> GMEM ---
             if tid == 0:
                 # the previous tile's TMA store must have finished reading Dsmem
                 T.ptx.cp.async_.bulk.wait_group.read(0)
@@ -169,7 +170,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
             T.cuda.cta_sync()                       # every thread's part of the tile is written
             if tid == 0:
                 # not waited for here: the store drains while the next tile computes
-                W.tma_store_tile(D[m_st:m_st + BLK_M, n_st:n_st + BLK_N], Dsmem[:, :])
+                W.tma_store_tile(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
 
         # --- free: SMEM is released at exit, so the last store must have read it ---
         if tid == 0:

@@ -26,13 +26,13 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         commit, wait_group(1) (= slice k-1 is done), then hand slice k-1's stage back.
       * every stage has a full/empty mbarrier pair, so producer and consumers never meet at
         a CTA-wide barrier; each consumer stores its own 64x256 half through SMEM with one
-        TMA store (named barrier per warpgroup).
+        TMA bulk group (named barrier per warpgroup).
       The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
       so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
       m64n256k16 does the work of two m64n128k16.
     Scope / Layout / Dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
       issuers. Layout: 128x256 tile, 48 KB stages, full+empty barriers, Dsmem 128x256 kept
-      as two contiguous 64-row halves (one TMA box each).
+      as two contiguous 64-row halves (four 64x64 TMA boxes each).
       Dispatch: producer/consumer overlap, wgmma kept asynchronous across K steps, setmaxnreg.
     Why: in v6 the tensor cores idle at every K step while a warpgroup drains its wgmmas
       (wait_group(0)), syncs the CTA and refills a stage; only the second CTA on the SM
@@ -44,7 +44,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       there are 64 tiles of 128x256 for 132 SMs.
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
     Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
-    Constraints: M a multiple of 128, N a multiple of 256, K a multiple of 64, float16;
+    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
+      ceil(M/128) x ceil(N/256) tiles); dtype float16 or bfloat16;
       PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
       SM_COUNT >= 1 (the runner passes the device's SM count).
     Run: ``tirx-gemm run v7 --arch sm_90a --mnk 4096,4096,4096``.
@@ -56,20 +57,20 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB
-    K_TILES = K // BLK_K
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     # each consumer's 64 rows contiguous (64 x 256 = four 64x64 swizzled blocks), so that
     # its half is one dense TMA box; the default (128, 256) layout interleaves the halves
-    D_layout = H.swizzled_layout((NUM_CONSUMERS, W.WGMMA_M, BLK_N))
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, W.WGMMA_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         cta = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
@@ -81,9 +82,9 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
@@ -102,8 +103,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=SM_COUNT,
-            l2_group_size=L2_GROUP)
+            "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=H.ceil_div(N, BLK_N),
+            num_clusters=SM_COUNT, l2_group_size=L2_GROUP)
         scheduler.init(cta)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
@@ -145,7 +146,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                                  W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
                                  + T.Cast("uint64", consumer * W.DESC_M64_STEP),
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                 k > 0, 1, BLK_N)
+                                 k > 0, 1, BLK_N, dtype)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     # slice k stays in flight; slice k-1 is done, so its stage goes back.
                     # One arrival per warpgroup suffices: a wgmma is one warpgroup-wide
@@ -162,7 +163,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                     T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
 
-                # --- writeback: this warpgroup's 64x256 half -> Dsmem -> one TMA store ---
+                # --- writeback: this warpgroup's 64x256 half -> Dsmem -> TMA store (clipped) ---
                 row0 = T.meta_var(consumer * W.WGMMA_M)
                 if tid_in_wg == 0:
                     # our previous TMA store must have finished reading these Dsmem rows
@@ -173,8 +174,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                 T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
                 T.cuda.warpgroup_sync(1 + consumer)
                 if tid_in_wg == 0:
-                    W.tma_store_tile(D[m_st + row0 : m_st + row0 + W.WGMMA_M, n_st : n_st + BLK_N],
-                                     Dsmem[row0 : row0 + W.WGMMA_M, :])
+                    W.tma_store_tile(D, Dsmem, row0, m_st + row0, n_st, W.WGMMA_M, BLK_N)
                 scheduler.next_tile()
 
             # --- free: SMEM is released at exit, so the last store must have read it ---

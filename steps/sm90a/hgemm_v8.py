@@ -32,6 +32,10 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       * the scheduler walks 256x256 cluster tiles with SM_COUNT // 2 clusters; both CTAs of
         a cluster see the same sequence (they must: each waits for the other's arrivals).
         L2_GROUP=8 cluster-tile rows cover the same 2048 rows of A as v7's 16 tile rows.
+        Edges: there are ceil(M/256) cluster-tile rows, so the last may be partial; a CTA
+        whose 128 rows all lie past M still runs the whole protocol (its B half feeds the
+        peer, its consumers arrive remotely), its A loads just bring zeros and its TMA
+        stores write nothing.
       * setup and teardown are cluster-wide: a cluster barrier publishes the barrier inits
         before the peer may signal them, and another keeps each CTA's SMEM and barriers
         alive until the peer has stopped writing and arriving there.
@@ -47,9 +51,10 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       On the H200 the two cancel: v8 measures level with v7 or slightly below it (README,
       results/logs/ncu/); v9 (overlapped epilogue, 4th stage) comes out ahead of v8.
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
-    Constraints: M a multiple of 256 (two 128-row tiles per cluster), N a multiple of 256,
-      K a multiple of 64, float16; PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem
-      within 227 KB (PIPE_DEPTH <= 3); SM_COUNT even (the pool is made of CTA pairs).
+    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges, partial cluster tiles
+      included); dtype float16 or bfloat16; PIPE_DEPTH >= 1 with 48 KB per stage plus
+      64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3); SM_COUNT even (the pool is made of CTA
+      pairs).
     Run: ``tirx-gemm run v8 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
@@ -61,22 +66,20 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
     B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
 
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
-    # the two CTAs of a cluster take vertically adjacent tiles: M in whole cluster tiles
-    H.check_multiple("M", M, "the cluster tile height W.CLUSTER_SIZE*BLK_M", W.CLUSTER_SIZE * BLK_M)
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     W.check_cluster_pool(SM_COUNT)
-    K_TILES = K // BLK_K
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     NUM_CLUSTERS = SM_COUNT // W.CLUSTER_SIZE
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((NUM_CONSUMERS, W.WGMMA_M, BLK_N))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, W.WGMMA_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         cta = T.cta_id([SM_COUNT])
         rank, _unused = T.cta_id_in_cluster([W.CLUSTER_SIZE, 1])  # this CTA's place in the pair
@@ -89,9 +92,9 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
@@ -111,10 +114,12 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
         W.publish_mbarrier_init_cluster()
 
-        # every role of both CTAs walks the same cluster-tile sequence
+        # every role of both CTAs walks the same cluster-tile sequence (the last row of
+        # cluster tiles may reach past M: both CTAs still take part in it)
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // (W.CLUSTER_SIZE * BLK_M), num_n_tiles=N // BLK_N,
-            num_clusters=NUM_CLUSTERS, l2_group_size=L2_GROUP)
+            "ts", num_m_tiles=H.ceil_div(M, W.CLUSTER_SIZE * BLK_M),
+            num_n_tiles=H.ceil_div(N, BLK_N), num_clusters=NUM_CLUSTERS,
+            l2_group_size=L2_GROUP)
         scheduler.init(cta // W.CLUSTER_SIZE)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
@@ -158,7 +163,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                                  W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
                                  + T.Cast("uint64", consumer * W.DESC_M64_STEP),
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                 k > 0, 1, BLK_N)
+                                 k > 0, 1, BLK_N, dtype)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     # slice k-1 is done: its stage goes back to the producers of both CTAs
                     T.ptx.wgmma.wait_group.sync.aligned(1)
@@ -170,7 +175,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                 W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
 
-                # --- writeback: this warpgroup's 64x256 half -> Dsmem -> one TMA store ---
+                # --- writeback: this warpgroup's 64x256 half -> Dsmem -> TMA store (clipped) ---
                 row0 = T.meta_var(consumer * W.WGMMA_M)
                 if tid_in_wg == 0:
                     # our previous TMA store must have finished reading these Dsmem rows
@@ -180,8 +185,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                 T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
                 T.cuda.warpgroup_sync(1 + consumer)
                 if tid_in_wg == 0:
-                    W.tma_store_tile(D[m_st + row0 : m_st + row0 + W.WGMMA_M, n_st : n_st + BLK_N],
-                                     Dsmem[row0 : row0 + W.WGMMA_M, :])
+                    W.tma_store_tile(D, Dsmem, row0, m_st + row0, n_st, W.WGMMA_M, BLK_N)
                 scheduler.next_tile()
 
             if tid_in_wg == 0:

@@ -1,6 +1,6 @@
 """Step 9 (sm_90a): the epilogue of tile t runs while the wgmmas of tile t+1 do.
 
-Lesson: pack the finished accumulators to fp16 and let the next tile's first wgmmas
+Lesson: pack the finished accumulators to 16 bits and let the next tile's first wgmmas
 (scale-d = 0) overwrite them at once; the packed tile is written with stmatrix and
 TMA-stored while those wgmmas run.
 """
@@ -22,7 +22,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
       tile's first wgmma: the tensor cores idle for the whole epilogue, once per tile.
       Here the epilogue is split around the next tile's first wgmmas:
       * end of tile t: wait for the last wgmma, pack the 128 fp32 accumulators into 64
-        fp16x2 registers (``packed``) -- a few dozen ALU instructions -- and go on;
+        fp16x2 (or bf16x2) registers (``packed``) -- a few dozen ALU instructions -- and go on;
       * tile t+1 starts at once: its first wgmma runs with scale-d = 0 (D = A*B, the stale
         accumulators are ignored, so no zero-fill is needed between tiles; every step
         since v1 does this, and it is what lets the accumulators be reused right away);
@@ -36,7 +36,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         (32 KB), which makes room for a 4th 48 KB stage (PIPE_DEPTH=4, 224 KB in all):
         one more K step of loads in flight, which the lock-stepped CTA pair of v8 needs
         more than v7 did (a stage is refilled only when both CTAs are done with it).
-    Scope / Layout / Dispatch: layout (packed fp16 fragment, chunked staging tiles, 4
+    Scope / Layout / Dispatch: layout (packed 16-bit fragment, chunked staging tiles, 4
       stages) and dispatch (epilogue issued between wgmma issue and wait); the cluster,
       barriers and roles are v8's.
     Why: v7/v8 lose the tensor cores for one epilogue per tile. At 4096^3 a 128x256 tile
@@ -46,8 +46,9 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Contracts/Barriers: see the comments at tma2mma and mma2tma (v8's, unchanged); the
       staging tiles are guarded by bulk-group waits and the named barrier of the owning
       warpgroup, see store_packed_tile.
-    Constraints: M a multiple of 256, N a multiple of 256, K a multiple of 64, float16;
-      1 <= EPI_BUFS <= 4 (BLK_N / 64 chunks); PIPE_DEPTH stages of 48 KB plus
+    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges, v8's partial cluster
+      tiles; a 64-column chunk wholly past N is stored as nothing); dtype float16 or
+      bfloat16; 1 <= EPI_BUFS <= 4 (BLK_N / 64 chunks); PIPE_DEPTH stages of 48 KB plus
       EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
       SM_COUNT even; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, default v8's 40/232)
       multiples of 8 within 64K registers per CTA.
@@ -60,12 +61,10 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
     B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
-    PACKED_REGS = ACC_REGS // 2               # fp16x2 registers of a packed tile (64)
+    PACKED_REGS = ACC_REGS // 2               # 2 x 16-bit registers of a packed tile (64)
     EPI_CHUNKS = BLK_N // W.EPI_COLS            # 64-column TMA-store chunks per tile (4)
 
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
-    # the two CTAs of a cluster take vertically adjacent tiles: M in whole cluster tiles
-    H.check_multiple("M", M, "the cluster tile height W.CLUSTER_SIZE*BLK_M", W.CLUSTER_SIZE * BLK_M)
+    H.check_edge_shape(M, N, K, dtype)
     H.check_positive_ints(EPI_BUFS=EPI_BUFS)
     if EPI_BUFS > EPI_CHUNKS:
         raise ValueError(f"EPI_BUFS={EPI_BUFS} is more than the {EPI_CHUNKS} 64-column "
@@ -76,19 +75,19 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     W.check_cluster_pool(SM_COUNT)
     # setmaxnreg: 128 producer threads + 256 consumer threads within the SM's 64K registers
     W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
-    K_TILES = K // BLK_K
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     NUM_CLUSTERS = SM_COUNT // W.CLUSTER_SIZE
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = min(1, K_TILES - 1)
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     # per consumer EPI_BUFS staging tiles of 64x64 (one TMA-store box each)
-    D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS))
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         cta = T.cta_id([SM_COUNT])
         rank, _unused = T.cta_id_in_cluster([W.CLUSTER_SIZE, 1])  # this CTA's place in the pair
@@ -101,9 +100,9 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), "float16",
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype,
                             layout=D_layout)
         pool.commit()
 
@@ -124,10 +123,12 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
         W.publish_mbarrier_init_cluster()
 
-        # every role of both CTAs walks the same cluster-tile sequence
+        # every role of both CTAs walks the same cluster-tile sequence (the last row of
+        # cluster tiles may reach past M: both CTAs still take part in it)
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // (W.CLUSTER_SIZE * BLK_M), num_n_tiles=N // BLK_N,
-            num_clusters=NUM_CLUSTERS, l2_group_size=L2_GROUP)
+            "ts", num_m_tiles=H.ceil_div(M, W.CLUSTER_SIZE * BLK_M),
+            num_n_tiles=H.ceil_div(N, BLK_N), num_clusters=NUM_CLUSTERS,
+            l2_group_size=L2_GROUP)
         scheduler.init(cta // W.CLUSTER_SIZE)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
@@ -153,7 +154,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
             consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
             row0 = T.meta_var(consumer * W.WGMMA_M)
             acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
-            packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, fp16x2
+            packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
             desc_a = T.alloc_local((1,), "uint64")
             desc_b = T.alloc_local((1,), "uint64")
             W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
@@ -176,7 +177,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                                  W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
                                  + T.Cast("uint64", consumer * W.DESC_M64_STEP),
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                 k > 0, 1, BLK_N)
+                                 k > 0, 1, BLK_N, dtype)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if k == EPI_AT:
                         if pending == 1:
@@ -195,8 +196,8 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
                 W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
-                # free the accumulators for the next tile's wgmmas: fp32 -> fp16x2
-                W.pack_fragment(packed, acc, PACKED_REGS)
+                # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
+                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
                 pending = 1
                 prev_m = m_st
                 prev_n = n_st
