@@ -1,0 +1,283 @@
+"""tirx_gemm.matmul on CPU: operand validation, the step choice, bundles and the kernel cache.
+
+Launching needs an sm_90a/sm_100a GPU (tests/test_gpu.py's territory); everything a call
+decides before the launch is checked here."""
+import dataclasses
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+import tirx_gemm
+from tirx_gemm import matmul as mm
+from tirx_gemm import registry, splitk, suite
+
+
+def ops(M=128, N=256, K=64, dtype=torch.float16):
+    return torch.randn(M, K).to(dtype), torch.randn(N, K).to(dtype)
+
+
+def check(a, b, out=None):
+    return mm.check_operands(a, b, out, require_cuda=False)
+
+
+# --------------------------------------------------------------------------------------
+# the module
+# --------------------------------------------------------------------------------------
+def test_importing_tirx_gemm_and_matmul_imports_neither_torch_nor_tvm():
+    code = ("import sys, tirx_gemm; m = tirx_gemm.matmul; m.choose(128, 256, 64); "
+            "import tirx_gemm.suite as s; s.plan(s.load_suite(), 'matmul', 'sm_90a', 132); "
+            "bad = [x for x in ('torch', 'tvm') if x in sys.modules]; "
+            "assert not bad, bad; print(callable(m))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_module_is_callable_and_keeps_its_names():
+    assert tirx_gemm.matmul is mm
+    assert callable(mm) and mm.use_bundle and mm.choose
+    a, b = ops()
+    with pytest.raises(ValueError, match="a is on cpu: matmul runs on a CUDA GPU"):
+        tirx_gemm.matmul(a, b)  # the module call is matmul(): it validates first
+
+
+# --------------------------------------------------------------------------------------
+# operand validation: one line each, naming the fix
+# --------------------------------------------------------------------------------------
+def test_valid_operands_give_the_problem():
+    assert check(*ops(1000, 1000, 1000)) == (1000, 1000, 1000, "float16")
+    a, b = ops(3, 8, 16, torch.bfloat16)
+    assert check(a, b, torch.empty(3, 8, dtype=torch.bfloat16)) == (3, 8, 16, "bfloat16")
+
+
+@pytest.mark.parametrize("case, exc, pattern", [
+    ("not a tensor", TypeError, "b must be a torch.Tensor, got list"),
+    ("float32", TypeError, r"a has dtype torch.float32: matmul takes torch.float16 or "
+                           r"torch.bfloat16 \(convert with a.half\(\) or a.bfloat16\(\)\)"),
+    ("mixed", TypeError, "a is torch.float16 but b is torch.bfloat16: the operands"),
+    ("out dtype", TypeError, "a is torch.float16 but out is torch.bfloat16"),
+    ("3-D", ValueError, r"a must be 2-D, got shape \(2, 128, 64\) \(flatten"),
+    ("K mismatch", ValueError, "a is 128x64 but b is 256x72: matmul computes a @ b.T"),
+    ("out shape", ValueError, r"out has shape \(128, 128\), expected \(128, 256\)"),
+    ("transposed", ValueError, r"b is not contiguous \(strides \(1, 256\), not row-major\)"),
+    ("padded rows", ValueError, r"a is not contiguous \(row stride 72 for 64 columns"),
+    ("K", ValueError, r"K=100 is not a multiple of 8: the rows of a and b .* pad K with "
+                      r"zeros to 104"),
+    ("N", ValueError, r"N=130 is not a multiple of 8: the rows of out .* to 136"),
+    ("misaligned", ValueError, r"a's data pointer is not 16-byte aligned"),
+    ("grad", ValueError, r"matmul has no backward: call it under torch.no_grad\(\)"),
+])
+def test_bad_operands_are_refused_in_one_line(case, exc, pattern):
+    a, b = ops()
+    out = None
+    if case == "not a tensor":
+        b = [[1.0]]
+    elif case == "float32":
+        a = a.float()
+    elif case == "mixed":
+        b = b.bfloat16()
+    elif case == "out dtype":
+        out = torch.empty(128, 256, dtype=torch.bfloat16)
+    elif case == "3-D":
+        a = torch.randn(2, 128, 64).half()
+    elif case == "K mismatch":
+        b = torch.randn(256, 72).half()
+    elif case == "out shape":
+        out = torch.empty(128, 128, dtype=torch.float16)
+    elif case == "transposed":
+        b = torch.randn(64, 256).half().t()
+    elif case == "padded rows":
+        a = torch.randn(128, 72).half()[:, :64]
+    elif case == "K":
+        a, b = ops(K=100)
+    elif case == "N":
+        a, b = ops(N=130)
+    elif case == "misaligned":  # contiguous, but 8 bytes into a 16-byte aligned buffer
+        a = torch.empty(128 * 64 + 8, dtype=torch.float16)[4:4 + 128 * 64].view(128, 64)
+        assert a.is_contiguous() and a.data_ptr() % 16 == 8
+    elif case == "grad":
+        b.requires_grad_(True)
+    with pytest.raises(exc, match=pattern) as info:
+        check(a, b, out)
+    assert "\n" not in str(info.value)
+
+
+def test_grad_inputs_pass_under_no_grad():
+    a, b = ops()
+    b.requires_grad_(True)
+    with torch.no_grad():
+        assert check(a, b) == (128, 256, 64, "float16")
+
+
+def test_cpu_tensors_are_refused_by_the_full_checks():
+    a, b = ops()
+    with pytest.raises(ValueError, match=r"a is on cpu: matmul runs on a CUDA GPU \(a.cuda\(\)\)"):
+        mm.check_operands(a, b)
+    with pytest.raises(ValueError, match="a is on cpu"):
+        mm.matmul(a, b, out=torch.empty(128, 256, dtype=torch.float16))
+
+
+# --------------------------------------------------------------------------------------
+# choose: the step for a shape
+# --------------------------------------------------------------------------------------
+SMS = {"sm_90a": 132, "sm_100a": 148}
+
+
+@pytest.mark.parametrize("arch", registry.ARCHES)
+@pytest.mark.parametrize("mnk", [(8192, 28672, 4096), (4096, 4096, 4096), (8192, 8192, 28672)])
+def test_big_shapes_are_data_parallel_v9_on_the_whole_gpu(arch, mnk):
+    step, kw = mm.choose(*mnk, "float16", arch, SMS[arch])
+    assert (step, kw) == ("v9", {"SM_COUNT": SMS[arch]})
+    step, kw = mm.choose(*mnk, "bfloat16", arch, SMS[arch])
+    assert (step, kw) == ("v9", {"dtype": "bfloat16", "SM_COUNT": SMS[arch]})
+
+
+@pytest.mark.parametrize("arch", registry.ARCHES)
+def test_choose_never_refuses_a_suite_shape(arch):
+    for e, dtype in suite.load_suite().cases():
+        for sms in (SMS[arch], 133, 2):
+            step_id, kw = mm.choose(e.M, e.N, e.K, dtype, arch, sms)
+            step = registry.get(step_id, arch)  # a registered step of this arch
+            assert step.dtype(kw) == dtype and ("dtype" in kw) == (dtype == "bfloat16")
+            pool = kw[step.sm_count_kwarg]
+            assert pool % 2 == 0 and 2 <= pool <= max(2, sms)
+
+
+def test_odd_sm_counts_round_down_to_whole_clusters():
+    assert mm.choose(8192, 8192, 8192, "float16", "sm_90a", 131) == ("v9", {"SM_COUNT": 130})
+
+
+@pytest.mark.parametrize("args, pattern", [
+    ((128, 130, 64), "N=130 is not a multiple of 8: TMA needs 16-byte row strides"),
+    ((128, 128, 100), "K=100 is not a multiple of 8"),
+    ((0, 128, 64), "M=0 must be a positive int"),
+    ((128, 128, 64, "float32"), "dtype='float32' is not supported"),
+    ((128, 128, 64, "float16", "sm_80"), "arch='sm_80': matmul runs on sm_90a or sm_100a"),
+    ((128, 128, 64, "float16", "sm_90a", 0), "sm_count=0 must be a positive int"),
+])
+def test_choose_refuses_what_no_step_takes(args, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        mm.choose(*args)
+
+
+@pytest.mark.parametrize("arch", registry.ARCHES)
+@pytest.mark.parametrize("mnk", [(256, 256, 16384), (128, 128, 65536), (128, 4096, 14336),
+                                 (128, 8192, 28672)])
+def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
+    sms = SMS[arch]
+    split = splitk.choose_split(*mnk, sms, arch=arch)
+    assert split > 1
+    assert mm.choose(*mnk, "bfloat16", arch, sms) == (
+        "v11", {"dtype": "bfloat16", "SM_COUNT": sms, "SPLIT_K": split})
+
+
+def test_split_k_only_where_tiles_leave_clusters_idle_and_the_rule_splits():
+    # 128x256x192: one tile but 3 K steps, the rule keeps SPLIT_K=1, so v9
+    assert splitk.choose_split(128, 256, 192, 132, arch="sm_90a") == 1
+    assert mm.choose(128, 256, 192, "float16", "sm_90a", 132) == ("v9", {"SM_COUNT": 132})
+    # 1000x4096x14336: 64 cluster tiles for 66 clusters, but v11's 128 tiles of 128x256
+    # nearly fill 132 SMs, so the rule does not split: v9
+    assert splitk.choose_split(1000, 4096, 14336, 132, arch="sm_90a") == 1
+    assert mm.choose(1000, 4096, 14336, "float16", "sm_90a", 132)[0] == "v9"
+    # 1000x6144x4096: 96 cluster tiles for 66 clusters: data-parallel, the rule not asked
+    assert mm.choose(1000, 6144, 4096, "float16", "sm_90a", 132)[0] == "v9"
+    # an odd SM count: the rule sees the even pool the kernel is built with
+    assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1] == {
+        "SM_COUNT": 130, "SPLIT_K": splitk.choose_split(256, 256, 16384, 130, arch="sm_90a")}
+
+
+def test_without_a_registered_split_k_step_few_tiles_stay_on_v9(monkeypatch):
+    monkeypatch.setattr(registry, "STEPS", [s for s in registry.STEPS if s.id != "v11"])
+    assert mm.choose(128, 128, 65536, "float16", "sm_90a", 132) == ("v9", {"SM_COUNT": 132})
+
+
+# --------------------------------------------------------------------------------------
+# kernels: bundles, the build path, workspace, the in-process cache
+# --------------------------------------------------------------------------------------
+@pytest.fixture
+def fake_bundle(tmp_path):
+    entry = {"step": "v9", "arch": "sm_90a", "M": 1000, "N": 1000, "K": 1000,
+             "kwargs": {"dtype": "bfloat16", "SM_COUNT": 132}, "watchdog_ms": None,
+             "lib": "v9_sm_90a_1000x1000x1000.so", "tvm_version": "0.27.0.post1"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [entry]}))
+    return tmp_path
+
+
+def test_bundle_kernels_are_found_by_shape_and_keywords(fake_bundle):
+    v9 = registry.get("v9", "sm_90a")
+    lib, meta = mm.kernel_source(v9, (1000, 1000, 1000),
+                                 {"dtype": "bfloat16", "SM_COUNT": 132}, fake_bundle)
+    assert lib == fake_bundle / "v9_sm_90a_1000x1000x1000.so"
+    assert meta["kwargs"] == {"dtype": "bfloat16", "SM_COUNT": 132}
+    assert meta["lesson"] == v9.lesson
+    with pytest.raises(ValueError) as info:
+        mm.kernel_source(v9, (1000, 1000, 1000), {"SM_COUNT": 132}, fake_bundle)
+    msg = str(info.value)
+    assert msg.startswith(f"no kernel for v9@sm_90a 1000x1000x1000 float16 (SM_COUNT=132) "
+                          f"in bundle {fake_bundle}")
+    assert f"export it with `tirx-gemm export --suite FILE --arch sm_90a --num-sms 132 " \
+           f"--out {fake_bundle}`" in msg and "\n" not in msg
+
+
+def test_use_bundle_and_the_environment(fake_bundle, tmp_path, monkeypatch):
+    monkeypatch.delenv(mm.BUNDLE_ENV, raising=False)
+    mm.use_bundle(None)
+    assert mm.bundle_path() is None
+    monkeypatch.setenv(mm.BUNDLE_ENV, str(tmp_path / "elsewhere"))
+    assert mm.bundle_path() == tmp_path / "elsewhere"
+    try:
+        mm.use_bundle(fake_bundle)
+        assert mm.bundle_path() == fake_bundle  # use_bundle wins over the environment
+    finally:
+        mm.use_bundle(None)
+    assert mm.bundle_path() == tmp_path / "elsewhere"
+    with pytest.raises(ValueError, match="is not a bundle: no manifest.json"):
+        mm.use_bundle(tmp_path / "empty")
+
+
+def test_without_tvm_or_bundle_the_error_says_how_to_get_kernels(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tvm" else real(name, *a))
+    with pytest.raises(RuntimeError, match=r"cannot get v9@sm_90a 8x8x8 float16 \(SM_COUNT="
+                                           r"132\): no bundle is set and the TVM compiler is "
+                                           r"not installed here.*TIRX_GEMM_BUNDLE"):
+        mm.kernel_source(registry.get("v9", "sm_90a"), (8, 8, 8), {"SM_COUNT": 132})
+
+
+def test_loaded_kernels_carry_their_step_for_the_workspace(monkeypatch):
+    """The launcher's KernelHandle allocates v11's workspace from the step it is given."""
+    from tirx_gemm import loader
+    monkeypatch.setattr(loader, "load_kernel", lambda lib: ("kernel", lib))
+    v11 = registry.get("v11", "sm_90a")
+    meta = {"step": "v11", "arch": "sm_90a", "M": 256, "N": 256, "K": 16384,
+            "kwargs": {"SM_COUNT": 132, "SPLIT_K": 9}}
+    h = mm._Loaded(v11, "lib.so", meta, "cuda:0").handle
+    assert h.kernel == ("kernel", "lib.so") and h.step is v11
+    assert h.meta.kwargs == meta["kwargs"]
+
+
+def test_kernels_are_loaded_once_per_step_shape_keywords_and_device(monkeypatch):
+    got = []
+    monkeypatch.setattr(mm, "kernel_source",
+                        lambda step, mnk, kw, bundle: got.append((step.key, mnk, dict(kw)))
+                        or ("lib.so", {}))
+    monkeypatch.setattr(mm, "_Loaded", lambda step, lib, meta, device: object())
+    monkeypatch.delenv(mm.BUNDLE_ENV, raising=False)
+    mm.clear_cache()
+    try:
+        v9 = registry.get("v9", "sm_90a")
+        first = mm._load(v9, (128, 256, 64), {"SM_COUNT": 132}, "cuda:0")
+        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132}, "cuda:0") is first
+        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132, "dtype": "bfloat16"},
+                        "cuda:0") is not first
+        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132}, "cuda:1") is not first
+        assert mm._load(v9, (128, 256, 72), {"SM_COUNT": 132}, "cuda:0") is not first
+        assert len(got) == 4
+    finally:
+        mm.clear_cache()

@@ -1,0 +1,203 @@
+"""The shape suite: the packaged file, its validation, plans, export requests and the
+benchmark's bookkeeping (the GPU parts replaced by stand-ins)."""
+import json
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tirx_gemm import suite
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Linear layers as (N, K) = (out-features, in-features): D = A @ B.T with B the weight
+LLAMA = {
+    "Llama-3-8B": {(6144, 4096), (4096, 4096), (28672, 4096), (14336, 4096), (4096, 14336)},
+    "Llama-3-70B": {(10240, 8192), (8192, 8192), (57344, 8192), (28672, 8192),
+                    (8192, 28672)},
+}
+NAMED = {(256, 256, 16384), (128, 128, 65536), (1000, 1000, 1000), (4095, 4096, 4104),
+         (256, 512, 192), (128, 256, 192)}
+
+
+@pytest.fixture(scope="module")
+def models():
+    return suite.load_suite()
+
+
+def test_the_packaged_suite_covers_the_models_and_edges(models):
+    assert models.name == "models" and models.path == suite.DEFAULT_SUITE
+    shapes = [e.shape for e in models.entries]
+    assert len(shapes) >= 24 and len(set(shapes)) == len(shapes)
+    assert NAMED <= set(shapes)
+    for e in models.entries:
+        assert e.dtypes == ("float16", "bfloat16"), e
+        assert e.N % 8 == 0 and e.K % 8 == 0, e
+        assert e.model and e.layer and len(e.why) > 20, e
+    llama = [e for e in models.entries if e.model in LLAMA]
+    assert len(llama) >= 16
+    for e in llama:  # out x in of one of the model's projections, at a token count asked for
+        assert (e.N, e.K) in LLAMA[e.model], f"{e.label} is no {e.model} Linear (N=out, K=in)"
+        assert e.M in (128, 1000, 4096, 8192), e
+    for model, layers in LLAMA.items():
+        assert len({(e.N, e.K) for e in llama if e.model == model}) >= 4, model
+    assert {e.M for e in llama} == {128, 1000, 4096, 8192}
+    assert len(models.cases()) == 2 * len(shapes)
+
+
+def test_the_suite_ships_as_package_data():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = data["tool"]["setuptools"]["package-data"]["tirx_gemm"]
+    rel = suite.DEFAULT_SUITE.relative_to(ROOT / "tirx_gemm")
+    assert any(rel.match(p) for p in patterns), patterns
+
+
+def write(tmp_path, data) -> Path:
+    p = tmp_path / "suite.json"
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return p
+
+
+GOOD = {"M": 128, "N": 256, "K": 64, "model": "m", "layer": "l", "why": "w"}
+
+
+@pytest.mark.parametrize("data, pattern", [
+    ("{not json", r"suite .*suite.json: not valid JSON"),
+    ([], "the top level must be a JSON object"),
+    ({"name": "x", "shapes": [GOOD], "extra": 1}, "unknown key 'extra'"),
+    ({"shapes": [GOOD]}, "'name' must be a non-empty string"),
+    ({"name": "x", "shapes": []}, "'shapes' must be a non-empty list"),
+    ({"name": "x", "dtypes": ["float32"], "shapes": [GOOD]}, "dtype 'float32' is not one of"),
+    ({"name": "x", "shapes": [GOOD, {**GOOD, "N": 260}]},
+     r"entry 1 \(128x260x64\): N=260 is not a multiple of 8"),
+    ({"name": "x", "shapes": [{**GOOD, "K": 0}]}, r"entry 0 \(128x256x0\): K=0 must be a "
+                                                   "positive integer"),
+    ({"name": "x", "shapes": [{**GOOD, "M": "128"}]}, r"entry 0: M='128' must be a positive"),
+    ({"name": "x", "shapes": [{k: v for k, v in GOOD.items() if k != "model"}]},
+     r"entry 0 \(128x256x64\): 'model' must be a non-empty string"),
+    ({"name": "x", "shapes": [{**GOOD, "why": " "}]}, "'why' must be a non-empty string"),
+    ({"name": "x", "shapes": [{**GOOD, "mnk": 1}]}, "entry 0 .*unknown key 'mnk'"),
+    ({"name": "x", "shapes": [GOOD, {**GOOD, "model": "n"}]},
+     r"entry 1 \(128x256x64\) repeats entry 0"),
+    ({"name": "x", "shapes": [{**GOOD, "dtypes": []}]}, "dtypes must be a non-empty list"),
+])
+def test_bad_suites_are_refused_in_one_line_naming_the_entry(tmp_path, data, pattern):
+    with pytest.raises(ValueError, match=pattern) as info:
+        suite.load_suite(write(tmp_path, data))
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ValueError, match=r"suite .*nope.json: cannot read it"):
+        suite.load_suite(tmp_path / "nope.json")
+
+
+def test_entry_dtypes_override_the_suites(tmp_path):
+    s = suite.load_suite(write(tmp_path, {"name": "x", "dtypes": ["float16"], "shapes": [
+        GOOD, {**GOOD, "M": 8, "dtypes": ["bfloat16", "float16"]}]}))
+    assert [(e.M, dt) for e, dt in s.cases()] == [(128, "float16"), (8, "bfloat16"),
+                                                 (8, "float16")]
+
+
+def test_plan_for_matmul_follows_choose_case_by_case(models):
+    from tirx_gemm.matmul import choose
+    for arch, sms in (("sm_90a", 132), ("sm_100a", 148)):
+        items = suite.plan(models, "matmul", arch, sms)
+        assert len(items) == len(models.cases())
+        for (e, dtype), it in zip(models.cases(), items):
+            assert it.shape == e.shape and it.dtype == dtype and it.step.arch == arch
+            assert (it.step.id, it.kwargs) == choose(*e.shape, dtype, arch, sms)
+
+
+def test_plan_for_a_step_uses_it_everywhere(models):
+    items = suite.plan(models, "v7", "sm_90a", 132)
+    assert {it.step.key for it in items} == {"v7@sm_90a"}
+    assert all(it.kwargs == ({"SM_COUNT": 132} if it.dtype == "float16"
+                             else {"dtype": "bfloat16", "SM_COUNT": 132}) for it in items)
+    assert all(it.kwargs == {"dtype": "bfloat16"} or it.kwargs == {}
+               for it in suite.plan(models, "v5", "sm_100a", 148))
+    with pytest.raises(ValueError, match="no step 'v42' for sm_90a"):
+        suite.plan(models, "v42", "sm_90a", 132)
+    with pytest.raises(ValueError, match="sm_count=0 must be a positive int"):
+        suite.plan(models, "matmul", "sm_90a", 0)
+
+
+def test_export_requests_list_each_build_once(models, tmp_path):
+    reqs = suite.export_requests(models, "matmul", "sm_90a", 132)
+    assert len(reqs) == len(models.cases())  # every (shape, dtype) is a distinct build
+    for (step, mnk, kw), it in zip(reqs, suite.plan(models, "matmul", "sm_90a", 132)):
+        assert (step, mnk, kw) == (it.step, it.shape, it.kwargs)
+    twice = suite.Suite("t", "", (suite.Entry(8, 8, 8, "a", "b", "c", ("float16",)),
+                                  suite.Entry(8, 8, 8, "d", "e", "f", ("float16", "bfloat16"))))
+    assert [(s.key, mnk, kw) for s, mnk, kw in suite.export_requests(twice, "v9", "sm_90a", 132)] \
+        == [("v9@sm_90a", (8, 8, 8), {"SM_COUNT": 132}),
+            ("v9@sm_90a", (8, 8, 8), {"dtype": "bfloat16", "SM_COUNT": 132})]
+
+
+def rec(M, ratio, verified=True, dtype="float16"):
+    return {"M": M, "N": 8, "K": 8, "step": "v9", "build_kwargs": {"SM_COUNT": 132},
+            "verified": verified, "tflops": 100.0 * ratio, "torch_tflops": 100.0,
+            "ratio_to_torch": ratio, "suite": {"dtype": dtype}}
+
+
+def test_summary_is_the_geomean_and_minimum_of_checked_cases():
+    s = suite.summarize([rec(1, 0.5), rec(2, 2.0, dtype="bfloat16"), rec(3, 0.1, False)])
+    assert s["n"] == 2 and math.isclose(s["geomean_ratio"], 1.0)
+    assert (s["min_ratio"], s["min_case"]) == (0.5, "1x8x8 float16")
+    assert suite.summarize([rec(3, 0.1, False)])["geomean_ratio"] is None
+
+
+def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch):
+    """The orchestration with the GPU replaced: every case runs through runner.run_step
+    with its step's metadata, a case whose kernel is missing is reported and skipped, and
+    records land in results/suites/ with their suite field."""
+    from tirx_gemm import device, matmul, runner
+    s = suite.load_suite(write(tmp_path, {"name": "tiny", "shapes": [
+        {**GOOD, "M": 1000}, {**GOOD, "M": 8, "why": "missing in the bundle"}]}))
+    monkeypatch.setattr(device, "gpu_arch", lambda: ("sm_90a", ""))
+    monkeypatch.setattr(device, "check_device", lambda arch, query_smi=True: {
+        "name": "NVIDIA H200", "sm_count": 132, "index": 0})
+
+    def source(step, mnk, kw, bundle):
+        assert bundle == "B"
+        if mnk[0] == 8:
+            raise ValueError("no kernel for it in bundle B\nsecond line")
+        return Path("k.so"), {"step": step.id, "arch": step.arch, "M": mnk[0], "N": mnk[1],
+                              "K": mnk[2], "kwargs": kw, "git_sha": "abc"}
+
+    ran = []
+
+    def run_step(kernel, meta, *, check, time, git_sha, log):
+        assert check and time and git_sha == "abc" and kernel == ("loaded", "k.so")
+        ran.append(meta)
+        r = 0.8 if meta["kwargs"].get("dtype") else 1.25
+        return {"step": meta["step"], "arch": meta["arch"], "M": meta["M"], "N": meta["N"],
+                "K": meta["K"], "device": "NVIDIA H200", "build_kwargs": meta["kwargs"],
+                "verified": True, "tflops": 100 * r, "torch_tflops": 100.0,
+                "ratio_to_torch": r}
+
+    monkeypatch.setattr(matmul, "kernel_source", source)
+    monkeypatch.setattr(runner, "load_kernel", lambda lib: ("loaded", lib))
+    monkeypatch.setattr(runner, "run_step", run_step)
+    lines = []
+    out = suite.bench_suite(s, "matmul", bundle="B", log=lines.append,
+                            results_dir=tmp_path / "results")
+    assert [(m["M"], m["kwargs"]) for m in ran] == [
+        (1000, {"SM_COUNT": 132}), (1000, {"dtype": "bfloat16", "SM_COUNT": 132})]
+    assert [it.shape for it, _ in out["failed"]] == [(8, 256, 64), (8, 256, 64)]
+    assert out["failed"][0][1] == "no kernel for it in bundle B"
+    assert math.isclose(out["summary"]["geomean_ratio"], 1.0) and out["summary"]["n"] == 2
+    saved = [json.loads(x) for x in
+             (tmp_path / "results" / "suites" / "nvidia-h200.jsonl").read_text().splitlines()]
+    assert [r["suite"]["dtype"] for r in saved] == ["float16", "bfloat16"]
+    assert saved[0]["suite"] == {"name": "tiny", "file": str(s.path), "target": "matmul",
+                                 "model": "m", "layer": "l", "dtype": "float16"}
+    text = "\n".join(lines)
+    assert out["table"] in text
+    assert re.search(r"^1000x256x64 +bfloat16 +v9 +SM_COUNT=132 +ok +80\.0 +100\.0 +0\.800$",
+                     text, re.M)
+    assert "geomean ratio to torch 1.000, min 0.800 (1000x256x64 bfloat16)" in text
+    assert "NOT RUN: no kernel for it in bundle B" in text and "2 case(s) not run" in text
+    assert not (tmp_path / "results" / "nvidia-h200.jsonl").exists()  # README table untouched

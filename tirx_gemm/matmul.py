@@ -1,0 +1,356 @@
+"""``tirx_gemm.matmul(a, b)``: the steps' GEMM for PyTorch users.
+
+``matmul(a, b)`` returns ``a @ b.T`` for 2-D CUDA fp16 or bf16 tensors, with a an MxK matrix
+(tokens x in-features) and b an NxK matrix (out-features x in-features, the layout of a
+``torch.nn.Linear`` weight): the steps' product D = A @ B.T, i.e. ``F.linear(a, b)`` without
+bias. It accumulates in fp32 and returns the inputs' dtype.
+
+How a call runs:
+
+1. :func:`check_operands` refuses what no step can take, in one line that says what to do
+   (TypeError for a wrong type or dtype, ValueError for the rest);
+2. :func:`choose` picks a step and its builder keywords for the shape on this GPU's arch
+   (``step=`` overrides it);
+3. the kernel is built here on first use (the build cache keeps it on disk across
+   processes) or, on a GPU host without TVM, read from a bundle made by ``tirx-gemm export``
+   (:func:`use_bundle` or ``$TIRX_GEMM_BUNDLE``); the loaded kernel is kept for the process,
+   keyed by step, arch, shape, keywords, bundle and device;
+4. it launches through ``tirx_gemm.launcher`` (operand checks, compute capability, and, with
+   ``sync=True``, the host hang guard), into ``out`` or a fresh tensor.
+
+The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
+``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
+:func:`choose` and the suite planning (tirx_gemm.suite) run on a build machine without torch.
+Not autograd-aware: inputs that require grad are refused while grad mode is on. The kernel
+runs on the stream apache-tvm-ffi uses for torch tensors, as every launch of this project
+(runner, notebooks); calls from a non-default torch stream are not tested.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from pathlib import Path
+
+from tirx_gemm import registry, splitk
+from tirx_gemm.measure import dtype_kwargs
+from tirx_gemm.numerics import DTYPES, check_dtype
+
+__all__ = ["matmul", "choose", "step_kwargs", "check_operands", "use_bundle", "bundle_path",
+           "kernel_source", "clear_cache", "BUNDLE_ENV"]
+
+BUNDLE_ENV = "TIRX_GEMM_BUNDLE"
+ROW_MULTIPLE = 8  # TMA: a row (K or N elements of 2 bytes) is a multiple of 16 bytes
+ALIGN_BYTES = 16  # TMA and 16-byte vector copies: every operand's base address
+
+# v9's output tile per cluster of two CTAs, (rows, columns), on each arch: sm_90a pairs
+# two 128x256 CTA tiles vertically; sm_100a's CTA pair with two MMA consumers covers 512x256
+V9_CLUSTER_TILE = {"sm_90a": (256, 256), "sm_100a": (512, 256)}
+CLUSTER_SIZE = 2  # CTAs per v9 cluster: the pool (SM_COUNT) must be a multiple of it
+DATA_PARALLEL = "v9"
+SPLIT_K = "v11"
+
+
+# --------------------------------------------------------------------------------------
+# choosing a step: pure Python, no torch, no TVM
+# --------------------------------------------------------------------------------------
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_problem(M, N, K, dtype, arch, sm_count) -> None:
+    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r} must be a positive int")
+    for name, v in (("N", N), ("K", K)):
+        if v % ROW_MULTIPLE:
+            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs "
+                             f"16-byte row strides ({ROW_MULTIPLE} fp16/bf16 elements); pad "
+                             f"{name} with zeros to a multiple of {ROW_MULTIPLE}")
+    check_dtype(dtype)
+    if arch not in V9_CLUSTER_TILE:
+        raise ValueError(f"arch={arch!r}: matmul runs on {' or '.join(V9_CLUSTER_TILE)}")
+
+
+def step_kwargs(step: registry.Step, dtype: str, sm_count: int | None) -> dict:
+    """Builder keywords of ``step`` for operands of ``dtype`` on a GPU with ``sm_count`` SMs:
+    the dtype (written only for bfloat16: float16 is every builder's default) and the
+    persistent CTA pool, rounded down to an even count (the cluster steps, v8 on, schedule
+    CTA pairs; an even pool is valid for every persistent step)."""
+    kw = dtype_kwargs(dtype)
+    if sm_count and step.sm_count_kwarg:
+        kw.update(step.with_sm_count(_pool(sm_count)))
+    return kw
+
+
+def _pool(sm_count: int) -> int:
+    return max(CLUSTER_SIZE, sm_count - sm_count % CLUSTER_SIZE)
+
+
+def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
+           sm_count: int = 132) -> tuple[str, dict]:
+    """The step and builder keywords that :func:`matmul` uses for an MxNxK GEMM of ``dtype``
+    on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``.
+
+    The rule (from first principles; no recorded H200 measurement of any suite shape exists
+    yet, so none was used, and the rule is to be retuned from ``tirx-gemm bench --suite``
+    records of ``v9`` and ``v11`` against torch):
+
+    * count v9's output tiles per cluster (``V9_CLUSTER_TILE``: 256x256 on sm_90a, 512x256 on
+      sm_100a; edge tiles count whole) against the clusters of the GPU (``sm_count // 2``).
+      When every cluster gets at least one tile, the GEMM is **data-parallel: v9**, the
+      last data-parallel step (on sm_90a the fastest in the README's H200 results at 4096^3
+      and 8192^3; sm_100a is unmeasured), its persistent pool sized to the GPU
+      (``SM_COUNT``, rounded down to an even count), its L2 tile order the builder's
+      default;
+    * with fewer tiles than clusters, idle SMs can only be put to work by splitting K:
+      **v11 with ``SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch=arch)``** (its
+      cost model: K loop per split against the partial sums' traffic) when v11 is
+      registered for ``arch`` and that rule splits (returns more than 1), SPLIT_K written
+      out so that a bundle names it;
+    * otherwise v9 as above, which takes every shape with N and K multiples of 8.
+
+    bfloat16 adds ``{"dtype": "bfloat16"}``; float16 is the builders' default and is not
+    written. Raises ValueError for a shape no step takes (N or K not a multiple of 8), an
+    unknown dtype or arch.
+    """
+    _check_problem(M, N, K, dtype, arch, sm_count)
+    tile_m, tile_n = V9_CLUSTER_TILE[arch]
+    tiles = _ceil_div(M, tile_m) * _ceil_div(N, tile_n)
+    clusters = max(1, sm_count // CLUSTER_SIZE)
+    split_step = _registered(SPLIT_K, arch)
+    if tiles < clusters and split_step is not None:
+        split = splitk.choose_split(M, N, K, _pool(sm_count), arch=arch)
+        if split > 1:
+            return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), "SPLIT_K": split}
+    return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
+
+
+def _registered(step_id: str, arch: str) -> registry.Step | None:
+    return next((s for s in registry.all_steps(arch) if s.id == step_id), None)
+
+
+# --------------------------------------------------------------------------------------
+# operands
+# --------------------------------------------------------------------------------------
+def _dtype_name(t) -> str | None:
+    name = str(t.dtype).removeprefix("torch.")
+    return name if name in DTYPES else None
+
+
+def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, int, int, str]:
+    """(M, N, K, dtype) of ``a @ b.T``, or a one-line TypeError/ValueError saying what to
+    change. ``require_cuda=False`` skips the device checks so that the others can be
+    exercised on CPU tensors (tests)."""
+    import torch
+    ops = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
+    for name, t in ops:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in ops:
+        if _dtype_name(t) is None:
+            raise TypeError(f"{name} has dtype {t.dtype}: matmul takes torch.float16 or "
+                            f"torch.bfloat16 (convert with {name}.half() or {name}.bfloat16())")
+    for name, t in ops[1:]:
+        if t.dtype != a.dtype:
+            raise TypeError(f"a is {a.dtype} but {name} is {t.dtype}: the operands (and out) "
+                            f"must share one dtype")
+    if require_cuda:
+        for name, t in ops:
+            if t.device.type != "cuda":
+                raise ValueError(f"{name} is on {t.device}: matmul runs on a CUDA GPU "
+                                 f"({name}.cuda())")
+        devices = sorted({str(t.device) for _, t in ops})
+        if len(devices) > 1:
+            raise ValueError(f"the operands are on {', '.join(devices)}: put them on one GPU")
+    for name, t in ops:
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)} (flatten the "
+                             f"leading dimensions: {name}.reshape(-1, {name}.shape[-1]))")
+    (M, K), (N, Kb) = a.shape, b.shape
+    if Kb != K:
+        raise ValueError(f"a is {M}x{K} but b is {N}x{Kb}: matmul computes a @ b.T, so both "
+                         f"need the same number of columns K (b is out-features x in-features, "
+                         f"like a Linear weight)")
+    if out is not None and tuple(out.shape) != (M, N):
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected ({M}, {N}) for "
+                         f"a {M}x{K} @ b.T with b {N}x{K}")
+    for name, t in ops:
+        if not t.is_contiguous():
+            rows = t.shape[1]
+            why = (f"row stride {t.stride(0)} for {rows} columns (a view with padded rows)"
+                   if t.stride(1) == 1 else f"strides {t.stride()}, not row-major")
+            raise ValueError(f"{name} is not contiguous ({why}): the kernels' TMA descriptors "
+                             f"take compact rows; pass {name}.contiguous()")
+    for name, v in (("K", K), ("N", N)):
+        if v % ROW_MULTIPLE:
+            rows = "a and b" if name == "K" else "out"
+            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: the rows of "
+                             f"{rows} are {v} elements, and TMA needs row strides of a "
+                             f"multiple of 16 bytes; pad {name} with zeros to "
+                             f"{_ceil_div(v, ROW_MULTIPLE) * ROW_MULTIPLE}")
+    for name, t in ops:
+        if t.data_ptr() % ALIGN_BYTES:
+            raise ValueError(f"{name}'s data pointer is not {ALIGN_BYTES}-byte aligned (a view "
+                             f"at an odd offset?): TMA needs it; pass {name}.clone()")
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        raise ValueError("matmul has no backward: call it under torch.no_grad() or "
+                         "torch.inference_mode(), or pass detached tensors")
+    return M, N, K, _dtype_name(a)
+
+
+def _gpu_arch(dev) -> tuple[str, int]:
+    """(arch, SM count) of the GPU holding the operands, or a ValueError naming the fix."""
+    import torch
+    from tirx_gemm.device import ARCH_CAPABILITY, capability_matches
+    cap = tuple(torch.cuda.get_device_capability(dev))
+    for arch in ARCH_CAPABILITY:
+        if capability_matches(arch, cap):
+            return arch, int(torch.cuda.get_device_properties(dev).multi_processor_count)
+    raise ValueError(f"{torch.cuda.get_device_name(dev)} is compute capability "
+                     f"{cap[0]}.{cap[1]}: the steps run on sm_90a (9.0, Hopper) or sm_100a "
+                     "(10.x, Blackwell); use torch.matmul(a, b.T) on this GPU")
+
+
+# --------------------------------------------------------------------------------------
+# kernels: built here or read from a bundle, loaded once per process
+# --------------------------------------------------------------------------------------
+_bundle_override: Path | None = None
+_lock = threading.Lock()
+_kernels: dict = {}
+
+
+def use_bundle(path) -> None:
+    """Read kernels from the bundle at ``path`` (``tirx-gemm export``) instead of building
+    them; ``None`` goes back to ``$TIRX_GEMM_BUNDLE`` or, without it, building here."""
+    global _bundle_override
+    if path is not None:
+        from tirx_gemm.bundle import load_manifest
+        load_manifest(Path(path))  # not a bundle: say so now, not at the first call
+    _bundle_override = None if path is None else Path(path)
+
+
+def bundle_path() -> Path | None:
+    """The bundle kernels come from: use_bundle's, else $TIRX_GEMM_BUNDLE, else None."""
+    if _bundle_override is not None:
+        return _bundle_override
+    env = os.environ.get(BUNDLE_ENV)
+    return Path(env) if env else None
+
+
+def clear_cache() -> None:
+    """Forget the loaded kernels (the build cache on disk is kept)."""
+    with _lock:
+        _kernels.clear()
+
+
+def _describe(step: registry.Step, mnk, kwargs: dict) -> str:
+    extra = ", ".join(f"{k}={v}" for k, v in sorted(kwargs.items()) if k != "dtype")
+    return (f"{step.key} {'x'.join(map(str, mnk))} {step.dtype(kwargs)}"
+            + (f" ({extra})" if extra else ""))
+
+
+def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[Path, dict]:
+    """(library path, build metadata) of ``step`` at shape ``mnk`` built with ``kwargs``:
+    the bundle's entry when ``bundle`` is given, else built here (the build cache returns a
+    previous build at once). Errors say how to get the missing kernel."""
+    M, N, K = mnk
+    if bundle is not None:
+        from tirx_gemm import bundle as bundles
+        try:
+            entry = dict(bundles.find(Path(bundle), step, mnk, kwargs=dict(kwargs)))
+        except ValueError as exc:
+            sm = kwargs.get(step.sm_count_kwarg) if step.sm_count_kwarg else None
+            raise ValueError(
+                f"no kernel for {_describe(step, mnk, kwargs)} in bundle {bundle} ({exc}): "
+                f"export it with `tirx-gemm export --suite FILE --arch {step.arch}"
+                + (f" --num-sms {sm}" if sm else "") + f" --out {bundle}`, FILE a suite "
+                f"listing {M}x{N}x{K}") from None
+        entry.setdefault("lesson", step.lesson)
+        lib = Path(bundle) / entry["lib"]
+        entry["lib_path"] = str(lib)
+        return lib, entry
+    import importlib.util
+    if importlib.util.find_spec("tvm") is None:
+        raise RuntimeError(
+            f"cannot get {_describe(step, mnk, kwargs)}: no bundle is set and the TVM compiler "
+            f"is not installed here; export a bundle on a build machine (`tirx-gemm export "
+            f"--suite FILE`) and point tirx_gemm.matmul.use_bundle(path) or ${BUNDLE_ENV} at it")
+    from tirx_gemm.build import build
+    from tirx_gemm.gitinfo import git_sha
+    r = build(step.id, M, N, K, arch=step.arch, **kwargs)
+    return Path(r.lib_path), {
+        "step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
+        "tvm_version": r.tvm_version, "lesson": step.lesson, "git_sha": git_sha(),
+        "lib_path": str(r.lib_path)}
+
+
+class _Loaded:
+    """A loaded kernel behind the launcher's KernelHandle, which also allocates the step's
+    workspace operands once (registry.Step.workspace) and passes them after D."""
+
+    def __init__(self, step: registry.Step, lib: Path, meta: dict, device):
+        from tirx_gemm.launcher import KernelHandle
+        from tirx_gemm.loader import load_kernel
+        self.handle = KernelHandle(load_kernel(str(lib)), meta, step=step)
+
+
+def _load(step: registry.Step, mnk, kwargs: dict, device) -> _Loaded:
+    bundle = bundle_path()
+    key = (step.id, step.arch, tuple(mnk), tuple(sorted(kwargs.items())),
+           str(bundle) if bundle else None, str(device))
+    with _lock:
+        hit = _kernels.get(key)
+        if hit is None:
+            lib, meta = kernel_source(step, mnk, kwargs, bundle)
+            hit = _kernels[key] = _Loaded(step, lib, meta, device)
+    return hit
+
+
+# --------------------------------------------------------------------------------------
+# the call
+# --------------------------------------------------------------------------------------
+def matmul(a, b, *, step: str | None = None, out=None, sync: bool = True):
+    """``a @ b.T`` (``F.linear(a, b)`` without bias) for 2-D CUDA fp16/bf16 tensors.
+
+    ``a``: M x K (tokens x in-features); ``b``: N x K (out-features x in-features, a Linear
+    weight); both one dtype, contiguous, 16-byte aligned, N and K multiples of 8, on an
+    sm_90a or sm_100a GPU. Returns an M x N tensor of the same dtype (fp32 accumulation):
+    ``out`` when given (contiguous, same dtype and device), else a new one.
+
+    ``step``: a step id ("v9") instead of :func:`choose`'s pick (built with the dtype and
+    this GPU's SM count). ``sync``: wait for the kernel through the launcher's hang guard
+    (a hung kernel ends the process with a one-line report instead of freezing it); with
+    ``sync=False`` the call returns once the kernel is queued, and a failure surfaces at
+    the next synchronization. The first call per shape builds (or reads from the bundle)
+    and loads the kernel; later calls only launch it.
+    """
+    import torch
+    M, N, K, dtype = check_operands(a, b, out)
+    if out is None:
+        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if M == 0:
+        return out  # no rows: nothing to compute (no kernel is built for M=0)
+    arch, sm_count = _gpu_arch(a.device)
+    if step is None:
+        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count)
+        st = registry.get(step_id, arch)
+    else:
+        st = registry.get(step, arch)
+        kwargs = step_kwargs(st, dtype, sm_count)
+    loaded = _load(st, (M, N, K), kwargs, a.device)
+    loaded.handle(a, b, out, sync=sync)
+    return out
+
+
+class _CallableModule(types.ModuleType):
+    """``tirx_gemm.matmul(a, b)`` calls :func:`matmul`; the module's other names stay
+    reachable as attributes (``tirx_gemm.matmul.use_bundle``)."""
+
+    def __call__(self, a, b, **kw):
+        return matmul(a, b, **kw)
+
+
+sys.modules[__name__].__class__ = _CallableModule

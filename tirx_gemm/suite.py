@@ -1,0 +1,293 @@
+"""Shape suites: the GEMMs real models run, checked and timed against torch in one command.
+
+A suite is a JSON file (the packaged one: ``tirx_gemm/suites/models.json``)::
+
+    {"name": "models", "description": "...", "dtypes": ["float16", "bfloat16"],
+     "shapes": [{"M": 128, "N": 6144, "K": 4096, "model": "Llama-3-8B",
+                 "layer": "attention QKV projection", "why": "24 output tiles for 66 ..."},
+                ...]}
+
+Shapes follow the steps' product D = A @ B.T (A MxK tokens x in-features, B NxK a Linear
+weight): a Linear in->out over T tokens is M=T, N=out, K=in. Each entry names its source
+(``model``, ``layer``) and why it is in the suite, and runs in every dtype of the suite
+(an entry's own ``dtypes`` overrides them).
+
+:func:`load_suite` validates a file, :func:`plan` turns it into (step, shape, kwargs, dtype)
+for a step id or for ``"matmul"`` (the step :func:`tirx_gemm.matmul.choose` picks),
+:func:`export_requests` gives the builds a bundle for it needs, and :func:`bench_suite`
+checks and times each case and torch.matmul in the same run (runner.run_step), records
+it and prints the table with the geomean and minimum ratio to torch. Imports neither torch
+nor TVM at import time: planning and export requests work on a build machine without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from tirx_gemm import registry, tables
+from tirx_gemm.matmul import ROW_MULTIPLE, choose, step_kwargs
+from tirx_gemm.numerics import DTYPES
+
+__all__ = ["DEFAULT_SUITE", "MATMUL", "Entry", "Suite", "Item", "load_suite", "plan",
+           "export_requests", "summarize", "format_table", "bench_suite"]
+
+DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "models.json"
+MATMUL = "matmul"  # the target that runs what tirx_gemm.matmul would run
+RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out of the README table
+
+_TOP_KEYS = {"name", "description", "dtypes", "shapes"}
+_ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes"}
+_TEXT_KEYS = ("model", "layer", "why")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    M: int
+    N: int
+    K: int
+    model: str
+    layer: str
+    why: str
+    dtypes: tuple[str, ...]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.M, self.N, self.K)
+
+    @property
+    def label(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    entries: tuple[Entry, ...]
+    path: Path | None = None
+
+    def cases(self) -> list[tuple[Entry, str]]:
+        """(entry, dtype) in file order, each entry's dtypes in order: what a run covers."""
+        return [(e, dt) for e in self.entries for dt in e.dtypes]
+
+
+class Item(NamedTuple):
+    step: registry.Step
+    shape: tuple[int, int, int]
+    kwargs: dict
+    dtype: str
+
+
+def _dtypes(value, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{where}: dtypes must be a non-empty list of {', '.join(DTYPES)}")
+    bad = [d for d in value if d not in DTYPES]
+    if bad:
+        raise ValueError(f"{where}: dtype {bad[0]!r} is not one of {', '.join(DTYPES)}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{where}: dtypes lists one twice: {value}")
+    return tuple(value)
+
+
+def _entry(raw, i: int, where: str, dtypes: tuple[str, ...]) -> Entry:
+    at = f"{where}: entry {i}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{at} must be a JSON object, got {type(raw).__name__}")
+    dims = {k: raw.get(k) for k in ("M", "N", "K")}
+    if all(isinstance(v, int) for v in dims.values()):
+        at += f" ({dims['M']}x{dims['N']}x{dims['K']})"
+    unknown = sorted(set(raw) - _ENTRY_KEYS)
+    if unknown:
+        raise ValueError(f"{at}: unknown key {unknown[0]!r} (an entry has "
+                         f"{', '.join(sorted(_ENTRY_KEYS))})")
+    for k, v in dims.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{at}: {k}={v!r} must be a positive integer")
+    for k in ("N", "K"):
+        if dims[k] % ROW_MULTIPLE:
+            raise ValueError(f"{at}: {k}={dims[k]} is not a multiple of {ROW_MULTIPLE} (TMA "
+                             "needs 16-byte row strides), no step takes it")
+    for k in _TEXT_KEYS:
+        if not isinstance(raw.get(k), str) or not raw[k].strip():
+            raise ValueError(f"{at}: {k!r} must be a non-empty string (each entry names its "
+                             "source model and layer and why it is in the suite)")
+    own = _dtypes(raw["dtypes"], at) if "dtypes" in raw else dtypes
+    return Entry(dims["M"], dims["N"], dims["K"], raw["model"].strip(), raw["layer"].strip(),
+                 raw["why"].strip(), own)
+
+
+def load_suite(path=None) -> Suite:
+    """The suite in ``path`` (default: the packaged models.json), validated: every problem
+    is a one-line ValueError naming the file and the entry."""
+    path = Path(path) if path is not None else DEFAULT_SUITE
+    where = str(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"suite {where}: cannot read it ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"suite {where}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"suite {where}: the top level must be a JSON object")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ValueError(f"suite {where}: unknown key {unknown[0]!r} (a suite has "
+                         f"{', '.join(sorted(_TOP_KEYS))})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"suite {where}: 'name' must be a non-empty string")
+    shapes = data.get("shapes")
+    if not isinstance(shapes, list) or not shapes:
+        raise ValueError(f"suite {where}: 'shapes' must be a non-empty list of entries")
+    dtypes = _dtypes(data["dtypes"], f"suite {where}") if "dtypes" in data else DTYPES
+    entries, seen = [], {}
+    for i, raw in enumerate(shapes):
+        e = _entry(raw, i, f"suite {where}", dtypes)
+        if e.shape in seen:
+            raise ValueError(f"suite {where}: entry {i} ({e.label}) repeats entry "
+                             f"{seen[e.shape]}: list each shape once")
+        seen[e.shape] = i
+        entries.append(e)
+    return Suite(name.strip(), str(data.get("description", "")), tuple(entries), path)
+
+
+def _as_suite(suite) -> Suite:
+    return suite if isinstance(suite, Suite) else load_suite(suite)
+
+
+def plan(suite, target: str, arch: str, sm_count: int) -> list[Item]:
+    """One Item (step, shape, kwargs, dtype) per case of ``suite`` (Suite.cases() order) on
+    a GPU of ``arch`` with ``sm_count`` SMs. ``target`` "matmul": the step and keywords
+    tirx_gemm.matmul would run (matmul.choose); a step id ("v9"): that step, with the dtype
+    and the SM count (matmul.step_kwargs)."""
+    suite = _as_suite(suite)
+    if arch not in registry.ARCHES:
+        raise ValueError(f"unknown arch {arch!r}: choose one of {', '.join(registry.ARCHES)}")
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
+        raise ValueError(f"sm_count={sm_count!r} must be a positive int (the SMs of the GPU "
+                         "that will run the suite: 132 on an H200)")
+    fixed = None if target == MATMUL else registry.get(target, arch)
+    items = []
+    for e, dtype in suite.cases():
+        if fixed is None:
+            step_id, kw = choose(e.M, e.N, e.K, dtype, arch, sm_count)
+            step = registry.get(step_id, arch)
+        else:
+            step, kw = fixed, step_kwargs(fixed, dtype, sm_count)
+        items.append(Item(step, e.shape, kw, dtype))
+    return items
+
+
+def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]:
+    """The builds a bundle for ``suite`` needs, as build_many / bundle.export requests
+    (step, (M, N, K), kwargs), each once, in plan order."""
+    out, seen = [], set()
+    for it in plan(suite, target, arch, sm_count):
+        key = (it.step.key, it.shape, tuple(sorted(it.kwargs.items())))
+        if key not in seen:
+            seen.add(key)
+            out.append((it.step, it.shape, dict(it.kwargs)))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# the benchmark
+# --------------------------------------------------------------------------------------
+HEAD = ("M x N x K", "dtype", "step", "kwargs", "check", "TFLOP/s", "torch TFLOP/s", "ratio")
+
+
+def _kw_text(kwargs: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(kwargs.items()) if k != "dtype") or "-"
+
+
+def summarize(records) -> dict:
+    """Geomean and minimum of ratio_to_torch over the verified, timed records: {"n",
+    "geomean_ratio", "min_ratio", "min_case"} (None when nothing was timed)."""
+    ratios = [(r["ratio_to_torch"], r) for r in records
+              if r.get("verified") and isinstance(r.get("ratio_to_torch"), (int, float))
+              and r["ratio_to_torch"] > 0]
+    if not ratios:
+        return {"n": 0, "geomean_ratio": None, "min_ratio": None, "min_case": None}
+    worst, rec = min(ratios, key=lambda x: x[0])
+    dt = (rec.get("suite") or {}).get("dtype", "")
+    return {"n": len(ratios),
+            "geomean_ratio": math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios)),
+            "min_ratio": worst,
+            "min_case": f"{rec['M']}x{rec['N']}x{rec['K']} {dt}".strip()}
+
+
+def format_table(records, failed=()) -> str:
+    """The suite's text table (one row per record, then one per case that could not run)
+    and the summary line."""
+    f = tables.fmt
+    rows = [[f"{r['M']}x{r['N']}x{r['K']}", (r.get("suite") or {}).get("dtype", "?"),
+             r["step"], _kw_text(r.get("build_kwargs") or {}),
+             "ok" if r.get("verified") else "FAIL", f(r.get("tflops"), ".1f"),
+             f(r.get("torch_tflops"), ".1f"), f(r.get("ratio_to_torch"), ".3f")]
+            for r in records]
+    rows += [[f"{it.shape[0]}x{it.shape[1]}x{it.shape[2]}", it.dtype, it.step.id,
+              _kw_text(it.kwargs), f"NOT RUN: {why}"] for it, why in failed]
+    s = summarize(records)
+    line = (f"geomean ratio to torch {s['geomean_ratio']:.3f}, min {s['min_ratio']:.3f} "
+            f"({s['min_case']}), over {s['n']} checked and timed case(s)"
+            if s["n"] else "no case was checked and timed: no ratio to torch")
+    if failed:
+        line += f"; {len(failed)} case(s) not run"
+    return tables.text(HEAD, rows, "<<<<<>>>") + "\n" + line
+
+
+def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
+                log: Callable[[str], None] = print, results_dir="results",
+                record: bool = True) -> dict:
+    """Check and time every case of the suite at ``path`` (default: the packaged one) on
+    this GPU, running ``target`` ("matmul" or a step id), each against torch.matmul(A, B.T)
+    timed in the same run (runner.run_step: fresh inputs, D poisoned with NaN, exact and
+    random checks, warm-up, CUDA events, inputs rotated past L2, launches alternating).
+
+    Kernels come from ``bundle`` when given, else are built here for this GPU's SM count.
+    A case whose kernel cannot be had (a step that refuses the shape, a bundle without it)
+    is reported and skipped; a kernel that fails on the GPU stops the run. With ``record``
+    each record, with a "suite" field (name, file, target, model, layer, dtype), is
+    appended to ``results_dir``/suites/<device>.jsonl. Logs the table and the geomean and
+    minimum ratio to torch; returns {"records", "failed": [(Item, reason)], "summary",
+    "table"}.
+    """
+    from tirx_gemm import device, records as rec_io, runner
+    from tirx_gemm.build import BuildError
+    from tirx_gemm.matmul import kernel_source
+    suite = _as_suite(path)
+    arch, why = device.gpu_arch()
+    if arch is None:
+        raise device.DeviceMismatchError(f"cannot run suite {suite.name}: {why}")
+    info = device.check_device(arch, query_smi=False)
+    items = plan(suite, target, arch, info["sm_count"])
+    recs, failed, paths = [], [], set()
+    for i, ((entry, dtype), it) in enumerate(zip(suite.cases(), items), 1):
+        log(f"[{i}/{len(items)}] {entry.label} {dtype} {it.step.key} {_kw_text(it.kwargs)} "
+            f"({entry.model}, {entry.layer})")
+        try:
+            lib, meta = kernel_source(it.step, it.shape, it.kwargs, bundle)
+        except (ValueError, BuildError, RuntimeError) as exc:
+            reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            log(f"    not run: {reason}")
+            failed.append((it, reason))
+            continue
+        kernel = runner.load_kernel(str(lib))  # run_step passes the step's workspace
+        rec = runner.run_step(kernel, meta, check=True, time=True,
+                              git_sha=meta.get("git_sha"), log=lambda m: log("    " + m))
+        rec["suite"] = {"name": suite.name, "file": str(suite.path), "target": target,
+                        "model": entry.model, "layer": entry.layer, "dtype": dtype}
+        recs.append(rec)
+        if record:
+            paths.add(str(rec_io.append_record(rec, Path(results_dir) / RECORDS_SUBDIR)))
+    table = format_table(recs, failed)
+    log("\n" + table)
+    log(f"device: {info['name']} ({arch}, {info['sm_count']} SMs); suite {suite.name}, "
+        f"target {target}")
+    if paths:
+        log(f"records appended to {', '.join(sorted(paths))}")
+    return {"records": recs, "failed": failed, "summary": summarize(recs), "table": table}
