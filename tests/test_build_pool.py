@@ -151,3 +151,57 @@ def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, cod
         assert _soon(lambda: not _pid_alive(nvcc)), "nvcc outlived the build"
     if sig != signal.SIGKILL:
         assert not (cache / "builds").exists() or not list((cache / "builds").iterdir())
+
+
+BUILD_MODULES = ("build", "cache", "cudalibs", "doctor", "forkserver_entry", "pipeline", "pool",
+                 "procs", "settings", "toolchain")
+
+
+def test_importing_the_build_modules_does_nothing():
+    """No import-time side effect: importing every build module (the fork server's entry
+    module too) loads no CUDA library, sets no parent-death signal and starts no process;
+    only the fork server runs prepare_fork_server (through its entry module)."""
+    code = ("import ctypes, os, sys\n"
+            f"for m in {BUILD_MODULES!r}: __import__('tirx_gemm.' + m)\n"
+            "from tirx_gemm import cudalibs\n"
+            "libc = ctypes.CDLL(None); sig = ctypes.c_int(-1)\n"
+            "libc.prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "print(cudalibs._LOADED, sig.value, 'libcuda' in maps, 'libcudart' in maps,\n"
+            "      'tvm' in sys.modules, os.listdir('/proc/self/task').__len__())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["{}", "0", "False", "False", "False", "1"], out.stdout
+
+
+def test_the_build_modules_import_no_circle():
+    """The module-level imports among tirx_gemm's build modules form no cycle."""
+    import ast
+    graph = {}
+    for name in BUILD_MODULES:
+        tree = ast.parse((ROOT / "tirx_gemm" / f"{name}.py").read_text())
+        deps = set()
+        for node in tree.body:  # module level only (function-level imports run later)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tirx_gemm"):
+                mod = node.module.split(".")[1] if "." in node.module else None
+                deps |= {mod} if mod else {a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[1] for a in node.names
+                         if a.name.startswith("tirx_gemm.")}
+        graph[name] = deps & set(BUILD_MODULES)
+    assert graph["build"] >= {"cache", "pool", "pipeline", "toolchain"}, graph  # parsed
+    done, path = set(), []
+
+    def visit(n):
+        assert n not in path, f"import circle: {' -> '.join(path + [n])}"
+        if n in done:
+            return
+        path.append(n)
+        for d in sorted(graph[n]):
+            visit(d)
+        path.pop()
+        done.add(n)
+
+    for n in BUILD_MODULES:
+        visit(n)

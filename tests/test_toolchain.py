@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import build as B
+from tirx_gemm import toolchain as B
+from tirx_gemm.procs import BuildError
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_ARGS = ("v1", "--arch", "sm_90a")
@@ -86,7 +87,7 @@ def test_system_cuda_missing_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_HOME", "")
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(B.BuildError, match="nvcc not found on PATH.*TIRX_GEMM_SYSTEM_CUDA=1"):
+    with pytest.raises(BuildError, match="nvcc not found on PATH.*TIRX_GEMM_SYSTEM_CUDA=1"):
         B.find_tool("nvcc")
 
 
@@ -101,7 +102,8 @@ def test_toolchain_env_leads_with_the_wheels(no_system_cuda):
 def test_tvm_finds_the_same_toolchain(no_system_cuda):
     """In a build process (toolchain_env applied), TVM's own CUDA lookups name the wheels."""
     env = {k: v for k, v in os.environ.items() if k != B.SYSTEM_CUDA_ENV}
-    code = ("import os; from tirx_gemm import build; os.environ.update(build.toolchain_env()); "
+    code = ("import os; from tirx_gemm import toolchain; "
+            "os.environ.update(toolchain.toolchain_env()); "
             "from tvm.support import nvcc; print(nvcc.find_cuda_path()); "
             "print(nvcc.get_cuda_version()); print(nvcc.find_libdevice_path('sm_90a'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -121,10 +123,12 @@ def test_doctor_names_the_wheel_toolchain(no_system_cuda):
     assert d["toolchain"][0].startswith("nvidia-* wheels")
     assert d["nvcc"][0].startswith(root + "/bin/nvcc (") and "release 13.0" in d["nvcc"][0]
     assert d["ptxas"][0].startswith(root + "/bin/ptxas (")
-    assert d["cicc"][0] == root + "/nvvm/bin/cicc"
+    assert d["cicc"][0] == root + "/nvvm/bin/cicc (Cuda compilation tools, release 13.0, V13.0.88)"
     assert d["headers"][0] == f"{root}/include (CUDA_VERSION=13000, CUDART_VERSION=13000, " \
                               "CCCL_VERSION=3000001)"
     assert "nvidia-cuda-nvcc==13.0.88" in d["wheels"][0]
+    assert "libcuda" in d and "warning" not in d, out.stdout
+    assert d["toolchain id"][0].endswith("(part of every cache key)")
 
 
 def test_build_and_export_import_no_torch(tmp_path, no_system_cuda):

@@ -1,0 +1,167 @@
+"""Hardened subprocesses for the build: every external tool runs with a time limit in its own
+process group, dies with the process that started it, and is killed whole (children too) on a
+timeout, an exception or an interrupt; collecting its output after a kill has its own limit.
+
+Standard library only; imported by every other module of the build side.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tirx_gemm.settings import env_seconds
+
+__all__ = ["BuildError", "COLLECT_TIMEOUT_S", "PROBE_TIMEOUT_S", "TOOL_TIMEOUT_ENV",
+           "TOOL_TIMEOUT_S", "die_with_parent", "kill_group", "kill_tools_and_exit",
+           "run_tool", "sigterm_as_exit", "stop_group", "tool_timeout"]
+
+TOOL_TIMEOUT_ENV = "TIRX_GEMM_TOOL_TIMEOUT"
+# seconds: nvcc of v7 takes ~5 s on 2 cores, so 300 s only catches a hung tool; a version
+# probe answers at once
+TOOL_TIMEOUT_S = 300.0
+PROBE_TIMEOUT_S = 30.0
+# seconds to read what a killed tool wrote: a process that left the tool's group (setsid)
+# and keeps the pipes open is not waited for past this
+COLLECT_TIMEOUT_S = 5.0
+# after SIGTERM, how long a process group gets to clean up before SIGKILL
+GROUP_GRACE_S = 3.0
+
+
+class BuildError(RuntimeError):
+    """The step is valid but the toolchain failed (TVM lowering, nvcc, cuobjdump)."""
+
+
+def tool_timeout(probe: bool = False) -> float:
+    """Seconds a tool may run: ``TIRX_GEMM_TOOL_TIMEOUT`` if set (finite, positive, at most
+    settings.MAX_SECONDS, else a one-line ValueError), else the default."""
+    return env_seconds(TOOL_TIMEOUT_ENV, PROBE_TIMEOUT_S if probe else TOOL_TIMEOUT_S)
+
+
+def _prctl_pdeathsig(sig: int) -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, sig)  # 1 = PR_SET_PDEATHSIG
+
+
+def _tool_preexec() -> None:
+    """In the tool's process, before exec: die with the process that started it (Linux), so
+    not even a SIGKILLed build leaves a compiler running."""
+    _prctl_pdeathsig(signal.SIGKILL)
+
+
+def die_with_parent() -> None:
+    """The calling process gets SIGTERM when its parent dies (Linux): the build server when
+    the process that started it does, the fork server with the server, a worker with the
+    fork server."""
+    _prctl_pdeathsig(signal.SIGTERM)
+
+
+_ACTIVE_TOOLS: set[int] = set()  # process groups of this process's running tools
+
+
+def kill_group(pgid: int, sig=signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_tools_and_exit(signum, frame):
+    """A SIGTERM handler: kill this process's running tools, then leave."""
+    for pgid in list(_ACTIVE_TOOLS):
+        kill_group(pgid)
+    os._exit(128 + signum)
+
+
+def _collect_after_kill(proc: subprocess.Popen) -> tuple[str, str]:
+    """What a killed tool wrote, read for at most COLLECT_TIMEOUT_S: a process that left
+    its group may hold the pipes open for as long as it likes, so stop reading then."""
+    try:
+        return proc.communicate(timeout=COLLECT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        try:
+            proc.wait(timeout=COLLECT_TIMEOUT_S)  # the tool itself was killed: at once
+        except subprocess.TimeoutExpired:
+            pass
+        return "", ""
+
+
+def run_tool(cmd: list, *, probe: bool = False, env: dict | None = None,
+             name: str | None = None) -> subprocess.CompletedProcess:
+    """Run an external tool with a time limit, capturing its output as text.
+
+    The tool gets its own process group (killed whole on timeout or on any exception here,
+    KeyboardInterrupt included, so none of its children outlives it). Raises BuildError
+    naming the tool when it cannot start or does not finish within the limit; the whole
+    call then ends within the limit plus COLLECT_TIMEOUT_S, whatever the tool's children do.
+    """
+    name = name or Path(cmd[0]).name
+    limit = tool_timeout(probe)
+    try:
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True, preexec_fn=_tool_preexec)
+    except OSError as exc:
+        raise BuildError(f"{name} could not be started: {exc.strerror or exc}") from None
+    _ACTIVE_TOOLS.add(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        _collect_after_kill(proc)
+        raise BuildError(f"{name} did not finish within {limit:g} s "
+                         f"({TOOL_TIMEOUT_ENV} sets the limit in seconds)") from None
+    except BaseException:
+        kill_group(proc.pid)
+        _collect_after_kill(proc)
+        raise
+    finally:
+        _ACTIVE_TOOLS.discard(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = GROUP_GRACE_S) -> None:
+    """SIGTERM to the process group that ``proc`` leads, SIGKILL to whatever is left of it
+    after ``grace_s``; then reap ``proc`` (bounded: it was killed)."""
+    kill_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(0.05)
+    kill_group(proc.pid)
+    try:
+        proc.wait(timeout=COLLECT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class sigterm_as_exit:
+    """While active in the main thread, SIGTERM raises SystemExit(143) like Ctrl-C raises
+    KeyboardInterrupt, so the caller's cleanup (finally blocks) runs for both."""
+
+    def __enter__(self):
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGTERM, _raise_exit)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+
+
+def _raise_exit(signum, frame):
+    raise SystemExit(128 + signum)
