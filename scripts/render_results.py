@@ -13,7 +13,9 @@ from nothing would erase the measurements it shows.
 
 The list of steps (rows) and bench shapes (columns) comes from tirx_gemm.registry; where that
 cannot be imported (e.g. on a GPU host without the TVM compiler) the steps found in the
-records are used.
+records are used. Records carry their operand dtype (none: float16); once a bfloat16 record
+exists the table gets a dtype column and separate bf16 rows (records.render_table), so fp16
+and bf16 results never share a cell.
 """
 
 from __future__ import annotations

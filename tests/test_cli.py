@@ -21,6 +21,8 @@ def test_list_shows_every_step():
     for s in registry.STEPS:
         assert any(line.startswith(f"{s.id} ") and s.arch in line for line in out.stdout.splitlines())
     assert "constraints:" in out.stdout
+    assert "dtypes: float16, bfloat16" in out.stdout
+    assert "--dtype float16 or bfloat16" in out.stdout
 
 
 def test_build_prints_resource_table():
@@ -46,6 +48,33 @@ def test_show(what, needle):
     out = cli("show", "v2", what)
     assert out.returncode == 0, out.stderr
     assert needle in out.stdout
+
+
+def test_dtype_reaches_build_and_show():
+    out = cli("build", "v1", "--dtype", "bfloat16")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("v1 "))
+    assert "128x128x64 bfloat16" in row
+    kernel = next(line for line in cli("show", "v1", "--cuda", "--dtype", "bfloat16")
+                  .stdout.splitlines() if "__global__" in line)
+    assert "nv_bfloat16* __restrict__ A" in kernel and "half*" not in kernel
+    kernel = next(line for line in cli("show", "v1", "--cuda").stdout.splitlines()
+                  if "__global__" in line)
+    assert "half* __restrict__ A" in kernel  # float16 stays the default
+    out = cli("run", "v1", "--dtype", "float32")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "invalid choice: 'float32'" in out.stderr
+
+
+def test_export_takes_explicit_edge_shapes_and_bfloat16(tmp_path):
+    out = cli("export", "v4", "--arch", "sm_90a", "--dtype", "bfloat16", "--shapes",
+              "1,264,72;200,136,200", "--out", str(tmp_path / "b"), "-q")
+    assert out.returncode == 0, out.stderr
+    assert "--dtype bfloat16 --bundle" in out.stdout
+    import json
+    kernels = json.loads((tmp_path / "b" / "manifest.json").read_text())["kernels"]
+    assert sorted((k["M"], k["N"], k["K"], k["dtype"]) for k in kernels) == [
+        (1, 264, 72, "bfloat16"), (200, 136, 200, "bfloat16")]
 
 
 def test_run_without_gpu_builds_then_refuses():

@@ -2,9 +2,14 @@
 canonical shape and at every test/benchmark shape of the registry, checked against the fp32
 torch reference (fresh random inputs + exact small-integer inputs, output poisoned first).
 
+Every step is also checked in bfloat16 at its canonical shape and at its shapes off the tile
+grid (bfloat16 inputs, reference and tolerances of numerics; the rest as for float16).
+
 Skipped where no GPU of the step's arch exists. Kernels come from a bundle when
 TIRX_GEMM_BUNDLE names one (a GPU host without the TVM compiler), else they are built here.
 Run on a GPU host:  TIRX_GEMM_BUNDLE=build/bundle python -m pytest -m gpu tests/test_gpu.py
+(the bundle then holds both dtypes: `tirx-gemm export --all --arch sm_90a --shapes all
+--watchdog-ms 2000`, once more with `--dtype bfloat16`)
 
 Correctness kernels are watchdog builds (WATCHDOG_MS): a step that deadlocks traps naming
 the stalled barrier instead of hanging the test run (from a bundle: its watchdog build if
@@ -17,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirx_gemm import registry, runner
+from tirx_gemm import numerics, registry, runner
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +37,17 @@ def _gpu_capability():
 
 
 CAP = _gpu_capability()
-CASES = [(s, mnk) for s in registry.STEPS for mnk in registry.gpu_shapes(s)]
+
+
+def _off_grid(mnk) -> bool:
+    M, N, K = mnk
+    return M % 128 != 0 or N % 128 != 0 or K % 64 != 0
+
+
+# bfloat16: the canonical shape and every shape off the 128x128x64 tile grid (edges)
+CASES = ([(s, mnk, "float16") for s in registry.STEPS for mnk in registry.gpu_shapes(s)]
+         + [(s, mnk, "bfloat16") for s in registry.STEPS for mnk in registry.gpu_shapes(s)
+            if mnk == s.canonical or _off_grid(mnk)])
 
 
 def _skip_unless_arch(arch):
@@ -43,28 +58,32 @@ def _skip_unless_arch(arch):
                     f"this GPU is {CAP[0]}.{CAP[1]}")
 
 
-def _load(step, mnk):
+def _load(step, mnk, dtype="float16"):
     if BUNDLE:
         from tirx_gemm import bundle
         try:
-            entry = bundle.find(Path(BUNDLE), step, mnk, watchdog_ms=WATCHDOG_MS)
+            entry = bundle.find(Path(BUNDLE), step, mnk, watchdog_ms=WATCHDOG_MS, dtype=dtype)
         except ValueError:
-            entry = bundle.find(Path(BUNDLE), step, mnk)
+            entry = bundle.find(Path(BUNDLE), step, mnk, dtype=dtype)
         return runner.load_kernel(str(Path(BUNDLE) / entry["lib"])), entry
     from tirx_gemm.build import build
-    r = build(step.id, *mnk, arch=step.arch, watchdog_ms=WATCHDOG_MS)
+    from tirx_gemm.measure import dtype_kwargs
+    r = build(step.id, *mnk, arch=step.arch, watchdog_ms=WATCHDOG_MS, **dtype_kwargs(dtype))
     return runner.load_kernel(str(r.lib_path)), {"step": r.step, "arch": r.arch, "M": r.M,
                                                  "N": r.N, "K": r.K, "kwargs": r.kwargs}
 
 
-@pytest.mark.parametrize("step,mnk", CASES,
-                         ids=[f"{s.key}-{'x'.join(map(str, m))}" for s, m in CASES])
-def test_step_correct(step, mnk):
+@pytest.mark.parametrize("step,mnk,dtype", CASES,
+                         ids=[f"{s.key}-{'x'.join(map(str, m))}" + ("" if d == "float16" else "-bf16")
+                              for s, m, d in CASES])
+def test_step_correct(step, mnk, dtype):
     _skip_unless_arch(step.arch)
-    kernel, meta = _load(step, mnk)
+    kernel, meta = _load(step, mnk, dtype)
     rec = runner.run_step(kernel, meta, check=True, time=False, log=lambda m: None)
+    assert rec["dtype"] == dtype
     assert rec["verified"], rec["check"]
-    assert rec["rel_err"] is not None and rec["rel_err"] < 1e-3
+    assert rec["rel_err"] is not None
+    assert rec["rel_err"] < numerics.tolerances(dtype).max_rel_err
     assert any(c["kind"] == "int" and c["exact"] and c["ok"] for c in rec["check"])
 
 
@@ -81,6 +100,8 @@ def test_bad_inputs_never_launch():
     bad_cases = {
         "cpu": dict(good, A=good["A"].cpu()),
         "dtype": dict(good, B=good["B"].float()),
+        "bf16-into-fp16": dict(good, A=good["A"].bfloat16(), B=good["B"].bfloat16(),
+                               D=good["D"].bfloat16()),
         "shape": dict(good, A=torch.randn(M + 128, K, device=dev).half()),
         "non-contiguous": dict(good, A=torch.randn(K, M, device=dev).half().t()),
     }

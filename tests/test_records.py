@@ -14,6 +14,8 @@ from tirx_gemm.records import (
     append_record,
     device_slug,
     latest_by_key,
+    record_dtype,
+    record_key,
     load_records,
     render_table,
     replace_between_markers,
@@ -107,10 +109,48 @@ def test_latest_by_key():
     other_dev = rec(device="NVIDIA H100 80GB HBM3", tflops=70.0)
     latest = latest_by_key([old, new, mid, other_shape, other_dev])
     assert len(latest) == 3
-    assert latest[("v1", "sm_90a", 4096, 4096, 4096, "NVIDIA H200")]["tflops"] == 300.0
+    assert latest[("v1", "sm_90a", 4096, 4096, 4096, "NVIDIA H200", "float16")]["tflops"] == 300.0
     # tie on timestamp: the later record wins
     a, b = rec(tflops=1.0), rec(tflops=2.0)
     assert list(latest_by_key([a, b]).values())[0]["tflops"] == 2.0
+
+
+def test_dtype_is_part_of_the_key_and_old_records_are_float16():
+    old = rec(tflops=100.0)  # a record from before bfloat16: no "dtype"
+    fp16 = rec(ts="2026-05-03T10:00:00+00:00", tflops=300.0, dtype="float16")
+    bf16 = rec(ts="2026-05-04T10:00:00+00:00", tflops=350.0, dtype="bfloat16")
+    assert record_dtype(old) == "float16" and record_key(old) == record_key(fp16)
+    assert record_key(bf16) != record_key(fp16)
+    latest = latest_by_key([old, fp16, bf16])
+    # the newer bf16 run does not supersede the fp16 one, the newer fp16 run the older
+    assert sorted(r["tflops"] for r in latest.values()) == [300.0, 350.0]
+
+
+def test_render_table_never_mixes_dtypes_in_a_cell():
+    fp16_only = render_table([rec(), rec(step="v2", tflops=450.0)], STEPS,
+                             shapes=[(4096, 4096, 4096)])
+    assert "| dtype |" not in fp16_only and "bf16" not in fp16_only  # as it always was
+    records = [rec(tflops=400.0, ratio=0.55), rec(tflops=300.0, ratio=0.5, dtype="bfloat16"),
+               rec(step="v2", tflops=450.0, ratio=0.6),
+               rec(step="v2", M=8192, N=8192, K=8192, verified=False, tflops=None,
+                   ratio=None, dtype="bfloat16")]
+    md = render_table(records, STEPS, shapes=[(4096, 4096, 4096)])
+    lines = md.splitlines()
+    assert lines[0].startswith("| step | arch | dtype | GPU | simulated on CPU (NumSim) |")
+    rows = {tuple(c.strip() for c in ln.strip("|").split("|")[:3]): ln for ln in lines
+            if ln.startswith("| v")}
+    assert "400.0 (0.55×) ✓" in rows[("v1", "sm_90a", "fp16")]
+    assert "300.0" not in rows[("v1", "sm_90a", "fp16")]
+    assert "300.0 (0.50×) ✓" in rows[("v1", "sm_90a", "bf16")]
+    assert "400.0" not in rows[("v1", "sm_90a", "bf16")]
+    # checked shapes count per dtype: v2's bf16 row has its own (failed) check only
+    assert "| 1/1 ✓ |" in rows[("v2", "sm_90a", "fp16")]
+    assert "0/1 ✓, 1 ✗ failed check" in rows[("v2", "sm_90a", "bf16")]
+    # fp16 first; an unmeasured step keeps one row with no dtype
+    order = [k for k in rows if k[:2] == ("v1", "sm_90a")]
+    assert order == [("v1", "sm_90a", "fp16"), ("v1", "sm_90a", "bf16")]
+    assert rows[("v1", "sm_100a", "—")].count(NO_SM100_GPU) == 1
+    assert "never mixed" in md
 
 
 def test_render_table_marks_missing_sm100a_rows():

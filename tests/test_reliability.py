@@ -436,6 +436,11 @@ MISTAKES = [
     (("build", "v3", "--mnk", "0,128,64"), "M=0 must be a positive integer"),
     (("bench", "--shapes", "benchmark"), "unknown shape list 'benchmark'"),
     (("run", "v3", "--watchdog-ms", "0"), "--watchdog-ms: must be a positive integer"),
+    (("build", "v4", "--dtype", "fp32"), "--dtype: invalid choice: 'fp32'"),
+    (("export", "v4", "--arch", "sm_90a", "--shapes", "everything"),
+     "unknown shape list 'everything'"),
+    (("export", "v4", "--arch", "sm_90a", "--shapes", "1,264"), "three integers"),
+    (("sim", "v4", "--dtype", "float32"), "--dtype: invalid choice: 'float32'"),
 ]
 
 

@@ -7,10 +7,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from tirx_gemm import loader, runner
+from tirx_gemm import loader, numerics, runner
 from tirx_gemm.runner import (
     BuildMeta,
     DeviceMismatchError,
@@ -347,6 +348,220 @@ def test_check_draws_fresh_seeds_each_call():
     s2 = [r["seed"] for r in check(good, M, N, K, launch=_cpu_launch(good), device="cpu",
                                    log=None)["results"]]
     assert s1 != s2
+
+
+# --------------------------------------------------------------------------------------
+# bfloat16: inputs, tolerances from the unit roundoff, exact mode, launch refusals
+# --------------------------------------------------------------------------------------
+def test_tolerances_come_from_the_unit_roundoff():
+    fp16, bf16 = numerics.tolerances("float16"), numerics.tolerances("bfloat16")
+    assert (fp16.rtol, fp16.atol_scale, fp16.max_rel_err) == (1e-3, 1e-3, 1e-3)  # as always
+    assert bf16.rtol == bf16.max_rel_err == pytest.approx(8 * 1e-3)  # u: 2**-8 vs 2**-11
+    assert numerics.UNIT_ROUNDOFF == {"float16": 2 ** -11, "bfloat16": 2 ** -8}
+    with pytest.raises(ValueError, match="dtype='float32' is not supported"):
+        numerics.tolerances("float32")
+
+
+def test_make_inputs_bfloat16():
+    a = make_inputs(32, 16, 64, kind="random", device="cpu", dtype="bfloat16")
+    assert a.A.dtype == a.B.dtype == a.D.dtype == torch.bfloat16
+    assert torch.isnan(a.D.float()).all()
+    i = make_inputs(32, 16, 64, kind="int", device="cpu", dtype="bfloat16")
+    vals = set(torch.cat([i.A.flatten(), i.B.flatten()]).float().tolist())
+    assert vals == {-1.0, 0.0, 1.0}  # the narrower bf16 range keeps results exact
+    An, Bn, Dn = numerics.make_inputs_np(32, 16, 64, "int", 0, "bfloat16")
+    assert An.dtype.name == Bn.dtype.name == Dn.dtype.name == "bfloat16"
+    assert set(np.unique(An.astype(np.float32))) <= {-1.0, 0.0, 1.0}
+    with pytest.raises(ValueError, match="not supported"):
+        make_inputs(8, 8, 8, device="cpu", dtype="float32")
+
+
+def test_exact_integer_bound_per_dtype():
+    # every integer up to 2**p is representable (p: 11 fp16, 8 bf16 significant bits)
+    assert numerics.exact_k("float16") == 512 and numerics.exact_k("bfloat16") == 256
+    inp = make_inputs(64, 64, 256, kind="int", seed=5, device="cpu", dtype="bfloat16")
+    ref = reference(inp.A, inp.B)
+    assert ref.abs().max() <= 256
+    assert torch.equal(ref.bfloat16().float(), ref)  # nothing rounded at all
+    numerics.check_int_k(2 ** 24 - 1, "bfloat16")
+    with pytest.raises(ValueError, match="too large for an exact integer check in float16"):
+        numerics.check_int_k(2 ** 22, "float16")
+
+
+def test_compare_bfloat16_rounding_passes_and_fp16_tolerance_would_not():
+    inp = make_inputs(64, 48, 256, kind="random", seed=1, device="cpu", dtype="bfloat16")
+    ref = reference(inp.A, inp.B)
+    res = compare(ref.bfloat16(), ref)  # dtype from the output tensor
+    assert res.ok and res.dtype == "bfloat16", res.summary()
+    assert 5e-4 < res.rel_frobenius_error < 4e-3  # ~u/sqrt(3), u = 2**-8
+    # the same bf16 output judged by float16's tolerances fails: the rules differ by dtype
+    assert not compare(ref.bfloat16().float(), ref, dtype="float16").ok
+    with pytest.raises(ValueError, match="out has dtype torch.bfloat16 but is compared as float16"):
+        compare(ref.bfloat16(), ref, dtype="float16")
+
+
+def test_compare_bfloat16_catches_bf16_accumulation_and_exact_off_by_one():
+    inp = make_inputs(64, 64, 1024, kind="random", seed=2, device="cpu", dtype="bfloat16")
+    ref = reference(inp.A, inp.B)
+    acc = torch.zeros(ref.shape, dtype=torch.bfloat16)
+    for k in range(0, 1024, 16):  # bf16 partial sums, as a broken kernel would keep them
+        acc = (acc.float() + inp.A[:, k:k + 16].float() @ inp.B[:, k:k + 16].float().T).bfloat16()
+    res = compare(acc, ref)
+    assert not res.ok and res.rel_frobenius_error > numerics.tolerances("bfloat16").max_rel_err
+    iinp = make_inputs(32, 40, 256, kind="int", seed=3, device="cpu", dtype="bfloat16")
+    iref = reference(iinp.A, iinp.B)
+    out = iref.bfloat16()
+    assert compare(out, iref, exact=True).ok
+    out[3, 4] += 1
+    res = compare(out, iref, exact=True)
+    assert not res.ok and res.n_mismatch == 1 and "bfloat16-rounded" in res.reason
+
+
+def test_numpy_and_torch_round_bfloat16_alike():
+    """The simulation (numpy, ml_dtypes) and the GPU check (torch) share one rule set: both
+    round the fp32 reference to bf16 the same way (round to nearest even)."""
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 300
+    assert np.array_equal(x.bfloat16().float().numpy(), numerics.round_to(x.numpy(), "bfloat16"))
+    assert np.array_equal(x.half().float().numpy(), numerics.round_to(x.numpy(), "float16"))
+
+
+def test_validate_inputs_checks_the_build_dtype():
+    A, B, D = _ops(dtype=torch.bfloat16)
+    validate_inputs(A, B, D, 16, 8, 32, dtype="bfloat16", require_cuda=False)
+    with pytest.raises(TypeError, match=r"^A has dtype torch.bfloat16, but the kernel was built "
+                                        r"for float16 \(torch.float16\)$"):
+        validate_inputs(A, B, D, 16, 8, 32, require_cuda=False)
+    with pytest.raises(TypeError, match=r"^B has dtype torch.float16, but the kernel was built "
+                                        r"for bfloat16"):
+        validate_inputs(A, B.half(), D, 16, 8, 32, dtype="bfloat16", require_cuda=False)
+
+
+def _cpu_launch_env(monkeypatch):
+    """launch() on CPU stand-ins: the CUDA and capability checks skipped, nothing else."""
+    from tirx_gemm import launcher
+    real = launcher.validate_inputs
+    monkeypatch.setattr(launcher, "validate_inputs",
+                        lambda *a, **k: real(*a, **{**k, "require_cuda": False}))
+    monkeypatch.setattr(launcher, "check_capability", lambda *a, **k: None)
+
+
+def test_launch_refuses_operands_of_another_dtype_than_built(monkeypatch):
+    _cpu_launch_env(monkeypatch)
+    called = []
+    meta = {"step": "v4", "arch": "sm_90a", "M": 16, "N": 8, "K": 32,
+            "kwargs": {"dtype": "bfloat16"}}
+    assert BuildMeta.from_any(meta).dtype == "bfloat16"
+    with pytest.raises(TypeError, match="A has dtype torch.float16, but the kernel was built "
+                                        "for bfloat16"):
+        launch(lambda *a: called.append(a), meta, *_ops(), sync=False)
+    assert not called
+    launch(lambda *a: called.append(a), meta, *_ops(dtype=torch.bfloat16), sync=False)
+    assert len(called) == 1 and len(called[0]) == 3  # v4 has no workspace operands
+    with pytest.raises(ValueError, match="dtype='float32' is not supported"):
+        BuildMeta.from_any({**meta, "kwargs": {"dtype": "float32"}})
+
+
+# --------------------------------------------------------------------------------------
+# workspace operands (a split-K step's extra buffers after D), with a stand-in step
+# --------------------------------------------------------------------------------------
+def _fake_split_k_step(monkeypatch):
+    """A Step whose workspace function asks for fp32 partial sums and int32 tile counters."""
+    import types
+
+    from tirx_gemm import registry
+    mod = types.ModuleType("fake_workspace_specs")
+
+    def specs(M, N, K, kwargs):
+        splits = kwargs.get("SPLITS", 2)
+        return (("partials", (splits, M, N), "float32"), ("counters", (4,), "int32"))
+
+    mod.specs = specs
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return registry.Step("v11", "sm_90a", "split-K", "", (16, 8, 32), (), (), (), (),
+                         workspace=f"{mod.__name__}:specs")
+
+
+def test_workspace_specs_of_a_step_and_of_the_steps_without_one(monkeypatch):
+    from tirx_gemm import launcher, registry
+    step = _fake_split_k_step(monkeypatch)
+    meta = {"step": "v11", "arch": "sm_90a", "M": 16, "N": 8, "K": 32, "kwargs": {"SPLITS": 3}}
+    assert launcher.workspace_specs(meta, step) == (("partials", (3, 16, 8), "float32"),
+                                                    ("counters", (4,), "int32"))
+    for s in registry.STEPS:  # every existing step: no extra operands
+        assert launcher.workspace_specs({"step": s.id, "arch": s.arch, "M": 128, "N": 128,
+                                         "K": 64}) == ()
+
+
+def test_kernel_handle_passes_a_zeroed_workspace_after_d_allocated_once(monkeypatch):
+    _cpu_launch_env(monkeypatch)
+    step = _fake_split_k_step(monkeypatch)
+    meta = {"step": "v11", "arch": "sm_90a", "M": 16, "N": 8, "K": 32, "kwargs": {"SPLITS": 2}}
+    seen = []
+
+    def kernel(A, B, D, partials, counters):
+        seen.append((partials, counters))
+        assert int(partials.count_nonzero()) == 0 and int(counters.count_nonzero()) == 0
+        D.copy_((A.float() @ B.float().T).half())
+
+    h = KernelHandle(kernel, meta, step=step)
+    h(*_ops(), sync=False)
+    h(*_ops(), sync=False)
+    (p1, c1), (p2, c2) = seen
+    assert p1 is p2 and c1 is c2, "allocated once per loaded kernel, not per launch"
+    assert tuple(p1.shape) == (2, 16, 8) and p1.dtype == torch.float32
+    assert tuple(c1.shape) == (4,) and c1.dtype == torch.int32 and c1.device == torch.device("cpu")
+    # a workspace unlike the specs is refused before the kernel runs
+    from tirx_gemm import launcher
+    bad = (("partials", torch.zeros(2, 16, 8)), ("counters", torch.zeros(4)))
+    with pytest.raises(ValueError, match="workspace 'counters' is torch.float32 \\(4,\\), the "
+                                         "build wants int32"):
+        launch(kernel, meta, *_ops(), sync=False, workspace=bad, step=step)
+    with pytest.raises(ValueError, match="do not match the build's"):
+        launch(kernel, meta, *_ops(), sync=False, workspace=bad[:1], step=step)
+    assert len(seen) == 2
+    assert launcher.make_workspace((), "cpu") == ()
+
+
+def test_check_poisons_scratch_and_fails_a_kernel_that_leaves_counters_dirty(monkeypatch):
+    """The workspace contract (registry.Step.workspace): counters (integer buffers) are zero
+    at the start and left zero; scratch (floating point) is written before it is read, so
+    the check fills it with NaN and a kernel may leave it dirty."""
+    from tirx_gemm import launcher
+    step = _fake_split_k_step(monkeypatch)
+    M, N, K = 16, 8, 32
+    meta = {"step": "v11", "arch": "sm_90a", "M": M, "N": N, "K": K}
+    ws = launcher.make_workspace(launcher.workspace_specs(meta, step), "cpu")
+
+    def tidy(A, B, D, partials, counters):  # writes its scratch, then reads it
+        partials[0].copy_(A[:, :16].float() @ B[:, :16].float().T)
+        partials[1].copy_(A[:, 16:].float() @ B[:, 16:].float().T)
+        counters[0] += 1
+        D.copy_((partials[0] + partials[1]).half())
+        counters[0] -= 1  # the last split resets the tile counter
+
+    def reads_unwritten_scratch(A, B, D, partials, counters):
+        partials[0].copy_(A[:, :16].float() @ B[:, :16].float().T)
+        D.copy_((partials[0] + partials[1]).half())  # split 1 never stored its partial
+
+    def leaves_counter(A, B, D, partials, counters):
+        D.copy_((A.float() @ B.float().T).half())
+        counters[0] += 1  # a tile counter never reset: the next launch would misbehave
+
+    reps = {}
+    for fn in (tidy, reads_unwritten_scratch, leaves_counter):
+        def go(A, B, D, fn=fn):
+            validate_inputs(A, B, D, M, N, K, require_cuda=False)
+            fn(A, B, D, *(t for _, t in ws))
+        reps[fn.__name__] = check(fn, M, N, K, launch=go, device="cpu", workspace=ws, log=None)
+        if fn is tidy:  # its scratch is left as the kernel wrote it: allowed
+            assert torch.isfinite(ws[0][1]).all()
+    assert reps["tidy"]["ok"], reps["tidy"]
+    bad = reps["reads_unwritten_scratch"]
+    assert not bad["ok"] and all(r["n_nan"] == M * N for r in bad["results"])
+    bad = reps["leaves_counter"]
+    assert not bad["ok"]
+    assert all("workspace 'counters' has 1 nonzero element(s)" in r["reason"]
+               and r["n_mismatch"] == 0 for r in bad["results"])  # the numbers were right
 
 
 # --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ and tirx-harness (`pip install -e ".[sim]"`); elsewhere they are skipped with th
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import sys
@@ -70,12 +71,13 @@ def test_persistent_cases_walk_several_tiles_and_both_ring_regimes(step):
     walks, fewer_k, more_k = False, False, False
     for c in sim.cases_for(step):
         kw = dict(c.kwargs)
-        tiles = (c.M // 128) * (c.N // 128)
+        tiles = -(-c.M // 128) * -(-c.N // 128)  # ceil: edge cases have partial tiles
         assert step.sm_count_kwarg in kw, f"{c.label}: a persistent case sets the CTA pool"
         walks |= tiles >= 2 * kw[step.sm_count_kwarg]
         depth = kw.get("PIPE_DEPTH", _default(step, "PIPE_DEPTH"))
-        fewer_k |= c.K // 64 < depth
-        more_k |= c.K // 64 > depth and (c.K // 64) % depth != 0
+        k_tiles = -(-c.K // 64)
+        fewer_k |= k_tiles < depth
+        more_k |= k_tiles > depth and k_tiles % depth != 0
     assert walks, "no case where each CTA walks several tiles (phases wrap across tiles)"
     assert fewer_k, "no case with fewer K tiles than PIPE_DEPTH"
     assert more_k, "no case with more K tiles than PIPE_DEPTH, not a multiple of it"
@@ -85,6 +87,20 @@ def test_v7_is_simulated_with_a_one_stage_ring_and_non_square_grids():
     cases = sim.cases_for(registry.get("v7"))
     assert any(dict(c.kwargs).get("PIPE_DEPTH") == 1 for c in cases)
     assert any(c.M != c.N for c in cases)
+
+
+@pytest.mark.parametrize("step", SIM_STEPS, ids=lambda s: s.key)
+def test_cases_cover_both_dtypes_and_dtype_selects_them(step):
+    cases = sim.cases_for(step)
+    assert {c.dtype for c in cases} == {"float16", "bfloat16"}
+    assert all(dict(c.kwargs).get("dtype") != "float16" for c in cases)  # never written
+    bf16 = sim.cases_for(step, dtype="bfloat16")
+    assert bf16 and all(c.dtype == "bfloat16" for c in bf16)
+    assert len(bf16) == len({(c.M, c.N, c.K, c.kwargs) for c in bf16})  # no duplicates
+    fp16 = sim.cases_for(step, dtype="float16")
+    assert all(c.dtype == "float16" and "dtype" not in dict(c.kwargs) for c in fp16)
+    (one,) = sim.cases_for(step, (136, 264, 264), "bfloat16")
+    assert one.kwargs == (("dtype", "bfloat16"),) and "dtype=bfloat16" in one.label
 
 
 def test_sim_refuses_hopper_steps():
@@ -152,6 +168,106 @@ def test_cli_rejects_bad_arguments_before_simulating(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["sim", "v4", "--mnk", "128,128"])
     assert exit_.value.code == 2 and "three integers M,N,K" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------
+# run_case plumbing with a stand-in simulator: dtype and workspace operands
+# --------------------------------------------------------------------------------------
+def _fake_numsim(monkeypatch, kernel):
+    """tirx_harness.numsim stand-ins: Engine.run calls ``kernel(buffers)`` (a numpy model of
+    the kernel), the checkers record what they were given and report clean."""
+    import types
+    seen = {"run": [], "sync": [], "race": []}
+
+    class Result:
+        def __init__(self, outputs):
+            self.outputs, self.verdict, self.diagnostics = outputs, "clean", ""
+
+    class Engine:
+        def __init__(self, **kw):
+            pass
+
+        def run(self, module, buffers):
+            seen["run"].append({k: (v.dtype.name, v.shape) for k, v in buffers.items()})
+            return Result(kernel(buffers))
+
+    def checker(name):
+        def check(func, buffers):
+            seen[name].append(sorted(buffers))
+            return _Report("clean")
+        return check
+
+    ns = types.ModuleType("tirx_harness.numsim")
+    ns.Engine, ns.transpile = Engine, lambda func: func
+    checkers = types.ModuleType("tirx_harness.numsim.checkers")
+    checkers.synccheck, checkers.racecheck = checker("sync"), checker("race")
+    pkg = types.ModuleType("tirx_harness")
+    for name, mod in (("tirx_harness", pkg), ("tirx_harness.numsim", ns),
+                      ("tirx_harness.numsim.checkers", checkers)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return seen
+
+
+@dataclasses.dataclass(frozen=True)
+class _StandInCase(sim.SimCase):
+    def build(self):
+        return "primfunc"
+
+
+def _split_k_step(monkeypatch):
+    import types
+    mod = types.ModuleType("fake_sim_workspace")
+    mod.specs = lambda M, N, K, kw: (("partials", (2, M, N), "float32"), ("counters", (3,), "int32"))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return registry.Step("v11", "sm_100a", "split-K", "", (16, 8, 32), (), (), (), (),
+                         workspace=f"{mod.__name__}:specs")
+
+
+def _matmul_into_d(buffers, leave=None):
+    import numpy as np
+    A, B, D = buffers["A"], buffers["B"], buffers["D"]
+    if "partials" in buffers:  # scratch arrives poisoned, counters zero (the contract)
+        assert np.isnan(buffers["partials"]).all() and not buffers["counters"].any()
+    out = dict(buffers)
+    out["D"] = (A.astype(np.float32) @ B.astype(np.float32).T).astype(D.dtype)
+    if leave:
+        out[leave] = out[leave].copy()
+        out[leave].flat[0] = 1
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_run_case_passes_dtype_inputs_and_zeroed_workspace(monkeypatch, dtype):
+    seen = _fake_numsim(monkeypatch, _matmul_into_d)
+    step = _split_k_step(monkeypatch)
+    kw = (("dtype", "bfloat16"),) if dtype == "bfloat16" else ()
+    row = sim.run_case(_StandInCase(step, 16, 8, 32, kw))
+    assert row.ok, row.problems
+    assert len(seen["run"]) == 2  # random and int inputs
+    for bufs in seen["run"]:
+        assert bufs == {"A": (dtype, (16, 32)), "B": (dtype, (8, 32)), "D": (dtype, (16, 8)),
+                        "partials": ("float32", (2, 16, 8)), "counters": ("int32", (3,))}
+    assert seen["sync"] == seen["race"] == [["A", "B", "D", "counters", "partials"]]
+
+
+def test_run_case_fails_a_kernel_that_leaves_its_workspace_dirty(monkeypatch):
+    _fake_numsim(monkeypatch, lambda b: _matmul_into_d(b, leave="counters"))
+    row = sim.run_case(_StandInCase(_split_k_step(monkeypatch), 16, 8, 32))
+    assert not row.ok and row.numsim == "WRONG"
+    assert any("workspace 'counters' has 1 nonzero element(s)" in p for p in row.problems)
+    # scratch (floating point) may be left as the kernel wrote it
+    _fake_numsim(monkeypatch, lambda b: _matmul_into_d(b, leave="partials"))
+    row = sim.run_case(_StandInCase(_split_k_step(monkeypatch), 16, 8, 32))
+    assert row.ok, row.problems
+
+
+def test_run_case_without_workspace_passes_a_b_d_only(monkeypatch):
+    seen = _fake_numsim(monkeypatch, _matmul_into_d)
+    v4 = registry.get("v4", "sm_100a")
+    assert v4.workspace_specs(200, 136, 200) == ()
+    row = sim.run_case(_StandInCase(v4, 200, 136, 200, (("dtype", "bfloat16"),)))
+    assert row.ok, row.problems
+    assert all(set(b) == {"A", "B", "D"} for b in seen["run"])
 
 
 def test_every_mutant_edit_applies_to_todays_source():

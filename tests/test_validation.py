@@ -21,6 +21,15 @@ def test_invalid_shapes_raise_with_constraint(step):
 
 
 @pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
+def test_invalid_shapes_raise_in_bfloat16_too(step):
+    """The shape contract does not depend on the dtype (both are 2 bytes)."""
+    for M, N, K in step.invalid_shapes:
+        with pytest.raises(ValueError) as info:
+            step.build_primfunc(M, N, K, dtype="bfloat16")
+        assert any(w in str(info.value) for w in CONSTRAINT_WORDS), str(info.value)
+
+
+@pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
 def test_bad_dtype_and_types_raise(step):
     M, N, K = step.canonical
     with pytest.raises(ValueError, match="dtype='float32' is not supported"):

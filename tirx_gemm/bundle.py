@@ -6,6 +6,7 @@ Layout of a bundle directory::
     manifest.json                   one entry per kernel: step, arch, shape, kwargs, lib, ...
     <step>_<arch>_<M>x<N>x<K>[_<kwarg><value>...][_wd<ms>].so
                                     exported TVM libraries (host code + embedded cubin);
+                                    _dtypebfloat16: a bfloat16 build (float16 has no tag);
                                     _wd<ms>: a watchdog build (bounded barrier waits)
     runtime/libtvm_runtime.so       from the apache-tvm wheel (found next to the libraries
     runtime/libtvm_runtime_cuda.so  by tirx_gemm.runner.load_kernel)
@@ -28,9 +29,14 @@ MANIFEST = "manifest.json"
 FFI_VERSION = "0.1.15.post2"  # the apache-tvm-ffi that apache-tvm 0.27.0.post1 ships with
 
 
-def shapes_for(step: registry.Step, which: str, mnk=None) -> list[tuple[int, int, int]]:
+def shapes_for(step: registry.Step, which, mnk=None) -> list[tuple[int, int, int]]:
+    """The shapes to export or run: ``mnk``; else ``which``, a registry list name
+    ("canonical", "test", "bench", "all") or explicit (M, N, K) shapes (any shape: the
+    step's builder decides whether it accepts it)."""
     if mnk:
         return [tuple(mnk)]
+    if not isinstance(which, str):
+        return [tuple(int(x) for x in s) for s in which]
     if which == "canonical":
         return [step.canonical]
     if which == "test":
@@ -41,8 +47,12 @@ def shapes_for(step: registry.Step, which: str, mnk=None) -> list[tuple[int, int
 
 
 def build_kwargs(step: registry.Step, args) -> dict:
-    """Builder keywords chosen at export time (the SM count of persistent steps)."""
-    return step.with_sm_count(getattr(args, "num_sms", None))
+    """Builder keywords chosen at export time: the SM count of persistent steps and the
+    operand dtype (written only for bfloat16; float16 is every builder's default)."""
+    kw = step.with_sm_count(getattr(args, "num_sms", None))
+    if getattr(args, "dtype", None) not in (None, "float16"):
+        kw["dtype"] = args.dtype
+    return kw
 
 
 def lib_name(step: str, arch: str, M: int, N: int, K: int, kwargs: dict,
@@ -100,7 +110,8 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
         name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs, r.watchdog_ms)
         shutil.copyfile(r.lib_path, out / name)
         entry = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
-                 "kwargs": r.kwargs, "watchdog_ms": r.watchdog_ms, "lib": name,
+                 "kwargs": r.kwargs, "dtype": r.kwargs.get("dtype", "float16"),
+                 "watchdog_ms": r.watchdog_ms, "lib": name,
                  "tvm_version": r.tvm_version,
                  "build_key": r.key, "git_sha": sha, "registers": r.registers, "smem_bytes": r.smem_bytes,
                  "spills": r.spill_stores + r.spill_loads}
@@ -133,12 +144,16 @@ def load_manifest(bundle: Path) -> list[dict]:
 
 
 def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
-         watchdog_ms: int | None = None) -> dict:
-    """The manifest entry for (step, arch, shape) built with ``watchdog_ms`` (None: the
-    normal build); a clear error if the bundle has the step only for other shapes, arches
-    or watchdog settings."""
+         watchdog_ms: int | None = None, dtype: str | None = None) -> dict:
+    """The manifest entry for (step, arch, shape, dtype) built with ``watchdog_ms`` (None:
+    the normal build); a clear error if the bundle has the step only for other shapes,
+    dtypes, arches or watchdog settings. ``kwargs`` given: exactly those builder keywords
+    (the dtype among them); else any, with operand ``dtype`` (default float16)."""
     kernels = load_manifest(bundle)
     M, N, K = mnk
+    want_dtype = step.dtype(kwargs) if kwargs is not None else (dtype or "float16")
+    if kwargs is not None and dtype is not None and dtype != want_dtype:
+        raise ValueError(f"find: dtype={dtype!r} contradicts kwargs {kwargs}")
     mine = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch]
     same = [e for e in mine if e.get("watchdog_ms") == watchdog_ms]
     if mine and not same:
@@ -146,12 +161,22 @@ def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
         raise ValueError(f"bundle {bundle} has {step.key} built with watchdog_ms "
                          f"{', '.join(have)}, not {watchdog_ms} (export with the same "
                          "--watchdog-ms)")
-    hits = [e for e in same if (e["M"], e["N"], e["K"]) == (M, N, K)
-            and (kwargs is None or e["kwargs"] == kwargs)]
+    at_shape = [e for e in same if (e["M"], e["N"], e["K"]) == (M, N, K)]
+    hits = [e for e in at_shape if step.dtype(e.get("kwargs")) == want_dtype
+            and (kwargs is None or (e.get("kwargs") or {}) == kwargs)]
     if hits:
         return hits[-1]
+    if at_shape:
+        have = sorted({step.dtype(e.get("kwargs")) for e in at_shape})
+        if want_dtype not in have:
+            raise ValueError(f"bundle {bundle} has {step.key} at {M}x{N}x{K} only in "
+                             f"{', '.join(have)}, not {want_dtype} (export with --dtype "
+                             f"{want_dtype})")
+        kws = "; ".join(json.dumps(e.get("kwargs") or {}, sort_keys=True) for e in at_shape)
+        raise ValueError(f"bundle {bundle} has {step.key} at {M}x{N}x{K} built with {kws}, "
+                         f"not {json.dumps(kwargs, sort_keys=True)}")
     if same:
-        have = ", ".join(f"{e['M']}x{e['N']}x{e['K']}" for e in same)
+        have = ", ".join(dict.fromkeys(f"{e['M']}x{e['N']}x{e['K']}" for e in same))
         raise ValueError(f"bundle {bundle} has {step.key} built for {have}, not {M}x{N}x{K}: "
                          f"a kernel runs only at the shape it was built for")
     others = sorted({e["arch"] for e in kernels if e["step"] == step.id})

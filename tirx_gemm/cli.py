@@ -20,7 +20,8 @@ import traceback
 from pathlib import Path
 
 from tirx_gemm import registry, tables
-from tirx_gemm.measure import kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
+from tirx_gemm.measure import dtype_kwargs, kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
+from tirx_gemm.numerics import DTYPES
 from tirx_gemm.regress import DEFAULT_TOLERANCE
 from tirx_gemm.sass import HEADLINE_SASS
 
@@ -111,8 +112,11 @@ def cmd_list(args) -> int:
         print(f"{s.id:5} {s.arch:8} {','.join(map(str, s.canonical)):17} {s.lesson}")
         if args.verbose:
             print(f"{'':32}constraints: {s.constraints}")
+            print(f"{'':32}dtypes: {', '.join(DTYPES)}")
     arches = sorted({s.arch for s in steps})
-    print(f"\n{len(steps)} steps ({', '.join(arches)}). sm_100a steps compile here and run on "
+    print(f"\n{len(steps)} steps ({', '.join(arches)}). Every step takes --dtype "
+          f"{' or '.join(DTYPES)} (default {DTYPES[0]}; fp32 accumulation, the output in the "
+          "input dtype). sm_100a steps compile here and run on "
           "NumSim, a CPU model of Blackwell (`tirx-gemm sim`); timing them needs a Blackwell "
           "GPU. sm_90a twins run on Hopper (H100/H200).")
     return 0
@@ -122,11 +126,17 @@ BUILD_HEAD = ("step", "arch", "M x N x K", "build", "regs", "smem", "spills", "k
 BUILD_ALIGN = "<<<>>>><"
 
 
+def _shape_dtype(mnk, dtype: str | None) -> str:
+    """"MxNxK", with the dtype after it unless float16 (the default)."""
+    return tables.shape(tuple(mnk)) + ("" if dtype in (None, "float16") else f" {dtype}")
+
+
 def _build_row(r) -> list:
     sass = r.key_sass()
     keys = " ".join(f"{k}x{sass[k]}" for k in HEADLINE_SASS if k in sass)
     t = "cached" if r.cached else f"{r.times.get('total', 0):.1f}s"
-    return [r.step, r.arch, tables.shape((r.M, r.N, r.K)), t, r.registers or "?",
+    return [r.step, r.arch, _shape_dtype((r.M, r.N, r.K), (r.kwargs or {}).get("dtype")), t,
+            r.registers or "?",
             _fmt_bytes(r.smem_bytes), r.spill_stores + r.spill_loads, keys]
 
 
@@ -138,7 +148,7 @@ def cmd_build(args) -> int:
     from tirx_gemm.build import build_many
 
     steps = _steps_arg(args)
-    reqs = [(s, args.mnk or s.canonical, {}) for s in steps]
+    reqs = [(s, args.mnk or s.canonical, dtype_kwargs(args.dtype)) for s in steps]
     t0 = time.perf_counter()
     show_progress = len(reqs) > 1 and not args.quiet
 
@@ -152,7 +162,7 @@ def cmd_build(args) -> int:
                          watchdog_ms=args.watchdog_ms)
     if show_progress:
         print(file=sys.stderr)
-    rows = [[step.id, step.arch, tables.shape(mnk), f"FAILED: {r}"]
+    rows = [[step.id, step.arch, _shape_dtype(mnk, args.dtype), f"FAILED: {r}"]
             if isinstance(r, Exception) else _build_row(r)
             for (step, mnk, _), r in zip(reqs, results)]
     failed = sum(isinstance(r, Exception) for r in results)
@@ -186,7 +196,7 @@ def cmd_show(args) -> int:
     from tirx_gemm.build import build
 
     step = registry.get(args.step, args.arch)
-    r = build(step.id, *(args.mnk or step.canonical), arch=step.arch)
+    r = build(step.id, *(args.mnk or step.canonical), arch=step.arch, **dtype_kwargs(args.dtype))
     what = args.what or "cuda"
     text = {"cuda": r.cuda_source, "sass": r.sass, "tir": r.tir}[what]
     sys.stdout.write(text)
@@ -214,8 +224,9 @@ def cmd_export(args) -> int:
         reqs += [(s, mnk, bundle.build_kwargs(s, args)) for mnk in shapes]
     n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
                       ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
+    dt = "" if args.dtype == "float16" else f" --dtype {args.dtype}"
     print(f"exported {n} kernels to {out}/ (manifest.json, runtime/). On the GPU host: "
-          f"python -m tirx_gemm.cli run <step> --arch {args.arch} --bundle {out}")
+          f"python -m tirx_gemm.cli run <step> --arch {args.arch}{dt} --bundle {out}")
     return 0
 
 
@@ -240,7 +251,7 @@ def cmd_run(args) -> int:
     # build (or find in the bundle) even without a GPU, so the compile side is shown/checked
     lib, meta, built = kernel_for(step, mnk, args.bundle,
                                   sm_count=device["sm_count"] if device else None,
-                                  watchdog_ms=args.watchdog_ms)
+                                  watchdog_ms=args.watchdog_ms, dtype=args.dtype)
     if built is not None:
         print(_build_table([_build_row(built)]))
     if device is None:
@@ -261,7 +272,7 @@ BENCH_HEAD = ("step", "arch", "M x N x K", "check", "rel err", "ms", "TFLOP/s", 
 
 def _bench_row(rec) -> list:
     f = tables.fmt
-    return [rec["step"], rec["arch"], tables.shape((rec["M"], rec["N"], rec["K"])),
+    return [rec["step"], rec["arch"], _shape_dtype((rec["M"], rec["N"], rec["K"]), rec.get("dtype")),
             "ok" if rec["verified"] else "FAIL", f(rec.get("rel_err"), ".1e"),
             f(rec.get("median_ms"), ".3f"), f(rec.get("tflops"), ".1f"),
             f(rec.get("torch_tflops"), ".1f"), f(rec.get("ratio_to_torch"), ".3f")]
@@ -281,7 +292,7 @@ def cmd_bench(args) -> int:
         return _cannot_run(f"{args.arch} steps", args.arch, why)
     recs = measure_plan(_plan(steps, args.mnk and [args.mnk] or args.shapes),
                         bundle=args.bundle, check_only=args.no_time, log=_progress_log(args),
-                        watchdog_ms=args.watchdog_ms)
+                        watchdog_ms=args.watchdog_ms, dtype=args.dtype)
     print("\n" + tables.text(BENCH_HEAD, [_bench_row(r) for r in recs], "<<<<>>>>>"))
     print(f"device: {device['name']} (cc {device['capability']}, {device['sm_count']} SMs)")
     if args.record:
@@ -381,6 +392,8 @@ def make_parser() -> argparse.ArgumentParser:
             sp.add_argument("--all", action="store_true", help="every step of --arch")
         sp.add_argument("--arch", default="sm_100a", choices=registry.ARCHES)
         sp.add_argument("--mnk", type=_mnk, help="problem shape M,N,K (default: the step's canonical shape)")
+        sp.add_argument("--dtype", choices=DTYPES, default=DTYPES[0],
+                        help=f"operand and output dtype, fp32 accumulation (default {DTYPES[0]})")
         sp.add_argument("-q", "--quiet", action="store_true")
 
     def watchdog(sp):
@@ -413,8 +426,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("export", help="build + bundle kernels for a GPU host without TVM")
     common(sp)
-    sp.add_argument("--shapes", default="canonical", choices=("canonical", "test", "bench", "all"),
-                    help="which registry shapes to export (ignored with --mnk)")
+    sp.add_argument("--shapes", default="canonical", type=_shapes,
+                    help="canonical | test | bench | all (registry shape lists) or explicit "
+                         "shapes 'M,N,K;M,N,K' (default: canonical; ignored with --mnk)")
     sp.add_argument("--out", default="build/bundle", help="bundle directory")
     sp.add_argument("--jobs", type=_positive_int, default=None)
     sp.add_argument("--num-sms", type=_positive_int, default=None,

@@ -1,7 +1,9 @@
 """Launching a loaded kernel: build metadata, operand validation, and the host hang guard.
 
 :func:`launch` refuses operands that do not fit the build (shape, dtype, layout, device,
-compute capability) before the kernel runs; every wait for the GPU goes through
+compute capability) before the kernel runs, and passes a step's workspace operands
+(``registry.Step.workspace_specs``: zero-filled buffers after D, allocated once per loaded
+kernel by :class:`KernelHandle` and ``runner.run_step``); every wait for the GPU goes through
 :func:`synchronize`, which polls against a deadline (``TIRX_GEMM_KERNEL_TIMEOUT``) instead of
 blocking forever on a hung kernel. Imports torch, numpy and the standard library only.
 """
@@ -18,6 +20,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
+from tirx_gemm import numerics, registry
 from tirx_gemm.device import ARCH_CAPABILITY, check_capability
 from tirx_gemm.loader import load_kernel
 from tirx_gemm.settings import env_seconds
@@ -32,6 +35,9 @@ __all__ = [
     "hang_label",
     "synchronize",
     "validate_inputs",
+    "workspace_specs",
+    "make_workspace",
+    "check_workspace",
     "launch",
     "KernelHandle",
 ]
@@ -82,6 +88,7 @@ class BuildMeta:
             )
         if values["kwargs"] is not None:
             values["kwargs"] = dict(values["kwargs"])
+            numerics.check_dtype(values["kwargs"].get("dtype", "float16"))
         if values["lib_path"] is not None:
             values["lib_path"] = str(values["lib_path"])
         return cls(**values)
@@ -90,16 +97,27 @@ class BuildMeta:
     def shape(self) -> tuple[int, int, int]:
         return (self.M, self.N, self.K)
 
+    @property
+    def dtype(self) -> str:
+        """The operand dtype the kernel was built for ("float16" unless kwargs say else)."""
+        return str((self.kwargs or {}).get("dtype", "float16"))
 
 
-def validate_inputs(A, B, D, M: int, N: int, K: int, *, require_cuda: bool = True) -> None:
+
+_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def validate_inputs(A, B, D, M: int, N: int, K: int, *, dtype: str = "float16",
+                    require_cuda: bool = True) -> None:
     """Refuse bad operands before any launch: the kernel would read or write out of bounds.
 
     Checks in this order, each with its own message: torch.Tensor (TypeError); on CUDA
     (ValueError; skipped with ``require_cuda=False``, which lets the remaining checks be
-    exercised on CPU); dtype float16 (TypeError); 2-D, shapes (M,K), (N,K), (M,N), contiguous,
-    16-byte aligned (ValueError); all on the same device (ValueError).
+    exercised on CPU); the build's ``dtype``, float16 or bfloat16 (TypeError); 2-D, shapes
+    (M,K), (N,K), (M,N), contiguous, 16-byte aligned (ValueError); all on the same device
+    (ValueError). Any M, N, K: the tile grid is the kernel's business, not the caller's.
     """
+    want = _TORCH_DTYPES[numerics.check_dtype(dtype)]
     ops = (("A", A, (M, K)), ("B", B, (N, K)), ("D", D, (M, N)))
     for name, t, _ in ops:
         if not isinstance(t, torch.Tensor):
@@ -109,8 +127,9 @@ def validate_inputs(A, B, D, M: int, N: int, K: int, *, require_cuda: bool = Tru
             if t.device.type != "cuda":
                 raise ValueError(f"{name} is on {t.device}, must be a CUDA tensor")
     for name, t, _ in ops:
-        if t.dtype != torch.float16:
-            raise TypeError(f"{name} has dtype {t.dtype}, must be torch.float16")
+        if t.dtype != want:
+            raise TypeError(f"{name} has dtype {t.dtype}, but the kernel was built for "
+                            f"{dtype} ({want})")
     for name, t, shape in ops:
         if t.dim() != 2:
             raise ValueError(f"{name} must be 2-D, got {t.dim()}-D with shape {tuple(t.shape)}")
@@ -192,12 +211,61 @@ def synchronize(what: str, device=None) -> None:
         raise KernelLaunchError(f"{what} failed on the GPU: {e}") from e
 
 
-def launch(kernel, meta, A, B, D, *, sync: bool = True) -> None:
-    """Validate and launch ``kernel(A, B, D)`` built with ``meta`` (step, arch, M, N, K).
+# --------------------------------------------------------------------------------------
+# workspace operands (split-K partial sums, tile counters): extra arguments after D
+# --------------------------------------------------------------------------------------
+def workspace_specs(meta, step: "registry.Step | None" = None) -> tuple:
+    """((name, shape, dtype), ...) of the build's workspace operands: ``step`` (default:
+    the registry's row of meta's step and arch) at meta's shape and kwargs; () for a step
+    without any."""
+    m = BuildMeta.from_any(meta)
+    step = step if step is not None else registry.get(m.step, m.arch)
+    return tuple((str(name), tuple(int(x) for x in shape), str(dt))
+                 for name, shape, dt in step.workspace_specs(m.M, m.N, m.K, m.kwargs or {}))
+
+
+def _workspace_dtype(name: str, dt: str) -> torch.dtype:
+    t = getattr(torch, dt, None)
+    if not isinstance(t, torch.dtype):
+        raise ValueError(f"workspace {name!r} has dtype {dt!r}, which is not a torch dtype")
+    return t
+
+
+def make_workspace(specs, device) -> tuple:
+    """((name, zero-filled tensor), ...) for ``specs``, on ``device``."""
+    return tuple((name, torch.zeros(shape, dtype=_workspace_dtype(name, dt), device=device))
+                 for name, shape, dt in specs)
+
+
+def check_workspace(specs, workspace, device) -> None:
+    """Refuse a workspace that does not fit ``specs`` (names, order, shapes, dtypes), or lies
+    on another device than the operands, or is not contiguous: the kernel would run wild."""
+    names = [name for name, _ in workspace]
+    want = [name for name, _, _ in specs]
+    if names != want:
+        raise ValueError(f"workspace operands {names} do not match the build's {want}")
+    for (name, t), (_, shape, dt) in zip(workspace, specs):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"workspace {name!r} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape or t.dtype != _workspace_dtype(name, dt):
+            raise ValueError(f"workspace {name!r} is {t.dtype} {tuple(t.shape)}, the build "
+                             f"wants {dt} {shape}")
+        if t.device != torch.device(device) or not t.is_contiguous():
+            raise ValueError(f"workspace {name!r} must be a contiguous tensor on {device}, "
+                             f"got {t.device}, strides {t.stride()}")
+
+
+def launch(kernel, meta, A, B, D, *, sync: bool = True, workspace=None,
+           step: "registry.Step | None" = None) -> tuple:
+    """Validate and launch ``kernel(A, B, D, *workspace)`` built with ``meta`` (step, arch,
+    M, N, K, kwargs: the dtype and the workspace operands follow from them).
 
     Refuses, before launching, inputs whose shapes differ from the built shape, bad operands
-    (see validate_inputs) and a GPU that does not fit the build's arch. With ``sync`` it waits
-    for the kernel and turns an asynchronous failure into KernelLaunchError.
+    (see validate_inputs; the dtype is the build's), a GPU that does not fit the build's
+    arch, and a ``workspace`` ((name, tensor), ...) unlike the step's workspace_specs. With
+    ``workspace`` None a zero-filled one is made for this launch (KernelHandle keeps its
+    own between launches). With ``sync`` it waits for the kernel and turns an asynchronous
+    failure into KernelLaunchError. Returns the workspace it passed.
     """
     m = BuildMeta.from_any(meta)
     shapes = [tuple(getattr(t, "shape", ())) for t in (A, B, D)]
@@ -207,32 +275,49 @@ def launch(kernel, meta, A, B, D, *, sync: bool = True) -> None:
             f"A {shapes[0]}, B {shapes[1]}, D {shapes[2]} (expected A {(m.M, m.K)}, "
             f"B {(m.N, m.K)}, D {(m.M, m.N)})"
         )
-    validate_inputs(A, B, D, m.M, m.N, m.K)
+    validate_inputs(A, B, D, m.M, m.N, m.K, dtype=m.dtype)
     check_capability(m.arch, A.device)
+    specs = workspace_specs(m, step)
+    if workspace is None:
+        workspace = make_workspace(specs, A.device)
+    else:
+        workspace = tuple(workspace)
+        check_workspace(specs, workspace, A.device)
     try:
-        kernel(A, B, D)
+        kernel(A, B, D, *(t for _, t in workspace))
     except Exception as e:
         raise KernelLaunchError(f"launching {m.step}/{m.arch} failed: {e}") from e
     if sync:
         synchronize(label(m))
+    return workspace
 
 
 class KernelHandle:
-    """A loaded kernel with its build metadata; calling it validates, launches and syncs."""
+    """A loaded kernel with its build metadata; calling it validates, launches and syncs.
 
-    def __init__(self, kernel, meta):
+    Its workspace operands (if the step has any) are allocated zero-filled on the first
+    call's device and reused by every later call there (the kernel leaves them zeroed)."""
+
+    def __init__(self, kernel, meta, *, step: "registry.Step | None" = None):
         self.kernel = kernel
         self.meta = BuildMeta.from_any(meta)
+        self.step = step
+        self._workspace: dict[str, tuple] = {}
 
     @classmethod
     def load(cls, lib_path, meta) -> "KernelHandle":
         return cls(load_kernel(lib_path), meta)
 
+    @property
+    def dtype(self) -> str:
+        return self.meta.dtype
+
     def __call__(self, A, B, D, *, sync: bool = True) -> None:
-        launch(self.kernel, self.meta, A, B, D, sync=sync)
+        where = str(getattr(A, "device", ""))
+        self._workspace[where] = launch(self.kernel, self.meta, A, B, D, sync=sync,
+                                        workspace=self._workspace.get(where), step=self.step)
 
     def __repr__(self) -> str:
         m = self.meta
-        return f"KernelHandle({m.step}/{m.arch}, M,N,K={m.M},{m.N},{m.K})"
-
-
+        dt = "" if m.dtype == "float16" else f", {m.dtype}"
+        return f"KernelHandle({m.step}/{m.arch}, M,N,K={m.M},{m.N},{m.K}{dt})"

@@ -14,25 +14,38 @@ from typing import Callable, Sequence
 from tirx_gemm import registry
 from tirx_gemm.gitinfo import git_sha
 
-__all__ = ["kernel_for", "plan", "measure_plan"]
+__all__ = ["dtype_kwargs", "kernel_for", "plan", "measure_plan"]
 
 Plan = Sequence[tuple[registry.Step, tuple[int, int, int]]]
 
 
-def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | None = None,
-               watchdog_ms: int | None = None):
-    """(library path, build metadata, BuildResult or None) of one step at one shape.
+def dtype_kwargs(dtype: str | None) -> dict:
+    """The builder keywords of an operand dtype: {} for float16 (the default, never written
+    into kwargs, so float16 cache keys, bundles and records stay as they were),
+    {"dtype": "bfloat16"} for bfloat16."""
+    from tirx_gemm.numerics import check_dtype
+    if dtype is None or check_dtype(dtype) == "float16":
+        return {}
+    return {"dtype": dtype}
 
-    From the bundle when ``bundle_dir`` is given; else built here (needs TVM), persistent
-    steps sized to ``sm_count`` SMs when given (the GPU they will run on)."""
+
+def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | None = None,
+               watchdog_ms: int | None = None, dtype: str = "float16"):
+    """(library path, build metadata, BuildResult or None) of one step at one shape and
+    operand dtype.
+
+    From the bundle when ``bundle_dir`` is given (the entry of that dtype); else built here
+    (needs TVM), persistent steps sized to ``sm_count`` SMs when given (the GPU they will
+    run on)."""
     if bundle_dir:
         from tirx_gemm import bundle
-        entry = dict(bundle.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms))
+        entry = dict(bundle.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms,
+                                 dtype=dtype))
         entry.setdefault("lesson", step.lesson)
         return Path(bundle_dir) / entry["lib"], entry, None
     from tirx_gemm.build import build
     r = build(step.id, *mnk, arch=step.arch, watchdog_ms=watchdog_ms,
-              **step.with_sm_count(sm_count))
+              **step.with_sm_count(sm_count), **dtype_kwargs(dtype))
     meta = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
             "tvm_version": r.tvm_version, "lesson": step.lesson, "git_sha": git_sha()}
     return r.lib_path, meta, r
@@ -47,15 +60,18 @@ def plan(steps: Sequence[registry.Step], shapes) -> list:
 
 
 def measure_plan(plan: Plan, *, bundle=None, check_only: bool = False,
-                 log: Callable[[str], None] = print, watchdog_ms: int | None = None) -> list:
-    """Check (and time) every (step, shape) of the plan; returns the records in order.
-    Kernels built here size persistent steps to this GPU's SM count."""
+                 log: Callable[[str], None] = print, watchdog_ms: int | None = None,
+                 dtype: str = "float16") -> list:
+    """Check (and time) every (step, shape) of the plan in operand ``dtype``; returns the
+    records in order. Kernels built here size persistent steps to this GPU's SM count."""
     from tirx_gemm import device, runner
     recs = []
     for i, (step, mnk) in enumerate(plan, 1):
-        log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}")
+        log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}"
+            + ("" if dtype == "float16" else f" {dtype}"))
         sm_count = None if bundle else device.check_device(step.arch, query_smi=False)["sm_count"]
-        lib, meta, _ = kernel_for(step, mnk, bundle, sm_count=sm_count, watchdog_ms=watchdog_ms)
+        lib, meta, _ = kernel_for(step, mnk, bundle, sm_count=sm_count, watchdog_ms=watchdog_ms,
+                                  dtype=dtype)
         kernel = runner.load_kernel(str(lib))
         recs.append(runner.run_step(kernel, meta, check=True, time=not check_only,
                                     git_sha=meta.get("git_sha"), log=lambda m: log("    " + m)))

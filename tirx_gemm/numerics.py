@@ -1,18 +1,49 @@
-"""Inputs, reference and the compare rules, in numpy: one definition for every checker.
+"""Inputs, reference and the compare rules, in numpy: the one home of every numerics rule.
 
 The GPU runner (torch tensors on the device) and the CPU simulation (NumSim, numpy
-arrays, no torch) check a kernel's output with the same rules, defined once here:
+arrays, no torch) check a kernel's output with the same rules, defined once here, for
+both operand dtypes (:data:`DTYPES`: the output has the input dtype, accumulation is fp32):
 
-- inputs: "random" is randn * K**-0.25 rounded to fp16, so each output element has rms ~1
-  whatever K; "int" is integers uniform in [INT_LOW, INT_HIGH]: the fp32-accumulated
-  result is an integer, exact for K < 2**22 and unrounded by fp16 when |result| <= 2048
-  (guaranteed for K <= 512), so it is checked for exact equality.
+- dtypes: float16 (numpy ``float16``, 11 significant bits, unit roundoff u = 2**-11) and
+  bfloat16 (``ml_dtypes.bfloat16``, 8 significant bits, u = 2**-8). :func:`tolerances`
+  derives every tolerance from u, scaled so that float16 keeps its 1e-3 of old (bfloat16:
+  8e-3); nothing else in the package defines a tolerance.
+- inputs: "random" is randn * K**-0.25 rounded to the dtype, so each output element has
+  rms ~1 whatever K; "int" is small integers uniform in :func:`int_range` (float16
+  [-2, 2], bfloat16 [-1, 1]): the fp32-accumulated result is an integer, exact while
+  |partial sums| < 2**24 (:func:`check_int_k`), and checked for exact equality.
 - the output is poisoned with NaN before the kernel runs, so an unwritten element fails.
-- compare: any NaN/Inf fails; "exact" wants every element equal to the fp16-rounded fp32
-  reference; otherwise every element must satisfy |out-ref| <= atol + rtol*|ref|
-  (atol = 1e-3 * rms(ref)) and the relative Frobenius error must be <= 1e-3.
+- reference: A @ B.T in fp32 (:func:`reference_np`); :func:`round_to` rounds it to the
+  output dtype (round to nearest even, as the kernel's conversion does).
+- compare: any NaN/Inf fails; "exact" wants every element equal to the reference rounded to
+  the output dtype; otherwise every element must satisfy |out-ref| <= atol + rtol*|ref|
+  (atol = atol_scale * rms(ref)) and the relative Frobenius error must be <= max_rel_err.
 
-Importing this module needs numpy only.
+Why these numbers (u = unit roundoff of the output dtype)
+--------------------------------------------------------
+The kernel accumulates in fp32 and rounds once to the output dtype, so the output rounding
+alone gives a relative Frobenius error of about u/sqrt(3) (float16 2.8e-4, 2.1e-4 measured
+on an H200 at 4096^3; bfloat16 2.3e-3).
+
+* ``max_rel_err = 2.048u`` (float16 1e-3, bfloat16 8e-3): ~3.5x the rounding floor. A kernel
+  that accumulated in the 2-byte dtype instead of fp32 lands at ~u*sqrt(K/2) (float16
+  2.8e-3 at K=64, 2.2e-2 at K=4096; bfloat16 eight times that) and fails, as does any
+  dropped K tile or wrong tile.
+* elementwise ``rtol = 2.048u`` (~2u: one rounding, at most u*|ref|, plus slack for another
+  fp32 summation order) and ``atol = 2.048u * rms(ref)`` (for results near zero, where a
+  relative bound is meaningless; scale-aware so it holds for any input scale).
+* exact mode (small-integer inputs): integer products summed in fp32 are exact while
+  |partial sums| < 2**24 whatever the summation order, and the single final rounding (round
+  to nearest even) is the same in the kernel and here, so the comparison is exact for any
+  K within :func:`check_int_k`. With p significant bits every integer up to 2**p is
+  representable, so no rounding happens at all while |result| <= 2**p: float16 (p=11)
+  |result| <= 2048, guaranteed by entries in [-2, 2] for K <= 512; bfloat16 (p=8)
+  |result| <= 256, guaranteed by the narrower entries [-1, 1] for K <= 256
+  (:func:`exact_k`). Beyond that bound the result is rounded once, identically on both
+  sides, so the check stays exact (but a difference below one ulp of a large result could
+  hide in the rounding: the random check's tolerance covers those K).
+
+Importing this module needs numpy only (``ml_dtypes`` is imported for bfloat16 arrays).
 """
 
 from __future__ import annotations
@@ -22,12 +53,53 @@ import math
 
 import numpy as np
 
+DTYPES = ("float16", "bfloat16")  # operand and output dtypes; both are 2 bytes
+DEFAULT_DTYPE = "float16"
+# unit roundoff u = 2**-p of a dtype with p significant bits (the implicit one included)
+SIGNIFICANT_BITS = {"float16": 11, "bfloat16": 8}
+UNIT_ROUNDOFF = {d: 2.0 ** -p for d, p in SIGNIFICANT_BITS.items()}
+# every tolerance is TOL_PER_U * u: float16 keeps exactly the 1e-3 it always had
+TOL_PER_U = 1e-3 / UNIT_ROUNDOFF["float16"]  # 2.048
+
+# float16's tolerances (the defaults of callers that do not name a dtype)
 DEFAULT_MAX_REL_ERR = 1e-3
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL_SCALE = 1e-3  # atol = DEFAULT_ATOL_SCALE * rms(ref)
 
-INT_LOW, INT_HIGH = -2, 2  # small-integer inputs: entries in [INT_LOW, INT_HIGH]
+# small-integer inputs: entries in INT_RANGE[dtype]; INT_LOW, INT_HIGH are float16's
+INT_RANGE = {"float16": (-2, 2), "bfloat16": (-1, 1)}
+INT_LOW, INT_HIGH = INT_RANGE["float16"]
 INPUT_KINDS = ("random", "int")
+
+
+def check_dtype(dtype: str) -> str:
+    """``dtype`` if it is one of DTYPES, else a ValueError naming the choices."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported: choose one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def np_dtype(dtype: str):
+    """The numpy dtype of ``dtype``: np.float16, or ml_dtypes.bfloat16."""
+    if check_dtype(dtype) == "bfloat16":
+        import ml_dtypes  # noqa: PLC0415  (lazy: float16 needs numpy only)
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(np.float16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerances:
+    rtol: float         # elementwise |out-ref| <= atol + rtol*|ref|
+    atol_scale: float   # atol = atol_scale * rms(ref)
+    max_rel_err: float  # relative Frobenius error bound
+
+
+def tolerances(dtype: str = DEFAULT_DTYPE) -> Tolerances:
+    """The compare tolerances of an output dtype, each TOL_PER_U * u (module docstring):
+    float16 1e-3, bfloat16 8e-3."""
+    scale = UNIT_ROUNDOFF[check_dtype(dtype)] / UNIT_ROUNDOFF["float16"]  # 1 or 8, exact
+    return Tolerances(DEFAULT_RTOL * scale, DEFAULT_ATOL_SCALE * scale,
+                      DEFAULT_MAX_REL_ERR * scale)
 
 
 def random_scale(K: int) -> float:
@@ -35,31 +107,56 @@ def random_scale(K: int) -> float:
     return float(K) ** -0.25
 
 
-def check_int_k(K: int) -> None:
-    if 4 * K >= 2 ** 24:
-        raise ValueError(f"K={K} too large for an exact integer check (needs 4*K < 2**24)")
+def int_range(dtype: str = DEFAULT_DTYPE) -> tuple[int, int]:
+    """(low, high) of the small-integer inputs in ``dtype``."""
+    return INT_RANGE[check_dtype(dtype)]
 
 
-def make_inputs_np(M: int, N: int, K: int, kind: str, seed: int):
-    """(A, B, D) as numpy arrays: A (MxK) and B (NxK) fp16 per ``kind``, D (MxN) all NaN."""
+def exact_k(dtype: str = DEFAULT_DTYPE) -> int:
+    """The largest K whose small-integer results are representable in ``dtype`` whatever
+    the inputs (|result| <= K*max|entry|**2 <= 2**p): float16 512, bfloat16 256."""
+    lo, hi = int_range(dtype)
+    return 2 ** SIGNIFICANT_BITS[dtype] // max(abs(lo), abs(hi)) ** 2
+
+
+def check_int_k(K: int, dtype: str = DEFAULT_DTYPE) -> None:
+    """Refuse a K whose small-integer partial sums could leave fp32's exact integers."""
+    lo, hi = int_range(dtype)
+    peak = max(abs(lo), abs(hi)) ** 2
+    if peak * K >= 2 ** 24:
+        raise ValueError(f"K={K} too large for an exact integer check in {dtype} (needs "
+                         f"{peak}*K < 2**24)")
+
+
+def make_inputs_np(M: int, N: int, K: int, kind: str, seed: int, dtype: str = DEFAULT_DTYPE):
+    """(A, B, D) as numpy arrays of ``dtype``: A (MxK) and B (NxK) per ``kind``, D (MxN)
+    all NaN. float16 inputs are the same for a seed as they always were."""
+    dt = np_dtype(dtype)
     rng = np.random.default_rng(int(seed))
     if kind == "random":
         s = random_scale(K)
-        A = (rng.standard_normal((M, K), dtype=np.float32) * s).astype(np.float16)
-        B = (rng.standard_normal((N, K), dtype=np.float32) * s).astype(np.float16)
+        A = (rng.standard_normal((M, K), dtype=np.float32) * s).astype(dt)
+        B = (rng.standard_normal((N, K), dtype=np.float32) * s).astype(dt)
     elif kind == "int":
-        check_int_k(K)
-        A = rng.integers(INT_LOW, INT_HIGH + 1, (M, K)).astype(np.float16)
-        B = rng.integers(INT_LOW, INT_HIGH + 1, (N, K)).astype(np.float16)
+        check_int_k(K, dtype)
+        lo, hi = int_range(dtype)
+        A = rng.integers(lo, hi + 1, (M, K)).astype(dt)
+        B = rng.integers(lo, hi + 1, (N, K)).astype(dt)
     else:
         raise ValueError(f"kind={kind!r} must be one of {INPUT_KINDS}")
-    D = np.full((M, N), np.nan, dtype=np.float16)
+    D = np.full((M, N), np.nan, dtype=dt)
     return A, B, D
 
 
 def reference_np(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """fp32 reference A @ B.T (fp32 products and sums, as the tensor cores accumulate)."""
+    """fp32 reference A @ B.T (fp32 products and sums, as the tensor cores accumulate); the
+    comparison rounds it to the output dtype where it needs to (:func:`round_to`)."""
     return A.astype(np.float32) @ B.astype(np.float32).T
+
+
+def round_to(x: np.ndarray, dtype: str = DEFAULT_DTYPE) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (round to nearest even), returned as float32."""
+    return np.asarray(x, dtype=np.float32).astype(np_dtype(dtype)).astype(np.float32)
 
 
 @dataclasses.dataclass
@@ -77,6 +174,7 @@ class CompareResult:
     atol: float
     max_rel_err: float | None
     reason: str  # "" when ok, else why it failed
+    dtype: str = DEFAULT_DTYPE  # the output dtype the tolerances were derived from
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -96,15 +194,28 @@ class CompareResult:
     __str__ = summary
 
 
-def compare_np(out: np.ndarray, ref: np.ndarray, *, exact: bool = False,
-               rtol: float = DEFAULT_RTOL, atol: float | None = None,
-               max_rel_err: float | None = DEFAULT_MAX_REL_ERR,
+FROM_DTYPE = "from dtype"  # compare_np's max_rel_err default: tolerances(dtype)
+
+
+def compare_np(out: np.ndarray, ref: np.ndarray, *, dtype: str = DEFAULT_DTYPE,
+               exact: bool = False, rtol: float | None = None, atol: float | None = None,
+               max_rel_err: float | None | str = FROM_DTYPE,
                n_show: int = 5) -> CompareResult:
-    """Compare a kernel output with the fp32 reference (the rules in the module docstring)."""
+    """Compare a kernel output of ``dtype`` with the fp32 reference (the rules in the
+    module docstring). ``rtol``, ``atol`` and ``max_rel_err`` default to
+    ``tolerances(dtype)``; ``max_rel_err=None`` skips the Frobenius bound. ``out`` may be
+    float32 (NumSim hands bfloat16 back widened); a 2-byte ``out`` must be of ``dtype``."""
+    tol = tolerances(dtype)
     out = np.asarray(out)
     ref = np.asarray(ref)
+    if out.dtype.name in DTYPES and out.dtype.name != dtype:
+        raise ValueError(f"out has dtype {out.dtype.name} but is compared as {dtype}")
     if out.shape != ref.shape:
         raise ValueError(f"out has shape {out.shape} but ref has {ref.shape}")
+    if isinstance(max_rel_err, str):
+        if max_rel_err != FROM_DTYPE:
+            raise ValueError(f"max_rel_err={max_rel_err!r}: a number, None or {FROM_DTYPE!r}")
+        max_rel_err = tol.max_rel_err
     o = out.astype(np.float32)
     r = ref.astype(np.float32)
     n_total = int(o.size)
@@ -127,14 +238,14 @@ def compare_np(out: np.ndarray, ref: np.ndarray, *, exact: bool = False,
 
     with np.errstate(invalid="ignore"):
         if exact:
-            want = r.astype(np.float16).astype(np.float32)
+            want = round_to(r, dtype)
             bad = ~(o == want)  # NaN != anything, so poisoned elements count
             used_rtol, used_atol = 0.0, 0.0
             display_want = want
         else:
             rms = ref_norm / math.sqrt(n_total) if n_total else 0.0
-            used_atol = float(atol) if atol is not None else DEFAULT_ATOL_SCALE * rms
-            used_rtol = float(rtol)
+            used_atol = float(atol) if atol is not None else tol.atol_scale * rms
+            used_rtol = float(rtol) if rtol is not None else tol.rtol
             bad = ~(np.abs(diff) <= used_atol + used_rtol * np.abs(r))
             display_want = r
     n_mismatch = int(bad.sum())
@@ -153,7 +264,7 @@ def compare_np(out: np.ndarray, ref: np.ndarray, *, exact: bool = False,
     if n_inf:
         reasons.append(f"{n_inf} Inf elements")
     if n_mismatch:
-        what = "not exactly equal to the fp16-rounded reference" if exact else (
+        what = f"not exactly equal to the {dtype}-rounded reference" if exact else (
             f"outside |out-ref| <= {used_atol:.3g} + {used_rtol:.3g}*|ref|")
         reasons.append(f"{n_mismatch} of {n_total} elements {what}")
     if not exact and max_rel_err is not None and not (rel <= max_rel_err):
@@ -162,5 +273,5 @@ def compare_np(out: np.ndarray, ref: np.ndarray, *, exact: bool = False,
         ok=not reasons, exact=exact, rel_frobenius_error=rel, max_abs_error=max_abs,
         n_nan=n_nan, n_inf=n_inf, n_mismatch=n_mismatch, n_total=n_total,
         first_mismatches=first, rtol=used_rtol, atol=used_atol,
-        max_rel_err=None if exact else max_rel_err, reason="; ".join(reasons),
+        max_rel_err=None if exact else max_rel_err, reason="; ".join(reasons), dtype=dtype,
     )

@@ -27,6 +27,7 @@ __all__ = [
     "NOT_MEASURED",
     "REQUIRED_KEYS",
     "device_slug",
+    "record_dtype",
     "record_key",
     "append_record",
     "load_records",
@@ -49,9 +50,18 @@ def device_slug(name: str) -> str:
     return slug or "unknown-device"
 
 
+DEFAULT_DTYPE = "float16"  # the operand dtype of a record without "dtype" (all older ones)
+
+
+def record_dtype(rec: dict) -> str:
+    """A record's operand dtype: its "dtype", else float16 (records from before bfloat16)."""
+    return str(rec.get("dtype") or DEFAULT_DTYPE)
+
+
 def record_key(rec: dict) -> tuple:
-    """(step, arch, M, N, K, device): what a newer record of the same run supersedes."""
-    return (rec["step"], rec["arch"], int(rec["M"]), int(rec["N"]), int(rec["K"]), rec["device"])
+    """(step, arch, M, N, K, device, dtype): what a newer record of the same run supersedes."""
+    return (rec["step"], rec["arch"], int(rec["M"]), int(rec["N"]), int(rec["K"]), rec["device"],
+            record_dtype(rec))
 
 
 def _sanitize(x):
@@ -204,6 +214,13 @@ def _sim_cell(step_id: str, arch: str, sim_records: Sequence[dict]) -> str:
     return f"✗ {len(run) - ok} of {len(run)} cases failed ({when})"
 
 
+DTYPE_LABEL = {"float16": "fp16", "bfloat16": "bf16"}
+
+
+def _dtype_order(dtype: str) -> tuple:
+    return (dtype != DEFAULT_DTYPE, dtype)
+
+
 def render_table(records: Sequence[dict], steps: Sequence[tuple],
                  shapes: Sequence[tuple] | None = None,
                  sim_records: Sequence[dict] = ()) -> str:
@@ -214,7 +231,10 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
     every shape found in the records. Each cell: TFLOP/s (median) and ratio to torch.matmul
     timed in the same run, ✓ when the run passed its check against the fp32 reference. A
     step without records reads "not measured: no sm_100a GPU available" when its arch is
-    sm_100a and no sm_100a record exists at all, else "not measured".
+    sm_100a and no sm_100a record exists at all, else "not measured". Operand dtypes are
+    never mixed in a cell: with float16 records only the table is as it always was; once a
+    bfloat16 record exists a "dtype" column appears and each (step, GPU) gets one row per
+    dtype measured (fp16 first).
     """
     latest = list(latest_by_key(records).values())
     # a timed record of a shape is kept even when a later check-only run of it exists
@@ -223,8 +243,13 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         shapes = sorted({(int(r["M"]), int(r["N"]), int(r["K"])) for r in timed_latest})
     shapes = [tuple(int(x) for x in s) for s in shapes]
     archs_measured = {r["arch"] for r in latest}
+    split = any(record_dtype(r) != DEFAULT_DTYPE for r in latest)
 
-    header = ["step", "arch", "GPU", "simulated on CPU (NumSim)", "checked shapes"] + [
+    def dtype_cell(dt):
+        return [DTYPE_LABEL.get(dt, dt)] if split else []
+
+    header = ["step", "arch"] + (["dtype"] if split else []) + [
+        "GPU", "simulated on CPU (NumSim)", "checked shapes"] + [
         f"{shape_label(s)} TFLOP/s (× torch)" for s in shapes]
     rows = []
     devices_used: dict[str, dict] = {}
@@ -234,22 +259,27 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         if not devices:
             why = NO_SM100_GPU if (arch == "sm_100a" and arch not in archs_measured) \
                 else NOT_MEASURED
-            rows.append([step_id, arch, why, _sim_cell(step_id, arch, sim_records), None]
+            rows.append([step_id, arch] + ([None] if split else [])
+                        + [why, _sim_cell(step_id, arch, sim_records), None]
                         + [None] * len(shapes))
             continue
         for dev in devices:
-            mine = [r for r in recs if r["device"] == dev]
-            timed = {(int(r["M"]), int(r["N"]), int(r["K"])): r for r in timed_latest
-                     if r["step"] == step_id and r["arch"] == arch and r["device"] == dev}
-            for r in mine:
+            on_dev = [r for r in recs if r["device"] == dev]
+            for r in on_dev:
                 prev = devices_used.get(dev)
                 if prev is None or _when(r) >= _when(prev):
                     devices_used[dev] = r
-            ok = sum(1 for r in mine if r.get("verified"))
-            checked = f"{ok}/{len(mine)} ✓" + (
-                "" if ok == len(mine) else f", {len(mine) - ok} ✗ failed check")
-            rows.append([step_id, arch, dev, _sim_cell(step_id, arch, sim_records), checked]
-                        + [_fmt_cell(timed.get(s)) for s in shapes])
+            for dt in sorted({record_dtype(r) for r in on_dev}, key=_dtype_order):
+                mine = [r for r in on_dev if record_dtype(r) == dt]
+                timed = {(int(r["M"]), int(r["N"]), int(r["K"])): r for r in timed_latest
+                         if r["step"] == step_id and r["arch"] == arch and r["device"] == dev
+                         and record_dtype(r) == dt}
+                ok = sum(1 for r in mine if r.get("verified"))
+                checked = f"{ok}/{len(mine)} ✓" + (
+                    "" if ok == len(mine) else f", {len(mine) - ok} ✗ failed check")
+                rows.append([step_id, arch] + dtype_cell(dt)
+                            + [dev, _sim_cell(step_id, arch, sim_records), checked]
+                            + [_fmt_cell(timed.get(s)) for s in shapes])
 
     notes = [
         "",
@@ -262,7 +292,10 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         "latest run (registry shapes chosen to exercise its barrier protocol) executed on "
         "tirx-harness NumSim, a CPU model of sm_100a: numbers correct on random and exact "
         "small-integer inputs, synccheck and racecheck clean. It proves correctness and "
-        "synchronization on a model, not speed and not silicon: no TFLOP/s come from it.",
+        "synchronization on a model, not speed and not silicon: no TFLOP/s come from it."
+        + (" dtype = operand and output dtype (fp32 accumulation in both); fp16 and bf16 "
+           "results are never mixed in one row, and the simulation column is the step's "
+           "(all its cases, both dtypes)." if split else ""),
     ]
     for dev in sorted(devices_used):
         r = devices_used[dev]

@@ -26,14 +26,15 @@ import sys
 import torch
 
 from tirx_gemm.checking import (CompareResult, Inputs, Log, _print, _quiet, check, compare,
-                                make_inputs, new_seed, poison_, reference)
+                                make_inputs, new_seed, poison_, reference, torch_dtype)
 from tirx_gemm.device import (ARCH_CAPABILITY, DeviceMismatchError, capability_matches,
                               check_capability, check_device, parse_smi_line,
                               query_nvidia_smi, required_capability_text)
 from tirx_gemm.gitinfo import git_sha
 from tirx_gemm.launcher import (HANG_EXIT_CODE, KERNEL_TIMEOUT_ENV, BuildMeta, KernelHandle,
-                                KernelLaunchError, hang_label, kernel_timeout, label, launch,
-                                synchronize, validate_inputs)
+                                KernelLaunchError, check_workspace, hang_label, kernel_timeout,
+                                label, launch, make_workspace, synchronize, validate_inputs,
+                                workspace_specs)
 from tirx_gemm.loader import (RUNTIME_DIR_ENV, RUNTIME_LIBS, RuntimeLibraryError,
                               find_runtime_dir, load_kernel, loaded_runtime_dir)
 from tirx_gemm.numerics import DEFAULT_MAX_REL_ERR, DEFAULT_RTOL
@@ -63,6 +64,8 @@ __all__ = [
     "load_kernel",
     "kernel_timeout",
     "validate_inputs",
+    "workspace_specs",
+    "make_workspace",
     "launch",
     "new_seed",
     "make_inputs",
@@ -112,6 +115,19 @@ def _finite_or_none(x):
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
+def _bench_sets(M: int, N: int, K: int, dtype: str, dev) -> list[tuple]:
+    """timing.make_bench_sets in the build's dtype (it makes float16 sets; bfloat16 ones
+    are converted, which keeps the same L2 rotation since both dtypes are 2 bytes)."""
+    sets = make_bench_sets(M, N, K, device=dev)
+    if dtype == "float16":
+        return sets
+    tdt = torch_dtype(dtype)
+    out = []
+    while sets:  # convert set by set, so at most one extra set is alive at a time
+        out.append(tuple(t.to(tdt) for t in sets.pop(0)))
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # one step, end to end
 # --------------------------------------------------------------------------------------
@@ -122,8 +138,11 @@ def run_step(kernel, meta, *, check: bool = True, time: bool = True, warmup: int
              log: Log | None = _print) -> dict:
     """Check and time one built step on this GPU; return a record (a dict, see records.py).
 
-    ``kernel`` is the loaded function f(A, B, D) (load_kernel); ``meta`` has step, arch, M, N,
-    K (and optionally tvm_version, git_sha, lesson, lib_path). The GPU must fit the arch
+    ``kernel`` is the loaded function f(A, B, D, *workspace) (load_kernel); ``meta`` has step,
+    arch, M, N, K (and optionally kwargs, tvm_version, git_sha, lesson, lib_path). The
+    operands are of the build's dtype (kwargs "dtype", float16 unless given); the step's
+    workspace operands are allocated zero-filled once and passed after D to every launch
+    (the check fails a kernel that leaves them dirty). The GPU must fit the arch
     (DeviceMismatchError otherwise). The check runs first; a kernel that fails it is not timed
     unless ``time_unverified`` (and its record then says verified=false). With ``check=False``
     the record also says verified=false. Timing: warm-up (>= ``warmup`` launches and
@@ -145,13 +164,21 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
     dev_info = check_device(m.arch, device)
     dev = torch.device("cuda", dev_info["index"])
     clocks = dev_info["clocks"]
-    log(f"{m.step}/{m.arch} M,N,K={M},{N},{K} on {dev_info['name']} "
+    log(f"{m.step}/{m.arch} M,N,K={M},{N},{K} {m.dtype} on {dev_info['name']} "
         f"(cc {dev_info['capability']}, {dev_info['sm_count']} SMs"
         + (f", SM clock {clocks['sm_mhz']} MHz" if clocks and clocks.get("sm_mhz") else "")
         + ")")
 
+    dtype = m.dtype
+    # the step's extra operands, zero-filled once; every launch below passes them after D
+    workspace = make_workspace(workspace_specs(m), dev)
+    ws_tensors = tuple(t for _, t in workspace)
+
     def launch_checked(A, B, D):
-        launch(kernel, m, A, B, D, sync=True)
+        launch(kernel, m, A, B, D, sync=True, workspace=workspace)
+
+    def timed_kernel(A, B, D):  # the timed loop calls the kernel raw (validated once below)
+        kernel(A, B, D, *ws_tensors)
 
     verified = False
     rel_err = None
@@ -159,7 +186,7 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
     if check:
         log("checking against the fp32 torch reference (fresh inputs, D poisoned with NaN)")
         rep = _run_check(kernel, M, N, K, launch=launch_checked, seed=seed,
-                        device=dev, log=log)
+                         device=dev, dtype=dtype, workspace=workspace, log=log)
         verified = rep["ok"]
         rel_err = rep["rel_err"]
         check_results = [
@@ -179,21 +206,22 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
     if time and not timed:
         log("timing skipped: the kernel failed its check (time_unverified=True to time anyway)")
     if timed:
-        sets = make_bench_sets(M, N, K, device=dev)
+        sets = _bench_sets(M, N, K, dtype, dev)
         for A, B, D in sets[:1]:
-            validate_inputs(A, B, D, M, N, K)  # the timed loop calls the kernel raw
+            validate_inputs(A, B, D, M, N, K, dtype=dtype)  # the timed loop calls it raw
+        check_workspace(workspace_specs(m), workspace, dev)
         check_capability(m.arch, dev)
         if torch_baseline:
             log(f"timing {m.step} and torch.matmul(A, B.T) (cuBLAS): warm-up, then {iters} "
                 f"launches each, alternating, CUDA events, {len(sets)} input set(s)")
-            res = bench_interleaved({"kernel": kernel, "torch": torch_matmul}, sets,
+            res = bench_interleaved({"kernel": timed_kernel, "torch": torch_matmul}, sets,
                                     warmup=warmup, iters=iters, rounds=rounds,
                                     min_warmup_ms=min_warmup_ms, log=log)
             timing, torch_timing = res["kernel"], res["torch"]
         else:
             log(f"timing {m.step}: warm-up, then {iters} launches, CUDA events, {len(sets)} "
                 "input set(s)")
-            timing = bench(kernel, sets, warmup=warmup, iters=iters,
+            timing = bench(timed_kernel, sets, warmup=warmup, iters=iters,
                            min_warmup_ms=min_warmup_ms, log=log)
         clocks_after = query_nvidia_smi(torch.cuda.get_device_properties(dev),
                                          dev.index)["clocks"]
@@ -216,6 +244,7 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
         "M": M,
         "N": N,
         "K": K,
+        "dtype": dtype,
         "build_kwargs": m.kwargs or {},
         "device": dev_info["name"],
         "capability": dev_info["capability"],

@@ -7,9 +7,11 @@ synccheck (deadlocks, barrier misuse, phase overtaking) and racecheck (races on
 global/shared/TMEM, missing proxy fences).
 
 For each simulation case of a step (``Step.sim_cases`` in the registry: shapes chosen to
-exercise its protocol) this module builds the PrimFunc, runs it on random fp16 inputs and
-on small-integer inputs with D poisoned with NaN, compares with the fp32 numpy reference
-under the runner's rules (:mod:`tirx_gemm.numerics`), then runs synccheck and racecheck.
+exercise its protocol) this module builds the PrimFunc, runs it on random inputs and on
+small-integer inputs of the case's dtype (float16, or bfloat16 where the case's kwargs say
+so) with D poisoned with NaN and the step's workspace operands (if any) zero-filled,
+compares with the fp32 numpy reference under the runner's rules
+(:mod:`tirx_gemm.numerics`), then runs synccheck and racecheck.
 A row passes only if both inputs are correct and both checkers say ``clean``; a ``review``
 finding passes only where the registry accepts its kind for that step with a written
 reason; ``incomplete`` and ``error`` always fail.
@@ -86,6 +88,10 @@ class SimCase:
         return f"{self.M}x{self.N}x{self.K}"
 
     @property
+    def dtype(self) -> str:
+        return self.step.dtype(dict(self.kwargs))
+
+    @property
     def kwargs_text(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.kwargs) or "-"
 
@@ -96,20 +102,35 @@ class SimCase:
         return f"{self.step.id}@{self.step.arch} {self.shape}{kw}{mut}"
 
 
-def cases_for(step: Step, mnk: tuple[int, int, int] | None = None) -> list[SimCase]:
-    """The registry's simulation cases of ``step`` (or one case at ``mnk``)."""
+def _with_dtype(kwargs, dtype: str | None) -> tuple:
+    """Case keywords in ``dtype`` (None: as given): the dtype keyword replaced, and written
+    only for bfloat16 (float16 is every builder's default)."""
+    kw = tuple(kwargs)
+    if dtype is None:
+        return kw
+    numerics.check_dtype(dtype)
+    kw = tuple((k, v) for k, v in kw if k != "dtype")
+    return kw + ((("dtype", dtype),) if dtype != "float16" else ())
+
+
+def cases_for(step: Step, mnk: tuple[int, int, int] | None = None,
+              dtype: str | None = None) -> list[SimCase]:
+    """The registry's simulation cases of ``step`` (or one case at ``mnk``). ``dtype`` None:
+    the cases as the registry lists them (float16, and one bfloat16 case per step); a dtype:
+    every case in that dtype (duplicates dropped), or the ``mnk`` case in it."""
     if step.arch != ARCH:
         raise ValueError(f"{step.key}: NumSim models sm_100a only (run sm_90a steps on a GPU)")
     if mnk is not None:
-        return [SimCase(step, *mnk)]
+        return [SimCase(step, *mnk, _with_dtype((), dtype))]
     if not step.sim_cases:
         raise ValueError(f"{step.key} has no sim_cases in the registry")
-    return [SimCase(step, *shape, tuple(kwargs)) for shape, kwargs in step.sim_cases]
+    cases = [SimCase(step, *shape, _with_dtype(kwargs, dtype)) for shape, kwargs in step.sim_cases]
+    return list(dict.fromkeys(cases))
 
 
-def mutant_case(name: str, mnk=None) -> SimCase:
+def mutant_case(name: str, mnk=None, dtype: str | None = None) -> SimCase:
     """The case a mutant is simulated at: ``mnk``, else the mutant's own case, else the
-    first simulation case of its step."""
+    first simulation case of its step; in ``dtype`` when given."""
     from tirx_gemm import mutants
     m = mutants.get(name)
     if m.arch != ARCH:
@@ -117,9 +138,9 @@ def mutant_case(name: str, mnk=None) -> SimCase:
                          "(that one is for the GPU watchdog)")
     step = registry.get(m.step, ARCH)
     if mnk is not None:
-        return SimCase(step, *mnk, mutant=name)
+        return SimCase(step, *mnk, _with_dtype((), dtype), mutant=name)
     shape, kwargs = m.case or step.sim_cases[0]
-    return SimCase(step, *shape, tuple(kwargs), mutant=name)
+    return SimCase(step, *shape, _with_dtype(kwargs, dtype), mutant=name)
 
 
 # --------------------------------------------------------------------------------------
@@ -146,7 +167,8 @@ class SimRow:
         import tvm  # the version only; tvm is already imported to build the kernel
         return {
             "kind": "numsim", "step": self.step, "arch": self.arch, "M": self.M, "N": self.N,
-            "K": self.K, "kwargs": self.kwargs, "device": DEVICE, "numsim": self.numsim,
+            "K": self.K, "kwargs": self.kwargs, "dtype": self.kwargs.get("dtype", "float16"),
+            "device": DEVICE, "numsim": self.numsim,
             "rel_err": self.rel_err, "synccheck": self.sync, "racecheck": self.race,
             "checks": list(checks), "verified": self.ok, "seed": seed,
             "seconds": round(self.seconds, 1), "tvm_version": tvm.__version__,
@@ -195,6 +217,46 @@ def _first_line(e: BaseException) -> str:
     return line
 
 
+def workspace_specs(case: SimCase) -> tuple:
+    """((name, shape, dtype), ...) of the case's workspace operands; () for most steps."""
+    return tuple((str(n), tuple(int(x) for x in shape), str(dt)) for n, shape, dt in
+                 case.step.workspace_specs(case.M, case.N, case.K, dict(case.kwargs)))
+
+
+def _np_workspace_dtype(dt: str):
+    return numerics.np_dtype(dt) if dt in numerics.DTYPES else np.dtype(dt)
+
+
+def make_workspace_np(specs, poison: bool = False) -> dict:
+    """{name: numpy array} for workspace ``specs``: zero-filled; with ``poison`` the
+    floating-point (scratch) buffers are NaN instead, so a kernel that reads an element it
+    did not write first fails (the contract: registry.Step.workspace)."""
+    out = {}
+    for name, shape, dt in specs:
+        a = np.zeros(shape, dtype=_np_workspace_dtype(dt))
+        if poison and (a.dtype.kind == "f" or a.dtype.name in numerics.DTYPES):
+            a[...] = np.nan
+        out[name] = a
+    return out
+
+
+def workspace_dirt_np(specs, outputs) -> str:
+    """"" when every integer workspace buffer (tile counters) the simulator handed back is
+    all zeros, else what is left in which (the contract: the kernel leaves its counters
+    zero-filled; floating-point buffers are scratch)."""
+    dirty = []
+    for name, _, dt in specs:
+        a = _np_workspace_dtype(dt)
+        if name in outputs and a.kind in "iub":
+            n = int(np.count_nonzero(np.asarray(outputs[name])))
+            if n:
+                dirty.append(f"{name!r} has {n} nonzero element(s)")
+    if not dirty:
+        return ""
+    return "workspace " + ", ".join(dirty) + " after the kernel returned (it must leave its "\
+        "counters zero-filled)"
+
+
 def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
              engine=None) -> SimRow:
     """Simulate one case; never raises for a kernel problem (it goes into the row)."""
@@ -205,26 +267,39 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
     row = SimRow(step.id, step.arch, case.M, case.N, case.K, dict(case.kwargs), case.mutant)
     t0 = time.time()
     func = case.build()
-    inputs = {kind: numerics.make_inputs_np(case.M, case.N, case.K, kind, seed + i)
+    dtype = case.dtype
+    inputs = {kind: numerics.make_inputs_np(case.M, case.N, case.K, kind, seed + i, dtype)
               for i, kind in enumerate(numerics.INPUT_KINDS)}
+    specs = workspace_specs(case)
+
+    def operands(A, B, D):
+        """The kernel's arguments by name: A, B, a fresh copy of D, then each workspace
+        operand (registry.Step.workspace_specs): counters zero-filled, scratch poisoned
+        with NaN, as the GPU check passes them."""
+        return {"A": A, "B": B, "D": D.copy(), **make_workspace_np(specs, poison=True)}
+
     if "numsim" in checks:
         try:
             module = transpile(func)
             engine = engine or Engine(max_workers="auto")
             rels, verdicts = [], []
             for kind, (A, B, D) in inputs.items():
-                res = engine.run(module, {"A": A, "B": B, "D": D.copy()})
+                res = engine.run(module, operands(A, B, D))
                 out = np.asarray(res.outputs["D"])
-                cmp = numerics.compare_np(out, numerics.reference_np(A, B), exact=kind == "int")
+                cmp = numerics.compare_np(out, numerics.reference_np(A, B), dtype=dtype,
+                                          exact=kind == "int")
                 log(f"--- numsim {kind} inputs ({case.label}, seed {seed}) ---\n"
                     f"{cmp.summary()}\ndiagnostics: {res.diagnostics}\n")
                 if kind == "random":
                     rels.append(cmp.rel_frobenius_error)
+                dirt = workspace_dirt_np(specs, res.outputs)
                 if not cmp.ok:
                     row.problems.append(f"numsim {kind} inputs: {cmp.summary()}")
+                if dirt:
+                    row.problems.append(f"numsim {kind} inputs: {dirt}")
                 if res.verdict != "clean":
                     row.problems.append(f"numsim diagnostics {res.verdict}: {res.diagnostics}")
-                verdicts.append(cmp.ok and res.verdict == "clean")
+                verdicts.append(cmp.ok and not dirt and res.verdict == "clean")
             row.rel_err = rels[0] if rels else None
             row.numsim = "correct" if all(verdicts) else "WRONG"
         except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row
@@ -236,7 +311,7 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
         if name not in checks:
             continue
         try:
-            report = fn(func, {"A": A, "B": B, "D": D.copy()})
+            report = fn(func, operands(A, B, D))
         except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row
             setattr(row, name, "failed")
             row.problems.append(f"{name}check {type(e).__name__}: {_first_line(e)}")
@@ -326,6 +401,10 @@ def add_parser(sub) -> None:
     from tirx_gemm.cli import _mnk  # the CLI's one shape parser (int32 limits included)
     p.add_argument("--mnk", type=_mnk,
                    help="one shape M,N,K instead of the registry's sim cases")
+    p.add_argument("--dtype", choices=numerics.DTYPES, default=None,
+                   help="operand dtype of the --mnk case; without --mnk, every registry case "
+                        "in this dtype (default: the registry's cases as listed, float16 and "
+                        "one bfloat16 case per step)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--check", default=",".join(CHECKS),
                    help=f"comma list of {','.join(CHECKS)} (default: all)")
@@ -369,11 +448,12 @@ def cmd_sim(args) -> int:
         raise ValueError("name a step (e.g. v4) or pass --all")
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed} must be >= 0")
-    cases = [c for s in steps for c in cases_for(s, mnk)]
+    dtype = getattr(args, "dtype", None)
+    cases = [c for s in steps for c in cases_for(s, mnk, dtype)]
     if args.mutant:
-        cases = [mutant_case(args.mutant, mnk)]
-    if mnk:  # a shape the step rejects fails here, before any simulation starts
-        steps[0].build_primfunc(*mnk)
+        cases = [mutant_case(args.mutant, mnk, dtype)]
+    if mnk:  # a shape (or dtype) the step rejects fails here, before any simulation starts
+        steps[0].build_primfunc(*mnk, **dict(cases[0].kwargs))
     why = unavailable_reason()
     if why:
         raise SimUnavailable(why)
