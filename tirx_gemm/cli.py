@@ -212,12 +212,23 @@ def cmd_export(args) -> int:
     a GPU host without the TVM compiler can run."""
     from tirx_gemm import bundle
 
-    steps = _steps_arg(args)
+    steps = [] if args.suite is not None else _steps_arg(args)
     if args.all and args.mnk:
         raise ValueError("--mnk names one shape, which not every step accepts (v1 is "
                          "128x128x64 only): export one step with --mnk, or --all with --shapes")
     out = Path(args.out)
     bundle.check_out_dir(out)
+    if args.suite is not None:  # the kernels `bench --suite` / tirx_gemm.matmul will ask for
+        from tirx_gemm import splitk, suite
+        sms = args.num_sms or splitk.DEFAULT_SM_COUNT[args.arch]
+        reqs = suite.export_requests(suite.load_suite(args.suite or None), args.target,
+                                     args.arch, sms)
+        n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
+                          ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
+        print(f"exported {n} kernels for the suite ({args.target}, {sms} SMs) to {out}/. On "
+              f"the GPU host: python -m tirx_gemm.cli bench --suite {args.suite or ''} "
+              f"--target {args.target} --arch {args.arch} --bundle {out}".replace("  ", " "))
+        return 0
     reqs = []
     for s in steps:
         shapes = bundle.shapes_for(s, args.shapes, args.mnk)
@@ -286,6 +297,8 @@ def _progress_log(args):
 
 
 def cmd_bench(args) -> int:
+    if args.suite is not None:
+        return _bench_suite(args)
     steps = _steps_arg(args) if (args.step or args.all) else registry.all_steps(args.arch)
     device, why = _device_or_reason(args.arch)
     if device is None:
@@ -301,6 +314,23 @@ def cmd_bench(args) -> int:
         paths = {str(records.append_record(r, args.results)) for r in recs}
         print(f"records appended to {', '.join(sorted(paths))}")
     return 0 if all(r["verified"] for r in recs) else 1
+
+
+def _bench_suite(args) -> int:
+    """`bench --suite [FILE] --target matmul|vN`: every suite shape in fp16 and bf16 against
+    torch.matmul in the same run (tirx_gemm.suite.bench_suite)."""
+    from tirx_gemm import suite
+    suite.load_suite(args.suite or None)  # a bad suite file fails before the GPU probe
+    if args.target != suite.MATMUL:
+        registry.get(args.target, args.arch)
+    device, why = _device_or_reason(args.arch)
+    if device is None:
+        return _cannot_run(f"the suite ({args.target})", args.arch, why)
+    out = suite.bench_suite(args.suite or None, args.target, bundle=args.bundle,
+                            log=_progress_log(args), results_dir=args.results,
+                            record=args.record)
+    recs = out["records"]
+    return 0 if not out["failed"] and recs and all(r.get("verified") for r in recs) else 1
 
 
 def cmd_regress(args) -> int:
@@ -401,6 +431,14 @@ def make_parser() -> argparse.ArgumentParser:
                         help="build with bounded barrier waits: a wait longer than MS ms "
                              "prints which barrier stalled and traps (a debugging build)")
 
+    def suite_args(sp):
+        sp.add_argument("--suite", nargs="?", const="", default=None, metavar="FILE",
+                        help="the shape suite (default: the packaged model shapes, "
+                             "tirx_gemm/suites/models.json), every shape in fp16 and bf16")
+        sp.add_argument("--target", default="matmul",
+                        help="with --suite: 'matmul' (the step tirx_gemm.matmul picks per "
+                             "shape) or a step id (default matmul)")
+
     sp = sub.add_parser("list", help="list the steps")
     sp.add_argument("--arch", default=None, choices=registry.ARCHES)
     sp.add_argument("-v", "--verbose", action="store_true", help="also show constraints")
@@ -436,6 +474,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--ffi-wheel", metavar="PYVER", default=None,
                     help="also download the apache-tvm-ffi wheel for this Python (e.g. 3.12) "
                          "into the bundle, for a GPU host without network")
+    suite_args(sp)
     watchdog(sp)
     sp.set_defaults(fn=cmd_export)
 
@@ -457,6 +496,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", action="store_true",
                     help="append the records (failed checks too) to results/")
     sp.add_argument("--results", default="results", help="results directory")
+    suite_args(sp)
     watchdog(sp)
     sp.set_defaults(fn=cmd_bench)
 
