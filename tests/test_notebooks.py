@@ -52,6 +52,16 @@ def test_every_registry_step_has_a_notebook():
         assert name in GENERATED and name.startswith(f"{int(sid[1:]):02d}_"), name
 
 
+def test_committed_readme_lists_what_the_registry_has():
+    """notebooks/README.md's list of notebooks is generated: one line per registry step."""
+    text = (NB_DIR / GEN.README).read_text(encoding="utf-8")
+    assert text == GEN.render_readme(), (
+        "notebooks/README.md's generated list is stale: run `python scripts/make_notebooks.py`")
+    listed = text.split(GEN.README_BEGIN, 1)[1].split(GEN.README_END, 1)[0]
+    for sid, name in GEN.notebook_names().items():
+        assert f"[`{name}`]({name}): **{sid}**" in listed
+
+
 def test_committed_notebooks_are_what_the_generator_writes():
     committed = sorted(p.name for p in NB_DIR.glob("*.ipynb"))
     assert committed == NAMES, ("notebooks/ and scripts/make_notebooks.py disagree on the "
@@ -80,6 +90,198 @@ def test_notebooks_hold_no_kernel_code():
         code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
         for banned in ("T.prim_func", "tvm.script", "Tx.", "@T.", "import tvm"):
             assert banned not in code, f"{name} contains {banned!r}"
+
+
+def _step_code_lines():
+    """Every code line (no comment, docstring or blank) of every registered step's source,
+    40 characters or longer once stripped: text a notebook must never hold."""
+    from tirx_gemm import notebook as nb
+    out = set()
+    for s in registry.STEPS:
+        for _, line in nb.code_lines(Path(s.source_file).read_text(encoding="utf-8")):
+            if len(line.strip()) >= 40:
+                out.add(line.strip())
+    return out
+
+
+def test_notebooks_show_the_source_by_reading_it():
+    """Each step notebook calls step_source / step_diff / twin_diff (read at run time) for
+    each arch, and no cell, markdown or code, holds a line of any step's source."""
+    lines = _step_code_lines()
+    assert lines
+    for name in NAMES:
+        nb = json.loads(GENERATED[name])
+        cells = ["".join(c["source"]) for c in nb["cells"]]
+        for cell in cells:
+            pasted = [ln for ln in lines if ln in cell]
+            assert not pasted, f"{name} pastes source lines: {pasted[:2]}"
+        if name == GEN.OVERVIEW:
+            continue
+        code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        for arch in registry.ARCHES:
+            assert f'nb.step_source(STEP, "{arch}")' in code
+            assert f'nb.step_diff(STEP, "{arch}")' in code
+        order = [i for i, c in enumerate(nb["cells"]) if "".join(c["source"]).startswith(
+            ('nb.step_diff(STEP, "sm_90a")', "nb.twin_diff(STEP)"))]
+        assert len(order) == 2 and order[1] - order[0] == 2, (
+            f"{name}: the twin diff must come one cell after the step diffs")
+
+
+def test_generator_survives_a_lesson_being_written(tmp_path, monkeypatch):
+    """A lessons file with only some sections (a step being written) still gives a notebook,
+    which says what is missing; an unknown section is an error naming it."""
+    sid = registry.step_ids()[-1]
+    part = tmp_path / f"{sid}.md"
+    part.write_text("title: half written\n\n## What changes\n\nThe idea, so far.\n")
+    lesson = GEN._read_lesson(part)
+    assert lesson == {"title": "half written", "changes": "The idea, so far."}
+    monkeypatch.setitem(GEN.NARRATIVE, sid, lesson)
+    names = GEN.notebook_names()
+    text = GEN.step_notebook(sid, names)
+    assert "half written" in text and "The idea, so far." in text
+    assert "has no \\\"Barriers: sm_100a\\\" section" in text
+    assert names[sid].startswith(f"{int(sid[1:]):02d}_")
+    bad = tmp_path / "bad.md"
+    bad.write_text("## What chnages\n")
+    with pytest.raises(ValueError, match="unknown section 'What chnages'"):
+        GEN._read_lesson(bad)
+
+
+# --------------------------------------------------------------------------------------
+# the source and diff helpers
+# --------------------------------------------------------------------------------------
+def test_step_source_is_the_file():
+    from tirx_gemm import notebook as nb
+    for s in registry.STEPS:
+        shown = nb.step_source(s.id, s.arch)
+        text = Path(s.source_file).read_text(encoding="utf-8")
+        assert isinstance(shown, nb.Code) and repr(shown) == text
+        html_ = shown._repr_html_()
+        assert html_.count("\n") >= len(text.splitlines()) - 1  # one numbered line each
+
+
+_SAMPLE = '''"""Module docstring: dropped."""
+import os  # a trailing comment
+
+
+def f(x):
+    """Function docstring,
+    two lines: dropped."""
+    # a comment line: dropped
+    s = "a # in a string stays"  # this comment goes
+    t = """not a docstring:
+    an assigned string stays"""
+
+    return x + 1
+'''
+
+
+def test_code_lines_strip_comments_and_docstrings():
+    from tirx_gemm import notebook as nb
+    assert nb.code_lines(_SAMPLE) == [
+        (2, "import os"),
+        (5, "def f(x):"),
+        (9, '    s = "a # in a string stays"'),
+        (10, '    t = """not a docstring:'),
+        (11, '    an assigned string stays"""'),
+        (13, "    return x + 1"),
+    ]
+
+
+def test_code_diff_shows_code_changes_only():
+    from tirx_gemm import notebook as nb
+    recommented = _SAMPLE.replace("# a comment line: dropped", "# reworded comment").replace(
+        "Function docstring,", "Another docstring,")
+    assert nb.code_diff(_SAMPLE, recommented, "a.py", "b.py").splitlines() == [
+        "--- a.py", "+++ b.py"]
+    changed = recommented.replace("return x + 1", "return x + 2  # and a comment")
+    diff = nb.code_diff(_SAMPLE, changed, "a.py", "b.py", context=0).splitlines()
+    assert diff == ["--- a.py", "+++ b.py", "@@ lines 13-13 -> 13-13 @@ builder (host side)",
+                    "-    return x + 1", "+    return x + 2"]
+
+
+def test_step_diffs_are_code_only_and_name_their_base():
+    from tirx_gemm import notebook as nb
+    for s in registry.STEPS:
+        base = nb.diff_base(s.id, s.arch)
+        ids = [x.id for x in registry.all_steps(s.arch)]
+        if base is None:
+            assert ids.index(s.id) == 0
+            assert isinstance(nb.step_diff(s.id, s.arch), nb.Md)
+            continue
+        assert ids.index(base) < ids.index(s.id)
+        card = nb._card(s)
+        if "Changes from v" in card:
+            assert f"Changes from {base}" in card
+        diff = nb.step_diff(s.id, s.arch)
+        base_src = Path(registry.get(base, s.arch).source_file).read_text()
+        old = {t for _, t in nb.code_lines(base_src)}
+        new = {t for _, t in nb.code_lines(Path(s.source_file).read_text())}
+        lines = repr(diff).splitlines()
+        assert lines[0].endswith(f"hgemm_{base}.py") and lines[1].endswith(f"hgemm_{s.id}.py")
+        body = [ln for ln in lines[2:] if not ln.startswith("@@")]
+        assert any(ln.startswith("+") for ln in body)
+        for ln in body:
+            assert ln[1:] in (new if ln[0] == "+" else old if ln[0] == "-" else old & new)
+    for sid in registry.step_ids():
+        twin = nb.twin_diff(sid)
+        if len(nb.arches(sid)) == 2:
+            assert isinstance(twin, nb.Code) and "sm100a" in repr(twin).splitlines()[0]
+
+
+def test_diff_html_with_and_without_pygments(monkeypatch):
+    from tirx_gemm import notebook as nb
+    sid = registry.step_ids()[1]
+    diff = nb.step_diff(sid, registry.ARCHES[0])
+    plus_bg = nb.Code._BG["+"]
+    if importlib.util.find_spec("pygments") is not None:
+        assert "<span style=\"color:" in diff._repr_html_()
+    monkeypatch.setitem(sys.modules, "pygments", None)  # import pygments -> ImportError
+    plain = diff._repr_html_()
+    assert "<pre" in plain and plus_bg in plain and "<span style=\"color:" not in plain
+    added = [ln for ln in repr(diff).splitlines() if ln.startswith("+") and not
+             ln.startswith("+++")]
+    assert f"background:{plus_bg}\">+" in plain and len(added) == plain.count(
+        f"background:{plus_bg}")
+
+
+# --------------------------------------------------------------------------------------
+# the shape suite: what matmul runs, and the recorded before/after
+# --------------------------------------------------------------------------------------
+def test_suite_plot_says_so_without_records(tmp_path, monkeypatch):
+    from tirx_gemm import notebook as nb
+    monkeypatch.setenv(nb.RESULTS_ENV, str(tmp_path))
+    out = nb.suite_plot()
+    assert isinstance(out, nb.Md) and "No H200 suite records yet" in str(out)
+
+
+def test_suite_plot_draws_recorded_ratios_only(tmp_path, monkeypatch):
+    """Two recorded cases (test data in a temporary results folder): both sides appear with
+    their ratios, a failed check is shown as such and left out of the summary, a case with
+    no record is not drawn."""
+    from tirx_gemm import matmul, records, suite
+    from tirx_gemm import notebook as nb
+    monkeypatch.setenv(nb.RESULTS_ENV, str(tmp_path))
+    st = suite.load_suite()
+    (e1, d1), (e2, d2) = st.cases()[:2]
+
+    def rec(entry, dtype, target, ratio, ok=True):
+        return {"step": matmul.DATA_PARALLEL, "arch": "sm_90a", "M": entry.M, "N": entry.N,
+                "K": entry.K, "device": "Test GPU", "dtype": dtype, "verified": ok,
+                "ratio_to_torch": ratio, "timestamp": "2026-01-01T00:00:00+00:00",
+                "suite": {"name": st.name, "target": target, "dtype": dtype}}
+
+    for r in (rec(e1, d1, matmul.DATA_PARALLEL, 0.25), rec(e1, d1, suite.MATMUL, 0.93),
+              rec(e2, d2, suite.MATMUL, 0.5, ok=False)):
+        records.append_record(r, tmp_path / "suites")
+    data = nb.suite_ratios()
+    rows = data["devices"]["Test GPU"]
+    assert len(rows) == 2 and rows[0]["shape"] == e1.shape
+    text = nb._suite_text(data)
+    assert "0.25x" in text and "0.93x" in text and "FAIL (check)" in text
+    assert "geomean 0.930x" in text and "geomean 0.250x" in text
+    out = nb.suite_plot()
+    assert "0.93x" in repr(out)
 
 
 # --------------------------------------------------------------------------------------
@@ -240,5 +442,13 @@ def test_notebook_executes_headless(name, executed):
         for s in registry.STEPS:
             if s.id == sid:  # the build summary and resource tables name each registered arch
                 assert f"| {s.arch} |" in text
+                # the source cell shows the file as it is now, never a copy (IPython drops
+                # the text's final newline from a result's text/plain)
+                src = f'nb.step_source(STEP, "{s.arch}")'
+                cell = next(c for c in nb.cells if c.source == src)
+                shown = [o for o in cell.outputs if o.get("output_type") == "execute_result"]
+                assert shown and "".join(shown[0]["data"]["text/plain"]) == Path(
+                    s.source_file).read_text(encoding="utf-8").removesuffix("\n")
+                assert "text/html" in shown[0]["data"]
         assert "opcode (prefix)" in text and "registers / thread" in text and "```cuda" in text
 

@@ -14,9 +14,14 @@ terminal and in the headless CI run. Importing this module imports neither TVM n
 
 from __future__ import annotations
 
+import ast
+import difflib
+import html
 import importlib.util
+import io
 import os
 import re
+import tokenize
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -48,6 +53,16 @@ __all__ = [
     "resource_overview",
     "sass_overview",
     "device_status",
+    "Code",
+    "code_lines",
+    "code_diff",
+    "diff_base",
+    "step_source",
+    "step_diff",
+    "twin_diff",
+    "suite_cases",
+    "suite_ratios",
+    "suite_plot",
 ]
 
 PKG_DIR = Path(__file__).resolve().parent
@@ -117,6 +132,12 @@ def _step(step_id: str, arch: str) -> Step | None:
 
 
 def previous_step_id(step_id: str) -> str | None:
+    """The step this one is compared with (SASS, resources, "what changes from"): the one
+    its step cards name as its base (``diff_base``) when its arches agree, else the
+    registry's previous step id."""
+    bases = {diff_base(step_id, a) for a in arches(step_id)}
+    if len(bases) == 1 and None not in bases:
+        return bases.pop()
     ids = registry.step_ids()
     i = ids.index(step_id)
     return ids[i - 1] if i > 0 else None
@@ -391,6 +412,250 @@ def cuda_excerpt(step_id: str, arch: str = "sm_100a", lines: int = 40, *,
 
 
 # --------------------------------------------------------------------------------------
+# the TIRx source of a step, and the code-only diffs that carry the lesson
+# --------------------------------------------------------------------------------------
+class Code:
+    """Python source or a diff of it. Jupyter shows it as HTML, syntax-highlighted with
+    pygments where it is installed (it comes with IPython) and as a plain ``<pre>`` with
+    coloured +/- lines where not; printed, it is exactly ``text``."""
+
+    _BG = {"+": "#e6ffec", "-": "#ffebe9", "@": "#ddf4ff"}
+
+    def __init__(self, text: str, kind: str, title: str, *, first_line: int = 1):
+        if kind not in ("python", "diff"):
+            raise ValueError(f"kind {kind!r} must be 'python' or 'diff'")
+        self.text, self.kind, self.title, self.first_line = text, kind, title, first_line
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        body = self._python_html() if self.kind == "python" else self._diff_html()
+        return (f"<p><b>{html.escape(self.title)}</b></p>\n"
+                '<div style="max-height:48em; overflow:auto; border:1px solid #d0d7de">'
+                '<pre style="margin:0; padding:4px; line-height:1.3; font-size:12px">'
+                + body + "</pre></div>")
+
+    @staticmethod
+    def _pygments(text: str) -> str | None:
+        """The text as inline-styled HTML spans (no wrapper), or None without pygments."""
+        try:
+            from pygments import highlight
+            from pygments.formatters import HtmlFormatter
+            from pygments.lexers import PythonLexer
+        except ImportError:
+            return None
+        out = highlight(text, PythonLexer(stripnl=False, ensurenl=False),
+                        HtmlFormatter(noclasses=True, nowrap=True))
+        return out
+
+    def _python_html(self) -> str:
+        lines = (self._pygments(self.text) or html.escape(self.text)).split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        width = len(str(self.first_line + len(lines)))
+        return "\n".join(f'<span style="color:#8c959f">{self.first_line + i:>{width}} </span>'
+                         + ln for i, ln in enumerate(lines))
+
+    def _diff_html(self) -> str:
+        out = []
+        for line in self.text.splitlines():
+            mark = line[:1]
+            if line.startswith(("---", "+++")) or mark not in "+- ":
+                out.append(f'<span style="display:block; background:{self._BG["@"]}; '
+                           f'color:#57606a">{html.escape(line)}</span>')
+                continue
+            code = self._pygments(line[1:]) if line[1:].strip() else None
+            code = html.escape(line[1:]) if code is None else code.rstrip("\n")
+            style = f' style="display:block; background:{self._BG[mark]}"' if mark != " " \
+                else ' style="display:block"'
+            out.append(f"<span{style}>{html.escape(mark)}{code}</span>")
+        return "".join(out)
+
+
+def _read_source(step: Step) -> str:
+    return Path(step.source_file).read_text(encoding="utf-8")
+
+
+def _rel(path) -> str:
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(PKG_DIR.parent))
+    except ValueError:
+        return str(p)
+
+
+def step_source(step_id: str, arch: str = "sm_100a") -> Code | Md:
+    """The step's TIRx source as it is on disk (``registry.Step.source_file``, read now),
+    highlighted, with line numbers; printed, exactly the file's text."""
+    step = _step(step_id, arch)
+    if step is None:
+        return Md(_missing(step_id, arch) + ".")
+    text = _read_source(step)
+    return Code(text, "python", f"{arch} {step_id}: {_rel(step.source_file)} "
+                f"({len(text.splitlines())} lines, read from the file just now)")
+
+
+def code_lines(source: str) -> list[tuple[int, str]]:
+    """The code lines of a Python source: (1-based line number, text without its comment),
+    with docstrings (every statement that is a bare string), comments and blank lines
+    dropped. What a code-only diff compares."""
+    tree = ast.parse(source)
+    drop: set[int] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):
+            drop.update(range(node.lineno, node.end_lineno + 1))
+    cut: dict[int, int] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            cut[tok.start[0]] = tok.start[1]
+    out = []
+    for i, line in enumerate(source.splitlines(), 1):
+        if i in drop:
+            continue
+        text = line[:cut[i]] if i in cut else line
+        if text.strip():
+            out.append((i, text.rstrip()))
+    return out
+
+
+_SECTION = re.compile(r"^\s*#\s*---\s*(.*?)\s*(?:---\s*)?$")
+
+
+def _section_name(comment: str) -> str:
+    """A section comment's name: its text up to the first ':', ';' or ',' outside
+    parentheses ("load (producer, both CTAs): ..." -> "load (producer, both CTAs")."""
+    depth = 0
+    for i, ch in enumerate(comment):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and ch in ":;,":
+            return comment[:i].strip()
+    return comment.strip()
+
+
+def _sections(source: str) -> dict[int, str]:
+    """Line number -> the part of the file it sits in: ``imports`` (outside the builder),
+    ``builder (host side)`` (tunables, checks), and for a function nested in the builder
+    (the kernel, an inlined body) ``NAME(): signature`` and then ``NAME(): SECTION`` after
+    each ``# --- SECTION: ... ---`` comment (``_section_name``)."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    out = {i: "imports" for i in range(1, len(lines) + 1)}
+
+    def span(node):
+        return min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno
+
+    for top in tree.body:
+        if not isinstance(top, ast.FunctionDef):
+            continue
+        a, b = span(top)
+        for i in range(a, b + 1):
+            out[i] = "builder (host side)"
+        nested = [n for n in ast.walk(top) if isinstance(n, ast.FunctionDef) and n is not top]
+        inner = [n for n in nested if not any(
+            o is not n and span(o)[0] <= span(n)[0] and span(n)[1] <= span(o)[1] for o in nested)]
+        for fn in inner:
+            a, b = span(fn)
+            current = "signature"
+            for i in range(a, b + 1):
+                m = _SECTION.match(lines[i - 1])
+                if m and m.group(1):
+                    current = _section_name(m.group(1))
+                out[i] = f"{fn.name}(): {current}"
+    return out
+
+
+def code_diff(old_source: str, new_source: str, old_name: str, new_name: str, *,
+              context: int = 3) -> str:
+    """The unified diff of two Python sources' code lines (``code_lines``: no comments,
+    docstrings or blank lines). Each hunk header gives the original line ranges of both
+    files and the parts of the new file (or, for a pure deletion, the old one) it touches."""
+    a, b = code_lines(old_source), code_lines(new_source)
+    sec_a, sec_b = _sections(old_source), _sections(new_source)
+    sm = difflib.SequenceMatcher(None, [t for _, t in a], [t for _, t in b], autojunk=False)
+    out = [f"--- {old_name}", f"+++ {new_name}"]
+    for group in sm.get_grouped_opcodes(context):
+        i1, i2 = group[0][1], group[-1][2]
+        j1, j2 = group[0][3], group[-1][4]
+        ra = f"{a[i1][0]}-{a[i2 - 1][0]}" if i2 > i1 else "-"
+        rb = f"{b[j1][0]}-{b[j2 - 1][0]}" if j2 > j1 else "-"
+        where: list[str] = []
+        for tag, x1, x2, y1, y2 in group:
+            if tag == "equal":
+                continue
+            names = ([sec_b[b[j][0]] for j in range(y1, y2)] if y2 > y1
+                     else [sec_a[a[i][0]] for i in range(x1, x2)])
+            for n in names:
+                if n not in where:
+                    where.append(n)
+        out.append(f"@@ lines {ra} -> {rb} @@ {', '.join(where)}")
+        for tag, x1, x2, y1, y2 in group:
+            if tag == "equal":
+                out += [" " + t for _, t in a[x1:x2]]
+                continue
+            out += ["-" + t for _, t in a[x1:x2]]
+            out += ["+" + t for _, t in b[y1:y2]]
+    return "\n".join(out) + "\n"
+
+
+def _diff_title(what: str, diff: str) -> str:
+    body = [ln for ln in diff.splitlines()[2:] if not ln.startswith("@@")]
+    plus = sum(ln.startswith("+") for ln in body)
+    minus = sum(ln.startswith("-") for ln in body)
+    hunks = sum(ln.startswith("@@") for ln in diff.splitlines())
+    return (f"{what}: +{plus} / -{minus} code lines in {hunks} hunk(s); comments, docstrings "
+            "and blank lines stripped; hunk headers give the files' line numbers and the "
+            "part of the builder they touch")
+
+
+_BASE = re.compile(r"Changes from (v\d+)\b")
+
+
+def diff_base(step_id: str, arch: str = "sm_100a") -> str | None:
+    """The step this one extends on ``arch``: the one its card names ("Changes from vN"),
+    else the previous registered step of the arch; None for the first step."""
+    step = _step(step_id, arch)
+    if step is None:
+        return None
+    m = _BASE.search(_card(step))
+    if m and _step(m.group(1), arch) is not None and m.group(1) != step_id:
+        return m.group(1)
+    ids = [s.id for s in registry.all_steps(arch)]
+    i = ids.index(step_id)
+    return ids[i - 1] if i > 0 else None
+
+
+def step_diff(step_id: str, arch: str = "sm_100a", *, context: int = 3) -> Code | Md:
+    """The code-only diff of the step against the step it extends (``diff_base``), same arch."""
+    step = _step(step_id, arch)
+    if step is None:
+        return Md(_missing(step_id, arch) + ".")
+    base_id = diff_base(step_id, arch)
+    if base_id is None:
+        return Md(f"{arch} {step_id} is the first step: there is nothing to diff against.")
+    base = registry.get(base_id, arch)
+    diff = code_diff(_read_source(base), _read_source(step), _rel(base.source_file),
+                     _rel(step.source_file), context=context)
+    return Code(diff, "diff", _diff_title(f"{arch}: {base_id} -> {step_id}", diff))
+
+
+def twin_diff(step_id: str, *, context: int = 3) -> Code | Md:
+    """The code-only diff of the step's sm_100a builder against its sm_90a twin."""
+    steps = {a: _step(step_id, a) for a in registry.ARCHES}
+    missing = [a for a, s in steps.items() if s is None]
+    if missing:
+        return Md(f"{step_id}: no twin diff, " + "; ".join(_missing(step_id, a) for a in missing)
+                  + ".")
+    a, b = (steps[x] for x in registry.ARCHES)
+    diff = code_diff(_read_source(a), _read_source(b), _rel(a.source_file),
+                     _rel(b.source_file), context=context)
+    return Code(diff, "diff", _diff_title(f"{step_id}: {a.arch} -> {b.arch}", diff))
+
+
+# --------------------------------------------------------------------------------------
 # recorded results (results/*.jsonl) and runs on this machine
 # --------------------------------------------------------------------------------------
 def results_dir() -> Path:
@@ -556,6 +821,169 @@ def plot_results(highlight: str | None = None):
     except ImportError:
         return Md("matplotlib is not installed (`pip install -e '.[plot]'`): the recorded "
                   "results as a table instead.\n\n" + text)
+
+
+# --------------------------------------------------------------------------------------
+# the shape suite (tirx_gemm/suites/models.json): what matmul picks, and how it measured
+# --------------------------------------------------------------------------------------
+def _default_sm_count() -> int:
+    """The SM count ``matmul.choose`` plans for by default (the H200's)."""
+    import inspect
+    from tirx_gemm import matmul
+    return int(inspect.signature(matmul.choose).parameters["sm_count"].default)
+
+
+def _kw(kwargs: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(kwargs.items()) if k != "dtype") or "-"
+
+
+def suite_cases(arch: str = "sm_90a", sm_count: int | None = None, path=None) -> Md:
+    """The shape suite (default: the packaged models.json), one row per shape, with the step
+    and keywords ``tirx_gemm.matmul`` picks for it on a GPU of ``arch`` with ``sm_count``
+    SMs (default: matmul.choose's, the H200's 132). Planning only: no GPU, no timing."""
+    from tirx_gemm import suite as S
+    st = S.load_suite(path)
+    n = sm_count or _default_sm_count()
+    picks: dict = {}
+    for (e, dtype), it in zip(st.cases(), S.plan(st, S.MATMUL, arch, n)):
+        picks.setdefault(e.shape, {})[dtype] = f"{it.step.id} {_kw(it.kwargs)}".strip()
+    rows = []
+    for e in st.entries:
+        choice = sorted(set(picks[e.shape].values()))
+        rows.append([_shape(e.shape), e.model, e.layer,
+                     ", ".join(records.DTYPE_LABEL.get(d, d) for d in e.dtypes),
+            "; ".join(choice) if len(choice) == 1 else "; ".join(
+                f"{records.DTYPE_LABEL.get(d, d)}: {c}" for d, c in picks[e.shape].items())])
+    return Md(f"Suite `{st.name}` ({len(st.entries)} shapes, {len(st.cases())} cases; "
+              f"`{_rel(st.path)}`). The last column is what `tirx_gemm.matmul` would run on "
+              f"{arch} with {n} SMs (`matmul.choose`, computed now; nothing is timed here):\n\n"
+              + _table(["M x N x K", "model", "layer", "dtypes", "matmul runs"], rows))
+
+
+def _suite_latest(suite_name: str) -> dict:
+    """(device, target, (M, N, K), dtype) -> the newest record of the suite run, from
+    results/suites/*.jsonl (records carry a "suite" field: name, target, dtype, ...)."""
+    recs = [r for r in records.load_records(results_dir() / "suites")
+            if isinstance(r.get("suite"), dict) and r["suite"].get("name") == suite_name]
+    recs.sort(key=lambda r: str(r.get("timestamp", "")))  # ISO UTC stamps; stable on ties
+    out = {}
+    for r in recs:
+        out[(r["device"], r["suite"].get("target"), (int(r["M"]), int(r["N"]), int(r["K"])),
+             r["suite"].get("dtype") or records.record_dtype(r))] = r
+    return out
+
+
+def suite_ratios(before: str | None = None, after: str | None = None, path=None) -> dict:
+    """The suite's recorded ratios to torch.matmul (timed in the same run), per GPU: before
+    (``before``, default the data-parallel step matmul falls back to, v9 alone) and after
+    (``after``, default "matmul": the step matmul picks per shape). Returns {"suite": name,
+    "before": target, "after": target, "devices": {device: [row, ...]}}, a row per suite
+    case with at least one record: {"label", "shape", "dtype", "model", "before", "after"},
+    each side the record or None. Nothing is estimated: no record, no row."""
+    from tirx_gemm import matmul
+    from tirx_gemm import suite as S
+    st = S.load_suite(path)
+    before = before or matmul.DATA_PARALLEL
+    after = after or S.MATMUL
+    latest = _suite_latest(st.name)
+    devices = sorted({k[0] for k in latest if k[1] in (before, after)})
+    out = {}
+    for dev in devices:
+        rows = []
+        for e, dtype in st.cases():
+            b = latest.get((dev, before, e.shape, dtype))
+            a = latest.get((dev, after, e.shape, dtype))
+            if b is None and a is None:
+                continue
+            rows.append({"label": f"{e.label} {records.DTYPE_LABEL.get(dtype, dtype)}",
+                         "shape": e.shape, "dtype": dtype, "model": e.model,
+                         "before": b, "after": a})
+        out[dev] = rows
+    return {"suite": st.name, "before": before, "after": after, "devices": out}
+
+
+def _ratio(rec) -> float | None:
+    if rec is None or not rec.get("verified"):
+        return None
+    r = rec.get("ratio_to_torch")
+    return float(r) if isinstance(r, (int, float)) and r > 0 else None
+
+
+def _suite_text(data: dict) -> str:
+    from tirx_gemm import suite as S
+    parts = []
+    for dev, rows in data["devices"].items():
+        def cell(rec):
+            if rec is None:
+                return "not run"
+            if not rec.get("verified"):
+                return "FAIL (check)"
+            r = _ratio(rec)
+            return "—" if r is None else f"{r:.2f}x"
+        table = _table(["case", "model", f"before: {data['before']}", f"after: {data['after']}",
+                        "after runs"],
+                       [[r["label"], r["model"], cell(r["before"]), cell(r["after"]),
+                         "" if r["after"] is None else
+                         f"{r['after']['step']} {_kw(r['after'].get('build_kwargs') or {})}"]
+                        for r in rows])
+        lines = []
+        for side in ("before", "after"):
+            s = S.summarize([r[side] for r in rows if r[side] is not None])
+            lines.append(f"- {side} ({data[side]}): " + (
+                f"geomean {s['geomean_ratio']:.3f}x torch, min {s['min_ratio']:.3f}x "
+                f"({s['min_case']}), over {s['n']} checked and timed case(s)" if s["n"]
+                else "no checked and timed case"))
+        parts.append(f"**{dev}**, suite `{data['suite']}`, ratio to torch.matmul timed in "
+                     "the same run:\n\n" + table + "\n\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def _no_suite_records(data: dict) -> Md:
+    return Md(f"**No H200 suite records yet:** `{_rel(results_dir() / 'suites')}/` holds no "
+              f"record of suite `{data['suite']}` run as `{data['before']}` or "
+              f"`{data['after']}` (they come from `tirx_gemm.suite.bench_suite` on a GPU "
+              "host, once per target). Nothing is plotted: no number here is estimated.")
+
+
+def suite_plot(before: str | None = None, after: str | None = None, path=None):
+    """Ratio to torch.matmul over the shape suite, before (v9 alone) and after (what
+    matmul picks), one panel per GPU, from the recorded suite runs (``suite_ratios``).
+    A PNG with matplotlib, else the table; without records, a message saying so."""
+    data = suite_ratios(before, after, path)
+    if not any(data["devices"].values()):
+        return _no_suite_records(data)
+    text = _suite_text(data)
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return Md("matplotlib is not installed (`pip install -e '.[plot]'`): the recorded "
+                  "suite results as a table instead.\n\n" + text)
+    devs = [d for d, rows in data["devices"].items() if rows]
+    width = max(8.0, 0.28 * max(len(data["devices"][d]) for d in devs) + 2)
+    fig = Figure(figsize=(width, 3.6 * len(devs)), dpi=100)
+    FigureCanvasAgg(fig)
+    for i, dev in enumerate(devs):
+        rows = data["devices"][dev]
+        ax = fig.add_subplot(len(devs), 1, i + 1)
+        xs = range(len(rows))
+        for side, marker, color in (("before", "o", "tab:gray"), ("after", "D", "tab:orange")):
+            pts = [(x, _ratio(r[side])) for x, r in zip(xs, rows) if _ratio(r[side])]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=22,
+                           color=color, zorder=3, label=f"{side}: {data[side]}")
+        ax.axhline(1.0, color="black", lw=0.8, ls="--", label="torch.matmul")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r["label"] for r in rows], rotation=75, fontsize=7)
+        ax.set_ylabel("ratio to torch (higher is better)")
+        ax.set_title(f"{dev}: suite {data['suite']}, ratio to torch.matmul timed in the same "
+                     "run", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return Png(buf.getvalue(), text)
 
 
 # --------------------------------------------------------------------------------------
