@@ -141,7 +141,10 @@ def cache_key(step: Step, M: int, N: int, K: int, kwargs: dict,
     h = hashlib.sha256()
     h.update(json.dumps([BUILD_FORMAT, step.key, M, N, K, sorted(kwargs.items()), watchdog_ms,
                          toolchain_id()], default=str).encode())
-    for path in [Path(step.source_file), *(PKG_DIR / f for f in KEY_SOURCES[step.arch])]:
+    sources = [Path(step.source_file), *(PKG_DIR / f for f in KEY_SOURCES[step.arch])]
+    if step.workspace:  # e.g. v11: its builder asks tirx_gemm.splitk for the split count
+        sources.append(PKG_DIR / (step.workspace.split(":")[0].rsplit(".", 1)[-1] + ".py"))
+    for path in sources:
         if path.exists():
             h.update(path.read_bytes())
     return h.hexdigest()[:20]

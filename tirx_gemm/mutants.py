@@ -76,6 +76,22 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            step_edits=(("                ring = PipelineState(PIPE_DEPTH, 1)",
                         "                ring = PipelineState(PIPE_DEPTH, 0)"),),
            must_flag=("hang",), arch="sm_90a"),
+    # v11 (split-K): the cross-CTA publication of the partial slabs through the counter
+    Mutant("splitk-relaxed-count", "v11",
+           "the tile counter is incremented with a relaxed atomic: no release orders the "
+           "slab stores before the count, no acquire orders the reducer's slab loads after "
+           "it (the numbers may still come out right on a model that runs CTAs in turn)",
+           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"]',
+                        'T.ptx["atom.relaxed.gpu.global.add.s32"]'),),
+           must_flag=("race",), numbers_right=True,
+           case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
+    Mutant("splitk-no-wait", "v11",
+           "every unit reduces right after counting itself, without checking that all "
+           "SPLIT_K splits have arrived: it reads slabs other CTAs have not published "
+           "(or not yet written) and several units store the same D tile",
+           step_edits=(("if arrivals[0] == SPLIT_K - 1:", "if arrivals[0] >= 0:"),),
+           must_flag=("race",),
+           case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
 )}
 
 

@@ -7,7 +7,7 @@ the run side (a GPU host without the TVM compiler) can read the table too.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from tirx_gemm.sass import KEY_SASS  # noqa: F401  (the glossary's opcodes; build.py reads them here)
@@ -37,7 +37,10 @@ class Step:
     # extra kernel operands after D (split-K partial sums, tile counters): "module:function"
     # of a TVM- and torch-free function (M, N, K, kwargs) -> ((name, shape, dtype), ...).
     # The caller allocates each zero-filled once per kernel and passes it after D in that
-    # order; the kernel must leave every workspace buffer zero-filled again when it returns.
+    # order. Integer buffers (counters) must be zero-filled again when the kernel returns
+    # (v11 resets each tile's counter once all its splits arrived); floating-point buffers
+    # are scratch: every element a launch reads, that launch wrote first, so they need no
+    # initial value and may be left dirty (a check may fill them with NaN instead of 0).
     workspace: str | None = None
 
     def workspace_specs(self, M: int, N: int, K: int, kwargs: dict | None = None):
@@ -110,6 +113,7 @@ _LESSONS = {
     "v7": "warp specialization: TMA producer, MMA issuer and epilogue run concurrently, linked by full/empty barriers",
     "v8": "2-CTA MMA: a CTA pair issues one tcgen05.mma cta_group::2 over a 256x256 cluster tile; barriers signalled across the pair",
     "v9": "multiple consumers: two MMA warps into separate TMEM column ranges (all 512) share each staged B tile; two epilogue warpgroups",
+    "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; every split stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D",
 }
 # The Hopper twins teach the same scheduling lessons; the MMA is wgmma (accumulator in
 # registers, issued by a whole warpgroup) instead of tcgen05 (TMEM, one elected thread).
@@ -120,6 +124,7 @@ _LESSONS_SM90 = {
     "v7": "warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups (128x256 tile), full/empty barriers, setmaxnreg",
     "v8": "2-CTA cluster: vertically adjacent CTAs share the B tile, each loads half and TMA multicasts it to both; empty barriers arrived remotely; cluster scheduler",
     "v9": "overlapped epilogue: stmatrix the previous tile's fp16 result and TMA-store it while the next tile's first wgmmas (scale-d 0) run; 4-stage ring",
+    "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; each consumer half stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D",
 }
 
 _THREAD_COPIES = ("LDG.E.128", "STS.128")
@@ -167,6 +172,14 @@ _SIM_CASES = {
            ((512, 512, 448), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
            ((512, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1))),
            ((600, 264, 200), (("SM_COUNT", 2),))),
+    # v11: SPLIT_K not dividing the K tiles (10 = 3 + 3 + 4) with a CTA per unit; more
+    # units than CTAs (each CTA walks several, some reduce, some only publish) with a
+    # 2-stage ring; an edge case (M, N off the tile grid, a partial last K tile);
+    # SPLIT_K=1 (v7's data-parallel path, no workspace)
+    "v11": (((256, 256, 640), (("SM_COUNT", 12), ("SPLIT_K", 3))),
+            ((256, 128, 512), (("SM_COUNT", 3), ("SPLIT_K", 4), ("PIPE_DEPTH", 2))),
+            ((200, 136, 200), (("SM_COUNT", 8), ("SPLIT_K", 2))),
+            ((256, 256, 192), (("SM_COUNT", 2), ("SPLIT_K", 1)))),
 }
 # every step is also simulated once in bf16 (its first case); the edge cases above (v4 on:
 # M not a multiple of the tile, N and K multiples of 8 only) exercise TMA's zero-filled
@@ -240,6 +253,21 @@ STEPS: list[Step] = [
           _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
     _sm90("v9", _CLUSTER_TILED, (4096, 4096, 4096), _CLUSTER_TESTS, _BENCH, _CLUSTER_BAD,
           _TMA + ("USETMAXREG", "HGMMA.64x256x16", "STSM"), ("LDG.E.128",)),
+
+    # v11 (split-K): few tiles, deep K. Canonical: 256x256x16384 (4 tiles of 128x128 on
+    # sm_100a, 2 of 128x256 on sm_90a: splitk.choose_split picks 11 and 9 splits); the
+    # others include a single tile with K=65536, the small-K shapes where the heuristic
+    # keeps SPLIT_K=1, and 4096^3 (enough tiles: SPLIT_K=1).
+    replace(_sm100("v11", _EDGE + "; 1 <= SPLIT_K <= ceil(K/64)", (256, 256, 16384),
+                   ((128, 128, 65536), (1024, 1024, 8192), (256, 512, 192)) + _EDGE_TESTS,
+                   ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192)) + _BENCH[:1],
+                   _EDGE_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
+            sm_count_kwarg="SM_COUNT", workspace="tirx_gemm.splitk:workspace_specs"),
+    replace(_sm90("v11", _EDGE + "; 1 <= SPLIT_K <= ceil(K/64)", (256, 256, 16384),
+                  ((128, 128, 65536), (1024, 1024, 8192), (256, 512, 192)) + _EDGE_TESTS,
+                  ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192)) + _BENCH[:1],
+                  _EDGE_BAD, _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
+            sm_count_kwarg="SM_COUNT", workspace="tirx_gemm.splitk:workspace_specs_sm90a"),
 ]
 
 

@@ -1,0 +1,247 @@
+"""Step 11 (sm_100a): split-K -- few output tiles, many SMs: cut K, reduce the partial sums.
+
+Lesson: v7 gives each output tile to one CTA, so a GEMM with few tiles and a deep K
+(256x256x16384: 4 tiles of 128x128) keeps 4 of 148 SMs busy. Here each tile's K range is
+cut into SPLIT_K splits; a (split, tile) pair is one work unit of the persistent
+scheduler. Every unit writes its fp32 partial tile to a workspace slab and counts itself
+on the tile's counter; the unit that completes the count sums all slabs in split order
+(the same bits on every run, whatever order the units finish in) and stores D.
+"""
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+from tirx_gemm import splitk
+
+
+def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
+              SM_COUNT: int = 148, SPLIT_K: int | None = None):
+    """Step card -- v11, split-K with a deterministic reduction.
+
+    Changes from v7 (the base: one 128x128 tile per unit, a warp-specialized persistent
+    CTA; the 2-CTA v8/v9 pay off on large grids, while split-K is for few tiles, where
+    v7's simple per-CTA protocol leaves the whole change visible):
+      * work units: the scheduler walks SPLIT_K x ceil(M/128) "rows" of units; unit row
+        r is split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
+        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced; each has >= 1).
+        Producer and MMA warp run v7's K loop over that range only.
+      * epilogue, SPLIT_K > 1: TMEM -> fp32 registers (not narrowed) -> slab
+        WS[split, tile] (thread-major chunks of 4 floats: a warp's stores and loads are
+        contiguous 512 bytes) -> count -> if last: reduce -> D.
+    Contracts (cross-CTA, through global memory):
+      publish: the 128 epilogue threads store their slab, meet at the warpgroup barrier,
+        then one thread does atom.acq_rel.gpu.add on CNT[tile]. The release half orders
+        every thread's slab stores (seen through the barrier) before the count; the
+        acquire half makes every earlier unit's slab visible to this one.
+      decide: that thread puts the old count in SMEM and the barrier hands it to all;
+        old == SPLIT_K - 1 means every split has published: this unit reduces.
+      reduce: WS[0, tile] + WS[1, tile] + ... in that fixed order (deterministic), cast,
+        swizzled Dsmem, TMA store (clipped at D's edges), then CNT[tile] = 0: the counters
+        are zero again when the launch ends, ready for the next one.
+    Why this scheme: no CTA ever waits for another (no spin, no co-residency assumption,
+    any SM_COUNT, several units per CTA), and the sum's order is fixed. Its cost: the
+    completing unit reads SPLIT_K slabs of 64 KiB alone, so SPLIT_K stays moderate
+    (splitk.choose_split: about sqrt(K_TILES / 2), at most 16, tiles x splits <= SMs).
+    Spreading the reduction over all splits of a tile would need them co-resident and
+    spinning on each other: steps/lessons/v11.md weighs it.
+    Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
+    128*128) float32 scratch (every element read was written in the same launch) and
+    CNT (tiles,) int32, zero at launch and again at exit.
+    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT); SPLIT_K=1 is v7's data-parallel
+    kernel (no workspace operands).
+    Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); dtype float16 or
+    bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1.
+    Run: ``tirx-gemm build v11 --mnk 256,256,16384``; executing needs an sm_100a GPU
+    (``tirx-gemm sim v11`` runs it on NumSim).
+    """
+    BLK_M, BLK_N, BLK_K = 128, 128, 64
+    ACC_STAGES = 2  # 2 x 128 fp32 columns of the 512 in TMEM
+    PRODUCER_REGS, EPILOGUE_REGS = 56, 224
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
+                       BLK_M * BLK_N * H.F16_BYTES)
+    H.check_positive_ints(SM_COUNT=SM_COUNT)
+    if SPLIT_K is None:
+        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_100a")
+    H.check_positive_ints(SPLIT_K=SPLIT_K)
+    if SPLIT_K > K_TILES:
+        raise ValueError(f"SPLIT_K={SPLIT_K} is more than the {K_TILES} K tiles of K={K}: "
+                         f"every split needs at least one")
+    TILES_M, TILES_N = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
+    TILES = TILES_M * TILES_N
+    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most
+    CHUNK = 4  # floats per slab store / load of one thread
+    IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
+
+    # the kernel body; WS and CNT are None when SPLIT_K == 1 (no workspace operands)
+    @T.inline
+    def gemm(A, B, D, WS, CNT):
+        T.device_entry()
+        bx = T.cta_id([GRID])
+        wg_id = T.warpgroup_id([2])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        arrivals = pool.alloc((1,), "int32")  # the tile's count before this unit's
+        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.commit()
+
+        # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
+        # ld2mma 128 (every epilogue thread)
+        if wg_id == 0:
+            if warp_id == 0:
+                if lane_id == 0:
+                    for s in T.unroll(PIPE_DEPTH):
+                        H.init_mbarrier(tma2mma.ptr_to([s]), 1)
+                        H.init_mbarrier(mma2tma.ptr_to([s]), 1)
+                    for a in T.unroll(ACC_STAGES):
+                        H.init_mbarrier(mma2ld.ptr_to([a]), 1)
+                        H.init_mbarrier(ld2mma.ptr_to([a]), 128)
+                H.tmem_alloc(tmem_addr)
+        H.publish_setup()
+        tmem = H.tmem_accumulator()
+
+        # work units: SPLIT_K x TILES_M unit rows by TILES_N columns (split-major)
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=SPLIT_K * TILES_M, num_n_tiles=TILES_N,
+            num_clusters=GRID, l2_group_size=8)
+        scheduler.init(bx)
+        split = T.meta_var(scheduler.m_idx // TILES_M)
+        m_st = T.meta_var(scheduler.m_idx % TILES_M * BLK_M)
+        n_st = T.meta_var(scheduler.n_idx * BLK_N)
+        k_first = T.meta_var(split * K_TILES // SPLIT_K)  # this split's K tiles
+        k_count = T.meta_var((split + 1) * K_TILES // SPLIT_K - k_first)
+
+        with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
+            if warp_id == 3:
+                # --- load (producer): keep the ring full, PIPE_DEPTH slices ahead ---
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    for k in T.serial(k_count, annotations=H.ROLLED):
+                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
+                                        ring.stage, "TMA producer")
+                        if T.cuda.elect_sync():
+                            H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                             A, B, m_st, n_st, (k_first + k) * BLK_K, BLK_M,
+                                             BLK_N, BLK_K, tma2mma.ptr_to([ring.stage]))
+                        ring.advance()
+                    scheduler.next_tile()
+            elif warp_id == 0:
+                # --- compute (MMA issuer): one elected lane issues, commits free stages ---
+                ring = PipelineState(PIPE_DEPTH, 0)
+                acc = PipelineState(ACC_STAGES, 1)
+                while scheduler.valid():
+                    # the epilogue must have drained this accumulator (unit i - 2)
+                    H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase, "ld2mma", acc.stage,
+                                    "MMA issuer")
+                    H.tcgen05_fence_after_sync()
+                    for k in T.serial(k_count, annotations=H.ROLLED):
+                        H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
+                                        ring.stage, "MMA issuer")
+                        H.tcgen05_fence_after_sync()
+                        if T.cuda.elect_sync():
+                            H.mma_tile_at(tmem, acc.stage * BLK_N, Asmem[ring.stage, :, :],
+                                          Bsmem[ring.stage, :, :], BLK_N, k != 0)
+                            # stage is free once these MMAs have read it
+                            H.mma_commit(mma2tma.ptr_to([ring.stage]))
+                        ring.advance()
+                    if T.cuda.elect_sync():
+                        # the accumulator is final once every MMA of the unit completed
+                        H.mma_commit(mma2ld.ptr_to([acc.stage]))
+                    acc.advance()
+                    scheduler.next_tile()
+
+        with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
+            # --- writeback (epilogue): TMEM -> registers, free TMEM, then D or a slab ---
+            acc = PipelineState(ACC_STAGES, 0)
+            row = T.meta_var(warp_id * 32 + lane_id)
+            while scheduler.valid():
+                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase, "mma2ld", acc.stage,
+                                "epilogue")
+                H.tcgen05_fence_after_sync()
+                if SPLIT_K == 1:
+                    Dreg_out = T.alloc_local((BLK_N,), dtype)
+                    H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
+                    H.tcgen05_fence_before_sync()
+                    T.ptx.mbarrier.arrive.shared.b64(ld2mma.ptr_to([acc.stage]), T.uint32(1))
+                    H.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row,
+                                         row == 0, 1)
+                else:
+                    tile = T.meta_var(scheduler.m_idx % TILES_M * TILES_N + scheduler.n_idx)
+                    part = T.alloc_local((BLK_N,), H.ACC_DTYPE)  # fp32: not narrowed yet
+                    H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, part)
+                    H.tcgen05_fence_before_sync()
+                    T.ptx.mbarrier.arrive.shared.b64(ld2mma.ptr_to([acc.stage]), T.uint32(1))
+                    # --- publish: this split's partial tile -> its slab, then count it ---
+                    for c in T.unroll(BLK_N // CHUNK):
+                        slot = T.meta_var((c * 128 + row) * CHUNK)
+                        Tx.copy(WS[split, tile, slot:slot + CHUNK],
+                                part[c * CHUNK:(c + 1) * CHUNK])
+                    T.cuda.warpgroup_sync(1)  # every thread's slab stores precede the count
+                    if row == 0:
+                        old = T.alloc_local((1,), "int32")
+                        # release: our slab before the count; acquire: earlier units' slabs
+                        T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),
+                                                                 T.int32(1))
+                        arrivals[0] = old[0]
+                    T.cuda.warpgroup_sync(1)  # hands the count (and its acquire) to all
+                    if arrivals[0] == SPLIT_K - 1:
+                        # --- reduce: every split has published; sum in split order ---
+                        for c in T.unroll(BLK_N):
+                            part[c] = T.float32(0)
+                        chunk = T.alloc_local((IN_FLIGHT * CHUNK,), H.ACC_DTYPE)
+                        for b in T.unroll(BLK_N // CHUNK // IN_FLIGHT):
+                            for s in T.serial(SPLIT_K, annotations=H.ROLLED):
+                                for i in T.unroll(IN_FLIGHT):  # loads in flight together
+                                    slot = T.meta_var(((b * IN_FLIGHT + i) * 128 + row) * CHUNK)
+                                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK],
+                                            WS[s, tile, slot:slot + CHUNK])
+                                for i in T.unroll(IN_FLIGHT * CHUNK):
+                                    part[b * IN_FLIGHT * CHUNK + i] = (
+                                        part[b * IN_FLIGHT * CHUNK + i] + chunk[i])
+                        Dreg_out = T.alloc_local((BLK_N,), dtype)
+                        Tx.cast(Dreg_out[:], part[:])
+                        H.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row,
+                                             row == 0, 1)
+                        if row == 0:
+                            CNT[tile] = 0  # all SPLIT_K arrivals are in: ready for next launch
+                acc.advance()
+                scheduler.next_tile()
+
+        # --- free: only warp 0 of warpgroup 0 allocated, so only it deallocates ---
+        H.tcgen05_cta_sync()
+        if wg_id == 0:
+            if warp_id == 0:
+                H.tmem_free(tmem_addr)
+
+    if SPLIT_K == 1:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype)):
+            gemm(A, B, D, None, None)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype),
+                   WS: T.Buffer((SPLIT_K, TILES, BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((TILES,), "int32")):
+            gemm(A, B, D, WS, CNT)
+
+    return kernel

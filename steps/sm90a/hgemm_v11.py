@@ -1,0 +1,256 @@
+"""Step 11 (sm_90a): split-K -- few output tiles, many SMs: cut K, reduce the partial sums.
+
+Lesson: v7 gives each 128x256 tile to one CTA, so a GEMM with few tiles and a deep K
+(256x256x16384: 2 tiles) keeps 2 of 132 SMs busy. Here each tile's K range is cut into
+SPLIT_K splits; a (split, tile) pair is one work unit of the persistent scheduler. Each
+consumer warpgroup writes its fp32 partial half-tile to a workspace slab and counts
+itself on that half's counter; the warpgroup that completes the count sums all slabs in
+split order (the same bits on every run, whatever order the units finish in) and stores
+its half of D.
+"""
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
+from tirx_gemm import splitk
+
+
+def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
+              SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None):
+    """Step card -- v11, split-K with a deterministic reduction.
+
+    Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
+    unit; v8's multicast and v9's overlapped epilogue pay off on large grids, while
+    split-K is for few tiles, where v7 keeps the whole change visible):
+      * work units: the scheduler walks SPLIT_K x ceil(M/128) "rows" of units; unit row
+        r is split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
+        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced; each has >= 1).
+        Producer and consumers run v7's K loop over that range only.
+      * writeback, SPLIT_K > 1: each consumer warpgroup (64 rows) is its own unit of
+        reduction: fp32 accumulators -> slab WS[split, tile] (its half; thread-major
+        chunks of 4 floats: a warp's stores and loads are contiguous 512 bytes) ->
+        count on CNT[2 * tile + consumer] -> if last: reduce -> v7's writeback.
+    Contracts (cross-CTA, through global memory), per consumer warpgroup:
+      publish: its 128 threads store their slab half, meet at the warpgroup's named
+        barrier, then one thread does atom.acq_rel.gpu.add on the half's counter. The
+        release half orders every thread's slab stores (seen through the barrier) before
+        the count; the acquire half makes every earlier unit's slab half visible to it.
+      decide: that thread puts the old count in SMEM and the barrier hands it to all;
+        old == SPLIT_K - 1 means every split has published this half: it reduces.
+      reduce: slab 0 + slab 1 + ... in that fixed order (deterministic) into the
+        accumulator registers, v7's writeback (fp16/bf16 fragment -> swizzled Dsmem -> TMA
+        store, clipped at D's edges), then the counter back to 0 for the next launch.
+    Why this scheme: no CTA ever waits for another (no spin, no co-residency assumption,
+    any SM_COUNT, several units per CTA), and the sum's order is fixed. Its cost: the
+    completing warpgroup reads SPLIT_K slab halves of 64 KiB alone, so SPLIT_K stays
+    moderate (splitk.choose_split: about sqrt(K_TILES / 2.7), at most 16, tiles x splits
+    <= SMs). steps/lessons/v11.md weighs a spread reduction.
+    Workspace (splitk.workspace_specs_sm90a; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
+    128*256) float32 scratch (every element read was written in the same launch) and
+    CNT (2 * tiles,) int32, zero at launch and again at exit.
+    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a"); SPLIT_K=1 is v7's
+    data-parallel kernel (no workspace operands).
+    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges); dtype float16 or
+      bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH <= 3 (as v7); SM_COUNT >= 1.
+    Run: ``tirx-gemm run v11 --arch sm_90a --mnk 256,256,16384``.
+    """
+    BLK_M, BLK_N, BLK_K = 128, 256, 64
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M  # consumer warpgroups, 64 rows each
+    PRODUCER = NUM_CONSUMERS            # the producer is the last warpgroup
+    ACC_REGS = BLK_N // 2               # fp32 accumulators per consumer thread (128)
+    PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
+    H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    if SPLIT_K is None:
+        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a")
+    H.check_positive_ints(SPLIT_K=SPLIT_K)
+    if SPLIT_K > K_TILES:
+        raise ValueError(f"SPLIT_K={SPLIT_K} is more than the {K_TILES} K tiles of K={K}: "
+                         f"every split needs at least one")
+    TILES_M, TILES_N = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
+    TILES = TILES_M * TILES_N
+    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most
+    CHUNK = 4  # floats per slab store / load of one thread
+    IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
+    HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    # each consumer's 64 rows contiguous (64 x 256 = four 64x64 swizzled blocks), so that
+    # its half is one dense TMA box; the default (128, 256) layout interleaves the halves
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, W.WGMMA_M, BLK_N), dtype)
+
+    # the kernel body; WS and CNT are None when SPLIT_K == 1 (no workspace operands)
+    @T.inline
+    def gemm(A, B, D, WS, CNT):
+        T.device_entry()
+        cta = T.cta_id([GRID])
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        arrivals = pool.alloc((NUM_CONSUMERS,), "int32")  # a half's count before ours
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        # tma2mma[s]: the producer thread arrives once per load into stage s
+        #   (arrive.expect_tx) and the TMA unit completes the bytes; all 256 consumer
+        #   threads wait. Initial phase 0; consumers wait from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS
+        #   arrivals) once its wgmmas have finished reading stage s; the producer waits
+        #   before reloading it. Initial phase 0; the producer waits from phase 1, which a
+        #   fresh barrier counts as complete: every stage starts empty.
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                W.init_mbarriers(tma2mma, PIPE_DEPTH, 1)
+                W.init_mbarriers(mma2tma, PIPE_DEPTH, NUM_CONSUMERS)
+        W.publish_mbarrier_init()
+
+        # every role walks the same unit sequence with its own copy of the scheduler
+        # state: SPLIT_K x TILES_M unit rows by TILES_N columns (split-major)
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=SPLIT_K * TILES_M, num_n_tiles=TILES_N,
+            num_clusters=GRID, l2_group_size=L2_GROUP)
+        scheduler.init(cta)
+        split = T.meta_var(scheduler.m_idx // TILES_M)
+        m_st = T.meta_var(scheduler.m_idx % TILES_M * BLK_M)
+        n_st = T.meta_var(scheduler.n_idx * BLK_N)
+        k_first = T.meta_var(split * K_TILES // SPLIT_K)  # this split's K tiles
+        k_count = T.meta_var((split + 1) * K_TILES // SPLIT_K - k_first)
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
+            # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    for k in T.serial(k_count, annotations=H.ROLLED):
+                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
+                                        ring.stage, "producer")
+                        H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                         Bsmem[ring.stage, :, :], A, B, m_st, n_st,
+                                         (k_first + k) * BLK_K,
+                                         BLK_M, BLK_N, BLK_K, tma2mma.ptr_to([ring.stage]))
+                        ring.advance()
+                    scheduler.next_tile()
+
+        # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True, regs=CONSUMER_REGS, increase=True):
+            consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0  # stage of the slice whose wgmmas may still be running
+            while scheduler.valid():
+                for k in T.serial(k_count, annotations=H.ROLLED):
+                    H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
+                                    ring.stage, "consumer")
+
+                    # --- compute: 4 k16 slices of m64n256k16, accumulate after k=0 ---
+                    T.ptx.wgmma.fence.sync.aligned()  # earlier reads/writes of acc come first
+                    W.wgmma_tile(acc,
+                                 W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                 + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                 W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                 k > 0, 1, BLK_N, dtype)
+                    T.ptx.wgmma.commit_group.sync.aligned()
+                    # slice k stays in flight; slice k-1 is done, so its stage goes back.
+                    # One arrival per warpgroup suffices: a wgmma is one warpgroup-wide
+                    # operation, done for all 128 threads once done for thread 0 (CUTLASS
+                    # releases its stages the same way).
+                    T.ptx.wgmma.wait_group.sync.aligned(1)
+                    if k > 0:
+                        if tid_in_wg == 0:
+                            T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
+                    held = ring.stage
+                    ring.advance()
+                T.ptx.wgmma.wait_group.sync.aligned(0)  # the unit's last slice is done too
+                if tid_in_wg == 0:
+                    T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
+                W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
+
+                if SPLIT_K > 1:
+                    tile = T.meta_var(scheduler.m_idx % TILES_M * TILES_N + scheduler.n_idx)
+                    # --- publish: this split's partial half -> its slab, then count it ---
+                    for c in T.unroll(ACC_REGS // CHUNK):
+                        slot = T.meta_var(consumer * HALF + (c * 128 + tid_in_wg) * CHUNK)
+                        Tx.copy(WS[split, tile, slot:slot + CHUNK],
+                                acc[c * CHUNK:(c + 1) * CHUNK])
+                    T.cuda.warpgroup_sync(1 + consumer)  # all slab stores precede the count
+                    if tid_in_wg == 0:
+                        old = T.alloc_local((1,), "int32")
+                        # release: our slab before the count; acquire: earlier units' slabs
+                        T.ptx["atom.acq_rel.gpu.global.add.s32"](
+                            old[0], CNT.ptr_to([tile * NUM_CONSUMERS + consumer]), T.int32(1))
+                        arrivals[consumer] = old[0]
+                    T.cuda.warpgroup_sync(1 + consumer)  # hands the count (and acquire) to all
+                    if arrivals[consumer] == SPLIT_K - 1:
+                        # --- reduce: every split has published; sum in split order ---
+                        for c in T.unroll(ACC_REGS):
+                            acc[c] = T.float32(0)
+                        chunk = T.alloc_local((IN_FLIGHT * CHUNK,), H.ACC_DTYPE)
+                        for b in T.unroll(ACC_REGS // CHUNK // IN_FLIGHT):
+                            for s in T.serial(SPLIT_K, annotations=H.ROLLED):
+                                for i in T.unroll(IN_FLIGHT):  # loads in flight together
+                                    c = T.meta_var(b * IN_FLIGHT + i)
+                                    slot = T.meta_var(consumer * HALF
+                                                      + (c * 128 + tid_in_wg) * CHUNK)
+                                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK],
+                                            WS[s, tile, slot:slot + CHUNK])
+                                for i in T.unroll(IN_FLIGHT * CHUNK):
+                                    acc[b * IN_FLIGHT * CHUNK + i] = (
+                                        acc[b * IN_FLIGHT * CHUNK + i] + chunk[i])
+                # SPLIT_K = 1: every unit stores its half; else only the reducing one
+                if SPLIT_K == 1 or arrivals[consumer] == SPLIT_K - 1:
+                    # --- writeback: this warpgroup's 64x256 half -> Dsmem -> TMA store (clipped) ---
+                    row0 = T.meta_var(consumer * W.WGMMA_M)
+                    if tid_in_wg == 0:
+                        # our previous TMA store must have finished reading these Dsmem rows
+                        T.ptx.cp.async_.bulk.wait_group.read(0)
+                    # named barrier 1 or 2 (0 is the CTA-wide one): this warpgroup's 128 threads
+                    T.cuda.warpgroup_sync(1 + consumer)
+                    W.store_fragment(Dsmem, acc, row0, 0, warp_id, lane_id, 1, BLK_N)
+                    T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
+                    T.cuda.warpgroup_sync(1 + consumer)
+                    if tid_in_wg == 0:
+                        W.tma_store_tile(D, Dsmem, row0, m_st + row0, n_st, W.WGMMA_M, BLK_N)
+                    if SPLIT_K > 1:
+                        if tid_in_wg == 0:  # all SPLIT_K arrivals are in: ready for next launch
+                            CNT[tile * NUM_CONSUMERS + consumer] = 0
+                scheduler.next_tile()
+
+            # --- free: SMEM is released at exit, so the last store must have read it ---
+            if tid_in_wg == 0:
+                T.ptx.cp.async_.bulk.wait_group(0)
+
+    if SPLIT_K == 1:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype)):
+            gemm(A, B, D, None, None)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype),
+                   WS: T.Buffer((SPLIT_K, TILES, BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((TILES * NUM_CONSUMERS,), "int32")):
+            gemm(A, B, D, WS, CNT)
+
+    return kernel
