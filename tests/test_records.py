@@ -89,7 +89,7 @@ def _without(key):
 @pytest.mark.parametrize("line,why", [
     (json.dumps(_without("device")).encode(), "record lacks device"),
     (json.dumps(_without("M")).encode(), "record lacks M"),
-    (json.dumps(rec(M="4096")).encode(), "M must be integers, got '4096'"),
+    (json.dumps(rec(M="4096")).encode(), "M must be positive integers, got '4096'"),
     (json.dumps([1, 2]).encode(), "a record must be a JSON object"),
     (b"\x89PNG\r\n\x1a\n\xff\xfe garbage", "not UTF-8 text"),
 ], ids=["no-device", "no-M", "string-M", "list", "binary"])
@@ -277,7 +277,8 @@ def _sim_rec(step="v4", ok=True, sha="abc1234def", ts="2026-11-29T12:00:00+00:00
     return {"kind": "numsim", "step": step, "arch": "sm_100a", "M": M, "N": 128, "K": 192,
             "kwargs": {}, "device": "NumSim, CPU model of sm_100a", "verified": ok,
             "numsim": "correct" if ok else "WRONG", "synccheck": "clean",
-            "racecheck": "clean", "git_sha": sha, "timestamp": ts}
+            "racecheck": "clean", "checks": ["numsim", "sync", "race"], "git_sha": sha,
+            "timestamp": ts}
 
 
 def test_render_table_shows_the_latest_simulation_never_as_tflops():

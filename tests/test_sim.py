@@ -302,3 +302,31 @@ def test_gate_reports_each_mutant(name):
     if m.numbers_right:
         # the numbers alone would have passed this bug: only the checkers see it
         assert row.numsim == "correct", row
+
+
+def test_simulate_prints_each_row_as_it_finishes_and_a_heartbeat_while_a_case_runs(
+        monkeypatch, tmp_path):
+    """Issue 22: a long case (the first one builds NumSim's engines with cargo) is never
+    silent: a heartbeat line names the running case; each row prints as its case ends."""
+    import io
+    import re
+    import time as _time
+
+    def slow_case(case, **_):
+        _time.sleep(0.5)
+        return sim.SimRow(case.step.id, case.step.arch, case.M, case.N, case.K,
+                          dict(case.kwargs), numsim="correct", sync="clean", race="clean",
+                          ok=True)
+
+    monkeypatch.setattr(sim, "run_case", slow_case)
+    cases = sim.cases_for(registry.get("v1", "sm_100a"))[:2]
+    rows, beats = [], io.StringIO()
+    sim.simulate(cases, log_path=tmp_path / "log.txt", out=rows.append, heartbeat_s=0.2,
+                 stream=beats)
+    assert len([r for r in rows if r.startswith("v1 ")]) == 2
+    assert re.search(r"^simulating: 0/2 done, v1@sm_100a 128x128x64 running, elapsed 0 s$",
+                     beats.getvalue(), re.M), beats.getvalue()
+    assert "\r" not in beats.getvalue()
+    quiet = io.StringIO()  # callers that pass no heartbeat (the notebooks) get none
+    sim.simulate(cases, log_path=tmp_path / "log2.txt", out=rows.append, stream=quiet)
+    assert quiet.getvalue() == ""

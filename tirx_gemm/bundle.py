@@ -3,7 +3,10 @@ torch and apache-tvm-ffi but not the TVM compiler (or no network to install it).
 
 Layout of a bundle directory::
 
-    manifest.json                   one entry per kernel: step, arch, shape, kwargs, lib, ...
+    manifest.json                   "format": 2; "files": the sha256 of every other file;
+                                    "kernels": one entry per kernel (step, arch, shape,
+                                    dtype, kwargs, lib, its sha256 and the "binding" hash
+                                    tying that sha256 to the rest of the entry)
     <step>_<arch>_<M>x<N>x<K>[_<kwarg><value>...][_wd<ms>].so
                                     exported TVM libraries (host code + embedded cubin);
                                     _dtypebfloat16: a bfloat16 build (float16 has no tag);
@@ -12,20 +15,39 @@ Layout of a bundle directory::
     runtime/libtvm_runtime_cuda.so  by tirx_gemm.runner.load_kernel)
     wheels/                         optional: apache-tvm-ffi wheel for the host's Python
 
+Trust: :func:`verify` checks a bundle before anything from it is loaded (``find`` and
+``loader.load_kernel`` call it): every listed file's sha256, no symlink, no path outside the
+bundle, each kernel's name and hash bound to its step, arch, shape, dtype and kwargs, nothing
+in runtime/ but TVM's two libraries. A failure is one line naming the file. The hashes catch
+damage and mix-ups (a tampered, truncated or swapped library, a stray file); they are not a
+signature: whoever can rewrite the whole bundle, manifest included, is trusted like its
+author. :func:`export` is locked (flock on the parent folder) and atomic (a staging folder
+renamed into place).
+
 This module imports without TVM: the GPU host only calls :func:`find`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import hashlib
 import json
+import os
 import shutil
+import stat
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from tirx_gemm import registry
 from tirx_gemm.loader import RUNTIME_LIBS, tvm_package_lib_dir
+from tirx_gemm.procs import BuildError
 
 MANIFEST = "manifest.json"
+FORMAT = 2  # manifest format: 2 = every file's sha256 ("files"), kernels bound to them
 FFI_VERSION = "0.1.15.post2"  # the apache-tvm-ffi that apache-tvm 0.27.0.post1 ships with
 
 
@@ -81,19 +103,328 @@ def _tvm_lib_dir() -> Path:
     return lib
 
 
+# ---------------------------------------------------------------------------------------
+# integrity: every file's sha256 in the manifest, checked before anything is loaded
+# ---------------------------------------------------------------------------------------
+class BundleError(ValueError):
+    """A bundle that must not be used: one line naming the file and what to do."""
+
+
+def _sha256_fd(fd: int) -> str:
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _open_plain(path: Path) -> int:
+    """A read-only descriptor of ``path``: a regular file, not a symlink."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a regular file; a symlink or anything else is refused (OSError)."""
+    return _sha256_fd(_open_plain(Path(path)))
+
+
+def plain_name(name) -> bool:
+    """A file name that stays inside the folder it is joined to: no separator, not '.'
+    or '..', not empty, no NUL."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+            and "\\" not in name and "\0" not in name)
+
+
+def kernel_binding(entry: dict) -> str:
+    """The sha256 that binds a kernel's library hash to what it was built for: step, arch,
+    shape, dtype, builder keywords, watchdog and file name. A library renamed or listed
+    under another step, shape or dtype no longer matches its entry."""
+    ident = [entry.get(k) for k in ("step", "arch", "M", "N", "K", "dtype", "watchdog_ms",
+                                     "lib", "sha256")]
+    text = json.dumps([ident, entry.get("kwargs")], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _allowed_file(rel: str) -> bool:
+    """Paths a manifest may list: a kernel library in the bundle folder, one of TVM's
+    runtime libraries under runtime/, a wheel under wheels/."""
+    head, _, tail = rel.partition("/")
+    if not tail:
+        return plain_name(head)
+    if head == "runtime":
+        return tail in RUNTIME_LIBS
+    return head == "wheels" and plain_name(tail) and tail.endswith(".whl")
+
+
+def _refuse(bundle: Path, rel: str, why: str) -> BundleError:
+    return BundleError(f"bundle {bundle}: {rel} {why}; nothing from this bundle was loaded "
+                       "(export it again with `tirx-gemm export`)")
+
+
+def _check_file(bundle: Path, rel: str, want) -> None:
+    if not _allowed_file(rel):
+        raise _refuse(bundle, repr(rel), "is not a plain file name inside the bundle")
+    if "/" in rel:
+        sub = bundle / rel.split("/")[0]
+        if sub.is_symlink() or not sub.is_dir():
+            raise _refuse(bundle, rel.split("/")[0] + "/", "is a symlink or not a folder")
+    try:
+        got = file_sha256(bundle / rel)
+    except FileNotFoundError:
+        raise _refuse(bundle, rel, "is missing") from None
+    except OSError as exc:
+        what = "is a symlink" if (bundle / rel).is_symlink() else \
+            f"is not a readable file ({exc.strerror or exc})"
+        raise _refuse(bundle, rel, what) from None
+    if got != want:
+        raise _refuse(bundle, rel, "does not match the sha256 in the manifest (changed after "
+                                   "the export)")
+
+
+def _read_manifest(bundle: Path) -> dict:
+    path = bundle / MANIFEST
+    if not os.path.lexists(path):
+        raise ValueError(f"{bundle} is not a bundle: no {MANIFEST} (make one with "
+                         f"`tirx-gemm export`)")
+    try:
+        data = json.loads(_sha256_and_read(path))
+    except OSError as exc:
+        what = "is a symlink" if path.is_symlink() else f"is not readable ({exc.strerror})"
+        raise _refuse(bundle, MANIFEST, what) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _refuse(bundle, MANIFEST, f"is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("kernels"), list):
+        raise _refuse(bundle, MANIFEST, "has no list of kernels")
+    if data.get("format") != FORMAT or not isinstance(data.get("files"), dict):
+        raise _refuse(bundle, MANIFEST, "holds no file hashes (made by an older tirx-gemm)")
+    return data
+
+
+def _sha256_and_read(path: Path) -> str:
+    with os.fdopen(_open_plain(path), "rb") as f:
+        return f.read().decode("utf-8")
+
+
+def _check_kernel(bundle: Path, e, files: dict) -> None:
+    if not isinstance(e, dict):
+        raise _refuse(bundle, MANIFEST, "lists a kernel that is not a JSON object")
+    lib = e.get("lib")
+    if not plain_name(lib):
+        raise _refuse(bundle, repr(lib), "is not a plain file name inside the bundle")
+    try:
+        ok_types = (all(isinstance(e.get(k), str) for k in ("step", "arch", "dtype"))
+                    and all(isinstance(e.get(k), int) and not isinstance(e.get(k), bool)
+                            and e[k] > 0 for k in ("M", "N", "K"))
+                    and isinstance(e.get("kwargs"), dict))
+        expect = lib_name(e["step"], e["arch"], e["M"], e["N"], e["K"], e["kwargs"],
+                          e.get("watchdog_ms")) if ok_types else None
+    except (KeyError, TypeError):
+        expect = None
+    if expect is None:
+        raise _refuse(bundle, lib, "has a manifest entry with missing or wrong fields")
+    if lib != expect or e["dtype"] != e["kwargs"].get("dtype", "float16"):
+        raise _refuse(bundle, lib, f"is listed as {e['step']}@{e['arch']} "
+                      f"{e['M']}x{e['N']}x{e['K']} {e['dtype']}, which would be named {expect}")
+    if files.get(lib) != e.get("sha256") or e.get("binding") != kernel_binding(e):
+        raise _refuse(bundle, lib, "has a sha256 not bound to its step, arch, shape, dtype "
+                                   "and kwargs")
+
+
+def verify(bundle: Path) -> list[dict]:
+    """Check a whole bundle before anything from it is loaded; return its kernels.
+
+    Every file the manifest lists must be a regular file (no symlink, nor a symlinked
+    runtime/ or wheels/ folder) whose sha256 is the one listed; paths must stay inside the
+    bundle; every kernel's hash must be bound to its step, arch, shape, dtype and kwargs
+    (:func:`kernel_binding`); TVM's runtime libraries must be listed, and runtime/ must hold
+    nothing else (they find their dependencies next to themselves, $ORIGIN, so a planted
+    library there would be loaded with them). BundleError names the first file that fails."""
+    bundle = Path(bundle)
+    data = _read_manifest(bundle)
+    files = data["files"]
+    for rel, want in files.items():
+        _check_file(bundle, rel, want)
+    for e in data["kernels"]:
+        _check_kernel(bundle, e, files)
+    for lib in RUNTIME_LIBS:
+        if f"runtime/{lib}" not in files:
+            raise _refuse(bundle, f"runtime/{lib}", "is not listed in the manifest")
+    rt = bundle / "runtime"
+    extra = sorted(set(os.listdir(rt)) - set(RUNTIME_LIBS))
+    if extra:
+        raise _refuse(bundle, f"runtime/{extra[0]}", "is not part of the export (a library "
+                                                      "next to TVM's runtime would be loaded with it)")
+    return data["kernels"]
+
+
+def verify_library(lib_path: Path) -> None:
+    """Before loading ``lib_path`` from a bundle (a folder with a manifest): the whole
+    bundle checks out and the library is one of its kernels. A library outside any bundle
+    (a build-cache entry) is left to the cache's own checks."""
+    lib_path = Path(lib_path)
+    bundle = lib_path.parent
+    if not os.path.lexists(bundle / MANIFEST):
+        return
+    kernels = verify(bundle)
+    if lib_path.name not in {e.get("lib") for e in kernels}:
+        raise _refuse(bundle, lib_path.name, "is not a kernel of this bundle's manifest")
+
+
+# ---------------------------------------------------------------------------------------
+# export: locked, built in a staging folder, swapped into place
+# ---------------------------------------------------------------------------------------
+LOCK_WAIT_S = 600.0  # an export holds the lock only while copying (builds run before)
+
+
+@contextlib.contextmanager
+def _export_lock(parent: Path, out: Path):
+    """flock on the bundle's parent folder: one export into it at a time (waits at most
+    LOCK_WAIT_S, saying so)."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise BuildError(f"another export into {parent} held its lock for "
+                                     f"{LOCK_WAIT_S:g} s: wait for it, or export to another "
+                                     "--out") from None
+                if not told:
+                    print(f"waiting for another export into {parent} to finish",
+                          file=sys.stderr, flush=True)
+                    told = True
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _mount_of(path: Path) -> tuple[str, str]:
+    """(device, mount point) of the file system holding ``path`` (from /proc/self/mounts;
+    the st_dev numbers where that cannot be read)."""
+    real = os.path.realpath(path)
+    best = ("", "")
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2:
+                    mnt = parts[1].replace("\\040", " ")
+                    if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) \
+                            and len(mnt) >= len(best[1]):
+                        best = (parts[0], mnt)
+    except OSError:
+        pass
+    if not best[1]:
+        try:
+            st = os.stat(real if os.path.exists(real) else os.path.dirname(real))
+            best = (f"device {os.major(st.st_dev)}:{os.minor(st.st_dev)}", "?")
+        except OSError:
+            best = ("an unknown device", "?")
+    return best
+
+
+def _write_error(exc: OSError, out: Path) -> BuildError:
+    where = exc.filename or str(out)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        dev, mnt = _mount_of(Path(where).parent)
+        return BuildError(f"no space left on {dev} (mounted at {mnt}) while writing {where}: "
+                          f"free space there or export to another --out; {_kept(out)}")
+    return BuildError(f"cannot write {where}: {exc.strerror or exc}; {_kept(out)}")
+
+
+def _kept(out: Path) -> str:
+    return (f"the bundle at {out} is unchanged" if os.path.lexists(out / MANIFEST)
+            else f"no bundle was written at {out}")
+
+
+def _previous_kernels(out: Path, progress: bool) -> tuple[list[dict], list[str]]:
+    """The kernels (and wheels) of the bundle already at ``out`` that still check out;
+    the others are dropped, with one line saying so."""
+    if not os.path.lexists(out / MANIFEST):
+        return [], []
+    try:
+        data = _read_manifest(out)
+    except BundleError as exc:
+        print(f"tirx-gemm: replacing the bundle at {out}, whose kernels cannot be kept: {exc}",
+              file=sys.stderr)
+        return [], []
+    files, kept, dropped = data["files"], [], []
+    for e in data["kernels"]:
+        try:
+            _check_kernel(out, e, files)
+            _check_file(out, e["lib"], files.get(e["lib"]))
+            kept.append(e)
+        except BundleError:
+            dropped.append(str(e.get("lib") if isinstance(e, dict) else e))
+    if dropped:
+        print(f"tirx-gemm: dropping {len(dropped)} kernel(s) of {out} that no longer match "
+              f"the manifest ({', '.join(dropped[:3])}{', ...' if len(dropped) > 3 else ''}); "
+              "export them again", file=sys.stderr)
+    wheels = []
+    for rel, want in files.items():
+        if rel.startswith("wheels/"):
+            try:
+                _check_file(out, rel, want)
+                wheels.append(rel)
+            except BundleError:
+                pass
+    return kept, wheels
+
+
+def _copy_checked(src: Path, dst: Path, want: str | None = None) -> str:
+    """Copy a regular file (never through a symlink) and return the copy's sha256, which
+    must equal ``want`` when given."""
+    with os.fdopen(_open_plain(src), "rb") as fin, open(dst, "xb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+        fout.flush()
+        os.fsync(fout.fileno())
+    got = file_sha256(dst)
+    if want is not None and got != want:
+        raise BuildError(f"{src} changed while being exported (sha256 {got[:12]}..., "
+                         f"expected {want[:12]}...): export again")
+    return got
+
+
 def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=None,
            watchdog_ms: int | None = None) -> int:
-    from tirx_gemm.build import BuildError, build_many, run_tool
+    """Build ``requests`` and add them to the bundle at ``out`` (made if absent; a kernel
+    already there with the same file name is replaced). Locked against concurrent exports
+    into the same folder, and atomic: the new bundle is written beside it and renamed into
+    place, so a failed export leaves the previous bundle as it was (or none)."""
+    from tirx_gemm.build import build_many
+    from tirx_gemm.cache import InvalidEntry, verify_entry
 
+    out = Path(out)
     check_out_dir(out)
+    if out.is_dir() and not out.is_symlink() and any(out.iterdir()) \
+            and not os.path.lexists(out / MANIFEST):
+        raise ValueError(f"--out {out} is a folder that is not a bundle (no {MANIFEST}): "
+                         "export into a new or empty folder")
+    if out.is_symlink():
+        raise ValueError(f"--out {out} is a symlink: export into a real folder")
+
+    from tirx_gemm.progress import Progress
+    prog = Progress("building", len(requests), enabled=bool(progress))
 
     def show(done, total, req, res):
-        if progress:
-            state = "FAILED" if isinstance(res, Exception) else ("cached" if res.cached else "built")
-            print(f"[{done}/{total}] {req[0].key} {'x'.join(map(str, req[1]))} {state}",
-                  file=sys.stderr, flush=True)
+        if isinstance(res, Exception):
+            verb, secs = "FAILED", None
+        else:
+            verb = "cached" if res.cached else "built"
+            secs = None if res.cached else res.times.get("total")
+        prog.item(verb, f"{req[0].key} {'x'.join(map(str, req[1]))}", secs)
 
-    results = build_many(requests, jobs=jobs, progress=show, watchdog_ms=watchdog_ms)
+    with prog:
+        results = build_many(requests, jobs=jobs, progress=show, watchdog_ms=watchdog_ms)
     errors = [(req, r) for req, r in zip(requests, results) if isinstance(r, Exception)]
     if errors:  # nothing is written: a bundle never ships part of what was asked
         why = "; ".join(f"{req[0].key} {'x'.join(map(str, req[1]))}: "
@@ -101,46 +432,122 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
                         for req, r in errors)
         raise BuildError(f"{len(errors)} of {len(requests)} build(s) failed, nothing exported: "
                          f"{why}")
-    out.mkdir(parents=True, exist_ok=True)
-    manifest_path = out / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"kernels": []}
+    for r in results:  # the cache entry as it is now, not as it was when it was loaded
+        try:
+            verify_entry(r)
+        except InvalidEntry as exc:
+            raise BuildError(f"cache entry {r.dir} of {r.step}@{r.arch} changed after it was "
+                             f"built ({exc}): build it again with `tirx-gemm build {r.step} "
+                             f"--arch {r.arch} --no-cache`, then export") from None
+    rt_src = _tvm_lib_dir()
     from tirx_gemm.gitinfo import git_sha
     sha = git_sha()
-    for r in results:
-        name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs, r.watchdog_ms)
-        shutil.copyfile(r.lib_path, out / name)
-        entry = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
-                 "kwargs": r.kwargs, "dtype": r.kwargs.get("dtype", "float16"),
-                 "watchdog_ms": r.watchdog_ms, "lib": name,
-                 "tvm_version": r.tvm_version,
-                 "build_key": r.key, "git_sha": sha, "registers": r.registers, "smem_bytes": r.smem_bytes,
-                 "spills": r.spill_stores + r.spill_loads}
-        manifest["kernels"] = [e for e in manifest["kernels"] if e["lib"] != name] + [entry]
-    manifest_path.write_text(json.dumps(manifest, indent=1))
-    rt = out / "runtime"
-    rt.mkdir(exist_ok=True)
-    for lib in RUNTIME_LIBS:
-        shutil.copyfile(_tvm_lib_dir() / lib, rt / lib)
-    if ffi_wheel_python:
-        py = ffi_wheel_python.replace(".", "")
-        pip = run_tool([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "--python-version", ffi_wheel_python,
-                        "--implementation", "cp", "--abi", f"cp{py}",
-                        "--platform", "manylinux_2_28_x86_64", "-d", str(out / "wheels"),
-                        f"apache-tvm-ffi=={FFI_VERSION}"], name="pip download")
-        if pip.returncode != 0:
-            tail = (pip.stderr.strip().splitlines() or ["no output"])[-1]
-            raise BuildError(f"pip download of apache-tvm-ffi=={FFI_VERSION} for Python "
-                             f"{ffi_wheel_python} failed: {tail}")
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    with _export_lock(parent, out):
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=parent))
+        os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes it private; a bundle is not
+        try:
+            kernels, wheels = _previous_kernels(out, progress)
+            files: dict[str, str] = {}
+            for e in kernels:
+                files[e["lib"]] = _copy_checked(out / e["lib"], stage / e["lib"], e["sha256"])
+            for r in results:
+                name = lib_name(r.step, r.arch, r.M, r.N, r.K, r.kwargs, r.watchdog_ms)
+                if name in files:
+                    (stage / name).unlink()
+                files[name] = _copy_checked(r.lib_path, stage / name, r.sha256.get("kernel.so"))
+                entry = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K,
+                         "kwargs": r.kwargs, "dtype": r.kwargs.get("dtype", "float16"),
+                         "watchdog_ms": r.watchdog_ms, "lib": name, "sha256": files[name],
+                         "tvm_version": r.tvm_version, "build_key": r.key, "git_sha": sha,
+                         "registers": r.registers, "smem_bytes": r.smem_bytes,
+                         "spills": r.spill_stores + r.spill_loads}
+                entry["binding"] = kernel_binding(entry)
+                kernels = [e for e in kernels if e["lib"] != name] + [entry]
+            (stage / "runtime").mkdir()
+            for lib in RUNTIME_LIBS:
+                files[f"runtime/{lib}"] = _copy_checked(rt_src / lib, stage / "runtime" / lib)
+            if wheels or ffi_wheel_python:
+                (stage / "wheels").mkdir()
+            for rel in wheels:
+                files[rel] = _copy_checked(out / rel, stage / rel)
+            if ffi_wheel_python:
+                for rel, digest in _download_ffi_wheel(ffi_wheel_python, stage).items():
+                    files[rel] = digest
+            manifest = {"format": FORMAT, "kernels": kernels, "files": files}
+            with open(stage / MANIFEST, "x", encoding="utf-8") as f:
+                f.write(json.dumps(manifest, indent=1))
+                f.flush()
+                os.fsync(f.fileno())
+            verify(stage)  # what is swapped in is what a GPU host will accept
+            _swap_in(stage, out)
+        except OSError as exc:
+            raise _write_error(exc, out) from None
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
     return len(results)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _download_ffi_wheel(python: str, stage: Path) -> dict:
+    from tirx_gemm.build import run_tool
+    py = python.replace(".", "")
+    dest = stage / "wheels"
+    before = set(os.listdir(dest))
+    pip = run_tool([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    "--only-binary=:all:", "--python-version", python,
+                    "--implementation", "cp", "--abi", f"cp{py}",
+                    "--platform", "manylinux_2_28_x86_64", "-d", str(dest),
+                    f"apache-tvm-ffi=={FFI_VERSION}"], name="pip download")
+    if pip.returncode != 0:
+        tail = (pip.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BuildError(f"pip download of apache-tvm-ffi=={FFI_VERSION} for Python "
+                         f"{python} failed: {tail}; {_kept(stage.parent)}")
+    return {f"wheels/{n}": file_sha256(dest / n) for n in sorted(set(os.listdir(dest)) - before)}
+
+
+def _swap_in(stage: Path, out: Path) -> None:
+    """Rename the finished bundle into place; the previous one (if any) is renamed aside
+    first and removed after. A crash between the two renames leaves no bundle at ``out``
+    (and the previous one beside it), never a mixed one."""
+    fsync_dir(stage)
+    if not os.path.lexists(out):
+        os.rename(stage, out)
+    else:
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=stage.parent))
+        os.rename(out, old / "bundle")
+        try:
+            os.rename(stage, out)
+        except OSError:
+            os.rename(old / "bundle", out)
+            raise
+        finally:
+            shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(out.absolute().parent)
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def load_manifest(bundle: Path) -> list[dict]:
-    path = Path(bundle) / MANIFEST
-    if not path.exists():
-        raise ValueError(f"{bundle} is not a bundle: no {MANIFEST} (make one with "
-                         f"`tirx-gemm export`)")
-    return json.loads(path.read_text())["kernels"]
+    """The kernels of a bundle, after :func:`verify` (every file checked)."""
+    return verify(Path(bundle))
 
 
 def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,

@@ -12,6 +12,7 @@ Errors a user can cause (bad values, a missing or hung tool, a failed build) pri
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -20,20 +21,52 @@ import traceback
 from pathlib import Path
 
 from tirx_gemm import registry, tables
+from tirx_gemm.progress import Progress
 from tirx_gemm.measure import dtype_kwargs, kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
 from tirx_gemm.numerics import DTYPES
 from tirx_gemm.regress import DEFAULT_TOLERANCE
-from tirx_gemm.sass import HEADLINE_SASS
+from tirx_gemm.sass import HEADLINE_SASS, meaning
 
 
 DEBUG_ENV = "TIRX_GEMM_DEBUG"
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage mistakes in one line (``-h`` shows the usage), exit 2."""
+    """Usage mistakes in one line (``-h`` shows the usage), exit 2; a mistyped choice gets
+    the closest valid one."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {_friendly(message)}\n")
+
+
+def suggest(word: str, choices) -> str:
+    """" (did you mean 'build'?)" for the closest of ``choices``, or ""."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _friendly(message: str) -> str:
+    """argparse's message without its internal names, with a did-you-mean."""
+    import re
+    m = re.match(r"argument (\S+): invalid choice: '?([^' ]*)'? \(choose from (.*)\)$", message)
+    if m:
+        arg, word, choices = m.groups()
+        options = [c.strip(" '\"") for c in choices.split(",")]
+        if arg in ("COMMAND", "cmd"):
+            return (f"unknown command {word!r}{suggest(word, options)}; the commands are "
+                    f"{', '.join(options)} (`tirx-gemm -h` says what each does)")
+        return (f"{arg} {word!r} is not one of {', '.join(options)}"
+                f"{suggest(word, options)}")
+    return message.replace("argument COMMAND", "command").replace("COMMAND", "command")
+
+
+def get_step(step_id: str, arch: str) -> registry.Step:
+    """registry.get, with the closest step id suggested for an unknown one."""
+    try:
+        return registry.get(step_id, arch)
+    except ValueError as exc:
+        ids = [s.id for s in registry.all_steps(arch)] if arch in registry.ARCHES else []
+        raise ValueError(f"{exc}{suggest(str(step_id).lower(), ids)}") from None
 
 
 def _mnk(text: str) -> tuple[int, int, int]:
@@ -95,7 +128,7 @@ def _steps_arg(args) -> list[registry.Step]:
         return steps
     if not args.step:
         raise ValueError("name a step (e.g. v4) or pass --all")
-    return [registry.get(args.step, args.arch)]
+    return [get_step(args.step, args.arch)]
 
 
 def _fmt_bytes(n) -> str:
@@ -144,29 +177,55 @@ def _build_table(rows) -> str:
     return tables.text(BUILD_HEAD, rows, BUILD_ALIGN)
 
 
+def build_legend(results) -> str:
+    """What the build table's columns mean, and each SASS opcode it shows (sass.py's
+    glossary)."""
+    shown = [k for k in HEADLINE_SASS
+             if any(not isinstance(r, Exception) and k in r.key_sass() for r in results)]
+    lines = ["columns: build = seconds to compile (cached: read from the build cache); "
+             "regs = registers per thread; smem = dynamic shared memory per CTA (K = KiB); "
+             "spills = bytes spilled to local memory (stores + loads, ptxas); key SASS = "
+             "OPCODExN, N instructions of that opcode in the kernel's SASS:"]
+    lines += [f"  {k:10} {meaning(k)}" for k in shown]
+    return "\n".join(lines)
+
+
+def _build_progress(n: int, quiet: bool, what: str = "building", reqs_label: str = ""):
+    """(Progress, build_many callback): one line per build when there are several, and a
+    heartbeat at least every 10 s."""
+    prog = Progress(what if n > 1 else f"{what} {reqs_label}", n if n > 1 else None,
+                    enabled=not quiet)
+
+    def callback(done, total, req, res):
+        if n < 2:
+            return
+        if isinstance(res, Exception):
+            verb, secs = "FAILED", None
+        else:
+            verb = "cached" if res.cached else "built"
+            secs = None if res.cached else res.times.get("total")
+        prog.item(verb, f"{req[0].key} {tables.shape(req[1])}", secs)
+
+    return prog, callback
+
+
 def cmd_build(args) -> int:
     from tirx_gemm.build import build_many
 
     steps = _steps_arg(args)
     reqs = [(s, args.mnk or s.canonical, dtype_kwargs(args.dtype)) for s in steps]
     t0 = time.perf_counter()
-    show_progress = len(reqs) > 1 and not args.quiet
-
-    def progress(done, total, req, res):
-        if show_progress:
-            status = "failed" if isinstance(res, Exception) else ("cached" if res.cached else "built")
-            print(f"\r[{done}/{total}] {req[0].key} {status}" + " " * 20, end="", file=sys.stderr,
-                  flush=True)
-
-    results = build_many(reqs, jobs=args.jobs, use_cache=not args.no_cache, progress=progress,
-                         watchdog_ms=args.watchdog_ms)
-    if show_progress:
-        print(file=sys.stderr)
+    prog, progress = _build_progress(len(reqs), args.quiet, reqs_label=reqs[0][0].key)
+    with prog:
+        results = build_many(reqs, jobs=args.jobs, use_cache=not args.no_cache,
+                             progress=progress, watchdog_ms=args.watchdog_ms)
     rows = [[step.id, step.arch, _shape_dtype(mnk, args.dtype), f"FAILED: {r}"]
             if isinstance(r, Exception) else _build_row(r)
             for (step, mnk, _), r in zip(reqs, results)]
     failed = sum(isinstance(r, Exception) for r in results)
     print(_build_table(rows))
+    if not args.quiet:
+        print(build_legend(results))
     print(f"\n{len(reqs) - failed}/{len(reqs)} built in {time.perf_counter() - t0:.1f}s "
           f"(cache: {_cache_note()})")
     if any(s.arch == "sm_100a" for s in steps):
@@ -192,13 +251,35 @@ def cmd_doctor(args) -> int:
                     for label, text in lines) else 0
 
 
+def kernel_start(cuda: str) -> int:
+    """Index of the line where the generated CUDA's first kernel (``__global__``) starts,
+    after NVRTC's and TVM's prelude (headers, type shims, helpers); 0 if there is none."""
+    lines = cuda.splitlines()
+    for i, line in enumerate(lines):
+        if "__global__" in line:
+            while i > 0 and lines[i - 1].lstrip().startswith(("//", "template")):
+                i -= 1
+            return i
+    return 0
+
+
 def cmd_show(args) -> int:
     from tirx_gemm.build import build
 
-    step = registry.get(args.step, args.arch)
-    r = build(step.id, *(args.mnk or step.canonical), arch=step.arch, **dtype_kwargs(args.dtype))
+    step = get_step(args.step, args.arch)
+    with Progress(f"building {step.key}", enabled=not args.quiet):
+        r = build(step.id, *(args.mnk or step.canonical), arch=step.arch,
+                  **dtype_kwargs(args.dtype))
     what = args.what or "cuda"
     text = {"cuda": r.cuda_source, "sass": r.sass, "tir": r.tir}[what]
+    if what == "cuda" and not args.full:
+        start = kernel_start(text)
+        if start:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[start:])
+            if not args.quiet:
+                print(f"// {start} lines of NVRTC/TVM prelude skipped (headers, type shims, "
+                      "helpers): --full shows them", file=sys.stderr, flush=True)
     sys.stdout.write(text)
     if what == "sass" and not args.quiet:
         summary = ", ".join(f"{k} x{v}" for k, v in r.key_sass().items())
@@ -247,8 +328,25 @@ def _device_or_reason(arch):
     return device.device_or_reason(arch)
 
 
-def _cannot_run(what: str, arch: str, why: str) -> int:
+def way_on(arch: str, step: str | None = None, bundle_args: str = "", cmd: str = "run") -> str:
+    """The commands that can do what needs a GPU of ``arch`` from this machine: NumSim for
+    sm_100a; for sm_90a an export here and ``cmd`` (run, bench) with --bundle on a GPU host."""
+    name = step or ("vN" if cmd == "run" else "")
+    if arch == "sm_100a":
+        return (f"instead, run it on NumSim, a CPU model of sm_100a: `tirx-gemm sim {step or '--all'}` "
+                "(correctness and synchronization, no TFLOP/s; needs the Python 3.12 sim "
+                "venv, README 'Running the Blackwell steps on a CPU model')")
+    what = step or "--all"
+    there = f"python -m tirx_gemm.cli {cmd} {name} --arch {arch}".replace("  ", " ")
+    return (f"to run it on a Hopper GPU host: `tirx-gemm export {what} --arch {arch}"
+            f"{bundle_args} --ffi-wheel 3.12 --out build/bundle` here, copy build/bundle and "
+            f"this checkout there, then `{there} --bundle build/bundle`")
+
+
+def _cannot_run(what: str, arch: str, why: str, step: str | None = None,
+                extra: str = "", cmd: str = "run") -> int:
     print(f"\ncannot run {what}: {why}", file=sys.stderr)
+    print(way_on(arch, step, extra, cmd), file=sys.stderr)
     if arch == "sm_100a":
         print("No TFLOP/s is reported: sm_100a results exist only where a Blackwell GPU ran "
               "them.", file=sys.stderr)
@@ -256,17 +354,20 @@ def _cannot_run(what: str, arch: str, why: str) -> int:
 
 
 def cmd_run(args) -> int:
-    step = registry.get(args.step, args.arch)
+    step = get_step(args.step, args.arch)
     mnk = tuple(args.mnk or step.canonical)
     device, why = _device_or_reason(step.arch)
     # build (or find in the bundle) even without a GPU, so the compile side is shown/checked
-    lib, meta, built = kernel_for(step, mnk, args.bundle,
-                                  sm_count=device["sm_count"] if device else None,
-                                  watchdog_ms=args.watchdog_ms, dtype=args.dtype)
+    with Progress(f"building {step.key}", enabled=not args.quiet and not args.bundle):
+        lib, meta, built = kernel_for(step, mnk, args.bundle,
+                                      sm_count=device["sm_count"] if device else None,
+                                      watchdog_ms=args.watchdog_ms, dtype=args.dtype)
     if built is not None:
         print(_build_table([_build_row(built)]))
     if device is None:
-        return _cannot_run(step.key, step.arch, why)
+        extra = ("" if args.dtype == "float16" else f" --dtype {args.dtype}") + (
+            "" if not args.mnk else f" --mnk {','.join(map(str, mnk))}")
+        return _cannot_run(step.key, step.arch, why, step.id, extra)
     from tirx_gemm import runner
     kernel = runner.load_kernel(str(lib))
     rec = runner.run_step(kernel, meta, check=True, time=not args.no_time,
@@ -302,7 +403,9 @@ def cmd_bench(args) -> int:
     steps = _steps_arg(args) if (args.step or args.all) else registry.all_steps(args.arch)
     device, why = _device_or_reason(args.arch)
     if device is None:
-        return _cannot_run(f"{args.arch} steps", args.arch, why)
+        one = steps[0].id if len(steps) == 1 else None
+        return _cannot_run(f"{args.arch} steps", args.arch, why, one,
+                           " --shapes bench", cmd="bench")
     recs = measure_plan(_plan(steps, args.mnk and [args.mnk] or args.shapes),
                         bundle=args.bundle, check_only=args.no_time, log=_progress_log(args),
                         watchdog_ms=args.watchdog_ms, dtype=args.dtype)
@@ -322,10 +425,18 @@ def _bench_suite(args) -> int:
     from tirx_gemm import suite
     suite.load_suite(args.suite or None)  # a bad suite file fails before the GPU probe
     if args.target != suite.MATMUL:
-        registry.get(args.target, args.arch)
+        get_step(args.target, args.arch)
     device, why = _device_or_reason(args.arch)
     if device is None:
-        return _cannot_run(f"the suite ({args.target})", args.arch, why)
+        if args.arch == "sm_100a":
+            return _cannot_run(f"the suite ({args.target})", args.arch, why)
+        print(f"\ncannot run the suite ({args.target}): {why}\nto run it on a Hopper GPU "
+              f"host: `tirx-gemm export --suite {args.suite or ''} --target {args.target} "
+              f"--arch {args.arch} --ffi-wheel 3.12 --out build/bundle` here, then there "
+              f"`python -m tirx_gemm.cli bench --suite {args.suite or ''} --target "
+              f"{args.target} --arch {args.arch} --bundle build/bundle`".replace("  ", " "),
+              file=sys.stderr)
+        return 2
     out = suite.bench_suite(args.suite or None, args.target, bundle=args.bundle,
                             log=_progress_log(args), results_dir=args.results,
                             record=args.record)
@@ -341,18 +452,21 @@ def cmd_regress(args) -> int:
     launcher.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
     arch, why = device.gpu_arch()
     if arch is None:
-        print(f"cannot run the GPU regression: {why}\n(the CPU-level check is "
-              "`tirx-gemm regress --cpu`)", file=sys.stderr)
+        print(f"cannot run the GPU regression: {why}\nhere: `tirx-gemm regress --cpu` (build "
+              "expectations) or `tirx-gemm sim --all` (sm_100a on NumSim); on a Hopper GPU "
+              "host: `tirx-gemm export --all --arch sm_90a --shapes bench --ffi-wheel 3.12 "
+              "--out build/bundle` here, then there `python -m tirx_gemm.cli regress --bundle "
+              "build/bundle`", file=sys.stderr)
         return 2
     device, _ = _device_or_reason(arch)
+    path = Path(args.baseline) if args.baseline else regress.baseline_path(
+        device["name"], Path(args.results) / "baselines")
+    base = regress.load_baseline(path)  # a bad baseline fails before any GPU work
     plan = regress.bench_plan(registry.all_steps(arch))
     print(f"regression on {device['name']} ({arch}): {len(plan)} step/shape pairs, "
           f"tolerance {args.tolerance:.0%}")
     recs = measure_plan(plan, bundle=args.bundle, log=_progress_log(args),
                         watchdog_ms=args.watchdog_ms)
-    path = Path(args.baseline) if args.baseline else regress.baseline_path(
-        device["name"], Path(args.results) / "baselines")
-    base = regress.load_baseline(path)
     verdicts = regress.evaluate(recs, None if args.update_baseline else base, args.tolerance)
     print("\n" + regress.format_verdicts(verdicts))
     if args.record:
@@ -376,9 +490,9 @@ def _regress_cpu(args) -> int:
     from tirx_gemm.build import build_many
     steps = registry.all_steps(args.arch if args.arch_given else None)
     reqs = regress.cpu_requests(steps)
-    res = build_many(reqs, watchdog_ms=args.watchdog_ms, progress=None if args.quiet else (
-        lambda d, t, req, r: print(f"\r[{d}/{t}] {req[0].key}", end="", file=sys.stderr)))
-    print(file=sys.stderr)
+    prog, progress = _build_progress(len(reqs), args.quiet)
+    with prog:
+        res = build_many(reqs, watchdog_ms=args.watchdog_ms, progress=progress)
     bad = [(req, r) for req, r in zip(reqs, res) if isinstance(r, Exception)]
     for req, r in bad:
         print(f"{req[0].key}: build failed: {r}")
@@ -412,8 +526,10 @@ def _regress_cpu(args) -> int:
 
 # ---------------------------------------------------------------------------------------
 def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tirx-gemm", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = _Parser(prog="tirx-gemm", description=__doc__.split("\n")[0],
+                epilog="Start with `tirx-gemm list`, then `tirx-gemm build v4`; "
+                       "`tirx-gemm COMMAND -h` explains a command.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def common(sp, step=True, all_=True):
         if step:
@@ -460,6 +576,9 @@ def make_parser() -> argparse.ArgumentParser:
     g = sp.add_mutually_exclusive_group()
     for w in ("cuda", "sass", "tir"):
         g.add_argument(f"--{w}", dest="what", action="store_const", const=w)
+    sp.add_argument("--full", action="store_true",
+                    help="--cuda: the whole file (default: from the kernel on, without the "
+                         "NVRTC/TVM prelude)")
     sp.set_defaults(fn=cmd_show)
 
     sp = sub.add_parser("export", help="build + bundle kernels for a GPU host without TVM")
@@ -525,7 +644,27 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+SHORT_HELP = """tirx-gemm: a stepwise GEMM tutorial compiler (TIRx, D = A @ B.T)
+
+commands:
+  list      the steps and their lessons          tirx-gemm list
+  build     compile steps, show resources/SASS   tirx-gemm build v4 [--arch sm_90a]
+  show      a step's generated CUDA, SASS, TIR   tirx-gemm show v4 --cuda
+  sim       run sm_100a steps on NumSim (CPU)    tirx-gemm sim v4
+  export    bundle kernels for a GPU host        tirx-gemm export v4 --arch sm_90a
+  run       check + time one step on this GPU    tirx-gemm run v4 --arch sm_90a
+  bench     check + time steps vs torch.matmul   tirx-gemm bench --arch sm_90a
+  regress   GPU floors, or --cpu build checks    tirx-gemm regress --cpu
+  doctor    the CUDA toolchain a build uses      tirx-gemm doctor
+
+`tirx-gemm COMMAND -h` explains a command; `tirx-gemm -h` lists every option."""
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # a bare call asks what the tool does: the short help, exit 0
+        print(SHORT_HELP)
+        return 0
     args = make_parser().parse_args(argv)
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
@@ -536,7 +675,7 @@ def main(argv=None) -> int:
     except (ValueError, BuildError, OSError, SimUnavailable, *_runner_errors()) as exc:
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
-        print(f"tirx-gemm: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"tirx-gemm: error: {_one_line(exc)}{_doctor_hint(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -551,6 +690,22 @@ def _runner_errors() -> tuple:
         ("device", "DeviceMismatchError"), ("loader", "RuntimeLibraryError"),
         ("launcher", "KernelLaunchError"))]
     return tuple(getattr(mod, name) for mod, name in found if mod is not None)
+
+
+TOOLCHAIN_WORDS = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "cicc", "libcuda", "toolchain",
+                   "CUDA headers", "host compiler")
+
+
+def _doctor_hint(exc: BaseException) -> str:
+    """"; `tirx-gemm doctor` ..." for a build error about the toolchain (a tool missing,
+    failing or hung), unless the message already names a way on."""
+    from tirx_gemm.build import BuildError
+    first = (str(exc).strip().splitlines() or [""])[0]
+    if not isinstance(exc, BuildError) or "doctor" in first:
+        return ""
+    if any(w in first for w in TOOLCHAIN_WORDS):
+        return " (`tirx-gemm doctor` shows the toolchain a build uses)"
+    return ""
 
 
 def _one_line(exc: BaseException) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "KERNEL_TIMEOUT_ENV",
     "HANG_EXIT_CODE",
     "kernel_timeout",
+    "KERNEL_TIMEOUT_MAX_S",
     "label",
     "hang_label",
     "synchronize",
@@ -162,9 +163,16 @@ _POLL_MAX_S = 0.01  # the poll interval grows to this: fast for short waits, che
 _launch_label: str | None = None  # "v4@sm_90a 4096x4096x4096" while run_step runs a step
 
 
+KERNEL_TIMEOUT_MAX_S = 3600.0  # the widest hang guard: one hour per wait
+
+
 def kernel_timeout() -> float:
-    """Seconds the host waits for the GPU: ``TIRX_GEMM_KERNEL_TIMEOUT`` if set, else 60."""
-    return env_seconds(KERNEL_TIMEOUT_ENV, KERNEL_TIMEOUT_S)
+    """Seconds the host waits for the GPU: ``TIRX_GEMM_KERNEL_TIMEOUT`` if set, else 60.
+
+    That variable is the way to widen the hang guard (a slow debugging build, a GPU shared
+    with other work), up to KERNEL_TIMEOUT_MAX_S (3600 s); it cannot switch the guard off:
+    0, a negative number, inf, nan, text or more than 3600 is a one-line ValueError."""
+    return env_seconds(KERNEL_TIMEOUT_ENV, KERNEL_TIMEOUT_S, maximum=KERNEL_TIMEOUT_MAX_S)
 
 
 def label(meta) -> str:

@@ -122,6 +122,9 @@ def load_kernel(lib_path: str | os.PathLike):
     already imported in this process, ``tvm.runtime.load_module`` is used instead. CUDA is
     initialised through torch first. Call the result with torch CUDA tensors (DLPack).
 
+    A library inside a bundle (a folder with manifest.json) is loaded only after
+    ``bundle.verify_library`` found the bundle intact (bundle.BundleError otherwise).
+
     The runtime libraries are loaded once per process (from the folder found by the first
     call); later calls reuse them, since a second copy would abort the process. For the same
     reason, do not ``import tvm`` in a process after this path has loaded the runtime.
@@ -129,6 +132,10 @@ def load_kernel(lib_path: str | os.PathLike):
     path = Path(lib_path)
     if not path.is_file():
         raise FileNotFoundError(f"step library {path} does not exist")
+    # a library from a bundle: the whole bundle (this library, the runtime libraries next to
+    # it) is checked against its manifest before anything is loaded
+    from tirx_gemm.bundle import verify_library  # noqa: PLC0415 (bundle imports this module)
+    verify_library(path)
     _init_cuda_via_torch()
     tvm = sys.modules.get("tvm")
     if tvm is not None and hasattr(tvm, "runtime"):

@@ -81,10 +81,29 @@ def serve(jobs: list[dict], parallel: int):
             raise
         server_err.seek(0)
         err = server_err.read()
-    tail = "\n".join(err.strip().splitlines()[-25:])
-    for job in jobs:  # the server died before reporting these
-        if job["dir"] not in seen:
-            yield job["dir"], f"the build server failed (exit {proc.returncode}):\n{tail}"
+    missing = [job for job in jobs if job["dir"] not in seen]
+    if missing:  # the server died before reporting these: its traceback goes to a log
+        log = _server_log(err)
+        last = (err.strip().splitlines() or ["no output"])[-1][:200]
+        for job in missing:
+            yield job["dir"], (f"the build server failed (exit {proc.returncode}: {last}); "
+                               f"its full output is in {log}; `tirx-gemm doctor` checks the "
+                               "toolchain")
+
+
+def _server_log(text: str) -> str:
+    """Write a failed build server's output to a log file under the cache; its path (or
+    why it could not be written)."""
+    from tirx_gemm.cache import cache_root
+    try:
+        logs = cache_root() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix="build-server-", suffix=".log", dir=logs)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+        return path
+    except OSError as exc:
+        return f"(no log: {exc.strerror or exc})"
 
 
 def job_error(work: Path) -> dict | None:

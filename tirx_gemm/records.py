@@ -29,6 +29,8 @@ __all__ = [
     "device_slug",
     "record_dtype",
     "record_key",
+    "record_problem",
+    "sim_checks",
     "append_record",
     "load_records",
     "latest_by_key",
@@ -80,7 +82,11 @@ def append_record(rec: dict, results_dir: str | os.PathLike = "results") -> Path
     missing = [k for k in REQUIRED_KEYS if rec.get(k) is None]
     if missing:
         raise ValueError(f"record lacks {', '.join(missing)}")
-    line = json.dumps(_sanitize(rec), sort_keys=True, allow_nan=False)
+    clean = _sanitize(rec)
+    problem = record_problem(clean)
+    if problem:
+        raise ValueError(f"refusing to record {rec.get('step')}@{rec.get('arch')}: {problem}")
+    line = json.dumps(clean, sort_keys=True, allow_nan=False)
     d = Path(results_dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{device_slug(rec['device'])}.jsonl"
@@ -89,12 +95,93 @@ def append_record(rec: dict, results_dir: str | os.PathLike = "results") -> Path
     return path
 
 
+# numbers a record may hold: None (not measured) or a finite number > 0 (>= 0 for errors)
+POSITIVE_FIELDS = ("tflops", "torch_tflops", "median_ms", "best_ms", "torch_median_ms",
+                   "torch_best_ms", "ratio_to_torch")
+NONNEGATIVE_FIELDS = ("rel_err", "seconds")
+SIM_CHECKS = {"numsim": ("numsim", ("correct",)),  # check -> (record field, passing verdicts)
+              "sync": ("synccheck", ("clean", "accepted review")),
+              "race": ("racecheck", ("clean", "accepted review"))}
+KNOWN_DTYPES = ("float16", "bfloat16")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def record_problem(rec) -> str | None:
+    """What makes ``rec`` unusable as a record, in a few words, or None. Types are checked,
+    not guessed: "verified" must be true or false (the string "false" is not a pass),
+    TFLOP/s and times finite and positive, and a simulation record must name the checkers
+    that ran ("checks") and may claim a pass only with each of their verdicts passing and
+    the others "skipped"."""
+    if not isinstance(rec, dict):
+        return "a record must be a JSON object"
+    missing = [k for k in (*REQUIRED_KEYS, "verified") if rec.get(k) is None]
+    if missing:
+        return f"record lacks {', '.join(missing)}"
+    bad = [k for k in ("M", "N", "K") if not _is_int(rec[k]) or rec[k] < 1]
+    if bad:
+        return (f"{', '.join(bad)} must be positive integers, got "
+                + ", ".join(repr(rec[k]) for k in bad))
+    for k in ("step", "arch", "device"):
+        if not isinstance(rec[k], str) or not rec[k]:
+            return f"{k} must be a non-empty string, got {rec[k]!r}"
+    for k in ("verified", "checked"):
+        if k in rec and not isinstance(rec[k], bool):
+            return f"{k} must be true or false, got {rec[k]!r}"
+    for k in POSITIVE_FIELDS:
+        v = rec.get(k)
+        if v is not None and not (_is_number(v) and v > 0):
+            return f"{k} must be a finite number > 0 or null, got {v!r}"
+    for k in NONNEGATIVE_FIELDS:
+        v = rec.get(k)
+        if v is not None and not (_is_number(v) and v >= 0):
+            return f"{k} must be a finite number >= 0 or null, got {v!r}"
+    if rec.get("dtype") is not None and rec["dtype"] not in KNOWN_DTYPES:
+        return f"dtype must be one of {', '.join(KNOWN_DTYPES)}, got {rec['dtype']!r}"
+    for k in ("kwargs", "build_kwargs"):
+        if rec.get(k) is not None and not isinstance(rec[k], dict):
+            return f"{k} must be an object, got {rec[k]!r}"
+    if rec.get("timestamp") is not None and not isinstance(rec["timestamp"], str):
+        return f"timestamp must be a string, got {rec['timestamp']!r}"
+    if rec.get("kind") == "numsim":
+        return _sim_problem(rec)
+    return None
+
+
+def _sim_problem(rec: dict) -> str | None:
+    checks = rec.get("checks")
+    if not isinstance(checks, list) or not checks or any(c not in SIM_CHECKS for c in checks):
+        return (f"a simulation record must list the checkers that ran in \"checks\" (some of "
+                f"{', '.join(SIM_CHECKS)}), got {checks!r}")
+    for c, (field, passing) in SIM_CHECKS.items():
+        v = rec.get(field)
+        if v is not None and not isinstance(v, str):
+            return f"{field} must be a string, got {v!r}"
+        if c not in checks and v not in (None, "skipped"):
+            return f"{field} says {v!r} but \"checks\" does not list {c}"
+        if rec["verified"] and c in checks and v not in passing:
+            return f"verified is true but {field} is {v!r}"
+    return None
+
+
+def sim_checks(rec: dict) -> tuple[str, ...]:
+    """The checkers a (validated) simulation record ran, in SIM_CHECKS order."""
+    return tuple(c for c in SIM_CHECKS if c in (rec.get("checks") or ()))
+
+
 def load_records(results_dir: str | os.PathLike = "results") -> list[dict]:
     """All records of results_dir/*.jsonl, file by file (sorted by name), in file order.
 
-    A line that is not UTF-8 text, not a JSON object, or a record without the keys that
-    identify it (REQUIRED_KEYS; M, N, K integers) raises ValueError naming the file and line:
-    results are data, and a damaged file should be noticed, not skipped.
+    A line that is not UTF-8 text, not a JSON object, or not a valid record
+    (:func:`record_problem`: the keys that identify it, "verified" a real bool, finite
+    positive TFLOP/s, a simulation's checkers named) raises ValueError naming the file and
+    line: results are data, and a damaged file should be noticed, not skipped.
     """
     d = Path(results_dir)
     if not d.is_dir():
@@ -115,16 +202,9 @@ def load_records(results_dir: str | os.PathLike = "results") -> list[dict]:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{where}: not valid JSON ({e})") from None
-                if not isinstance(rec, dict):
-                    raise ValueError(f"{where}: a record must be a JSON object")
-                missing = [k for k in REQUIRED_KEYS if rec.get(k) is None]
-                if missing:
-                    raise ValueError(f"{where}: record lacks {', '.join(missing)}")
-                bad = [k for k in ("M", "N", "K")
-                       if isinstance(rec[k], bool) or not isinstance(rec[k], int)]
-                if bad:
-                    raise ValueError(f"{where}: {', '.join(bad)} must be integers, got "
-                                     + ", ".join(repr(rec[k]) for k in bad))
+                problem = record_problem(rec)
+                if problem:
+                    raise ValueError(f"{where}: {problem} (fix or remove that line)")
                 records.append(rec)
     return records
 
@@ -171,7 +251,7 @@ def _fmt_cell(rec: dict | None) -> str:
         perf = f"{tf:.1f}"
         if ratio is not None:
             perf += f" ({ratio:.2f}×)"
-    if rec.get("verified"):
+    if rec.get("verified") is True:
         return f"{perf} ✓" if perf else "✓ (not timed)"
     if not rec.get("checked", True):
         return f"{perf} unchecked" if perf else "unchecked"
@@ -207,11 +287,25 @@ def _sim_cell(step_id: str, arch: str, sim_records: Sequence[dict]) -> str:
     if not run:
         return "not simulated"
     newest = max(run, key=_when)
-    ok = sum(1 for r in run if r.get("verified"))
+    ok = sum(1 for r in run if r.get("verified") is True)
     when = f"{str(newest.get('timestamp', ''))[:10]}, git {str(newest.get('git_sha'))[:10]}"
     if ok == len(run):
-        return f"✓ {ok}/{ok} cases correct, sync/race clean ({when})"
+        return f"✓ {ok}/{ok} cases {_claims(run)} ({when})"
     return f"✗ {len(run) - ok} of {len(run)} cases failed ({when})"
+
+
+def _claims(run: Sequence[dict]) -> str:
+    """What every record of a passing run says ran: only checkers all of them ran."""
+    ran = [c for c in SIM_CHECKS if all(c in sim_checks(r) for r in run)]
+    said = []
+    if "numsim" in ran:
+        said.append("correct")
+    clean = [c for c in ("sync", "race") if c in ran]
+    if clean:
+        said.append("/".join(clean) + " clean")
+    missing = [f"{SIM_CHECKS[c][0]}" for c in SIM_CHECKS if c not in ran]
+    text = ", ".join(said) or "passed"
+    return text + (f"; not run: {', '.join(missing)}" if missing else "")
 
 
 DTYPE_LABEL = {"float16": "fp16", "bfloat16": "bf16"}
@@ -274,7 +368,7 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
                 timed = {(int(r["M"]), int(r["N"]), int(r["K"])): r for r in timed_latest
                          if r["step"] == step_id and r["arch"] == arch and r["device"] == dev
                          and record_dtype(r) == dt}
-                ok = sum(1 for r in mine if r.get("verified"))
+                ok = sum(1 for r in mine if r.get("verified") is True)
                 checked = f"{ok}/{len(mine)} ✓" + (
                     "" if ok == len(mine) else f", {len(mine) - ok} ✗ failed check")
                 rows.append([step_id, arch] + dtype_cell(dt)
@@ -291,7 +385,8 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         "the registry). simulated on CPU (NumSim) = every simulation case of the step's "
         "latest run (registry shapes chosen to exercise its barrier protocol) executed on "
         "tirx-harness NumSim, a CPU model of sm_100a: numbers correct on random and exact "
-        "small-integer inputs, synccheck and racecheck clean. It proves correctness and "
+        "small-integer inputs, synccheck and racecheck clean (a cell names any checker its "
+        "run left out, and claims nothing for it). It proves correctness and "
         "synchronization on a model, not speed and not silicon: no TFLOP/s come from it."
         + (" dtype = operand and output dtype (fp32 accumulation in both); fp16 and bf16 "
            "results are never mixed in one row, and the simulation column is the step's "

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
+import re
 from pathlib import Path
 
 from tirx_gemm import tables
@@ -47,7 +49,12 @@ def baseline_path(device_name: str, baseline_dir: Path = BASELINE_DIR) -> Path:
     return Path(baseline_dir) / f"{device_slug(device_name)}.json"
 
 
+_KEY = re.compile(r"[A-Za-z0-9_]+@[A-Za-z0-9_]+:[0-9]+x[0-9]+x[0-9]+")
+
+
 def load_baseline(path: Path) -> dict | None:
+    """The baseline at ``path`` (None if there is none), checked entry by entry (ValueError
+    naming the file and entry): the CLI reads it before any GPU work."""
     path = Path(path)
     if not path.exists():
         return None
@@ -55,8 +62,17 @@ def load_baseline(path: Path) -> dict | None:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: not a baseline file ({e})") from None
-    if not isinstance(data, dict) or "entries" not in data:
-        raise ValueError(f"{path}: not a baseline file (no 'entries')")
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+        raise ValueError(f"{path}: not a baseline file (no 'entries' object)")
+    for key, entry in data["entries"].items():
+        tf = entry.get("tflops") if isinstance(entry, dict) else None
+        if not (isinstance(tf, (int, float)) and not isinstance(tf, bool)
+                and math.isfinite(tf) and tf > 0):
+            raise ValueError(f"{path}: entry {key!r} needs a finite tflops > 0, got "
+                             f"{entry!r}; fix it or re-record with `tirx-gemm regress "
+                             "--update-baseline`")
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"{path}: entry {key!r} is not step@arch:MxNxK")
     return data
 
 
