@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One H200 session for issue 17 (edges, bf16, split-K, the shape suite), run from a snapshot
+# of the checkout (.gpu/src, `git archive HEAD`) with bundles exported here:
+#   .gpu/b16, .gpu/bbf   every sm_90a step at every registry shape, fp16 / bf16
+#   .gpu/lab, .gpu/labk  lab variants (scripts/lab/issue17_corners.json, issue17_splitk.json)
+#   .gpu/suite, .gpu/suite9  the shape suite for tirx_gemm.matmul's choice / for v9 alone
+# Each stage has its own time limit so that one slow or hung stage cannot take the others
+# with it; logs and records go to $OUT. Two calls: `h200_issue17.sh a` (checks, lab
+# variants) and `h200_issue17.sh b` (the suite, matmul, the benchmark shapes).
+set -uo pipefail
+G=$PWD/.gpu
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/results"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$G"/b16/wheels/*.whl || exit 3
+cd "$G/src" || exit 3
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+stage() {  # stage NAME SECONDS CMD...
+  local name=$1 limit=$2; shift 2
+  echo "== $name (limit ${limit}s)"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n ${TAILN:-25} "$OUT/$name.log"
+  echo "== $name rc=$rc in $((SECONDS - t0))s"
+}
+R="--results $OUT/results --record"
+case "${1:-a}" in
+a)
+stage check_fp16 110 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes all --no-time --bundle "$G/b16" $R -q
+stage check_bf16 110 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes all --no-time --dtype bfloat16 --bundle "$G/bbf" $R -q
+TAILN=40 stage lab_corners 100 python3 scripts/lab/h200_variants.py run --bundle "$G/lab" --records "$OUT/lab_corners.jsonl" --passes 3
+TAILN=30 stage lab_splitk 150 python3 scripts/lab/h200_variants.py run --bundle "$G/labk" --records "$OUT/lab_splitk.jsonl" --passes 3
+;;
+b)
+TAILN=12 stage suite_matmul 150 python3 -m tirx_gemm.cli bench --suite --target matmul --arch sm_90a --bundle "$G/suite" $R -q
+TAILN=12 stage suite_v9 130 python3 -m tirx_gemm.cli bench --suite --target v9 --arch sm_90a --bundle "$G/suite9" $R -q
+TAILN=5 TIRX_GEMM_BUNDLE="$G/suite" stage matmul_smoke 80 python3 scripts/lab/matmul_smoke.py
+stage bench_fp16 120 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes bench --bundle "$G/b16" $R -q
+;;
+esac
+echo "stages done in ${SECONDS}s"
