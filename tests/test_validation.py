@@ -47,3 +47,11 @@ def test_messages_name_the_tile():
         registry.get("v1", "sm_100a").build_primfunc(256, 128, 64)
     with pytest.raises(ValueError, match=r"PIPE_DEPTH=9 needs ~\d+ KiB of shared memory"):
         registry.get("v6", "sm_100a").build_primfunc(128, 128, 192, PIPE_DEPTH=9)
+
+
+@pytest.mark.parametrize("sid", ["v7", "v8", "v9"])
+def test_sm90a_one_stage_ring_is_refused(sid):
+    # the consumers keep one slice's wgmmas in flight (wait_group 1): a one-stage ring
+    # deadlocks (it hung on the H200), so the builder refuses it before building
+    with pytest.raises(ValueError, match="PIPE_DEPTH=1 cannot work here"):
+        registry.get(sid, "sm_90a").build_primfunc(4096, 4096, 4096, PIPE_DEPTH=1)

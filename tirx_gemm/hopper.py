@@ -222,6 +222,7 @@ __all__ = [
     "WGMMA_K",
     "WGMMA_M",
     "check_ctas_fit_sm",
+    "check_ring_for_wait_one",
     "desc_advance",
     "encode_desc",
     "fence_operands",
@@ -246,6 +247,17 @@ from .helpers import F16_BYTES as _F16_BYTES  # noqa: E402
 
 CLUSTER_SIZE = 2
 CLUSTER_MASK = (1 << CLUSTER_SIZE) - 1  # multicast to every CTA of the cluster (0b11)
+
+
+def check_ring_for_wait_one(PIPE_DEPTH: int) -> None:
+    """A ring whose consumers keep one K slice's wgmmas in flight (``wait_group 1``) hands a
+    stage back one K step late, so it needs a second stage to load into meanwhile: with a
+    single stage the consumer waits for a load that waits for the consumer (measured on the
+    H200: v9 at 300x264x200 with PIPE_DEPTH=1 hung until the host's guard stopped it)."""
+    if isinstance(PIPE_DEPTH, int) and not isinstance(PIPE_DEPTH, bool) and PIPE_DEPTH == 1:
+        raise ValueError("PIPE_DEPTH=1 cannot work here: the consumers keep one K slice's "
+                         "wgmmas in flight (wait_group 1) and free its stage one K step "
+                         "late, so a one-stage ring waits on itself; use PIPE_DEPTH >= 2")
 
 
 def check_cluster_pool(SM_COUNT: int) -> None:

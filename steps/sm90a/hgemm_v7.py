@@ -46,7 +46,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
       ceil(M/128) x ceil(N/256) tiles); dtype float16 or bfloat16;
-      PIPE_DEPTH >= 1 with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
+      2 <= PIPE_DEPTH (one stage stays with the wgmmas in flight) with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
       SM_COUNT >= 1 (the runner passes the device's SM count).
     Run: ``tirx-gemm run v7 --arch sm_90a --mnk 4096,4096,4096``.
     """
@@ -59,6 +59,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB
     K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
+    W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
 

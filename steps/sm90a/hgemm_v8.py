@@ -52,7 +52,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       results/logs/ncu/); v9 (overlapped epilogue, 4th stage) comes out ahead of v8.
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges, partial cluster tiles
-      included); dtype float16 or bfloat16; PIPE_DEPTH >= 1 with 48 KB per stage plus
+      included); dtype float16 or bfloat16; 2 <= PIPE_DEPTH (one stage stays with the wgmmas in flight) with 48 KB per stage plus
       64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3); SM_COUNT even (the pool is made of CTA
       pairs).
     Run: ``tirx-gemm run v8 --arch sm_90a --mnk 4096,4096,4096``.
@@ -67,6 +67,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
 
     H.check_edge_shape(M, N, K, dtype)
+    W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     W.check_cluster_pool(SM_COUNT)
