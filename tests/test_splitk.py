@@ -90,11 +90,19 @@ def test_registry_rows_carry_the_workspace():
     for arch, fn in (("sm_100a", workspace_specs), ("sm_90a", splitk.workspace_specs_sm90a)):
         step = registry.get("v11", arch)
         assert step.sm_count_kwarg == "SM_COUNT"
-        for kw in ({"SPLIT_K": 3, "SM_COUNT": 12}, {"SPLIT_K": 1}, {}):
+        for kw in ({"SPLIT_K": 3, "SM_COUNT": 12}, {"SPLIT_K": 1}, {},
+                   {"SPLIT_K": 3, "SM_COUNT": 12, "REDUCE": "spread"}, {"REDUCE": "spread"}):
             assert step.workspace_specs(256, 256, 640, kw) == fn(256, 256, 640, kw)
     sim_kwargs = [dict(kw) for _, kw in registry.get("v11").sim_cases]
     assert {kw.get("SPLIT_K") for kw in sim_kwargs} >= {1, 2, 3, 4}
     assert any(kw.get("dtype") == "bfloat16" for kw in sim_kwargs)
+    spread = [kw for kw in sim_kwargs if kw.get("REDUCE") == "spread"]
+    assert {kw["SPLIT_K"] for kw in spread} >= {2, 3, 4}
+    assert any(kw.get("dtype") == "bfloat16" for kw in spread)
+    # one case fills the SM pool exactly (every SM holds a waiting unit)
+    cases = [(mnk, dict(kw)) for mnk, kw in registry.get("v11").sim_cases]
+    assert any(splitk.tile_counts(*mnk)[0] * kw["SPLIT_K"] == kw["SM_COUNT"]
+               for mnk, kw in cases if kw.get("REDUCE") == "spread")
 
 
 def _reduce_like_the_kernel(partials_in_arrival_order, arrival_order):
@@ -152,6 +160,125 @@ def test_builders_refuse_bad_splits(arch):
     f = step.build_primfunc(200, 136, 200, SPLIT_K=2, SM_COUNT=8)
     specs = step.workspace_specs(200, 136, 200, {"SPLIT_K": 2, "SM_COUNT": 8})
     assert [p.name for p in f.params] == ["A", "B", "D"] + [n for n, _, _ in specs]
+    for name, shape, dt in specs:
+        buf = next(p for p in f.params if p.name == name)
+        assert tuple(int(x) for x in buf.shape) == shape and str(buf.dtype) == dt
+
+
+# --- REDUCE="spread": every split waits for all, then reduces its own band ---
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_spread_split_fills_the_gpu_once(arch):
+    for sms in (7, 132, 148):
+        for M, N, K in ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192),
+                        (1000, 1000, 1000), (200, 136, 200), (8, 8, 1 << 16)):
+            s = choose_split(M, N, K, sms, arch=arch, reduce="spread")
+            tiles, k_tiles = splitk.tile_counts(M, N, K, arch)
+            assert 1 <= s <= k_tiles
+            if s > 1:  # co-resident (one unit per SM) and enough K steps per split
+                assert tiles * s <= sms and k_tiles // s >= splitk.MIN_K_TILES_SPREAD
+                # as many as both limits allow: the serial-read cap of "last" is gone
+                assert s == min(sms // tiles, k_tiles // splitk.MIN_K_TILES_SPREAD)
+    assert choose_split(4096, 4096, 4096, 132, arch=arch, reduce="spread") == 1
+
+
+def test_spread_known_shapes_and_variants():
+    assert [choose_split(*s, 132, arch="sm_90a", reduce="spread") for s in
+            ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192), (1000, 1000, 1000),
+             (4096, 4096, 4096))] == [66, 132, 4, 4, 1]
+    assert choose_split(256, 256, 16384, 148, arch="sm_100a", reduce="spread") == 37
+    # choose_variant: what tirx_gemm.matmul builds; "last" (the default) is not written
+    assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a") == {"SPLIT_K": 66,
+                                                                      "REDUCE": "spread"}
+    assert splitk.choose_variant(4096, 4096, 4096, 132, "sm_90a") == {"SPLIT_K": 1}
+    assert splitk.choose_variant(256, 512, 192, 148, "sm_100a") == {"SPLIT_K": 1}
+    for arch in ARCHES:
+        for M, N, K in ((256, 256, 16384), (1000, 1000, 1000), (128, 128, 256), (8, 8, 64)):
+            kw = splitk.choose_variant(M, N, K, 132, arch)
+            tiles, k_tiles = splitk.tile_counts(M, N, K, arch)
+            assert set(kw) <= {"SPLIT_K", "REDUCE"} and 1 <= kw["SPLIT_K"] <= k_tiles
+            if kw.get("REDUCE") == "spread":
+                splitk.check_spread(tiles, kw["SPLIT_K"], 132)  # never an invalid build
+
+
+def test_spread_model_prefers_it_only_where_the_serial_read_binds():
+    # same split, spread's reduction reads 1 slab instead of S: never worse in the model
+    for s in (2, 4, 16):
+        assert (splitk.model_steps(256, s, "spread") < splitk.model_steps(256, s, "last"))
+    assert splitk.model_steps(256, 1, "spread") == splitk.model_steps(256, 1, "last") == 256
+
+
+def test_spread_refusals():
+    with pytest.raises(ValueError, match=r"tiles x SPLIT_K <= SM_COUNT.*4 x 3 = 12 > 11"):
+        splitk.check_spread(4, 3, 11)
+    splitk.check_spread(4, 3, 12)  # exactly the SMs: allowed
+    with pytest.raises(ValueError, match="REDUCE='both'"):
+        choose_split(256, 256, 16384, 132, reduce="both")
+
+
+def test_spread_workspace_has_two_counters_per_reduction_unit():
+    assert workspace_specs(256, 256, 640, {"SPLIT_K": 3, "REDUCE": "spread"}) == (
+        ("WS", (3, 4, 128 * 128), "float32"), ("CNT", (8,), "int32"))
+    assert splitk.workspace_specs_sm90a(256, 256, 640, {"SPLIT_K": 3, "REDUCE": "spread"}) == (
+        ("WS", (3, 2, 128 * 256), "float32"), ("CNT", (8,), "int32"))  # 2 halves x 2
+    # SPLIT_K absent: the spread heuristic's choice
+    assert splitk.workspace_specs_sm90a(256, 256, 16384, {"REDUCE": "spread"})[0][1][0] == 66
+    assert workspace_specs(256, 256, 16384, {"SPLIT_K": 1, "REDUCE": "spread"}) == ()
+
+
+def _spread_like_the_kernel(parts, arrival_order, chunks):
+    """A numpy model of REDUCE="spread": every unit publishes and counts itself; once the
+    count is S each unit s sums chunks [s*chunks//S, (s+1)*chunks//S) of every slab in
+    split order; the last unit to count on DONE resets both counters."""
+    S = len(parts)
+    slabs, count, done = [None] * S, 0, 0
+    for s in arrival_order:
+        slabs[s] = parts[s].reshape(chunks, -1)
+        count += 1
+    assert count == S  # the wait: nobody reduces before this
+    out = np.full_like(slabs[0], np.nan)
+    for s in arrival_order:
+        q0, q1 = s * chunks // S, (s + 1) * chunks // S
+        acc = np.zeros_like(slabs[0][q0:q1])
+        for k in range(S):
+            acc = (acc + slabs[k][q0:q1]).astype(np.float32)
+        out[q0:q1] = acc
+        old, done = done, done + 1
+        if old == S - 1:
+            count, done = 0, 0
+    return out.reshape(parts[0].shape), count, done
+
+
+@pytest.mark.parametrize("S", (1, 2, 3, 7, 64, 100))
+def test_spread_bands_cover_the_tile_and_match_last_bit_for_bit(S):
+    rng = np.random.default_rng(S)
+    chunks = 4096  # 4-float chunks of a slab (sm_100a) or slab half (sm_90a)
+    bands = [(s * chunks // S, (s + 1) * chunks // S) for s in range(S)]
+    assert bands[0][0] == 0 and bands[-1][1] == chunks
+    assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))
+    parts = [(rng.standard_normal(chunks * 4) * 10.0 ** rng.integers(-4, 5)).astype(np.float32)
+             for _ in range(S)]
+    order = list(rng.permutation(S))
+    out, count, done = _spread_like_the_kernel(parts, order, chunks)
+    assert (count, done) == (0, 0)
+    last, _ = _reduce_like_the_kernel([parts[s] for s in order], order)
+    # the same adds in the same order per element: the same bits as REDUCE="last"
+    assert np.array_equal(out, last)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_builders_refuse_bad_spread(arch):
+    pytest.importorskip("tvm")
+    step = registry.get("v11", arch)
+    # 256x256: 4 tiles (sm_100a) / 2 tiles (sm_90a); 3 splits each, one SM short
+    tiles, _ = splitk.tile_counts(256, 256, 640, arch)
+    with pytest.raises(ValueError, match="tiles x SPLIT_K <= SM_COUNT"):
+        step.build_primfunc(256, 256, 640, SPLIT_K=3, SM_COUNT=tiles * 3 - 1, REDUCE="spread")
+    with pytest.raises(ValueError, match="REDUCE='fast'"):
+        step.build_primfunc(256, 256, 640, SPLIT_K=3, REDUCE="fast")
+    kw = {"SPLIT_K": 3, "SM_COUNT": tiles * 3, "REDUCE": "spread"}
+    f = step.build_primfunc(256, 256, 640, **kw)
+    specs = step.workspace_specs(256, 256, 640, kw)
     for name, shape, dt in specs:
         buf = next(p for p in f.params if p.name == name)
         assert tuple(int(x) for x in buf.shape) == shape and str(buf.dtype) == dt

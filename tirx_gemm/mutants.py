@@ -92,6 +92,25 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            step_edits=(("if arrivals[0] == SPLIT_K - 1:", "if arrivals[0] >= 0:"),),
            must_flag=("race",),
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
+    # v11 REDUCE="spread": every split waits for all arrivals, then reduces its own band
+    Mutant("splitk-spread-early", "v11",
+           "with REDUCE=spread each unit stops waiting at SPLIT_K - 1 arrivals: it may read "
+           "the slab of the split that has not counted itself yet (unpublished, or not yet "
+           "written)",
+           step_edits=(('splitk.wait_count(CNT.ptr_to([tile]), SPLIT_K, "CNT"',
+                        'splitk.wait_count(CNT.ptr_to([tile]), SPLIT_K - 1, "CNT"'),),
+           must_flag=("race",),
+           case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4), ("REDUCE", "spread")))),
+    Mutant("splitk-spread-relaxed-done", "v11",
+           "with REDUCE=spread the units count their finished bands with a relaxed atomic: "
+           "the last one's reset of the tile counter is not ordered after the other units' "
+           "acquire loads of it",
+           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](\n'
+                        '                                done[0]',
+                        'T.ptx["atom.relaxed.gpu.global.add.s32"](\n'
+                        '                                done[0]'),),
+           must_flag=("race",), numbers_right=True,
+           case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4), ("REDUCE", "spread")))),
 )}
 
 

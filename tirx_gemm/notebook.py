@@ -941,8 +941,8 @@ def _suite_text(data: dict) -> str:
 def _no_suite_records(data: dict) -> Md:
     return Md(f"**No H200 suite records yet:** `{_rel(results_dir() / 'suites')}/` holds no "
               f"record of suite `{data['suite']}` run as `{data['before']}` or "
-              f"`{data['after']}` (they come from `tirx_gemm.suite.bench_suite` on a GPU "
-              "host, once per target). Nothing is plotted: no number here is estimated.")
+              f"`{data['after']}` (they come from `tirx-gemm bench --suite --target T --record` "
+              "on a GPU host, once per target). Nothing is plotted: no number here is estimated.")
 
 
 def suite_plot(before: str | None = None, after: str | None = None, path=None):

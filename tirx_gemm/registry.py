@@ -113,7 +113,7 @@ _LESSONS = {
     "v7": "warp specialization: TMA producer, MMA issuer and epilogue run concurrently, linked by full/empty barriers",
     "v8": "2-CTA MMA: a CTA pair issues one tcgen05.mma cta_group::2 over a 256x256 cluster tile; barriers signalled across the pair",
     "v9": "multiple consumers: two MMA warps into separate TMEM column ranges (all 512) share each staged B tile; two epilogue warpgroups",
-    "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; every split stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D",
+    "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; every split stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
 }
 # The Hopper twins teach the same scheduling lessons; the MMA is wgmma (accumulator in
 # registers, issued by a whole warpgroup) instead of tcgen05 (TMEM, one elected thread).
@@ -124,7 +124,7 @@ _LESSONS_SM90 = {
     "v7": "warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups (128x256 tile), full/empty barriers, setmaxnreg",
     "v8": "2-CTA cluster: vertically adjacent CTAs share the B tile, each loads half and TMA multicasts it to both; empty barriers arrived remotely; cluster scheduler",
     "v9": "overlapped epilogue: stmatrix the previous tile's fp16 result and TMA-store it while the next tile's first wgmmas (scale-d 0) run; 4-stage ring",
-    "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; each consumer half stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D",
+    "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; each consumer half stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
 }
 
 _THREAD_COPIES = ("LDG.E.128", "STS.128")
@@ -179,7 +179,16 @@ _SIM_CASES = {
     "v11": (((256, 256, 640), (("SM_COUNT", 12), ("SPLIT_K", 3))),
             ((256, 128, 512), (("SM_COUNT", 3), ("SPLIT_K", 4), ("PIPE_DEPTH", 2))),
             ((200, 136, 200), (("SM_COUNT", 8), ("SPLIT_K", 2))),
-            ((256, 256, 192), (("SM_COUNT", 2), ("SPLIT_K", 1)))),
+            ((256, 256, 192), (("SM_COUNT", 2), ("SPLIT_K", 1))),
+            # REDUCE="spread" (every split reduces a band after waiting for all):
+            # tiles x SPLIT_K == SM_COUNT with SPLIT_K not dividing the K tiles (4 x 3 = 12,
+            # 10 K tiles); SPLIT_K dividing them with idle SMs (2 x 4 < 10, 8 K tiles) and
+            # 4 slabs per load group; an edge case; bf16
+            ((256, 256, 640), (("SM_COUNT", 12), ("SPLIT_K", 3), ("REDUCE", "spread"))),
+            ((256, 128, 512), (("SM_COUNT", 10), ("SPLIT_K", 4), ("REDUCE", "spread"))),
+            ((200, 136, 200), (("SM_COUNT", 8), ("SPLIT_K", 2), ("REDUCE", "spread"))),
+            ((256, 256, 640), (("SM_COUNT", 12), ("SPLIT_K", 3), ("REDUCE", "spread"),
+                               ("dtype", "bfloat16")))),
 }
 # every step is also simulated once in bf16 (its first case); the edge cases above (v4 on:
 # M not a multiple of the tile, N and K multiples of 8 only) exercise TMA's zero-filled
@@ -257,16 +266,17 @@ STEPS: list[Step] = [
     # v11 (split-K): few tiles, deep K. Canonical: 256x256x16384 (4 tiles of 128x128 on
     # sm_100a, 2 of 128x256 on sm_90a: splitk.choose_split picks 11 and 9 splits); the
     # others include a single tile with K=65536, the small-K shapes where the heuristic
-    # keeps SPLIT_K=1, and 4096^3 (enough tiles: SPLIT_K=1).
+    # keeps SPLIT_K=1, and 4096^3 (enough tiles: SPLIT_K=1). No LDG.E.128 promise either
+    # way: the reductions read the fp32 slabs with 128-bit loads (a split build) or not at all.
     replace(_sm100("v11", _EDGE + "; 1 <= SPLIT_K <= ceil(K/64)", (256, 256, 16384),
                    ((128, 128, 65536), (1024, 1024, 8192), (256, 512, 192)) + _EDGE_TESTS,
                    ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192)) + _BENCH[:1],
-                   _EDGE_BAD, _TMA + ("USETMAXREG",), ("LDG.E.128",)),
+                   _EDGE_BAD, _TMA + ("USETMAXREG",)),
             sm_count_kwarg="SM_COUNT", workspace="tirx_gemm.splitk:workspace_specs"),
     replace(_sm90("v11", _EDGE + "; 1 <= SPLIT_K <= ceil(K/64)", (256, 256, 16384),
                   ((128, 128, 65536), (1024, 1024, 8192), (256, 512, 192)) + _EDGE_TESTS,
                   ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192)) + _BENCH[:1],
-                  _EDGE_BAD, _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
+                  _EDGE_BAD, _TMA + ("USETMAXREG", "HGMMA.64x256x16")),
             sm_count_kwarg="SM_COUNT", workspace="tirx_gemm.splitk:workspace_specs_sm90a"),
 ]
 

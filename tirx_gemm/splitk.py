@@ -26,6 +26,15 @@ exists to fill the GPU once, and a tile count that fills it already gets S = 1),
 ``min_k_tiles`` K steps per split (a split must amortise its pipeline fill and its slab),
 and ``S <= max_split`` (the completing unit's serial read of S slabs, 64-128 KiB each,
 must stay short next to its K loop).
+
+A second reduction, ``REDUCE="spread"``: every unit publishes and counts itself as above,
+then waits until the tile's counter shows all S arrivals and reduces its own 1/S of the
+tile from all S slabs (still in split order). Each unit then reads about one slab in
+total, whatever S is, so the serial read no longer caps S: ``choose_split(...,
+reduce="spread")`` goes up to ``sm_count // tiles`` splits with at least
+``MIN_K_TILES_SPREAD`` K steps each. The wait needs every unit of a tile resident at once
+(one unit per CTA, ``tiles * S <= sm_count``): :func:`check_spread` refuses the rest.
+:func:`choose_variant` picks split and reduction for ``tirx_gemm.matmul``.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ import math
 
 MAX_SPLIT = 16          # at most this many splits: the completing unit reads S slabs alone
 MIN_K_TILES = 4         # K steps (of BLK_K = 64) every split keeps at least
+MIN_K_TILES_SPREAD = 3  # the same with REDUCE="spread" (its reduction costs ~1 slab per unit)
+REDUCES = ("last", "spread")  # the builders' REDUCE keyword; "last" is the default
 ACC_BYTES = 4           # fp32 partial sums
 OPERAND_BYTES = 2       # fp16 / bf16 operands
 
@@ -62,24 +73,77 @@ def reduce_cost(arch: str = "sm_100a") -> float:
     return (bm * bn * ACC_BYTES) / ((bm + bn) * bk * OPERAND_BYTES)
 
 
-def choose_split(M: int, N: int, K: int, sm_count: int, *, arch: str = "sm_100a",
-                 max_split: int = MAX_SPLIT, min_k_tiles: int = MIN_K_TILES) -> int:
-    """The number of K splits v11 uses for an M x N x K GEMM on ``sm_count`` SMs.
+def check_reduce(reduce: str) -> None:
+    if reduce not in REDUCES:
+        raise ValueError(f"REDUCE={reduce!r} is not one of {', '.join(map(repr, REDUCES))}")
 
-    1 (data-parallel, no workspace) whenever the output tiles alone fill the SMs, whenever
-    no split would keep ``min_k_tiles`` K steps, or whenever the model above prefers it;
-    else ``min(sqrt(k_tiles / reduce_cost), sm_count // tiles, k_tiles // min_k_tiles,
-    max_split)``. Never more splits than K tiles."""
-    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count),
-                    ("max_split", max_split), ("min_k_tiles", min_k_tiles)):
+
+def check_spread(tiles: int, split: int, sm_count: int) -> None:
+    """REDUCE="spread" waits inside a unit for the other splits of its tile: they must all
+    be resident at once, or a waiting unit holds the SM the missing one needs (no unit
+    ever returns). One unit per CTA and one CTA per SM: tiles x splits <= SM_COUNT."""
+    if tiles * split > sm_count:
+        raise ValueError(
+            f"REDUCE='spread' needs tiles x SPLIT_K <= SM_COUNT (every split of a tile "
+            f"resident at once), got {tiles} x {split} = {tiles * split} > {sm_count}")
+
+
+def _check_ints(**values) -> None:
+    for name, v in values.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}={v!r} must be a positive int")
+
+
+def choose_split(M: int, N: int, K: int, sm_count: int, *, arch: str = "sm_100a",
+                 reduce: str = "last", max_split: int = MAX_SPLIT,
+                 min_k_tiles: int | None = None) -> int:
+    """The number of K splits v11 uses for an M x N x K GEMM on ``sm_count`` SMs.
+
+    1 (data-parallel, no workspace) whenever the output tiles alone fill the SMs, or
+    whenever no split would keep ``min_k_tiles`` K steps. Else, with ``reduce="last"``
+    (one unit reads all S slabs): ``min(sqrt(k_tiles / reduce_cost), sm_count // tiles,
+    k_tiles // min_k_tiles, max_split)`` (min_k_tiles: MIN_K_TILES); with
+    ``reduce="spread"`` (each unit reads ~1 slab, whatever S): ``min(sm_count // tiles,
+    k_tiles // min_k_tiles)`` (min_k_tiles: MIN_K_TILES_SPREAD; max_split does not apply).
+    Never more splits than K tiles."""
+    check_reduce(reduce)
+    if min_k_tiles is None:
+        min_k_tiles = MIN_K_TILES if reduce == "last" else MIN_K_TILES_SPREAD
+    _check_ints(M=M, N=N, K=K, sm_count=sm_count, max_split=max_split,
+                min_k_tiles=min_k_tiles)
     tiles, k_tiles = tile_counts(M, N, K, arch)
     if tiles >= sm_count:
         return 1
+    if reduce == "spread":
+        return max(1, min(sm_count // tiles, k_tiles // min_k_tiles))
     by_cost = math.isqrt(int(k_tiles / reduce_cost(arch)))  # floor(sqrt(...))
     split = min(by_cost, sm_count // tiles, k_tiles // min_k_tiles, max_split)
     return max(1, split)
+
+
+def model_steps(k_tiles: int, split: int, reduce: str, arch: str = "sm_100a") -> float:
+    """The cost model's time of one tile, in K steps of one CTA: the K loop of a split, the
+    write of its slab, then the reduction's reads (the completing unit reads S slabs with
+    "last", every unit ~1 slab with "spread"). No split: the K loop alone."""
+    if split == 1:
+        return float(k_tiles)
+    rc = reduce_cost(arch)
+    return k_tiles / split + rc + rc * (split if reduce == "last" else 1)
+
+
+def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a") -> dict:
+    """The v11 builder keywords for this shape on ``sm_count`` SMs (what tirx_gemm.matmul
+    builds): {"SPLIT_K": s}, plus {"REDUCE": "spread"} where the spread reduction's split
+    beats the last-arriver's in the model (:func:`model_steps`). "last" is the builders'
+    default and is not written (cache keys of existing builds stay valid). SPLIT_K is
+    always explicit, so the kernel does not depend on the builder's SM_COUNT default."""
+    last = choose_split(M, N, K, sm_count, arch=arch, reduce="last")
+    spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread")
+    _, k_tiles = tile_counts(M, N, K, arch)
+    if spread > 1 and (model_steps(k_tiles, spread, "spread", arch)
+                       < model_steps(k_tiles, last, "last", arch)):
+        return {"SPLIT_K": spread, "REDUCE": "spread"}
+    return {"SPLIT_K": last}
 
 
 def split_k_range(k_tiles: int, split: int, s: int) -> tuple[int, int]:
@@ -90,12 +154,13 @@ def split_k_range(k_tiles: int, split: int, s: int) -> tuple[int, int]:
 
 def resolve(M: int, N: int, K: int, kwargs: dict | None, arch: str = "sm_100a") -> int:
     """The SPLIT_K a v11 build with these keywords uses (its builder resolves it the same
-    way): SPLIT_K if given, else choose_split at SM_COUNT (default: the arch's GPU)."""
+    way): SPLIT_K if given, else choose_split for its REDUCE at SM_COUNT (default: the
+    arch's GPU)."""
     kwargs = dict(kwargs or {})
     split = kwargs.get("SPLIT_K")
     if split is None:
         split = choose_split(M, N, K, kwargs.get("SM_COUNT") or DEFAULT_SM_COUNT[arch],
-                             arch=arch)
+                             arch=arch, reduce=kwargs.get("REDUCE", "last"))
     return split
 
 
@@ -107,18 +172,73 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
         the order of the threads that own the accumulator (thread-major chunks of 4, so
         that both the writes and the reads of a warp are contiguous). Scratch: every
         element a launch reads, the same launch wrote first, so it needs no initial value.
-    CNT (tiles * counters_per_tile,) int32: arrivals per tile (sm_90a: per 64-row half).
-        Must be zero when a launch starts; the unit that completes a tile sets its counter
-        back to zero, so it is zero again when the launch ends."""
+    CNT (tiles * counters_per_tile,) int32: arrivals per tile (sm_90a: per 64-row half);
+        with REDUCE="spread" twice that: the arrivals, then as many "reduced" counts (the
+        last unit to finish its band resets both). Must be zero when a launch starts; the
+        kernel sets every counter back to zero, so it is zero again when the launch ends."""
+    kwargs = dict(kwargs or {})
     split = resolve(M, N, K, kwargs, arch)
     if split == 1:
         return ()
     bm, bn, _ = TILES[arch]
     tiles, _ = tile_counts(M, N, K, arch)
-    return (("WS", (split, tiles, bm * bn), "float32"),
-            ("CNT", (tiles * COUNTERS_PER_TILE[arch],), "int32"))
+    counters = tiles * COUNTERS_PER_TILE[arch]
+    if kwargs.get("REDUCE", "last") == "spread":
+        counters *= 2
+    return (("WS", (split, tiles, bm * bn), "float32"), ("CNT", (counters,), "int32"))
 
 
 def workspace_specs_sm90a(M: int, N: int, K: int, kwargs: dict | None = None):
     """workspace_specs for the sm_90a v11 (128x256 tiles, a counter per 64-row half)."""
     return workspace_specs(M, N, K, kwargs, arch="sm_90a")
+
+
+# --------------------------------------------------------------------------------------
+# kernel piece (imported by the v11 builders; TVM is imported here only when called, so
+# this module stays TVM-free for the registry and the run side)
+# --------------------------------------------------------------------------------------
+# the twin of helpers.wait_mbarrier's watchdog for a global counter: acquire loads in a
+# loop plus a %globaltimer deadline. No backslash escapes (TVM unescapes the source).
+_WATCHDOG_COUNT_SRC = """
+__device__ __forceinline__ void tirx_gemm_watchdog_count(int* counter, int target,
+    long long budget_ns, const char* name, int index, const char* role) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (true) {
+    int seen;
+    asm volatile("ld.acquire.gpu.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= target) return;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if ((long long)(now - start) > budget_ns) {
+      printf("tirx-gemm watchdog: %s[%d] saw %d of %d arrivals: %s waited %lld ms "
+             "(block %d, thread %d; are all splits of the tile resident?); trapping%c",
+             name, index, seen, target, role, budget_ns / 1000000, (int)blockIdx.x,
+             (int)threadIdx.x, 10);
+      asm volatile("trap;");
+    }
+  }
+}
+"""
+
+
+def wait_count(counter_ptr, target, name: str = "CNT", index=0, role: str = "a thread"):
+    """One thread waits until the global int32 at ``counter_ptr`` is >= ``target``, then
+    acquires it (``T.cuda.wait_until``: relaxed polls and a closing ``ld.acquire.gpu``), so
+    every release that the count it saw includes (each arrival's atomic) happens-before
+    what this thread does next. In a watchdog build
+    (helpers.set_watchdog) the wait is bounded and traps naming the counter. Called in a
+    kernel body (it emits the loop through TVM's IR builder)."""
+    from tvm.script import tirx as T
+    from tirx_gemm import helpers as H
+
+    budget_ms = H.watchdog_ms()
+    if budget_ms is not None:
+        T.evaluate(T.cuda.func_call("tirx_gemm_watchdog_count", counter_ptr, target,
+                                    T.int64(budget_ms * 1_000_000), name, index, role,
+                                    source_code=_WATCHDOG_COUNT_SRC))
+        return
+    # TVM's declared wait: relaxed polls, closed by one ld.acquire; it also tells NumSim's
+    # racecheck that this word is a synchronization counter, not data
+    seen = T.alloc_local((1,), "int32")
+    T.evaluate(T.cuda.wait_until(seen, counter_ptr, lambda v: v >= target, scope="gpu",
+                                 space="global"))

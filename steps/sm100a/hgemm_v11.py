@@ -5,7 +5,9 @@ Lesson: v7 gives each output tile to one CTA, so a GEMM with few tiles and a dee
 cut into SPLIT_K splits; a (split, tile) pair is one work unit of the persistent
 scheduler. Every unit writes its fp32 partial tile to a workspace slab and counts itself
 on the tile's counter; the unit that completes the count sums all slabs in split order
-(the same bits on every run, whatever order the units finish in) and stores D.
+(the same bits on every run, whatever order the units finish in) and stores D. With
+REDUCE="spread", every unit instead waits for all splits of its tile and sums its own
+1/SPLIT_K of the tile, so no single unit reads every slab.
 """
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
@@ -16,8 +18,26 @@ from tirx_gemm import helpers as H
 from tirx_gemm import splitk
 
 
+@T.inline
+def band_add(WS, tile, band, chunk, s0, count, q0, q1, row, BAND_ITERS):
+    # spread reduce: band += slabs s0 .. s0 + count - 1 at this thread's chunks q0 + row,
+    # q0 + row + 128, ... (those < q1): every load first (in flight together), then the
+    # adds, slab by slab in split order
+    for i in T.unroll(BAND_ITERS):
+        if q0 + i * 128 + row < q1:
+            for s in T.unroll(count):
+                slot = T.meta_var((q0 + i * 128 + row) * 4)
+                Tx.copy(chunk[(s * BAND_ITERS + i) * 4:(s * BAND_ITERS + i + 1) * 4],
+                        WS[s0 + s, tile, slot:slot + 4])
+    for s in T.unroll(count):
+        for i in T.unroll(BAND_ITERS):
+            if q0 + i * 128 + row < q1:
+                for e in T.unroll(4):
+                    band[i * 4 + e] = band[i * 4 + e] + chunk[(s * BAND_ITERS + i) * 4 + e]
+
+
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
-              SM_COUNT: int = 148, SPLIT_K: int | None = None):
+              SM_COUNT: int = 148, SPLIT_K: int | None = None, REDUCE: str = "last"):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: one 128x128 tile per unit, a warp-specialized persistent
@@ -44,15 +64,33 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     any SM_COUNT, several units per CTA), and the sum's order is fixed. Its cost: the
     completing unit reads SPLIT_K slabs of 64 KiB alone, so SPLIT_K stays moderate
     (splitk.choose_split: about sqrt(K_TILES / 2), at most 16, tiles x splits <= SMs).
-    Spreading the reduction over all splits of a tile would need them co-resident and
-    spinning on each other: steps/lessons/v11.md weighs it.
+    REDUCE="spread" (a second reduction; "last", above, is the default):
+      publish: as above (slab, barrier, acq_rel count on CNT[tile]).
+      wait: thread 0 then loads CNT[tile] with ld.acquire.gpu until it reads SPLIT_K
+        (splitk.wait_count; bounded in a watchdog build): every split's release is then
+        seen, and the next barrier hands that to the other 127 threads.
+      reduce: split s sums chunks [s*4096//S, (s+1)*4096//S) of the slab's 4096 chunks of
+        4 floats (chunk q: row q % 128, columns 4*(q // 128) + 0..3), slab 0 + 1 + ... in
+        split order (deterministic), and stores them to D with plain stores, skipping
+        rows and columns past D's edge: each unit reads ~1 slab, whatever SPLIT_K is.
+      reset: the 128 threads meet, thread 0 counts the unit on DONE = CNT[TILES + tile]
+        (atom.acq_rel); the unit that completes DONE sets CNT[tile] and DONE back to 0.
+        Every unit has passed its wait before it counts on DONE, and the acq_rel chain
+        orders all their loads of CNT[tile] before the reset.
+      Why all units must be resident: a waiting unit holds its SM until the other splits
+        have published; a split that is not scheduled yet would need such an SM, so the
+        wait never returns. Hence one unit per CTA (GRID = TILES x SPLIT_K), TILES x
+        SPLIT_K <= SM_COUNT (else ValueError), one CTA per SM (all of TMEM and ~160 KiB
+        of SMEM each), and SM_COUNT no larger than the GPU's SM count.
     Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
     128*128) float32 scratch (every element read was written in the same launch) and
     CNT (tiles,) int32, zero at launch and again at exit.
-    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT); SPLIT_K=1 is v7's data-parallel
-    kernel (no workspace operands).
+    With REDUCE="spread", CNT is (2 * tiles,): the arrivals, then the DONE counts.
+    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT, reduce=REDUCE); SPLIT_K=1 is v7's
+    data-parallel kernel (no workspace operands), whatever REDUCE says.
     Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); dtype float16 or
-    bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1.
+    bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1; REDUCE "last"
+    or "spread" (spread: tiles x SPLIT_K <= SM_COUNT).
     Run: ``tirx-gemm build v11 --mnk 256,256,16384``; executing needs an sm_100a GPU
     (``tirx-gemm sim v11`` runs it on NumSim).
     """
@@ -64,17 +102,27 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
                        BLK_M * BLK_N * H.F16_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT)
+    splitk.check_reduce(REDUCE)
     if SPLIT_K is None:
-        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_100a")
+        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_100a", reduce=REDUCE)
     H.check_positive_ints(SPLIT_K=SPLIT_K)
     if SPLIT_K > K_TILES:
         raise ValueError(f"SPLIT_K={SPLIT_K} is more than the {K_TILES} K tiles of K={K}: "
                          f"every split needs at least one")
     TILES_M, TILES_N = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
     TILES = TILES_M * TILES_N
-    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most
+    SPREAD = REDUCE == "spread" and SPLIT_K > 1
+    if SPREAD:
+        splitk.check_spread(TILES, SPLIT_K, SM_COUNT)
+    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most (spread: exactly)
     CHUNK = 4  # floats per slab store / load of one thread
     IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
+    # spread: a slab is CHUNKS chunks, split s reduces [s*CHUNKS//S, (s+1)*CHUNKS//S);
+    # a thread takes every 128th chunk of the band (BAND_ITERS at most) and loads GROUP
+    # slabs' worth of them at once
+    CHUNKS = BLK_M * BLK_N // CHUNK
+    BAND_ITERS = H.ceil_div(H.ceil_div(CHUNKS, SPLIT_K), 128)
+    GROUP = max(1, min(SPLIT_K, IN_FLIGHT // BAND_ITERS))
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -201,8 +249,47 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),
                                                                  T.int32(1))
                         arrivals[0] = old[0]
+                        if SPREAD:
+                            # --- wait: for all SPLIT_K splits of the tile (all resident) ---
+                            splitk.wait_count(CNT.ptr_to([tile]), SPLIT_K, "CNT", tile,
+                                              "epilogue")
                     T.cuda.warpgroup_sync(1)  # hands the count (and its acquire) to all
-                    if arrivals[0] == SPLIT_K - 1:
+                    if SPREAD:
+                        # --- reduce (spread): this split's band of chunks, in split order ---
+                        q0 = T.meta_var(split * CHUNKS // SPLIT_K)
+                        q1 = T.meta_var((split + 1) * CHUNKS // SPLIT_K)
+                        band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
+                        for c in T.unroll(BAND_ITERS * CHUNK):
+                            band[c] = T.float32(0)
+                        chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
+                        for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
+                            band_add(WS, tile, band, chunk, g * GROUP, GROUP, q0, q1, row,
+                                     BAND_ITERS)
+                        if SPLIT_K % GROUP > 0:
+                            band_add(WS, tile, band, chunk, SPLIT_K // GROUP * GROUP,
+                                     SPLIT_K % GROUP, q0, q1, row, BAND_ITERS)
+                        for i in T.unroll(BAND_ITERS):
+                            q = T.meta_var(q0 + i * 128 + row)
+                            if q < q1:
+                                # chunk q: row q % 128, columns 4 * (q // 128) + 0..3
+                                r = T.meta_var(q % 128)
+                                c0 = T.meta_var(q // 128 * CHUNK)
+                                if m_st + r < M:
+                                    if n_st + c0 < N:  # N % 8 == 0: a chunk is all in or out
+                                        out = T.alloc_local((CHUNK,), dtype)
+                                        Tx.cast(out[:], band[i * CHUNK:(i + 1) * CHUNK])
+                                        Tx.copy(D[m_st + r, n_st + c0:n_st + c0 + CHUNK], out[:])
+                        # --- reset: the last unit past its band zeroes both counters ---
+                        T.cuda.warpgroup_sync(1)  # all threads of the unit are done with CNT
+                        if row == 0:
+                            done = T.alloc_local((1,), "int32")
+                            # acq_rel: every unit's wait on CNT[tile] before the reset
+                            T.ptx["atom.acq_rel.gpu.global.add.s32"](
+                                done[0], CNT.ptr_to([TILES + tile]), T.int32(1))
+                            if done[0] == SPLIT_K - 1:
+                                CNT[tile] = 0
+                                CNT[TILES + tile] = 0
+                    elif arrivals[0] == SPLIT_K - 1:
                         # --- reduce: every split has published; sum in split order ---
                         for c in T.unroll(BLK_N):
                             part[c] = T.float32(0)
@@ -241,7 +328,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
                    D: T.Buffer((M, N), dtype),
                    WS: T.Buffer((SPLIT_K, TILES, BLK_M * BLK_N), H.ACC_DTYPE),
-                   CNT: T.Buffer((TILES,), "int32")):
+                   CNT: T.Buffer((TILES * (2 if SPREAD else 1),), "int32")):
             gemm(A, B, D, WS, CNT)
 
     return kernel

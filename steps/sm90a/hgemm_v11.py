@@ -6,7 +6,9 @@ SPLIT_K splits; a (split, tile) pair is one work unit of the persistent schedule
 consumer warpgroup writes its fp32 partial half-tile to a workspace slab and counts
 itself on that half's counter; the warpgroup that completes the count sums all slabs in
 split order (the same bits on every run, whatever order the units finish in) and stores
-its half of D.
+its half of D. With REDUCE="spread", every unit instead waits for all splits of its
+tile and each warpgroup sums its own 1/SPLIT_K of its half, so no single unit reads every
+slab.
 """
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
@@ -18,8 +20,27 @@ from tirx_gemm import hopper as W
 from tirx_gemm import splitk
 
 
+@T.inline
+def band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
+    # spread reduce: band += slabs s0 .. s0 + count - 1 at this thread's chunks q0 + tid,
+    # q0 + tid + 128, ... (those < q1) of the half at float offset `base`: every load first
+    # (in flight together), then the adds, slab by slab in split order
+    for i in T.unroll(BAND_ITERS):
+        if q0 + i * 128 + tid < q1:
+            for s in T.unroll(count):
+                slot = T.meta_var(base + (q0 + i * 128 + tid) * 4)
+                Tx.copy(chunk[(s * BAND_ITERS + i) * 4:(s * BAND_ITERS + i + 1) * 4],
+                        WS[s0 + s, tile, slot:slot + 4])
+    for s in T.unroll(count):
+        for i in T.unroll(BAND_ITERS):
+            if q0 + i * 128 + tid < q1:
+                for e in T.unroll(4):
+                    band[i * 4 + e] = band[i * 4 + e] + chunk[(s * BAND_ITERS + i) * 4 + e]
+
+
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
-              SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None):
+              SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None,
+              REDUCE: str = "last"):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
@@ -47,14 +68,35 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     any SM_COUNT, several units per CTA), and the sum's order is fixed. Its cost: the
     completing warpgroup reads SPLIT_K slab halves of 64 KiB alone, so SPLIT_K stays
     moderate (splitk.choose_split: about sqrt(K_TILES / 2.7), at most 16, tiles x splits
-    <= SMs). steps/lessons/v11.md weighs a spread reduction.
+    <= SMs).
+    REDUCE="spread" (a second reduction; "last", above, is the default), per consumer c:
+      publish: as above (slab half, barrier 1 + c, acq_rel count on CNT[2*tile + c]).
+      wait: thread 0 of c then loads that counter with ld.acquire.gpu until it reads
+        SPLIT_K (splitk.wait_count; bounded in a watchdog build); barrier 1 + c hands
+        what it acquired to the warpgroup.
+      reduce: split s sums chunks [s*4096//S, (s+1)*4096//S) of the half's 4096 chunks of
+        4 floats (chunk q is accumulator chunk q // 128 of thread q % 128: 2 rows x 2
+        columns of D by the wgmma fragment), slab 0 + 1 + ... in split order
+        (deterministic), and stores them to D with plain stores, skipping rows and
+        columns past D's edge: each warpgroup reads ~1 slab half, whatever SPLIT_K is.
+      reset: barrier 1 + c, then thread 0 counts on DONE = CNT[2*TILES + 2*tile + c]
+        (atom.acq_rel); the unit that completes DONE sets both counters back to 0. Every
+        unit has passed its wait before it counts on DONE, and the acq_rel chain orders
+        all their loads of the counter before the reset.
+      Why all units must be resident: a waiting unit holds its SM until the other splits
+        have published; a split that is not scheduled yet would need such an SM, so the
+        wait never returns. Hence one unit per CTA (GRID = TILES x SPLIT_K), TILES x
+        SPLIT_K <= SM_COUNT (else ValueError), one CTA per SM (~208 KiB of SMEM each), and
+        SM_COUNT no larger than the GPU's SM count.
     Workspace (splitk.workspace_specs_sm90a; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
     128*256) float32 scratch (every element read was written in the same launch) and
-    CNT (2 * tiles,) int32, zero at launch and again at exit.
-    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a"); SPLIT_K=1 is v7's
-    data-parallel kernel (no workspace operands).
+    CNT (2 * tiles,) int32, zero at launch and again at exit (spread: (4 * tiles,), the
+    arrivals, then the DONE counts).
+    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a", reduce=REDUCE);
+    SPLIT_K=1 is v7's data-parallel kernel (no workspace operands), whatever REDUCE says.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges); dtype float16 or
-      bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH <= 3 (as v7); SM_COUNT >= 1.
+      bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH <= 3 (as v7); SM_COUNT >= 1;
+      REDUCE "last" or "spread" (spread: tiles x SPLIT_K <= SM_COUNT).
     Run: ``tirx-gemm run v11 --arch sm_90a --mnk 256,256,16384``.
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64
@@ -68,18 +110,28 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    splitk.check_reduce(REDUCE)
     if SPLIT_K is None:
-        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a")
+        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a", reduce=REDUCE)
     H.check_positive_ints(SPLIT_K=SPLIT_K)
     if SPLIT_K > K_TILES:
         raise ValueError(f"SPLIT_K={SPLIT_K} is more than the {K_TILES} K tiles of K={K}: "
                          f"every split needs at least one")
     TILES_M, TILES_N = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
     TILES = TILES_M * TILES_N
-    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most
+    SPREAD = REDUCE == "spread" and SPLIT_K > 1
+    if SPREAD:
+        splitk.check_spread(TILES, SPLIT_K, SM_COUNT)
+    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most (spread: exactly)
     CHUNK = 4  # floats per slab store / load of one thread
     IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
     HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
+    # spread: a slab half is CHUNKS chunks, split s reduces [s*CHUNKS//S, (s+1)*CHUNKS//S);
+    # a thread takes every 128th chunk of the band (BAND_ITERS at most) and loads GROUP
+    # slabs' worth of them at once
+    CHUNKS = HALF // CHUNK
+    BAND_ITERS = H.ceil_div(H.ceil_div(CHUNKS, SPLIT_K), 128)
+    GROUP = max(1, min(SPLIT_K, IN_FLIGHT // BAND_ITERS))
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -200,8 +252,56 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         T.ptx["atom.acq_rel.gpu.global.add.s32"](
                             old[0], CNT.ptr_to([tile * NUM_CONSUMERS + consumer]), T.int32(1))
                         arrivals[consumer] = old[0]
+                        if SPREAD:
+                            # --- wait: for all SPLIT_K splits of the tile (all resident) ---
+                            splitk.wait_count(CNT.ptr_to([tile * NUM_CONSUMERS + consumer]),
+                                              SPLIT_K, "CNT", tile * NUM_CONSUMERS + consumer,
+                                              "consumer")
                     T.cuda.warpgroup_sync(1 + consumer)  # hands the count (and acquire) to all
-                    if arrivals[consumer] == SPLIT_K - 1:
+                    if SPREAD:
+                        # --- reduce (spread): this split's band of the half, in split order ---
+                        q0 = T.meta_var(split * CHUNKS // SPLIT_K)
+                        q1 = T.meta_var((split + 1) * CHUNKS // SPLIT_K)
+                        band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
+                        for c in T.unroll(BAND_ITERS * CHUNK):
+                            band[c] = T.float32(0)
+                        chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
+                        for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
+                            band_add(WS, tile, consumer * HALF, band, chunk, g * GROUP, GROUP,
+                                     q0, q1, tid_in_wg, BAND_ITERS)
+                        if SPLIT_K % GROUP > 0:
+                            band_add(WS, tile, consumer * HALF, band, chunk,
+                                     SPLIT_K // GROUP * GROUP, SPLIT_K % GROUP, q0, q1,
+                                     tid_in_wg, BAND_ITERS)
+                        for i in T.unroll(BAND_ITERS):
+                            q = T.meta_var(q0 + i * 128 + tid_in_wg)
+                            if q < q1:
+                                # chunk q = acc[4j .. 4j+3] of thread t (j = q // 128, t = q %
+                                # 128, warp w = t // 32, lane l = t % 32): acc[4j+2h+e] is
+                                # D[16w + l//4 + 8h, 8j + 2(l%4) + e] of this half
+                                t = T.meta_var(q % 128)
+                                c0 = T.meta_var(q // 128 * 8 + t % 32 % 4 * 2)
+                                for h in T.unroll(2):
+                                    r = T.meta_var(consumer * W.WGMMA_M + t // 32 * 16
+                                                   + t % 32 // 4 + 8 * h)
+                                    if m_st + r < M:
+                                        if n_st + c0 < N:  # N % 8 == 0: a pair is all in or out
+                                            out = T.alloc_local((2,), dtype)
+                                            Tx.cast(out[:], band[i * CHUNK + 2 * h:
+                                                                 i * CHUNK + 2 * h + 2])
+                                            Tx.copy(D[m_st + r, n_st + c0:n_st + c0 + 2], out[:])
+                        # --- reset: the last unit past its band zeroes both counters ---
+                        T.cuda.warpgroup_sync(1 + consumer)  # the half's threads are done
+                        if tid_in_wg == 0:
+                            done = T.alloc_local((1,), "int32")
+                            # acq_rel: every unit's wait on the counter before the reset
+                            T.ptx["atom.acq_rel.gpu.global.add.s32"](
+                                done[0], CNT.ptr_to([(TILES + tile) * NUM_CONSUMERS + consumer]),
+                                T.int32(1))
+                            if done[0] == SPLIT_K - 1:
+                                CNT[tile * NUM_CONSUMERS + consumer] = 0
+                                CNT[(TILES + tile) * NUM_CONSUMERS + consumer] = 0
+                    elif arrivals[consumer] == SPLIT_K - 1:
                         # --- reduce: every split has published; sum in split order ---
                         for c in T.unroll(ACC_REGS):
                             acc[c] = T.float32(0)
@@ -218,7 +318,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                                     acc[b * IN_FLIGHT * CHUNK + i] = (
                                         acc[b * IN_FLIGHT * CHUNK + i] + chunk[i])
                 # SPLIT_K = 1: every unit stores its half; else only the reducing one
-                if SPLIT_K == 1 or arrivals[consumer] == SPLIT_K - 1:
+                # (spread: none, each stored its band above)
+                if SPLIT_K == 1 or (not SPREAD and arrivals[consumer] == SPLIT_K - 1):
                     # --- writeback: this warpgroup's 64x256 half -> Dsmem -> TMA store (clipped) ---
                     row0 = T.meta_var(consumer * W.WGMMA_M)
                     if tid_in_wg == 0:
@@ -250,7 +351,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
                    D: T.Buffer((M, N), dtype),
                    WS: T.Buffer((SPLIT_K, TILES, BLK_M * BLK_N), H.ACC_DTYPE),
-                   CNT: T.Buffer((TILES * NUM_CONSUMERS,), "int32")):
+                   CNT: T.Buffer((TILES * NUM_CONSUMERS * (2 if SPREAD else 1),), "int32")):
             gemm(A, B, D, WS, CNT)
 
     return kernel
