@@ -121,13 +121,14 @@ def main(argv=None) -> int:
     r.add_argument("--records", default="results/lab/h200.jsonl")
     r.add_argument("--passes", type=int, default=3)
     args = ap.parse_args(argv)
+    from tirx_gemm.procs import BuildError
     try:
         if args.cmd == "export":
             return export(Path(args.spec), Path(args.out))
         if args.passes < 1:
             raise ValueError("--passes must be >= 1")
         return run(Path(args.bundle), Path(args.records), args.passes)
-    except (ValueError, KeyError, OSError) as e:
+    except (ValueError, KeyError, OSError, BuildError) as e:
         print(f"h200_variants: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
 
