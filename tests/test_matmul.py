@@ -169,10 +169,10 @@ def test_choose_refuses_what_no_step_takes(args, pattern):
                                  (128, 8192, 28672)])
 def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
     sms = SMS[arch]
-    split = splitk.choose_split(*mnk, sms, arch=arch)
-    assert split > 1
+    variant = splitk.choose_variant(*mnk, sms, arch)
+    assert variant["SPLIT_K"] > 1
     assert mm.choose(*mnk, "bfloat16", arch, sms) == (
-        "v11", {"dtype": "bfloat16", "SM_COUNT": sms, "SPLIT_K": split})
+        "v11", {"dtype": "bfloat16", "SM_COUNT": sms, **variant})
 
 
 def test_split_k_only_where_tiles_leave_clusters_idle_and_the_rule_splits():
@@ -187,7 +187,7 @@ def test_split_k_only_where_tiles_leave_clusters_idle_and_the_rule_splits():
     assert mm.choose(1000, 6144, 4096, "float16", "sm_90a", 132)[0] == "v9"
     # an odd SM count: the rule sees the even pool the kernel is built with
     assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1] == {
-        "SM_COUNT": 130, "SPLIT_K": splitk.choose_split(256, 256, 16384, 130, arch="sm_90a")}
+        "SM_COUNT": 130, **splitk.choose_variant(256, 256, 16384, 130, "sm_90a")}
 
 
 def test_without_a_registered_split_k_step_few_tiles_stay_on_v9(monkeypatch):
@@ -200,10 +200,23 @@ def test_without_a_registered_split_k_step_few_tiles_stay_on_v9(monkeypatch):
 # --------------------------------------------------------------------------------------
 @pytest.fixture
 def fake_bundle(tmp_path):
+    """A bundle that passes bundle.verify (hashes, bindings, runtime/ listed) whose files
+    are stand-ins: nothing here is loaded, only looked up."""
+    from tirx_gemm import bundle as bd
+    kwargs = {"dtype": "bfloat16", "SM_COUNT": 132}
+    lib = bd.lib_name("v9", "sm_90a", 1000, 1000, 1000, kwargs)
+    (tmp_path / lib).write_bytes(b"stand-in kernel")
+    (tmp_path / "runtime").mkdir()
+    files = {lib: bd.file_sha256(tmp_path / lib)}
+    for name in bd.RUNTIME_LIBS:
+        (tmp_path / "runtime" / name).write_bytes(name.encode())
+        files[f"runtime/{name}"] = bd.file_sha256(tmp_path / "runtime" / name)
     entry = {"step": "v9", "arch": "sm_90a", "M": 1000, "N": 1000, "K": 1000,
-             "kwargs": {"dtype": "bfloat16", "SM_COUNT": 132}, "watchdog_ms": None,
-             "lib": "v9_sm_90a_1000x1000x1000.so", "tvm_version": "0.27.0.post1"}
-    (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [entry]}))
+             "dtype": "bfloat16", "kwargs": kwargs, "watchdog_ms": None, "lib": lib,
+             "sha256": files[lib], "tvm_version": "0.27.0.post1"}
+    entry["binding"] = bd.kernel_binding(entry)
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"format": bd.FORMAT, "files": files, "kernels": [entry]}))
     return tmp_path
 
 
@@ -211,7 +224,7 @@ def test_bundle_kernels_are_found_by_shape_and_keywords(fake_bundle):
     v9 = registry.get("v9", "sm_90a")
     lib, meta = mm.kernel_source(v9, (1000, 1000, 1000),
                                  {"dtype": "bfloat16", "SM_COUNT": 132}, fake_bundle)
-    assert lib == fake_bundle / "v9_sm_90a_1000x1000x1000.so"
+    assert lib.parent == fake_bundle and lib.name.startswith("v9_sm_90a_1000x1000x1000")
     assert meta["kwargs"] == {"dtype": "bfloat16", "SM_COUNT": 132}
     assert meta["lesson"] == v9.lesson
     with pytest.raises(ValueError) as info:

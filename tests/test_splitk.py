@@ -178,18 +178,21 @@ def test_spread_split_fills_the_gpu_once(arch):
             if s > 1:  # co-resident (one unit per SM) and enough K steps per split
                 assert tiles * s <= sms and k_tiles // s >= splitk.MIN_K_TILES_SPREAD
                 # as many as both limits allow: the serial-read cap of "last" is gone
-                assert s == min(sms // tiles, k_tiles // splitk.MIN_K_TILES_SPREAD)
+                assert s == min(sms // tiles, k_tiles // splitk.MIN_K_TILES_SPREAD,
+                                splitk.MAX_SPLIT_SPREAD)
     assert choose_split(4096, 4096, 4096, 132, arch=arch, reduce="spread") == 1
 
 
 def test_spread_known_shapes_and_variants():
     assert [choose_split(*s, 132, arch="sm_90a", reduce="spread") for s in
             ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192), (1000, 1000, 1000),
-             (4096, 4096, 4096))] == [66, 132, 4, 4, 1]
-    assert choose_split(256, 256, 16384, 148, arch="sm_100a", reduce="spread") == 37
+             (4096, 4096, 4096))] == [32, 64, 4, 2, 1]
+    assert choose_split(256, 256, 16384, 148, arch="sm_100a", reduce="spread") == 32
     # choose_variant: what tirx_gemm.matmul builds; "last" (the default) is not written
-    assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a") == {"SPLIT_K": 66,
+    assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a") == {"SPLIT_K": 32,
                                                                       "REDUCE": "spread"}
+    # K too shallow to split (16 K steps): data-parallel, as measured at 1000^3
+    assert splitk.choose_variant(1000, 1000, 1000, 132, "sm_90a") == {"SPLIT_K": 1}
     assert splitk.choose_variant(4096, 4096, 4096, 132, "sm_90a") == {"SPLIT_K": 1}
     assert splitk.choose_variant(256, 512, 192, 148, "sm_100a") == {"SPLIT_K": 1}
     for arch in ARCHES:
@@ -222,7 +225,7 @@ def test_spread_workspace_has_two_counters_per_reduction_unit():
     assert splitk.workspace_specs_sm90a(256, 256, 640, {"SPLIT_K": 3, "REDUCE": "spread"}) == (
         ("WS", (3, 2, 128 * 256), "float32"), ("CNT", (8,), "int32"))  # 2 halves x 2
     # SPLIT_K absent: the spread heuristic's choice
-    assert splitk.workspace_specs_sm90a(256, 256, 16384, {"REDUCE": "spread"})[0][1][0] == 66
+    assert splitk.workspace_specs_sm90a(256, 256, 16384, {"REDUCE": "spread"})[0][1][0] == 32
     assert workspace_specs(256, 256, 16384, {"SPLIT_K": 1, "REDUCE": "spread"}) == ()
 
 

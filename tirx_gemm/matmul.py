@@ -94,9 +94,9 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     """The step and builder keywords that :func:`matmul` uses for an MxNxK GEMM of ``dtype``
     on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``.
 
-    The rule (from first principles; no recorded H200 measurement of any suite shape exists
-    yet, so none was used, and the rule is to be retuned from ``tirx-gemm bench --suite``
-    records of ``v9`` and ``v11`` against torch):
+    The rule, derived from the H200 records of the suite run as v9 alone and as matmul
+    (``results/suites/nvidia-h200.jsonl``) and of v11's variants
+    (``results/lab/h200.jsonl``; the split and reduction rule is ``splitk.choose_variant``):
 
     * count v9's output tiles per cluster (``V9_CLUSTER_TILE``: 256x256 on sm_90a, 512x256 on
       sm_100a; edge tiles count whole) against the clusters of the GPU (``sm_count // 2``).
@@ -106,10 +106,11 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
       (``SM_COUNT``, rounded down to an even count), its L2 tile order the builder's
       default;
     * with fewer tiles than clusters, idle SMs can only be put to work by splitting K:
-      **v11 with ``SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch=arch)``** (its
-      cost model: K loop per split against the partial sums' traffic) when v11 is
-      registered for ``arch`` and that rule splits (returns more than 1), SPLIT_K written
-      out so that a bundle names it;
+      **v11 with ``splitk.choose_variant(M, N, K, SM_COUNT, arch)``** (no split below 32 K
+      steps, where v9 measured as fast; else the spread reduction with as many splits as
+      fit the GPU once, at least 8 K steps and at most 64 splits each) when v11 is
+      registered for ``arch`` and that rule splits, SPLIT_K written out so that a bundle
+      names it;
     * otherwise v9 as above, which takes every shape with N and K multiples of 8.
 
     bfloat16 adds ``{"dtype": "bfloat16"}``; float16 is the builders' default and is not
@@ -122,9 +123,9 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     clusters = max(1, sm_count // CLUSTER_SIZE)
     split_step = _registered(SPLIT_K, arch)
     if tiles < clusters and split_step is not None:
-        split = splitk.choose_split(M, N, K, _pool(sm_count), arch=arch)
-        if split > 1:
-            return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), "SPLIT_K": split}
+        variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
+        if variant["SPLIT_K"] > 1:
+            return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
     return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
 
 

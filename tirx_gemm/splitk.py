@@ -43,7 +43,17 @@ import math
 
 MAX_SPLIT = 16          # at most this many splits: the completing unit reads S slabs alone
 MIN_K_TILES = 4         # K steps (of BLK_K = 64) every split keeps at least
-MIN_K_TILES_SPREAD = 3  # the same with REDUCE="spread" (its reduction costs ~1 slab per unit)
+# REDUCE="spread", retuned from the H200 (results/lab/h200.jsonl, scripts/lab/issue17_spread.json):
+# 256x256x16384 ran at 0.64x / 0.79x / 0.79x torch with 16 / 32 / 66 splits (32 = 8 K steps
+# each), 128x128x65536 at 0.53x / 0.46x with 64 / 132 splits: past ~8 K steps per split
+# and ~64 splits per tile the partials' traffic (S slabs written and read per tile) grows
+# faster than the K loop shrinks.
+MIN_K_TILES_SPREAD = 8  # K steps every split keeps at least with REDUCE="spread"
+MAX_SPLIT_SPREAD = 64   # and at most this many splits of one tile
+# splitting pays only with a deep enough K: at 1000x1000x1000 (16 K steps) v11 ran at
+# 0.53x (last, 2 splits) and 0.56x (spread, 4) against v9's 0.57x; at 128x4096x4096
+# (64 K steps) spread with 8 splits ran at 0.79x against 0.61x for last with 4
+MIN_K_TILES_TO_SPLIT = 32
 REDUCES = ("last", "spread")  # the builders' REDUCE keyword; "last" is the default
 ACC_BYTES = 4           # fp32 partial sums
 OPERAND_BYTES = 2       # fp16 / bf16 operands
@@ -115,7 +125,7 @@ def choose_split(M: int, N: int, K: int, sm_count: int, *, arch: str = "sm_100a"
     if tiles >= sm_count:
         return 1
     if reduce == "spread":
-        return max(1, min(sm_count // tiles, k_tiles // min_k_tiles))
+        return max(1, min(sm_count // tiles, k_tiles // min_k_tiles, MAX_SPLIT_SPREAD))
     by_cost = math.isqrt(int(k_tiles / reduce_cost(arch)))  # floor(sqrt(...))
     split = min(by_cost, sm_count // tiles, k_tiles // min_k_tiles, max_split)
     return max(1, split)
@@ -133,17 +143,19 @@ def model_steps(k_tiles: int, split: int, reduce: str, arch: str = "sm_100a") ->
 
 def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a") -> dict:
     """The v11 builder keywords for this shape on ``sm_count`` SMs (what tirx_gemm.matmul
-    builds): {"SPLIT_K": s}, plus {"REDUCE": "spread"} where the spread reduction's split
-    beats the last-arriver's in the model (:func:`model_steps`). "last" is the builders'
-    default and is not written (cache keys of existing builds stay valid). SPLIT_K is
-    always explicit, so the kernel does not depend on the builder's SM_COUNT default."""
-    last = choose_split(M, N, K, sm_count, arch=arch, reduce="last")
-    spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread")
+    builds), by measurement on the H200: no split below MIN_K_TILES_TO_SPLIT K steps;
+    else {"SPLIT_K": s, "REDUCE": "spread"} whenever the spread reduction can split (all
+    units resident), since it beat the last-arriver's at every shape both ran; else the
+    last-arriver's split. "last" is the builders' default and is not written (cache keys
+    of existing builds stay valid). SPLIT_K is always explicit, so the kernel does not
+    depend on the builder's SM_COUNT default. sm_100a follows the same rule, unmeasured."""
     _, k_tiles = tile_counts(M, N, K, arch)
-    if spread > 1 and (model_steps(k_tiles, spread, "spread", arch)
-                       < model_steps(k_tiles, last, "last", arch)):
+    if k_tiles < MIN_K_TILES_TO_SPLIT:
+        return {"SPLIT_K": 1}
+    spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread")
+    if spread > 1:  # measured faster than "last" at every shape both ran (H200)
         return {"SPLIT_K": spread, "REDUCE": "spread"}
-    return {"SPLIT_K": last}
+    return {"SPLIT_K": choose_split(M, N, K, sm_count, arch=arch, reduce="last")}
 
 
 def split_k_range(k_tiles: int, split: int, s: int) -> tuple[int, int]:
