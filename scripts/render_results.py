@@ -74,6 +74,20 @@ def steps_and_shapes(records: list[dict]):
     return steps, sorted(shapes), "steps from tirx_gemm.registry"
 
 
+def _with_suite_summary(text: str, results: Path) -> str:
+    """The README with its shape-suite summary (between the suite markers, when present)
+    rendered from results/suites/*.jsonl by tirx_gemm.suite.render_summary."""
+    from tirx_gemm import suite
+    a, b = text.find(suite.SUMMARY_BEGIN), text.find(suite.SUMMARY_END)
+    if a < 0 and b < 0:
+        return text
+    if a < 0 or b < a:
+        raise ValueError(f"the suite markers {suite.SUMMARY_BEGIN} ... {suite.SUMMARY_END} "
+                         "are broken")
+    body = suite.render_summary(results)
+    return text[:a + len(suite.SUMMARY_BEGIN)] + "\n" + body + "\n" + text[b:]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(ROOT / "results"), help="folder of *.jsonl records")
@@ -107,14 +121,16 @@ def main(argv=None) -> int:
         print(f"{readme} does not exist", file=sys.stderr)
         return 2
     try:
+        text = readme.read_text(encoding="utf-8")
+        new = _with_suite_summary(replace_between_markers(text, table), results)
         if args.check:
-            text = readme.read_text(encoding="utf-8")
-            if replace_between_markers(text, table) != text:
-                print(f"{readme} results table is stale: run python scripts/render_results.py",
-                      file=sys.stderr)
+            if new != text:
+                print(f"{readme} results table or suite summary is stale: run python "
+                      "scripts/render_results.py", file=sys.stderr)
                 return 1
             print(f"{readme} results table is up to date ({len(records)} records; {source})")
-        elif update_readme(readme, table):
+        elif new != text:
+            readme.write_text(new, encoding="utf-8")
             print(f"updated {readme} from {len(records)} records ({source})")
         else:
             print(f"{readme} already up to date ({len(records)} records; {source})")

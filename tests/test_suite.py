@@ -201,3 +201,25 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
     assert "geomean ratio to torch 1.000, min 0.800 (1000x256x64 bfloat16)" in text
     assert "NOT RUN: no kernel for it in bundle B" in text and "2 case(s) not run" in text
     assert not (tmp_path / "results" / "nvidia-h200.jsonl").exists()  # README table untouched
+
+
+def test_readme_summary_takes_each_cases_latest_record(tmp_path):
+    """render_summary: per device and target, the latest record of each case counts (a
+    rerun replaces it), fp16 and bf16 summarized apart; geomean is of the ratios."""
+    import json
+    d = tmp_path / "suites"
+    d.mkdir()
+
+    def rec(M, dt, ratio, target="matmul"):
+        return {"M": M, "N": 8, "K": 8, "step": "v9", "device": "GPU X", "verified": True,
+                "ratio_to_torch": ratio, "dtype": dt,
+                "suite": {"target": target, "dtype": dt}}
+    rows = [rec(1, "float16", 0.25), rec(1, "float16", 1.0),  # rerun: 1.0 replaces 0.25
+            rec(2, "float16", 4.0), rec(1, "bfloat16", 0.5), rec(1, "float16", 0.1, "v9")]
+    (d / "gpu-x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = suite.render_summary(tmp_path)
+    matmul = next(line for line in text.splitlines() if "| matmul |" in line)
+    # fp16: geomean(1, 4) = 2; bf16: 0.5; all: (1 * 4 * 0.5) ** (1/3)
+    assert "| 2.000 / 0.500 / 1.260 |" in matmul and "3/3 checked" in matmul
+    assert "0.500 (1x8x8 bfloat16)" in matmul
+    assert "| v9 | 1/1" in text

@@ -291,3 +291,51 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
     if paths:
         log(f"records appended to {', '.join(sorted(paths))}")
     return {"records": recs, "failed": failed, "summary": summarize(recs), "table": table}
+
+
+# --------------------------------------------------------------------------------------
+# the README's suite summary: generated from results/suites/*.jsonl, never typed
+# --------------------------------------------------------------------------------------
+SUMMARY_BEGIN, SUMMARY_END = "<!-- suite:begin -->", "<!-- suite:end -->"
+
+
+def latest_runs(records) -> dict:
+    """{(device, target): {(M, N, K, dtype): record}}: each case's latest record per
+    device and target (records appended later win)."""
+    out: dict = {}
+    for r in records:
+        s = r.get("suite") or {}
+        key = (r.get("device", "?"), s.get("target", "?"))
+        out.setdefault(key, {})[(r["M"], r["N"], r["K"], s.get("dtype", r.get("dtype")))] = r
+    return out
+
+
+def render_summary(results_dir="results") -> str:
+    """Markdown: per device and target, the geomean and minimum ratio to torch.matmul over
+    the suite's latest records (fp16, bf16 and both), and the five slowest cases."""
+    import json
+    recs = []
+    for path in sorted((Path(results_dir) / RECORDS_SUBDIR).glob("*.jsonl")):
+        recs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not recs:
+        return "No suite records yet: `tirx-gemm bench --suite --record` on a GPU host makes them."
+    lines = ["| device | target | cases | geomean × torch (fp16 / bf16 / all) | min × torch |",
+             "|---|---|---|---|---|"]
+    worst_lines = []
+    for (device, target), cases in sorted(latest_runs(recs).items()):
+        rows = list(cases.values())
+        by = {dt: summarize([r for r in rows if (r.get("suite") or {}).get("dtype") == dt])
+              for dt in ("float16", "bfloat16")}
+        alls = summarize(rows)
+        g = " / ".join(f"{x['geomean_ratio']:.3f}" if x["n"] else "—"
+                       for x in (by["float16"], by["bfloat16"], alls))
+        mn = f"{alls['min_ratio']:.3f} ({alls['min_case']})" if alls["n"] else "—"
+        when = max(str(r.get("timestamp") or r.get("when") or "") for r in rows)[:10]
+        lines.append(f"| {device} | {target} | {alls['n']}/{len(rows)} checked and timed"
+                     f"{', ' + when if when else ''} | {g} | {mn} |")
+        timed = sorted((r for r in rows if r.get("ratio_to_torch")),
+                       key=lambda r: r["ratio_to_torch"])[:5]
+        worst_lines.append(f"- {device}, {target}, slowest: " + "; ".join(
+            f"{r['M']}x{r['N']}x{r['K']} {(r.get('suite') or {}).get('dtype', '')} "
+            f"{r['step']} {r['ratio_to_torch']:.2f}×" for r in timed))
+    return "\n".join(lines + [""] + worst_lines)
