@@ -80,10 +80,17 @@ def test_workspace_specs():
     # sm_90a: 128x256 tiles, a counter per 64-row half
     assert splitk.workspace_specs_sm90a(200, 136, 200, {"SPLIT_K": 2}) == (
         ("WS", (2, 2, 128 * 256), "float32"), ("CNT", (4,), "int32"))
-    # SPLIT_K absent: the builder's choice at SM_COUNT (default: the arch's GPU)
-    assert workspace_specs(256, 256, 16384, {"SM_COUNT": 148})[0][1][0] == 11
-    assert workspace_specs(256, 256, 16384, {})[0][1][0] == 11
-    assert splitk.workspace_specs_sm90a(256, 256, 16384, {})[0][1][0] == 9
+    # SPLIT_K and REDUCE absent: choose_variant's at SM_COUNT (default: the arch's GPU),
+    # the spread reduction with its doubled counters
+    assert workspace_specs(256, 256, 16384, {"SM_COUNT": 148}) == (
+        ("WS", (32, 4, 128 * 128), "float32"), ("CNT", (8,), "int32"))
+    assert workspace_specs(256, 256, 16384, {})[0][1][0] == 32
+    assert splitk.workspace_specs_sm90a(256, 256, 16384, {})[0][1][0] == 32
+    # SPLIT_K alone: the last-arrival reduction (one counter per reduction unit)
+    assert splitk.workspace_specs_sm90a(256, 256, 16384, {"SPLIT_K": 9})[1] == (
+        "CNT", (4,), "int32")
+    # REDUCE alone: choose_split for it
+    assert workspace_specs(256, 256, 16384, {"REDUCE": "last"})[0][1][0] == 11
 
 
 def test_registry_rows_carry_the_workspace():

@@ -164,16 +164,31 @@ def split_k_range(k_tiles: int, split: int, s: int) -> tuple[int, int]:
     return s * k_tiles // split, (s + 1) * k_tiles // split
 
 
-def resolve(M: int, N: int, K: int, kwargs: dict | None, arch: str = "sm_100a") -> int:
-    """The SPLIT_K a v11 build with these keywords uses (its builder resolves it the same
-    way): SPLIT_K if given, else choose_split for its REDUCE at SM_COUNT (default: the
-    arch's GPU)."""
-    kwargs = dict(kwargs or {})
-    split = kwargs.get("SPLIT_K")
+def resolve_variant(M: int, N: int, K: int, split, reduce, sm_count: int,
+                    arch: str = "sm_100a") -> tuple[int, str]:
+    """(SPLIT_K, REDUCE) of a v11 build, as its builder resolves them: neither given, both
+    from :func:`choose_variant` (what tirx_gemm.matmul builds); REDUCE alone, the split
+    :func:`choose_split` gives for it; SPLIT_K alone, the "last" reduction."""
+    if split is None and reduce is None:
+        v = choose_variant(M, N, K, sm_count, arch)
+        return v["SPLIT_K"], v.get("REDUCE", "last")
+    reduce = "last" if reduce is None else reduce
+    check_reduce(reduce)
     if split is None:
-        split = choose_split(M, N, K, kwargs.get("SM_COUNT") or DEFAULT_SM_COUNT[arch],
-                             arch=arch, reduce=kwargs.get("REDUCE", "last"))
-    return split
+        split = choose_split(M, N, K, sm_count, arch=arch, reduce=reduce)
+    return split, reduce
+
+
+def resolve(M: int, N: int, K: int, kwargs: dict | None, arch: str = "sm_100a") -> int:
+    """The SPLIT_K a v11 build with these keywords uses (:func:`resolve_variant` at
+    SM_COUNT, default the arch's GPU)."""
+    return _resolved(M, N, K, kwargs, arch)[0]
+
+
+def _resolved(M, N, K, kwargs, arch):
+    kwargs = dict(kwargs or {})
+    return resolve_variant(M, N, K, kwargs.get("SPLIT_K"), kwargs.get("REDUCE"),
+                           kwargs.get("SM_COUNT") or DEFAULT_SM_COUNT[arch], arch)
 
 
 def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
@@ -188,14 +203,13 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
         with REDUCE="spread" twice that: the arrivals, then as many "reduced" counts (the
         last unit to finish its band resets both). Must be zero when a launch starts; the
         kernel sets every counter back to zero, so it is zero again when the launch ends."""
-    kwargs = dict(kwargs or {})
-    split = resolve(M, N, K, kwargs, arch)
+    split, reduce = _resolved(M, N, K, kwargs, arch)
     if split == 1:
         return ()
     bm, bn, _ = TILES[arch]
     tiles, _ = tile_counts(M, N, K, arch)
     counters = tiles * COUNTERS_PER_TILE[arch]
-    if kwargs.get("REDUCE", "last") == "spread":
+    if reduce == "spread":
         counters *= 2
     return (("WS", (split, tiles, bm * bn), "float32"), ("CNT", (counters,), "int32"))
 

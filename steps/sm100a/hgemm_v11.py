@@ -37,7 +37,7 @@ def band_add(WS, tile, band, chunk, s0, count, q0, q1, row, BAND_ITERS):
 
 
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
-              SM_COUNT: int = 148, SPLIT_K: int | None = None, REDUCE: str = "last"):
+              SM_COUNT: int = 148, SPLIT_K: int | None = None, REDUCE: str | None = None):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: one 128x128 tile per unit, a warp-specialized persistent
@@ -86,8 +86,10 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     128*128) float32 scratch (every element read was written in the same launch) and
     CNT (tiles,) int32, zero at launch and again at exit.
     With REDUCE="spread", CNT is (2 * tiles,): the arrivals, then the DONE counts.
-    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT, reduce=REDUCE); SPLIT_K=1 is v7's
-    data-parallel kernel (no workspace operands), whatever REDUCE says.
+    Left out, SPLIT_K and REDUCE come from splitk.resolve_variant: neither given, both
+    from splitk.choose_variant (the measured rule tirx_gemm.matmul uses: spread when it can
+    split); SPLIT_K alone, REDUCE="last"; REDUCE alone, splitk.choose_split for it.
+    SPLIT_K=1 is v7's data-parallel kernel (no workspace operands), whatever REDUCE says.
     Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); dtype float16 or
     bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1; REDUCE "last"
     or "spread" (spread: tiles x SPLIT_K <= SM_COUNT).
@@ -102,9 +104,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
                        BLK_M * BLK_N * H.F16_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT)
-    splitk.check_reduce(REDUCE)
-    if SPLIT_K is None:
-        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_100a", reduce=REDUCE)
+    # left out: SPLIT_K and REDUCE both from splitk.choose_variant (what matmul builds)
+    SPLIT_K, REDUCE = splitk.resolve_variant(M, N, K, SPLIT_K, REDUCE, SM_COUNT, "sm_100a")
     H.check_positive_ints(SPLIT_K=SPLIT_K)
     if SPLIT_K > K_TILES:
         raise ValueError(f"SPLIT_K={SPLIT_K} is more than the {K_TILES} K tiles of K={K}: "

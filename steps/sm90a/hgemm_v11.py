@@ -40,7 +40,7 @@ def band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
 
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
               SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None,
-              REDUCE: str = "last"):
+              REDUCE: str | None = None):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
@@ -92,7 +92,9 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     128*256) float32 scratch (every element read was written in the same launch) and
     CNT (2 * tiles,) int32, zero at launch and again at exit (spread: (4 * tiles,), the
     arrivals, then the DONE counts).
-    SPLIT_K=None: splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a", reduce=REDUCE);
+    Left out, SPLIT_K and REDUCE come from splitk.resolve_variant: neither given, both
+    from splitk.choose_variant (the measured rule tirx_gemm.matmul uses: spread when it can
+    split); SPLIT_K alone, REDUCE="last"; REDUCE alone, splitk.choose_split for it.
     SPLIT_K=1 is v7's data-parallel kernel (no workspace operands), whatever REDUCE says.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges); dtype float16 or
       bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH <= 3 (as v7); SM_COUNT >= 1;
@@ -110,9 +112,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
-    splitk.check_reduce(REDUCE)
-    if SPLIT_K is None:
-        SPLIT_K = splitk.choose_split(M, N, K, SM_COUNT, arch="sm_90a", reduce=REDUCE)
+    # left out: SPLIT_K and REDUCE both from splitk.choose_variant (what matmul builds)
+    SPLIT_K, REDUCE = splitk.resolve_variant(M, N, K, SPLIT_K, REDUCE, SM_COUNT, "sm_90a")
     H.check_positive_ints(SPLIT_K=SPLIT_K)
     if SPLIT_K > K_TILES:
         raise ValueError(f"SPLIT_K={SPLIT_K} is more than the {K_TILES} K tiles of K={K}: "
