@@ -38,5 +38,18 @@ TAILN=12 stage suite_v9 130 python3 -m tirx_gemm.cli bench --suite --target v9 -
 TAILN=5 TIRX_GEMM_BUNDLE="$G/suite" stage matmul_smoke 80 python3 scripts/lab/matmul_smoke.py
 stage bench_fp16 120 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes bench --bundle "$G/b16" $R -q
 ;;
+c)  # the final round: the main table's checks, the suite with the retuned rule, the
+    # benchmark shapes, and the regression baseline (with v11) from the same bundle
+stage check_fp16 80 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes all --no-time --bundle "$G/b16" $R -q
+stage check_bf16 80 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes all --no-time --dtype bfloat16 --bundle "$G/bbf" $R -q
+TAILN=12 stage suite_matmul 120 python3 -m tirx_gemm.cli bench --suite --target matmul --arch sm_90a --bundle "$G/suite" $R -q
+TAILN=5 TIRX_GEMM_BUNDLE="$G/suite" stage matmul_smoke 60 python3 scripts/lab/matmul_smoke.py
+stage bench_fp16 90 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes bench --bundle "$G/b16" $R -q
+cp results/baselines/nvidia-h200.json "$OUT/baseline.json"  # checked against, then rewritten
+stage regress 120 python3 -m tirx_gemm.cli regress --bundle "$G/b16" --baseline "$OUT/baseline.json" --update-baseline -q
+;;
 esac
+# records flat in $OUT (nested result folders do not always come back)
+cp "$OUT"/results/*.jsonl "$OUT/" 2>/dev/null
+for f in "$OUT"/results/suites/*.jsonl; do [ -f "$f" ] && cp "$f" "$OUT/suite_$(basename "$f")"; done
 echo "stages done in ${SECONDS}s"
