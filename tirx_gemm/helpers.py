@@ -289,7 +289,8 @@ def tma_store_swizzled(D, Dsmem, r0, m_st, n_st, ROWS, COLS):
 def tmem_to_registers(tmem, col, BLK_N, Dreg_f16):
     # each thread of the warpgroup reads one accumulator row (TMEM lane = row) from
     # columns [col, col + BLK_N) as fp32, waits for the asynchronous tcgen05.ld, then
-    # narrows to fp16
+    # narrows to Dreg_f16's dtype, the 16-bit output dtype (fp16 or bf16; the "f16" in
+    # the register names of the epilogues means 16-bit)
     Dreg = T.alloc_local((BLK_N,), ACC_DTYPE)
     Dreg_wg = Dreg.view(128, BLK_N, layout=TileLayout(S[(128, BLK_N): (1 @ tid_in_wg, 1)]))
     Tx.wg.copy_async(Dreg_wg[:, :], tmem[:, col:col + BLK_N])
@@ -298,9 +299,10 @@ def tmem_to_registers(tmem, col, BLK_N, Dreg_f16):
 
 
 @T.inline
-def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row):
+def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row, dtype):
     # TMEM -> registers -> GMEM: thread `row` of the warpgroup stores output row m_st + row
-    Dreg_f16 = T.alloc_local((BLK_N,), AB_DTYPE)
+    # (`dtype`: D's dtype, what the fp32 accumulator is narrowed to)
+    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
     tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
     Tx.copy(D[m_st + row, n_st:n_st + BLK_N], Dreg_f16[:])
 
@@ -308,14 +310,14 @@ def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row):
 @T.inline
 def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id):
     # registers -> swizzled Dsmem -> (one thread) TMA store -> GMEM; `bar_id` names the
-    # barrier that syncs the 128 threads of the storing warpgroup
+    # barrier that syncs the 128 threads of the storing warpgroup. Rows and columns of
+    # the tile past D's edge are dropped by the TMA store (tma_store_swizzled).
     Tx.copy(Dsmem[row, 0:BLK_N], Dreg_f16[:])
     # generic-proxy SMEM writes must be fenced before the async proxy (TMA) reads them
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
     if is_leader:
-        Tx.copy_async(D[m_st:m_st + BLK_M, n_st:n_st + BLK_N], Dsmem[:, :],
-                      dispatch="tma_auto")
+        tma_store_swizzled(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
         T.ptx.cp.async_.bulk.commit_group()
         # Dsmem may be overwritten only after the store has read it
         T.ptx.cp.async_.bulk.wait_group(0)
@@ -324,9 +326,10 @@ def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_lea
 
 @T.inline
 def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader,
-                          bar_id):
-    # TMEM -> registers -> swizzled Dsmem -> (one thread) TMA store -> GMEM
-    Dreg_f16 = T.alloc_local((BLK_N,), AB_DTYPE)
+                          bar_id, dtype):
+    # TMEM -> registers (narrowed to `dtype`, D's dtype) -> swizzled Dsmem -> (one
+    # thread) TMA store -> GMEM
+    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
     tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
     store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id)
 
@@ -459,8 +462,9 @@ def mma_tile_pair(tmem, col, Asmem, Bsmem, MMA_N, accum):
 @T.inline
 def tma_load_pair(dst, src, bar_cta0):
     # a TMA copy whose completion (its bytes) is counted on CTA 0's barrier, whichever
-    # CTA of the pair issues it: the 2-CTA form takes a barrier in the peer's SMEM
-    Tx.copy_async(dst, src, dispatch="tma_auto", cta_group=2, mbar=bar_cta0)
+    # CTA of the pair issues it: the 2-CTA form takes a barrier in the peer's SMEM. As in
+    # tma_load_tiles, a box past the tensor's edge is zero-filled and counts in full
+    Tx.copy_async(dst, src, dispatch=TMA, cta_group=2, mbar=bar_cta0)
 
 
 @T.inline
@@ -472,8 +476,7 @@ def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, is
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
     if is_leader:
-        Tx.copy_async(D[m_st:m_st + BLK_M, n_st:n_st + EPI_N], Dsmem[r0:r0 + BLK_M, :],
-                      dispatch="tma_auto")
+        tma_store_swizzled(D, Dsmem, r0, m_st, n_st, BLK_M, EPI_N)
         T.ptx.cp.async_.bulk.commit_group()
         T.ptx.cp.async_.bulk.wait_group(0)
     T.cuda.warpgroup_sync(bar_id)

@@ -25,7 +25,8 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
     generic->async proxy bridge". tcgen05 fences (before/after_thread_sync) order the
     tensor-core work around each barrier and wait.
     Simulated: ``tirx-gemm sim v1`` runs it on NumSim, a CPU model of sm_100a.
-    Constraints: M = N = 128 and K = 64 exactly; fp16.
+    Constraints: M = N = 128 and K = 64 exactly; dtype float16 (default) or bfloat16.
+    Aligned contract (v1-v3): thread copies have no edge code; edge shapes arrive in v4.
     Run: ``tirx-gemm build v1`` (compiles here); executing needs a Blackwell (sm_100a) GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -34,12 +35,12 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
     H.check_equal("N", N, BLK_N, "step v1 computes a single 128x128 tile (no 2D grid yet)")
     H.check_equal("K", K, BLK_K, "step v1 has no K-loop: one BLK_K=64 tile")
 
-    A_layout = H.swizzled_layout((BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((BLK_N, BLK_K))
+    A_layout = H.swizzled_layout((BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((BLK_N, BLK_K), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([1])  # one CTA: the grid arrives in v3
         wg_id = T.warpgroup_id([1])
@@ -51,8 +52,8 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
         tmem_addr = pool.alloc((1,), "uint32")
         mma_bar = pool.alloc((1,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
+        Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
         pool.commit()
 
         # mma_bar: tcgen05.commit arrives (1 arrival) when the MMA is done; all threads
@@ -80,7 +81,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
         H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
-        H.epilogue_to_gmem(tmem, D, 0, 0, BLK_N, warp_id * 32 + lane_id)
+        H.epilogue_to_gmem(tmem, D, 0, 0, BLK_N, warp_id * 32 + lane_id, dtype)
 
         # --- free ---
         H.tcgen05_cta_sync()

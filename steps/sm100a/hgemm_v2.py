@@ -23,7 +23,8 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
     async-proxy reads before the next slice's stores (racecheck: "no async->generic
     proxy bridge" without it). Every thread waits on every phase of mma_bar, and the
     next slice's barrier bounds how far thread 0 can run ahead, so no phase is missed.
-    Constraints: M = N = 128, K a multiple of 64; fp16.
+    Constraints: M = N = 128, K a multiple of 64; dtype float16 (default) or bfloat16.
+    Aligned contract (v1-v3): thread copies have no edge code; edge shapes arrive in v4.
     Run: ``tirx-gemm build v2 --mnk 128,128,1024``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -32,12 +33,12 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
     H.check_equal("M", M, BLK_M, "step v2 computes a single 128x128 tile (no 2D grid yet)")
     H.check_equal("N", N, BLK_N, "step v2 computes a single 128x128 tile (no 2D grid yet)")
 
-    A_layout = H.swizzled_layout((BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((BLK_N, BLK_K))
+    A_layout = H.swizzled_layout((BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((BLK_N, BLK_K), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([1])  # one CTA: the grid arrives in v3
         wg_id = T.warpgroup_id([1])
@@ -49,8 +50,8 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
         tmem_addr = pool.alloc((1,), "uint32")
         mma_bar = pool.alloc((1,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
+        Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
         pool.commit()
 
         # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; all
@@ -82,7 +83,7 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
         H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the last wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
-        H.epilogue_to_gmem(tmem, D, 0, 0, BLK_N, warp_id * 32 + lane_id)
+        H.epilogue_to_gmem(tmem, D, 0, 0, BLK_N, warp_id * 32 + lane_id, dtype)
 
         # --- free ---
         H.tcgen05_cta_sync()

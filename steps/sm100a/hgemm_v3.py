@@ -17,19 +17,20 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
     Why: a 4096x4096 output is 1024 tiles; one CTA per tile fills all SMs. Each CTA still
     loads synchronously and waits for every MMA: load and compute do not overlap yet,
     and neighbouring CTAs re-read the same A/B bands from GMEM (L2 catches some).
-    Constraints: M, N multiples of 128; K a multiple of 64; fp16.
+    Constraints: M, N multiples of 128; K a multiple of 64; dtype float16 or bfloat16.
+    Aligned contract (v1-v3): thread copies have no edge code; edge shapes arrive in v4.
     Run: ``tirx-gemm build v3 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     K_TILES = K // BLK_K
     H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
 
-    A_layout = H.swizzled_layout((BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((BLK_N, BLK_K))
+    A_layout = H.swizzled_layout((BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((BLK_N, BLK_K), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx, by = T.cta_id([M // BLK_M, N // BLK_N])
         wg_id = T.warpgroup_id([1])
@@ -41,8 +42,8 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
         tmem_addr = pool.alloc((1,), "uint32")
         mma_bar = pool.alloc((1,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
+        Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
         pool.commit()
 
         # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; all
@@ -76,7 +77,7 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
         H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the last wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
-        H.epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, warp_id * 32 + lane_id)
+        H.epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, warp_id * 32 + lane_id, dtype)
 
         # --- free ---
         H.tcgen05_cta_sync()

@@ -3,7 +3,7 @@
 Lesson: loads become asynchronous copies by the Tensor Memory Accelerator. cta_sync
 cannot tell when the TMA engine is done, so a second mbarrier (tma_bar) is armed with
 the expected byte count (expect_tx). The epilogue also goes through TMA: registers ->
-swizzled SMEM -> one TMA store.
+swizzled SMEM -> TMA stores (one box per 64-column swizzle atom).
 """
 from tvm.script import tirx as T
 
@@ -14,9 +14,10 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     """Step card -- v4, TMA loads and TMA store.
 
     Changes from v3: dispatch of the loads: Tx.cta.copy (128 threads computing
-    addresses) -> Tx.copy_async(dispatch="tma_auto") issued by thread 0, completing on
-    tma_bar after 2 x 128x64 fp16 = 32 KiB (expect_tx). Layout: a Dsmem staging tile
-    for the TMA-store epilogue. Scope unchanged (one CTA per output tile).
+    addresses) -> Tx.copy_async(dispatch="tma_explicit") issued by thread 0, completing
+    on tma_bar after 2 x 128x64 x 2 bytes = 32 KiB (expect_tx). Layout: a Dsmem staging
+    tile for the TMA-store epilogue (one TMA box per 64-column swizzle atom). Scope
+    unchanged (one CTA per output tile).
     Contracts: tma_bar and mma_bar each complete once per K slice, both phases flip per
     slice; the TMA store drains (wait_group 0) before Dsmem could be reused.
     Who waits: only warp 0 runs the K-loop (lane 0 issues, the warp waits), and one CTA
@@ -29,22 +30,31 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     Why: frees the threads from address generation and copies; still load -> wait ->
     MMA -> wait per slice (no overlap yet -- that is v5). The published B200 figure for
     this step in the seed's article series is 278 TFLOP/s at 4096^3 (not measured here).
-    Constraints: M, N multiples of 128; K a multiple of 64; fp16.
+    Edges: TMA needs no edge code. Each tensor map carries the tensor's true extents
+    (M x K, N x K, M x N), so a box that reaches past the edge is legal: a load fills the
+    outside part of the SMEM tile with zeros, and the barrier still counts the whole
+    box's bytes, so expect_tx stays the full 32 KiB on every slice; a store writes only
+    the part inside D. The grid is ceil(M/128) x ceil(N/128) and K_TILES = ceil(K/64),
+    the last slice zero-padded; zeros add nothing to the accumulator. The cost: an edge
+    tile does a full tile of MMA work (and moves full boxes through SMEM) for the
+    rows and columns it keeps, e.g. M = 129 pays for 256 rows.
+    Constraints: any M >= 1; N, K multiples of 8 (TMA's 16-byte row strides); dtype
+    float16 (default) or bfloat16.
     Run: ``tirx-gemm build v4 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
-    K_TILES = K // BLK_K
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
 
-    A_layout = H.swizzled_layout((BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+    A_layout = H.swizzled_layout((BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
-        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
+        bx, by = T.cta_id([H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)])
         wg_id = T.warpgroup_id([1])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -55,9 +65,9 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         tma_bar = pool.alloc((1,), "uint64", align=8)
         mma_bar = pool.alloc((1,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
         # tma_bar: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
@@ -102,7 +112,8 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         H.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1)
+        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1,
+                                 dtype)
 
         # --- free ---
         H.tcgen05_cta_sync()

@@ -23,25 +23,25 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     Why: the TMA for future slices is in flight while the tensor cores work, hiding
     load latency. The single thread still waits for each MMA before refilling (true
     producer/consumer concurrency is v7).
-    Constraints: M, N multiples of 128; K a multiple of 64; PIPE_DEPTH >= 1 and the
-    ring must fit in shared memory; fp16.
+    Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); PIPE_DEPTH >= 1 and
+    the ring must fit in shared memory; dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v5 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
-    K_TILES = K // BLK_K
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
                        BLK_M * BLK_N * H.F16_BYTES)
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
-        bx, by = T.cta_id([M // BLK_M, N // BLK_N])
+        bx, by = T.cta_id([H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)])
         wg_id = T.warpgroup_id([1])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -52,9 +52,9 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
         mma_bar = pool.alloc((1,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
         # tma_bar[s]: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
@@ -112,7 +112,8 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         H.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1)
+        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1,
+                                 dtype)
 
         # --- free ---
         H.tcgen05_cta_sync()

@@ -22,7 +22,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Layout: the TMEM accumulator is double-buffered (ACC_STAGES=2 x 128 columns), so
     the MMA of tile i+1 runs while the epilogue drains tile i.
     Dispatch: setmaxnreg lowers warpgroup 1 (it needs few registers) and raises
-    warpgroup 0 (128 fp32 + 128 fp16 values per thread in the epilogue).
+    warpgroup 0 (128 fp32 + 128 16-bit values per thread in the epilogue).
     Barriers (stage and phase tracked by PipelineState):
       tma2mma[s] TMA -> MMA, byte-counted (expect_tx), consumer starts at phase 0;
       mma2tma[s] MMA -> TMA, tcgen05.commit frees stage s, producer starts at phase 1
@@ -35,25 +35,26 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Why: overlapping load, MMA and epilogue is what turns the tensor cores from mostly
     idle to mostly busy; the published B200 figure for this step is 607 TFLOP/s at
     4096^3 (not measured here).
-    Constraints: M, N multiples of 128; K a multiple of 64; PIPE_DEPTH >= 1; fp16.
+    Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); PIPE_DEPTH >= 1;
+    dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v7 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     ACC_STAGES = 2  # 2 x 128 fp32 columns of the 512 in TMEM
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
-    K_TILES = K // BLK_K
-    H.check_tiled_shape(M, N, K, BLK_M, BLK_N, BLK_K, dtype)
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
                        BLK_M * BLK_N * H.F16_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT)
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([2])
@@ -68,9 +69,9 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
         ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
         # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
@@ -89,8 +90,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         tmem = H.tmem_accumulator()
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // BLK_M, num_n_tiles=N // BLK_N, num_clusters=SM_COUNT,
-            l2_group_size=8)
+            "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=H.ceil_div(N, BLK_N),
+            num_clusters=SM_COUNT, l2_group_size=8)
         scheduler.init(bx)
 
         with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
@@ -144,7 +145,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase, "mma2ld", acc.stage,
                                 "epilogue")
                 H.tcgen05_fence_after_sync()
-                Dreg_f16 = T.alloc_local((BLK_N,), "float16")
+                Dreg_f16 = T.alloc_local((BLK_N,), dtype)
                 H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)
                 H.tcgen05_fence_before_sync()
                 T.ptx.mbarrier.arrive.shared.b64(ld2mma.ptr_to([acc.stage]), T.uint32(1))

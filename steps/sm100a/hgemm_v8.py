@@ -45,8 +45,14 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Why: per unit of tensor-core work the cluster stages half the A and B bytes of v7,
     which is what keeps the tensor cores fed at B200 rates; the book's published B200
     figure for this step is 1328 TFLOP/s at 4096^3, vs 607 for v7 (not measured here).
-    Constraints: M, N multiples of 256 (the cluster tile); K a multiple of 64;
-    PIPE_DEPTH >= 1; SM_COUNT even (CTAs come in pairs); fp16.
+    Edges (as in v4, per CTA): the scheduler walks ceil(M/256) x ceil(N/256) cluster
+    tiles (any count, odd included: both CTAs of a pair follow one sequence). In a
+    partial cluster tile a CTA whose 128 rows all lie past M still runs the whole pair
+    protocol: its TMA loads are all zeros but still count their full boxes on CTA 0's
+    tma2mma, its epilogue arrives on ld2mma and its stores are dropped, because the
+    pair's MMA reads both CTAs' SMEM and every barrier counts both CTAs.
+    Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1; SM_COUNT even (CTAs
+    come in pairs); dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v8 --mnk 4096,4096,4096`` (compile);
     ``tirx-gemm sim v8`` (CPU model of sm_100a); executing needs an sm_100a GPU.
     """
@@ -55,23 +61,19 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     MMA_M, MMA_N = CTA_PAIR * BLK_M, CTA_PAIR * BLK_N  # the cluster tile, 256 x 256
     ACC_STAGES = 2  # 2 x 256 fp32 columns = the whole TMEM
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
-    K_TILES = K // BLK_K
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # what one CTA loads per stage
-    H.check_dtype(dtype)
-    H.check_positive_ints(M=M, N=N, K=K)
-    H.check_multiple("M", M, "MMA_M (the cluster tile's rows)", MMA_M)
-    H.check_multiple("N", N, "MMA_N (the cluster tile's columns)", MMA_N)
-    H.check_multiple("K", K, "BLK_K", BLK_K)
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
     H.check_even_sm_count(SM_COUNT)
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((BLK_M, BLK_N))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         cbx, cby = T.cta_id_in_cluster([CTA_PAIR, 1])  # cbx: this CTA's rank in the pair
@@ -87,9 +89,9 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
         ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), "float16", layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), "float16", layout=D_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
         # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
@@ -111,7 +113,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         ld2mma_cta0 = H.barriers_in_cta(ld2mma, ACC_STAGES, 0)
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // MMA_M, num_n_tiles=N // MMA_N,
+            "ts", num_m_tiles=H.ceil_div(M, MMA_M), num_n_tiles=H.ceil_div(N, MMA_N),
             num_clusters=SM_COUNT // CTA_PAIR, l2_group_size=8)
         scheduler.init(bx // CTA_PAIR)
 
@@ -177,7 +179,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                                 "epilogue")
                 H.tcgen05_fence_after_sync()
                 for c in T.unroll(MMA_N // BLK_N):
-                    Dreg_f16 = T.alloc_local((BLK_N,), "float16")
+                    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
                     H.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
                     H.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
                                          BLK_N, row, row == 0, 1)

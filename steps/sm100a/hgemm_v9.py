@@ -49,8 +49,10 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     tensor cores busy across tile boundaries; the book's published B200 figure for this
     step is 1460 TFLOP/s at 4096^3, equal to cuBLAS there, vs 1328 for v8 (not measured
     here).
-    Constraints: M a multiple of 512 and N of 256 (the cluster tile); K a multiple of 64;
-    PIPE_DEPTH >= 1 and small enough for SMEM (48 KiB per stage); SM_COUNT even; fp16.
+    Edges as in v8, over ceil(M/512) x ceil(N/256) cluster tiles: a consumer or a CTA
+    whose rows all lie past M still loads (zeros), computes, arrives and stores (dropped).
+    Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1 and small enough for
+    SMEM (48 KiB per stage); SM_COUNT even; dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v9 --mnk 4096,4096,4096`` (compile);
     ``tirx-gemm sim v9`` (CPU model of sm_100a); executing needs an sm_100a GPU.
     """
@@ -60,23 +62,19 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     TILE_M = NUM_CONSUMER * CTA_PAIR * BLK_M  # 512: the cluster tile is 512 x 256
     EPI_N = 64  # epilogue chunk width (columns per TMA store)
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224  # 128 x 56 + 256 x 224 = 384 x 168
-    K_TILES = K // BLK_K
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # one CTA's share
-    H.check_dtype(dtype)
-    H.check_positive_ints(M=M, N=N, K=K)
-    H.check_multiple("M", M, "TILE_M (the cluster tile's rows)", TILE_M)
-    H.check_multiple("N", N, "MMA_N (the cluster tile's columns)", MMA_N)
-    H.check_multiple("K", K, "BLK_K", BLK_K)
+    H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * EPI_N * H.F16_BYTES)
     H.check_even_sm_count(SM_COUNT)
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K))
-    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K))
-    D_layout = H.swizzled_layout((NUM_CONSUMER * BLK_M, EPI_N))
+    A_layout = H.swizzled_layout((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((NUM_CONSUMER * BLK_M, EPI_N), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), "float16"), B: T.Buffer((N, K), "float16"),
-               D: T.Buffer((M, N), "float16")):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         cbx, cby = T.cta_id_in_cluster([CTA_PAIR, 1])  # cbx: this CTA's rank in the pair
@@ -92,10 +90,10 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         mma2ld = pool.alloc((NUM_CONSUMER,), "uint64", align=8)
         ld2mma = pool.alloc((NUM_CONSUMER,), "uint64", align=8)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), "float16",
+        Asmem = pool.alloc((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype,
                            layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), "float16", layout=B_layout)
-        Dsmem = pool.alloc((NUM_CONSUMER * BLK_M, EPI_N), "float16", layout=D_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((NUM_CONSUMER * BLK_M, EPI_N), dtype, layout=D_layout)
         pool.commit()
 
         # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma 2 (one
@@ -117,7 +115,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         ld2mma_cta0 = H.barriers_in_cta(ld2mma, NUM_CONSUMER, 0)
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M // TILE_M, num_n_tiles=N // MMA_N,
+            "ts", num_m_tiles=H.ceil_div(M, TILE_M), num_n_tiles=H.ceil_div(N, MMA_N),
             num_clusters=SM_COUNT // CTA_PAIR, l2_group_size=8)
         scheduler.init(bx // CTA_PAIR)
 
@@ -189,7 +187,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 H.wait_mbarrier(mma2ld.ptr_to([c]), acc.phase, "mma2ld", c, "epilogue")
                 H.tcgen05_fence_after_sync()
                 for i in T.unroll(MMA_N // EPI_N):
-                    Dreg_f16 = T.alloc_local((EPI_N,), "float16")
+                    Dreg_f16 = T.alloc_local((EPI_N,), dtype)
                     H.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_f16)
                     H.store_rows_via_tma(Dreg_f16, Dsmem, c * BLK_M, D, m_st, n_st + i * EPI_N,
                                          BLK_M, EPI_N, row, row == 0, 1 + c)
