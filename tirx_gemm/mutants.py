@@ -81,8 +81,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "the tile counter is incremented with a relaxed atomic: no release orders the "
            "slab stores before the count, no acquire orders the reducer's slab loads after "
            "it (the numbers may still come out right on a model that runs CTAs in turn)",
-           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"]',
-                        'T.ptx["atom.relaxed.gpu.global.add.s32"]'),),
+           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),',
+                        'T.ptx["atom.relaxed.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
     Mutant("splitk-no-wait", "v11",
