@@ -294,3 +294,10 @@ def test_kernels_are_loaded_once_per_step_shape_keywords_and_device(monkeypatch)
         assert len(got) == 4
     finally:
         mm.clear_cache()
+
+
+def test_matmuls_row_rule_is_the_kernels():
+    """matmul (TVM-free) keeps its own copy of TMA's row rule; it must be the builders'."""
+    pytest.importorskip("tvm")
+    from tirx_gemm import helpers
+    assert mm.ROW_MULTIPLE == helpers.TMA_ROW_MULTIPLE

@@ -98,6 +98,22 @@ def check_spread(tiles: int, split: int, sm_count: int) -> None:
             f"resident at once), got {tiles} x {split} = {tiles * split} > {sm_count}")
 
 
+def check_split(split: int, k_tiles: int, K: int, tiles: int, reduce: str,
+                sm_count: int) -> bool:
+    """The builders' check of a resolved split (both arches): a positive SPLIT_K of at most
+    the K tiles (every split needs one), and with REDUCE="spread" every unit of a tile
+    resident at once (:func:`check_spread`). Returns whether the spread reduction is built
+    (a split of 1 builds no reduction at all)."""
+    _check_ints(SPLIT_K=split)
+    if split > k_tiles:
+        raise ValueError(f"SPLIT_K={split} is more than the {k_tiles} K tiles of K={K}: "
+                         f"every split needs at least one")
+    spread = reduce == "spread" and split > 1
+    if spread:
+        check_spread(tiles, split, sm_count)
+    return spread
+
+
 def _check_ints(**values) -> None:
     for name, v in values.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -114,15 +114,9 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     # left out: SPLIT_K and REDUCE both from splitk.choose_variant (what matmul builds)
     SPLIT_K, REDUCE = splitk.resolve_variant(M, N, K, SPLIT_K, REDUCE, SM_COUNT, "sm_90a")
-    H.check_positive_ints(SPLIT_K=SPLIT_K)
-    if SPLIT_K > K_TILES:
-        raise ValueError(f"SPLIT_K={SPLIT_K} is more than the {K_TILES} K tiles of K={K}: "
-                         f"every split needs at least one")
     TILES_M, TILES_N = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
     TILES = TILES_M * TILES_N
-    SPREAD = REDUCE == "spread" and SPLIT_K > 1
-    if SPREAD:
-        splitk.check_spread(TILES, SPLIT_K, SM_COUNT)
+    SPREAD = splitk.check_split(SPLIT_K, K_TILES, K, TILES, REDUCE, SM_COUNT)
     GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most (spread: exactly)
     CHUNK = 4  # floats per slab store / load of one thread
     IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
