@@ -1,5 +1,6 @@
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,17 @@ def _isolated_build_cache():
         os.environ.pop("TIRX_GEMM_CACHE", None)
     else:
         os.environ["TIRX_GEMM_CACHE"] = old
+
+
+@pytest.fixture
+def soon():
+    """soon(done, within_s=15.0): True once done() is, polled every 50 ms; False after
+    within_s (kills, parent-death signals and lock releases are asynchronous)."""
+    def wait(done, within_s: float = 15.0) -> bool:
+        deadline = time.monotonic() + within_s
+        while not done():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+    return wait

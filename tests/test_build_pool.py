@@ -74,18 +74,9 @@ def _pid_alive(pid: int) -> bool:
     return bool(f) and f[0] != "Z"
 
 
-def _soon(done, within_s: float = 15.0) -> bool:
-    """True once done() is (SIGKILL and parent-death signals are asynchronous)."""
-    deadline = time.monotonic() + within_s
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
 
 def test_a_dying_build_fails_alone_and_every_build_has_its_own_process(cache, tmp_path,
-                                                                       monkeypatch):
+                                                                       monkeypatch, soon):
     # nvcc kills the process of the first build that calls it, and of each retry of that
     # build, outright, as a crash in TVM would
     crash = (f'key=$(basename $(dirname "$out")); key=${{key%%.*}}; f={tmp_path}/crash_key\n'
@@ -117,14 +108,14 @@ def test_a_dying_build_fails_alone_and_every_build_has_its_own_process(cache, tm
     # every nvcc call came from its own build process (a rerun gets a fresh one too)
     assert len({pid for pid, _, _ in calls}) == len(calls)
     t = time.monotonic()
-    assert _soon(lambda: not _group_alive(calls[0][1]), 5), "the pool outlived build_many"
+    assert soon(lambda: not _group_alive(calls[0][1]), 5), "the pool outlived build_many"
     print(f"pool gone {time.monotonic() - t:.3f} s after build_many")
     assert sorted(p.name for p in (cache / "builds").iterdir()) == sorted(key)
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
                                       (signal.SIGKILL, -signal.SIGKILL)])
-def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, code):
+def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, code, soon):
     """Ctrl-C and SIGTERM end the build with 130 and 143 and leave no work folder; after any
     of them, SIGKILL included, no server, fork server, worker or nvcc is left."""
     env = _fake_nvcc(tmp_path, f"echo $$ >> {tmp_path}/nvcc.pids; exec sleep 600")
@@ -145,10 +136,10 @@ def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, cod
     proc.send_signal(sig)
     proc.communicate(timeout=60)
     assert proc.returncode == code
-    assert _soon(lambda: not _group_alive(pgid)), \
+    assert soon(lambda: not _group_alive(pgid)), \
         "a server, fork server or worker outlived the build"
     for nvcc in map(int, pid_file.read_text().split()):
-        assert _soon(lambda: not _pid_alive(nvcc)), "nvcc outlived the build"
+        assert soon(lambda: not _pid_alive(nvcc)), "nvcc outlived the build"
     if sig != signal.SIGKILL:
         assert not (cache / "builds").exists() or not list((cache / "builds").iterdir())
 

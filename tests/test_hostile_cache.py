@@ -279,7 +279,7 @@ def test_the_sweep_removes_only_folders_whose_lock_is_free(cache_dir):
 
 
 @pytest.mark.skipif(not _can_unshare_pid(), reason="unshare -rpf (a PID namespace) unavailable")
-def test_a_build_in_another_pid_namespace_is_not_swept(cache_dir):
+def test_a_build_in_another_pid_namespace_is_not_swept(cache_dir, soon):
     """Its PID (1 or so in its namespace) means nothing here; its lock does."""
     other, other_dir = _holder(("unshare", "-rpf", "--kill-child"))
     try:
@@ -287,16 +287,8 @@ def test_a_build_in_another_pid_namespace_is_not_swept(cache_dir):
     finally:
         other.kill()
         other.wait()
-    assert _soon(lambda: sweep_stale() == [other_dir]), "its lock outlived it"
+    assert soon(lambda: sweep_stale() == [other_dir], 10), "its lock outlived it"
 
-
-def _soon(done, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_a_folder_without_a_lock_is_kept_until_it_is_old(cache_dir):

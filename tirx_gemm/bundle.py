@@ -416,12 +416,7 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
     prog = Progress("building", len(requests), enabled=bool(progress))
 
     def show(done, total, req, res):
-        if isinstance(res, Exception):
-            verb, secs = "FAILED", None
-        else:
-            verb = "cached" if res.cached else "built"
-            secs = None if res.cached else res.times.get("total")
-        prog.item(verb, f"{req[0].key} {'x'.join(map(str, req[1]))}", secs)
+        prog.build_done(req, res)
 
     with prog:
         results = build_many(requests, jobs=jobs, progress=show, watchdog_ms=watchdog_ms)

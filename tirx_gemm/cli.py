@@ -197,14 +197,8 @@ def _build_progress(n: int, quiet: bool, what: str = "building", reqs_label: str
                     enabled=not quiet)
 
     def callback(done, total, req, res):
-        if n < 2:
-            return
-        if isinstance(res, Exception):
-            verb, secs = "FAILED", None
-        else:
-            verb = "cached" if res.cached else "built"
-            secs = None if res.cached else res.times.get("total")
-        prog.item(verb, f"{req[0].key} {tables.shape(req[1])}", secs)
+        if n > 1:
+            prog.build_done(req, res)
 
     return prog, callback
 

@@ -63,6 +63,17 @@ class Progress:
         took = f" {seconds:.1f} s" if seconds is not None else ""
         self.say(f"{verb} {self._count()} ({label}{took}) elapsed {self.elapsed():.0f} s")
 
+    def build_done(self, req, res) -> None:
+        """The line of one finished build_many request (step, shape) -> BuildResult or the
+        exception: "built 5/18 (v7@sm_90a 4096x4096x4096 12.3 s)", "cached", or "FAILED"."""
+        if isinstance(res, Exception):
+            verb, secs = "FAILED", None
+        else:
+            verb = "cached" if res.cached else "built"
+            secs = None if res.cached else res.times.get("total")
+        from tirx_gemm.tables import shape
+        self.item(verb, f"{req[0].key} {shape(req[1])}", secs)
+
     def heartbeat_line(self) -> str:
         running = f", {self.current} running" if self.current else ""
         if self.total is None and not self.done:  # one piece of work: only how long so far
