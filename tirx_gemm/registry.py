@@ -113,6 +113,7 @@ _LESSONS = {
     "v7": "warp specialization: TMA producer, MMA issuer and epilogue run concurrently, linked by full/empty barriers",
     "v8": "2-CTA MMA: a CTA pair issues one tcgen05.mma cta_group::2 over a 256x256 cluster tile; barriers signalled across the pair",
     "v9": "multiple consumers: two MMA warps into separate TMEM column ranges (all 512) share each staged B tile; two epilogue warpgroups",
+    "v10": "dynamic persistent scheduling: Cluster Launch Control hands each CTA pair its next tile, and the TMEM accumulator is double-buffered so the epilogue of tile t runs under the MMAs of tile t+1",
     "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; every split stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
 }
 # The Hopper twins teach the same scheduling lessons; the MMA is wgmma (accumulator in
@@ -124,6 +125,7 @@ _LESSONS_SM90 = {
     "v7": "warp specialization: a TMA producer warpgroup and two wgmma consumer warpgroups (128x256 tile), full/empty barriers, setmaxnreg",
     "v8": "2-CTA cluster: vertically adjacent CTAs share the B tile, each loads half and TMA multicasts it to both; empty barriers arrived remotely; cluster scheduler",
     "v9": "overlapped epilogue: stmatrix the previous tile's fp16 result and TMA-store it while the next tile's first wgmmas (scale-d 0) run; 4-stage ring",
+    "v10": "ping-pong consumers: two consumer warpgroups on different tiles, one's epilogue under the other's mainloop, their turns ordered by named barriers",
     "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; each consumer half stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
 }
 
@@ -138,7 +140,7 @@ _PAIR = ("UTCHMMA.2CTA", "UTCBAR.2CTA.MULTICAST", "UTMALDG.2D.2CTA", "UTCATOMSWS
          "UCGABAR_ARV", "UCGABAR_WAIT")
 
 
-_PERSISTENT = ("v6", "v7", "v8", "v9")
+_PERSISTENT = ("v6", "v7", "v8", "v9", "v10")
 
 
 def _sm100(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
