@@ -1,4 +1,4 @@
-"""Hopper (sm_90a) building blocks shared by steps/sm90a/hgemm_v1 .. v7.
+"""Hopper (sm_90a) building blocks: the wgmma engine, the twin of :mod:`tirx_gemm.blackwell`.
 
 On Hopper the tensor cores are driven by ``wgmma``: one *warpgroup* (128 threads)
 issues ``wgmma.mma_async`` together, the operands are read from shared memory through
@@ -10,12 +10,15 @@ pieces every step needs live here once:
 * descriptor encoding and the byte arithmetic that walks a 128B-swizzled K-major tile,
 * ``wgmma_tile``: the wgmma calls that consume one BLK_K slice of A and B,
 * the operand fence that pins accumulator registers behind ``wgmma.wait_group``,
-* barrier init, and the fragment epilogue ``store_fragment``: to GMEM (v1-v3) or to a
+* the wgmma group verbs (``mma_fence``, ``mma_commit``, ``mma_wait``) and the setup
+  publication (``publish_setup``), named like their sm_100a twins in
+  :mod:`tirx_gemm.blackwell`,
+* the fragment epilogue ``store_fragment``: to GMEM (v1-v3) or to a
   swizzled SMEM tile for a TMA store (v4+), and ``tma_store_tile``, the TMA store of such
   a tile (one box per 64-column swizzle atom, clipped at D's edges),
 * ``check_ctas_fit_sm`` (persistent pools, v6).
-The arch-neutral pieces (validation, layouts, ``tma_load_tiles``, ``ROLLED``) are in
-:mod:`tirx_gemm.helpers`.
+The arch-neutral pieces (validation, layouts, barriers, ``tma_load_tiles``, the bulk-group
+verbs, ``ROLLED``) are in :mod:`tirx_gemm.helpers`.
 
 Everything that runs on the device is an ``@T.inline`` helper: it is expanded at the call
 site, so the generated CUDA is the same as if the step had written it inline.
@@ -158,19 +161,32 @@ def fence_operands(acc, count: int):
 
 
 # --------------------------------------------------------------------------------------
-# barriers
+# the wgmma group verbs and setup publication (names shared with tirx_gemm.blackwell)
 # --------------------------------------------------------------------------------------
 @T.inline
-def init_mbarriers(bar, num: int, count: int):
-    """mbarrier.init for bar[0:num], each completing a phase after ``count`` arrivals.
-    Call from one thread, then :func:`publish_mbarrier_init` from all threads."""
-    for i in T.unroll(num):
-        T.ptx.mbarrier.init.shared.b64(bar.ptr_to([i]), T.uint32(count))
+def mma_fence():
+    # wgmma.fence: this warpgroup's earlier register accesses (accumulators written or
+    # read) are ordered before the wgmmas issued after it
+    T.ptx.wgmma.fence.sync.aligned()
 
 
 @T.inline
-def publish_mbarrier_init():
+def mma_commit():
+    # close the wgmmas issued since the last commit into one wgmma group (the twin of
+    # Blackwell's mma_commit(bar), which signals an mbarrier instead)
+    T.ptx.wgmma.commit_group.sync.aligned()
+
+
+@T.inline
+def mma_wait(n):
+    # wait until at most `n` of this warpgroup's wgmma groups are pending
+    T.ptx.wgmma.wait_group.sync.aligned(n)
+
+
+@T.inline
+def publish_setup():
     # make the initialised barriers visible to the async proxy (TMA) and to every thread
+    # (on Blackwell, W.publish_setup also publishes the TMEM allocation)
     T.ptx["fence.mbarrier_init.release.cluster"]()
     T.cuda.cta_sync()
 
@@ -226,8 +242,10 @@ __all__ = [
     "desc_advance",
     "encode_desc",
     "fence_operands",
-    "init_mbarriers",
-    "publish_mbarrier_init",
+    "mma_commit",
+    "mma_fence",
+    "mma_wait",
+    "publish_setup",
     "store_fragment",
     "tile_bytes",
     "tma_store_tile",
@@ -283,8 +301,8 @@ def check_reg_split(producer_regs: int, consumer_regs: int, num_consumers: int) 
 
 
 @T.inline
-def publish_mbarrier_init_cluster():
-    # publish_mbarrier_init for a cluster: the peer CTA completes bytes on this CTA's full
+def publish_setup_cluster():
+    # publish_setup for a cluster: the peer CTA completes bytes on this CTA's full
     # barriers (multicast TMA) and arrives on its empty barriers, so the inits must be
     # visible cluster-wide (release/acquire cluster barrier) before either CTA starts
     T.ptx["fence.mbarrier_init.release.cluster"]()
@@ -324,13 +342,18 @@ __device__ __forceinline__ void tirx_gemm_arrive_cluster(void* bar, int cta) {
 """
 
 
+def _bars(bars):
+    # the barrier buffer of an H.Barriers (or a plain barrier buffer: v10 until converted)
+    return getattr(bars, "buf", bars)
+
+
 @T.inline
 def release_stage_in_cluster(mma2tma, stage, tid_in_wg):
     # one consumer warpgroup is done reading `stage` (after its wgmma.wait_group): threads
     # 0 .. CLUSTER_SIZE-1 each arrive on the stage's empty barrier in CTA tid_in_wg, so the
     # producer of every CTA whose multicast writes this stage learns it is free
     if tid_in_wg < CLUSTER_SIZE:
-        T.cuda.func_call("tirx_gemm_arrive_cluster", mma2tma.ptr_to([stage]), tid_in_wg,
+        T.cuda.func_call("tirx_gemm_arrive_cluster", _bars(mma2tma).ptr_to([stage]), tid_in_wg,
                          source_code=_ARRIVE_CLUSTER_SRC)
 
 
@@ -338,7 +361,7 @@ __all__ += [
     "CLUSTER_MASK",
     "CLUSTER_SIZE",
     "check_cluster_pool",
-    "publish_mbarrier_init_cluster",
+    "publish_setup_cluster",
     "release_stage_in_cluster",
     "tma_load_multicast_b",
 ]
@@ -435,3 +458,14 @@ def publish_smem_writes():
 
 
 __all__ += ["publish_smem_writes"]
+
+
+# --- the old spellings, kept only until steps/sm90a/hgemm_v10.py is converted (then delete)
+@T.inline
+def init_mbarriers(bar, num: int, count: int):
+    for i in T.unroll(num):
+        T.ptx.mbarrier.init.shared.b64(bar.ptr_to([i]), T.uint32(count))
+
+
+publish_mbarrier_init = publish_setup
+publish_mbarrier_init_cluster = publish_setup_cluster

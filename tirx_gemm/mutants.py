@@ -52,14 +52,13 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("ld2mma-64", "v7",
            "ld2mma expects 64 arrivals although all 128 epilogue threads arrive (with each "
            "accumulator used once per CTA the numbers are right; with more tiles it deadlocks)",
-           step_edits=(("H.init_mbarrier(ld2mma.ptr_to([a]), 128)",
-                        "H.init_mbarrier(ld2mma.ptr_to([a]), 64)"),),
+           step_edits=(("ld2mma.init(128)", "ld2mma.init(64)"),),
            must_flag=("sync", "race"), numbers_right=True,
            case=((256, 256, 256), (("SM_COUNT", 2),))),
     Mutant("no-proxy-fence", "v1",
            "thread-written SMEM reaches tcgen05.mma through a CTA barrier only "
            "(no fence.proxy.async)",
-           step_edits=(("        H.publish_smem_writes()\n",
+           step_edits=(("        W.publish_smem_writes()\n",
                         "        T.cuda.cta_sync()\n"),),
            must_flag=("race",)),
     Mutant("no-expect-tx", "v4",
@@ -111,6 +110,20 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                         '                                done[0]'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4), ("REDUCE", "spread")))),
+    # v10 (CLC + double-buffered TMEM accumulator)
+    Mutant("acc-empty-no-wait", "v10",
+           "the MMA warp does not wait on ld2mma ('accumulator empty') before a tile: with "
+           "several tiles per pair it overwrites a TMEM buffer the epilogue is still reading",
+           step_edits=(('                        ld2mma.wait(acc.stage, acc.phase, "MMA issuer")\n',
+                        ''),),
+           must_flag=("numsim", "sync", "race"),
+           case=((512, 768, 320), (("SM_COUNT", 2), ("CLC", False)))),
+    Mutant("acc-full-parity", "v10",
+           "the epilogue waits on mma2ld ('accumulator full') starting at phase 1: a fresh "
+           "barrier passes at once, so it reads TMEM before the MMAs have written it",
+           step_edits=(("            acc = PipelineState(ACC_STAGES, 0)",
+                        "            acc = PipelineState(ACC_STAGES, 1)"),),
+           must_flag=("numsim", "sync", "race")),
 )}
 
 

@@ -6,6 +6,7 @@ Lesson: GMEM -> SMEM (thread copies) -> tensor cores (tcgen05.mma, accumulator i
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -21,7 +22,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
     Proxy fence: the threads write SMEM with ordinary stores (the generic proxy) and
     tcgen05.mma reads it through the async proxy; a CTA barrier alone does not order the
     two, so every writer executes fence.proxy.async before the barrier
-    (H.publish_smem_writes). Without it racecheck reports a data race with "no
+    (W.publish_smem_writes). Without it racecheck reports a data race with "no
     generic->async proxy bridge". tcgen05 fences (before/after_thread_sync) order the
     tensor-core work around each barrier and wait.
     Simulated: ``tirx-gemm sim v1`` runs it on NumSim, a CPU model of sm_100a.
@@ -50,7 +51,7 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        mma_bar = pool.alloc((1,), "uint64", align=8)
+        mma_bar = H.Barriers(pool, 1, "mma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
@@ -60,32 +61,32 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
         # wait on it before reading TMEM; initial phase 0
         if warp_id == 0:
             if lane_id == 0:
-                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
-            H.tmem_alloc(tmem_addr)
-        H.publish_setup()
-        tmem = H.tmem_accumulator()
+                mma_bar.init(1)
+            W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
 
         phase_mma: T.int32 = 0
 
         # --- load: every thread copies part of the tile, then all meet ---
         Tx.cta.copy(Asmem[:, :], A[0:BLK_M, 0:BLK_K])
         Tx.cta.copy(Bsmem[:, :], B[0:BLK_N, 0:BLK_K])
-        H.publish_smem_writes()
+        W.publish_smem_writes()
 
         # --- compute: one elected thread issues the tile MMA; the tensor cores do the work
         if warp_id == 0:
             if T.cuda.elect_sync():
-                H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, False)
-                H.mma_commit(mma_bar.ptr_to([0]))
-        H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "all threads")
-        H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the wait
+                W.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, False)
+                W.mma_commit(mma_bar.ptr(0))
+        mma_bar.wait(0, phase_mma, "all threads")
+        W.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
-        H.epilogue_to_gmem(tmem, D, 0, 0, BLK_N, warp_id * 32 + lane_id, dtype)
+        W.epilogue_to_gmem(tmem, D, 0, 0, BLK_N, warp_id * 32 + lane_id, dtype)
 
         # --- free ---
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
         if warp_id == 0:
-            H.tmem_free(tmem_addr)
+            W.tmem_free(tmem_addr)
 
     return kernel

@@ -14,6 +14,7 @@ from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 from tirx_gemm import splitk
 
@@ -136,10 +137,10 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
         arrivals = pool.alloc((1,), "int32")  # the tile's count before this unit's
-        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
-        ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
+        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -151,15 +152,13 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    for s in T.unroll(PIPE_DEPTH):
-                        H.init_mbarrier(tma2mma.ptr_to([s]), 1)
-                        H.init_mbarrier(mma2tma.ptr_to([s]), 1)
-                    for a in T.unroll(ACC_STAGES):
-                        H.init_mbarrier(mma2ld.ptr_to([a]), 1)
-                        H.init_mbarrier(ld2mma.ptr_to([a]), 128)
-                H.tmem_alloc(tmem_addr)
-        H.publish_setup()
-        tmem = H.tmem_accumulator()
+                    tma2mma.init(1)
+                    mma2tma.init(1)
+                    mma2ld.init(1)
+                    ld2mma.init(128)
+                W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
 
         # work units: SPLIT_K x TILES_M unit rows by TILES_N columns (split-major)
         scheduler = ClusterPersistentScheduler2D(
@@ -178,12 +177,11 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
                     for k in T.serial(k_count, annotations=H.ROLLED):
-                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                        ring.stage, "TMA producer")
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
                         if T.cuda.elect_sync():
                             H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                              A, B, m_st, n_st, (k_first + k) * BLK_K, BLK_M,
-                                             BLK_N, BLK_K, tma2mma.ptr_to([ring.stage]))
+                                             BLK_N, BLK_K, tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
             elif warp_id == 0:
@@ -192,53 +190,50 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                 acc = PipelineState(ACC_STAGES, 1)
                 while scheduler.valid():
                     # the epilogue must have drained this accumulator (unit i - 2)
-                    H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase, "ld2mma", acc.stage,
-                                    "MMA issuer")
-                    H.tcgen05_fence_after_sync()
+                    ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
+                    W.tcgen05_fence_after_sync()
                     for k in T.serial(k_count, annotations=H.ROLLED):
-                        H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                        ring.stage, "MMA issuer")
-                        H.tcgen05_fence_after_sync()
+                        tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                        W.tcgen05_fence_after_sync()
                         if T.cuda.elect_sync():
-                            H.mma_tile_at(tmem, acc.stage * BLK_N, Asmem[ring.stage, :, :],
+                            W.mma_tile_at(tmem, acc.stage * BLK_N, Asmem[ring.stage, :, :],
                                           Bsmem[ring.stage, :, :], BLK_N, k != 0)
                             # stage is free once these MMAs have read it
-                            H.mma_commit(mma2tma.ptr_to([ring.stage]))
+                            W.mma_commit(mma2tma.ptr(ring.stage))
                         ring.advance()
                     if T.cuda.elect_sync():
                         # the accumulator is final once every MMA of the unit completed
-                        H.mma_commit(mma2ld.ptr_to([acc.stage]))
+                        W.mma_commit(mma2ld.ptr(acc.stage))
                     acc.advance()
                     scheduler.next_tile()
 
         with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
             # --- writeback (epilogue): TMEM -> registers, free TMEM, then D or a slab ---
             acc = PipelineState(ACC_STAGES, 0)
-            row = T.meta_var(warp_id * 32 + lane_id)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
             while scheduler.valid():
-                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase, "mma2ld", acc.stage,
-                                "epilogue")
-                H.tcgen05_fence_after_sync()
+                mma2ld.wait(acc.stage, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
                 if SPLIT_K == 1:
                     Dreg_out = T.alloc_local((BLK_N,), dtype)
-                    H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
-                    H.tcgen05_fence_before_sync()
-                    T.ptx.mbarrier.arrive.shared.b64(ld2mma.ptr_to([acc.stage]), T.uint32(1))
-                    H.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row,
-                                         row == 0, 1)
+                    W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
+                    W.tcgen05_fence_before_sync()
+                    ld2mma.arrive(acc.stage)
+                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg,
+                                         tid_in_wg == 0, 1)
                 else:
                     tile = T.meta_var(scheduler.m_idx % TILES_M * TILES_N + scheduler.n_idx)
                     part = T.alloc_local((BLK_N,), H.ACC_DTYPE)  # fp32: not narrowed yet
-                    H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, part)
-                    H.tcgen05_fence_before_sync()
-                    T.ptx.mbarrier.arrive.shared.b64(ld2mma.ptr_to([acc.stage]), T.uint32(1))
+                    W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, part)
+                    W.tcgen05_fence_before_sync()
+                    ld2mma.arrive(acc.stage)
                     # --- publish: this split's partial tile -> its slab, then count it ---
                     for c in T.unroll(BLK_N // CHUNK):
-                        slot = T.meta_var((c * 128 + row) * CHUNK)
+                        slot = T.meta_var((c * 128 + tid_in_wg) * CHUNK)
                         Tx.copy(WS[split, tile, slot:slot + CHUNK],
                                 part[c * CHUNK:(c + 1) * CHUNK])
                     T.cuda.warpgroup_sync(1)  # every thread's slab stores precede the count
-                    if row == 0:
+                    if tid_in_wg == 0:
                         old = T.alloc_local((1,), "int32")
                         # release: our slab before the count; acquire: earlier units' slabs
                         T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),
@@ -258,13 +253,13 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                             band[c] = T.float32(0)
                         chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
                         for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
-                            band_add(WS, tile, band, chunk, g * GROUP, GROUP, q0, q1, row,
+                            band_add(WS, tile, band, chunk, g * GROUP, GROUP, q0, q1, tid_in_wg,
                                      BAND_ITERS)
                         if SPLIT_K % GROUP > 0:
                             band_add(WS, tile, band, chunk, SPLIT_K // GROUP * GROUP,
-                                     SPLIT_K % GROUP, q0, q1, row, BAND_ITERS)
+                                     SPLIT_K % GROUP, q0, q1, tid_in_wg, BAND_ITERS)
                         for i in T.unroll(BAND_ITERS):
-                            q = T.meta_var(q0 + i * 128 + row)
+                            q = T.meta_var(q0 + i * 128 + tid_in_wg)
                             if q < q1:
                                 # chunk q: row q % 128, columns 4 * (q // 128) + 0..3
                                 r = T.meta_var(q % 128)
@@ -276,7 +271,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                                         Tx.copy(D[m_st + r, n_st + c0:n_st + c0 + CHUNK], out[:])
                         # --- reset: the last unit past its band zeroes both counters ---
                         T.cuda.warpgroup_sync(1)  # all threads of the unit are done with CNT
-                        if row == 0:
+                        if tid_in_wg == 0:
                             done = T.alloc_local((1,), "int32")
                             # acq_rel: every unit's wait on CNT[tile] before the reset
                             T.ptx["atom.acq_rel.gpu.global.add.s32"](
@@ -292,7 +287,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         for b in T.unroll(BLK_N // CHUNK // IN_FLIGHT):
                             for s in T.serial(SPLIT_K, annotations=H.ROLLED):
                                 for i in T.unroll(IN_FLIGHT):  # loads in flight together
-                                    slot = T.meta_var(((b * IN_FLIGHT + i) * 128 + row) * CHUNK)
+                                    slot = T.meta_var(((b * IN_FLIGHT + i) * 128 + tid_in_wg) * CHUNK)
                                     Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK],
                                             WS[s, tile, slot:slot + CHUNK])
                                 for i in T.unroll(IN_FLIGHT * CHUNK):
@@ -300,18 +295,18 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                                         part[b * IN_FLIGHT * CHUNK + i] + chunk[i])
                         Dreg_out = T.alloc_local((BLK_N,), dtype)
                         Tx.cast(Dreg_out[:], part[:])
-                        H.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row,
-                                             row == 0, 1)
-                        if row == 0:
+                        W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg,
+                                             tid_in_wg == 0, 1)
+                        if tid_in_wg == 0:
                             CNT[tile] = 0  # all SPLIT_K arrivals are in: ready for next launch
                 acc.advance()
                 scheduler.next_tile()
 
         # --- free: only warp 0 of warpgroup 0 allocated, so only it deallocates ---
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
         if wg_id == 0:
             if warp_id == 0:
-                H.tmem_free(tmem_addr)
+                W.tmem_free(tmem_addr)
 
     if SPLIT_K == 1:
         @T.prim_func

@@ -6,6 +6,7 @@ row band by (B's rows are D's columns: D = A @ B.T) and writes D's tile (bx, by)
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -40,7 +41,7 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        mma_bar = pool.alloc((1,), "uint64", align=8)
+        mma_bar = H.Barriers(pool, 1, "mma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
@@ -51,10 +52,10 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
         # every K slice
         if warp_id == 0:
             if lane_id == 0:
-                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
-            H.tmem_alloc(tmem_addr)
-        H.publish_setup()
-        tmem = H.tmem_accumulator()
+                mma_bar.init(1)
+            W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -64,24 +65,24 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
             # --- load: every thread copies part of slice k, then all meet ---
             Tx.cta.copy(Asmem[:, :], A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K])
             Tx.cta.copy(Bsmem[:, :], B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K])
-            H.publish_smem_writes()
+            W.publish_smem_writes()
 
             # --- compute: the first slice overwrites the accumulator, the rest add to it
             if warp_id == 0:
                 if T.cuda.elect_sync():
-                    H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
-                    H.mma_commit(mma_bar.ptr_to([0]))
-            H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "all threads")
+                    W.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
+                    W.mma_commit(mma_bar.ptr(0))
+            mma_bar.wait(0, phase_mma, "all threads")
             phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
-            H.reclaim_smem()  # the next slice's stores may overwrite what the MMA read
-        H.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the last wait
+            W.reclaim_smem()  # the next slice's stores may overwrite what the MMA read
+        W.tcgen05_fence_after_sync()  # TMEM reads below are ordered after the last wait
 
         # --- writeback: TMEM -> registers -> GMEM, one row per thread ---
-        H.epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, warp_id * 32 + lane_id, dtype)
+        W.epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, warp_id * 32 + lane_id, dtype)
 
         # --- free ---
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
         if warp_id == 0:
-            H.tmem_free(tmem_addr)
+            W.tmem_free(tmem_addr)
 
     return kernel

@@ -7,6 +7,7 @@ swizzled SMEM -> TMA stores (one box per 64-column swizzle atom).
 """
 from tvm.script import tirx as T
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -62,8 +63,8 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma_bar = pool.alloc((1,), "uint64", align=8)
-        mma_bar = pool.alloc((1,), "uint64", align=8)
+        tma_bar = H.Barriers(pool, 1, "tma_bar")
+        mma_bar = H.Barriers(pool, 1, "mma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
@@ -77,17 +78,17 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         #   every K slice
         if warp_id == 0:
             if lane_id == 0:
-                H.init_mbarrier(tma_bar.ptr_to([0]), 1)
-                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
-            H.tmem_alloc(tmem_addr)
-        H.publish_setup()
-        tmem = H.tmem_accumulator()
+                tma_bar.init(1)
+                mma_bar.init(1)
+            W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
         phase_tma: T.int32 = 0
         phase_mma: T.int32 = 0
-        tid = T.meta_var(warp_id * 32 + lane_id)
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
 
         # warp 0 alone runs the K-loop (lane 0 issues, the whole warp waits): a barrier
         # phase is watched only by the warp that produces the next one, so no waiter can
@@ -97,27 +98,27 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
                 # --- load: exactly one thread issues the TMA copies and waits for the bytes
                 if lane_id == 0:
                     H.tma_load_tiles(Asmem[:, :], Bsmem[:, :], A, B, m_st, n_st, k * BLK_K,
-                                     BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([0]))
-                H.wait_mbarrier(tma_bar.ptr_to([0]), phase_tma, "tma_bar", 0, "warp 0")
+                                     BLK_M, BLK_N, BLK_K, tma_bar.ptr(0))
+                tma_bar.wait(0, phase_tma, "warp 0")
                 phase_tma = phase_tma ^ 1
-                H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
+                W.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                 # --- compute: the first slice overwrites the accumulator, the rest add to it
                 if lane_id == 0:
-                    H.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
-                    H.mma_commit(mma_bar.ptr_to([0]))
-                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "warp 0")
+                    W.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
+                    W.mma_commit(mma_bar.ptr(0))
+                mma_bar.wait(0, phase_mma, "warp 0")
                 phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
         # warp 0 has seen the last MMA complete: this barrier hands the accumulator to all
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1,
+        W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, tid_in_wg == 0, 1,
                                  dtype)
 
         # --- free ---
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
         if warp_id == 0:
-            H.tmem_free(tmem_addr)
+            W.tmem_free(tmem_addr)
 
     return kernel

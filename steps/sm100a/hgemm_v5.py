@@ -7,6 +7,7 @@ while mma_bar still flips every slice.
 """
 from tvm.script import tirx as T
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -49,8 +50,8 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma_bar = pool.alloc((1,), "uint64", align=8)
+        tma_bar = H.Barriers(pool, PIPE_DEPTH, "tma_bar")
+        mma_bar = H.Barriers(pool, 1, "mma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -65,18 +66,17 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         #   every K slice
         if warp_id == 0:
             if lane_id == 0:
-                for s in T.unroll(PIPE_DEPTH):
-                    H.init_mbarrier(tma_bar.ptr_to([s]), 1)
-                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
-            H.tmem_alloc(tmem_addr)
-        H.publish_setup()
-        tmem = H.tmem_accumulator()
+                tma_bar.init(1)
+                mma_bar.init(1)
+            W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
         phase_tma: T.int32 = 0
         phase_mma: T.int32 = 0
-        tid = T.meta_var(warp_id * 32 + lane_id)
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
 
         # warp 0 alone runs the pipeline (lane 0 issues, the whole warp waits): a barrier
         # phase is watched only by the warp that produces the next one, so no waiter can
@@ -86,18 +86,18 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
             if lane_id == 0:
                 for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
                     H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st,
-                                     s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
+                                     s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr(s))
 
             for k in T.serial(K_TILES, annotations=H.ROLLED):
                 stage = T.meta_var(k % PIPE_DEPTH)
-                H.wait_mbarrier(tma_bar.ptr_to([stage]), phase_tma, "tma_bar", stage, "warp 0")
-                H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
+                tma_bar.wait(stage, phase_tma, "warp 0")
+                W.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                 # --- compute: the first slice overwrites the accumulator, the rest add to it
                 if lane_id == 0:
-                    H.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
-                    H.mma_commit(mma_bar.ptr_to([0]))
-                H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "warp 0")
+                    W.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
+                    W.mma_commit(mma_bar.ptr(0))
+                mma_bar.wait(0, phase_mma, "warp 0")
                 phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
 
                 # --- load: the MMA is done with this stage, refill it PIPE_DEPTH slices ahead
@@ -105,19 +105,19 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                     if k + PIPE_DEPTH < K_TILES:
                         H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st,
                                          n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
-                                         tma_bar.ptr_to([stage]))
+                                         tma_bar.ptr(stage))
                 if stage == PIPE_DEPTH - 1:
                     phase_tma = phase_tma ^ 1  # wrapping around: every stage starts a new phase
         # warp 0 has seen the last MMA complete: this barrier hands the accumulator to all
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-        H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1,
+        W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, tid_in_wg == 0, 1,
                                  dtype)
 
         # --- free ---
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
         if warp_id == 0:
-            H.tmem_free(tmem_addr)
+            W.tmem_free(tmem_addr)
 
     return kernel

@@ -9,6 +9,7 @@ from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -58,8 +59,8 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma_bar = pool.alloc((1,), "uint64", align=8)
+        tma_bar = H.Barriers(pool, PIPE_DEPTH, "tma_bar")
+        mma_bar = H.Barriers(pool, 1, "mma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -74,13 +75,12 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         #   every K slice
         if warp_id == 0:
             if lane_id == 0:
-                for s in T.unroll(PIPE_DEPTH):
-                    H.init_mbarrier(tma_bar.ptr_to([s]), 1)
-                H.init_mbarrier(mma_bar.ptr_to([0]), 1)
-            H.tmem_alloc(tmem_addr)
-        H.publish_setup()
-        tmem = H.tmem_accumulator()
-        tid = T.meta_var(warp_id * 32 + lane_id)
+                tma_bar.init(1)
+                mma_bar.init(1)
+            W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
 
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=H.ceil_div(N, BLK_N),
@@ -104,19 +104,18 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                         stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
                         H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st,
                                          n_st, s * BLK_K, BLK_M, BLK_N, BLK_K,
-                                         tma_bar.ptr_to([stage]))
+                                         tma_bar.ptr(stage))
 
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
-                    H.wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase, "tma_bar",
-                                    ring.stage, "warp 0")
-                    H.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
+                    tma_bar.wait(ring.stage, ring.phase, "warp 0")
+                    W.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                     # --- compute: the first slice overwrites the accumulator, the rest add
                     if lane_id == 0:
-                        H.mma_tile(tmem, Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                        W.mma_tile(tmem, Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                    BLK_N, k != 0)
-                        H.mma_commit(mma_bar.ptr_to([0]))
-                    H.wait_mbarrier(mma_bar.ptr_to([0]), phase_mma, "mma_bar", 0, "warp 0")
+                        W.mma_commit(mma_bar.ptr(0))
+                    mma_bar.wait(0, phase_mma, "warp 0")
                     phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
 
                     # --- load: the MMA is done with this stage, refill it PIPE_DEPTH ahead
@@ -124,23 +123,23 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                         if k + PIPE_DEPTH < K_TILES:
                             H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                              A, B, m_st, n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M,
-                                             BLK_N, BLK_K, tma_bar.ptr_to([ring.stage]))
+                                             BLK_N, BLK_K, tma_bar.ptr(ring.stage))
                     ring.advance()  # flips the phase when the ring wraps
             # warp 0 has seen the tile's last MMA complete: this barrier hands the
             # accumulator to all
-            H.tcgen05_cta_sync()
+            W.tcgen05_cta_sync()
 
             # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-            H.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid, tid == 0, 1,
+            W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, tid_in_wg == 0, 1,
                                  dtype)
 
             # every thread has read TMEM before the next tile's MMA may overwrite it
-            H.tcgen05_cta_sync()
+            W.tcgen05_cta_sync()
             scheduler.next_tile()
 
         # --- free ---
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
         if warp_id == 0:
-            H.tmem_free(tmem_addr)
+            W.tmem_free(tmem_addr)
 
     return kernel

@@ -8,6 +8,7 @@ from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -64,10 +65,10 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
-        ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
+        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -79,15 +80,13 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    for s in T.unroll(PIPE_DEPTH):
-                        H.init_mbarrier(tma2mma.ptr_to([s]), 1)
-                        H.init_mbarrier(mma2tma.ptr_to([s]), 1)
-                    for a in T.unroll(ACC_STAGES):
-                        H.init_mbarrier(mma2ld.ptr_to([a]), 1)
-                        H.init_mbarrier(ld2mma.ptr_to([a]), 128)
-                H.tmem_alloc(tmem_addr)
-        H.publish_setup()
-        tmem = H.tmem_accumulator()
+                    tma2mma.init(1)
+                    mma2tma.init(1)
+                    mma2ld.init(1)
+                    ld2mma.init(128)
+                W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
 
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=H.ceil_div(N, BLK_N),
@@ -102,12 +101,11 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                        ring.stage, "TMA producer")
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
                         if T.cuda.elect_sync():
                             H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                              A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
-                                             tma2mma.ptr_to([ring.stage]))
+                                             tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
             elif warp_id == 0:
@@ -116,48 +114,45 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 acc = PipelineState(ACC_STAGES, 1)
                 while scheduler.valid():
                     # the epilogue must have drained this accumulator (tile i - 2)
-                    H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase, "ld2mma", acc.stage,
-                                    "MMA issuer")
-                    H.tcgen05_fence_after_sync()
+                    ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
+                    W.tcgen05_fence_after_sync()
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                        ring.stage, "MMA issuer")
-                        H.tcgen05_fence_after_sync()
+                        tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                        W.tcgen05_fence_after_sync()
                         if T.cuda.elect_sync():
-                            H.mma_tile_at(tmem, acc.stage * BLK_N, Asmem[ring.stage, :, :],
+                            W.mma_tile_at(tmem, acc.stage * BLK_N, Asmem[ring.stage, :, :],
                                           Bsmem[ring.stage, :, :], BLK_N, k != 0)
                             # stage is free once these MMAs have read it
-                            H.mma_commit(mma2tma.ptr_to([ring.stage]))
+                            W.mma_commit(mma2tma.ptr(ring.stage))
                         ring.advance()
                     if T.cuda.elect_sync():
                         # the accumulator is final once every MMA of the tile completed
-                        H.mma_commit(mma2ld.ptr_to([acc.stage]))
+                        W.mma_commit(mma2ld.ptr(acc.stage))
                     acc.advance()
                     scheduler.next_tile()
 
         with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
             # --- writeback (epilogue): TMEM -> registers, free TMEM, then TMA store ---
             acc = PipelineState(ACC_STAGES, 0)
-            row = T.meta_var(warp_id * 32 + lane_id)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
             while scheduler.valid():
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase, "mma2ld", acc.stage,
-                                "epilogue")
-                H.tcgen05_fence_after_sync()
+                mma2ld.wait(acc.stage, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
                 Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-                H.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)
-                H.tcgen05_fence_before_sync()
-                T.ptx.mbarrier.arrive.shared.b64(ld2mma.ptr_to([acc.stage]), T.uint32(1))
-                H.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row,
-                                     row == 0, 1)
+                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)
+                W.tcgen05_fence_before_sync()
+                ld2mma.arrive(acc.stage)
+                W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg,
+                                     tid_in_wg == 0, 1)
                 acc.advance()
                 scheduler.next_tile()
 
         # --- free: only warp 0 of warpgroup 0 allocated, so only it deallocates ---
-        H.tcgen05_cta_sync()
+        W.tcgen05_cta_sync()
         if wg_id == 0:
             if warp_id == 0:
-                H.tmem_free(tmem_addr)
+                W.tmem_free(tmem_addr)
 
     return kernel

@@ -9,6 +9,7 @@ from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -56,7 +57,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Run: ``tirx-gemm build v8 --mnk 4096,4096,4096`` (compile);
     ``tirx-gemm sim v8`` (CPU model of sm_100a); executing needs an sm_100a GPU.
     """
-    CTA_PAIR = H.CTA_PAIR
+    CTA_PAIR = W.CTA_PAIR
     BLK_M, BLK_N, BLK_K = 128, 128, 64  # per CTA
     MMA_M, MMA_N = CTA_PAIR * BLK_M, CTA_PAIR * BLK_N  # the cluster tile, 256 x 256
     ACC_STAGES = 2  # 2 x 256 fp32 columns = the whole TMEM
@@ -65,7 +66,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # what one CTA loads per stage
     H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
-    H.check_even_sm_count(SM_COUNT)
+    W.check_even_sm_count(SM_COUNT)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -76,7 +77,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
-        cbx, cby = T.cta_id_in_cluster([CTA_PAIR, 1])  # cbx: this CTA's rank in the pair
+        rank, _unused = T.cta_id_in_cluster([CTA_PAIR, 1])  # this CTA's place in the pair
         wg_id = T.warpgroup_id([2])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -84,10 +85,10 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2ld = pool.alloc((ACC_STAGES,), "uint64", align=8)
-        ld2mma = pool.alloc((ACC_STAGES,), "uint64", align=8)
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
+        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -99,18 +100,16 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    for s in T.unroll(PIPE_DEPTH):
-                        H.init_mbarrier(tma2mma.ptr_to([s]), 1)
-                        H.init_mbarrier(mma2tma.ptr_to([s]), 1)
-                    for a in T.unroll(ACC_STAGES):
-                        H.init_mbarrier(mma2ld.ptr_to([a]), 1)
-                        H.init_mbarrier(ld2mma.ptr_to([a]), CTA_PAIR * 128)
-                H.tmem_alloc_pair(tmem_addr)
-        H.publish_setup_pair()
-        tmem = H.tmem_accumulator()
+                    tma2mma.init(1)
+                    mma2tma.init(1)
+                    mma2ld.init(1)
+                    ld2mma.init(CTA_PAIR * 128)
+                W.tmem_alloc_pair(tmem_addr)
+        W.publish_setup_cluster()
+        tmem = W.tmem_accumulator()
         # CTA 0's copies of the two barriers the whole pair signals
-        tma2mma_cta0 = H.barriers_in_cta(tma2mma, PIPE_DEPTH, 0)
-        ld2mma_cta0 = H.barriers_in_cta(ld2mma, ACC_STAGES, 0)
+        tma2mma_cta0 = tma2mma.in_cta(0)
+        ld2mma_cta0 = ld2mma.in_cta(0)
 
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=H.ceil_div(M, MMA_M), num_n_tiles=H.ceil_div(N, MMA_N),
@@ -123,47 +122,42 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 # cluster tile, bytes counted on CTA 0's barrier ---
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
-                    m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + cbx) * BLK_M)
-                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + cbx) * BLK_N)
+                    m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + rank) * BLK_M)
+                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + rank) * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                        ring.stage, "TMA producer")
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
                         if T.cuda.elect_sync():
-                            if cbx == 0:
-                                T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-                                    tma2mma.ptr_to([ring.stage]),
-                                    T.uint32(CTA_PAIR * STAGE_BYTES))
-                            H.tma_load_pair(Asmem[ring.stage, :, :],
+                            if rank == 0:
+                                tma2mma.arrive_expect_tx(ring.stage, CTA_PAIR * STAGE_BYTES)
+                            W.tma_load_pair(Asmem[ring.stage, :, :],
                                             A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K],
-                                            tma2mma_cta0.ptr_to([ring.stage]))
-                            H.tma_load_pair(Bsmem[ring.stage, :, :],
+                                            tma2mma_cta0.ptr(ring.stage))
+                            W.tma_load_pair(Bsmem[ring.stage, :, :],
                                             B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
-                                            tma2mma_cta0.ptr_to([ring.stage]))
+                                            tma2mma_cta0.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
             elif warp_id == 0:
-                if cbx == 0:
+                if rank == 0:
                     # --- compute (MMA issuer, CTA 0 only): one 256x256x64 MMA per stage
                     # for the pair; commits reach both CTAs ---
                     ring = PipelineState(PIPE_DEPTH, 0)
                     acc = PipelineState(ACC_STAGES, 1)
                     while scheduler.valid():
                         # both CTAs' epilogues must have drained this accumulator
-                        H.wait_mbarrier(ld2mma.ptr_to([acc.stage]), acc.phase, "ld2mma",
-                                        acc.stage, "MMA issuer")
-                        H.tcgen05_fence_after_sync()
+                        ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
+                        W.tcgen05_fence_after_sync()
                         for k in T.serial(K_TILES, annotations=H.ROLLED):
-                            H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                            ring.stage, "MMA issuer")
-                            H.tcgen05_fence_after_sync()
+                            tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                            W.tcgen05_fence_after_sync()
                             if T.cuda.elect_sync():
-                                H.mma_tile_pair(tmem, acc.stage * MMA_N, Asmem[ring.stage, :, :],
+                                W.mma_tile_pair(tmem, acc.stage * MMA_N, Asmem[ring.stage, :, :],
                                                 Bsmem[ring.stage, :, :], MMA_N, k != 0)
                                 # stage s is free in both CTAs once these MMAs read it
-                                H.mma_commit_pair(mma2tma.ptr_to([ring.stage]))
+                                W.mma_commit_pair(mma2tma.ptr(ring.stage))
                             ring.advance()
                         if T.cuda.elect_sync():
-                            H.mma_commit_pair(mma2ld.ptr_to([acc.stage]))
+                            W.mma_commit_pair(mma2ld.ptr(acc.stage))
                         acc.advance()
                         scheduler.next_tile()
 
@@ -171,27 +165,26 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
             # --- writeback (epilogue, both CTAs): this CTA's 128 rows x 256 columns in
             # two 128-column chunks, then free the accumulator in CTA 0's ld2mma ---
             acc = PipelineState(ACC_STAGES, 0)
-            row = T.meta_var(warp_id * 32 + lane_id)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
             while scheduler.valid():
-                m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + cbx) * BLK_M)
+                m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * MMA_N)
-                H.wait_mbarrier(mma2ld.ptr_to([acc.stage]), acc.phase, "mma2ld", acc.stage,
-                                "epilogue")
-                H.tcgen05_fence_after_sync()
+                mma2ld.wait(acc.stage, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
                 for c in T.unroll(MMA_N // BLK_N):
                     Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-                    H.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
-                    H.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
-                                         BLK_N, row, row == 0, 1)
-                H.tcgen05_fence_before_sync()
-                H.arrive_remote(ld2mma_cta0.ptr_to([acc.stage]))
+                    W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
+                    W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
+                                         BLK_N, tid_in_wg, tid_in_wg == 0, 1)
+                W.tcgen05_fence_before_sync()
+                ld2mma_cta0.arrive_remote(acc.stage)
                 acc.advance()
                 scheduler.next_tile()
 
         # --- free: the peer's MMA and arrivals touch this CTA until both are done ---
-        H.tcgen05_cluster_sync()
+        W.tcgen05_cluster_sync()
         if wg_id == 0:
             if warp_id == 0:
-                H.tmem_free_pair(tmem_addr)
+                W.tmem_free_pair(tmem_addr)
 
     return kernel

@@ -10,6 +10,7 @@ from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 
@@ -56,7 +57,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Run: ``tirx-gemm build v9 --mnk 4096,4096,4096`` (compile);
     ``tirx-gemm sim v9`` (CPU model of sm_100a); executing needs an sm_100a GPU.
     """
-    CTA_PAIR, NUM_CONSUMER = H.CTA_PAIR, 2
+    CTA_PAIR, NUM_CONSUMER = W.CTA_PAIR, 2
     BLK_M, BLK_N, BLK_K = 128, 128, 64  # per CTA and consumer
     MMA_N = CTA_PAIR * BLK_N  # 256: one consumer's MMA is 256 x 256
     TILE_M = NUM_CONSUMER * CTA_PAIR * BLK_M  # 512: the cluster tile is 512 x 256
@@ -66,7 +67,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # one CTA's share
     H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * EPI_N * H.F16_BYTES)
-    H.check_even_sm_count(SM_COUNT)
+    W.check_even_sm_count(SM_COUNT)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -77,7 +78,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
-        cbx, cby = T.cta_id_in_cluster([CTA_PAIR, 1])  # cbx: this CTA's rank in the pair
+        rank, _unused = T.cta_id_in_cluster([CTA_PAIR, 1])  # this CTA's place in the pair
         wg_id = T.warpgroup_id([3])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -85,10 +86,10 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2ld = pool.alloc((NUM_CONSUMER,), "uint64", align=8)
-        ld2mma = pool.alloc((NUM_CONSUMER,), "uint64", align=8)
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, NUM_CONSUMER, "mma2ld")
+        ld2mma = H.Barriers(pool, NUM_CONSUMER, "ld2mma")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype,
                            layout=A_layout)
@@ -101,18 +102,16 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    for s in T.unroll(PIPE_DEPTH):
-                        H.init_mbarrier(tma2mma.ptr_to([s]), 1)
-                        H.init_mbarrier(mma2tma.ptr_to([s]), NUM_CONSUMER)
-                    for c in T.unroll(NUM_CONSUMER):
-                        H.init_mbarrier(mma2ld.ptr_to([c]), 1)
-                        H.init_mbarrier(ld2mma.ptr_to([c]), CTA_PAIR * 128)
-                H.tmem_alloc_pair(tmem_addr)
-        H.publish_setup_pair()
-        tmem = H.tmem_accumulator()
+                    tma2mma.init(1)
+                    mma2tma.init(NUM_CONSUMER)
+                    mma2ld.init(1)
+                    ld2mma.init(CTA_PAIR * 128)
+                W.tmem_alloc_pair(tmem_addr)
+        W.publish_setup_cluster()
+        tmem = W.tmem_accumulator()
         # CTA 0's copies of the two barriers the whole pair signals
-        tma2mma_cta0 = H.barriers_in_cta(tma2mma, PIPE_DEPTH, 0)
-        ld2mma_cta0 = H.barriers_in_cta(ld2mma, NUM_CONSUMER, 0)
+        tma2mma_cta0 = tma2mma.in_cta(0)
+        ld2mma_cta0 = ld2mma.in_cta(0)
 
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=H.ceil_div(M, TILE_M), num_n_tiles=H.ceil_div(N, MMA_N),
@@ -125,30 +124,27 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 # per stage, bytes counted on CTA 0's barrier ---
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
-                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + cbx) * BLK_N)
+                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + rank) * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                        ring.stage, "TMA producer")
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
                         if T.cuda.elect_sync():
-                            if cbx == 0:
-                                T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-                                    tma2mma.ptr_to([ring.stage]),
-                                    T.uint32(CTA_PAIR * STAGE_BYTES))
+                            if rank == 0:
+                                tma2mma.arrive_expect_tx(ring.stage, CTA_PAIR * STAGE_BYTES)
                             for c in T.unroll(NUM_CONSUMER):
                                 m_st = T.meta_var(
-                                    ((scheduler.m_idx * NUM_CONSUMER + c) * CTA_PAIR + cbx)
+                                    ((scheduler.m_idx * NUM_CONSUMER + c) * CTA_PAIR + rank)
                                     * BLK_M)
-                                H.tma_load_pair(
+                                W.tma_load_pair(
                                     Asmem[ring.stage, c, :, :],
                                     A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K],
-                                    tma2mma_cta0.ptr_to([ring.stage]))
-                            H.tma_load_pair(Bsmem[ring.stage, :, :],
+                                    tma2mma_cta0.ptr(ring.stage))
+                            W.tma_load_pair(Bsmem[ring.stage, :, :],
                                             B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
-                                            tma2mma_cta0.ptr_to([ring.stage]))
+                                            tma2mma_cta0.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
             elif warp_id < NUM_CONSUMER:
-                if cbx == 0:
+                if rank == 0:
                     # --- compute (MMA consumer c = warp_id, CTA 0 only): its A slice and
                     # the shared B slice, into TMEM columns [256c, 256c + 256) ---
                     c = T.meta_var(warp_id)
@@ -156,21 +152,19 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                     acc = PipelineState(1, 1)
                     while scheduler.valid():
                         # epilogue c of both CTAs must have drained this consumer's columns
-                        H.wait_mbarrier(ld2mma.ptr_to([c]), acc.phase, "ld2mma", c,
-                                        "MMA consumer")
-                        H.tcgen05_fence_after_sync()
+                        ld2mma.wait(c, acc.phase, "MMA consumer")
+                        W.tcgen05_fence_after_sync()
                         for k in T.serial(K_TILES, annotations=H.ROLLED):
-                            H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                            ring.stage, "MMA consumer")
-                            H.tcgen05_fence_after_sync()
+                            tma2mma.wait(ring.stage, ring.phase, "MMA consumer")
+                            W.tcgen05_fence_after_sync()
                             if T.cuda.elect_sync():
-                                H.mma_tile_pair(tmem, c * MMA_N, Asmem[ring.stage, c, :, :],
+                                W.mma_tile_pair(tmem, c * MMA_N, Asmem[ring.stage, c, :, :],
                                                 Bsmem[ring.stage, :, :], MMA_N, k != 0)
                                 # one of the two releases stage s needs
-                                H.mma_commit_pair(mma2tma.ptr_to([ring.stage]))
+                                W.mma_commit_pair(mma2tma.ptr(ring.stage))
                             ring.advance()
                         if T.cuda.elect_sync():
-                            H.mma_commit_pair(mma2ld.ptr_to([c]))
+                            W.mma_commit_pair(mma2ld.ptr(c))
                         acc.advance()
                         scheduler.next_tile()
 
@@ -179,27 +173,27 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
             # consumer c, 256 columns in EPI_N-wide chunks, then free its TMEM columns ---
             c = T.meta_var(wg_id)
             acc = PipelineState(1, 0)
-            row = T.meta_var(warp_id * 32 + lane_id)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
             while scheduler.valid():
-                m_st = T.meta_var(((scheduler.m_idx * NUM_CONSUMER + c) * CTA_PAIR + cbx)
+                m_st = T.meta_var(((scheduler.m_idx * NUM_CONSUMER + c) * CTA_PAIR + rank)
                                   * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * MMA_N)
-                H.wait_mbarrier(mma2ld.ptr_to([c]), acc.phase, "mma2ld", c, "epilogue")
-                H.tcgen05_fence_after_sync()
+                mma2ld.wait(c, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
                 for i in T.unroll(MMA_N // EPI_N):
                     Dreg_f16 = T.alloc_local((EPI_N,), dtype)
-                    H.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_f16)
-                    H.store_rows_via_tma(Dreg_f16, Dsmem, c * BLK_M, D, m_st, n_st + i * EPI_N,
-                                         BLK_M, EPI_N, row, row == 0, 1 + c)
-                H.tcgen05_fence_before_sync()
-                H.arrive_remote(ld2mma_cta0.ptr_to([c]))
+                    W.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_f16)
+                    W.store_rows_via_tma(Dreg_f16, Dsmem, c * BLK_M, D, m_st, n_st + i * EPI_N,
+                                         BLK_M, EPI_N, tid_in_wg, tid_in_wg == 0, 1 + c)
+                W.tcgen05_fence_before_sync()
+                ld2mma_cta0.arrive_remote(c)
                 acc.advance()
                 scheduler.next_tile()
 
         # --- free: the peer's MMA and arrivals touch this CTA until both are done ---
-        H.tcgen05_cluster_sync()
+        W.tcgen05_cluster_sync()
         if wg_id == 0:
             if warp_id == 0:
-                H.tmem_free_pair(tmem_addr)
+                W.tmem_free_pair(tmem_addr)
 
     return kernel

@@ -70,10 +70,10 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
         # --- compute: the warpgroup issues 4 k16 slices x 2 row blocks = 8 wgmmas
         W.encode_desc(desc_a, Asmem.ptr_to([0, 0]))
         W.encode_desc(desc_b, Bsmem.ptr_to([0, 0]))
-        T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
+        W.mma_fence()  # accumulator registers are about to be written
         W.wgmma_tile(acc, desc_a[0], desc_b[0], False, M_BLOCKS, BLK_N, dtype)
-        T.ptx.wgmma.commit_group.sync.aligned()
-        T.ptx.wgmma.wait_group.sync.aligned(0)  # all 8 wgmmas done: acc is final
+        W.mma_commit()
+        W.mma_wait(0)  # all 8 wgmmas done: acc is final
         W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
 
         # --- writeback: registers -> dtype -> GMEM, the wgmma fragment of each thread ---

@@ -69,10 +69,10 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
             W.publish_smem_writes()
 
             # --- compute: the first slice overwrites the accumulator, the rest add to it
-            T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
+            W.mma_fence()  # accumulator registers are about to be written
             W.wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N, dtype)
-            T.ptx.wgmma.commit_group.sync.aligned()
-            T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
+            W.mma_commit()
+            W.mma_wait(0)  # this slice's wgmmas are done
             # WAR on the single SMEM tile: nobody copies slice k+1 until every warp has
             # passed its wait_group (wait_group only covers the calling thread's wgmmas)
             T.cuda.cta_sync()

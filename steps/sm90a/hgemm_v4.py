@@ -69,7 +69,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma_bar = pool.alloc((1,), "uint64", align=8)
+        tma_bar = H.Barriers(pool, 1, "tma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((BLK_N, BLK_K), dtype, layout=B_layout)
@@ -79,12 +79,12 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         desc_a = T.alloc_local((1,), "uint64")
         desc_b = T.alloc_local((1,), "uint64")
 
-        tid = T.meta_var(warp_id * 32 + lane_id)
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         # tma_bar: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
         #   threads wait on it before their wgmma reads SMEM; initial phase 0, flips per slice
-        if tid == 0:
-            W.init_mbarriers(tma_bar, 1, 1)
-        W.publish_mbarrier_init()
+        if tid_in_wg == 0:
+            tma_bar.init(1)
+        W.publish_setup()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -94,17 +94,17 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         phase: T.int32 = 0  # phase_tma: parity of the tma_bar phase we wait for
         for k in T.serial(K_TILES, annotations=H.ROLLED):
             # --- load: exactly one thread issues the TMA copies; all wait for the bytes
-            if tid == 0:
+            if tid_in_wg == 0:
                 H.tma_load_tiles(Asmem[:, :], Bsmem[:, :], A, B, m_st, n_st, k * BLK_K,
-                                 BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([0]))
-            H.wait_mbarrier(tma_bar.ptr_to([0]), phase, "tma_bar", 0, "all threads")
+                                 BLK_M, BLK_N, BLK_K, tma_bar.ptr(0))
+            tma_bar.wait(0, phase, "all threads")
             phase = phase ^ 1
 
             # --- compute: the first slice overwrites the accumulator, the rest add to it
-            T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
+            W.mma_fence()  # accumulator registers are about to be written
             W.wgmma_tile(acc, desc_a[0], desc_b[0], k > 0, M_BLOCKS, BLK_N, dtype)
-            T.ptx.wgmma.commit_group.sync.aligned()
-            T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
+            W.mma_commit()
+            W.mma_wait(0)  # this slice's wgmmas are done
             # WAR on the single SMEM tile: thread 0 issues the next TMA only after every
             # warp has passed its wait_group
             T.cuda.cta_sync()
@@ -112,11 +112,11 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
 
         # --- writeback: registers -> Dsmem -> TMA store (clipped at D's edge) -> GMEM ---
         W.store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
-        T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
+        H.fence_proxy_async()  # our generic-proxy writes -> the TMA unit
         T.cuda.cta_sync()                       # every thread's part of the tile is written
-        if tid == 0:
+        if tid_in_wg == 0:
             W.tma_store_tile(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
-            T.ptx.cp.async_.bulk.wait_group(0)  # Dsmem must outlive the store's reads
+            H.store_wait(0)  # Dsmem must outlive the store's reads
 
         # --- free: nothing to release (no TMEM: the accumulator is registers) ---
 

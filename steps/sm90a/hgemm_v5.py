@@ -62,7 +62,7 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma_bar = H.Barriers(pool, PIPE_DEPTH, "tma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -72,13 +72,13 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         desc_a = T.alloc_local((1,), "uint64")
         desc_b = T.alloc_local((1,), "uint64")
 
-        tid = T.meta_var(warp_id * 32 + lane_id)
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         # tma_bar[s]: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
         #   threads wait on it before their wgmma reads stage s; initial phase 0, flips each
         #   time the ring wraps (stage s holds slices s, s + PIPE_DEPTH, s + 2*PIPE_DEPTH, ...)
-        if tid == 0:
-            W.init_mbarriers(tma_bar, PIPE_DEPTH, 1)
-        W.publish_mbarrier_init()
+        if tid_in_wg == 0:
+            tma_bar.init(1)
+        W.publish_setup()
 
         m_st = T.meta_var(bx * BLK_M)
         n_st = T.meta_var(by * BLK_N)
@@ -86,44 +86,44 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
 
         # --- load (prologue): fill the ring ---
-        if tid == 0:
+        if tid_in_wg == 0:
             for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
                 H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st,
-                                 s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
+                                 s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr(s))
 
         phase: T.int32 = 0  # phase_tma: parity of the tma_bar[stage] phase we wait for
         for k in T.serial(K_TILES, annotations=H.ROLLED):
             stage = T.meta_var(k % PIPE_DEPTH)
-            H.wait_mbarrier(tma_bar.ptr_to([stage]), phase, "tma_bar", stage, "all threads")
+            tma_bar.wait(stage, phase, "all threads")
 
             # --- compute: the first slice overwrites the accumulator, the rest add to it
-            T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
+            W.mma_fence()  # accumulator registers are about to be written
             W.wgmma_tile(acc, W.desc_advance(desc_a[0], stage * A_STAGE_BYTES),
                          W.desc_advance(desc_b[0], stage * B_STAGE_BYTES), k > 0, M_BLOCKS,
                          BLK_N, dtype)
-            T.ptx.wgmma.commit_group.sync.aligned()
-            T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
+            W.mma_commit()
+            W.mma_wait(0)  # this slice's wgmmas are done
             # WAR on the stage: thread 0 refills it only after every warp has passed its
             # wait_group, i.e. no wgmma still reads the old slice
             T.cuda.cta_sync()
 
             # --- load: the wgmmas are done with this stage, refill it PIPE_DEPTH slices ahead
-            if tid == 0:
+            if tid_in_wg == 0:
                 if k + PIPE_DEPTH < K_TILES:
                     H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st,
                                      n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
-                                     tma_bar.ptr_to([stage]))
+                                     tma_bar.ptr(stage))
             if stage == PIPE_DEPTH - 1:
                 phase = phase ^ 1  # wrapping around: every stage starts a new phase
         W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the last wait
 
         # --- writeback: registers -> Dsmem -> TMA store (clipped at D's edge) -> GMEM ---
         W.store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
-        T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
+        H.fence_proxy_async()  # our generic-proxy writes -> the TMA unit
         T.cuda.cta_sync()                       # every thread's part of the tile is written
-        if tid == 0:
+        if tid_in_wg == 0:
             W.tma_store_tile(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
-            T.ptx.cp.async_.bulk.wait_group(0)  # Dsmem must outlive the store's reads
+            H.store_wait(0)  # Dsmem must outlive the store's reads
 
         # --- free: nothing to release (no TMEM: the accumulator is registers) ---
 

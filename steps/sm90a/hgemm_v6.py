@@ -71,14 +71,14 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
                D: T.Buffer((M, N), dtype)):
         T.device_entry()
-        cta = T.cta_id([NUM_CTAS])  # a fixed pool, CTAS_PER_SM per SM: each walks many tiles
+        bx = T.cta_id([NUM_CTAS])  # a fixed pool, CTAS_PER_SM per SM: each walks many tiles
         wg_id = T.warpgroup_id([1])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma_bar = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma_bar = H.Barriers(pool, PIPE_DEPTH, "tma_bar")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -88,14 +88,14 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         desc_a = T.alloc_local((1,), "uint64")
         desc_b = T.alloc_local((1,), "uint64")
 
-        tid = T.meta_var(warp_id * 32 + lane_id)
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         # tma_bar[s]: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
         #   threads wait on it before their wgmma reads stage s; initial phase 0, then one
         #   phase per use of stage s for the life of the CTA: `ring` counts uses across
         #   tiles, so no tile has to leave the barriers at the parity it found them in
-        if tid == 0:
-            W.init_mbarriers(tma_bar, PIPE_DEPTH, 1)
-        W.publish_mbarrier_init()
+        if tid_in_wg == 0:
+            tma_bar.init(1)
+        W.publish_setup()
 
         W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))  # stage 0; desc_advance reaches stage s
         W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
@@ -104,18 +104,18 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=H.ceil_div(N, BLK_N),
             num_clusters=NUM_CTAS, l2_group_size=L2_GROUP)
-        scheduler.init(cta)
+        scheduler.init(bx)
         # stage and phase of the next slice to consume, carried from tile to tile: global
         # slice g lives in stage g % PIPE_DEPTH and completes phase (g // PIPE_DEPTH) & 1
         ring = PipelineState(PIPE_DEPTH, 0)
 
         # --- load (prologue of the first tile): fill the ring before the first wait ---
-        if tid == 0:
+        if tid_in_wg == 0:
             if scheduler.valid():
                 for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
                     H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B,
                                      scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N,
-                                     s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr_to([s]))
+                                     s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr(s))
 
         while scheduler.valid():
             # this tile's indices, kept: the scheduler moves on before this tile's epilogue
@@ -124,26 +124,25 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
             m_st = T.meta_var(m_tile * BLK_M)
             n_st = T.meta_var(n_tile * BLK_N)
             for k in T.serial(K_TILES, annotations=H.ROLLED):
-                H.wait_mbarrier(tma_bar.ptr_to([ring.stage]), ring.phase, "tma_bar",
-                                ring.stage, "all threads")
+                tma_bar.wait(ring.stage, ring.phase, "all threads")
 
                 # --- compute: the first slice overwrites the accumulator, the rest add
-                T.ptx.wgmma.fence.sync.aligned()  # accumulator registers are about to be written
+                W.mma_fence()  # accumulator registers are about to be written
                 W.wgmma_tile(acc, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES),
                              W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES), k > 0,
                              M_BLOCKS, BLK_N, dtype)
-                T.ptx.wgmma.commit_group.sync.aligned()
-                T.ptx.wgmma.wait_group.sync.aligned(0)  # this slice's wgmmas are done
+                W.mma_commit()
+                W.mma_wait(0)  # this slice's wgmmas are done
                 # WAR on the stage: thread 0 refills it only after every warp has passed
                 # its wait_group, i.e. no wgmma still reads the old slice
                 T.cuda.cta_sync()
 
                 # --- load: the wgmmas are done with this stage, refill it PIPE_DEPTH ahead
-                if tid == 0:
+                if tid_in_wg == 0:
                     if k + PIPE_DEPTH < K_TILES:
                         H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                          A, B, m_st, n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M,
-                                         BLK_N, BLK_K, tma_bar.ptr_to([ring.stage]))
+                                         BLK_N, BLK_K, tma_bar.ptr(ring.stage))
                 ring.advance()  # flips the phase when the ring wraps
             W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the last wait
 
@@ -151,29 +150,29 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
             # tile's first slices load while this tile's epilogue runs. Possible only
             # because `ring` carries on: they go to the stages after the last one used.
             scheduler.next_tile()
-            if tid == 0:
+            if tid_in_wg == 0:
                 if scheduler.valid():
                     for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
                         stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
                         H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B,
                                          scheduler.m_idx * BLK_M, scheduler.n_idx * BLK_N,
                                          s * BLK_K, BLK_M, BLK_N, BLK_K,
-                                         tma_bar.ptr_to([stage]))
+                                         tma_bar.ptr(stage))
 
             # --- writeback: registers -> Dsmem -> TMA store (clipped at D's edge) -> GMEM ---
-            if tid == 0:
+            if tid_in_wg == 0:
                 # the previous tile's TMA store must have finished reading Dsmem
-                T.ptx.cp.async_.bulk.wait_group.read(0)
+                H.store_wait_read(0)
             T.cuda.cta_sync()
             W.store_fragment(Dsmem, acc, 0, 0, warp_id, lane_id, M_BLOCKS, BLK_N)
-            T.ptx.fence.proxy.async_.shared__cta()  # our generic-proxy writes -> the TMA unit
+            H.fence_proxy_async()  # our generic-proxy writes -> the TMA unit
             T.cuda.cta_sync()                       # every thread's part of the tile is written
-            if tid == 0:
+            if tid_in_wg == 0:
                 # not waited for here: the store drains while the next tile computes
                 W.tma_store_tile(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
 
         # --- free: SMEM is released at exit, so the last store must have read it ---
-        if tid == 0:
-            T.ptx.cp.async_.bulk.wait_group(0)
+        if tid_in_wg == 0:
+            H.store_wait(0)
 
     return kernel

@@ -73,15 +73,15 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
                D: T.Buffer((M, N), dtype)):
         T.device_entry()
-        cta = T.cta_id([SM_COUNT])
+        bx = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -98,15 +98,15 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         #   fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                W.init_mbarriers(tma2mma, PIPE_DEPTH, 1)
-                W.init_mbarriers(mma2tma, PIPE_DEPTH, NUM_CONSUMERS)
-        W.publish_mbarrier_init()
+                tma2mma.init(1)
+                mma2tma.init(NUM_CONSUMERS)
+        W.publish_setup()
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=H.ceil_div(N, BLK_N),
             num_clusters=SM_COUNT, l2_group_size=L2_GROUP)
-        scheduler.init(cta)
+        scheduler.init(bx)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
             # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
@@ -116,11 +116,10 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                        ring.stage, "producer")
+                        mma2tma.wait(ring.stage, ring.phase, "producer")
                         H.tma_load_tiles(Asmem[ring.stage, :, :],
                                          Bsmem[ring.stage, :, :], A, B, m_st, n_st, k * BLK_K,
-                                         BLK_M, BLK_N, BLK_K, tma2mma.ptr_to([ring.stage]))
+                                         BLK_M, BLK_N, BLK_K, tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
 
@@ -138,41 +137,40 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
-                    H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                    ring.stage, "consumer")
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16, accumulate after k=0 ---
-                    T.ptx.wgmma.fence.sync.aligned()  # earlier reads/writes of acc come first
+                    W.mma_fence()  # earlier reads/writes of acc come first
                     W.wgmma_tile(acc,
                                  W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
                                  + T.Cast("uint64", consumer * W.DESC_M64_STEP),
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                  k > 0, 1, BLK_N, dtype)
-                    T.ptx.wgmma.commit_group.sync.aligned()
+                    W.mma_commit()
                     # slice k stays in flight; slice k-1 is done, so its stage goes back.
                     # One arrival per warpgroup suffices: a wgmma is one warpgroup-wide
                     # operation, done for all 128 threads once done for thread 0 (CUTLASS
                     # releases its stages the same way).
-                    T.ptx.wgmma.wait_group.sync.aligned(1)
+                    W.mma_wait(1)
                     if k > 0:
                         if tid_in_wg == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
+                            mma2tma.arrive(held)
                     held = ring.stage
                     ring.advance()
-                T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
+                W.mma_wait(0)  # the tile's last slice is done too
                 if tid_in_wg == 0:
-                    T.ptx.mbarrier.arrive.shared.b64(mma2tma.ptr_to([held]))
+                    mma2tma.arrive(held)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
 
                 # --- writeback: this warpgroup's 64x256 half -> Dsmem -> TMA store (clipped) ---
                 row0 = T.meta_var(consumer * W.WGMMA_M)
                 if tid_in_wg == 0:
                     # our previous TMA store must have finished reading these Dsmem rows
-                    T.ptx.cp.async_.bulk.wait_group.read(0)
+                    H.store_wait_read(0)
                 # named barrier 1 or 2 (0 is the CTA-wide one): this warpgroup's 128 threads
                 T.cuda.warpgroup_sync(1 + consumer)
                 W.store_fragment(Dsmem, acc, row0, 0, warp_id, lane_id, 1, BLK_N)
-                T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
+                H.fence_proxy_async()  # generic-proxy writes -> TMA unit
                 T.cuda.warpgroup_sync(1 + consumer)
                 if tid_in_wg == 0:
                     W.tma_store_tile(D, Dsmem, row0, m_st + row0, n_st, W.WGMMA_M, BLK_N)
@@ -180,6 +178,6 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
 
             # --- free: SMEM is released at exit, so the last store must have read it ---
             if tid_in_wg == 0:
-                T.ptx.cp.async_.bulk.wait_group(0)
+                H.store_wait(0)
 
     return kernel

@@ -90,7 +90,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
                D: T.Buffer((M, N), dtype)):
         T.device_entry()
-        cta = T.cta_id([SM_COUNT])
+        bx = T.cta_id([SM_COUNT])
         rank, _unused = T.cta_id_in_cluster([W.CLUSTER_SIZE, 1])  # this CTA's place in the pair
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
         warp_id = T.warp_id_in_wg([4])
@@ -98,8 +98,8 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
-        mma2tma = pool.alloc((PIPE_DEPTH,), "uint64", align=8)
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -119,10 +119,10 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                W.init_mbarriers(tma2mma, PIPE_DEPTH, 1)
-                W.init_mbarriers(mma2tma, PIPE_DEPTH, W.CLUSTER_SIZE * NUM_CONSUMERS)
+                tma2mma.init(1)
+                mma2tma.init(W.CLUSTER_SIZE * NUM_CONSUMERS)
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
-        W.publish_mbarrier_init_cluster()
+        W.publish_setup_cluster()
 
         # every role of both CTAs walks the same cluster-tile sequence (the last row of
         # cluster tiles may reach past M: both CTAs still take part in it)
@@ -130,7 +130,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
             "ts", num_m_tiles=H.ceil_div(M, W.CLUSTER_SIZE * BLK_M),
             num_n_tiles=H.ceil_div(N, BLK_N), num_clusters=NUM_CLUSTERS,
             l2_group_size=L2_GROUP)
-        scheduler.init(cta // W.CLUSTER_SIZE)
+        scheduler.init(bx // W.CLUSTER_SIZE)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
             # --- load (producer): own A rows, own half of B multicast to both CTAs ---
@@ -140,13 +140,12 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                     m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        H.wait_mbarrier(mma2tma.ptr_to([ring.stage]), ring.phase, "mma2tma",
-                                        ring.stage, "producer")
+                        mma2tma.wait(ring.stage, ring.phase, "producer")
                         W.tma_load_multicast_b(Asmem[ring.stage, :, :],
                                                Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
                                                A, B, m_st, n_st + rank * B_HALF, k * BLK_K,
                                                BLK_M, B_HALF, BLK_K, BLK_N,
-                                               tma2mma.ptr_to([ring.stage]))
+                                               tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
 
@@ -169,17 +168,16 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
-                    H.wait_mbarrier(tma2mma.ptr_to([ring.stage]), ring.phase, "tma2mma",
-                                    ring.stage, "consumer")
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
 
                     # --- compute: 4 k16 slices of m64n256k16; k=0 overwrites (scale-d 0) ---
-                    T.ptx.wgmma.fence.sync.aligned()
+                    W.mma_fence()
                     W.wgmma_tile(acc,
                                  W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
                                  + T.Cast("uint64", consumer * W.DESC_M64_STEP),
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                  k > 0, 1, BLK_N, dtype)
-                    T.ptx.wgmma.commit_group.sync.aligned()
+                    W.mma_commit()
                     if k == EPI_AT:
                         if pending == 1:
                             # --- writeback of the previous tile, behind the queued wgmmas
@@ -189,12 +187,12 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                                                 tid_in_wg, 1 + consumer)
                             pending = 0
                     # slice k-1 is done: its stage goes back to the producers of both CTAs
-                    T.ptx.wgmma.wait_group.sync.aligned(1)
+                    W.mma_wait(1)
                     if k > 0:
                         W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
-                T.ptx.wgmma.wait_group.sync.aligned(0)  # the tile's last slice is done too
+                W.mma_wait(0)  # the tile's last slice is done too
                 W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
                 # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
@@ -209,7 +207,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, BLK_N,
                                     EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
             if tid_in_wg == 0:
-                T.ptx.cp.async_.bulk.wait_group(0)
+                H.store_wait(0)
 
         # --- free: the peer multicasts into this CTA's SMEM and arrives on its barriers
         # until it is done; neither CTA may exit (and release its SMEM) before both are ---

@@ -1,0 +1,145 @@
+"""How big is each lesson? Code-only diff sizes between the step builders.
+
+Counts the changed lines (added + removed) of a line diff between two step files after
+dropping comments, docstrings and blank lines, so what is counted is code a reader has
+to compare:
+
+* step diffs: ``steps/<arch>/hgemm_v(n).py`` -> ``hgemm_v(n+1).py`` for each arch,
+* twin diffs: ``steps/sm100a/hgemm_vN.py`` vs ``steps/sm90a/hgemm_vN.py`` for each step.
+
+    python scripts/diff_sizes.py                 # the working tree
+    python scripts/diff_sizes.py --rev HEAD~3    # the files as committed in a revision
+    python scripts/diff_sizes.py --before HEAD   # a revision and the working tree side by side
+    python scripts/diff_sizes.py --before HEAD --skip v10   # v9 -> v11 in both columns
+
+Only the standard library; reads files (and ``git show`` for a revision), builds nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import io
+import re
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHES = ("sm100a", "sm90a")
+
+
+def code_lines(source: str) -> list[str]:
+    """The source's lines without comments, docstrings and blank lines (each stripped of
+    trailing whitespace; indentation kept, since it is code in Python)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = None
+    doc_lines: set[int] = set()
+    if tree is not None:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                body = node.body
+                if body and isinstance(body[0], ast.Expr) \
+                        and isinstance(body[0].value, ast.Constant) \
+                        and isinstance(body[0].value.value, str):
+                    doc_lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = source.splitlines()
+    # blank out comments token by token (a '#' inside a string is not a comment)
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                row, col = tok.start
+                lines[row - 1] = lines[row - 1][:col]
+    except (tokenize.TokenError, IndentationError):
+        pass
+    return [ln.rstrip() for i, ln in enumerate(lines, 1)
+            if i not in doc_lines and ln.strip()]
+
+
+def changed(a: list[str], b: list[str]) -> int:
+    return sum(1 for ln in difflib.unified_diff(a, b, lineterm="", n=0)
+               if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+
+
+def read(arch: str, step: str, rev: str | None) -> str | None:
+    rel = f"steps/{arch}/hgemm_{step}.py"
+    if rev is None:
+        p = ROOT / rel
+        return p.read_text(encoding="utf-8") if p.exists() else None
+    proc = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{rel}"],
+                          capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def step_ids(rev: str | None) -> list[str]:
+    ids = set()
+    for arch in ARCHES:
+        if rev is None:
+            names = [p.name for p in (ROOT / "steps" / arch).glob("hgemm_v*.py")]
+        else:
+            proc = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only",
+                                   f"{rev}:steps/{arch}"], capture_output=True, text=True)
+            names = proc.stdout.split()
+        ids.update(m.group(1) for n in names if (m := re.fullmatch(r"hgemm_(v\d+)\.py", n)))
+    return sorted(ids, key=lambda s: int(s[1:]))
+
+
+def sizes(rev: str | None, skip=()) -> dict[str, int | None]:
+    """{"sm100a v1->v2": n, ..., "twin v1": n, ...}; None where a file is missing. Steps in
+    ``skip`` are left out (their neighbours are then compared with each other)."""
+    ids = [s for s in step_ids(rev) if s not in skip]
+    code = {(a, s): (None if (t := read(a, s, rev)) is None else code_lines(t))
+            for a in ARCHES for s in ids}
+    out: dict[str, int | None] = {}
+    for arch in ARCHES:
+        for s, t in zip(ids, ids[1:]):
+            a, b = code[arch, s], code[arch, t]
+            out[f"{arch} {s}->{t}"] = None if a is None or b is None else changed(a, b)
+    for s in ids:
+        a, b = code["sm100a", s], code["sm90a", s]
+        out[f"twin {s}"] = None if a is None or b is None else changed(a, b)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rev", help="measure the files of this git revision instead of the "
+                                  "working tree")
+    ap.add_argument("--before", help="also measure this revision and print both columns")
+    ap.add_argument("--skip", default="", help="comma list of step ids to leave out, e.g. "
+                                               "v10 (its neighbours are then compared)")
+    args = ap.parse_args(argv)
+    skip = tuple(s for s in args.skip.split(",") if s)
+    now = sizes(args.rev, skip)
+    label = args.rev or "working tree"
+    fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
+    if args.before:
+        old = sizes(args.before, skip)
+        print(f"{'diff (code lines changed)':26} {args.before:>12} {label:>14}")
+        for k in sorted(set(old) | set(now), key=_order):
+            print(f"{k:26} {fmt(old.get(k)):>12} {fmt(now.get(k)):>14}")
+        for kind in ("sm100a", "sm90a", "twin"):
+            o = sum(v for k, v in old.items() if k.startswith(kind) and v is not None
+                    and k in now and now[k] is not None)
+            n = sum(v for k, v in now.items() if k.startswith(kind) and v is not None
+                    and k in old and old[k] is not None)
+            print(f"{'total ' + kind + ' (both present)':26} {o:>12} {n:>14}")
+    else:
+        print(f"{'diff (code lines changed)':26} {label:>14}")
+        for k in sorted(now, key=_order):
+            print(f"{k:26} {fmt(now[k]):>14}")
+    return 0
+
+
+def _order(key: str):
+    kind, rest = key.split(" ", 1)
+    first = int(re.match(r"v(\d+)", rest).group(1))
+    return ({"sm100a": 0, "sm90a": 1, "twin": 2}[kind], first)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

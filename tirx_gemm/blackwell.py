@@ -1,0 +1,265 @@
+"""Blackwell (sm_100a) building blocks: the tcgen05 engine, the twin of :mod:`tirx_gemm.hopper`.
+
+On Blackwell one thread issues ``tcgen05.mma`` for the whole tile, the operands are read
+from shared memory, and the fp32 accumulator lives in *tensor memory* (TMEM, 128 lanes x
+512 columns per SM), allocated and freed by one warp. Completion is signalled by
+``tcgen05.commit`` arriving on an mbarrier, and TMEM is read back with ``tcgen05.ld``.
+The pieces every sm_100a step needs live here once: TMEM allocation, setup publication,
+the MMA issue and commit verbs, the tcgen05 fences, the epilogues, and the 2-CTA
+(``cta_group::2``) forms of v8 / v9. Steps import it as ``W``, next to
+:mod:`tirx_gemm.helpers` (``H``: validation, layouts, barriers, TMA), exactly as the
+sm_90a steps import :mod:`tirx_gemm.hopper`; a verb that exists on both arches has one
+name in both modules (``W.publish_setup``, ``W.publish_smem_writes``, ``W.mma_commit``).
+
+Everything that runs on the device is an ``@T.inline`` helper: it is expanded at the call
+site, so the generated CUDA is the same as if the step had written it inline.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
+
+from . import helpers as H
+from .helpers import ACC_DTYPE, TMA, check_positive_ints, tma_store_swizzled
+
+# --------------------------------------------------------------------------------------
+# tensor memory, MMA issue, fences, epilogues
+# --------------------------------------------------------------------------------------
+TMEM_COLS = 512  # the whole tensor memory of the SM: 128 lanes x 512 fp32 columns
+
+
+def tmem_accumulator():
+    """The fp32 accumulator view of tensor memory: lane = output row, column = output col.
+
+    In TIRx 0.27 ``allocated_addr`` is a column offset from the CTA's TMEM base (TVM's own
+    TMEMPool passes its running column offset), not the address tcgen05.alloc returns;
+    passing ``tmem_addr[0]`` fails to compile ("variables (tmem_addr.source,) are used,
+    but are not passed in as API arguments"). Offset 0 is the allocation's first column
+    by construction: every step allocates all 512 columns, so an allocation succeeds only
+    when the SM's whole TMEM is free and it always starts at column 0 (a second CTA on
+    the SM blocks in tcgen05.alloc until the first one deallocates).
+    """
+    return T.decl_buffer((128, TMEM_COLS), ACC_DTYPE, scope="tmem", allocated_addr=0,
+                         layout=TileLayout(S[(128, TMEM_COLS): (1 @ TLane, 1 @ TCol)]))
+
+
+@T.inline
+def tmem_alloc(tmem_addr):
+    # warp-wide (.sync.aligned): all 32 lanes of one warp must execute it
+    T.ptx["tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32"](
+        T.address_of(tmem_addr[0]), T.uint32(TMEM_COLS))
+
+
+@T.inline
+def tcgen05_cta_sync():
+    # a CTA barrier that also orders tensor-core work: each thread's earlier tcgen05 ops
+    # (MMA issue, TMEM loads) are ordered before it, and its later ones after it
+    T.ptx["tcgen05.fence::before_thread_sync"]()
+    T.cuda.cta_sync()
+    T.ptx["tcgen05.fence::after_thread_sync"]()
+
+
+@T.inline
+def tmem_free(tmem_addr):
+    # warp-wide, by the warp that allocated, after a tcgen05_cta_sync that every thread
+    # reached once done with TMEM; releasing the permit lets the next CTA on this SM
+    # allocate without waiting for this one to exit
+    T.ptx["tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned"]()
+    T.ptx["tcgen05.dealloc.cta_group::1.sync.aligned.b32"](tmem_addr[0], T.uint32(TMEM_COLS))
+
+
+@T.inline
+def publish_setup():
+    # make barrier inits and the TMEM address slot visible to every thread and to the
+    # async proxy (TMA, tensor cores) before anyone touches them; tcgen05.alloc is
+    # tcgen05 work, so it is fenced before the barrier and every thread fences after it
+    # before reading the allocated address or issuing tcgen05 work
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.ptx["fence.mbarrier_init.release.cluster"]()
+    tcgen05_cta_sync()
+
+
+@T.inline
+def publish_smem_writes():
+    # thread stores (st.shared, the generic proxy) are not seen by tcgen05.mma (the async
+    # proxy) through a CTA barrier alone: each writer fences its own stores into the
+    # async proxy, then the barrier tells the MMA issuer that every writer has done so
+    T.ptx.fence.proxy.async_.shared__cta()
+    tcgen05_cta_sync()
+
+
+@T.inline
+def reclaim_smem():
+    # the reverse direction: the MMA's async-proxy reads of SMEM, complete once this
+    # thread's mbarrier wait returned, are ordered before its next ordinary stores there
+    T.ptx.fence.proxy.async_.shared__cta()
+
+
+@T.inline
+def mma_commit(bar):
+    # arrives on `bar` once every tcgen05.mma issued so far by this thread has completed
+    T.ptx["tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64"](bar)
+
+
+@T.inline
+def mma_tile(tmem, Asmem, Bsmem, BLK_N, accum):
+    # one elected thread issues the whole 128 x BLK_N x BLK_K tile; the hardware runs it
+    Tx.gemm_async(tmem[:, :BLK_N], Asmem, Bsmem, accum=accum, dispatch="tcgen05",
+                  cta_group=1)
+
+
+@T.inline
+def tmem_to_registers(tmem, col, BLK_N, Dreg_f16):
+    # each thread of the warpgroup reads one accumulator row (TMEM lane = row) from
+    # columns [col, col + BLK_N) as fp32, waits for the asynchronous tcgen05.ld, then
+    # narrows to Dreg_f16's dtype, the 16-bit output dtype (fp16 or bf16; the "f16" in
+    # the register names of the epilogues means 16-bit)
+    Dreg = T.alloc_local((BLK_N,), ACC_DTYPE)
+    Dreg_wg = Dreg.view(128, BLK_N, layout=TileLayout(S[(128, BLK_N): (1 @ tid_in_wg, 1)]))
+    Tx.wg.copy_async(Dreg_wg[:, :], tmem[:, col:col + BLK_N])
+    T.ptx["tcgen05.wait::ld.sync.aligned"]()
+    Tx.cast(Dreg_f16[:], Dreg[:])
+
+
+@T.inline
+def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row, dtype):
+    # TMEM -> registers -> GMEM: thread `row` of the warpgroup stores output row m_st + row
+    # (`dtype`: D's dtype, what the fp32 accumulator is narrowed to)
+    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
+    Tx.copy(D[m_st + row, n_st:n_st + BLK_N], Dreg_f16[:])
+
+
+@T.inline
+def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id):
+    # registers -> swizzled Dsmem -> (one thread) TMA store -> GMEM; `bar_id` names the
+    # barrier that syncs the 128 threads of the storing warpgroup. Rows and columns of
+    # the tile past D's edge are dropped by the TMA store (tma_store_swizzled).
+    Tx.copy(Dsmem[row, 0:BLK_N], Dreg_f16[:])
+    # generic-proxy SMEM writes must be fenced before the async proxy (TMA) reads them
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.cuda.warpgroup_sync(bar_id)
+    if is_leader:
+        tma_store_swizzled(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
+        T.ptx.cp.async_.bulk.commit_group()
+        # Dsmem may be overwritten only after the store has read it
+        T.ptx.cp.async_.bulk.wait_group(0)
+    T.cuda.warpgroup_sync(bar_id)
+
+
+@T.inline
+def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader,
+                          bar_id, dtype):
+    # TMEM -> registers (narrowed to `dtype`, D's dtype) -> swizzled Dsmem -> (one
+    # thread) TMA store -> GMEM
+    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
+    store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id)
+
+
+@T.inline
+def mma_tile_at(tmem, col, Asmem, Bsmem, BLK_N, accum):
+    # as mma_tile, into accumulator columns [col, col + BLK_N)
+    Tx.gemm_async(tmem[:, col:col + BLK_N], Asmem, Bsmem, accum=accum, dispatch="tcgen05",
+                  cta_group=1)
+
+
+@T.inline
+def tcgen05_fence_after_sync():
+    # order tcgen05 work after a thread synchronisation (mbarrier wait / bar.sync)
+    T.ptx["tcgen05.fence::after_thread_sync"]()
+
+
+@T.inline
+def tcgen05_fence_before_sync():
+    # order completed tcgen05 work (e.g. TMEM loads) before a thread synchronisation
+    T.ptx["tcgen05.fence::before_thread_sync"]()
+# --- 2-CTA (cta_group::2) and multi-consumer helpers (v8, v9) ---
+# A cluster of two CTAs (a "CTA pair") shares one tcgen05.mma: CTA 0 issues it with
+# cta_group::2, the tensor cores read A and B from both CTAs' SMEM and write each CTA's
+# 128 rows into that CTA's TMEM. Everything that owns pair-wide state (TMEM allocation,
+# commits, barriers another CTA signals) uses the 2-CTA forms below.
+CTA_PAIR = 2  # CTAs per cluster in v8 / v9
+
+
+def check_even_sm_count(SM_COUNT: int) -> None:
+    check_positive_ints(SM_COUNT=SM_COUNT)
+    if SM_COUNT % CTA_PAIR != 0:
+        raise ValueError(f"SM_COUNT={SM_COUNT} is not a multiple of the cluster size "
+                         f"{CTA_PAIR}: the persistent pool is made of CTA pairs")
+
+
+@T.inline
+def tmem_alloc_pair(tmem_addr):
+    # one warp in EACH CTA of the pair runs it; both get the same column range, so the
+    # pair-wide MMA can address "the same" accumulator columns in both TMEMs
+    T.ptx["tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32"](
+        T.address_of(tmem_addr[0]), T.uint32(TMEM_COLS))
+
+
+@T.inline
+def tmem_free_pair(tmem_addr):
+    # by the allocating warp of each CTA, after tcgen05_cluster_sync (the peer's MMA may
+    # still write this CTA's TMEM until then)
+    T.ptx["tcgen05.relinquish_alloc_permit.cta_group::2.sync.aligned"]()
+    T.ptx["tcgen05.dealloc.cta_group::2.sync.aligned.b32"](tmem_addr[0], T.uint32(TMEM_COLS))
+
+
+@T.inline
+def tcgen05_cluster_sync():
+    # tcgen05_cta_sync across both CTAs of the cluster (barrier.cluster arrive/wait)
+    T.ptx["tcgen05.fence::before_thread_sync"]()
+    T.cuda.cluster_sync()
+    T.ptx["tcgen05.fence::after_thread_sync"]()
+
+
+@T.inline
+def publish_setup_cluster():
+    # publish_setup for a CTA pair: the peer arrives on this CTA's barriers (TMA bytes,
+    # epilogue arrivals, multicast commits), so the inits and the TMEM address must be
+    # visible cluster-wide before either CTA starts its roles
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.ptx["fence.mbarrier_init.release.cluster"]()
+    tcgen05_cluster_sync()
+
+
+@T.inline
+def mma_commit_pair(bar):
+    # arrives once on `bar` in BOTH CTAs (cta mask 0b11) when every tcgen05.mma issued so
+    # far by this thread has completed: the peer learns about the shared MMA's progress
+    T.ptx["tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"](
+        bar, T.uint16(0b11))
+
+
+@T.inline
+def mma_tile_pair(tmem, col, Asmem, Bsmem, MMA_N, accum):
+    # one elected thread of CTA 0: M = 256 (128 rows from each CTA's Asmem), N = MMA_N
+    # (MMA_N / 2 rows of B from each CTA's Bsmem), into columns [col, col + MMA_N) of
+    # both CTAs' TMEM
+    Tx.gemm_async(tmem[:, col:col + MMA_N], Asmem, Bsmem, accum=accum, dispatch="tcgen05",
+                  cta_group=2)
+
+
+@T.inline
+def tma_load_pair(dst, src, bar_cta0):
+    # a TMA copy whose completion (its bytes) is counted on CTA 0's barrier, whichever
+    # CTA of the pair issues it: the 2-CTA form takes a barrier in the peer's SMEM. As in
+    # tma_load_tiles, a box past the tensor's edge is zero-filled and counts in full
+    Tx.copy_async(dst, src, dispatch=TMA, cta_group=2, mbar=bar_cta0)
+
+
+@T.inline
+def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, is_leader,
+                       bar_id):
+    # store_tile_via_tma through rows [r0, r0 + BLK_M) of a taller staging buffer, so
+    # that several epilogue warpgroups can share one Dsmem allocation (one band each)
+    Tx.copy(Dsmem[r0 + row, 0:EPI_N], Dreg_f16[:])
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.cuda.warpgroup_sync(bar_id)
+    if is_leader:
+        tma_store_swizzled(D, Dsmem, r0, m_st, n_st, BLK_M, EPI_N)
+        T.ptx.cp.async_.bulk.commit_group()
+        T.ptx.cp.async_.bulk.wait_group(0)
+    T.cuda.warpgroup_sync(bar_id)
