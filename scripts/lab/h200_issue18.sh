@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One H200 session for issue 18 item 3: sm_90a v10 (ping-pong consumers), ~6 minutes.
+# Run from a snapshot of the checkout (.gpu/src) with bundles exported here. Here (CPU,
+# after v10 is committed), from the repository root:
+#   rm -rf .gpu/src && mkdir -p .gpu/src && git archive HEAD | tar -x -C .gpu/src
+#   tirx-gemm export v10 --arch sm_90a --shapes all --out .gpu/b10 --ffi-wheel 3.12 -q
+#   tirx-gemm export v10 --arch sm_90a --shapes all --dtype bfloat16 --out .gpu/b10 -q
+#   tirx-gemm export v10 --arch sm_90a --shapes all --watchdog-ms 2000 --out .gpu/b10 -q
+#   python scripts/lab/h200_variants.py export scripts/lab/issue18_pingpong.json --out .gpu/lab10
+#   mkdir -p .gpu/peers && cp -r /work/shared/peers/fastcu .gpu/peers/   (if not there yet)
+# and carry .gpu/src .gpu/b10 .gpu/lab10 .gpu/peers (~16 MiB). Then on the GPU host:
+#   bash scripts/lab/h200_issue18.sh          (from the repository root; OUT=$OUT)
+# Stages, each with its own time limit (one hung stage cannot take the others with it):
+#   check_fp16 / check_bf16  every registry shape of v10, checked only; a kernel that does
+#                            not finish within TIRX_GEMM_KERNEL_TIMEOUT s is stopped by the
+#                            host's guard; if the fp16 check fails, the watchdog build runs
+#                            the same checks and names the mbarrier that stalled
+#   lab                      scripts/lab/issue18_pingpong.json: corners (checked), then v10
+#                            variants and v9 timed against torch.matmul, 2 passes
+#   fastcu                   fast.cu kernel 12 vs torch.matmul at the three large shapes
+# Logs and records go to $OUT.
+set -uo pipefail
+G=$PWD/.gpu
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/results"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$G"/b10/wheels/*.whl || exit 3
+cd "$G/src" || exit 3
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+stage() {  # stage NAME SECONDS CMD...
+  local name=$1 limit=$2; shift 2
+  echo "== $name (limit ${limit}s)"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n ${TAILN:-25} "$OUT/$name.log"
+  echo "== $name rc=$rc in $((SECONDS - t0))s"
+  return $rc
+}
+R="--results $OUT/results --record"
+if ! stage check_fp16 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --bundle "$G/b10" $R -q; then
+  TAILN=40 stage check_fp16_watchdog 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --watchdog-ms 2000 --bundle "$G/b10" -q
+fi
+stage check_bf16 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --dtype bfloat16 --bundle "$G/b10" $R -q
+TAILN=45 stage lab 240 python3 scripts/lab/h200_variants.py run --bundle "$G/lab10" --records "$OUT/lab_issue18.jsonl" --passes 2
+TAILN=8 FASTCU_TIMEOUT_S=60 stage fastcu 90 python3 "$G/peers/fastcu/fastcu_bench.py" 4096x4096x4096 8192x8192x8192 4096x14336x4096
+# records flat in $OUT (nested result folders do not always come back)
+cp "$OUT"/results/*.jsonl "$OUT/" 2>/dev/null
+echo "stages done in ${SECONDS}s"
