@@ -6,7 +6,7 @@
 #     with PATH holding only the venv, /usr/bin and /bin, and CUDA_HOME/CUDA_PATH unset:
 #     `tirx-gemm doctor` names the toolchain, every step of both arches builds
 #     (`tirx-gemm build --all`), `tirx-gemm regress --cpu` compares every build with
-#     results/expectations/build.json, and `tirx-gemm export` bundles the canonical kernels;
+#     goldens/expectations/build.json, and `tirx-gemm export` bundles the canonical kernels;
 #  3. where this machine has a system nvcc (outside the namespace): the same builds with
 #     TIRX_GEMM_SYSTEM_CUDA=1, and the generated CUDA and the SASS of every build compared
 #     byte for byte with the wheel toolchain's.

@@ -3,7 +3,9 @@
 
     python scripts/render_results.py [--results results/] [--readme README.md] [--check]
 
-Writes the table between <!-- results:begin --> and <!-- results:end --> in the README.
+Writes the table between <!-- results:begin --> and <!-- results:end --> in the README, the
+shape suite's summary between the suite markers, and the path table (one row per step, its
+lesson from tirx_gemm/registry.py, tables.path_table) between the path markers.
 With --check nothing is written: the exit status is 1 when the README is stale (2 when its
 markers are missing or broken). With --print the table goes to stdout instead.
 
@@ -29,6 +31,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tirx_gemm.records import (  # noqa: E402
+    PATH_BEGIN,
+    PATH_END,
     load_records,
     render_table,
     replace_between_markers,
@@ -88,6 +92,24 @@ def _with_suite_summary(text: str, results: Path) -> str:
     return text[:a + len(suite.SUMMARY_BEGIN)] + "\n" + body + "\n" + text[b:]
 
 
+def path_table() -> str | None:
+    """The README's path table from the registry, or None where the registry cannot be
+    imported (a GPU host without TVM's compiler: the block is then left as it is)."""
+    try:
+        from tirx_gemm.registry import STEPS
+    except Exception:  # noqa: BLE001 - ImportError, or tvm failing to initialise
+        return None
+    from tirx_gemm.tables import path_table as render
+    return render(STEPS)
+
+
+def _with_path_table(text: str) -> str:
+    table = path_table()
+    if table is None or (PATH_BEGIN not in text and PATH_END not in text):
+        return text
+    return replace_between_markers(text, table, PATH_BEGIN, PATH_END)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(ROOT / "results"), help="folder of *.jsonl records")
@@ -122,10 +144,11 @@ def main(argv=None) -> int:
         return 2
     try:
         text = readme.read_text(encoding="utf-8")
-        new = _with_suite_summary(replace_between_markers(text, table), results)
+        new = _with_path_table(_with_suite_summary(replace_between_markers(text, table),
+                                                   results))
         if args.check:
             if new != text:
-                print(f"{readme} results table or suite summary is stale: run python "
+                print(f"{readme} results table, suite summary or path table is stale: run python "
                       "scripts/render_results.py", file=sys.stderr)
                 return 1
             print(f"{readme} results table is up to date ({len(records)} records; {source})")

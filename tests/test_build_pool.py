@@ -23,11 +23,6 @@ STEP = registry.get("v2", "sm_90a")  # small kernels: quick builds
 SHAPES = [(128, 128, 64), (128, 128, 512), (128, 128, 1024)]
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TIRX_GEMM_CACHE", str(d))
-    return d
 
 
 def _fake_nvcc(tmp_path: Path, body: str) -> dict:

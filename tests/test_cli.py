@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+import support
 from tirx_gemm import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "tirx_gemm.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    return support.cli(*args, timeout=timeout)
 
 
 def test_list_shows_every_step():
@@ -170,7 +170,7 @@ def test_sim_in_the_wrong_python_names_the_venv_to_make():
     if sys.version_info >= (3, 12):
         pytest.skip("this interpreter can run NumSim")
     line = _one_line(cli("sim", "v1"))
-    assert "-m venv .simvenv" in line and 'pip install -e ".[sim]"' in line
+    assert "scripts/setup_venv.py .simvenv --extra sim" in line and "find_python312" in line
 
 
 def test_toolchain_errors_point_at_doctor():

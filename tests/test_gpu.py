@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirx_gemm import numerics, registry, runner
+from tirx_gemm import device, launcher, loader, numerics, registry, runner
 
 pytestmark = pytest.mark.gpu
 
@@ -53,8 +53,8 @@ CASES = ([(s, mnk, "float16") for s in registry.STEPS for mnk in registry.gpu_sh
 def _skip_unless_arch(arch):
     if CAP is None:
         pytest.skip("no CUDA GPU visible")
-    if not runner.capability_matches(arch, CAP):
-        pytest.skip(f"{arch} needs compute capability {runner.required_capability_text(arch)}; "
+    if not device.capability_matches(arch, CAP):
+        pytest.skip(f"{arch} needs compute capability {device.required_capability_text(arch)}; "
                     f"this GPU is {CAP[0]}.{CAP[1]}")
 
 
@@ -65,11 +65,11 @@ def _load(step, mnk, dtype="float16"):
             entry = bundle.find(Path(BUNDLE), step, mnk, watchdog_ms=WATCHDOG_MS, dtype=dtype)
         except ValueError:
             entry = bundle.find(Path(BUNDLE), step, mnk, dtype=dtype)
-        return runner.load_kernel(str(Path(BUNDLE) / entry["lib"])), entry
+        return loader.load_kernel(str(Path(BUNDLE) / entry["lib"])), entry
     from tirx_gemm.build import build
     from tirx_gemm.measure import dtype_kwargs
     r = build(step.id, *mnk, arch=step.arch, watchdog_ms=WATCHDOG_MS, **dtype_kwargs(dtype))
-    return runner.load_kernel(str(r.lib_path)), {"step": r.step, "arch": r.arch, "M": r.M,
+    return loader.load_kernel(str(r.lib_path)), {"step": r.step, "arch": r.arch, "M": r.M,
                                                  "N": r.N, "K": r.K, "kwargs": r.kwargs}
 
 
@@ -88,7 +88,7 @@ def test_step_correct(step, mnk, dtype):
 
 
 def test_bad_inputs_never_launch():
-    steps = [s for s in registry.STEPS if CAP and runner.capability_matches(s.arch, CAP)]
+    steps = [s for s in registry.STEPS if CAP and device.capability_matches(s.arch, CAP)]
     if not steps:
         pytest.skip("no GPU of a registered arch")
     step = steps[0]
@@ -108,5 +108,5 @@ def test_bad_inputs_never_launch():
     for name, t in bad_cases.items():
         t["D"].fill_(float("nan"))
         with pytest.raises((ValueError, TypeError)):
-            runner.launch(kernel, meta, t["A"], t["B"], t["D"])
+            launcher.launch(kernel, meta, t["A"], t["B"], t["D"])
         assert torch.isnan(good["D"].float()).all(), f"{name}: the kernel must not have run"

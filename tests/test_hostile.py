@@ -58,9 +58,7 @@ def _lib(b: Path, step: str) -> str:
     return next(e["lib"] for e in _manifest(b)["kernels"] if e["step"] == step)
 
 
-def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "tirx_gemm.cli", *args], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+from support import cli  # noqa: E402
 
 
 def _refused(b: Path, needle: str, via_cli: bool = False) -> None:

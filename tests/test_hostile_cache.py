@@ -31,16 +31,7 @@ SHAPE = STEP.canonical
 ARGS = ("v1", "--arch", "sm_90a")
 
 
-def cli(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tirx_gemm.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
-
-
-def _one_line_error(out, needle):
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "error:" in lines[0] and needle in lines[0], out.stderr
+from support import cli, one_line_error as _one_line_error  # noqa: E402
 
 
 @pytest.fixture(scope="module")

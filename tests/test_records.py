@@ -164,7 +164,6 @@ def test_render_table_marks_missing_sm100a_rows():
     assert len(sm100_rows) == 2
     for ln in sm100_rows:
         assert f"| {NO_SM100_GPU} |" in ln
-    assert NO_SM100_GPU == "not measured: no sm_100a GPU available"
     v2 = next(ln for ln in lines if ln.startswith("| v2 | sm_90a |"))
     assert "450.0 (0.60×) ✓" in v2  # the latest record, not the older one
     assert "1.0" not in v2.split("|")[6]
@@ -299,3 +298,34 @@ def test_render_table_shows_the_latest_simulation_never_as_tflops():
     failing = render_table([], steps[:1], shapes=[(4096, 4096, 4096)],
                            sim_records=[_sim_rec(), _sim_rec(M=128, ok=False)])
     assert "✗ 1 of 2 cases failed" in failing
+
+
+# --------------------------------------------------------------------------------------
+# one typed record for a step at a shape (issue 20)
+# --------------------------------------------------------------------------------------
+def test_build_sim_and_run_records_share_one_step_at_a_shape():
+    """cache.BuildResult, sim.SimRow and launcher.BuildMeta declare step, arch, M, N, K once
+    (stepshape.StepShape) and keep them first, so meta.json and results/sim/*.jsonl keep
+    their keys; BuildMeta stays read-only."""
+    import dataclasses
+
+    from tirx_gemm.cache import BuildResult
+    from tirx_gemm.launcher import BuildMeta
+    from tirx_gemm.sim import SimRow
+    from tirx_gemm.stepshape import StepShape
+    head = [f.name for f in dataclasses.fields(StepShape)]
+    assert head == ["step", "arch", "M", "N", "K"]
+    for cls in (BuildResult, SimRow, BuildMeta):
+        assert issubclass(cls, StepShape)
+        assert [f.name for f in dataclasses.fields(cls)][:5] == head
+        own = {n for n, v in vars(cls).get("__annotations__", {}).items()}
+        assert not own & set(head), f"{cls.__name__} declares {own & set(head)} again"
+    assert [f.name for f in dataclasses.fields(BuildResult)][:6] == head + ["kwargs"]
+    m = BuildMeta.from_any({"step": "v4", "arch": "sm_90a", "M": 8, "N": 16, "K": 32,
+                            "kwargs": {"dtype": "bfloat16"}})
+    assert (m.shape, m.dtype, m.label) == ((8, 16, 32), "bfloat16", "v4@sm_90a 8x16x32")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.M = 9
+    row = SimRow("v7", "sm_100a", 128, 128, 64, {})
+    row.numsim = "correct"  # a simulation row is filled in as its checks run
+    assert row.label == "v7@sm_100a 128x128x64" and row.dtype == "float16"

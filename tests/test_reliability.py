@@ -6,7 +6,6 @@ fake CUDA events: there is no GPU here); user mistakes end in one line before an
 """
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,20 +27,7 @@ SHAPE = (256, 384, 512)
 SHAPE_ARGS = ("v3", "--arch", "sm_90a", "--mnk", ",".join(map(str, SHAPE)))
 
 
-def cli(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tirx_gemm.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
-
-
-PROGRESS = re.compile(r"^\S.*(: still working|: \d+/\d+ done.*), elapsed \d+ s$")
-
-
-def _one_line_error(out, needle):
-    """Exit 2, no traceback, one error line (progress lines of a slow machine aside)."""
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "Traceback" not in out.stderr
-    lines = [ln for ln in out.stderr.strip().splitlines() if not PROGRESS.match(ln)]
-    assert len(lines) == 1 and "error:" in lines[0] and needle in lines[0], out.stderr
+from support import cli, one_line_error as _one_line_error  # noqa: E402
 
 
 def _entries(cache: Path) -> list[Path]:
@@ -105,11 +91,6 @@ def _fake_env(bin_dir: Path) -> dict:
 # --------------------------------------------------------------------------------------
 # 1. build cache
 # --------------------------------------------------------------------------------------
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TIRX_GEMM_CACHE", str(d))
-    return d
 
 
 # the entries these tests start from, built once in the session's cache (tests/conftest.py;
@@ -305,7 +286,7 @@ def test_launch_of_a_hanging_kernel_reports_and_exits():
     report and leaves with os._exit (no cleanup can block on the GPU)."""
     code = textwrap.dedent("""
         import torch
-        from tirx_gemm import launcher, runner
+        from tirx_gemm import launcher
         class NeverDone:
             def record(self): pass
             def query(self): return False
@@ -315,12 +296,12 @@ def test_launch_of_a_hanging_kernel_reports_and_exits():
         launcher.check_capability = lambda *a, **k: None
         ops = [torch.zeros(s, dtype=torch.float16) for s in ((256, 512), (384, 512), (256, 384))]
         meta = {"step": "v4", "arch": "sm_90a", "M": 256, "N": 384, "K": 512}
-        runner.launch(lambda *a: None, meta, *ops)
+        launcher.launch(lambda *a: None, meta, *ops)
         print("not reached")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "TIRX_GEMM_KERNEL_TIMEOUT": "0.2"})
-    assert out.returncode == runner.HANG_EXIT_CODE, out.stderr
+    assert out.returncode == launcher.HANG_EXIT_CODE, out.stderr
     assert "not reached" not in out.stdout
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
@@ -351,7 +332,7 @@ def test_run_step_labels_every_wait_with_step_arch_and_shape(guard, monkeypatch,
     meta = {"step": "v7", "arch": "sm_90a", "M": 4096, "N": 4096, "K": 4096}
     with pytest.raises(_Exited) as exc:
         runner.run_step(lambda *a: None, meta, log=None)
-    assert exc.value.args == (runner.HANG_EXIT_CODE,)
+    assert exc.value.args == (launcher.HANG_EXIT_CODE,)
     assert capsys.readouterr().err.startswith(
         "v7@sm_90a 4096x4096x4096: no completion within 0.05 s (kernel hang)")
     assert launcher._launch_label is None, "the label is cleared after the step"
@@ -367,11 +348,11 @@ def test_completed_wait_returns_and_surfaces_async_errors(guard, monkeypatch):
             return len(polls) >= 3
 
     monkeypatch.setattr(torch.cuda, "Event", DoneAfterThree)
-    meta = runner.BuildMeta("v2", "sm_90a", 128, 128, 256)
+    meta = launcher.BuildMeta("v2", "sm_90a", 128, 128, 256)
     monkeypatch.setattr(launcher, "validate_inputs", lambda *a, **k: None)
     monkeypatch.setattr(launcher, "check_capability", lambda *a, **k: None)
     launched = []
-    runner.launch(lambda *a: launched.append(a), meta, *_cpu_operands(128, 128, 256))
+    launcher.launch(lambda *a: launched.append(a), meta, *_cpu_operands(128, 128, 256))
     assert launched and len(polls) == 3 and guard == [1]
 
 
@@ -381,7 +362,7 @@ def test_faulting_kernel_is_a_launch_error_not_a_hang(guard, monkeypatch):
             raise RuntimeError("CUDA error: unspecified launch failure")
 
     monkeypatch.setattr(torch.cuda, "Event", Faulted)
-    with pytest.raises(runner.KernelLaunchError, match="v1@sm_90a 128x128x64 failed on the "
+    with pytest.raises(launcher.KernelLaunchError, match="v1@sm_90a 128x128x64 failed on the "
                                                        "GPU: CUDA error: unspecified launch"):
         launcher.synchronize("v1@sm_90a 128x128x64")
 
@@ -389,7 +370,7 @@ def test_faulting_kernel_is_a_launch_error_not_a_hang(guard, monkeypatch):
 def test_bad_kernel_timeout_value(monkeypatch):
     monkeypatch.setenv("TIRX_GEMM_KERNEL_TIMEOUT", "-1")
     with pytest.raises(ValueError, match="TIRX_GEMM_KERNEL_TIMEOUT='-1' must be a positive"):
-        runner.kernel_timeout()
+        launcher.kernel_timeout()
 
 
 # --------------------------------------------------------------------------------------

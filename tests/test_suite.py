@@ -153,7 +153,7 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
     """The orchestration with the GPU replaced: every case runs through runner.run_step
     with its step's metadata, a case whose kernel is missing is reported and skipped, and
     records land in results/suites/ with their suite field."""
-    from tirx_gemm import device, matmul, runner
+    from tirx_gemm import device, loader, matmul, runner
     s = suite.load_suite(write(tmp_path, {"name": "tiny", "shapes": [
         {**GOOD, "M": 1000}, {**GOOD, "M": 8, "why": "missing in the bundle"}]}))
     monkeypatch.setattr(device, "gpu_arch", lambda: ("sm_90a", ""))
@@ -179,7 +179,7 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
                 "ratio_to_torch": r}
 
     monkeypatch.setattr(matmul, "kernel_source", source)
-    monkeypatch.setattr(runner, "load_kernel", lambda lib: ("loaded", lib))
+    monkeypatch.setattr(loader, "load_kernel", lambda lib: ("loaded", lib))
     monkeypatch.setattr(runner, "run_step", run_step)
     lines = []
     out = suite.bench_suite(s, "matmul", bundle="B", log=lines.append,

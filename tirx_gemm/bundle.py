@@ -12,7 +12,7 @@ Layout of a bundle directory::
                                     _dtypebfloat16: a bfloat16 build (float16 has no tag);
                                     _wd<ms>: a watchdog build (bounded barrier waits)
     runtime/libtvm_runtime.so       from the apache-tvm wheel (found next to the libraries
-    runtime/libtvm_runtime_cuda.so  by tirx_gemm.runner.load_kernel)
+    runtime/libtvm_runtime_cuda.so  by tirx_gemm.loader.load_kernel)
     wheels/                         optional: apache-tvm-ffi wheel for the host's Python
 
 Trust: :func:`verify` checks a bundle before anything from it is loaded (``find`` and
@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from tirx_gemm import registry
-from tirx_gemm.loader import RUNTIME_LIBS, tvm_package_lib_dir
+from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
 from tirx_gemm.procs import BuildError
 
 MANIFEST = "manifest.json"

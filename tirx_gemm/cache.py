@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from tirx_gemm.registry import KEY_SASS, Step
+from tirx_gemm.stepshape import StepShape
 from tirx_gemm.toolchain import toolchain_id
 
 __all__ = ["ARTEFACTS", "BUILD_FORMAT", "BuildResult", "InvalidEntry", "KEY_SOURCES", "META",
@@ -45,8 +46,9 @@ META = "meta.json"  # written last: holds the artefacts' sha256
 LOCK = "owner.lock"
 # the package modules that shape what a build produces (besides the step's own source): the
 # kernel-authoring library, and the pipeline and libcuda loading that compile and export it
-KEY_SOURCES = {"sm_100a": ("helpers.py", "pipeline.py", "cudalibs.py"),
-               "sm_90a": ("helpers.py", "hopper.py", "pipeline.py", "cudalibs.py")}
+KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell.py", "timeline.py", "pipeline.py",
+                           "cudalibs.py"),
+               "sm_90a": ("helpers.py", "hopper.py", "timeline.py", "pipeline.py", "cudalibs.py")}
 STALE_UNOWNED_S = 600  # a work folder without a lock file is a crash between two syscalls
 
 
@@ -55,12 +57,8 @@ def count_prefix(counts: dict, prefix: str) -> int:
 
 
 @dataclasses.dataclass
-class BuildResult:
-    step: str
-    arch: str
-    M: int
-    N: int
-    K: int
+class BuildResult(StepShape):
+    """One build of a step at a shape (stepshape.StepShape: step, arch, M, N, K first)."""
     kwargs: dict
     key: str
     dir: str

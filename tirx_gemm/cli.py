@@ -24,7 +24,7 @@ from tirx_gemm import registry, tables
 from tirx_gemm.progress import Progress
 from tirx_gemm.measure import dtype_kwargs, kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
 from tirx_gemm.numerics import DTYPES
-from tirx_gemm.regress import DEFAULT_TOLERANCE
+from tirx_gemm.regress import DEFAULT_TOLERANCE, EXPECTATIONS
 from tirx_gemm.sass import HEADLINE_SASS, meaning
 
 
@@ -362,8 +362,8 @@ def cmd_run(args) -> int:
         extra = ("" if args.dtype == "float16" else f" --dtype {args.dtype}") + (
             "" if not args.mnk else f" --mnk {','.join(map(str, mnk))}")
         return _cannot_run(step.key, step.arch, why, step.id, extra)
-    from tirx_gemm import runner
-    kernel = runner.load_kernel(str(lib))
+    from tirx_gemm import loader, runner
+    kernel = loader.load_kernel(str(lib))
     rec = runner.run_step(kernel, meta, check=True, time=not args.no_time,
                           git_sha=meta.get("git_sha"))
     if args.record:  # a failed check is recorded too (verified=false)
@@ -453,8 +453,7 @@ def cmd_regress(args) -> int:
               "build/bundle`", file=sys.stderr)
         return 2
     device, _ = _device_or_reason(arch)
-    path = Path(args.baseline) if args.baseline else regress.baseline_path(
-        device["name"], Path(args.results) / "baselines")
+    path = Path(args.baseline) if args.baseline else regress.baseline_path(device["name"])
     base = regress.load_baseline(path)  # a bad baseline fails before any GPU work
     plan = regress.bench_plan(registry.all_steps(arch))
     print(f"regression on {device['name']} ({arch}): {len(plan)} step/shape pairs, "
@@ -620,11 +619,11 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--arch", choices=registry.ARCHES, default=None,
                     help="--cpu: only this arch (default: both)")
     sp.add_argument("--update", action="store_true", help="--cpu: rewrite the expectations")
-    sp.add_argument("--expectations", default=str(Path("results") / "expectations" / "build.json"))
+    sp.add_argument("--expectations", default=str(EXPECTATIONS))
     sp.add_argument("--bundle", help="GPU: run from an exported bundle")
     sp.add_argument("--tolerance", type=_fraction, default=DEFAULT_TOLERANCE,
                     help=f"GPU: allowed drop below baseline TFLOP/s (default {DEFAULT_TOLERANCE})")
-    sp.add_argument("--baseline", help="GPU: baseline file (default results/baselines/<device>.json)")
+    sp.add_argument("--baseline", help="GPU: baseline file (default goldens/baselines/<device>.json)")
     sp.add_argument("--update-baseline", action="store_true",
                     help="GPU: rewrite the baseline from this run (only if all steps pass)")
     sp.add_argument("--record", action="store_true", help="GPU: append the records")
@@ -633,9 +632,106 @@ def make_parser() -> argparse.ArgumentParser:
     watchdog(sp)
     sp.set_defaults(fn=cmd_regress)
 
-    from tirx_gemm import sim  # numpy + registry only at import; NumSim loads when it runs
-    sim.add_parser(sub)
+    _add_sim_parser(sub)
     return p
+
+
+# --------------------------------------------------------------------------------------
+# `tirx-gemm sim` (tirx_gemm/sim.py: numpy + registry at import; NumSim loads when it runs)
+# --------------------------------------------------------------------------------------
+def _add_sim_parser(sub) -> None:
+    from tirx_gemm.sim import CHECKS
+    p = sub.add_parser(
+        "sim", help="run sm_100a steps on a CPU model of Blackwell (NumSim) + sync/race checks",
+        description="Simulate sm_100a steps with tirx-harness NumSim at the registry's "
+                    "simulation shapes (or --mnk), check numbers against an fp32 reference "
+                    "and run synccheck and racecheck. Exit 0 only if every row is correct "
+                    "and clean. Proves correctness and protocol on a model, never speed.")
+    p.add_argument("step", nargs="?", help="step id, e.g. v4")
+    p.add_argument("--all", action="store_true", help="every sm_100a step")
+    p.add_argument("--mnk", type=_mnk,
+                   help="one shape M,N,K instead of the registry's sim cases")
+    p.add_argument("--dtype", choices=DTYPES, default=None,
+                   help="operand dtype of the --mnk case; without --mnk, every registry case "
+                        "in this dtype (default: the registry's cases as listed, float16 and "
+                        "one bfloat16 case per step)")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--check", default=",".join(CHECKS),
+                   help=f"comma list of {','.join(CHECKS)} (default: all)")
+    p.add_argument("--log", help="file for the full checker text (default build/sim/...)")
+    p.add_argument("--mutant", help="simulate a deliberately broken variant instead "
+                   "(tirx_gemm/mutants.py; the gate must fail); names the step itself")
+    p.add_argument("--record", action="store_true",
+                   help="append the rows to results/sim/numsim-cpu.jsonl (README table)")
+    p.set_defaults(fn=cmd_sim)
+
+
+def _parse_checks(text: str) -> tuple[str, ...]:
+    from tirx_gemm.sim import CHECKS
+    checks = tuple(c.strip() for c in text.split(",") if c.strip())
+    bad = [c for c in checks if c not in CHECKS]
+    if bad or not checks:
+        raise ValueError(f"--check {text!r}: choose from {','.join(CHECKS)}")
+    return checks
+
+
+def cmd_sim(args) -> int:
+    """`tirx-gemm sim`: the registry's simulation cases (or --mnk, or a mutant) on NumSim."""
+    from tirx_gemm.sim import (ARCH, CHECKS, SimUnavailable, append_records, cases_for,
+                               default_log_path, mutant_case, simulate, unavailable_reason)
+    checks = _parse_checks(args.check)
+    mnk = args.mnk
+    if args.mutant:
+        from tirx_gemm import mutants
+        mutant_case(args.mutant)  # an sm_90a mutant is refused here
+        m = mutants.get(args.mutant)
+        if args.all or (args.step and registry.get(args.step, ARCH).id != m.step):
+            raise ValueError(f"--mutant {m.name} breaks step {m.step}; name that step or none")
+        if args.record:
+            raise ValueError("--record keeps results of the real steps only, not of mutants")
+        args.step = m.step
+    if args.all and args.step:
+        raise ValueError("name one step or pass --all, not both")
+    if args.all and mnk:
+        raise ValueError("--mnk needs one step (the steps accept different shapes)")
+    if args.all:
+        steps = registry.all_steps(ARCH)
+    elif args.step:
+        steps = [get_step(args.step, ARCH)]
+    else:
+        raise ValueError("name a step (e.g. v4) or pass --all")
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed} must be >= 0")
+    dtype = getattr(args, "dtype", None)
+    cases = [c for s in steps for c in cases_for(s, mnk, dtype)]
+    if args.mutant:
+        cases = [mutant_case(args.mutant, mnk, dtype)]
+    if mnk:  # a shape (or dtype) the step rejects fails here, before any simulation starts
+        steps[0].build_primfunc(*mnk, **dict(cases[0].kwargs))
+    why = unavailable_reason()
+    if why:
+        raise SimUnavailable(why)
+    log_path = Path(args.log) if args.log else default_log_path()
+    print(f"simulating {len(cases)} case(s) on NumSim (CPU model of sm_100a). The first run "
+          "on a machine builds NumSim's engines with cargo first (minutes: 5 or more on 2 "
+          "busy cores; cached after); a line every 10 s says it is still working. Each row "
+          f"prints as its case finishes; the full checker text goes to {log_path}",
+          flush=True)
+    t0 = time.time()
+    from tirx_gemm.progress import HEARTBEAT_S
+    rows = simulate(cases, checks=checks, seed=args.seed, log_path=log_path,
+                    heartbeat_s=HEARTBEAT_S,
+                    out=lambda s: print(s, flush=True))
+    bad = [r for r in rows if not r.ok]
+    passed = ("correct and clean" if checks == CHECKS
+              else f"passed {', '.join(checks)} (not run: {', '.join(c for c in CHECKS if c not in checks)})")
+    print(f"\n{len(rows) - len(bad)}/{len(rows)} {passed} in {time.time() - t0:.0f} s; "
+          f"full checker text: {log_path}")
+    print("A pass proves numbers and synchronization on a CPU model of sm_100a; it measures "
+          "no speed and is not silicon.")
+    if args.record:
+        print(f"records appended to {append_records(rows, args.seed, checks)}")
+    return 1 if bad else 0
 
 
 SHORT_HELP = """tirx-gemm: a stepwise GEMM tutorial compiler (TIRx, D = A @ B.T)

@@ -24,6 +24,7 @@ from tirx_gemm import numerics, registry
 from tirx_gemm.device import ARCH_CAPABILITY, check_capability
 from tirx_gemm.loader import load_kernel
 from tirx_gemm.settings import env_seconds
+from tirx_gemm.stepshape import StepShape
 
 __all__ = [
     "BuildMeta",
@@ -49,15 +50,12 @@ class KernelLaunchError(RuntimeError):
 
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class BuildMeta:
-    """What a kernel was built for. Only step, arch, M, N, K are required."""
+@dataclasses.dataclass(eq=False)
+class BuildMeta(StepShape):
+    """What a kernel was built for. Only step, arch, M, N, K (stepshape.StepShape) are
+    required. Read-only once made (as a frozen dataclass; StepShape is not frozen, since
+    the build and simulation records extend it and are filled in as they go)."""
 
-    step: str
-    arch: str
-    M: int
-    N: int
-    K: int
     tvm_version: str | None = None
     git_sha: str | None = None
     lesson: str | None = None
@@ -94,14 +92,16 @@ class BuildMeta:
             values["lib_path"] = str(values["lib_path"])
         return cls(**values)
 
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return (self.M, self.N, self.K)
+    def __post_init__(self):
+        object.__setattr__(self, "_sealed", True)
 
-    @property
-    def dtype(self) -> str:
-        """The operand dtype the kernel was built for ("float16" unless kwargs say else)."""
-        return str((self.kwargs or {}).get("dtype", "float16"))
+    def __setattr__(self, name, value):
+        if getattr(self, "_sealed", False):
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
 
 
@@ -264,7 +264,7 @@ def check_workspace(specs, workspace, device) -> None:
 
 
 def launch(kernel, meta, A, B, D, *, sync: bool = True, workspace=None,
-           step: "registry.Step | None" = None) -> tuple:
+           step: "registry.Step | None" = None, device_checked: bool = False) -> tuple:
     """Validate and launch ``kernel(A, B, D, *workspace)`` built with ``meta`` (step, arch,
     M, N, K, kwargs: the dtype and the workspace operands follow from them).
 
@@ -274,6 +274,10 @@ def launch(kernel, meta, A, B, D, *, sync: bool = True, workspace=None,
     ``workspace`` None a zero-filled one is made for this launch (KernelHandle keeps its
     own between launches). With ``sync`` it waits for the kernel and turns an asynchronous
     failure into KernelLaunchError. Returns the workspace it passed.
+
+    The GPU's capability is checked once per run, where the run starts: ``device_checked``
+    says the caller did (runner.run_step's check_device; a KernelHandle's earlier launch on
+    the same device), so a launch does not ask the driver again.
     """
     m = BuildMeta.from_any(meta)
     shapes = [tuple(getattr(t, "shape", ())) for t in (A, B, D)]
@@ -284,7 +288,8 @@ def launch(kernel, meta, A, B, D, *, sync: bool = True, workspace=None,
             f"B {(m.N, m.K)}, D {(m.M, m.N)})"
         )
     validate_inputs(A, B, D, m.M, m.N, m.K, dtype=m.dtype)
-    check_capability(m.arch, A.device)
+    if not device_checked:
+        check_capability(m.arch, A.device)
     specs = workspace_specs(m, step)
     if workspace is None:
         workspace = make_workspace(specs, A.device)
@@ -322,8 +327,11 @@ class KernelHandle:
 
     def __call__(self, A, B, D, *, sync: bool = True) -> None:
         where = str(getattr(A, "device", ""))
+        # the capability is checked on the first launch on a device (which then keeps a
+        # workspace there), not on every call
         self._workspace[where] = launch(self.kernel, self.meta, A, B, D, sync=sync,
-                                        workspace=self._workspace.get(where), step=self.step)
+                                        workspace=self._workspace.get(where), step=self.step,
+                                        device_checked=where in self._workspace)
 
     def __repr__(self) -> str:
         m = self.meta

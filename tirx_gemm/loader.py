@@ -1,18 +1,19 @@
 """Loading an exported step library: TVM's runtime libraries, found and loaded once.
 
-The one list of TVM's runtime libraries (:data:`RUNTIME_LIBS`) and the one lookup
-(:func:`find_runtime_dir`); :func:`load_kernel` returns a step library's ``main``. Standard
-library only at import (torch and tvm_ffi are imported when a kernel is loaded), so the
-bundle exporter can read RUNTIME_LIBS without torch. Never imports the TVM compiler.
+The one lookup of TVM's runtime libraries (:func:`find_runtime_dir`; their names and the
+tvm wheel's folder are in tvmruntime.py, which the bundle exporter reads too);
+:func:`load_kernel` returns a step library's ``main``. Standard library only at import
+(torch and tvm_ffi are imported when a kernel is loaded). Never imports the TVM compiler.
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import sys
 from pathlib import Path
+
+from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
 
 __all__ = [
     "RUNTIME_DIR_ENV",
@@ -25,34 +26,14 @@ __all__ = [
 ]
 
 RUNTIME_DIR_ENV = "TIRX_GEMM_TVM_RUNTIME_DIR"
-RUNTIME_LIBS = ("libtvm_runtime.so", "libtvm_runtime_cuda.so")
 
 
 class RuntimeLibraryError(RuntimeError):
     """apache-tvm-ffi or TVM's runtime libraries could not be found or loaded."""
 
 
-
 def _has_runtime_libs(d: Path) -> bool:
     return all((d / name).is_file() for name in RUNTIME_LIBS)
-
-
-def tvm_package_lib_dir() -> Path | None:
-    """site-packages/tvm/lib of an installed apache-tvm wheel, located WITHOUT importing tvm."""
-    try:
-        spec = importlib.util.find_spec("tvm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    locations = list(spec.submodule_search_locations or [])
-    if not locations and spec.origin:
-        locations = [str(Path(spec.origin).parent)]
-    for loc in locations:
-        cand = Path(loc) / "lib"
-        if cand.is_dir():
-            return cand
-    return None
 
 
 def find_runtime_dir(lib_path: str | os.PathLike | None = None) -> Path:
@@ -134,7 +115,7 @@ def load_kernel(lib_path: str | os.PathLike):
         raise FileNotFoundError(f"step library {path} does not exist")
     # a library from a bundle: the whole bundle (this library, the runtime libraries next to
     # it) is checked against its manifest before anything is loaded
-    from tirx_gemm.bundle import verify_library  # noqa: PLC0415 (bundle imports this module)
+    from tirx_gemm.bundle import verify_library  # noqa: PLC0415 (lazy: bundle reads files only)
     verify_library(path)
     _init_cuda_via_torch()
     tvm = sys.modules.get("tvm")

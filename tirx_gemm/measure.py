@@ -64,7 +64,7 @@ def measure_plan(plan: Plan, *, bundle=None, check_only: bool = False,
                  dtype: str = "float16") -> list:
     """Check (and time) every (step, shape) of the plan in operand ``dtype``; returns the
     records in order. Kernels built here size persistent steps to this GPU's SM count."""
-    from tirx_gemm import device, runner
+    from tirx_gemm import device, loader, runner
     recs = []
     for i, (step, mnk) in enumerate(plan, 1):
         log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}"
@@ -72,7 +72,7 @@ def measure_plan(plan: Plan, *, bundle=None, check_only: bool = False,
         sm_count = None if bundle else device.check_device(step.arch, query_smi=False)["sm_count"]
         lib, meta, _ = kernel_for(step, mnk, bundle, sm_count=sm_count, watchdog_ms=watchdog_ms,
                                   dtype=dtype)
-        kernel = runner.load_kernel(str(lib))
+        kernel = loader.load_kernel(str(lib))
         recs.append(runner.run_step(kernel, meta, check=True, time=not check_only,
                                     git_sha=meta.get("git_sha"), log=lambda m: log("    " + m)))
     return recs

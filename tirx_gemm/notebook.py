@@ -1,4 +1,4 @@
-"""What the notebooks call, so that they stay thin (DESIGN.md item 10).
+"""What the notebooks call, so that they stay thin (CONTRIBUTING.md, house style rule 10).
 
 The notebooks in ``notebooks/`` are narrative plus one-line calls into this module; no
 kernel code lives in them. Everything here reads the one registry (``tirx_gemm.registry``),

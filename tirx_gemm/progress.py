@@ -72,7 +72,9 @@ class Progress:
             verb = "cached" if res.cached else "built"
             secs = None if res.cached else res.times.get("total")
         from tirx_gemm.tables import shape
-        self.item(verb, f"{req[0].key} {shape(req[1])}", secs)
+        dtype = (req[2] if len(req) > 2 else {}).get("dtype", "float16")
+        extra = "" if dtype == "float16" else f" {dtype}"
+        self.item(verb, f"{req[0].key} {shape(req[1])}{extra}", secs)
 
     def heartbeat_line(self) -> str:
         running = f", {self.current} running" if self.current else ""

@@ -23,6 +23,9 @@ from tirx_gemm import tables
 __all__ = [
     "BEGIN_MARKER",
     "END_MARKER",
+    "PATH_BEGIN",
+    "PATH_END",
+    "between_markers",
     "NO_SM100_GPU",
     "NOT_MEASURED",
     "REQUIRED_KEYS",
@@ -41,6 +44,9 @@ __all__ = [
 
 BEGIN_MARKER = "<!-- results:begin -->"
 END_MARKER = "<!-- results:end -->"
+# the README's path table, generated from tirx_gemm/registry.py (tables.path_table)
+PATH_BEGIN = "<!-- path:begin (generated from tirx_gemm/registry.py by scripts/render_results.py) -->"
+PATH_END = "<!-- path:end -->"
 NO_SM100_GPU = "not measured: no sm_100a GPU available"
 NOT_MEASURED = "not measured"
 REQUIRED_KEYS = ("step", "arch", "M", "N", "K", "device")
@@ -414,18 +420,29 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
     return "\n".join([tables.markdown(header, rows)] + notes) + "\n"
 
 
-def replace_between_markers(text: str, table_md: str) -> str:
-    """``text`` with everything between the results markers replaced by ``table_md``."""
-    nb, ne = text.count(BEGIN_MARKER), text.count(END_MARKER)
+def replace_between_markers(text: str, table_md: str, begin: str = BEGIN_MARKER,
+                            end: str = END_MARKER) -> str:
+    """``text`` with everything between ``begin`` and ``end`` (the results markers by
+    default) replaced by ``table_md``."""
+    nb, ne = text.count(begin), text.count(end)
     if nb != 1 or ne != 1:
-        raise ValueError(f"expected exactly one {BEGIN_MARKER} and one {END_MARKER}, "
+        raise ValueError(f"expected exactly one {begin} and one {end}, "
                          f"found {nb} and {ne}")
-    b, e = text.index(BEGIN_MARKER), text.index(END_MARKER)
+    b, e = text.index(begin), text.index(end)
     if e < b:
-        raise ValueError(f"{END_MARKER} comes before {BEGIN_MARKER}")
-    head = text[: b + len(BEGIN_MARKER)]
+        raise ValueError(f"{end} comes before {begin}")
+    head = text[: b + len(begin)]
     tail = text[e:]
     return f"{head}\n{table_md.strip()}\n{tail}"
+
+
+def between_markers(text: str, begin: str, end: str) -> str:
+    """What ``text`` holds between ``begin`` and ``end`` (stripped); ValueError when the
+    markers are missing or out of order."""
+    b, e = text.find(begin), text.find(end)
+    if b < 0 or e < b:
+        raise ValueError(f"markers {begin} ... {end} missing or out of order")
+    return text[b + len(begin):e].strip()
 
 
 def update_readme(readme_path: str | os.PathLike, table_md: str) -> bool:

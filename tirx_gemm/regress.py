@@ -2,12 +2,12 @@
 
 GPU level (``tirx-gemm regress``): every step of the present GPU's arch at its benchmark
 shapes must pass its correctness check and reach at least ``baseline x (1 - tolerance)``
-TFLOP/s, where the baseline is a per-device file under ``results/baselines/``. A GPU with no
+TFLOP/s, where the baseline is a per-device file under ``goldens/baselines/``. A GPU with no
 baseline gets one recorded from the run (and is told so).
 
 CPU level (``tirx-gemm regress --cpu``, run by CI): every step of both arches is compiled
 and its registers, shared memory, spills and key SASS instruction counts are compared with
-the committed expectations in ``results/expectations/build.json``, failing with a readable
+the committed expectations in ``goldens/expectations/build.json``, failing with a readable
 diff.
 
 This module imports without TVM (the GPU side runs on hosts without the compiler).
@@ -26,8 +26,8 @@ from tirx_gemm.registry import Step
 from tirx_gemm.sass import KEY_SASS
 
 DEFAULT_TOLERANCE = 0.15
-BASELINE_DIR = Path("results") / "baselines"
-EXPECTATIONS = Path("results") / "expectations" / "build.json"
+BASELINE_DIR = Path("goldens") / "baselines"
+EXPECTATIONS = Path("goldens") / "expectations" / "build.json"
 
 
 def shape_key(M: int, N: int, K: int) -> str:

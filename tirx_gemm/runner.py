@@ -1,7 +1,7 @@
 """Run one built GEMM step on this GPU: check it, time it, return a record.
 
-:func:`run_step` is the run side end to end; the jobs it strings together live in modules
-named after them, re-exported here so ``from tirx_gemm import runner`` reaches all of them:
+:func:`run_step` is the run side end to end (this module's only name); the jobs it strings
+together live in modules named after them, and callers import each from its own module:
 
 * ``tirx_gemm.device``: the device probe (compute capability, SM count, nvidia-smi clocks);
 * ``tirx_gemm.loader``: TVM's runtime libraries and :func:`load_kernel`;
@@ -9,7 +9,7 @@ named after them, re-exported here so ``from tirx_gemm import runner`` reaches a
 * ``tirx_gemm.checking``: fresh inputs, the fp32 reference, compare (rules in numerics);
 * ``tirx_gemm.timing``: CUDA-event timing, warm-up, L2 rotation, torch timed alongside.
 
-House rules it implements (DESIGN.md, items 6-8): correctness is never trivially satisfied
+House rules it implements (CONTRIBUTING.md, house style rules 6-8): correctness is never trivially satisfied
 (checking.py), timing happens only after a passing check (timing.py), and the result is a
 record (a dict, see records.py), not printed text. Imports torch, numpy and the standard
 library only: there is no ``import tvm`` on the run side, so it works on a GPU host where
@@ -25,67 +25,15 @@ import sys
 
 import torch
 
-from tirx_gemm.checking import (CompareResult, Inputs, Log, _print, _quiet, check, compare,
-                                make_inputs, new_seed, poison_, reference, torch_dtype)
-from tirx_gemm.device import (ARCH_CAPABILITY, DeviceMismatchError, capability_matches,
-                              check_capability, check_device, parse_smi_line,
-                              query_nvidia_smi, required_capability_text)
+from tirx_gemm.checking import Log, _print, _quiet, check, torch_dtype
+from tirx_gemm.device import check_device, query_nvidia_smi
 from tirx_gemm.gitinfo import git_sha
-from tirx_gemm.launcher import (HANG_EXIT_CODE, KERNEL_TIMEOUT_ENV, BuildMeta, KernelHandle,
-                                KernelLaunchError, check_workspace, hang_label, kernel_timeout,
-                                label, launch, make_workspace, synchronize, validate_inputs,
-                                workspace_specs)
-from tirx_gemm.loader import (RUNTIME_DIR_ENV, RUNTIME_LIBS, RuntimeLibraryError,
-                              find_runtime_dir, load_kernel, loaded_runtime_dir)
-from tirx_gemm.numerics import DEFAULT_MAX_REL_ERR, DEFAULT_RTOL
-from tirx_gemm.timing import (DEFAULT_MIN_WARMUP_MS, BenchResult, bench, bench_interleaved,
-                              make_bench_sets, n_sets_for_l2, tflops, torch_matmul)
+from tirx_gemm.launcher import (BuildMeta, check_workspace, hang_label, label, launch,
+                                make_workspace, validate_inputs, workspace_specs)
+from tirx_gemm.timing import (DEFAULT_MIN_WARMUP_MS, bench, bench_interleaved,
+                              make_bench_sets, tflops, torch_matmul)
 
-__all__ = [
-    "ARCH_CAPABILITY",
-    "DeviceMismatchError",
-    "KernelLaunchError",
-    "RuntimeLibraryError",
-    "RUNTIME_DIR_ENV",
-    "RUNTIME_LIBS",
-    "KERNEL_TIMEOUT_ENV",
-    "HANG_EXIT_CODE",
-    "BuildMeta",
-    "KernelHandle",
-    "CompareResult",
-    "BenchResult",
-    "Inputs",
-    "capability_matches",
-    "required_capability_text",
-    "check_device",
-    "parse_smi_line",
-    "find_runtime_dir",
-    "loaded_runtime_dir",
-    "load_kernel",
-    "kernel_timeout",
-    "validate_inputs",
-    "workspace_specs",
-    "make_workspace",
-    "launch",
-    "new_seed",
-    "make_inputs",
-    "poison_",
-    "reference",
-    "compare",
-    "check",
-    "n_sets_for_l2",
-    "make_bench_sets",
-    "bench",
-    "bench_interleaved",
-    "tflops",
-    "torch_matmul",
-    "synchronize",
-    "DEFAULT_MAX_REL_ERR",
-    "DEFAULT_RTOL",
-    "DEFAULT_MIN_WARMUP_MS",
-    "git_sha",
-    "run_step",
-]
+__all__ = ["run_step"]
 
 _run_check = check  # run_step's keyword ``check`` shadows the function
 
@@ -174,8 +122,8 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
     workspace = make_workspace(workspace_specs(m), dev)
     ws_tensors = tuple(t for _, t in workspace)
 
-    def launch_checked(A, B, D):
-        launch(kernel, m, A, B, D, sync=True, workspace=workspace)
+    def launch_checked(A, B, D):  # the GPU was checked once, by check_device above
+        launch(kernel, m, A, B, D, sync=True, workspace=workspace, device_checked=True)
 
     def timed_kernel(A, B, D):  # the timed loop calls the kernel raw (validated once below)
         kernel(A, B, D, *ws_tensors)
@@ -210,7 +158,6 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
         for A, B, D in sets[:1]:
             validate_inputs(A, B, D, M, N, K, dtype=dtype)  # the timed loop calls it raw
         check_workspace(workspace_specs(m), workspace, dev)
-        check_capability(m.arch, dev)
         if torch_baseline:
             log(f"timing {m.step} and torch.matmul(A, B.T) (cuBLAS): warm-up, then {iters} "
                 f"launches each, alternating, CUDA events, {len(sets)} input set(s)")

@@ -31,7 +31,6 @@ import dataclasses
 import datetime as _dt
 import io
 import json
-import os
 import platform
 import sys
 import time
@@ -43,6 +42,7 @@ import numpy as np
 from tirx_gemm import numerics, registry
 from tirx_gemm.gitinfo import git_sha
 from tirx_gemm.registry import Step
+from tirx_gemm.stepshape import StepShape
 
 ARCH = "sm_100a"
 CHECKS = ("numsim", "sync", "race")
@@ -59,13 +59,14 @@ def unavailable_reason() -> str | None:
     """Why NumSim cannot run here, or None when it can."""
     if sys.version_info < (3, 12):
         return (f"NumSim needs Python >= 3.12 (this is {platform.python_version()}): make a "
-                "3.12 venv with `$(scripts/find_python312.sh) -m venv .simvenv && "
-                ".simvenv/bin/pip install -e \".[sim]\"`, then run `.simvenv/bin/tirx-gemm "
-                "sim ...`")
+                "3.12 venv with `\"$(scripts/find_python312.sh)\" scripts/setup_venv.py "
+                ".simvenv --extra sim` (the README's NumSim command), then run "
+                "`.simvenv/bin/tirx-gemm sim ...`")
     try:
         import tirx_harness.numsim  # noqa: F401
     except ImportError as e:
-        return f"tirx-harness is not installed ({e}): `pip install -e \".[sim]\"`"
+        return (f"tirx-harness is not installed ({e}): `python scripts/setup_venv.py "
+                f"\"$VIRTUAL_ENV\" --extra sim` or `pip install -e \".[sim]\"`")
     return None
 
 
@@ -149,12 +150,8 @@ def mutant_case(name: str, mnk=None, dtype: str | None = None) -> SimCase:
 # one case
 # --------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class SimRow:
-    step: str
-    arch: str
-    M: int
-    N: int
-    K: int
+class SimRow(StepShape):
+    """One simulated case's verdicts (stepshape.StepShape: step, arch, M, N, K first)."""
     kwargs: dict
     mutant: str | None = None
     numsim: str = "skipped"   # "correct" | "WRONG" | "failed" | "skipped"
@@ -405,98 +402,3 @@ def append_records(rows: list[SimRow], seed: int, checks, results_dir="results")
         for rec in recs:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
     return path
-
-
-# --------------------------------------------------------------------------------------
-# CLI: `tirx-gemm sim`
-# --------------------------------------------------------------------------------------
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "sim", help="run sm_100a steps on a CPU model of Blackwell (NumSim) + sync/race checks",
-        description="Simulate sm_100a steps with tirx-harness NumSim at the registry's "
-                    "simulation shapes (or --mnk), check numbers against an fp32 reference "
-                    "and run synccheck and racecheck. Exit 0 only if every row is correct "
-                    "and clean. Proves correctness and protocol on a model, never speed.")
-    p.add_argument("step", nargs="?", help="step id, e.g. v4")
-    p.add_argument("--all", action="store_true", help="every sm_100a step")
-    from tirx_gemm.cli import _mnk  # the CLI's one shape parser (int32 limits included)
-    p.add_argument("--mnk", type=_mnk,
-                   help="one shape M,N,K instead of the registry's sim cases")
-    p.add_argument("--dtype", choices=numerics.DTYPES, default=None,
-                   help="operand dtype of the --mnk case; without --mnk, every registry case "
-                        "in this dtype (default: the registry's cases as listed, float16 and "
-                        "one bfloat16 case per step)")
-    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
-    p.add_argument("--check", default=",".join(CHECKS),
-                   help=f"comma list of {','.join(CHECKS)} (default: all)")
-    p.add_argument("--log", help="file for the full checker text (default build/sim/...)")
-    p.add_argument("--mutant", help="simulate a deliberately broken variant instead "
-                   "(tirx_gemm/mutants.py; the gate must fail); names the step itself")
-    p.add_argument("--record", action="store_true",
-                   help="append the rows to results/sim/numsim-cpu.jsonl (README table)")
-    p.set_defaults(fn=cmd_sim)
-
-
-def _parse_checks(text: str) -> tuple[str, ...]:
-    checks = tuple(c.strip() for c in text.split(",") if c.strip())
-    bad = [c for c in checks if c not in CHECKS]
-    if bad or not checks:
-        raise ValueError(f"--check {text!r}: choose from {','.join(CHECKS)}")
-    return checks
-
-
-def cmd_sim(args) -> int:
-    checks = _parse_checks(args.check)
-    mnk = args.mnk
-    if args.mutant:
-        from tirx_gemm import mutants
-        mutant_case(args.mutant)  # an sm_90a mutant is refused here
-        m = mutants.get(args.mutant)
-        if args.all or (args.step and registry.get(args.step, ARCH).id != m.step):
-            raise ValueError(f"--mutant {m.name} breaks step {m.step}; name that step or none")
-        if args.record:
-            raise ValueError("--record keeps results of the real steps only, not of mutants")
-        args.step = m.step
-    if args.all and args.step:
-        raise ValueError("name one step or pass --all, not both")
-    if args.all and mnk:
-        raise ValueError("--mnk needs one step (the steps accept different shapes)")
-    if args.all:
-        steps = registry.all_steps(ARCH)
-    elif args.step:
-        from tirx_gemm.cli import get_step
-        steps = [get_step(args.step, ARCH)]
-    else:
-        raise ValueError("name a step (e.g. v4) or pass --all")
-    if args.seed < 0:
-        raise ValueError(f"--seed {args.seed} must be >= 0")
-    dtype = getattr(args, "dtype", None)
-    cases = [c for s in steps for c in cases_for(s, mnk, dtype)]
-    if args.mutant:
-        cases = [mutant_case(args.mutant, mnk, dtype)]
-    if mnk:  # a shape (or dtype) the step rejects fails here, before any simulation starts
-        steps[0].build_primfunc(*mnk, **dict(cases[0].kwargs))
-    why = unavailable_reason()
-    if why:
-        raise SimUnavailable(why)
-    log_path = Path(args.log) if args.log else default_log_path()
-    print(f"simulating {len(cases)} case(s) on NumSim (CPU model of sm_100a). The first run "
-          "on a machine builds NumSim's engines with cargo first (minutes: 5 or more on 2 "
-          "busy cores; cached after); a line every 10 s says it is still working. Each row "
-          f"prints as its case finishes; the full checker text goes to {log_path}",
-          flush=True)
-    t0 = time.time()
-    from tirx_gemm.progress import HEARTBEAT_S
-    rows = simulate(cases, checks=checks, seed=args.seed, log_path=log_path,
-                    heartbeat_s=HEARTBEAT_S,
-                    out=lambda s: print(s, flush=True))
-    bad = [r for r in rows if not r.ok]
-    passed = ("correct and clean" if checks == CHECKS
-              else f"passed {', '.join(checks)} (not run: {', '.join(c for c in CHECKS if c not in checks)})")
-    print(f"\n{len(rows) - len(bad)}/{len(rows)} {passed} in {time.time() - t0:.0f} s; "
-          f"full checker text: {log_path}")
-    print("A pass proves numbers and synchronization on a CPU model of sm_100a; it measures "
-          "no speed and is not silicon.")
-    if args.record:
-        print(f"records appended to {append_records(rows, args.seed, checks)}")
-    return 1 if bad else 0

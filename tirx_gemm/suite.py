@@ -256,7 +256,7 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
     minimum ratio to torch; returns {"records", "failed": [(Item, reason)], "summary",
     "table"}.
     """
-    from tirx_gemm import device, records as rec_io, runner
+    from tirx_gemm import device, loader, records as rec_io, runner
     from tirx_gemm.build import BuildError
     from tirx_gemm.matmul import kernel_source
     suite = _as_suite(path)
@@ -276,7 +276,7 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
             log(f"    not run: {reason}")
             failed.append((it, reason))
             continue
-        kernel = runner.load_kernel(str(lib))  # run_step passes the step's workspace
+        kernel = loader.load_kernel(str(lib))  # run_step passes the step's workspace
         rec = runner.run_step(kernel, meta, check=True, time=True,
                               git_sha=meta.get("git_sha"), log=lambda m: log("    " + m))
         rec["suite"] = {"name": suite.name, "file": str(suite.path), "target": target,

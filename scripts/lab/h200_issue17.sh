@@ -45,7 +45,7 @@ stage check_bf16 80 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes 
 TAILN=12 stage suite_matmul 120 python3 -m tirx_gemm.cli bench --suite --target matmul --arch sm_90a --bundle "$G/suite" $R -q
 TAILN=5 TIRX_GEMM_BUNDLE="$G/suite" stage matmul_smoke 60 python3 scripts/lab/matmul_smoke.py
 stage bench_fp16 90 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes bench --bundle "$G/b16" $R -q
-cp results/baselines/nvidia-h200.json "$OUT/baseline.json"  # checked against, then rewritten
+cp goldens/baselines/nvidia-h200.json "$OUT/baseline.json"  # checked against, then rewritten
 stage regress 120 python3 -m tirx_gemm.cli regress --bundle "$G/b16" --baseline "$OUT/baseline.json" --update-baseline -q
 ;;
 esac

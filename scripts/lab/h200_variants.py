@@ -70,7 +70,7 @@ def _kw_text(kw: dict) -> str:
 
 
 def run(bundle_dir: Path, records_path: Path, passes: int) -> int:
-    from tirx_gemm import bundle, registry, runner
+    from tirx_gemm import bundle, loader, registry, runner
     variants = json.loads((bundle_dir / "lab_spec.json").read_text())
     records_path.parent.mkdir(parents=True, exist_ok=True)
     bad, rows = 0, {}
@@ -80,7 +80,7 @@ def run(bundle_dir: Path, records_path: Path, passes: int) -> int:
                 continue
             step = registry.get(v["step"], v["arch"])
             e = dict(bundle.find(bundle_dir, step, tuple(v["shape"]), kwargs=v["kwargs"]))
-            kernel = runner.load_kernel(str(bundle_dir / e["lib"]))
+            kernel = loader.load_kernel(str(bundle_dir / e["lib"]))
             rec = runner.run_step(kernel, e, check=(p == 0), time=v["time"],
                                   time_unverified=(p > 0), git_sha=e.get("git_sha"), log=None)
             rec.update(variant=_kw_text(v["kwargs"]), kwargs=v["kwargs"], lab=v["label"],

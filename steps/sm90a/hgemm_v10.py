@@ -110,6 +110,20 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       v9's (128+256)/(128*256) = 3/256 (+33%); bytes a CTA pulls from L2 per K step
       (own A + multicast B half): 16+8 = 24 KB for 2.1 MFLOP vs v9's 16+16 = 32 KB for
       4.2 MFLOP (+50% per flop). The H200 decides whether the hidden epilogue wins.
+    Measured (H200, one lease, ratio to torch.matmul timed in the same run, fp16, medians
+      of 2 passes; results/lab/h200.jsonl, results/logs/issue18/lab.log): it does not.
+      Correct at every registry shape in fp16 and bf16, but slower than v9 everywhere:
+      4096^3 0.936x (v9 0.987x, fast.cu kernel 12 1.010x), 8192^3 0.960x (v9 1.025x),
+      4096x14336x4096 0.949x (v9 1.003x), 2048^3 0.946x (v9 0.967x), 1024x4096x4096
+      0.943x (v9 0.981x). The ring depth moves it most (PIPE_DEPTH 4 / 5 / 6: 0.83x /
+      0.92x / 0.94x at 4096^3): with 2.1 MFLOP per stage a stage covers half of v9's time,
+      so more of them must be in flight to hide the same L2 latency, and 6 is all that
+      fits. The 64x256 tile (v9's wgmma, 4 stages, B fetched per 64 rows) is slower still
+      (0.82x); ORDER=snake (+0.5%), L2_GROUP=16 and a 24/240 register split change little.
+      What the overlap saves (v9 already hides its epilogue behind 1-2 K steps) is less
+      than the extra operand traffic costs: on this GPU the cooperative 128x256 tile of
+      v9 stays the faster Hopper design; ping-pong pays off where a tile's epilogue is
+      long against its mainloop (small K, fused epilogues).
     Contracts/Barriers:
       tma2mma[s] (mbarrier, count 1): this CTA's producer thread arrives once per load
         (arrive.expect_tx, A_STAGE + B_STAGE bytes, half of B from the peer's

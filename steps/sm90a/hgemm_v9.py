@@ -48,7 +48,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
       warpgroup, see store_packed_tile.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges, v8's partial cluster
       tiles; a 64-column chunk wholly past N is stored as nothing); dtype float16 or
-      bfloat16; 1 <= EPI_BUFS <= 4 (BLK_N / 64 chunks); 2 <= PIPE_DEPTH stages (one stays with the wgmmas in flight) of 48 KB plus
+      bfloat16; EPI_BUFS 1, 2 or 4 (dividing the BLK_N / 64 = 4 chunks); 2 <= PIPE_DEPTH stages (one stays with the wgmmas in flight) of 48 KB plus
       EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
       SM_COUNT even; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, default v8's 40/232)
       multiples of 8 within 64K registers per CTA.
@@ -66,9 +66,11 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
 
     H.check_edge_shape(M, N, K, dtype)
     H.check_positive_ints(EPI_BUFS=EPI_BUFS)
-    if EPI_BUFS > EPI_CHUNKS:
-        raise ValueError(f"EPI_BUFS={EPI_BUFS} is more than the {EPI_CHUNKS} 64-column "
-                         f"chunks of a {BLK_N}-column tile: extra staging tiles stay unused")
+    if EPI_CHUNKS % EPI_BUFS:
+        # chunk c of every tile uses staging tile c % EPI_BUFS: with 3 of 4, the next tile's
+        # chunk 0 would rewrite tile 0 while the store of chunk 3 may still be reading it
+        raise ValueError(f"EPI_BUFS={EPI_BUFS} does not divide the {EPI_CHUNKS} 64-column "
+                         f"chunks of a {BLK_N}-column tile (use 1, 2 or 4)")
     W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
                        NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS))

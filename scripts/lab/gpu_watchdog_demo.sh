@@ -3,17 +3,17 @@
 # The bundle holds sm_90a v7 with its TMA producer starting at the wrong phase (mutant
 # producer-phase-0, a certain deadlock), once built normally and once with the watchdog:
 #
-#   python scripts/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 --out B
-#   python scripts/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 \
+#   python scripts/lab/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 --out B
+#   python scripts/lab/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 \
 #       --watchdog-ms 1500 --out B
-#   scripts/gpu_watchdog_demo.sh B
+#   scripts/lab/gpu_watchdog_demo.sh B
 #
 # Expected: the watchdog build traps after ~1.5 s naming the barrier, stage, phase and role;
 # the normal build is reported by the host's hang guard after TIRX_GEMM_KERNEL_TIMEOUT s.
 # Each run is also bounded by `timeout 120`, so this script itself cannot hang.
 set -uo pipefail
 BUNDLE=${1:-build/bundle-hang}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 status=0
 

@@ -5,8 +5,8 @@ kernel per step and shape) do not hold. This script exports a list of variants (
 keywords, watchdog) here, and on the GPU host checks and times each of them, torch.matmul
 timed in the same run for every row, over two passes so the spread is visible:
 
-    python scripts/sweep_variants.py export --out build/bundle-sweep          # here
-    python scripts/sweep_variants.py run --bundle build/bundle-sweep \\
+    python scripts/lab/sweep_variants.py export --out build/bundle-sweep          # here
+    python scripts/lab/sweep_variants.py run --bundle build/bundle-sweep \\
         --records results/sweeps/h200.jsonl                                    # GPU host
 
 Records go to their own file (not results/*.jsonl): a variant must not replace the
@@ -61,14 +61,14 @@ def _label(e: dict) -> str:
 
 
 def run(bundle_dir: Path, records_path: Path, passes: int) -> int:
-    from tirx_gemm import bundle, runner
+    from tirx_gemm import bundle, loader, runner
     entries = sorted(bundle.load_manifest(bundle_dir),
                      key=lambda e: (e["M"], e["step"], _label(e)))
     records_path.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for p in range(passes):
         for e in entries:
-            kernel = runner.load_kernel(str(bundle_dir / e["lib"]))
+            kernel = loader.load_kernel(str(bundle_dir / e["lib"]))
             # pass 0 checks (a failed check is not timed); later passes only time, the
             # kernel having passed its check in pass 0
             rec = runner.run_step(kernel, e, check=(p == 0), time=True,

@@ -4,7 +4,7 @@
 # bundle made here:
 #   for v in v7 v8 v9; do tirx-gemm export $v --arch sm_90a --mnk 4096,4096,4096 \
 #       --num-sms 132 --ffi-wheel 3.12 --out build/bundle-ncu; done
-#   bash scripts/ncu_profile.sh build/bundle-ncu OUTDIR          # on the GPU host
+#   bash scripts/lab/ncu_profile.sh build/bundle-ncu OUTDIR          # on the GPU host
 # --clock-control none: ncu's default locks the GPU's clocks at base while it profiles; this
 # script leaves the clocks alone (the logs in results/logs/ncu/ were made before this flag
 # was added, with ncu's default, so their SM clock reads 1.25 GHz).

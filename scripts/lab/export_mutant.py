@@ -5,9 +5,9 @@ process: once built with ``--watchdog-ms`` (the kernel traps and names the barri
 stalled) and once without (the host's hang guard reports the kernel hang). The bundle then
 runs with the ordinary CLI, for example on an H200:
 
-    python scripts/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 \\
+    python scripts/lab/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 \\
         --out build/bundle-hang                       # once plain,
-    python scripts/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 \\
+    python scripts/lab/export_mutant.py producer-phase-0 --mnk 256,512,320 --num-sms 132 \\
         --watchdog-ms 1500 --out build/bundle-hang    # once with the watchdog
     python -m tirx_gemm.cli run v7 --arch sm_90a --bundle build/bundle-hang \\
         --mnk 256,512,320 [--watchdog-ms 1500]

@@ -16,7 +16,7 @@ A kernel whose clock sits below the maximum with the power-cap reason active is 
 limited: at that point a faster kernel must do the same work with less energy, not just
 issue faster. Two GEMMs at the same flop/clk/SM are equally efficient whatever their clock.
 
-    python scripts/clock_probe.py --bundle build/bundle-sweep [--seconds 3] \\
+    python scripts/lab/clock_probe.py --bundle build/bundle-sweep [--seconds 3] \\
         [--steps v7,v8,v9] [--records results/logs/clock_probe.jsonl]
 
 Run on the GPU host (torch, no TVM). Never changes clocks or settings; it only reads them.
@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 PEAK_FLOP_PER_CLK_SM = {"sm_90a": 4096}

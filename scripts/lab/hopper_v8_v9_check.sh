@@ -11,12 +11,12 @@
 #   tirx-gemm export --all --arch sm_90a --shapes all --num-sms 132 --ffi-wheel 3.12 --out build/bundle-v89
 #   for s in v8 v9; do tirx-gemm export $s --arch sm_90a --shapes test --num-sms 132 --watchdog-ms 2000 --out build/bundle-v89; done
 #
-#   scripts/hopper_v8_v9_check.sh [BUNDLE_DIR=build/bundle-v89] [LOG_DIR=results/logs]
+#   scripts/lab/hopper_v8_v9_check.sh [BUNDLE_DIR=build/bundle-v89] [LOG_DIR=results/logs]
 # Exit status: 0 all checks passed, 1 a check failed or hung, 2 no usable GPU / bundle.
 set -uo pipefail
 BUNDLE=${1:-build/bundle-v89}
 LOGS=${2:-results/logs}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ -f "$BUNDLE/manifest.json" ] || { echo "no bundle at $BUNDLE (see the export commands at the top)"; exit 2; }
 if ! python3 -c "import tvm_ffi" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/tirx-gemm-site "$BUNDLE"/wheels/*.whl || exit 2
@@ -78,13 +78,13 @@ echo
 echo "== timing: v7, v8, v9 and torch.matmul at 4096^3 and 8192^3, one process (900 s)"
 timeout -k 10 900 python3 - "$BUNDLE" <<'EOF'
 import sys
-from tirx_gemm import cli, registry, runner
+from tirx_gemm import cli, device, registry
 bundle = sys.argv[1]
 plan = []
 for mnk in ((4096, 4096, 4096), (8192, 8192, 8192)):
     for sid in ("v7", "v8", "v9"):
         plan.append((registry.get(sid, "sm_90a"), mnk))
-dev = runner.check_device("sm_90a")
+dev = device.check_device("sm_90a")
 recs = cli.measure_plan(plan, bundle=bundle, log=lambda m: None if m.startswith("    ") else print(m, flush=True))
 print("\n" + cli.BENCH_HEAD)
 for r in recs:

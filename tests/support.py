@@ -1,0 +1,29 @@
+"""Helpers the test files share (one copy each; fixtures are in tests/conftest.py):
+running the CLI as a user does and reading its one-line errors."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# a progress line (tirx_gemm/progress.py) a slow machine may print before an error
+PROGRESS = re.compile(r"^\S.*(: still working|: \d+/\d+ done.*), elapsed \d+ s$")
+
+
+def cli(*args, env=None, timeout=300):
+    """``python -m tirx_gemm.cli ARGS`` from the checkout, output captured; ``env`` is added
+    to this process's environment."""
+    return subprocess.run([sys.executable, "-m", "tirx_gemm.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+
+def one_line_error(out, needle):
+    """Exit 2, no traceback, one error line naming ``needle`` (progress lines of a slow
+    machine aside)."""
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    lines = [ln for ln in out.stderr.strip().splitlines() if not PROGRESS.match(ln)]
+    assert len(lines) == 1 and "error:" in lines[0] and needle in lines[0], out.stderr
