@@ -31,7 +31,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     slice plus address math, and the TMA unit moves whole 128-byte rows with the swizzle
     applied in flight; output rows are written as full lines by the TMA instead of 4-byte
     pieces. Loads and wgmma are still serial inside a CTA (load, wait, compute, wait): the
-    overlap comes from the ~3 CTAs resident per SM (66 KB SMEM, 128 threads each); a ring
+    overlap comes from the ~3 CTAs resident per SM (65 KiB of SMEM, 128 threads each); a ring
     of stages is v5.
     Edges: TMA also removes the aligned-shape contract of v1-v3. Each tensor map carries
     the true extents of A, B and D, so a load box that reaches past the edge of A or B is

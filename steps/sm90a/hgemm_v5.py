@@ -24,11 +24,11 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     CTA barrier after each slice's wait_group hands the drained stage back to thread 0.
     Why: in v4 every slice pays the whole GMEM->SMEM latency (~1 us, several slices of
     tensor-core work) before its wgmmas start; only the other CTAs on the SM (three fit in
-    66 KB each) hide it. Here the next slice is already in flight while slice k computes,
+    65 KiB each) hide it. Here the next slice is already in flight while slice k computes,
     so the wait on tma_bar[stage] normally finds the data there. What stays serial inside
     a CTA is wgmma issue -> wait_group(0) -> CTA sync -> refill: each slice drains the
     tensor-core pipe before the next starts (v7 removes that). The default PIPE_DEPTH=2
-    (96 KB) keeps two CTAs per SM, so one CTA's drain is covered by the other's wgmmas;
+    (97 KiB) keeps two CTAs per SM, so one CTA's drain is covered by the other's wgmmas;
     PIPE_DEPTH=3 or 4 ran slower on an H200, because 130+ KB leaves one CTA per SM and
     deeper prefetch cannot cover the drain.
     Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).

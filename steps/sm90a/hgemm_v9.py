@@ -33,7 +33,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         of 8 KB per warpgroup; a staging tile is reused only after the store that last
         read it is done reading (cp.async.bulk.wait_group.read), nothing waits for GMEM.
       * the staging buffer shrinks from v8's 64 KB to NUM_CONSUMERS * EPI_BUFS * 8 KB
-        (32 KB), which makes room for a 4th 48 KB stage (PIPE_DEPTH=4, 224 KB in all):
+        (32 KB), which makes room for a 4th 48 KB stage (PIPE_DEPTH=4, 225 KiB in all):
         one more K step of loads in flight, which the lock-stepped CTA pair of v8 needs
         more than v7 did (a stage is refilled only when both CTAs are done with it).
     Scope / Layout / Dispatch: layout (packed 16-bit fragment, chunked staging tiles, 4
