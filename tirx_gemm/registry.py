@@ -88,15 +88,22 @@ class Step:
     def build_primfunc(self, M: int, N: int, K: int, **kwargs):
         """The step's PrimFunc. ``mutant=NAME`` builds a deliberately broken variant of this
         step instead (tirx_gemm.mutants), e.g. to prove that the simulation gate or the
-        GPU watchdog catches it; it travels through builds and bundles like any keyword."""
+        GPU watchdog catches it; it travels through builds and bundles like any keyword.
+        ``TIMELINE=True`` builds the instrumented twin (tirx_gemm.timeline): the same kernel
+        plus event records into one extra operand after D; off, the PrimFunc is unchanged."""
         builder = self.builder()
         mutant = kwargs.pop("mutant", None)
+        timeline = kwargs.pop("TIMELINE", False)
         if mutant is not None:
             from tirx_gemm import mutants
             m = mutants.get(mutant)
             if (m.step, m.arch) != (self.id, self.arch):
                 raise ValueError(f"mutant {mutant} breaks {m.step}@{m.arch}, not {self.key}")
             builder = mutants.builder(m)
+        if timeline:
+            from tirx_gemm import timeline as TL
+            return TL.build_instrumented(builder, M, N, K, kwargs,
+                                         persistent=self.sm_count_kwarg is not None)
         return builder(M, N, K, **kwargs)
 
 
@@ -177,6 +184,16 @@ _SIM_CASES = {
            ((512, 512, 448), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
            ((512, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1))),
            ((600, 264, 200), (("SM_COUNT", 2),))),
+    # v10 (CLC): one cluster per 256x256 tile. The gate executes the whole launch, so
+    # every cluster is resident and each CLC request fails (one tile per cluster); the
+    # builder's tirx_gemm.resident_clusters (SM_COUNT // 2) names the subset a run keeps
+    # resident for the cancel path. Cases: 6 tiles for 2 pairs, 2 K tiles < PIPE_DEPTH;
+    # CLC=False (v8's stride, the double-buffered accumulator walked 6 tiles by one
+    # pair: phases wrap); more pairs than tiles with a one-stage ring; an edge case
+    "v10": (((768, 512, 128), (("SM_COUNT", 4),)),
+            ((512, 768, 320), (("SM_COUNT", 2), ("CLC", False))),
+            ((256, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1))),
+            ((300, 264, 200), (("SM_COUNT", 2),))),
     # v11: SPLIT_K not dividing the K tiles (10 = 3 + 3 + 4) with a CTA per unit; more
     # units than CTAs (each CTA walks several, some reduce, some only publish) with a
     # 2-stage ring; an edge case (M, N off the tile grid, a partial last K tile);
@@ -248,6 +265,11 @@ STEPS: list[Step] = [
     _sm100("v9", _EDGE + "; SM_COUNT even",
            (4096, 4096, 4096), ((512, 768, 192), (1024, 2048, 512), (1536, 1280, 960)) + _EDGE_TESTS, _BENCH,
            _CLUSTER_BAD, _TMA + ("USETMAXREG",) + _PAIR, ("LDG.E.128",)),
+    # v10: UGETNEXTWORKID is clusterlaunchcontrol.try_cancel (multicast: .BROADCAST)
+    _sm100("v10", _EDGE + "; SM_COUNT even", (4096, 4096, 4096),
+           ((512, 768, 192), (1024, 2048, 512), (768, 1280, 960)) + _EDGE_TESTS, _BENCH,
+           _CLUSTER_BAD, _TMA + ("USETMAXREG",) + _PAIR + ("UGETNEXTWORKID.BROADCAST",),
+           ("LDG.E.128",)),
 
     _sm90("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
     _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,
@@ -267,6 +289,11 @@ STEPS: list[Step] = [
           _TMA + ("USETMAXREG", "HGMMA.64x256x16"), ("LDG.E.128",)),
     _sm90("v9", _CLUSTER_TILED, (4096, 4096, 4096), _CLUSTER_TESTS, _BENCH, _CLUSTER_BAD,
           _TMA + ("USETMAXREG", "HGMMA.64x256x16", "STSM"), ("LDG.E.128",)),
+    # v10 (ping-pong): v9's shapes, timed also where v9 has few tiles per CTA (2048^3,
+    # 1024x4096x4096) and at 4096x14336x4096; BAR.ARV is the turn handed over
+    _sm90("v10", _CLUSTER_TILED, (4096, 4096, 4096), _CLUSTER_TESTS,
+          _BENCH + ((2048, 2048, 2048), (1024, 4096, 4096), (4096, 14336, 4096)), _CLUSTER_BAD,
+          _TMA + ("USETMAXREG", "HGMMA.64x128x16", "STSM", "BAR.ARV"), ("LDG.E.128",)),
 
     # v11 (split-K): few tiles, deep K. Canonical: 256x256x16384 (4 tiles of 128x128 on
     # sm_100a, 2 of 128x256 on sm_90a: splitk.choose_split picks 11 and 9 splits); the

@@ -12,6 +12,7 @@ __all__ = ["SASS_GLOSSARY", "KEY_SASS", "HEADLINE_SASS", "meaning"]
 SASS_GLOSSARY: dict[str, str] = {
     "UTCHMMA": "tcgen05.mma: tensor-core MMA into TMEM (sm_100a)",
     "UTCBAR": "tcgen05.commit: MMA completion -> mbarrier arrive (sm_100a)",
+    "UGETNEXTWORKID": "clusterlaunchcontrol.try_cancel: take a not-yet-launched cluster's tile (sm_100a)",
     "LDTM": "tcgen05.ld: TMEM -> registers (sm_100a)",
     "HGMMA": "wgmma.mma_async: warpgroup MMA, accumulator in registers (sm_90a)",
     "UTMALDG": "TMA tile load GMEM -> SMEM",
@@ -25,6 +26,7 @@ SASS_GLOSSARY: dict[str, str] = {
     "USETMAXREG": "setmaxnreg: move registers between warpgroups",
     "WARPGROUP.ARRIVE": "wgmma.fence: order register writes before wgmma",
     "BAR.SYNC": "CTA or named barrier (bar.sync)",
+    "BAR.ARV": "named barrier arrive without waiting (bar.arrive)",
 }
 
 # counted in build summaries and compared by `tirx-gemm regress --cpu`, in this order

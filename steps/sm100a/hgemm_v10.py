@@ -1,0 +1,330 @@
+"""Step 10 (sm_100a): dynamic persistent scheduling -- Cluster Launch Control hands out tiles.
+
+Lesson: v8's persistent pool walks a fixed tile sequence: pair p takes tiles p, p + P,
+p + 2P, ... whether or not its SMs are slowed down (another kernel sharing the GPU, a
+tile that waits longer on memory). Here the launch has one cluster per cluster tile, as
+a non-persistent kernel would, but a cluster that finishes a tile asks the hardware
+(clusterlaunchcontrol.try_cancel) to cancel a cluster that has not started yet and
+takes that cluster's tile instead. Whoever is free takes the next tile; when nothing is
+left to cancel, the request fails and the pair exits. The TMEM accumulator stays
+double-buffered (v8's two 256-column buffers), so the epilogue of tile t runs under the
+MMAs of tile t+1, whichever tile CLC hands out next.
+"""
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.clc import query_cancel_first_ctaid_x
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import blackwell as W
+from tirx_gemm import helpers as H
+
+NO_TILE = 0xFFFFFFFF  # the decoded response of a request that cancelled nothing
+CLC_RESPONSE_BYTES = 16
+
+
+@T.inline
+def next_tile_clc(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0, role, TILES,
+                  CTA_PAIR):
+    # every thread of a role, at the end of its tile: wait for this round's response,
+    # decode it (the first CTA of the cancelled cluster, or NO_TILE), release the slot
+    # (CTA 0's clc_empty) and move to that cluster's tile; past the last tile the
+    # scheduler is no longer valid()
+    clc_full.wait(0, clc.phase, role)
+    query_cancel_first_ctaid_x(nxt, T.address_of(clc_resp[0]))
+    clc_empty_cta0.arrive_remote(0)
+    clc.advance()
+    if nxt == T.uint32(NO_TILE):
+        scheduler.init(TILES)
+    else:
+        scheduler.init(T.Cast("int32", nxt // T.uint32(CTA_PAIR)))
+
+
+@T.inline
+def next_tile_static(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0, role, TILES,
+                     CTA_PAIR):
+    # CLC=False: v8's fixed stride over the resident pairs (the CLC operands are unused)
+    scheduler.next_tile()
+
+
+def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
+              SM_COUNT: int = 148, CLC: bool = True):
+    """Step card -- v10, Cluster Launch Control (CLC) + double-buffered TMEM accumulator.
+
+    Changes from v8. Why v8 and not v9: v9's two MMA consumers fill all 512 TMEM columns
+    with one 256-column accumulator each, so double-buffering them would halve each
+    consumer's tile (256x128 MMAs, more B traffic per FLOP); v8's single consumer already
+    has two 256-column buffers, so the epilogue of one tile runs under the MMAs of the
+    next, and the scheduler is the one change:
+      * launch: one 2-CTA cluster per 256x256 cluster tile (TILES = ceil(M/256) x
+        ceil(N/256) clusters, 2 x TILES CTAs), as a non-persistent kernel would; cluster
+        c starts on tile c (ClusterPersistentScheduler2D's group-major L2 order, with one
+        "cluster" per tile); its next tiles come from CLC.
+      * a scheduler role: warpgroup 1, warp 1, in both CTAs (the whole warp runs the
+        loop: with one lane, ptxas spilled). CTA 0's elected lane issues
+        one clusterlaunchcontrol.try_cancel (.multicast::cluster::all) per round: the
+        hardware cancels one cluster that has not launched yet and writes a 16-byte
+        response into the same slot (clc_resp) of both CTAs' SMEM, completing 16 bytes on
+        each CTA's own clc_full. Every thread of every role (scheduler, TMA producer, MMA
+        issuer, epilogue) reads the response at the end of its tile: the cancelled
+        cluster's first CTA id x means "next tile x / 2", NO_TILE "no tile left, exit".
+      * the accumulator (v8's): buffer a = TMEM columns [256a, 256a + 256), a tile's
+        buffer alternates 0, 1, 0, ...; mma2ld[a] = "accumulator a full", ld2mma[a] =
+        "accumulator a empty".
+      * CLC=False keeps v8's static stride over SM_COUNT // 2 resident pairs (no
+        scheduler role, no CLC instruction), for comparison.
+    Scope: 2 CTAs x 256 threads per cluster. Warpgroup 1: warp 3 TMA producer (both
+    CTAs), warp 0 MMA issuer (CTA 0), warp 1 CLC scheduler (both CTAs); warpgroup
+    0: epilogue (both CTAs).
+    Layout: as v8 (per CTA: A and B stages of 128x64, one 128x128 Dsmem, all 512 TMEM
+    columns) plus the 16-byte clc_resp and two barriers.
+    Dispatch: the hardware keeps as many clusters resident as fit (one CTA per SM: all of
+    TMEM, ~161 KiB of SMEM) and the resident ones cancel the rest; a cancelled cluster
+    never runs. With CLC, SM_COUNT does not change the kernel: where SM_COUNT // 2 <
+    TILES the PrimFunc carries tirx_gemm.resident_clusters = SM_COUNT // 2, the clusters
+    a simulation keeps resident (NumSim's execution subset).
+    Why: a static stride assumes every pair is equally fast and resident from the start;
+    with CLC a pair slowed down (another kernel on its SMs, a slow tile) takes fewer
+    tiles, and work is never bound to a pair that has not launched. Not measured here
+    (no sm_100a GPU).
+    Contracts / barriers (PipelineState tracks stage and phase):
+      tma2mma[s], mma2tma[s]: as v8.
+      mma2ld[a]  "accumulator a full": MMA -> epilogue; one multicast commit after the
+                 tile's last MMA arrives in both CTAs; each epilogue waits on its own.
+      ld2mma[a]  "accumulator a empty": epilogue -> MMA, CTA 0's copy, count 256: every
+                 epilogue thread of both CTAs arrives after its last tcgen05.ld of buffer
+                 a and a tcgen05 fence; CTA 0's MMA warp waits before the tile's 1st MMA.
+      clc_full   response -> readers, one per CTA, count 1 + 16 bytes: this CTA's
+                 arrive.expect_tx(16) arms it -- the init thread arms round 0 before the
+                 setup cluster barrier, the scheduler warp arms round r + 1 after reading
+                 response r and before releasing it -- and the try_cancel completes the
+                 16 bytes in both CTAs. Every reader waits on its own CTA's copy.
+      clc_empty  readers -> CTA 0's scheduler, CTA 0's copy, count 416 = 2 x (32
+                 scheduler + 32 producer + 128 epilogue) + 32 MMA threads: each reader
+                 arrives once it has decoded response r (its generic read fenced to the
+                 async proxy); request r + 1 waits for all of them, so the slot is never
+                 rewritten while read, and no reader can miss a phase.
+      phases (round r = the r-th tile a cluster finishes; tile t of the cluster, a = t % 2):
+        barrier    waiter               start  waits parity       a phase completes on
+        clc_full   all readers, own CTA   0    r % 2              arm + 16 bytes of req. r
+        clc_empty  CTA 0 scheduler        1    (r + 1) % 2, before request r (round 0
+                                               passes at once)    416 arrivals, resp. r
+        mma2ld[a]  epilogue, own CTA      0    (t // 2) % 2       commit after tile t
+        ld2mma[a]  CTA 0 MMA warp         1    (t // 2 + 1) % 2   256 arrivals after the
+                                               (both buffers        epilogue of tile t - 2
+                                               start empty)
+    Edges as v8: a CTA whose rows lie past M still loads zeros, computes, arrives and
+    stores nothing; both CTAs of a pair follow one tile sequence (one multicast response).
+    Verified on NumSim (it models try_cancel with its own deterministic launch order:
+    clusters outside the executed subset are the pending ones a request can cancel;
+    query_cancel is modeled): (a) the gate runs the whole launch, so every cluster is
+    resident and every request fails: the fail path, numbers, synccheck and racecheck;
+    (b) with the subset of SM_COUNT // 2 resident clusters (tirx_gemm.resident_clusters)
+    the cancel path: the resident pairs take over every other tile and the numbers are
+    right, but both checkers then answer "incomplete" (subset_execution: they certify no
+    subset run), with no other finding; (c) CLC=False: the double-buffered accumulator
+    across several tiles per pair (phases wrap), all three clean.
+    What the gate cannot see here: (1) the cancel path under a complete analysis
+    (above); (2) the CLC slot protocol from a cluster's second round on (the clc_empty
+    wait, the re-arm), which a whole launch never reaches: CTA 0's scheduler without its
+    clc_empty wait passes the gate, while a subset run catches it (NumSim: a clc_full
+    generation left incomplete at exit; racecheck: a race on clc_resp); (3) the teardown,
+    as in v8: with a CTA barrier instead of the cluster barrier before tmem_free_pair
+    (the peer's late arrivals and MMA writes may then reach a CTA that has freed its
+    TMEM or exited) the gate still reports correct, clean, clean (768x512x128,
+    SM_COUNT=4); (4) hardware launch order, timing and fairness (a model has no clock).
+    Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1; SM_COUNT even; CLC a
+    bool; dtype float16 (default) or bfloat16.
+    Run: ``tirx-gemm build v10 --mnk 4096,4096,4096`` (compile); ``tirx-gemm sim v10``
+    (CPU model of sm_100a); executing needs an sm_100a GPU.
+    """
+    CTA_PAIR = W.CTA_PAIR
+    BLK_M, BLK_N, BLK_K = 128, 128, 64  # per CTA
+    MMA_M, MMA_N = CTA_PAIR * BLK_M, CTA_PAIR * BLK_N  # the cluster tile, 256 x 256
+    ACC_STAGES = 2  # 2 x 256 fp32 columns = the whole TMEM
+    PRODUCER_REGS, EPILOGUE_REGS = 56, 224
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # what one CTA loads per stage
+    H.check_edge_shape(M, N, K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
+    W.check_even_sm_count(SM_COUNT)
+    if not isinstance(CLC, bool):
+        raise ValueError(f"CLC={CLC!r} must be True (Cluster Launch Control) or False "
+                         f"(v8's static stride over SM_COUNT // 2 pairs)")
+    TILES = H.ceil_div(M, MMA_M) * H.ceil_div(N, MMA_N)
+    # CLC: one cluster per cluster tile; static: SM_COUNT // 2 persistent pairs (v8)
+    CLUSTERS = TILES if CLC else SM_COUNT // CTA_PAIR
+    next_tile = next_tile_clc if CLC else next_tile_static
+    # threads that read each CLC response: scheduler warp, producer warp and epilogue
+    # warpgroup in both CTAs, CTA 0's MMA warp
+    CLC_READERS = CTA_PAIR * (32 + 32 + 128) + 32
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
+        T.device_entry()
+        bx = T.cta_id([CLUSTERS * CTA_PAIR])
+        rank, _unused = T.cta_id_in_cluster([CTA_PAIR, 1])  # this CTA's place in the pair
+        wg_id = T.warpgroup_id([2])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
+        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        clc_full = H.Barriers(pool, 1, "clc_full")
+        clc_empty = H.Barriers(pool, 1, "clc_empty")
+        clc_resp = pool.alloc((4,), "uint32", align=16)  # the 16-byte CLC response
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.commit()
+
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
+        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the
+        # pair); clc_full 1 (its scheduler's expect_tx) + 16 bytes; clc_empty CLC_READERS
+        if wg_id == 0:
+            if warp_id == 0:
+                if lane_id == 0:
+                    tma2mma.init(1)
+                    mma2tma.init(1)
+                    mma2ld.init(1)
+                    ld2mma.init(CTA_PAIR * 128)
+                    if CLC:
+                        clc_full.init(1)
+                        clc_empty.init(CLC_READERS)
+                        # arm round 0 before CTA 0 can request it (after the cluster sync)
+                        clc_full.arrive_expect_tx(0, CLC_RESPONSE_BYTES)
+                W.tmem_alloc_pair(tmem_addr)
+        W.publish_setup_cluster()
+        tmem = W.tmem_accumulator()
+        # CTA 0's copies of the barriers the whole pair signals
+        tma2mma_cta0 = tma2mma.in_cta(0)
+        ld2mma_cta0 = ld2mma.in_cta(0)
+        clc_empty_cta0 = clc_empty.in_cta(0)
+
+        # the first tile is this cluster's own; with CLC the next ones come from the
+        # responses (with one cluster per tile, "cluster c" and "tile c" are one index)
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=H.ceil_div(M, MMA_M), num_n_tiles=H.ceil_div(N, MMA_N),
+            num_clusters=CLUSTERS, l2_group_size=8)
+        scheduler.init(bx // CTA_PAIR)
+        nxt = T.local_scalar("uint32")  # a decoded response: first CTA id or NO_TILE
+        clc = PipelineState(1, 0)  # clc_full's phase: one round per finished tile
+
+        with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
+            if warp_id == 3:
+                # --- load (producer, both CTAs): this CTA's A rows and B rows of the
+                # cluster tile, bytes counted on CTA 0's barrier ---
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + rank) * BLK_M)
+                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + rank) * BLK_N)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
+                        if T.cuda.elect_sync():
+                            if rank == 0:
+                                tma2mma.arrive_expect_tx(ring.stage, CTA_PAIR * STAGE_BYTES)
+                            W.tma_load_pair(Asmem[ring.stage, :, :],
+                                            A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K],
+                                            tma2mma_cta0.ptr(ring.stage))
+                            W.tma_load_pair(Bsmem[ring.stage, :, :],
+                                            B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
+                                            tma2mma_cta0.ptr(ring.stage))
+                        ring.advance()
+                    next_tile(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0,
+                              "TMA producer", TILES, CTA_PAIR)
+            elif warp_id == 0:
+                if rank == 0:
+                    # --- compute (MMA issuer, CTA 0 only): one 256x256x64 MMA per stage
+                    # for the pair; commits reach both CTAs ---
+                    ring = PipelineState(PIPE_DEPTH, 0)
+                    acc = PipelineState(ACC_STAGES, 1)
+                    while scheduler.valid():
+                        # "accumulator empty": both CTAs' epilogues drained this buffer
+                        ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
+                        W.tcgen05_fence_after_sync()
+                        for k in T.serial(K_TILES, annotations=H.ROLLED):
+                            tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                            W.tcgen05_fence_after_sync()
+                            if T.cuda.elect_sync():
+                                W.mma_tile_pair(tmem, acc.stage * MMA_N, Asmem[ring.stage, :, :],
+                                                Bsmem[ring.stage, :, :], MMA_N, k != 0)
+                                # stage s is free in both CTAs once these MMAs read it
+                                W.mma_commit_pair(mma2tma.ptr(ring.stage))
+                            ring.advance()
+                        if T.cuda.elect_sync():
+                            # "accumulator full", in both CTAs
+                            W.mma_commit_pair(mma2ld.ptr(acc.stage))
+                        acc.advance()
+                        next_tile(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0,
+                                  "MMA issuer", TILES, CTA_PAIR)
+            elif warp_id == 1:
+                if CLC:
+                    # --- schedule (both CTAs): CTA 0 asks the hardware for the next tile
+                    # once every reader has released the previous response ---
+                    free = PipelineState(1, 1)
+                    while scheduler.valid():
+                        if rank == 0:
+                            clc_empty.wait(0, free.phase, "CLC scheduler")
+                            free.advance()
+                            if T.cuda.elect_sync():
+                                T.ptx["clusterlaunchcontrol.try_cancel.async.shared::cta"
+                                      ".mbarrier::complete_tx::bytes.multicast::cluster::all"
+                                      ".b128"](T.address_of(clc_resp[0]), clc_full.ptr(0))
+                        clc_full.wait(0, clc.phase, "CLC scheduler")
+                        query_cancel_first_ctaid_x(nxt, T.address_of(clc_resp[0]))
+                        clc.advance()
+                        if nxt != T.uint32(NO_TILE):
+                            # arm the next round before releasing this one: CTA 0 requests
+                            # it only after every reader (this warp too) has released
+                            if T.cuda.elect_sync():
+                                clc_full.arrive_expect_tx(0, CLC_RESPONSE_BYTES)
+                            scheduler.init(T.Cast("int32", nxt // T.uint32(CTA_PAIR)))
+                        else:
+                            scheduler.init(TILES)
+                        clc_empty_cta0.arrive_remote(0)
+
+        with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
+            # --- writeback (epilogue, both CTAs): this CTA's 128 rows x 256 columns in
+            # two 128-column chunks, then free the accumulator in CTA 0's ld2mma ---
+            acc = PipelineState(ACC_STAGES, 0)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+            while scheduler.valid():
+                m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + rank) * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * MMA_N)
+                # "accumulator full"
+                mma2ld.wait(acc.stage, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
+                for c in T.unroll(MMA_N // BLK_N):
+                    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
+                    W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
+                    W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
+                                         BLK_N, tid_in_wg, tid_in_wg == 0, 1)
+                # "accumulator empty", after the last tcgen05.ld of this buffer
+                W.tcgen05_fence_before_sync()
+                ld2mma_cta0.arrive_remote(acc.stage)
+                acc.advance()
+                next_tile(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0, "epilogue",
+                          TILES, CTA_PAIR)
+
+        # --- free: the peer's MMA and arrivals touch this CTA until both are done ---
+        W.tcgen05_cluster_sync()
+        if wg_id == 0:
+            if warp_id == 0:
+                W.tmem_free_pair(tmem_addr)
+
+    if CLC and SM_COUNT // CTA_PAIR < TILES:
+        # more clusters than a GPU with SM_COUNT SMs holds at once: a simulation may keep
+        # only the first SM_COUNT // 2 resident (NumSim's execution subset), so that the
+        # others can only be cancelled and their tiles taken over
+        kernel = kernel.with_attr("tirx_gemm.resident_clusters", SM_COUNT // CTA_PAIR)
+    return kernel
