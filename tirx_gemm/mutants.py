@@ -124,6 +124,13 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            step_edits=(("            acc = PipelineState(ACC_STAGES, 0)",
                         "            acc = PipelineState(ACC_STAGES, 1)"),),
            must_flag=("numsim", "sync", "race")),
+    Mutant("clc-no-empty-wait", "v10",
+           "CTA 0's scheduler requests the next tile without waiting on clc_empty: the "
+           "response slot is rewritten while readers may still decode the previous one "
+           "(only a cluster's second request shows it: the cancel-path run catches it)",
+           step_edits=(('                            clc_empty.wait(0, free.phase, "CLC scheduler")\n',
+                        ''),),
+           must_flag=("numsim",)),
 )}
 
 

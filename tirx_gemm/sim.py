@@ -257,6 +257,34 @@ def workspace_dirt_np(specs, outputs) -> str:
         "counters zero-filled)"
 
 
+# A PrimFunc attribute (v10, Cluster Launch Control): how many clusters a GPU would keep
+# resident. The whole launch (every cluster resident) takes CLC's fail path only; the
+# cancel path needs the others pending, i.e. a run of the first `resident` clusters.
+RESIDENT_ATTR = "tirx_gemm.resident_clusters"
+
+
+def _cancel_path_ok(engine, module, resident: int, operands, inputs, dtype, case, row,
+                    log) -> bool:
+    """NumSim on the first ``resident`` clusters only: the pending ones are the clusters
+    their try_cancel requests take over, so the resident ones must compute every tile.
+    Numbers only: the checkers certify no subset run (they answer "incomplete")."""
+    from tirx_harness.numsim.api import ExecutionSubset
+    A, B, D = inputs
+    res = engine.run(module, operands(A, B, D),
+                     subset=ExecutionSubset(cluster_ids=tuple(range(resident))))
+    cmp = numerics.compare_np(np.asarray(res.outputs["D"]), numerics.reference_np(A, B),
+                              dtype=dtype)
+    log(f"--- numsim cancel path: {resident} resident clusters, random inputs "
+        f"({case.label}) ---\n{cmp.summary()}\ndiagnostics: {res.diagnostics}\n")
+    if not cmp.ok:
+        row.problems.append(f"numsim cancel path ({resident} resident clusters): "
+                            f"{cmp.summary()}")
+    if res.verdict != "clean":
+        row.problems.append(f"numsim cancel path ({resident} resident clusters) diagnostics "
+                            f"{res.verdict}: {res.diagnostics}")
+    return cmp.ok and res.verdict == "clean"
+
+
 def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
              engine=None) -> SimRow:
     """Simulate one case; never raises for a kernel problem (it goes into the row)."""
@@ -300,6 +328,10 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
                 if res.verdict != "clean":
                     row.problems.append(f"numsim diagnostics {res.verdict}: {res.diagnostics}")
                 verdicts.append(cmp.ok and not dirt and res.verdict == "clean")
+            resident = func.attrs.get(RESIDENT_ATTR) if func.attrs is not None else None
+            if resident is not None:
+                verdicts.append(_cancel_path_ok(engine, module, int(resident), operands,
+                                                inputs["random"], dtype, case, row, log))
             row.rel_err = rels[0] if rels else None
             row.numsim = "correct" if all(verdicts) else "WRONG"
         except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row

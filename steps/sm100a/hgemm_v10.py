@@ -118,20 +118,22 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     clusters outside the executed subset are the pending ones a request can cancel;
     query_cancel is modeled): (a) the gate runs the whole launch, so every cluster is
     resident and every request fails: the fail path, numbers, synccheck and racecheck;
-    (b) with the subset of SM_COUNT // 2 resident clusters (tirx_gemm.resident_clusters)
-    the cancel path: the resident pairs take over every other tile and the numbers are
-    right, but both checkers then answer "incomplete" (subset_execution: they certify no
-    subset run), with no other finding; (c) CLC=False: the double-buffered accumulator
-    across several tiles per pair (phases wrap), all three clean.
-    What the gate cannot see here: (1) the cancel path under a complete analysis
-    (above); (2) the CLC slot protocol from a cluster's second round on (the clc_empty
-    wait, the re-arm), which a whole launch never reaches: CTA 0's scheduler without its
-    clc_empty wait passes the gate, while a subset run catches it (NumSim: a clc_full
-    generation left incomplete at exit; racecheck: a race on clc_resp); (3) the teardown,
-    as in v8: with a CTA barrier instead of the cluster barrier before tmem_free_pair
-    (the peer's late arrivals and MMA writes may then reach a CTA that has freed its
-    TMEM or exited) the gate still reports correct, clean, clean (768x512x128,
-    SM_COUNT=4); (4) hardware launch order, timing and fairness (a model has no clock).
+    (b) the cancel path: where SM_COUNT // 2 < TILES the gate also runs NumSim on the
+    first SM_COUNT // 2 clusters only (tirx_gemm.resident_clusters; the others are
+    pending and get cancelled): the resident pairs take over every other tile, and the
+    numbers and NumSim's own diagnostics must be right; the checkers certify no subset
+    run (they answer "incomplete", subset_execution), so this path has numbers only;
+    (c) CLC=False: the double-buffered accumulator across several tiles per pair (phases
+    wrap), all three clean. Mutants: acc-empty-no-wait and acc-full-parity (all three
+    checks fail), clc-no-empty-wait (CTA 0's scheduler rewrites the response slot before
+    every reader released it: caught by the cancel-path run, NumSim "a clc_full
+    generation left incomplete at exit").
+    What the gate cannot see here: (1) the cancel path under a complete analysis (no
+    synccheck or racecheck on it, above); (2) the teardown, as in v8: with a CTA barrier
+    instead of the cluster barrier before tmem_free_pair (the peer's late arrivals and
+    MMA writes may then reach a CTA that has freed its TMEM or exited) the gate still
+    reports correct, clean, clean (768x512x128, SM_COUNT=4); (3) hardware launch order,
+    timing and fairness (a model has no clock).
     Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1; SM_COUNT even; CLC a
     bool; dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v10 --mnk 4096,4096,4096`` (compile); ``tirx-gemm sim v10``
