@@ -224,6 +224,25 @@ def _suite_cells(step_id: str, names: dict[str, str]) -> list[tuple[str, str]]:
     ]
 
 
+def _timeline_cells(step_id: str) -> list[tuple[str, str]]:
+    """From v4 on (TMA, barriers): the timeline recorded on a Hopper GPU; the sm_100a
+    call says why there is none (NumSim has no clock)."""
+    if int(step_id.lstrip("v")) < 4:
+        return []
+    return [
+        ("md", "## Timeline: who waited, when\n\nAn instrumented build "
+               "(`tirx-gemm export --timeline`, then `tirx-gemm trace`) records, in "
+               "the kernel, when each role of each CTA waited for data or a free stage, "
+               "issued its loads and wgmmas, and ran its epilogue (the GPU's global "
+               "timer, an extra operand after D; the verbs emit the events, the step "
+               "file has no line for it). The chart shows the first two clusters' "
+               "CTAs around the first tile boundary; the text under it summarises "
+               "the whole run and what recording cost."),
+        ("code", "nb.timeline(STEP, \"sm_90a\")"),
+        ("code", "nb.timeline(STEP, \"sm_100a\")"),
+    ]
+
+
 def step_notebook(step_id: str, names: dict[str, str]) -> str:
     from tirx_gemm import notebook as nbm
     from tirx_gemm import registry
@@ -278,6 +297,7 @@ def step_notebook(step_id: str, names: dict[str, str]) -> str:
                "with the GPU they ran on. sm_100a has no recorded run: no Blackwell GPU was "
                "available."),
         ("code", "nb.measure_or_recorded(STEP)"),
+        *_timeline_cells(step_id),
         ("md", "## Simulate it on a CPU model of Blackwell\n\nNo Blackwell GPU was available, "
                "so the sm_100a step is executed on tirx-harness NumSim, a CPU model of sm_100a "
                "(tcgen05/TMEM, TMA, mbarrier phases and byte counts), at the registry's "

@@ -74,6 +74,8 @@ def build_kwargs(step: registry.Step, args) -> dict:
     kw = step.with_sm_count(getattr(args, "num_sms", None))
     if getattr(args, "dtype", None) not in (None, "float16"):
         kw["dtype"] = args.dtype
+    if getattr(args, "timeline", False):  # export --timeline: for `trace` only
+        kw["TIMELINE"] = True
     return kw
 
 
@@ -557,6 +559,18 @@ def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
     if kwargs is not None and dtype is not None and dtype != want_dtype:
         raise ValueError(f"find: dtype={dtype!r} contradicts kwargs {kwargs}")
     mine = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch]
+    # an instrumented build (export --timeline) is found only when asked for by its
+    # kwargs: run, bench and regress never time or check a timeline kernel
+    instrumented = bool((kwargs or {}).get("TIMELINE"))
+    timeline_only = bool(mine) and all(
+        bool((e.get("kwargs") or {}).get("TIMELINE")) != instrumented for e in mine)
+    mine = [e for e in mine
+            if bool((e.get("kwargs") or {}).get("TIMELINE")) == instrumented]
+    if timeline_only:
+        raise ValueError(f"bundle {bundle} has {step.key} only as "
+                         + ("normal builds, no timeline build (export --timeline)"
+                            if instrumented else "timeline builds (export --timeline, "
+                            "for `tirx-gemm trace`): export it without --timeline"))
     same = [e for e in mine if e.get("watchdog_ms") == watchdog_ms]
     if mine and not same:
         have = sorted({str(e.get("watchdog_ms")) for e in mine})

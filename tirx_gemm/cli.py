@@ -312,7 +312,8 @@ def cmd_export(args) -> int:
                       ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
     dt = "" if args.dtype == "float16" else f" --dtype {args.dtype}"
     print(f"exported {n} kernels to {out}/ (manifest.json, runtime/). On the GPU host: "
-          f"python -m tirx_gemm.cli run <step> --arch {args.arch}{dt} --bundle {out}")
+          f"python -m tirx_gemm.cli {'trace' if getattr(args, 'timeline', False) else 'run'} "
+          f"<step> --arch {args.arch}{dt} --bundle {out}")
     return 0
 
 
@@ -586,6 +587,10 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--ffi-wheel", metavar="PYVER", default=None,
                     help="also download the apache-tvm-ffi wheel for this Python (e.g. 3.12) "
                          "into the bundle, for a GPU host without network")
+    sp.add_argument("--timeline", action="store_true",
+                    help="instrumented builds for `tirx-gemm trace` (sm_90a v4 on): "
+                         "every role records its event times into an extra operand; "
+                         "never picked by run/bench/regress")
     suite_args(sp)
     watchdog(sp)
     sp.set_defaults(fn=cmd_export)
@@ -633,6 +638,8 @@ def make_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_regress)
 
     _add_sim_parser(sub)
+    from tirx_gemm import trace  # timeline + registry at import; torch when it runs
+    trace.add_trace_parser(sub)
     return p
 
 
@@ -743,6 +750,7 @@ commands:
   sim       run sm_100a steps on NumSim (CPU)    tirx-gemm sim v4
   export    bundle kernels for a GPU host        tirx-gemm export v4 --arch sm_90a
   run       check + time one step on this GPU    tirx-gemm run v4 --arch sm_90a
+  trace     in-kernel timeline: JSON, PNG, text  tirx-gemm trace v9 --arch sm_90a
   bench     check + time steps vs torch.matmul   tirx-gemm bench --arch sm_90a
   regress   GPU floors, or --cpu build checks    tirx-gemm regress --cpu
   doctor    the CUDA toolchain a build uses      tirx-gemm doctor

@@ -21,6 +21,10 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
 
+# the timeline event hooks: None (nothing emitted) unless TIMELINE=True. Imported by its
+# absolute name: mutants.py loads an edited copy of this file as a top-level module
+from tirx_gemm import timeline as TL
+
 # D = A @ B.T: fp16 or bf16 operands, fp32 accumulation, output in the operands' dtype.
 AB_DTYPE = "float16"   # the default operand dtype of every builder
 ACC_DTYPE = "float32"
@@ -200,13 +204,17 @@ class Barriers:
 
     def wait(self, stage, phase, role: str):
         """Wait until the phase of barrier ``stage`` with parity ``phase`` has completed;
-        ``role`` names the waiter in a watchdog build's trap message."""
-        return wait_mbarrier(self.buf.ptr_to([stage]), phase, self.name, stage, role)
+        ``role`` names the waiter in a watchdog build's trap message (and, in a TIMELINE
+        build, the span: a "producer" waits for a free stage, anyone else for data)."""
+        return TL.around(wait_mbarrier(self.buf.ptr_to([stage]), phase, self.name, stage, role),
+                         TL.EMPTY_WAIT if role == "producer" else TL.FULL_WAIT, stage,
+                         TL.PRODUCER if role == "producer" else TL.BY_WARPGROUP)
 
     @T.inline
     def arrive(self, stage):
         # one arrival of this thread on barrier `stage` of this CTA
         T.ptx.mbarrier.arrive.shared.b64(self.buf.ptr_to([stage]))
+        TL.point(TL.RELEASE, stage)
 
     @T.inline
     def arrive_expect_tx(self, stage, nbytes):
@@ -255,6 +263,7 @@ def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, ba
     # one thread (both arches): the arrival that tells `bar` how many bytes to expect,
     # then two TMA tile copies that complete on `bar`; the phase completes once this
     # thread has arrived and every byte has landed (zero-filled edge bytes count too)
+    TL.point(TL.TMA_ISSUE, k_st // BLK_K, TL.PRODUCER)
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))
     Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar)
@@ -288,12 +297,14 @@ def fence_proxy_async():
 def store_commit():
     # one thread: close the TMA stores it issued since the last commit into one bulk group
     T.ptx.cp.async_.bulk.commit_group()
+    TL.begin(TL.STORE)
 
 
 @T.inline
 def store_wait(n):
     # one thread: wait until at most `n` of its bulk groups are pending (0: all stores done)
     T.ptx.cp.async_.bulk.wait_group(n)
+    TL.drain(TL.STORE, n)
 
 
 @T.inline
@@ -301,6 +312,7 @@ def store_wait_read(n):
     # as store_wait, but only until the stores have READ their SMEM source (which may then
     # be overwritten); their writes to GMEM may still be in flight
     T.ptx.cp.async_.bulk.wait_group.read(n)
+    TL.drain(TL.STORE, n)
 
 
 
@@ -322,24 +334,3 @@ def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0
 # and SASS counts would depend on the shape.
 # The value is the boolean True (what TVM's own unroll=False emits); NumSim rejects 1.
 ROLLED = {"disable_unroll": True}
-
-# --------------------------------------------------------------------------------------
-# the old spellings, kept only until steps/*/hgemm_v10.py are converted (then delete)
-# --------------------------------------------------------------------------------------
-@T.inline
-def init_mbarrier(bar, count):
-    T.ptx.mbarrier.init.shared.b64(bar, T.uint32(count))
-
-
-@T.inline
-def arrive_remote(bar):
-    T.ptx.mbarrier.arrive.shared__cluster.b64(bar)
-
-
-def __getattr__(name):  # e.g. H.tmem_alloc: the Blackwell-only verbs moved to blackwell.py
-    import importlib  # resolved at attribute time (blackwell imports helpers)
-    blackwell = importlib.import_module("tirx_gemm.blackwell")
-    new = {"publish_setup_pair": "publish_setup_cluster"}.get(name, name)
-    if hasattr(blackwell, new):
-        return getattr(blackwell, new)
-    raise AttributeError(f"module 'tirx_gemm.helpers' has no attribute {name!r}")

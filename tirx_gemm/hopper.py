@@ -48,6 +48,7 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
 from . import helpers as H
+from . import timeline as TL  # event hooks: None (nothing emitted) unless TIMELINE=True
 from .helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES
 
 
@@ -132,6 +133,7 @@ def wgmma_tile(acc, desc_a, desc_b, accumulate, m_blocks: int, n: int, dtype: st
     ``dtype``: the operands' dtype (float16 or bfloat16), which picks the wgmma variant.
     Issue only: the caller brackets it with ``wgmma.fence`` / ``commit_group`` / ``wait_group``.
     """
+    TL.begin(TL.WGMMA, accumulate)
     for kk in T.unroll(SWIZZLE_ROW_ELEMS // WGMMA_K):
         for h in T.unroll(m_blocks):
             T.ptx[wgmma_name(n, dtype)](
@@ -181,14 +183,23 @@ def mma_commit():
 def mma_wait(n):
     # wait until at most `n` of this warpgroup's wgmma groups are pending
     T.ptx.wgmma.wait_group.sync.aligned(n)
+    TL.drain(TL.WGMMA, n)
 
 
 @T.inline
-def publish_setup():
+def _publish_setup():
     # make the initialised barriers visible to the async proxy (TMA) and to every thread
     # (on Blackwell, W.publish_setup also publishes the TMEM allocation)
     T.ptx["fence.mbarrier_init.release.cluster"]()
     T.cuda.cta_sync()
+
+
+def publish_setup():
+    """Every thread, once, at the kernel's top level: publish the barrier inits (fence,
+    CTA barrier). A TIMELINE build starts its recording here (TL.setup), so no step needs
+    a line for it."""
+    TL.setup()
+    return _publish_setup()
 
 
 # --------------------------------------------------------------------------------------
@@ -203,6 +214,7 @@ def store_fragment(dst, acc, row0, col0, warp_id, lane_id, m_blocks: int, n: int
     only sector-sized -- fine for a first step, fixed by the SMEM + TMA store of v4.
     dst = Dsmem (a 128B-swizzled tile, the source of a TMA store, v4+): the swizzle makes
     these stores bank-conflict free (the 8 rows a warp writes land in 8 16-byte chunks)."""
+    TL.begin(TL.EPILOGUE, TL.UNNAMED)  # ended by tma_store_tile, which knows the tile
     pair = T.alloc_local((2,), dst.dtype)
     for h in T.unroll(m_blocks):
         for j in T.unroll(n // 8):
@@ -226,6 +238,8 @@ def tma_store_tile(D, Dsmem, r0, m_st, n_st, rows: int, cols: int):
     before reusing Dsmem."""
     H.tma_store_swizzled(D, Dsmem, r0, m_st, n_st, rows, cols)
     T.ptx.cp.async_.bulk.commit_group()
+    TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
+    TL.begin(TL.STORE)
 
 
 __all__ = [
@@ -301,12 +315,19 @@ def check_reg_split(producer_regs: int, consumer_regs: int, num_consumers: int) 
 
 
 @T.inline
-def publish_setup_cluster():
+def _publish_setup_cluster():
     # publish_setup for a cluster: the peer CTA completes bytes on this CTA's full
     # barriers (multicast TMA) and arrives on its empty barriers, so the inits must be
     # visible cluster-wide (release/acquire cluster barrier) before either CTA starts
     T.ptx["fence.mbarrier_init.release.cluster"]()
     T.cuda.cluster_sync()
+
+
+def publish_setup_cluster():
+    """publish_setup for a cluster (every thread, once, at the top level); a TIMELINE build
+    starts its recording here too."""
+    TL.setup()
+    return _publish_setup_cluster()
 
 
 @T.inline
@@ -318,6 +339,7 @@ def tma_load_multicast_b(Asmem, Bsmem_half, A, B, m_st, nb_st, k_st, BLK_M, B_RO
     # offset of both CTAs, completing on the barrier at the same offset in each. Boxes
     # that reach past A's or B's edge are zero-filled and still count all their bytes: a
     # CTA whose rows all lie past M loads zeros, and its B half still feeds the peer
+    TL.point(TL.TMA_ISSUE, k_st // BLK_K, TL.PRODUCER)
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((BLK_M + BLK_N) * BLK_K * _F16_BYTES))
     Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=H.TMA, mbar=bar)
@@ -342,19 +364,15 @@ __device__ __forceinline__ void tirx_gemm_arrive_cluster(void* bar, int cta) {
 """
 
 
-def _bars(bars):
-    # the barrier buffer of an H.Barriers (or a plain barrier buffer: v10 until converted)
-    return getattr(bars, "buf", bars)
-
-
 @T.inline
 def release_stage_in_cluster(mma2tma, stage, tid_in_wg):
     # one consumer warpgroup is done reading `stage` (after its wgmma.wait_group): threads
     # 0 .. CLUSTER_SIZE-1 each arrive on the stage's empty barrier in CTA tid_in_wg, so the
     # producer of every CTA whose multicast writes this stage learns it is free
     if tid_in_wg < CLUSTER_SIZE:
-        T.cuda.func_call("tirx_gemm_arrive_cluster", _bars(mma2tma).ptr_to([stage]), tid_in_wg,
+        T.cuda.func_call("tirx_gemm_arrive_cluster", mma2tma.buf.ptr_to([stage]), tid_in_wg,
                          source_code=_ARRIVE_CLUSTER_SRC)
+        TL.point(TL.RELEASE, stage)
 
 
 __all__ += [
@@ -430,9 +448,11 @@ def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp
     is done reading (wait_group.read(bufs-1): at most the bufs - 1 younger stores may
     still be pending), which has usually happened long before. The caller waits for all
     its stores (wait_group 0) before exiting."""
+    TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
     for c in T.unroll(n // EPI_COLS):
         if tid_in_wg == 0:
             T.ptx.cp.async_.bulk.wait_group.read(bufs - 1)
+            TL.drain(TL.STORE, bufs - 1)
         T.cuda.warpgroup_sync(bar_id)  # the staging tile is free for all 128 writers
         stmatrix_chunk(Dstage, wg, c % bufs, packed, c, warp_id, lane_id)
         T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
@@ -442,6 +462,8 @@ def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp
                 D[m_st:m_st + WGMMA_M, n_st + c * EPI_COLS:n_st + (c + 1) * EPI_COLS],
                 Dstage[wg, c % bufs, :, :], dispatch=H.TMA)
             T.ptx.cp.async_.bulk.commit_group()
+            TL.begin(TL.STORE)
+    TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
 
 
 __all__ += ["EPI_COLS", "pack_fragment", "stmatrix_chunk", "store_packed_tile"]
@@ -458,14 +480,3 @@ def publish_smem_writes():
 
 
 __all__ += ["publish_smem_writes"]
-
-
-# --- the old spellings, kept only until steps/sm90a/hgemm_v10.py is converted (then delete)
-@T.inline
-def init_mbarriers(bar, num: int, count: int):
-    for i in T.unroll(num):
-        T.ptx.mbarrier.init.shared.b64(bar.ptr_to([i]), T.uint32(count))
-
-
-publish_mbarrier_init = publish_setup
-publish_mbarrier_init_cluster = publish_setup_cluster

@@ -33,6 +33,7 @@ from tirx_gemm.sass import KEY_SASS, SASS_GLOSSARY
 __all__ = [
     "Md",
     "Png",
+    "timeline",
     "steps_of",
     "arches",
     "previous_step_id",
@@ -808,6 +809,16 @@ def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
             out.append(f"**{arch}**: {records.NOT_MEASURED} (no record in results/; not run "
                        f"here: {why}).")
     return Md("\n\n".join(out))
+
+
+def timeline(step_id: str, arch: str = "sm_90a") -> Md | Png:
+    """The in-kernel timeline recorded for this step at its canonical shape
+    (results/timelines/: the Gantt chart of the first CTAs around the first tile
+    boundary, and the whole run summarised), or why there is none: sm_100a runs only
+    on NumSim, which has no clock; an sm_90a step may not be recorded yet."""
+    from tirx_gemm import timeline as TL
+    png, text = TL.recorded_figure(step_id, arch, folder=results_dir() / "timelines")
+    return Md(text) if png is None else Png(png, text)
 
 
 def plot_results(highlight: str | None = None):

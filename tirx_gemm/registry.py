@@ -103,7 +103,8 @@ class Step:
         if timeline:
             from tirx_gemm import timeline as TL
             return TL.build_instrumented(builder, M, N, K, kwargs,
-                                         persistent=self.sm_count_kwarg is not None)
+                                         persistent=self.sm_count_kwarg is not None,
+                                         arch=self.arch)
         return builder(M, N, K, **kwargs)
 
 

@@ -23,7 +23,8 @@ set -uo pipefail
 G=$PWD/.gpu
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/results"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$G"/b10/wheels/*.whl || exit 3
+WHEELS=$(ls "$G"/b10/wheels/*.whl "$G"/bench/wheels/*.whl 2>/dev/null | head -1)
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$WHEELS" || exit 3
 cd "$G/src" || exit 3
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
@@ -38,12 +39,32 @@ stage() {  # stage NAME SECONDS CMD...
   return $rc
 }
 R="--results $OUT/results --record"
+case "${1:-a}" in
+a)  # round 1: checks, every variant, the peer
 if ! stage check_fp16 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --bundle "$G/b10" $R -q; then
   TAILN=40 stage check_fp16_watchdog 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --watchdog-ms 2000 --bundle "$G/b10" -q
 fi
 stage check_bf16 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --dtype bfloat16 --bundle "$G/b10" $R -q
 TAILN=45 stage lab 240 python3 scripts/lab/h200_variants.py run --bundle "$G/lab10" --records "$OUT/lab_issue18.jsonl" --passes 2
 TAILN=8 FASTCU_TIMEOUT_S=60 stage fastcu 90 python3 "$G/peers/fastcu/fastcu_bench.py" 4096x4096x4096 8192x8192x8192 4096x14336x4096
-# records flat in $OUT (nested result folders do not always come back)
+;;
+final1)  # round 2, part 1 (bundle .gpu/lab10f from issue18_final.json): v9 and v10
+         # against torch over 3 passes, with the peer before and after in the same call
+TAILN=8 FASTCU_TIMEOUT_S=60 stage fastcu 90 python3 "$G/peers/fastcu/fastcu_bench.py" 4096x4096x4096 8192x8192x8192 4096x14336x4096
+TAILN=30 stage lab_final 200 python3 scripts/lab/h200_variants.py run --bundle "$G/lab10f" --records "$OUT/lab_issue18_final.jsonl" --passes 3
+TAILN=8 FASTCU_TIMEOUT_S=60 stage fastcu_after 90 python3 "$G/peers/fastcu/fastcu_bench.py" 4096x4096x4096 8192x8192x8192 4096x14336x4096
+;;
+final2)  # round 2, part 2 (bundle .gpu/bench: every sm_90a step at its benchmark shapes):
+         # v10's benchmark shapes timed for the results table, one Nsight Compute launch
+         # of v9 and v10 at 4096^3 (clocks left alone), the regression baseline with v10
+TAILN=12 stage bench_v10 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes bench --bundle "$G/bench" $R -q
+STEPS="v9 v10" TAILN=4 stage ncu 200 bash scripts/lab/ncu_profile.sh "$G/bench" "$OUT/ncu"
+(cd "$OUT/ncu" 2>/dev/null && tar -czf "$OUT/ncu.tgz" .)
+cp goldens/baselines/nvidia-h200.json "$OUT/baseline.json"  # checked against, then rewritten
+TAILN=30 stage regress 150 python3 -m tirx_gemm.cli regress --bundle "$G/bench" --baseline "$OUT/baseline.json" --update-baseline -q
+;;
+esac
+# records flat in $OUT (nested result folders do not always come back), logs in one archive
 cp "$OUT"/results/*.jsonl "$OUT/" 2>/dev/null
+(cd "$OUT" && tar -czf "logs18_${1:-a}.tgz" *.log gpu.txt 2>/dev/null && rm -f *.log)
 echo "stages done in ${SECONDS}s"

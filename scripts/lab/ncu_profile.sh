@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Profile one launch of sm_90a v7, v8, v9 and of torch.matmul at 4096^3 with Nsight Compute
+# Profile one launch of sm_90a v7, v8, v9 (or the steps in $STEPS) and of torch.matmul at 4096^3 with Nsight Compute
 # (speed of light, warp state, compute and memory workload, occupancy), on a GPU host, from a
 # bundle made here:
-#   for v in v7 v8 v9; do tirx-gemm export $v --arch sm_90a --mnk 4096,4096,4096 \
+#   for v in ${STEPS:-v7 v8 v9}; do tirx-gemm export $v --arch sm_90a --mnk 4096,4096,4096 \
 #       --num-sms 132 --ffi-wheel 3.12 --out build/bundle-ncu; done
 #   bash scripts/lab/ncu_profile.sh build/bundle-ncu OUTDIR          # on the GPU host
 # --clock-control none: ncu's default locks the GPU's clocks at base while it profiles; this
@@ -16,7 +16,7 @@ export PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_KERNEL_TIMEOUT=60
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 [ -z "$NCU" ] && { echo "ncu_profile: error: no ncu on PATH or under /usr/local/cuda*/bin" >&2; exit 2; }
 SECS="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy"
-for v in v7 v8 v9; do
+for v in ${STEPS:-v7 v8 v9}; do
   timeout 120 "$NCU" --clock-control none --kernel-name kernel_kernel --launch-skip 0 \
     --launch-count 1 $SECS python3 -m tirx_gemm.cli run $v --arch sm_90a \
     --mnk 4096,4096,4096 --bundle "$BUNDLE" --no-time > "$OUT/h200_4096_$v.txt" 2>&1

@@ -123,7 +123,14 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       What the overlap saves (v9 already hides its epilogue behind 1-2 K steps) is less
       than the extra operand traffic costs: on this GPU the cooperative 128x256 tile of
       v9 stays the faster Hopper design; ping-pong pays off where a tile's epilogue is
-      long against its mainloop (small K, fused epilogues).
+      long against its mainloop (small K, fused epilogues). Nsight Compute, one launch
+      at 4096^3, clocks left alone (results/logs/ncu/h200_4096_v10_issue18.txt, _v9_):
+      L2 throughput 72% of peak (v9 52%), SM throughput 85% (v9 89%), 196 us at 1.52 GHz
+      (v9 184 us at 1.55 GHz): the extra L2 traffic is what the tensor cores wait on.
+      The second round (3 passes, fast.cu timed before and after in the same call,
+      results/logs/issue18/final_*.log) agrees: v10 0.928x / 0.961x / 0.949x at 4096^3 /
+      8192^3 / 4096x14336x4096 in fp16 (bf16 0.927x / 0.961x / 0.949x), v9 0.988x /
+      1.025x / 0.997x, fast.cu 1.008x / 1.024x / 1.004x (then 0.992x / 1.028x / 1.003x).
     Contracts/Barriers:
       tma2mma[s] (mbarrier, count 1): this CTA's producer thread arrives once per load
         (arrive.expect_tx, A_STAGE + B_STAGE bytes, half of B from the peer's

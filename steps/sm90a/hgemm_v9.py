@@ -42,7 +42,12 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     Why: v7/v8 lose the tensor cores for one epilogue per tile. At 4096^3 a 128x256 tile
       has 64 K steps of ~0.56 us each at the SM's peak rate (2*128*256*64 flop at
       ~7.5 TFLOP/s per SM), ~36 us in all; an epilogue of 1-2 us is 3-5% of that (half
-      at 8192^3). Here it hides behind up to two K steps (~1.1 us) of queued wgmmas.
+      at 8192^3). Here it hides behind up to two K steps (~1.1 us) of queued wgmmas --
+      only partly, the recorded timeline shows (results/timelines/v9_sm_90a_4096x4096x4096,
+      an instrumented build, 1.9x slower than this one): at each tile boundary the
+      producer waits ~3.5 us for a free stage while the consumers pack and stage the
+      previous tile, longer than the two queued K steps cover; the tensor cores idle for
+      the rest. (v10 on sm_90a takes the whole epilogue off the tensor cores' path.)
     Contracts/Barriers: see the comments at tma2mma and mma2tma (v8's, unchanged); the
       staging tiles are guarded by bulk-group waits and the named barrier of the owning
       warpgroup, see store_packed_tile.
