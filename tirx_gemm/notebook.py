@@ -811,14 +811,49 @@ def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
     return Md("\n\n".join(out))
 
 
-def timeline(step_id: str, arch: str = "sm_90a") -> Md | Png:
-    """The in-kernel timeline recorded for this step at its canonical shape
-    (results/timelines/: the Gantt chart of the first CTAs around the first tile
-    boundary, and the whole run summarised), or why there is none: sm_100a runs only
-    on NumSim, which has no clock; an sm_90a step may not be recorded yet."""
+def timeline(step_id: str, arch: str = "sm_90a", *, bundle: str | None = None) -> Md | Png:
+    """The in-kernel timeline of this step at its canonical shape: recorded live here when
+    a GPU of the arch is present and the bundle (``bundle`` or TIRX_GEMM_BUNDLE) holds the
+    step's instrumented build (`tirx-gemm export ... --timeline`); else the one recorded
+    in results/timelines/ (the Gantt chart of the first CTAs around the first tile
+    boundary, and the whole run summarised), or why there is none: sm_100a runs only on
+    NumSim, which has no clock; an sm_90a step may not be recorded yet."""
     from tirx_gemm import timeline as TL
+    bundle = bundle or os.environ.get("TIRX_GEMM_BUNDLE") or None
+    note = ""
+    dev, why = _device_for(arch) if arch == "sm_90a" else (None, "")
+    if dev is not None and bundle:
+        live, note = _live_timeline(step_id, arch, bundle, dev)
+        if live is not None:
+            return live
     png, text = TL.recorded_figure(step_id, arch, folder=results_dir() / "timelines")
+    text = (note + "\n\n" if note else "") + text
     return Md(text) if png is None else Png(png, text)
+
+
+def _live_timeline(step_id: str, arch: str, bundle: str, dev: dict):
+    """(Png, "") of a trace recorded now from the bundle's instrumented kernel, or (None,
+    why not) -- the caller then shows the recorded one."""
+    import argparse
+    import tempfile
+    from tirx_gemm import trace
+    step = registry.get(step_id, arch)
+    out = Path(tempfile.mkdtemp(prefix=f"tirx-gemm-trace-{step_id}-"))
+    args = argparse.Namespace(step=step_id, arch=arch, mnk=None, dtype="float16", out=str(out),
+                              bundle=bundle, ctas=4, no_timing=False)
+    try:
+        rc = trace.trace_main(args)
+    except (ValueError, LookupError, FileNotFoundError) as e:
+        return None, (f"Not recorded live on {dev['name']}: {e}. The recorded trace "
+                      "instead:")
+    pngs, txts = sorted(out.glob("*.png")), sorted(out.glob("*.txt"))
+    if rc != 0 or not txts:
+        return None, (f"The live recording on {dev['name']} failed (exit {rc}); the recorded "
+                      "trace instead:")
+    text = (f"Recorded live just now on {dev['name']} ({step.key}, "
+            f"{'x'.join(map(str, step.canonical))}; files in {out}):\n\n```\n"
+            + txts[0].read_text().rstrip() + "\n```")
+    return (Png(pngs[0].read_bytes(), text) if pngs else Md(text)), ""
 
 
 def plot_results(highlight: str | None = None):
