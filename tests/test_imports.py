@@ -1,12 +1,11 @@
 """tirx_gemm's modules import each other without circles (issue 20): the graph of
 ``tirx_gemm.X`` imports (at module level and inside functions alike: a lazy import is still a
-dependency) has no cycle. The registry <-> mutants pair is the lead's to untangle (the
-subpackage move) and is listed here until then."""
+dependency) has no cycle."""
 import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "tirx_gemm"
-KNOWN = {frozenset({"registry", "mutants"})}  # open in issue 20, moved with the subpackages
+KNOWN: set = set()
 
 
 def _imports(path: Path) -> set[str]:

@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from tirx_gemm import registry
 
 PKG_DIR = Path(__file__).resolve().parent
 HELPERS_IMPORT = "from tirx_gemm import helpers as H"
@@ -158,13 +157,14 @@ def _load(path: Path, module_name: str):
     return mod
 
 
-def builder(m: Mutant) -> Callable:
-    """The mutant's builder: same signature as the step's ``hgemm_vN``."""
-    step = registry.get(m.step, m.arch)
+def builder(m: Mutant, source_file: str) -> Callable:
+    """The mutant's builder, made from the step's source ``source_file`` (the registry's
+    Step.source_file; this module does not import the registry): same signature as the
+    step's ``hgemm_vN``."""
     tmp = Path(tempfile.mkdtemp(prefix=f"tirx-gemm-mutant-{m.name}-"))
-    step_src = Path(step.source_file).read_text(encoding="utf-8")
+    step_src = Path(source_file).read_text(encoding="utf-8")
     if m.helper_edits and HELPERS_IMPORT not in step_src:
-        raise RuntimeError(f"mutant {m.name}: {step.source_file} no longer has "
+        raise RuntimeError(f"mutant {m.name}: {source_file} no longer has "
                            f"{HELPERS_IMPORT!r}; update the mutant")
     tag = m.name.replace("-", "_")
     if m.helper_edits:
@@ -174,7 +174,7 @@ def builder(m: Mutant) -> Callable:
         _load(tmp / "helpers_mutant.py", f"tirx_gemm_mutant_helpers_{tag}")
         step_src = step_src.replace(HELPERS_IMPORT,
                                     f"import tirx_gemm_mutant_helpers_{tag} as H")
-    step_src = _edit(step_src, m.step_edits, step.source_file, m.name)
-    (tmp / f"hgemm_{step.id}_mutant.py").write_text(step_src, encoding="utf-8")
-    mod = _load(tmp / f"hgemm_{step.id}_mutant.py", f"tirx_gemm_mutant_{tag}")
-    return getattr(mod, f"hgemm_{step.id}")
+    step_src = _edit(step_src, m.step_edits, source_file, m.name)
+    (tmp / f"hgemm_{m.step}_mutant.py").write_text(step_src, encoding="utf-8")
+    mod = _load(tmp / f"hgemm_{m.step}_mutant.py", f"tirx_gemm_mutant_{tag}")
+    return getattr(mod, f"hgemm_{m.step}")

@@ -99,7 +99,7 @@ class Step:
             m = mutants.get(mutant)
             if (m.step, m.arch) != (self.id, self.arch):
                 raise ValueError(f"mutant {mutant} breaks {m.step}@{m.arch}, not {self.key}")
-            builder = mutants.builder(m)
+            builder = mutants.builder(m, self.source_file)
         if timeline:
             from tirx_gemm import timeline as TL
             return TL.build_instrumented(builder, M, N, K, kwargs,
