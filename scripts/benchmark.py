@@ -29,7 +29,8 @@ def main(argv=None) -> int:
                     help=f"operand dtype (default {DTYPES[0]})")
     args = ap.parse_args(argv)
 
-    from tirx_gemm import cli, device
+    from tirx_gemm import cli
+    from tirx_gemm.run import device
     arch, why = device.gpu_arch()
     if arch is None:
         print(f"cannot benchmark: {why}", file=sys.stderr)

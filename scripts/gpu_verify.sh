@@ -14,7 +14,7 @@ if ! python3 -c "import tvm_ffi" 2>/dev/null; then
     export PYTHONPATH=/tmp/tirx-gemm-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD:$PYTHONPATH TIRX_GEMM_BUNDLE=$BUNDLE PYTHONUNBUFFERED=1
-ARCH=$(python3 -m tirx_gemm.device) || exit 2  # the one device probe (prints why if none)
+ARCH=$(python3 -m tirx_gemm.run.device) || exit 2  # the one device probe (prints why if none)
 status=0
 echo "== GPU tests ($ARCH)"
 python3 -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider || status=1

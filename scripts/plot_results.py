@@ -5,7 +5,7 @@
 
 Bars: the latest timed, verified record of each step at each benchmark shape; dashed lines:
 torch.matmul (cuBLAS) timed in the same runs (median over those runs). Drawn by
-tirx_gemm.plots.write_device_plots; needs matplotlib (`pip install -e ".[plot]"`).
+tirx_gemm.report.plots.write_device_plots; needs matplotlib (`pip install -e ".[plot]"`).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tirx_gemm.plots import write_device_plots  # noqa: E402
-from tirx_gemm.records import load_records  # noqa: E402
+from tirx_gemm.report.plots import write_device_plots  # noqa: E402
+from tirx_gemm.report.records import load_records  # noqa: E402
 
 
 def main(argv=None) -> int:

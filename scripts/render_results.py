@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tirx_gemm.records import (  # noqa: E402
+from tirx_gemm.report.records import (  # noqa: E402
     PATH_BEGIN,
     PATH_END,
     load_records,
@@ -80,8 +80,8 @@ def steps_and_shapes(records: list[dict]):
 
 def _with_suite_summary(text: str, results: Path) -> str:
     """The README with its shape-suite summary (between the suite markers, when present)
-    rendered from results/suites/*.jsonl by tirx_gemm.suite.render_summary."""
-    from tirx_gemm import suite
+    rendered from results/suites/*.jsonl by tirx_gemm.run.suite.render_summary."""
+    from tirx_gemm.run import suite
     a, b = text.find(suite.SUMMARY_BEGIN), text.find(suite.SUMMARY_END)
     if a < 0 and b < 0:
         return text
@@ -99,7 +99,7 @@ def path_table() -> str | None:
         from tirx_gemm.registry import STEPS
     except Exception:  # noqa: BLE001 - ImportError, or tvm failing to initialise
         return None
-    from tirx_gemm.tables import path_table as render
+    from tirx_gemm.report.tables import path_table as render
     return render(STEPS)
 
 

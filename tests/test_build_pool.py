@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tirx_gemm import registry
-from tirx_gemm.build import BuildError, build_many, find_tool
+from tirx_gemm.build.api import BuildError, build_many, find_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 NVCC = find_tool("nvcc")  # the real one
@@ -139,8 +139,10 @@ def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, cod
         assert not (cache / "builds").exists() or not list((cache / "builds").iterdir())
 
 
-BUILD_MODULES = ("build", "cache", "cudalibs", "doctor", "forkserver_entry", "pipeline", "pool",
-                 "procs", "settings", "toolchain")
+# dotted below tirx_gemm: the build subpackage and the settings it reads
+BUILD_MODULES = ("build.api", "build.cache", "build.cudalibs", "build.doctor",
+                 "build.forkserver_entry", "build.pipeline", "build.pool", "build.procs",
+                 "settings", "build.toolchain")
 
 
 def test_importing_the_build_modules_does_nothing():
@@ -149,7 +151,7 @@ def test_importing_the_build_modules_does_nothing():
     only the fork server runs prepare_fork_server (through its entry module)."""
     code = ("import ctypes, os, sys\n"
             f"for m in {BUILD_MODULES!r}: __import__('tirx_gemm.' + m)\n"
-            "from tirx_gemm import cudalibs\n"
+            "from tirx_gemm.build import cudalibs\n"
             "libc = ctypes.CDLL(None); sig = ctypes.c_int(-1)\n"
             "libc.prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG\n"
             "maps = open('/proc/self/maps').read()\n"
@@ -166,17 +168,18 @@ def test_the_build_modules_import_no_circle():
     import ast
     graph = {}
     for name in BUILD_MODULES:
-        tree = ast.parse((ROOT / "tirx_gemm" / f"{name}.py").read_text())
+        tree = ast.parse((ROOT / "tirx_gemm" / f"{name.replace('.', '/')}.py").read_text())
         deps = set()
         for node in tree.body:  # module level only (function-level imports run later)
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tirx_gemm"):
-                mod = node.module.split(".")[1] if "." in node.module else None
-                deps |= {mod} if mod else {a.name for a in node.names}
+                pkg = node.module[len("tirx_gemm"):].lstrip(".")
+                deps |= {f"{pkg}.{a.name}" if pkg else a.name for a in node.names} | {pkg}
             elif isinstance(node, ast.Import):
-                deps |= {a.name.split(".")[1] for a in node.names
+                deps |= {a.name[len("tirx_gemm."):] for a in node.names
                          if a.name.startswith("tirx_gemm.")}
         graph[name] = deps & set(BUILD_MODULES)
-    assert graph["build"] >= {"cache", "pool", "pipeline", "toolchain"}, graph  # parsed
+    assert graph["build.api"] >= {"build.cache", "build.pool", "build.pipeline",
+                                  "build.toolchain"}, graph  # parsed
     done, path = set(), []
 
     def visit(n):

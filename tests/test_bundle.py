@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import bundle, registry
+from tirx_gemm import registry
+from tirx_gemm.build import bundle
 
 
 BF16 = {"dtype": "bfloat16"}

@@ -3,7 +3,7 @@ checked against it here, so a drifted copy fails a test.
 
 - the README's path table: generated from tirx_gemm/registry.py (tables.path_table);
 - published figures we did not measure (the book's and the article series' B200 TFLOP/s,
-  fast.cu's): tirx_gemm/published.py;
+  fast.cu's): tirx_gemm/report/published.py;
 - shared memory per CTA quoted in steps/lessons/*.md and the step cards: the build
   expectations, goldens/expectations/build.json (`tirx-gemm regress --cpu --update`);
 - no prose cites a Markdown file that does not exist, or counts the steps by hand."""
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import published, registry
-from tirx_gemm.records import PATH_BEGIN, PATH_END, between_markers
-from tirx_gemm.tables import path_table
+from tirx_gemm import registry
+from tirx_gemm.report import published
+from tirx_gemm.report.records import PATH_BEGIN, PATH_END, between_markers
+from tirx_gemm.report.tables import path_table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -77,7 +78,7 @@ def test_b200_figures_in_prose_are_the_published_ones():
     assert len(quotes) >= 5, quotes  # the README, lessons v4/v7/v8/v9 and the cards quote them
     wrong = [f"{_rel(p)}: {n} in '{s[:160]}'" for p, s, n in quotes
              if n not in published.B200_TFLOPS]
-    assert not wrong, ("figures that are not in tirx_gemm/published.py "
+    assert not wrong, ("figures that are not in tirx_gemm/report/published.py "
                        f"({sorted(published.B200_TFLOPS)}):\n" + "\n".join(wrong))
 
 

@@ -22,7 +22,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirx_gemm import device, launcher, loader, numerics, registry, runner
+from tirx_gemm import numerics, registry
+from tirx_gemm.run import device
+from tirx_gemm.run import launcher
+from tirx_gemm.run import loader
+from tirx_gemm.run import runner
 
 pytestmark = pytest.mark.gpu
 
@@ -60,14 +64,14 @@ def _skip_unless_arch(arch):
 
 def _load(step, mnk, dtype="float16"):
     if BUNDLE:
-        from tirx_gemm import bundle
+        from tirx_gemm.build import bundle
         try:
             entry = bundle.find(Path(BUNDLE), step, mnk, watchdog_ms=WATCHDOG_MS, dtype=dtype)
         except ValueError:
             entry = bundle.find(Path(BUNDLE), step, mnk, dtype=dtype)
         return loader.load_kernel(str(Path(BUNDLE) / entry["lib"])), entry
-    from tirx_gemm.build import build
-    from tirx_gemm.measure import dtype_kwargs
+    from tirx_gemm.build.api import build
+    from tirx_gemm.run.measure import dtype_kwargs
     r = build(step.id, *mnk, arch=step.arch, watchdog_ms=WATCHDOG_MS, **dtype_kwargs(dtype))
     return loader.load_kernel(str(r.lib_path)), {"step": r.step, "arch": r.arch, "M": r.M,
                                                  "N": r.N, "K": r.K, "kwargs": r.kwargs}

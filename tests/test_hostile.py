@@ -20,8 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import bundle, records, registry, regress
-from tirx_gemm.build import BuildError
+from tirx_gemm import registry
+from tirx_gemm.build import bundle
+from tirx_gemm.report import records
+from tirx_gemm.report import regress
+from tirx_gemm.build.api import BuildError
 
 ROOT = Path(__file__).resolve().parent.parent
 V1 = registry.get("v1", "sm_100a")
@@ -181,7 +184,7 @@ PLANTED = textwrap.dedent("""
 # emulates a GPU host: CUDA "initialises" (a no-op), then load_kernel goes on to dlopen
 LOAD = textwrap.dedent("""
     import sys
-    from tirx_gemm import loader
+    from tirx_gemm.run import loader
     loader._init_cuda_via_torch = lambda: None
     try:
         loader.load_kernel(sys.argv[1])
@@ -240,7 +243,7 @@ def test_an_intact_bundle_gets_past_verification(bnd):
 # --------------------------------------------------------------------------------------
 # exports: locked and atomic
 # --------------------------------------------------------------------------------------
-EXPORT_ONE = ("import sys; from pathlib import Path; from tirx_gemm import bundle, registry; "
+EXPORT_ONE = ("import sys; from pathlib import Path; from tirx_gemm import registry; from tirx_gemm.build import bundle; "
               "s = registry.get(sys.argv[1], sys.argv[2]); "
               "mnk = tuple(int(x) for x in sys.argv[3].split(',')); "
               "kw = {'dtype': sys.argv[4]} if sys.argv[4] != 'float16' else {}; "
@@ -428,14 +431,14 @@ def test_the_cli_reads_the_baseline_before_measuring():
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["inf", "1e400", "nan", "0", "-5", "3601", "never"])
 def test_the_hang_guard_cannot_be_switched_off(monkeypatch, value):
-    from tirx_gemm import launcher
+    from tirx_gemm.run import launcher
     monkeypatch.setenv(launcher.KERNEL_TIMEOUT_ENV, value)
     with pytest.raises(ValueError, match="at most 3600"):
         launcher.kernel_timeout()
 
 
 def test_the_hang_guard_can_be_widened_to_an_hour(monkeypatch):
-    from tirx_gemm import launcher
+    from tirx_gemm.run import launcher
     monkeypatch.setenv(launcher.KERNEL_TIMEOUT_ENV, "3600")
     assert launcher.kernel_timeout() == 3600.0
     monkeypatch.delenv(launcher.KERNEL_TIMEOUT_ENV)

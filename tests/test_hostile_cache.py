@@ -20,10 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import cache, cudalibs, procs, registry, settings, toolchain
-from tirx_gemm.build import build, build_many
-from tirx_gemm.cache import WorkFolder, cache_key, load_cached, read_entry, sweep_stale
-from tirx_gemm.procs import BuildError, run_tool
+from tirx_gemm import registry, settings
+from tirx_gemm.build import cache
+from tirx_gemm.build import cudalibs
+from tirx_gemm.build import procs
+from tirx_gemm.build import toolchain
+from tirx_gemm.build.api import build, build_many
+from tirx_gemm.build.cache import WorkFolder, cache_key, load_cached, read_entry, sweep_stale
+from tirx_gemm.build.procs import BuildError, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = registry.get("v1", "sm_90a")
@@ -229,7 +233,7 @@ def test_the_key_names_every_part_of_the_toolchain():
 # --------------------------------------------------------------------------------------
 # work folders: locks, not PIDs
 # --------------------------------------------------------------------------------------
-HOLDER = ("import sys, time; from tirx_gemm.cache import WorkFolder; "
+HOLDER = ("import sys, time; from tirx_gemm.build.cache import WorkFolder; "
           "w = WorkFolder(sys.argv[1]); print(w.path, flush=True); time.sleep(600)")
 
 
@@ -351,7 +355,7 @@ def test_bad_limits_are_one_line_errors(monkeypatch, value):
 @pytest.mark.parametrize("value", ["inf", "1e400"])
 def test_an_infinite_limit_cannot_switch_a_guard_off(monkeypatch, value):
     """The kernel hang guard reads its limit through the same parser."""
-    launcher = pytest.importorskip("tirx_gemm.launcher")
+    launcher = pytest.importorskip("tirx_gemm.run.launcher")
     monkeypatch.setenv(launcher.KERNEL_TIMEOUT_ENV, value)
     with pytest.raises(ValueError, match="must be a positive number of seconds, at most"):
         launcher.kernel_timeout()

@@ -9,31 +9,45 @@ KNOWN: set = set()
 
 
 def _imports(path: Path) -> set[str]:
-    """The tirx_gemm modules ``path`` imports anywhere in its code."""
+    """The tirx_gemm modules ``path`` imports anywhere in its code, as dotted names below
+    tirx_gemm ("registry", "build.cache"); ``from tirx_gemm.build import cache`` names
+    "build.cache" (a module) or "build" (a name in the package), whichever exists."""
     out = set()
+    here = _name(path).split(".")
 
-    def visit(nodes):
-        for node in nodes:
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name.startswith("tirx_gemm."):
-                        out.add(a.name.split(".")[1])
-            elif isinstance(node, ast.ImportFrom):
-                mod = node.module or ""
-                if node.level == 1:  # from . import x / from .x import y
-                    out.update([mod.split(".")[0]] if mod else [a.name for a in node.names])
-                elif mod == "tirx_gemm":
-                    out.update(a.name for a in node.names)
-                elif mod.startswith("tirx_gemm."):
-                    out.add(mod.split(".")[1])
-    visit(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    def add(dotted: str, names=()):
+        for n in names:
+            out.add(f"{dotted}.{n}" if dotted else n)
+        if dotted:
+            out.add(dotted)
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("tirx_gemm."):
+                    add(a.name[len("tirx_gemm."):])
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:  # relative: from . import x / from .x import y
+                base = ".".join(here[:len(here) - node.level])
+                add(".".join(x for x in (base, mod) if x), [a.name for a in node.names])
+            elif mod == "tirx_gemm":
+                add("", [a.name for a in node.names])
+            elif mod.startswith("tirx_gemm."):
+                add(mod[len("tirx_gemm."):], [a.name for a in node.names])
     return out
 
 
+def _name(p: Path) -> str:
+    """tirx_gemm/build/cache.py -> "build.cache"; a package's __init__ -> its package."""
+    parts = p.relative_to(PKG).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def graph() -> dict[str, set[str]]:
-    mods = {p.stem for p in PKG.glob("*.py")}
-    return {p.stem: {m for m in _imports(p) if m in mods and m != p.stem}
-            for p in PKG.glob("*.py")}
+    files = {_name(p): p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts}
+    return {name: {m for m in _imports(p) if m in files and m != name}
+            for name, p in files.items()}
 
 
 def tangles(g: dict[str, set[str]]) -> list[set[str]]:

@@ -13,7 +13,8 @@ import torch
 
 import tirx_gemm
 from tirx_gemm import matmul as mm
-from tirx_gemm import registry, splitk, suite
+from tirx_gemm import registry, splitk
+from tirx_gemm.run import suite
 
 
 def ops(M=128, N=256, K=64, dtype=torch.float16):
@@ -29,7 +30,7 @@ def check(a, b, out=None):
 # --------------------------------------------------------------------------------------
 def test_importing_tirx_gemm_and_matmul_imports_neither_torch_nor_tvm():
     code = ("import sys, tirx_gemm; m = tirx_gemm.matmul; m.choose(128, 256, 64); "
-            "import tirx_gemm.suite as s; s.plan(s.load_suite(), 'matmul', 'sm_90a', 132); "
+            "import tirx_gemm.run.suite as s; s.plan(s.load_suite(), 'matmul', 'sm_90a', 132); "
             "bad = [x for x in ('torch', 'tvm') if x in sys.modules]; "
             "assert not bad, bad; print(callable(m))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -202,7 +203,7 @@ def test_without_a_registered_split_k_step_few_tiles_stay_on_v9(monkeypatch):
 def fake_bundle(tmp_path):
     """A bundle that passes bundle.verify (hashes, bindings, runtime/ listed) whose files
     are stand-ins: nothing here is loaded, only looked up."""
-    from tirx_gemm import bundle as bd
+    from tirx_gemm.build import bundle as bd
     kwargs = {"dtype": "bfloat16", "SM_COUNT": 132}
     lib = bd.lib_name("v9", "sm_90a", 1000, 1000, 1000, kwargs)
     (tmp_path / lib).write_bytes(b"stand-in kernel")
@@ -265,7 +266,7 @@ def test_without_tvm_or_bundle_the_error_says_how_to_get_kernels(monkeypatch):
 
 def test_loaded_kernels_carry_their_step_for_the_workspace(monkeypatch):
     """The launcher's KernelHandle allocates v11's workspace from the step it is given."""
-    from tirx_gemm import loader
+    from tirx_gemm.run import loader
     monkeypatch.setattr(loader, "load_kernel", lambda lib: ("kernel", lib))
     v11 = registry.get("v11", "sm_90a")
     meta = {"step": "v11", "arch": "sm_90a", "M": 256, "N": 256, "K": 16384,

@@ -1,4 +1,4 @@
-"""CPU tests of tirx_gemm.records and scripts/render_results.py."""
+"""CPU tests of tirx_gemm.report.records and scripts/render_results.py."""
 
 import json
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm.records import (
+from tirx_gemm.report.records import (
     BEGIN_MARKER,
     END_MARKER,
     NO_SM100_GPU,
@@ -309,9 +309,9 @@ def test_build_sim_and_run_records_share_one_step_at_a_shape():
     their keys; BuildMeta stays read-only."""
     import dataclasses
 
-    from tirx_gemm.cache import BuildResult
-    from tirx_gemm.launcher import BuildMeta
-    from tirx_gemm.sim import SimRow
+    from tirx_gemm.build.cache import BuildResult
+    from tirx_gemm.run.launcher import BuildMeta
+    from tirx_gemm.sim.gate import SimRow
     from tirx_gemm.stepshape import StepShape
     head = [f.name for f in dataclasses.fields(StepShape)]
     assert head == ["step", "arch", "M", "N", "K"]

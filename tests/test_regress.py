@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import regress
+from tirx_gemm.report import regress
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirx_gemm import bundle, launcher, registry, runner
-from tirx_gemm.build import BuildError, build, build_many, cache_key, find_tool, run_tool
+from tirx_gemm import registry
+from tirx_gemm.build import bundle
+from tirx_gemm.run import launcher
+from tirx_gemm.run import runner
+from tirx_gemm.build.api import BuildError, build, build_many, cache_key, find_tool, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 NVCC = find_tool("nvcc")  # the real one (the wheel's, unless TIRX_GEMM_SYSTEM_CUDA=1)
@@ -182,7 +185,7 @@ def test_a_moved_cache_folder_still_works(cache, seeds, tmp_path):
 # worker or tool left): tests/test_build_pool.py::test_no_pool_process_outlives_an_interrupted_build
 
 
-LOCK_HOLDER = ("import sys, time; from tirx_gemm.cache import WorkFolder; "
+LOCK_HOLDER = ("import sys, time; from tirx_gemm.build.cache import WorkFolder; "
                "w = WorkFolder(sys.argv[1]); print(w.path, flush=True); time.sleep(600)")
 
 
@@ -286,7 +289,7 @@ def test_launch_of_a_hanging_kernel_reports_and_exits():
     report and leaves with os._exit (no cleanup can block on the GPU)."""
     code = textwrap.dedent("""
         import torch
-        from tirx_gemm import launcher
+        from tirx_gemm.run import launcher
         class NeverDone:
             def record(self): pass
             def query(self): return False

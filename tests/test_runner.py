@@ -1,4 +1,4 @@
-"""CPU tests of tirx_gemm.runner: the checker, input validation, device gating, imports."""
+"""CPU tests of tirx_gemm.run.runner: the checker, input validation, device gating, imports."""
 
 import math
 import os
@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from tirx_gemm import checking, loader, numerics, runner
-from tirx_gemm.checking import check, compare, make_inputs, poison_, reference
-from tirx_gemm.device import (DeviceMismatchError, capability_matches, check_device,
+from tirx_gemm import numerics
+from tirx_gemm.run import checking
+from tirx_gemm.run import loader
+from tirx_gemm.run import runner
+from tirx_gemm.run.checking import check, compare, make_inputs, poison_, reference
+from tirx_gemm.run.device import (DeviceMismatchError, capability_matches, check_device,
                               parse_smi_line)
-from tirx_gemm.launcher import BuildMeta, KernelHandle, launch, validate_inputs
-from tirx_gemm.loader import RuntimeLibraryError, find_runtime_dir
-from tirx_gemm.timing import n_sets_for_l2, tflops
+from tirx_gemm.run.launcher import BuildMeta, KernelHandle, launch, validate_inputs
+from tirx_gemm.run.loader import RuntimeLibraryError, find_runtime_dir
+from tirx_gemm.run.timing import n_sets_for_l2, tflops
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.cuda.is_available()
@@ -425,7 +428,7 @@ def test_validate_inputs_checks_the_build_dtype():
 
 def _cpu_launch_env(monkeypatch):
     """launch() on CPU stand-ins: the CUDA and capability checks skipped, nothing else."""
-    from tirx_gemm import launcher
+    from tirx_gemm.run import launcher
     real = launcher.validate_inputs
     monkeypatch.setattr(launcher, "validate_inputs",
                         lambda *a, **k: real(*a, **{**k, "require_cuda": False}))
@@ -436,7 +439,7 @@ def test_capability_is_checked_once_per_run(monkeypatch):
     """The run boundary checks the GPU once: a KernelHandle on its first launch on a device
     (not on every call), launch() unless its caller says it checked (run_step's
     check_device), and run_step's own launches never ask again."""
-    from tirx_gemm import launcher
+    from tirx_gemm.run import launcher
     _cpu_launch_env(monkeypatch)
     asked = []
     monkeypatch.setattr(launcher, "check_capability", lambda arch, dev: asked.append(arch))
@@ -448,7 +451,7 @@ def test_capability_is_checked_once_per_run(monkeypatch):
     launch(lambda *a: None, meta, *_ops(), sync=False)
     launch(lambda *a: None, meta, *_ops(), sync=False, device_checked=True)
     assert asked == ["sm_90a", "sm_90a"]
-    src = (ROOT / "tirx_gemm" / "runner.py").read_text()
+    src = (ROOT / "tirx_gemm" / "run" / "runner.py").read_text()
     assert "check_capability" not in src and src.count("check_device(") == 1
     assert "device_checked=True" in src
 
@@ -490,7 +493,8 @@ def _fake_split_k_step(monkeypatch):
 
 
 def test_workspace_specs_of_a_step_and_of_the_steps_without_one(monkeypatch):
-    from tirx_gemm import launcher, registry
+    from tirx_gemm import registry
+    from tirx_gemm.run import launcher
     step = _fake_split_k_step(monkeypatch)
     meta = {"step": "v11", "arch": "sm_90a", "M": 16, "N": 8, "K": 32, "kwargs": {"SPLITS": 3}}
     assert launcher.workspace_specs(meta, step) == (("partials", (3, 16, 8), "float32"),
@@ -519,7 +523,7 @@ def test_kernel_handle_passes_a_zeroed_workspace_after_d_allocated_once(monkeypa
     assert tuple(p1.shape) == (2, 16, 8) and p1.dtype == torch.float32
     assert tuple(c1.shape) == (4,) and c1.dtype == torch.int32 and c1.device == torch.device("cpu")
     # a workspace unlike the specs is refused before the kernel runs
-    from tirx_gemm import launcher
+    from tirx_gemm.run import launcher
     bad = (("partials", torch.zeros(2, 16, 8)), ("counters", torch.zeros(4)))
     with pytest.raises(ValueError, match="workspace 'counters' is torch.float32 \\(4,\\), the "
                                          "build wants int32"):
@@ -534,7 +538,7 @@ def test_check_poisons_scratch_and_fails_a_kernel_that_leaves_counters_dirty(mon
     """The workspace contract (registry.Step.workspace): counters (integer buffers) are zero
     at the start and left zero; scratch (floating point) is written before it is read, so
     the check fills it with NaN and a kernel may leave it dirty."""
-    from tirx_gemm import launcher
+    from tirx_gemm.run import launcher
     step = _fake_split_k_step(monkeypatch)
     M, N, K = 16, 8, 32
     meta = {"step": "v11", "arch": "sm_90a", "M": M, "N": N, "K": K}
@@ -732,8 +736,9 @@ def test_runner_imports_and_works_without_tvm(tmp_path):
         else:
             raise SystemExit("the blocker did not block tvm")
         import torch
-        from tirx_gemm import (checking, device, launcher, loader, numerics, records, runner,
-                               timing)
+        from tirx_gemm import numerics
+        from tirx_gemm.report import records
+        from tirx_gemm.run import checking, device, launcher, loader, runner, timing
         assert "tvm" not in sys.modules and "tvm_ffi" not in sys.modules, sorted(
             m for m in sys.modules if m.startswith("tvm"))
         inp = checking.make_inputs(32, 32, 64, device="cpu")
@@ -758,8 +763,8 @@ def test_runner_imports_and_works_without_tvm(tmp_path):
 
 
 # the run side: what a GPU host without TVM's compiler imports to load, check and time a kernel
-RUN_SIDE = ("runner", "device", "loader", "launcher", "checking", "timing", "numerics",
-            "records", "tvmruntime")
+RUN_SIDE = ("run/runner", "run/device", "run/loader", "run/launcher", "run/checking",
+            "run/timing", "numerics", "report/records", "run/tvmruntime")
 
 
 @pytest.mark.parametrize("module", RUN_SIDE)

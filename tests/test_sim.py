@@ -15,7 +15,9 @@ import threading
 
 import pytest
 
-from tirx_gemm import mutants, registry, sim
+from tirx_gemm import registry
+from tirx_gemm.sim import mutants
+from tirx_gemm.sim import gate as sim
 
 SIM_STEPS = registry.all_steps("sm_100a")
 _why = sim.unavailable_reason()

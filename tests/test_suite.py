@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import suite
+from tirx_gemm.run import suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,7 +153,10 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
     """The orchestration with the GPU replaced: every case runs through runner.run_step
     with its step's metadata, a case whose kernel is missing is reported and skipped, and
     records land in results/suites/ with their suite field."""
-    from tirx_gemm import device, loader, matmul, runner
+    from tirx_gemm import matmul
+    from tirx_gemm.run import device
+    from tirx_gemm.run import loader
+    from tirx_gemm.run import runner
     s = suite.load_suite(write(tmp_path, {"name": "tiny", "shapes": [
         {**GOOD, "M": 1000}, {**GOOD, "M": 8, "why": "missing in the bundle"}]}))
     monkeypatch.setattr(device, "gpu_arch", lambda: ("sm_90a", ""))

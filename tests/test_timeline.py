@@ -164,7 +164,7 @@ def test_summary_names_kinds_and_truncation():
 
 def test_trace_parser_and_sm100a_refusal():
     pytest.importorskip("torch")
-    from tirx_gemm import trace
+    from tirx_gemm.run import trace
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd")
     trace.add_trace_parser(sub)

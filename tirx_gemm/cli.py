@@ -20,12 +20,13 @@ import time
 import traceback
 from pathlib import Path
 
-from tirx_gemm import registry, tables
+from tirx_gemm import registry
+from tirx_gemm.report import tables
 from tirx_gemm.progress import Progress
-from tirx_gemm.measure import dtype_kwargs, kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
+from tirx_gemm.run.measure import dtype_kwargs, kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
 from tirx_gemm.numerics import DTYPES
-from tirx_gemm.regress import DEFAULT_TOLERANCE, EXPECTATIONS
-from tirx_gemm.sass import HEADLINE_SASS, meaning
+from tirx_gemm.report.regress import DEFAULT_TOLERANCE, EXPECTATIONS
+from tirx_gemm.build.sass import HEADLINE_SASS, meaning
 
 
 DEBUG_ENV = "TIRX_GEMM_DEBUG"
@@ -70,7 +71,7 @@ def get_step(step_id: str, arch: str) -> registry.Step:
 
 
 def _mnk(text: str) -> tuple[int, int, int]:
-    from tirx_gemm.build import check_shape_limits
+    from tirx_gemm.build.api import check_shape_limits
     try:
         parts = tuple(int(x) for x in text.replace("x", ",").split(","))
     except ValueError:
@@ -204,7 +205,7 @@ def _build_progress(n: int, quiet: bool, what: str = "building", reqs_label: str
 
 
 def cmd_build(args) -> int:
-    from tirx_gemm.build import build_many
+    from tirx_gemm.build.api import build_many
 
     steps = _steps_arg(args)
     reqs = [(s, args.mnk or s.canonical, dtype_kwargs(args.dtype)) for s in steps]
@@ -229,14 +230,14 @@ def cmd_build(args) -> int:
 
 
 def _cache_note() -> str:
-    from tirx_gemm.build import cache_root
+    from tirx_gemm.build.api import cache_root
     return str(cache_root())
 
 
 def cmd_doctor(args) -> int:
     """Which CUDA toolchain a build uses: nvcc, the ptxas and headers nvcc picks (from
     ``nvcc --dryrun``), cuobjdump, nvdisasm, the host compiler, with paths and versions."""
-    from tirx_gemm.build import toolchain_report
+    from tirx_gemm.build.api import toolchain_report
     lines = toolchain_report()
     for label, text in lines:
         print(f"{label + ':':15}{text}")
@@ -258,7 +259,7 @@ def kernel_start(cuda: str) -> int:
 
 
 def cmd_show(args) -> int:
-    from tirx_gemm.build import build
+    from tirx_gemm.build.api import build
 
     step = get_step(args.step, args.arch)
     with Progress(f"building {step.key}", enabled=not args.quiet):
@@ -285,7 +286,7 @@ def cmd_show(args) -> int:
 def cmd_export(args) -> int:
     """Build steps and put their libraries, a manifest and TVM's runtime into a bundle that
     a GPU host without the TVM compiler can run."""
-    from tirx_gemm import bundle
+    from tirx_gemm.build import bundle
 
     steps = [] if args.suite is not None else _steps_arg(args)
     if args.all and args.mnk:
@@ -294,7 +295,8 @@ def cmd_export(args) -> int:
     out = Path(args.out)
     bundle.check_out_dir(out)
     if args.suite is not None:  # the kernels `bench --suite` / tirx_gemm.matmul will ask for
-        from tirx_gemm import splitk, suite
+        from tirx_gemm import splitk
+        from tirx_gemm.run import suite
         sms = args.num_sms or splitk.DEFAULT_SM_COUNT[args.arch]
         reqs = suite.export_requests(suite.load_suite(args.suite or None), args.target,
                                      args.arch, sms)
@@ -318,7 +320,8 @@ def cmd_export(args) -> int:
 
 
 def _device_or_reason(arch):
-    from tirx_gemm import device, launcher
+    from tirx_gemm.run import device
+    from tirx_gemm.run import launcher
     launcher.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
     return device.device_or_reason(arch)
 
@@ -363,12 +366,13 @@ def cmd_run(args) -> int:
         extra = ("" if args.dtype == "float16" else f" --dtype {args.dtype}") + (
             "" if not args.mnk else f" --mnk {','.join(map(str, mnk))}")
         return _cannot_run(step.key, step.arch, why, step.id, extra)
-    from tirx_gemm import loader, runner
+    from tirx_gemm.run import loader
+    from tirx_gemm.run import runner
     kernel = loader.load_kernel(str(lib))
     rec = runner.run_step(kernel, meta, check=True, time=not args.no_time,
                           git_sha=meta.get("git_sha"))
     if args.record:  # a failed check is recorded too (verified=false)
-        from tirx_gemm import records
+        from tirx_gemm.report import records
         print(f"record appended to {records.append_record(rec, args.results)}")
     return 0 if rec.get("verified") else 1
 
@@ -407,7 +411,7 @@ def cmd_bench(args) -> int:
     print("\n" + tables.text(BENCH_HEAD, [_bench_row(r) for r in recs], "<<<<>>>>>"))
     print(f"device: {device['name']} (cc {device['capability']}, {device['sm_count']} SMs)")
     if args.record:
-        from tirx_gemm import records
+        from tirx_gemm.report import records
         # failed checks are recorded too (verified=false): the table must show them
         paths = {str(records.append_record(r, args.results)) for r in recs}
         print(f"records appended to {', '.join(sorted(paths))}")
@@ -416,8 +420,8 @@ def cmd_bench(args) -> int:
 
 def _bench_suite(args) -> int:
     """`bench --suite [FILE] --target matmul|vN`: every suite shape in fp16 and bf16 against
-    torch.matmul in the same run (tirx_gemm.suite.bench_suite)."""
-    from tirx_gemm import suite
+    torch.matmul in the same run (tirx_gemm.run.suite.bench_suite)."""
+    from tirx_gemm.run import suite
     suite.load_suite(args.suite or None)  # a bad suite file fails before the GPU probe
     if args.target != suite.MATMUL:
         get_step(args.target, args.arch)
@@ -440,10 +444,11 @@ def _bench_suite(args) -> int:
 
 
 def cmd_regress(args) -> int:
-    from tirx_gemm import regress
+    from tirx_gemm.report import regress
     if args.cpu:
         return _regress_cpu(args)
-    from tirx_gemm import device, launcher
+    from tirx_gemm.run import device
+    from tirx_gemm.run import launcher
     launcher.kernel_timeout()  # a bad TIRX_GEMM_KERNEL_TIMEOUT fails before any build
     arch, why = device.gpu_arch()
     if arch is None:
@@ -464,7 +469,7 @@ def cmd_regress(args) -> int:
     verdicts = regress.evaluate(recs, None if args.update_baseline else base, args.tolerance)
     print("\n" + regress.format_verdicts(verdicts))
     if args.record:
-        from tirx_gemm import records
+        from tirx_gemm.report import records
         for r in recs:
             records.append_record(r, args.results)
     wrong = [v for v in verdicts if v["status"] == "FAIL"]
@@ -480,8 +485,8 @@ def cmd_regress(args) -> int:
 
 
 def _regress_cpu(args) -> int:
-    from tirx_gemm import regress
-    from tirx_gemm.build import build_many
+    from tirx_gemm.report import regress
+    from tirx_gemm.build.api import build_many
     steps = registry.all_steps(args.arch if args.arch_given else None)
     reqs = regress.cpu_requests(steps)
     prog, progress = _build_progress(len(reqs), args.quiet)
@@ -638,16 +643,16 @@ def make_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_regress)
 
     _add_sim_parser(sub)
-    from tirx_gemm import trace  # timeline + registry at import; torch when it runs
+    from tirx_gemm.run import trace  # timeline + registry at import; torch when it runs
     trace.add_trace_parser(sub)
     return p
 
 
 # --------------------------------------------------------------------------------------
-# `tirx-gemm sim` (tirx_gemm/sim.py: numpy + registry at import; NumSim loads when it runs)
+# `tirx-gemm sim` (tirx_gemm/sim/gate.py: numpy + registry at import; NumSim loads when it runs)
 # --------------------------------------------------------------------------------------
 def _add_sim_parser(sub) -> None:
-    from tirx_gemm.sim import CHECKS
+    from tirx_gemm.sim.gate import CHECKS
     p = sub.add_parser(
         "sim", help="run sm_100a steps on a CPU model of Blackwell (NumSim) + sync/race checks",
         description="Simulate sm_100a steps with tirx-harness NumSim at the registry's "
@@ -667,14 +672,14 @@ def _add_sim_parser(sub) -> None:
                    help=f"comma list of {','.join(CHECKS)} (default: all)")
     p.add_argument("--log", help="file for the full checker text (default build/sim/...)")
     p.add_argument("--mutant", help="simulate a deliberately broken variant instead "
-                   "(tirx_gemm/mutants.py; the gate must fail); names the step itself")
+                   "(tirx_gemm/sim/mutants.py; the gate must fail); names the step itself")
     p.add_argument("--record", action="store_true",
                    help="append the rows to results/sim/numsim-cpu.jsonl (README table)")
     p.set_defaults(fn=cmd_sim)
 
 
 def _parse_checks(text: str) -> tuple[str, ...]:
-    from tirx_gemm.sim import CHECKS
+    from tirx_gemm.sim.gate import CHECKS
     checks = tuple(c.strip() for c in text.split(",") if c.strip())
     bad = [c for c in checks if c not in CHECKS]
     if bad or not checks:
@@ -684,12 +689,12 @@ def _parse_checks(text: str) -> tuple[str, ...]:
 
 def cmd_sim(args) -> int:
     """`tirx-gemm sim`: the registry's simulation cases (or --mnk, or a mutant) on NumSim."""
-    from tirx_gemm.sim import (ARCH, CHECKS, SimUnavailable, append_records, cases_for,
+    from tirx_gemm.sim.gate import (ARCH, CHECKS, SimUnavailable, append_records, cases_for,
                                default_log_path, mutant_case, simulate, unavailable_reason)
     checks = _parse_checks(args.check)
     mnk = args.mnk
     if args.mutant:
-        from tirx_gemm import mutants
+        from tirx_gemm.sim import mutants
         mutant_case(args.mutant)  # an sm_90a mutant is refused here
         m = mutants.get(args.mutant)
         if args.all or (args.step and registry.get(args.step, ARCH).id != m.step):
@@ -766,8 +771,8 @@ def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
-    from tirx_gemm.build import BuildError
-    from tirx_gemm.sim import SimUnavailable
+    from tirx_gemm.build.api import BuildError
+    from tirx_gemm.sim.gate import SimUnavailable
     try:
         return args.fn(args)
     except (ValueError, BuildError, OSError, SimUnavailable, *_runner_errors()) as exc:
@@ -797,7 +802,7 @@ TOOLCHAIN_WORDS = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "cicc", "libcuda", 
 def _doctor_hint(exc: BaseException) -> str:
     """"; `tirx-gemm doctor` ..." for a build error about the toolchain (a tool missing,
     failing or hung), unless the message already names a way on."""
-    from tirx_gemm.build import BuildError
+    from tirx_gemm.build.api import BuildError
     first = (str(exc).strip().splitlines() or [""])[0]
     if not isinstance(exc, BuildError) or "doctor" in first:
         return ""

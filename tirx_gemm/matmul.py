@@ -15,12 +15,12 @@ How a call runs:
    processes) or, on a GPU host without TVM, read from a bundle made by ``tirx-gemm export``
    (:func:`use_bundle` or ``$TIRX_GEMM_BUNDLE``); the loaded kernel is kept for the process,
    keyed by step, arch, shape, keywords, bundle and device;
-4. it launches through ``tirx_gemm.launcher`` (operand checks, compute capability, and, with
+4. it launches through ``tirx_gemm.run.launcher`` (operand checks, compute capability, and, with
    ``sync=True``, the host hang guard), into ``out`` or a fresh tensor.
 
 The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 ``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
-:func:`choose` and the suite planning (tirx_gemm.suite) run on a build machine without torch.
+:func:`choose` and the suite planning (tirx_gemm.run.suite) run on a build machine without torch.
 Not autograd-aware: inputs that require grad are refused while grad mode is on. The kernel
 runs on the stream apache-tvm-ffi uses for torch tensors, as every launch of this project
 (runner, notebooks); calls from a non-default torch stream are not tested.
@@ -35,7 +35,7 @@ import types
 from pathlib import Path
 
 from tirx_gemm import registry, splitk
-from tirx_gemm.measure import dtype_kwargs
+from tirx_gemm.run.measure import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 
 __all__ = ["matmul", "choose", "step_kwargs", "check_operands", "use_bundle", "bundle_path",
@@ -205,7 +205,7 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
 def _gpu_arch(dev) -> tuple[str, int]:
     """(arch, SM count) of the GPU holding the operands, or a ValueError naming the fix."""
     import torch
-    from tirx_gemm.device import ARCH_CAPABILITY, capability_matches
+    from tirx_gemm.run.device import ARCH_CAPABILITY, capability_matches
     cap = tuple(torch.cuda.get_device_capability(dev))
     for arch in ARCH_CAPABILITY:
         if capability_matches(arch, cap):
@@ -228,7 +228,7 @@ def use_bundle(path) -> None:
     them; ``None`` goes back to ``$TIRX_GEMM_BUNDLE`` or, without it, building here."""
     global _bundle_override
     if path is not None:
-        from tirx_gemm.bundle import load_manifest
+        from tirx_gemm.build.bundle import load_manifest
         load_manifest(Path(path))  # not a bundle: say so now, not at the first call
     _bundle_override = None if path is None else Path(path)
 
@@ -259,7 +259,7 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
     previous build at once). Errors say how to get the missing kernel."""
     M, N, K = mnk
     if bundle is not None:
-        from tirx_gemm import bundle as bundles
+        from tirx_gemm.build import bundle as bundles
         try:
             entry = dict(bundles.find(Path(bundle), step, mnk, kwargs=dict(kwargs)))
         except ValueError as exc:
@@ -279,8 +279,8 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
             f"cannot get {_describe(step, mnk, kwargs)}: no bundle is set and the TVM compiler "
             f"is not installed here; export a bundle on a build machine (`tirx-gemm export "
             f"--suite FILE`) and point tirx_gemm.matmul.use_bundle(path) or ${BUNDLE_ENV} at it")
-    from tirx_gemm.build import build
-    from tirx_gemm.gitinfo import git_sha
+    from tirx_gemm.build.api import build
+    from tirx_gemm.report.gitinfo import git_sha
     r = build(step.id, M, N, K, arch=step.arch, **kwargs)
     return Path(r.lib_path), {
         "step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
@@ -293,8 +293,8 @@ class _Loaded:
     workspace operands once (registry.Step.workspace) and passes them after D."""
 
     def __init__(self, step: registry.Step, lib: Path, meta: dict, device):
-        from tirx_gemm.launcher import KernelHandle
-        from tirx_gemm.loader import load_kernel
+        from tirx_gemm.run.launcher import KernelHandle
+        from tirx_gemm.run.loader import load_kernel
         self.handle = KernelHandle(load_kernel(str(lib)), meta, step=step)
 
 

@@ -71,7 +71,7 @@ class Progress:
         else:
             verb = "cached" if res.cached else "built"
             secs = None if res.cached else res.times.get("total")
-        from tirx_gemm.tables import shape
+        from tirx_gemm.report.tables import shape
         dtype = (req[2] if len(req) > 2 else {}).get("dtype", "float16")
         extra = "" if dtype == "float16" else f" {dtype}"
         self.item(verb, f"{req[0].key} {shape(req[1])}{extra}", secs)

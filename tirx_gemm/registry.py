@@ -10,7 +10,7 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from tirx_gemm.sass import KEY_SASS  # noqa: F401  (the glossary's opcodes; build.py reads them here)
+from tirx_gemm.build.sass import KEY_SASS  # noqa: F401  (the glossary's opcodes; build.py reads them here)
 
 ARCHES = ("sm_100a", "sm_90a")
 Shape = tuple[int, int, int]
@@ -87,7 +87,7 @@ class Step:
 
     def build_primfunc(self, M: int, N: int, K: int, **kwargs):
         """The step's PrimFunc. ``mutant=NAME`` builds a deliberately broken variant of this
-        step instead (tirx_gemm.mutants), e.g. to prove that the simulation gate or the
+        step instead (tirx_gemm.sim.mutants), e.g. to prove that the simulation gate or the
         GPU watchdog catches it; it travels through builds and bundles like any keyword.
         ``TIMELINE=True`` builds the instrumented twin (tirx_gemm.timeline): the same kernel
         plus event records into one extra operand after D; off, the PrimFunc is unchanged."""
@@ -95,7 +95,7 @@ class Step:
         mutant = kwargs.pop("mutant", None)
         timeline = kwargs.pop("TIMELINE", False)
         if mutant is not None:
-            from tirx_gemm import mutants
+            from tirx_gemm.sim import mutants
             m = mutants.get(mutant)
             if (m.step, m.arch) != (self.id, self.arch):
                 raise ValueError(f"mutant {mutant} breaks {m.step}@{m.arch}, not {self.key}")

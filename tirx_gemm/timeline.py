@@ -45,7 +45,7 @@ Two halves, one module:
   :func:`gantt_png` draws it, :func:`summary` describes the whole run, :func:`write_outputs`
   writes the three files and :func:`recorded_figure` shows a recorded trace in a notebook.
   Recording on a GPU (``tirx-gemm trace``: check, launch, decode, time against the plain
-  build) and exporting instrumented bundles live in :mod:`tirx_gemm.trace`, which imports
+  build) and exporting instrumented bundles live in :mod:`tirx_gemm.run.trace`, which imports
   the registry, bundles and the run side; this module imports no other tirx_gemm module,
   so the verbs (helpers, hopper) and the registry can import it without an import circle.
 
@@ -905,7 +905,7 @@ def summary(tl: Timeline, meta: dict | None = None, timing: dict | None = None,
 
 
 # ---------------------------------------------------------------------------------------
-# the files a trace leaves (tirx_gemm.trace writes them on a GPU) and the notebooks
+# the files a trace leaves (tirx_gemm.run.trace writes them on a GPU) and the notebooks
 # ---------------------------------------------------------------------------------------
 TIMELINES_DIR = Path(__file__).resolve().parent.parent / "results" / "timelines"
 
@@ -942,7 +942,7 @@ def write_outputs(tl: Timeline, out: Path, stem: str, meta: dict, *, timing=None
     try:
         png = gantt_png(trace, out / f"{stem}.png", title=_title(other, (lo, hi)))
     except ImportError as exc:  # a GPU host without matplotlib: the JSON draws it later
-        print(f"no PNG ({exc}): `python -m tirx_gemm.trace png {js}` draws it where "
+        print(f"no PNG ({exc}): `python -m tirx_gemm.run.trace png {js}` draws it where "
               "matplotlib is installed", file=sys.stderr)
         png = None
     txt = out / f"{stem}.txt"

@@ -128,7 +128,11 @@ def main(argv=None) -> int:
         ap.error("--seconds must be positive")
 
     import torch
-    from tirx_gemm import bundle, device, launcher, loader, timing
+    from tirx_gemm.build import bundle
+    from tirx_gemm.run import device
+    from tirx_gemm.run import launcher
+    from tirx_gemm.run import loader
+    from tirx_gemm.run import timing
     arch, why = device.gpu_arch()
     if arch is None:
         print(f"clock_probe: error: {why}", file=sys.stderr)

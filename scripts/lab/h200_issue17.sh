@@ -8,6 +8,7 @@
 # with it; logs and records go to $OUT. Two calls: `h200_issue17.sh a` (checks, lab
 # variants) and `h200_issue17.sh b` (the suite, matmul, the benchmark shapes).
 set -uo pipefail
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 G=$PWD/.gpu
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/results"
@@ -15,15 +16,6 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site "$G"/b16/wheel
 cd "$G/src" || exit 3
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-stage() {  # stage NAME SECONDS CMD...
-  local name=$1 limit=$2; shift 2
-  echo "== $name (limit ${limit}s)"
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n ${TAILN:-25} "$OUT/$name.log"
-  echo "== $name rc=$rc in $((SECONDS - t0))s"
-}
 R="--results $OUT/results --record"
 case "${1:-a}" in
 a)
@@ -45,7 +37,7 @@ stage check_bf16 80 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes 
 TAILN=12 stage suite_matmul 120 python3 -m tirx_gemm.cli bench --suite --target matmul --arch sm_90a --bundle "$G/suite" $R -q
 TAILN=5 TIRX_GEMM_BUNDLE="$G/suite" stage matmul_smoke 60 python3 scripts/lab/matmul_smoke.py
 stage bench_fp16 90 python3 -m tirx_gemm.cli bench --all --arch sm_90a --shapes bench --bundle "$G/b16" $R -q
-cp goldens/baselines/nvidia-h200.json "$OUT/baseline.json"  # checked against, then rewritten
+cp goldens/baselines/nvidia-h200.json "$OUT/baseline.json"  # rewritten from this run (--update-baseline compares nothing)
 stage regress 120 python3 -m tirx_gemm.cli regress --bundle "$G/b16" --baseline "$OUT/baseline.json" --update-baseline -q
 ;;
 esac

@@ -20,6 +20,7 @@
 #   fastcu                   fast.cu kernel 12 vs torch.matmul at the three large shapes
 # Logs and records go to $OUT.
 set -uo pipefail
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 G=$PWD/.gpu
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/results"
@@ -28,16 +29,6 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site "$WHEELS" || e
 cd "$G/src" || exit 3
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-stage() {  # stage NAME SECONDS CMD...
-  local name=$1 limit=$2; shift 2
-  echo "== $name (limit ${limit}s)"
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n ${TAILN:-25} "$OUT/$name.log"
-  echo "== $name rc=$rc in $((SECONDS - t0))s"
-  return $rc
-}
 R="--results $OUT/results --record"
 case "${1:-a}" in
 a)  # round 1: checks, every variant, the peer
@@ -60,8 +51,11 @@ final2)  # round 2, part 2 (bundle .gpu/bench: every sm_90a step at its benchmar
 TAILN=12 stage bench_v10 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes bench --bundle "$G/bench" $R -q
 STEPS="v9 v10" TAILN=4 stage ncu 200 bash scripts/lab/ncu_profile.sh "$G/bench" "$OUT/ncu"
 (cd "$OUT/ncu" 2>/dev/null && tar -czf "$OUT/ncu.tgz" .)
-cp goldens/baselines/nvidia-h200.json "$OUT/baseline.json"  # checked against, then rewritten
-TAILN=30 stage regress 150 python3 -m tirx_gemm.cli regress --bundle "$G/bench" --baseline "$OUT/baseline.json" --update-baseline -q
+# first against the committed baseline (--update-baseline alone compares nothing), then a
+# fresh baseline from a second run (copy it to goldens/baselines/ if the first passed)
+TAILN=30 stage regress 150 python3 -m tirx_gemm.cli regress --bundle "$G/bench" -q
+cp goldens/baselines/nvidia-h200.json "$OUT/baseline.json"
+TAILN=5 stage regress_update 150 python3 -m tirx_gemm.cli regress --bundle "$G/bench" --baseline "$OUT/baseline.json" --update-baseline -q
 ;;
 esac
 # records flat in $OUT (nested result folders do not always come back), logs in one archive

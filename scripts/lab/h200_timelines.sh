@@ -10,7 +10,7 @@
 #
 # Here (CPU), from the repository root, once the timeline work is committed:
 #   rm -rf .gpu/tl/src && mkdir -p .gpu/tl/src && git archive HEAD | tar -x -C .gpu/tl/src
-#   python -m tirx_gemm.trace export v4 v5 v6 v7 v8 v9 v10 --mnk 4096,4096,4096 \
+#   python -m tirx_gemm.run.trace export v4 v5 v6 v7 v8 v9 v10 --mnk 4096,4096,4096 \
 #       --num-sms 132 --ffi-wheel 3.12 --out .gpu/tl/bundle
 # (14 kernels: each step instrumented and plain; ~4 min on 2 cores, bundle ~10 MiB with
 # TVM's runtime and the apache-tvm-ffi wheel. With the CLI wiring applied, the same bundle
@@ -45,7 +45,7 @@ status=0
 for v in $STEPS; do
   echo "== $v (limit 150 s)" | tee -a "$LOG"
   t0=$SECONDS
-  timeout 150 python3 -m tirx_gemm.trace trace "$v" --arch sm_90a --mnk "$MNK" \
+  timeout 150 python3 -m tirx_gemm.run.trace trace "$v" --arch sm_90a --mnk "$MNK" \
     --bundle "$G/bundle" --out "$WORK/timelines" >> "$LOG" 2>&1
   rc=$?
   echo "== $v rc=$rc in $((SECONDS - t0))s" | tee -a "$LOG"

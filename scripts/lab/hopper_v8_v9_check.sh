@@ -78,7 +78,8 @@ echo
 echo "== timing: v7, v8, v9 and torch.matmul at 4096^3 and 8192^3, one process (900 s)"
 timeout -k 10 900 python3 - "$BUNDLE" <<'EOF'
 import sys
-from tirx_gemm import cli, device, registry
+from tirx_gemm import cli, registry
+from tirx_gemm.run import device
 bundle = sys.argv[1]
 plan = []
 for mnk in ((4096, 4096, 4096), (8192, 8192, 8192)):

@@ -12,7 +12,8 @@ import sys
 import torch
 
 import tirx_gemm
-from tirx_gemm import numerics, suite
+from tirx_gemm import numerics
+from tirx_gemm.run import suite
 
 
 def main(argv) -> int:

@@ -40,7 +40,8 @@ VARIANTS = (
 
 
 def export(out: Path) -> int:
-    from tirx_gemm import bundle, registry
+    from tirx_gemm import registry
+    from tirx_gemm.build import bundle
     for wd in sorted({w for _, _, w in VARIANTS}, key=lambda w: w or 0):
         reqs = []
         for sid, kw, w in VARIANTS:
@@ -61,7 +62,9 @@ def _label(e: dict) -> str:
 
 
 def run(bundle_dir: Path, records_path: Path, passes: int) -> int:
-    from tirx_gemm import bundle, loader, runner
+    from tirx_gemm.build import bundle
+    from tirx_gemm.run import loader
+    from tirx_gemm.run import runner
     entries = sorted(bundle.load_manifest(bundle_dir),
                      key=lambda e: (e["M"], e["step"], _label(e)))
     records_path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,7 +111,7 @@ def main(argv=None) -> int:
     r.add_argument("--passes", type=int, default=2)
     args = ap.parse_args(argv)
     if args.cmd == "export":
-        from tirx_gemm.build import BuildError
+        from tirx_gemm.build.api import BuildError
         try:
             return export(Path(args.out))
         except (ValueError, BuildError) as e:

@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 import torch
 
 from tirx_gemm import numerics
-from tirx_gemm.device import DeviceMismatchError
-from tirx_gemm.launcher import KernelLaunchError, synchronize, validate_inputs
+from tirx_gemm.run.device import DeviceMismatchError
+from tirx_gemm.run.launcher import KernelLaunchError, synchronize, validate_inputs
 # compare() defaults; see the module docstring for the reasoning.
 from tirx_gemm.numerics import FROM_DTYPE
 

@@ -17,7 +17,8 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from tirx_gemm import records, tables
+from tirx_gemm.report import records
+from tirx_gemm.report import tables
 
 __all__ = ["BIG_SHAPES", "canonical_data", "canonical_text", "canonical_png",
            "write_device_plots"]

@@ -21,9 +21,9 @@ import math
 import re
 from pathlib import Path
 
-from tirx_gemm import tables
+from tirx_gemm.report import tables
 from tirx_gemm.registry import Step
-from tirx_gemm.sass import KEY_SASS
+from tirx_gemm.build.sass import KEY_SASS
 
 DEFAULT_TOLERANCE = 0.15
 BASELINE_DIR = Path("goldens") / "baselines"
@@ -37,7 +37,7 @@ def shape_key(M: int, N: int, K: int) -> str:
 def bench_plan(steps: list[Step]) -> list[tuple[Step, tuple[int, int, int]]]:
     """(step, shape) pairs a regression run measures: bench shapes, else the canonical one
     (the same shapes `tirx-gemm bench` and `export --shapes bench` use)."""
-    from tirx_gemm.bundle import shapes_for
+    from tirx_gemm.build.bundle import shapes_for
     return [(s, mnk) for s in steps for mnk in shapes_for(s, "bench")]
 
 
@@ -45,7 +45,7 @@ def bench_plan(steps: list[Step]) -> list[tuple[Step, tuple[int, int, int]]]:
 # GPU level
 # ---------------------------------------------------------------------------------------
 def baseline_path(device_name: str, baseline_dir: Path = BASELINE_DIR) -> Path:
-    from tirx_gemm.records import device_slug
+    from tirx_gemm.report.records import device_slug
     return Path(baseline_dir) / f"{device_slug(device_name)}.json"
 
 

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from tirx_gemm import numerics, registry
-from tirx_gemm.device import ARCH_CAPABILITY, check_capability
-from tirx_gemm.loader import load_kernel
+from tirx_gemm.run.device import ARCH_CAPABILITY, check_capability
+from tirx_gemm.run.loader import load_kernel
 from tirx_gemm.settings import env_seconds
 from tirx_gemm.stepshape import StepShape
 

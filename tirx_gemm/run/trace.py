@@ -9,7 +9,7 @@ bundle): :func:`trace_main` checks an instrumented build once against the fp32 r
 launches it again on a zeroed timeline buffer, decodes it, times it against the plain build
 (alternating launches, CUDA events, inputs rotated past L2) and writes the three files.
 
-``python -m tirx_gemm.trace`` has three subcommands: ``trace`` (as ``tirx-gemm trace``),
+``python -m tirx_gemm.run.trace`` has three subcommands: ``trace`` (as ``tirx-gemm trace``),
 ``export`` (instrumented and plain builds of steps into one bundle; TVM, here) and ``png``
 (draw a recorded JSON's chart where matplotlib is installed).
 """
@@ -83,18 +83,19 @@ def trace_main(args) -> int:
     step = registry.get(args.step, args.arch)
     M, N, K = _parse_mnk(args.mnk) if args.mnk else step.canonical
     import torch
-    from tirx_gemm import device, loader
+    from tirx_gemm.run import device
+    from tirx_gemm.run import loader
     info = device.check_device(step.arch, None)
     dev = torch.device("cuda", info["index"])
     plain_lib = None
     if args.bundle:
-        from tirx_gemm import bundle
+        from tirx_gemm.build import bundle
         entry, plain = _find_in_bundle(bundle, Path(args.bundle), step, (M, N, K), args.dtype)
         lib, kwargs = Path(args.bundle) / entry["lib"], dict(entry["kwargs"])
         if plain is not None:
             plain_lib = Path(args.bundle) / plain["lib"]
     else:
-        from tirx_gemm.build import build
+        from tirx_gemm.build.api import build
         kw = {**step.with_sm_count(info["sm_count"])}
         if args.dtype != "float16":
             kw["dtype"] = args.dtype
@@ -121,8 +122,9 @@ def trace_main(args) -> int:
 
 
 def _inputs_for_timing(M, N, K, dtype, dev):
-    from tirx_gemm import checking, timing
-    from tirx_gemm.device import l2_bytes
+    from tirx_gemm.run import checking
+    from tirx_gemm.run import timing
+    from tirx_gemm.run.device import l2_bytes
     n = timing.n_sets_for_l2(2 * (M * K + N * K + M * N), l2_bytes(dev))
     sets = []
     for _ in range(n):
@@ -140,7 +142,8 @@ def record(kernel, step, M: int, N: int, K: int, kwargs: dict, dev, *, plain=Non
     normal build) when given. The step's own workspace operands (if any) come first, the
     timeline buffer last. Returns (Timeline, timing dict)."""
     import torch
-    from tirx_gemm import checking, launcher
+    from tirx_gemm.run import checking
+    from tirx_gemm.run import launcher
     meta = launcher.BuildMeta(step=step.id, arch=step.arch, M=M, N=N, K=K,
                               kwargs=plain_kwargs(kwargs))
     workspace = launcher.make_workspace(launcher.workspace_specs(meta, step), dev)
@@ -170,7 +173,7 @@ def record(kernel, step, M: int, N: int, K: int, kwargs: dict, dev, *, plain=Non
         tl = decode(tlbuf)
         timing = {}
         if timed:
-            from tirx_gemm import timing as TM
+            from tirx_gemm.run import timing as TM
             sets = _inputs_for_timing(M, N, K, meta.dtype, dev)
             fns = {"timeline": lambda A, B, D: kernel(A, B, D, *ws, tlbuf)}
             if plain is not None:  # the timeline buffer is rewritten, not re-zeroed: the
@@ -200,14 +203,15 @@ def _find_in_bundle(bundle_mod, bundle_dir: Path, step, mnk, dtype: str):
 
 
 # ---------------------------------------------------------------------------------------
-# `python -m tirx_gemm.trace`: trace (as tirx-gemm trace), export (TVM, here), png
+# `python -m tirx_gemm.run.trace`: trace (as tirx-gemm trace), export (TVM, here), png
 # ---------------------------------------------------------------------------------------
 def export_bundle(step_ids, mnk, out, *, arch: str = "sm_90a", num_sms: int = 132,
                   dtype: str = "float16", plain: bool = True, jobs=None,
                   ffi_wheel_python: str | None = None, progress: bool = True) -> int:
     """Export the instrumented builds of ``step_ids`` at ``mnk`` (and, with ``plain``, their
     normal builds, for the cost figure) into the bundle ``out`` for `trace --bundle`."""
-    from tirx_gemm import bundle, registry
+    from tirx_gemm import registry
+    from tirx_gemm.build import bundle
     reqs = []
     for sid in step_ids:
         step = registry.get(sid, arch)
@@ -223,7 +227,7 @@ def export_bundle(step_ids, mnk, out, *, arch: str = "sm_90a", num_sms: int = 13
 
 def main(argv=None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m tirx_gemm.trace")
+    p = argparse.ArgumentParser(prog="python -m tirx_gemm.run.trace")
     sub = p.add_subparsers(dest="cmd", required=True)
     _trace_arguments(sub.add_parser("trace", help="as `tirx-gemm trace`"))
     ex = sub.add_parser("export", help="instrumented + plain builds of steps into a bundle")

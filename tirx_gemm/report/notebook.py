@@ -2,9 +2,9 @@
 
 The notebooks in ``notebooks/`` are narrative plus one-line calls into this module; no
 kernel code lives in them. Everything here reads the one registry (``tirx_gemm.registry``),
-the build harness (``tirx_gemm.build``: canonical shapes only, cached on disk under
+the build harness (``tirx_gemm.build.api``: canonical shapes only, cached on disk under
 ``TIRX_GEMM_CACHE``) and the recorded results (``results/*.jsonl`` via
-``tirx_gemm.records``); runs go through ``tirx_gemm.runner`` and only where a GPU of the
+``tirx_gemm.report.records``); runs go through ``tirx_gemm.run.runner`` and only where a GPU of the
 step's arch is present.
 
 Every function returns an object that renders itself in Jupyter (markdown, or a PNG for
@@ -26,9 +26,13 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from tirx_gemm import measure, plots, records, registry, tables
+from tirx_gemm import registry
+from tirx_gemm.run import measure
+from tirx_gemm.report import plots
+from tirx_gemm.report import records
+from tirx_gemm.report import tables
 from tirx_gemm.registry import Step
-from tirx_gemm.sass import KEY_SASS, SASS_GLOSSARY
+from tirx_gemm.build.sass import KEY_SASS, SASS_GLOSSARY
 
 __all__ = [
     "Md",
@@ -66,7 +70,7 @@ __all__ = [
     "suite_plot",
 ]
 
-PKG_DIR = Path(__file__).resolve().parent
+PKG_DIR = Path(__file__).resolve().parents[1]
 RESULTS_ENV = "TIRX_GEMM_RESULTS"
 
 
@@ -173,7 +177,7 @@ def build_step(step_id: str) -> dict:
     cannot compile)."""
     if compiler_missing():
         return {}
-    from tirx_gemm.build import build
+    from tirx_gemm.build.api import build
     return {s.arch: build(s.id, *s.canonical, arch=s.arch) for s in steps_of(step_id)}
 
 
@@ -184,7 +188,7 @@ def canonical_build(step_id: str, arch: str):
         return None
     key = (step.id, step.arch)
     if key not in _BUILDS:
-        from tirx_gemm.build import build
+        from tirx_gemm.build.api import build
         _BUILDS[key] = build(step.id, *step.canonical, arch=step.arch)
     return _BUILDS[key]
 
@@ -194,7 +198,7 @@ def _prefetch(steps: Sequence[Step]) -> None:
     todo = [s for s in steps if (s.id, s.arch) not in _BUILDS]
     if not todo:
         return
-    from tirx_gemm.build import build_many
+    from tirx_gemm.build.api import build_many
     for s, res in zip(todo, build_many([(s, s.canonical, {}) for s in todo])):
         if isinstance(res, Exception):
             raise res
@@ -206,7 +210,7 @@ def _total_sass(res) -> int:
 
 
 def build_summary(builds: dict) -> Md:
-    """One line per arch for the results of ``tirx_gemm.build.build`` (arch -> BuildResult)."""
+    """One line per arch for the results of ``tirx_gemm.build.api.build`` (arch -> BuildResult)."""
     if not builds and compiler_missing():
         return _not_here()
     rows = []
@@ -723,7 +727,7 @@ def simulation(step_id: str, *, live: bool | None = None) -> Md:
     simulator is installed (Python >= 3.12, ``pip install -e ".[sim]"``), else the step's
     latest recorded simulation (results/sim/). Correctness and synchronization on a model;
     no timing."""
-    from tirx_gemm import sim
+    from tirx_gemm.sim import gate as sim
     step = _step(step_id, sim.ARCH)
     if step is None:
         return Md(f"{step_id} has no sm_100a step to simulate.")
@@ -754,7 +758,7 @@ def simulation(step_id: str, *, live: bool | None = None) -> Md:
 def _device_for(arch: str):
     """(device info, None) if a GPU of this arch is here, else (None, why not)."""
     try:
-        from tirx_gemm import device
+        from tirx_gemm.run import device
     except Exception as exc:  # noqa: BLE001 - no torch: nothing can run here
         return None, f"the run side cannot be imported ({type(exc).__name__}: {exc})"
     return device.device_or_reason(arch, query_smi=False)
@@ -779,7 +783,7 @@ _RECORD_HEAD = ["step", "arch", "GPU", "M x N x K", "check", "rel. error", "TFLO
 
 def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
     """For each arch of the step: where a GPU of that arch is present, check and time the
-    step here at its canonical shape (``tirx_gemm.measure.measure_plan``: build or bundle
+    step here at its canonical shape (``tirx_gemm.run.measure.measure_plan``: build or bundle
     -> runner.run_step); where not, say why and show the recorded results with their GPU."""
     bundle = bundle or os.environ.get("TIRX_GEMM_BUNDLE") or None
     out = []
@@ -836,7 +840,7 @@ def _live_timeline(step_id: str, arch: str, bundle: str, dev: dict):
     why not) -- the caller then shows the recorded one."""
     import argparse
     import tempfile
-    from tirx_gemm import trace
+    from tirx_gemm.run import trace
     step = registry.get(step_id, arch)
     out = Path(tempfile.mkdtemp(prefix=f"tirx-gemm-trace-{step_id}-"))
     args = argparse.Namespace(step=step_id, arch=arch, mnk=None, dtype="float16", out=str(out),
@@ -858,7 +862,7 @@ def _live_timeline(step_id: str, arch: str, bundle: str, dev: dict):
 
 def plot_results(highlight: str | None = None):
     """Recorded TFLOP/s and ratio to torch of every step at its canonical shape, one bar per
-    (step, arch, GPU), ``highlight`` in a stronger colour (``tirx_gemm.plots``). A PNG when
+    (step, arch, GPU), ``highlight`` in a stronger colour (``tirx_gemm.report.plots``). A PNG when
     matplotlib is importable (the ``plot`` extra), else the same numbers as a table."""
     data = plots.canonical_data(_all_latest(), registry.STEPS, highlight)
     text = plots.canonical_text(data)
@@ -887,7 +891,7 @@ def suite_cases(arch: str = "sm_90a", sm_count: int | None = None, path=None) ->
     """The shape suite (default: the packaged models.json), one row per shape, with the step
     and keywords ``tirx_gemm.matmul`` picks for it on a GPU of ``arch`` with ``sm_count``
     SMs (default: matmul.choose's, the H200's 132). Planning only: no GPU, no timing."""
-    from tirx_gemm import suite as S
+    from tirx_gemm.run import suite as S
     st = S.load_suite(path)
     n = sm_count or _default_sm_count()
     picks: dict = {}
@@ -927,7 +931,7 @@ def suite_ratios(before: str | None = None, after: str | None = None, path=None)
     case with at least one record: {"label", "shape", "dtype", "model", "before", "after"},
     each side the record or None. Nothing is estimated: no record, no row."""
     from tirx_gemm import matmul
-    from tirx_gemm import suite as S
+    from tirx_gemm.run import suite as S
     st = S.load_suite(path)
     before = before or matmul.DATA_PARALLEL
     after = after or S.MATMUL
@@ -956,7 +960,7 @@ def _ratio(rec) -> float | None:
 
 
 def _suite_text(data: dict) -> str:
-    from tirx_gemm import suite as S
+    from tirx_gemm.run import suite as S
     parts = []
     for dev, rows in data["devices"].items():
         def cell(rec):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from tirx_gemm.registry import KEY_SASS, Step
 from tirx_gemm.stepshape import StepShape
-from tirx_gemm.toolchain import toolchain_id
+from tirx_gemm.build.toolchain import toolchain_id
 
 __all__ = ["ARTEFACTS", "BUILD_FORMAT", "BuildResult", "InvalidEntry", "KEY_SOURCES", "META",
            "WorkFolder", "artefact_hashes", "cache_key", "cache_root", "count_prefix",
@@ -39,16 +39,17 @@ __all__ = ["ARTEFACTS", "BUILD_FORMAT", "BuildResult", "InvalidEntry", "KEY_SOUR
            "verify_entry"]
 
 BUILD_FORMAT = 6  # bump when the cached artefacts or their meaning change
-PKG_DIR = Path(__file__).resolve().parent
+PKG_DIR = Path(__file__).resolve().parents[1]
 
 ARTEFACTS = ("kernel.cu", "kernel.cubin", "kernel.so", "kernel.sass", "kernel.tir.py")
 META = "meta.json"  # written last: holds the artefacts' sha256
 LOCK = "owner.lock"
 # the package modules that shape what a build produces (besides the step's own source): the
 # kernel-authoring library, and the pipeline and libcuda loading that compile and export it
-KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell.py", "timeline.py", "pipeline.py",
-                           "cudalibs.py"),
-               "sm_90a": ("helpers.py", "hopper.py", "timeline.py", "pipeline.py", "cudalibs.py")}
+KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell.py", "timeline.py", "build/pipeline.py",
+                           "build/cudalibs.py"),
+               "sm_90a": ("helpers.py", "hopper.py", "timeline.py", "build/pipeline.py",
+                          "build/cudalibs.py")}
 STALE_UNOWNED_S = 600  # a work folder without a lock file is a crash between two syscalls
 
 

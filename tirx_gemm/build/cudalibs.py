@@ -20,14 +20,14 @@ import struct
 import sys
 from pathlib import Path
 
-from tirx_gemm.cache import cache_root, sha256_file
-from tirx_gemm.procs import BuildError, run_tool
-from tirx_gemm.toolchain import use_system_cuda, wheel_cuda_root
+from tirx_gemm.build.cache import cache_root, sha256_file
+from tirx_gemm.build.procs import BuildError, run_tool
+from tirx_gemm.build.toolchain import use_system_cuda, wheel_cuda_root
 
 __all__ = ["STUB_SONAME", "ensure_cudart", "ensure_libcuda", "ensure_stub", "stub_path",
            "stub_problem", "stub_status", "stub_symbols"]
 
-STUB_SOURCE = Path(__file__).resolve().parent / "stub" / "libcuda_stub.c"
+STUB_SOURCE = Path(__file__).resolve().parents[1] / "stub" / "libcuda_stub.c"
 STUB_SONAME = "libcuda.so.1"
 # part of the stub's folder name: a stub of an older layout (no recorded sha256) is not used
 STUB_FORMAT = b"stub-2\n"

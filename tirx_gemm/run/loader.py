@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
+from tirx_gemm.run.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
 
 __all__ = [
     "RUNTIME_DIR_ENV",
@@ -84,7 +84,7 @@ def loaded_runtime_dir() -> Path | None:
 
 def _init_cuda_via_torch() -> None:
     import torch  # noqa: PLC0415  (lazy: reading RUNTIME_LIBS needs no torch)
-    from tirx_gemm.device import DeviceMismatchError, cuda_unavailable_reason
+    from tirx_gemm.run.device import DeviceMismatchError, cuda_unavailable_reason
     if not torch.cuda.is_available():
         raise DeviceMismatchError(
             f"no CUDA GPU visible: {cuda_unavailable_reason()}; loading a CUDA step library "
@@ -115,7 +115,7 @@ def load_kernel(lib_path: str | os.PathLike):
         raise FileNotFoundError(f"step library {path} does not exist")
     # a library from a bundle: the whole bundle (this library, the runtime libraries next to
     # it) is checked against its manifest before anything is loaded
-    from tirx_gemm.bundle import verify_library  # noqa: PLC0415 (lazy: bundle reads files only)
+    from tirx_gemm.build.bundle import verify_library  # noqa: PLC0415 (lazy: bundle reads files only)
     verify_library(path)
     _init_cuda_via_torch()
     tvm = sys.modules.get("tvm")

@@ -2,7 +2,7 @@
 
 Compute capability, SM count, L2 size and (from nvidia-smi) clocks and driver version.
 :func:`gpu_arch` answers "which registered arch is this GPU" for the CLI, the notebooks and
-scripts/gpu_verify.sh (``python -m tirx_gemm.device`` prints it). Imports torch, never TVM.
+scripts/gpu_verify.sh (``python -m tirx_gemm.run.device`` prints it). Imports torch, never TVM.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def l2_bytes(device=None) -> int:
 
 
 def main() -> int:
-    """``python -m tirx_gemm.device``: print this GPU's arch (exit 0), or why none (exit 2)."""
+    """``python -m tirx_gemm.run.device``: print this GPU's arch (exit 0), or why none (exit 2)."""
     arch, why = gpu_arch()
     if arch is None:
         print(why, file=sys.stderr)

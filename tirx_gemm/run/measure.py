@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from tirx_gemm import registry
-from tirx_gemm.gitinfo import git_sha
+from tirx_gemm.report.gitinfo import git_sha
 
 __all__ = ["dtype_kwargs", "kernel_for", "plan", "measure_plan"]
 
@@ -38,12 +38,12 @@ def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | Non
     (needs TVM), persistent steps sized to ``sm_count`` SMs when given (the GPU they will
     run on)."""
     if bundle_dir:
-        from tirx_gemm import bundle
+        from tirx_gemm.build import bundle
         entry = dict(bundle.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms,
                                  dtype=dtype))
         entry.setdefault("lesson", step.lesson)
         return Path(bundle_dir) / entry["lib"], entry, None
-    from tirx_gemm.build import build
+    from tirx_gemm.build.api import build
     r = build(step.id, *mnk, arch=step.arch, watchdog_ms=watchdog_ms,
               **step.with_sm_count(sm_count), **dtype_kwargs(dtype))
     meta = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
@@ -54,7 +54,7 @@ def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | Non
 def plan(steps: Sequence[registry.Step], shapes) -> list:
     """(step, shape) pairs: ``shapes`` is a registry shape list name ("bench", "test",
     "all", "canonical") or a list of explicit (M, N, K)."""
-    from tirx_gemm.bundle import shapes_for
+    from tirx_gemm.build.bundle import shapes_for
     return [(s, mnk) for s in steps for mnk in (
         shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
 
@@ -64,7 +64,9 @@ def measure_plan(plan: Plan, *, bundle=None, check_only: bool = False,
                  dtype: str = "float16") -> list:
     """Check (and time) every (step, shape) of the plan in operand ``dtype``; returns the
     records in order. Kernels built here size persistent steps to this GPU's SM count."""
-    from tirx_gemm import device, loader, runner
+    from tirx_gemm.run import device
+    from tirx_gemm.run import loader
+    from tirx_gemm.run import runner
     recs = []
     for i, (step, mnk) in enumerate(plan, 1):
         log(f"[{i}/{len(plan)}] {step.key} {'x'.join(map(str, mnk))}"

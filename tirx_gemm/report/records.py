@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from tirx_gemm import tables
+from tirx_gemm.report import tables
 
 __all__ = [
     "BEGIN_MARKER",

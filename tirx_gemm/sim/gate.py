@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from tirx_gemm import numerics, registry
-from tirx_gemm.gitinfo import git_sha
+from tirx_gemm.report.gitinfo import git_sha
 from tirx_gemm.registry import Step
 from tirx_gemm.stepshape import StepShape
 
@@ -80,7 +80,7 @@ class SimCase:
     N: int
     K: int
     kwargs: tuple[tuple[str, object], ...] = ()
-    mutant: str | None = None  # a deliberately broken variant (tirx_gemm.mutants)
+    mutant: str | None = None  # a deliberately broken variant (tirx_gemm.sim.mutants)
 
     def build(self):
         extra = {"mutant": self.mutant} if self.mutant else {}
@@ -134,7 +134,7 @@ def cases_for(step: Step, mnk: tuple[int, int, int] | None = None,
 def mutant_case(name: str, mnk=None, dtype: str | None = None) -> SimCase:
     """The case a mutant is simulated at: ``mnk``, else the mutant's own case, else the
     first simulation case of its step; in ``dtype`` when given."""
-    from tirx_gemm import mutants
+    from tirx_gemm.sim import mutants
     m = mutants.get(name)
     if m.arch != ARCH:
         raise ValueError(f"mutant {name} breaks {m.step}@{m.arch}: NumSim models sm_100a only "
@@ -328,7 +328,8 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
                 if res.verdict != "clean":
                     row.problems.append(f"numsim diagnostics {res.verdict}: {res.diagnostics}")
                 verdicts.append(cmp.ok and not dirt and res.verdict == "clean")
-            resident = func.attrs.get(RESIDENT_ATTR) if func.attrs is not None else None
+            attrs = getattr(func, "attrs", None)  # a PrimFunc's; None for a stand-in
+            resident = attrs.get(RESIDENT_ATTR) if attrs is not None else None
             if resident is not None:
                 verdicts.append(_cancel_path_ok(engine, module, int(resident), operands,
                                                 inputs["random"], dtype, case, row, log))
@@ -423,7 +424,7 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
 def append_records(rows: list[SimRow], seed: int, checks, results_dir="results") -> Path:
     path = Path(results_dir) / "sim" / RECORDS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    from tirx_gemm.records import record_problem
+    from tirx_gemm.report.records import record_problem
     recs = [r.to_record(seed, tuple(checks)) for r in rows]
     for rec in recs:  # a record names the checkers that ran, and claims nothing else
         problem = record_problem(rec)

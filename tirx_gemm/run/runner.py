@@ -3,11 +3,11 @@
 :func:`run_step` is the run side end to end (this module's only name); the jobs it strings
 together live in modules named after them, and callers import each from its own module:
 
-* ``tirx_gemm.device``: the device probe (compute capability, SM count, nvidia-smi clocks);
-* ``tirx_gemm.loader``: TVM's runtime libraries and :func:`load_kernel`;
-* ``tirx_gemm.launcher``: build metadata, operand validation, launch, the host hang guard;
-* ``tirx_gemm.checking``: fresh inputs, the fp32 reference, compare (rules in numerics);
-* ``tirx_gemm.timing``: CUDA-event timing, warm-up, L2 rotation, torch timed alongside.
+* ``tirx_gemm.run.device``: the device probe (compute capability, SM count, nvidia-smi clocks);
+* ``tirx_gemm.run.loader``: TVM's runtime libraries and :func:`load_kernel`;
+* ``tirx_gemm.run.launcher``: build metadata, operand validation, launch, the host hang guard;
+* ``tirx_gemm.run.checking``: fresh inputs, the fp32 reference, compare (rules in numerics);
+* ``tirx_gemm.run.timing``: CUDA-event timing, warm-up, L2 rotation, torch timed alongside.
 
 House rules it implements (CONTRIBUTING.md, house style rules 6-8): correctness is never trivially satisfied
 (checking.py), timing happens only after a passing check (timing.py), and the result is a
@@ -25,12 +25,12 @@ import sys
 
 import torch
 
-from tirx_gemm.checking import Log, _print, _quiet, check, torch_dtype
-from tirx_gemm.device import check_device, query_nvidia_smi
-from tirx_gemm.gitinfo import git_sha
-from tirx_gemm.launcher import (BuildMeta, check_workspace, hang_label, label, launch,
+from tirx_gemm.run.checking import Log, _print, _quiet, check, torch_dtype
+from tirx_gemm.run.device import check_device, query_nvidia_smi
+from tirx_gemm.report.gitinfo import git_sha
+from tirx_gemm.run.launcher import (BuildMeta, check_workspace, hang_label, label, launch,
                                 make_workspace, validate_inputs, workspace_specs)
-from tirx_gemm.timing import (DEFAULT_MIN_WARMUP_MS, bench, bench_interleaved,
+from tirx_gemm.run.timing import (DEFAULT_MIN_WARMUP_MS, bench, bench_interleaved,
                               make_bench_sets, tflops, torch_matmul)
 
 __all__ = ["run_step"]

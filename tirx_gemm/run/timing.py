@@ -16,9 +16,9 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from tirx_gemm.checking import Log, _quiet, make_inputs, new_seed
-from tirx_gemm.device import l2_bytes
-from tirx_gemm.launcher import synchronize
+from tirx_gemm.run.checking import Log, _quiet, make_inputs, new_seed
+from tirx_gemm.run.device import l2_bytes
+from tirx_gemm.run.launcher import synchronize
 
 __all__ = [
     "BenchResult",

@@ -28,14 +28,15 @@ import math
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from tirx_gemm import registry, tables
+from tirx_gemm import registry
+from tirx_gemm.report import tables
 from tirx_gemm.matmul import ROW_MULTIPLE, choose, step_kwargs
 from tirx_gemm.numerics import DTYPES
 
 __all__ = ["DEFAULT_SUITE", "MATMUL", "Entry", "Suite", "Item", "load_suite", "plan",
            "export_requests", "summarize", "format_table", "bench_suite"]
 
-DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "models.json"
+DEFAULT_SUITE = Path(__file__).resolve().parents[1] / "suites" / "models.json"
 MATMUL = "matmul"  # the target that runs what tirx_gemm.matmul would run
 RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out of the README table
 
@@ -256,8 +257,11 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
     minimum ratio to torch; returns {"records", "failed": [(Item, reason)], "summary",
     "table"}.
     """
-    from tirx_gemm import device, loader, records as rec_io, runner
-    from tirx_gemm.build import BuildError
+    from tirx_gemm.run import device
+    from tirx_gemm.run import loader
+    from tirx_gemm.report import records as rec_io
+    from tirx_gemm.run import runner
+    from tirx_gemm.build.api import BuildError
     from tirx_gemm.matmul import kernel_source
     suite = _as_suite(path)
     arch, why = device.gpu_arch()

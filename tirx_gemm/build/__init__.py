@@ -1,0 +1,1 @@
+"""build: see CONTRIBUTING.md, "The architecture in one picture"."""

@@ -1,0 +1,1 @@
+"""report: see CONTRIBUTING.md, "The architecture in one picture"."""

@@ -1,0 +1,1 @@
+"""run: see CONTRIBUTING.md, "The architecture in one picture"."""

@@ -1,0 +1,1 @@
+"""sim: see CONTRIBUTING.md, "The architecture in one picture"."""
