@@ -96,6 +96,13 @@ def test_readme_quotes_the_books_figures():
             f"on a B200 at 4096³, cuBLAS {f('b200_cublas').value:g}") in text
 
 
+def test_readme_quotes_the_tirx_kernel_librarys_ratio():
+    text = re.sub(r"\s+", " ", README.read_text(encoding="utf-8"))
+    ratio = published.get("tirx_kernels_b200_ratio").value
+    assert f"library reports {ratio:g}x cuBLAS at bf16 4096³ on a B200: its figure" in text
+    assert len(re.findall(r"\b0\.98\dx cuBLAS", text)) == 1  # quoted once, never retyped
+
+
 def test_fast_cu_figures_agree():
     f = published.get
     split = f"{f('h100_producer_regs').value:g}/{f('h100_consumer_regs').value:g} register split"

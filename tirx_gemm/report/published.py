@@ -18,6 +18,9 @@ SERIES = ("the seed's article series (the TIRx GEMM tutorial this project reprod
           "its B200 figures at 4096^3")
 FAST_CU = ("fast.cu, an open H100 GEMM series (quoted in the sm_90a v8 card and the README "
            "since issue 10; its text is not in this repository)")
+TIRX_KERNELS = ("the TIRx kernel library (mlc-ai/TIRx-kernels): its fp16_bf16_gemm, a TIRx port "
+                "of ThunderKittens' B200 kernel, as issue 18 quotes its report; never measured "
+                "here")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,9 @@ FIGURES: tuple[Figure, ...] = (
            BOOK),
     Figure("b200_cublas", 1460, "TFLOP/s", "cuBLAS on a B200 at 4096^3, as the book reports it",
            BOOK),
+    Figure("tirx_kernels_b200_ratio", 0.986, "x cuBLAS", "bf16 4096^3 on a B200 with Cluster "
+           "Launch Control and a double-buffered TMEM accumulator (the sm_100a v10 design)",
+           TIRX_KERNELS),
     Figure("h100_multicast_gain_low", 1, "%", "gain of a 2-CTA cluster with TMA multicast on an "
            "H100, low end", FAST_CU),
     Figure("h100_multicast_gain_high", 3, "%", "the same gain, high end", FAST_CU),
