@@ -133,30 +133,32 @@ def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row, dtype):
 
 
 @T.inline
-def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id):
-    # registers -> swizzled Dsmem -> (one thread) TMA store -> GMEM; `bar_id` names the
-    # barrier that syncs the 128 threads of the storing warpgroup. Rows and columns of
-    # the tile past D's edge are dropped by the TMA store (tma_store_swizzled).
+def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id):
+    # registers -> swizzled Dsmem -> TMA store -> GMEM; `row` is the thread's index in the
+    # storing warpgroup and `bar_id` names the barrier that syncs its 128 threads. The
+    # store is issued as every async copy is: by the lane `elect_sync` picks in one warp
+    # (here the warpgroup's first). Rows and columns of the tile past D's edge are dropped
+    # by the TMA store (tma_store_swizzled).
     Tx.copy(Dsmem[row, 0:BLK_N], Dreg_f16[:])
     # generic-proxy SMEM writes must be fenced before the async proxy (TMA) reads them
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
-    if is_leader:
-        tma_store_swizzled(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
-        T.ptx.cp.async_.bulk.commit_group()
-        # Dsmem may be overwritten only after the store has read it
-        T.ptx.cp.async_.bulk.wait_group(0)
+    if row < 32:
+        if T.cuda.elect_sync():
+            tma_store_swizzled(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
+            T.ptx.cp.async_.bulk.commit_group()
+            # Dsmem may be overwritten only after the store has read it
+            T.ptx.cp.async_.bulk.wait_group(0)
     T.cuda.warpgroup_sync(bar_id)
 
 
 @T.inline
-def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader,
-                          bar_id, dtype):
+def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id, dtype):
     # TMEM -> registers (narrowed to `dtype`, D's dtype) -> swizzled Dsmem -> (one
     # thread) TMA store -> GMEM
     Dreg_f16 = T.alloc_local((BLK_N,), dtype)
     tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
-    store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, is_leader, bar_id)
+    store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id)
 
 
 @T.inline
@@ -251,15 +253,15 @@ def tma_load_pair(dst, src, bar_cta0):
 
 
 @T.inline
-def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, is_leader,
-                       bar_id):
+def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, bar_id):
     # store_tile_via_tma through rows [r0, r0 + BLK_M) of a taller staging buffer, so
     # that several epilogue warpgroups can share one Dsmem allocation (one band each)
     Tx.copy(Dsmem[r0 + row, 0:EPI_N], Dreg_f16[:])
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
-    if is_leader:
-        tma_store_swizzled(D, Dsmem, r0, m_st, n_st, BLK_M, EPI_N)
-        T.ptx.cp.async_.bulk.commit_group()
-        T.ptx.cp.async_.bulk.wait_group(0)
+    if row < 32:
+        if T.cuda.elect_sync():
+            tma_store_swizzled(D, Dsmem, r0, m_st, n_st, BLK_M, EPI_N)
+            T.ptx.cp.async_.bulk.commit_group()
+            T.ptx.cp.async_.bulk.wait_group(0)
     T.cuda.warpgroup_sync(bar_id)

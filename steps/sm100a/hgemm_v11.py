@@ -219,8 +219,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                     W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
                     W.tcgen05_fence_before_sync()
                     ld2mma.arrive(acc.stage)
-                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg,
-                                         tid_in_wg == 0, 1)
+                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
                 else:
                     tile = T.meta_var(scheduler.m_idx % TILES_M * TILES_N + scheduler.n_idx)
                     part = T.alloc_local((BLK_N,), H.ACC_DTYPE)  # fp32: not narrowed yet
@@ -295,8 +294,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                                         part[b * IN_FLIGHT * CHUNK + i] + chunk[i])
                         Dreg_out = T.alloc_local((BLK_N,), dtype)
                         Tx.cast(Dreg_out[:], part[:])
-                        W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg,
-                                             tid_in_wg == 0, 1)
+                        W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N,
+                                             tid_in_wg, 1)
                         if tid_in_wg == 0:
                             CNT[tile] = 0  # all SPLIT_K arrivals are in: ready for next launch
                 acc.advance()

@@ -15,19 +15,19 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     """Step card -- v4, TMA loads and TMA store.
 
     Changes from v3: dispatch of the loads: Tx.cta.copy (128 threads computing
-    addresses) -> Tx.copy_async(dispatch="tma_explicit") issued by thread 0, completing
-    on tma_bar after 2 x 128x64 x 2 bytes = 32 KiB (expect_tx). Layout: a Dsmem staging
-    tile for the TMA-store epilogue (one TMA box per 64-column swizzle atom). Scope
-    unchanged (one CTA per output tile).
+    addresses) -> Tx.copy_async(dispatch="tma_explicit") issued by one elected lane of
+    warp 0, completing on tma_bar after 2 x 128x64 x 2 bytes = 32 KiB (expect_tx).
+    Layout: a Dsmem staging tile for the TMA-store epilogue (one TMA box per 64-column
+    swizzle atom). Scope unchanged (one CTA per output tile).
     Contracts: tma_bar and mma_bar each complete once per K slice, both phases flip per
     slice; the TMA store drains (wait_group 0) before Dsmem could be reused.
-    Who waits: only warp 0 runs the K-loop (lane 0 issues, the warp waits), and one CTA
-    barrier after the loop hands the finished accumulator to all four warps. With v3's
-    thread copies gone nothing else bounds thread 0: had warps 1-3 also polled the
-    parity of tma_bar/mma_bar, thread 0 could complete two phases before a slow warp
-    looked, and that warp would wait forever on a parity that had come back (synccheck:
-    the wait on generation 0 overtaken by generation 1). A waiter must not fall a whole
-    phase behind the barrier it watches.
+    Who waits: only warp 0 runs the K-loop (one lane, picked by elect_sync, issues; the
+    warp waits), and one CTA barrier after the loop hands the finished accumulator to
+    all four warps. With v3's thread copies gone nothing else bounds the issuing lane:
+    had warps 1-3 also polled the parity of tma_bar/mma_bar, it could complete two
+    phases before a slow warp looked, and that warp would wait forever on a parity that
+    had come back (synccheck: the wait on generation 0 overtaken by generation 1). A
+    waiter must not fall a whole phase behind the barrier it watches.
     Why: frees the threads from address generation and copies; still load -> wait ->
     MMA -> wait per slice (no overlap yet -- that is v5). The published B200 figure for
     this step in the seed's article series is 278 TFLOP/s at 4096^3 (not measured here).
@@ -71,11 +71,11 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # tma_bar: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
-        #   threads wait on it before the MMA reads SMEM; initial phase 0, flips per slice
-        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; all
-        #   threads wait on it before reusing SMEM / reading TMEM; initial phase 0, flips
-        #   every K slice
+        # tma_bar: the issuing lane's expect_tx arrival (1) + the TMA bytes complete it;
+        #   warp 0 waits on it before the MMA reads SMEM; initial phase 0, flips per slice
+        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; warp 0
+        #   waits on it before the next load overwrites SMEM; initial phase 0, flips every
+        #   K slice
         if warp_id == 0:
             if lane_id == 0:
                 tma_bar.init(1)
@@ -90,13 +90,13 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         phase_mma: T.int32 = 0
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
 
-        # warp 0 alone runs the K-loop (lane 0 issues, the whole warp waits): a barrier
-        # phase is watched only by the warp that produces the next one, so no waiter can
-        # miss a phase while thread 0 runs ahead
+        # warp 0 alone runs the K-loop (one elected lane issues, the whole warp waits): a
+        # barrier phase is watched only by the warp that produces the next one, so no
+        # waiter can miss a phase while the issuing lane runs ahead
         if warp_id == 0:
             for k in T.serial(K_TILES, annotations=H.ROLLED):
-                # --- load: exactly one thread issues the TMA copies and waits for the bytes
-                if lane_id == 0:
+                # --- load: one elected lane issues the TMA copies; the warp waits for the bytes
+                if T.cuda.elect_sync():
                     H.tma_load_tiles(Asmem[:, :], Bsmem[:, :], A, B, m_st, n_st, k * BLK_K,
                                      BLK_M, BLK_N, BLK_K, tma_bar.ptr(0))
                 tma_bar.wait(0, phase_tma, "warp 0")
@@ -104,7 +104,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
                 W.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                 # --- compute: the first slice overwrites the accumulator, the rest add to it
-                if lane_id == 0:
+                if T.cuda.elect_sync():
                     W.mma_tile(tmem, Asmem[:, :], Bsmem[:, :], BLK_N, k != 0)
                     W.mma_commit(mma_bar.ptr(0))
                 mma_bar.wait(0, phase_mma, "warp 0")
@@ -113,8 +113,7 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
         W.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-        W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, tid_in_wg == 0, 1,
-                                 dtype)
+        W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1, dtype)
 
         # --- free ---
         W.tcgen05_cta_sync()

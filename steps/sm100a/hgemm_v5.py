@@ -15,14 +15,14 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     """Step card -- v5, software pipeline (SMEM ring).
 
     Changes from v4: layout: A/B SMEM gain a PIPE_DEPTH stage dimension, tma_bar becomes
-    one barrier per stage. Dispatch: thread 0 prefetches the first PIPE_DEPTH slices;
+    one barrier per stage. Dispatch: the issuing lane prefetches the first PIPE_DEPTH slices;
     after slice k's MMA completes, its stage is refilled with slice k + PIPE_DEPTH.
     Contracts: tma_bar[s] completes once per ring trip -> ``phase_tma`` flips when the
     consumer wraps from stage PIPE_DEPTH-1 to 0; mma_bar flips every slice. As in v4,
     only warp 0 watches the barriers inside the loop; a CTA barrier after it hands the
     accumulator to the epilogue.
     Why: the TMA for future slices is in flight while the tensor cores work, hiding
-    load latency. The single thread still waits for each MMA before refilling (true
+    load latency. Warp 0 still waits for each MMA before refilling (true
     producer/consumer concurrency is v7).
     Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); PIPE_DEPTH >= 1 and
     the ring must fit in shared memory; dtype float16 (default) or bfloat16.
@@ -58,12 +58,11 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # tma_bar[s]: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
-        #   threads wait on it before the MMA reads stage s; initial phase 0, flips each
+        # tma_bar[s]: the issuing lane's expect_tx arrival (1) + the TMA bytes complete it;
+        #   warp 0 waits on it before the MMA reads stage s; initial phase 0, flips each
         #   time the ring wraps
-        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; all
-        #   threads wait on it before reusing SMEM / reading TMEM; initial phase 0, flips
-        #   every K slice
+        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; warp 0
+        #   waits on it before refilling the stage; initial phase 0, flips every K slice
         if warp_id == 0:
             if lane_id == 0:
                 tma_bar.init(1)
@@ -78,12 +77,12 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         phase_mma: T.int32 = 0
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
 
-        # warp 0 alone runs the pipeline (lane 0 issues, the whole warp waits): a barrier
-        # phase is watched only by the warp that produces the next one, so no waiter can
-        # miss a phase while thread 0 runs ahead
+        # warp 0 alone runs the pipeline (one elected lane issues, the whole warp waits): a
+        # barrier phase is watched only by the warp that produces the next one, so no
+        # waiter can miss a phase while the issuing lane runs ahead
         if warp_id == 0:
             # --- load (prologue): fill the ring ---
-            if lane_id == 0:
+            if T.cuda.elect_sync():
                 for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
                     H.tma_load_tiles(Asmem[s, :, :], Bsmem[s, :, :], A, B, m_st, n_st,
                                      s * BLK_K, BLK_M, BLK_N, BLK_K, tma_bar.ptr(s))
@@ -94,14 +93,14 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                 W.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                 # --- compute: the first slice overwrites the accumulator, the rest add to it
-                if lane_id == 0:
+                if T.cuda.elect_sync():
                     W.mma_tile(tmem, Asmem[stage, :, :], Bsmem[stage, :, :], BLK_N, k != 0)
                     W.mma_commit(mma_bar.ptr(0))
                 mma_bar.wait(0, phase_mma, "warp 0")
                 phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
 
                 # --- load: the MMA is done with this stage, refill it PIPE_DEPTH slices ahead
-                if lane_id == 0:
+                if T.cuda.elect_sync():
                     if k + PIPE_DEPTH < K_TILES:
                         H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st,
                                          n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M, BLK_N, BLK_K,
@@ -112,8 +111,7 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         W.tcgen05_cta_sync()
 
         # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-        W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, tid_in_wg == 0, 1,
-                                 dtype)
+        W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1, dtype)
 
         # --- free ---
         W.tcgen05_cta_sync()

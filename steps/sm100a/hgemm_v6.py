@@ -67,12 +67,11 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # tma_bar[s]: thread 0's expect_tx arrival (1) + the TMA bytes complete it; all
-        #   threads wait on it before the MMA reads stage s; initial phase 0, flips each
+        # tma_bar[s]: the issuing lane's expect_tx arrival (1) + the TMA bytes complete it;
+        #   warp 0 waits on it before the MMA reads stage s; initial phase 0, flips each
         #   time the ring wraps
-        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; all
-        #   threads wait on it before reusing SMEM / reading TMEM; initial phase 0, flips
-        #   every K slice
+        # mma_bar: tcgen05.commit arrives (1 arrival) when a slice's MMA is done; warp 0
+        #   waits on it before refilling the stage; initial phase 0, flips every K slice
         if warp_id == 0:
             if lane_id == 0:
                 tma_bar.init(1)
@@ -95,11 +94,11 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
             m_st = T.meta_var(scheduler.m_idx * BLK_M)
             n_st = T.meta_var(scheduler.n_idx * BLK_N)
 
-            # warp 0 alone runs the pipeline (lane 0 issues, the whole warp waits): a
-            # barrier phase is watched only by the warp that produces the next one
+            # warp 0 alone runs the pipeline (one elected lane issues, the whole warp
+            # waits): a barrier phase is watched only by the warp that produces the next one
             if warp_id == 0:
                 # --- load (prologue): the ring is empty, fill it from the current stage on
-                if lane_id == 0:
+                if T.cuda.elect_sync():
                     for s in T.unroll(min(PIPE_DEPTH, K_TILES)):
                         stage = T.meta_var((ring.stage + s) % PIPE_DEPTH)
                         H.tma_load_tiles(Asmem[stage, :, :], Bsmem[stage, :, :], A, B, m_st,
@@ -111,7 +110,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                     W.tcgen05_fence_after_sync()  # the MMA below is ordered after the wait
 
                     # --- compute: the first slice overwrites the accumulator, the rest add
-                    if lane_id == 0:
+                    if T.cuda.elect_sync():
                         W.mma_tile(tmem, Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                    BLK_N, k != 0)
                         W.mma_commit(mma_bar.ptr(0))
@@ -119,7 +118,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
                     phase_mma = phase_mma ^ 1  # the barrier completed one phase: wait on the next
 
                     # --- load: the MMA is done with this stage, refill it PIPE_DEPTH ahead
-                    if lane_id == 0:
+                    if T.cuda.elect_sync():
                         if k + PIPE_DEPTH < K_TILES:
                             H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                              A, B, m_st, n_st, (k + PIPE_DEPTH) * BLK_K, BLK_M,
@@ -130,8 +129,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
             W.tcgen05_cta_sync()
 
             # --- writeback: TMEM -> registers -> Dsmem -> one TMA store -> GMEM ---
-            W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, tid_in_wg == 0, 1,
-                                 dtype)
+            W.epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1, dtype)
 
             # every thread has read TMEM before the next tile's MMA may overwrite it
             W.tcgen05_cta_sync()

@@ -144,8 +144,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
-                W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg,
-                                     tid_in_wg == 0, 1)
+                W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
                 acc.advance()
                 scheduler.next_tile()
 

@@ -175,7 +175,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                     Dreg_f16 = T.alloc_local((BLK_N,), dtype)
                     W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
                     W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
-                                         BLK_N, tid_in_wg, tid_in_wg == 0, 1)
+                                         BLK_N, tid_in_wg, 1)
                 W.tcgen05_fence_before_sync()
                 ld2mma_cta0.arrive_remote(acc.stage)
                 acc.advance()

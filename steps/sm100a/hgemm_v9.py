@@ -184,7 +184,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                     Dreg_f16 = T.alloc_local((EPI_N,), dtype)
                     W.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_f16)
                     W.store_rows_via_tma(Dreg_f16, Dsmem, c * BLK_M, D, m_st, n_st + i * EPI_N,
-                                         BLK_M, EPI_N, tid_in_wg, tid_in_wg == 0, 1 + c)
+                                         BLK_M, EPI_N, tid_in_wg, 1 + c)
                 W.tcgen05_fence_before_sync()
                 ld2mma_cta0.arrive_remote(c)
                 acc.advance()
