@@ -4,9 +4,13 @@ checked against it here, so a drifted copy fails a test.
 - the README's path table: generated from tirx_gemm/registry.py (tables.path_table);
 - published figures we did not measure (the book's and the article series' B200 TFLOP/s,
   fast.cu's): tirx_gemm/report/published.py;
-- shared memory per CTA quoted in steps/lessons/*.md and the step cards: the build
-  expectations, goldens/expectations/build.json (`tirx-gemm regress --cpu --update`);
+- shared memory per CTA and register figures (compiled counts, setmaxnreg splits, the
+  cap at a launch's thread count) quoted in steps/lessons/*.md and the step cards: the
+  build expectations, goldens/expectations/build.json (`tirx-gemm regress --cpu --update`);
+- each lesson's barrier table: the mbarriers the step's kernels declare and the arrival
+  counts they initialise them with;
 - no prose cites a Markdown file that does not exist, or counts the steps by hand."""
+import ast
 import glob
 import json
 import re
@@ -140,8 +144,10 @@ def _arches_of_line(path: Path, line: str, header: list[str] | None) -> dict[int
     return out
 
 
-def _smem_quotes():
-    """(file, line number, quoted KiB, approximate?, arches it may refer to, step id)."""
+def _quotes(pattern: re.Pattern):
+    """(file, line number, match, arches it may refer to, step id) for every match of
+    ``pattern`` in a lesson or a step card: a lesson's two-arch table cell names its arch,
+    "... on sm_90a" right after a figure names it, a card is its own arch's."""
     for path in LESSONS + CARDS:
         step_id = re.search(r"v\d+", path.stem).group(0)
         if path.suffix == ".py":
@@ -155,15 +161,19 @@ def _smem_quotes():
             elif not line.startswith("|"):
                 header = None
             cells = _arches_of_line(path, line, header)
-            for m in _SMEM.finditer(line):
-                approx = m.group(1) or m.group(4)
-                kib = int(m.group(2) or m.group(5))
+            for m in pattern.finditer(line):
                 arch = [a for start, a in sorted(cells.items()) if start <= m.start()]
                 inline = re.match(r"[^,;)]{0,20}?\bon (sm_100a|sm_90a)", line[m.end():])
                 if inline:
                     arch = [inline.group(1)]
-                yield path, n, kib, bool(approx), ([arch[-1]] if arch else default_arches), \
-                    step_id
+                yield path, n, m, ([arch[-1]] if arch else default_arches), step_id
+
+
+def _smem_quotes():
+    """(file, line number, quoted KiB, approximate?, arches it may refer to, step id)."""
+    for path, n, m, arches, step_id in _quotes(_SMEM):
+        approx = m.group(1) or m.group(4)
+        yield path, n, int(m.group(2) or m.group(5)), bool(approx), arches, step_id
 
 
 def test_smem_figures_in_lessons_and_cards_match_the_build():
@@ -181,6 +191,222 @@ def test_smem_figures_in_lessons_and_cards_match_the_build():
                                      f"{step_id}@{a} no expectation recorded"
                                      for a, v in expected.items()))
     assert not wrong, "shared memory quoted in prose differs from the build:\n" + "\n".join(wrong)
+
+
+# --------------------------------------------------------------------------------------
+# register figures against the build expectations
+# --------------------------------------------------------------------------------------
+# Every "N registers" in a lesson or a card, and every setmaxnreg split, is one of:
+# - a setmaxnreg split: "down to 56 registers, the epilogue up to 224", "`setmaxnreg` 40
+#   (producer) / 232 (consumers)", "default v8's 40/232", "128 x 56 + 256 x 224 =
+#   384 x 168", "128*40 + 256*232" -> the build's setmaxnreg dec/inc (and threads);
+# - the register cap of a launch: "168 registers at 384 threads" -> 64K / threads rounded
+#   down to 8, at the build's thread count;
+# - loads in flight: "8 chunks (32 registers)", "IN_FLIGHT = 8 ... (32 registers)" -> 4
+#   floats per chunk; "BLK_N / 4 = 32 registers for 128x128" -> the arithmetic;
+# - otherwise a compiled count ("142 registers"), which must be the build's.
+_REG_SPLIT = re.compile(
+    r"down to (?P<dec>\d+) registers, the epilogue up to (?P<inc>\d+)"
+    r"|`setmaxnreg` (?P<dec2>\d+) \(producer\) / (?P<inc2>\d+) \(consumers\)"
+    r"|setmaxnreg, default v\d+'s (?P<dec3>\d+)/(?P<inc3>\d+)"
+    r"|128 ?[x*] ?(?P<dec4>\d+) \+ 256 ?[x*] ?(?P<inc4>\d+)(?: = (?P<thr>\d+) x (?P<cap>\d+))?")
+_REG_CAP = re.compile(r"(?P<regs>\d+) registers at (?P<threads>\d+) threads")
+_REG_INFLIGHT = re.compile(r"(?P<chunks>\d+) chunks \((?P<regs>\d+) registers\)"
+                           r"|IN_FLIGHT = (?P<chunks2>\d+) .*\((?P<regs2>\d+) registers\)"
+                           r"|BLK_N / (?P<div>\d+) = (?P<regs3>\d+) registers for (?P<n>\d+)x")
+_REG_ANY = re.compile(r"\b(\d+) registers\b")
+CHUNK_FLOATS = 4  # a slab chunk: 4 fp32 values, one 16-byte load
+
+
+def _expect(step_id: str, arch: str) -> dict | None:
+    s = registry.get(step_id, arch)
+    return EXPECTATIONS.get(f"{s.key}:{'x'.join(map(str, s.canonical))}")
+
+
+def _cap(threads: int) -> int:
+    return 65536 // threads // 8 * 8
+
+
+def _register_problems():
+    """(problems, how many figures were checked)."""
+    wrong, checked, claimed = [], 0, set()
+
+    def where(path, n):
+        return f"{_rel(path)}:{n}"
+
+    def span_claim(path, n, m):
+        claimed.add((path, n, m.start(), m.end()))
+
+    for path, n, m, arches, step_id in _quotes(_REG_SPLIT):
+        span_claim(path, n, m)
+        g = {k: v for k, v in m.groupdict().items() if v is not None}
+        dec = int(g.get("dec") or g.get("dec2") or g.get("dec3") or g.get("dec4"))
+        inc = int(g.get("inc") or g.get("inc2") or g.get("inc3") or g.get("inc4"))
+        builds = {a: _expect(step_id, a) for a in arches if _has(step_id, a)}
+        ok = [a for a, e in builds.items()
+              if e and e.get("setmaxnreg") == {"dec": [dec], "inc": [inc]}
+              and ("thr" not in g or (int(g["thr"]) == e["threads"]
+                                      and int(g["cap"]) == e["registers"]))]
+        checked += 1
+        if not ok:
+            wrong.append(f"{where(path, n)}: setmaxnreg {m.group(0)!r}, the build has "
+                         + ", ".join(f"{step_id}@{a} {e and e.get('setmaxnreg')}, "
+                                     f"{e and e.get('threads')} threads, "
+                                     f"{e and e.get('registers')} registers"
+                                     for a, e in builds.items()))
+    for path, n, m, arches, step_id in _quotes(_REG_CAP):
+        span_claim(path, n, m)
+        regs, threads = int(m.group("regs")), int(m.group("threads"))
+        builds = {a: _expect(step_id, a) for a in arches if _has(step_id, a)}
+        checked += 1
+        if regs != _cap(threads) or not any(e and e["threads"] == threads
+                                            for e in builds.values()):
+            wrong.append(f"{where(path, n)}: {m.group(0)!r}: the cap at {threads} threads is "
+                         f"{_cap(threads)}, the build launches "
+                         + ", ".join(f"{a} {e and e['threads']}" for a, e in builds.items()))
+    for path, n, m, arches, step_id in _quotes(_REG_INFLIGHT):
+        span_claim(path, n, m)
+        g = {k: v for k, v in m.groupdict().items() if v is not None}
+        checked += 1
+        if "div" in g:
+            good = int(g["n"]) // int(g["div"]) == int(g["regs3"])
+        else:
+            good = int(g.get("chunks") or g["chunks2"]) * CHUNK_FLOATS == int(
+                g.get("regs") or g["regs2"])
+        if not good:
+            wrong.append(f"{where(path, n)}: {m.group(0)!r} does not add up")
+    for path, n, m, arches, step_id in _quotes(_REG_ANY):
+        if any(p == path and ln == n and a <= m.start() < b for p, ln, a, b in claimed):
+            continue
+        builds = {a: _expect(step_id, a) for a in arches if _has(step_id, a)}
+        checked += 1
+        if not any(e and e["registers"] == int(m.group(1)) for e in builds.values()):
+            wrong.append(f"{where(path, n)}: {m.group(0)!r}, the build has "
+                         + ", ".join(f"{step_id}@{a} {e and e['registers']}"
+                                     for a, e in builds.items()))
+    return wrong, checked
+
+
+def test_register_figures_in_lessons_and_cards_match_the_build():
+    wrong, checked = _register_problems()
+    assert checked >= 10, checked
+    assert not wrong, "register figures in prose differ from the build:\n" + "\n".join(wrong)
+
+
+def test_the_register_check_fails_on_a_drifted_figure(monkeypatch):
+    # the same check against a build whose v7 split moved: the lesson's figures must fail
+    key = next(k for k in EXPECTATIONS if k.startswith("v7@sm_100a:"))
+    drifted = {**EXPECTATIONS, key: {**EXPECTATIONS[key],
+                                     "setmaxnreg": {"dec": [48], "inc": [232]}}}
+    monkeypatch.setitem(globals(), "EXPECTATIONS", drifted)
+    wrong, _ = _register_problems()
+    assert any("v7.md" in w and "setmaxnreg" in w for w in wrong), wrong
+
+
+# --------------------------------------------------------------------------------------
+# each lesson's barrier table against the barriers its kernels declare
+# --------------------------------------------------------------------------------------
+_DECL = re.compile(r'(\w+) = H\.Barriers\([^)]*"(\w+)"\)')
+
+
+def _builder_constants(src: str, builder) -> dict:
+    """The builder's defaults and the plain constants its body assigns before the kernel
+    (``CTA_PAIR = W.CTA_PAIR``, ``CLC_READERS = CTA_PAIR * (32 + 32 + 128) + 32``), evaluated
+    in order; an assignment that needs more than those is skipped."""
+    import inspect
+
+    from tirx_gemm import blackwell, helpers, hopper
+    ns = {"W": blackwell if "blackwell as W" in src else hopper, "H": helpers}
+    ns.update({k: p.default for k, p in inspect.signature(builder).parameters.items()
+               if p.default is not inspect.Parameter.empty})
+    fn = next(n for n in ast.walk(ast.parse(src))
+              if isinstance(n, ast.FunctionDef) and n.name == builder.__name__)
+    for node in fn.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            try:
+                value = eval(compile(ast.Expression(node.value), "<card>", "eval"), ns)
+            except Exception:
+                continue
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                ns[target.id] = value
+            elif isinstance(target, ast.Tuple) and isinstance(value, tuple):
+                ns.update({t.id: v for t, v in zip(target.elts, value)
+                           if isinstance(t, ast.Name)})
+    return ns
+
+
+def _barrier_table(step_id: str, arch: str) -> tuple[str, list[list[str]]]:
+    """(the lesson's "Barriers: <arch>" section, its table rows as lists of cells)."""
+    text = (ROOT / "steps" / "lessons" / f"{step_id}.md").read_text(encoding="utf-8")
+    m = re.search(rf"^## Barriers: {arch}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    section = m.group(1) if m else ""
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in section.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| barrier")]
+    return section, rows
+
+
+def _count_cell(cell: str) -> int | None:
+    m = re.match(r"(\d+)(?: x (\d+))?\b", cell.replace("*", ""))
+    return None if m is None else int(m.group(1)) * int(m.group(2) or 1)
+
+
+def _barrier_problems(step) -> list[str]:
+    arch_dir = step.arch.replace("_", "")
+    src = (ROOT / "steps" / arch_dir / f"hgemm_{step.id}.py").read_text()
+    declared = {var: name for var, name in _DECL.findall(src)}
+    section, rows = _barrier_table(step.id, step.arch)
+    where = f"steps/lessons/{step.id}.md (Barriers: {step.arch})"
+    problems = []
+    if not section:
+        return [f"{where}: no such section"]
+    for name in declared.values():
+        if f"`{name}`" not in section and f"`{name}[" not in section:
+            problems.append(f"{where}: the kernel declares mbarrier {name!r}; the table "
+                            f"does not name it")
+    inits = dict(re.findall(r"(\w+)\.init\(([^)]*)\)", src))
+    ns = _builder_constants(src, step.builder())
+    by_name = {name: var for var, name in declared.items()}
+    checked = 0
+    for cells in rows:
+        names = re.findall(r"`(\w+)(?:\[[^\]]*\])?`", cells[0])
+        mbarriers = [n for n in names if n in by_name]
+        for n in names:
+            if n not in by_name and re.fullmatch(r"[a-z][a-z0-9]*_?[a-z0-9]*", n) and (
+                    "mbarrier" in cells[0] or "(full)" in cells[0] or "(empty)" in cells[0]):
+                problems.append(f"{where}: row {cells[0]!r} names {n!r}, which the kernel "
+                                f"does not declare")
+        count = _count_cell(cells[1]) if len(cells) > 1 else None
+        if len(mbarriers) == 1 and count is not None:
+            arg = inits.get(by_name[mbarriers[0]])
+            value = eval(arg, ns) if arg is not None else None
+            checked += 1
+            if value != count:
+                problems.append(f"{where}: {mbarriers[0]} arrival count {count} in the "
+                                f"table, the kernel initialises it with {arg} = {value}")
+    return problems
+
+
+@pytest.mark.parametrize("step", registry.all_steps(), ids=lambda s: s.key)
+def test_lesson_barrier_table_matches_the_kernel(step):
+    """Every mbarrier the kernel declares has a row (or a mention) in its lesson's barrier
+    table for that arch, and a row's arrival count is the count the kernel initialises it
+    with (its own expression, evaluated with the builder's defaults)."""
+    problems = _barrier_problems(step)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_barrier_table_check_catches_a_wrong_count(monkeypatch):
+    step = registry.get("v7", "sm_100a")
+    real = _barrier_table
+
+    def drifted(step_id, arch):
+        section, rows = real(step_id, arch)
+        return section, [[c if i != 1 or "128" not in c else "64" for i, c in enumerate(r)]
+                         for r in rows]
+
+    monkeypatch.setitem(globals(), "_barrier_table", drifted)
+    assert any("ld2mma arrival count 64" in p for p in _barrier_problems(step))
 
 
 def _has(step_id: str, arch: str) -> bool:

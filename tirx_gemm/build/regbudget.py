@@ -17,6 +17,21 @@ _SETMAXNREG = re.compile(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)")
 WARPGROUP = 128
 
 
+def launch_threads(cuda_source: str) -> int | None:
+    """Threads per CTA from the kernel's ``__launch_bounds__``, or None."""
+    m = _LAUNCH_BOUNDS.search(cuda_source)
+    return int(m.group(1)) if m else None
+
+
+def setmaxnreg_split(cuda_source: str) -> dict[str, list[int]] | None:
+    """{"dec": [...], "inc": [...]}: the register counts the kernel's setmaxnreg
+    instructions ask for (sorted, distinct), or None when it has none."""
+    found = {(kind, int(n)) for kind, n in _SETMAXNREG.findall(cuda_source)}
+    if not found:
+        return None
+    return {kind: sorted({n for k, n in found if k == kind}) for kind in ("dec", "inc")}
+
+
 def setmaxnreg_problem(cuda_source: str, registers: int | None) -> str | None:
     """One line saying why the split cannot be honoured, or None (fits, or no setmaxnreg)."""
     found = {(kind, int(n)) for kind, n in _SETMAXNREG.findall(cuda_source)}

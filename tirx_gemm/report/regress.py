@@ -6,7 +6,8 @@ TFLOP/s, where the baseline is a per-device file under ``goldens/baselines/``. A
 baseline gets one recorded from the run (and is told so).
 
 CPU level (``tirx-gemm regress --cpu``, run by CI): every step of both arches is compiled
-and its registers, shared memory, spills and key SASS instruction counts are compared with
+and its registers, shared memory, spills, threads per CTA, setmaxnreg split and key SASS
+instruction counts are compared with
 the committed expectations in ``goldens/expectations/build.json``, failing with a readable
 diff.
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from tirx_gemm.report import tables
 from tirx_gemm.registry import Step
+from tirx_gemm.build.regbudget import launch_threads, setmaxnreg_split
 from tirx_gemm.build.sass import KEY_SASS
 
 DEFAULT_TOLERANCE = 0.15
@@ -142,12 +144,16 @@ def format_verdicts(verdicts: list[dict]) -> str:
 # CPU level: build expectations
 # ---------------------------------------------------------------------------------------
 def build_snapshot(results) -> dict:
-    """{step@arch:MxNxK: {registers, smem_bytes, spills, sass: {opcode: count}}}."""
+    """{step@arch:MxNxK: {registers, smem_bytes, spills, threads, setmaxnreg, sass:
+    {opcode: count}}}: ``threads`` from the launch bounds, ``setmaxnreg`` the
+    {"dec": [...], "inc": [...]} register counts its warpgroups ask for (None without)."""
     snap = {}
     for r in results:
         snap[f"{r.step}@{r.arch}:{shape_key(r.M, r.N, r.K)}"] = {
             "registers": r.registers, "smem_bytes": r.smem_bytes,
             "spills": r.spill_stores + r.spill_loads,
+            "threads": launch_threads(r.cuda_source),
+            "setmaxnreg": setmaxnreg_split(r.cuda_source),
             "sass": {k: v for k, v in r.key_sass().items() if k in KEY_SASS}}
     return snap
 
@@ -164,7 +170,7 @@ def diff_snapshot(expected: dict, actual: dict) -> list[str]:
                          f"--update`)")
             continue
         e, a = expected[key], actual[key]
-        for field in ("registers", "smem_bytes", "spills"):
+        for field in ("registers", "smem_bytes", "spills", "threads", "setmaxnreg"):
             if e.get(field) != a.get(field):
                 lines.append(f"{key}: {field} {e.get(field)} -> {a.get(field)}")
         es, as_ = e.get("sass", {}), a.get("sass", {})
