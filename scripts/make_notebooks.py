@@ -269,10 +269,10 @@ def step_notebook(step_id: str, names: dict[str, str]) -> str:
                "### sm_100a\n\n" + _lesson(step_id, "barriers_sm100a", "Barriers: sm_100a")
                + "\n\n### sm_90a\n\n" + _lesson(step_id, "barriers_sm90a", "Barriers: sm_90a")),
         ("md", "## Build it\n\nThe package's builder for every arch the registry lists, at the "
-               "step's canonical shape. `tirx_gemm.build.api.build` compiles in a worker process "
+               "step's canonical shape. `tirx_gemm.compile.api.build` compiles in a worker process "
                "(TVM -> CUDA -> nvcc -> cubin -> SASS) and caches the result on disk under "
                "`$TIRX_GEMM_CACHE` (default `~/.cache/tirx-gemm`): a repeat is a file read."),
-        ("code", "builds = nb.build_step(STEP)  # arch -> tirx_gemm.build.api.BuildResult\n"
+        ("code", "builds = nb.build_step(STEP)  # arch -> tirx_gemm.compile.api.BuildResult\n"
                  "nb.build_summary(builds)"),
         ("md", "## The generated CUDA\n\nThe kernel body TVM generated, as a *skeleton*: "
                "control flow, barriers, MMA issue, TMA and fences kept, everything else "

@@ -85,7 +85,7 @@ def pytest_sessionstart(session):
     config = session.config
     if not _runs_test_build(config):
         return
-    from tirx_gemm.build.api import build_many
+    from tirx_gemm.compile.api import build_many
     from tirx_gemm.progress import Progress
     reqs = _setup_requests()
     cache = os.environ["TIRX_GEMM_CACHE"]

@@ -5,7 +5,7 @@ then find the same builds there (notebooks, CLI, bundle, regress --cpu, reliabil
 import pytest
 
 from tirx_gemm import registry
-from tirx_gemm.build.api import build_many, count_prefix
+from tirx_gemm.compile.api import build_many, count_prefix
 
 SMEM_LIMIT = 227 * 1024
 # SMs of the GPU each arch runs on (H100/H200, B200): a persistent step's other shape is
@@ -102,7 +102,7 @@ def test_sm100a_v1_and_v7_differ_by_the_lesson(built):
 
 
 def test_setmaxnreg_splits_fit_the_registers_ptxas_chose(built):
-    from tirx_gemm.build.regbudget import setmaxnreg_problem
+    from tirx_gemm.compile.regbudget import setmaxnreg_problem
     for step in registry.STEPS:
         res = built[0][(step.key, step.canonical, None)]
         assert setmaxnreg_problem(res.cuda_source, res.registers) is None, step.key

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tirx_gemm import registry
-from tirx_gemm.build.api import BuildError, build_many, find_tool
+from tirx_gemm.compile.api import BuildError, build_many, find_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 NVCC = find_tool("nvcc")  # the real one
@@ -140,9 +140,9 @@ def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, cod
 
 
 # dotted below tirx_gemm: the build subpackage and the settings it reads
-BUILD_MODULES = ("build.api", "build.cache", "build.cudalibs", "build.doctor",
-                 "build.forkserver_entry", "build.pipeline", "build.pool", "build.procs",
-                 "settings", "build.toolchain")
+BUILD_MODULES = ("compile.api", "compile.cache", "compile.cudalibs", "compile.doctor",
+                 "compile.forkserver_entry", "compile.pipeline", "compile.pool", "compile.procs",
+                 "settings", "compile.toolchain")
 
 
 def test_importing_the_build_modules_does_nothing():
@@ -151,7 +151,7 @@ def test_importing_the_build_modules_does_nothing():
     only the fork server runs prepare_fork_server (through its entry module)."""
     code = ("import ctypes, os, sys\n"
             f"for m in {BUILD_MODULES!r}: __import__('tirx_gemm.' + m)\n"
-            "from tirx_gemm.build import cudalibs\n"
+            "from tirx_gemm.compile import cudalibs\n"
             "libc = ctypes.CDLL(None); sig = ctypes.c_int(-1)\n"
             "libc.prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG\n"
             "maps = open('/proc/self/maps').read()\n"
@@ -178,8 +178,8 @@ def test_the_build_modules_import_no_circle():
                 deps |= {a.name[len("tirx_gemm."):] for a in node.names
                          if a.name.startswith("tirx_gemm.")}
         graph[name] = deps & set(BUILD_MODULES)
-    assert graph["build.api"] >= {"build.cache", "build.pool", "build.pipeline",
-                                  "build.toolchain"}, graph  # parsed
+    assert graph["compile.api"] >= {"compile.cache", "compile.pool", "compile.pipeline",
+                                    "compile.toolchain"}, graph  # parsed
     done, path = set(), []
 
     def visit(n):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tirx_gemm import registry
-from tirx_gemm.build import bundle
+from tirx_gemm.compile import bundle
 
 
 BF16 = {"dtype": "bfloat16"}

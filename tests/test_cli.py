@@ -35,7 +35,7 @@ def test_build_prints_resource_table():
     row = next(line for line in out.stdout.splitlines() if line.startswith("v1 "))
     assert "sm_100a" in row and "UTCHMMA" in row and "128x128x64" in row
     assert "not run" in out.stdout  # honest about sm_100a
-    # the legend: the columns' units and each SASS opcode shown (from tirx_gemm/build/sass.py)
+    # the legend: the columns' units and each SASS opcode shown (from tirx_gemm/compile/sass.py)
     assert "regs = registers per thread" in out.stdout and "K = KiB" in out.stdout
     assert re.search(r"^  UTCHMMA +tcgen05\.mma", out.stdout, re.M), out.stdout
 
@@ -174,7 +174,7 @@ def test_sim_in_the_wrong_python_names_the_venv_to_make():
 
 
 def test_toolchain_errors_point_at_doctor():
-    from tirx_gemm.build.api import BuildError
+    from tirx_gemm.compile.api import BuildError
     from tirx_gemm.cli import _doctor_hint
     assert "tirx-gemm doctor" in _doctor_hint(BuildError("nvcc did not finish within 1 s"))
     assert _doctor_hint(BuildError("v4@sm_90a 1x8x8: the kernel failed")) == ""

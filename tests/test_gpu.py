@@ -64,13 +64,13 @@ def _skip_unless_arch(arch):
 
 def _load(step, mnk, dtype="float16"):
     if BUNDLE:
-        from tirx_gemm.build import bundle
+        from tirx_gemm.compile import bundle
         try:
             entry = bundle.find(Path(BUNDLE), step, mnk, watchdog_ms=WATCHDOG_MS, dtype=dtype)
         except ValueError:
             entry = bundle.find(Path(BUNDLE), step, mnk, dtype=dtype)
         return loader.load_kernel(str(Path(BUNDLE) / entry["lib"])), entry
-    from tirx_gemm.build.api import build
+    from tirx_gemm.compile.api import build
     from tirx_gemm.run.measure import dtype_kwargs
     r = build(step.id, *mnk, arch=step.arch, watchdog_ms=WATCHDOG_MS, **dtype_kwargs(dtype))
     return loader.load_kernel(str(r.lib_path)), {"step": r.step, "arch": r.arch, "M": r.M,

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from tirx_gemm import registry
-from tirx_gemm.build import bundle
+from tirx_gemm.compile import bundle
 from tirx_gemm.report import records
 from tirx_gemm.report import regress
-from tirx_gemm.build.api import BuildError
+from tirx_gemm.compile.api import BuildError
 
 ROOT = Path(__file__).resolve().parent.parent
 V1 = registry.get("v1", "sm_100a")
@@ -243,7 +243,7 @@ def test_an_intact_bundle_gets_past_verification(bnd):
 # --------------------------------------------------------------------------------------
 # exports: locked and atomic
 # --------------------------------------------------------------------------------------
-EXPORT_ONE = ("import sys; from pathlib import Path; from tirx_gemm import registry; from tirx_gemm.build import bundle; "
+EXPORT_ONE = ("import sys; from pathlib import Path; from tirx_gemm import registry; from tirx_gemm.compile import bundle; "
               "s = registry.get(sys.argv[1], sys.argv[2]); "
               "mnk = tuple(int(x) for x in sys.argv[3].split(',')); "
               "kw = {'dtype': sys.argv[4]} if sys.argv[4] != 'float16' else {}; "

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from tirx_gemm import registry, settings
-from tirx_gemm.build import cache
-from tirx_gemm.build import cudalibs
-from tirx_gemm.build import procs
-from tirx_gemm.build import toolchain
-from tirx_gemm.build.api import build, build_many
-from tirx_gemm.build.cache import WorkFolder, cache_key, load_cached, read_entry, sweep_stale
-from tirx_gemm.build.procs import BuildError, run_tool
+from tirx_gemm.compile import cache
+from tirx_gemm.compile import cudalibs
+from tirx_gemm.compile import procs
+from tirx_gemm.compile import toolchain
+from tirx_gemm.compile.api import build, build_many
+from tirx_gemm.compile.cache import WorkFolder, cache_key, load_cached, read_entry, sweep_stale
+from tirx_gemm.compile.procs import BuildError, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = registry.get("v1", "sm_90a")
@@ -233,7 +233,7 @@ def test_the_key_names_every_part_of_the_toolchain():
 # --------------------------------------------------------------------------------------
 # work folders: locks, not PIDs
 # --------------------------------------------------------------------------------------
-HOLDER = ("import sys, time; from tirx_gemm.build.cache import WorkFolder; "
+HOLDER = ("import sys, time; from tirx_gemm.compile.cache import WorkFolder; "
           "w = WorkFolder(sys.argv[1]); print(w.path, flush=True); time.sleep(600)")
 
 

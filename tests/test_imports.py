@@ -10,8 +10,8 @@ KNOWN: set = set()
 
 def _imports(path: Path) -> set[str]:
     """The tirx_gemm modules ``path`` imports anywhere in its code, as dotted names below
-    tirx_gemm ("registry", "build.cache"); ``from tirx_gemm.build import cache`` names
-    "build.cache" (a module) or "build" (a name in the package), whichever exists."""
+    tirx_gemm ("registry", "compile.cache"); ``from tirx_gemm.compile import cache`` names
+    "compile.cache" (a module) or "compile" (a name in the package), whichever exists."""
     out = set()
     here = _name(path).split(".")
 
@@ -39,7 +39,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _name(p: Path) -> str:
-    """tirx_gemm/build/cache.py -> "build.cache"; a package's __init__ -> its package."""
+    """tirx_gemm/compile/cache.py -> "build.cache"; a package's __init__ -> its package."""
     parts = p.relative_to(PKG).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 

@@ -203,7 +203,7 @@ def test_without_a_registered_split_k_step_few_tiles_stay_on_v9(monkeypatch):
 def fake_bundle(tmp_path):
     """A bundle that passes bundle.verify (hashes, bindings, runtime/ listed) whose files
     are stand-ins: nothing here is loaded, only looked up."""
-    from tirx_gemm.build import bundle as bd
+    from tirx_gemm.compile import bundle as bd
     kwargs = {"dtype": "bfloat16", "SM_COUNT": 132}
     lib = bd.lib_name("v9", "sm_90a", 1000, 1000, 1000, kwargs)
     (tmp_path / lib).write_bytes(b"stand-in kernel")

@@ -361,7 +361,7 @@ def kernel_spec_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def warm_cache():
     """Build every step's canonical shape once, in parallel (cache hits after test_build)."""
-    from tirx_gemm.build.api import build_many
+    from tirx_gemm.compile.api import build_many
     res = build_many([(s, s.canonical, {}) for s in registry.STEPS])
     for s, r in zip(registry.STEPS, res):
         if isinstance(r, Exception):

@@ -145,7 +145,7 @@ def test_the_test_commands_set_up_prints_progress():
     builds nothing up front. It runs where the batch is already in the session's cache (a
     full run's own set-up put it there), so that it reads back instead of compiling again."""
     import conftest
-    from tirx_gemm.build.cache import load_cached
+    from tirx_gemm.compile.cache import load_cached
     missing = [r for r in conftest._setup_requests()
                if load_cached(r[0], *r[1], r[2], None) is None]
     if missing:

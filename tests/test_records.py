@@ -309,7 +309,7 @@ def test_build_sim_and_run_records_share_one_step_at_a_shape():
     their keys; BuildMeta stays read-only."""
     import dataclasses
 
-    from tirx_gemm.build.cache import BuildResult
+    from tirx_gemm.compile.cache import BuildResult
     from tirx_gemm.run.launcher import BuildMeta
     from tirx_gemm.sim.gate import SimRow
     from tirx_gemm.stepshape import StepShape

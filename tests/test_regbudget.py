@@ -1,5 +1,5 @@
 """The setmaxnreg budget check: the arithmetic, and every warp-specialized step as built."""
-from tirx_gemm.build.regbudget import setmaxnreg_problem
+from tirx_gemm.compile.regbudget import setmaxnreg_problem
 
 V7 = ("__launch_bounds__(256) k() {}\nsetmaxnreg.dec.sync.aligned.u32 56;\n"
       "setmaxnreg.inc.sync.aligned.u32 224;\n")

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from tirx_gemm import registry
-from tirx_gemm.build import bundle
+from tirx_gemm.compile import bundle
 from tirx_gemm.run import launcher
 from tirx_gemm.run import runner
-from tirx_gemm.build.api import BuildError, build, build_many, cache_key, find_tool, run_tool
+from tirx_gemm.compile.api import BuildError, build, build_many, cache_key, find_tool, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 NVCC = find_tool("nvcc")  # the real one (the wheel's, unless TIRX_GEMM_SYSTEM_CUDA=1)
@@ -185,7 +185,7 @@ def test_a_moved_cache_folder_still_works(cache, seeds, tmp_path):
 # worker or tool left): tests/test_build_pool.py::test_no_pool_process_outlives_an_interrupted_build
 
 
-LOCK_HOLDER = ("import sys, time; from tirx_gemm.build.cache import WorkFolder; "
+LOCK_HOLDER = ("import sys, time; from tirx_gemm.compile.cache import WorkFolder; "
                "w = WorkFolder(sys.argv[1]); print(w.path, flush=True); time.sleep(600)")
 
 

@@ -764,7 +764,7 @@ def test_runner_imports_and_works_without_tvm(tmp_path):
 
 # the run side: what a GPU host without TVM's compiler imports to load, check and time a kernel
 RUN_SIDE = ("run/runner", "run/device", "run/loader", "run/launcher", "run/checking",
-            "run/timing", "numerics", "report/records", "run/tvmruntime")
+            "run/timing", "numerics", "report/records", "tvmruntime", "gitinfo")
 
 
 @pytest.mark.parametrize("module", RUN_SIDE)

@@ -58,7 +58,7 @@ def test_the_pair_steps_compile_to_2cta_instructions_that_v7_lacks():
     and v9 issue the cta_group::2 forms of the MMA, its commit and TMA loads, and the cluster
     barrier; v7, which they extend, has none of them. The builds come from the session's
     cache (tests/test_build.py's batch)."""
-    from tirx_gemm.build.api import build_many
+    from tirx_gemm.compile.api import build_many
     v7 = registry.get("v7", "sm_100a")
     built = build_many([(s, s.canonical, {}) for s in [v7, *PAIR_STEPS]])
     pair_forms = ("UTCHMMA.2CTA", "UTCBAR.2CTA", "UTMALDG.2D.2CTA", "UCGABAR_ARV")

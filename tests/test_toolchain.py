@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm.build import toolchain as B
-from tirx_gemm.build.procs import BuildError
+from tirx_gemm.compile import toolchain as B
+from tirx_gemm.compile.procs import BuildError
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_ARGS = ("v1", "--arch", "sm_90a")
@@ -103,7 +103,7 @@ def test_toolchain_env_leads_with_the_wheels(no_system_cuda):
 def test_tvm_finds_the_same_toolchain(no_system_cuda):
     """In a build process (toolchain_env applied), TVM's own CUDA lookups name the wheels."""
     env = {k: v for k, v in os.environ.items() if k != B.SYSTEM_CUDA_ENV}
-    code = ("import os; from tirx_gemm.build import toolchain; "
+    code = ("import os; from tirx_gemm.compile import toolchain; "
             "os.environ.update(toolchain.toolchain_env()); "
             "from tvm.support import nvcc; print(nvcc.find_cuda_path()); "
             "print(nvcc.get_cuda_version()); print(nvcc.find_libdevice_path('sm_90a'))")

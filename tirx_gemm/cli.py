@@ -26,7 +26,7 @@ from tirx_gemm.progress import Progress
 from tirx_gemm.run.measure import dtype_kwargs, kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
 from tirx_gemm.numerics import DTYPES
 from tirx_gemm.report.regress import DEFAULT_TOLERANCE, EXPECTATIONS
-from tirx_gemm.build.sass import HEADLINE_SASS, meaning
+from tirx_gemm.compile.sass import HEADLINE_SASS, meaning
 
 
 DEBUG_ENV = "TIRX_GEMM_DEBUG"
@@ -71,7 +71,7 @@ def get_step(step_id: str, arch: str) -> registry.Step:
 
 
 def _mnk(text: str) -> tuple[int, int, int]:
-    from tirx_gemm.build.api import check_shape_limits
+    from tirx_gemm.compile.api import check_shape_limits
     try:
         parts = tuple(int(x) for x in text.replace("x", ",").split(","))
     except ValueError:
@@ -205,7 +205,7 @@ def _build_progress(n: int, quiet: bool, what: str = "building", reqs_label: str
 
 
 def cmd_build(args) -> int:
-    from tirx_gemm.build.api import build_many
+    from tirx_gemm.compile.api import build_many
 
     steps = _steps_arg(args)
     reqs = [(s, args.mnk or s.canonical, dtype_kwargs(args.dtype)) for s in steps]
@@ -230,14 +230,14 @@ def cmd_build(args) -> int:
 
 
 def _cache_note() -> str:
-    from tirx_gemm.build.api import cache_root
+    from tirx_gemm.compile.api import cache_root
     return str(cache_root())
 
 
 def cmd_doctor(args) -> int:
     """Which CUDA toolchain a build uses: nvcc, the ptxas and headers nvcc picks (from
     ``nvcc --dryrun``), cuobjdump, nvdisasm, the host compiler, with paths and versions."""
-    from tirx_gemm.build.api import toolchain_report
+    from tirx_gemm.compile.api import toolchain_report
     lines = toolchain_report()
     for label, text in lines:
         print(f"{label + ':':15}{text}")
@@ -259,7 +259,7 @@ def kernel_start(cuda: str) -> int:
 
 
 def cmd_show(args) -> int:
-    from tirx_gemm.build.api import build
+    from tirx_gemm.compile.api import build
 
     step = get_step(args.step, args.arch)
     with Progress(f"building {step.key}", enabled=not args.quiet):
@@ -286,7 +286,7 @@ def cmd_show(args) -> int:
 def cmd_export(args) -> int:
     """Build steps and put their libraries, a manifest and TVM's runtime into a bundle that
     a GPU host without the TVM compiler can run."""
-    from tirx_gemm.build import bundle
+    from tirx_gemm.compile import bundle
 
     steps = [] if args.suite is not None else _steps_arg(args)
     if args.all and args.mnk:
@@ -486,7 +486,7 @@ def cmd_regress(args) -> int:
 
 def _regress_cpu(args) -> int:
     from tirx_gemm.report import regress
-    from tirx_gemm.build.api import build_many
+    from tirx_gemm.compile.api import build_many
     steps = registry.all_steps(args.arch if args.arch_given else None)
     reqs = regress.cpu_requests(steps)
     prog, progress = _build_progress(len(reqs), args.quiet)
@@ -771,7 +771,7 @@ def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
-    from tirx_gemm.build.api import BuildError
+    from tirx_gemm.compile.api import BuildError
     from tirx_gemm.sim.gate import SimUnavailable
     try:
         return args.fn(args)
@@ -802,7 +802,7 @@ TOOLCHAIN_WORDS = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "cicc", "libcuda", 
 def _doctor_hint(exc: BaseException) -> str:
     """"; `tirx-gemm doctor` ..." for a build error about the toolchain (a tool missing,
     failing or hung), unless the message already names a way on."""
-    from tirx_gemm.build.api import BuildError
+    from tirx_gemm.compile.api import BuildError
     first = (str(exc).strip().splitlines() or [""])[0]
     if not isinstance(exc, BuildError) or "doctor" in first:
         return ""

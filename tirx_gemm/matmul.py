@@ -228,7 +228,7 @@ def use_bundle(path) -> None:
     them; ``None`` goes back to ``$TIRX_GEMM_BUNDLE`` or, without it, building here."""
     global _bundle_override
     if path is not None:
-        from tirx_gemm.build.bundle import load_manifest
+        from tirx_gemm.compile.bundle import load_manifest
         load_manifest(Path(path))  # not a bundle: say so now, not at the first call
     _bundle_override = None if path is None else Path(path)
 
@@ -259,7 +259,7 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
     previous build at once). Errors say how to get the missing kernel."""
     M, N, K = mnk
     if bundle is not None:
-        from tirx_gemm.build import bundle as bundles
+        from tirx_gemm.compile import bundle as bundles
         try:
             entry = dict(bundles.find(Path(bundle), step, mnk, kwargs=dict(kwargs)))
         except ValueError as exc:
@@ -279,8 +279,8 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
             f"cannot get {_describe(step, mnk, kwargs)}: no bundle is set and the TVM compiler "
             f"is not installed here; export a bundle on a build machine (`tirx-gemm export "
             f"--suite FILE`) and point tirx_gemm.matmul.use_bundle(path) or ${BUNDLE_ENV} at it")
-    from tirx_gemm.build.api import build
-    from tirx_gemm.report.gitinfo import git_sha
+    from tirx_gemm.compile.api import build
+    from tirx_gemm.gitinfo import git_sha
     r = build(step.id, M, N, K, arch=step.arch, **kwargs)
     return Path(r.lib_path), {
         "step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,

@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+from tirx_gemm.stepshape import shape_text
+
 __all__ = ["HEARTBEAT_S", "Progress"]
 
 HEARTBEAT_S = 10.0
@@ -71,10 +73,9 @@ class Progress:
         else:
             verb = "cached" if res.cached else "built"
             secs = None if res.cached else res.times.get("total")
-        from tirx_gemm.report.tables import shape
         dtype = (req[2] if len(req) > 2 else {}).get("dtype", "float16")
         extra = "" if dtype == "float16" else f" {dtype}"
-        self.item(verb, f"{req[0].key} {shape(req[1])}{extra}", secs)
+        self.item(verb, f"{req[0].key} {shape_text(req[1])}{extra}", secs)
 
     def heartbeat_line(self) -> str:
         running = f", {self.current} running" if self.current else ""

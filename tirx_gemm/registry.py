@@ -10,7 +10,6 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from tirx_gemm.build.sass import KEY_SASS  # noqa: F401  (the glossary's opcodes; build.py reads them here)
 
 ARCHES = ("sm_100a", "sm_90a")
 Shape = tuple[int, int, int]

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["StepShape"]
+__all__ = ["StepShape", "shape_text"]
+
+
+def shape_text(mnk) -> str:
+    """(M, N, K) -> "MxNxK"."""
+    return "x".join(str(int(x)) for x in mnk)
 
 
 @dataclasses.dataclass(eq=False)

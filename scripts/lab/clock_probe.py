@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         ap.error("--seconds must be positive")
 
     import torch
-    from tirx_gemm.build import bundle
+    from tirx_gemm.compile import bundle
     from tirx_gemm.run import device
     from tirx_gemm.run import launcher
     from tirx_gemm.run import loader

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from tirx_gemm import registry
-from tirx_gemm.build import bundle
+from tirx_gemm.compile import bundle
 from tirx_gemm.sim import mutants
 
 

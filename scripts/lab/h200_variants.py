@@ -52,7 +52,7 @@ def load_spec(path: Path) -> list[dict]:
 
 
 def export(spec: Path, out: Path) -> int:
-    from tirx_gemm.build import bundle
+    from tirx_gemm.compile import bundle
     variants = load_spec(spec)
     reqs = [(v["step"], v["shape"], v["kwargs"]) for v in variants]
     bundle.export(reqs, out, ffi_wheel_python="3.12")
@@ -71,7 +71,7 @@ def _kw_text(kw: dict) -> str:
 
 def run(bundle_dir: Path, records_path: Path, passes: int) -> int:
     from tirx_gemm import registry
-    from tirx_gemm.build import bundle
+    from tirx_gemm.compile import bundle
     from tirx_gemm.run import loader
     from tirx_gemm.run import runner
     variants = json.loads((bundle_dir / "lab_spec.json").read_text())
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     r.add_argument("--records", default="results/lab/h200.jsonl")
     r.add_argument("--passes", type=int, default=3)
     args = ap.parse_args(argv)
-    from tirx_gemm.build.procs import BuildError
+    from tirx_gemm.compile.procs import BuildError
     try:
         if args.cmd == "export":
             return export(Path(args.spec), Path(args.out))

@@ -41,7 +41,7 @@ VARIANTS = (
 
 def export(out: Path) -> int:
     from tirx_gemm import registry
-    from tirx_gemm.build import bundle
+    from tirx_gemm.compile import bundle
     for wd in sorted({w for _, _, w in VARIANTS}, key=lambda w: w or 0):
         reqs = []
         for sid, kw, w in VARIANTS:
@@ -62,7 +62,7 @@ def _label(e: dict) -> str:
 
 
 def run(bundle_dir: Path, records_path: Path, passes: int) -> int:
-    from tirx_gemm.build import bundle
+    from tirx_gemm.compile import bundle
     from tirx_gemm.run import loader
     from tirx_gemm.run import runner
     entries = sorted(bundle.load_manifest(bundle_dir),
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     r.add_argument("--passes", type=int, default=2)
     args = ap.parse_args(argv)
     if args.cmd == "export":
-        from tirx_gemm.build.api import BuildError
+        from tirx_gemm.compile.api import BuildError
         try:
             return export(Path(args.out))
         except (ValueError, BuildError) as e:

@@ -2,7 +2,7 @@
 
 The notebooks in ``notebooks/`` are narrative plus one-line calls into this module; no
 kernel code lives in them. Everything here reads the one registry (``tirx_gemm.registry``),
-the build harness (``tirx_gemm.build.api``: canonical shapes only, cached on disk under
+the build harness (``tirx_gemm.compile.api``: canonical shapes only, cached on disk under
 ``TIRX_GEMM_CACHE``) and the recorded results (``results/*.jsonl`` via
 ``tirx_gemm.report.records``); runs go through ``tirx_gemm.run.runner`` and only where a GPU of the
 step's arch is present.
@@ -32,7 +32,7 @@ from tirx_gemm.report import plots
 from tirx_gemm.report import records
 from tirx_gemm.report import tables
 from tirx_gemm.registry import Step
-from tirx_gemm.build.sass import KEY_SASS, SASS_GLOSSARY
+from tirx_gemm.compile.sass import KEY_SASS, SASS_GLOSSARY
 
 __all__ = [
     "Md",
@@ -177,7 +177,7 @@ def build_step(step_id: str) -> dict:
     cannot compile)."""
     if compiler_missing():
         return {}
-    from tirx_gemm.build.api import build
+    from tirx_gemm.compile.api import build
     return {s.arch: build(s.id, *s.canonical, arch=s.arch) for s in steps_of(step_id)}
 
 
@@ -188,7 +188,7 @@ def canonical_build(step_id: str, arch: str):
         return None
     key = (step.id, step.arch)
     if key not in _BUILDS:
-        from tirx_gemm.build.api import build
+        from tirx_gemm.compile.api import build
         _BUILDS[key] = build(step.id, *step.canonical, arch=step.arch)
     return _BUILDS[key]
 
@@ -198,7 +198,7 @@ def _prefetch(steps: Sequence[Step]) -> None:
     todo = [s for s in steps if (s.id, s.arch) not in _BUILDS]
     if not todo:
         return
-    from tirx_gemm.build.api import build_many
+    from tirx_gemm.compile.api import build_many
     for s, res in zip(todo, build_many([(s, s.canonical, {}) for s in todo])):
         if isinstance(res, Exception):
             raise res
@@ -210,7 +210,7 @@ def _total_sass(res) -> int:
 
 
 def build_summary(builds: dict) -> Md:
-    """One line per arch for the results of ``tirx_gemm.build.api.build`` (arch -> BuildResult)."""
+    """One line per arch for the results of ``tirx_gemm.compile.api.build`` (arch -> BuildResult)."""
     if not builds and compiler_missing():
         return _not_here()
     rows = []

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from tirx_gemm.report import tables
 from tirx_gemm.registry import Step
-from tirx_gemm.build.regbudget import launch_threads, setmaxnreg_split
-from tirx_gemm.build.sass import KEY_SASS
+from tirx_gemm.compile.regbudget import launch_threads, setmaxnreg_split
+from tirx_gemm.compile.sass import KEY_SASS
 
 DEFAULT_TOLERANCE = 0.15
 BASELINE_DIR = Path("goldens") / "baselines"
@@ -39,7 +39,7 @@ def shape_key(M: int, N: int, K: int) -> str:
 def bench_plan(steps: list[Step]) -> list[tuple[Step, tuple[int, int, int]]]:
     """(step, shape) pairs a regression run measures: bench shapes, else the canonical one
     (the same shapes `tirx-gemm bench` and `export --shapes bench` use)."""
-    from tirx_gemm.build.bundle import shapes_for
+    from tirx_gemm.compile.bundle import shapes_for
     return [(s, mnk) for s in steps for mnk in shapes_for(s, "bench")]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from tirx_gemm.stepshape import shape_text
+
 __all__ = ["MISSING", "cell", "markdown", "text", "fmt", "shape", "path_table"]
 
 MISSING = "—"  # a cell without a value (markdown)
@@ -55,9 +57,7 @@ def text(header: Sequence[str], rows: Iterable[Sequence], align: str = "") -> st
     return "\n".join([line(list(header))] + [line(r) for r in rows])
 
 
-def shape(mnk) -> str:
-    """(M, N, K) -> "MxNxK"."""
-    return "x".join(str(int(x)) for x in mnk)
+shape = shape_text  # (M, N, K) -> "MxNxK", the one formatter (tirx_gemm.stepshape)
 
 
 def _step_number(step_id: str) -> int:

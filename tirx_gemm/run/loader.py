@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from tirx_gemm.run.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
+from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
 
 __all__ = [
     "RUNTIME_DIR_ENV",
@@ -115,7 +115,7 @@ def load_kernel(lib_path: str | os.PathLike):
         raise FileNotFoundError(f"step library {path} does not exist")
     # a library from a bundle: the whole bundle (this library, the runtime libraries next to
     # it) is checked against its manifest before anything is loaded
-    from tirx_gemm.build.bundle import verify_library  # noqa: PLC0415 (lazy: bundle reads files only)
+    from tirx_gemm.compile.bundle import verify_library  # noqa: PLC0415 (lazy: bundle reads files only)
     verify_library(path)
     _init_cuda_via_torch()
     tvm = sys.modules.get("tvm")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from tirx_gemm import registry
-from tirx_gemm.report.gitinfo import git_sha
+from tirx_gemm.gitinfo import git_sha
 
 __all__ = ["dtype_kwargs", "kernel_for", "plan", "measure_plan"]
 
@@ -38,12 +38,12 @@ def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | Non
     (needs TVM), persistent steps sized to ``sm_count`` SMs when given (the GPU they will
     run on)."""
     if bundle_dir:
-        from tirx_gemm.build import bundle
+        from tirx_gemm.compile import bundle
         entry = dict(bundle.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms,
                                  dtype=dtype))
         entry.setdefault("lesson", step.lesson)
         return Path(bundle_dir) / entry["lib"], entry, None
-    from tirx_gemm.build.api import build
+    from tirx_gemm.compile.api import build
     r = build(step.id, *mnk, arch=step.arch, watchdog_ms=watchdog_ms,
               **step.with_sm_count(sm_count), **dtype_kwargs(dtype))
     meta = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
@@ -54,7 +54,7 @@ def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | Non
 def plan(steps: Sequence[registry.Step], shapes) -> list:
     """(step, shape) pairs: ``shapes`` is a registry shape list name ("bench", "test",
     "all", "canonical") or a list of explicit (M, N, K)."""
-    from tirx_gemm.build.bundle import shapes_for
+    from tirx_gemm.compile.bundle import shapes_for
     return [(s, mnk) for s in steps for mnk in (
         shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
 

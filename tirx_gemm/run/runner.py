@@ -27,7 +27,7 @@ import torch
 
 from tirx_gemm.run.checking import Log, _print, _quiet, check, torch_dtype
 from tirx_gemm.run.device import check_device, query_nvidia_smi
-from tirx_gemm.report.gitinfo import git_sha
+from tirx_gemm.gitinfo import git_sha
 from tirx_gemm.run.launcher import (BuildMeta, check_workspace, hang_label, label, launch,
                                 make_workspace, validate_inputs, workspace_specs)
 from tirx_gemm.run.timing import (DEFAULT_MIN_WARMUP_MS, bench, bench_interleaved,

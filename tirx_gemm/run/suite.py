@@ -261,7 +261,7 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
     from tirx_gemm.run import loader
     from tirx_gemm.report import records as rec_io
     from tirx_gemm.run import runner
-    from tirx_gemm.build.api import BuildError
+    from tirx_gemm.compile.api import BuildError
     from tirx_gemm.matmul import kernel_source
     suite = _as_suite(path)
     arch, why = device.gpu_arch()

@@ -89,13 +89,13 @@ def trace_main(args) -> int:
     dev = torch.device("cuda", info["index"])
     plain_lib = None
     if args.bundle:
-        from tirx_gemm.build import bundle
+        from tirx_gemm.compile import bundle
         entry, plain = _find_in_bundle(bundle, Path(args.bundle), step, (M, N, K), args.dtype)
         lib, kwargs = Path(args.bundle) / entry["lib"], dict(entry["kwargs"])
         if plain is not None:
             plain_lib = Path(args.bundle) / plain["lib"]
     else:
-        from tirx_gemm.build.api import build
+        from tirx_gemm.compile.api import build
         kw = {**step.with_sm_count(info["sm_count"])}
         if args.dtype != "float16":
             kw["dtype"] = args.dtype
@@ -211,7 +211,7 @@ def export_bundle(step_ids, mnk, out, *, arch: str = "sm_90a", num_sms: int = 13
     """Export the instrumented builds of ``step_ids`` at ``mnk`` (and, with ``plain``, their
     normal builds, for the cost figure) into the bundle ``out`` for `trace --bundle`."""
     from tirx_gemm import registry
-    from tirx_gemm.build import bundle
+    from tirx_gemm.compile import bundle
     reqs = []
     for sid in step_ids:
         step = registry.get(sid, arch)

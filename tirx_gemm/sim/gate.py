@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from tirx_gemm import numerics, registry
-from tirx_gemm.report.gitinfo import git_sha
+from tirx_gemm.gitinfo import git_sha
 from tirx_gemm.registry import Step
 from tirx_gemm.stepshape import StepShape
 

@@ -1,7 +1,7 @@
 """The build pool's fork server starts here: it is the first module of pool.POOL_PRELOAD, and
 multiprocessing's fork server can only import modules, not call a function, before it
 imports TVM. So this module is an entry point, like a ``__main__.py``: imported by that fork
-server it calls :func:`tirx_gemm.build.pool.prepare_fork_server`; imported anywhere else it does
+server it calls :func:`tirx_gemm.compile.pool.prepare_fork_server`; imported anywhere else it does
 nothing.
 """
 
@@ -20,6 +20,6 @@ def _imported_by_fork_server() -> bool:
 
 
 if _imported_by_fork_server():
-    from tirx_gemm.build.pool import prepare_fork_server
+    from tirx_gemm.compile.pool import prepare_fork_server
 
     prepare_fork_server()

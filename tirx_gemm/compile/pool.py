@@ -24,10 +24,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from tirx_gemm.build.cudalibs import ensure_libcuda
-from tirx_gemm.build.procs import (COLLECT_TIMEOUT_S, die_with_parent, kill_tools_and_exit,
+from tirx_gemm.compile.cudalibs import ensure_libcuda
+from tirx_gemm.compile.procs import (COLLECT_TIMEOUT_S, die_with_parent, kill_tools_and_exit,
                              stop_group)
-from tirx_gemm.build.toolchain import toolchain_env
+from tirx_gemm.compile.toolchain import toolchain_env
 
 __all__ = ["POOL_PRELOAD", "prepare_fork_server", "serve", "server_main"]
 
@@ -35,7 +35,7 @@ PKG_DIR = Path(__file__).resolve().parents[1]
 # modules the fork server imports once, so that no build pays for them. First the entry
 # module, which calls prepare_fork_server: the CUDA libraries must be loaded before TVM is
 # imported (else TVM silently keeps CUDA source only)
-POOL_PRELOAD = ["tirx_gemm.build.forkserver_entry", "tvm", "tvm_ffi", "tirx_gemm.build.pipeline",
+POOL_PRELOAD = ["tirx_gemm.compile.forkserver_entry", "tvm", "tvm_ffi", "tirx_gemm.compile.pipeline",
                 "tirx_gemm.helpers", "tirx_gemm.hopper"]
 
 
@@ -60,7 +60,7 @@ def serve(jobs: list[dict], parallel: int):
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with tempfile.TemporaryFile("w+") as server_err:
         proc = subprocess.Popen([sys.executable, "-c",
-                                 "import sys; from tirx_gemm.build.pool import server_main; "
+                                 "import sys; from tirx_gemm.compile.pool import server_main; "
                                  "sys.exit(server_main())"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=server_err,
                                 text=True, env=env, start_new_session=True,
@@ -94,7 +94,7 @@ def serve(jobs: list[dict], parallel: int):
 def _server_log(text: str) -> str:
     """Write a failed build server's output to a log file under the cache; its path (or
     why it could not be written)."""
-    from tirx_gemm.build.cache import cache_root
+    from tirx_gemm.compile.cache import cache_root
     try:
         logs = cache_root() / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -222,7 +222,7 @@ def _pool_worker_init() -> None:
 def _pool_build(job: dict) -> None:
     """One build in a fresh pool worker (max_tasks_per_child=1: the process ends after it);
     its errors are reported as data, in error.json."""
-    from tirx_gemm.build.pipeline import compile_job
+    from tirx_gemm.compile.pipeline import compile_job
     work = Path(job["dir"])
     (work / "error.json").unlink(missing_ok=True)  # from an attempt the pool's breakage ended
     (work / "worker.pid").write_text(str(os.getpid()))

@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 
 from tirx_gemm import registry
-from tirx_gemm.run.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
-from tirx_gemm.build.procs import BuildError
+from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
+from tirx_gemm.compile.procs import BuildError
 
 MANIFEST = "manifest.json"
 FORMAT = 2  # manifest format: 2 = every file's sha256 ("files"), kernels bound to them
@@ -402,8 +402,8 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
     already there with the same file name is replaced). Locked against concurrent exports
     into the same folder, and atomic: the new bundle is written beside it and renamed into
     place, so a failed export leaves the previous bundle as it was (or none)."""
-    from tirx_gemm.build.api import build_many
-    from tirx_gemm.build.cache import InvalidEntry, verify_entry
+    from tirx_gemm.compile.api import build_many
+    from tirx_gemm.compile.cache import InvalidEntry, verify_entry
 
     out = Path(out)
     check_out_dir(out)
@@ -437,7 +437,7 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
                              f"built ({exc}): build it again with `tirx-gemm build {r.step} "
                              f"--arch {r.arch} --no-cache`, then export") from None
     rt_src = _tvm_lib_dir()
-    from tirx_gemm.report.gitinfo import git_sha
+    from tirx_gemm.gitinfo import git_sha
     sha = git_sha()
     parent = out.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -493,7 +493,7 @@ def _umask() -> int:
 
 
 def _download_ffi_wheel(python: str, stage: Path) -> dict:
-    from tirx_gemm.build.api import run_tool
+    from tirx_gemm.compile.api import run_tool
     py = python.replace(".", "")
     dest = stage / "wheels"
     before = set(os.listdir(dest))

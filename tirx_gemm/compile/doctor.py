@@ -12,9 +12,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tirx_gemm.build.cudalibs import ensure_cudart, stub_status
-from tirx_gemm.build.procs import BuildError, run_tool
-from tirx_gemm.build.toolchain import (SYSTEM_CUDA_ENV, WHEEL_PACKAGES, find_tool, header_versions,
+from tirx_gemm.compile.cudalibs import ensure_cudart, stub_status
+from tirx_gemm.compile.procs import BuildError, run_tool
+from tirx_gemm.compile.toolchain import (SYSTEM_CUDA_ENV, WHEEL_PACKAGES, find_tool, header_versions,
                                  include_dirs, resolve, toolchain_env, use_system_cuda)
 
 __all__ = ["toolchain_report"]

@@ -15,10 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 from tirx_gemm import registry
-from tirx_gemm.build.cache import META, BuildResult, artefact_hashes
-from tirx_gemm.build.cudalibs import ensure_libcuda
-from tirx_gemm.build.procs import BuildError, run_tool
-from tirx_gemm.build.toolchain import find_tool, toolchain_env, with_nvdisasm_on_path
+from tirx_gemm.compile.cache import META, BuildResult, artefact_hashes
+from tirx_gemm.compile.cudalibs import ensure_libcuda
+from tirx_gemm.compile.procs import BuildError, run_tool
+from tirx_gemm.compile.toolchain import find_tool, toolchain_env, with_nvdisasm_on_path
 
 __all__ = ["NVCC_FLAGS", "compile_job", "parse_ptxas", "sass_opcode_counts"]
 

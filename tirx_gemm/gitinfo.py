@@ -10,7 +10,7 @@ from pathlib import Path
 def git_sha(repo_dir: str | os.PathLike | None = None) -> str | None:
     """HEAD of the repository holding this file (or repo_dir), with "-dirty" appended when
     tracked sources of the package or the steps are modified; None without git."""
-    cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parents[1]
+    cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
                              text=True, timeout=5)

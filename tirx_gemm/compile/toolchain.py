@@ -9,7 +9,7 @@ A system CUDA (CUDA_HOME, CUDA_PATH or PATH) is used only when TIRX_GEMM_SYSTEM_
 :func:`resolve` names what nvcc runs (ptxas, cicc, the host compiler) and the headers it
 includes, each with its path and version, by reading nvcc.profile as nvcc does; nvcc itself is
 only asked for ``--version``. :func:`toolchain_id` is that resolution as one string: a cache
-entry built by another toolchain has another key. The doctor (tirx_gemm.build.doctor) asks nvcc
+entry built by another toolchain has another key. The doctor (tirx_gemm.compile.doctor) asks nvcc
 itself (``--dryrun``) and warns where nvcc's answer differs.
 """
 
@@ -23,7 +23,7 @@ import re
 import shutil
 from pathlib import Path
 
-from tirx_gemm.build.procs import BuildError, run_tool
+from tirx_gemm.compile.procs import BuildError, run_tool
 
 __all__ = ["HEADER_VERSIONS", "SYSTEM_CUDA_ENV", "Toolchain", "WHEEL_PACKAGES", "find_tool",
            "header_versions", "resolve", "toolchain_env", "toolchain_id", "use_system_cuda",

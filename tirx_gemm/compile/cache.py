@@ -29,9 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tirx_gemm.registry import KEY_SASS, Step
+from tirx_gemm.compile.sass import KEY_SASS
+from tirx_gemm.registry import Step
 from tirx_gemm.stepshape import StepShape
-from tirx_gemm.build.toolchain import toolchain_id
+from tirx_gemm.compile.toolchain import toolchain_id
 
 __all__ = ["ARTEFACTS", "BUILD_FORMAT", "BuildResult", "InvalidEntry", "KEY_SOURCES", "META",
            "WorkFolder", "artefact_hashes", "cache_key", "cache_root", "count_prefix",

@@ -20,9 +20,9 @@ import struct
 import sys
 from pathlib import Path
 
-from tirx_gemm.build.cache import cache_root, sha256_file
-from tirx_gemm.build.procs import BuildError, run_tool
-from tirx_gemm.build.toolchain import use_system_cuda, wheel_cuda_root
+from tirx_gemm.compile.cache import cache_root, sha256_file
+from tirx_gemm.compile.procs import BuildError, run_tool
+from tirx_gemm.compile.toolchain import use_system_cuda, wheel_cuda_root
 
 __all__ = ["STUB_SONAME", "ensure_cudart", "ensure_libcuda", "ensure_stub", "stub_path",
            "stub_problem", "stub_status", "stub_symbols"]

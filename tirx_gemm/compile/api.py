@@ -27,18 +27,18 @@ from __future__ import annotations
 import os
 
 from tirx_gemm import registry
-from tirx_gemm.build.cache import (ARTEFACTS, BUILD_FORMAT, BuildResult, InvalidEntry, WorkFolder,
+from tirx_gemm.compile.cache import (ARTEFACTS, BUILD_FORMAT, BuildResult, InvalidEntry, WorkFolder,
                              cache_key, cache_root, count_prefix, install_entry, load_cached,
                              read_entry, sweep_stale, verify_entry)
-from tirx_gemm.build.cudalibs import ensure_cudart, ensure_libcuda, ensure_stub
-from tirx_gemm.build.doctor import toolchain_report
-from tirx_gemm.build.pipeline import NVCC_FLAGS, parse_ptxas, sass_opcode_counts
-from tirx_gemm.build.pool import job_error, serve
-from tirx_gemm.build.procs import (PROBE_TIMEOUT_S, TOOL_TIMEOUT_ENV, TOOL_TIMEOUT_S, BuildError,
+from tirx_gemm.compile.cudalibs import ensure_cudart, ensure_libcuda, ensure_stub
+from tirx_gemm.compile.doctor import toolchain_report
+from tirx_gemm.compile.pipeline import NVCC_FLAGS, parse_ptxas, sass_opcode_counts
+from tirx_gemm.compile.pool import job_error, serve
+from tirx_gemm.compile.procs import (PROBE_TIMEOUT_S, TOOL_TIMEOUT_ENV, TOOL_TIMEOUT_S, BuildError,
                              run_tool, sigterm_as_exit, tool_timeout)
-from tirx_gemm.build.regbudget import setmaxnreg_problem
+from tirx_gemm.compile.regbudget import setmaxnreg_problem
 from tirx_gemm.registry import Step
-from tirx_gemm.build.toolchain import (SYSTEM_CUDA_ENV, WHEEL_PACKAGES, find_tool, resolved,
+from tirx_gemm.compile.toolchain import (SYSTEM_CUDA_ENV, WHEEL_PACKAGES, find_tool, resolved,
                                  toolchain_env, toolchain_id, use_system_cuda, wheel_cuda_root)
 
 __all__ = [
