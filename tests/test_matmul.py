@@ -14,7 +14,7 @@ import torch
 import tirx_gemm
 from tirx_gemm import matmul as mm
 from tirx_gemm import registry, splitk
-from tirx_gemm.run import suite
+from tirx_gemm import suite
 
 
 def ops(M=128, N=256, K=64, dtype=torch.float16):
@@ -30,7 +30,7 @@ def check(a, b, out=None):
 # --------------------------------------------------------------------------------------
 def test_importing_tirx_gemm_and_matmul_imports_neither_torch_nor_tvm():
     code = ("import sys, tirx_gemm; m = tirx_gemm.matmul; m.choose(128, 256, 64); "
-            "import tirx_gemm.run.suite as s; s.plan(s.load_suite(), 'matmul', 'sm_90a', 132); "
+            "import tirx_gemm.suite as s; s.plan(s.load_suite(), 'matmul', 'sm_90a', 132); "
             "bad = [x for x in ('torch', 'tvm') if x in sys.modules]; "
             "assert not bad, bad; print(callable(m))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

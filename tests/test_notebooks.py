@@ -95,7 +95,7 @@ def test_notebooks_hold_no_kernel_code():
 def _step_code_lines():
     """Every code line (no comment, docstring or blank) of every registered step's source,
     40 characters or longer once stripped: text a notebook must never hold."""
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     out = set()
     for s in registry.STEPS:
         for _, line in nb.code_lines(Path(s.source_file).read_text(encoding="utf-8")):
@@ -151,7 +151,7 @@ def test_generator_survives_a_lesson_being_written(tmp_path, monkeypatch):
 # the source and diff helpers
 # --------------------------------------------------------------------------------------
 def test_step_source_is_the_file():
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     for s in registry.STEPS:
         shown = nb.step_source(s.id, s.arch)
         text = Path(s.source_file).read_text(encoding="utf-8")
@@ -177,7 +177,7 @@ def f(x):
 
 
 def test_code_lines_strip_comments_and_docstrings():
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     assert nb.code_lines(_SAMPLE) == [
         (2, "import os"),
         (5, "def f(x):"),
@@ -189,7 +189,7 @@ def test_code_lines_strip_comments_and_docstrings():
 
 
 def test_code_diff_shows_code_changes_only():
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     recommented = _SAMPLE.replace("# a comment line: dropped", "# reworded comment").replace(
         "Function docstring,", "Another docstring,")
     assert nb.code_diff(_SAMPLE, recommented, "a.py", "b.py").splitlines() == [
@@ -201,7 +201,7 @@ def test_code_diff_shows_code_changes_only():
 
 
 def test_step_diffs_are_code_only_and_name_their_base():
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     for s in registry.STEPS:
         base = nb.diff_base(s.id, s.arch)
         ids = [x.id for x in registry.all_steps(s.arch)]
@@ -230,7 +230,7 @@ def test_step_diffs_are_code_only_and_name_their_base():
 
 
 def test_diff_html_with_and_without_pygments(monkeypatch):
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     sid = registry.step_ids()[1]
     diff = nb.step_diff(sid, registry.ARCHES[0])
     plus_bg = nb.Code._BG["+"]
@@ -249,7 +249,7 @@ def test_diff_html_with_and_without_pygments(monkeypatch):
 # the shape suite: what matmul runs, and the recorded before/after
 # --------------------------------------------------------------------------------------
 def test_suite_plot_says_so_without_records(tmp_path, monkeypatch):
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     monkeypatch.setenv(nb.RESULTS_ENV, str(tmp_path))
     out = nb.suite_plot()
     assert isinstance(out, nb.Md) and "No H200 suite records yet" in str(out)
@@ -261,8 +261,8 @@ def test_suite_plot_draws_recorded_ratios_only(tmp_path, monkeypatch):
     no record is not drawn."""
     from tirx_gemm import matmul
     from tirx_gemm.report import records
-    from tirx_gemm.run import suite
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import suite
+    from tirx_gemm import notebook as nb
     monkeypatch.setenv(nb.RESULTS_ENV, str(tmp_path))
     st = suite.load_suite()
     (e1, d1), (e2, d2) = st.cases()[:2]
@@ -290,7 +290,7 @@ def test_suite_plot_draws_recorded_ratios_only(tmp_path, monkeypatch):
 # the helper module without matplotlib
 # --------------------------------------------------------------------------------------
 def test_plot_falls_back_to_a_table_without_matplotlib(monkeypatch):
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     for mod in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, mod)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
@@ -303,7 +303,7 @@ def test_plot_falls_back_to_a_table_without_matplotlib(monkeypatch):
 
 
 def test_results_name_the_device_or_say_not_measured(tmp_path, monkeypatch):
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     from tirx_gemm.report import records
     monkeypatch.setenv(nb.RESULTS_ENV, str(tmp_path))  # no records at all
     text = str(nb.results_table("v1"))
@@ -320,7 +320,7 @@ def test_measure_runs_where_a_gpu_of_the_arch_is_present(monkeypatch):
     """The GPU branch (faked here): a present arch is measured through measure.measure_plan and
     its record shown; an absent one falls back to the recorded results."""
     from tirx_gemm.run import measure
-    from tirx_gemm.report import notebook as nb
+    from tirx_gemm import notebook as nb
     calls = []
 
     def fake_device(arch):

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from tirx_gemm import registry
-from tirx_gemm.sim import mutants
+from tirx_gemm import mutants
 from tirx_gemm.sim import gate as sim
 
 SIM_STEPS = registry.all_steps("sm_100a")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm.run import suite
+from tirx_gemm import suite
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -296,7 +296,7 @@ def cmd_export(args) -> int:
     bundle.check_out_dir(out)
     if args.suite is not None:  # the kernels `bench --suite` / tirx_gemm.matmul will ask for
         from tirx_gemm import splitk
-        from tirx_gemm.run import suite
+        from tirx_gemm import suite
         sms = args.num_sms or splitk.DEFAULT_SM_COUNT[args.arch]
         reqs = suite.export_requests(suite.load_suite(args.suite or None), args.target,
                                      args.arch, sms)
@@ -420,8 +420,8 @@ def cmd_bench(args) -> int:
 
 def _bench_suite(args) -> int:
     """`bench --suite [FILE] --target matmul|vN`: every suite shape in fp16 and bf16 against
-    torch.matmul in the same run (tirx_gemm.run.suite.bench_suite)."""
-    from tirx_gemm.run import suite
+    torch.matmul in the same run (tirx_gemm.suite.bench_suite)."""
+    from tirx_gemm import suite
     suite.load_suite(args.suite or None)  # a bad suite file fails before the GPU probe
     if args.target != suite.MATMUL:
         get_step(args.target, args.arch)
@@ -672,7 +672,7 @@ def _add_sim_parser(sub) -> None:
                    help=f"comma list of {','.join(CHECKS)} (default: all)")
     p.add_argument("--log", help="file for the full checker text (default build/sim/...)")
     p.add_argument("--mutant", help="simulate a deliberately broken variant instead "
-                   "(tirx_gemm/sim/mutants.py; the gate must fail); names the step itself")
+                   "(tirx_gemm/mutants.py; the gate must fail); names the step itself")
     p.add_argument("--record", action="store_true",
                    help="append the rows to results/sim/numsim-cpu.jsonl (README table)")
     p.set_defaults(fn=cmd_sim)
@@ -694,7 +694,7 @@ def cmd_sim(args) -> int:
     checks = _parse_checks(args.check)
     mnk = args.mnk
     if args.mutant:
-        from tirx_gemm.sim import mutants
+        from tirx_gemm import mutants
         mutant_case(args.mutant)  # an sm_90a mutant is refused here
         m = mutants.get(args.mutant)
         if args.all or (args.step and registry.get(args.step, ARCH).id != m.step):

@@ -20,7 +20,7 @@ How a call runs:
 
 The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 ``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
-:func:`choose` and the suite planning (tirx_gemm.run.suite) run on a build machine without torch.
+:func:`choose` and the suite planning (tirx_gemm.suite) run on a build machine without torch.
 Not autograd-aware: inputs that require grad are refused while grad mode is on. The kernel
 runs on the stream apache-tvm-ffi uses for torch tensors, as every launch of this project
 (runner, notebooks); calls from a non-default torch stream are not tested.

@@ -86,7 +86,7 @@ class Step:
 
     def build_primfunc(self, M: int, N: int, K: int, **kwargs):
         """The step's PrimFunc. ``mutant=NAME`` builds a deliberately broken variant of this
-        step instead (tirx_gemm.sim.mutants), e.g. to prove that the simulation gate or the
+        step instead (tirx_gemm.mutants), e.g. to prove that the simulation gate or the
         GPU watchdog catches it; it travels through builds and bundles like any keyword.
         ``TIMELINE=True`` builds the instrumented twin (tirx_gemm.timeline): the same kernel
         plus event records into one extra operand after D; off, the PrimFunc is unchanged."""
@@ -94,7 +94,7 @@ class Step:
         mutant = kwargs.pop("mutant", None)
         timeline = kwargs.pop("TIMELINE", False)
         if mutant is not None:
-            from tirx_gemm.sim import mutants
+            from tirx_gemm import mutants
             m = mutants.get(mutant)
             if (m.step, m.arch) != (self.id, self.arch):
                 raise ValueError(f"mutant {mutant} breaks {m.step}@{m.arch}, not {self.key}")

@@ -1,4 +1,4 @@
-"""Export a deliberately broken step (tirx_gemm/sim/mutants.py) into a bundle for a GPU host.
+"""Export a deliberately broken step (tirx_gemm/mutants.py) into a bundle for a GPU host.
 
 Used to prove, on a real GPU, that a protocol bug ends in an error and not a frozen
 process: once built with ``--watchdog-ms`` (the kernel traps and names the barrier that
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tirx_gemm import registry
 from tirx_gemm.compile import bundle
-from tirx_gemm.sim import mutants
+from tirx_gemm import mutants
 
 
 def main(argv=None) -> int:

@@ -80,7 +80,7 @@ class SimCase:
     N: int
     K: int
     kwargs: tuple[tuple[str, object], ...] = ()
-    mutant: str | None = None  # a deliberately broken variant (tirx_gemm.sim.mutants)
+    mutant: str | None = None  # a deliberately broken variant (tirx_gemm.mutants)
 
     def build(self):
         extra = {"mutant": self.mutant} if self.mutant else {}
@@ -134,7 +134,7 @@ def cases_for(step: Step, mnk: tuple[int, int, int] | None = None,
 def mutant_case(name: str, mnk=None, dtype: str | None = None) -> SimCase:
     """The case a mutant is simulated at: ``mnk``, else the mutant's own case, else the
     first simulation case of its step; in ``dtype`` when given."""
-    from tirx_gemm.sim import mutants
+    from tirx_gemm import mutants
     m = mutants.get(name)
     if m.arch != ARCH:
         raise ValueError(f"mutant {name} breaks {m.step}@{m.arch}: NumSim models sm_100a only "

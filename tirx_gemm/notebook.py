@@ -70,7 +70,7 @@ __all__ = [
     "suite_plot",
 ]
 
-PKG_DIR = Path(__file__).resolve().parents[1]
+PKG_DIR = Path(__file__).resolve().parent
 RESULTS_ENV = "TIRX_GEMM_RESULTS"
 
 
@@ -891,7 +891,7 @@ def suite_cases(arch: str = "sm_90a", sm_count: int | None = None, path=None) ->
     """The shape suite (default: the packaged models.json), one row per shape, with the step
     and keywords ``tirx_gemm.matmul`` picks for it on a GPU of ``arch`` with ``sm_count``
     SMs (default: matmul.choose's, the H200's 132). Planning only: no GPU, no timing."""
-    from tirx_gemm.run import suite as S
+    from tirx_gemm import suite as S
     st = S.load_suite(path)
     n = sm_count or _default_sm_count()
     picks: dict = {}
@@ -931,7 +931,7 @@ def suite_ratios(before: str | None = None, after: str | None = None, path=None)
     case with at least one record: {"label", "shape", "dtype", "model", "before", "after"},
     each side the record or None. Nothing is estimated: no record, no row."""
     from tirx_gemm import matmul
-    from tirx_gemm.run import suite as S
+    from tirx_gemm import suite as S
     st = S.load_suite(path)
     before = before or matmul.DATA_PARALLEL
     after = after or S.MATMUL
@@ -960,7 +960,7 @@ def _ratio(rec) -> float | None:
 
 
 def _suite_text(data: dict) -> str:
-    from tirx_gemm.run import suite as S
+    from tirx_gemm import suite as S
     parts = []
     for dev, rows in data["devices"].items():
         def cell(rec):

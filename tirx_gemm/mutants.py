@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 
-PKG_DIR = Path(__file__).resolve().parents[1]
+PKG_DIR = Path(__file__).resolve().parent
 HELPERS_IMPORT = "from tirx_gemm import helpers as H"
 
 

@@ -36,7 +36,7 @@ from tirx_gemm.numerics import DTYPES
 __all__ = ["DEFAULT_SUITE", "MATMUL", "Entry", "Suite", "Item", "load_suite", "plan",
            "export_requests", "summarize", "format_table", "bench_suite"]
 
-DEFAULT_SUITE = Path(__file__).resolve().parents[1] / "suites" / "models.json"
+DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "models.json"
 MATMUL = "matmul"  # the target that runs what tirx_gemm.matmul would run
 RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out of the README table
 
