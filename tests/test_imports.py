@@ -39,7 +39,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _name(p: Path) -> str:
-    """tirx_gemm/compile/cache.py -> "build.cache"; a package's __init__ -> its package."""
+    """tirx_gemm/compile/cache.py -> "compile.cache"; a package's __init__ -> its package."""
     parts = p.relative_to(PKG).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -114,3 +114,52 @@ def test_no_import_cycles():
         circle = _path({v: g[v] & comp for v in comp}, first, back) + [first]
         lines.append(f"{{{', '.join(sorted(comp))}}}, e.g. {' -> '.join(circle)}")
     assert not found, "modules that import each other in a circle:\n" + "\n".join(lines)
+
+
+# The layers of CONTRIBUTING.md's picture, bottom up: a module may import its own layer and
+# the ones below it, never one above. "shared" is every top-level module not named here.
+LAYERS = (
+    ("shared", None),
+    ("authoring", {"helpers", "blackwell", "hopper", "splitk", "timeline", "mutants"}),
+    ("registry", {"registry"}),
+    ("compile", {"compile"}),
+    ("run, report", {"run", "report"}),
+    ("sim", {"sim"}),
+    ("matmul", {"matmul"}),
+    ("entry points", {"suite", "notebook", "cli", ""}),
+)
+# within a layer of two: run and report must not import each other
+APART = {("run", "report"), ("report", "run")}
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[0]
+    for i, (_, members) in enumerate(LAYERS):
+        if members and top in members:
+            return i
+    return 0
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[str]:
+    out = []
+    for a, deps in sorted(g.items()):
+        for b in sorted(deps):
+            la, lb = _layer(a), _layer(b)
+            pair = (a.split(".")[0], b.split(".")[0])
+            if lb > la or pair in APART:
+                out.append(f"{a} ({LAYERS[la][0]}) imports {b} ({LAYERS[lb][0]})")
+    return out
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert upward_imports({"compile.api": {"run.runner"}, "run.runner": set()}) == [
+        "compile.api (compile) imports run.runner (run, report)"]
+    assert upward_imports({"run.runner": {"report.records"}, "report.records": set()})
+    assert upward_imports({"sim.gate": {"compile.api"}, "compile.api": set()}) == []
+
+
+def test_no_module_imports_a_layer_above_it():
+    """The machinery stays below the entry points, and each subpackage below the ones that
+    use it: compile < run, report < sim < matmul < suite, notebook, cli (CONTRIBUTING.md)."""
+    bad = upward_imports(graph())
+    assert not bad, "imports against the layers of CONTRIBUTING.md:\n" + "\n".join(bad)
