@@ -7,9 +7,8 @@ baseline gets one recorded from the run (and is told so).
 
 CPU level (``tirx-gemm regress --cpu``, run by CI): every step of both arches is compiled
 and its registers, shared memory, spills, threads per CTA, setmaxnreg split and key SASS
-instruction counts are compared with
-the committed expectations in ``goldens/expectations/build.json``, failing with a readable
-diff.
+instruction counts are compared with the committed expectations in
+``goldens/expectations/build.json``, failing with a readable diff.
 
 This module imports without TVM (the GPU side runs on hosts without the compiler).
 """
