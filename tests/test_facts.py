@@ -126,9 +126,14 @@ _SMEM = re.compile(r"(~?)(\d+) (KiB|KB) (?:of )?(?:SMEM|shared memory)(?! per st
                    r"|\((~?)(\d+) (KiB|KB) per CTA\)")
 
 
-def _expected_kib(step_id: str, arch: str) -> int | None:
+def _expect(step_id: str, arch: str) -> dict | None:
+    """The build expectations of the step at its canonical shape."""
     s = registry.get(step_id, arch)
-    entry = EXPECTATIONS.get(f"{s.key}:{'x'.join(map(str, s.canonical))}")
+    return EXPECTATIONS.get(f"{s.key}:{'x'.join(map(str, s.canonical))}")
+
+
+def _expected_kib(step_id: str, arch: str) -> int | None:
+    entry = _expect(step_id, arch)
     return None if entry is None else round(entry["smem_bytes"] / 1024)
 
 
@@ -216,11 +221,6 @@ _REG_INFLIGHT = re.compile(r"(?P<chunks>\d+) chunks \((?P<regs>\d+) registers\)"
                            r"|BLK_N / (?P<div>\d+) = (?P<regs3>\d+) registers for (?P<n>\d+)x")
 _REG_ANY = re.compile(r"\b(\d+) registers\b")
 CHUNK_FLOATS = 4  # a slab chunk: 4 fp32 values, one 16-byte load
-
-
-def _expect(step_id: str, arch: str) -> dict | None:
-    s = registry.get(step_id, arch)
-    return EXPECTATIONS.get(f"{s.key}:{'x'.join(map(str, s.canonical))}")
 
 
 def _cap(threads: int) -> int:

@@ -34,16 +34,14 @@ def setmaxnreg_split(cuda_source: str) -> dict[str, list[int]] | None:
 
 def setmaxnreg_problem(cuda_source: str, registers: int | None) -> str | None:
     """One line saying why the split cannot be honoured, or None (fits, or no setmaxnreg)."""
-    found = {(kind, int(n)) for kind, n in _SETMAXNREG.findall(cuda_source)}
-    if not found:
+    split = setmaxnreg_split(cuda_source)
+    if split is None:
         return None
-    incs = sorted({n for kind, n in found if kind == "inc"})
-    decs = sorted({n for kind, n in found if kind == "dec"})
-    bounds = _LAUNCH_BOUNDS.search(cuda_source)
-    if registers is None or bounds is None or len(incs) != 1 or len(decs) != 1:
+    incs, decs = split["inc"], split["dec"]
+    threads = launch_threads(cuda_source)
+    if registers is None or threads is None or len(incs) != 1 or len(decs) != 1:
         return (f"cannot check the setmaxnreg split (registers={registers}, inc={incs}, "
-                f"dec={decs}, launch bounds {'found' if bounds else 'missing'})")
-    threads = int(bounds.group(1))
+                f"dec={decs}, launch bounds {'missing' if threads is None else 'found'})")
     groups = threads // WARPGROUP
     need = WARPGROUP * (decs[0] + (groups - 1) * incs[0])
     have = threads * registers
