@@ -207,8 +207,8 @@ def test_smem_figures_in_lessons_and_cards_match_the_build():
 #   384 x 168", "128*40 + 256*232" -> the build's setmaxnreg dec/inc (and threads);
 # - the register cap of a launch: "168 registers at 384 threads" -> 64K / threads rounded
 #   down to 8, at the build's thread count;
-# - loads in flight: "8 chunks (32 registers)", "IN_FLIGHT = 8 ... (32 registers)" -> 4
-#   floats per chunk; "BLK_N / 4 = 32 registers for 128x128" -> the arithmetic;
+# - loads in flight: "8 chunks (32 registers)", "IN_FLIGHT = 8 ... (32 registers)" -> the
+#   step's CHUNK floats per chunk; "BLK_N / 4 = 32 registers for 128x128" -> the arithmetic;
 # - otherwise a compiled count ("142 registers"), which must be the build's.
 _REG_SPLIT = re.compile(
     r"down to (?P<dec>\d+) registers, the epilogue up to (?P<inc>\d+)"
@@ -220,7 +220,13 @@ _REG_INFLIGHT = re.compile(r"(?P<chunks>\d+) chunks \((?P<regs>\d+) registers\)"
                            r"|IN_FLIGHT = (?P<chunks2>\d+) .*\((?P<regs2>\d+) registers\)"
                            r"|BLK_N / (?P<div>\d+) = (?P<regs3>\d+) registers for (?P<n>\d+)x")
 _REG_ANY = re.compile(r"\b(\d+) registers\b")
-CHUNK_FLOATS = 4  # a slab chunk: 4 fp32 values, one 16-byte load
+
+
+def _chunk_floats(step_id: str, arch: str) -> int | None:
+    """fp32 values per slab chunk: the step's own CHUNK (v11), from its builder."""
+    step = registry.get(step_id, arch)
+    src = (ROOT / "steps" / arch.replace("_", "") / f"hgemm_{step_id}.py").read_text()
+    return _builder_constants(src, step.builder()).get("CHUNK")
 
 
 def _cap(threads: int) -> int:
@@ -271,8 +277,10 @@ def _register_problems():
         if "div" in g:
             good = int(g["n"]) // int(g["div"]) == int(g["regs3"])
         else:
-            good = int(g.get("chunks") or g["chunks2"]) * CHUNK_FLOATS == int(
-                g.get("regs") or g["regs2"])
+            chunks = int(g.get("chunks") or g["chunks2"])
+            regs = int(g.get("regs") or g["regs2"])
+            good = any(chunks * _chunk_floats(step_id, a) == regs
+                       for a in arches if _has(step_id, a) and _chunk_floats(step_id, a))
         if not good:
             wrong.append(f"{where(path, n)}: {m.group(0)!r} does not add up")
     for path, n, m, arches, step_id in _quotes(_REG_ANY):

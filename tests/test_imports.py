@@ -163,3 +163,13 @@ def test_no_module_imports_a_layer_above_it():
     use it: compile < run, report < sim < matmul < suite, notebook, cli (CONTRIBUTING.md)."""
     bad = upward_imports(graph())
     assert not bad, "imports against the layers of CONTRIBUTING.md:\n" + "\n".join(bad)
+
+
+def test_contributing_names_the_layers_in_this_order():
+    """CONTRIBUTING.md's sentence on the layers is a copy of LAYERS: it must list the same
+    names, bottom up, in the same order."""
+    text = " ".join((PKG.parent / "CONTRIBUTING.md").read_text(encoding="utf-8").split())
+    m = __import__("re").search(r"\(bottom up: ([^)]*)\)", text)
+    assert m, "CONTRIBUTING.md no longer lists the layers '(bottom up: ...)'"
+    written = [w.strip() for w in m.group(1).split(",")]
+    assert written == [name.replace(", ", " and ") for name, _ in LAYERS], written
