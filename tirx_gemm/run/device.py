@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from tirx_gemm.run.errors import DeviceMismatchError
+
 __all__ = [
     "ARCH_CAPABILITY",
     "DeviceMismatchError",
@@ -35,11 +37,6 @@ __all__ = [
 ARCH_CAPABILITY: dict[str, tuple[int, int | None]] = {"sm_90a": (9, 0), "sm_100a": (10, None)}
 
 H200_L2_BYTES = 50 * 1024 * 1024  # fallback when torch does not report the L2 size
-
-
-class DeviceMismatchError(RuntimeError):
-    """No CUDA GPU is visible, or its compute capability does not fit the step's arch."""
-
 
 
 def required_capability_text(arch: str) -> str:

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from tirx_gemm.run.errors import RuntimeLibraryError
 from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
 
 __all__ = [
@@ -26,10 +27,6 @@ __all__ = [
 ]
 
 RUNTIME_DIR_ENV = "TIRX_GEMM_TVM_RUNTIME_DIR"
-
-
-class RuntimeLibraryError(RuntimeError):
-    """apache-tvm-ffi or TVM's runtime libraries could not be found or loaded."""
 
 
 def _has_runtime_libs(d: Path) -> bool:
