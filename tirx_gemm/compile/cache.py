@@ -36,7 +36,7 @@ from tirx_gemm.compile.toolchain import toolchain_id
 
 __all__ = ["ARTEFACTS", "BUILD_FORMAT", "BuildResult", "InvalidEntry", "KEY_SOURCES", "META",
            "WorkFolder", "artefact_hashes", "cache_key", "cache_root", "count_prefix",
-           "install_entry", "load_cached", "read_entry", "sha256_file", "sweep_stale",
+           "install_entry", "key_sources", "load_cached", "read_entry", "sha256_file", "sweep_stale",
            "verify_entry"]
 
 BUILD_FORMAT = 6  # bump when the cached artefacts or their meaning change
@@ -47,10 +47,12 @@ META = "meta.json"  # written last: holds the artefacts' sha256
 LOCK = "owner.lock"
 # the package modules that shape what a build produces (besides the step's own source): the
 # kernel-authoring library, and the pipeline and libcuda loading that compile and export it
-KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell.py", "timeline.py", "build/pipeline.py",
-                           "build/cudalibs.py"),
-               "sm_90a": ("helpers.py", "hopper.py", "timeline.py", "build/pipeline.py",
-                          "build/cudalibs.py")}
+# (paths below the package folder; every one must exist: a moved module is an error, never
+# a source silently left out of the key; tests/test_hostile_errors.py checks them all)
+KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell.py", "timeline.py", "compile/pipeline.py",
+                           "compile/cudalibs.py"),
+               "sm_90a": ("helpers.py", "hopper.py", "timeline.py", "compile/pipeline.py",
+                          "compile/cudalibs.py")}
 STALE_UNOWNED_S = 600  # a work folder without a lock file is a crash between two syscalls
 
 
@@ -141,13 +143,28 @@ def cache_key(step: Step, M: int, N: int, K: int, kwargs: dict,
     h = hashlib.sha256()
     h.update(json.dumps([BUILD_FORMAT, step.key, M, N, K, sorted(kwargs.items()), watchdog_ms,
                          toolchain_id()], default=str).encode())
+    for path in key_sources(step):
+        try:
+            h.update(path.read_bytes())
+        except OSError as exc:
+            raise FileNotFoundError(
+                f"cache key source {path} is not readable ({exc.strerror or exc}): the "
+                "package is incomplete, or a module moved without cache.KEY_SOURCES "
+                "following it; reinstall tirx-gemm or fix KEY_SOURCES") from None
+    return h.hexdigest()[:20]
+
+
+def key_sources(step: Step) -> list[Path]:
+    """The files whose bytes go into ``step``'s cache keys: its builder, KEY_SOURCES of its
+    arch and, for a step with a workspace (v11), the module that sizes it."""
     sources = [Path(step.source_file), *(PKG_DIR / f for f in KEY_SOURCES[step.arch])]
     if step.workspace:  # e.g. v11: its builder asks tirx_gemm.splitk for the split count
-        sources.append(PKG_DIR / (step.workspace.split(":")[0].rsplit(".", 1)[-1] + ".py"))
-    for path in sources:
-        if path.exists():
-            h.update(path.read_bytes())
-    return h.hexdigest()[:20]
+        module = step.workspace.split(":")[0]
+        if not module.startswith("tirx_gemm."):
+            raise ValueError(f"{step.key}: workspace {step.workspace!r} is not a tirx_gemm "
+                             "module, so no cache key can cover it")
+        sources.append(PKG_DIR.joinpath(*module.split(".")[1:]).with_suffix(".py"))
+    return sources
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""Every module path and file name the package writes as a string names something that exists
+(issue 31): a module moved without its string following it must fail here, not silently
+(the CLI's error lookup named tirx_gemm.device after it moved to run/, and the cache key
+skipped build/pipeline.py after it moved to compile/)."""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from tirx_gemm import registry
+from tirx_gemm.compile import cache
+
+PKG = Path(__file__).resolve().parent.parent / "tirx_gemm"
+ROOT = PKG.parent
+
+MODULE = re.compile(r"tirx_gemm(\.\w+)+(:\w+)?")
+FILE = re.compile(r"[\w.-]+(/[\w.-]+)*\.(py|json|jsonl|c|toml|sh|tgz|tsv|md)")
+# strings of that form that are not paths of this checkout, each with why
+NOT_PATHS = {
+    "tirx_gemm.resident_clusters": "a PrimFunc attribute name (sim/gate.py)",
+    "kernel.tir.py": "an artefact a build writes",
+    "meta.json": "an artefact a build writes",
+    "error.json": "what a failed build worker writes",
+    "manifest.json": "what an export writes",
+    "helpers_mutant.py": "a mutant's generated helpers",
+    "_mutant.py": "the suffix of a mutant's generated step file",
+}
+
+
+def _strings():
+    """(file, line, text) of every string constant in the package; f-strings as their
+    constant head (the part before the first placeholder)."""
+    for path in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield path, node.lineno, node.value, False
+            elif isinstance(node, ast.JoinedStr) and node.values \
+                    and isinstance(node.values[0], ast.Constant):
+                yield path, node.lineno, node.values[0].value, True
+
+
+def _module_file(dotted: str) -> Path | None:
+    parts = dotted.split(".")[1:]
+    for cand in (PKG.joinpath(*parts).with_suffix(".py"), PKG.joinpath(*parts, "__init__.py")):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _defines(path: Path, name: str) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name
+                                                    for a in node.names):
+            return True
+    return False
+
+
+def test_every_module_string_names_a_module_and_attribute_that_exist():
+    bad = []
+    for path, line, text, _ in _strings():
+        if not MODULE.fullmatch(text) or text in NOT_PATHS:
+            continue
+        module, _, attr = text.partition(":")
+        found = _module_file(module)
+        where = f"{path.relative_to(ROOT)}:{line} {text!r}"
+        if found is None:
+            bad.append(f"{where}: no module {module}")
+        elif attr and not _defines(found, attr):
+            bad.append(f"{where}: {module} defines no {attr}")
+    assert not bad, "\n".join(bad)
+
+
+# module names built from pieces, each with the test that checks every name it can build
+BUILT_NAMES = {("registry.py", "tirx_gemm.steps."): "test_every_step_module_resolves"}
+
+
+def test_no_module_name_is_built_from_pieces():
+    """f"tirx_gemm.{mod}" cannot be checked by the test above: name modules whole, or list
+    the place in BUILT_NAMES with a test that checks every name it builds."""
+    built = [f"{p.relative_to(ROOT)}:{line}" for p, line, text, fstring in _strings()
+             if fstring and text.startswith("tirx_gemm.")
+             and (str(p.relative_to(PKG)), text) not in BUILT_NAMES]
+    assert not built, built
+
+
+def test_every_step_module_resolves():
+    import importlib.util
+    for step in registry.STEPS:
+        assert importlib.util.find_spec(step.module) is not None or \
+            Path(step.source_file).is_file(), f"{step.key}: {step.module}"
+        assert Path(step.source_file).is_file(), step.key
+
+
+def test_every_file_string_names_a_file_of_the_checkout():
+    """A relative path or file name written in the package is found below the package, the
+    repository root or the folder of the file that names it (or is listed in NOT_PATHS as
+    something a run writes)."""
+    bad = []
+    for path, line, text, fstring in _strings():
+        if fstring or not FILE.fullmatch(text) or text in NOT_PATHS:
+            continue
+        here = [PKG / text, ROOT / text, path.parent / text]
+        # a bare name joined onto a folder in code (Path(...) / "stub" / "libcuda_stub.c")
+        if "/" not in text:
+            here += [p for top in (PKG, ROOT / "goldens", ROOT / "results")
+                     for p in top.rglob(text)]
+        if not any(p.exists() for p in here):
+            bad.append(f"{path.relative_to(ROOT)}:{line} {text!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_key_sources_exist_for_every_step():
+    for arch, names in cache.KEY_SOURCES.items():
+        for name in names:
+            assert (cache.PKG_DIR / name).is_file(), f"KEY_SOURCES[{arch}] names {name}"
+    for step in registry.STEPS:
+        for source in cache.key_sources(step):
+            assert source.is_file(), f"{step.key}: key source {source} does not exist"
+
+
+def test_the_key_covers_the_pipeline():
+    """Changing the compile pipeline (nvcc flags live there) changes every key."""
+    names = {n for names in cache.KEY_SOURCES.values() for n in names}
+    assert {"compile/pipeline.py", "compile/cudalibs.py"} <= names
+
+
+def test_a_missing_key_source_is_an_error_not_a_skip(monkeypatch, tmp_path):
+    step = registry.get("v1", "sm_100a")
+    monkeypatch.setattr(cache, "toolchain_id", lambda: "fixed")
+    monkeypatch.setitem(cache.KEY_SOURCES, "sm_100a",
+                        cache.KEY_SOURCES["sm_100a"] + ("build/moved_away.py",))
+    with pytest.raises(FileNotFoundError, match="moved_away.py.*KEY_SOURCES"):
+        cache.cache_key(step, *step.canonical, {})
+
+
+def test_a_changed_key_source_changes_the_key(monkeypatch, tmp_path):
+    step = registry.get("v1", "sm_100a")
+    monkeypatch.setattr(cache, "toolchain_id", lambda: "fixed")
+    fake = tmp_path / "pkg"
+    for name in cache.KEY_SOURCES["sm_100a"]:
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_bytes((cache.PKG_DIR / name).read_bytes())
+    monkeypatch.setattr(cache, "PKG_DIR", fake)
+    before = cache.cache_key(step, *step.canonical, {})
+    pipeline = fake / "compile" / "pipeline.py"
+    pipeline.write_text(pipeline.read_text().replace("-O3", "-O0"))
+    assert cache.cache_key(step, *step.canonical, {}) != before
