@@ -154,3 +154,21 @@ def test_a_changed_key_source_changes_the_key(monkeypatch, tmp_path):
     pipeline = fake / "compile" / "pipeline.py"
     pipeline.write_text(pipeline.read_text().replace("-O3", "-O0"))
     assert cache.cache_key(step, *step.canonical, {}) != before
+
+
+def test_a_wrapper_script_nvcc_keys_the_cicc_and_headers_it_really_uses(tmp_path, monkeypatch):
+    """A system nvcc that is a wrapper script (no nvcc.profile beside it) still names the
+    cicc and headers of the nvcc it runs, from nvcc's own dry run, not "cicc=missing"."""
+    from tirx_gemm.compile import toolchain
+    wheel = toolchain.resolve()
+    real = Path(toolchain.find_tool("nvcc"))
+    wrapper = tmp_path / "cuda" / "bin" / "nvcc"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv(toolchain.SYSTEM_CUDA_ENV, "1")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    tc = toolchain.resolve()
+    assert tc.nvcc == str(wrapper)
+    assert tc.cicc != "missing" and tc.cicc == wheel.cicc
+    assert tc.headers and tc.headers == wheel.headers

@@ -157,6 +157,24 @@ def read_nvcc_profile(nvcc: str, env: dict) -> dict:
     return var
 
 
+def dryrun_variables(nvcc: str, env: dict) -> dict:
+    """The variables nvcc reports setting (``#$ NAME=value``, the last one of a name wins)
+    in a dry run: its profile's values wherever that profile is, e.g. behind a wrapper
+    script with no nvcc.profile beside it. {} when the dry run fails."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tirx-gemm-nvcc.") as d:
+        src = Path(d) / "probe.cu"
+        src.write_text("")
+        try:
+            dry = run_tool([nvcc, "--dryrun", "-c", str(src), "-o", str(Path(d) / "probe.o")],
+                           probe=True, env=env, name="nvcc --dryrun")
+        except BuildError:
+            return {}
+    if dry.returncode != 0:
+        return {}
+    return dict(re.findall(r"^#\$ (\w+)=(.*?)\s*$", dry.stdout + dry.stderr, re.M))
+
+
 def _on_path(dirs, tool: str) -> str | None:
     for d in dirs:
         if d and (Path(d) / tool).is_file():
@@ -267,6 +285,8 @@ def resolve() -> Toolchain:
                          nvcc_env, tvm)
     nvcc_version = _nvcc_version(nvcc, env)
     var = read_nvcc_profile(nvcc, env)
+    if not (Path(nvcc).parent / "nvcc.profile").is_file():  # a wrapper script: ask nvcc
+        var = {**var, **dryrun_variables(nvcc, env)}
     search = var.get("PATH", env.get("PATH", "")).split(os.pathsep)
     ptxas = _version_of(_on_path(search, "ptxas"), ["--version"], env)
     cicc_path = _on_path([var.get("CICC_PATH", "")], "cicc")
