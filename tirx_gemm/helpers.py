@@ -54,6 +54,24 @@ def check_positive_ints(**dims: int) -> None:
             raise ValueError(f"{name}={value} must be positive")
 
 
+def runtime_rows(M: int, RUNTIME_M: bool):
+    """M as the kernel body sees it: the int the build was asked for, or, with
+    ``RUNTIME_M=True``, a run-time variable (``tvm.tirx.Var("M")``). TVM's host code then
+    binds M from ``A.shape[0]`` at every call and makes the TMA descriptors for that M, so
+    one compiled kernel serves every M >= 1; every use of M in the body (tile counts, edge
+    tests) becomes an expression evaluated on the GPU. ``M`` is still checked first: it is
+    the shape the build is recorded at."""
+    if not isinstance(RUNTIME_M, bool):
+        raise ValueError(f"RUNTIME_M={RUNTIME_M!r} must be True or False")
+    return runtime_extent("M") if RUNTIME_M else M
+
+
+def runtime_extent(name: str):
+    """A run-time extent of an operand (an int32 variable the host code binds from the
+    tensor's shape): M, or a workspace's length that only has to be large enough."""
+    return tvm.tirx.Var(name, "int32")
+
+
 def check_multiple(name: str, value: int, tile_name: str, tile: int) -> None:
     if value % tile != 0:
         raise ValueError(f"{name}={value} is not a multiple of {tile_name}={tile}")

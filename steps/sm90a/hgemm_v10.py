@@ -69,7 +69,8 @@ def skip_stages(ring, n: int):
 
 def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 6,
               BLK_M: int = 128, EPI_BUFS: int = 2, SM_COUNT: int = 132, L2_GROUP: int = 8,
-              ORDER: str = "group", PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
+              ORDER: str = "group", PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
+              RUNTIME_M: bool = False):
     """Step card -- v10, ping-pong consumers.
 
     Changes from v9: in v9 both consumer warpgroups work on one 128x256 tile (64 rows
@@ -162,10 +163,11 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       tiles); 2 <= PIPE_DEPTH stages of A_STAGE + B_STAGE bytes plus 2 * EPI_BUFS * 8 KB
       of staging within 227 KB (6 for 128x128, 4 for 64x256 with EPI_BUFS=2); SM_COUNT
       even; ORDER "group" or "snake"; PRODUCER_REGS/CONSUMER_REGS multiples of 8 within
-      64K registers per CTA.
+      64K registers per CTA. RUNTIME_M=True takes M at run time (helpers.runtime_rows).
     Run: ``tirx-gemm run v10 --arch sm_90a --mnk 4096,4096,4096``.
     """
     H.check_edge_shape(M, N, K, dtype)
+    M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
     if BLK_M not in (64, 128) or isinstance(BLK_M, bool):
         raise ValueError(f"BLK_M={BLK_M!r} must be 128 (128x128 per warpgroup) or 64 "
                          f"(64x256): 128 fp32 accumulators per thread either way")

@@ -40,7 +40,7 @@ def band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
 
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
               SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None,
-              REDUCE: str | None = None):
+              REDUCE: str | None = None, RUNTIME_M: bool = False):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
@@ -98,7 +98,9 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     SPLIT_K=1 is v7's data-parallel kernel (no workspace operands), whatever REDUCE says.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges); dtype float16 or
       bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH <= 3 (as v7); SM_COUNT >= 1;
-      REDUCE "last" or "spread" (spread: tiles x SPLIT_K <= SM_COUNT).
+      REDUCE "last" or "spread" (spread: tiles x SPLIT_K <= SM_COUNT). RUNTIME_M=True takes
+      M at run time with an explicit SPLIT_K; the caller then keeps the spread rule per
+      call and passes workspace for at least the call's tiles.
     Run: ``tirx-gemm run v11 --arch sm_90a --mnk 256,256,16384``.
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64
@@ -113,11 +115,23 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     # left out: SPLIT_K and REDUCE both from splitk.choose_variant (what matmul builds)
+    if RUNTIME_M and SPLIT_K is None:
+        raise ValueError("RUNTIME_M=True needs an explicit SPLIT_K: the split chosen for "
+                         "one M would be wrong for another")
     SPLIT_K, REDUCE = splitk.resolve_variant(M, N, K, SPLIT_K, REDUCE, SM_COUNT, "sm_90a")
+    # RUNTIME_M: M, the tile count and the workspace extents are bound from the operands
+    # at each call; the caller keeps spread's residency rule (tiles x SPLIT_K <= SM_COUNT)
+    # per call (splitk.runtime_ok) and passes workspace for at least that many tiles
+    M = H.runtime_rows(M, RUNTIME_M)
     TILES_M, TILES_N = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
     TILES = TILES_M * TILES_N
-    SPREAD = splitk.check_split(SPLIT_K, K_TILES, K, TILES, REDUCE, SM_COUNT)
-    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most (spread: exactly)
+    SPREAD = splitk.check_split(SPLIT_K, K_TILES, K, 1 if RUNTIME_M else TILES, REDUCE,
+                                SM_COUNT)
+    # a CTA per unit at most (spread: exactly; with RUNTIME_M the spare CTAs find no unit)
+    GRID = SM_COUNT if RUNTIME_M else min(SM_COUNT, TILES * SPLIT_K)
+    WS_TILES = H.runtime_extent("WS_TILES") if RUNTIME_M else TILES
+    CNT_LEN = (H.runtime_extent("CNT_LEN") if RUNTIME_M
+               else TILES * NUM_CONSUMERS * (2 if SPREAD else 1))
     CHUNK = 4  # floats per slab store / load of one thread
     IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
     HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
@@ -343,8 +357,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         @T.prim_func
         def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
                    D: T.Buffer((M, N), dtype),
-                   WS: T.Buffer((SPLIT_K, TILES, BLK_M * BLK_N), H.ACC_DTYPE),
-                   CNT: T.Buffer((TILES * NUM_CONSUMERS * (2 if SPREAD else 1),), "int32")):
+                   WS: T.Buffer((SPLIT_K, WS_TILES, BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((CNT_LEN,), "int32")):
             gemm(A, B, D, WS, CNT)
 
     return kernel

@@ -14,7 +14,7 @@ from tirx_gemm import hopper as W
 
 def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
              EPI_BUFS: int = 2, SM_COUNT: int = 132, L2_GROUP: int = 8,
-             PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
+             PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, RUNTIME_M: bool = False):
     """Step card -- v9, overlapped epilogue.
 
     Changes from v8: in v8 a consumer warpgroup drains its last wgmma, converts and
@@ -56,7 +56,8 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
       bfloat16; EPI_BUFS 1, 2 or 4 (dividing the BLK_N / 64 = 4 chunks); 2 <= PIPE_DEPTH stages (one stays with the wgmmas in flight) of 48 KB plus
       EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
       SM_COUNT even; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, default v8's 40/232)
-      multiples of 8 within 64K registers per CTA.
+      multiples of 8 within 64K registers per CTA. RUNTIME_M=True takes M at run time
+      (helpers.runtime_rows; the cluster-tile count is then computed on the GPU).
     Run: ``tirx-gemm run v9 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
@@ -70,6 +71,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     EPI_CHUNKS = BLK_N // W.EPI_COLS            # 64-column TMA-store chunks per tile (4)
 
     H.check_edge_shape(M, N, K, dtype)
+    M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
     H.check_positive_ints(EPI_BUFS=EPI_BUFS)
     if EPI_CHUNKS % EPI_BUFS:
         # chunk c of every tile uses staging tile c % EPI_BUFS: with 3 of 4, the next tile's
