@@ -4,8 +4,12 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # ``tirx_gemm.matmul`` (a callable module: tirx_gemm.matmul(a, b)) is imported on first
-    # use, so that importing tirx_gemm imports neither torch nor TVM
-    if name == "matmul":
+    # use, so that importing tirx_gemm imports neither torch nor TVM; so are tirx_gemm.nn,
+    # tirx_gemm.torch_op (the torch custom op) and tirx_gemm.patch
+    if name in ("matmul", "nn", "torch_op"):
         import importlib
-        return importlib.import_module("tirx_gemm.matmul")
+        return importlib.import_module(f"tirx_gemm.{name}")
+    if name == "patch":  # tirx_gemm.patch(model): nn.Linear layers -> tirx_gemm.nn.Linear
+        from tirx_gemm.nn import patch
+        return patch
     raise AttributeError(f"module 'tirx_gemm' has no attribute {name!r}")

@@ -1,0 +1,249 @@
+"""``tirx_gemm.nn.Linear`` and ``tirx_gemm.patch(module)``: the steps' GEMM in an existing model.
+
+``Linear`` is a ``torch.nn.Linear`` (a subclass: same constructor, parameters, state_dict
+keys, ``extra_repr``) whose forward runs ``tirx_gemm.torch_op.matmul`` when it can: input and
+weight on one CUDA GPU of arch sm_90a or sm_100a, one dtype, fp16 or bf16, in- and
+out-features multiples of 8, and nothing for autograd to record. The input's leading
+dimensions are flattened to the GEMM's M (a non-contiguous input is copied first, as
+F.linear would read it). **The bias** is added after the GEMM by one torch op (``add_`` on
+the fresh output): fused epilogues are another issue.
+
+**What it does with an input the kernels cannot serve**: it runs ``torch.nn.functional.linear``
+(the answer, or the error, torch's nn.Linear would give), counts the call in
+``layer.fallbacks``, keeps the reason in ``layer.fallback_reason`` and warns once per reason
+(``warnings.warn``, so ``warnings.simplefilter("error")`` makes it loud). Falls back: a CPU or
+other-device input, a float32 input or weight (an fp32 model, or autocast to another dtype),
+a dtype that differs from the weight's, grad mode on with a weight or input that requires
+grad (training: torch's backward), features not a multiple of 8, a GPU older than sm_90a.
+``Linear(..., strict=True)`` raises a one-line ValueError instead of falling back. While
+torch.compile traces the forward, the fallback is traced as F.linear without counting or
+warning, and the GPU's arch is not probed (the op raises one line at run time on a GPU the
+kernels cannot serve; ``patch`` checks the arch when it replaces layers).
+
+``patch(module)`` replaces, in place, every ``torch.nn.Linear`` of ``module`` that the kernels
+can serve by a ``Linear`` sharing its parameters (same tensors: no copy, state_dict
+unchanged), and leaves the rest to torch; it returns a :class:`Report` of the layers replaced
+and of each one kept, with why (``print(report)``). It replaces only exact
+``torch.nn.Linear`` instances: a subclass may have its own forward. Forward hooks and
+pre-hooks of a replaced layer move to its replacement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from tirx_gemm import torch_op
+from tirx_gemm.matmul import ROW_MULTIPLE, V9_CLUSTER_TILE
+
+__all__ = ["Linear", "patch", "Report", "layer_refusal"]
+
+_DTYPES = (torch.float16, torch.bfloat16)
+_served_devices: dict = {}  # torch.device -> None (served) or why not, probed once per device
+
+
+def _device_refusal(device: torch.device) -> str | None:
+    """None when tirx_gemm's kernels run on ``device``, else why not (one line)."""
+    why = _served_devices.get(device, False)
+    if why is not False:
+        return why
+    if device.type != "cuda":
+        why = f"on {device}, not a CUDA GPU"
+    elif not torch.cuda.is_available():
+        why = f"on {device}, but CUDA is not available here"
+    else:
+        from tirx_gemm.run.device import capability_matches
+        cap = tuple(torch.cuda.get_device_capability(device))
+        if any(capability_matches(a, cap) for a in V9_CLUSTER_TILE):
+            why = None
+        else:
+            why = (f"on {torch.cuda.get_device_name(device)} (compute capability "
+                   f"{cap[0]}.{cap[1]}): the kernels need sm_90a (9.0) or sm_100a (10.x)")
+    _served_devices[device] = why
+    return why
+
+
+def layer_refusal(layer: torch.nn.Linear) -> str | None:
+    """Why ``layer``'s weights cannot be served by tirx_gemm (one line), or None."""
+    w = layer.weight
+    if w.dtype not in _DTYPES:
+        return f"weight is {w.dtype}: the kernels take float16 or bfloat16"
+    if layer.bias is not None and layer.bias.dtype != w.dtype:
+        return f"bias is {layer.bias.dtype} but the weight is {w.dtype}"
+    for name, v in (("in_features", layer.in_features), ("out_features", layer.out_features)):
+        if v % ROW_MULTIPLE:
+            return f"{name}={v} is not a multiple of {ROW_MULTIPLE} (TMA's 16-byte rows)"
+    if not w.is_contiguous():
+        return f"weight is not contiguous (strides {w.stride()})"
+    why = _device_refusal(w.device)
+    return None if why is None else f"weight is {why}"
+
+
+class Linear(torch.nn.Linear):
+    """A torch.nn.Linear whose forward runs tirx_gemm's kernels when it can (see the module
+    docstring): ``y = x @ weight.T (+ bias)``, the bias added after the GEMM in one torch op.
+
+    Inputs the kernels cannot serve run torch's F.linear, counted in ``fallbacks`` with the
+    last reason in ``fallback_reason`` and one warning per reason; ``strict=True`` raises a
+    one-line ValueError instead."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
+                 dtype=None, *, strict: bool = False):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.strict = strict
+        self.fallbacks = 0
+        self.fallback_reason: str | None = None
+
+    @classmethod
+    def from_linear(cls, layer: torch.nn.Linear, *, strict: bool = False) -> "Linear":
+        """A Linear sharing ``layer``'s parameters (the same tensors), training flag and
+        forward hooks."""
+        new = cls(layer.in_features, layer.out_features, bias=layer.bias is not None,
+                  device="meta", dtype=layer.weight.dtype, strict=strict)
+        new.weight = layer.weight
+        new.bias = layer.bias
+        new.train(layer.training)
+        for hooks in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
+                      "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called"):
+            if hasattr(layer, hooks):
+                getattr(new, hooks).update(getattr(layer, hooks))
+        return new
+
+    def _refusal(self, x) -> str | None:
+        """Why this call cannot run tirx_gemm's kernels, or None (cheap: runs per call)."""
+        w = self.weight
+        if not isinstance(x, torch.Tensor):
+            return None if torch.compiler.is_compiling() else "input is not a tensor"
+        if w.dtype not in _DTYPES:
+            return f"weight is {w.dtype}: the kernels take float16 or bfloat16"
+        if x.dtype != w.dtype:
+            return f"input is {x.dtype} but the weight is {w.dtype}"
+        if x.device != w.device:
+            return f"input is on {x.device}, weight on {w.device}"
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
+                self.bias is not None and self.bias.requires_grad)):
+            return ("autograd records this call (grad mode on, a tensor requires grad): run "
+                    "under torch.no_grad() or torch.inference_mode() to use tirx_gemm")
+        if x.shape[-1] != self.in_features:
+            return f"input has {x.shape[-1]} features, the layer {self.in_features}"
+        if self.in_features % ROW_MULTIPLE or self.out_features % ROW_MULTIPLE:
+            return (f"features {self.in_features}->{self.out_features}: the kernels need "
+                    f"multiples of {ROW_MULTIPLE}")
+        if self.bias is not None and self.bias.dtype != w.dtype:
+            return f"bias is {self.bias.dtype}, weight {w.dtype}"
+        if torch.is_autocast_enabled(x.device.type) and (
+                torch.get_autocast_dtype(x.device.type) != w.dtype):
+            return f"autocast to {torch.get_autocast_dtype(x.device.type)}"
+        if torch.compiler.is_compiling():
+            return None  # the arch is not probed while tracing: the op checks it at run time
+        if not w.is_contiguous():
+            return f"weight is not contiguous (strides {w.stride()})"
+        return _device_refusal(x.device)
+
+    def forward(self, x):
+        why = self._refusal(x)
+        if why is not None:
+            return self._fallback(x, why)
+        a = x.reshape(-1, self.in_features)
+        if not a.is_contiguous():
+            a = a.contiguous()
+        if not torch.compiler.is_compiling() and a.data_ptr() % 16:
+            a = a.clone()  # a view at an odd offset: TMA needs 16-byte aligned rows
+        y = torch_op.matmul(a, self.weight)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def _fallback(self, x, why: str):
+        if self.strict:
+            raise ValueError(f"tirx_gemm.nn.Linear({self.in_features}, {self.out_features}) "
+                             f"cannot run this call: {why}")
+        if not torch.compiler.is_compiling():
+            self.fallbacks += 1
+            self.fallback_reason = why
+            warnings.warn(f"tirx_gemm.nn.Linear ran torch's F.linear: {why} (counted in the "
+                          "layer's .fallbacks)", RuntimeWarning, stacklevel=2)
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (", strict=True" if self.strict else "")
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`patch` did: ``replaced`` [(name, note)], ``kept`` [(name, why)], and
+    ``module``, the patched module (the argument itself, or its replacement when the
+    argument is a Linear)."""
+
+    module: torch.nn.Module
+    replaced: list = dataclasses.field(default_factory=list)
+    kept: list = dataclasses.field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"tirx_gemm.patch: {len(self.replaced)} Linear layer(s) replaced, "
+                 f"{len(self.kept)} kept on torch"]
+        lines += [f"  replaced  {name or '(root)'}" + (f"  ({note})" if note else "")
+                  for name, note in self.replaced]
+        lines += [f"  kept      {name or '(root)'}: {why}" for name, why in self.kept]
+        return "\n".join(lines)
+
+
+def _describe(layer) -> str:
+    return (f"{layer.in_features}->{layer.out_features} {str(layer.weight.dtype)[6:]}"
+            + (" +bias" if layer.bias is not None else ""))
+
+
+def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = False) -> Report:
+    """Replace every torch.nn.Linear of ``module`` that tirx_gemm can serve by a
+    :class:`Linear` sharing its parameters; leave the others. Returns a :class:`Report`
+    (printed with ``verbose``). A Linear shared by several parents is replaced once, by one
+    new layer. ``strict`` is passed to the new layers (raise instead of falling back)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"patch takes a torch.nn.Module, got {type(module).__name__}")
+    report = Report(module)
+    done: dict = {}  # id(old layer) -> its replacement or None
+    todo = [("", None, "", module)]
+    while todo:
+        name, parent, attr, m = todo.pop(0)
+        if isinstance(m, torch.nn.Linear):
+            if id(m) not in done:
+                new, why = _replacement(m, strict)
+                done[id(m)] = new
+                if new is None:
+                    report.kept.append((name, why))
+                else:
+                    report.replaced.append((name, why))
+            elif done[id(m)] is None:
+                continue
+            new = done[id(m)]
+            if new is not None:
+                if parent is None:
+                    report.module = new
+                else:
+                    setattr(parent, attr, new)
+            continue
+        for child_attr, child in m.named_children():
+            todo.append((f"{name}.{child_attr}" if name else child_attr, m, child_attr, child))
+    if verbose:
+        print(report)
+    return report
+
+
+def _replacement(layer, strict: bool):
+    """(new Linear, note) for a layer patch replaces, else (None, why it is kept)."""
+    if isinstance(layer, Linear):
+        return None, f"already a tirx_gemm.nn.Linear ({_describe(layer)})"
+    if type(layer) is not torch.nn.Linear:
+        return None, (f"{type(layer).__module__}.{type(layer).__qualname__} subclasses "
+                      f"nn.Linear: its forward may differ, left as is")
+    why = layer_refusal(layer)
+    if why is not None:
+        return None, f"{_describe(layer)}: {why}"
+    note = _describe(layer)
+    if layer.weight.requires_grad or (layer.bias is not None and layer.bias.requires_grad):
+        note += ("; weight requires grad: served under torch.no_grad()/inference_mode(), "
+                 "torch's F.linear while grad mode is on")
+    return Linear.from_linear(layer, strict=strict), note
