@@ -690,7 +690,8 @@ def _parse_checks(text: str) -> tuple[str, ...]:
 def cmd_sim(args) -> int:
     """`tirx-gemm sim`: the registry's simulation cases (or --mnk, or a mutant) on NumSim."""
     from tirx_gemm.sim.gate import (ARCH, CHECKS, SimUnavailable, append_records, cases_for,
-                               default_log_path, mutant_case, simulate, unavailable_reason)
+                                    crates_note, default_log_path, mutant_case, simulate,
+                                    unavailable_reason)
     checks = _parse_checks(args.check)
     mnk = args.mnk
     if args.mutant:
@@ -724,11 +725,12 @@ def cmd_sim(args) -> int:
     if why:
         raise SimUnavailable(why)
     log_path = Path(args.log) if args.log else default_log_path()
+    note = crates_note()  # which crates cargo builds the engines from (vendored: offline)
     print(f"simulating {len(cases)} case(s) on NumSim (CPU model of sm_100a). The first run "
           "on a machine builds NumSim's engines with cargo first (minutes: 5 or more on 2 "
-          "busy cores; cached after); a line every 10 s says it is still working. Each row "
-          f"prints as its case finishes; the full checker text goes to {log_path}",
-          flush=True)
+          "busy cores; cached after; the heartbeat says \"building NumSim engines\" until "
+          f"they are); {note}. Each row prints as its case finishes; the full checker text "
+          f"goes to {log_path}", flush=True)
     t0 = time.time()
     from tirx_gemm.progress import HEARTBEAT_S
     rows = simulate(cases, checks=checks, seed=args.seed, log_path=log_path,

@@ -29,10 +29,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import hashlib
 import io
 import json
+import os
 import platform
+import re
+import shutil
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -41,6 +47,7 @@ import numpy as np
 
 from tirx_gemm import numerics, registry
 from tirx_gemm.gitinfo import git_sha
+from tirx_gemm.progress import Progress
 from tirx_gemm.registry import Step
 from tirx_gemm.stepshape import StepShape
 
@@ -55,6 +62,155 @@ class SimUnavailable(RuntimeError):
     """The simulator cannot run in this interpreter (Python version, package missing)."""
 
 
+class SimEnvironmentError(SimUnavailable):
+    """A failure of this machine's NumSim set-up (cargo, its crates, the engine build) that
+    every case would meet again: the run stops at the first case."""
+
+
+# --------------------------------------------------------------------------------------
+# the crates cargo builds NumSim's engines from: vendored in this checkout
+# --------------------------------------------------------------------------------------
+# NumSim turns each kernel into Rust and builds its engines with cargo, which needs a few
+# crates (pyo3, syn, libc, ...). They are vendored in the repository (vendor/numsim: the
+# archive, each crate's source commit in PROVENANCE.tsv), so `tirx-gemm sim` builds offline
+# on a fresh clone. Unless the user set CARGO_HOME (or TIRX_GEMM_NUMSIM_CRATES=registry),
+# cargo is always pointed at them, online or not: the crates are the ones tirx-harness
+# HARNESS_VERSION's lockfile names, so the build is the same everywhere and never waits on
+# a registry that cannot be reached.
+VENDOR_DIR = Path(__file__).resolve().parents[2] / "vendor" / "numsim"
+VENDOR_ARCHIVE = VENDOR_DIR / "cargo-vendor.tgz"
+VENDOR_SHA256 = "485e83cd6358548750ef73a955e806b0bd87527094b74ca8a3f0433c247630e4"
+CRATES_ENV = "TIRX_GEMM_NUMSIM_CRATES"  # "vendored" (the default) or "registry"
+_VENDORED_HOME: dict = {"path": None}
+
+
+def crates_dir() -> Path:
+    """Where the vendored crates are unpacked: the build cache's numsim-crates/<digest>/
+    (cargo-home/ with a config.toml that points at cargo-vendor/ beside it)."""
+    from tirx_gemm.compile.cache import cache_root
+    return cache_root() / "numsim-crates" / VENDOR_SHA256[:16]
+
+
+def unpack_crates(archive: Path = VENDOR_ARCHIVE, digest: str = VENDOR_SHA256) -> Path:
+    """The cargo home of the vendored crates, unpacked once (sha256 checked first, members
+    that are not plain files or folders below the target refused, renamed into place whole
+    so a concurrent or killed unpack never leaves half a folder in use)."""
+    dest = crates_dir() if digest == VENDOR_SHA256 else crates_dir().parent / digest[:16]
+    home = dest / "cargo-home"
+    if (home / "config.toml").is_file():
+        return home
+    h = hashlib.sha256()
+    with open(archive, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != digest:
+        raise SimEnvironmentError(
+            f"{archive} does not match its sha256 in tirx_gemm/sim/gate.py (changed or "
+            f"truncated): restore it with `git checkout -- {archive.name}` in {archive.parent}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for m in tar.getmembers():
+                if not (m.isfile() or m.isdir()) or m.name.startswith("/") \
+                        or ".." in Path(m.name).parts:
+                    raise SimEnvironmentError(f"{archive} holds {m.name!r}, which is not a "
+                                              "plain file or folder below it: refused")
+            tar.extractall(tmp, filter="data")
+        if not (tmp / "cargo-home" / "config.toml").is_file():
+            raise SimEnvironmentError(f"{archive} holds no cargo-home/config.toml")
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not (home / "config.toml").is_file():  # else a concurrent unpack won
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return home
+
+
+def use_vendored_crates(environ=None) -> str:
+    """Point cargo (``CARGO_HOME`` in ``environ``, default os.environ) at the vendored
+    crates unless the user chose otherwise; one line saying which crates cargo uses."""
+    env = os.environ if environ is None else environ
+    mine = _VENDORED_HOME["path"]
+    if env.get("CARGO_HOME") and env.get("CARGO_HOME") != mine:
+        return f"cargo uses your CARGO_HOME={env['CARGO_HOME']} (its config and registry)"
+    mode = (env.get(CRATES_ENV) or "vendored").strip().lower()
+    if mode not in ("vendored", "registry"):
+        raise ValueError(f"{CRATES_ENV}={env.get(CRATES_ENV)!r} must be 'vendored' (the "
+                         "crates in vendor/numsim, the default) or 'registry' (crates.io)")
+    if mode == "registry":
+        return f"cargo uses the crates registry ({CRATES_ENV}=registry)"
+    version = _harness_version()
+    if version is None:  # nothing here runs cargo
+        return "tirx-harness is not installed: no engine to build"
+    if version != HARNESS_VERSION:
+        return (f"cargo uses the crates registry: vendor/numsim holds the crates of "
+                f"tirx-harness {HARNESS_VERSION}, this is {version}")
+    if not VENDOR_ARCHIVE.is_file():
+        return (f"cargo uses the crates registry: there is no {VENDOR_ARCHIVE} (tirx-gemm "
+                "installed from a wheel, not a checkout)")
+    home = unpack_crates()
+    env["CARGO_HOME"] = _VENDORED_HOME["path"] = str(home)
+    return f"cargo builds offline from the crates vendored in vendor/numsim (unpacked in {home.parent})"
+
+
+def vendored_home_in_use(environ=None) -> bool:
+    env = os.environ if environ is None else environ
+    return bool(_VENDORED_HOME["path"]) and env.get("CARGO_HOME") == _VENDORED_HOME["path"]
+
+
+def _rust_tool_missing() -> str | None:
+    """Why NumSim would not find cargo and rustc (as it looks: $NUMSIM_CARGO, ~/.cargo/bin,
+    PATH), or None."""
+    missing = []
+    for name in ("cargo", "rustc"):
+        explicit = os.environ.get(f"NUMSIM_{name.upper()}")
+        home = Path.home() / ".cargo" / "bin" / name
+        cand = explicit or (str(home) if home.is_file() else name)
+        if shutil.which(str(Path(cand).expanduser())) is None:
+            missing.append(name)
+    if not missing:
+        return None
+    verb = "are" if len(missing) > 1 else "is"
+    return (f"NumSim builds its engines with Rust, and {' and '.join(missing)} {verb} not found "
+            "($NUMSIM_CARGO/$NUMSIM_RUSTC, ~/.cargo/bin, PATH): install Rust (rustup.rs or "
+            "your package manager's cargo and rustc), then run again")
+
+
+_NETWORK = re.compile(r"Could not resolve host|failed to download|failed to query replaced "
+                      r"source|network failure|Couldn't resolve|spurious network error|"
+                      r"failed to get `[^`]+` as a dependency", re.I)
+
+
+def environment_failure(exc: BaseException) -> str | None:
+    """One line naming the cause when ``exc`` is a failure of this machine's NumSim set-up
+    that every case would hit again (no cargo, a failed engine build, an unusable cache),
+    else None (a failure of this kernel: the row records it)."""
+    text = str(exc)
+    if isinstance(exc, FileNotFoundError) and "NumSim Rust tool" in text:
+        return _rust_tool_missing() or text.splitlines()[0]
+    if type(exc).__name__ != "NumSimBuildError":
+        return None
+    if "compile cache" in text and ("owned" in text or "writable" in text):
+        return f"{text.splitlines()[0]} (NUMSIM_CACHE_DIR / NUMSIM_BUILD_CACHE_DIR move it)"
+    if not text.startswith("NumSim Rust dependency build failed"):
+        return None
+    lines = [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
+    net = next((ln for ln in lines if _NETWORK.search(ln)), None)
+    host = next((ln for ln in lines if "resolve host" in ln.lower()), None)
+    if net or host:
+        cause = f"cargo could not fetch its crates ({(host or net)[:200]})"
+        if vendored_home_in_use():
+            return (f"{cause} although CARGO_HOME points at the vendored crates: "
+                    f"vendor/numsim lacks a crate this tirx-harness needs")
+        return (f"{cause}: unset CARGO_HOME and {CRATES_ENV} so that tirx-gemm sim builds "
+                "from the crates vendored in vendor/numsim, or give cargo a reachable registry")
+    first = next((ln for ln in lines if ln.startswith("error")), lines[0] if lines else "")
+    return f"NumSim's engine build (cargo) failed: {first[:300]}"
+
+
 def unavailable_reason() -> str | None:
     """Why NumSim cannot run here, or None when it can."""
     if sys.version_info < (3, 12):
@@ -67,7 +223,7 @@ def unavailable_reason() -> str | None:
     except ImportError as e:
         return (f"tirx-harness is not installed ({e}): `python scripts/setup_venv.py "
                 f"\"$VIRTUAL_ENV\" --extra sim` or `pip install -e \".[sim]\"`")
-    return None
+    return _rust_tool_missing()
 
 
 # --------------------------------------------------------------------------------------
@@ -211,9 +367,7 @@ def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     line = text.splitlines()[0][:300] if text else type(e).__name__
     if type(e).__name__ == "NumSimBuildError":  # the engines are Rust crates built by cargo
-        line += (" (cargo needs the crates registry, or a CARGO_HOME with vendored crates: "
-                 "README, 'Running the Blackwell steps on a CPU model'; the full error is "
-                 "in the log)")
+        line += " (the full error is in the log)"
     return line
 
 
@@ -285,11 +439,24 @@ def _cancel_path_ok(engine, module, resident: int, operands, inputs, dtype, case
     return cmp.ok and res.verdict == "clean"
 
 
+_CRATES: dict = {"note": None}
+
+
+def crates_note() -> str:
+    """use_vendored_crates() once per process: the line saying which crates cargo uses."""
+    if _CRATES["note"] is None:
+        _CRATES["note"] = use_vendored_crates()
+    return _CRATES["note"]
+
+
 def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
              engine=None) -> SimRow:
-    """Simulate one case; never raises for a kernel problem (it goes into the row)."""
+    """Simulate one case; never raises for a kernel problem (it goes into the row). A
+    failure of the machine's NumSim set-up that every case would repeat (no cargo, the
+    engines' build failing) raises SimEnvironmentError naming the cause."""
     from tirx_harness.numsim import Engine, transpile
     from tirx_harness.numsim.checkers import racecheck, synccheck
+    crates_note()  # cargo builds from the vendored crates unless the user chose otherwise
 
     step = case.step
     row = SimRow(step.id, step.arch, case.M, case.N, case.K, dict(case.kwargs), case.mutant)
@@ -336,9 +503,12 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
             row.rel_err = rels[0] if rels else None
             row.numsim = "correct" if all(verdicts) else "WRONG"
         except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row
+            log(f"--- numsim ({case.label}) raised ---\n{traceback.format_exc()}\n")
+            cause = environment_failure(e)
+            if cause:  # every case would fail the same way: stop here
+                raise SimEnvironmentError(cause) from e
             row.numsim = "failed"
             row.problems.append(f"numsim {type(e).__name__}: {_first_line(e)}")
-            log(f"--- numsim ({case.label}) raised ---\n{traceback.format_exc()}\n")
     A, B, D = inputs["random"]
     for name, fn in (("sync", synccheck), ("race", racecheck)):
         if name not in checks:
@@ -346,9 +516,12 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
         try:
             report = fn(func, operands(A, B, D))
         except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row
+            log(f"--- {name}check ({case.label}) raised ---\n{traceback.format_exc()}\n")
+            cause = environment_failure(e)
+            if cause:
+                raise SimEnvironmentError(cause) from e
             setattr(row, name, "failed")
             row.problems.append(f"{name}check {type(e).__name__}: {_first_line(e)}")
-            log(f"--- {name}check ({case.label}) raised ---\n{traceback.format_exc()}\n")
             continue
         setattr(row, name, _checker_verdict(f"{name}check", report, step, row, log))
     row.seconds = time.time() - t0
@@ -379,6 +552,55 @@ def default_log_path() -> Path:
     return Path("build") / "sim" / f"sim-{stamp}.txt"
 
 
+def _descendant_commands(root: int | None = None) -> set[str]:
+    """The command names (``comm``) of this process's descendants, read from /proc: how the
+    heartbeat tells cargo building the engines from a kernel's own compile or simulation.
+    Empty where there is no /proc."""
+    root = os.getpid() if root is None else root
+    try:
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return set()
+    parent, comm = {}, {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        left, right = stat.find("("), stat.rfind(")")
+        fields = stat[right + 2:].split()
+        if left < 0 or right < 0 or len(fields) < 2:
+            continue
+        comm[pid], parent[pid] = stat[left + 1:right], int(fields[1])
+    found, frontier = set(), {root}
+    while frontier:
+        kids = {p for p, pp in parent.items() if pp in frontier and p not in found}
+        found |= kids
+        frontier = kids
+    return {comm[p] for p in found}
+
+
+class SimProgress(Progress):
+    """What the heartbeat says while a case runs: "building NumSim engines" while cargo
+    builds them (the first use on a machine: minutes), "compiling" while rustc builds the
+    kernel's module, else the case running."""
+
+    def heartbeat_line(self) -> str:
+        tools = self.tools()
+        took = f"elapsed {self.elapsed():.0f} s"
+        if "cargo" in tools:
+            return (f"building NumSim engines (cargo; first use on this machine, cached "
+                    f"after) for {self.current or 'the first case'}: {self._count()} cases "
+                    f"done, {took}")
+        if "rustc" in tools and self.current:
+            return f"{self.what}: {self._count()} done, compiling {self.current} for NumSim (rustc), {took}"
+        return super().heartbeat_line()
+
+    def tools(self) -> set[str]:
+        return _descendant_commands()
+
+
 @contextlib.contextmanager
 def _quiet_native():
     """The engines print cargo progress on stdout; keep it out of the table (it is logged)."""
@@ -393,11 +615,11 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
     With ``heartbeat_s`` (the CLI passes progress.HEARTBEAT_S), while a case runs a line
     ("simulating: 3/24 done, v4@sm_100a 256x128x192 running, elapsed 40 s") goes to
     ``stream`` (default stdout) whenever nothing was printed for that long."""
-    from tirx_gemm.progress import Progress
     log_path.parent.mkdir(parents=True, exist_ok=True)
     rows = []
-    prog = Progress("simulating", len(cases), stream=stream or sys.stdout,
-                    every=heartbeat_s or 1.0, enabled=heartbeat_s is not None)
+    prog = SimProgress(
+        "simulating", len(cases), stream=stream or sys.stdout, every=heartbeat_s or 1.0,
+        enabled=heartbeat_s is not None)
     with open(log_path, "w", encoding="utf-8") as logf:
         def log(s: str) -> None:
             logf.write(s)
@@ -407,10 +629,17 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
         with prog:
             for case in cases:
                 prog.current = case.label
-                with _quiet_native() as buf:
-                    row = run_case(case, checks=checks, seed=seed, log=log)
-                if buf.getvalue():
-                    log(f"--- engine output ({case.label}) ---\n{buf.getvalue()}\n")
+                try:
+                    with _quiet_native() as buf:
+                        row = run_case(case, checks=checks, seed=seed, log=log)
+                except SimEnvironmentError as exc:
+                    raise SimEnvironmentError(
+                        f"{exc} (stopped at the first case, {case.label}, since every "
+                        f"case would fail the same way; the full output is in {log_path})"
+                    ) from exc
+                finally:
+                    if buf.getvalue():
+                        log(f"--- engine output ({case.label}) ---\n{buf.getvalue()}\n")
                 rows.append(row)
                 prog.current = None
                 prog.done += 1
