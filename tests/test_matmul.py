@@ -42,7 +42,7 @@ def test_module_is_callable_and_keeps_its_names():
     assert tirx_gemm.matmul is mm
     assert callable(mm) and mm.use_bundle and mm.choose
     a, b = ops()
-    with pytest.raises(ValueError, match="a is on cpu: matmul runs on a CUDA GPU"):
+    with pytest.raises(ValueError, match="this machine has no CUDA GPU"):
         tirx_gemm.matmul(a, b)  # the module call is matmul(): it validates first
 
 
@@ -116,25 +116,39 @@ def test_grad_inputs_pass_under_no_grad():
 
 def test_cpu_tensors_are_refused_by_the_full_checks():
     a, b = ops()
+    # the device first, in one message: on this CPU-only machine no other advice helps
+    with pytest.raises(ValueError, match=r"^a, b on cpu and this machine has no CUDA GPU "
+                       r"\(torch .*\): tirx_gemm.matmul runs on an sm_90a or sm_100a GPU"):
+        mm.check_operands(a, b)
+    with pytest.raises(ValueError, match="a, b, out on cpu and this machine has no CUDA GPU"):
+        mm.matmul(a, b, out=torch.empty(128, 256, dtype=torch.float16))
+    # a CPU float32 operand hears about the device, not about .half() first
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        mm.check_operands(a.float(), b)
+
+
+def test_cpu_tensors_on_a_gpu_machine_are_told_to_move(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    a, b = ops()
     with pytest.raises(ValueError, match=r"a is on cpu: matmul runs on a CUDA GPU \(a.cuda\(\)\)"):
         mm.check_operands(a, b)
-    with pytest.raises(ValueError, match="a is on cpu"):
-        mm.matmul(a, b, out=torch.empty(128, 256, dtype=torch.float16))
 
 
 # --------------------------------------------------------------------------------------
 # choose: the step for a shape
 # --------------------------------------------------------------------------------------
 SMS = {"sm_90a": 132, "sm_100a": 148}
+RT = {arch: ({"RUNTIME_M": True} if arch in mm.RUNTIME_M_STEPS else {})
+      for arch in registry.ARCHES}  # matmul's kernels on sm_90a take M at run time
 
 
 @pytest.mark.parametrize("arch", registry.ARCHES)
 @pytest.mark.parametrize("mnk", [(8192, 28672, 4096), (4096, 4096, 4096), (8192, 8192, 28672)])
 def test_big_shapes_are_data_parallel_v9_on_the_whole_gpu(arch, mnk):
     step, kw = mm.choose(*mnk, "float16", arch, SMS[arch])
-    assert (step, kw) == ("v9", {"SM_COUNT": SMS[arch]})
+    assert (step, kw) == ("v9", {"SM_COUNT": SMS[arch], **RT[arch]})
     step, kw = mm.choose(*mnk, "bfloat16", arch, SMS[arch])
-    assert (step, kw) == ("v9", {"dtype": "bfloat16", "SM_COUNT": SMS[arch]})
+    assert (step, kw) == ("v9", {"dtype": "bfloat16", "SM_COUNT": SMS[arch], **RT[arch]})
 
 
 @pytest.mark.parametrize("arch", registry.ARCHES)
@@ -149,7 +163,7 @@ def test_choose_never_refuses_a_suite_shape(arch):
 
 
 def test_odd_sm_counts_round_down_to_whole_clusters():
-    assert mm.choose(8192, 8192, 8192, "float16", "sm_90a", 131) == ("v9", {"SM_COUNT": 130})
+    assert mm.choose(8192, 8192, 8192, "float16", "sm_90a", 131) == ("v9", {"SM_COUNT": 130, **RT["sm_90a"]})
 
 
 @pytest.mark.parametrize("args, pattern", [
@@ -172,14 +186,17 @@ def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
     sms = SMS[arch]
     variant = splitk.choose_variant(*mnk, sms, arch)
     assert variant["SPLIT_K"] > 1
+    if RT[arch]:  # runtime-M kernels: the split rounded down to the menu
+        variant["SPLIT_K"] = max(s for s in mm.SPLIT_MENU if s <= variant["SPLIT_K"])
     assert mm.choose(*mnk, "bfloat16", arch, sms) == (
-        "v11", {"dtype": "bfloat16", "SM_COUNT": sms, **variant})
+        "v11", {"dtype": "bfloat16", "SM_COUNT": sms, **RT[arch], **variant})
 
 
 def test_split_k_only_where_tiles_leave_clusters_idle_and_the_rule_splits():
     # 128x256x192: one tile but 3 K steps, the rule keeps SPLIT_K=1, so v9
     assert splitk.choose_split(128, 256, 192, 132, arch="sm_90a") == 1
-    assert mm.choose(128, 256, 192, "float16", "sm_90a", 132) == ("v9", {"SM_COUNT": 132})
+    assert mm.choose(128, 256, 192, "float16", "sm_90a", 132) == (
+        "v9", {"SM_COUNT": 132, **RT["sm_90a"]})
     # 1000x4096x14336: 64 cluster tiles for 66 clusters, but v11's 128 tiles of 128x256
     # nearly fill 132 SMs, so the rule does not split: v9
     assert splitk.choose_split(1000, 4096, 14336, 132, arch="sm_90a") == 1
@@ -188,12 +205,14 @@ def test_split_k_only_where_tiles_leave_clusters_idle_and_the_rule_splits():
     assert mm.choose(1000, 6144, 4096, "float16", "sm_90a", 132)[0] == "v9"
     # an odd SM count: the rule sees the even pool the kernel is built with
     assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1] == {
-        "SM_COUNT": 130, **splitk.choose_variant(256, 256, 16384, 130, "sm_90a")}
+        "SM_COUNT": 130, **RT["sm_90a"],
+        **splitk.choose_variant(256, 256, 16384, 130, "sm_90a")}
 
 
 def test_without_a_registered_split_k_step_few_tiles_stay_on_v9(monkeypatch):
     monkeypatch.setattr(registry, "STEPS", [s for s in registry.STEPS if s.id != "v11"])
-    assert mm.choose(128, 128, 65536, "float16", "sm_90a", 132) == ("v9", {"SM_COUNT": 132})
+    assert mm.choose(128, 128, 65536, "float16", "sm_90a", 132) == (
+        "v9", {"SM_COUNT": 132, **RT["sm_90a"]})
 
 
 # --------------------------------------------------------------------------------------
@@ -264,35 +283,66 @@ def test_without_tvm_or_bundle_the_error_says_how_to_get_kernels(monkeypatch):
         mm.kernel_source(registry.get("v9", "sm_90a"), (8, 8, 8), {"SM_COUNT": 132})
 
 
-def test_loaded_kernels_carry_their_step_for_the_workspace(monkeypatch):
-    """The launcher's KernelHandle allocates v11's workspace from the step it is given."""
+def test_loaded_kernels_size_their_workspace_from_their_step_and_grow_it(monkeypatch):
+    """v11's workspace comes from the step's specs at the call's M; a runtime-M kernel's
+    grows with the largest M seen (every extent at least what the call needs)."""
     from tirx_gemm.run import loader
     monkeypatch.setattr(loader, "load_kernel", lambda lib: ("kernel", lib))
     v11 = registry.get("v11", "sm_90a")
-    meta = {"step": "v11", "arch": "sm_90a", "M": 256, "N": 256, "K": 16384,
-            "kwargs": {"SM_COUNT": 132, "SPLIT_K": 9}}
-    h = mm._Loaded(v11, "lib.so", meta, "cuda:0").handle
-    assert h.kernel == ("kernel", "lib.so") and h.step is v11
-    assert h.meta.kwargs == meta["kwargs"]
+    kw = {"SM_COUNT": 132, "SPLIT_K": 8, "REDUCE": "spread", "RUNTIME_M": True}
+    loaded = mm._Loaded(v11, "lib.so", {"kwargs": kw})
+    assert loaded.kernel == ("kernel", "lib.so") and loaded.runtime_m
+    cpu = torch.device("cpu")
+    small = loaded.workspace(100, 256, 16384, cpu)
+    want = v11.workspace_specs(100, 256, 16384, kw)
+    assert [tuple(t.shape) for t in small] == [shape for _, shape, _ in want]
+    assert all(int(t.abs().sum()) == 0 for t in small)  # zero-filled, as the kernel needs
+    assert loaded.workspace(50, 256, 16384, cpu) is small  # large enough: kept
+    big = loaded.workspace(1000, 256, 16384, cpu)
+    need = v11.workspace_specs(1000, 256, 16384, kw)
+    assert all(t.shape[i] >= n for t, (_, shape, _) in zip(big, need)
+               for i, n in enumerate(shape))
+    assert loaded.workspace(100, 256, 16384, cpu) is big  # never shrinks
+    v9 = mm._Loaded(registry.get("v9", "sm_90a"), "lib.so", {"kwargs": {"RUNTIME_M": True}})
+    assert v9.workspace(100, 256, 64, cpu) == ()
 
 
-def test_kernels_are_loaded_once_per_step_shape_keywords_and_device(monkeypatch):
+def test_runtime_m_kernels_are_built_once_for_every_m():
+    kw = mm.choose(1000, 4096, 4096, "bfloat16", "sm_90a", 132)[1]
+    assert kw["RUNTIME_M"] is True
+    assert mm.build_shape((1000, 4096, 4096), kw) == (mm.NOMINAL_M, 4096, 4096)
+    assert mm.build_shape((1000, 4096, 4096), {"SM_COUNT": 132}) == (1000, 4096, 4096)
+    # every M of a layer is served by a handful of kernels, listed in order of M
+    vs = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132)
+    assert vs[0][2] == 1 and all(a[3] + 1 == b[2] for a, b in zip(vs, vs[1:]))
+    for step_id, kwargs, lo, hi in vs:
+        for M in {lo, (lo + hi) // 2, hi}:
+            assert mm.choose(M, 4096, 4096, "bfloat16", "sm_90a", 132) == (step_id, kwargs)
+    assert len(vs) <= 6
+    # past the last range the choice no longer changes
+    last = vs[-1]
+    for M in (last[3] + 1, 4 * last[3], 100_000):
+        assert mm.choose(M, 4096, 4096, "bfloat16", "sm_90a", 132)[:2] == tuple(last[:2])
+
+
+def test_kernels_are_loaded_once_per_step_build_shape_keywords_and_bundle(monkeypatch):
     got = []
     monkeypatch.setattr(mm, "kernel_source",
                         lambda step, mnk, kw, bundle: got.append((step.key, mnk, dict(kw)))
                         or ("lib.so", {}))
-    monkeypatch.setattr(mm, "_Loaded", lambda step, lib, meta, device: object())
+    monkeypatch.setattr(mm, "_Loaded", lambda step, lib, meta: object())
     monkeypatch.delenv(mm.BUNDLE_ENV, raising=False)
     mm.clear_cache()
     try:
         v9 = registry.get("v9", "sm_90a")
-        first = mm._load(v9, (128, 256, 64), {"SM_COUNT": 132}, "cuda:0")
-        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132}, "cuda:0") is first
-        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132, "dtype": "bfloat16"},
-                        "cuda:0") is not first
-        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132}, "cuda:1") is not first
-        assert mm._load(v9, (128, 256, 72), {"SM_COUNT": 132}, "cuda:0") is not first
-        assert len(got) == 4
+        first = mm._load(v9, (128, 256, 64), {"SM_COUNT": 132})
+        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132}) is first
+        assert mm._load(v9, (128, 256, 64), {"SM_COUNT": 132, "dtype": "bfloat16"}) is not first
+        assert mm._load(v9, (128, 256, 72), {"SM_COUNT": 132}) is not first
+        assert mm._load(v9, (256, 256, 64), {"SM_COUNT": 132}) is not first
+        rt = mm._load(v9, (7, 256, 64), {"SM_COUNT": 132, "RUNTIME_M": True})
+        assert mm._load(v9, (77, 256, 64), {"SM_COUNT": 132, "RUNTIME_M": True}) is rt
+        assert len(got) == 5
     finally:
         mm.clear_cache()
 

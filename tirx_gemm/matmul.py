@@ -15,15 +15,21 @@ How a call runs:
    processes) or, on a GPU host without TVM, read from a bundle made by ``tirx-gemm export``
    (:func:`use_bundle` or ``$TIRX_GEMM_BUNDLE``); the loaded kernel is kept for the process,
    keyed by step, arch, shape, keywords, bundle and device;
-4. it launches through ``tirx_gemm.run.launcher`` (operand checks, compute capability, and, with
-   ``sync=True``, the host hang guard), into ``out`` or a fresh tensor.
+4. it launches, asynchronously, into ``out`` or a fresh tensor; ``sync=True`` or
+   :func:`synchronize` waits through the host hang guard.
+
+Steps 1-3 run on the first call of a (shape, dtype, device, step); the call is then
+remembered, and later calls of it check only what can change between calls and launch.
+On sm_90a, matmul's kernels take M at run time (RUNTIME_M_STEPS): one kernel per (step,
+keywords, dtype, N, K) serves every token count; :func:`variants` lists what a layer's
+(N, K) needs over all M, which is what ``tirx-gemm export --suite`` puts in a bundle.
 
 The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 ``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
 :func:`choose` and the suite planning (tirx_gemm.suite) run on a build machine without torch.
 Not autograd-aware: inputs that require grad are refused while grad mode is on. The kernel
-runs on the stream apache-tvm-ffi uses for torch tensors, as every launch of this project
-(runner, notebooks); calls from a non-default torch stream are not tested.
+runs on the stream apache-tvm-ffi uses for torch tensors (torch's current stream; CUDA
+graph capture records it).
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from tirx_gemm import registry, splitk
 from tirx_gemm.run.measure import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 
-__all__ = ["matmul", "choose", "step_kwargs", "check_operands", "use_bundle", "bundle_path",
-           "kernel_source", "clear_cache", "BUNDLE_ENV"]
+__all__ = ["matmul", "synchronize", "choose", "variants", "step_kwargs", "runtime_m",
+           "build_shape", "check_operands", "use_bundle", "bundle_path", "kernel_source",
+           "clear_cache", "BUNDLE_ENV"]
 
 BUNDLE_ENV = "TIRX_GEMM_BUNDLE"
 ROW_MULTIPLE = 8  # TMA: a row (K or N elements of 2 bytes) is a multiple of 16 bytes
@@ -51,6 +58,14 @@ V9_CLUSTER_TILE = {"sm_90a": (256, 256), "sm_100a": (512, 256)}
 CLUSTER_SIZE = 2  # CTAs per v9 cluster: the pool (SM_COUNT) must be a multiple of it
 DATA_PARALLEL = "v9"
 SPLIT_K = "v11"
+# steps whose kernels matmul builds with RUNTIME_M=True on each arch: M is bound from the
+# operands at every call, so one kernel per (step, keywords, dtype, N, K) serves every M.
+# (sm_100a's steps keep compile-time M here: their runtime-M builds are not yet simulated.)
+RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11"})}
+NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
+# v11's split counts, rounded down to this menu, so that the splits chosen over all M for
+# one (N, K) are a handful of kernels (rounding down keeps the spread reduction's rule)
+SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
 # --------------------------------------------------------------------------------------
@@ -76,13 +91,32 @@ def _check_problem(M, N, K, dtype, arch, sm_count) -> None:
 
 def step_kwargs(step: registry.Step, dtype: str, sm_count: int | None) -> dict:
     """Builder keywords of ``step`` for operands of ``dtype`` on a GPU with ``sm_count`` SMs:
-    the dtype (written only for bfloat16: float16 is every builder's default) and the
+    the dtype (written only for bfloat16: float16 is every builder's default), the
     persistent CTA pool, rounded down to an even count (the cluster steps, v8 on, schedule
-    CTA pairs; an even pool is valid for every persistent step)."""
+    CTA pairs; an even pool is valid for every persistent step), and ``RUNTIME_M: True``
+    for the steps of RUNTIME_M_STEPS."""
     kw = dtype_kwargs(dtype)
     if sm_count and step.sm_count_kwarg:
         kw.update(step.with_sm_count(_pool(sm_count)))
+    if runtime_m(step.id, step.arch):
+        kw["RUNTIME_M"] = True
     return kw
+
+
+def runtime_m(step_id: str, arch: str) -> bool:
+    """Whether matmul builds ``step_id`` on ``arch`` with M taken at run time."""
+    return step_id in RUNTIME_M_STEPS.get(arch, ())
+
+
+def build_shape(mnk, kwargs: dict) -> tuple[int, int, int]:
+    """The shape a kernel is built, cached and exported at: (NOMINAL_M, N, K) for a
+    runtime-M build (it serves every M), else ``mnk``."""
+    M, N, K = mnk
+    return (NOMINAL_M, N, K) if kwargs.get("RUNTIME_M") else (M, N, K)
+
+
+def _menu_split(split: int) -> int:
+    return max(s for s in SPLIT_MENU if s <= split)
 
 
 def _pool(sm_count: int) -> int:
@@ -124,9 +158,34 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     split_step = _registered(SPLIT_K, arch)
     if tiles < clusters and split_step is not None:
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
+        if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
+            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
         if variant["SPLIT_K"] > 1:
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
     return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
+
+
+def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
+             sm_count: int = 132, max_m: int | None = None) -> list[tuple[str, dict, int, int]]:
+    """Every (step_id, kwargs, first M, last M) that :func:`choose` picks for an Mx``N``x``K``
+    GEMM over M = 1 .. ``max_m`` (default: up to where the choice stops changing, the M at
+    which v9's cluster tiles alone fill the GPU), in order of M. With runtime-M kernels
+    this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
+    --suite`` exports these for each (N, K) of the suite. The last range is open-ended
+    (every larger M picks the same) unless ``max_m`` cut it."""
+    _check_problem(1, N, K, dtype, arch, sm_count)
+    tile_m, tile_n = V9_CLUSTER_TILE[arch]
+    clusters = max(1, sm_count // CLUSTER_SIZE)
+    settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
+    last = settled if max_m is None else max_m
+    out: list[list] = []
+    for M in range(1, last + 1):
+        step_id, kw = choose(M, N, K, dtype, arch, sm_count)
+        if out and out[-1][0] == step_id and out[-1][1] == kw:
+            out[-1][3] = M
+        else:
+            out.append([step_id, kw, M, M])
+    return [tuple(v) for v in out]
 
 
 def _registered(step_id: str, arch: str) -> registry.Step | None:
@@ -150,6 +209,19 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
     for name, t in ops:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if require_cuda:  # first: on a machine without a GPU no other advice can help
+        off = [name for name, t in ops if t.device.type != "cuda"]
+        if off and not torch.cuda.is_available():
+            raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
+                             f"CUDA GPU (torch {torch.__version__}): tirx_gemm.matmul runs on "
+                             "an sm_90a or sm_100a GPU; here use torch.nn.functional.linear")
+        for name, t in ops:
+            if t.device.type != "cuda":
+                raise ValueError(f"{name} is on {t.device}: matmul runs on a CUDA GPU "
+                                 f"({name}.cuda())")
+        devices = sorted({str(t.device) for _, t in ops})
+        if len(devices) > 1:
+            raise ValueError(f"the operands are on {', '.join(devices)}: put them on one GPU")
     for name, t in ops:
         if _dtype_name(t) is None:
             raise TypeError(f"{name} has dtype {t.dtype}: matmul takes torch.float16 or "
@@ -158,14 +230,6 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
         if t.dtype != a.dtype:
             raise TypeError(f"a is {a.dtype} but {name} is {t.dtype}: the operands (and out) "
                             f"must share one dtype")
-    if require_cuda:
-        for name, t in ops:
-            if t.device.type != "cuda":
-                raise ValueError(f"{name} is on {t.device}: matmul runs on a CUDA GPU "
-                                 f"({name}.cuda())")
-        devices = sorted({str(t.device) for _, t in ops})
-        if len(devices) > 1:
-            raise ValueError(f"the operands are on {', '.join(devices)}: put them on one GPU")
     for name, t in ops:
         if t.dim() != 2:
             raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)} (flatten the "
@@ -231,6 +295,7 @@ def use_bundle(path) -> None:
         from tirx_gemm.compile.bundle import load_manifest
         load_manifest(Path(path))  # not a bundle: say so now, not at the first call
     _bundle_override = None if path is None else Path(path)
+    _calls.clear()  # calls remember kernels: the next call of each shape looks again
 
 
 def bundle_path() -> Path | None:
@@ -242,14 +307,17 @@ def bundle_path() -> Path | None:
 
 
 def clear_cache() -> None:
-    """Forget the loaded kernels (the build cache on disk is kept)."""
+    """Forget the loaded kernels (the build cache on disk is kept). Needed after changing
+    ``$TIRX_GEMM_BUNDLE`` in a running process (use_bundle does it itself)."""
     with _lock:
         _kernels.clear()
+        _calls.clear()
 
 
 def _describe(step: registry.Step, mnk, kwargs: dict) -> str:
     extra = ", ".join(f"{k}={v}" for k, v in sorted(kwargs.items()) if k != "dtype")
-    return (f"{step.key} {'x'.join(map(str, mnk))} {step.dtype(kwargs)}"
+    shape = (["M"] if kwargs.get("RUNTIME_M") else [str(mnk[0])]) + [str(x) for x in mnk[1:]]
+    return (f"{step.key} {'x'.join(shape)} {step.dtype(kwargs)}"
             + (f" ({extra})" if extra else ""))
 
 
@@ -258,20 +326,24 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
     the bundle's entry when ``bundle`` is given, else built here (the build cache returns a
     previous build at once). Errors say how to get the missing kernel."""
     M, N, K = mnk
+    at = build_shape(mnk, kwargs)  # runtime-M kernels are built once, at NOMINAL_M
     if bundle is not None:
         from tirx_gemm.compile import bundle as bundles
         try:
-            entry = dict(bundles.find(Path(bundle), step, mnk, kwargs=dict(kwargs)))
+            entry = dict(bundles.find(Path(bundle), step, at, kwargs=dict(kwargs)))
         except ValueError as exc:
             sm = kwargs.get(step.sm_count_kwarg) if step.sm_count_kwarg else None
             raise ValueError(
                 f"no kernel for {_describe(step, mnk, kwargs)} in bundle {bundle} ({exc}): "
                 f"export it with `tirx-gemm export --suite FILE --arch {step.arch}"
                 + (f" --num-sms {sm}" if sm else "") + f" --out {bundle}`, FILE a suite "
-                f"listing {M}x{N}x{K}") from None
+                f"listing {M}x{N}x{K}"
+                + (" (any M: the export covers every token count of that N, K)"
+                   if kwargs.get("RUNTIME_M") else "")) from None
         entry.setdefault("lesson", step.lesson)
         lib = Path(bundle) / entry["lib"]
         entry["lib_path"] = str(lib)
+        entry["M"] = M  # a runtime-M kernel runs at the caller's M
         return lib, entry
     import importlib.util
     if importlib.util.find_spec("tvm") is None:
@@ -281,39 +353,171 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
             f"--suite FILE`) and point tirx_gemm.matmul.use_bundle(path) or ${BUNDLE_ENV} at it")
     from tirx_gemm.compile.api import build
     from tirx_gemm.gitinfo import git_sha
-    r = build(step.id, M, N, K, arch=step.arch, **kwargs)
+    r = build(step.id, *at, arch=step.arch, **kwargs)
     return Path(r.lib_path), {
-        "step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
+        "step": r.step, "arch": r.arch, "M": M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
         "tvm_version": r.tvm_version, "lesson": step.lesson, "git_sha": git_sha(),
         "lib_path": str(r.lib_path)}
 
 
 class _Loaded:
-    """A loaded kernel behind the launcher's KernelHandle, which also allocates the step's
-    workspace operands once (registry.Step.workspace) and passes them after D."""
+    """One loaded kernel library, with its workspace operands per device.
 
-    def __init__(self, step: registry.Step, lib: Path, meta: dict, device):
-        from tirx_gemm.run.launcher import KernelHandle
+    A runtime-M kernel serves every M: its workspace (v11's partial-sum slabs and tile
+    counters, registry.Step.workspace_specs) is sized for the largest M seen on the device
+    and grown when a larger one comes (the kernel takes workspace extents at run time and
+    leaves the counters zero, so a larger buffer is as good as an exact one)."""
+
+    def __init__(self, step: registry.Step, lib: Path, meta: dict):
         from tirx_gemm.run.loader import load_kernel
-        self.handle = KernelHandle(load_kernel(str(lib)), meta, step=step)
+        self.step = step
+        self.meta = meta
+        self.kwargs = dict(meta.get("kwargs") or {})
+        self.runtime_m = bool(self.kwargs.get("RUNTIME_M"))
+        self.kernel = load_kernel(str(lib))
+        self._ws: dict = {}  # device index -> ((name, shape, dtype), ...), (tensor, ...)
+
+    def workspace(self, M: int, N: int, K: int, device) -> tuple:
+        import torch
+        specs = self.step.workspace_specs(M, N, K, self.kwargs)
+        if not specs:
+            return ()
+        held = self._ws.get(device.index)
+        if held is not None:
+            have = held[0]
+            fits = all(len(h[1]) == len(w[1]) and all(
+                x >= y if self.runtime_m else x == y for x, y in zip(h[1], w[1]))
+                for h, w in zip(have, specs))
+            if fits:
+                return held[1]
+            if self.runtime_m:  # grow: every extent the larger of the two
+                specs = tuple((w[0], tuple(max(x, y) for x, y in zip(h[1], w[1])), w[2])
+                              for h, w in zip(have, specs))
+        tensors = tuple(torch.zeros(shape, dtype=getattr(torch, dt), device=device)
+                        for _, shape, dt in specs)
+        self._ws[device.index] = (specs, tensors)
+        return tensors
 
 
-def _load(step: registry.Step, mnk, kwargs: dict, device) -> _Loaded:
+def _load(step: registry.Step, mnk, kwargs: dict) -> _Loaded:
     bundle = bundle_path()
-    key = (step.id, step.arch, tuple(mnk), tuple(sorted(kwargs.items())),
-           str(bundle) if bundle else None, str(device))
+    key = (step.id, step.arch, build_shape(mnk, kwargs), tuple(sorted(kwargs.items())),
+           str(bundle) if bundle else None)
     with _lock:
         hit = _kernels.get(key)
         if hit is None:
             lib, meta = kernel_source(step, mnk, kwargs, bundle)
-            hit = _kernels[key] = _Loaded(step, lib, meta, device)
+            hit = _kernels[key] = _Loaded(step, lib, meta)
     return hit
 
 
 # --------------------------------------------------------------------------------------
-# the call
+# the call: a lean path for shapes seen before, the full one for the first call
 # --------------------------------------------------------------------------------------
-def matmul(a, b, *, step: str | None = None, out=None, sync: bool = True):
+class _Call:
+    """What a call of one (M, N, K, dtype, device, step) needs once validated: the kernel,
+    its workspace tensors and a label for errors."""
+    __slots__ = ("kernel", "workspace", "label")
+
+    def __init__(self, kernel, workspace, label):
+        self.kernel, self.workspace, self.label = kernel, workspace, label
+
+
+_calls: dict = {}
+_CALLS_MAX = 1 << 16  # distinct (shape, dtype, device, step) keys kept; then start afresh
+_torch = None  # torch, bound on the first call (importing this module imports no torch)
+_DTYPES_OK: tuple = ()
+
+
+def _fast_key(a, b, out, step):
+    """The cache key of a call whose operands pass every per-call check, else None (the
+    full path then checks and explains). Shape rules (N, K multiples of 8, the arch, the
+    step) are per key: a key is only ever stored after the full path accepted it."""
+    t = _torch
+    if t is None or type(a) is not t.Tensor or type(b) is not t.Tensor:
+        return None
+    dt = a.dtype
+    if dt is not b.dtype or dt not in _DTYPES_OK or not (a.is_cuda and b.is_cuda):
+        return None
+    if a.dim() != 2 or b.dim() != 2 or not (a.is_contiguous() and b.is_contiguous()):
+        return None
+    M, K = a.shape
+    N, Kb = b.shape
+    if Kb != K or M == 0 or (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1):
+        return None
+    dev = a.get_device()
+    if b.get_device() != dev:
+        return None
+    if out is not None:
+        if (type(out) is not t.Tensor or out.dtype is not dt or out.get_device() != dev
+                or out.dim() != 2 or out.shape[0] != M or out.shape[1] != N
+                or not out.is_contiguous() or out.data_ptr() & (ALIGN_BYTES - 1)):
+            return None
+    if (a.requires_grad or b.requires_grad) and t.is_grad_enabled():
+        return None
+    return (M, N, K, dt, dev, step)
+
+
+def _pick(M, N, K, dtype, arch, sm_count, step):
+    if step is None:
+        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count)
+        return registry.get(step_id, arch), kwargs
+    st = registry.get(step, arch)
+    kwargs = step_kwargs(st, dtype, sm_count)
+    if st.id == SPLIT_K and kwargs.get("RUNTIME_M"):
+        variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
+        variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+        kwargs.update(variant)
+    return st, kwargs
+
+
+def _first_call(a, b, out, step, key):
+    """Check everything (one-line errors), pick and load the kernel, remember the call."""
+    global _torch, _DTYPES_OK
+    import torch
+    M, N, K, dtype = check_operands(a, b, out)
+    if _torch is None:
+        _DTYPES_OK = (torch.float16, torch.bfloat16)
+        _torch = torch
+    if M == 0:
+        return None  # no rows: nothing to compute (no kernel is built for M=0)
+    arch, sm_count = _gpu_arch(a.device)
+    st, kwargs = _pick(M, N, K, dtype, arch, sm_count, step)
+    loaded = _load(st, (M, N, K), kwargs)
+    call = _Call(loaded.kernel, loaded.workspace(M, N, K, a.device),
+                 f"{_describe(st, (M, N, K), kwargs)} at M={M}")
+    key = key if key is not None else _fast_key(a, b, out, step)
+    if key is not None:
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
+        _calls[key] = call
+    return call
+
+
+def _launch(call: _Call, a, b, out, sync: bool) -> None:
+    try:
+        call.kernel(a, b, out, *call.workspace)
+    except Exception as exc:
+        from tirx_gemm.run.errors import KernelLaunchError
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise KernelLaunchError(f"launching {call.label} failed: {first}") from exc
+    if sync:
+        synchronize(a.device, what=call.label)
+
+
+def synchronize(device=None, *, what: str = "tirx_gemm.matmul") -> None:
+    """Wait for the work queued so far on ``device`` (default: the current CUDA device),
+    with the project's hang guard: at most ``$TIRX_GEMM_KERNEL_TIMEOUT`` seconds (60),
+    then a one-line report and the process exits (a hung GPU context cannot be recovered);
+    an asynchronous kernel failure becomes a one-line KernelLaunchError. This is where a
+    person waiting on a result should wait; ``matmul(..., sync=True)`` calls it."""
+    import torch
+    from tirx_gemm.run.launcher import synchronize as guarded
+    with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+        guarded(what)
+
+
+def matmul(a, b, *, step: str | None = None, out=None, sync: bool = False):
     """``a @ b.T`` (``F.linear(a, b)`` without bias) for 2-D CUDA fp16/bf16 tensors.
 
     ``a``: M x K (tokens x in-features); ``b``: N x K (out-features x in-features, a Linear
@@ -321,28 +525,27 @@ def matmul(a, b, *, step: str | None = None, out=None, sync: bool = True):
     sm_90a or sm_100a GPU. Returns an M x N tensor of the same dtype (fp32 accumulation):
     ``out`` when given (contiguous, same dtype and device), else a new one.
 
+    Asynchronous, like every torch op: the call returns once the kernel is queued on the
+    current CUDA stream (so CUDA graphs capture it), and a kernel failure surfaces at the
+    next synchronization. ``sync=True`` waits through the hang guard (:func:`synchronize`:
+    a hung kernel ends the process with a one-line report instead of freezing it).
+
     ``step``: a step id ("v9") instead of :func:`choose`'s pick (built with the dtype and
-    this GPU's SM count). ``sync``: wait for the kernel through the launcher's hang guard
-    (a hung kernel ends the process with a one-line report instead of freezing it); with
-    ``sync=False`` the call returns once the kernel is queued, and a failure surfaces at
-    the next synchronization. The first call per shape builds (or reads from the bundle)
-    and loads the kernel; later calls only launch it.
+    this GPU's SM count). On sm_90a the kernels take M at run time: one kernel per (step,
+    keywords, dtype, N, K) serves every token count, from the build cache or a bundle
+    exported for the layer's (N, K). The first call of a shape checks everything, picks
+    and loads the kernel; later calls of the same shape, dtype and device check only what
+    can change between calls (device, layout, alignment) and launch.
     """
-    import torch
-    M, N, K, dtype = check_operands(a, b, out)
+    key = _fast_key(a, b, out, step)
+    call = _calls.get(key) if key is not None else None
+    if call is None:
+        call = _first_call(a, b, out, step, key)
+        if call is None:  # M == 0
+            return out if out is not None else a.new_empty((0, b.shape[0]))
     if out is None:
-        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if M == 0:
-        return out  # no rows: nothing to compute (no kernel is built for M=0)
-    arch, sm_count = _gpu_arch(a.device)
-    if step is None:
-        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count)
-        st = registry.get(step_id, arch)
-    else:
-        st = registry.get(step, arch)
-        kwargs = step_kwargs(st, dtype, sm_count)
-    loaded = _load(st, (M, N, K), kwargs, a.device)
-    loaded.handle(a, b, out, sync=sync)
+        out = a.new_empty((a.shape[0], b.shape[0]))
+    _launch(call, a, b, out, sync)
     return out
 
 

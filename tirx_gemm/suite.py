@@ -30,7 +30,8 @@ from typing import Callable, NamedTuple
 
 from tirx_gemm import registry
 from tirx_gemm.report import tables
-from tirx_gemm.matmul import ROW_MULTIPLE, choose, step_kwargs
+from tirx_gemm.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose, step_kwargs,
+                              variants)
 from tirx_gemm.numerics import DTYPES
 
 __all__ = ["DEFAULT_SUITE", "MATMUL", "Entry", "Suite", "Item", "load_suite", "plan",
@@ -185,13 +186,28 @@ def plan(suite, target: str, arch: str, sm_count: int) -> list[Item]:
 
 def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]:
     """The builds a bundle for ``suite`` needs, as build_many / bundle.export requests
-    (step, (M, N, K), kwargs), each once, in plan order."""
+    (step, (M, N, K), kwargs), each once, in plan order. A runtime-M kernel is requested
+    at matmul.build_shape (one build serves every M); for target "matmul" on an arch whose
+    kernels take M at run time, every kernel matmul.variants picks for a suite shape's
+    (N, K, dtype) over all M is added too, so the bundle serves every token count of the
+    suite's layers, not only the suite's."""
     out, seen = [], set()
-    for it in plan(suite, target, arch, sm_count):
-        key = (it.step.key, it.shape, tuple(sorted(it.kwargs.items())))
+
+    def add(step, mnk, kwargs):
+        shape = build_shape(mnk, kwargs)
+        key = (step.key, shape, tuple(sorted(kwargs.items())))
         if key not in seen:
             seen.add(key)
-            out.append((it.step, it.shape, dict(it.kwargs)))
+            out.append((step, shape, dict(kwargs)))
+
+    layers = []
+    for it in plan(suite, target, arch, sm_count):
+        add(it.step, it.shape, it.kwargs)
+        if target == MATMUL and it.kwargs.get("RUNTIME_M"):
+            layers.append((it.shape[1], it.shape[2], it.dtype))
+    for N, K, dtype in dict.fromkeys(layers):
+        for step_id, kwargs, _, _ in variants(N, K, dtype, arch, sm_count):
+            add(registry.get(step_id, arch), (NOMINAL_M, N, K), kwargs)
     return out
 
 
