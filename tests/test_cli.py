@@ -198,3 +198,60 @@ def test_progress_heartbeat_and_items_are_plain_lines():
         time.sleep(0.2)
         p.item("built", "x")
     assert quiet.getvalue() == ""
+
+
+# --------------------------------------------------------------------------------------
+# the README's CLI block against the parser (issue 31)
+# --------------------------------------------------------------------------------------
+def _readme_cli_block() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = text[text.index("\n## CLI\n"):]
+    return body[body.index("```\n") + 4:body.index("\n```", body.index("```\n") + 4)]
+
+
+def _subparsers():
+    import argparse
+    from tirx_gemm import cli as cli_mod
+    parser = cli_mod.make_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def test_readme_cli_block_names_every_command_and_option_the_parser_has():
+    """Every subcommand has a synopsis line (``tirx-gemm CMD ...``) in the README's CLI block,
+    every option of it appears on one of those lines, and every option written there exists
+    (help aside)."""
+    block = _readme_cli_block()
+    problems = []
+    for name, sp in _subparsers().items():
+        synopsis = " ".join(ln for ln in block.splitlines()
+                            if re.match(rf"tirx-gemm {re.escape(name)}(\s|$)", ln))
+        if not synopsis:
+            problems.append(f"{name}: no synopsis line")
+            continue
+        options = {o for a in sp._actions for o in a.option_strings} - {"-h", "--help"}
+        for action in sp._actions:
+            strings = set(action.option_strings) - {"-h", "--help"}
+            if strings and not any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", synopsis)
+                                   for o in strings):
+                problems.append(f"{name}: {'/'.join(sorted(strings))} missing")
+        for written in set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", synopsis)):
+            if written not in options:
+                problems.append(f"{name}: README writes {written}, which it does not take")
+    assert not problems, "\n".join(problems)
+
+
+def test_bare_call_and_help_say_what_they_print(capsys):
+    from tirx_gemm import cli as cli_mod
+    assert cli_mod.main([]) == 0
+    short = capsys.readouterr().out
+    for name in _subparsers():
+        assert re.search(rf"^  {name} ", short, re.M), f"bare tirx-gemm lacks {name}"
+    assert "lists every option." not in short  # -h lists the commands, not every option
+    with pytest.raises(SystemExit) as exc:
+        cli_mod.main(["-h"])
+    assert exc.value.code == 0
+    helptext = capsys.readouterr().out
+    for name in _subparsers():
+        assert name in helptext
+    assert "COMMAND -h" in helptext

@@ -762,7 +762,8 @@ commands:
   regress   GPU floors, or --cpu build checks    tirx-gemm regress --cpu
   doctor    the CUDA toolchain a build uses      tirx-gemm doctor
 
-`tirx-gemm COMMAND -h` explains a command; `tirx-gemm -h` lists every option."""
+`tirx-gemm COMMAND -h` lists and explains every option of that command;
+`tirx-gemm -h` prints these commands again with argparse's usage line."""
 
 
 def main(argv=None) -> int:
