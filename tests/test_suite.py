@@ -195,7 +195,8 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
     saved = [json.loads(x) for x in
              (tmp_path / "results" / "suites" / "nvidia-h200.jsonl").read_text().splitlines()]
     assert [r["suite"]["dtype"] for r in saved] == ["float16", "bfloat16"]
-    assert saved[0]["suite"] == {"name": "tiny", "file": str(s.path), "target": "matmul",
+    assert saved[0]["suite"] == {"name": "tiny", "file": s.path.name, "target": "matmul",
+                                 "file_sha256": suite.suite_file_fields(s.path)["file_sha256"],
                                  "model": "m", "layer": "l", "dtype": "float16"}
     text = "\n".join(lines)
     assert out["table"] in text
@@ -214,7 +215,8 @@ def test_readme_summary_takes_each_cases_latest_record(tmp_path):
     d.mkdir()
 
     def rec(M, dt, ratio, target="matmul"):
-        return {"M": M, "N": 8, "K": 8, "step": "v9", "device": "GPU X", "verified": True,
+        return {"M": M, "N": 8, "K": 8, "step": "v9", "arch": "sm_90a", "device": "GPU X",
+                "verified": True,
                 "ratio_to_torch": ratio, "dtype": dt,
                 "suite": {"target": target, "dtype": dt}}
     rows = [rec(1, "float16", 0.25), rec(1, "float16", 1.0),  # rerun: 1.0 replaces 0.25

@@ -288,6 +288,9 @@ def cmd_export(args) -> int:
     a GPU host without the TVM compiler can run."""
     from tirx_gemm.compile import bundle
 
+    _suite_conflicts(args, "export")
+    args.dtype = args.dtype or DTYPES[0]
+    args.shapes = args.shapes or "canonical"
     steps = [] if args.suite is not None else _steps_arg(args)
     if args.all and args.mnk:
         raise ValueError("--mnk names one shape, which not every step accepts (v1 is "
@@ -317,6 +320,30 @@ def cmd_export(args) -> int:
           f"python -m tirx_gemm.cli {'trace' if getattr(args, 'timeline', False) else 'run'} "
           f"<step> --arch {args.arch}{dt} --bundle {out}")
     return 0
+
+
+# what the suite decides itself (its shapes, both dtypes, plain builds), so an option that
+# would choose it is refused with --suite instead of being silently ignored
+SUITE_CONFLICTS = (("step", "a step name"), ("all", "--all"), ("mnk", "--mnk"),
+                   ("shapes", "--shapes"), ("dtype", "--dtype"), ("timeline", "--timeline"),
+                   ("no_time", "--no-time"))
+
+
+def _suite_conflicts(args, cmd: str) -> None:
+    """ValueError when ``cmd --suite`` is given an option the suite decides itself; the
+    same for --target without --suite."""
+    if args.suite is None:
+        if getattr(args, "target_given", False):
+            raise ValueError(f"--target chooses what `{cmd} --suite` runs; without --suite "
+                             "name a step instead")
+        return
+    given = [label for attr, label in SUITE_CONFLICTS
+             if getattr(args, attr, None) not in (None, False)]
+    if given:
+        raise ValueError(f"{cmd} --suite decides its own shapes, dtypes (fp16 and bf16) and "
+                         f"builds, so {', '.join(given)} would be ignored: drop "
+                         f"{'it' if len(given) == 1 else 'them'}, or {cmd} a step without "
+                         "--suite")
 
 
 def _device_or_reason(arch):
@@ -397,6 +424,9 @@ def _progress_log(args):
 
 
 def cmd_bench(args) -> int:
+    _suite_conflicts(args, "bench")
+    args.dtype = args.dtype or DTYPES[0]
+    args.shapes = args.shapes or "bench"
     if args.suite is not None:
         return _bench_suite(args)
     steps = _steps_arg(args) if (args.step or args.all) else registry.all_steps(args.arch)
@@ -427,13 +457,17 @@ def _bench_suite(args) -> int:
         get_step(args.target, args.arch)
     device, why = _device_or_reason(args.arch)
     if device is None:
-        if args.arch == "sm_100a":
-            return _cannot_run(f"the suite ({args.target})", args.arch, why)
-        print(f"\ncannot run the suite ({args.target}): {why}\nto run it on a Hopper GPU "
-              f"host: `tirx-gemm export --suite {args.suite or ''} --target {args.target} "
-              f"--arch {args.arch} --ffi-wheel 3.12 --out build/bundle` here, then there "
+        # the suite is a timing against torch.matmul: NumSim (sm_100a here) times nothing,
+        # so the way on is a Hopper GPU host, whatever arch was asked for
+        note = ("" if args.arch == "sm_90a" else " (the suite times kernels against "
+                "torch.matmul; NumSim, the only place sm_100a steps run here, measures no "
+                "time, so the way on is the sm_90a twins on a Hopper GPU)")
+        target = args.target
+        print(f"\ncannot run the suite ({args.target}): {why}{note}\nto run it on a Hopper "
+              f"GPU host: `tirx-gemm export --suite {args.suite or ''} --target {target} "
+              f"--arch sm_90a --ffi-wheel 3.12 --out build/bundle` here, then there "
               f"`python -m tirx_gemm.cli bench --suite {args.suite or ''} --target "
-              f"{args.target} --arch {args.arch} --bundle build/bundle`".replace("  ", " "),
+              f"{target} --arch sm_90a --bundle build/bundle`".replace("  ", " "),
               file=sys.stderr)
         return 2
     out = suite.bench_suite(args.suite or None, args.target, bundle=args.bundle,
@@ -550,7 +584,7 @@ def make_parser() -> argparse.ArgumentParser:
         sp.add_argument("--suite", nargs="?", const="", default=None, metavar="FILE",
                         help="the shape suite (default: the packaged model shapes, "
                              "tirx_gemm/suites/models.json), every shape in fp16 and bf16")
-        sp.add_argument("--target", default="matmul",
+        sp.add_argument("--target", default=None,
                         help="with --suite: 'matmul' (the step tirx_gemm.matmul picks per "
                              "shape) or a step id (default matmul)")
 
@@ -598,7 +632,7 @@ def make_parser() -> argparse.ArgumentParser:
                          "never picked by run/bench/regress")
     suite_args(sp)
     watchdog(sp)
-    sp.set_defaults(fn=cmd_export)
+    sp.set_defaults(fn=cmd_export, dtype=None, shapes=None)  # None: not given (cmd_export)
 
     sp = sub.add_parser("run", help="run one step on this machine's GPU: check against torch, time it")
     common(sp, all_=False)
@@ -620,7 +654,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--results", default="results", help="results directory")
     suite_args(sp)
     watchdog(sp)
-    sp.set_defaults(fn=cmd_bench)
+    sp.set_defaults(fn=cmd_bench, dtype=None, shapes=None)  # None: not given (cmd_bench)
 
     sp = sub.add_parser("regress", help="per-step regression: GPU (vs baseline) or --cpu (vs "
                                         "committed build expectations)")
@@ -774,6 +808,9 @@ def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
+    if hasattr(args, "target"):  # export, bench: --target given or not (default matmul)
+        args.target_given = args.target is not None
+        args.target = args.target or "matmul"
     from tirx_gemm.compile.api import BuildError
     from tirx_gemm.sim.gate import SimUnavailable
     try:

@@ -133,6 +133,8 @@ def load_suite(path=None) -> Suite:
         raise ValueError(f"suite {where}: cannot read it ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"suite {where}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"suite {where}: nests too deeply to be a suite") from None
     if not isinstance(data, dict):
         raise ValueError(f"suite {where}: the top level must be a JSON object")
     unknown = sorted(set(data) - _TOP_KEYS)
@@ -299,7 +301,7 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
         kernel = loader.load_kernel(str(lib))  # run_step passes the step's workspace
         rec = runner.run_step(kernel, meta, check=True, time=True,
                               git_sha=meta.get("git_sha"), log=lambda m: log("    " + m))
-        rec["suite"] = {"name": suite.name, "file": str(suite.path), "target": target,
+        rec["suite"] = {"name": suite.name, **suite_file_fields(suite.path), "target": target,
                         "model": entry.model, "layer": entry.layer, "dtype": dtype}
         recs.append(rec)
         if record:
@@ -330,13 +332,26 @@ def latest_runs(records) -> dict:
     return out
 
 
+def suite_file_fields(path) -> dict:
+    """How a record names its suite file: relative to the checkout when it lies in it
+    (never this machine's absolute path), else by its file name; and its sha256, which
+    names the content wherever it lies."""
+    import hashlib
+    path = Path(path).resolve()
+    try:
+        name = path.relative_to(Path(__file__).resolve().parents[1]).as_posix()
+    except ValueError:
+        name = path.name
+    return {"file": name, "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
 def render_summary(results_dir="results") -> str:
     """Markdown: per device and target, the geomean and minimum ratio to torch.matmul over
-    the suite's latest records (fp16, bf16 and both), and the five slowest cases."""
-    import json
-    recs = []
-    for path in sorted((Path(results_dir) / RECORDS_SUBDIR).glob("*.jsonl")):
-        recs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    the suite's latest records (fp16, bf16 and both), and the five slowest cases. Records
+    are validated as they load (report.records.load_records: "verified" a real bool, ...);
+    a damaged line is a one-line ValueError naming it."""
+    from tirx_gemm.report import records as rec_io
+    recs = rec_io.load_records(Path(results_dir) / RECORDS_SUBDIR)
     if not recs:
         return "No suite records yet: `tirx-gemm bench --suite --record` on a GPU host makes them."
     lines = ["| device | target | cases | geomean × torch (fp16 / bf16 / all) | min × torch |",

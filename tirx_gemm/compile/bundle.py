@@ -199,6 +199,8 @@ def _read_manifest(bundle: Path) -> dict:
         raise _refuse(bundle, MANIFEST, what) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _refuse(bundle, MANIFEST, f"is not JSON ({exc})") from None
+    except RecursionError:  # nesting no export writes; json's decoder would overflow
+        raise _refuse(bundle, MANIFEST, "nests too deeply to be a manifest") from None
     if not isinstance(data, dict) or not isinstance(data.get("kernels"), list):
         raise _refuse(bundle, MANIFEST, "has no list of kernels")
     if data.get("format") != FORMAT or not isinstance(data.get("files"), dict):

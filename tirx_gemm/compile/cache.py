@@ -218,18 +218,51 @@ def read_entry(entry: Path, key: str) -> BuildResult:
         raise InvalidEntry("no meta.json") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidEntry(f"meta.json is not readable JSON: {exc}") from None
+    except RecursionError:  # nesting no build writes
+        raise InvalidEntry("meta.json nests too deeply to be a build's") from None
     if not isinstance(data, dict) or data.get("key") != key:
         raise InvalidEntry("meta.json does not describe this build")
     try:
         res = BuildResult(**data, dir=str(entry))
     except TypeError as exc:
         raise InvalidEntry(f"meta.json has the wrong fields: {exc}") from None
+    wrong = _wrong_type(data)
+    if wrong:
+        raise InvalidEntry(f"meta.json's {wrong}")
     for name in ARTEFACTS:
         path = entry / name
         if not path.is_file() or path.stat().st_size == 0:
             raise InvalidEntry(f"{name} is missing or empty")
     _check_hashes(res)
     return res
+
+
+_TYPES = {"int": (int,), "str": (str,), "dict": (dict,), "bool": (bool,), "float": (int, float),
+          "None": (type(None),)}
+
+
+def _wrong_type(data: dict) -> str | None:
+    """"<field> is <value>, not <type>" for the first meta.json field whose JSON type is not
+    the one BuildResult declares (a bool is no int), or for a count or time that is not a
+    number: such an entry is rebuilt, not served to crash whatever reads it."""
+    for f in dataclasses.fields(BuildResult):
+        if f.name not in data:
+            continue
+        v = data[f.name]
+        allowed = [_TYPES[t.strip()] for t in str(f.type).split("|") if t.strip() in _TYPES]
+        if not allowed:
+            continue
+        ok = any(isinstance(v, t) for ts in allowed for t in ts)
+        if isinstance(v, bool) and not any(bool in ts for ts in allowed):
+            ok = False
+        if not ok:
+            return f"{f.name} is {v!r:.60}, not {str(f.type).replace(' | ', ' or ')}"
+    for name, kind in (("sass_counts", int), ("times", (int, float))):
+        bad = [k for k, n in data.get(name, {}).items()
+               if isinstance(n, bool) or not isinstance(n, kind)]
+        if bad:
+            return f"{name}[{bad[0]!r}] is {data[name][bad[0]]!r:.60}, not a number"
+    return None
 
 
 def _check_hashes(res: BuildResult) -> None:

@@ -157,6 +157,23 @@ def record_problem(rec) -> str | None:
         return f"timestamp must be a string, got {rec['timestamp']!r}"
     if rec.get("kind") == "numsim":
         return _sim_problem(rec)
+    if "suite" in rec:
+        return _suite_problem(rec["suite"])
+    return None
+
+
+def _suite_problem(suite) -> str | None:
+    """A suite record's "suite" object (bench --suite): which target ran, in which dtype."""
+    if not isinstance(suite, dict):
+        return f"suite must be an object, got {suite!r}"
+    for k in ("target", "dtype"):
+        if not isinstance(suite.get(k), str) or not suite[k]:
+            return f"suite.{k} must be a non-empty string, got {suite.get(k)!r}"
+    if suite["dtype"] not in KNOWN_DTYPES:
+        return f"suite.dtype must be one of {', '.join(KNOWN_DTYPES)}, got {suite['dtype']!r}"
+    for k in ("name", "file", "model", "layer", "file_sha256"):
+        if suite.get(k) is not None and not isinstance(suite[k], str):
+            return f"suite.{k} must be a string, got {suite[k]!r}"
     return None
 
 
@@ -208,6 +225,9 @@ def load_records(results_dir: str | os.PathLike = "results") -> list[dict]:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{where}: not valid JSON ({e})") from None
+                except RecursionError:
+                    raise ValueError(f"{where}: nests too deeply to be a record (fix or "
+                                     "remove that line)") from None
                 problem = record_problem(rec)
                 if problem:
                     raise ValueError(f"{where}: {problem} (fix or remove that line)")

@@ -63,6 +63,8 @@ def load_baseline(path: Path) -> dict | None:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: not a baseline file ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a baseline file (it nests too deeply)") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
         raise ValueError(f"{path}: not a baseline file (no 'entries' object)")
     for key, entry in data["entries"].items():
