@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import suite
+from tirx_gemm import matmul, suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,10 +40,12 @@ def test_the_packaged_suite_covers_the_models_and_edges(models):
     assert len(llama) >= 16
     for e in llama:  # out x in of one of the model's projections, at a token count asked for
         assert (e.N, e.K) in LLAMA[e.model], f"{e.label} is no {e.model} Linear (N=out, K=in)"
-        assert e.M in (128, 1000, 4096, 8192), e
+        assert e.M in (1, 8, 16, 32, 64, 128, 333, 1000, 4096, 8192), e
     for model, layers in LLAMA.items():
         assert len({(e.N, e.K) for e in llama if e.model == model}) >= 4, model
-    assert {e.M for e in llama} == {128, 1000, 4096, 8192}
+    assert {128, 1000, 4096, 8192} <= {e.M for e in llama}  # prefill
+    assert {1, 8, 16, 32, 64} <= {e.M for e in llama}  # decode
+    assert len(shapes) >= 40
     assert len(models.cases()) == 2 * len(shapes)
 
 
@@ -126,14 +128,26 @@ def test_plan_for_a_step_uses_it_everywhere(models):
 
 def test_export_requests_list_each_build_once(models, tmp_path):
     reqs = suite.export_requests(models, "matmul", "sm_90a", 132)
-    assert len(reqs) == len(models.cases())  # every (shape, dtype) is a distinct build
-    for (step, mnk, kw), it in zip(reqs, suite.plan(models, "matmul", "sm_90a", 132)):
-        assert (step, mnk, kw) == (it.step, it.shape, it.kwargs)
+    keys = [(step.key, mnk, tuple(sorted(kw.items()))) for step, mnk, kw in reqs]
+    assert len(keys) == len(set(keys))  # each build once
+    # every case's kernel, at the shape it is built at (runtime M: matmul.NOMINAL_M) ...
+    for it in suite.plan(models, "matmul", "sm_90a", 132):
+        assert it.kwargs.get("RUNTIME_M") is True
+        assert (it.step.key, (matmul.NOMINAL_M, *it.shape[1:]),
+                tuple(sorted(it.kwargs.items()))) in keys
+        # ... and every kernel any other token count of that layer picks
+        for step_id, kw, _, _ in matmul.variants(it.shape[1], it.shape[2], it.dtype,
+                                                 "sm_90a", 132):
+            assert (f"{step_id}@sm_90a", (matmul.NOMINAL_M, *it.shape[1:]),
+                    tuple(sorted(kw.items()))) in keys
+    # sm_100a's kernels keep compile-time M: one build per (shape, dtype)
+    assert len(suite.export_requests(models, "matmul", "sm_100a", 148)) == len(models.cases())
     twice = suite.Suite("t", "", (suite.Entry(8, 8, 8, "a", "b", "c", ("float16",)),
                                   suite.Entry(8, 8, 8, "d", "e", "f", ("float16", "bfloat16"))))
     assert [(s.key, mnk, kw) for s, mnk, kw in suite.export_requests(twice, "v9", "sm_90a", 132)] \
-        == [("v9@sm_90a", (8, 8, 8), {"SM_COUNT": 132}),
-            ("v9@sm_90a", (8, 8, 8), {"dtype": "bfloat16", "SM_COUNT": 132})]
+        == [("v9@sm_90a", (matmul.NOMINAL_M, 8, 8), {"SM_COUNT": 132, "RUNTIME_M": True}),
+            ("v9@sm_90a", (matmul.NOMINAL_M, 8, 8),
+             {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True})]
 
 
 def rec(M, ratio, verified=True, dtype="float16"):
@@ -188,7 +202,8 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
     out = suite.bench_suite(s, "matmul", bundle="B", log=lines.append,
                             results_dir=tmp_path / "results")
     assert [(m["M"], m["kwargs"]) for m in ran] == [
-        (1000, {"SM_COUNT": 132}), (1000, {"dtype": "bfloat16", "SM_COUNT": 132})]
+        (1000, {"SM_COUNT": 132, "RUNTIME_M": True}),
+        (1000, {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True})]
     assert [it.shape for it, _ in out["failed"]] == [(8, 256, 64), (8, 256, 64)]
     assert out["failed"][0][1] == "no kernel for it in bundle B"
     assert math.isclose(out["summary"]["geomean_ratio"], 1.0) and out["summary"]["n"] == 2
@@ -200,7 +215,7 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
                                  "model": "m", "layer": "l", "dtype": "float16"}
     text = "\n".join(lines)
     assert out["table"] in text
-    assert re.search(r"^1000x256x64 +bfloat16 +v9 +SM_COUNT=132 +ok +80\.0 +100\.0 +0\.800$",
+    assert re.search(r"^1000x256x64 +bfloat16 +v9 +RUNTIME_M=True SM_COUNT=132 +ok +80\.0 +100\.0 +0\.800$",
                      text, re.M)
     assert "geomean ratio to torch 1.000, min 0.800 (1000x256x64 bfloat16)" in text
     assert "NOT RUN: no kernel for it in bundle B" in text and "2 case(s) not run" in text
