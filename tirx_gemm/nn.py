@@ -42,27 +42,28 @@ from tirx_gemm.matmul import ROW_MULTIPLE, V9_CLUSTER_TILE
 __all__ = ["Linear", "patch", "Report", "layer_refusal"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
-_served_devices: dict = {}  # torch.device -> None (served) or why not, probed once per device
+_served: dict = {}  # CUDA device index -> None (served) or why not, probed once per device
 
 
 def _device_refusal(device: torch.device) -> str | None:
     """None when tirx_gemm's kernels run on ``device``, else why not (one line)."""
-    why = _served_devices.get(device, False)
+    if device.type != "cuda":
+        return f"on {device}, not a CUDA GPU"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    why = _served.get(index, False)
     if why is not False:
         return why
-    if device.type != "cuda":
-        why = f"on {device}, not a CUDA GPU"
-    elif not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         why = f"on {device}, but CUDA is not available here"
     else:
         from tirx_gemm.run.device import capability_matches
-        cap = tuple(torch.cuda.get_device_capability(device))
+        cap = tuple(torch.cuda.get_device_capability(index))
         if any(capability_matches(a, cap) for a in V9_CLUSTER_TILE):
             why = None
         else:
-            why = (f"on {torch.cuda.get_device_name(device)} (compute capability "
+            why = (f"on {torch.cuda.get_device_name(index)} (compute capability "
                    f"{cap[0]}.{cap[1]}): the kernels need sm_90a (9.0) or sm_100a (10.x)")
-    _served_devices[device] = why
+    _served[index] = why
     return why
 
 
@@ -112,60 +113,103 @@ class Linear(torch.nn.Linear):
                 getattr(new, hooks).update(getattr(layer, hooks))
         return new
 
-    def _refusal(self, x) -> str | None:
-        """Why this call cannot run tirx_gemm's kernels, or None (cheap: runs per call)."""
-        w = self.weight
+    def _refusal(self, x, w, b) -> str | None:
+        """Why this eager call cannot run tirx_gemm's kernels, or None. Runs on every call,
+        so only cheap checks, cheapest first (tirx_gemm.matmul checks the rest and raises
+        one line); ``w`` and ``b`` are the layer's weight and bias."""
         if not isinstance(x, torch.Tensor):
-            return None if torch.compiler.is_compiling() else "input is not a tensor"
-        if w.dtype not in _DTYPES:
-            return f"weight is {w.dtype}: the kernels take float16 or bfloat16"
-        if x.dtype != w.dtype:
-            return f"input is {x.dtype} but the weight is {w.dtype}"
-        if x.device != w.device:
+            return f"input is a {type(x).__name__}, not a tensor"
+        dt = w.dtype
+        if dt not in _DTYPES:
+            return f"weight is {dt}: the kernels take float16 or bfloat16"
+        if x.dtype is not dt:
+            return f"input is {x.dtype} but the weight is {dt}"
+        dev = x.get_device()
+        if dev < 0 or dev != w.get_device():
             return f"input is on {x.device}, weight on {w.device}"
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
-                self.bias is not None and self.bias.requires_grad)):
+                b is not None and b.requires_grad)):
             return ("autograd records this call (grad mode on, a tensor requires grad): run "
                     "under torch.no_grad() or torch.inference_mode() to use tirx_gemm")
-        if x.shape[-1] != self.in_features:
-            return f"input has {x.shape[-1]} features, the layer {self.in_features}"
-        if self.in_features % ROW_MULTIPLE or self.out_features % ROW_MULTIPLE:
-            return (f"features {self.in_features}->{self.out_features}: the kernels need "
-                    f"multiples of {ROW_MULTIPLE}")
-        if self.bias is not None and self.bias.dtype != w.dtype:
-            return f"bias is {self.bias.dtype}, weight {w.dtype}"
-        if torch.is_autocast_enabled(x.device.type) and (
-                torch.get_autocast_dtype(x.device.type) != w.dtype):
-            return f"autocast to {torch.get_autocast_dtype(x.device.type)}"
-        if torch.compiler.is_compiling():
-            return None  # the arch is not probed while tracing: the op checks it at run time
+        k = self.in_features
+        if x.shape[-1] != k:
+            return f"input has {x.shape[-1]} features, the layer {k}"
+        if k % ROW_MULTIPLE or self.out_features % ROW_MULTIPLE:
+            return (f"features {k}->{self.out_features}: the kernels need multiples of "
+                    f"{ROW_MULTIPLE}")
+        if b is not None and b.dtype is not dt:
+            return f"bias is {b.dtype}, weight {dt}"
+        if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") is not dt:
+            return f"autocast to {torch.get_autocast_dtype('cuda')}"
         if not w.is_contiguous():
             return f"weight is not contiguous (strides {w.stride()})"
-        return _device_refusal(x.device)
+        why = _served.get(dev, False)
+        return _device_refusal(x.device) if why is False else why
+
+    def _traced_refusal(self, x) -> str | None:
+        """_refusal while torch.compile traces: the same rules on the traced tensors, with
+        no probe of the GPU (the op checks it when it runs)."""
+        w, b = self.weight, self.bias
+        if not isinstance(x, torch.Tensor) or w.dtype not in _DTYPES or x.dtype != w.dtype:
+            return "dtype"
+        if not x.is_cuda or x.device != w.device:
+            return "device"
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
+                b is not None and b.requires_grad)):
+            return "autograd"
+        if (x.shape[-1] != self.in_features or self.in_features % ROW_MULTIPLE
+                or self.out_features % ROW_MULTIPLE):
+            return "shape"
+        if b is not None and b.dtype != w.dtype:
+            return "bias dtype"
+        if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") != w.dtype:
+            return "autocast"
+        return None
 
     def forward(self, x):
-        why = self._refusal(x)
+        if torch.compiler.is_compiling():
+            return self._traced_forward(x)
+        p = self._parameters  # one dict, not two nn.Module.__getattr__ calls (~0.4 us each)
+        w, b = p["weight"], p["bias"]
+        why = self._refusal(x, w, b)
         if why is not None:
             return self._fallback(x, why)
-        a = x.reshape(-1, self.in_features)
-        if not a.is_contiguous():
-            a = a.contiguous()
-        if not torch.compiler.is_compiling() and a.data_ptr() % 16:
+        if x.dim() == 2:
+            a = x
+            if not a.is_contiguous():
+                a = a.contiguous()
+        else:
+            a = x.reshape(-1, self.in_features)  # a copy when x's layout needs one
+        if a.data_ptr() & 15:
             a = a.clone()  # a view at an odd offset: TMA needs 16-byte aligned rows
-        y = torch_op.matmul(a, self.weight)
+        # eager: the kernel directly, no dispatcher (tirx_gemm.torch_op's docstring)
+        y = torch_op._matmul(a, w, sync=False)
+        if b is not None:
+            y.add_(b)
+        return y if a is x else y.view(*x.shape[:-1], self.out_features)
+
+    def _traced_forward(self, x):
+        """forward while torch.compile traces: the custom op (one node of the graph) or,
+        for what the kernels cannot serve, F.linear, with no counting or warning."""
+        if self._traced_refusal(x) is not None:
+            if self.strict:
+                raise ValueError(f"tirx_gemm.nn.Linear({self.in_features}, "
+                                 f"{self.out_features}) cannot run this call")
+            return F.linear(x, self.weight, self.bias)
+        a = x.reshape(-1, self.in_features).contiguous()
+        y = torch_op.OP(a, self.weight, None)
         if self.bias is not None:
-            y.add_(self.bias)
+            y = y + self.bias
         return y.view(*x.shape[:-1], self.out_features)
 
     def _fallback(self, x, why: str):
         if self.strict:
             raise ValueError(f"tirx_gemm.nn.Linear({self.in_features}, {self.out_features}) "
                              f"cannot run this call: {why}")
-        if not torch.compiler.is_compiling():
-            self.fallbacks += 1
-            self.fallback_reason = why
-            warnings.warn(f"tirx_gemm.nn.Linear ran torch's F.linear: {why} (counted in the "
-                          "layer's .fallbacks)", RuntimeWarning, stacklevel=2)
+        self.fallbacks += 1
+        self.fallback_reason = why
+        warnings.warn(f"tirx_gemm.nn.Linear ran torch's F.linear: {why} (counted in the "
+                      "layer's .fallbacks)", RuntimeWarning, stacklevel=2)
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
@@ -204,29 +248,34 @@ def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = Fals
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"patch takes a torch.nn.Module, got {type(module).__name__}")
     report = Report(module)
-    done: dict = {}  # id(old layer) -> its replacement or None
+    done: dict = {}  # id(old layer) -> (replacement or None, the name it was first seen at)
+    seen: set = set()
     todo = [("", None, "", module)]
     while todo:
         name, parent, attr, m = todo.pop(0)
         if isinstance(m, torch.nn.Linear):
-            if id(m) not in done:
-                new, why = _replacement(m, strict)
-                done[id(m)] = new
-                if new is None:
-                    report.kept.append((name, why))
-                else:
-                    report.replaced.append((name, why))
-            elif done[id(m)] is None:
-                continue
-            new = done[id(m)]
+            if id(m) in done:  # one layer under several names: one replacement
+                new, first = done[id(m)]
+                if new is not None:
+                    report.replaced.append((name, f"the same layer as {first}"))
+            else:
+                new, note = _replacement(m, strict)
+                done[id(m)] = (new, name)
+                (report.kept if new is None else report.replaced).append((name, note))
             if new is not None:
                 if parent is None:
                     report.module = new
                 else:
                     setattr(parent, attr, new)
             continue
-        for child_attr, child in m.named_children():
-            todo.append((f"{name}.{child_attr}" if name else child_attr, m, child_attr, child))
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        # _modules, not named_children(): that skips a module met before under another name
+        for child_attr, child in list(m._modules.items()):
+            if child is not None:
+                todo.append((f"{name}.{child_attr}" if name else child_attr, m, child_attr,
+                             child))
     if verbose:
         print(report)
     return report

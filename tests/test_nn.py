@@ -1,0 +1,255 @@
+"""tirx_gemm.nn on CPU: Linear is a drop-in torch.nn.Linear (state_dict, parameters, bias),
+its forward falls back to F.linear, counted and warned, for what the kernels cannot serve
+(or raises one line with strict=True), routes served calls to the kernel (a stand-in here)
+with leading dimensions flattened and the bias added, and traces under torch.compile as the
+custom op; patch replaces what it can and reports every Linear it kept, with why."""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tirx_gemm
+from tirx_gemm import nn as tnn
+from tirx_gemm import torch_op
+
+BF16 = torch.bfloat16
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """Pretend CPU tensors are on a served GPU and the kernel is ``a @ b.T`` (recorded)."""
+    calls = []
+
+    def kernel(a, b, *, step=None, out=None, sync=False):
+        assert a.dim() == 2 and a.is_contiguous() and not sync
+        calls.append((tuple(a.shape), tuple(b.shape)))
+        return (a.float() @ b.float().T).to(a.dtype)
+    monkeypatch.setattr(tnn, "_device_refusal", lambda device: None)  # patch's probe
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)  # forward's: "cuda:0",
+    monkeypatch.setitem(tnn._served, 0, None)  # a served GPU
+    monkeypatch.setattr(torch_op, "_matmul", kernel)
+    return calls
+
+
+def test_state_dict_and_parameters_are_nn_linears():
+    torch.manual_seed(0)
+    ref = nn.Linear(32, 16)
+    ours = tnn.Linear(32, 16)
+    assert isinstance(ours, nn.Linear)
+    assert list(ours.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
+    ours.load_state_dict(ref.state_dict())
+    for k, v in ref.state_dict().items():
+        assert torch.equal(ours.state_dict()[k], v)
+    ref.load_state_dict(ours.state_dict())  # and back
+    assert list(tnn.Linear(8, 8, bias=False).state_dict()) == ["weight"]
+    assert repr(tnn.Linear(8, 16)) == repr(nn.Linear(8, 16))
+    assert "strict=True" in repr(tnn.Linear(8, 16, strict=True))
+
+
+def test_from_linear_shares_the_tensors_and_keeps_hooks_and_mode():
+    ref = nn.Linear(16, 8).eval()
+    seen = []
+    ref.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    ours = tnn.Linear.from_linear(ref)
+    assert ours.weight is ref.weight and ours.bias is ref.bias and not ours.training
+    with pytest.warns(RuntimeWarning):  # float32: torch's F.linear
+        ours(torch.randn(2, 16))
+    assert seen == [torch.Size([2, 8])]
+
+
+def test_cpu_input_falls_back_counted_and_warned_once():
+    torch.manual_seed(1)
+    lin = tnn.Linear(16, 8)
+    x = torch.randn(3, 5, 16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            y = lin(x)
+    torch.testing.assert_close(y, nn.functional.linear(x, lin.weight, lin.bias))
+    assert lin.fallbacks == 3
+    assert lin.fallback_reason == "weight is torch.float32: the kernels take float16 or bfloat16"
+    msgs = [str(m.message) for m in w if issubclass(m.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "ran torch's F.linear" in msgs[0]
+
+
+def test_strict_raises_one_line():
+    lin = tnn.Linear(16, 8, dtype=BF16, strict=True)
+    with pytest.raises(ValueError) as info:
+        lin(torch.randn(2, 16, dtype=BF16))
+    msg = str(info.value)
+    assert msg.startswith("tirx_gemm.nn.Linear(16, 8) cannot run this call: input is on cpu")
+    assert "\n" not in msg
+
+
+def test_fallback_reproduces_torchs_errors():
+    """A drop-in: what nn.Linear refuses, Linear refuses the same way (F.linear raises)."""
+    lin = tnn.Linear(16, 8, dtype=BF16)
+    with pytest.raises(RuntimeError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lin(torch.randn(2, 16))  # fp32 input into bf16 weights, as nn.Linear raises
+
+
+def test_served_call_flattens_adds_bias_and_keeps_shape(served):
+    torch.manual_seed(2)
+    ref = nn.Linear(32, 24).to(BF16).requires_grad_(False)
+    ours = tnn.Linear.from_linear(ref)
+    x = torch.randn(2, 3, 32, dtype=BF16)
+    y = ours(x)
+    assert y.shape == (2, 3, 24) and y.dtype == BF16
+    torch.testing.assert_close(y, ref(x), atol=2e-2, rtol=2e-2)
+    assert served == [((6, 32), (24, 32))] and ours.fallbacks == 0
+    xt = torch.randn(32, 4, dtype=BF16).t()  # a transposed view: copied, then served
+    torch.testing.assert_close(ours(xt), ref(xt), atol=2e-2, rtol=2e-2)
+    assert served[-1] == ((4, 32), (24, 32))
+
+
+def test_grad_mode_falls_back_for_autograd_and_no_grad_is_served(served):
+    lin = tnn.Linear(16, 8, dtype=BF16)  # parameters require grad, as nn.Linear's do
+    x = torch.randn(4, 16, dtype=BF16)
+    with pytest.warns(RuntimeWarning, match="autograd records this call"):
+        y = lin(x)
+    y.float().sum().backward()  # torch's backward ran
+    assert lin.weight.grad is not None and lin.fallbacks == 1 and served == []
+    with torch.no_grad():
+        lin(x)
+    with torch.inference_mode():
+        lin(x)
+    assert len(served) == 2 and lin.fallbacks == 1
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda: (tnn.Linear(12, 8, dtype=BF16), torch.randn(2, 12, dtype=BF16)),
+     "features 12->8: the kernels need multiples of 8"),
+    (lambda: (tnn.Linear(16, 8, dtype=BF16), torch.randn(2, 16, dtype=torch.float16)),
+     "input is torch.float16 but the weight is torch.bfloat16"),
+])
+def test_unservable_shapes_and_dtypes_fall_back(served, make, words):
+    lin, x = make()
+    lin.requires_grad_(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            lin(x)
+        except RuntimeError:
+            pass  # F.linear's own refusal of a mixed dtype
+    assert lin.fallback_reason == words and served == []
+
+
+def _recording_backend(graphs):
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    return backend
+
+
+def _targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_compile_fullgraph_traces_linear_as_the_op(served, monkeypatch):
+    # dynamo reads a meta tensor's device itself: let every call be served while tracing
+    monkeypatch.setattr(tnn.Linear, "_traced_refusal", lambda self, x: None)
+    graphs = []
+    backend = _recording_backend(graphs)
+    model = nn.Sequential(tnn.Linear(32, 64, device="meta", dtype=BF16), nn.ReLU(),
+                          tnn.Linear(64, 16, bias=False, device="meta", dtype=BF16))
+    model.requires_grad_(False)
+    y = torch.compile(model, fullgraph=True, backend=backend)(
+        torch.empty(2, 5, 32, device="meta", dtype=BF16))
+    assert tuple(y.shape) == (2, 5, 16) and y.dtype == BF16
+    targets = _targets(graphs[0])
+    assert targets.count(torch.ops.tirx_gemm.matmul.default) == 2
+    assert served == []  # traced, never run: meta tensors go through the fake impl
+
+
+def test_compile_fullgraph_traces_the_fallback_as_f_linear_without_counting():
+    graphs = []
+    model = nn.Sequential(tnn.Linear(32, 64), nn.ReLU(), tnn.Linear(64, 16)).eval()
+    x = torch.randn(3, 32)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning while tracing
+        y = torch.compile(model, fullgraph=True, backend=_recording_backend(graphs))(x)
+        F = nn.functional
+        want = F.linear(F.relu(F.linear(x, model[0].weight, model[0].bias)), model[2].weight,
+                        model[2].bias)
+    torch.testing.assert_close(y, want)
+    assert torch.ops.tirx_gemm.matmul.default not in _targets(graphs[0])
+    assert _targets(graphs[0]).count(nn.functional.linear) == 2
+    assert model[0].fallbacks == 0 and model[2].fallbacks == 0
+
+
+class Custom(nn.Linear):
+    pass
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(32, 64, dtype=BF16)
+        self.fp32 = nn.Linear(64, 64)
+        self.odd = nn.Linear(64, 60, bias=False, dtype=BF16)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(64, 64, dtype=BF16), nn.GELU())])
+        self.custom = Custom(64, 64, dtype=BF16)
+        self.mixed = nn.Linear(64, 64, dtype=BF16)
+        self.mixed.bias.data = self.mixed.bias.data.float()
+        self.mine = tnn.Linear(64, 64, dtype=BF16)
+        self.shared = self.up  # one layer at two names
+
+
+def test_patch_replaces_what_it_can_and_says_why_not(served):
+    net = Net().requires_grad_(False)
+    before = {k: v for k, v in net.state_dict().items()}
+    up = net.up
+    report = tirx_gemm.patch(net)
+    assert report.module is net
+    assert [n for n, _ in report.replaced] == ["up", "shared", "blocks.0.0"]
+    assert dict(report.replaced)["shared"] == "the same layer as up"
+    assert type(net.up) is tnn.Linear and net.shared is net.up and net.up.weight is up.weight
+    assert type(net.blocks[0][0]) is tnn.Linear
+    kept = dict(report.kept)
+    assert kept["fp32"] == ("64->64 float32 +bias: weight is torch.float32: the kernels take "
+                            "float16 or bfloat16")
+    assert kept["odd"].endswith("out_features=60 is not a multiple of 8 (TMA's 16-byte rows)")
+    assert "subclasses nn.Linear" in kept["custom"] and "test_nn.Custom" in kept["custom"]
+    assert kept["mixed"].endswith("bias is torch.float32 but the weight is torch.bfloat16")
+    assert kept["mine"].startswith("already a tirx_gemm.nn.Linear")
+    assert set(kept) == {"fp32", "odd", "custom", "mixed", "mine"}
+    after = net.state_dict()
+    assert list(after) == list(before)
+    assert all(after[k] is before[k] or torch.equal(after[k], before[k]) for k in before)
+    text = str(report)
+    assert text.splitlines()[0] == ("tirx_gemm.patch: 3 Linear layer(s) replaced, 5 kept on "
+                                    "torch")
+    assert "  replaced  up  (32->64 bfloat16 +bias)" in text
+    assert "  kept      odd: 64->60 bfloat16: out_features=60" in text
+
+
+def test_patch_on_cpu_keeps_everything_and_says_so(capsys):
+    net = nn.Sequential(nn.Linear(16, 16, dtype=BF16), nn.ReLU())
+    report = tirx_gemm.patch(net, verbose=True)
+    assert report.replaced == [] and report.kept == [
+        ("0", "16->16 bfloat16 +bias: weight is on cpu, not a CUDA GPU")]
+    assert capsys.readouterr().out.strip() == str(report)
+
+
+def test_patch_notes_weights_that_require_grad(served):
+    net = nn.Sequential(nn.Linear(16, 16, dtype=BF16))
+    report = tirx_gemm.patch(net)
+    assert "weight requires grad" in report.replaced[0][1]
+
+
+def test_patch_of_a_bare_linear_returns_the_replacement(served):
+    lin = nn.Linear(16, 8, dtype=BF16)
+    report = tirx_gemm.patch(lin)
+    assert type(report.module) is tnn.Linear and report.module.weight is lin.weight
+    assert report.replaced[0][0] == ""
+
+
+def test_patch_refuses_a_non_module_in_one_line():
+    with pytest.raises(TypeError, match="^patch takes a torch.nn.Module, got dict$"):
+        tirx_gemm.patch({})
+
+
+def test_patch_and_nn_are_lazy_attributes_of_the_package():
+    assert tirx_gemm.patch is tnn.patch and tirx_gemm.nn is tnn

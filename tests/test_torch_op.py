@@ -1,0 +1,173 @@
+"""tirx_gemm.torch_op on CPU: the custom op's schema and fake implementation, torch.compile
+tracing a model that calls it with no graph break (a recording backend and meta tensors: the
+kernel never runs), the eager path that skips the dispatcher, and one-line errors."""
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import tirx_gemm
+from tirx_gemm import torch_op
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+def _meta(*shape, dtype=BF16):
+    return torch.empty(shape, device="meta", dtype=dtype)
+
+
+def test_the_op_is_registered_with_its_schema():
+    assert torch_op.OP is torch.ops.tirx_gemm.matmul.default
+    assert str(torch_op.OP._schema) == (
+        "tirx_gemm::matmul(Tensor a, Tensor b, str? step=None) -> Tensor")
+    assert tirx_gemm.torch_op is torch_op  # reachable from the package, lazily
+
+
+@pytest.mark.parametrize("M", [1, 7, 77, 4096])
+@pytest.mark.parametrize("dtype", [FP16, BF16])
+def test_fake_impl_propagates_shape_dtype_and_device(M, dtype):
+    with FakeTensorMode():
+        a = torch.empty(M, 2048, device="cuda", dtype=dtype)
+        b = torch.empty(7168, 2048, device="cuda", dtype=dtype)
+        d = torch_op.OP(a, b)
+        assert tuple(d.shape) == (M, 7168) and d.dtype == dtype
+        assert d.device == a.device and d.is_contiguous()
+    d = torch_op.OP(_meta(M, 64, dtype=dtype), _meta(24, 64, dtype=dtype))
+    assert (tuple(d.shape), d.dtype, d.device.type) == ((M, 24), dtype, "meta")
+
+
+BAD = [
+    ("dtype", lambda: (_meta(4, 16, dtype=torch.float32), _meta(8, 16, dtype=torch.float32)),
+     TypeError, "matmul takes torch.float16 or torch.bfloat16"),
+    ("mixed", lambda: (_meta(4, 16, dtype=FP16), _meta(8, 16)), TypeError, "share one dtype"),
+    ("3-D", lambda: (_meta(2, 4, 16), _meta(8, 16)), ValueError, "must be 2-D"),
+    ("K", lambda: (_meta(4, 16), _meta(8, 24)), ValueError, "same number of columns K"),
+    ("N", lambda: (_meta(4, 16), _meta(12, 16)), ValueError, "N=12 is not a multiple of 8"),
+    ("K8", lambda: (_meta(4, 12), _meta(8, 12)), ValueError, "K=12 is not a multiple of 8"),
+    ("strided", lambda: (_meta(16, 4).t(), _meta(8, 16)), ValueError, "not contiguous"),
+]
+
+
+@pytest.mark.parametrize("name,make,exc,words", BAD, ids=[b[0] for b in BAD])
+def test_fake_impl_refuses_in_one_line(name, make, exc, words):
+    with pytest.raises(exc) as info:
+        torch_op.OP(*make())
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_fake_checks_are_the_eager_checks():
+    """check_fake gives the eager call's type of error for what it checks (CPU tensors:
+    check_operands(require_cuda=False) is the eager check without the device)."""
+    from tirx_gemm.matmul import check_operands
+    for name, make, exc, _ in BAD:
+        a, b = (torch.empty(t.shape, dtype=t.dtype).as_strided(t.shape, t.stride())
+                for t in make())
+        with pytest.raises(exc):
+            check_operands(a, b, require_cuda=False)
+        with pytest.raises(exc):
+            torch_op.check_fake(a, b)
+
+
+def test_eager_cpu_call_is_one_line():
+    a, b = torch.randn(4, 16, dtype=BF16), torch.randn(8, 16, dtype=BF16)
+    for call in (torch_op.matmul, torch_op.OP):
+        with pytest.raises(ValueError) as info:
+            call(a, b)
+        assert "cpu" in str(info.value) and "\n" not in str(info.value)
+
+
+def _recording_backend(graphs):
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    return backend
+
+
+def _ops_in(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.empty(64, 32, device="meta", dtype=BF16))
+        self.w2 = torch.nn.Parameter(torch.empty(16, 64, device="meta", dtype=BF16))
+
+    def forward(self, x):
+        h = torch.relu(torch_op.matmul(x, self.w1))
+        return torch_op.matmul(h, self.w2) * 2
+
+
+def test_compile_fullgraph_traces_the_op_without_a_graph_break():
+    graphs = []
+    model = Tiny().requires_grad_(False)
+    compiled = torch.compile(model, fullgraph=True, backend=_recording_backend(graphs))
+    y = compiled(_meta(5, 32))  # meta tensors: the op's fake implementation computes shapes
+    assert (tuple(y.shape), y.dtype) == ((5, 16), BF16)
+    assert len(graphs) == 1
+    assert _ops_in(graphs[0]).count(torch.ops.tirx_gemm.matmul.default) == 2
+    explained = torch._dynamo.explain(Tiny().requires_grad_(False))(_meta(3, 32))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+def test_compile_with_dynamic_token_count_and_aot():
+    """Dynamic M (a decoder's token count) and AOTAutograd (functionalization of the op,
+    the fake impl on SymInts) on meta tensors."""
+    model = Tiny().requires_grad_(False)
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="aot_eager")
+    for M in (3, 17, 1000):
+        assert tuple(compiled(_meta(M, 32)).shape) == (M, 16)
+
+
+def test_traced_out_argument_gets_a_copy():
+    graphs = []
+
+    def f(x, w, out):
+        return torch_op.matmul(x, w, out=out)
+    out = _meta(4, 8)
+    r = torch.compile(f, fullgraph=True, backend=_recording_backend(graphs))(_meta(4, 16),
+                                                                            _meta(8, 16), out)
+    assert tuple(r.shape) == (4, 8)
+    assert torch.ops.tirx_gemm.matmul.default in _ops_in(graphs[0])
+
+
+def test_traced_bad_shape_fails_in_one_line_at_trace_time():
+    def f(x, w):
+        return torch_op.matmul(x, w)
+    with pytest.raises(Exception) as info:
+        torch.compile(f, fullgraph=True, backend="eager")(_meta(4, 16), _meta(12, 16))
+    assert "N=12 is not a multiple of 8" in str(info.value)
+
+
+def test_eager_calls_the_kernel_directly_not_through_the_dispatcher(monkeypatch):
+    calls = []
+
+    def fake_matmul(a, b, *, step=None, out=None, sync=False):
+        calls.append((tuple(a.shape), tuple(b.shape), step, out is not None, sync))
+        return a @ b.T
+    monkeypatch.setattr(torch_op, "_matmul", fake_matmul)
+    monkeypatch.setattr(torch_op, "OP", None)  # the eager path must not touch it
+    a, b = torch.randn(3, 16), torch.randn(8, 16)
+    torch.testing.assert_close(torch_op.matmul(a, b), a @ b.T)
+    torch_op.matmul(a, b, step="v9")
+    assert calls == [((3, 16), (8, 16), None, False, False), ((3, 16), (8, 16), "v9", False,
+                                                               False)]
+
+
+def test_the_op_implementation_calls_matmul_asynchronously(monkeypatch):
+    calls = []
+
+    def fake_matmul(a, b, *, step=None, out=None, sync=True):
+        calls.append((step, sync))
+        return a @ b.T
+    monkeypatch.setattr(torch_op, "_matmul", fake_matmul)
+    a, b = torch.randn(3, 16, dtype=BF16), torch.randn(8, 16, dtype=BF16)
+    torch.testing.assert_close(torch.ops.tirx_gemm.matmul(a, b, "v11"), a @ b.T)
+    assert calls == [("v11", False)]
+
+
+def test_the_callable_module_is_not_traceable_so_the_docs_point_to_torch_op():
+    """dynamo cannot call a module object: code under torch.compile must call
+    tirx_gemm.torch_op.matmul (or use tirx_gemm.nn.Linear), as torch_op's docstring says."""
+    doc = " ".join(torch_op.__doc__.split())
+    assert "dynamo cannot trace the launch itself" in doc
+    assert "dynamo cannot call a module object" in doc
