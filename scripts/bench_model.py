@@ -257,7 +257,8 @@ def parse_cases(text: str | None):
 def run_case(kind, n, blocks, args, env, t_start) -> list[dict]:
     import torch
     label = f"{kind} {'tokens' if kind == 'prefill' else 'batch'}={n}"
-    x, cos, sin, cache0, pos = make_case(kind, n, args.past, seed=n + (7 if kind == "decode" else 0))
+    seed = n + (7 if kind == "decode" else 0)
+    x, cos, sin, cache0, pos = make_case(kind, n, args.past, seed=seed)
     caches = {k: (None if cache0 is None else tuple(c.clone() for c in cache0)) for k in blocks}
 
     def fwd(k):

@@ -333,7 +333,7 @@ def main(argv=None) -> int:
                    help="calls captured per CUDA graph (0: no graph timing)")
     p.add_argument("--no-record", action="store_true")
     p.add_argument("--out", default=str(RESULTS / "overhead.jsonl"))
-    p.add_argument("--print-suite", action="store_true",
+    p.add_argument("--print-suite", "--print-shapes", dest="print_suite", action="store_true",
                    help="print the shapes as a suite file (tirx-gemm export --suite) and exit")
     args = p.parse_args(argv)
     shapes = parse_shapes(args.shapes)

@@ -4,8 +4,9 @@ with a bias, and patch on a small model.
 
 Skipped without a CUDA GPU of arch sm_90a, and when the kernels cannot be had: no bundle in
 TIRX_GEMM_BUNDLE and no TVM here, or a bundle without a shape a test needs (the test says
-which). The shapes are the (N, K) pairs of scripts/bench_model.py's Llama-3-8B block, so the
-bundle exported for that benchmark serves them:
+which). The shapes are the (N, K) pairs of scripts/bench_model.py's Llama-3-8B block, mostly
+at its token counts (M = 1, 8, 64, 128, 256, 1000; M = 7, 77, 333 besides), so the bundle
+exported for that benchmark serves them:
 
     python scripts/bench_model.py --print-shapes > llama8b_block.json
     tirx-gemm export --suite llama8b_block.json --arch sm_90a --num-sms 132 --out DIR
@@ -141,7 +142,7 @@ def test_linear_with_bias_matches_torch_and_never_falls_back():
     m = _Mlp().eval()
     ref = _torch_mlp(m)
     with torch.inference_mode():
-        for shape in ((1, 4096), (3, 5, 4096), (128, 4096)):
+        for shape in ((1, 4096), (2, 4, 4096), (128, 4096)):
             x = torch.randn(shape, device="cuda", dtype=BF16)
             got = _serve(lambda: m(x))
             assert got.shape == (*shape[:-1], 1024)
@@ -157,7 +158,7 @@ def test_torch_compile_fullgraph_with_inductor():
     ref = _torch_mlp(m)
     compiled = torch.compile(m, fullgraph=True)
     with torch.inference_mode():
-        for M in (8, 77, 256):
+        for M in (8, 64, 256):
             x = torch.randn(M, 4096, device="cuda", dtype=BF16)
             got = _serve(lambda: compiled(x))
             assert rel_err(got, ref(x)) < TOL
@@ -170,7 +171,7 @@ def test_patch_on_a_small_model():
         torch.nn.Linear(4096, 1024), torch.nn.ReLU(),
         torch.nn.Linear(1024, 1020),  # out-features not a multiple of 8: kept on torch
     ).to("cuda", BF16).eval()
-    x = torch.randn(2, 50, 4096, device="cuda", dtype=BF16)
+    x = torch.randn(2, 32, 4096, device="cuda", dtype=BF16)
     with torch.inference_mode():
         want = model(x)
         import tirx_gemm

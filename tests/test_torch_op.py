@@ -171,3 +171,28 @@ def test_the_callable_module_is_not_traceable_so_the_docs_point_to_torch_op():
     doc = " ".join(torch_op.__doc__.split())
     assert "dynamo cannot trace the launch itself" in doc
     assert "dynamo cannot call a module object" in doc
+
+
+def test_the_benchmarks_print_suites_that_export_reads(tmp_path):
+    """scripts/bench_model.py --print-shapes and bench_overhead.py --print-suite write suite
+    files that tirx_gemm.suite loads and plans (what `tirx-gemm export --suite` does), with
+    every (N, K) of tests/test_gpu_op.py, without a GPU."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    from tirx_gemm import suite
+    root = Path(__file__).resolve().parent.parent
+    for script, flag in (("bench_model.py", "--print-shapes"),
+                         ("bench_overhead.py", "--print-suite")):
+        out = subprocess.run([sys.executable, str(root / "scripts" / script), flag],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        path = tmp_path / f"{script}.json"
+        path.write_text(out)
+        s = suite.load_suite(path)
+        assert suite.export_requests(s, "matmul", "sm_90a", 132)
+        assert json.loads(out)["dtypes"] == ["bfloat16"]
+        if script == "bench_model.py":
+            nk = {(e.N, e.K) for e in s.entries}
+            assert nk == {(1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336)}
+            assert {e.M for e in s.entries} == {1, 8, 64, 128, 256, 1000, 4096}
