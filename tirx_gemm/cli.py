@@ -305,9 +305,11 @@ def cmd_export(args) -> int:
                                      args.arch, sms)
         n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
                           ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
-        print(f"exported {n} kernels for the suite ({args.target}, {sms} SMs) to {out}/. On "
-              f"the GPU host: python -m tirx_gemm.cli bench --suite {args.suite or ''} "
-              f"--target {args.target} --arch {args.arch} --bundle {out}".replace("  ", " "))
+        digest = bundle.manifest_sha256(out)
+        print(f"exported {n} kernels for the suite ({args.target}, {sms} SMs) to {out}/ "
+              f"(manifest sha256 {digest}). On the GPU host: python -m tirx_gemm.cli bench "
+              f"--suite {args.suite or ''} --target {args.target} --arch {args.arch} --bundle "
+              f"{out} --expect-sha256 {digest}".replace("  ", " "))
         return 0
     reqs = []
     for s in steps:
@@ -316,9 +318,30 @@ def cmd_export(args) -> int:
     n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
                       ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
     dt = "" if args.dtype == "float16" else f" --dtype {args.dtype}"
-    print(f"exported {n} kernels to {out}/ (manifest.json, runtime/). On the GPU host: "
-          f"python -m tirx_gemm.cli {'trace' if getattr(args, 'timeline', False) else 'run'} "
-          f"<step> --arch {args.arch}{dt} --bundle {out}")
+    digest = bundle.manifest_sha256(out)
+    pin = (f"{bundle.EXPECT_SHA256_ENV}={digest} " if getattr(args, "timeline", False)
+           else "")
+    print(f"exported {n} kernels to {out}/ (manifest.json, runtime/; manifest sha256 "
+          f"{digest}). On the GPU host: {pin}python -m tirx_gemm.cli "
+          f"{'trace' if getattr(args, 'timeline', False) else 'run'} <step> --arch "
+          f"{args.arch}{dt} --bundle {out}" + ("" if pin else f" --expect-sha256 {digest}"))
+    return 0
+
+
+def cmd_bundle(args) -> int:
+    """`tirx-gemm bundle DIR`: check a bundle as a GPU host would before loading anything
+    from it; print its digest, or (--wheels) the verified wheels for pip."""
+    from tirx_gemm.compile import bundle
+    kernels = bundle.verify(Path(args.dir), args.expect_sha256 or None)
+    if args.wheels:
+        wheels = bundle.verified_wheels(Path(args.dir), args.expect_sha256 or None)
+        if not wheels:
+            raise ValueError(f"bundle {args.dir} holds no wheels (export with --ffi-wheel "
+                             "3.12 to ship the apache-tvm-ffi wheel)")
+        print(" ".join(str(w) for w in wheels))
+        return 0
+    print(f"bundle {args.dir}: {len(kernels)} kernels, every file matches its sha256, "
+          f"nothing unlisted; manifest sha256 {bundle.manifest_sha256(Path(args.dir))}")
     return 0
 
 
@@ -634,9 +657,15 @@ def make_parser() -> argparse.ArgumentParser:
     watchdog(sp)
     sp.set_defaults(fn=cmd_export, dtype=None, shapes=None)  # None: not given (cmd_export)
 
+    def expect_sha256(sp):
+        sp.add_argument("--expect-sha256", metavar="HEX", default=None,
+                        help="with --bundle: refuse the bundle unless its manifest's sha256 "
+                             "is HEX (the digest `tirx-gemm export` printed)")
+
     sp = sub.add_parser("run", help="run one step on this machine's GPU: check against torch, time it")
     common(sp, all_=False)
     sp.add_argument("--bundle", help="run from an exported bundle instead of building here")
+    expect_sha256(sp)
     sp.add_argument("--no-time", action="store_true", help="check correctness only")
     sp.add_argument("--record", action="store_true", help="append the record to results/")
     sp.add_argument("--results", default="results", help="results directory")
@@ -648,6 +677,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shapes", default="bench", type=_shapes,
                     help="bench | test | all | canonical | 'M,N,K;M,N,K' (default: bench)")
     sp.add_argument("--bundle", help="run from an exported bundle instead of building here")
+    expect_sha256(sp)
     sp.add_argument("--no-time", action="store_true", help="check correctness only")
     sp.add_argument("--record", action="store_true",
                     help="append the records (failed checks too) to results/")
@@ -665,6 +695,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--update", action="store_true", help="--cpu: rewrite the expectations")
     sp.add_argument("--expectations", default=str(EXPECTATIONS))
     sp.add_argument("--bundle", help="GPU: run from an exported bundle")
+    expect_sha256(sp)
     sp.add_argument("--tolerance", type=_fraction, default=DEFAULT_TOLERANCE,
                     help=f"GPU: allowed drop below baseline TFLOP/s (default {DEFAULT_TOLERANCE})")
     sp.add_argument("--baseline", help="GPU: baseline file (default goldens/baselines/<device>.json)")
@@ -675,6 +706,15 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("-q", "--quiet", action="store_true")
     watchdog(sp)
     sp.set_defaults(fn=cmd_regress)
+
+    sp = sub.add_parser("bundle", help="check an exported bundle as a GPU host does; print "
+                                       "its digest or its verified wheels")
+    sp.add_argument("dir", help="the bundle folder")
+    expect_sha256(sp)
+    sp.add_argument("--wheels", action="store_true",
+                    help="print the bundle's wheels, each checked, for `pip install` (an "
+                         "unlisted or changed wheel is refused)")
+    sp.set_defaults(fn=cmd_bundle)
 
     _add_sim_parser(sub)
     from tirx_gemm.run import trace  # timeline + registry at import; torch when it runs
@@ -794,6 +834,7 @@ commands:
   trace     in-kernel timeline: JSON, PNG, text  tirx-gemm trace v9 --arch sm_90a
   bench     check + time steps vs torch.matmul   tirx-gemm bench --arch sm_90a
   regress   GPU floors, or --cpu build checks    tirx-gemm regress --cpu
+  bundle    check a bundle, its digest, wheels   tirx-gemm bundle build/bundle
   doctor    the CUDA toolchain a build uses      tirx-gemm doctor
 
 `tirx-gemm COMMAND -h` lists and explains every option of that command;
@@ -808,6 +849,13 @@ def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
+    if getattr(args, "expect_sha256", None):  # every bundle this process verifies is pinned
+        from tirx_gemm.compile.bundle import EXPECT_SHA256_ENV, check_sha256_text
+        try:
+            os.environ[EXPECT_SHA256_ENV] = check_sha256_text(args.expect_sha256)
+        except ValueError as exc:
+            print(f"tirx-gemm: error: {exc}", file=sys.stderr)
+            return 2
     if hasattr(args, "target"):  # export, bench: --target given or not (default matmul)
         args.target_given = args.target is not None
         args.target = args.target or "matmul"

@@ -47,6 +47,9 @@ from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
 from tirx_gemm.compile.procs import BuildError
 
 MANIFEST = "manifest.json"
+# the manifest's sha256 a user pins a bundle to (printed by export; --expect-sha256 sets it):
+# every file's sha256 is in the manifest, so its digest names the whole bundle
+EXPECT_SHA256_ENV = "TIRX_GEMM_BUNDLE_SHA256"
 FORMAT = 2  # manifest format: 2 = every file's sha256 ("files"), kernels bound to them
 FFI_VERSION = "0.1.15.post2"  # the apache-tvm-ffi that apache-tvm 0.27.0.post1 ships with
 
@@ -213,6 +216,30 @@ def _sha256_and_read(path: Path) -> str:
         return f.read().decode("utf-8")
 
 
+def manifest_sha256(bundle: Path) -> str:
+    """The sha256 of a bundle's manifest.json (which holds every other file's sha256): the
+    digest ``--expect-sha256`` pins."""
+    try:
+        return file_sha256(Path(bundle) / MANIFEST)
+    except OSError as exc:
+        raise _refuse(Path(bundle), MANIFEST, f"is not readable ({exc.strerror or exc})") from None
+
+
+def check_sha256_text(text: str, what: str = "--expect-sha256") -> str:
+    """A sha256 as 64 hex digits (lower-cased), else a one-line ValueError."""
+    t = str(text).strip().lower()
+    if len(t) != 64 or any(c not in "0123456789abcdef" for c in t):
+        raise ValueError(f"{what} {text!r} is not a sha256 (64 hex digits): copy the one "
+                         "`tirx-gemm export` printed")
+    return t
+
+
+def expected_sha256() -> str | None:
+    """The manifest digest the user pinned ($TIRX_GEMM_BUNDLE_SHA256), or None."""
+    text = os.environ.get(EXPECT_SHA256_ENV)
+    return check_sha256_text(text, f"${EXPECT_SHA256_ENV}") if text else None
+
+
 def _check_kernel(bundle: Path, e, files: dict) -> None:
     if not isinstance(e, dict):
         raise _refuse(bundle, MANIFEST, "lists a kernel that is not a JSON object")
@@ -238,7 +265,7 @@ def _check_kernel(bundle: Path, e, files: dict) -> None:
                                    "and kwargs")
 
 
-def verify(bundle: Path) -> list[dict]:
+def verify(bundle: Path, expect_sha256: str | None = None) -> list[dict]:
     """Check a whole bundle before anything from it is loaded; return its kernels.
 
     Every file the manifest lists must be a regular file (no symlink, nor a symlinked
@@ -246,9 +273,18 @@ def verify(bundle: Path) -> list[dict]:
     bundle; every kernel's hash must be bound to its step, arch, shape, dtype and kwargs
     (:func:`kernel_binding`); TVM's runtime libraries must be listed, and runtime/ must hold
     nothing else (they find their dependencies next to themselves, $ORIGIN, so a planted
-    library there would be loaded with them). BundleError names the first file that fails."""
+    library there would be loaded with them), and wheels/ nothing the manifest does not
+    list. ``expect_sha256`` (None: $TIRX_GEMM_BUNDLE_SHA256 if set; "": none) pins the
+    manifest's own sha256. BundleError names the first file that fails."""
     bundle = Path(bundle)
+    expect = expected_sha256() if expect_sha256 is None else expect_sha256
     data = _read_manifest(bundle)
+    if expect:
+        got = manifest_sha256(bundle)
+        if got != check_sha256_text(expect):
+            raise _refuse(bundle, MANIFEST, f"has sha256 {got}, not the {expect} pinned by "
+                                            f"--expect-sha256 / ${EXPECT_SHA256_ENV}: this is "
+                                            "not the bundle you exported")
     files = data["files"]
     for rel, want in files.items():
         _check_file(bundle, rel, want)
@@ -262,7 +298,24 @@ def verify(bundle: Path) -> list[dict]:
     if extra:
         raise _refuse(bundle, f"runtime/{extra[0]}", "is not part of the export (a library "
                                                       "next to TVM's runtime would be loaded with it)")
+    wheels = bundle / "wheels"
+    if os.path.lexists(wheels):
+        if wheels.is_symlink() or not wheels.is_dir():
+            raise _refuse(bundle, "wheels", "is not a folder of the export")
+        stray = sorted(n for n in os.listdir(wheels) if f"wheels/{n}" not in files)
+        if stray:
+            raise _refuse(bundle, f"wheels/{stray[0]}", "is not listed in the manifest (not "
+                                                        "part of the export: remove it, never "
+                                                        "install it)")
     return data["kernels"]
+
+
+def verified_wheels(bundle: Path, expect_sha256: str | None = None) -> list[Path]:
+    """The wheels of a bundle, after :func:`verify` (every wheel listed, its sha256 the
+    manifest's): what `tirx-gemm bundle DIR --wheels` prints for ``pip install``."""
+    verify(bundle, expect_sha256)
+    wheels = Path(bundle) / "wheels"
+    return sorted(wheels / n for n in os.listdir(wheels)) if wheels.is_dir() else []
 
 
 def verify_library(lib_path: Path) -> None:
@@ -444,6 +497,7 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
     parent = out.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     with _export_lock(parent, out):
+        recover_interrupted(out)
         stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=parent))
         os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes it private; a bundle is not
         try:
@@ -479,13 +533,48 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
                 f.write(json.dumps(manifest, indent=1))
                 f.flush()
                 os.fsync(f.fileno())
-            verify(stage)  # what is swapped in is what a GPU host will accept
+            verify(stage, expect_sha256="")  # what is swapped in is what a GPU host accepts
             _swap_in(stage, out)
         except OSError as exc:
             raise _write_error(exc, out) from None
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     return len(results)
+
+
+def recover_interrupted(out: Path) -> list[str]:
+    """What an export killed outright (SIGKILL, power loss) left beside ``out``: its staging
+    folders (``.<name>.new-*``) and the previous bundle renamed aside (``.<name>.old-*``).
+    Called under the export lock, so no export is using them. With no bundle at ``out``
+    (killed between the two renames) the newest of them that verifies is renamed into place
+    (a finished stage first: it holds the old kernels and the new); the rest are removed.
+    Each action is one line on stderr; returns those lines."""
+    out = Path(out)
+    parent = out.absolute().parent
+    news = [p for p in parent.glob(f".{out.name}.new-*") if p.is_dir() and not p.is_symlink()]
+    olds = [p for p in parent.glob(f".{out.name}.old-*") if p.is_dir() and not p.is_symlink()]
+
+    def newest(paths):
+        return sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True)
+
+    lines = []
+    if not os.path.lexists(out):
+        for cand in [*newest(news), *(p / "bundle" for p in newest(olds))]:
+            try:
+                verify(cand, expect_sha256="")
+            except (ValueError, OSError):  # BundleError is a ValueError; no manifest too
+                continue
+            os.rename(cand, out)
+            lines.append(f"tirx-gemm: recovered the bundle at {out} from {cand}, left by an "
+                         "interrupted export")
+            break
+    for p in news + olds:
+        if os.path.lexists(p):
+            shutil.rmtree(p, ignore_errors=True)
+            lines.append(f"tirx-gemm: removed {p}, left by an interrupted export")
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    return lines
 
 
 def _umask() -> int:
