@@ -551,7 +551,9 @@ def matmul(a, b, *, step: str | None = None, out=None, sync: bool = False):
 
 class _CallableModule(types.ModuleType):
     """``tirx_gemm.matmul(a, b)`` calls :func:`matmul`; the module's other names stay
-    reachable as attributes (``tirx_gemm.matmul.use_bundle``)."""
+    reachable as attributes (``tirx_gemm.matmul.use_bundle``). Under torch.compile call
+    ``tirx_gemm.torch_op.matmul`` (or use ``tirx_gemm.nn.Linear``): dynamo cannot trace a
+    call of a module object."""
 
     def __call__(self, a, b, **kw):
         return matmul(a, b, **kw)
