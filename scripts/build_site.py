@@ -1,7 +1,7 @@
 """Build the tutorial's website: every notebook executed headless on this (CPU) machine, then
 rendered with mkdocs-material and mkdocs-jupyter into build/site/ (issue 33).
 
-    python scripts/build_site.py [--out build/site] [--jobs 2] [--fresh]
+    python scripts/build_site.py [--out build/site] [--jobs 2] [--fresh] [--from-generator]
 
 What it does, each stage printing a line per item and a heartbeat at least every 10 s:
 
@@ -133,6 +133,9 @@ def localise(md: str) -> str:
 # --------------------------------------------------------------------------------------
 # 1. execute the notebooks (copies)
 # --------------------------------------------------------------------------------------
+_SOURCES: dict[str, str] = {}  # notebook name -> the text executed (main() fills it)
+
+
 def _kernel_dir() -> Path:
     d = Path(tempfile.mkdtemp(prefix="tirx-gemm-site-kernel-"))
     (d / "python3").mkdir()
@@ -148,7 +151,7 @@ async def _execute(name: str, kdir: Path):
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
-    nb = nbformat.read(NB_DIR / name, as_version=4)
+    nb = nbformat.reads(_SOURCES[name], as_version=4)
     ksm = KernelSpecManager(kernel_dirs=[str(kdir)], ensure_native_kernel=False)
     km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ksm)
     client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
@@ -170,7 +173,7 @@ def execute_all(names: list[str], jobs: int, fresh: bool) -> dict:
     digest = inputs_digest()
     done, todo = {}, []
     for name in names:
-        key = hashlib.sha256(digest.encode() + (NB_DIR / name).read_bytes()).hexdigest()
+        key = hashlib.sha256(digest.encode() + _SOURCES[name].encode()).hexdigest()
         out, keyfile = EXEC / name, EXEC / (name + ".sha256")
         if not fresh and out.is_file() and keyfile.is_file() and \
                 keyfile.read_text().strip() == key:
@@ -352,7 +355,7 @@ def run_mkdocs(cfg: Path) -> None:
     cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "-f", str(cfg)]
     with Progress("mkdocs build", None, stream=sys.stdout) as prog:
         prog.current = "mkdocs build"
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=BUILD, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env={**os.environ, "NO_COLOR": "1"})
         for line in proc.stdout:
             line = _ANSI.sub("", line).rstrip()
@@ -369,6 +372,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="notebooks executed at once")
     ap.add_argument("--fresh", action="store_true",
                     help="execute every notebook, even those unchanged since the last build")
+    ap.add_argument("--from-generator", action="store_true",
+                    help="execute what scripts/make_notebooks.py would write now instead of "
+                         "the committed notebooks/ (to preview a step being written)")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error("--jobs must be at least 1")
@@ -380,7 +386,12 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     gen = _generator()
     names = [gen.OVERVIEW] + list(gen.notebook_names().values())
-    missing = [n for n in names if not (NB_DIR / n).is_file()]
+    if args.from_generator:
+        _SOURCES.update(gen.render())
+    else:
+        _SOURCES.update({n: (NB_DIR / n).read_text(encoding="utf-8") for n in names
+                         if (NB_DIR / n).is_file()})
+    missing = [n for n in names if n not in _SOURCES]
     if missing:
         print(f"build_site: error: the registry has notebooks that notebooks/ lacks: "
               f"{', '.join(missing)}; run `python scripts/make_notebooks.py`", file=sys.stderr)
