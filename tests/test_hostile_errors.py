@@ -85,3 +85,42 @@ def test_loader_without_runtime_libraries_is_one_line(monkeypatch, capsys, tmp_p
 
     monkeypatch.setattr(cli, "cmd_run", run_like)
     _one_line(capsys, cli.main(["run", "v4", "--arch", "sm_90a"]), "does not contain")
+
+
+# --------------------------------------------------------------------------------------
+# a shape a step cannot take is refused from the registry's words, before TVM loads
+# --------------------------------------------------------------------------------------
+from tirx_gemm import registry  # noqa: E402
+
+
+def test_every_registry_shape_passes_the_precheck_and_invalid_ones_mostly_fail():
+    """No false refusal: every shape the registry calls valid passes; and the pre-check
+    catches the invalid shapes its constraint words describe."""
+    caught = total = 0
+    for step in registry.STEPS:
+        for mnk in (step.canonical, *step.test_shapes, *step.bench_shapes,
+                    *(shape for shape, _ in step.sim_cases)):
+            assert cli.shape_breaks(step, mnk) is None, (step.key, mnk)
+        for mnk in step.invalid_shapes:
+            total += 1
+            caught += cli.shape_breaks(step, mnk) is not None
+    assert caught == total, f"{caught}/{total} invalid shapes caught before TVM"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["build", "v1", "--mnk", "256,128,64"], "M = N = 128"),
+    (["show", "v3", "--mnk", "200,128,64"], "M, N multiples of 128"),
+    (["build", "v4", "--mnk", "128,130,64", "--arch", "sm_90a"], "N, K multiples of 8"),
+    (["export", "v2", "--mnk", "128,128,96", "--out", "/nonexistent/never"], "K a multiple of 64"),
+    (["run", "v1", "--mnk", "128,128,128"], "K = 64"),
+    (["sim", "v1", "--mnk", "128,128,32"], "K = 64"),
+])
+def test_a_shape_the_step_cannot_take_is_refused_before_tvm(capsys, argv, needle):
+    import subprocess
+    code = ("import sys; from tirx_gemm import cli; rc = cli.main(sys.argv[1:]); "
+            "sys.exit(100 + rc if 'tvm' in sys.modules else rc)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         timeout=300)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2, (out.returncode, out.stderr)  # 102: TVM was loaded
+    assert len(lines) == 1 and needle in lines[0] and "cannot take" in lines[0], out.stderr

@@ -15,6 +15,7 @@ import argparse
 import difflib
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -48,7 +49,6 @@ def suggest(word: str, choices) -> str:
 
 def _friendly(message: str) -> str:
     """argparse's message without its internal names, with a did-you-mean."""
-    import re
     m = re.match(r"argument (\S+): invalid choice: '?([^' ]*)'? \(choose from (.*)\)$", message)
     if m:
         arg, word, choices = m.groups()
@@ -83,6 +83,44 @@ def _mnk(text: str) -> tuple[int, int, int]:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return parts
+
+
+# the registry's constraint phrases ("M = N = 128", "K a multiple of 64", "N, K multiples of
+# 8", "any M >= 1"), read as plain Python so that a shape a step cannot take is refused
+# before TVM loads; a phrase not matched here is left to the builder, which enforces all
+_EQUAL = re.compile(r"(?<![\w])([MNK](?:\s*=\s*[MNK])*)\s*=\s*(\d+)\b")
+_MULTIPLE = re.compile(r"(?<![\w])([MNK](?:,\s*[MNK])*)\s+(?:a\s+)?multiples?\s+of\s+(\d+)")
+_AT_LEAST = re.compile(r"(?<![\w])any\s+([MNK])\s*>=\s*(\d+)")
+
+
+def shape_breaks(step: registry.Step, mnk) -> str | None:
+    """The clause of ``step.constraints`` that shape ``mnk`` breaks, or None (pure Python:
+    the registry's words, no builder, no TVM)."""
+    dims = dict(zip("MNK", mnk))
+    for clause in re.split(r";", step.constraints):
+        for m in _EQUAL.finditer(clause):
+            names, n = re.findall(r"[MNK]", m.group(1)), int(m.group(2))
+            if any(dims[d] != n for d in names):
+                return m.group(0)
+        for m in _MULTIPLE.finditer(clause):
+            names, n = re.findall(r"[MNK]", m.group(1)), int(m.group(2))
+            if any(dims[d] % n for d in names):
+                return m.group(0)
+        for m in _AT_LEAST.finditer(clause):
+            if dims[m.group(1)] < int(m.group(2)):
+                return m.group(0)
+    return None
+
+
+def check_step_shape(step: registry.Step, mnk) -> None:
+    """ValueError, before anything is built, when ``mnk`` breaks the step's constraints."""
+    broken = shape_breaks(step, mnk)
+    if broken:
+        M, N, K = mnk
+        raise ValueError(f"{step.key} cannot take {M}x{N}x{K}: it needs {broken} "
+                         f"({step.constraints}); its canonical shape is "
+                         f"{','.join(map(str, step.canonical))} (`tirx-gemm list -v` shows "
+                         "every step's constraints)")
 
 
 def _positive_int(text: str) -> int:
@@ -209,6 +247,8 @@ def cmd_build(args) -> int:
 
     steps = _steps_arg(args)
     reqs = [(s, args.mnk or s.canonical, dtype_kwargs(args.dtype)) for s in steps]
+    for s, mnk, _ in reqs:
+        check_step_shape(s, mnk)
     t0 = time.perf_counter()
     prog, progress = _build_progress(len(reqs), args.quiet, reqs_label=reqs[0][0].key)
     with prog:
@@ -262,6 +302,7 @@ def cmd_show(args) -> int:
     from tirx_gemm.compile.api import build
 
     step = get_step(args.step, args.arch)
+    check_step_shape(step, args.mnk or step.canonical)
     with Progress(f"building {step.key}", enabled=not args.quiet):
         r = build(step.id, *(args.mnk or step.canonical), arch=step.arch,
                   **dtype_kwargs(args.dtype))
@@ -314,6 +355,8 @@ def cmd_export(args) -> int:
     reqs = []
     for s in steps:
         shapes = bundle.shapes_for(s, args.shapes, args.mnk)
+        for mnk in shapes:
+            check_step_shape(s, mnk)
         reqs += [(s, mnk, bundle.build_kwargs(s, args)) for mnk in shapes]
     n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
                       ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
@@ -404,6 +447,7 @@ def _cannot_run(what: str, arch: str, why: str, step: str | None = None,
 def cmd_run(args) -> int:
     step = get_step(args.step, args.arch)
     mnk = tuple(args.mnk or step.canonical)
+    check_step_shape(step, mnk)
     device, why = _device_or_reason(step.arch)
     # build (or find in the bundle) even without a GPU, so the compile side is shown/checked
     with Progress(f"building {step.key}", enabled=not args.quiet and not args.bundle):
@@ -453,6 +497,8 @@ def cmd_bench(args) -> int:
     if args.suite is not None:
         return _bench_suite(args)
     steps = _steps_arg(args) if (args.step or args.all) else registry.all_steps(args.arch)
+    if args.mnk and len(steps) == 1:
+        check_step_shape(steps[0], args.mnk)
     device, why = _device_or_reason(args.arch)
     if device is None:
         one = steps[0].id if len(steps) == 1 else None
@@ -794,6 +840,7 @@ def cmd_sim(args) -> int:
     if args.mutant:
         cases = [mutant_case(args.mutant, mnk, dtype)]
     if mnk:  # a shape (or dtype) the step rejects fails here, before any simulation starts
+        check_step_shape(steps[0], mnk)  # the registry's words first: no TVM for that
         steps[0].build_primfunc(*mnk, **dict(cases[0].kwargs))
     why = unavailable_reason()
     if why:
