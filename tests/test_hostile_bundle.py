@@ -164,3 +164,13 @@ def test_the_next_export_recovers_and_keeps_the_old_kernels(bnd, capsys):
     assert before < after and len(after) == len(before) + 1
     assert "recovered the bundle" in capsys.readouterr().err
     assert not [p for p in bnd.parent.iterdir() if p.name.startswith(f".{bnd.name}.")]
+
+
+def test_out_at_a_mount_point_is_refused_before_building(tmp_path, monkeypatch, capsys):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(mnt) or real(p))
+    rc = cli.main(["export", "v1", "--out", str(mnt)])
+    _one_line(capsys, rc, "is a mount point")
+    assert not list(mnt.iterdir())

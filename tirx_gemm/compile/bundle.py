@@ -92,7 +92,12 @@ def lib_name(step: str, arch: str, M: int, N: int, K: int, kwargs: dict,
 
 def check_out_dir(out: Path) -> None:
     """Refuse, before building, a bundle folder that cannot be created: it or one of its
-    parents is an existing file."""
+    parents is an existing file, or it is a mount point (an export swaps the finished
+    bundle in by renaming, which a mount point refuses with "Device or resource busy")."""
+    if os.path.ismount(out):
+        raise ValueError(f"--out {out} is a mount point, which an export cannot replace (it "
+                         f"renames the finished bundle into place): use a folder inside it, "
+                         f"e.g. --out {out / 'bundle'}")
     for d in (out, *out.parents):
         if d.exists():
             if not d.is_dir():
