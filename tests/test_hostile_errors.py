@@ -72,6 +72,10 @@ def test_trace_without_a_gpu_is_one_line(monkeypatch, capsys):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     _one_line(capsys, cli.main(["trace", "v4", "--arch", "sm_90a"]), "no CUDA GPU visible")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cli.main(["trace", "v4", "--arch", "sm_90a"])
+    err = capsys.readouterr().err
+    assert "tirx-gemm export v4 --arch sm_90a --timeline" in err and "trace v4" in err
 
 
 def test_loader_without_runtime_libraries_is_one_line(monkeypatch, capsys, tmp_path):

@@ -913,7 +913,8 @@ def main(argv=None) -> int:
     except (ValueError, BuildError, OSError, SimUnavailable, *_runner_errors()) as exc:
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
-        print(f"tirx-gemm: error: {_one_line(exc)}{_doctor_hint(exc)}", file=sys.stderr)
+        print(f"tirx-gemm: error: {_one_line(exc)}{_doctor_hint(exc)}{_gpu_hint(exc, args)}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -933,6 +934,16 @@ def _runner_errors() -> tuple:
     extra = (own,) if isinstance(own, type) and issubclass(own, BaseException) \
         and own not in RUN_ERRORS else ()
     return RUN_ERRORS + extra
+
+
+def _gpu_hint(exc: BaseException, args) -> str:
+    """"; to run it on a Hopper GPU host: ..." for `trace` on a machine without the GPU
+    (run and bench say their way on themselves)."""
+    from tirx_gemm.run.errors import DeviceMismatchError
+    if not isinstance(exc, DeviceMismatchError) or args.cmd != "trace" \
+            or getattr(args, "bundle", None):
+        return ""
+    return "; " + way_on("sm_90a", args.step, " --timeline", cmd="trace")
 
 
 TOOLCHAIN_WORDS = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "cicc", "libcuda", "toolchain",
