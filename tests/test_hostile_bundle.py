@@ -174,3 +174,9 @@ def test_out_at_a_mount_point_is_refused_before_building(tmp_path, monkeypatch, 
     rc = cli.main(["export", "v1", "--out", str(mnt)])
     _one_line(capsys, rc, "is a mount point")
     assert not list(mnt.iterdir())
+
+
+def test_the_gpu_host_hint_installs_the_checked_wheel():
+    hint = cli.way_on("sm_90a", "v4")
+    assert "pip install $(python -m tirx_gemm.cli bundle build/bundle --wheels)" in hint
+    assert hint.index("--ffi-wheel 3.12") < hint.index("pip install") < hint.index("run v4")

@@ -431,7 +431,9 @@ def way_on(arch: str, step: str | None = None, bundle_args: str = "", cmd: str =
     there = f"python -m tirx_gemm.cli {cmd} {name} --arch {arch}".replace("  ", " ")
     return (f"to run it on a Hopper GPU host: `tirx-gemm export {what} --arch {arch}"
             f"{bundle_args} --ffi-wheel 3.12 --out build/bundle` here, copy build/bundle and "
-            f"this checkout there, then `{there} --bundle build/bundle`")
+            f"this checkout there, then `pip install $(python -m tirx_gemm.cli bundle "
+            f"build/bundle --wheels)` (the apache-tvm-ffi wheel, checked first) and "
+            f"`{there} --bundle build/bundle`")
 
 
 def _cannot_run(what: str, arch: str, why: str, step: str | None = None,
