@@ -45,7 +45,7 @@ from tirx_gemm.run.measure import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 
 __all__ = ["matmul", "synchronize", "choose", "variants", "step_kwargs", "runtime_m",
-           "build_shape", "check_operands", "use_bundle", "bundle_path", "kernel_source",
+           "build_shape", "bare_launch", "check_operands", "use_bundle", "bundle_path", "kernel_source",
            "clear_cache", "BUNDLE_ENV"]
 
 BUNDLE_ENV = "TIRX_GEMM_BUNDLE"
@@ -426,36 +426,27 @@ class _Call:
 _calls: dict = {}
 _CALLS_MAX = 1 << 16  # distinct (shape, dtype, device, step) keys kept; then start afresh
 _torch = None  # torch, bound on the first call (importing this module imports no torch)
-_DTYPES_OK: tuple = ()
 
 
 def _fast_key(a, b, out, step):
-    """The cache key of a call whose operands pass every per-call check, else None (the
-    full path then checks and explains). Shape rules (N, K multiples of 8, the arch, the
-    step) are per key: a key is only ever stored after the full path accepted it."""
-    t = _torch
-    if t is None or type(a) is not t.Tensor or type(b) is not t.Tensor:
+    """The cache key of a call: (M, K, N, K', dtype, device index, step), or None where it
+    cannot be formed. Only a call the full path accepted is ever stored under its key, so
+    a hit means shape, dtype, device kind, arch and step were checked for these values;
+    what can differ between calls of one key -- b's or out's dtype, device or layout, an
+    operand's alignment, autograd -- is checked per call: alignment and autograd here,
+    the rest by the kernel's own host code (TVM checks every operand's dtype, shape,
+    device and compactness before it launches), whose refusal sends the call to
+    check_operands for the one-line message."""
+    try:
+        key = (*a.shape, *b.shape, a.dtype, a.get_device(), step)
+    except (AttributeError, TypeError):
         return None
-    dt = a.dtype
-    if dt is not b.dtype or dt not in _DTYPES_OK or not (a.is_cuda and b.is_cuda):
+    if (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1) or (
+            out is not None and out.data_ptr() & (ALIGN_BYTES - 1)):
         return None
-    if a.dim() != 2 or b.dim() != 2 or not (a.is_contiguous() and b.is_contiguous()):
+    if (a.requires_grad or b.requires_grad) and _torch.is_grad_enabled():
         return None
-    M, K = a.shape
-    N, Kb = b.shape
-    if Kb != K or M == 0 or (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1):
-        return None
-    dev = a.get_device()
-    if b.get_device() != dev:
-        return None
-    if out is not None:
-        if (type(out) is not t.Tensor or out.dtype is not dt or out.get_device() != dev
-                or out.dim() != 2 or out.shape[0] != M or out.shape[1] != N
-                or not out.is_contiguous() or out.data_ptr() & (ALIGN_BYTES - 1)):
-            return None
-    if (a.requires_grad or b.requires_grad) and t.is_grad_enabled():
-        return None
-    return (M, N, K, dt, dev, step)
+    return key
 
 
 def _pick(M, N, K, dtype, arch, sm_count, step):
@@ -473,12 +464,10 @@ def _pick(M, N, K, dtype, arch, sm_count, step):
 
 def _first_call(a, b, out, step, key):
     """Check everything (one-line errors), pick and load the kernel, remember the call."""
-    global _torch, _DTYPES_OK
+    global _torch
     import torch
     M, N, K, dtype = check_operands(a, b, out)
-    if _torch is None:
-        _DTYPES_OK = (torch.float16, torch.bfloat16)
-        _torch = torch
+    _torch = torch
     if M == 0:
         return None  # no rows: nothing to compute (no kernel is built for M=0)
     arch, sm_count = _gpu_arch(a.device)
@@ -487,7 +476,7 @@ def _first_call(a, b, out, step, key):
     call = _Call(loaded.kernel, loaded.workspace(M, N, K, a.device),
                  f"{_describe(st, (M, N, K), kwargs)} at M={M}")
     key = key if key is not None else _fast_key(a, b, out, step)
-    if key is not None:
+    if key is not None and a.is_cuda:
         if len(_calls) >= _CALLS_MAX:
             _calls.clear()
         _calls[key] = call
@@ -498,11 +487,28 @@ def _launch(call: _Call, a, b, out, sync: bool) -> None:
     try:
         call.kernel(a, b, out, *call.workspace)
     except Exception as exc:
+        # the kernel's host code refused an operand (b's or out's dtype, device, shape or
+        # layout): the full checks say which, in one line; else the launch itself failed
+        check_operands(a, b, out)
         from tirx_gemm.run.errors import KernelLaunchError
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise KernelLaunchError(f"launching {call.label} failed: {first}") from exc
     if sync:
         synchronize(a.device, what=call.label)
+
+
+def bare_launch(a, b, out):
+    """A zero-argument function that launches the kernel :func:`matmul` runs for (a, b)
+    into ``out``, with no checks at all: for measuring what matmul's own per-call path
+    costs over the launch (scripts/bench_overhead.py). The first call of matmul for this
+    shape is made here if needed (it checks everything once)."""
+    key = _fast_key(a, b, out, None)
+    call = _calls.get(key) if key is not None else None
+    if call is None:
+        matmul(a, b, out=out)
+        call = _calls[_fast_key(a, b, out, None)]
+    kernel, workspace = call.kernel, call.workspace
+    return lambda: kernel(a, b, out, *workspace)
 
 
 def synchronize(device=None, *, what: str = "tirx_gemm.matmul") -> None:
@@ -537,14 +543,14 @@ def matmul(a, b, *, step: str | None = None, out=None, sync: bool = False):
     and loads the kernel; later calls of the same shape, dtype and device check only what
     can change between calls (device, layout, alignment) and launch.
     """
-    key = _fast_key(a, b, out, step)
+    key = _fast_key(a, b, out, step) if _torch is not None else None
     call = _calls.get(key) if key is not None else None
     if call is None:
         call = _first_call(a, b, out, step, key)
         if call is None:  # M == 0
             return out if out is not None else a.new_empty((0, b.shape[0]))
     if out is None:
-        out = a.new_empty((a.shape[0], b.shape[0]))
+        out = a.new_empty((key[0], key[2]) if key is not None else (a.shape[0], b.shape[0]))
     _launch(call, a, b, out, sync)
     return out
 
