@@ -480,3 +480,35 @@ def publish_smem_writes():
 
 
 __all__ += ["publish_smem_writes"]
+
+
+# --- v12: narrow tiles. A tile whose width is not a multiple of the 64-column TMA-store
+# chunk stores its last columns straight from the packed registers, one guarded 4-byte
+# store per pair of columns (rows past M and columns past N are skipped).
+_ST_GLOBAL_B32_SRC = """
+__device__ __forceinline__ void tirx_gemm_st_global_b32(void* p, unsigned int v) {
+  *reinterpret_cast<unsigned int*>(p) = v;
+}
+"""
+
+
+@T.inline
+def store_packed_guarded(D, packed, m_st, n_st, j_first: int, j_end: int, M, N, warp_id,
+                         lane_id):
+    """Warpgroup: 8-column blocks [j_first, j_end) of its packed 64-row fragment (see
+    pack_fragment: packed[2j+h] holds row 16w + l//4 + 8h, columns 8j + 2(l%4) + {0, 1})
+    -> D[m_st + row, n_st + col] with plain guarded stores. N is a multiple of 8 and
+    n_st of 16, so a pair whose first column lies inside D lies inside it wholly. M may
+    be a run-time variable. Nothing to fence: generic-proxy writes to GMEM."""
+    for jj in T.unroll(j_end - j_first):
+        for h in T.unroll(2):
+            row = T.meta_var(m_st + warp_id * 16 + lane_id // 4 + 8 * h)
+            col = T.meta_var(n_st + 8 * (j_first + jj) + 2 * (lane_id % 4))
+            if row < M:
+                if col < N:
+                    T.cuda.func_call("tirx_gemm_st_global_b32", D.ptr_to([row, col]),
+                                     packed[2 * (j_first + jj) + h],
+                                     source_code=_ST_GLOBAL_B32_SRC)
+
+
+__all__ += ["store_packed_guarded"]

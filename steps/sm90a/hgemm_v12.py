@@ -1,0 +1,240 @@
+"""Step 12 (sm_90a): one tile cannot serve every shape -- a tile menu in one builder.
+
+Lesson: the tile is a parameter. BLK_M in {64, 128} and BLK_N any multiple of 16 up to
+256 come out of the same kernel; wave efficiency (how many of the SMs get a tile) and the
+bytes each tile moves per flop decide which one a shape should get.
+"""
+import tvm
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
+
+BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
+BLK_N_STEP, BLK_N_MAX = 16, 256
+AUTO_DEPTH_MAX = 8            # the default ring: as many stages as fit, at most this many
+
+
+def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
+              BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
+              RUNTIME_M: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
+              CONSUMER_REGS: int = 232):
+    """Step card -- v12, a tile menu.
+
+    Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
+      consumer warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one
+      m64nBLK_Nk16 wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One
+      producer thread loads each CTA's own A and B tiles by TMA into a full/empty ring of
+      PIPE_DEPTH stages (default: as many as fit, at most 8: a 64x16 stage is 10 KB, so
+      deep rings keep decode shapes' loads in flight). v9's overlapped epilogue stays
+      (pack, then stmatrix + TMA-store in 64-column chunks under the next tile's first
+      wgmmas); the last BLK_N % 64 columns of a tile go straight from the packed registers
+      to D with guarded 4-byte stores. The pool is min(tiles, SM_COUNT) persistent CTAs
+      walking tiles in v9's L2-grouped order (SM_COUNT with RUNTIME_M).
+      RUNTIME_M=True: M is a run-time variable (A, D and the tile count take it from A's
+      shape at each call), so one compiled kernel serves every M >= 1.
+    Why: v9's 256x256 cluster tile gives 1024^3 16 clusters, 32 of 132 SMs busy (24%);
+      128x64 tiles give 128 tiles, 128 SMs (97%). A decode shape 16x14336x4096 has one
+      row of tiles: 64x16 gives 896 tiles (6.8 per SM, 7 waves: 97%), 128x256 gives 56
+      (42%), and rows 16..127 of each are zero-filled work. Smaller tiles cost bytes:
+      per K step a tile loads (BLK_M + BLK_N) x 64 elements for BLK_M x BLK_N x 64 MACs,
+      2 x (1/BLK_M + 1/BLK_N) bytes per MAC: 128x256 0.023, 128x64 0.047, 64x16 0.156.
+      Large shapes want the big tile (tensor-core bound), small and decode shapes the
+      tile that fills the SMs (decode is HBM-bound on B anyway: B is read once).
+    Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
+      BLK_M // 64 (one arrival per consumer warpgroup); see the comments at the inits.
+    Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; BLK_M 64 or
+      128; BLK_N a multiple of 16 in [16, 256]; 2 <= PIPE_DEPTH, stages plus staging within
+      227 KB; SM_COUNT, L2_GROUP >= 1; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, used only
+      for BLK_M=128 with BLK_N > 128, where the cap at 384 threads is too low) as v9's.
+    Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
+    """
+    BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
+    H.check_edge_shape(M, N, K, dtype)
+    if BLK_M not in BLK_MS:
+        raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
+                         f"warpgroups of 64 rows)")
+    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
+            or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
+        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
+                         f"[{BLK_N_STEP}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
+    if not isinstance(RUNTIME_M, bool):
+        raise ValueError(f"RUNTIME_M={RUNTIME_M!r} must be True or False")
+    H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
+    PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
+    ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread
+    PACKED_REGS = ACC_REGS // 2           # 2 x 16-bit registers of a packed tile
+    TMA_CHUNKS = BLK_N // W.EPI_COLS      # full 64-column chunks: stmatrix + TMA store
+    TAIL_J = (BLK_N % W.EPI_COLS) // 8    # 8-column blocks left: guarded register stores
+    # a staging tile is reused every EPI_BUFS chunks, also across tiles: EPI_BUFS divides
+    EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
+    STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
+        if TMA_CHUNKS else 0          # 8 KB per staging tile, none for a narrow tile
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
+    STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
+    if PIPE_DEPTH is None:
+        # barriers and alignment take < 1 KB; check_pipe_depth keeps 1 KB for them
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX,
+                         (H.SMEM_BYTES_MAX - 1024 - STAGING) // STAGE_BYTES)
+    W.check_ring_for_wait_one(PIPE_DEPTH)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
+    # the cap is 168 registers at 384 threads; a consumer of a tile wider than 128 columns
+    # holds over 96 accumulator and packed values, so setmaxnreg moves the producer's
+    # spare registers to the consumers. Narrower tiles need no split (and ptxas then
+    # sizes the kernel below the cap at entry, too little for a 40/232 split)
+    SPLIT_REGS = NUM_CONSUMERS > 1 and BLK_N > 128
+    if SPLIT_REGS:
+        W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
+    K_TILES = H.ceil_div(K, BLK_K)        # the last K tile is zero-filled past K
+    # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
+    EPI_AT = min(1, K_TILES - 1)
+    N_TILES = H.ceil_div(N, BLK_N)
+    # RUNTIME_M: A's and D's rows and the tile count are read from A at each call; nothing
+    # else in the kernel depends on M
+    M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
+    M_TILES = H.ceil_div(M_DIM, BLK_M)
+    NUM_CTAS = SM_COUNT if RUNTIME_M else min(SM_COUNT, M_TILES * N_TILES)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M_DIM, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M_DIM, N), dtype)):
+        T.device_entry()
+        bx = T.cta_id([NUM_CTAS])
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        if TMA_CHUNKS > 0:
+            Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
+                                           dtype, layout=D_layout))
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        # tma2mma[s]: the producer thread arrives once per load into stage s
+        #   (arrive.expect_tx for the whole (BLK_M + BLK_N) x 64 box pair, zero-filled edges
+        #   included) and the TMA unit completes the bytes; every consumer thread waits.
+        #   Initial phase 0; consumers wait from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
+        #   once its wgmmas have finished reading stage s; the producer waits before
+        #   reloading it. Initial phase 0; the producer waits from phase 1, which a fresh
+        #   barrier counts as complete: every stage starts empty.
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                tma2mma.init(1)
+                mma2tma.init(NUM_CONSUMERS)
+        W.publish_setup()
+
+        # every role walks the same tile sequence with its own copy of the scheduler state
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M_TILES, num_n_tiles=N_TILES, num_clusters=NUM_CTAS,
+            l2_group_size=L2_GROUP)
+        scheduler.init(bx)
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
+                           increase=False):
+            # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "producer")
+                        H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                         A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                         tma2mma.ptr(ring.stage))
+                        ring.advance()
+                    scheduler.next_tile()
+
+        # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
+                           regs=CONSUMER_REGS if SPLIT_REGS else None, increase=True):
+            consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
+            row0 = T.meta_var(consumer * W.WGMMA_M)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers
+            packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
+            pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
+            prev_m: T.int32 = 0    # where that tile goes
+            prev_n: T.int32 = 0
+            while scheduler.valid():
+                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
+
+                    # --- compute: 4 k16 slices of m64nBLK_Nk16; k=0 overwrites (scale-d 0) ---
+                    W.mma_fence()
+                    W.wgmma_tile(acc,
+                                 W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                 + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                 W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                 k > 0, 1, BLK_N, dtype)
+                    W.mma_commit()
+                    if k == EPI_AT:
+                        if pending == 1:
+                            # --- writeback of the previous tile, behind the queued wgmmas
+                            # (they write acc; the epilogue reads only `packed`) ---
+                            if TMA_CHUNKS > 0:
+                                W.store_packed_tile(D, Dstage, consumer, packed,
+                                                    prev_m + row0, prev_n,
+                                                    TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                    warp_id, lane_id, tid_in_wg,
+                                                    1 + consumer)
+                            if TAIL_J > 0:
+                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
+                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N,
+                                                       warp_id, lane_id)
+                            pending = 0
+                    # slice k-1 is done: its stage goes back to the producer
+                    W.mma_wait(1)
+                    if k > 0:
+                        if tid_in_wg == 0:
+                            mma2tma.arrive(held)
+                    held = ring.stage
+                    ring.advance()
+                W.mma_wait(0)  # the tile's last slice is done too
+                if tid_in_wg == 0:
+                    mma2tma.arrive(held)
+                W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
+                # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
+                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                pending = 1
+                prev_m = m_st
+                prev_n = n_st
+                scheduler.next_tile()
+
+            # --- writeback of the last tile, then every store must have completed ---
+            if pending == 1:
+                if TMA_CHUNKS > 0:
+                    W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
+                                        TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
+                                        tid_in_wg, 1 + consumer)
+                if TAIL_J > 0:
+                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
+                                           BLK_N // 8, M_DIM, N, warp_id, lane_id)
+            # --- free: SMEM is released at exit, so the last TMA store must have read it ---
+            if tid_in_wg == 0:
+                H.store_wait(0)
+
+    return kernel
