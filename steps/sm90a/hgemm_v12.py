@@ -19,8 +19,8 @@ AUTO_DEPTH_MAX = 8            # the default ring: as many stages as fit, at most
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
-              RUNTIME_M: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
-              CONSUMER_REGS: int = 232):
+              RUNTIME_M: bool = False, RUNTIME_NK: bool = False, L2_GROUP: int = 8,
+              PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
@@ -32,9 +32,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       (pack, then stmatrix + TMA-store in 64-column chunks under the next tile's first
       wgmmas); the last BLK_N % 64 columns of a tile go straight from the packed registers
       to D with guarded 4-byte stores. The pool is min(tiles, SM_COUNT) persistent CTAs
-      walking tiles in v9's L2-grouped order (SM_COUNT with RUNTIME_M).
+      walking tiles in v9's L2-grouped order (SM_COUNT CTAs with a run-time shape).
       RUNTIME_M=True: M is a run-time variable (A, D and the tile count take it from A's
-      shape at each call), so one compiled kernel serves every M >= 1.
+      shape at each call), so one compiled kernel serves every M >= 1; RUNTIME_NK=True
+      does the same for N and K (the K loop's trip count too): one kernel per tile.
     Why: v9's 256x256 cluster tile gives 1024^3 16 clusters, 32 of 132 SMs busy (24%);
       128x64 tiles give 128 tiles, 128 SMs (97%). A decode shape 16x14336x4096 has one
       row of tiles: 64x16 gives 896 tiles (6.8 per SM, 7 waves: 97%), 128x256 gives 56
@@ -60,8 +61,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
         raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
                          f"[{BLK_N_STEP}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
-    if not isinstance(RUNTIME_M, bool):
-        raise ValueError(f"RUNTIME_M={RUNTIME_M!r} must be True or False")
+    for name, flag in (("RUNTIME_M", RUNTIME_M), ("RUNTIME_NK", RUNTIME_NK)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}={flag!r} must be True or False")
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
@@ -89,23 +91,26 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     SPLIT_REGS = NUM_CONSUMERS > 1 and BLK_N > 128
     if SPLIT_REGS:
         W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
-    K_TILES = H.ceil_div(K, BLK_K)        # the last K tile is zero-filled past K
-    # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
-    EPI_AT = min(1, K_TILES - 1)
-    N_TILES = H.ceil_div(N, BLK_N)
-    # RUNTIME_M: A's and D's rows and the tile count are read from A at each call; nothing
-    # else in the kernel depends on M
+    # RUNTIME_M / RUNTIME_NK: the sizes (and the tile and K-step counts) are read from the
+    # operands at each call (TVM's host code binds them and makes the TMA maps); nothing
+    # else in the kernel depends on them
     M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
-    M_TILES = H.ceil_div(M_DIM, BLK_M)
-    NUM_CTAS = SM_COUNT if RUNTIME_M else min(SM_COUNT, M_TILES * N_TILES)
+    N_DIM = tvm.tirx.Var("N", "int32") if RUNTIME_NK else N
+    K_DIM = tvm.tirx.Var("K", "int32") if RUNTIME_NK else K
+    M_TILES = (M_DIM + BLK_M - 1) // BLK_M
+    N_TILES = (N_DIM + BLK_N - 1) // BLK_N
+    K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
+    # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
+    EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
+    NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else min(SM_COUNT, M_TILES * N_TILES)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M_DIM, K), dtype), B: T.Buffer((N, K), dtype),
-               D: T.Buffer((M_DIM, N), dtype)):
+    def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
+               D: T.Buffer((M_DIM, N_DIM), dtype)):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
@@ -203,7 +208,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                                     1 + consumer)
                             if TAIL_J > 0:
                                 W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N,
+                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
                                                        warp_id, lane_id)
                             pending = 0
                     # slice k-1 is done: its stage goes back to the producer
@@ -232,7 +237,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                         tid_in_wg, 1 + consumer)
                 if TAIL_J > 0:
                     W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
-                                           BLK_N // 8, M_DIM, N, warp_id, lane_id)
+                                           BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
