@@ -270,6 +270,28 @@ def _docstrings(path: Path, names: tuple[str, ...]) -> list[tuple[str, str]]:
     return out
 
 
+def timelines_md() -> str:
+    """Every recorded in-kernel timeline in results/timelines/, in step order: the Gantt
+    chart and the first lines of its summary, which name the step, shape and GPU."""
+    folder = ROOT / "results" / "timelines"
+    pngs = sorted(folder.glob("*.png"),
+                  key=lambda p: (int(re.match(r"v(\d+)", p.name).group(1))
+                                 if re.match(r"v\d+", p.name) else 0, p.name))
+    if not pngs:
+        return "_No recorded timeline in `results/timelines/`._"
+    out = []
+    for png in pngs:
+        txt = png.with_suffix(".txt")
+        lines = txt.read_text(encoding="utf-8").splitlines()[:3] if txt.is_file() else []
+        head = lines[0] if lines else png.stem
+        out.append(f"### {head.split(', instrumented')[0]}\n")
+        if lines[1:]:
+            out.append("\n".join(f"- {ln}" for ln in lines[1:]) + "\n")
+        out.append(localise(f"![Timeline {png.stem}]({png.relative_to(ROOT).as_posix()})")
+                   + "\n")
+    return "\n".join(out)
+
+
 def _step_title(gen, sid: str) -> str:
     """The step's title as its notebook's heading gives it (the lesson's 'title:' line)."""
     try:
@@ -297,6 +319,7 @@ def write_pages(gen, readme: str, rev: str, when: str) -> None:
     else:
         fills["suite_plot"] = str(suite)
     fills["results"] = localise(section(readme, "Results"))
+    fills["timelines"] = timelines_md()
     fills["matmul_readme"] = localise(section(readme, "`tirx_gemm.matmul`"))
     docs = _docstrings(ROOT / "tirx_gemm" / "matmul.py", ("matmul", "choose", "use_bundle"))
     parts = []

@@ -306,4 +306,8 @@ def test_matmul_and_results_pages(visit):
     assert "matmul(a, b" in m and "choose(" in m and "The shape suite" in m
     r = visit("results.html")
     assert "NVIDIA H200" in r["text"] and "NumSim" in r["text"] and "dtype" in r["text"]
-    assert r["images"] and all(i["w"] > 0 for i in r["images"])
+    timelines = sorted((ROOT / "results" / "timelines").glob("*.png"))
+    assert len(r["images"]) >= 1 + len(timelines)  # the H200 plot and every timeline
+    assert all(i["w"] > 0 for i in r["images"])
+    for png in timelines:
+        assert png.stem in " ".join(i["src"] for i in r["images"]), png.name
