@@ -166,6 +166,22 @@ async def _execute(name: str, kdir: Path):
     return nb
 
 
+def _key(digest: str, source: str) -> str:
+    return hashlib.sha256(digest.encode() + source.encode()).hexdigest()
+
+
+def store_executed(name: str, nb, source: str | None = None) -> None:
+    """Keep a notebook executed elsewhere (tests/test_notebooks.py executes every one) for
+    the next site build, under the key execute_all looks for; ``source`` is the notebook's
+    text as executed (default: the committed file)."""
+    import nbformat
+    if source is None:
+        source = (NB_DIR / name).read_text(encoding="utf-8")
+    EXEC.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, EXEC / name)
+    (EXEC / (name + ".sha256")).write_text(_key(inputs_digest(), source) + "\n")
+
+
 def execute_all(names: list[str], jobs: int, fresh: bool) -> dict:
     """{name: executed notebook}; exits non-zero naming every notebook that failed."""
     import nbformat
@@ -173,7 +189,7 @@ def execute_all(names: list[str], jobs: int, fresh: bool) -> dict:
     digest = inputs_digest()
     done, todo = {}, []
     for name in names:
-        key = hashlib.sha256(digest.encode() + _SOURCES[name].encode()).hexdigest()
+        key = _key(digest, _SOURCES[name])
         out, keyfile = EXEC / name, EXEC / (name + ".sha256")
         if not fresh and out.is_file() and keyfile.is_file() and \
                 keyfile.read_text().strip() == key:
