@@ -180,3 +180,13 @@ def test_the_gpu_host_hint_installs_the_checked_wheel():
     hint = cli.way_on("sm_90a", "v4")
     assert "pip install $(python -m tirx_gemm.cli bundle build/bundle --wheels)" in hint
     assert hint.index("--ffi-wheel 3.12") < hint.index("pip install") < hint.index("run v4")
+
+
+def test_trace_takes_the_pin_for_every_bundle_it_verifies(bnd, capsys):
+    """trace's --expect-sha256 pins every bundle the process verifies (bundle.verify reads
+    it); the GPU-side refusal itself is tested through run above."""
+    pytest.importorskip("torch")
+    rc = cli.main(["trace", "v1", "--arch", "sm_100a", "--bundle", str(bnd),
+                   "--expect-sha256", "3" * 64])
+    assert rc == 2  # sm_100a has no timeline: refused first, in one line
+    assert os.environ.get(bundle.EXPECT_SHA256_ENV) == "3" * 64

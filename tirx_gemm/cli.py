@@ -362,12 +362,10 @@ def cmd_export(args) -> int:
                       ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
     dt = "" if args.dtype == "float16" else f" --dtype {args.dtype}"
     digest = bundle.manifest_sha256(out)
-    pin = (f"{bundle.EXPECT_SHA256_ENV}={digest} " if getattr(args, "timeline", False)
-           else "")
     print(f"exported {n} kernels to {out}/ (manifest.json, runtime/; manifest sha256 "
-          f"{digest}). On the GPU host: {pin}python -m tirx_gemm.cli "
+          f"{digest}). On the GPU host: python -m tirx_gemm.cli "
           f"{'trace' if getattr(args, 'timeline', False) else 'run'} <step> --arch "
-          f"{args.arch}{dt} --bundle {out}" + ("" if pin else f" --expect-sha256 {digest}"))
+          f"{args.arch}{dt} --bundle {out} --expect-sha256 {digest}")
     return 0
 
 

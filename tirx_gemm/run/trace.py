@@ -35,6 +35,9 @@ def _trace_arguments(p):
     p.add_argument("--bundle", default=None,
                    help="take the kernels from a bundle exported with --timeline (no TVM "
                         "needed here); without it the step is built here")
+    p.add_argument("--expect-sha256", metavar="HEX", default=None,
+                   help="with --bundle: refuse the bundle unless its manifest's sha256 is HEX "
+                        "(the digest `tirx-gemm export` printed)")
     p.add_argument("--ctas", type=int, default=4,
                    help="CTAs kept in the JSON and drawn (default 4: the first two clusters)")
     p.add_argument("--no-timing", action="store_true",
