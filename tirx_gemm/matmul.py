@@ -429,7 +429,7 @@ _torch = None  # torch, bound on the first call (importing this module imports n
 
 
 def _fast_key(a, b, out, step):
-    """The cache key of a call: (M, K, N, K', dtype, device index, step), or None where it
+    """The cache key of a call: (a.shape, b.shape, dtype, device index, step), or None where it
     cannot be formed. Only a call the full path accepted is ever stored under its key, so
     a hit means shape, dtype, device kind, arch and step were checked for these values;
     what can differ between calls of one key -- b's or out's dtype, device or layout, an
@@ -438,7 +438,7 @@ def _fast_key(a, b, out, step):
     device and compactness before it launches), whose refusal sends the call to
     check_operands for the one-line message."""
     try:
-        key = (*a.shape, *b.shape, a.dtype, a.get_device(), step)
+        key = (a.shape, b.shape, a.dtype, a.get_device(), step)
     except (AttributeError, TypeError):
         return None
     if (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1) or (
@@ -487,14 +487,18 @@ def _launch(call: _Call, a, b, out, sync: bool) -> None:
     try:
         call.kernel(a, b, out, *call.workspace)
     except Exception as exc:
-        # the kernel's host code refused an operand (b's or out's dtype, device, shape or
-        # layout): the full checks say which, in one line; else the launch itself failed
-        check_operands(a, b, out)
-        from tirx_gemm.run.errors import KernelLaunchError
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise KernelLaunchError(f"launching {call.label} failed: {first}") from exc
+        _refused(call, a, b, out, exc)
     if sync:
         synchronize(a.device, what=call.label)
+
+
+def _refused(call: _Call, a, b, out, exc: Exception):
+    """The kernel's host code refused an operand (b's or out's dtype, device, shape or
+    layout): the full checks say which, in one line; else the launch itself failed."""
+    check_operands(a, b, out)
+    from tirx_gemm.run.errors import KernelLaunchError
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    raise KernelLaunchError(f"launching {call.label} failed: {first}") from exc
 
 
 def bare_launch(a, b, out):
@@ -543,14 +547,33 @@ def matmul(a, b, *, step: str | None = None, out=None, sync: bool = False):
     and loads the kernel; later calls of the same shape, dtype and device check only what
     can change between calls (device, layout, alignment) and launch.
     """
-    key = _fast_key(a, b, out, step) if _torch is not None else None
-    call = _calls.get(key) if key is not None else None
-    if call is None:
-        call = _first_call(a, b, out, step, key)
-        if call is None:  # M == 0
-            return out if out is not None else a.new_empty((0, b.shape[0]))
+    # the lean path, inline (each Python call costs a microsecond on a slow host): the
+    # checks of _fast_key, then the launch of _launch
+    t = _torch
+    if t is not None:
+        try:
+            key = (a.shape, b.shape, a.dtype, a.get_device(), step)
+        except (AttributeError, TypeError):
+            key = None
+        call = _calls.get(key) if key is not None else None
+        if (call is not None and not (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1)
+                and not ((a.requires_grad or b.requires_grad) and t.is_grad_enabled())
+                and (out is None or not out.data_ptr() & (ALIGN_BYTES - 1))):
+            if out is None:
+                out = a.new_empty((key[0][0], key[1][0]))
+            try:
+                call.kernel(a, b, out, *call.workspace)
+            except Exception as exc:
+                _refused(call, a, b, out, exc)
+            if sync:
+                synchronize(a.device, what=call.label)
+            return out
+    key = _fast_key(a, b, out, step) if t is not None else None
+    call = _first_call(a, b, out, step, key)
+    if call is None:  # M == 0
+        return out if out is not None else a.new_empty((0, b.shape[0]))
     if out is None:
-        out = a.new_empty((key[0], key[2]) if key is not None else (a.shape[0], b.shape[0]))
+        out = a.new_empty((a.shape[0], b.shape[0]))
     _launch(call, a, b, out, sync)
     return out
 
