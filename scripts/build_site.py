@@ -337,6 +337,11 @@ def write_pages(gen, readme: str, rev: str, when: str) -> None:
     fills["results"] = localise(section(readme, "Results"))
     fills["timelines"] = timelines_md()
     fills["matmul_readme"] = localise(section(readme, "`tirx_gemm.matmul`"))
+    try:  # the README's section on models (tirx_gemm.nn, patch), where it has one
+        fills["matmul_model"] = "## Using it in a model\n\n" + localise(
+            section(readme, "Using it in a model"))
+    except SystemExit:
+        fills["matmul_model"] = ""
     docs = _docstrings(ROOT / "tirx_gemm" / "matmul.py", ("matmul", "choose", "use_bundle"))
     parts = []
     for title, doc in docs:
