@@ -7,13 +7,16 @@ import json
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
 import tirx_gemm
-from tirx_gemm import matmul as mm
+from tirx_gemm import chooser, matmul as mm
 from tirx_gemm import registry, splitk
+
+ROOT = Path(__file__).resolve().parents[1]
 from tirx_gemm import suite
 
 
@@ -186,33 +189,65 @@ def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
     sms = SMS[arch]
     variant = splitk.choose_variant(*mnk, sms, arch)
     assert variant["SPLIT_K"] > 1
+    if arch == "sm_90a" and not chooser.wants_split(*mnk, sms):
+        # the tile menu's best tile keeps over half the SMs busy: no split (H200 sweep:
+        # v12 64x64 0.87x torch at 128x4096x14336, 64x128 1.01x at 128x8192x28672)
+        step, kw = mm.choose(*mnk, "bfloat16", arch, sms)
+        assert step == "v12" and chooser.busy_share(
+            f"{kw['BLK_M']}x{kw['BLK_N']}", mnk[0], mnk[1], sms) >= chooser.IDLE_FOR_SPLIT
+        return
     if RT[arch]:  # runtime-M kernels: the split rounded down to the menu
         variant["SPLIT_K"] = max(s for s in mm.SPLIT_MENU if s <= variant["SPLIT_K"])
     assert mm.choose(*mnk, "bfloat16", arch, sms) == (
         "v11", {"dtype": "bfloat16", "SM_COUNT": sms, **RT[arch], **variant})
 
 
-def test_split_k_only_where_tiles_leave_clusters_idle_and_the_rule_splits():
-    # 128x256x192: one tile but 3 K steps, the rule keeps SPLIT_K=1, so v9
-    assert splitk.choose_split(128, 256, 192, 132, arch="sm_90a") == 1
-    assert mm.choose(128, 256, 192, "float16", "sm_90a", 132) == (
-        "v9", {"SM_COUNT": 132, **RT["sm_90a"]})
-    # 1000x4096x14336: 64 cluster tiles for 66 clusters, but v11's 128 tiles of 128x256
-    # nearly fill 132 SMs, so the rule does not split: v9
-    assert splitk.choose_split(1000, 4096, 14336, 132, arch="sm_90a") == 1
-    assert mm.choose(1000, 4096, 14336, "float16", "sm_90a", 132)[0] == "v9"
-    # 1000x6144x4096: 96 cluster tiles for 66 clusters: data-parallel, the rule not asked
-    assert mm.choose(1000, 6144, 4096, "float16", "sm_90a", 132)[0] == "v9"
-    # an odd SM count: the rule sees the even pool the kernel is built with
-    assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1] == {
-        "SM_COUNT": 130, **RT["sm_90a"],
-        **splitk.choose_variant(256, 256, 16384, 130, "sm_90a")}
+def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
+    # the sweep measured v12 at 0.09-0.31x torch on these: split K (v11)
+    for mnk in ((256, 256, 16384), (128, 128, 65536), (128, 256, 32768), (384, 128, 12288)):
+        assert chooser.wants_split(*mnk) and mm.choose(*mnk, "float16", "sm_90a", 132)[0] == "v11"
+    # 128x256x192: 3 K steps, never split; the model's tile of the menu
+    assert not chooser.wants_split(128, 256, 192)
+    step, kw = mm.choose(128, 256, 192, "float16", "sm_90a", 132)
+    assert step == "v12" and f"{kw['BLK_M']}x{kw['BLK_N']}" == chooser.best(128, 256, 192)
+    assert kw["RUNTIME_M"] is kw["RUNTIME_NK"] is True
+    # an odd SM count: the model and the split rule see the even pool
+    assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1]["SM_COUNT"] == 130
 
 
-def test_without_a_registered_split_k_step_few_tiles_stay_on_v9(monkeypatch):
+def test_sm100a_keeps_the_tile_count_rule():
+    # no tile menu there: split only where v9's tiles leave clusters idle and the rule splits
+    assert splitk.choose_split(128, 256, 192, 148, arch="sm_100a") == 1
+    assert mm.choose(128, 256, 192, "float16", "sm_100a", 148) == ("v9", {"SM_COUNT": 148})
+    assert mm.choose(1000, 6144, 4096, "float16", "sm_100a", 148)[0] == "v9"
+
+
+def test_without_a_registered_split_k_step_few_tiles_stay_data_parallel(monkeypatch):
     monkeypatch.setattr(registry, "STEPS", [s for s in registry.STEPS if s.id != "v11"])
-    assert mm.choose(128, 128, 65536, "float16", "sm_90a", 132) == (
-        "v9", {"SM_COUNT": 132, **RT["sm_90a"]})
+    assert mm.choose(128, 128, 65536, "float16", "sm_90a", 132)[0] in ("v9", "v12")
+    assert mm.choose(128, 128, 65536, "float16", "sm_100a", 148) == ("v9", {"SM_COUNT": 148})
+
+
+def test_the_model_picks_the_fastest_measured_tile_within_a_few_percent():
+    """The chooser's picks against the H200 sweep it was fitted to (scripts/fit_chooser.py
+    --report prints the table): within 5% of the fastest measured candidate in geomean."""
+    import json
+    import math
+    rows = [json.loads(x) for x in (ROOT / "results/lab/v12_sweep_h200.jsonl").read_text().splitlines()]
+    regrets = []
+    for r in rows:
+        meas = {c: v["ms"] for c, v in r["candidates"].items() if v.get("ok")}
+        pick = next(c for _, c in chooser.rank(r["M"], r["N"], r["K"]) if c in meas)
+        regrets.append(meas[pick] / min(meas.values()))
+    assert math.exp(sum(map(math.log, regrets)) / len(regrets)) < 1.05
+
+
+def test_the_model_figures_are_the_fit_of_the_records():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/fit_chooser.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 # --------------------------------------------------------------------------------------
@@ -318,11 +353,13 @@ def test_runtime_m_kernels_are_built_once_for_every_m():
     for step_id, kwargs, lo, hi in vs:
         for M in {lo, (lo + hi) // 2, hi}:
             assert mm.choose(M, 4096, 4096, "bfloat16", "sm_90a", 132) == (step_id, kwargs)
-    assert len(vs) <= 6
-    # past the last range the choice no longer changes
-    last = vs[-1]
-    for M in (last[3] + 1, 4 * last[3], 100_000):
-        assert mm.choose(M, 4096, 4096, "bfloat16", "sm_90a", 132)[:2] == tuple(last[:2])
+    assert len(vs) <= 64 and vs[-1][3] >= mm.VARIANTS_MAX_M
+    # the tile menu's kernels take the whole shape at run time: one build per tile and dtype
+    for step_id, kwargs, _, _ in vs:
+        if step_id == "v12":
+            assert kwargs["RUNTIME_NK"] is True
+            assert mm.build_shape((5, 4096, 4096), kwargs) == (
+                mm.NOMINAL_M, mm.NOMINAL_N, mm.NOMINAL_K)
 
 
 def test_kernels_are_loaded_once_per_step_build_shape_keywords_and_bundle(monkeypatch):

@@ -133,12 +133,12 @@ def test_export_requests_list_each_build_once(models, tmp_path):
     # every case's kernel, at the shape it is built at (runtime M: matmul.NOMINAL_M) ...
     for it in suite.plan(models, "matmul", "sm_90a", 132):
         assert it.kwargs.get("RUNTIME_M") is True
-        assert (it.step.key, (matmul.NOMINAL_M, *it.shape[1:]),
+        assert (it.step.key, matmul.build_shape(it.shape, it.kwargs),
                 tuple(sorted(it.kwargs.items()))) in keys
         # ... and every kernel any other token count of that layer picks
         for step_id, kw, _, _ in matmul.variants(it.shape[1], it.shape[2], it.dtype,
                                                  "sm_90a", 132):
-            assert (f"{step_id}@sm_90a", (matmul.NOMINAL_M, *it.shape[1:]),
+            assert (f"{step_id}@sm_90a", matmul.build_shape(it.shape, kw),
                     tuple(sorted(kw.items()))) in keys
     # sm_100a's kernels keep compile-time M: one build per (shape, dtype)
     assert len(suite.export_requests(models, "matmul", "sm_100a", 148)) == len(models.cases())
@@ -202,8 +202,8 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
     out = suite.bench_suite(s, "matmul", bundle="B", log=lines.append,
                             results_dir=tmp_path / "results")
     assert [(m["M"], m["kwargs"]) for m in ran] == [
-        (1000, {"SM_COUNT": 132, "RUNTIME_M": True}),
-        (1000, {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True})]
+        (1000, matmul.choose(1000, 256, 64, "float16", "sm_90a", 132)[1]),
+        (1000, matmul.choose(1000, 256, 64, "bfloat16", "sm_90a", 132)[1])]
     assert [it.shape for it, _ in out["failed"]] == [(8, 256, 64), (8, 256, 64)]
     assert out["failed"][0][1] == "no kernel for it in bundle B"
     assert math.isclose(out["summary"]["geomean_ratio"], 1.0) and out["summary"]["n"] == 2
@@ -215,7 +215,9 @@ def test_bench_suite_runs_records_and_summarizes_each_case(tmp_path, monkeypatch
                                  "model": "m", "layer": "l", "dtype": "float16"}
     text = "\n".join(lines)
     assert out["table"] in text
-    assert re.search(r"^1000x256x64 +bfloat16 +v9 +RUNTIME_M=True SM_COUNT=132 +ok +80\.0 +100\.0 +0\.800$",
+    step, kw = matmul.choose(1000, 256, 64, "bfloat16", "sm_90a", 132)
+    assert re.search(rf"^1000x256x64 +bfloat16 +{step} +{re.escape(suite._kw_text(kw))} +ok "
+                     r"+80\.0 +100\.0 +0\.800$",
                      text, re.M)
     assert "geomean ratio to torch 1.000, min 0.800 (1000x256x64 bfloat16)" in text
     assert "NOT RUN: no kernel for it in bundle B" in text and "2 case(s) not run" in text

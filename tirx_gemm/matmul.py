@@ -61,8 +61,13 @@ SPLIT_K = "v11"
 # steps whose kernels matmul builds with RUNTIME_M=True on each arch: M is bound from the
 # operands at every call, so one kernel per (step, keywords, dtype, N, K) serves every M.
 # (sm_100a's steps keep compile-time M here: their runtime-M builds are not yet simulated.)
-RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11"})}
+RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11", "v12"})}
 NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
+# v12 also takes N and K at run time (RUNTIME_NK): one kernel per menu tile and dtype
+# serves every shape; it is built at this N and K
+RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
+NOMINAL_N, NOMINAL_K = 256, 256
+TILE_MENU = "v12"
 # v11's split counts, rounded down to this menu, so that the splits chosen over all M for
 # one (N, K) are a handful of kernels (rounding down keeps the spread reduction's rule)
 SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -100,6 +105,8 @@ def step_kwargs(step: registry.Step, dtype: str, sm_count: int | None) -> dict:
         kw.update(step.with_sm_count(_pool(sm_count)))
     if runtime_m(step.id, step.arch):
         kw["RUNTIME_M"] = True
+    if step.id in RUNTIME_NK_STEPS.get(step.arch, ()):
+        kw["RUNTIME_NK"] = True
     return kw
 
 
@@ -110,8 +117,11 @@ def runtime_m(step_id: str, arch: str) -> bool:
 
 def build_shape(mnk, kwargs: dict) -> tuple[int, int, int]:
     """The shape a kernel is built, cached and exported at: (NOMINAL_M, N, K) for a
-    runtime-M build (it serves every M), else ``mnk``."""
+    runtime-M build (it serves every M), (NOMINAL_M, NOMINAL_N, NOMINAL_K) for a
+    run-time-shape build (RUNTIME_NK too: it serves every shape), else ``mnk``."""
     M, N, K = mnk
+    if kwargs.get("RUNTIME_NK"):
+        return (NOMINAL_M if kwargs.get("RUNTIME_M") else M, NOMINAL_N, NOMINAL_K)
     return (NOMINAL_M, N, K) if kwargs.get("RUNTIME_M") else (M, N, K)
 
 
@@ -152,6 +162,9 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     unknown dtype or arch.
     """
     _check_problem(M, N, K, dtype, arch, sm_count)
+    menu = _registered(TILE_MENU, arch)
+    if menu is not None:
+        return _choose_by_model(M, N, K, dtype, arch, sm_count, menu)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
     tiles = _ceil_div(M, tile_m) * _ceil_div(N, tile_n)
     clusters = max(1, sm_count // CLUSTER_SIZE)
@@ -165,26 +178,56 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
 
 
+def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
+    """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu and v9; v11 with the
+    split rule where the best data-parallel tile leaves over half the SMs idle on a deep
+    K (chooser.wants_split)."""
+    from tirx_gemm import chooser
+    pool = _pool(sm_count)
+    split_step = _registered(SPLIT_K, arch)
+    if split_step is not None and chooser.wants_split(M, N, K, pool):
+        variant = splitk.choose_variant(M, N, K, pool, arch)
+        if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
+            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+        if variant["SPLIT_K"] > 1:
+            return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
+    pick = chooser.best(M, N, K, pool)
+    if pick == chooser.V9:
+        return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
+    return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count)
+
+
+def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int) -> dict:
+    bm, bn = (int(x) for x in pick.split("x"))
+    return {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
+
+
+VARIANTS_MAX_M = 16384  # variants() covers every M up to this (and v9's settled point)
+M_BLOCK = 64  # every tile height of every step divides 256 and is a multiple of 64
+
+
 def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
              sm_count: int = 132, max_m: int | None = None) -> list[tuple[str, dict, int, int]]:
     """Every (step_id, kwargs, first M, last M) that :func:`choose` picks for an Mx``N``x``K``
-    GEMM over M = 1 .. ``max_m`` (default: up to where the choice stops changing, the M at
-    which v9's cluster tiles alone fill the GPU), in order of M. With runtime-M kernels
+    GEMM over M = 1 .. ``max_m`` (default: VARIANTS_MAX_M, or the M at which v9's cluster
+    tiles alone fill the GPU if that is larger), in order of M. With runtime-M kernels
     this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
-    --suite`` exports these for each (N, K) of the suite. The last range is open-ended
-    (every larger M picks the same) unless ``max_m`` cut it."""
+    --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
+    through tile counts (ceil(M / 64), / 128, / 256), so one M per 64-row block decides
+    the block."""
     _check_problem(1, N, K, dtype, arch, sm_count)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
     clusters = max(1, sm_count // CLUSTER_SIZE)
     settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
-    last = settled if max_m is None else max_m
+    last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
     out: list[list] = []
-    for M in range(1, last + 1):
-        step_id, kw = choose(M, N, K, dtype, arch, sm_count)
+    for lo in range(1, last + 1, M_BLOCK):
+        hi = min(lo + M_BLOCK - 1, last)
+        step_id, kw = choose(lo, N, K, dtype, arch, sm_count)
         if out and out[-1][0] == step_id and out[-1][1] == kw:
-            out[-1][3] = M
+            out[-1][3] = hi
         else:
-            out.append([step_id, kw, M, M])
+            out.append([step_id, kw, lo, hi])
     return [tuple(v) for v in out]
 
 
@@ -316,7 +359,8 @@ def clear_cache() -> None:
 
 def _describe(step: registry.Step, mnk, kwargs: dict) -> str:
     extra = ", ".join(f"{k}={v}" for k, v in sorted(kwargs.items()) if k != "dtype")
-    shape = (["M"] if kwargs.get("RUNTIME_M") else [str(mnk[0])]) + [str(x) for x in mnk[1:]]
+    shape = (["M"] if kwargs.get("RUNTIME_M") else [str(mnk[0])]) + (
+        ["N", "K"] if kwargs.get("RUNTIME_NK") else [str(x) for x in mnk[1:]])
     return (f"{step.key} {'x'.join(shape)} {step.dtype(kwargs)}"
             + (f" ({extra})" if extra else ""))
 
@@ -455,6 +499,10 @@ def _pick(M, N, K, dtype, arch, sm_count, step):
         return registry.get(step_id, arch), kwargs
     st = registry.get(step, arch)
     kwargs = step_kwargs(st, dtype, sm_count)
+    if st.id == TILE_MENU:  # the model's best tile of the menu
+        from tirx_gemm import chooser
+        pick = next(c for _, c in chooser.rank(M, N, K, _pool(sm_count)) if c != chooser.V9)
+        return st, _tile_kwargs(st, pick, dtype, sm_count)
     if st.id == SPLIT_K and kwargs.get("RUNTIME_M"):
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
         variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])

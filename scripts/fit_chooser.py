@@ -1,0 +1,136 @@
+"""Fit tirx_gemm/chooser.py's cost model to the H200 records and write chooser_h200.json.
+
+    python scripts/fit_chooser.py            # refit and write tirx_gemm/chooser_h200.json
+    python scripts/fit_chooser.py --check    # exit 1 if the file differs from a refit
+    python scripts/fit_chooser.py --report   # per suite shape: pick, predicted, measured
+
+Inputs: results/lab/v12_sweep_h200.jsonl (every v12 menu entry at every suite shape,
+bf16, GPU time per call from CUDA-graph replays, torch.mm in the same run) and the v9
+records of results/suites/nvidia-h200.jsonl (bf16, checked), each turned into a time on
+the sweep's scale as sweep_torch_time / (v9's ratio to torch in its own run).
+For each v12 entry: time = s * steps + e * waves + f (chooser.py's terms), weighted least
+squares on the relative error, coefficients kept non-negative. v9 takes e and f from
+v12's 128x256 and fits s alone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tirx_gemm import chooser  # noqa: E402
+
+SWEEP = ROOT / "results/lab/v12_sweep_h200.jsonl"
+SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
+
+
+def load(sweep=SWEEP, suite=SUITE):
+    """(samples [(cand, M, N, K, us)], torch us per shape) from the records."""
+    rows = [json.loads(x) for x in Path(sweep).read_text().splitlines() if x.strip()]
+    torch_us = {(r["M"], r["N"], r["K"]): r["torch_ms"] * 1e3 for r in rows}
+    out = []
+    for r in rows:
+        for c, v in sorted(r["candidates"].items()):
+            if v.get("ok"):
+                out.append((c, r["M"], r["N"], r["K"], v["ms"] * 1e3))
+    v9 = {}
+    for line in Path(suite).read_text().splitlines():
+        r = json.loads(line)
+        if (r.get("step") == "v9" and r.get("verified") is True
+                and r.get("dtype") == "bfloat16"):
+            v9.setdefault((r["M"], r["N"], r["K"]), []).append(r["ratio_to_torch"])
+    for shape, ratios in sorted(v9.items()):
+        if shape in torch_us:
+            out.append((chooser.V9, *shape, torch_us[shape] / statistics.median(ratios)))
+    return out, torch_us
+
+
+def _lstsq(X, y):
+    w = 1.0 / y
+    sol = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0]
+    return [max(0.0, float(x)) for x in sol]
+
+
+def fit(samples, sm_count: int = chooser.SMS_H200) -> dict:
+    cands = sorted({c for c, *_ in samples if c != chooser.V9})
+    out = {}
+    for c in cands:
+        rows = [s for s in samples if s[0] == c]
+        X = np.array([[*chooser.shape_terms(c, M, N, K, sm_count)[:2], 1.0]
+                      for _, M, N, K, _ in rows])
+        y = np.array([t for *_, t in rows])
+        out[c] = [round(x, 4) for x in _lstsq(X, y)]
+    big = chooser.name(128, 256)
+    rows = [s for s in samples if s[0] == chooser.V9]
+    if rows and big in out:
+        _, e, f = out[big]
+        X = np.array([[chooser.shape_terms(chooser.V9, M, N, K, sm_count)[0]]
+                      for _, M, N, K, _ in rows])
+        y = np.array([t - e * chooser.shape_terms(chooser.V9, M, N, K, sm_count)[1] - f
+                      for _, M, N, K, t in rows])
+        w = 1.0 / np.array([t for *_, t in rows])
+        s = float(np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0][0])
+        out[chooser.V9] = [round(max(0.0, s), 4), e, f]
+    return out
+
+
+def document(cands: dict) -> dict:
+    return {"about": "tirx_gemm/chooser.py's cost model, fitted by scripts/fit_chooser.py "
+                     "to results/lab/v12_sweep_h200.jsonl and the v9 records of "
+                     "results/suites/nvidia-h200.jsonl (NVIDIA H200, bf16); per candidate "
+                     "[s us per K step, e us per wave, f us fixed]",
+            "device": "NVIDIA H200", "candidates": cands}
+
+
+def report(samples, torch_us) -> None:
+    by_shape = {}
+    for c, M, N, K, t in samples:
+        by_shape.setdefault((M, N, K), {})[c] = t
+    regrets = []
+    print(f"{'shape':18} {'pick':8} {'pred us':>8} {'meas us':>8} {'x torch':>7}  best")
+    for shape in sorted(torch_us):
+        meas = by_shape.get(shape, {})
+        ranked = [c for _, c in chooser.rank(*shape) if c in meas]
+        if not ranked:
+            continue
+        pick, top = ranked[0], min(meas, key=meas.get)
+        regrets.append(meas[pick] / meas[top])
+        print(f"{'x'.join(map(str, shape)):18} {pick:8} {chooser.predict(pick, *shape):8.1f} "
+              f"{meas[pick]:8.1f} {torch_us[shape] / meas[pick]:7.2f}  "
+              f"{top} {torch_us[shape] / meas[top]:.2f}")
+    print(f"picks within {statistics.geometric_mean(regrets):.3f}x (geomean), "
+          f"{max(regrets):.3f}x (worst) of the fastest measured candidate")
+
+
+def main(argv) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--report", action="store_true")
+    a = p.parse_args(argv)
+    samples, torch_us = load()
+    doc = document(fit(samples))
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    if a.check:
+        same = chooser.PARAMS_FILE.read_text() == text
+        print("chooser_h200.json is " + ("up to date" if same else
+              "stale: run python scripts/fit_chooser.py"))
+        return 0 if same else 1
+    if a.report:
+        report(samples, torch_us)
+        return 0
+    chooser.PARAMS_FILE.write_text(text)
+    chooser.params.cache_clear()
+    print(f"wrote {chooser.PARAMS_FILE} ({len(doc['candidates'])} candidates)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""The per-shape chooser of tirx_gemm.matmul on sm_90a: a cost model of the H200 fitted to
+recorded measurements, over v12's tile menu and v9 (v11 for the few-tile, deep-K shapes).
+
+Why a model: one tile cannot serve every shape (v12's card). What decides is how many of
+the 132 SMs get work and how long each works:
+
+    tiles  = ceil(M / BLK_M) * ceil(N / BLK_N)            output tiles of the candidate
+    waves  = ceil(tiles / slots)                          slots: 132 CTAs (v12), 66 pairs (v9)
+    steps  = waves * ceil(K / 64)                         K steps on the busiest CTA
+    time   = s_c * steps + e_c * waves + f_c              microseconds
+
+``s_c`` is the candidate's time per K step of one CTA: its tensor-core work
+(2 * BLK_M * BLK_N * 64 flop) or, for narrow tiles, the latency of a ring round trip and
+its bytes per flop ((BLK_M + BLK_N) x 64 x 2 bytes for BLK_M x BLK_N x 64 MACs), whichever
+binds; ``e_c`` the per-tile cost (ring fill and epilogue); ``f_c`` the launch and the last
+store. Wave efficiency is ``tiles / (waves * slots)``: a 1.2-wave shape pays two waves.
+The three figures per candidate are fitted (weighted least squares, relative error) by
+``scripts/fit_chooser.py`` to the H200 records of v12's sweep
+(``results/lab/v12_sweep_h200.jsonl``: every menu entry at the 48 suite shapes, bf16,
+timed against torch.mm in the same run) and v9's suite records
+(``results/suites/nvidia-h200.jsonl``, scaled to the sweep's torch times by their ratio to
+torch); v9 shares the per-tile and fixed costs of v12's 128x256 (the same CTA tile and
+epilogue) and has its own per-step cost (TMA multicast halves its B loads). The figures
+live in ``chooser_h200.json`` beside this file, written by that script; a test refits them
+from the records and compares. fp16 uses bf16's figures (the tensor-core rate and the
+bytes are the same; unmeasured in fp16).
+
+Where the best data-parallel candidate would leave more than half the SMs idle on a deep
+K (the shapes v12's sweep measured at 0.09-0.31x torch), splitting K is the only way to
+use them: v11 with matmul's split rule. The model has no term for split-K's reduction;
+that rule is splitk.choose_variant's, measured on the H200 for v11.
+
+TVM- and torch-free. ``predict`` and ``rank`` show the model's view of a shape.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+PARAMS_FILE = Path(__file__).with_name("chooser_h200.json")
+SMS_H200 = 132
+BLK_K = 64
+V9 = "v9"
+V12 = "v12"
+# v12's menu, as measured: (BLK_M, BLK_N)
+MENU = ((64, 16), (64, 32), (64, 48), (64, 64), (64, 96), (64, 128), (64, 256),
+        (128, 64), (128, 96), (128, 128), (128, 192), (128, 256))
+IDLE_FOR_SPLIT = 0.5  # best data-parallel pick busy on fewer than this share of SMs: split K
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def name(bm: int, bn: int) -> str:
+    return f"{bm}x{bn}"
+
+
+@lru_cache(maxsize=1)
+def params() -> dict:
+    """{candidate: (s, e, f)} from chooser_h200.json (candidate "v9" or "BMxBN")."""
+    data = json.loads(PARAMS_FILE.read_text())
+    return {k: tuple(float(x) for x in v) for k, v in data["candidates"].items()}
+
+
+def geometry(cand: str, sm_count: int) -> tuple[int, int, int]:
+    """(tile rows, tile columns, slots) of a candidate on a GPU of ``sm_count`` SMs."""
+    if cand == V9:
+        return 256, 256, sm_count // 2
+    bm, bn = (int(x) for x in cand.split("x"))
+    return bm, bn, sm_count
+
+
+def shape_terms(cand: str, M: int, N: int, K: int, sm_count: int) -> tuple[int, int, int]:
+    """(steps, waves, tiles) of a candidate at a shape."""
+    bm, bn, slots = geometry(cand, sm_count)
+    tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
+    waves = _ceil_div(tiles, slots)
+    return waves * _ceil_div(K, BLK_K), waves, tiles
+
+
+def predict(cand: str, M: int, N: int, K: int, sm_count: int = SMS_H200) -> float:
+    """The model's time in microseconds of ``cand`` at MxNxK."""
+    s, e, f = params()[cand]
+    steps, waves, _ = shape_terms(cand, M, N, K, sm_count)
+    return s * steps + e * waves + f
+
+
+def busy_share(cand: str, M: int, N: int, sm_count: int = SMS_H200) -> float:
+    """The share of SMs that get a tile in the first wave."""
+    bm, bn, slots = geometry(cand, sm_count)
+    tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
+    return min(tiles, slots) / slots
+
+
+def rank(M: int, N: int, K: int, sm_count: int = SMS_H200) -> list[tuple[float, str]]:
+    """Every candidate with its predicted time, fastest first."""
+    return sorted((predict(c, M, N, K, sm_count), c) for c in params())
+
+
+def best(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
+    """The candidate the model predicts fastest ("v9" or "BMxBN" of v12)."""
+    return rank(M, N, K, sm_count)[0][1]
+
+
+def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
+                min_k_tiles: int = 32) -> bool:
+    """Whether K should be split: the best data-parallel candidate keeps more than half the
+    SMs idle and K has at least ``min_k_tiles`` steps to share out."""
+    if _ceil_div(K, BLK_K) < min_k_tiles:
+        return False
+    return busy_share(best(M, N, K, sm_count), M, N, sm_count) < IDLE_FOR_SPLIT
