@@ -166,6 +166,25 @@ async def _execute(name: str, kdir: Path):
     return nb
 
 
+STAMP = ".site-inputs.sha256"  # in the built site: what it was built from (site_digest)
+
+
+def site_digest(gen=None) -> str:
+    """sha256 of everything a build reads: the notebooks as scripts/make_notebooks.py writes
+    them (tests/test_notebooks.py holds the committed ones to that), what their outputs are
+    made from, docs/ and the README (its sections and tables become pages). The build
+    stores it in the site; tests/test_site.py compares, so a site left from older sources
+    is never mistaken for the current one."""
+    gen = gen or _generator()
+    h = hashlib.sha256(inputs_digest().encode())
+    for name, text in sorted(gen.render().items()):
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    for p in sorted([*DOCS.rglob("*"), ROOT / "README.md", Path(__file__).resolve()]):
+        if p.is_file():
+            h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
 def _key(digest: str, source: str) -> str:
     return hashlib.sha256(digest.encode() + source.encode()).hexdigest()
 
@@ -464,6 +483,7 @@ def main(argv=None) -> int:
           flush=True)
     run_mkdocs(cfg)
     out = Path(args.out).resolve()
+    (out / STAMP).write_text(site_digest(gen) + "\n")
     pages = sorted(out.glob("*.html"))
     total = time.monotonic() - t0
     print(f"site: built {out} ({len(pages)} pages) in {total:.0f} s (notebooks {t_exec:.0f} s, "

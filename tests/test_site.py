@@ -45,6 +45,9 @@ def _generator():
 
 
 GEN = _generator()
+_spec = importlib.util.spec_from_file_location("build_site", ROOT / "scripts" / "build_site.py")
+BUILDER = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(BUILDER)  # imports only the standard library and tirx_gemm.progress
 STEP_NOTEBOOKS = GEN.notebook_names()  # {step id: notebook file}, in the path's order
 NOTEBOOKS = [GEN.OVERVIEW] + list(STEP_NOTEBOOKS.values())
 PAGES = ["index.html", "results.html", "matmul.html"] + [
@@ -71,6 +74,11 @@ def _missing() -> str | None:
     if not (SITE / "index.html").is_file():
         return (f"the site is not built ({SITE}/index.html missing): "
                 "run `python scripts/build_site.py` first")
+    stamp = SITE / BUILDER.STAMP
+    if not stamp.is_file() or stamp.read_text().strip() != BUILDER.site_digest(GEN):
+        return (f"the site in {SITE} was built from other sources than these (notebooks, "
+                "steps, package, results, docs/ or README changed since): run "
+                "`python scripts/build_site.py` again")
     return None
 
 
