@@ -26,16 +26,17 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
       consumer warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one
       m64nBLK_Nk16 wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One
-      producer thread loads each CTA's own A and B tiles by TMA into a full/empty ring of
-      PIPE_DEPTH stages (default: as many as fit, at most 8: a 64x16 stage is 10 KB, so
-      deep rings keep decode shapes' loads in flight). v9's overlapped epilogue stays
-      (pack, then stmatrix + TMA-store in 64-column chunks under the next tile's first
-      wgmmas); the last BLK_N % 64 columns of a tile go straight from the packed registers
-      to D with guarded 4-byte stores. The pool is min(tiles, SM_COUNT) persistent CTAs
-      walking tiles in v9's L2-grouped order (SM_COUNT CTAs with a run-time shape).
+      producer thread TMA-loads the CTA's own A and B tiles into a full/empty ring of
+      PIPE_DEPTH stages (default: as many as fit, at most 8; a 64x16 stage is 10 KB, and
+      decode shapes need many loads in flight). v9's overlapped epilogue stays (pack, then
+      stmatrix + TMA store per 64-column chunk under the next tile's first wgmmas); the
+      last BLK_N % 64 columns go from the packed registers to D by guarded 4-byte stores.
+      Persistent: min(tiles, SM_COUNT) CTAs walk the tiles in v9's L2-grouped order, so
+      the ring and the overlapped epilogue run on across tiles (a decode shape gives each
+      CTA ~7 small tiles; a grid of one CTA per tile would refill the ring for each).
       RUNTIME_M=True: M is a run-time variable (A, D and the tile count take it from A's
-      shape at each call), so one compiled kernel serves every M >= 1; RUNTIME_NK=True
-      does the same for N and K (the K loop's trip count too): one kernel per tile.
+      shape at each call): one compiled kernel serves every M >= 1. RUNTIME_NK=True does
+      the same for N and K. Either launches SM_COUNT CTAs; those without a tile exit.
     Why: v9's 256x256 cluster tile gives 1024^3 16 clusters, 32 of 132 SMs busy (24%);
       128x64 tiles give 128 tiles, 128 SMs (97%). A decode shape 16x14336x4096 has one
       row of tiles: 64x16 gives 896 tiles (6.8 per SM, 7 waves: 97%), 128x256 gives 56
@@ -46,15 +47,15 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       tile that fills the SMs (decode is HBM-bound on B anyway: B is read once).
     Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
       BLK_M // 64 (one arrival per consumer warpgroup); see the comments at the inits.
-    Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; BLK_M 64 or
-      128; BLK_N a multiple of 16 in [16, 256]; 2 <= PIPE_DEPTH, stages plus staging within
-      227 KB; SM_COUNT, L2_GROUP >= 1; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, used only
-      for BLK_M=128 with BLK_N > 128, where the cap at 384 threads is too low) as v9's.
+    Constraints: any M >= 1; N, K multiples of 8 (also at run time); dtype float16 or
+      bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]; 2 <= PIPE_DEPTH,
+      stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1; PRODUCER_REGS /
+      CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128 with BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
     H.check_edge_shape(M, N, K, dtype)
-    if BLK_M not in BLK_MS:
+    if isinstance(BLK_M, bool) or not isinstance(BLK_M, int) or BLK_M not in BLK_MS:
         raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
                          f"warpgroups of 64 rows)")
     if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
