@@ -69,8 +69,11 @@ RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
 NOMINAL_N, NOMINAL_K = 256, 256
 TILE_MENU = "v12"
 # v11's split counts, rounded down to this menu, so that the splits chosen over all M for
-# one (N, K) are a handful of kernels (rounding down keeps the spread reduction's rule)
-SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# one (N, K) are a handful of kernels (rounding down keeps the spread reduction's rule).
+# No multiple of v11's L2_GROUP (16): with M at run time the scheduler's unit rows are
+# SPLIT_K * ceil(M/128), TVM then proves the tail-group row count zero and folds the
+# (unreachable) `% tail` of the tile order into a division by zero at compile time.
+SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 20, 24, 28, 40, 56)
 
 
 # --------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def layers(bundle: Path):
     out = []
     for e in load_manifest(bundle):
         kw = e.get("kwargs") or {}
-        if kw.get("RUNTIME_M"):
+        if kw.get("RUNTIME_M") and not kw.get("RUNTIME_NK"):  # a layer's own kernels
             out.append((e["N"], e["K"], kw.get("dtype", "float16")))
     return sorted(set(out))
 

@@ -1,0 +1,87 @@
+"""On a GPU host: tirx_gemm.matmul against torch.mm at every shape of a suite, both as CUDA
+graphs of 20 calls (GPU time per call, no host cost: what a CUDA-graphed model sees), on
+inputs rotated past the 60 MiB L2; each result first checked against F.linear in fp32.
+
+    TIRX_GEMM_BUNDLE=B python scripts/lab/matmul_graph_times.py SUITE --out FILE.jsonl
+
+One line per (shape, dtype) with the step matmul picked, the times and the ratio
+torch / tirx (> 1: tirx_gemm faster); the geomean and minimum at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from v12_sweep import L2_BYTES, LAUNCHES, _check, _graph_time  # noqa: E402
+
+
+def main(argv) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("suite")
+    p.add_argument("--out", required=True)
+    p.add_argument("--budget-s", type=float, default=200)
+    a = p.parse_args(argv)
+    import torch
+    import tirx_gemm
+    from tirx_gemm import suite as suites
+    from tirx_gemm.gitinfo import git_sha
+    s = suites.load_suite(a.suite)
+    dev = torch.cuda.get_device_name()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t0, ratios, bad = time.time(), [], 0
+    for entry, dtype in s.cases():
+        if time.time() - t0 > a.budget_s:
+            print(f"budget spent: stopping before {entry.label} {dtype}")
+            break
+        M, N, K = entry.shape
+        tdt = getattr(torch, dtype)
+        sets = max(1, min(LAUNCHES, math.ceil(3 * L2_BYTES / (2 * (M * K + N * K + M * N)))))
+        g = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
+        ins = [((torch.randn(M, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
+                (torch.randn(N, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
+                torch.empty(M, N, device="cuda", dtype=tdt)) for _ in range(sets)]
+        step, kw = tirx_gemm.matmul.choose(M, N, K, dtype, "sm_90a", sms)
+        a0, b0, d0 = ins[0]
+        d0.fill_(float("nan"))
+        try:
+            tirx_gemm.matmul(a0, b0, out=d0, sync=True)
+        except Exception as exc:  # noqa: BLE001 - a refusal is a result
+            print(f"REFUSED {entry.label} {dtype}: {str(exc).splitlines()[0]}", flush=True)
+            bad += 1
+            continue
+        ok, rel = _check(d0, torch.nn.functional.linear(a0.float(), b0.float()), dtype)
+        pick = [ins[i % sets] for i in range(LAUNCHES)]
+        t_torch = _graph_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d) for a, b, d in pick])
+        t_ours = _graph_time([lambda a=a, b=b, d=d: tirx_gemm.matmul(a, b, out=d)
+                              for a, b, d in pick])
+        r = t_torch / t_ours
+        bad += not ok
+        if ok:
+            ratios.append(r)
+        tile = f" {kw['BLK_M']}x{kw['BLK_N']}" if "BLK_M" in kw else (
+            f" split {kw['SPLIT_K']}" if "SPLIT_K" in kw else "")
+        print(f"{entry.label:18} {dtype:8} {step}{tile:10} {'ok' if ok else 'WRONG'} "
+              f"torch {t_torch * 1e3:8.1f} us  tirx {t_ours * 1e3:8.1f} us  {r:.3f}", flush=True)
+        with open(a.out, "a") as f:
+            f.write(json.dumps({"M": M, "N": N, "K": K, "dtype": dtype, "step": step,
+                                "kwargs": kw, "ok": ok, "rel_err": rel, "torch_ms": t_torch,
+                                "ms": t_ours, "ratio": r, "mode": "cuda_graph",
+                                "device": dev, "torch": torch.__version__,
+                                "git_sha": git_sha(), "date": time.strftime("%Y-%m-%d"),
+                                "suite": s.name, "model": entry.model,
+                                "layer": entry.layer}) + "\n")
+        del ins
+    if ratios:
+        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"geomean {gm:.3f}, min {min(ratios):.3f} over {len(ratios)} checked cases; "
+              f"{bad} refused or wrong; device {dev}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
