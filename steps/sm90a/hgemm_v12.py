@@ -14,7 +14,10 @@ from tirx_gemm import hopper as W
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 16, 256
-AUTO_DEPTH_MAX = 8            # the default ring: as many stages as fit, at most this many
+# the default ring: as many stages as fit, at most this many. A decode tile's stage holds
+# little of B (64x16: 2 KB of its 10 KB; A's rows past M are zero-filled), so it takes many
+# stages to keep enough HBM reads in flight (cuBLAS runs 64x16 tiles with 16 stages)
+AUTO_DEPTH_MAX = 16
 
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
@@ -27,7 +30,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       consumer warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one
       m64nBLK_Nk16 wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One
       producer thread TMA-loads the CTA's own A and B tiles into a full/empty ring of
-      PIPE_DEPTH stages (default: as many as fit, at most 8; a 64x16 stage is 10 KB, and
+      PIPE_DEPTH stages (default: as many as fit, at most 16; a 64x16 stage is 10 KB, and
       decode shapes need many loads in flight). v9's overlapped epilogue stays (pack, then
       stmatrix + TMA store per 64-column chunk under the next tile's first wgmmas); the
       last BLK_N % 64 columns go from the packed registers to D by guarded 4-byte stores.
