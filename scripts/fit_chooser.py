@@ -5,7 +5,8 @@
     python scripts/fit_chooser.py --report   # per suite shape: pick, predicted, measured
 
 Inputs: results/lab/v12_sweep_h200.jsonl (every v12 menu entry at every suite shape,
-bf16, GPU time per call from CUDA-graph replays, torch.mm in the same run) and the v9
+bf16, GPU time per call from CUDA-graph replays, torch.mm in the same run; where a shape
+was swept again, after a kernel change, the latest sweep counts) and the v9
 records of results/suites/nvidia-h200.jsonl (bf16, checked), each turned into a time on
 the sweep's scale as sweep_torch_time / (v9's ratio to torch in its own run).
 For each v12 entry: time = s * steps + e * waves + f (chooser.py's terms), weighted least
@@ -35,12 +36,22 @@ SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
 def load(sweep=SWEEP, suite=SUITE):
     """(samples [(cand, M, N, K, us)], torch us per shape) from the records."""
     rows = [json.loads(x) for x in Path(sweep).read_text().splitlines() if x.strip()]
-    torch_us = {(r["M"], r["N"], r["K"]): r["torch_ms"] * 1e3 for r in rows}
-    out = []
+    # the latest sweep of a shape replaces the earlier ones (a kernel change is re-swept);
+    # a candidate it lacks keeps its earlier time, scaled by the two runs' torch times
+    latest, torch_us = {}, {}
     for r in rows:
-        for c, v in sorted(r["candidates"].items()):
-            if v.get("ok"):
-                out.append((c, r["M"], r["N"], r["K"], v["ms"] * 1e3))
+        shape = (r["M"], r["N"], r["K"])
+        old = latest.get(shape, {})
+        scale = (r["torch_ms"] * 1e3 / torch_us[shape]) if shape in torch_us else 1.0
+        merged = {c: v * scale for c, v in old.items()}
+        merged.update({c: v["ms"] * 1e3 for c, v in r["candidates"].items() if v.get("ok")})
+        for c, v in r["candidates"].items():
+            if not v.get("ok"):
+                merged.pop(c, None)
+        latest[shape] = merged
+        torch_us[shape] = r["torch_ms"] * 1e3
+    out = [(c, *shape, t) for shape, cands in sorted(latest.items())
+           for c, t in sorted(cands.items())]
     v9 = {}
     for line in Path(suite).read_text().splitlines():
         r = json.loads(line)

@@ -391,6 +391,8 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
         lib = Path(bundle) / entry["lib"]
         entry["lib_path"] = str(lib)
         entry["M"] = M  # a runtime-M kernel runs at the caller's M
+        if kwargs.get("RUNTIME_NK"):
+            entry["N"], entry["K"] = N, K  # and a run-time-shape kernel at its N, K
         return lib, entry
     import importlib.util
     if importlib.util.find_spec("tvm") is None:
@@ -402,7 +404,7 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
     from tirx_gemm.gitinfo import git_sha
     r = build(step.id, *at, arch=step.arch, **kwargs)
     return Path(r.lib_path), {
-        "step": r.step, "arch": r.arch, "M": M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
+        "step": r.step, "arch": r.arch, "M": M, "N": N, "K": K, "kwargs": r.kwargs,
         "tvm_version": r.tvm_version, "lesson": step.lesson, "git_sha": git_sha(),
         "lib_path": str(r.lib_path)}
 
