@@ -389,3 +389,23 @@ def test_matmuls_row_rule_is_the_kernels():
     pytest.importorskip("tvm")
     from tirx_gemm import helpers
     assert mm.ROW_MULTIPLE == helpers.TMA_ROW_MULTIPLE
+
+
+def test_a_run_time_shape_kernel_is_recorded_at_the_callers_shape(monkeypatch, tmp_path):
+    """A v12 kernel is built and exported once, at (NOMINAL_M, NOMINAL_N, NOMINAL_K); the
+    metadata the runner checks and times with must name the caller's M, N and K (the H200
+    suite run once timed such kernels at N = K = 256 when it kept the nominal ones)."""
+    from tirx_gemm.compile import bundle as bundles
+    seen = []
+
+    def find(bundle, step, mnk, kwargs=None):
+        seen.append(mnk)
+        return {"step": step.id, "arch": step.arch, "M": mnk[0], "N": mnk[1], "K": mnk[2],
+                "kwargs": kwargs, "lib": "k.so"}
+    monkeypatch.setattr(bundles, "find", find)
+    v12 = registry.get("v12", "sm_90a")
+    kw = mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)[1]
+    assert kw.get("RUNTIME_NK") is True
+    _, meta = mm.kernel_source(v12, (77, 7168, 2048), kw, bundle=tmp_path)
+    assert seen == [(mm.NOMINAL_M, mm.NOMINAL_N, mm.NOMINAL_K)]
+    assert (meta["M"], meta["N"], meta["K"]) == (77, 7168, 2048)
