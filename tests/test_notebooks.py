@@ -403,7 +403,16 @@ def executed(kernel_spec_dir, warm_cache):
 
         return dict(zip(NAMES, await asyncio.gather(*(one(n) for n in NAMES))))
 
-    return asyncio.run(run_all())
+    results = asyncio.run(run_all())
+    # the site build (scripts/build_site.py) reuses what ran here instead of executing the
+    # notebooks again: each is kept under the key the site build looks for
+    spec = importlib.util.spec_from_file_location("build_site", ROOT / "scripts" / "build_site.py")
+    site = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(site)
+    for name, nb in results.items():
+        if not isinstance(nb, Exception):
+            site.store_executed(name, nb)
+    return results
 
 
 def _text(nb) -> str:
