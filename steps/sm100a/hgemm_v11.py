@@ -81,7 +81,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       Why all units must be resident: a waiting unit holds its SM until the other splits
         have published; a split that is not scheduled yet would need such an SM, so the
         wait never returns. Hence one unit per CTA (GRID = TILES x SPLIT_K), TILES x
-        SPLIT_K <= SM_COUNT (else ValueError), one CTA per SM (all of TMEM and ~160 KiB
+        SPLIT_K <= SM_COUNT (else ValueError), one CTA per SM (all of TMEM and 161 KiB
         of SMEM each), and SM_COUNT no larger than the GPU's SM count.
     Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
     128*128) float32 scratch (every element read was written in the same launch) and
