@@ -48,96 +48,47 @@ def next_tile_static(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0, ro
 
 def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
               SM_COUNT: int = 148, CLC: bool = True):
-    """Step card -- v10, Cluster Launch Control (CLC) + double-buffered TMEM accumulator.
+    """Step card -- v10, Cluster Launch Control (CLC): a dynamic tile scheduler on v8.
 
-    Changes from v8. Why v8 and not v9: v9's two MMA consumers fill all 512 TMEM columns
-    with one 256-column accumulator each, so double-buffering them would halve each
-    consumer's tile (256x128 MMAs, more B traffic per FLOP); v8's single consumer already
-    has two 256-column buffers, so the epilogue of one tile runs under the MMAs of the
-    next, and the scheduler is the one change:
+    Changes from v8 (not v9: v9's two consumers fill all 512 TMEM columns with one
+    accumulator each, so double-buffering them would halve each consumer's tile; v8's
+    double-buffered accumulator, v7's idea, is kept unchanged: buffer a = TMEM columns
+    [256a, 256a + 256), mma2ld[a] / ld2mma[a] = "a full" / "a empty"). The scheduler is
+    the one change:
       * launch: one 2-CTA cluster per 256x256 cluster tile (TILES = ceil(M/256) x
-        ceil(N/256) clusters, 2 x TILES CTAs), as a non-persistent kernel would; cluster
-        c starts on tile c (ClusterPersistentScheduler2D's group-major L2 order, with one
-        "cluster" per tile); its next tiles come from CLC.
-      * a scheduler role: warpgroup 1, warp 1, in both CTAs (the whole warp runs the
-        loop: with one lane, ptxas spilled). CTA 0's elected lane issues
-        one clusterlaunchcontrol.try_cancel (.multicast::cluster::all) per round: the
-        hardware cancels one cluster that has not launched yet and writes a 16-byte
-        response into the same slot (clc_resp) of both CTAs' SMEM, completing 16 bytes on
-        each CTA's own clc_full. Every thread of every role (scheduler, TMA producer, MMA
-        issuer, epilogue) reads the response at the end of its tile: the cancelled
-        cluster's first CTA id x means "next tile x / 2", NO_TILE "no tile left, exit".
-      * the accumulator (v8's): buffer a = TMEM columns [256a, 256a + 256), a tile's
-        buffer alternates 0, 1, 0, ...; mma2ld[a] = "accumulator a full", ld2mma[a] =
-        "accumulator a empty".
-      * CLC=False keeps v8's static stride over SM_COUNT // 2 resident pairs (no
-        scheduler role, no CLC instruction), for comparison.
-    Scope: 2 CTAs x 256 threads per cluster. Warpgroup 1: warp 3 TMA producer (both
-    CTAs), warp 0 MMA issuer (CTA 0), warp 1 CLC scheduler (both CTAs); warpgroup
-    0: epilogue (both CTAs).
-    Layout: as v8 (per CTA: A and B stages of 128x64, one 128x128 Dsmem, all 512 TMEM
-    columns) plus the 16-byte clc_resp and two barriers.
-    Dispatch: the hardware keeps as many clusters resident as fit (one CTA per SM: all of
-    TMEM, ~161 KiB of SMEM) and the resident ones cancel the rest; a cancelled cluster
-    never runs. With CLC, SM_COUNT does not change the kernel: where SM_COUNT // 2 <
-    TILES the PrimFunc carries tirx_gemm.resident_clusters = SM_COUNT // 2, the clusters
-    a simulation keeps resident (NumSim's execution subset).
+        ceil(N/256) clusters), as a non-persistent kernel would; cluster c starts on
+        tile c; its next tiles come from CLC.
+      * a scheduler role (warpgroup 1, warp 1, both CTAs): CTA 0's elected lane issues
+        one clusterlaunchcontrol.try_cancel (.multicast::cluster::all) per round; the
+        hardware cancels a cluster that has not launched yet and writes a 16-byte
+        response into clc_resp of both CTAs. Every role reads it at the end of its tile
+        (next_tile_clc): the cancelled cluster's first CTA id x means "next tile x / 2",
+        NO_TILE "no tile left, exit".
+      * CLC=False keeps v8's static stride over SM_COUNT // 2 resident pairs.
+    Scope: 2 CTAs x 256 threads; warpgroup 1: warp 3 TMA producer, warp 0 MMA issuer
+    (CTA 0), warp 1 scheduler; warpgroup 0: epilogue. Layout: v8's, plus clc_resp and two
+    barriers. Dispatch: as many clusters stay resident as fit (one CTA per SM: all of
+    TMEM, 161 KiB of SMEM) and cancel the rest. With CLC, SM_COUNT only sets
+    tirx_gemm.resident_clusters = SM_COUNT // 2 (where fewer than TILES), the subset a
+    simulation keeps resident.
     Why: a static stride assumes every pair is equally fast and resident from the start;
-    with CLC a pair slowed down (another kernel on its SMs, a slow tile) takes fewer
-    tiles, and work is never bound to a pair that has not launched. Not measured here
-    (no sm_100a GPU).
-    Contracts / barriers (PipelineState tracks stage and phase):
-      tma2mma[s], mma2tma[s]: as v8.
-      mma2ld[a]  "accumulator a full": MMA -> epilogue; one multicast commit after the
-                 tile's last MMA arrives in both CTAs; each epilogue waits on its own.
-      ld2mma[a]  "accumulator a empty": epilogue -> MMA, CTA 0's copy, count 256: every
-                 epilogue thread of both CTAs arrives after its last tcgen05.ld of buffer
-                 a and a tcgen05 fence; CTA 0's MMA warp waits before the tile's 1st MMA.
-      clc_full   response -> readers, one per CTA, count 1 + 16 bytes: this CTA's
-                 arrive.expect_tx(16) arms it -- the init thread arms round 0 before the
-                 setup cluster barrier, the scheduler warp arms round r + 1 after reading
-                 response r and before releasing it -- and the try_cancel completes the
-                 16 bytes in both CTAs. Every reader waits on its own CTA's copy.
+    with CLC a slowed pair takes fewer tiles, and no tile is bound to a pair that has not
+    launched. Not measured (no sm_100a GPU); what NumSim verified and cannot see, and the
+    phase of every barrier round by round, are in the lesson.
+    Contracts (PipelineState tracks stage and phase):
+      tma2mma[s], mma2tma[s], mma2ld[a], ld2mma[a] (CTA 0's, count 256): as v8.
+      clc_full   response -> readers, one per CTA, count 1 + 16 bytes: the init thread
+                 arms round 0 (arrive.expect_tx(16)) before the setup cluster barrier,
+                 the scheduler warp arms round r + 1 after reading response r and before
+                 releasing it; try_cancel completes the 16 bytes in both CTAs.
       clc_empty  readers -> CTA 0's scheduler, CTA 0's copy, count 416 = 2 x (32
                  scheduler + 32 producer + 128 epilogue) + 32 MMA threads: each reader
-                 arrives once it has decoded response r (its generic read fenced to the
-                 async proxy); request r + 1 waits for all of them, so the slot is never
-                 rewritten while read, and no reader can miss a phase.
-      phases (round r = the r-th tile a cluster finishes; tile t of the cluster, a = t % 2):
-        barrier    waiter               start  waits parity       a phase completes on
-        clc_full   all readers, own CTA   0    r % 2              arm + 16 bytes of req. r
-        clc_empty  CTA 0 scheduler        1    (r + 1) % 2, before request r (round 0
-                                               passes at once)    416 arrivals, resp. r
-        mma2ld[a]  epilogue, own CTA      0    (t // 2) % 2       commit after tile t
-        ld2mma[a]  CTA 0 MMA warp         1    (t // 2 + 1) % 2   256 arrivals after the
-                                               (both buffers        epilogue of tile t - 2
-                                               start empty)
-    Edges as v8: a CTA whose rows lie past M still loads zeros, computes, arrives and
-    stores nothing; both CTAs of a pair follow one tile sequence (one multicast response).
-    Verified on NumSim (it models try_cancel with its own deterministic launch order:
-    clusters outside the executed subset are the pending ones a request can cancel;
-    query_cancel is modeled): (a) the gate runs the whole launch, so every cluster is
-    resident and every request fails: the fail path, numbers, synccheck and racecheck;
-    (b) the cancel path: where SM_COUNT // 2 < TILES the gate also runs NumSim on the
-    first SM_COUNT // 2 clusters only (tirx_gemm.resident_clusters; the others are
-    pending and get cancelled): the resident pairs take over every other tile, and the
-    numbers and NumSim's own diagnostics must be right; the checkers certify no subset
-    run (they answer "incomplete", subset_execution), so this path has numbers only;
-    (c) CLC=False: the double-buffered accumulator across several tiles per pair (phases
-    wrap), all three clean. Mutants: acc-empty-no-wait and acc-full-parity (all three
-    checks fail), clc-no-empty-wait (CTA 0's scheduler rewrites the response slot before
-    every reader released it: caught by the cancel-path run, NumSim "a clc_full
-    generation left incomplete at exit").
-    What the gate cannot see here: (1) the cancel path under a complete analysis (no
-    synccheck or racecheck on it, above); (2) the teardown, as in v8: with a CTA barrier
-    instead of the cluster barrier before tmem_free_pair (the peer's late arrivals and
-    MMA writes may then reach a CTA that has freed its TMEM or exited) the gate still
-    reports correct, clean, clean (768x512x128, SM_COUNT=4); (3) hardware launch order,
-    timing and fairness (a model has no clock).
+                 arrives once it has decoded response r (fenced to the async proxy);
+                 request r + 1 waits for all, so the slot is never rewritten while read.
+    Edges as v8; both CTAs of a pair follow one tile sequence (one multicast response).
     Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1; SM_COUNT even; CLC a
     bool; dtype float16 (default) or bfloat16.
-    Run: ``tirx-gemm build v10 --mnk 4096,4096,4096`` (compile); ``tirx-gemm sim v10``
-    (CPU model of sm_100a); executing needs an sm_100a GPU.
+    Run: ``tirx-gemm build v10 --mnk 4096,4096,4096``; ``tirx-gemm sim v10`` (NumSim).
     """
     CTA_PAIR = W.CTA_PAIR
     BLK_M, BLK_N, BLK_K = 128, 128, 64  # per CTA

@@ -73,97 +73,43 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
               RUNTIME_M: bool = False):
     """Step card -- v10, ping-pong consumers.
 
-    Changes from v9: in v9 both consumer warpgroups work on one 128x256 tile (64 rows
-      each), so they finish together and their epilogues can only hide behind their own
-      next tile's first wgmmas (the 64 packed registers, stmatrix between issue and wait).
-      Here each consumer warpgroup owns whole output tiles of BLK_M x BLK_N (128x128 by
+    Changes from v9: in v9 both consumer warpgroups share one 128x256 tile (64 rows each),
+      finish together and hide their epilogues only behind their next tile's first
+      wgmmas. Here each consumer warpgroup owns whole tiles of BLK_M x BLK_N (128x128 by
       default: two m64n128 wgmmas per k16 slice, the same 128 fp32 accumulators per
-      thread); the CTA's tiles alternate between them (tile 0, 2, 4, ... to warpgroup 0,
-      1, 3, 5, ... to warpgroup 1), and they take turns on the tensor cores:
-      * warpgroup w waits for its turn (named barrier TURN + w), issues the whole
-        mainloop of its tile, then gives the turn to the other warpgroup (bar.arrive on
-        TURN + 1 - w) -- only if the other one has a tile to take -- and only then waits
-        for its own last wgmmas, packs and stores the tile (stmatrix + TMA store, as v9).
-        Its whole epilogue runs while the other warpgroup's wgmmas keep the tensor cores
-        busy, so v9's packed-register overlap is no longer needed (the epilogue packs
-        one 64-row block at a time, BLK_N / 4 = 32 registers for 128x128);
-      * the producer loads the tiles in the order the consumers take them, so the ring
-        is walked tile after tile: warpgroup w consumes ring positions [i*K_TILES,
-        (i+1)*K_TILES) of its tile i and skips the other warpgroup's K_TILES stages;
-        a stage is released by ONE warpgroup per CTA (mma2tma counts 2, not 4);
-      * the per-tile stage is 32 KB (A 128x64 + B 128x64) instead of 48 KB: PIPE_DEPTH
-        6 stages (192 KB) + 32 KB staging fit where v9 had 4;
-      * the tile order is a tunable: ORDER="group" (v9's L2 groups) or "snake" (odd
-        groups walked right to left, so consecutive groups share B columns).
-      BLK_M=64 gives the other per-warpgroup tile of 128 accumulators: 64x256 (one
-      m64n256 wgmma per k16, v9's instruction; 40 KB stages, PIPE_DEPTH <= 4).
-    Scope / Layout / Dispatch: dispatch (tile ownership per warpgroup, turn-taking) and
-      layout (BLK_M x BLK_N per warpgroup, stage size); the cluster (2 CTAs, B multicast),
-      the producer and the staging of the epilogue are v9's.
-    Why: a tile of 128x128 at 4096^3 has 64 K steps of 2*128*128*64 flop = 2.1 MFLOP,
-      ~0.28 us each at ~7.5 TFLOP/s per SM, ~18 us per tile; the epilogue (wait for the
-      last wgmma group, pack 128 values, 4 stmatrix chunks, TMA stores, ~1-2 us) now runs
-      entirely while the other warpgroup's 64 K steps (~18 us) run, instead of hiding
-      behind v9's one or two K steps. Both warpgroups' mainloops never share the tensor
-      cores (one issues at a time), so each tile finishes as early as possible and its
-      store leaves while the next tile computes. The cost: smaller tiles per K step.
-      SMEM fill per output element and K step: (128+128)/(128*128) = 1/64 element vs
-      v9's (128+256)/(128*256) = 3/256 (+33%); bytes a CTA pulls from L2 per K step
-      (own A + multicast B half): 16+8 = 24 KB for 2.1 MFLOP vs v9's 16+16 = 32 KB for
-      4.2 MFLOP (+50% per flop). The H200 decides whether the hidden epilogue wins.
-    Measured (H200, one lease, ratio to torch.matmul timed in the same run, fp16, medians
-      of 2 passes; results/lab/h200.jsonl, results/logs/issue18/lab.log): it does not.
-      Correct at every registry shape in fp16 and bf16, but slower than v9 everywhere:
-      4096^3 0.936x (v9 0.987x, fast.cu kernel 12 1.010x), 8192^3 0.960x (v9 1.025x),
-      4096x14336x4096 0.949x (v9 1.003x), 2048^3 0.946x (v9 0.967x), 1024x4096x4096
-      0.943x (v9 0.981x). The ring depth moves it most (PIPE_DEPTH 4 / 5 / 6: 0.83x /
-      0.92x / 0.94x at 4096^3): with 2.1 MFLOP per stage a stage covers half of v9's time,
-      so more of them must be in flight to hide the same L2 latency, and 6 is all that
-      fits. The 64x256 tile (v9's wgmma, 4 stages, B fetched per 64 rows) is slower still
-      (0.82x); ORDER=snake (+0.5%), L2_GROUP=16 and a 24/240 register split change little.
-      What the overlap saves (v9 already hides its epilogue behind 1-2 K steps) is less
-      than the extra operand traffic costs: on this GPU the cooperative 128x256 tile of
-      v9 stays the faster Hopper design; ping-pong pays off where a tile's epilogue is
-      long against its mainloop (small K, fused epilogues). Nsight Compute, one launch
-      at 4096^3, clocks left alone (results/logs/ncu/h200_4096_v10_issue18.txt, _v9_):
-      L2 throughput 72% of peak (v9 52%), SM throughput 85% (v9 89%), 196 us at 1.52 GHz
-      (v9 184 us at 1.55 GHz): the extra L2 traffic is what the tensor cores wait on.
-      The second round (3 passes, fast.cu timed before and after in the same call,
-      results/logs/issue18/final_*.log) agrees: v10 0.928x / 0.961x / 0.949x at 4096^3 /
-      8192^3 / 4096x14336x4096 in fp16 (bf16 0.927x / 0.961x / 0.949x), v9 0.988x /
-      1.025x / 0.997x, fast.cu 1.008x / 1.024x / 1.004x (then 0.992x / 1.028x / 1.003x).
-    Contracts/Barriers:
-      tma2mma[s] (mbarrier, count 1): this CTA's producer thread arrives once per load
-        (arrive.expect_tx, A_STAGE + B_STAGE bytes, half of B from the peer's
-        multicast); the 128 threads of the ONE consumer warpgroup that owns the stage's
-        tile wait. Initial phase 0; consumers wait from phase 0.
-      mma2tma[s] (mbarrier, count CLUSTER_SIZE = 2): thread 0 and 1 of the owning
-        consumer warpgroup of BOTH CTAs arrive (one local, one remote; both CTAs walk
-        the same tiles, so the same warpgroup index owns ring position p in both) once
-        its wgmmas have read stage s; the producer of each CTA waits before refilling.
-        Initial phase 0; the producer waits from phase 1 (every stage starts empty).
-      TURN + w (named barrier, 256 threads, ids 3 and 4): warpgroup 1 - w arrives with
-        its 128 threads (bar.arrive) once its tile's mainloop is issued, if the next tile
-        of the CTA exists (it is warpgroup w's); warpgroup w's 128 threads wait (bar.sync)
-        before the mainloop of each of its tiles except warpgroup 0's first. Each tile
-        gives exactly one turn to the next tile and every tile but the first takes one,
-        so arrivals and waits pair up at any tile count (1 tile: nobody gives or takes;
-        no tile: the warpgroups skip the loop), and a warpgroup cannot give twice before
-        the other took once (it must take a turn in between). The turn is also what
-        keeps tma2mma's parity waits exact: a warpgroup starts waiting on the stages of
-        its tile only after the giver has waited on every earlier ring position, so no
-        stage barrier is two phases behind the parity it is asked about (which would
-        pass at once on stale data).
-      EPI + w (named barrier, 128 threads, ids 1 and 2): v9's staging barrier of
-        warpgroup w (store_packed_tile); staging tiles are reused after
-        cp.async.bulk.wait_group.read.
-    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges, v8's partial cluster
-      tiles); dtype float16 or bfloat16; BLK_M 128 (128x128 per warpgroup) or 64
-      (64x256); EPI_BUFS dividing BLK_N / 64 (staging tiles used round-robin across
-      tiles); 2 <= PIPE_DEPTH stages of A_STAGE + B_STAGE bytes plus 2 * EPI_BUFS * 8 KB
-      of staging within 227 KB (6 for 128x128, 4 for 64x256 with EPI_BUFS=2); SM_COUNT
-      even; ORDER "group" or "snake"; PRODUCER_REGS/CONSUMER_REGS multiples of 8 within
-      64K registers per CTA. RUNTIME_M=True takes M at run time (helpers.runtime_rows).
+      thread); the CTA's tiles alternate (0, 2, 4, ... to warpgroup 0; 1, 3, 5, ... to
+      warpgroup 1) and the two take turns on the tensor cores:
+      * warpgroup w waits for its turn (TURN + w), issues its tile's whole mainloop, gives
+        the turn to the other (bar.arrive on TURN + 1 - w, only if that one has a tile),
+        and only then drains its wgmmas and stores the tile (stmatrix + TMA store as v9,
+        one 64-row block at a time: BLK_N / 4 = 32 registers for 128x128);
+      * the producer loads tiles in the order they are taken: warpgroup w consumes ring
+        positions [i*K_TILES, (i+1)*K_TILES) of its tile i and skips the other's;
+      * a stage is one tile's A and B slice, 32 KB instead of 48 KB: PIPE_DEPTH 6;
+      * ORDER="group" (v9's L2 groups) or "snake"; BLK_M=64 gives a 64x256 tile (v9's
+        m64n256 wgmma, 40 KB stages, PIPE_DEPTH <= 4).
+      The cluster (2 CTAs, B multicast), the producer and the epilogue staging are v9's.
+    Why: a warpgroup's whole epilogue runs under the other's mainloop instead of one or
+      two K steps. The cost: half-size tiles pull 50% more bytes from L2 per flop. On the
+      H200 that cost wins at every shape measured: v9's cooperative tile stays the faster
+      Hopper design (the lesson has the measurements, their sources and the arithmetic).
+    Contracts/Barriers (the lesson's table has counts and phases):
+      tma2mma[s] (count 1): this CTA's producer (expect_tx, half of B from the peer's
+        multicast) -> the 128 threads of the ONE warpgroup that owns the stage's tile.
+      mma2tma[s] (count 2): threads 0 and 1 of the owning warpgroup, one arrival in each
+        CTA (both CTAs walk the same tiles) -> each CTA's producer, from phase 1.
+      TURN + w (ids 3, 4; 256 threads): warpgroup 1 - w bar.arrives once its mainloop is
+        issued and the next tile exists; warpgroup w bar.syncs before each of its tiles
+        but warpgroup 0's first. Each tile gives one turn and every tile but the first
+        takes one, so arrivals and waits pair up at any tile count; the turn also keeps
+        tma2mma's parity waits exact (no stage barrier is two phases behind the parity a
+        warpgroup asks about).
+      EPI + w (ids 1, 2; 128 threads): v9's staging barrier of warpgroup w.
+    Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; BLK_M 128 or
+      64; EPI_BUFS dividing BLK_N / 64; PIPE_DEPTH >= 2 stages plus 2 * EPI_BUFS * 8 KB of
+      staging within 227 KB (6 for 128x128, 4 for 64x256); SM_COUNT even; ORDER "group"
+      or "snake"; PRODUCER_REGS/CONSUMER_REGS multiples of 8 within 64K registers per
+      CTA. RUNTIME_M=True takes M at run time (helpers.runtime_rows).
     Run: ``tirx-gemm run v10 --arch sm_90a --mnk 4096,4096,4096``.
     """
     H.check_edge_shape(M, N, K, dtype)
