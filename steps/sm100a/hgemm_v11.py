@@ -42,55 +42,37 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: one 128x128 tile per unit, a warp-specialized persistent
-    CTA; the 2-CTA v8/v9 pay off on large grids, while split-K is for few tiles, where
-    v7's simple per-CTA protocol leaves the whole change visible):
-      * work units: the scheduler walks SPLIT_K x ceil(M/128) "rows" of units; unit row
-        r is split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
-        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced; each has >= 1).
-        Producer and MMA warp run v7's K loop over that range only.
+    CTA; the 2-CTA v8/v9 pay off on large grids, split-K on few tiles):
+      * work units: the scheduler walks SPLIT_K x ceil(M/128) unit rows; unit row r is
+        split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
+        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced, >= 1 each); producer and
+        MMA warp run v7's K loop over that range only.
       * epilogue, SPLIT_K > 1: TMEM -> fp32 registers (not narrowed) -> slab
-        WS[split, tile] (thread-major chunks of 4 floats: a warp's stores and loads are
-        contiguous 512 bytes) -> count -> if last: reduce -> D.
-    Contracts (cross-CTA, through global memory):
+        WS[split, tile] (thread-major chunks of 4 floats) -> count -> if last: reduce -> D.
+    Contracts (cross-CTA, through global memory; the lesson has the memory-model detail):
       publish: the 128 epilogue threads store their slab, meet at the warpgroup barrier,
-        then one thread does atom.acq_rel.gpu.add on CNT[tile]. The release half orders
-        every thread's slab stores (seen through the barrier) before the count; the
-        acquire half makes every earlier unit's slab visible to this one.
-      decide: that thread puts the old count in SMEM and the barrier hands it to all;
-        old == SPLIT_K - 1 means every split has published: this unit reduces.
+        then one thread does atom.acq_rel.gpu.add on CNT[tile] (release: the slab before
+        the count; acquire: every earlier unit's slab visible to this one).
+      decide: the old count goes through SMEM and the barrier to all; old == SPLIT_K - 1:
+        every split has published, this unit reduces.
       reduce: WS[0, tile] + WS[1, tile] + ... in that fixed order (deterministic), cast,
-        swizzled Dsmem, TMA store (clipped at D's edges), then CNT[tile] = 0: the counters
-        are zero again when the launch ends, ready for the next one.
-    Why this scheme: no CTA ever waits for another (no spin, no co-residency assumption,
-    any SM_COUNT, several units per CTA), and the sum's order is fixed. Its cost: the
-    completing unit reads SPLIT_K slabs of 64 KiB alone, so SPLIT_K stays moderate
-    (splitk.choose_split: about sqrt(K_TILES / 2), at most 16, tiles x splits <= SMs).
-    REDUCE="spread" (a second reduction; "last", above, is the default):
-      publish: as above (slab, barrier, acq_rel count on CNT[tile]).
-      wait: thread 0 then loads CNT[tile] with ld.acquire.gpu until it reads SPLIT_K
-        (splitk.wait_count; bounded in a watchdog build): every split's release is then
-        seen, and the next barrier hands that to the other 127 threads.
-      reduce: split s sums chunks [s*4096//S, (s+1)*4096//S) of the slab's 4096 chunks of
-        4 floats (chunk q: row q % 128, columns 4*(q // 128) + 0..3), slab 0 + 1 + ... in
-        split order (deterministic), and stores them to D with plain stores, skipping
-        rows and columns past D's edge: each unit reads ~1 slab, whatever SPLIT_K is.
-      reset: the 128 threads meet, thread 0 counts the unit on DONE = CNT[TILES + tile]
-        (atom.acq_rel); the unit that completes DONE sets CNT[tile] and DONE back to 0.
-        Every unit has passed its wait before it counts on DONE, and the acq_rel chain
-        orders all their loads of CNT[tile] before the reset.
-      Why all units must be resident: a waiting unit holds its SM until the other splits
-        have published; a split that is not scheduled yet would need such an SM, so the
-        wait never returns. Hence one unit per CTA (GRID = TILES x SPLIT_K), TILES x
-        SPLIT_K <= SM_COUNT (else ValueError), one CTA per SM (all of TMEM and 161 KiB
-        of SMEM each), and SM_COUNT no larger than the GPU's SM count.
+        swizzled Dsmem, TMA store (clipped at D's edges), then CNT[tile] = 0.
+    REDUCE="spread" ("last", above, is the default): after publishing, thread 0 waits
+      (ld.acquire.gpu, splitk.wait_count) until CNT[tile] reads SPLIT_K; split s then sums
+      its band of the slab's 4096 chunks in split order and stores it with plain stores
+      clipped at D's edge; a second count, DONE = CNT[TILES + tile] (atom.acq_rel), lets
+      the unit that completes it reset both counters.
+    Why: with "last" no CTA ever waits for another (no spin, no co-residency, any
+    SM_COUNT, several units per CTA) and the sum's order is fixed; its cost is one unit
+    reading SPLIT_K slabs of 64 KiB alone, so SPLIT_K stays moderate (splitk.choose_split).
+    "spread" reads ~1 slab per unit whatever SPLIT_K is, but a waiting unit holds its SM,
+    so every unit must be resident: one unit per CTA (GRID = TILES x SPLIT_K <= SM_COUNT,
+    else ValueError), one CTA per SM (all of TMEM and 161 KiB of SMEM each), SM_COUNT no
+    larger than the GPU's.
     Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
-    128*128) float32 scratch (every element read was written in the same launch) and
-    CNT (tiles,) int32, zero at launch and again at exit.
-    With REDUCE="spread", CNT is (2 * tiles,): the arrivals, then the DONE counts.
-    Left out, SPLIT_K and REDUCE come from splitk.resolve_variant: neither given, both
-    from splitk.choose_variant (the measured rule tirx_gemm.matmul uses: spread when it can
-    split); SPLIT_K alone, REDUCE="last"; REDUCE alone, splitk.choose_split for it.
-    SPLIT_K=1 is v7's data-parallel kernel (no workspace operands), whatever REDUCE says.
+    128*128) float32 scratch and CNT (tiles,) int32 ((2 * tiles,) with spread), zero at
+    launch and again at exit. Left out, SPLIT_K and REDUCE come from
+    splitk.resolve_variant (the rule tirx_gemm.matmul uses); SPLIT_K=1 is v7's kernel.
     Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); dtype float16 or
     bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1; REDUCE "last"
     or "spread" (spread: tiles x SPLIT_K <= SM_COUNT).

@@ -44,58 +44,40 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
-    unit; v8's multicast and v9's overlapped epilogue pay off on large grids, while
-    split-K is for few tiles, where v7 keeps the whole change visible):
-      * work units: the scheduler walks SPLIT_K x ceil(M/128) "rows" of units; unit row
-        r is split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
-        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced; each has >= 1).
-        Producer and consumers run v7's K loop over that range only.
+    unit; v8's multicast and v9's overlapped epilogue pay off on large grids, split-K on
+    few tiles):
+      * work units: the scheduler walks SPLIT_K x ceil(M/128) unit rows; unit row r is
+        split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
+        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced, >= 1 each); producer and
+        consumers run v7's K loop over that range only.
       * writeback, SPLIT_K > 1: each consumer warpgroup (64 rows) is its own unit of
-        reduction: fp32 accumulators -> slab WS[split, tile] (its half; thread-major
-        chunks of 4 floats: a warp's stores and loads are contiguous 512 bytes) ->
-        count on CNT[2 * tile + consumer] -> if last: reduce -> v7's writeback.
-    Contracts (cross-CTA, through global memory), per consumer warpgroup:
-      publish: its 128 threads store their slab half, meet at the warpgroup's named
-        barrier, then one thread does atom.acq_rel.gpu.add on the half's counter. The
-        release half orders every thread's slab stores (seen through the barrier) before
-        the count; the acquire half makes every earlier unit's slab half visible to it.
-      decide: that thread puts the old count in SMEM and the barrier hands it to all;
-        old == SPLIT_K - 1 means every split has published this half: it reduces.
+        reduction: fp32 accumulators -> its half of slab WS[split, tile] (thread-major
+        chunks of 4 floats) -> count on CNT[2 * tile + consumer] -> if last: reduce.
+    Contracts (cross-CTA, through global memory), per consumer warpgroup c:
+      publish: its 128 threads store their slab half, meet at named barrier 1 + c, then
+        one thread does atom.acq_rel.gpu.add on the half's counter (release: the slab
+        before the count; acquire: every earlier unit's slab half visible to it).
+      decide: the old count goes through SMEM and the barrier to all; old == SPLIT_K - 1:
+        every split has published this half, it reduces.
       reduce: slab 0 + slab 1 + ... in that fixed order (deterministic) into the
-        accumulator registers, v7's writeback (fp16/bf16 fragment -> swizzled Dsmem -> TMA
-        store, clipped at D's edges), then the counter back to 0 for the next launch.
-    Why this scheme: no CTA ever waits for another (no spin, no co-residency assumption,
-    any SM_COUNT, several units per CTA), and the sum's order is fixed. Its cost: the
-    completing warpgroup reads SPLIT_K slab halves of 64 KiB alone, so SPLIT_K stays
-    moderate (splitk.choose_split: about sqrt(K_TILES / 2.7), at most 16, tiles x splits
-    <= SMs).
-    REDUCE="spread" (a second reduction; "last", above, is the default), per consumer c:
-      publish: as above (slab half, barrier 1 + c, acq_rel count on CNT[2*tile + c]).
-      wait: thread 0 of c then loads that counter with ld.acquire.gpu until it reads
-        SPLIT_K (splitk.wait_count; bounded in a watchdog build); barrier 1 + c hands
-        what it acquired to the warpgroup.
-      reduce: split s sums chunks [s*4096//S, (s+1)*4096//S) of the half's 4096 chunks of
-        4 floats (chunk q is accumulator chunk q // 128 of thread q % 128: 2 rows x 2
-        columns of D by the wgmma fragment), slab 0 + 1 + ... in split order
-        (deterministic), and stores them to D with plain stores, skipping rows and
-        columns past D's edge: each warpgroup reads ~1 slab half, whatever SPLIT_K is.
-      reset: barrier 1 + c, then thread 0 counts on DONE = CNT[2*TILES + 2*tile + c]
-        (atom.acq_rel); the unit that completes DONE sets both counters back to 0. Every
-        unit has passed its wait before it counts on DONE, and the acq_rel chain orders
-        all their loads of the counter before the reset.
-      Why all units must be resident: a waiting unit holds its SM until the other splits
-        have published; a split that is not scheduled yet would need such an SM, so the
-        wait never returns. Hence one unit per CTA (GRID = TILES x SPLIT_K), TILES x
-        SPLIT_K <= SM_COUNT (else ValueError), one CTA per SM (209 KiB of SMEM each), and
-        SM_COUNT no larger than the GPU's SM count.
+        accumulator registers, v7's writeback (swizzled Dsmem, TMA store clipped at D's
+        edges), then the counter back to 0.
+    REDUCE="spread" ("last", above, is the default): after publishing, thread 0 of c waits
+      (ld.acquire.gpu, splitk.wait_count) until the counter reads SPLIT_K and barrier
+      1 + c hands that on; split s then sums its band of the half's 4096 chunks in split
+      order and stores it with plain stores clipped at D's edge; a second count, DONE =
+      CNT[2*TILES + 2*tile + c] (atom.acq_rel), lets the unit that completes it reset both.
+    Why: with "last" no CTA ever waits for another (no spin, no co-residency, any
+    SM_COUNT, several units per CTA) and the sum's order is fixed; its cost is one
+    warpgroup reading SPLIT_K slab halves of 64 KiB alone, so SPLIT_K stays moderate
+    (splitk.choose_split). "spread" reads ~1 slab half per warpgroup whatever SPLIT_K is,
+    but a waiting unit holds its SM, so every unit must be resident: one unit per CTA
+    (GRID = TILES x SPLIT_K <= SM_COUNT, else ValueError), one CTA per SM (209 KiB of
+    SMEM each), SM_COUNT no larger than the GPU's.
     Workspace (splitk.workspace_specs_sm90a; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
-    128*256) float32 scratch (every element read was written in the same launch) and
-    CNT (2 * tiles,) int32, zero at launch and again at exit (spread: (4 * tiles,), the
-    arrivals, then the DONE counts).
-    Left out, SPLIT_K and REDUCE come from splitk.resolve_variant: neither given, both
-    from splitk.choose_variant (the measured rule tirx_gemm.matmul uses: spread when it can
-    split); SPLIT_K alone, REDUCE="last"; REDUCE alone, splitk.choose_split for it.
-    SPLIT_K=1 is v7's data-parallel kernel (no workspace operands), whatever REDUCE says.
+    128*256) float32 scratch and CNT (2 * tiles,) int32 ((4 * tiles,) with spread), zero
+    at launch and again at exit. Left out, SPLIT_K and REDUCE come from
+    splitk.resolve_variant (the rule tirx_gemm.matmul uses); SPLIT_K=1 is v7's kernel.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges); dtype float16 or
       bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH <= 3 (as v7); SM_COUNT >= 1;
       REDUCE "last" or "spread" (spread: tiles x SPLIT_K <= SM_COUNT). RUNTIME_M=True takes
