@@ -25,19 +25,22 @@ NOT_PATHS = {
     "manifest.json": "what an export writes",
     "helpers_mutant.py": "a mutant's generated helpers",
     "_mutant.py": "the suffix of a mutant's generated step file",
+    "config.toml": "the cargo config inside vendor/numsim/cargo-vendor.tgz",
 }
 
 
 def _strings():
-    """(file, line, text) of every string constant in the package; f-strings as their
-    constant head (the part before the first placeholder)."""
+    """(file, line, text, built) of every string constant in the package; an f-string as its
+    constant head (the part before the first placeholder), ``built`` True when a
+    placeholder follows it directly (f"tirx_gemm.{name}": a name made from pieces)."""
     for path in sorted(PKG.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 yield path, node.lineno, node.value, False
-            elif isinstance(node, ast.JoinedStr) and node.values \
-                    and isinstance(node.values[0], ast.Constant):
+            elif isinstance(node, ast.JoinedStr) and len(node.values) > 1 \
+                    and isinstance(node.values[0], ast.Constant) \
+                    and isinstance(node.values[1], ast.FormattedValue):
                 yield path, node.lineno, node.values[0].value, True
 
 
@@ -80,16 +83,30 @@ def test_every_module_string_names_a_module_and_attribute_that_exist():
 
 
 # module names built from pieces, each with the test that checks every name it can build
-BUILT_NAMES = {("registry.py", "tirx_gemm.steps."): "test_every_step_module_resolves"}
+BUILT_NAMES = {("registry.py", "tirx_gemm.steps."): "test_every_step_module_resolves",
+               ("__init__.py", "tirx_gemm."): "test_every_lazy_package_attribute_resolves"}
 
 
 def test_no_module_name_is_built_from_pieces():
     """f"tirx_gemm.{mod}" cannot be checked by the test above: name modules whole, or list
     the place in BUILT_NAMES with a test that checks every name it builds."""
     built = [f"{p.relative_to(ROOT)}:{line}" for p, line, text, fstring in _strings()
-             if fstring and text.startswith("tirx_gemm.")
+             if fstring and re.fullmatch(r"tirx_gemm(\.\w+)*\.", text)
              and (str(p.relative_to(PKG)), text) not in BUILT_NAMES]
     assert not built, built
+
+
+def test_every_lazy_package_attribute_resolves():
+    """tirx_gemm/__init__.py's __getattr__ imports f"tirx_gemm.{name}" for the names it
+    lists in ``name in (...)``: each must be a module."""
+    tree = ast.parse((PKG / "__init__.py").read_text(encoding="utf-8"))
+    listed = [elt.value for node in ast.walk(tree) if isinstance(node, ast.Compare)
+              and isinstance(node.left, ast.Name) and node.left.id == "name"
+              and isinstance(node.ops[0], ast.In) and isinstance(node.comparators[0], ast.Tuple)
+              for elt in node.comparators[0].elts if isinstance(elt, ast.Constant)]
+    assert listed
+    missing = [n for n in listed if _module_file(f"tirx_gemm.{n}") is None]
+    assert not missing, missing
 
 
 def test_every_step_module_resolves():
@@ -111,7 +128,7 @@ def test_every_file_string_names_a_file_of_the_checkout():
         here = [PKG / text, ROOT / text, path.parent / text]
         # a bare name joined onto a folder in code (Path(...) / "stub" / "libcuda_stub.c")
         if "/" not in text:
-            here += [p for top in (PKG, ROOT / "goldens", ROOT / "results")
+            here += [p for top in (PKG, ROOT / "goldens", ROOT / "results", ROOT / "vendor")
                      for p in top.rglob(text)]
         if not any(p.exists() for p in here):
             bad.append(f"{path.relative_to(ROOT)}:{line} {text!r}")
