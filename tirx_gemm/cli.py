@@ -920,20 +920,12 @@ def main(argv=None) -> int:
         return 130
 
 
-# launcher.py defined its own KernelLaunchError before run/errors.py existed; while it still
-# does, that class is caught too, once the launcher is loaded (tests/test_hostile_errors.py
-# checks that this names a real module)
-LAUNCHER_MODULE = "tirx_gemm.run.launcher"
-
-
 def _runner_errors() -> tuple:
     """The run side's errors a user meets (no GPU of the arch, no runtime libraries, a
-    kernel that faulted), imported by name from the torch-free run/errors.py."""
+    kernel that faulted), imported by name from the torch-free run/errors.py (device,
+    loader and launcher raise these very classes)."""
     from tirx_gemm.run.errors import RUN_ERRORS
-    own = getattr(sys.modules.get(LAUNCHER_MODULE), "KernelLaunchError", None)
-    extra = (own,) if isinstance(own, type) and issubclass(own, BaseException) \
-        and own not in RUN_ERRORS else ()
-    return RUN_ERRORS + extra
+    return RUN_ERRORS
 
 
 def _gpu_hint(exc: BaseException, args) -> str:

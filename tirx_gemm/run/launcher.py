@@ -22,6 +22,7 @@ import torch
 
 from tirx_gemm import numerics, registry
 from tirx_gemm.run.device import ARCH_CAPABILITY, check_capability
+from tirx_gemm.run.errors import KernelLaunchError
 from tirx_gemm.run.loader import load_kernel
 from tirx_gemm.settings import env_seconds
 from tirx_gemm.stepshape import StepShape
@@ -43,10 +44,6 @@ __all__ = [
     "launch",
     "KernelHandle",
 ]
-
-
-class KernelLaunchError(RuntimeError):
-    """The kernel launch or its execution failed (surfaced when the host waits for it)."""
 
 
 
