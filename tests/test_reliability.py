@@ -69,12 +69,12 @@ def _wait_for(path: Path, proc: subprocess.Popen, limit_s: float = 120.0):
 
 
 def _fake_nvcc(tmp_path: Path, *, hang_version: bool) -> Path:
-    """An nvcc that hangs (writing its pid first); ``nvcc --version`` is the real one
-    unless hang_version."""
+    """An nvcc that hangs (writing its pid first); ``nvcc --version`` and the toolchain
+    key's ``nvcc --dryrun`` probe are the real one unless hang_version."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     pid_file = tmp_path / "nvcc.pid"
-    version = "" if hang_version else f'case "$*" in *--version*) exec {NVCC} "$@";; esac\n'
+    version = "" if hang_version else f'case "$*" in *--version*|*--dryrun*) exec {NVCC} "$@";; esac\n'
     (bin_dir / "nvcc").write_text(f"#!/bin/sh\n{version}echo $$ > {pid_file}\nexec sleep 600\n")
     (bin_dir / "nvcc").chmod(0o755)
     return bin_dir

@@ -163,7 +163,7 @@ def test_cli_rejects_bad_arguments_before_simulating(capsys):
                       (["sim", "v4", "--mutant", "ld2mma-64"], "breaks step v7"),
                       (["sim", "--mutant", "producer-phase-0"], "sm_100a only"),
                       (["sim", "v99"], "no step 'v99'"),
-                      (["sim", "v1", "--mnk", "256,128,64"], "single 128x128 tile")):
+                      (["sim", "v1", "--mnk", "256,128,64"], "cannot take 256x128x64: it needs M = N = 128")):
         assert cli.main(argv) == 2, argv
         assert msg in capsys.readouterr().err, argv
     # a malformed shape is refused by the CLI's one --mnk parser, before anything runs
