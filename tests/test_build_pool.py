@@ -27,14 +27,15 @@ SHAPES = [(128, 128, 64), (128, 128, 512), (128, 128, 1024)]
 
 def _fake_nvcc(tmp_path: Path, body: str) -> dict:
     """Environment whose nvcc runs ``body`` (sh; $PPID is the build's worker process), then
-    the real nvcc; ``nvcc --version`` is the real one. Each call appends "<worker pid>
+    the real nvcc; ``nvcc --version`` and the toolchain key's ``nvcc --dryrun`` probe (made
+    by the caller's process, not a build's) are the real one. Each call appends "<worker pid>
     <worker's process group> <the -o path>" to tmp_path/calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
     (bin_dir / "nvcc").write_text(
         "#!/bin/sh\n"
-        f'case "$*" in *--version*) exec {NVCC} "$@";; esac\n'
+        f'case "$*" in *--version*|*--dryrun*) exec {NVCC} "$@";; esac\n'
         'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
         f'echo "$PPID $(cut -d" " -f5 /proc/$PPID/stat) $out" >> {calls}\n'
         f"{body}\n"
