@@ -28,6 +28,8 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
     Simulated: ``tirx-gemm sim v1`` runs it on NumSim, a CPU model of sm_100a.
     Constraints: M = N = 128 and K = 64 exactly; dtype float16 (default) or bfloat16.
     Aligned contract (v1-v3): thread copies have no edge code; edge shapes arrive in v4.
+    Shapes are compile-time here, for teaching (one kernel per shape); matmul's kernels take
+    M, or the whole shape, at run time (RUNTIME_M: v9-v11 on sm_90a; v12 also RUNTIME_NK).
     Run: ``tirx-gemm build v1`` (compiles here); executing needs a Blackwell (sm_100a) GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64

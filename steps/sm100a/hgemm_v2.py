@@ -26,6 +26,8 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
     next slice's barrier bounds how far thread 0 can run ahead, so no phase is missed.
     Constraints: M = N = 128, K a multiple of 64; dtype float16 (default) or bfloat16.
     Aligned contract (v1-v3): thread copies have no edge code; edge shapes arrive in v4.
+    Shapes are compile-time here, for teaching (one kernel per shape); matmul's kernels take
+    M, or the whole shape, at run time (RUNTIME_M: v9-v11 on sm_90a; v12 also RUNTIME_NK).
     Run: ``tirx-gemm build v2 --mnk 128,128,1024``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64

@@ -20,6 +20,8 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
     and neighbouring CTAs re-read the same A/B bands from GMEM (L2 catches some).
     Constraints: M, N multiples of 128; K a multiple of 64; dtype float16 or bfloat16.
     Aligned contract (v1-v3): thread copies have no edge code; edge shapes arrive in v4.
+    Shapes are compile-time here, for teaching (one kernel per shape); matmul's kernels take
+    M, or the whole shape, at run time (RUNTIME_M: v9-v11 on sm_90a; v12 also RUNTIME_NK).
     Run: ``tirx-gemm build v3 --mnk 4096,4096,4096``; executing needs an sm_100a GPU.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64

@@ -30,6 +30,8 @@ def hgemm_v1(M: int, N: int, K: int, dtype: str = "float16"):
     1 CTA, one tile.
     Constraints: M = N = 128 and K = 64 exactly; dtype float16 or bfloat16.
     (v1-v3 keep an aligned contract: thread copies have no edge code; v4's TMA lifts it.)
+    Shapes are compile-time here, for teaching (one kernel per shape); matmul's kernels take
+    M, or the whole shape, at run time (RUNTIME_M: v9-v11 on sm_90a; v12 also RUNTIME_NK).
     Run: ``tirx-gemm run v1 --arch sm_90a`` (compile only: ``tirx-gemm build v1 --arch sm_90a``).
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64

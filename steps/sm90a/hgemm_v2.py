@@ -27,6 +27,8 @@ def hgemm_v2(M: int, N: int, K: int, dtype: str = "float16"):
     serialised (copy, sync, compute, wait, sync): that is what v4/v5 attack.
     Constraints: M = N = 128, K a multiple of 64; dtype float16 or bfloat16.
     (v1-v3 keep an aligned contract: thread copies have no edge code; v4's TMA lifts it.)
+    Shapes are compile-time here, for teaching (one kernel per shape); matmul's kernels take
+    M, or the whole shape, at run time (RUNTIME_M: v9-v11 on sm_90a; v12 also RUNTIME_NK).
     Run: ``tirx-gemm run v2 --arch sm_90a --mnk 128,128,1024``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64

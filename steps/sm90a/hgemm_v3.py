@@ -25,6 +25,8 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
     Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
     Constraints: M, N multiples of 128; K a multiple of 64; dtype float16 or bfloat16.
     (v1-v3 keep an aligned contract: thread copies have no edge code; v4's TMA lifts it.)
+    Shapes are compile-time here, for teaching (one kernel per shape); matmul's kernels take
+    M, or the whole shape, at run time (RUNTIME_M: v9-v11 on sm_90a; v12 also RUNTIME_NK).
     Run: ``tirx-gemm run v3 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
