@@ -873,7 +873,9 @@ def summary(tl: Timeline, meta: dict | None = None, timing: dict | None = None,
         share = sum(s.dur_ns for s in ss if s.role != PRODUCER) / consumer_ns
         lines.append(f"  {kind_name(k):11s} {len(durs):8d}  {statistics.median(durs):8.3f} "
                      f"{_pct(durs, 0.9):8.3f} {max(durs):9.3f}"
-                     + (f"   {100 * share:5.1f}%" if k != EMPTY_WAIT else "   (producer)"))
+                     + (f"   {100 * share:5.1f}%" if k != EMPTY_WAIT else "   (producer)")
+                     + ("  (asynchronous: a store in flight overlaps the lanes' other work,"
+                        " so this share can pass 100%)" if k == STORE else ""))
     points: dict = {}
     for s in sp:
         if s.point:
