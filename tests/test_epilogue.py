@@ -1,0 +1,179 @@
+"""tirx_gemm/epilogue.py: keywords, numpy references, the fused-weight layout, tolerances
+(CPU only, numpy; no build)."""
+import math
+
+import numpy as np
+import pytest
+
+from tirx_gemm import epilogue as E
+from tirx_gemm import numerics
+
+
+def test_validate_defaults_and_plain():
+    assert E.validate({}) == E.PLAIN
+    assert E.is_plain({"BLK_N": 128})
+    assert E.is_plain({"BIAS": None, "ACT": None})
+    assert not E.is_plain({"ACT": "relu"})
+    assert E.epilogue_kwargs({"BIAS": "float32", "ACT": None, "BLK_M": 64}) == \
+        {"BIAS": "float32"}
+    assert E.tag({"SWIGLU": True}) == "swiglu"
+    assert E.tag({"BIAS": "bfloat16", "ACT": "gelu", "OUT_DTYPE": "float32"}) == \
+        "bias_bfloat16+gelu+out_float32"
+    assert E.tag({}) == "plain"
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"BIAS": True}, "name the bias dtype"),
+    ({"BIAS": "int8"}, "BIAS='int8'"),
+    ({"ACT": "tanh"}, "ACT='tanh'"),
+    ({"OUT_DTYPE": "float16"}, "OUT_DTYPE='float16'"),
+    ({"SWIGLU": True, "ACT": "relu"}, "takes no BIAS or ACT"),
+    ({"SWIGLU": True, "BIAS": "float16"}, "takes no BIAS or ACT"),
+])
+def test_validate_refuses_in_one_line(kw, words):
+    with pytest.raises(ValueError) as e:
+        E.validate(kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_validate_types():
+    with pytest.raises(TypeError, match="True or False"):
+        E.validate({"SWIGLU": 1})
+    with pytest.raises(TypeError, match="dict"):
+        E.validate(["ACT"])
+
+
+def test_activations_match_their_definitions():
+    x = np.array([-30.0, -3.0, -1.0, -0.25, 0.0, 0.5, 1.0, 2.3994, 8.0])
+    assert np.array_equal(E.act_np(x, "relu"), np.maximum(x, 0))
+    gelu = [0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x]
+    np.testing.assert_allclose(E.act_np(x, "gelu"), gelu, rtol=1e-15, atol=1e-300)
+    np.testing.assert_allclose(E.act_np(x, "silu"), x / (1 + np.exp(-x)), rtol=1e-15)
+    # the tanh form stays within 1e-3 of the erf form on [-3, 3] (its known accuracy)
+    t = np.linspace(-3, 3, 601)
+    assert np.max(np.abs(E.act_np(t, "gelu_tanh") - E.act_np(t, "gelu"))) < 1e-3
+    with pytest.raises(ValueError, match="act='elu'"):
+        E.act_np(x, "elu")
+
+
+def test_slope_bounds_hold():
+    """SLOPE (used by tolerance) bounds each activation's derivative on a fine grid."""
+    x = np.linspace(-12, 12, 240001)
+    for act in E.ACTIVATIONS:
+        d = np.abs(np.diff(E.act_np(x, act)) / np.diff(x))
+        assert d.max() <= E.SLOPE[act], (act, d.max())
+
+
+def test_apply_np_bias_then_act_in_fp32():
+    acc = np.array([[1.0, -2.0, 0.5]], dtype=np.float32)
+    bias = np.array([0.5, 1.0, -1.0], dtype=np.float16)
+    out = E.apply_np(acc, bias, "relu")
+    assert out.dtype == np.float32
+    assert out.tolist() == [[1.5, 0.0, 0.0]]
+    with pytest.raises(ValueError, match=r"must be \(3,\)"):
+        E.apply_np(acc, np.zeros(4), None)
+
+
+def test_interleave_layout_and_inverse():
+    N, K = 16, 3
+    g = np.arange(N * K, dtype=np.float32).reshape(N, K)
+    u = -g - 1
+    f = E.interleave_gate_up_np(g, u)
+    assert f.shape == (2 * N, K)
+    G = E.SWIGLU_GROUP
+    for n in range(N):
+        t, r = divmod(n, G)
+        assert np.array_equal(f[2 * G * t + r], g[n])
+        assert np.array_equal(f[2 * G * t + G + r], u[n])
+    g2, u2 = E.split_gate_up_np(f)
+    assert np.array_equal(g2, g) and np.array_equal(u2, u)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        E.interleave_gate_up_np(g[:12], u[:12])
+    with pytest.raises(ValueError, match="one shape and dtype"):
+        E.interleave_gate_up_np(g, u[:8])
+
+
+def test_swiglu_register_pairing():
+    """The sm_90a scheme: accumulator column 8j + c of thread l holds, for j = 2t, the gate
+    and for j = 2t+1 the up row of output column 8t + c (module docstring)."""
+    G = E.SWIGLU_GROUP
+    BLK_N = 48
+    for j in range(0, BLK_N // 8, 2):
+        for c in range(8):
+            gate_col, up_col = 8 * j + c, 8 * (j + 1) + c
+            assert (gate_col // G) % 2 == 0 and (up_col // G) % 2 == 1
+            out_g = (gate_col // (2 * G)) * G + gate_col % G
+            out_u = (up_col // (2 * G)) * G + up_col % G
+            assert out_g == out_u == 8 * (j // 2) + c
+
+
+def test_reference_np_full_cases():
+    M, N, K = 5, 16, 32
+    A, B, _ = numerics.make_inputs_np(M, N, K, "random", 1)
+    acc = numerics.reference_np(A, B)
+    bias = E.make_bias_np(N, "bfloat16", 2)
+    ref = E.reference_np(A, B, {"BIAS": "bfloat16", "ACT": "gelu"}, bias=bias)
+    np.testing.assert_allclose(ref, E.act_np(acc + bias.astype(np.float32), "gelu"),
+                               rtol=1e-6, atol=1e-7)
+    Bg, Bu = B[:8], B[8:]
+    fused = E.interleave_gate_up_np(Bg, Bu)
+    sw = E.reference_np(A, fused, {"SWIGLU": True})
+    ag, au = numerics.reference_np(A, Bg), numerics.reference_np(A, Bu)
+    np.testing.assert_allclose(sw, E.act_np(ag, "silu") * au, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="pass both or neither"):
+        E.reference_np(A, B, {"BIAS": "float32"})
+    with pytest.raises(ValueError, match="pass both or neither"):
+        E.reference_np(A, B, {}, bias=bias)
+
+
+def test_tolerance_derivation():
+    plain16 = numerics.tolerances("float16")
+    t = E.tolerance({}, "float16", K=4096)
+    # the plain case is the plain rule plus the (small) accumulation term
+    assert plain16.rtol == t.rtol and plain16.atol_scale < t.atol_scale < 1.2e-3
+    # fp32 out: far tighter than any 2-byte rule, set by the accumulation error at K
+    t32 = E.tolerance({"OUT_DTYPE": "float32"}, "bfloat16", K=4096)
+    assert t32.max_rel_err < 1e-4 and t32.rtol < 1e-6
+    assert E.tolerance({"OUT_DTYPE": "float32"}, "bfloat16", K=16384).max_rel_err > \
+        t32.max_rel_err
+    # an activation widens by its slope; bfloat16's rounding dominates its tolerance
+    tg = E.tolerance({"ACT": "gelu"}, "bfloat16")
+    assert 8e-3 <= tg.max_rel_err < 8.3e-3
+    with pytest.raises(ValueError, match="K=0"):
+        E.tolerance({}, "float16", K=0)
+    with pytest.raises(ValueError, match="dtype='float32'"):
+        E.tolerance({}, "float32")
+
+
+def _kernel_like(A, B, kw, bias, in_dtype):
+    """An fp32 emulation of the kernel: fp32 acc in another summation order (K reversed),
+    the epilogue in fp32, one rounding to the out dtype."""
+    acc = (A.astype(np.float32)[:, ::-1] @ B.astype(np.float32)[:, ::-1].T).astype(np.float32)
+    v = E.validate(kw)
+    if v["SWIGLU"]:
+        g, u = E.split_gate_up_np(acc.T)
+        g, u = g.T.astype(np.float32), u.T.astype(np.float32)
+        y = (g / (np.float32(1) + np.exp(-g))) * u
+    else:
+        y = acc + (bias.astype(np.float32) if bias is not None else np.float32(0))
+        y = E.act_np(y, v["ACT"]).astype(np.float32)
+    od = E.out_dtype(kw, in_dtype)
+    return y.astype(np.float32) if od == "float32" else numerics.round_to(y, od)
+
+
+@pytest.mark.parametrize("kw", [{}, {"BIAS": "float32", "ACT": "silu"},
+                                {"ACT": "gelu_tanh", "OUT_DTYPE": "float32"},
+                                {"SWIGLU": True}, {"SWIGLU": True, "OUT_DTYPE": "float32"}])
+@pytest.mark.parametrize("in_dtype", ["float16", "bfloat16"])
+def test_tolerance_passes_a_correct_result_and_fails_a_wrong_one(kw, in_dtype):
+    M, N, K = 64, 64, 1024
+    A, B, _ = numerics.make_inputs_np(M, 2 * N if kw.get("SWIGLU") else N, K, "random", 3,
+                                      in_dtype)
+    bias = E.make_bias_np(N, kw["BIAS"], 4) if kw.get("BIAS") else None
+    ref = E.reference_np(A, B, kw, bias=bias)
+    got = _kernel_like(A, B, kw, bias, in_dtype)
+    assert E.compare_np(got, ref, kw, in_dtype, K=K).ok
+    # a wrong epilogue (the accumulator unactivated, or a dropped bias) fails
+    wrong = got.copy()
+    wrong[:, :8] *= 1.01
+    assert not E.compare_np(wrong, ref, kw, in_dtype, K=K).ok
