@@ -512,3 +512,219 @@ def store_packed_guarded(D, packed, m_st, n_st, j_first: int, j_end: int, M, N, 
 
 
 __all__ += ["store_packed_guarded"]
+
+
+# --- issue 28: the fused epilogue on the fp32 accumulator fragment, in registers, before
+# the cast (the keywords, references and tolerances: tirx_gemm/epilogue.py). Each
+# activation is one device function of one fp32 value. The build passes --use_fast_math:
+# expf is then ex2.approx based (__expf, 2 + 1.16|x| ulp) and the division approximate
+# (2 ulp); erff and tanhf keep their library forms (not tanh.approx.f32, 2**-11 relative)
+_ACT_FN = {
+    "relu": ("tirx_gemm_act_relu", """
+__device__ __forceinline__ float tirx_gemm_act_relu(float x) { return fmaxf(x, 0.0f); }
+"""),
+    "gelu": ("tirx_gemm_act_gelu", """
+__device__ __forceinline__ float tirx_gemm_act_gelu(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+"""),
+    "gelu_tanh": ("tirx_gemm_act_gelu_tanh", """
+__device__ __forceinline__ float tirx_gemm_act_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+"""),
+    "silu": ("tirx_gemm_act_silu", """
+__device__ __forceinline__ float tirx_gemm_act_silu(float x) { return x / (1.0f + expf(-x)); }
+"""),
+}
+
+
+@T.inline
+def epilogue_bias_act(acc, n: int, bias, act, col0, N, lane_id):
+    """acc[4j+2h+e] <- act(acc[4j+2h+e] + bias[col]) over a 64 x n fragment whose column 0
+    is D's column ``col0`` (col = col0 + 8j + 2(l%4) + e: both rows h of a thread share it,
+    so each bias element is loaded once per thread; columns past N read 0 and are never
+    stored). ``bias`` None: no bias; ``act`` None: no activation."""
+    for j in T.unroll(n // 8):
+        for e in T.unroll(2):
+            col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4) + e)
+            if bias is not None:
+                b = T.meta_var(T.if_then_else(col < N, T.Cast(ACC_DTYPE, bias[col]),
+                                              T.float32(0)))
+                for h in T.unroll(2):
+                    if act is not None:
+                        acc[4 * j + 2 * h + e] = T.cuda.func_call(
+                            _ACT_FN[act][0], acc[4 * j + 2 * h + e] + b,
+                            source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
+                    else:
+                        acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] + b
+            else:
+                for h in T.unroll(2):
+                    acc[4 * j + 2 * h + e] = T.cuda.func_call(
+                        _ACT_FN[act][0], acc[4 * j + 2 * h + e],
+                        source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
+
+
+@T.inline
+def epilogue_swiglu(acc, n: int):
+    """SwiGLU on a 64 x n fragment of the fused gate/up weight (groups of 8 columns: gate,
+    up, gate, ...; epilogue.SWIGLU_GROUP): 8-column block 2t holds the gate and block 2t+1
+    the up values of the same 8 outputs at the same places, so
+    acc[4t+2h+e] <- silu(acc[8t+2h+e]) * acc[8t+4+2h+e]. The n/4 results fill acc's first
+    registers in the fragment layout of a 64 x n/2 accumulator (in place: register 4t+k is
+    written only after 8t'+k' = 4t+k was read, t' < t)."""
+    for t in T.unroll(n // 16):
+        for k in T.unroll(4):
+            acc[4 * t + k] = T.cuda.func_call(
+                _ACT_FN["silu"][0], acc[8 * t + k], source_code=_ACT_FN["silu"][1],
+                return_type=ACC_DTYPE) * acc[8 * t + 4 + k]
+
+
+_ST_GLOBAL_F32X2_SRC = """
+__device__ __forceinline__ void tirx_gemm_st_global_f32x2(void* p, float lo, float hi) {
+  *reinterpret_cast<float2*>(p) = make_float2(lo, hi);
+}
+"""
+
+
+@T.inline
+def store_fragment_f32_guarded(D, acc, m_st, n_st, n: int, M, N, warp_id, lane_id):
+    """Warpgroup: its fp32 64 x n fragment -> fp32 D[m_st + row, n_st + col] with one
+    guarded 8-byte store per pair of columns (acc[4j+2h], acc[4j+2h+1] are neighbours; a
+    quad of lanes writes one 32-byte sector of a row). N is a multiple of 8 and n_st of
+    8, so a pair starting inside D lies inside it wholly and is 8-byte aligned. The
+    registers are read at issue: the accumulators are free for the next wgmmas at once."""
+    for j in T.unroll(n // 8):
+        for h in T.unroll(2):
+            row = T.meta_var(m_st + warp_id * 16 + lane_id // 4 + 8 * h)
+            col = T.meta_var(n_st + 8 * j + 2 * (lane_id % 4))
+            if row < M:
+                if col < N:
+                    T.cuda.func_call("tirx_gemm_st_global_f32x2", D.ptr_to([row, col]),
+                                     acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
+                                     source_code=_ST_GLOBAL_F32X2_SRC)
+
+
+__all__ += ["epilogue_bias_act", "epilogue_swiglu", "store_fragment_f32_guarded"]
+
+
+# --- v13: fp8 (e4m3) operands. One byte per element, so a 128-byte swizzle row holds 128
+# elements of K (BLK_K = 128 per stage) and one wgmma m64nNk32 consumes 32 of them: the
+# descriptor walks the row in the same 32-byte steps as the 16-bit k16 wgmma (4 per
+# row), so encode_desc, desc_advance and DESC_M64_STEP are reused unchanged. The kernel
+# sees A and B as uint8 buffers (the e4m3 bit patterns; TMA copies bytes and the wgmma
+# mnemonic says e4m3), and the scales as fp32 buffers.
+FP8_BLK_K = 128             # e4m3 elements in one 128-byte swizzle row: BLK_K of v13
+FP8_WGMMA_K = 32            # K of one e4m3 wgmma
+FP8_STORAGE = "uint8"       # how the kernel's signature and SMEM hold e4m3 bits
+FP8_OUT_DTYPES = ("bfloat16", "float16")
+
+
+def fp8_tile_bytes(rows: int) -> int:
+    """Bytes of one (rows, 128) e4m3 tile: rows x one 128-byte swizzle row."""
+    return rows * FP8_BLK_K
+
+
+def wgmma_fp8_name(n: int) -> str:
+    """PTX mnemonic of the e4m3 x e4m3 -> fp32 wgmma, both operands in SMEM, K-major."""
+    return f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
+
+
+@T.inline
+def wgmma_fp8_tile(acc, desc_a, desc_b, accumulate, m_blocks: int, n: int):
+    """All e4m3 wgmmas that consume one 128-wide K slice (one 128-byte row) in SMEM:
+    4 x m64nNk32 per 64-row block, descriptors advanced 32 B per k32 (as wgmma_tile's
+    k16 steps). ``accumulate`` False: the slice's first wgmma overwrites acc (scale-d 0)."""
+    TL.begin(TL.WGMMA, accumulate)
+    for kk in T.unroll(FP8_BLK_K // FP8_WGMMA_K):
+        for h in T.unroll(m_blocks):
+            T.ptx[wgmma_fp8_name(n)](
+                *[acc[h * (n // 2) + i] for i in range(n // 2)],
+                desc_a + T.Cast("uint64", h * DESC_M64_STEP + kk * DESC_K16_STEP),
+                desc_b + T.Cast("uint64", kk * DESC_K16_STEP),
+                T.ptx.pred(T.Or(accumulate, kk > 0)),
+                1, 1,  # scale-a, scale-b (fp8 forms have no transpose: K-major only)
+            )
+
+
+@T.inline
+def tma_load_fp8_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, bar):
+    # one thread: helpers.tma_load_tiles for one-byte elements (expect_tx counts bytes:
+    # (BLK_M + BLK_N) x 128, zero-filled edge bytes included)
+    TL.point(TL.TMA_ISSUE, k_st // FP8_BLK_K, TL.PRODUCER)
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+        bar, T.uint32((BLK_M + BLK_N) * FP8_BLK_K))
+    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + FP8_BLK_K], dispatch=H.TMA,
+                  mbar=bar)
+    Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + FP8_BLK_K], dispatch=H.TMA,
+                  mbar=bar)
+
+
+@T.inline
+def promote_fragment(acc, tmp, count: int, first, factor):
+    """acc <- (first ? 0 : acc) + tmp * factor, per register (the promotion of a partial
+    sum of the limited-precision fp8 accumulation into the fp32 accumulator). ``factor``
+    is one value for the whole fragment (1.0, or a per-tensor scale)."""
+    for i in T.unroll(count):
+        acc[i] = T.if_then_else(first, T.float32(0), acc[i]) + tmp[i] * factor
+
+
+@T.inline
+def load_block_scales(sav, sbv, SA, SB, kb, row0, n_st, n: int, M, N, warp_id, lane_id):
+    """Block scaling: this thread's scales of K block ``kb`` into registers, issued before
+    the promotion's wait_group so their latency hides under the wgmmas. sav[h] = SA[row,
+    kb] for its rows row0 + 16w + l//4 + 8h (h = 0, 1); sbv[t] = SB[n_st // 128 + t, kb]
+    for the ceil(n / 128) blocks of B the tile's columns lie in (n divides 128 or is 256,
+    n_st is a multiple of n). Rows past M and blocks past N read 0 (never stored)."""
+    for h in T.unroll(2):
+        row = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
+        sav[h] = T.if_then_else(row < M, SA[row, kb], T.float32(0))
+    for t in T.unroll((n + 127) // 128):
+        nb = T.meta_var(n_st // 128 + t)
+        sbv[t] = T.if_then_else(nb * 128 < N, SB[nb, kb], T.float32(0))
+
+
+@T.inline
+def promote_fragment_block(acc, tmp, n: int, first, sav, sbv):
+    """Block scaling's promotion: acc <- (first ? 0 : acc) + tmp * sa * sb with the scales
+    of load_block_scales: register acc[4j + 2h + e] holds row 8h + .. (sav[h]) and column
+    8j + .. (B block (8j) // 128 of the tile: sbv[8j // 128])."""
+    for j in T.unroll(n // 8):
+        for h in T.unroll(2):
+            for e in T.unroll(2):
+                acc[4 * j + 2 * h + e] = (
+                    T.if_then_else(first, T.float32(0), acc[4 * j + 2 * h + e])
+                    + tmp[4 * j + 2 * h + e] * (sav[h] * sbv[(8 * j) // 128]))
+
+
+@T.inline
+def scale_fragment(acc, count: int, factor):
+    """acc *= factor (the per-tensor scale product, applied once in the epilogue)."""
+    for i in T.unroll(count):
+        acc[i] = acc[i] * factor
+
+
+@T.inline
+def scale_fragment_rows_cols(acc, n: int, SA, SB, row0, col0, M, N, warp_id, lane_id):
+    """Row scaling in the epilogue: acc[r, c] *= SA[r] * SB[c] over the 64 x n fragment at
+    (row0, col0) (thread (w, l) holds rows 16w + l//4 + 8h, columns 8j + 2(l%4) + e);
+    each scale is read once per thread; rows past M and columns past N read 0 (never
+    stored)."""
+    sav = T.alloc_local((2,), "float32")
+    sbv = T.alloc_local((2,), "float32")
+    for h in T.unroll(2):
+        row = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
+        sav[h] = T.if_then_else(row < M, SA[row], T.float32(0))
+    for j in T.unroll(n // 8):
+        for e in T.unroll(2):
+            col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4) + e)
+            sbv[e] = T.if_then_else(col < N, SB[col], T.float32(0))
+        for h in T.unroll(2):
+            for e in T.unroll(2):
+                acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] * (sav[h] * sbv[e])
+
+
+__all__ += ["FP8_BLK_K", "FP8_OUT_DTYPES", "FP8_STORAGE", "FP8_WGMMA_K", "fp8_tile_bytes",
+            "load_block_scales", "promote_fragment", "promote_fragment_block", "scale_fragment",
+            "scale_fragment_rows_cols", "tma_load_fp8_tiles", "wgmma_fp8_name",
+            "wgmma_fp8_tile"]

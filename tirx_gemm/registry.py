@@ -325,6 +325,23 @@ STEPS: list[Step] = [
          ("LDG.E.128",), sm_count_kwarg="SM_COUNT",
          one_track="the sm_100a twin (the tile menu on tcgen05, checked on NumSim) is not "
                    "written yet; matmul's chooser exists on sm_90a only"),
+    # v13 (sm_90a, fp8): e4m3 A and B (uint8 operands), bf16 D, fp32 scales after D;
+    # the fp8 wgmma is QGMMA in SASS (HGMMA is the 16-bit one)
+    # (SCALE tensor | row | block, PROMOTE). Registry builds use the defaults: 128x128,
+    # per-tensor scales, no promotion. Tests: edges (one row, N and K off the tile grid,
+    # K a multiple of 16 only) and a decode shape; K=24 is valid for v12, not here
+    Step("v13", "sm_90a", "fp8 (e4m3): m64nNk32 wgmmas on v12's skeleton, per-tensor / per-row scales in the epilogue, 1x128 x 128x128 block scales in the mainloop, partial sums promoted from the tensor core's limited-precision accumulator into fp32 every PROMOTE wgmmas",
+         "any M >= 1; N a multiple of 8, K a multiple of 16 (TMA: 16-byte rows of 2-byte D "
+         "and 1-byte A, B); SCALE tensor|row|block; PROMOTE 0 or a multiple of 4 (block: 4)",
+         (1024, 1024, 1024),
+         ((1, 264, 80), (77, 7168, 2048), (1000, 1000, 1008), (300, 136, 400)),
+         ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096)),
+         ((128, 130, 64), (128, 128, 100), (128, 128, 24), (0, 256, 64)),
+         ("QGMMA", "WARPGROUP.ARRIVE") + _TMA + ("QGMMA.64x128x32.F32.E4M3.E4M3", "STSM"),
+         ("LDG.E.128", "HGMMA"), sm_count_kwarg="SM_COUNT",
+         one_track="the sm_100a twin (tcgen05 kind::f8f6f4, block-scaled MXFP8) is not "
+                   "written yet: it needs NumSim's fp8 MMA and scale-factor support checked "
+                   "first (issue 29, part 2)"),
 ]
 
 

@@ -1,0 +1,359 @@
+"""Step 13 (sm_90a): fp8 -- e4m3 operands, scales, and the promotion of partial sums.
+
+Lesson: halving the operand bytes doubles the tensor-core rate (m64nNk32 instead of k16),
+but an fp8 GEMM is only correct with a contract for its scales and with partial sums
+promoted out of the tensor core's limited-precision accumulator into fp32.
+"""
+import tvm
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
+
+BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
+BLK_N_STEP, BLK_N_MAX = 16, 256
+AUTO_DEPTH_MAX = 16
+SCALES = ("tensor", "row", "block")
+SCALE_BLOCK = 128             # block scaling: 1x128 blocks of A, 128x128 blocks of B
+# block scaling reads one scale of B per 128 columns: a tile must lie in one block of B
+# (256 would cover two, but its promoted accumulators do not fit the registers)
+BLOCK_BLK_NS = (16, 32, 64, 128)
+# registers a consumer thread may give to accumulators (acc, tmp) and the packed tile
+# before the kernel spills (232 after setmaxnreg, minus addresses, indices and scales)
+PROMOTED_REGS_MAX = 200
+
+
+def scale_shapes(scale: str, M, N, K):
+    """The shapes of scale_a and scale_b of a SCALE mode (fp32, row-major)."""
+    if scale == "tensor":
+        return (1,), (1,)
+    if scale == "row":
+        return (M,), (N,)
+    if scale == "block":
+        kb = (K + SCALE_BLOCK - 1) // SCALE_BLOCK
+        return (M, kb), ((N + SCALE_BLOCK - 1) // SCALE_BLOCK, kb)
+    raise ValueError(f"SCALE={scale!r} must be one of {', '.join(SCALES)}")
+
+
+def hgemm_v13(M: int, N: int, K: int, dtype: str = "bfloat16", SCALE: str = "tensor",
+              PROMOTE: int | None = None, BLK_M: int = 128, BLK_N: int = 128,
+              PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = False,
+              RUNTIME_NK: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
+              CONSUMER_REGS: int = 232):
+    """Step card -- v13, fp8 (e4m3) with scales and promotion.
+
+    Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major (the only layout
+      the fp8 wgmma reads); one wgmma is m64nBLK_Nk32, so a 128-byte swizzle row is 128
+      elements of K and a stage is BLK_K = 128 (4 wgmmas per consumer). Same ring,
+      producer, persistent L2-grouped tile walk and overlapped epilogue as v12; D is
+      ``dtype`` (bfloat16 default, or float16); accumulation is fp32.
+    How e4m3 reaches the kernel: A and B are uint8 operands (the e4m3 bit patterns). TMA
+      copies bytes and the wgmma mnemonic (.e4m3.e4m3) says how to read them, so the
+      kernel needs no fp8 type; a torch float8_e4m3fn tensor is passed as
+      ``t.view(torch.uint8)`` (zero-copy; torch's DLPack export of float8 is not
+      something every torch build has), see tirx_gemm.fp8.
+    Scale contract (SCALE, fp32 operands scale_a, scale_b after D):
+      "tensor": scale_a (1,), scale_b (1,): D = (sa * sb) * (A @ B.T), applied once to
+        the fp32 accumulator in the epilogue;
+      "row": scale_a (M,), scale_b (N,): D[m, n] = sa[m] * sb[n] * (A @ B.T)[m, n], in
+        the epilogue (each thread reads the scales of its fragment's rows and columns);
+      "block": scale_a (M, ceil(K/128)) per 1x128 block of A, scale_b (ceil(N/128),
+        ceil(K/128)) per 128x128 block of B: D[m, n] = sum over k-blocks b of
+        sa[m, b] * sb[n // 128, b] * (A[m, 128b:128b+128] @ B[n, 128b:128b+128]); applied
+        in the mainloop: each K stage (= one 128-K block) is accumulated by its 4 wgmmas
+        into a temporary accumulator ``tmp``, then promoted: acc += tmp * sa * sb.
+        Tails: the last K block is partial (TMA zero-fills past K, its scale still
+        applies to the real columns); the last N block of B may have fewer than 128 rows.
+    Limited-precision accumulation: Hopper's fp8 wgmma does not accumulate in full fp32;
+      the DeepSeek-V3 technical report (arXiv 2412.19437, sec. 3.3.2) measured that it
+      keeps about 14 bits, not an NVIDIA-documented figure. PROMOTE = the number of k32
+      wgmmas summed in ``tmp`` (scale-d 0 at the first) before ``acc += tmp * factor`` in
+      ordinary fp32 FMAs; a multiple of 4 (one stage): the promotion waits for its
+      stage's wgmmas (wait_group 0), so a promotion point is a stage boundary.
+      PROMOTE=0: no promotion, the wgmmas accumulate the whole K in ``acc`` (v12's
+      loop). Default: 4 for "block" (required: each block has its own scale), 0 for
+      "tensor" and "row".
+    Error of each PROMOTE interval against an fp32 reference (emulated, not measured:
+      scripts/lab/fp8_promotion_error.py, the 14-bit model above, truncating every k32
+      partial sum's running value to 14 significant bits; e4m3 inputs randn-quantized,
+      per-row scales; rel. Frobenius error of the fp32 result, before the bf16 rounding):
+        | K     | PROMOTE=0 | 4       | 8       | 16      | 32      |
+        | 4096  | 1.1e-03   | 6.0e-05 | 8.5e-05 | 1.2e-04 | 1.7e-04 |
+        | 16384 | 2.3e-03   | 6.0e-05 | 8.4e-05 | 1.2e-04 | 1.7e-04 |
+      (bf16 output rounding alone is ~1.6e-3 rms relative: PROMOTE=0 is under it at
+      K=4096 and near it at 16384; promotion keeps the error K-independent.)
+      Measured on the H200: pending (scripts/lab/fp8_h200.py records the error of each
+      mode against the dequantized fp32 reference).
+    Speed: measured on the H200: pending H200 run (scripts/lab/fp8_h200.py times tensor,
+      row, block against torch._scaled_mm per-tensor / rowwise and bf16 torch.matmul).
+    Contracts/Barriers: v12's: tma2mma counts 1 (the producer's expect_tx of
+      (BLK_M + BLK_N) x 128 bytes), mma2tma counts BLK_M // 64; with promotion a
+      consumer releases a stage after wait_group 0 at the promotion point.
+    Constraints: any M >= 1; N a multiple of 8; K a multiple of 16 (16-byte TMA rows);
+      dtype bfloat16 or float16; SCALE tensor | row | block; PROMOTE 0 or a multiple of 4
+      ("block": exactly 4); BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]
+      ("block": 16, 32, 64 or 128); with promotion the accumulators and the packed
+      tile (BLK_N + BLK_N / 4 registers) must fit 200 (BLK_N <= 160); PIPE_DEPTH >= 2
+      and within 227 KB; RUNTIME_M / RUNTIME_NK as v12.
+    Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (H200).
+    """
+    BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
+    if str(dtype) not in W.FP8_OUT_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is the output dtype of v13: choose bfloat16 or "
+                         f"float16 (the operands are always e4m3)")
+    dtype = str(dtype)
+    H.check_positive_ints(M=M, N=N, K=K)
+    if N % 8:
+        raise ValueError(f"N={N} is not a multiple of 8: TMA needs every row of D to start "
+                         f"on a 16-byte boundary (N x 2 bytes)")
+    if K % 16:
+        raise ValueError(f"K={K} is not a multiple of 16: TMA needs every row of A and B "
+                         f"to start on a 16-byte boundary (K x 1 byte)")
+    if SCALE not in SCALES:
+        raise ValueError(f"SCALE={SCALE!r} must be one of {', '.join(SCALES)}")
+    if PROMOTE is None:
+        PROMOTE = 4 if SCALE == "block" else 0
+    if isinstance(PROMOTE, bool) or not isinstance(PROMOTE, int) or PROMOTE < 0 \
+            or PROMOTE % 4:
+        raise ValueError(f"PROMOTE={PROMOTE!r} must be 0 or a multiple of 4 (k32 wgmmas "
+                         f"per promotion; a stage holds 4)")
+    if SCALE == "block" and PROMOTE != 4:
+        raise ValueError(f"PROMOTE={PROMOTE} with SCALE='block': each 128-K block has its "
+                         f"own scales, so it must be promoted alone: use PROMOTE=4")
+    if isinstance(BLK_M, bool) or not isinstance(BLK_M, int) or BLK_M not in BLK_MS:
+        raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
+                         f"warpgroups of 64 rows)")
+    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
+            or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
+        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
+                         f"[{BLK_N_STEP}, {BLK_N_MAX}] (wgmma m64nNk32: N <= 256)")
+    if SCALE == "block" and BLK_N not in BLOCK_BLK_NS:
+        raise ValueError(f"BLK_N={BLK_N} with SCALE='block': a tile must lie in one 128-row "
+                         f"block of B; use one of {BLOCK_BLK_NS}")
+    for name, flag in (("RUNTIME_M", RUNTIME_M), ("RUNTIME_NK", RUNTIME_NK)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}={flag!r} must be True or False")
+    H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    PROMOTED = PROMOTE > 0
+    P_STAGES = PROMOTE // 4               # stages summed in tmp per promotion
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M
+    PRODUCER = NUM_CONSUMERS
+    ACC_REGS = BLK_N // 2
+    PACKED_REGS = ACC_REGS // 2
+    TMP_REGS = ACC_REGS if PROMOTED else 1  # the partial-sum accumulator (a stub if unused)
+    if PROMOTED and 2 * ACC_REGS + PACKED_REGS > PROMOTED_REGS_MAX:
+        raise ValueError(f"BLK_N={BLK_N} with PROMOTE={PROMOTE} needs "
+                         f"{2 * ACC_REGS + PACKED_REGS} registers per thread for acc, tmp "
+                         f"and the packed tile (> {PROMOTED_REGS_MAX}): use BLK_N <= 160 "
+                         f"or PROMOTE=0")
+    TMA_CHUNKS = BLK_N // W.EPI_COLS
+    TAIL_J = (BLK_N % W.EPI_COLS) // 8
+    EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
+    STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
+        if TMA_CHUNKS else 0
+    A_STAGE_BYTES = W.fp8_tile_bytes(BLK_M)
+    B_STAGE_BYTES = W.fp8_tile_bytes(BLK_N)
+    STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
+    if PIPE_DEPTH is None:
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX,
+                         (H.SMEM_BYTES_MAX - 1024 - STAGING) // STAGE_BYTES)
+    W.check_ring_for_wait_one(PIPE_DEPTH)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
+    # setmaxnreg when a consumer thread holds more than 96 accumulator and packed values
+    SPLIT_REGS = NUM_CONSUMERS > 1 and \
+        ACC_REGS * (2 if PROMOTED else 1) + PACKED_REGS > 96
+    if SPLIT_REGS:
+        W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
+    M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
+    N_DIM = tvm.tirx.Var("N", "int32") if RUNTIME_NK else N
+    K_DIM = tvm.tirx.Var("K", "int32") if RUNTIME_NK else K
+    M_TILES = (M_DIM + BLK_M - 1) // BLK_M
+    N_TILES = (N_DIM + BLK_N - 1) // BLK_N
+    K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
+    EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
+    NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else min(SM_COUNT, M_TILES * N_TILES)
+    SA_SHAPE, SB_SHAPE = scale_shapes(SCALE, M_DIM, N_DIM, K_DIM)
+    IS_TENSOR, IS_ROW, IS_BLOCK = SCALE == "tensor", SCALE == "row", SCALE == "block"
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M_DIM, K_DIM), W.FP8_STORAGE),
+               B: T.Buffer((N_DIM, K_DIM), W.FP8_STORAGE),
+               D: T.Buffer((M_DIM, N_DIM), dtype),
+               SA: T.Buffer(SA_SHAPE, "float32"), SB: T.Buffer(SB_SHAPE, "float32")):
+        T.device_entry()
+        bx = T.cta_id([NUM_CTAS])
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
+        if TMA_CHUNKS > 0:
+            Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
+                                           dtype, layout=D_layout))
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx
+        #   of the (BLK_M + BLK_N) x 128-byte box pair, zero-filled edges included); every
+        #   consumer thread waits. Initial phase 0; consumers wait from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
+        #   once its wgmmas have finished reading stage s; the producer waits from
+        #   phase 1 (every stage starts empty).
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                tma2mma.init(1)
+                mma2tma.init(NUM_CONSUMERS)
+        W.publish_setup()
+
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M_TILES, num_n_tiles=N_TILES, num_clusters=NUM_CTAS,
+            l2_group_size=L2_GROUP)
+        scheduler.init(bx)
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
+                           increase=False):
+            # --- load (producer): one thread, PIPE_DEPTH stages ahead, across tiles ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "producer")
+                        W.tma_load_fp8_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                             A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N,
+                                             tma2mma.ptr(ring.stage))
+                        ring.advance()
+                    scheduler.next_tile()
+
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
+                           regs=CONSUMER_REGS if SPLIT_REGS else None, increase=True):
+            consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
+            row0 = T.meta_var(consumer * W.WGMMA_M)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)   # fp32: the whole K
+            tmp = T.alloc_local((TMP_REGS,), H.ACC_DTYPE)   # the tensor core's partial sum
+            packed = T.alloc_local((PACKED_REGS,), "uint32")
+            sav = T.alloc_local((2,), H.ACC_DTYPE)   # block scales of the fragment's rows
+            sbv = T.alloc_local((2,), H.ACC_DTYPE)   # ... and of its (one or two) B blocks
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
+            holding: T.int32 = 0   # 1 while `held` names such a stage
+            pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
+            prev_m: T.int32 = 0
+            prev_n: T.int32 = 0
+            while scheduler.valid():
+                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
+
+                    # --- compute: 4 k32 wgmmas of m64nBLK_Nk32 per consumer ---
+                    W.mma_fence()
+                    if PROMOTED:
+                        # into tmp; the first stage of a promotion interval overwrites it
+                        W.wgmma_fp8_tile(tmp,
+                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                         k % P_STAGES > 0, 1, BLK_N)
+                    else:
+                        W.wgmma_fp8_tile(acc,
+                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                         k > 0, 1, BLK_N)
+                    W.mma_commit()
+                    if k == EPI_AT:
+                        if pending == 1:
+                            # --- writeback of the previous tile, behind the queued wgmmas ---
+                            if TMA_CHUNKS > 0:
+                                W.store_packed_tile(D, Dstage, consumer, packed,
+                                                    prev_m + row0, prev_n,
+                                                    TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                    warp_id, lane_id, tid_in_wg,
+                                                    1 + consumer)
+                            if TAIL_J > 0:
+                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
+                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
+                                                       warp_id, lane_id)
+                            pending = 0
+                    if PROMOTED:
+                        if (k + 1) % P_STAGES == 0 or k == K_TILES - 1:
+                            # --- promotion: the interval's wgmmas are done, tmp -> acc ---
+                            if IS_BLOCK:  # this K block's scales, read under the wgmmas
+                                W.load_block_scales(sav, sbv, SA, SB, k, m_st + row0, n_st,
+                                                    BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                            W.mma_wait(0)
+                            if tid_in_wg == 0:
+                                if holding == 1:
+                                    mma2tma.arrive(held)
+                                mma2tma.arrive(ring.stage)
+                            holding = 0
+                            W.fence_operands(tmp, TMP_REGS)
+                            if IS_BLOCK:
+                                W.promote_fragment_block(acc, tmp, BLK_N, k == 0, sav, sbv)
+                            else:
+                                W.promote_fragment(acc, tmp, ACC_REGS, k < P_STAGES,
+                                                   T.float32(1))
+                        else:
+                            W.mma_wait(1)
+                            if tid_in_wg == 0:
+                                if holding == 1:
+                                    mma2tma.arrive(held)
+                            held = ring.stage
+                            holding = 1
+                    else:
+                        # v12's release: slice k-1 is done, its stage goes back
+                        W.mma_wait(1)
+                        if k > 0:
+                            if tid_in_wg == 0:
+                                mma2tma.arrive(held)
+                        held = ring.stage
+                    ring.advance()
+                if not PROMOTED:
+                    W.mma_wait(0)  # the tile's last slice is done too
+                    if tid_in_wg == 0:
+                        mma2tma.arrive(held)
+                    W.fence_operands(acc, ACC_REGS)
+                # --- epilogue scales (tensor, row), then fp32 -> 2 x dtype ---
+                if IS_TENSOR:
+                    W.scale_fragment(acc, ACC_REGS, SA[0] * SB[0])
+                if IS_ROW:
+                    W.scale_fragment_rows_cols(acc, BLK_N, SA, SB, m_st + row0, n_st, M_DIM,
+                                               N_DIM, warp_id, lane_id)
+                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                pending = 1
+                prev_m = m_st
+                prev_n = n_st
+                scheduler.next_tile()
+
+            # --- writeback of the last tile, then every store must have completed ---
+            if pending == 1:
+                if TMA_CHUNKS > 0:
+                    W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
+                                        TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
+                                        tid_in_wg, 1 + consumer)
+                if TAIL_J > 0:
+                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
+                                           BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+            # --- free: SMEM is released at exit, so the last TMA store must have read it ---
+            if tid_in_wg == 0:
+                H.store_wait(0)
+
+    return kernel
