@@ -116,6 +116,30 @@ def test_setup_installs_once_then_only_when_something_changed(tmp_path):
     assert _setup(venv, root, "--force").returncode == 0 and len(_calls(tmp_path)) == 8
 
 
+def test_the_readmes_two_commands_alternate_without_reinstalling(tmp_path):
+    """Issue 31: the main job's set-up (no extra) after the tests' (test extra + torch) found
+    the stamp "changed" and reinstalled, and back again. A request whose extras were
+    installed is served as it is; one that adds extras installs the union."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    venv = _fake_venv(tmp_path)
+
+    def plain(*args):
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_venv.py"),
+                               str(venv), "--root", str(root), *args],
+                              capture_output=True, text=True, timeout=120)
+    assert _setup(venv, root).returncode == 0 and len(_calls(tmp_path)) == 2
+    main_job = plain()  # the README's first command after the second: nothing to install
+    assert main_job.returncode == 0 and len(_calls(tmp_path)) == 2, main_job.stdout
+    assert "nothing to install" in main_job.stdout and "['test']" in main_job.stdout
+    assert _setup(venv, root).returncode == 0 and len(_calls(tmp_path)) == 2
+    assert plain("--extra", "sim").returncode == 0  # a new extra: the union, torch kept
+    assert _calls(tmp_path)[2:] == ["-m pip install -e .[sim,test]"]
+    assert _setup(venv, root).returncode == 0 and plain().returncode == 0
+    assert len(_calls(tmp_path)) == 3
+
+
 def test_a_failed_install_is_not_stamped(tmp_path):
     root = tmp_path / "checkout"
     root.mkdir()
