@@ -95,7 +95,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "bfloat16", SCALE: str = "ten
       dtype bfloat16 or float16; SCALE tensor | row | block; PROMOTE 0 or a multiple of 4
       ("block": exactly 4); BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]
       ("block": 16, 32, 64 or 128); with promotion the accumulators and the packed
-      tile (BLK_N + BLK_N / 4 registers) must fit 200 (BLK_N <= 160); PIPE_DEPTH >= 2
+      tile (BLK_N + BLK_N / 4 values per thread) must fit 200 (BLK_N <= 160); PIPE_DEPTH >= 2
       and within 227 KB; RUNTIME_M / RUNTIME_NK as v12.
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (H200).
     """
