@@ -75,15 +75,19 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "bfloat16", SCALE: str = "ten
       PROMOTE=0: no promotion, the wgmmas accumulate the whole K in ``acc`` (v12's
       loop). Default: 4 for "block" (required: each block has its own scale), 0 for
       "tensor" and "row".
-    Error of each PROMOTE interval against an fp32 reference (emulated, not measured:
-      scripts/lab/fp8_promotion_error.py, the 14-bit model above, truncating every k32
-      partial sum's running value to 14 significant bits; e4m3 inputs randn-quantized,
-      per-row scales; rel. Frobenius error of the fp32 result, before the bf16 rounding):
+    Error of each PROMOTE interval against an fp32 reference (emulated on the CPU, not
+      measured: scripts/lab/fp8_promotion_error.py with its defaults, 128 x 128 outputs,
+      randn inputs quantized per tensor to e4m3, reference = the product of the
+      dequantized inputs, so only the accumulation errs; the model is the 14 bits above,
+      the running accumulator truncated after each k32 wgmma; rel. Frobenius error of the
+      fp32 result, before the output's rounding):
         | K     | PROMOTE=0 | 4       | 8       | 16      | 32      |
-        | 4096  | 1.1e-03   | 6.0e-05 | 8.5e-05 | 1.2e-04 | 1.7e-04 |
-        | 16384 | 2.3e-03   | 6.0e-05 | 8.4e-05 | 1.2e-04 | 1.7e-04 |
-      (bf16 output rounding alone is ~1.6e-3 rms relative: PROMOTE=0 is under it at
-      K=4096 and near it at 16384; promotion keeps the error K-independent.)
+        | 4096  | 3.2e-03   | 1.2e-04 | 2.1e-04 | 4.1e-04 | 8.0e-04 |
+        | 16384 | 1.3e-02   | 1.2e-04 | 2.1e-04 | 4.1e-04 | 8.1e-04 |
+      (with round-to-nearest instead, ``--round nearest``: 2.1e-04 / 4.1e-04 unpromoted,
+      4.2e-05 at PROMOTE=4, for both K.) Truncation biases every add the same way, so
+      without promotion the error grows with K, past bf16's unit roundoff (3.9e-3) at
+      K=16384; promotion makes it independent of K.
       Measured on the H200: pending (scripts/lab/fp8_h200.py records the error of each
       mode against the dequantized fp32 reference).
     Speed: measured on the H200: pending H200 run (scripts/lab/fp8_h200.py times tensor,
