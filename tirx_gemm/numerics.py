@@ -275,3 +275,157 @@ def compare_np(out: np.ndarray, ref: np.ndarray, *, dtype: str = DEFAULT_DTYPE,
         first_mismatches=first, rtol=used_rtol, atol=used_atol,
         max_rel_err=None if exact else max_rel_err, reason="; ".join(reasons), dtype=dtype,
     )
+
+
+# --------------------------------------------------------------------------------------
+# fp8 (e4m3) operands, v13: inputs, scales, the dequantized reference, the tolerances
+# --------------------------------------------------------------------------------------
+# e4m3 (``float8_e4m3fn``: 4 exponent bits, 3 mantissa bits, no infinities) holds
+# |x| <= 448. An operand is stored as A_q = e4m3(A / scale), and the GEMM computes
+# D = dequant(A_q) @ dequant(B_q).T, dequant multiplying each element by its scale:
+#   "tensor": one scale per operand, shapes (1,), (1,);
+#   "row":    scale_a (M,) per row of A, scale_b (N,) per row of B (column of D);
+#   "block":  scale_a (M, ceil(K/128)) per 1x128 block of A, scale_b (ceil(N/128),
+#             ceil(K/128)) per 128x128 block of B (DeepGEMM's and DeepSeek-V3's layout).
+# The reference is the fp32 product of the dequantized inputs -- the same quantized values
+# the kernel reads -- so input quantization is no part of the compared error.
+#
+# Tolerances (fp8_tolerances): the kernel's error against that reference has two sources.
+# (1) the output's rounding to bf16 / fp16, exactly as for the 16-bit steps: tolerances(
+# out dtype) covers it. (2) the fp8 tensor core's accumulator, which keeps about 14
+# significant bits (FP8_ACC_BITS; measured by the DeepSeek-V3 report, arXiv 2412.19437,
+# not documented by NVIDIA). Summed over S products whose running sum grows like
+# sqrt(k) * sigma, a loss of up to 2**-14 of the running value per k32 wgmma adds up to
+# about 2**-14 * (2/3) * S/32 of the final rms (sum of sqrt(i) ~ (2/3) n**1.5); we allow
+# 2**-14 * S/32 (the 2/3 dropped: 1.5x slack), with S = K unpromoted, or the promotion
+# interval's 32 * PROMOTE products (the fp32 adds of the promotion are exact to 2**-24).
+# scripts/lab/fp8_promotion_error.py's emulation gives 3.2e-3 at K=4096 unpromoted (the
+# bound: 7.8e-3) and 1.2e-4 at PROMOTE=4 (the bound: 2.4e-4). The allowance is added to
+# rtol, atol_scale and max_rel_err.
+E4M3_MAX = 448.0
+FP8_SCALES = ("tensor", "row", "block")
+FP8_BLOCK = 128          # the block of "block" scaling, along K (and N for B)
+FP8_WGMMA_K = 32         # products summed by one fp8 wgmma
+FP8_ACC_BITS = 14        # significant bits the fp8 tensor core's accumulator keeps (measured)
+
+
+def check_fp8_scale(scale: str) -> str:
+    if scale not in FP8_SCALES:
+        raise ValueError(f"scale={scale!r} is not an fp8 scaling: choose one of "
+                         f"{', '.join(FP8_SCALES)}")
+    return scale
+
+
+def fp8_scale_shapes(scale: str, M: int, N: int, K: int):
+    """(shape of scale_a, shape of scale_b) of a scaling mode (fp32 tensors)."""
+    check_fp8_scale(scale)
+    if scale == "tensor":
+        return (1,), (1,)
+    if scale == "row":
+        return (M,), (N,)
+    kb = -(-K // FP8_BLOCK)
+    return (M, kb), (-(-N // FP8_BLOCK), kb)
+
+
+def _e4m3():
+    import ml_dtypes  # noqa: PLC0415
+    return np.dtype(ml_dtypes.float8_e4m3fn)
+
+
+def _block_amax(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """max |x| over each rows x cols block (the last blocks may be partial)."""
+    R, C = x.shape
+    pr, pc = -(-R // rows) * rows, -(-C // cols) * cols
+    p = np.zeros((pr, pc), np.float32)
+    p[:R, :C] = np.abs(x)
+    return p.reshape(pr // rows, rows, pc // cols, cols).max(axis=(1, 3))
+
+
+def quantize_fp8_np(x: np.ndarray, scale: str, operand: str):
+    """(x_q as float8_e4m3fn, scales fp32) for operand "a" (M x K) or "b" (N x K) of a
+    scaling mode: each scale = amax of its group / 448 (1 for an all-zero group)."""
+    check_fp8_scale(scale)
+    if operand not in ("a", "b"):
+        raise ValueError(f"operand={operand!r} must be 'a' or 'b'")
+    x = np.asarray(x, np.float32)
+    if scale == "tensor":
+        amax = np.array([np.abs(x).max()], np.float32)
+    elif scale == "row":
+        amax = np.abs(x).max(axis=1).astype(np.float32)
+    else:
+        rows = 1 if operand == "a" else FP8_BLOCK
+        amax = _block_amax(x, rows, FP8_BLOCK)
+    s = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)
+    q = (x / expand_fp8_scale(s, scale, operand, x.shape)).astype(_e4m3())
+    return q, s
+
+
+def expand_fp8_scale(s: np.ndarray, scale: str, operand: str, shape) -> np.ndarray:
+    """The scales of an operand of ``shape`` (rows x K) broadcast to one per element."""
+    R, K = shape
+    if scale == "tensor":
+        return np.full((R, K), s.reshape(-1)[0], np.float32)
+    if scale == "row":
+        return np.repeat(s.reshape(R, 1), K, axis=1).astype(np.float32)
+    rows = 1 if operand == "a" else FP8_BLOCK
+    e = np.repeat(np.repeat(s, rows, axis=0), FP8_BLOCK, axis=1)
+    return e[:R, :K].astype(np.float32)
+
+
+def make_fp8_inputs_np(M: int, N: int, K: int, scale: str, seed: int,
+                       out_dtype: str = "bfloat16"):
+    """(A_q, B_q, scale_a, scale_b, D): A_q (M x K) and B_q (N x K) float8_e4m3fn, the
+    fp32 scales of ``scale``, D (M x N) of ``out_dtype`` filled with NaN. The real values
+    are randn * K**-0.25 with each row of A and B multiplied by 2**u, u uniform in
+    [-4, 4] (so per-row and per-block scales differ from the per-tensor one), then
+    quantized (quantize_fp8_np)."""
+    check_dtype(out_dtype)
+    rng = np.random.default_rng(seed)
+    s = random_scale(K)
+    A = rng.standard_normal((M, K), dtype=np.float32) * s
+    B = rng.standard_normal((N, K), dtype=np.float32) * s
+    A *= np.exp2(rng.uniform(-4, 4, (M, 1))).astype(np.float32)
+    B *= np.exp2(rng.uniform(-4, 4, (N, 1))).astype(np.float32)
+    Aq, sa = quantize_fp8_np(A, scale, "a")
+    Bq, sb = quantize_fp8_np(B, scale, "b")
+    D = np.full((M, N), np.nan, dtype=np_dtype(out_dtype))
+    return Aq, Bq, sa, sb, D
+
+
+def reference_fp8_np(Aq: np.ndarray, Bq: np.ndarray, sa: np.ndarray, sb: np.ndarray,
+                     scale: str) -> np.ndarray:
+    """The fp32 reference: dequant(A_q) @ dequant(B_q).T (products of the values the
+    kernel reads, summed in fp32)."""
+    A = Aq.astype(np.float32) * expand_fp8_scale(np.asarray(sa, np.float32), scale, "a",
+                                                 Aq.shape)
+    B = Bq.astype(np.float32) * expand_fp8_scale(np.asarray(sb, np.float32), scale, "b",
+                                                 Bq.shape)
+    return (A @ B.T).astype(np.float32)
+
+
+def fp8_accumulation_allowance(K: int, promote: int) -> float:
+    """The relative error allowed for the fp8 tensor core's limited accumulator (see the
+    block comment above): 2**-FP8_ACC_BITS * S / 32, S = K (promote 0) or
+    min(K, 32 * promote)."""
+    if isinstance(promote, bool) or not isinstance(promote, int) or promote < 0:
+        raise ValueError(f"promote={promote!r} must be an int >= 0 (k32 wgmmas per "
+                         f"promotion, 0 = never)")
+    span = K if promote == 0 else min(K, FP8_WGMMA_K * promote)
+    return 2.0 ** -FP8_ACC_BITS * span / FP8_WGMMA_K
+
+
+def fp8_tolerances(out_dtype: str, K: int, promote: int) -> Tolerances:
+    """tolerances(out_dtype) plus fp8_accumulation_allowance(K, promote) on each bound."""
+    t = tolerances(out_dtype)
+    extra = fp8_accumulation_allowance(K, promote)
+    return Tolerances(t.rtol + extra, t.atol_scale + extra, t.max_rel_err + extra)
+
+
+def compare_fp8_np(out: np.ndarray, ref: np.ndarray, *, out_dtype: str, K: int,
+                   promote: int) -> CompareResult:
+    """compare_np with fp8_tolerances (atol = atol_scale * rms(ref))."""
+    t = fp8_tolerances(out_dtype, K, promote)
+    r = np.asarray(ref, np.float32)
+    rms = float(np.linalg.norm(r.ravel().astype(np.float64))) / math.sqrt(max(r.size, 1))
+    return compare_np(out, ref, dtype=out_dtype, rtol=t.rtol, atol=t.atol_scale * rms,
+                      max_rel_err=t.max_rel_err)
