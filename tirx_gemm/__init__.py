@@ -9,6 +9,9 @@ def __getattr__(name):
     if name in ("matmul", "nn", "torch_op"):
         import importlib
         return importlib.import_module(f"tirx_gemm.{name}")
+    if name == "matmul_fp8":  # tirx_gemm.matmul_fp8(a, b, scale_a, scale_b): v13, e4m3
+        from tirx_gemm.fp8 import matmul_fp8
+        return matmul_fp8
     if name == "patch":  # tirx_gemm.patch(model): nn.Linear layers -> tirx_gemm.nn.Linear
         from tirx_gemm.nn import patch
         return patch
