@@ -77,8 +77,40 @@ def _setup_requests():
     return list(mod.REQUESTS)
 
 
+_collecting: dict = {"progress": None}
+
+
+def _start_collection_heartbeat(config) -> None:
+    """From the session's start to its first test result, pytest prints nothing while the
+    tests are collected (each xdist worker imports torch and TVM: ~30 s on 2 cores): a
+    heartbeat line says so every 10 s (issue 31). Stopped by the first result."""
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    from tirx_gemm.progress import Progress
+    prog = Progress("tests: collecting (importing torch and TVM) before the first result",
+                    stream=sys.stderr)
+    prog.__enter__()
+    _collecting["progress"] = prog
+
+
+def pytest_runtest_logreport(report):
+    prog = _collecting["progress"]
+    if prog is not None:
+        _collecting["progress"] = None
+        prog.__exit__(None, None, None)
+
+
+def pytest_sessionfinish(session):
+    pytest_runtest_logreport(None)  # no test ran at all: stop the heartbeat too
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
+    _setup_builds(session)
+    _start_collection_heartbeat(session.config)
+
+
+def _setup_builds(session):
     """The suite's set-up, before pytest-xdist starts its workers: every build the tests use,
     in one parallel batch, with a line per build and a heartbeat at least every 10 s (the
     workers' own output is captured, so a batch built there would be silent for minutes)."""

@@ -163,6 +163,9 @@ def test_cli_rejects_bad_arguments_before_simulating(capsys):
                       (["sim", "v4", "--mutant", "ld2mma-64"], "breaks step v7"),
                       (["sim", "--mutant", "producer-phase-0"], "sm_100a only"),
                       (["sim", "v99"], "no step 'v99'"),
+                      (["sim", "v4", "--mutants"], "--mutants goes with --all"),
+                      (["sim", "--all", "--mutants", "--record"], "real steps only"),
+                      (["sim", "v4", "--jobs", "0"], "--jobs 0 must be >= 1"),
                       (["sim", "v1", "--mnk", "256,128,64"], "cannot take 256x128x64: it needs M = N = 128")):
         assert cli.main(argv) == 2, argv
         assert msg in capsys.readouterr().err, argv
@@ -304,6 +307,70 @@ def test_gate_reports_each_mutant(name):
     if m.numbers_right:
         # the numbers alone would have passed this bug: only the checkers see it
         assert row.numsim == "correct", row
+    # `sim --all --mutants` (CI's gate) judges the row by the same rule
+    assert sim.mutant_missed(row) is None, row
+
+
+def _case_row(case, **verdicts):
+    fields = dict(numsim="correct", sync="clean", race="clean")
+    fields.update(verdicts)
+    ok = fields == dict(numsim="correct", sync="clean", race="clean")
+    return sim.SimRow(case.step.id, case.step.arch, case.M, case.N, case.K,
+                      dict(case.kwargs), mutant=case.mutant, ok=ok, **fields)
+
+
+def test_mutant_verdicts_follow_each_mutants_must_flag():
+    """`sim --all --mutants` passes a mutant's row only if the gate caught it as the mutant
+    says: failed, every check in must_flag flagged it, numbers right where promised."""
+    cases = sim.mutant_cases()
+    assert {c.mutant for c in cases} == {m.name for m in mutants.MUTANTS.values()
+                                         if m.arch == "sm_100a"}
+    ld = sim.mutant_case("ld2mma-64")  # must_flag sync and race, numbers right
+    assert sim.mutant_missed(_case_row(ld, sync="error", race="error")) is None
+    assert "passed the gate" in sim.mutant_missed(_case_row(ld))
+    assert "race did not flag it" in sim.mutant_missed(_case_row(ld, sync="error"))
+    assert "numbers should be right" in sim.mutant_missed(
+        _case_row(ld, numsim="WRONG", sync="error", race="error"))
+    ph = sim.mutant_case("consumer-phase-1")  # must_flag numsim and sync
+    assert sim.mutant_missed(_case_row(ph, numsim="WRONG", sync="error")) is None
+    assert "numsim did not flag it" in sim.mutant_missed(_case_row(ph, sync="error"))
+    assert sim.row_verdict(_case_row(ph, numsim="WRONG", sync="error"))
+    real = sim.cases_for(registry.get("v1", "sm_100a"))[0]
+    assert sim.row_verdict(_case_row(real)) and not sim.row_verdict(_case_row(real, race="error"))
+
+
+def test_simulate_with_jobs_runs_the_first_case_alone_then_the_rest_in_a_pool(
+        monkeypatch, tmp_path):
+    """jobs > 1: the first case here (it builds the engines on a fresh machine), the others
+    in worker processes (a thread pool stands in); rows print as they finish, the rows
+    returned and the log keep the cases' order, a mutant row says whether it was caught."""
+    import concurrent.futures
+    import threading
+    import time as _time
+    where = {}
+
+    def fake_run_case(case, checks=sim.CHECKS, seed=0, log=lambda s: None, engine=None):
+        where[case.label] = threading.current_thread() is threading.main_thread()
+        if case.mutant is None and case.M == 128 and case.K == 64 and not case.kwargs:
+            _time.sleep(0.2)  # the first case is the slow one: others finish before it
+        log(f"text of {case.label}\n")
+        verdicts = dict(numsim="WRONG", sync="error") if case.mutant else {}
+        return _case_row(case, **verdicts)
+
+    monkeypatch.setattr(sim, "run_case", fake_run_case)
+    monkeypatch.setattr(sim, "_pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(jobs))
+    cases = sim.cases_for(registry.get("v2", "sm_100a")) + [sim.mutant_case("consumer-phase-1")]
+    out = []
+    rows = sim.simulate(cases, log_path=tmp_path / "log.txt", out=out.append, jobs=2)
+    assert [r.mutant for r in rows] == [c.mutant for c in cases]
+    assert [(r.M, r.N, r.K) for r in rows] == [(c.M, c.N, c.K) for c in cases]
+    assert where[cases[0].label] and not any(where[c.label] for c in cases[1:])
+    assert len(out) == 1 + len(cases)  # the head, then a row per case
+    assert sum(o.endswith("  caught") for o in out) == 1  # the one mutant
+    log = (tmp_path / "log.txt").read_text()
+    positions = [log.index(f"text of {c.label}") for c in cases]
+    assert positions == sorted(positions), log
+    assert "2 at a time" in log.splitlines()[0]
 
 
 def test_simulate_prints_each_row_as_it_finishes_and_a_heartbeat_while_a_case_runs(

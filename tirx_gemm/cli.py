@@ -793,9 +793,24 @@ def _add_sim_parser(sub) -> None:
     p.add_argument("--log", help="file for the full checker text (default build/sim/...)")
     p.add_argument("--mutant", help="simulate a deliberately broken variant instead "
                    "(tirx_gemm/mutants.py; the gate must fail); names the step itself")
+    p.add_argument("--mutants", action="store_true",
+                   help="with --all: also simulate every sm_100a mutant (tirx_gemm/mutants.py); "
+                        "the run passes only if the gate catches each one as it must")
+    p.add_argument("--jobs", "-j", type=int, default=None,
+                   help="cases simulated at once, each in its own process (default: the "
+                        "machine's cores, at most 4; 1 runs them one by one in this process)")
     p.add_argument("--record", action="store_true",
                    help="append the rows to results/sim/numsim-cpu.jsonl (README table)")
     p.set_defaults(fn=cmd_sim)
+
+
+def _sim_jobs(requested: int | None, n_cases: int) -> int:
+    """Worker processes for `sim`: --jobs, else the cores (at most 4), never more than the
+    cases after the first (which runs alone: it builds the engines on a fresh machine)."""
+    if requested is not None and requested < 1:
+        raise ValueError(f"--jobs {requested} must be >= 1")
+    jobs = requested if requested is not None else min(os.cpu_count() or 1, 4)
+    return max(1, min(jobs, n_cases - 1))
 
 
 def _parse_checks(text: str) -> tuple[str, ...]:
@@ -825,6 +840,10 @@ def cmd_sim(args) -> int:
         args.step = m.step
     if args.all and args.step:
         raise ValueError("name one step or pass --all, not both")
+    if getattr(args, "mutants", False) and not args.all:
+        raise ValueError("--mutants goes with --all (one mutant: --mutant NAME)")
+    if getattr(args, "mutants", False) and args.record:
+        raise ValueError("--record keeps results of the real steps only, not of mutants")
     if args.all and mnk:
         raise ValueError("--mnk needs one step (the steps accept different shapes)")
     if args.all:
@@ -839,6 +858,10 @@ def cmd_sim(args) -> int:
     cases = [c for s in steps for c in cases_for(s, mnk, dtype)]
     if args.mutant:
         cases = [mutant_case(args.mutant, mnk, dtype)]
+    if getattr(args, "mutants", False):
+        from tirx_gemm.sim.gate import mutant_cases
+        cases += mutant_cases()
+    jobs = _sim_jobs(getattr(args, "jobs", None), len(cases))
     if mnk:  # a shape (or dtype) the step rejects fails here, before any simulation starts
         check_step_shape(steps[0], mnk)  # the registry's words first: no TVM for that
         steps[0].build_primfunc(*mnk, **dict(cases[0].kwargs))
@@ -847,7 +870,8 @@ def cmd_sim(args) -> int:
         raise SimUnavailable(why)
     log_path = Path(args.log) if args.log else default_log_path()
     note = crates_note()  # which crates cargo builds the engines from (vendored: offline)
-    print(f"simulating {len(cases)} case(s) on NumSim (CPU model of sm_100a). The first run "
+    at_once = f", {jobs} at a time after the first" if jobs > 1 else ""
+    print(f"simulating {len(cases)} case(s){at_once} on NumSim (CPU model of sm_100a). The first run "
           "on a machine builds NumSim's engines with cargo first (minutes: 5 or more on 2 "
           "busy cores; cached after; the heartbeat says \"building NumSim engines\" until "
           f"they are); {note}. Each row prints as its case finishes; the full checker text "
@@ -855,13 +879,23 @@ def cmd_sim(args) -> int:
     t0 = time.time()
     from tirx_gemm.progress import HEARTBEAT_S
     rows = simulate(cases, checks=checks, seed=args.seed, log_path=log_path,
-                    heartbeat_s=HEARTBEAT_S,
+                    heartbeat_s=HEARTBEAT_S, jobs=jobs,
                     out=lambda s: print(s, flush=True))
-    bad = [r for r in rows if not r.ok]
+    from tirx_gemm.sim.gate import row_verdict
+    if args.mutant:  # one mutant, as a user simulates it: the gate's own verdict (it fails)
+        bad, real = [r for r in rows if not r.ok], rows
+    else:  # with --mutants, a mutant's row counts as passing when the gate caught it
+        bad = [r for r in rows if not row_verdict(r)]
+        real = [r for r in rows if not r.mutant]
     passed = ("correct and clean" if checks == CHECKS
               else f"passed {', '.join(checks)} (not run: {', '.join(c for c in CHECKS if c not in checks)})")
-    print(f"\n{len(rows) - len(bad)}/{len(rows)} {passed} in {time.time() - t0:.0f} s; "
-          f"full checker text: {log_path}")
+    caught = ""
+    if not args.mutant and len(real) < len(rows):
+        muts = [r for r in rows if r.mutant]
+        caught = (f"; mutants caught by the gate: {sum(row_verdict(r) for r in muts)}/"
+                  f"{len(muts)}")
+    print(f"\n{sum(r.ok for r in real)}/{len(real)} {passed}{caught} in "
+          f"{time.time() - t0:.0f} s; full checker text: {log_path}")
     print("A pass proves numbers and synchronization on a CPU model of sm_100a; it measures "
           "no speed and is not silicon.")
     if args.record:

@@ -609,44 +609,156 @@ def _quiet_native():
         yield buf
 
 
+def mutant_missed(row: SimRow) -> str | None:
+    """For a mutant's row: None when the gate caught it as the mutant says it must (the row
+    fails, each check in ``must_flag`` flags it, and a ``numbers_right`` mutant's numbers are
+    still right, so only the checkers saw it); else why the gate missed it, in one line."""
+    from tirx_gemm import mutants
+    m = mutants.get(row.mutant)
+    passed = {"numsim": row.numsim == "correct", "sync": row.sync == "clean",
+              "race": row.race == "clean"}
+    if row.ok:
+        return f"mutant {m.name} ({m.bug}) passed the gate"
+    quiet = [w for w in m.must_flag if passed[w]]
+    if quiet:
+        return f"mutant {m.name}: {', '.join(quiet)} did not flag it"
+    if m.numbers_right and row.numsim != "correct":
+        return f"mutant {m.name}: its numbers should be right (only the checkers see it), got {row.numsim}"
+    return None
+
+
+def mutant_cases() -> list[SimCase]:
+    """One case per sm_100a mutant (tirx_gemm.mutants): `sim --all --mutants` runs them
+    beside the real cases, and passes only if the gate catches every one."""
+    from tirx_gemm import mutants
+    return [mutant_case(m.name) for m in mutants.MUTANTS.values() if m.arch == ARCH]
+
+
+def row_verdict(row: SimRow) -> bool:
+    """A real case passes when it is correct and clean; a mutant's when the gate caught it."""
+    return mutant_missed(row) is None if row.mutant else row.ok
+
+
+def _case_in_worker(case: SimCase, checks, seed: int):
+    """One case in a pool worker: (row, its log text, the engines' own output)."""
+    buf = io.StringIO()
+    with _quiet_native() as native:
+        row = run_case(case, checks=checks, seed=seed, log=buf.write)
+    return row, buf.getvalue(), native.getvalue()
+
+
+def _worker_init() -> None:
+    """A pool worker inherits CARGO_HOME from the run that unpacked the vendored crates:
+    know it as ours, so the worker's notes and error texts say "vendored" as the run's do."""
+    home = os.environ.get("CARGO_HOME")
+    if home and home == str(crates_dir() / "cargo-home"):
+        _VENDORED_HOME["path"] = home
+
+
+def _pool(jobs: int):
+    import concurrent.futures
+    import multiprocessing
+    # spawn: a fresh interpreter per worker (TVM and the engines hold threads and locks a
+    # fork would copy mid-use)
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init)
+
+
 def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Path,
-             out=print, heartbeat_s: float | None = None, stream=None) -> list[SimRow]:
+             out=print, heartbeat_s: float | None = None, stream=None,
+             jobs: int = 1) -> list[SimRow]:
     """Run every case, print one table row per case as it finishes, log the full text.
     With ``heartbeat_s`` (the CLI passes progress.HEARTBEAT_S), while a case runs a line
     ("simulating: 3/24 done, v4@sm_100a 256x128x192 running, elapsed 40 s") goes to
-    ``stream`` (default stdout) whenever nothing was printed for that long."""
+    ``stream`` (default stdout) whenever nothing was printed for that long.
+
+    ``jobs`` > 1 runs cases in that many worker processes at once (NumSim compiles each
+    kernel with one rustc and simulates it mostly on one core, so two cores take two cases).
+    The first case always runs alone, here: on a fresh machine it builds NumSim's engines
+    (every later case needs them; two cargo builds of the same engines would only wait on
+    each other), and a set-up failure stops the run there. Rows print as cases finish; the
+    rows returned and the log are in the cases' order."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: list = [None] * len(cases)
+    texts: list = [None] * len(cases)
     prog = SimProgress(
         "simulating", len(cases), stream=stream or sys.stdout, every=heartbeat_s or 1.0,
         enabled=heartbeat_s is not None)
+    running: dict[int, str] = {}
+
+    def finish(i: int, row: SimRow) -> None:
+        rows[i] = row
+        running.pop(i, None)
+        prog.current = ", ".join(running.values()) or None
+        prog.done += 1
+        line = format_row(row)
+        if row.mutant:
+            missed = mutant_missed(row)
+            line += "  caught" if missed is None else "  MISSED"
+            problems = [missed] if missed else []
+        else:
+            problems = row.problems
+        out(line)  # the row, as it finishes
+        for p in problems:
+            out(f"     ! {p}")
+        prog.touch()
+
+    def stopped(exc, case):
+        return SimEnvironmentError(
+            f"{exc} (stopped at {case.label}, since every case would fail the same way; "
+            f"the full output is in {log_path})")
+
     with open(log_path, "w", encoding="utf-8") as logf:
         def log(s: str) -> None:
             logf.write(s)
             logf.flush()
-        log(f"tirx-gemm sim: {len(cases)} case(s), checks {','.join(checks)}, seed {seed}\n")
+        log(f"tirx-gemm sim: {len(cases)} case(s), checks {','.join(checks)}, seed {seed}"
+            f"{f', {jobs} at a time' if jobs > 1 else ''}\n")
         out(HEAD)
         with prog:
-            for case in cases:
+            first = 1 if jobs > 1 else len(cases)
+            for i, case in enumerate(cases[:first]):
+                running[i] = case.label
                 prog.current = case.label
                 try:
                     with _quiet_native() as buf:
                         row = run_case(case, checks=checks, seed=seed, log=log)
                 except SimEnvironmentError as exc:
-                    raise SimEnvironmentError(
-                        f"{exc} (stopped at the first case, {case.label}, since every "
-                        f"case would fail the same way; the full output is in {log_path})"
-                    ) from exc
+                    raise stopped(exc, case) from exc
                 finally:
                     if buf.getvalue():
                         log(f"--- engine output ({case.label}) ---\n{buf.getvalue()}\n")
-                rows.append(row)
-                prog.current = None
-                prog.done += 1
-                out(format_row(row))  # the row, as it finishes
-                for p in row.problems:
-                    out(f"     ! {p}")
-                prog.touch()
+                finish(i, row)
+            rest = list(enumerate(cases))[first:]
+            if rest:
+                with _pool(jobs) as pool:
+                    futures = {}
+                    for i, case in rest:
+                        futures[pool.submit(_case_in_worker, case, checks, seed)] = i
+                    import concurrent.futures
+                    pending = set(futures)
+                    while pending:
+                        # what runs now: the first `jobs` unfinished cases in submission order
+                        waiting = sorted(futures[f] for f in pending)
+                        for i in waiting[:jobs]:
+                            running[i] = cases[i].label
+                        prog.current = ", ".join(running.values())
+                        done, pending = concurrent.futures.wait(
+                            pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                        for f in sorted(done, key=futures.get):
+                            i = futures[f]
+                            try:
+                                row, text, native = f.result()
+                            except SimEnvironmentError as exc:
+                                for g in pending:
+                                    g.cancel()
+                                raise stopped(exc, cases[i]) from exc
+                            texts[i] = text + (f"--- engine output ({cases[i].label}) ---\n"
+                                               f"{native}\n" if native else "")
+                            finish(i, row)
+                for text in texts[first:]:  # the workers' text, in the cases' order
+                    log(text or "")
     return rows
 
 
