@@ -111,3 +111,11 @@ def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
     if _ceil_div(K, BLK_K) < min_k_tiles:
         return False
     return busy_share(best(M, N, K, sm_count), M, N, sm_count) < IDLE_FOR_SPLIT
+
+
+def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
+    """The fastest v12 tile ("BMxBN") the model predicts, v9 left out: what a GEMM with a
+    fused epilogue (tirx_gemm.epilogue) gets, since only v12 builds the epilogue (v9 and
+    v11 have none). M, N, K are the kernel's GEMM (SwiGLU: N = 2 x the output columns).
+    The model has no term for the epilogue's own cost (fitted on plain runs)."""
+    return next(c for _, c in rank(M, N, K, sm_count) if c != V9)

@@ -48,9 +48,12 @@ reals (:data:`SLOPE`) and R = a bound on rms(acc) / rms(f(acc)) for the "random"
   the rms of the result (random-walk rounding; u32 = 2**-24); ACC_SLACK = 16 covers the
   tail over ~1e7 elements (a 5-sigma event is ~4 sigma-multiples of 1.2) and the blocked
   order of the tensor cores' k-groups. At K = 4096: 16*64*6e-8 = 6.1e-5 of rms(acc).
-- f's fp32 error: the kernel uses the precise erff / tanhf / expf (a few ulp of fp32,
-  FUNC_ULPS * u32), not tanh.approx.f32 (2**-11 relative error, which would dominate a
-  float32 output's tolerance).
+- f's fp32 error: the kernels build with --use_fast_math, so expf is __expf (ex2.approx:
+  2 + 1.16|x| ulp, <= 12 ulp for the |x| <= 8 of rms-1 data) and the division approximate
+  (2 ulp); erff keeps its library form (2 ulp). tanhf would become tanh.approx.f32 (2**-11
+  relative, as large as float16's rounding), so gelu_tanh is evaluated as
+  x / (1 + exp(-2y)) (= 0.5x(1 + tanh(y)), exact algebra). FUNC_ULPS = 16 ulp of fp32
+  covers these (relative, in the rtol); the atol's accumulation term covers large |x|.
 So for 2-byte outputs the tolerance is the plain one plus a term ~1e-4 (the accumulation
 error times the activation's slope); for float32 outputs it is the accumulation term.
 
@@ -83,7 +86,7 @@ SLOPE = {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1,
 RMS_RATIO = {None: 1.0, "relu": 2.0, "gelu": 2.0, "gelu_tanh": 2.0, "silu": 2.0,
              "swiglu": 2.0}
 ACC_SLACK = 16.0   # rho = ACC_SLACK * u32 * sqrt(K) (module docstring)
-FUNC_ULPS = 8.0    # erff / tanhf / expf + a division: a few ulp of fp32 each
+FUNC_ULPS = 16.0   # __expf (<= 12 ulp at |x| <= 8) + an approximate division (2 ulp)
 U32 = 2.0 ** -24
 DEFAULT_K = 4096   # tolerance()'s K when the caller does not name one
 

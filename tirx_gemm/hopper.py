@@ -518,7 +518,9 @@ __all__ += ["store_packed_guarded"]
 # the cast (the keywords, references and tolerances: tirx_gemm/epilogue.py). Each
 # activation is one device function of one fp32 value. The build passes --use_fast_math:
 # expf is then ex2.approx based (__expf, 2 + 1.16|x| ulp) and the division approximate
-# (2 ulp); erff and tanhf keep their library forms (not tanh.approx.f32, 2**-11 relative)
+# (2 ulp); erff keeps its library form (2 ulp), but tanhf becomes tanh.approx.f32 (MUFU.TANH,
+# 2**-11 relative: as large as fp16's rounding), so gelu_tanh is written without tanh:
+# 0.5x(1 + tanh(y)) = x / (1 + exp(-2y)), exact algebra, the error of silu's form
 _ACT_FN = {
     "relu": ("tirx_gemm_act_relu", """
 __device__ __forceinline__ float tirx_gemm_act_relu(float x) { return fmaxf(x, 0.0f); }
@@ -530,7 +532,8 @@ __device__ __forceinline__ float tirx_gemm_act_gelu(float x) {
 """),
     "gelu_tanh": ("tirx_gemm_act_gelu_tanh", """
 __device__ __forceinline__ float tirx_gemm_act_gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  float y = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + expf(-2.0f * y));
 }
 """),
     "silu": ("tirx_gemm_act_silu", """
@@ -549,8 +552,8 @@ def epilogue_bias_act(acc, n: int, bias, act, col0, N, lane_id):
         for e in T.unroll(2):
             col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4) + e)
             if bias is not None:
-                b = T.meta_var(T.if_then_else(col < N, T.Cast(ACC_DTYPE, bias[col]),
-                                              T.float32(0)))
+                b: T.float32 = T.if_then_else(col < N, T.Cast(ACC_DTYPE, bias[col]),
+                                              T.float32(0))
                 for h in T.unroll(2):
                     if act is not None:
                         acc[4 * j + 2 * h + e] = T.cuda.func_call(

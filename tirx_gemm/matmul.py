@@ -30,6 +30,16 @@ The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 Not autograd-aware: inputs that require grad are refused while grad mode is on. The kernel
 runs on the stream apache-tvm-ffi uses for torch tensors (torch's current stream; CUDA
 graph capture records it).
+
+Fused epilogues (issue 28; the rules and references: tirx_gemm/epilogue.py):
+``matmul(a, b, bias=..., activation=..., out_dtype=...)`` computes
+``act(a @ b.T + bias)`` in one kernel, on the fp32 accumulator before the cast, and
+:func:`swiglu` computes ``silu(a @ w_gate.T) * (a @ w_up.T)`` from one GEMM over the fused
+gate/up weight (:func:`fuse_gate_up`; fuse once per model and pass ``fused=``). Only v12
+(sm_90a's tile menu) builds the epilogue: v9 and v11 have none, so :func:`choose` routes a
+call with an epilogue to v12's best tile (``chooser.best_tile``), and ``step="v9"`` with an
+epilogue is refused. On sm_100a matmul has no epilogue kernels yet (refused in one line).
+:func:`variants` takes the same ``epilogue`` (builder keywords) to list a layer's kernels.
 """
 
 from __future__ import annotations
@@ -40,11 +50,13 @@ import threading
 import types
 from pathlib import Path
 
+from tirx_gemm import epilogue as E
 from tirx_gemm import registry, splitk
 from tirx_gemm.run.measure import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 
-__all__ = ["matmul", "synchronize", "choose", "variants", "step_kwargs", "runtime_m",
+__all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs",
+           "synchronize", "choose", "variants", "step_kwargs", "runtime_m",
            "build_shape", "bare_launch", "check_operands", "use_bundle", "bundle_path", "kernel_source",
            "clear_cache", "BUNDLE_ENV"]
 
@@ -74,6 +86,8 @@ TILE_MENU = "v12"
 # SPLIT_K * ceil(M/128), TVM then proves the tail-group row count zero and folds the
 # (unreachable) `% tail` of the tile order into a division by zero at compile time.
 SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 20, 24, 28, 40, 56)
+# steps whose builders take the fused-epilogue keywords (tirx_gemm.epilogue), per arch
+EPILOGUE_STEPS = {"sm_90a": frozenset({"v12"})}
 
 
 # --------------------------------------------------------------------------------------
@@ -137,7 +151,7 @@ def _pool(sm_count: int) -> int:
 
 
 def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
-           sm_count: int = 132) -> tuple[str, dict]:
+           sm_count: int = 132, epilogue: dict | None = None) -> tuple[str, dict]:
     """The step and builder keywords that :func:`matmul` uses for an MxNxK GEMM of ``dtype``
     on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``.
 
@@ -163,8 +177,16 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     bfloat16 adds ``{"dtype": "bfloat16"}``; float16 is the builders' default and is not
     written. Raises ValueError for a shape no step takes (N or K not a multiple of 8), an
     unknown dtype or arch.
+
+    ``epilogue``: builder keywords of a fused epilogue (tirx_gemm.epilogue: BIAS, ACT,
+    OUT_DTYPE, SWIGLU; N is the output's columns). Only v12 builds one, so such a call gets
+    v12's fastest tile for the kernel's GEMM (SwiGLU: M x 2N x K), never v9 or v11, with the
+    epilogue keywords added (only those that differ from the plain kernel).
     """
     _check_problem(M, N, K, dtype, arch, sm_count)
+    epi = E.epilogue_kwargs(epilogue) if epilogue else {}
+    if epi:
+        return _choose_epilogue(M, N, K, dtype, arch, sm_count, epi)
     menu = _registered(TILE_MENU, arch)
     if menu is not None:
         return _choose_by_model(M, N, K, dtype, arch, sm_count, menu)
@@ -200,6 +222,17 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count)
 
 
+def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
+    menu = _registered(TILE_MENU, arch)
+    if TILE_MENU not in EPILOGUE_STEPS.get(arch, ()) or menu is None:
+        raise ValueError(f"a fused epilogue ({E.tag(epi)}) runs on sm_90a only (v12's tile "
+                         f"menu); on {arch} call matmul without bias/activation/out_dtype and "
+                         f"apply them with torch")
+    from tirx_gemm import chooser
+    pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count))
+    return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
+
+
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int) -> dict:
     bm, bn = (int(x) for x in pick.split("x"))
     return {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
@@ -210,14 +243,15 @@ M_BLOCK = 64  # every tile height of every step divides 256 and is a multiple of
 
 
 def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
-             sm_count: int = 132, max_m: int | None = None) -> list[tuple[str, dict, int, int]]:
+             sm_count: int = 132, max_m: int | None = None,
+             epilogue: dict | None = None) -> list[tuple[str, dict, int, int]]:
     """Every (step_id, kwargs, first M, last M) that :func:`choose` picks for an Mx``N``x``K``
     GEMM over M = 1 .. ``max_m`` (default: VARIANTS_MAX_M, or the M at which v9's cluster
     tiles alone fill the GPU if that is larger), in order of M. With runtime-M kernels
     this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
     --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
     through tile counts (ceil(M / 64), / 128, / 256), so one M per 64-row block decides
-    the block."""
+    the block. ``epilogue``: as in :func:`choose` (every variant is then a v12 tile)."""
     _check_problem(1, N, K, dtype, arch, sm_count)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
     clusters = max(1, sm_count // CLUSTER_SIZE)
@@ -226,7 +260,7 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     out: list[list] = []
     for lo in range(1, last + 1, M_BLOCK):
         hi = min(lo + M_BLOCK - 1, last)
-        step_id, kw = choose(lo, N, K, dtype, arch, sm_count)
+        step_id, kw = choose(lo, N, K, dtype, arch, sm_count, epilogue)
         if out and out[-1][0] == step_id and out[-1][1] == kw:
             out[-1][3] = hi
         else:
@@ -580,8 +614,10 @@ def synchronize(device=None, *, what: str = "tirx_gemm.matmul") -> None:
         guarded(what)
 
 
-def matmul(a, b, *, step: str | None = None, out=None, sync: bool = False):
-    """``a @ b.T`` (``F.linear(a, b)`` without bias) for 2-D CUDA fp16/bf16 tensors.
+def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
+           step: str | None = None, out=None, sync: bool = False):
+    """``a @ b.T`` (``F.linear(a, b)`` without bias) for 2-D CUDA fp16/bf16 tensors; with
+    ``bias`` / ``activation`` / ``out_dtype``, ``act(a @ b.T + bias)`` in one kernel.
 
     ``a``: M x K (tokens x in-features); ``b``: N x K (out-features x in-features, a Linear
     weight); both one dtype, contiguous, 16-byte aligned, N and K multiples of 8, on an
@@ -599,7 +635,16 @@ def matmul(a, b, *, step: str | None = None, out=None, sync: bool = False):
     exported for the layer's (N, K). The first call of a shape checks everything, picks
     and loads the kernel; later calls of the same shape, dtype and device check only what
     can change between calls (device, layout, alignment) and launch.
+
+    Fused epilogue (v12 only, sm_90a; see the module docstring): ``bias`` a 1-D tensor of
+    N elements (float16, bfloat16 or float32, on the operands' GPU), added to the fp32
+    accumulator; ``activation`` one of "relu", "gelu" (erf, F.gelu's default),
+    "gelu_tanh" (F.gelu(approximate="tanh")), "silu", applied after the bias; ``out_dtype``
+    None (the operands' dtype) or torch.float32 (the fp32 result, no rounding). ``out``
+    then has the output dtype.
     """
+    if bias is not None or activation is not None or out_dtype is not None:
+        return _epilogue_call(a, b, bias, activation, out_dtype, False, step, out, sync)
     # the lean path, inline (each Python call costs a microsecond on a slow host): the
     # checks of _fast_key, then the launch of _launch
     t = _torch
@@ -631,14 +676,228 @@ def matmul(a, b, *, step: str | None = None, out=None, sync: bool = False):
     return out
 
 
+# --------------------------------------------------------------------------------------
+# fused epilogues: bias, activation, fp32 output, SwiGLU (v12; tirx_gemm.epilogue)
+# --------------------------------------------------------------------------------------
+def _out_dtype_name(out_dtype, dtype: str) -> str | None:
+    """OUT_DTYPE of a call: None for the operands' dtype, "float32" for fp32."""
+    if out_dtype is None:
+        return None
+    name = out_dtype if isinstance(out_dtype, str) else str(out_dtype).removeprefix("torch.")
+    if name == dtype:
+        return None
+    if name not in E.OUT_DTYPES:
+        raise ValueError(f"out_dtype={out_dtype!r} is not supported: pass None (the operands' "
+                         f"dtype, {dtype}) or torch.float32")
+    return name
+
+
+def epilogue_kwargs(bias=None, activation=None, out_dtype=None, swiglu: bool = False,
+                    dtype: str = "float16") -> dict:
+    """The builder keywords (tirx_gemm.epilogue) of a call's epilogue arguments, checked
+    (one-line errors): what :func:`choose` and :func:`variants` take as ``epilogue``.
+    ``bias`` may be a tensor or a dtype name."""
+    if activation is not None and activation not in E.ACTIVATIONS:
+        raise ValueError(f"activation={activation!r} is not supported: choose one of "
+                         f"{', '.join(E.ACTIVATIONS)} (or None)")
+    if bias is None:
+        bias_dt = False
+    else:
+        bias_dt = bias if isinstance(bias, str) else _bias_dtype(bias)
+    return E.epilogue_kwargs({"BIAS": bias_dt, "ACT": activation, "SWIGLU": bool(swiglu),
+                              "OUT_DTYPE": _out_dtype_name(out_dtype, dtype)})
+
+
+def _bias_dtype(bias) -> str:
+    name = str(getattr(bias, "dtype", "")).removeprefix("torch.")
+    if name not in E.BIAS_DTYPES:
+        raise TypeError(f"bias has dtype {getattr(bias, 'dtype', type(bias).__name__)}: the "
+                        f"fused bias takes {', '.join('torch.' + d for d in E.BIAS_DTYPES)}")
+    return name
+
+
+def check_bias(bias, N: int, device=None) -> None:
+    """A one-line TypeError / ValueError unless ``bias`` is a contiguous 1-D tensor of N
+    elements of a fused-bias dtype (on ``device`` when given)."""
+    import torch
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    _bias_dtype(bias)
+    if bias.dim() != 1 or bias.shape[0] != N:
+        raise ValueError(f"bias has shape {tuple(bias.shape)}, expected ({N},): one value per "
+                         f"output column (b's rows)")
+    if device is not None and bias.device != device:
+        raise ValueError(f"bias is on {bias.device} but the operands are on {device}: "
+                         f"bias.to({str(device)!r})")
+    if not bias.is_contiguous():
+        raise ValueError(f"bias is not contiguous (stride {bias.stride()}): pass "
+                         f"bias.contiguous()")
+    if bias.requires_grad and torch.is_grad_enabled():
+        raise ValueError("matmul has no backward: call it under torch.no_grad() or "
+                         "torch.inference_mode(), or pass a detached bias")
+
+
+def _check_out(out, M: int, N: int, dtype, device) -> None:
+    import torch
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out is {out.dtype} but the result is {dtype}")
+    if tuple(out.shape) != (M, N):
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected ({M}, {N})")
+    if out.device != device:
+        raise ValueError(f"out is on {out.device} but the operands are on {device}")
+    if not out.is_contiguous() or out.data_ptr() % ALIGN_BYTES:
+        raise ValueError("out must be contiguous and 16-byte aligned: pass a fresh tensor")
+
+
+def _epilogue_call(a, b, bias, activation, out_dtype, swiglu: bool, step, out, sync):
+    """A call with a fused epilogue. Lean path for a call seen before (same shapes, dtype,
+    device, step and epilogue arguments): alignment and autograd checked here, the rest by
+    the kernel's host code, whose refusal sends the call through every check for the
+    one-line message. First call: every check, the kernel picked, loaded and remembered."""
+    try:
+        key = ("epilogue", a.shape, b.shape, a.dtype, a.get_device(), step,
+               None if bias is None else (bias.dtype, bias.shape), activation, out_dtype,
+               swiglu)
+        call = _calls.get(key)
+    except (AttributeError, TypeError):
+        key, call = None, None
+    t = _torch
+    if call is not None and t is not None and not (
+            a.data_ptr() | b.data_ptr() | (0 if bias is None else bias.data_ptr())
+            | (0 if out is None else out.data_ptr())) & (ALIGN_BYTES - 1) \
+            and not (t.is_grad_enabled() and (a.requires_grad or b.requires_grad or (
+                bias is not None and bias.requires_grad))):
+        if out is None:
+            out = a.new_empty(call.workspace[0], dtype=call.workspace[1])
+        try:
+            if bias is not None:
+                call.kernel(a, b, out, bias)
+            else:
+                call.kernel(a, b, out)
+        except Exception as exc:
+            _epilogue_checks(a, b, bias, activation, out_dtype, swiglu, out)
+            _raise_launch(call, exc)
+        if sync:
+            synchronize(a.device, what=call.label)
+        return out
+    return _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, key)
+
+
+def _epilogue_checks(a, b, bias, activation, out_dtype, swiglu, out):
+    """Every check of an epilogue call (one line each): (M, N, K, dtype, epi, out dtype)."""
+    import torch
+    M, NB, K, dtype = check_operands(a, b)
+    epi = epilogue_kwargs(bias, activation, out_dtype, swiglu, dtype)
+    N = NB // 2 if swiglu else NB
+    if swiglu:
+        E.check_swiglu_n(N)
+    if bias is not None:
+        check_bias(bias, N, a.device)
+    res_dtype = torch.float32 if epi.get("OUT_DTYPE") == "float32" else a.dtype
+    if out is not None:
+        _check_out(out, M, N, res_dtype, a.device)
+    return M, N, K, dtype, epi, res_dtype
+
+
+def _raise_launch(call, exc):
+    from tirx_gemm.run.errors import KernelLaunchError
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    raise KernelLaunchError(f"launching {call.label} failed: {first}") from exc
+
+
+def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, key):
+    global _torch
+    import torch
+    M, N, K, dtype, epi, res_dtype = _epilogue_checks(a, b, bias, activation, out_dtype,
+                                                     swiglu, out)
+    _torch = torch
+    if step is not None and step not in EPILOGUE_STEPS.get("sm_90a", ()):
+        raise ValueError(f"step={step!r} has no fused epilogue (v9 and v11 have none): leave "
+                         f"step=None, or step='v12'")
+    if out is None:
+        out = torch.empty((M, N), dtype=res_dtype, device=a.device)
+    if M == 0:
+        return out
+    arch, sm_count = _gpu_arch(a.device)
+    step_id, kwargs = choose(M, N, K, dtype, arch, sm_count, epi)
+    st = registry.get(step_id, arch)
+    loaded = _load(st, (M, N, K), kwargs)
+    # an epilogue call's "workspace" slot holds what the lean path allocates: (shape, dtype)
+    call = _Call(loaded.kernel, ((M, N), res_dtype),
+                 f"{_describe(st, (M, N, K), kwargs)} at M={M}")
+    if key is not None:
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
+        _calls[key] = call
+    try:
+        if bias is not None:
+            call.kernel(a, b, out, bias)
+        else:
+            call.kernel(a, b, out)
+    except Exception as exc:
+        _raise_launch(call, exc)
+    if sync:
+        synchronize(a.device, what=call.label)
+    return out
+
+
+def fuse_gate_up(w_gate, w_up):
+    """The fused gate/up weight of a SwiGLU MLP, for :func:`swiglu` (``fused=``): w_gate and
+    w_up (N x K each, one dtype and device, N a multiple of 8) interleaved in groups of
+    8 rows (gate 0-7, up 0-7, gate 8-15, ...; tirx_gemm.epilogue.SWIGLU_GROUP), a new
+    contiguous (2N, K) tensor. Do it once per model (it copies both weights), not per call.
+    Its numpy twin: tirx_gemm.epilogue.interleave_gate_up_np."""
+    import torch
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if not isinstance(w, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(w).__name__}")
+        if w.dim() != 2:
+            raise ValueError(f"{name} must be 2-D (N x K), got shape {tuple(w.shape)}")
+    if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype \
+            or w_gate.device != w_up.device:
+        raise ValueError(f"w_gate ({tuple(w_gate.shape)}, {w_gate.dtype}, {w_gate.device}) and "
+                         f"w_up ({tuple(w_up.shape)}, {w_up.dtype}, {w_up.device}) must have "
+                         f"one shape, dtype and device")
+    N, K = w_gate.shape
+    E.check_swiglu_n(N)
+    G = E.SWIGLU_GROUP
+    return torch.stack((w_gate.reshape(N // G, G, K), w_up.reshape(N // G, G, K)),
+                       dim=1).reshape(2 * N, K).contiguous()
+
+
+def swiglu(a, w_gate=None, w_up=None, *, fused=None, out_dtype=None, out=None,
+           sync: bool = False):
+    """``silu(a @ w_gate.T) * (a @ w_up.T)`` (a SwiGLU MLP's gate/up half) in one kernel:
+    one GEMM over the fused weight, the silu and the product on the fp32 accumulators
+    (v12 on sm_90a). Give ``w_gate`` and ``w_up`` (N x K each; fused here at every call,
+    a copy of both) or ``fused=fuse_gate_up(w_gate, w_up)`` made once. Returns M x N in
+    the operands' dtype, or fp32 with ``out_dtype=torch.float32``."""
+    if fused is None:
+        if w_gate is None or w_up is None:
+            raise ValueError("swiglu needs w_gate and w_up, or fused=fuse_gate_up(w_gate, "
+                             "w_up)")
+        fused = fuse_gate_up(w_gate, w_up)
+    elif w_gate is not None or w_up is not None:
+        raise ValueError("swiglu: pass either w_gate and w_up, or fused=, not both")
+    else:
+        import torch
+        if isinstance(fused, torch.Tensor) and fused.dim() == 2 \
+                and fused.shape[0] % (2 * E.SWIGLU_GROUP):
+            raise ValueError(f"fused has {fused.shape[0]} rows: a fused gate/up weight "
+                             f"(fuse_gate_up) has 2N rows, N a multiple of {E.SWIGLU_GROUP}")
+    return _epilogue_call(a, fused, None, None, out_dtype, True, None, out, sync)
+
+
 class _CallableModule(types.ModuleType):
     """``tirx_gemm.matmul(a, b)`` calls :func:`matmul`; the module's other names stay
     reachable as attributes (``tirx_gemm.matmul.use_bundle``). Under torch.compile call
     ``tirx_gemm.torch_op.matmul`` (or use ``tirx_gemm.nn.Linear``): dynamo cannot trace a
     call of a module object."""
 
-    def __call__(self, a, b, **kw):
-        return matmul(a, b, **kw)
+    def __call__(self, a, b, *args, **kw):
+        return matmul(a, b, *args, **kw)
 
 
 sys.modules[__name__].__class__ = _CallableModule

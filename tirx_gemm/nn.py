@@ -5,8 +5,11 @@ keys, ``extra_repr``) whose forward runs ``tirx_gemm.torch_op.matmul`` when it c
 weight on one CUDA GPU of arch sm_90a or sm_100a, one dtype, fp16 or bf16, in- and
 out-features multiples of 8, and nothing for autograd to record. The input's leading
 dimensions are flattened to the GEMM's M (a non-contiguous input is copied first, as
-F.linear would read it). **The bias** is added after the GEMM by one torch op (``add_`` on
-the fresh output): fused epilogues are another issue.
+F.linear would read it). **The bias** is fused into the GEMM's epilogue on sm_90a (added to
+the fp32 accumulator before the cast, one kernel: tirx_gemm.matmul's ``bias=``, v12 only);
+on sm_100a, where matmul has no epilogue kernels yet, it is added after the GEMM by one
+torch op (``add_`` on the fresh output). While torch.compile traces, the bias is fused when
+the layer's GPU was seen to be sm_90a (an eager call or ``patch`` probed it), else added.
 
 **What it does with an input the kernels cannot serve**: it runs ``torch.nn.functional.linear``
 (the answer, or the error, torch's nn.Linear would give), counts the call in
@@ -43,6 +46,20 @@ __all__ = ["Linear", "patch", "Report", "layer_refusal"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
 _served: dict = {}  # CUDA device index -> None (served) or why not, probed once per device
+_fused_bias: dict = {}  # CUDA device index -> whether matmul fuses a bias there (sm_90a)
+
+
+def fuses_bias(device: torch.device) -> bool:
+    """Whether tirx_gemm.matmul fuses a bias on ``device`` (an sm_90a GPU: v12's epilogue),
+    probed once per device."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    hit = _fused_bias.get(index)
+    if hit is None:
+        from tirx_gemm.matmul import EPILOGUE_STEPS
+        from tirx_gemm.run.device import capability_matches
+        cap = tuple(torch.cuda.get_device_capability(index))
+        hit = _fused_bias[index] = any(capability_matches(a, cap) for a in EPILOGUE_STEPS)
+    return hit
 
 
 def _device_refusal(device: torch.device) -> str | None:
@@ -85,7 +102,7 @@ def layer_refusal(layer: torch.nn.Linear) -> str | None:
 
 class Linear(torch.nn.Linear):
     """A torch.nn.Linear whose forward runs tirx_gemm's kernels when it can (see the module
-    docstring): ``y = x @ weight.T (+ bias)``, the bias added after the GEMM in one torch op.
+    docstring): ``y = x @ weight.T (+ bias)``, the bias fused into the GEMM on sm_90a.
 
     Inputs the kernels cannot serve run torch's F.linear, counted in ``fallbacks`` with the
     last reason in ``fallback_reason`` and one warning per reason; ``strict=True`` raises a
@@ -183,9 +200,12 @@ class Linear(torch.nn.Linear):
         if a.data_ptr() & 15:
             a = a.clone()  # a view at an odd offset: TMA needs 16-byte aligned rows
         # eager: the kernel directly, no dispatcher (tirx_gemm.torch_op's docstring)
-        y = torch_op._matmul(a, w, sync=False)
-        if b is not None:
-            y.add_(b)
+        if b is not None and fuses_bias(x.device):
+            y = torch_op._matmul(a, w, b, sync=False)  # the bias in the epilogue
+        else:
+            y = torch_op._matmul(a, w, sync=False)
+            if b is not None:
+                y.add_(b)
         return y if a is x else y.view(*x.shape[:-1], self.out_features)
 
     def _traced_forward(self, x):
@@ -197,9 +217,13 @@ class Linear(torch.nn.Linear):
                                  f"{self.out_features}) cannot run this call")
             return F.linear(x, self.weight, self.bias)
         a = x.reshape(-1, self.in_features).contiguous()
-        y = torch_op.OP(a, self.weight, None)
-        if self.bias is not None:
-            y = y + self.bias
+        index = x.device.index if x.device.index is not None else 0
+        if self.bias is not None and _fused_bias.get(index):
+            y = torch_op.OP(a, self.weight, None, self.bias)  # the bias in the epilogue
+        else:
+            y = torch_op.OP(a, self.weight, None)
+            if self.bias is not None:
+                y = y + self.bias
         return y.view(*x.shape[:-1], self.out_features)
 
     def _fallback(self, x, why: str):
@@ -292,6 +316,8 @@ def _replacement(layer, strict: bool):
     if why is not None:
         return None, f"{_describe(layer)}: {why}"
     note = _describe(layer)
+    if layer.bias is not None and fuses_bias(layer.weight.device):
+        note += "; bias fused into the GEMM's epilogue"
     if layer.weight.requires_grad or (layer.bias is not None and layer.bias.requires_grad):
         note += ("; weight requires grad: served under torch.no_grad()/inference_mode(), "
                  "torch's F.linear while grad mode is on")

@@ -1,7 +1,12 @@
 """``torch.ops.tirx_gemm.matmul``: tirx_gemm.matmul as a PyTorch custom op.
 
-Importing this module registers the op ``tirx_gemm::matmul(Tensor a, Tensor b, str? step=None)
--> Tensor`` with ``torch.library.custom_op``: its implementation is
+Importing this module registers the op ``tirx_gemm::matmul(Tensor a, Tensor b, str? step=None,
+Tensor? bias=None, str? activation=None, ScalarType? out_dtype=None) -> Tensor`` (the fused
+epilogue's arguments as in tirx_gemm.matmul.matmul; the fake returns ``(M, N)`` in
+``out_dtype`` or a's dtype after the bias and activation checks) and
+``tirx_gemm::swiglu(Tensor a, Tensor fused, ScalarType? out_dtype=None) -> Tensor``
+(tirx_gemm.matmul.swiglu over a fused gate/up weight; the fake returns ``(M, rows/2)``)
+with ``torch.library.custom_op``: its implementation is
 :func:`tirx_gemm.matmul.matmul` (``a @ b.T`` for 2-D CUDA fp16/bf16 tensors, asynchronous: it
 returns once the kernel is queued), and its fake (meta) implementation returns an empty
 ``(M, N)`` tensor of ``a``'s dtype after the checks that need no data (tensor type, dtype,
@@ -36,18 +41,29 @@ from typing import Optional
 
 import torch
 
-from tirx_gemm.matmul import ROW_MULTIPLE
+from tirx_gemm import epilogue as E
+from tirx_gemm.matmul import ROW_MULTIPLE, check_bias, epilogue_kwargs
 from tirx_gemm.matmul import matmul as _matmul
+from tirx_gemm.matmul import swiglu as _swiglu
 
-__all__ = ["matmul", "OP", "check_fake"]
+__all__ = ["matmul", "swiglu", "OP", "SWIGLU_OP", "check_fake"]
 
 NAME = "tirx_gemm::matmul"
+SWIGLU_NAME = "tirx_gemm::swiglu"
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
 @torch.library.custom_op(NAME, mutates_args=())
-def _op(a: torch.Tensor, b: torch.Tensor, step: Optional[str] = None) -> torch.Tensor:
-    return _matmul(a, b, step=step, sync=False)
+def _op(a: torch.Tensor, b: torch.Tensor, step: Optional[str] = None,
+        bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+        out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    return _matmul(a, b, bias, activation, out_dtype, step=step, sync=False)
+
+
+@torch.library.custom_op(SWIGLU_NAME, mutates_args=())
+def _swiglu_op(a: torch.Tensor, fused: torch.Tensor,
+               out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    return _swiglu(a, fused=fused, out_dtype=out_dtype, sync=False)
 
 
 def check_fake(a, b) -> None:
@@ -83,16 +99,38 @@ def check_fake(a, b) -> None:
                              f"TMA descriptors take compact rows; pass {name}.contiguous()")
 
 
+def _result_dtype(a, bias, activation, out_dtype, swiglu=False):
+    """The output dtype of a call, after the epilogue arguments' checks (one line each)."""
+    epi = epilogue_kwargs(bias, activation, out_dtype, swiglu, str(a.dtype).removeprefix(
+        "torch."))
+    return torch.float32 if epi.get("OUT_DTYPE") == "float32" else a.dtype
+
+
 @_op.register_fake
-def _fake(a, b, step=None):
+def _fake(a, b, step=None, bias=None, activation=None, out_dtype=None):
     check_fake(a, b)
-    return a.new_empty((a.shape[0], b.shape[0]))
+    dt = _result_dtype(a, bias, activation, out_dtype)
+    if bias is not None:
+        check_bias(bias, b.shape[0], a.device)
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=dt)
+
+
+@_swiglu_op.register_fake
+def _swiglu_fake(a, fused, out_dtype=None):
+    check_fake(a, fused)
+    if fused.shape[0] % (2 * E.SWIGLU_GROUP):
+        raise ValueError(f"fused has {fused.shape[0]} rows: a fused gate/up weight "
+                         f"(fuse_gate_up) has 2N rows, N a multiple of {E.SWIGLU_GROUP}")
+    dt = _result_dtype(a, None, None, out_dtype, swiglu=True)
+    return a.new_empty((a.shape[0], fused.shape[0] // 2), dtype=dt)
 
 
 OP = torch.ops.tirx_gemm.matmul.default  # the op's overload, looked up once
+SWIGLU_OP = torch.ops.tirx_gemm.swiglu.default
 
 
-def matmul(a, b, *, step: str | None = None, out=None):
+def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
+           step: str | None = None, out=None):
     """``a @ b.T`` (``F.linear(a, b)`` without bias) for 2-D CUDA fp16/bf16 tensors, usable
     in a model that torch.compile traces: the op ``torch.ops.tirx_gemm.matmul`` while tracing,
     ``tirx_gemm.matmul.matmul`` directly in eager mode (see the module docstring).
@@ -101,9 +139,18 @@ def matmul(a, b, *, step: str | None = None, out=None):
     the op's result (the op itself is functional). Asynchronous: returns once the kernel is
     queued; ``tirx_gemm.matmul.synchronize()`` waits with the project's hang guard."""
     if torch.compiler.is_compiling():
-        y = OP(a, b, step)
+        y = OP(a, b, step, bias, activation, out_dtype)
         if out is None:
             return y
         out.copy_(y)
         return out
-    return _matmul(a, b, step=step, out=out, sync=False)
+    return _matmul(a, b, bias, activation, out_dtype, step=step, out=out, sync=False)
+
+
+def swiglu(a, fused, *, out_dtype=None):
+    """``silu(a @ w_gate.T) * (a @ w_up.T)`` from the fused weight
+    (tirx_gemm.matmul.fuse_gate_up), usable under torch.compile like :func:`matmul`: the op
+    ``torch.ops.tirx_gemm.swiglu`` while tracing, tirx_gemm.matmul.swiglu in eager mode."""
+    if torch.compiler.is_compiling():
+        return SWIGLU_OP(a, fused, out_dtype)
+    return _swiglu(a, fused=fused, out_dtype=out_dtype, sync=False)

@@ -9,6 +9,7 @@ from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
 
@@ -23,7 +24,8 @@ AUTO_DEPTH_MAX = 16
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
               RUNTIME_M: bool = False, RUNTIME_NK: bool = False, L2_GROUP: int = 8,
-              PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
+              PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
+              OUT_DTYPE=None, SWIGLU: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
@@ -58,6 +60,14 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
     H.check_edge_shape(M, N, K, dtype)
+    epi = E.validate({"BIAS": BIAS, "ACT": ACT, "OUT_DTYPE": OUT_DTYPE, "SWIGLU": SWIGLU})
+    if epi["SWIGLU"]:
+        E.check_swiglu_n(N)
+    OUT_F32 = epi["OUT_DTYPE"] == "float32"  # fp32 D: stored from the registers
+    D_DTYPE = epi["OUT_DTYPE"] or dtype
+    HAS_EPI = not E.is_plain(epi)
+    SWIGLU_ON = epi["SWIGLU"]
+    BIAS_ACT = bool(epi["BIAS"]) or epi["ACT"] is not None
     if isinstance(BLK_M, bool) or not isinstance(BLK_M, int) or BLK_M not in BLK_MS:
         raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
                          f"warpgroups of 64 rows)")
@@ -72,9 +82,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread
-    PACKED_REGS = ACC_REGS // 2           # 2 x 16-bit registers of a packed tile
-    TMA_CHUNKS = BLK_N // W.EPI_COLS      # full 64-column chunks: stmatrix + TMA store
-    TAIL_J = (BLK_N % W.EPI_COLS) // 8    # 8-column blocks left: guarded register stores
+    # SwiGLU: a tile of BLK_N columns of the fused gate/up weight gives BLK_N/2 outputs
+    OUT_N = BLK_N // 2 if epi["SWIGLU"] else BLK_N
+    PACKED_REGS = OUT_N // 4              # 2 x 16-bit registers of a packed tile
+    # full 64-column chunks: stmatrix + TMA store (none for an fp32 D: register stores)
+    TMA_CHUNKS = 0 if OUT_F32 else OUT_N // W.EPI_COLS
+    TAIL_J = 0 if OUT_F32 else (OUT_N % W.EPI_COLS) // 8  # 8-column blocks left: guarded
     # a staging tile is reused every EPI_BUFS chunks, also across tiles: EPI_BUFS divides
     EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
@@ -100,9 +113,15 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # else in the kernel depends on them
     M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
     N_DIM = tvm.tirx.Var("N", "int32") if RUNTIME_NK else N
+    # SwiGLU: B has the fused weight's 2N rows (the tiles walk them), D and bias N columns
+    if epi["SWIGLU"]:
+        NB_DIM = tvm.tirx.Var("N2", "int32") if RUNTIME_NK else E.fused_rows(N)
+        N_DIM = NB_DIM // 2
+    else:
+        NB_DIM = N_DIM
     K_DIM = tvm.tirx.Var("K", "int32") if RUNTIME_NK else K
     M_TILES = (M_DIM + BLK_M - 1) // BLK_M
-    N_TILES = (N_DIM + BLK_N - 1) // BLK_N
+    N_TILES = (NB_DIM + BLK_N - 1) // BLK_N
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
@@ -112,9 +131,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
-    @T.prim_func
-    def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
-               D: T.Buffer((M_DIM, N_DIM), dtype)):
+    # the kernel body; bias is None without BIAS (no bias operand)
+    @T.inline
+    def gemm(A, B, D, bias):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
@@ -188,7 +207,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             prev_n: T.int32 = 0
             while scheduler.valid():
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
-                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                n_st = T.meta_var(scheduler.n_idx * OUT_N)  # D's columns of this tile
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
 
@@ -226,11 +245,23 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 if tid_in_wg == 0:
                     mma2tma.arrive(held)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
-                # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
-                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
-                pending = 1
-                prev_m = m_st
-                prev_n = n_st
+                if HAS_EPI:
+                    # --- the fused epilogue, on the fp32 accumulators, before the cast ---
+                    if SWIGLU_ON:
+                        W.epilogue_swiglu(acc, BLK_N)
+                    if BIAS_ACT:
+                        W.epilogue_bias_act(acc, BLK_N, bias, epi["ACT"], n_st, N_DIM,
+                                            lane_id)
+                if OUT_F32:
+                    # fp32 D: stored straight from the registers (read at issue)
+                    W.store_fragment_f32_guarded(D, acc, m_st + row0, n_st, OUT_N, M_DIM,
+                                                 N_DIM, warp_id, lane_id)
+                else:
+                    # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
+                    W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                    pending = 1
+                    prev_m = m_st
+                    prev_n = n_st
                 scheduler.next_tile()
 
             # --- writeback of the last tile, then every store must have completed ---
@@ -245,5 +276,21 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
+
+    if BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((NB_DIM, K_DIM), dtype),
+                   D: T.Buffer((M_DIM, N_DIM), D_DTYPE), bias: T.Buffer((N_DIM,), BIAS)):
+            gemm(A, B, D, bias)
+    elif HAS_EPI:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((NB_DIM, K_DIM), dtype),
+                   D: T.Buffer((M_DIM, N_DIM), D_DTYPE)):
+            gemm(A, B, D, None)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
+                   D: T.Buffer((M_DIM, N_DIM), dtype)):
+            gemm(A, B, D, None)
 
     return kernel
