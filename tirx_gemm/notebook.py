@@ -769,7 +769,7 @@ def _record_rows(recs: Sequence[dict]) -> list[list]:
     for r in recs:
         tf, ratio = r.get("tflops"), r.get("ratio_to_torch")
         rows.append([r["step"], r["arch"], r["device"], _shape((r["M"], r["N"], r["K"])),
-                     "✓" if r.get("verified") else "✗",
+                     records.record_dtype(r), "✓" if r.get("verified") else "✗",
                      None if r.get("rel_err") is None else f"{r['rel_err']:.1e}",
                      None if tf is None else f"{tf:.1f}",
                      None if ratio is None else f"{ratio:.2f}x",
@@ -777,8 +777,8 @@ def _record_rows(recs: Sequence[dict]) -> list[list]:
     return rows
 
 
-_RECORD_HEAD = ["step", "arch", "GPU", "M x N x K", "check", "rel. error", "TFLOP/s",
-                "x torch", "date"]
+_RECORD_HEAD = ["step", "arch", "GPU", "M x N x K", "dtype", "check", "rel. error",
+                "TFLOP/s", "x torch", "date"]
 
 
 def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
