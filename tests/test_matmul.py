@@ -409,3 +409,136 @@ def test_a_run_time_shape_kernel_is_recorded_at_the_callers_shape(monkeypatch, t
     _, meta = mm.kernel_source(v12, (77, 7168, 2048), kw, bundle=tmp_path)
     assert seen == [(mm.NOMINAL_M, mm.NOMINAL_N, mm.NOMINAL_K)]
     assert (meta["M"], meta["N"], meta["K"]) == (77, 7168, 2048)
+
+
+# --------------------------------------------------------------------------------------
+# fused epilogues (issue 28): the routing to v12, the arguments' errors, SwiGLU's weight
+# --------------------------------------------------------------------------------------
+from tirx_gemm import epilogue as E  # noqa: E402
+
+
+@pytest.mark.parametrize("mnk", [(8192, 28672, 4096), (4096, 4096, 4096), (1, 4096, 4096),
+                                 (256, 256, 16384), (77, 7168, 2048)])
+@pytest.mark.parametrize("epi", [{"BIAS": "bfloat16", "ACT": "gelu"}, {"SWIGLU": True},
+                                 {"OUT_DTYPE": "float32"}])
+def test_an_epilogue_always_gets_a_v12_tile(mnk, epi):
+    """v9 and v11 have no epilogue: every shape, even v9's and v11's, goes to v12's
+    model-best tile for the kernel's GEMM (SwiGLU: 2N columns), with the keywords."""
+    M, N, K = mnk
+    step, kw = mm.choose(M, N, K, "bfloat16", "sm_90a", 132, epilogue=epi)
+    assert step == "v12"
+    assert {k: kw[k] for k in epi} == epi and kw["RUNTIME_M"] and kw["RUNTIME_NK"]
+    kn = 2 * N if epi.get("SWIGLU") else N
+    assert f"{kw['BLK_M']}x{kw['BLK_N']}" == chooser.best_tile(M, kn, K, 132)
+
+
+def test_a_plain_epilogue_is_the_plain_choice():
+    plain = mm.choose(4096, 4096, 4096, "float16")
+    assert mm.choose(4096, 4096, 4096, "float16", epilogue={"ACT": None}) == plain
+    assert plain[0] == "v9"
+
+
+def test_epilogues_are_refused_on_sm100a_in_one_line():
+    with pytest.raises(ValueError, match="runs on sm_90a only") as e:
+        mm.choose(128, 256, 64, "float16", "sm_100a", 148, epilogue={"ACT": "relu"})
+    assert "\n" not in str(e.value)
+
+
+def test_variants_with_an_epilogue_list_v12_tiles_with_its_keywords():
+    vs = mm.variants(14336, 4096, "bfloat16", epilogue={"SWIGLU": True})
+    assert vs[0][2] == 1 and vs[-1][3] >= mm.VARIANTS_MAX_M
+    assert all(s == "v12" and kw["SWIGLU"] is True and kw["dtype"] == "bfloat16"
+               for s, kw, _, _ in vs)
+    assert all(a[3] + 1 == b[2] for a, b in zip(vs, vs[1:]))  # contiguous M ranges
+
+
+@pytest.mark.parametrize("kw, exc, words", [
+    ({"activation": "tanh"}, ValueError, "activation='tanh' is not supported"),
+    ({"out_dtype": torch.float64}, ValueError, "out_dtype=torch.float64 is not supported"),
+    ({"bias": torch.zeros(255)}, ValueError, "expected (256,)"),
+    ({"bias": torch.zeros(2, 128)}, ValueError, "expected (256,)"),
+    ({"bias": torch.zeros(256, dtype=torch.int64)}, TypeError, "the fused bias takes"),
+    ({"bias": [0.0] * 256}, TypeError, "bias has dtype"),
+    ({"bias": torch.zeros(512)[::2]}, ValueError, "not contiguous"),
+    ({"bias": torch.zeros(256, device="meta")}, ValueError, "bias is on meta"),
+])
+def test_epilogue_arguments_are_refused_in_one_line(kw, exc, words):
+    a, b = ops()
+    args = dict(bias=None, activation=None, out_dtype=None, swiglu=False, out=None)
+    args.update(kw)
+    with pytest.raises(exc) as e:
+        mm._epilogue_checks(a, b, args["bias"], args["activation"], args["out_dtype"],
+                            args["swiglu"], args["out"], require_cuda=False)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_epilogue_checks_give_the_output():
+    a, b = ops(M=77, N=256, K=64, dtype=torch.bfloat16)
+    bias = torch.zeros(256, dtype=torch.float32)
+    M, N, K, dt, epi, res = mm._epilogue_checks(a, b, bias, "gelu", torch.float32, False,
+                                                None, require_cuda=False)
+    assert (M, N, K, dt, res) == (77, 256, 64, "bfloat16", torch.float32)
+    assert epi == {"BIAS": "float32", "ACT": "gelu", "OUT_DTYPE": "float32"}
+    *_, epi, res = mm._epilogue_checks(a, b, None, None, torch.bfloat16, True, None,
+                                       require_cuda=False)
+    assert epi == {"SWIGLU": True} and res == torch.bfloat16  # out_dtype = input: plain
+    with pytest.raises(ValueError, match="multiple of 8"):  # 2N = 264: N = 132
+        mm._epilogue_checks(*ops(N=264), None, None, None, True, None, require_cuda=False)
+    with pytest.raises(TypeError, match="out is torch.bfloat16 but the result is torch.float32"):
+        mm._epilogue_checks(a, b, None, None, torch.float32, False,
+                            torch.empty(77, 256, dtype=torch.bfloat16), require_cuda=False)
+
+
+def test_epilogue_calls_on_cpu_and_a_plain_step_are_refused_in_one_line():
+    a, b = ops()
+    with pytest.raises(ValueError, match="cpu") as e:
+        mm.matmul(a, b, activation="relu")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="needs w_gate and w_up"):
+        mm.swiglu(a)
+    with pytest.raises(ValueError, match="not both"):
+        mm.swiglu(a, b[:128], b[128:], fused=b)
+    with pytest.raises(ValueError, match="2N rows"):
+        mm.swiglu(a, fused=b[:24])
+
+
+def test_fuse_gate_up_is_the_numpy_layout():
+    g = torch.randn(24, 16, dtype=torch.bfloat16)
+    u = torch.randn(24, 16, dtype=torch.bfloat16)
+    f = mm.fuse_gate_up(g, u)
+    assert f.shape == (48, 16) and f.is_contiguous() and f.dtype == torch.bfloat16
+    want = E.interleave_gate_up_np(g.float().numpy(), u.float().numpy())
+    assert torch.equal(f.float(), torch.from_numpy(want))
+    assert tirx_gemm.fuse_gate_up is mm.fuse_gate_up and tirx_gemm.swiglu is mm.swiglu
+    with pytest.raises(ValueError, match="multiple of 8"):
+        mm.fuse_gate_up(g[:20], u[:20])
+    with pytest.raises(ValueError, match="one shape, dtype and device"):
+        mm.fuse_gate_up(g, u.half())
+    with pytest.raises(TypeError, match="w_up must be a torch.Tensor"):
+        mm.fuse_gate_up(g, None)
+
+
+def test_suite_entries_list_their_epilogues_and_export_adds_their_kernels(tmp_path):
+    data = {"name": "t", "dtypes": ["bfloat16"], "shapes": [
+        {"M": 1000, "N": 14336, "K": 4096, "model": "m", "layer": "mlp", "why": "w",
+         "epilogues": [{"SWIGLU": True}, {"BIAS": "bfloat16", "ACT": "gelu"}]}]}
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(data))
+    s = suite.load_suite(p)
+    assert s.entries[0].epilogues == ((("SWIGLU", True),),
+                                      (("ACT", "gelu"), ("BIAS", "bfloat16")))
+    reqs = suite.export_requests(s, "matmul", "sm_90a", 132)
+    epis = {E.tag(kw) for _, _, kw in reqs}
+    assert {"plain", "swiglu", "bias_bfloat16+gelu"} <= epis
+    want = {(st, tuple(sorted(kw.items()))) for st, kw, _, _ in
+            mm.variants(14336, 4096, "bfloat16", epilogue={"SWIGLU": True})}
+    have = {(st.id, tuple(sorted(kw.items()))) for st, _, kw in reqs}
+    assert want <= have
+    for bad, words in ((["x"], "non-empty object"), ([{"ACT": "elu"}], "ACT='elu'"),
+                       ([{"act": "gelu"}], "unknown key 'act'"), ([{"ACT": None}], "plain"),
+                       ({"ACT": "gelu"}, "must be a list")):
+        data["shapes"][0]["epilogues"] = bad
+        p.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="epilogue") as e:
+            suite.load_suite(p)
+        assert words in str(e.value) and "\n" not in str(e.value)

@@ -253,3 +253,47 @@ def test_patch_refuses_a_non_module_in_one_line():
 
 def test_patch_and_nn_are_lazy_attributes_of_the_package():
     assert tirx_gemm.patch is tnn.patch and tirx_gemm.nn is tnn
+
+
+# --- the fused bias (issue 28) ---------------------------------------------------------------
+def test_served_call_fuses_the_bias_where_matmul_fuses_it(served, monkeypatch):
+    """On an sm_90a GPU (fuses_bias) the bias goes to the kernel's epilogue: one call with
+    the bias, no add_ afterwards; elsewhere (the served fixture's CPU stand-in) it is added."""
+    fused_calls = []
+
+    def kernel(a, b, bias=None, *, step=None, out=None, sync=False):
+        fused_calls.append(None if bias is None else tuple(bias.shape))
+        y = a.float() @ b.float().T
+        return (y + bias.float() if bias is not None else y).to(a.dtype)
+    monkeypatch.setattr(torch_op, "_matmul", kernel)
+    monkeypatch.setattr(tnn, "fuses_bias", lambda device: True)
+    torch.manual_seed(3)
+    ref = nn.Linear(32, 24).to(BF16).requires_grad_(False)
+    ours = tnn.Linear.from_linear(ref)
+    x = torch.randn(5, 32, dtype=BF16)
+    torch.testing.assert_close(ours(x), ref(x), atol=2e-2, rtol=2e-2)
+    assert fused_calls == [(24,)]
+    ours_nobias = tnn.Linear.from_linear(nn.Linear(32, 24, bias=False).to(BF16))
+    ours_nobias.requires_grad_(False)(x)
+    assert fused_calls[-1] is None
+
+
+def test_fuses_bias_is_false_off_cuda():
+    assert tnn.fuses_bias(torch.device("cpu")) is False
+    assert tnn.fuses_bias(torch.device("meta")) is False
+
+
+def test_compile_traces_the_fused_bias_when_the_gpu_fuses(served, monkeypatch):
+    monkeypatch.setattr(tnn.Linear, "_traced_refusal", lambda self, x: None)
+    monkeypatch.setitem(tnn._fused_bias, 0, True)
+    graphs = []
+    model = tnn.Linear(32, 64, device="meta", dtype=BF16).requires_grad_(False)
+    y = torch.compile(model, fullgraph=True, backend=_recording_backend(graphs))(
+        torch.empty(5, 32, device="meta", dtype=BF16))
+    assert tuple(y.shape) == (5, 64)
+    nodes = [n for n in graphs[0].graph.nodes if n.op == "call_function"
+             and n.target is torch.ops.tirx_gemm.matmul.default]
+    assert len(nodes) == 1 and len(nodes[0].args) >= 4 and nodes[0].args[3] is not None
+    assert not any(n.target in (torch.ops.aten.add.Tensor, torch.add)
+                   or getattr(n.target, "__name__", "") == "add"
+                   for n in graphs[0].graph.nodes if n.op == "call_function")

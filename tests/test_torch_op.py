@@ -18,7 +18,10 @@ def _meta(*shape, dtype=BF16):
 def test_the_op_is_registered_with_its_schema():
     assert torch_op.OP is torch.ops.tirx_gemm.matmul.default
     assert str(torch_op.OP._schema) == (
-        "tirx_gemm::matmul(Tensor a, Tensor b, str? step=None) -> Tensor")
+        "tirx_gemm::matmul(Tensor a, Tensor b, str? step=None, Tensor? bias=None, "
+        "str? activation=None, ScalarType? out_dtype=None) -> Tensor")
+    assert str(torch_op.SWIGLU_OP._schema) == (
+        "tirx_gemm::swiglu(Tensor a, Tensor fused, ScalarType? out_dtype=None) -> Tensor")
     assert tirx_gemm.torch_op is torch_op  # reachable from the package, lazily
 
 
@@ -196,3 +199,73 @@ def test_the_benchmarks_print_suites_that_export_reads(tmp_path):
             nk = {(e.N, e.K) for e in s.entries}
             assert nk == {(1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336)}
             assert {e.M for e in s.entries} == {1, 8, 64, 128, 256, 1000, 4096}
+
+
+# --- the fused epilogue's arguments (issue 28) ---------------------------------------------
+@pytest.mark.parametrize("dtype", [FP16, BF16])
+def test_fake_epilogue_shapes_and_dtypes(dtype):
+    a, b = _meta(77, 64, dtype=dtype), _meta(40, 64, dtype=dtype)
+    for bias_dt in (FP16, BF16, torch.float32):
+        d = torch_op.OP(a, b, None, _meta(40, dtype=bias_dt), "gelu")
+        assert (tuple(d.shape), d.dtype) == ((77, 40), dtype)
+    d = torch_op.OP(a, b, None, None, "silu", torch.float32)
+    assert (tuple(d.shape), d.dtype) == ((77, 40), torch.float32)
+    d = torch_op.OP(a, b, None, None, None, dtype)  # out_dtype = the operands': plain
+    assert d.dtype == dtype
+    s = torch_op.SWIGLU_OP(a, _meta(32, 64, dtype=dtype))
+    assert (tuple(s.shape), s.dtype) == ((77, 16), dtype)
+    s = torch_op.SWIGLU_OP(a, _meta(32, 64, dtype=dtype), torch.float32)
+    assert s.dtype == torch.float32
+
+
+EPI_BAD = [
+    ("act", lambda: (_meta(4, 16), _meta(8, 16), None, None, "tanh"), ValueError,
+     "activation='tanh' is not supported"),
+    ("bias shape", lambda: (_meta(4, 16), _meta(8, 16), None, _meta(16)), ValueError,
+     "expected (8,)"),
+    ("bias 2-D", lambda: (_meta(4, 16), _meta(8, 16), None, _meta(1, 8)), ValueError,
+     "expected (8,)"),
+    ("bias dtype", lambda: (_meta(4, 16), _meta(8, 16), None, _meta(8, dtype=torch.int32)),
+     TypeError, "the fused bias takes"),
+    ("out dtype", lambda: (_meta(4, 16), _meta(8, 16), None, None, None, torch.float16),
+     ValueError, "out_dtype=torch.float16 is not supported"),
+]
+
+
+@pytest.mark.parametrize("name,make,exc,words", EPI_BAD, ids=[b[0] for b in EPI_BAD])
+def test_fake_epilogue_refuses_in_one_line(name, make, exc, words):
+    with pytest.raises(exc) as info:
+        torch_op.OP(*make())
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_fake_swiglu_refuses_a_weight_that_is_not_fused():
+    with pytest.raises(ValueError, match="2N rows, N a multiple of 8") as info:
+        torch_op.SWIGLU_OP(_meta(4, 16), _meta(24, 16))
+    assert "\n" not in str(info.value)
+
+
+def test_compile_traces_the_epilogue_and_swiglu_ops():
+    graphs = []
+
+    def f(x, w, bias, fused):
+        return torch_op.matmul(x, w, bias, "gelu"), torch_op.swiglu(x, fused)
+    y, s = torch.compile(f, fullgraph=True, backend=_recording_backend(graphs))(
+        _meta(4, 16), _meta(24, 16), _meta(24), _meta(32, 16))
+    assert tuple(y.shape) == (4, 24) and tuple(s.shape) == (4, 16)
+    ops = _ops_in(graphs[0])
+    assert torch.ops.tirx_gemm.matmul.default in ops and torch.ops.tirx_gemm.swiglu.default in ops
+
+
+def test_eager_epilogue_calls_pass_the_arguments(monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch_op, "_matmul",
+                        lambda a, b, *args, **kw: seen.append(("mm", args, kw)) or "y")
+    monkeypatch.setattr(torch_op, "_swiglu", lambda a, **kw: seen.append(("sw", kw)) or "s")
+    a, b = torch.randn(4, 16, dtype=BF16), torch.randn(8, 16, dtype=BF16)
+    bias = torch.randn(8, dtype=BF16)
+    assert torch_op.matmul(a, b, bias, "relu", torch.float32) == "y"
+    assert seen[-1] == ("mm", (bias, "relu", torch.float32), {"step": None, "out": None,
+                                                               "sync": False})
+    assert torch_op.swiglu(a, b) == "s"
+    assert seen[-1] == ("sw", {"fused": b, "out_dtype": None, "sync": False})

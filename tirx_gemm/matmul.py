@@ -785,10 +785,12 @@ def _epilogue_call(a, b, bias, activation, out_dtype, swiglu: bool, step, out, s
     return _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, key)
 
 
-def _epilogue_checks(a, b, bias, activation, out_dtype, swiglu, out):
-    """Every check of an epilogue call (one line each): (M, N, K, dtype, epi, out dtype)."""
+def _epilogue_checks(a, b, bias, activation, out_dtype, swiglu, out, *,
+                     require_cuda: bool = True):
+    """Every check of an epilogue call (one line each): (M, N, K, dtype, epi, out dtype).
+    ``require_cuda=False`` skips the device checks (tests on CPU tensors)."""
     import torch
-    M, NB, K, dtype = check_operands(a, b)
+    M, NB, K, dtype = check_operands(a, b, require_cuda=require_cuda)
     epi = epilogue_kwargs(bias, activation, out_dtype, swiglu, dtype)
     N = NB // 2 if swiglu else NB
     if swiglu:

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from tirx_gemm import torch_op
 from tirx_gemm.matmul import ROW_MULTIPLE, V9_CLUSTER_TILE
 
-__all__ = ["Linear", "patch", "Report", "layer_refusal"]
+__all__ = ["Linear", "patch", "Report", "layer_refusal", "fuses_bias"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
 _served: dict = {}  # CUDA device index -> None (served) or why not, probed once per device
@@ -52,6 +52,8 @@ _fused_bias: dict = {}  # CUDA device index -> whether matmul fuses a bias there
 def fuses_bias(device: torch.device) -> bool:
     """Whether tirx_gemm.matmul fuses a bias on ``device`` (an sm_90a GPU: v12's epilogue),
     probed once per device."""
+    if device.type != "cuda":
+        return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     hit = _fused_bias.get(index)
     if hit is None:

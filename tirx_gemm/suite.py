@@ -10,7 +10,12 @@ A suite is a JSON file (the packaged one: ``tirx_gemm/suites/models.json``)::
 Shapes follow the steps' product D = A @ B.T (A MxK tokens x in-features, B NxK a Linear
 weight): a Linear in->out over T tokens is M=T, N=out, K=in. Each entry names its source
 (``model``, ``layer``) and why it is in the suite, and runs in every dtype of the suite
-(an entry's own ``dtypes`` overrides them).
+(an entry's own ``dtypes`` overrides them). An entry may list the fused epilogues its layer
+uses, ``"epilogues": [{"BIAS": "bfloat16", "ACT": "gelu"}, {"SWIGLU": true}, ...]`` (builder
+keywords, tirx_gemm.epilogue; with SWIGLU, N is the output's columns: the intermediate
+size): :func:`export_requests` then adds, for target "matmul", the kernels
+matmul.variants picks for each, so one bundle serves the model's fused calls too. The
+benchmark (:func:`plan`) runs the plain GEMM of each entry.
 
 :func:`load_suite` validates a file, :func:`plan` turns it into (step, shape, kwargs, dtype)
 for a step id or for ``"matmul"`` (the step :func:`tirx_gemm.matmul.choose` picks),
@@ -42,7 +47,7 @@ MATMUL = "matmul"  # the target that runs what tirx_gemm.matmul would run
 RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out of the README table
 
 _TOP_KEYS = {"name", "description", "dtypes", "shapes"}
-_ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes"}
+_ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes", "epilogues"}
 _TEXT_KEYS = ("model", "layer", "why")
 
 
@@ -55,6 +60,7 @@ class Entry:
     layer: str
     why: str
     dtypes: tuple[str, ...]
+    epilogues: tuple = ()  # ((keyword, value), ...) per epilogue, validated (tirx_gemm.epilogue)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -119,7 +125,34 @@ def _entry(raw, i: int, where: str, dtypes: tuple[str, ...]) -> Entry:
                              "source model and layer and why it is in the suite)")
     own = _dtypes(raw["dtypes"], at) if "dtypes" in raw else dtypes
     return Entry(dims["M"], dims["N"], dims["K"], raw["model"].strip(), raw["layer"].strip(),
-                 raw["why"].strip(), own)
+                 raw["why"].strip(), own, _epilogues(raw.get("epilogues", []), at))
+
+
+def _epilogues(value, at: str) -> tuple:
+    from tirx_gemm import epilogue as E
+    if not isinstance(value, list):
+        raise ValueError(f"{at}: epilogues must be a list of objects of builder keywords "
+                         f"({', '.join(E.KEYWORDS)})")
+    out = []
+    for j, epi in enumerate(value):
+        if not isinstance(epi, dict) or not epi:
+            raise ValueError(f"{at}: epilogues[{j}] must be a non-empty object of builder "
+                             f"keywords ({', '.join(E.KEYWORDS)})")
+        unknown = sorted(set(epi) - set(E.KEYWORDS))
+        if unknown:
+            raise ValueError(f"{at}: epilogues[{j}] has unknown key {unknown[0]!r} (one of "
+                             f"{', '.join(E.KEYWORDS)})")
+        try:
+            kw = E.epilogue_kwargs(epi)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{at}: epilogues[{j}]: {exc}") from None
+        if not kw:
+            raise ValueError(f"{at}: epilogues[{j}] is the plain GEMM: leave it out")
+        key = tuple(sorted(kw.items()))
+        if key in out:
+            raise ValueError(f"{at}: epilogues[{j}] repeats an earlier one")
+        out.append(key)
+    return tuple(out)
 
 
 def load_suite(path=None) -> Suite:
@@ -203,12 +236,21 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
             out.append((step, shape, dict(kwargs)))
 
     layers = []
+    suite = _as_suite(suite)
     for it in plan(suite, target, arch, sm_count):
         add(it.step, it.shape, it.kwargs)
         if target == MATMUL and it.kwargs.get("RUNTIME_M"):
-            layers.append((it.shape[1], it.shape[2], it.dtype))
-    for N, K, dtype in dict.fromkeys(layers):
-        for step_id, kwargs, _, _ in variants(N, K, dtype, arch, sm_count):
+            layers.append((it.shape[1], it.shape[2], it.dtype, ()))
+    if target == MATMUL:  # the fused epilogues the entries list (matmul's v12 kernels)
+        for e, dtype in suite.cases():
+            for epi in e.epilogues:
+                step_id, kwargs = choose(e.M, e.N, e.K, dtype, arch, sm_count, dict(epi))
+                add(registry.get(step_id, arch), e.shape, kwargs)
+                if kwargs.get("RUNTIME_M"):
+                    layers.append((e.N, e.K, dtype, epi))
+    for N, K, dtype, epi in dict.fromkeys(layers):
+        for step_id, kwargs, _, _ in variants(N, K, dtype, arch, sm_count,
+                                              epilogue=dict(epi) or None):
             add(registry.get(step_id, arch), (NOMINAL_M, N, K), kwargs)
     return out
 

@@ -57,6 +57,8 @@ _DTYPES = (torch.float16, torch.bfloat16)
 def _op(a: torch.Tensor, b: torch.Tensor, step: Optional[str] = None,
         bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
         out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    if bias is None and activation is None and out_dtype is None:
+        return _matmul(a, b, step=step, sync=False)
     return _matmul(a, b, bias, activation, out_dtype, step=step, sync=False)
 
 
@@ -144,6 +146,8 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
             return y
         out.copy_(y)
         return out
+    if bias is None and activation is None and out_dtype is None:
+        return _matmul(a, b, step=step, out=out, sync=False)
     return _matmul(a, b, bias, activation, out_dtype, step=step, out=out, sync=False)
 
 
