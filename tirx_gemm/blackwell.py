@@ -265,3 +265,114 @@ def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, ba
             T.ptx.cp.async_.bulk.commit_group()
             T.ptx.cp.async_.bulk.wait_group(0)
     T.cuda.warpgroup_sync(bar_id)
+
+
+# --- the fused epilogue (issue 28): bias, activation, SwiGLU, fp32 output ---
+# The keywords and their numpy references live in tirx_gemm.epilogue (one home for both
+# arches); these verbs are where the tile sits when each operation runs on sm_100a:
+# TMEM --tcgen05.ld--> fp32 registers (one output row per thread) --bias, activation or
+# silu(gate)*up, in fp32--> cast to D's dtype --> swizzled Dsmem --TMA store--> GMEM.
+EPI_ROW_BYTES = 128  # a staged chunk row is one 128-byte swizzle atom (TMA's widest box)
+
+
+def epilogue_chunks(out_dtype: str, swiglu: bool) -> tuple[int, int, int]:
+    """(OUT_N, READ_N, READS) of one staged chunk: OUT_N output columns (one 128-byte
+    swizzle atom per row: 64 16-bit or 32 fp32 values), read from TMEM as READS loads of
+    READ_N accumulator columns (at most 64, the plain epilogue's width, so registers stay
+    as low as there). SwiGLU needs two accumulator columns per output."""
+    out_bytes = 4 if out_dtype == "float32" else 2
+    OUT_N = EPI_ROW_BYTES // out_bytes
+    ACC_N = OUT_N * (2 if swiglu else 1)
+    READ_N = min(ACC_N, 64)
+    return OUT_N, READ_N, ACC_N // READ_N
+
+
+def activation(x, act):
+    """act(x) as a TIR expression of the fp32 value x (the definitions torch uses:
+    tirx_gemm.epilogue.act_np); the precise erff / tanhf / expf, not .approx forms."""
+    if act is None:
+        return x
+    if act == "relu":
+        return T.max(x, T.float32(0.0))
+    if act == "gelu":
+        return T.float32(0.5) * x * (T.float32(1.0) + T.erf(x * T.float32(0.7071067811865476)))
+    if act == "gelu_tanh":
+        inner = T.float32(0.7978845608028654) * (x + T.float32(0.044715) * x * x * x)
+        return T.float32(0.5) * x * (T.float32(1.0) + T.tanh(inner))
+    if act == "silu":
+        return x / (T.float32(1.0) + T.exp(T.float32(0.0) - x))
+    raise ValueError(f"ACT={act!r} must be None or relu, gelu, gelu_tanh, silu")
+
+
+def fused_epilogue_chunk(act, bias_dtype, swiglu: bool, group: int, READ_N: int, READS: int,
+                         out_dtype: str):
+    """The @T.inline verb that fills one staged chunk's registers (``Dout``: OUT_N values
+    of ``out_dtype``) of this thread's output row from accumulator columns [col, col +
+    READS * READ_N): per TMEM load, READ_N fp32 values; then, in fp32, either
+    act(acc + bias[n]) (``bias_dtype`` False: no bias) or, with ``swiglu``, the pairs of
+    ``group`` gate columns followed by ``group`` up columns -> silu(gate) * up; then one
+    rounding to ``out_dtype``. ``n_out`` is the chunk's first output column; bias columns
+    past N read bias[N - 1] (their outputs lie past D's edge, the TMA store drops them)."""
+    OUT_PER_READ = READ_N // 2 if swiglu else READ_N
+    HAS_BIAS = bool(bias_dtype)
+
+    @T.inline
+    def fill(tmem, col, Dout, bias, n_out, N):
+        for r in T.unroll(READS):
+            acc = T.alloc_local((READ_N,), ACC_DTYPE)
+            acc_wg = acc.view(128, READ_N, layout=TileLayout(S[(128, READ_N): (1 @ tid_in_wg, 1)]))
+            Tx.wg.copy_async(acc_wg[:, :], tmem[:, col + r * READ_N:col + (r + 1) * READ_N])
+            T.ptx["tcgen05.wait::ld.sync.aligned"]()
+            if swiglu:
+                # accumulator columns 2*group*t + [0, group) are gate, + [group, 2*group)
+                # up, of outputs group*t + [0, group): a thread holds both of each pair
+                for j in T.unroll(OUT_PER_READ):
+                    g = T.meta_var(acc[(j // group) * 2 * group + j % group])
+                    u = T.meta_var(acc[(j // group) * 2 * group + group + j % group])
+                    Dout[r * OUT_PER_READ + j] = T.cast(activation(g, "silu") * u, out_dtype)
+            elif HAS_BIAS:
+                for j in T.unroll(READ_N):
+                    b = T.meta_var(bias[T.min(n_out + r * READ_N + j, N - 1)])
+                    Dout[r * READ_N + j] = T.cast(
+                        activation(acc[j] + T.cast(b, ACC_DTYPE), act), out_dtype)
+            else:
+                for j in T.unroll(READ_N):
+                    Dout[r * READ_N + j] = T.cast(activation(acc[j], act), out_dtype)
+
+    return fill
+
+
+@T.inline
+def store_rows_box_via_tma(Dout, Dsmem, r0, D, m_st, n_st, BLK_M, OUT_N, row, bar_id):
+    # store_rows_via_tma for a chunk of any dtype: OUT_N columns are one 128-byte swizzle
+    # atom per row (64 16-bit or 32 fp32 values), stored as one TMA box; rows and columns
+    # past D's edge are dropped by the store
+    Tx.copy(Dsmem[r0 + row, 0:OUT_N], Dout[:])
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.cuda.warpgroup_sync(bar_id)
+    if row < 32:
+        if T.cuda.elect_sync():
+            Tx.copy_async(D[m_st:m_st + BLK_M, n_st:n_st + OUT_N],
+                          Dsmem[r0:r0 + BLK_M, 0:OUT_N], dispatch=TMA)
+            T.ptx.cp.async_.bulk.commit_group()
+            T.ptx.cp.async_.bulk.wait_group(0)
+    T.cuda.warpgroup_sync(bar_id)
+
+
+def without_operand(func, name: str):
+    """``func`` with its parameter ``name`` removed, refused (ValueError) if the body reads
+    or writes that buffer: how one builder source serves the operand lists with and without
+    an optional operand (v9's ``bias``) and still compiles the plain kernel unchanged."""
+    from tvm import tirx
+    import tvm.tirx.analysis  # noqa: F401
+    params = list(func.params)
+    var = next((p for p in params if p.name == name), None)
+    if var is None:
+        raise ValueError(f"the kernel has no operand {name!r}")
+    handles = (var, getattr(var, "data", var))
+    used = [v for v in tirx.analysis.undefined_vars(func.body)
+            if any(v.same_as(h) for h in handles)]
+    if used:
+        raise ValueError(f"operand {name!r} is used by the kernel body: it cannot be dropped")
+    return tirx.PrimFunc([p for p in params if not p.same_as(var)], func.body, func.ret_type,
+                         func.attrs)

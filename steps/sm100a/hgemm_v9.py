@@ -11,11 +11,12 @@ from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import blackwell as W
+from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 
 
 def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
-             SM_COUNT: int = 148):
+             SM_COUNT: int = 148, BIAS=False, ACT=None, OUT_DTYPE=None, SWIGLU=False):
     """Step card -- v9, multiple consumers (two MMA warps, two epilogue warpgroups).
 
     Changes from v8: scope: three warpgroups (384 threads) per CTA --
@@ -66,16 +67,25 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # one CTA's share
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * EPI_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * W.EPI_ROW_BYTES)
     W.check_even_sm_count(SM_COUNT)
+    # the epilogue (card: "Epilogue"); all off: the plain kernel, unchanged
+    EPI = E.validate(dict(BIAS=BIAS, ACT=ACT, OUT_DTYPE=OUT_DTYPE, SWIGLU=SWIGLU))
+    PLAIN = E.is_plain(EPI)
+    out_dtype = E.out_dtype(EPI, dtype)
+    N_ACC = E.kernel_n(N, EPI)  # accumulator columns (B's rows): 2 * N with SWIGLU
+    OUT_N, READ_N, READS = W.epilogue_chunks(out_dtype, EPI["SWIGLU"])  # plain: 64, 64, 1
+    OUT_TILE_N = MMA_N // 2 if EPI["SWIGLU"] else MMA_N  # output columns of a cluster tile
+    fill_chunk = W.fused_epilogue_chunk(EPI["ACT"], EPI["BIAS"], EPI["SWIGLU"],
+                                        E.SWIGLU_GROUP, READ_N, READS, out_dtype)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
-    D_layout = H.swizzled_layout((NUM_CONSUMER * BLK_M, EPI_N), dtype)
+    D_layout = H.swizzled_layout((NUM_CONSUMER * BLK_M, OUT_N), out_dtype)
 
     @T.prim_func
-    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
-               D: T.Buffer((M, N), dtype)):
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N_ACC, K), dtype),
+               D: T.Buffer((M, N), out_dtype), bias: T.Buffer((N,), EPI["BIAS"] or "float32")):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         rank, _unused = T.cta_id_in_cluster([CTA_PAIR, 1])  # this CTA's place in the pair
@@ -94,7 +104,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         Asmem = pool.alloc((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype,
                            layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dsmem = pool.alloc((NUM_CONSUMER * BLK_M, EPI_N), dtype, layout=D_layout)
+        Dsmem = pool.alloc((NUM_CONSUMER * BLK_M, OUT_N), out_dtype, layout=D_layout)
         pool.commit()
 
         # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma 2 (one
@@ -114,7 +124,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         ld2mma_cta0 = ld2mma.in_cta(0)
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=H.ceil_div(M, TILE_M), num_n_tiles=H.ceil_div(N, MMA_N),
+            "ts", num_m_tiles=H.ceil_div(M, TILE_M), num_n_tiles=H.ceil_div(N_ACC, MMA_N),
             num_clusters=SM_COUNT // CTA_PAIR, l2_group_size=8)
         scheduler.init(bx // CTA_PAIR)
 
@@ -180,11 +190,23 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 n_st = T.meta_var(scheduler.n_idx * MMA_N)
                 mma2ld.wait(c, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                for i in T.unroll(MMA_N // EPI_N):
-                    Dreg_f16 = T.alloc_local((EPI_N,), dtype)
-                    W.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_f16)
-                    W.store_rows_via_tma(Dreg_f16, Dsmem, c * BLK_M, D, m_st, n_st + i * EPI_N,
-                                         BLK_M, EPI_N, tid_in_wg, 1 + c)
+                if PLAIN:
+                    for i in T.unroll(MMA_N // EPI_N):
+                        Dreg_f16 = T.alloc_local((EPI_N,), dtype)
+                        W.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_f16)
+                        W.store_rows_via_tma(Dreg_f16, Dsmem, c * BLK_M, D, m_st,
+                                             n_st + i * EPI_N, BLK_M, EPI_N, tid_in_wg, 1 + c)
+                else:
+                    # TMEM -> fp32 registers -> bias, activation or silu(gate) * up -> cast
+                    # -> Dsmem -> TMA store, OUT_N output columns per chunk
+                    n_out = T.meta_var(scheduler.n_idx * OUT_TILE_N)
+                    for i in T.unroll(OUT_TILE_N // OUT_N):
+                        Dout = T.alloc_local((OUT_N,), out_dtype)
+                        fill_chunk(tmem, c * MMA_N + i * READS * READ_N, Dout, bias,
+                                   n_out + i * OUT_N, N)
+                        W.store_rows_box_via_tma(Dout, Dsmem, c * BLK_M, D, m_st,
+                                                 n_out + i * OUT_N, BLK_M, OUT_N, tid_in_wg,
+                                                 1 + c)
                 W.tcgen05_fence_before_sync()
                 ld2mma_cta0.arrive_remote(c)
                 acc.advance()
@@ -196,4 +218,5 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
             if warp_id == 0:
                 W.tmem_free_pair(tmem_addr)
 
-    return kernel
+    # operands: A, B, D, then bias only with BIAS (tirx_gemm.epilogue's order)
+    return kernel if EPI["BIAS"] else W.without_operand(kernel, "bias")
