@@ -250,3 +250,22 @@ def test_block_build_promotes_with_setmaxnreg_and_few_scale_loads(builds):
     assert any(op.startswith("USETMAXREG") for op in block.sass_counts)
     loads = sum(n for op, n in block.sass_counts.items() if op.startswith("LDG"))
     assert 0 < loads <= 4  # sa of two rows, sb of one block, per K block (plus none)
+
+
+@pytest.mark.parametrize("mode", numerics.FP8_SCALES)
+def test_torch_quantize_matches_numerics_and_the_api_shapes(mode):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((70, 400)).astype(np.float32)
+    w = rng.standard_normal((136, 400)).astype(np.float32)
+    qa, sa = fp8.quantize(torch.from_numpy(x), mode, "a")
+    qb, sb = fp8.quantize(torch.from_numpy(w), mode, "b")
+    assert _check(qa, qb, sa, sb)[3] == mode  # the API reads the mode back
+    na, nsa = numerics.quantize_fp8_np(x, mode, "a")
+    nb, nsb = numerics.quantize_fp8_np(w, mode, "b")
+    assert np.array_equal(qa.view(torch.uint8).numpy(), na.view(np.uint8))
+    assert np.allclose(sa.numpy().reshape(-1), nsa.reshape(-1))
+    assert np.allclose(sb.numpy().reshape(-1), nsb.reshape(-1))
+    ref = fp8.reference(qa, qb, sa, sb, mode).numpy()
+    want = numerics.reference_fp8_np(na, nb, nsa, nsb.reshape(-1) if mode == "row" else nsb,
+                                     mode)
+    assert np.allclose(ref, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

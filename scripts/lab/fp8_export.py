@@ -1,0 +1,37 @@
+"""Export the bundle of v13 kernels that tirx_gemm.matmul_fp8 and scripts/lab/fp8_h200.py
+load on the H200 (issue 29): every kernel fp8.choose_fp8 can pick (fp8.export_requests:
+SCALE tensor / row / block, fast_accum or not, BLK_M 64 / 128; RUNTIME_M and RUNTIME_NK,
+so they serve every shape), bf16 out, for a GPU of --num-sms SMs.
+
+  .venv/bin/python scripts/lab/fp8_export.py --out .gpu/fp8 [--ffi-wheel 3.12]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tirx_gemm import fp8
+from tirx_gemm.compile import bundle
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--num-sms", type=int, default=132)
+    ap.add_argument("--ffi-wheel", default="3.12", help="Python of the GPU host ('' for none)")
+    ap.add_argument("--jobs", type=int, default=None)
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    bundle.check_out_dir(out)
+    reqs = fp8.export_requests(a.num_sms)
+    n = bundle.export(reqs, out, jobs=a.jobs, progress=True,
+                      ffi_wheel_python=a.ffi_wheel or None)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"exported {n} v13 kernels to {out}/ ({size / 2**20:.1f} MiB, manifest sha256 "
+          f"{bundle.manifest_sha256(out)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
