@@ -241,7 +241,8 @@ def test_builds_carry_the_fp8_wgmma_and_no_16_bit_one(builds):
         assert not any(op.startswith("HGMMA") for op in counts)
         assert res.spill_stores == 0 and res.spill_loads == 0
         assert ".e4m3.e4m3" in res.cuda_source
-        assert "nv_bfloat16" in res.cuda_source  # the default out dtype
+    canonical, block = builds  # float16 out (every builder's default); matmul_fp8's bf16
+    assert "pack_half2" in canonical.cuda_source and "pack_bfloat162" in block.cuda_source
 
 
 def test_block_build_promotes_with_setmaxnreg_and_few_scale_loads(builds):

@@ -325,9 +325,10 @@ STEPS: list[Step] = [
          ("LDG.E.128",), sm_count_kwarg="SM_COUNT",
          one_track="the sm_100a twin (the tile menu on tcgen05, checked on NumSim) is not "
                    "written yet; matmul's chooser exists on sm_90a only"),
-    # v13 (sm_90a, fp8): e4m3 A and B (uint8 operands), bf16 D, fp32 scales after D;
-    # the fp8 wgmma is QGMMA in SASS (HGMMA is the 16-bit one)
-    # (SCALE tensor | row | block, PROMOTE). Registry builds use the defaults: 128x128,
+    # v13 (sm_90a, fp8): e4m3 A and B (uint8 operands), fp16 or bf16 D (float16 unless
+    # asked, like every builder), fp32 scales after D (SCALE tensor | row | block,
+    # PROMOTE); the fp8 wgmma is QGMMA in SASS (HGMMA is the 16-bit one). The run side
+    # quantizes its 2-byte inputs (runner.Fp8Operands). Registry builds use the defaults: 128x128,
     # per-tensor scales, no promotion. Tests: edges (one row, N and K off the tile grid,
     # K a multiple of 16 only) and a decode shape; K=24 is valid for v12, not here
     Step("v13", "sm_90a", "fp8 (e4m3): m64nNk32 wgmmas on v12's skeleton, per-tensor / per-row scales in the epilogue, 1x128 x 128x128 block scales in the mainloop, partial sums promoted from the tensor core's limited-precision accumulator into fp32 every PROMOTE wgmmas",
