@@ -270,3 +270,52 @@ def test_torch_quantize_matches_numerics_and_the_api_shapes(mode):
     want = numerics.reference_fp8_np(na, nb, nsa, nsb.reshape(-1) if mode == "row" else nsb,
                                      mode)
     assert np.allclose(ref, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+# ---------------------------------------------------------------------------------------
+# the run side: `tirx-gemm run v13` quantizes the runner's 2-byte inputs (Fp8Operands)
+# ---------------------------------------------------------------------------------------
+def _v13_in_torch(ignore_scales=False):
+    """What v13 computes, on CPU: dequant(A_q) @ dequant(B_q).T with its scale shapes."""
+    def kernel(qa, qb, D, sa, sb, mode):
+        a = qa.view(E4M3).float()
+        b = qb.view(E4M3).float()
+        if not ignore_scales:
+            a = a * fp8.expand_scale(sa, mode, "a", *a.shape)
+            b = b * fp8.expand_scale(sb, mode, "b", *b.shape)
+        D.copy_((a @ b.T).to(D.dtype))
+    return kernel
+
+
+@pytest.mark.parametrize("mode", numerics.FP8_SCALES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_runner_quantizes_in_place_so_the_reference_is_exact(mode, dtype):
+    from tirx_gemm.run.checking import check
+    from tirx_gemm.run.runner import Fp8Operands
+    M, N, K = 70, 136, 400
+    for broken, want_ok in ((False, True), (True, False)):
+        fake = _v13_in_torch(ignore_scales=broken)
+        k = Fp8Operands(lambda *a: fake(*a, mode), mode)
+        tol = numerics.fp8_tolerances(dtype, K, numerics.fp8_promote({"SCALE": mode}))
+        rep = check(k, M, N, K, launch=lambda A, B, D: k(A, B, D), device="cpu",
+                    dtype=dtype, seed=11, log=None, rtol=tol.rtol, atol_scale=tol.atol_scale,
+                    max_rel_err=tol.max_rel_err)
+        assert rep["ok"] is want_ok, rep
+        if want_ok:  # only the output's rounding remains: exact quantization, fp32 sums
+            assert rep["rel_err"] < numerics.tolerances(dtype).max_rel_err / 2
+
+
+def test_runner_keeps_the_quantized_operands_per_input_set():
+    from tirx_gemm.run.runner import Fp8Operands
+    calls = []
+    k = Fp8Operands(lambda qa, qb, D, sa, sb: calls.append((qa.data_ptr(), sa.shape)), "row")
+    A = torch.randn(64, 128).to(torch.bfloat16)
+    B = torch.randn(32, 128).to(torch.bfloat16)
+    D = torch.empty(64, 32, dtype=torch.bfloat16)
+    for _ in range(3):
+        k(A, B, D)
+    assert len(set(calls)) == 1 and calls[0][1] == (64,)
+    again = A.clone()
+    assert torch.equal(again, A)  # the in-place round trip is idempotent
+    k(again, B, D)
+    assert torch.equal(again, A)

@@ -429,3 +429,12 @@ def compare_fp8_np(out: np.ndarray, ref: np.ndarray, *, out_dtype: str, K: int,
     rms = float(np.linalg.norm(r.ravel().astype(np.float64))) / math.sqrt(max(r.size, 1))
     return compare_np(out, ref, dtype=out_dtype, rtol=t.rtol, atol=t.atol_scale * rms,
                       max_rel_err=t.max_rel_err)
+
+
+def fp8_promote(kwargs: dict | None) -> int:
+    """The PROMOTE of a v13 build with these keywords: its own, else the builder's default
+    (4 for SCALE "block", whose every 128-K block must be promoted alone; else 0)."""
+    kw = kwargs or {}
+    if kw.get("PROMOTE") is not None:
+        return kw["PROMOTE"]
+    return 4 if kw.get("SCALE", "tensor") == "block" else 0

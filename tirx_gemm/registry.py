@@ -44,6 +44,9 @@ class Step:
     # a step that exists on this arch only says why (the twin is not written yet); every
     # other step has a twin on each arch (tests/test_registry.py)
     one_track: str | None = None
+    # fp8 steps (v13): A and B are e4m3 (uint8 operands), fp32 scales follow D; the run
+    # side quantizes its 2-byte inputs for them (run.runner.Fp8Operands)
+    fp8: bool = False
 
     def workspace_specs(self, M: int, N: int, K: int, kwargs: dict | None = None):
         """The extra operands of this step at this shape: ((name, shape, dtype), ...)."""
@@ -220,6 +223,18 @@ _SIM_CASES = {
 # loads and clipped stores, partial cluster tiles and ceil-divided tile counts
 BF16 = (("dtype", "bfloat16"),)
 _SIM_CASES = {k: v + ((v[0][0], v[0][1] + BF16),) for k, v in _SIM_CASES.items()}
+# v9's fused epilogue (issue 28, tirx_gemm.epilogue), one CTA pair: each activation once,
+# each bias dtype once, an fp32 output, SwiGLU in both dtypes (the bf16 one with an fp32
+# output, a tile half past the fused weight's 2N rows), M and N off the tile grid in most
+_EPI = (("SM_COUNT", 2),)
+_SIM_CASES["v9"] += (
+    ((300, 264, 136), _EPI + (("BIAS", "float32"), ("ACT", "gelu"))),
+    ((300, 136, 128), _EPI + (("BIAS", "float16"), ("ACT", "gelu_tanh"))),
+    ((512, 256, 128), _EPI + (("BIAS", "bfloat16"), ("ACT", "silu")) + BF16),
+    ((256, 200, 128), _EPI + (("ACT", "relu"), ("OUT_DTYPE", "float32"))),
+    ((300, 136, 128), _EPI + (("SWIGLU", True),)),
+    ((200, 64, 128), _EPI + (("SWIGLU", True), ("OUT_DTYPE", "float32")) + BF16),
+)
 
 
 def _sm90(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
@@ -340,6 +355,7 @@ STEPS: list[Step] = [
          ((128, 130, 64), (128, 128, 100), (128, 128, 24), (0, 256, 64)),
          ("QGMMA", "WARPGROUP.ARRIVE") + _TMA + ("QGMMA.64x128x32.F32.E4M3.E4M3", "STSM"),
          ("LDG.E.128", "HGMMA"), sm_count_kwarg="SM_COUNT",
+         fp8=True,
          one_track="the sm_100a twin (tcgen05 kind::f8f6f4, block-scaled MXFP8) is not "
                    "written yet: it needs NumSim's fp8 MMA and scale-factor support checked "
                    "first (issue 29, part 2)"),

@@ -11,6 +11,7 @@ from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
+from tirx_gemm import numerics
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 16, 256
@@ -119,8 +120,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                          f"to start on a 16-byte boundary (K x 1 byte)")
     if SCALE not in SCALES:
         raise ValueError(f"SCALE={SCALE!r} must be one of {', '.join(SCALES)}")
-    if PROMOTE is None:
-        PROMOTE = 4 if SCALE == "block" else 0
+    if PROMOTE is None:  # the default lives in numerics (the run side reads it too)
+        PROMOTE = numerics.fp8_promote({"SCALE": SCALE})
     if isinstance(PROMOTE, bool) or not isinstance(PROMOTE, int) or PROMOTE < 0 \
             or PROMOTE % 4:
         raise ValueError(f"PROMOTE={PROMOTE!r} must be 0 or a multiple of 4 (k32 wgmmas "

@@ -138,7 +138,8 @@ CompareResult = numerics.CompareResult
 
 def compare(out: torch.Tensor, ref: torch.Tensor, *, dtype: str | None = None,
             exact: bool = False, rtol: float | None = None, atol: float | None = None,
-            max_rel_err: float | None | str = FROM_DTYPE, n_show: int = 5) -> CompareResult:
+            max_rel_err: float | None | str = FROM_DTYPE, n_show: int = 5,
+            atol_scale: float | None = None) -> CompareResult:
     """Compare a kernel output with the fp32 reference: the rules of ``numerics.compare_np``
     (one definition for the GPU checks and the CPU simulation), applied on the host.
     ``dtype`` (the output dtype, which sets the tolerances) defaults to out's own when it
@@ -150,6 +151,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, *, dtype: str | None = None,
         raise ValueError(f"out has dtype {out.dtype} but is compared as {dtype}")
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"out has shape {tuple(out.shape)} but ref has {tuple(ref.shape)}")
+    if atol_scale is not None and atol is None:  # atol = atol_scale * rms(ref) (fp8 steps)
+        atol = atol_scale * float(ref.detach().double().norm()) / max(ref.numel(), 1) ** 0.5
     return numerics.compare_np(out.detach().float().cpu().numpy(),
                                ref.detach().float().cpu().numpy(), dtype=dtype, exact=exact,
                                rtol=rtol, atol=atol, max_rel_err=max_rel_err, n_show=n_show)

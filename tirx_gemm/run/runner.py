@@ -25,6 +25,7 @@ import sys
 
 import torch
 
+from tirx_gemm import numerics, registry
 from tirx_gemm.run.checking import Log, _print, _quiet, check, torch_dtype
 from tirx_gemm.run.device import check_device, query_nvidia_smi
 from tirx_gemm.gitinfo import git_sha
@@ -36,6 +37,59 @@ from tirx_gemm.run.timing import (DEFAULT_MIN_WARMUP_MS, bench, bench_interleave
 __all__ = ["run_step"]
 
 _run_check = check  # run_step's keyword ``check`` shadows the function
+
+
+class Fp8Operands:
+    """An fp8 step's kernel (registry Step.fp8: v13, f(A_e4m3, B_e4m3, D, scale_a, scale_b))
+    run on the runner's 2-byte inputs, as f(A, B, D). Each new (A, B) is quantized once
+    with power-of-two scales of the build's SCALE mode (per tensor, row, 1x128 / 128x128
+    block: 2**ceil(log2(amax / 448))), and A and B are overwritten *in place* with the
+    dequantized values, which a power-of-two scale makes exact in fp16 and bf16: the
+    runner's fp32 reference of A @ B.T, taken after the launch, is then exactly the product
+    of what the kernel read, and only the kernel's accumulation and output rounding are
+    compared (numerics.fp8_tolerances). The quantized operands are kept per input set, so
+    the timed launches call the kernel alone."""
+
+    def __init__(self, kernel, scale: str):
+        self.kernel, self.scale = kernel, numerics.check_fp8_scale(scale)
+        self._held: dict = {}
+
+    def _quantize(self, x, operand: str):
+        R, K = x.shape
+        blk = numerics.FP8_BLOCK
+        rows = 1 if operand == "a" else blk
+        v = x.float().abs()
+        if self.scale == "tensor":
+            amax = v.amax().reshape(1, 1)
+        elif self.scale == "row":
+            amax = v.amax(dim=1, keepdim=True)
+        else:
+            pad = torch.zeros(-(-R // rows) * rows, -(-K // blk) * blk, device=x.device)
+            pad[:R, :K] = v
+            amax = pad.reshape(pad.shape[0] // rows, rows, -1, blk).amax(dim=(1, 3))
+        s = torch.where(amax > 0, torch.exp2(torch.ceil(torch.log2(amax / numerics.E4M3_MAX))),
+                        torch.ones_like(amax))
+        full = (s.expand(R, K) if self.scale != "block" else
+                s.repeat_interleave(rows, 0).repeat_interleave(blk, 1)[:R, :K])
+        q = (x.float() / full).to(torch.float8_e4m3fn)
+        x.copy_(q.float() * full)  # exact: <= 4 significant bits times a power of two
+        if self.scale == "tensor":
+            s = s.reshape(1)
+        elif self.scale == "row":
+            s = s.reshape(R)
+        return q.view(torch.uint8), s.contiguous()
+
+    def __call__(self, A, B, D, *workspace):
+        key = (A.data_ptr(), B.data_ptr(), A._version, B._version)
+        held = self._held.get(key)
+        if held is None:
+            if len(self._held) >= 16:  # input sets rotate among a few; start afresh
+                self._held.clear()
+            (qa, sa), (qb, sb) = self._quantize(A, "a"), self._quantize(B, "b")
+            held = self._held[(A.data_ptr(), B.data_ptr(), A._version, B._version)] = (
+                qa, qb, sa, sb)
+        qa, qb, sa, sb = held
+        self.kernel(qa, qb, D, sa, sb, *workspace)
 
 # --------------------------------------------------------------------------------------
 # provenance
@@ -118,6 +172,15 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
         + ")")
 
     dtype = m.dtype
+    compare_kw = {}
+    step = registry.get(m.step, m.arch)
+    if step.fp8:  # e4m3 operands: quantize the 2-byte inputs (Fp8Operands), fp8 tolerances
+        kernel = Fp8Operands(kernel, (m.kwargs or {}).get("SCALE", "tensor"))
+        tol = numerics.fp8_tolerances(dtype, K, numerics.fp8_promote(m.kwargs))
+        compare_kw = {"rtol": tol.rtol, "atol_scale": tol.atol_scale,
+                      "max_rel_err": tol.max_rel_err}
+        log(f"fp8 step: A and B quantized to e4m3 (power-of-two {step.dtype(m.kwargs)} "
+            f"round trip), tolerances {tol}")
     # the step's extra operands, zero-filled once; every launch below passes them after D
     workspace = make_workspace(workspace_specs(m), dev)
     ws_tensors = tuple(t for _, t in workspace)
@@ -134,7 +197,8 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
     if check:
         log("checking against the fp32 torch reference (fresh inputs, D poisoned with NaN)")
         rep = _run_check(kernel, M, N, K, launch=launch_checked, seed=seed,
-                         device=dev, dtype=dtype, workspace=workspace, log=log)
+                         device=dev, dtype=dtype, workspace=workspace, log=log,
+                         **compare_kw)
         verified = rep["ok"]
         rel_err = rep["rel_err"]
         check_results = [
