@@ -177,3 +177,77 @@ def test_tolerance_passes_a_correct_result_and_fails_a_wrong_one(kw, in_dtype):
     wrong = got.copy()
     wrong[:, :8] *= 1.01
     assert not E.compare_np(wrong, ref, kw, in_dtype, K=K).ok
+
+
+# --- v12 (sm_90a) builds every epilogue keyword: three builds, and the builder's checks ----
+def _v12_builds():
+    from tirx_gemm import registry
+    from tirx_gemm.compile.api import build_many
+    v12 = registry.get("v12", "sm_90a")
+    rt = {"RUNTIME_M": True, "RUNTIME_NK": True}
+    reqs = [  # BLK_N 112 and SwiGLU's 208 -> 104 outputs: a TMA chunk plus a register tail
+        (v12, (128, 256, 256), {**rt, "dtype": "bfloat16", "BLK_M": 64, "BLK_N": 112,
+                                "BIAS": "bfloat16", "ACT": "gelu_tanh"}),
+        (v12, (128, 256, 256), {**rt, "BLK_N": 208, "SWIGLU": True}),
+        (v12, (128, 256, 256), {**rt, "BLK_N": 256, "BIAS": "float32", "ACT": "silu",
+                                "OUT_DTYPE": "float32"}),
+    ]
+    return build_many(reqs)
+
+
+@pytest.fixture(scope="module")
+def v12_builds():
+    return _v12_builds()
+
+
+def test_v12_builds_each_epilogue_without_spills(v12_builds):
+    bias_act, swiglu, f32 = v12_builds
+    for r in (bias_act, swiglu):
+        assert r.spill_stores == 0 and r.spill_loads == 0, r.kwargs
+    # 128x256 with bias + silu + fp32 D: 128 accumulators, the bias loads in flight and the
+    # store addresses leave one 64-bit value on the stack (ptxas: STL.64 once at set-up,
+    # one LDL.64 per tile); anything more is a regression
+    assert f32.spill_stores <= 8 and f32.spill_loads <= 8, (f32.spill_stores, f32.spill_loads)
+    # bias + gelu_tanh, bf16: the bias read as 16-bit loads, no tanh.approx (MUFU.TANH)
+    # anywhere (gelu_tanh is written as x / (1 + exp(-2y))), stmatrix chunk + register tail
+    s = bias_act.sass_counts
+    assert not any(op.startswith("MUFU.TANH") for op in s)
+    assert any(op.startswith("LDG.E.U16") for op in s) and "STSM.16.M88.4" in s
+    assert any(op.startswith("STG.E") for op in s) and "UTMASTG.2D" in s
+    cu = bias_act.cuda_path.read_text()
+    assert "tirx_gemm_act_gelu_tanh" in cu and "__expf(-2.0f * y)" in cu
+    # SwiGLU: 208 accumulator columns -> 104 outputs (one 64-column TMA chunk + 5 blocks)
+    s = swiglu.sass_counts
+    assert "HGMMA.64x208x16.F32" in s and "UTMASTG.2D" in s and "STSM.16.M88.4" in s
+    assert "tirx_gemm_act_silu" in swiglu.cuda_path.read_text()
+    # fp32 D: 8-byte register stores, no staging tile, no TMA store
+    s = f32.sass_counts
+    assert "STG.E.64" in s and "UTMASTG.2D" not in s and "STSM.16.M88.4" not in s
+    assert any(op.startswith("LDG.E") for op in s)  # the fp32 bias
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_v12_emits_the_other_activations(act):
+    """relu and gelu (erf) without a build: the builder's TIR calls their device function."""
+    from steps.sm90a.hgemm_v12 import hgemm_v12
+    text = hgemm_v12(128, 256, 256, BLK_N=64, ACT=act, RUNTIME_M=True).script()
+    assert f"tirx_gemm_act_{act}" in text
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"SWIGLU": True, "ACT": "gelu"}, "takes no BIAS or ACT"),
+    ({"ACT": "softplus"}, "ACT='softplus'"),
+    ({"OUT_DTYPE": "bfloat16"}, "OUT_DTYPE='bfloat16'"),
+    ({"BIAS": True}, "name the bias dtype"),
+])
+def test_v12_refuses_bad_epilogue_keywords_in_one_line(kw, words):
+    from steps.sm90a.hgemm_v12 import hgemm_v12
+    with pytest.raises(ValueError) as e:
+        hgemm_v12(128, 256, 256, **kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_v12_swiglu_needs_n_a_multiple_of_the_group():
+    from steps.sm90a.hgemm_v12 import hgemm_v12
+    with pytest.raises(ValueError, match="multiple of 8"):
+        hgemm_v12(128, 260, 256, SWIGLU=True)

@@ -517,8 +517,9 @@ __all__ += ["store_packed_guarded"]
 # --- issue 28: the fused epilogue on the fp32 accumulator fragment, in registers, before
 # the cast (the keywords, references and tolerances: tirx_gemm/epilogue.py). Each
 # activation is one device function of one fp32 value. The build passes --use_fast_math:
-# expf is then ex2.approx based (__expf, 2 + 1.16|x| ulp) and the division approximate
-# (2 ulp); erff keeps its library form (2 ulp), but tanhf becomes tanh.approx.f32 (MUFU.TANH,
+# expf is then ex2.approx based (__expf, 2 + 1.16|x| ulp; written out below) and x / y
+# takes __fdividef (2 ulp; 0 once y > 2**126, where silu's true value is below 1e-36 anyway);
+# erff keeps its library form (2 ulp), but tanhf becomes tanh.approx.f32 (MUFU.TANH,
 # 2**-11 relative: as large as fp16's rounding), so gelu_tanh is written without tanh:
 # 0.5x(1 + tanh(y)) = x / (1 + exp(-2y)), exact algebra, the error of silu's form
 _ACT_FN = {
@@ -533,11 +534,13 @@ __device__ __forceinline__ float tirx_gemm_act_gelu(float x) {
     "gelu_tanh": ("tirx_gemm_act_gelu_tanh", """
 __device__ __forceinline__ float tirx_gemm_act_gelu_tanh(float x) {
   float y = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-  return x / (1.0f + expf(-2.0f * y));
+  return __fdividef(x, 1.0f + __expf(-2.0f * y));
 }
 """),
     "silu": ("tirx_gemm_act_silu", """
-__device__ __forceinline__ float tirx_gemm_act_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tirx_gemm_act_silu(float x) {
+  return __fdividef(x, 1.0f + __expf(-x));
+}
 """),
 }
 
@@ -584,8 +587,9 @@ def epilogue_swiglu(acc, n: int):
 
 
 _ST_GLOBAL_F32X2_SRC = """
-__device__ __forceinline__ void tirx_gemm_st_global_f32x2(void* p, float lo, float hi) {
-  *reinterpret_cast<float2*>(p) = make_float2(lo, hi);
+__device__ __forceinline__ void tirx_gemm_st_global_f32x2(void* row, int col, float lo,
+                                                          float hi) {
+  *reinterpret_cast<float2*>(reinterpret_cast<float*>(row) + col) = make_float2(lo, hi);
 }
 """
 
@@ -597,13 +601,14 @@ def store_fragment_f32_guarded(D, acc, m_st, n_st, n: int, M, N, warp_id, lane_i
     quad of lanes writes one 32-byte sector of a row). N is a multiple of 8 and n_st of
     8, so a pair starting inside D lies inside it wholly and is 8-byte aligned. The
     registers are read at issue: the accumulators are free for the next wgmmas at once."""
-    for j in T.unroll(n // 8):
-        for h in T.unroll(2):
-            row = T.meta_var(m_st + warp_id * 16 + lane_id // 4 + 8 * h)
-            col = T.meta_var(n_st + 8 * j + 2 * (lane_id % 4))
-            if row < M:
+    for h in T.unroll(2):  # one row per h: its guard and base once, then the columns
+        row = T.meta_var(m_st + warp_id * 16 + lane_id // 4 + 8 * h)
+        if row < M:
+            for j in T.unroll(n // 8):
+                col = T.meta_var(n_st + 8 * j + 2 * (lane_id % 4))
                 if col < N:
-                    T.cuda.func_call("tirx_gemm_st_global_f32x2", D.ptr_to([row, col]),
+                    # the row's address once, the column an offset (immediates in SASS)
+                    T.cuda.func_call("tirx_gemm_st_global_f32x2", D.ptr_to([row, 0]), col,
                                      acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
                                      source_code=_ST_GLOBAL_F32X2_SRC)
 

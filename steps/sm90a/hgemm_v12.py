@@ -52,10 +52,47 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       tile that fills the SMs (decode is HBM-bound on B anyway: B is read once).
     Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
       BLK_M // 64 (one arrival per consumer warpgroup); see the comments at the inits.
-    Constraints: any M >= 1; N, K multiples of 8 (also at run time); dtype float16 or
-      bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]; 2 <= PIPE_DEPTH,
+    Constraints: any M >= 1; N, K multiples of 8 (also at run time; SWIGLU: N is D's
+      columns, B has 2N rows); dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]; 2 <= PIPE_DEPTH,
       stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1; PRODUCER_REGS /
       CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128 with BLK_N > 128).
+    Epilogue (issue 28; keywords, references, tolerances: tirx_gemm/epilogue.py): BIAS
+      (False | "float16" | "bfloat16" | "float32"), ACT (None | "relu" | "gelu" |
+      "gelu_tanh" | "silu"), OUT_DTYPE (None | "float32"), SWIGLU (False | True). Operand
+      order A, B, D, bias (bias only with BIAS: shape (N,)). Where the tile is when each
+      operation runs: in the consumer warpgroups' registers, as the fp32 wgmma accumulators
+      (acc[4j+2h+e] holds row 16w + l//4 + 8h, column 8j + 2(l%4) + e of the 64-row half),
+      right after the tile's last wgmma_wait and before anything is packed or stored: bias
+      (each thread loads the BLK_N/4 bias values of its columns once, shared by its two
+      rows; columns past N read 0), then the activation (one device function per value),
+      then the usual cast and stores. Both store paths see the finished values: the
+      stmatrix + TMA-store chunks and the guarded register tail. No shared memory, no
+      shuffles, no extra barrier. Cost: the math sits between the tile's last wgmma and the
+      next tile's first (the accumulators are needed back), while the producer keeps
+      loading; bias loads are L2 hits. Measured on the H200: pending.
+      SWIGLU: B is the fused gate/up weight (2N rows, groups of 8: gate 0-7, up 0-7, gate
+      8-15, ...; tirx_gemm.matmul.fuse_gate_up). Eight rows of B are one 8-column block j of
+      the accumulator, so block 2t holds gate and block 2t+1 up values of the same 8
+      outputs, at the same places in the same thread: acc[4t+2h+e] <- silu(acc[8t+2h+e]) *
+      acc[8t+4+2h+e], in place. A tile of BLK_N accumulator columns yields BLK_N/2 output
+      columns already in the register layout of a BLK_N/2-wide accumulator, so packing,
+      stmatrix and the TMA store run unchanged at width BLK_N/2 (the tiles walk B's 2N rows;
+      D's tile column is n_idx * BLK_N/2). Groups of 8 are the smallest that pair in
+      registers; any BLK_N (a multiple of 16) holds whole pairs. Measured on the H200:
+      pending.
+      OUT_DTYPE "float32": the register path, not a TMA store of fp32 tiles: a 64 x 64 fp32
+      staging tile is 16 KB per chunk (twice the 16-bit one) and the packed copy that lets
+      v9's epilogue overlap the next tile would be as large as the accumulators (BLK_N/2
+      more registers: 256 at 128x256, over the 232 of a consumer). Each thread stores its
+      fp32 pairs with guarded 8-byte stores (a quad of lanes fills a 32-byte sector); a
+      store reads its registers at issue, so the accumulators are free at once and the
+      writes drain while the next tile runs. No staging tile is allocated. Measured on the
+      H200: pending.
+      gelu is erf's (erff, 2 ulp); the build's --use_fast_math turns tanhf into
+      tanh.approx.f32 (2**-11 relative error, as large as fp16's rounding), so gelu_tanh is
+      computed as x / (1 + exp(-2y)) (exactly 0.5x(1 + tanh(y))) with __expf; silu as
+      x / (1 + exp(-x)). With no epilogue keyword the generated CUDA is that of the plain
+      kernel (checked by diffing the CUDA source).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
