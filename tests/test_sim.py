@@ -275,6 +275,101 @@ def test_run_case_without_workspace_passes_a_b_d_only(monkeypatch):
     assert all(set(b) == {"A", "B", "D"} for b in seen["run"])
 
 
+# --------------------------------------------------------------------------------------
+# the fused epilogue (issue 28): v9's cases, the operands and the compare of run_case
+# --------------------------------------------------------------------------------------
+def test_v9_sim_cases_cover_every_epilogue():
+    """Each activation, each bias dtype, an fp32 output and SwiGLU in both dtypes, with M
+    and N off v9's 512 x 256 cluster tile in some (epilogue.validate checks each)."""
+    from tirx_gemm import epilogue as E
+    cases = [c for c in sim.cases_for(registry.get("v9", "sm_100a"))
+             if not E.is_plain(dict(c.kwargs))]
+    epis = [E.validate(dict(c.kwargs)) for c in cases]
+    assert {e["ACT"] for e in epis} >= set(E.ACTIVATIONS)
+    assert {e["BIAS"] for e in epis} >= set(E.BIAS_DTYPES)
+    assert any(e["OUT_DTYPE"] == "float32" for e in epis)
+    assert {c.dtype for c, e in zip(cases, epis) if e["SWIGLU"]} == {"float16", "bfloat16"}
+    assert any(c.M % 512 and c.N % 256 for c in cases)
+    assert any(e["SWIGLU"] and c.M % 512 and (2 * c.N) % 256 for c, e in zip(cases, epis))
+
+
+@pytest.mark.parametrize("bad, err", [
+    (dict(ACT="tanh"), "ACT='tanh' must be None or one of"),
+    (dict(BIAS=True), "BIAS=True: name the bias dtype"),
+    (dict(BIAS="int8"), "BIAS='int8' must be False or one of"),
+    (dict(OUT_DTYPE="float16"), "OUT_DTYPE='float16' must be None"),
+    (dict(SWIGLU=True, ACT="relu"), "SWIGLU=True takes no BIAS or ACT"),
+    (dict(SWIGLU=1), "SWIGLU=1 must be True or False"),
+])
+def test_v9_refuses_bad_epilogue_keywords(bad, err):
+    with pytest.raises((ValueError, TypeError), match=err.replace("(", r"\(")):
+        registry.get("v9", "sm_100a").build_primfunc(300, 136, 128, SM_COUNT=2, **bad)
+
+
+def _epilogue_into_d(buffers, skip_bias=False, pair="interleaved"):
+    """A numpy model of v9's fused epilogue (written apart from tirx_gemm.epilogue's
+    reference): acc in fp32, + bias, the activation, or silu(gate) * up of the groups of
+    8 gate / 8 up rows of B ("interleaved"), or of B's two halves (a wrong pairing)."""
+    import math
+    import numpy as np
+    A, B, D = buffers["A"], buffers["B"], buffers["D"]
+    acc = A.astype(np.float64) @ B.astype(np.float64).T
+    if B.shape[0] == 2 * D.shape[1]:
+        N = D.shape[1]
+        if pair == "interleaved":
+            cols = acc.reshape(acc.shape[0], N // 8, 2, 8)
+            g, u = cols[:, :, 0, :].reshape(-1, N), cols[:, :, 1, :].reshape(-1, N)
+        else:
+            g, u = acc[:, :N], acc[:, N:]
+        out = g / (1 + np.exp(-g)) * u
+    else:
+        if "bias" in buffers and not skip_bias:
+            acc = acc + buffers["bias"].astype(np.float64)
+        act = _ACT_OF_CASE[0]
+        out = {None: lambda x: x, "relu": lambda x: np.maximum(x, 0),
+               "silu": lambda x: x / (1 + np.exp(-x)),
+               "gelu": np.vectorize(lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))))}[act](acc)
+    res = dict(buffers)
+    res["D"] = out.astype(np.float32).astype(D.dtype)
+    return res
+
+
+_ACT_OF_CASE = [None]
+
+
+@pytest.mark.parametrize("kw, bufs", [
+    ((("BIAS", "bfloat16"), ("ACT", "silu"), ("dtype", "bfloat16")),
+     {"A": ("bfloat16", (16, 32)), "B": ("bfloat16", (24, 32)), "D": ("bfloat16", (16, 24)),
+      "bias": ("bfloat16", (24,))}),
+    ((("BIAS", "float32"), ("ACT", "gelu"), ("OUT_DTYPE", "float32")),
+     {"A": ("float16", (16, 32)), "B": ("float16", (24, 32)), "D": ("float32", (16, 24)),
+      "bias": ("float32", (24,))}),
+    ((("ACT", "relu"),),
+     {"A": ("float16", (16, 32)), "B": ("float16", (24, 32)), "D": ("float16", (16, 24))}),
+    ((("SWIGLU", True),),
+     {"A": ("float16", (16, 32)), "B": ("float16", (48, 32)), "D": ("float16", (16, 24))}),
+])
+def test_run_case_passes_the_epilogue_operands_and_compares_with_its_reference(
+        monkeypatch, kw, bufs):
+    """The bias (N,) of its dtype by name after D, D of the out dtype, SwiGLU's fused B of
+    2N rows; a kernel that computes the epilogue passes, one that drops the bias or pairs
+    gate and up wrongly fails on both inputs."""
+    _ACT_OF_CASE[0] = dict(kw).get("ACT")
+    v9 = registry.get("v9", "sm_100a")
+    seen = _fake_numsim(monkeypatch, _epilogue_into_d)
+    row = sim.run_case(_StandInCase(v9, 16, 24, 32, kw))
+    assert row.ok, row.problems
+    assert seen["run"] == [bufs, bufs]  # random and int inputs
+    assert seen["sync"] == seen["race"] == [sorted(bufs)]
+    wrong = {"SWIGLU": dict(pair="halves")}.get(kw[0][0], dict(skip_bias=True))
+    if "bias" in bufs or "SWIGLU" in dict(kw):
+        _fake_numsim(monkeypatch, lambda b: _epilogue_into_d(b, **wrong))
+        row = sim.run_case(_StandInCase(v9, 16, 24, 32, kw))
+        assert not row.ok and row.numsim == "WRONG"
+        assert sum(p.startswith("numsim random inputs") or p.startswith("numsim int inputs")
+                   for p in row.problems) == 2, row.problems
+
+
 def test_every_mutant_edit_applies_to_todays_source():
     for m in mutants.MUTANTS.values():
         assert m.must_flag, m.name

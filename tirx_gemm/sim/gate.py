@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tirx_gemm import epilogue as E
 from tirx_gemm import numerics, registry
 from tirx_gemm.gitinfo import git_sha
 from tirx_gemm.progress import Progress
@@ -449,6 +450,39 @@ def crates_note() -> str:
     return _CRATES["note"]
 
 
+def case_inputs_np(case: SimCase, kind: str, seed: int):
+    """(A, B, D, extra) of one case for input ``kind``: as numerics.make_inputs_np, and with
+    the case's epilogue keywords (tirx_gemm.epilogue): B is the fused gate/up weight (2N, K)
+    under SWIGLU (its gate and up halves interleaved by epilogue.interleave_gate_up_np),
+    D (all NaN) has the out dtype, and ``extra`` holds the ``bias`` operand (N,) of the
+    BIAS dtype (the kernel takes it by name after D)."""
+    kw = dict(case.kwargs)
+    epi = E.validate(kw)
+    dtype = case.dtype
+    if epi["SWIGLU"]:
+        A, B2, _ = numerics.make_inputs_np(case.M, 2 * case.N, case.K, kind, seed, dtype)
+        B = E.interleave_gate_up_np(B2[:case.N], B2[case.N:])
+    else:
+        A, B, _ = numerics.make_inputs_np(case.M, case.N, case.K, kind, seed, dtype)
+    od = E.out_dtype(epi, dtype)
+    D = np.full((case.M, case.N), np.nan,
+                dtype=np.float32 if od == "float32" else numerics.np_dtype(od))
+    extra = {"bias": E.make_bias_np(case.N, epi["BIAS"], seed)} if epi["BIAS"] else {}
+    return A, B, D, extra
+
+
+def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
+    """The compare of one case's output: a plain case by numerics' rules (exact for the
+    small-integer inputs); an epilogue case against epilogue.reference_np under
+    epilogue.tolerance (its functions are not exact even on integer inputs)."""
+    kw = dict(case.kwargs)
+    if E.is_plain(kw):
+        return numerics.compare_np(out, numerics.reference_np(A, B), dtype=case.dtype,
+                                   exact=kind == "int")
+    ref = E.reference_np(A, B, kw, extra.get("bias"))
+    return E.compare_np(out, ref, kw, case.dtype, K=case.K)
+
+
 def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
              engine=None) -> SimRow:
     """Simulate one case; never raises for a kernel problem (it goes into the row). A
@@ -463,15 +497,19 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
     t0 = time.time()
     func = case.build()
     dtype = case.dtype
-    inputs = {kind: numerics.make_inputs_np(case.M, case.N, case.K, kind, seed + i, dtype)
-              for i, kind in enumerate(numerics.INPUT_KINDS)}
+    full = {kind: case_inputs_np(case, kind, seed + i)
+            for i, kind in enumerate(numerics.INPUT_KINDS)}
+    inputs = {kind: v[:3] for kind, v in full.items()}
+    extras = {kind: v[3] for kind, v in full.items()}
     specs = workspace_specs(case)
 
-    def operands(A, B, D):
-        """The kernel's arguments by name: A, B, a fresh copy of D, then each workspace
-        operand (registry.Step.workspace_specs): counters zero-filled, scratch poisoned
-        with NaN, as the GPU check passes them."""
-        return {"A": A, "B": B, "D": D.copy(), **make_workspace_np(specs, poison=True)}
+    def operands(A, B, D, extra=None):
+        """The kernel's arguments by name: A, B, a fresh copy of D, the epilogue's bias
+        (when the case has BIAS), then each workspace operand
+        (registry.Step.workspace_specs): counters zero-filled, scratch poisoned with NaN,
+        as the GPU check passes them."""
+        return {"A": A, "B": B, "D": D.copy(), **(extra or {}),
+                **make_workspace_np(specs, poison=True)}
 
     if "numsim" in checks:
         try:
@@ -479,10 +517,9 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
             engine = engine or Engine(max_workers="auto")
             rels, verdicts = [], []
             for kind, (A, B, D) in inputs.items():
-                res = engine.run(module, operands(A, B, D))
+                res = engine.run(module, operands(A, B, D, extras[kind]))
                 out = np.asarray(res.outputs["D"])
-                cmp = numerics.compare_np(out, numerics.reference_np(A, B), dtype=dtype,
-                                          exact=kind == "int")
+                cmp = check_output_np(case, out, A, B, extras[kind], kind)
                 log(f"--- numsim {kind} inputs ({case.label}, seed {seed}) ---\n"
                     f"{cmp.summary()}\ndiagnostics: {res.diagnostics}\n")
                 if kind == "random":
@@ -514,7 +551,7 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
         if name not in checks:
             continue
         try:
-            report = fn(func, operands(A, B, D))
+            report = fn(func, operands(A, B, D, extras["random"]))
         except Exception as e:  # noqa: BLE001 - a model or tool failure fails the row
             log(f"--- {name}check ({case.label}) raised ---\n{traceback.format_exc()}\n")
             cause = environment_failure(e)
