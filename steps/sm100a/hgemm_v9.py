@@ -53,6 +53,28 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     here).
     Edges as in v8, over ceil(M/512) x ceil(N/256) cluster tiles: a consumer or a CTA
     whose rows all lie past M still loads (zeros), computes, arrives and stores (dropped).
+    Epilogue (issue 28; keywords, references and tolerances: tirx_gemm.epilogue): BIAS
+    (False | "float16" | "bfloat16" | "float32"), ACT (None | "relu" | "gelu" | "gelu_tanh"
+    | "silu"), OUT_DTYPE (None | "float32"), SWIGLU (False | True). All off: the plain
+    kernel above, unchanged (the same PrimFunc). Otherwise, per 128-byte chunk of an
+    output row (64 16-bit or 32 fp32 columns; W.epilogue_chunks):
+      TMEM   the fp32 accumulator, as the MMA left it (nothing is done in TMEM);
+      regs   tcgen05.ld (+ wait::ld) brings one row per thread, READ_N <= 64 fp32 columns
+             per load; then in fp32: + bias[n] (read from global, the bias dtype widened
+             exactly), then the activation (W.activation: exp, division and compares),
+             or silu(gate) * up; then ONE rounding to D's dtype;
+      Dsmem  the thread's row of its warpgroup's 128-row band (generic-proxy stores),
+             fence.proxy.async, bar.sync 1 + c;
+      GMEM   one elected thread's TMA store of the 128 x chunk box (past-edge rows and
+             columns dropped), waited before the band is reused.
+    Operands: A, B, D, then bias (N,) only with BIAS; D has OUT_DTYPE or the input dtype.
+    SwiGLU: B is the fused weight of 2N rows, gate and up interleaved in groups of
+    E.SWIGLU_GROUP (8) rows, so the MMA tile's 256 accumulator columns of a row hold
+    gate columns 16t + [0, 8) and up columns 16t + [8, 16) of outputs 8t + [0, 8): each
+    thread has both halves of every pair in its own registers (no shuffle, no SMEM), and
+    a cluster tile yields 512 x 128 outputs; the scheduler walks ceil(2N / 256) column
+    tiles. The epilogue only changes the writeback warpgroups' code: the barriers, the
+    roles and the MMA are the plain kernel's, and Dsmem keeps its size (128 bytes a row).
     Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1 and small enough for
     SMEM (48 KiB per stage); SM_COUNT even; dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v9 --mnk 4096,4096,4096`` (compile);
