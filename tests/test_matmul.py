@@ -534,6 +534,25 @@ def test_suite_entries_list_their_epilogues_and_export_adds_their_kernels(tmp_pa
             mm.variants(14336, 4096, "bfloat16", epilogue={"SWIGLU": True})}
     have = {(st.id, tuple(sorted(kw.items()))) for st, _, kw in reqs}
     assert want <= have
+    # v12's plain kernel of each fused one's tile: what matmul(..., step="v12") runs
+    for epi in ({"SWIGLU": True}, {"BIAS": "bfloat16", "ACT": "gelu"}):
+        _, kw = mm.choose(1000, 14336, 4096, "bfloat16", "sm_90a", 132, epi)
+        kn = 28672 if "SWIGLU" in epi else 14336
+        st, plain = mm._pick(1000, kn, 4096, "bfloat16", "sm_90a", 132, "v12")
+        assert ("v12", tuple(sorted(plain.items()))) in have
+        assert {k: v for k, v in kw.items() if k not in E.KEYWORDS} == plain
+    # all_m false: only the entry's own M (a lab suite of exact shapes)
+    data["shapes"][0]["all_m"] = False
+    p.write_text(json.dumps(data))
+    few = suite.export_requests(suite.load_suite(p), "matmul", "sm_90a", 132)
+    key = lambda r: (r[0].id, tuple(sorted(r[2].items())))  # noqa: E731
+    assert len(few) < len(reqs) and {key(r) for r in few} <= {key(r) for r in reqs}
+    assert {E.tag(r[2]) for r in few} == {"plain", "swiglu", "bias_bfloat16+gelu"}
+    data["shapes"][0]["all_m"] = "no"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="all_m='no' must be true or false"):
+        suite.load_suite(p)
+    data["shapes"][0].pop("all_m")
     for bad, words in ((["x"], "non-empty object"), ([{"ACT": "elu"}], "ACT='elu'"),
                        ([{"act": "gelu"}], "unknown key 'act'"), ([{"ACT": None}], "plain"),
                        ({"ACT": "gelu"}, "must be a list")):

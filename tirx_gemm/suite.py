@@ -14,8 +14,11 @@ weight): a Linear in->out over T tokens is M=T, N=out, K=in. Each entry names it
 uses, ``"epilogues": [{"BIAS": "bfloat16", "ACT": "gelu"}, {"SWIGLU": true}, ...]`` (builder
 keywords, tirx_gemm.epilogue; with SWIGLU, N is the output's columns: the intermediate
 size): :func:`export_requests` then adds, for target "matmul", the kernels
-matmul.variants picks for each, so one bundle serves the model's fused calls too. The
-benchmark (:func:`plan`) runs the plain GEMM of each entry.
+matmul.variants picks for each, so one bundle serves the model's fused calls too, and v12's
+plain kernel of the same tile as each entry's fused one (``matmul(..., step="v12")`` picks
+it: the baseline that isolates an epilogue's cost). ``"all_m": false`` on an entry keeps
+its kernels to its own M (a lab suite of exact shapes; the default true adds every token
+count of its N, K). The benchmark (:func:`plan`) runs the plain GEMM of each entry.
 
 :func:`load_suite` validates a file, :func:`plan` turns it into (step, shape, kwargs, dtype)
 for a step id or for ``"matmul"`` (the step :func:`tirx_gemm.matmul.choose` picks),
@@ -47,7 +50,7 @@ MATMUL = "matmul"  # the target that runs what tirx_gemm.matmul would run
 RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out of the README table
 
 _TOP_KEYS = {"name", "description", "dtypes", "shapes"}
-_ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes", "epilogues"}
+_ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes", "epilogues", "all_m"}
 _TEXT_KEYS = ("model", "layer", "why")
 
 
@@ -61,6 +64,7 @@ class Entry:
     why: str
     dtypes: tuple[str, ...]
     epilogues: tuple = ()  # ((keyword, value), ...) per epilogue, validated (tirx_gemm.epilogue)
+    all_m: bool = True     # export: every token count of (N, K), not only M
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -124,8 +128,11 @@ def _entry(raw, i: int, where: str, dtypes: tuple[str, ...]) -> Entry:
             raise ValueError(f"{at}: {k!r} must be a non-empty string (each entry names its "
                              "source model and layer and why it is in the suite)")
     own = _dtypes(raw["dtypes"], at) if "dtypes" in raw else dtypes
+    all_m = raw.get("all_m", True)
+    if not isinstance(all_m, bool):
+        raise ValueError(f"{at}: all_m={all_m!r} must be true or false")
     return Entry(dims["M"], dims["N"], dims["K"], raw["model"].strip(), raw["layer"].strip(),
-                 raw["why"].strip(), own, _epilogues(raw.get("epilogues", []), at))
+                 raw["why"].strip(), own, _epilogues(raw.get("epilogues", []), at), all_m)
 
 
 def _epilogues(value, at: str) -> tuple:
@@ -237,16 +244,21 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
 
     layers = []
     suite = _as_suite(suite)
-    for it in plan(suite, target, arch, sm_count):
+    for it, (e, _) in zip(plan(suite, target, arch, sm_count), suite.cases()):
         add(it.step, it.shape, it.kwargs)
-        if target == MATMUL and it.kwargs.get("RUNTIME_M"):
+        if target == MATMUL and it.kwargs.get("RUNTIME_M") and e.all_m:
             layers.append((it.shape[1], it.shape[2], it.dtype, ()))
     if target == MATMUL:  # the fused epilogues the entries list (matmul's v12 kernels)
+        from tirx_gemm import epilogue as E
         for e, dtype in suite.cases():
             for epi in e.epilogues:
                 step_id, kwargs = choose(e.M, e.N, e.K, dtype, arch, sm_count, dict(epi))
-                add(registry.get(step_id, arch), e.shape, kwargs)
-                if kwargs.get("RUNTIME_M"):
+                step = registry.get(step_id, arch)
+                add(step, e.shape, kwargs)
+                # v12's plain kernel of the same tile: matmul(..., step="v12") at the GEMM
+                plain = {k: v for k, v in kwargs.items() if k not in E.KEYWORDS}
+                add(step, (e.M, E.kernel_n(e.N, dict(epi)), e.K), plain)
+                if kwargs.get("RUNTIME_M") and e.all_m:
                     layers.append((e.N, e.K, dtype, epi))
     for N, K, dtype, epi in dict.fromkeys(layers):
         for step_id, kwargs, _, _ in variants(N, K, dtype, arch, sm_count,
