@@ -1,7 +1,10 @@
 """Export the bundle of v13 kernels that tirx_gemm.matmul_fp8 and scripts/lab/fp8_h200.py
 load on the H200 (issue 29): every kernel fp8.choose_fp8 can pick (fp8.export_requests:
 SCALE tensor / row / block, fast_accum or not, BLK_M 64 / 128; RUNTIME_M and RUNTIME_NK,
-so they serve every shape), bf16 out, for a GPU of --num-sms SMs.
+so they serve every shape), bf16 out, for a GPU of --num-sms SMs; and, unless
+--no-run-shapes, v13's registry builds at its GPU shapes (registry.gpu_shapes: canonical,
+tests, benchmarks; per-tensor scales, fp16 out, the builder's defaults), which
+`python -m tirx_gemm.cli run v13 --arch sm_90a --mnk M,N,K --bundle DIR` runs.
 
   .venv/bin/python scripts/lab/fp8_export.py --out .gpu/fp8 [--ffi-wheel 3.12]
 """
@@ -11,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tirx_gemm import fp8
+from tirx_gemm import fp8, registry
 from tirx_gemm.compile import bundle
 
 
@@ -21,10 +24,15 @@ def main(argv=None) -> int:
     ap.add_argument("--num-sms", type=int, default=132)
     ap.add_argument("--ffi-wheel", default="3.12", help="Python of the GPU host ('' for none)")
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--no-run-shapes", action="store_true",
+                    help="only matmul_fp8's kernels, not the registry shapes `run` takes")
     a = ap.parse_args(argv)
     out = Path(a.out)
     bundle.check_out_dir(out)
     reqs = fp8.export_requests(a.num_sms)
+    if not a.no_run_shapes:
+        step = registry.get(fp8.FP8_STEP, fp8.ARCH)
+        reqs += [(step, mnk, {}) for mnk in registry.gpu_shapes(step)]
     n = bundle.export(reqs, out, jobs=a.jobs, progress=True,
                       ffi_wheel_python=a.ffi_wheel or None)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
