@@ -104,7 +104,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       ("block": 16, 32, 64 or 128); with promotion the accumulators and the packed
       tile (BLK_N + BLK_N / 4 values per thread) must fit 200 (BLK_N <= 160); PIPE_DEPTH >= 2
       and within 227 KB; RUNTIME_M / RUNTIME_NK as v12.
-    Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (H200).
+    Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (H200; per-tensor
+      scales: the runner quantizes its fp16 inputs with power-of-two scales, in place, so
+      its fp32 reference is exact, see run.runner.Fp8Operands); every SCALE mode:
+      ``tirx_gemm.matmul_fp8`` and scripts/lab/fp8_h200.py.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
     if str(dtype) not in W.FP8_OUT_DTYPES:
