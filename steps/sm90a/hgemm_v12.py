@@ -268,7 +268,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                                     1 + consumer)
                             if TAIL_J > 0:
                                 W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
+                                                       TMA_CHUNKS * 8, OUT_N // 8, M_DIM, N_DIM,
                                                        warp_id, lane_id)
                             pending = 0
                     # slice k-1 is done: its stage goes back to the producer
@@ -309,7 +309,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                         tid_in_wg, 1 + consumer)
                 if TAIL_J > 0:
                     W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
-                                           BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+                                           OUT_N // 8, M_DIM, N_DIM, warp_id, lane_id)
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
