@@ -12,9 +12,12 @@ def __getattr__(name):
     if name == "matmul_fp8":  # tirx_gemm.matmul_fp8(a, b, scale_a, scale_b): v13, e4m3
         from tirx_gemm.fp8 import matmul_fp8
         return matmul_fp8
-    if name in ("swiglu", "fuse_gate_up"):  # fused SwiGLU (issue 28): tirx_gemm.matmul's
-        import importlib
-        return getattr(importlib.import_module("tirx_gemm.matmul"), name)
+    if name == "swiglu":  # fused SwiGLU (issue 28): tirx_gemm.matmul's, and its weight
+        from tirx_gemm.matmul import swiglu
+        return swiglu
+    if name == "fuse_gate_up":
+        from tirx_gemm.matmul import fuse_gate_up
+        return fuse_gate_up
     if name == "patch":  # tirx_gemm.patch(model): nn.Linear layers -> tirx_gemm.nn.Linear
         from tirx_gemm.nn import patch
         return patch
