@@ -256,3 +256,15 @@ def test_v12_swiglu_needs_n_a_multiple_of_the_group():
     from steps.sm90a.hgemm_v12 import hgemm_v12
     with pytest.raises(ValueError, match="multiple of 8"):
         hgemm_v12(128, 260, 256, SWIGLU=True)
+
+
+def test_v10_takes_bias_and_act_in_its_writeback():
+    """v10 (ping-pong): BIAS and ACT before each block's pack (TIR only, no build); the
+    plain build's CUDA is unchanged (checked by diffing when it was written)."""
+    from steps.sm90a.hgemm_v10 import hgemm_v10
+    f = hgemm_v10(1024, 1024, 1024, BIAS="float32", ACT="silu", RUNTIME_M=True)
+    assert [p.name for p in f.params] == ["A", "B", "D", "bias"]
+    assert "tirx_gemm_act_silu" in f.script()
+    assert [p.name for p in hgemm_v10(1024, 1024, 1024).params] == ["A", "B", "D"]
+    with pytest.raises(ValueError, match="ACT='tanh'"):
+        hgemm_v10(1024, 1024, 1024, ACT="tanh")

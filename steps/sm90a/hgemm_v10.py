@@ -8,6 +8,7 @@ from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
 
@@ -70,7 +71,7 @@ def skip_stages(ring, n: int):
 def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 6,
               BLK_M: int = 128, EPI_BUFS: int = 2, SM_COUNT: int = 132, L2_GROUP: int = 8,
               ORDER: str = "group", PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
-              RUNTIME_M: bool = False):
+              RUNTIME_M: bool = False, BIAS=False, ACT=None):
     """Step card -- v10, ping-pong consumers.
 
     Changes from v9: in v9 both consumer warpgroups share one 128x256 tile (64 rows each),
@@ -110,9 +111,20 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       staging within 227 KB (6 for 128x128, 4 for 64x256); SM_COUNT even; ORDER "group"
       or "snake"; PRODUCER_REGS/CONSUMER_REGS multiples of 8 within 64K registers per
       CTA. RUNTIME_M=True takes M at run time (helpers.runtime_rows).
+    Epilogue (issue 28, BIAS and ACT only; v12 has all four keywords, tirx_gemm/epilogue.py):
+      bias (operand after D, shape (N,)) and activation applied to each 64-row block's fp32
+      accumulators right before its pack, so the math runs where v10's writeback runs:
+      under the other warpgroup's mainloop, off the tensor cores' critical path (v12 runs
+      it between two tiles of one warpgroup). matmul does not route here (v12 is its
+      epilogue step). ptxas: bias bf16 + gelu at 128x128 leaves 20 bytes of spill (the
+      bias loads of a block are hoisted beside its 128 accumulators); no spill-free
+      variant yet. Measured on the H200: pending.
     Run: ``tirx-gemm run v10 --arch sm_90a --mnk 4096,4096,4096``.
     """
     H.check_edge_shape(M, N, K, dtype)
+    epi = E.validate({"BIAS": BIAS, "ACT": ACT})
+    BIAS_ACT = bool(epi["BIAS"]) or epi["ACT"] is not None
+    act_fn, act_src = W._ACT_FN[epi["ACT"]] if epi["ACT"] else (None, None)
     M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
     if BLK_M not in (64, 128) or isinstance(BLK_M, bool):
         raise ValueError(f"BLK_M={BLK_M!r} must be 128 (128x128 per warpgroup) or 64 "
@@ -152,9 +164,9 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
-    @T.prim_func
-    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
-               D: T.Buffer((M, N), dtype)):
+    # the kernel body; bias is None without BIAS (no bias operand)
+    @T.inline
+    def gemm(A, B, D, bias):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         rank, _unused = T.cta_id_in_cluster([W.CLUSTER_SIZE, 1])  # this CTA's place in the pair
@@ -257,6 +269,25 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                 # --- writeback, under the other warpgroup's mainloop: each 64-row block
                 # packed to 2 x dtype, stmatrix'd and TMA-stored in 64-column chunks ---
                 for h in T.unroll(M_BLOCKS):
+                    if BIAS_ACT:
+                        # --- the fused epilogue on this block's fp32 accumulators:
+                        # acc[h*BLK_N/2 + 4j + 2r + e] is column tile_n + 8j + 2(l%4) + e ---
+                        for j in T.unroll(BLK_N // 8):
+                            for e in T.unroll(2):
+                                col = T.meta_var(tile_n + 8 * j + 2 * (lane_id % 4) + e)
+                                b: T.float32 = T.float32(0)
+                                if bias is not None:
+                                    b = T.if_then_else(col < N, T.Cast("float32", bias[col]),
+                                                       T.float32(0))
+                                for r in T.unroll(2):
+                                    x = T.meta_var(acc[h * (BLK_N // 2) + 4 * j + 2 * r + e]
+                                                   + b)
+                                    if act_fn is not None:
+                                        acc[h * (BLK_N // 2) + 4 * j + 2 * r + e] = \
+                                            T.cuda.func_call(act_fn, x, source_code=act_src,
+                                                             return_type="float32")
+                                    else:
+                                        acc[h * (BLK_N // 2) + 4 * j + 2 * r + e] = x
                     for i in T.unroll(PACKED_REGS):
                         packed[i] = T.cuda.func_call(
                             pack_fn, acc[h * (BLK_N // 2) + 2 * i],
@@ -274,5 +305,16 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         # --- free: the peer multicasts into this CTA's SMEM and arrives on its barriers
         # until it is done; neither CTA may exit (and release its SMEM) before both are ---
         T.cuda.cluster_sync()
+
+    if BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype), bias: T.Buffer((N,), BIAS)):
+            gemm(A, B, D, bias)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype)):
+            gemm(A, B, D, None)
 
     return kernel
