@@ -16,7 +16,8 @@ keywords, tirx_gemm.epilogue; with SWIGLU, N is the output's columns: the interm
 size): :func:`export_requests` then adds, for target "matmul", the kernels
 matmul.variants picks for each, so one bundle serves the model's fused calls too, and v12's
 plain kernel of the same tile as each entry's fused one (``matmul(..., step="v12")`` picks
-it: the baseline that isolates an epilogue's cost). ``"all_m": false`` on an entry keeps
+it: the baseline that isolates an epilogue's cost) and, for SwiGLU, matmul's plain kernel of
+the GEMM over the fused weight (M x 2N x K). ``"all_m": false`` on an entry keeps
 its kernels to its own M (a lab suite of exact shapes; the default true adds every token
 count of its N, K). The benchmark (:func:`plan`) runs the plain GEMM of each entry.
 
@@ -257,7 +258,11 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
                 add(step, e.shape, kwargs)
                 # v12's plain kernel of the same tile: matmul(..., step="v12") at the GEMM
                 plain = {k: v for k, v in kwargs.items() if k not in E.KEYWORDS}
-                add(step, (e.M, E.kernel_n(e.N, dict(epi)), e.K), plain)
+                kn = E.kernel_n(e.N, dict(epi))
+                add(step, (e.M, kn, e.K), plain)
+                if kn != e.N:  # SwiGLU: matmul's plain GEMM over the fused weight too
+                    p_id, p_kw = choose(e.M, kn, e.K, dtype, arch, sm_count)
+                    add(registry.get(p_id, arch), (e.M, kn, e.K), p_kw)
                 if kwargs.get("RUNTIME_M") and e.all_m:
                     layers.append((e.N, e.K, dtype, epi))
     for N, K, dtype, epi in dict.fromkeys(layers):
