@@ -17,6 +17,7 @@ GPU_SMS = {"sm_90a": 132, "sm_100a": 148}
 # at a shape off every tile grid (M not a multiple of any tile, N and K multiples of 8)
 BF16 = {"dtype": "bfloat16"}
 EDGE = (1000, 264, 200)
+EDGE_FP8 = (1000, 264, 208)
 
 
 def _requests():
@@ -27,7 +28,9 @@ def _requests():
         if other:
             reqs.append((s, other, s.with_sm_count(GPU_SMS[s.arch])))
         aligned = s.constraints.startswith(("M = N = 128", "M, N multiples"))
-        reqs.append((s, (other or s.canonical) if aligned else EDGE,
+        # fp8 (v13): K x 1 byte rows need K a multiple of 16
+        edge = EDGE_FP8 if s.fp8 else EDGE
+        reqs.append((s, (other or s.canonical) if aligned else edge,
                      {**s.with_sm_count(GPU_SMS[s.arch]), **BF16}))
     return reqs
 
@@ -63,7 +66,9 @@ def test_step_builds_with_lesson_sass(built, req):
     assert f"arch = {step.arch.rstrip('a')}" in res.sass or step.arch in res.sass
     if kwargs.get("dtype") == "bfloat16":  # the operands and the MMA are bf16, not fp16
         assert "nv_bfloat16" in res.cuda_source
-        if step.arch == "sm_90a":
+        if step.fp8:  # e4m3 operands, bf16 only the output
+            assert ".e4m3.e4m3" in res.cuda_source and ".f16.f16" not in res.cuda_source
+        elif step.arch == "sm_90a":
             assert ".bf16.bf16" in res.cuda_source and ".f16.f16" not in res.cuda_source
     assert res.lib_path.stat().st_size > 10_000
     assert "__global__" in res.cuda_source and "T.prim_func" in res.tir

@@ -125,7 +125,7 @@ LAYERS = (
     ("compile", {"compile"}),
     ("run, report", {"run", "report"}),
     ("sim", {"sim"}),
-    ("matmul", {"matmul"}),
+    ("matmul", {"matmul", "fp8"}),  # fp8: matmul_fp8, beside matmul
     ("torch_op, nn", {"torch_op", "nn"}),
     ("entry points", {"suite", "notebook", "cli", ""}),
 )
