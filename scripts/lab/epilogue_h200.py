@@ -21,6 +21,8 @@ What it does, every result one JSON line in --out (and a progress line on stdout
     SwiGLU: two F.linear, silu, mul); torch.compile of that function (skipped once the
     compile budget is spent). Ratios are written as fused / plain and torch / fused.
 --budget-s (default 270) stops starting new work past it, so the run ends within 5 minutes.
+--plan-only (no GPU needed): resolve every kernel the run will call in the bundle, as an
+H200 (sm_90a, 132 SMs) would pick it, and print what is missing (exit 1 if anything is).
 """
 from __future__ import annotations
 
@@ -240,6 +242,39 @@ def time_case(e, epi, seed, write):
     log(f"time {e.label} {E.tag(kw)}: {show}")
 
 
+def plan_only(s, bundle) -> int:
+    """Every kernel the run calls, looked up in the bundle as an H200 picks it."""
+    from tirx_gemm import registry
+    arch, sms = "sm_90a", 132
+    calls = []
+    for e in s.entries:
+        for dtype in e.dtypes:
+            for epi in e.epilogues:
+                kw = dict(epi)
+                calls.append((f"{e.label} {dtype} {E.tag(kw)}", e.M, e.N, e.K, dtype, kw, None))
+                if dtype == TIME_DTYPE and e.dtypes == (TIME_DTYPE,):
+                    kn = E.kernel_n(e.N, kw)
+                    calls.append((f"{e.label} plain v12 (M x {kn} x K)", e.M, kn, e.K, dtype,
+                                  {}, "v12"))
+                    calls.append((f"{e.label} plain matmul (M x {kn} x K)", e.M, kn, e.K,
+                                  dtype, {}, None))
+    missing = 0
+    for label, M, N, K, dtype, kw, step in calls:
+        if kw:
+            step_id, kwargs = mm.choose(M, N, K, dtype, arch, sms, kw)
+            st = registry.get(step_id, arch)
+        else:
+            st, kwargs = mm._pick(M, N, K, dtype, arch, sms, step)
+        try:
+            mm.kernel_source(st, (M, N, K), kwargs, bundle=Path(bundle))
+            log(f"found   {label}: {st.id} {mm._describe(st, (M, N, K), kwargs)}")
+        except ValueError as exc:
+            missing += 1
+            log(f"MISSING {label}: {str(exc).splitlines()[0]}")
+    log(f"{len(calls) - missing}/{len(calls)} kernels found in {bundle}")
+    return 1 if missing else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True)
@@ -247,8 +282,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=270.0)
     ap.add_argument("--no-time", action="store_true")
+    ap.add_argument("--plan-only", action="store_true")
     args = ap.parse_args(argv)
     t_start = time.time()
+    if args.plan_only:
+        return plan_only(suites.load_suite(args.suite), args.bundle)
     if not torch.cuda.is_available():
         print("no CUDA GPU: run this on the H200", file=sys.stderr)
         return 2
