@@ -306,6 +306,25 @@ def test_v9_refuses_bad_epilogue_keywords(bad, err):
         registry.get("v9", "sm_100a").build_primfunc(300, 136, 128, SM_COUNT=2, **bad)
 
 
+def test_v9_epilogue_builds_compile_without_spills():
+    """NumSim runs the TIR and models no registers; nvcc's view of the epilogue is checked
+    here: two builds (an fp32 D: two chunks per TMEM load; SwiGLU: two loads per chunk).
+    Each must leave enough registers at entry for v9's 56/224 setmaxnreg split (the build
+    refuses one that does not: an fp32 epilogue with 32-column loads got 44, a GPU hang),
+    spill nothing, and still load TMEM and store through TMA."""
+    from tirx_gemm.compile.api import build_many
+    v9 = registry.get("v9", "sm_100a")
+    reqs = [(v9, (300, 264, 136), dict(SM_COUNT=2, BIAS="bfloat16", ACT="gelu",
+                                        OUT_DTYPE="float32")),
+            (v9, (300, 136, 128), dict(SM_COUNT=2, SWIGLU=True, dtype="bfloat16"))]
+    for (_, shape, kw), r in zip(reqs, build_many(reqs, jobs=2)):
+        if isinstance(r, Exception):
+            raise r
+        assert (r.spill_loads, r.spill_stores) == (0, 0), (shape, kw)
+        for op in ("LDTM", "UTMASTG", "MUFU.EX2", "UTCHMMA.2CTA"):
+            assert any(k.startswith(op) for k in r.sass_counts), (op, shape, kw)
+
+
 def _epilogue_into_d(buffers, skip_bias=False, pair="interleaved"):
     """A numpy model of v9's fused epilogue (written apart from tirx_gemm.epilogue's
     reference): acc in fp32, + bias, the activation, or silu(gate) * up of the groups of

@@ -275,16 +275,23 @@ def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, ba
 EPI_ROW_BYTES = 128  # a staged chunk row is one 128-byte swizzle atom (TMA's widest box)
 
 
+TMEM_READ_N = 64  # accumulator columns per tcgen05.ld in the fused epilogue
+
+
 def epilogue_chunks(out_dtype: str, swiglu: bool) -> tuple[int, int, int]:
-    """(OUT_N, READ_N, READS) of one staged chunk: OUT_N output columns (one 128-byte
-    swizzle atom per row: 64 16-bit or 32 fp32 values), read from TMEM as READS loads of
-    READ_N accumulator columns (at most 64, the plain epilogue's width, so registers stay
-    as low as there). SwiGLU needs two accumulator columns per output."""
+    """(OUT_N, OUT_STEP, READS): a step of the fused epilogue reads READS x TMEM_READ_N
+    accumulator columns (64 per tcgen05.ld, as the plain epilogue) into OUT_STEP outputs
+    (SwiGLU: two columns per output), staged and stored in chunks of OUT_N columns, one
+    128-byte swizzle atom per row (64 16-bit or 32 fp32 values).
+    Why never narrower loads: ptxas sizes the kernel's entry register count by the code's
+    demand, and a 32-column epilogue needed only ~44 at 384 threads, less than the 168
+    the 56/224 setmaxnreg split needs, so the epilogue's setmaxnreg.inc could never be
+    granted (the build refuses it: compile/regbudget.py; NumSim does not model it)."""
     out_bytes = 4 if out_dtype == "float32" else 2
     OUT_N = EPI_ROW_BYTES // out_bytes
-    ACC_N = OUT_N * (2 if swiglu else 1)
-    READ_N = min(ACC_N, 64)
-    return OUT_N, READ_N, ACC_N // READ_N
+    per_read = TMEM_READ_N // 2 if swiglu else TMEM_READ_N
+    READS = max(1, OUT_N // per_read)
+    return OUT_N, READS * per_read, READS
 
 
 # erfc(z) for z >= 0 as t * exp(-z^2 + P(t)), t = 1 / (1 + z/2): the Chebyshev fit of
@@ -330,15 +337,16 @@ def activation(x, act):
     raise ValueError(f"ACT={act!r} must be None or relu, gelu, gelu_tanh, silu")
 
 
-def fused_epilogue_chunk(act, bias_dtype, swiglu: bool, group: int, READ_N: int, READS: int,
+def fused_epilogue_chunk(act, bias_dtype, swiglu: bool, group: int, READS: int,
                          out_dtype: str):
-    """The @T.inline verb that fills one staged chunk's registers (``Dout``: OUT_N values
-    of ``out_dtype``) of this thread's output row from accumulator columns [col, col +
-    READS * READ_N): per TMEM load, READ_N fp32 values; then, in fp32, either
+    """The @T.inline verb that fills one step's registers (``Dout``: OUT_STEP values of
+    ``out_dtype``) of this thread's output row from accumulator columns [col, col +
+    READS * READ_N): per TMEM load, READ_N = TMEM_READ_N fp32 values; then, in fp32, either
     act(acc + bias[n]) (``bias_dtype`` False: no bias) or, with ``swiglu``, the pairs of
     ``group`` gate columns followed by ``group`` up columns -> silu(gate) * up; then one
-    rounding to ``out_dtype``. ``n_out`` is the chunk's first output column; bias columns
+    rounding to ``out_dtype``. ``n_out`` is the step's first output column; bias columns
     past N read bias[N - 1] (their outputs lie past D's edge, the TMA store drops them)."""
+    READ_N = TMEM_READ_N
     OUT_PER_READ = READ_N // 2 if swiglu else READ_N
     HAS_BIAS = bool(bias_dtype)
 
@@ -369,11 +377,11 @@ def fused_epilogue_chunk(act, bias_dtype, swiglu: bool, group: int, READ_N: int,
 
 
 @T.inline
-def store_rows_box_via_tma(Dout, Dsmem, r0, D, m_st, n_st, BLK_M, OUT_N, row, bar_id):
-    # store_rows_via_tma for a chunk of any dtype: OUT_N columns are one 128-byte swizzle
-    # atom per row (64 16-bit or 32 fp32 values), stored as one TMA box; rows and columns
-    # past D's edge are dropped by the store
-    Tx.copy(Dsmem[r0 + row, 0:OUT_N], Dout[:])
+def store_rows_box_via_tma(Dout, d0, Dsmem, r0, D, m_st, n_st, BLK_M, OUT_N, row, bar_id):
+    # store_rows_via_tma for a chunk of any dtype, Dout[d0:d0 + OUT_N]: OUT_N columns are
+    # one 128-byte swizzle atom per row (64 16-bit or 32 fp32 values), stored as one TMA
+    # box; rows and columns past D's edge are dropped by the store
+    Tx.copy(Dsmem[r0 + row, 0:OUT_N], Dout[d0:d0 + OUT_N])
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
     if row < 32:
@@ -402,3 +410,44 @@ def without_operand(func, name: str):
         raise ValueError(f"operand {name!r} is used by the kernel body: it cannot be dropped")
     return tirx.PrimFunc([p for p in params if not p.same_as(var)], func.body, func.ret_type,
                          func.attrs)
+
+
+# --- v13: fp8 (e4m3) operands, tcgen05.mma kind::f8f6f4 ---
+# One byte per element, so a 128-byte swizzle row (the TMA box's and the SMEM
+# descriptor's unit) holds 128 elements of K: a stage is BLK_K = 128 of e4m3 where it was
+# 64 of fp16, with the same bytes. The kernel's operands and SMEM hold the e4m3 bits as
+# uint8 (TMA copies bytes); the MMA reads the same SMEM through a float8_e4m3fn view, which
+# is what makes Tx.gemm_async emit kind::f8f6f4 (K = 32 per instruction, 4 per stage) and
+# encode e4m3 into the instruction descriptor. The accumulator in TMEM is fp32.
+FP8_BLK_K = 128                 # e4m3 elements in one 128-byte swizzle row
+FP8_STORAGE = "uint8"           # how the kernel's signature and SMEM hold e4m3 bits
+FP8_MMA_DTYPE = "float8_e4m3fn"  # what the tensor core is told the bytes are
+FP8_OUT_DTYPES = ("float16", "bfloat16")
+FP8_SCALES = ("tensor", "row")  # sm_100a v13's scale modes (epilogue); no "block" yet
+
+
+def fp8_scaled_chunk(row_scaled: bool, READ_N: int, out_dtype: str):
+    """The @T.inline verb that fills one staged chunk (``Dout``: READ_N values of
+    ``out_dtype``) of this thread's output row ``m`` from accumulator columns [col, col +
+    READ_N): one tcgen05.ld of fp32 values, the scale applied in fp32, one rounding.
+    "tensor" (``row_scaled`` False): acc * (SA[0] * SB[0]); "row": acc * SA[m] * SB[n].
+    Rows past M read SA[M - 1], columns past N read SB[N - 1]: their outputs lie past D's
+    edge and the TMA store drops them."""
+
+    @T.inline
+    def fill(tmem, col, Dout, SA, SB, m, n0, M, N):
+        acc = T.alloc_local((READ_N,), ACC_DTYPE)
+        acc_wg = acc.view(128, READ_N, layout=TileLayout(S[(128, READ_N): (1 @ tid_in_wg, 1)]))
+        Tx.wg.copy_async(acc_wg[:, :], tmem[:, col:col + READ_N])
+        T.ptx["tcgen05.wait::ld.sync.aligned"]()
+        f = T.alloc_local((1,), ACC_DTYPE)
+        if row_scaled:
+            f[0] = SA[T.min(m, M - 1)]
+            for j in T.unroll(READ_N):
+                Dout[j] = T.cast(acc[j] * f[0] * SB[T.min(n0 + j, N - 1)], out_dtype)
+        else:
+            f[0] = SA[0] * SB[0]
+            for j in T.unroll(READ_N):
+                Dout[j] = T.cast(acc[j] * f[0], out_dtype)
+
+    return fill

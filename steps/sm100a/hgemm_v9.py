@@ -57,10 +57,11 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     (False | "float16" | "bfloat16" | "float32"), ACT (None | "relu" | "gelu" | "gelu_tanh"
     | "silu"), OUT_DTYPE (None | "float32"), SWIGLU (False | True). All off: the plain
     kernel above, unchanged (the same PrimFunc). Otherwise, per 128-byte chunk of an
-    output row (64 16-bit or 32 fp32 columns; W.epilogue_chunks):
+    output row (64 16-bit or 32 fp32 columns; W.epilogue_chunks; never narrower TMEM
+    loads than the plain 64 columns: see there why the register budget needs them):
       TMEM   the fp32 accumulator, as the MMA left it (nothing is done in TMEM);
-      regs   tcgen05.ld (+ wait::ld) brings one row per thread, READ_N <= 64 fp32 columns
-             per load; then in fp32: + bias[n] (read from global, the bias dtype widened
+      regs   tcgen05.ld (+ wait::ld) brings one row per thread, 64 fp32 columns per
+             load; then in fp32: + bias[n] (read from global, the bias dtype widened
              exactly), then the activation (W.activation: exp, division and compares),
              or silu(gate) * up; then ONE rounding to D's dtype;
       Dsmem  the thread's row of its warpgroup's 128-row band (generic-proxy stores),
@@ -96,10 +97,11 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     PLAIN = E.is_plain(EPI)
     out_dtype = E.out_dtype(EPI, dtype)
     N_ACC = E.kernel_n(N, EPI)  # accumulator columns (B's rows): 2 * N with SWIGLU
-    OUT_N, READ_N, READS = W.epilogue_chunks(out_dtype, EPI["SWIGLU"])  # plain: 64, 64, 1
+    OUT_N, OUT_STEP, READS = W.epilogue_chunks(out_dtype, EPI["SWIGLU"])  # plain: 64, 64, 1
     OUT_TILE_N = MMA_N // 2 if EPI["SWIGLU"] else MMA_N  # output columns of a cluster tile
-    fill_chunk = W.fused_epilogue_chunk(EPI["ACT"], EPI["BIAS"], EPI["SWIGLU"],
-                                        E.SWIGLU_GROUP, READ_N, READS, out_dtype)
+    ACC_STEP = READS * W.TMEM_READ_N  # accumulator columns per step
+    fill_step = W.fused_epilogue_chunk(EPI["ACT"], EPI["BIAS"], EPI["SWIGLU"],
+                                       E.SWIGLU_GROUP, READS, out_dtype)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -220,15 +222,17 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                                              n_st + i * EPI_N, BLK_M, EPI_N, tid_in_wg, 1 + c)
                 else:
                     # TMEM -> fp32 registers -> bias, activation or silu(gate) * up -> cast
-                    # -> Dsmem -> TMA store, OUT_N output columns per chunk
+                    # -> Dsmem -> TMA store: OUT_STEP output columns per step, stored in
+                    # chunks of OUT_N
                     n_out = T.meta_var(scheduler.n_idx * OUT_TILE_N)
-                    for i in T.unroll(OUT_TILE_N // OUT_N):
-                        Dout = T.alloc_local((OUT_N,), out_dtype)
-                        fill_chunk(tmem, c * MMA_N + i * READS * READ_N, Dout, bias,
-                                   n_out + i * OUT_N, N)
-                        W.store_rows_box_via_tma(Dout, Dsmem, c * BLK_M, D, m_st,
-                                                 n_out + i * OUT_N, BLK_M, OUT_N, tid_in_wg,
-                                                 1 + c)
+                    for i in T.unroll(OUT_TILE_N // OUT_STEP):
+                        Dout = T.alloc_local((OUT_STEP,), out_dtype)
+                        fill_step(tmem, c * MMA_N + i * ACC_STEP, Dout, bias,
+                                  n_out + i * OUT_STEP, N)
+                        for h in T.unroll(OUT_STEP // OUT_N):
+                            W.store_rows_box_via_tma(Dout, h * OUT_N, Dsmem, c * BLK_M, D, m_st,
+                                                     n_out + i * OUT_STEP + h * OUT_N, BLK_M,
+                                                     OUT_N, tid_in_wg, 1 + c)
                 W.tcgen05_fence_before_sync()
                 ld2mma_cta0.arrive_remote(c)
                 acc.advance()
