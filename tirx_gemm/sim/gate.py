@@ -11,7 +11,10 @@ exercise its protocol) this module builds the PrimFunc, runs it on random inputs
 small-integer inputs of the case's dtype (float16, or bfloat16 where the case's kwargs say
 so) with D poisoned with NaN and the step's workspace operands (if any) zero-filled,
 compares with the fp32 numpy reference under the runner's rules
-(:mod:`tirx_gemm.numerics`), then runs synccheck and racecheck.
+(:mod:`tirx_gemm.numerics`), then runs synccheck and racecheck. A case with epilogue
+keywords (BIAS, ACT, OUT_DTYPE, SWIGLU: :mod:`tirx_gemm.epilogue`) also gets its ``bias``
+operand, D in its out dtype and SwiGLU's interleaved gate/up weight, and is compared with
+``epilogue.reference_np`` under ``epilogue.tolerance``.
 A row passes only if both inputs are correct and both checkers say ``clean``; a ``review``
 finding passes only where the registry accepts its kind for that step with a written
 reason; ``incomplete`` and ``error`` always fail.
