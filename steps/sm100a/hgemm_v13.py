@@ -1,0 +1,237 @@
+"""Step 13 (sm_100a): fp8 -- e4m3 operands on tcgen05 kind::f8f6f4, scales in the epilogue.
+
+Lesson: v9's pipeline with one-byte operands. The bytes of a stage do not change (a
+128-byte swizzle row is now 128 elements of K instead of 64), the MMA kind does
+(kind::f8f6f4, K = 32 per instruction instead of 16), and the fp32 accumulator is scaled
+back to real units in the epilogue. On Blackwell the tensor core accumulates fp8 products
+in fp32, so there is no promotion to teach here: that is the sm_90a twin's lesson.
+"""
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import blackwell as W
+from tirx_gemm import helpers as H
+
+SCALES = W.FP8_SCALES  # "tensor", "row"
+
+
+def scale_shapes(scale: str, M, N, K):
+    """The shapes of scale_a and scale_b of a SCALE mode (fp32)."""
+    if scale == "tensor":
+        return (1,), (1,)
+    if scale == "row":
+        return (M,), (N,)
+    raise ValueError(f"SCALE={scale!r} must be one of {', '.join(SCALES)} on sm_100a "
+                     f"(block scaling is sm_90a v13's)")
+
+
+def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tensor",
+              PIPE_DEPTH: int = 4, SM_COUNT: int = 148):
+    """Step card -- v13 (sm_100a), fp8 (e4m3) on v9's skeleton.
+
+    Changes from v9 (diff the two files):
+      operands: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (the bit
+        patterns; a torch float8_e4m3fn tensor as ``t.view(torch.uint8)``, see
+        tirx_gemm.fp8); D is ``dtype`` (float16, the default of every builder, or
+        bfloat16); fp32 scales SA, SB follow D. Same contract as sm_90a v13.
+      stage: BLK_K = 128 (W.FP8_BLK_K): one 128-byte swizzle row of e4m3, so Asmem
+        (PIPE_DEPTH, 2, 128, 128) and Bsmem (PIPE_DEPTH, 128, 128) are uint8 with v9's
+        bytes (48 KiB a stage per CTA) and the TMA boxes are v9's 128-byte rows;
+      MMA: the same SMEM read through a float8_e4m3fn view (``Asmem.view(...)``): that
+        dtype is what makes Tx.gemm_async issue tcgen05.mma kind::f8f6f4 (4 instructions
+        of K = 32 per stage where v9 issued 4 of K = 16) with e4m3 in the instruction
+        descriptor; the SMEM descriptors are v9's (128B swizzle, 1024-byte row groups);
+      epilogue: tcgen05.ld of 64 fp32 columns, times the scale in fp32, one rounding to
+        D's dtype, then v9's staged TMA store (W.fp8_scaled_chunk):
+          "tensor": SA (1,), SB (1,): D = (SA[0] * SB[0]) * (A @ B.T);
+          "row":    SA (M,), SB (N,): D[m, n] = SA[m] * SB[n] * (A @ B.T)[m, n]
+                    (each thread holds one row: one SA value and the chunk's SB values).
+      dropped: v9's fused epilogue keywords (BIAS, ACT, OUT_DTYPE, SWIGLU).
+    Accumulation: Blackwell's kind::f8f6f4 MMA accumulates into the fp32 TMEM accumulator
+      (the instruction descriptor's D format is f32), taken here as full fp32 with no
+      reduced-precision internal sum that software must flush (not measured: no sm_100a
+      GPU): the K loop is v9's, every MMA accumulates into the same TMEM columns, no
+      promotion interval (contrast sm_90a v13's PROMOTE).
+      What NumSim models: it decodes the kind::f8f6f4 instruction descriptor (e4m3
+      operands, M, N), converts each e4m3 byte exactly to a real and accumulates the
+      products in fp32; it does not model any rounding inside the hardware's dot-product
+      unit beyond that, so the gate checks the data path (bytes, swizzle, descriptors,
+      barriers, scales), not the silicon's summation order.
+    Barriers, roles, scheduler, edges: v9's, unchanged (see its card): tma2mma counts
+      1 + both CTAs' bytes (expect_tx of 2 x 48 KiB), mma2tma 2, mma2ld 1, ld2mma 256.
+    Not here: block scaling. sm_90a v13's 1x128 / 128x128 scales are applied to partial
+      sums in registers; on Blackwell the native form is block-scaled MXFP8
+      (tcgen05.mma kind::mxf8f6f4.block_scale, one e8m0 scale per 32 elements of K, the
+      scale factors in TMEM, copied there by tcgen05.cp). NumSim decodes kind::mxf8f6f4;
+      it is not attempted in this step (scale factors in TMEM, their tcgen05.cp and
+      layout, and e8m0 scales instead of fp32 ones are a step of their own).
+    Speed: measured on an sm_100a GPU: none (this project runs sm_100a on NumSim only).
+    Constraints: any M >= 1; N a multiple of 8 (16-byte rows of 2-byte D); K a multiple
+      of 16 (16-byte rows of 1-byte A and B; the last 128-K stage is zero-filled by TMA,
+      and zeros add nothing); dtype float16 or bfloat16; SCALE tensor | row; PIPE_DEPTH
+      >= 1 within SMEM (48 KiB a stage); SM_COUNT even.
+    Run: ``tirx-gemm build v13 --arch sm_100a --mnk 4096,4096,4096`` (compile);
+      ``tirx-gemm sim v13`` (NumSim, fp8 inputs and scales, numerics' fp8 rules).
+    """
+    CTA_PAIR, NUM_CONSUMER = W.CTA_PAIR, 2
+    BLK_M, BLK_N, BLK_K = 128, 128, W.FP8_BLK_K  # per CTA and consumer; K: 128 bytes
+    MMA_N = CTA_PAIR * BLK_N  # 256: one consumer's MMA is 256 x 256
+    TILE_M = NUM_CONSUMER * CTA_PAIR * BLK_M  # 512: the cluster tile is 512 x 256
+    EPI_N = 64  # epilogue chunk width (columns per TMA store)
+    PRODUCER_REGS, EPILOGUE_REGS = 56, 224  # v9's setmaxnreg split (see its card)
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
+    STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K  # one CTA's share, 1 byte each
+    if str(dtype) not in W.FP8_OUT_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is the output dtype of v13: choose float16 or "
+                         f"bfloat16 (the operands are always e4m3)")
+    dtype = str(dtype)
+    H.check_positive_ints(M=M, N=N, K=K)
+    if N % 8:
+        raise ValueError(f"N={N} is not a multiple of 8: TMA needs every row of D to start "
+                         f"on a 16-byte boundary (N x 2 bytes)")
+    if K % 16:
+        raise ValueError(f"K={K} is not a multiple of 16: TMA needs every row of A and B "
+                         f"to start on a 16-byte boundary (K x 1 byte)")
+    if SCALE not in SCALES:
+        raise ValueError(f"SCALE={SCALE!r} must be one of {', '.join(SCALES)} on sm_100a "
+                         f"(block scaling is sm_90a v13's)")
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * W.EPI_ROW_BYTES)
+    W.check_even_sm_count(SM_COUNT)
+    SA_SHAPE, SB_SHAPE = scale_shapes(SCALE, M, N, K)
+    fill_chunk = W.fp8_scaled_chunk(SCALE == "row", EPI_N, dtype)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), W.FP8_STORAGE)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
+    D_layout = H.swizzled_layout((NUM_CONSUMER * BLK_M, EPI_N), dtype)
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), W.FP8_STORAGE), B: T.Buffer((N, K), W.FP8_STORAGE),
+               D: T.Buffer((M, N), dtype),
+               SA: T.Buffer(SA_SHAPE, "float32"), SB: T.Buffer(SB_SHAPE, "float32")):
+        T.device_entry()
+        bx = T.cta_id([SM_COUNT])
+        rank, _unused = T.cta_id_in_cluster([CTA_PAIR, 1])  # this CTA's place in the pair
+        wg_id = T.warpgroup_id([3])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, NUM_CONSUMER, "mma2ld")
+        ld2mma = H.Barriers(pool, NUM_CONSUMER, "ld2mma")
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), W.FP8_STORAGE,
+                           layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
+        Dsmem = pool.alloc((NUM_CONSUMER * BLK_M, EPI_N), dtype, layout=D_layout)
+        pool.commit()
+        # the tensor core's view of the staged bytes: e4m3 (TMA wrote them as uint8)
+        Asmem8 = Asmem.view(W.FP8_MMA_DTYPE)
+        Bsmem8 = Bsmem.view(W.FP8_MMA_DTYPE)
+
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma 2 (one
+        # commit per consumer); mma2ld 1; ld2mma 2 x 128 (epilogue c of both CTAs)
+        if wg_id == 0:
+            if warp_id == 0:
+                if lane_id == 0:
+                    tma2mma.init(1)
+                    mma2tma.init(NUM_CONSUMER)
+                    mma2ld.init(1)
+                    ld2mma.init(CTA_PAIR * 128)
+                W.tmem_alloc_pair(tmem_addr)
+        W.publish_setup_cluster()
+        tmem = W.tmem_accumulator()
+        # CTA 0's copies of the two barriers the whole pair signals
+        tma2mma_cta0 = tma2mma.in_cta(0)
+        ld2mma_cta0 = ld2mma.in_cta(0)
+
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=H.ceil_div(M, TILE_M), num_n_tiles=H.ceil_div(N, MMA_N),
+            num_clusters=SM_COUNT // CTA_PAIR, l2_group_size=8)
+        scheduler.init(bx // CTA_PAIR)
+
+        with WarpgroupRole(wg_id, 2, regs=PRODUCER_REGS, increase=False):
+            if warp_id == 3:
+                # --- load (producer, both CTAs): one A slice per consumer and ONE B slice
+                # per stage, 128 bytes (128 e4m3) of K a row, bytes counted on CTA 0 ---
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + rank) * BLK_N)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
+                        if T.cuda.elect_sync():
+                            if rank == 0:
+                                tma2mma.arrive_expect_tx(ring.stage, CTA_PAIR * STAGE_BYTES)
+                            for c in T.unroll(NUM_CONSUMER):
+                                m_st = T.meta_var(
+                                    ((scheduler.m_idx * NUM_CONSUMER + c) * CTA_PAIR + rank)
+                                    * BLK_M)
+                                W.tma_load_pair(
+                                    Asmem[ring.stage, c, :, :],
+                                    A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K],
+                                    tma2mma_cta0.ptr(ring.stage))
+                            W.tma_load_pair(Bsmem[ring.stage, :, :],
+                                            B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
+                                            tma2mma_cta0.ptr(ring.stage))
+                        ring.advance()
+                    scheduler.next_tile()
+            elif warp_id < NUM_CONSUMER:
+                if rank == 0:
+                    # --- compute (MMA consumer c = warp_id, CTA 0 only): kind::f8f6f4 on
+                    # the e4m3 view, into TMEM columns [256c, 256c + 256), fp32 ---
+                    c = T.meta_var(warp_id)
+                    ring = PipelineState(PIPE_DEPTH, 0)
+                    acc = PipelineState(1, 1)
+                    while scheduler.valid():
+                        # epilogue c of both CTAs must have drained this consumer's columns
+                        ld2mma.wait(c, acc.phase, "MMA consumer")
+                        W.tcgen05_fence_after_sync()
+                        for k in T.serial(K_TILES, annotations=H.ROLLED):
+                            tma2mma.wait(ring.stage, ring.phase, "MMA consumer")
+                            W.tcgen05_fence_after_sync()
+                            if T.cuda.elect_sync():
+                                W.mma_tile_pair(tmem, c * MMA_N, Asmem8[ring.stage, c, :, :],
+                                                Bsmem8[ring.stage, :, :], MMA_N, k != 0)
+                                # one of the two releases stage s needs
+                                W.mma_commit_pair(mma2tma.ptr(ring.stage))
+                            ring.advance()
+                        if T.cuda.elect_sync():
+                            W.mma_commit_pair(mma2ld.ptr(c))
+                        acc.advance()
+                        scheduler.next_tile()
+
+        with WarpgroupRole(wg_id < NUM_CONSUMER, True, regs=EPILOGUE_REGS, increase=True):
+            # --- writeback (epilogue c = warpgroup id, both CTAs): this CTA's 128 rows of
+            # consumer c, scaled in fp32, 256 columns in EPI_N-wide chunks ---
+            c = T.meta_var(wg_id)
+            acc = PipelineState(1, 0)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+            while scheduler.valid():
+                m_st = T.meta_var(((scheduler.m_idx * NUM_CONSUMER + c) * CTA_PAIR + rank)
+                                  * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * MMA_N)
+                mma2ld.wait(c, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
+                for i in T.unroll(MMA_N // EPI_N):
+                    Dout = T.alloc_local((EPI_N,), dtype)
+                    # TMEM -> fp32 registers -> x scale -> D's dtype (this thread's row)
+                    fill_chunk(tmem, c * MMA_N + i * EPI_N, Dout, SA, SB, m_st + tid_in_wg,
+                               n_st + i * EPI_N, M, N)
+                    W.store_rows_via_tma(Dout, Dsmem, c * BLK_M, D, m_st, n_st + i * EPI_N,
+                                         BLK_M, EPI_N, tid_in_wg, 1 + c)
+                W.tcgen05_fence_before_sync()
+                ld2mma_cta0.arrive_remote(c)
+                acc.advance()
+                scheduler.next_tile()
+
+        # --- free: the peer's MMA and arrivals touch this CTA until both are done ---
+        W.tcgen05_cluster_sync()
+        if wg_id == 0:
+            if warp_id == 0:
+                W.tmem_free_pair(tmem_addr)
+
+    return kernel
