@@ -561,3 +561,72 @@ def test_suite_entries_list_their_epilogues_and_export_adds_their_kernels(tmp_pa
         with pytest.raises(ValueError, match="epilogue") as e:
             suite.load_suite(p)
         assert words in str(e.value) and "\n" not in str(e.value)
+
+
+# issue 28: v10 (ping-pong) for BIAS / ACT epilogues, behind chooser.EPILOGUE_STEP
+# --------------------------------------------------------------------------------------
+def test_epilogue_step_is_v12_until_the_flag_is_set():
+    assert chooser.EPILOGUE_STEP == "v12"  # off until the H200 comparison says otherwise
+    epi = {"BIAS": "bfloat16", "ACT": "gelu"}
+    assert mm.choose(4096, 14336, 4096, "bfloat16", epilogue=epi)[0] == "v12"
+    assert chooser.epilogue_step(4096, 14336, 4096, epi) == "v12"
+    with pytest.raises(ValueError, match="EPILOGUE_STEP='v9' must be one of") as e:
+        chooser.epilogue_step(4096, 14336, 4096, epi, setting="v9")
+    assert "\n" not in str(e.value)
+
+
+def test_the_v10_rule_takes_bias_act_epilogues_with_two_tiles_per_cta(monkeypatch):
+    monkeypatch.setattr(chooser, "EPILOGUE_STEP", "v10")
+    epi = {"BIAS": "bfloat16", "ACT": "gelu"}
+    for mnk in [(4096, 14336, 4096), (1000, 14336, 4096), (8192, 8192, 8192)]:
+        step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132, epilogue=epi)
+        assert step == "v10"
+        assert kw == {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True, **epi}
+        # the same kernel for every M of the layer: one variant past the small-M v12 tiles
+        assert mm.variants(mnk[1], mnk[2], "bfloat16", epilogue=epi)[-1][:2] == (step, kw)
+    # one 128x128 tile per CTA or fewer (decode, small layers): nothing to alternate, v12
+    assert mm.choose(16, 14336, 4096, "bfloat16", epilogue=epi)[0] == "v12"
+    assert mm.choose(1024, 1024, 1024, "bfloat16", epilogue={"ACT": "relu"})[0] == "v12"
+    # epilogues v10 does not build stay on v12 at any shape
+    for other in ({"SWIGLU": True}, {"OUT_DTYPE": "float32"},
+                  {"BIAS": "float32", "ACT": "silu", "OUT_DTYPE": "float32"}):
+        assert mm.choose(8192, 8192, 8192, "bfloat16", epilogue=other)[0] == "v12"
+
+
+def test_an_epilogue_can_be_forced_onto_v10_or_v12():
+    epi = {"BIAS": "bfloat16", "ACT": "silu"}
+    step, kw = mm.choose_epilogue_on("v10", 1000, 14336, 4096, "bfloat16", "sm_90a", 132, epi)
+    assert step == "v10" and kw["ACT"] == "silu" and kw["RUNTIME_M"] and "BLK_N" not in kw
+    assert mm.choose_epilogue_on("v12", 4096, 14336, 4096, "bfloat16", "sm_90a", 132,
+                                 epi) == mm.choose(4096, 14336, 4096, "bfloat16",
+                                                   epilogue=epi)
+    with pytest.raises(ValueError, match="step='v10' takes bias and activation only") as e:
+        mm.choose_epilogue_on("v10", 1024, 1024, 1024, "bfloat16", "sm_90a", 132,
+                              {"SWIGLU": True})
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="step='v9' has no fused epilogue"):
+        mm.choose_epilogue_on("v9", 1024, 1024, 1024, "bfloat16", "sm_90a", 132, epi)
+
+
+def test_a_suite_with_epilogue_steps_exports_their_fused_and_plain_kernels(tmp_path):
+    path = ROOT / "tirx_gemm" / "suites" / "epilogue-v10.json"
+    s = suite.load_suite(path)
+    assert s.epilogue_steps == ("v10",)
+    reqs = suite.export_requests(s, "matmul", "sm_90a", 132)
+    v10 = [(shape, kw) for st, shape, kw in reqs if st.id == "v10"]
+    # per (N, K): plain + gelu + silu + relu (1000 and 4096 tokens share the runtime-M ones)
+    assert len(v10) == 2 * 4
+    assert {kw.get("ACT") for _, kw in v10} == {None, "gelu", "silu", "relu"}
+    for e in s.entries:
+        for epi in e.epilogues:
+            for step in ("v10", "v12"):
+                st_id, kw = mm.choose_epilogue_on(step, *e.shape, "bfloat16", "sm_90a", 132,
+                                                  dict(epi))
+                assert any(st.id == st_id and k == kw for st, _, k in reqs)
+    data = json.loads(path.read_text())
+    data["epilogue_steps"] = ["v9"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="'epilogue_steps' must be a list") as e:
+        suite.load_suite(bad)
+    assert "\n" not in str(e.value)

@@ -48,6 +48,21 @@ MENU = ((64, 16), (64, 32), (64, 48), (64, 64), (64, 96), (64, 128), (64, 256),
         (128, 64), (128, 96), (128, 128), (128, 192), (128, 256))
 IDLE_FOR_SPLIT = 0.5  # best data-parallel pick busy on fewer than this share of SMs: split K
 
+# Issue 28: the step a fused BIAS / ACT epilogue runs on (matmul's choice). "v12" (the tile
+# menu; every epilogue keyword) runs the epilogue between two tiles of one warpgroup, where
+# nothing hides it; "v10" (ping-pong) runs it under the other warpgroup's mainloop. v10 has
+# no OUT_DTYPE or SWIGLU, and hides an epilogue only when every CTA alternates tiles, so
+# with EPILOGUE_STEP = "v10" a BIAS/ACT-only epilogue goes to v10 where its 128x128 tiles
+# give each CTA of the pool at least two (PINGPONG_MIN_TILES_PER_CTA); everything else
+# stays on v12. Off ("v12") until the H200 comparison (scripts/lab/epilogue_h200.py --v10)
+# shows v10 ahead; the lead turns it on then.
+EPILOGUE_STEP = "v12"
+EPILOGUE_STEP_CHOICES = ("v12", "v10")
+V10 = "v10"
+V10_KEYWORDS = ("BIAS", "ACT")    # the epilogue keywords v10's builder takes
+V10_TILE = (128, 128)             # a consumer warpgroup's tile (v10's default BLK_M = 128)
+PINGPONG_MIN_TILES_PER_CTA = 2
+
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -119,3 +134,22 @@ def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
     v11 have none). M, N, K are the kernel's GEMM (SwiGLU: N = 2 x the output columns).
     The model has no term for the epilogue's own cost (fitted on plain runs)."""
     return next(c for _, c in rank(M, N, K, sm_count) if c != V9)
+
+
+def epilogue_step(M: int, N: int, K: int, epi: dict, sm_count: int = SMS_H200,
+                  setting: str | None = None) -> str:
+    """The step ("v12" or "v10") for a GEMM MxNxK with the fused epilogue ``epi`` (builder
+    keywords that differ from the plain kernel; N the kernel's columns), under
+    ``setting`` (default: :data:`EPILOGUE_STEP`). "v10" only when set to it, the epilogue
+    is BIAS and/or ACT alone, and v10's tiles give every CTA at least
+    PINGPONG_MIN_TILES_PER_CTA (its two warpgroups then alternate; with one tile a CTA has
+    nothing to hide the epilogue under)."""
+    setting = EPILOGUE_STEP if setting is None else setting
+    if setting not in EPILOGUE_STEP_CHOICES:
+        raise ValueError(f"EPILOGUE_STEP={setting!r} must be one of "
+                         f"{', '.join(map(repr, EPILOGUE_STEP_CHOICES))}")
+    if setting != V10 or not epi or not set(epi) <= set(V10_KEYWORDS):
+        return V12
+    bm, bn = V10_TILE
+    tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
+    return V10 if tiles >= PINGPONG_MIN_TILES_PER_CTA * sm_count else V12

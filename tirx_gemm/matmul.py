@@ -35,10 +35,12 @@ Fused epilogues (issue 28; the rules and references: tirx_gemm/epilogue.py):
 ``matmul(a, b, bias=..., activation=..., out_dtype=...)`` computes
 ``act(a @ b.T + bias)`` in one kernel, on the fp32 accumulator before the cast, and
 :func:`swiglu` computes ``silu(a @ w_gate.T) * (a @ w_up.T)`` from one GEMM over the fused
-gate/up weight (:func:`fuse_gate_up`; fuse once per model and pass ``fused=``). Only v12
-(sm_90a's tile menu) builds the epilogue: v9 and v11 have none, so :func:`choose` routes a
-call with an epilogue to v12's best tile (``chooser.best_tile``), and ``step="v9"`` with an
-epilogue is refused. On sm_100a matmul has no epilogue kernels yet (refused in one line).
+gate/up weight (:func:`fuse_gate_up`; fuse once per model and pass ``fused=``). v12
+(sm_90a's tile menu) builds every epilogue and v10 (ping-pong) BIAS and ACT; v9 and v11
+have none, so :func:`choose` routes a call with an epilogue to v12's best tile
+(``chooser.best_tile``), or to v10 where ``chooser.epilogue_step`` says so (only once
+``chooser.EPILOGUE_STEP`` is set to "v10"; off until measured). ``step="v10"`` or
+``step="v12"`` forces one of them; ``step="v9"`` with an epilogue is refused. On sm_100a matmul has no epilogue kernels yet (refused in one line).
 :func:`variants` takes the same ``epilogue`` (builder keywords) to list a layer's kernels.
 """
 
@@ -87,7 +89,8 @@ TILE_MENU = "v12"
 # (unreachable) `% tail` of the tile order into a division by zero at compile time.
 SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 20, 24, 28, 40, 56)
 # steps whose builders take the fused-epilogue keywords (tirx_gemm.epilogue), per arch
-EPILOGUE_STEPS = {"sm_90a": frozenset({"v12"})}
+EPILOGUE_STEPS = {"sm_90a": frozenset({"v12", "v10"})}
+PINGPONG = "v10"  # sm_90a's ping-pong step: BIAS and ACT only (chooser.V10_KEYWORDS)
 
 
 # --------------------------------------------------------------------------------------
@@ -229,8 +232,33 @@ def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
                          f"menu); on {arch} call matmul without bias/activation/out_dtype and "
                          f"apply them with torch")
     from tirx_gemm import chooser
+    if chooser.epilogue_step(M, E.kernel_n(N, epi), K, epi, _pool(sm_count)) == PINGPONG:
+        return choose_epilogue_on(PINGPONG, M, N, K, dtype, arch, sm_count, epi)
     pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count))
     return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
+
+
+def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: str,
+                       sm_count: int, epilogue: dict) -> tuple[str, dict]:
+    """``(step_id, kwargs)`` of a fused epilogue forced onto ``step_id`` ("v12": its
+    model-best tile, as :func:`choose` without the v10 rule; "v10": its default 128x128
+    ping-pong tiles, BIAS / ACT only): what ``matmul(..., step=...)`` runs."""
+    _check_problem(M, N, K, dtype, arch, sm_count)
+    epi = E.epilogue_kwargs(epilogue or {})
+    if arch not in EPILOGUE_STEPS or step_id not in EPILOGUE_STEPS[arch]:
+        raise ValueError(f"step={step_id!r} has no fused epilogue on {arch}: use step='v12' "
+                         f"(every epilogue) or step='v10' (bias and activation), on sm_90a")
+    if step_id == TILE_MENU:
+        from tirx_gemm import chooser
+        menu = registry.get(TILE_MENU, arch)
+        pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count))
+        return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
+    from tirx_gemm import chooser
+    extra = sorted(set(epi) - set(chooser.V10_KEYWORDS))
+    if extra:
+        raise ValueError(f"step='v10' takes bias and activation only, not {', '.join(extra)} "
+                         f"({E.tag(epi)}): use step='v12'")
+    return PINGPONG, {**step_kwargs(registry.get(PINGPONG, arch), dtype, sm_count), **epi}
 
 
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int) -> dict:
@@ -817,13 +845,16 @@ def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, 
     _torch = torch
     if step is not None and step not in EPILOGUE_STEPS.get("sm_90a", ()):
         raise ValueError(f"step={step!r} has no fused epilogue (v9 and v11 have none): leave "
-                         f"step=None, or step='v12'")
+                         f"step=None, or step='v12' (or 'v10': bias and activation only)")
     if out is None:
         out = torch.empty((M, N), dtype=res_dtype, device=a.device)
     if M == 0:
         return out
     arch, sm_count = _gpu_arch(a.device)
-    step_id, kwargs = choose(M, N, K, dtype, arch, sm_count, epi)
+    if step is None:
+        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count, epi)
+    else:
+        step_id, kwargs = choose_epilogue_on(step, M, N, K, dtype, arch, sm_count, epi)
     st = registry.get(step_id, arch)
     loaded = _load(st, (M, N, K), kwargs)
     # an epilogue call's "workspace" slot holds what the lean path allocates: (shape, dtype)

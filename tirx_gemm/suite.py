@@ -20,6 +20,9 @@ it: the baseline that isolates an epilogue's cost) and, for SwiGLU, matmul's pla
 the GEMM over the fused weight (M x 2N x K). ``"all_m": false`` on an entry keeps
 its kernels to its own M (a lab suite of exact shapes; the default true adds every token
 count of its N, K). The benchmark (:func:`plan`) runs the plain GEMM of each entry.
+A top-level ``"epilogue_steps": ["v10"]`` (steps of matmul.EPILOGUE_STEPS) adds, for each
+entry's epilogue that step builds, its fused kernel and its plain kernel
+(``matmul(..., step="v10")`` with and without the epilogue; a lab comparison of steps).
 
 :func:`load_suite` validates a file, :func:`plan` turns it into (step, shape, kwargs, dtype)
 for a step id or for ``"matmul"`` (the step :func:`tirx_gemm.matmul.choose` picks),
@@ -39,7 +42,8 @@ from typing import Callable, NamedTuple
 
 from tirx_gemm import registry
 from tirx_gemm.report import tables
-from tirx_gemm.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose, step_kwargs,
+from tirx_gemm.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose,
+                              choose_epilogue_on, step_kwargs,
                               variants)
 from tirx_gemm.numerics import DTYPES
 
@@ -50,7 +54,7 @@ DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "models.json"
 MATMUL = "matmul"  # the target that runs what tirx_gemm.matmul would run
 RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out of the README table
 
-_TOP_KEYS = {"name", "description", "dtypes", "shapes"}
+_TOP_KEYS = {"name", "description", "dtypes", "shapes", "epilogue_steps"}
 _ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes", "epilogues", "all_m"}
 _TEXT_KEYS = ("model", "layer", "why")
 
@@ -82,6 +86,7 @@ class Suite:
     description: str
     entries: tuple[Entry, ...]
     path: Path | None = None
+    epilogue_steps: tuple[str, ...] = ()  # export: these steps' epilogue kernels too
 
     def cases(self) -> list[tuple[Entry, str]]:
         """(entry, dtype) in file order, each entry's dtypes in order: what a run covers."""
@@ -197,7 +202,18 @@ def load_suite(path=None) -> Suite:
                              f"{seen[e.shape]}: list each shape once")
         seen[e.shape] = i
         entries.append(e)
-    return Suite(name.strip(), str(data.get("description", "")), tuple(entries), path)
+    return Suite(name.strip(), str(data.get("description", "")), tuple(entries), path,
+                 _epilogue_steps(data.get("epilogue_steps", []), f"suite {where}"))
+
+
+def _epilogue_steps(value, where: str) -> tuple[str, ...]:
+    from tirx_gemm.matmul import EPILOGUE_STEPS
+    known = sorted(set().union(*EPILOGUE_STEPS.values()))
+    if not isinstance(value, list) or any(v not in known for v in value) \
+            or len(set(value)) != len(value):
+        raise ValueError(f"{where}: 'epilogue_steps' must be a list of distinct step ids "
+                         f"among {', '.join(known)} (got {value!r})")
+    return tuple(value)
 
 
 def _as_suite(suite) -> Suite:
@@ -265,11 +281,28 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
                     add(registry.get(p_id, arch), (e.M, kn, e.K), p_kw)
                 if kwargs.get("RUNTIME_M") and e.all_m:
                     layers.append((e.N, e.K, dtype, epi))
+                for other in suite.epilogue_steps:  # a lab comparison: its fused + plain
+                    if not _builds_epilogue(other, dict(epi)):
+                        continue
+                    o_id, o_kw = choose_epilogue_on(other, e.M, e.N, e.K, dtype, arch,
+                                                    sm_count, dict(epi))
+                    o_step = registry.get(o_id, arch)
+                    add(o_step, e.shape, o_kw)
+                    add(o_step, (e.M, kn, e.K),
+                        {k: v for k, v in o_kw.items() if k not in E.KEYWORDS})
     for N, K, dtype, epi in dict.fromkeys(layers):
         for step_id, kwargs, _, _ in variants(N, K, dtype, arch, sm_count,
                                               epilogue=dict(epi) or None):
             add(registry.get(step_id, arch), (NOMINAL_M, N, K), kwargs)
     return out
+
+
+def _builds_epilogue(step_id: str, epi: dict) -> bool:
+    """Whether ``step_id`` builds the epilogue ``epi`` (v10: BIAS and ACT only)."""
+    from tirx_gemm import chooser
+    if step_id == chooser.V10:
+        return set(epi) <= set(chooser.V10_KEYWORDS)
+    return True
 
 
 # --------------------------------------------------------------------------------------

@@ -23,6 +23,23 @@ What it does, every result one JSON line in --out (and a progress line on stdout
 --budget-s (default 270) stops starting new work past it, so the run ends within 5 minutes.
 --plan-only (no GPU needed): resolve every kernel the run will call in the bundle, as an
 H200 (sm_90a, 132 SMs) would pick it, and print what is missing (exit 1 if anything is).
+
+--v10 (with --suite tirx_gemm/suites/epilogue-v10.json; the bundle made by the two export
+commands below): the ping-pong comparison instead of (a) and (b). Per shape one set of
+inputs and bias; every kernel is first checked once (its output poisoned with NaN, against
+the float64 reference under epilogue.tolerance), then timed only if it passed, all in one
+run: v12 plain (``matmul(a, w, step="v12")``, the tile v12's fused call gets), v10 plain
+(``step="v10"``), then per activation v12 fused and v10 fused (``matmul(a, w, bias, act,
+step=...)``), then both plain kernels again (their drift across the shape's timings).
+Records: "v10check" and "v10time" lines (ratios v10 fused / v12 fused, fused / plain of
+each step). Export (here, with TVM):
+    rm -rf .gpu/epilogue
+    tirx-gemm export --suite tirx_gemm/suites/epilogue-h200.json --arch sm_90a \
+        --out .gpu/epilogue --ffi-wheel 3.12
+    tirx-gemm export --suite tirx_gemm/suites/epilogue-v10.json --arch sm_90a \
+        --out .gpu/epilogue --ffi-wheel 3.12
+Run: python3 scripts/lab/epilogue_h200.py --v10 --suite tirx_gemm/suites/epilogue-v10.json \
+        --bundle .gpu/epilogue --out $OUT/epilogue_v10.jsonl
 """
 from __future__ import annotations
 
@@ -242,12 +259,108 @@ def time_case(e, epi, seed, write):
     log(f"time {e.label} {E.tag(kw)}: {show}")
 
 
-def plan_only(s, bundle) -> int:
+V10_STEPS = ("v12", "v10")  # the --v10 stage's steps, each fused and plain
+
+
+def v10_check(label, fn, ref, kw, dtype, K, rec_base, write) -> bool:
+    """One kernel of the --v10 stage, checked: fn(out) writes into a NaN-poisoned out."""
+    out = torch.full(ref.shape, float("nan"), dtype=getattr(torch, dtype), device="cuda")
+    rec = {**rec_base, "kind": "v10check", "kernel": label}
+    try:
+        fn(out)
+        sync(f"check {label}")
+        rec.update(compare(out, ref, kw, dtype, K))
+    except Exception as exc:  # one line per failure; the run goes on
+        rec.update(ok=False, error=f"{type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    write(rec)
+    log(f"check {rec_base['shape']} {label:28s} " + ("ok" if rec["ok"] else
+        f"FAILED {rec.get('error', '')} rel={rec.get('rel_frobenius_error')}"))
+    return rec["ok"]
+
+
+def v10_shape(e, seed, write, t_start, budget_s) -> int:
+    """The --v10 stage at one suite entry: returns the number of failed checks."""
+    M, N, K = e.M, e.N, e.K
+    dtype = TIME_DTYPE
+    a, w = inputs(M, N, K, dtype, seed, False)
+    acts = [dict(epi) for epi in e.epilogues]
+    bias_dt = {kw.get("BIAS") for kw in acts}
+    if len(bias_dt) != 1:
+        raise ValueError(f"{e.label}: the --v10 stage wants one bias dtype per entry, got "
+                         f"{sorted(map(str, bias_dt))}")
+    bias = make_bias(N, bias_dt.pop(), seed)
+    y = a.double() @ w.double().T
+    base = {"M": M, "N": N, "K": K, "shape": e.label, "dtype": dtype, "entry": e.layer,
+            "device": torch.cuda.get_device_name()}
+    fns, failed = {}, 0
+    for step in V10_STEPS:  # plain kernels
+        label = f"{step}_plain"
+        f = (lambda st: lambda out=None: mm.matmul(a, w, step=st, out=out))(step)
+        if v10_check(label, f, y, {}, dtype, K, {**base, "epilogue": "plain"}, write):
+            fns[label] = f
+        else:
+            failed += 1
+    for kw in acts:
+        ref = TORCH_ACT[kw.get("ACT")](y + bias.double()) if kw.get("BIAS") else \
+            TORCH_ACT[kw.get("ACT")](y)
+        for step in V10_STEPS:
+            label = f"{step}_fused_{kw.get('ACT')}"
+            f = (lambda st, act, b: lambda out=None: mm.matmul(a, w, b, act, step=st,
+                                                               out=out))(
+                step, kw.get("ACT"), bias if kw.get("BIAS") else None)
+            if v10_check(label, f, ref, kw, dtype, K, {**base, "epilogue": E.tag(kw)},
+                         write):
+                fns[label] = f
+            else:
+                failed += 1
+    del y
+    order = [f"{st}_plain" for st in V10_STEPS]
+    order += [f"{st}_fused_{kw.get('ACT')}" for kw in acts for st in V10_STEPS]
+    times = {}
+    for label in order + [f"{st}_plain" for st in V10_STEPS]:
+        if label not in fns or time.time() - t_start > budget_s:
+            continue
+        key = label if label not in times else f"{label}_again"
+        try:
+            times[key] = time_fn(fns[label], f"{e.label} {label}")
+        except Exception as exc:
+            times[key] = None
+            log(f"timing {e.label} {label} failed: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    rec = {**base, "kind": "v10time", "ms": times, "warmup": WARMUP, "reps": REPS,
+           "stat": "median ms"}
+    for kw in acts:
+        act = kw.get("ACT")
+        f10, f12 = times.get(f"v10_fused_{act}"), times.get(f"v12_fused_{act}")
+        if f10 and f12:
+            rec[f"v10_over_v12_fused_{act}"] = f10 / f12
+        for st, f in (("v10", f10), ("v12", f12)):
+            if f and times.get(f"{st}_plain"):
+                rec[f"{st}_fused_over_plain_{act}"] = f / times[f"{st}_plain"]
+    write(rec)
+    log(f"time {e.label}: " + " ".join(f"{k}={v:.3f}" for k, v in times.items() if v))
+    return failed
+
+
+def v10_calls(s):
+    """(label, M, N, K, dtype, epilogue kwargs, step) of every kernel the --v10 stage calls."""
+    calls = []
+    for e in s.entries:
+        for step in V10_STEPS:
+            calls.append((f"{e.label} {step} plain", e.M, e.N, e.K, TIME_DTYPE, {}, step))
+            for epi in e.epilogues:
+                calls.append((f"{e.label} {step} {E.tag(dict(epi))}", e.M, e.N, e.K,
+                              TIME_DTYPE, dict(epi), step))
+    return calls
+
+
+def plan_only(s, bundle, v10=False) -> int:
     """Every kernel the run calls, looked up in the bundle as an H200 picks it."""
     from tirx_gemm import registry
     arch, sms = "sm_90a", 132
-    calls = []
-    for e in s.entries:
+    calls = v10_calls(s) if v10 else []
+    for e in ([] if v10 else s.entries):
         for dtype in e.dtypes:
             for epi in e.epilogues:
                 kw = dict(epi)
@@ -261,7 +374,9 @@ def plan_only(s, bundle) -> int:
     missing = 0
     for label, M, N, K, dtype, kw, step in calls:
         if kw:
-            step_id, kwargs = mm.choose(M, N, K, dtype, arch, sms, kw)
+            step_id, kwargs = (mm.choose(M, N, K, dtype, arch, sms, kw) if step is None
+                               else mm.choose_epilogue_on(step, M, N, K, dtype, arch, sms,
+                                                          kw))
             st = registry.get(step_id, arch)
         else:
             st, kwargs = mm._pick(M, N, K, dtype, arch, sms, step)
@@ -283,10 +398,12 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=270.0)
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--plan-only", action="store_true")
+    ap.add_argument("--v10", action="store_true",
+                    help="the v10 (ping-pong) vs v12 comparison (suite epilogue-v10.json)")
     args = ap.parse_args(argv)
     t_start = time.time()
     if args.plan_only:
-        return plan_only(suites.load_suite(args.suite), args.bundle)
+        return plan_only(suites.load_suite(args.suite), args.bundle, args.v10)
     if not torch.cuda.is_available():
         print("no CUDA GPU: run this on the H200", file=sys.stderr)
         return 2
@@ -297,6 +414,20 @@ def main(argv=None) -> int:
     def write(rec):
         out.write(json.dumps(rec) + "\n")
         out.flush()
+    if args.v10:
+        log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, suite {s.name}: "
+            f"v10 vs v12, {len(v10_calls(s))} kernels")
+        failed = 0
+        for i, e in enumerate(s.entries):
+            if time.time() - t_start > args.budget_s:
+                log("budget spent: stopping")
+                return 1
+            failed += v10_shape(e, 100 + i, write, t_start, args.budget_s)
+        write({"kind": "v10summary", "failed_checks": failed, "kernels": len(v10_calls(s)),
+               "seconds": round(time.time() - t_start, 1),
+               "device": torch.cuda.get_device_name()})
+        log(f"done in {time.time() - t_start:.0f} s, {failed} failed checks")
+        return 0 if failed == 0 else 1
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, suite {s.name}, "
         f"{sum(len(e.epilogues) * len(e.dtypes) for e in s.entries)} checks")
     n_ok = n_all = 0
