@@ -430,24 +430,34 @@ def fp8_scaled_chunk(row_scaled: bool, READ_N: int, out_dtype: str):
     """The @T.inline verb that fills one staged chunk (``Dout``: READ_N values of
     ``out_dtype``) of this thread's output row ``m`` from accumulator columns [col, col +
     READ_N): one tcgen05.ld of fp32 values, the scale applied in fp32, one rounding.
-    "tensor" (``row_scaled`` False): acc * (SA[0] * SB[0]); "row": acc * SA[m] * SB[n].
-    Rows past M read SA[M - 1], columns past N read SB[N - 1]: their outputs lie past D's
-    edge and the TMA store drops them."""
+    "tensor" (``row_scaled`` False): acc * (SA[0] * SB[0]); "row": acc * SA[m] * SB[n]:
+    each lane loads the chunk's SB values of columns n0 + lane + 32h (h < READ_N / 32:
+    coalesced, two registers) and column j's value reaches every lane by a warp shuffle
+    (64 loads or 64 factors per thread would not fit the 168 registers ptxas has for the
+    whole kernel at 384 threads; setmaxnreg does not raise that bound). Rows past M read
+    SA[M - 1], columns past N read SB[N - 1]: their outputs lie past D's edge and the TMA
+    store drops them."""
+    HALVES = READ_N // 32
 
     @T.inline
-    def fill(tmem, col, Dout, SA, SB, m, n0, M, N):
+    def fill(tmem, col, Dout, SA, SB, m, n0, M, N, lane):
+        f = T.alloc_local((1,), ACC_DTYPE)
+        sb = T.alloc_local((HALVES,), ACC_DTYPE)
+        if row_scaled:
+            f[0] = SA[T.min(m, M - 1)]
+            for h in T.unroll(HALVES):
+                sb[h] = SB[T.min(n0 + h * 32 + lane, N - 1)]
+        else:
+            f[0] = SA[0] * SB[0]
         acc = T.alloc_local((READ_N,), ACC_DTYPE)
         acc_wg = acc.view(128, READ_N, layout=TileLayout(S[(128, READ_N): (1 @ tid_in_wg, 1)]))
         Tx.wg.copy_async(acc_wg[:, :], tmem[:, col:col + READ_N])
         T.ptx["tcgen05.wait::ld.sync.aligned"]()
-        f = T.alloc_local((1,), ACC_DTYPE)
-        if row_scaled:
-            f[0] = SA[T.min(m, M - 1)]
-            for j in T.unroll(READ_N):
-                Dout[j] = T.cast(acc[j] * f[0] * SB[T.min(n0 + j, N - 1)], out_dtype)
-        else:
-            f[0] = SA[0] * SB[0]
-            for j in T.unroll(READ_N):
+        for j in T.unroll(READ_N):
+            if row_scaled:
+                Dout[j] = T.cast(acc[j] * f[0] * T.cuda.__shfl_sync(
+                    T.uint32(0xFFFFFFFF), sb[j // 32], j % 32, 32), out_dtype)
+            else:
                 Dout[j] = T.cast(acc[j] * f[0], out_dtype)
 
     return fill

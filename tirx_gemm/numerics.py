@@ -438,3 +438,21 @@ def fp8_promote(kwargs: dict | None) -> int:
     if kw.get("PROMOTE") is not None:
         return kw["PROMOTE"]
     return 4 if kw.get("SCALE", "tensor") == "block" else 0
+
+
+def fp8_bytes_np(x: np.ndarray) -> np.ndarray:
+    """The uint8 bit patterns of a float8_e4m3fn array: how v13's kernels take A and B."""
+    x = np.asarray(x)
+    if x.dtype != _e4m3():
+        raise TypeError(f"fp8_bytes_np takes a float8_e4m3fn array, got {x.dtype}: quantize "
+                        f"it first (quantize_fp8_np)")
+    return x.view(np.uint8)
+
+
+def fp8_from_bytes_np(b: np.ndarray) -> np.ndarray:
+    """The float8_e4m3fn array whose bit patterns are the uint8 array ``b`` (a v13 operand)."""
+    b = np.asarray(b)
+    if b.dtype != np.uint8:
+        raise TypeError(f"fp8_from_bytes_np takes the uint8 bit patterns of e4m3 values, got "
+                        f"{b.dtype}")
+    return b.view(_e4m3())

@@ -10,8 +10,10 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from tirx_gemm import spec
 
-ARCHES = ("sm_100a", "sm_90a")
+
+ARCHES = spec.ARCHES
 Shape = tuple[int, int, int]
 
 

@@ -46,7 +46,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         D's dtype, then v9's staged TMA store (W.fp8_scaled_chunk):
           "tensor": SA (1,), SB (1,): D = (SA[0] * SB[0]) * (A @ B.T);
           "row":    SA (M,), SB (N,): D[m, n] = SA[m] * SB[n] * (A @ B.T)[m, n]
-                    (each thread holds one row: one SA value and the chunk's SB values).
+                    (each thread holds one row: one SA value; a chunk's 64 SB values are
+                    loaded two per lane and passed around the warp by shuffles).
       dropped: v9's fused epilogue keywords (BIAS, ACT, OUT_DTYPE, SWIGLU).
     Accumulation: Blackwell's kind::f8f6f4 MMA accumulates into the fp32 TMEM accumulator
       (the instruction descriptor's D format is f32), taken here as full fp32 with no
@@ -220,7 +221,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     Dout = T.alloc_local((EPI_N,), dtype)
                     # TMEM -> fp32 registers -> x scale -> D's dtype (this thread's row)
                     fill_chunk(tmem, c * MMA_N + i * EPI_N, Dout, SA, SB, m_st + tid_in_wg,
-                               n_st + i * EPI_N, M, N)
+                               n_st + i * EPI_N, M, N, lane_id)
                     W.store_rows_via_tma(Dout, Dsmem, c * BLK_M, D, m_st, n_st + i * EPI_N,
                                          BLK_M, EPI_N, tid_in_wg, 1 + c)
                 W.tcgen05_fence_before_sync()
