@@ -23,13 +23,14 @@ from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_la
 
 # the timeline event hooks: None (nothing emitted) unless TIMELINE=True. Imported by its
 # absolute name: mutants.py loads an edited copy of this file as a top-level module
+from tirx_gemm import spec
 from tirx_gemm import timeline as TL
 
 # D = A @ B.T: fp16 or bf16 operands, fp32 accumulation, output in the operands' dtype.
-AB_DTYPE = "float16"   # the default operand dtype of every builder
+AB_DTYPE = spec.DEFAULT_DTYPE   # the default operand dtype of every builder
 ACC_DTYPE = "float32"
-F16_BYTES = 2          # bytes per operand element: fp16 and bf16 are both 16-bit
-SUPPORTED_DTYPES = ("float16", "bfloat16")
+F16_BYTES = spec.element_bytes("float16")  # fp16 and bf16 are both 16-bit
+SUPPORTED_DTYPES = spec.DTYPES
 # TMA's rule for a global tensor: every stride but the innermost is a multiple of 16 bytes,
 # so a row of A, B or D (K or N elements of 2 bytes) must be a multiple of 8 elements
 TMA_ROW_MULTIPLE = 16 // F16_BYTES

@@ -53,8 +53,10 @@ import math
 
 import numpy as np
 
-DTYPES = ("float16", "bfloat16")  # operand and output dtypes; both are 2 bytes
-DEFAULT_DTYPE = "float16"
+from tirx_gemm import spec
+
+DTYPES = spec.DTYPES  # operand and output dtypes; both are 2 bytes
+DEFAULT_DTYPE = spec.DEFAULT_DTYPE
 # unit roundoff u = 2**-p of a dtype with p significant bits (the implicit one included)
 SIGNIFICANT_BITS = {"float16": 11, "bfloat16": 8}
 UNIT_ROUNDOFF = {d: 2.0 ** -p for d, p in SIGNIFICANT_BITS.items()}

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import math
 
+from tirx_gemm import spec
+
 MAX_SPLIT = 16          # at most this many splits: the completing unit reads S slabs alone
 MIN_K_TILES = 4         # K steps (of BLK_K = 64) every split keeps at least
 # REDUCE="spread", retuned from the H200 (results/lab/h200.jsonl, scripts/lab/issue17_spread.json):
@@ -63,7 +65,7 @@ OPERAND_BYTES = 2       # fp16 / bf16 operands
 # warpgroups of 64 rows each, which count and reduce their halves separately)
 TILES = {"sm_100a": (128, 128, 64), "sm_90a": (128, 256, 64)}
 COUNTERS_PER_TILE = {"sm_100a": 1, "sm_90a": 2}
-DEFAULT_SM_COUNT = {"sm_100a": 148, "sm_90a": 132}  # B200, H100/H200 SXM
+DEFAULT_SM_COUNT = spec.SM_COUNT  # B200, H100/H200 SXM
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -84,6 +84,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from tirx_gemm import spec
+
 # ---------------------------------------------------------------------------------------
 # the format (shared by both sides; TVM- and torch-free)
 # ---------------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ class Layout:
         return HEADER_WORDS + self.ctas * self.roles * self.cap * RECORD_WORDS
 
 
-DEFAULT_SM_COUNT = 132  # the persistent builders' default pool (an H100/H200 SXM)
+DEFAULT_SM_COUNT = spec.SM_COUNT["sm_90a"]  # the sm_90a builders' default pool
 
 
 def layout(M: int, N: int, K: int, kwargs: dict | None = None, *,

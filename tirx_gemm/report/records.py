@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from tirx_gemm import spec
 from tirx_gemm.report import tables
 
 __all__ = [
@@ -108,7 +109,7 @@ NONNEGATIVE_FIELDS = ("rel_err", "seconds")
 SIM_CHECKS = {"numsim": ("numsim", ("correct",)),  # check -> (record field, passing verdicts)
               "sync": ("synccheck", ("clean", "accepted review")),
               "race": ("racecheck", ("clean", "accepted review"))}
-KNOWN_DTYPES = ("float16", "bfloat16")
+KNOWN_DTYPES = spec.DTYPES
 
 
 def _is_int(x) -> bool:

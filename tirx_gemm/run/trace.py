@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tirx_gemm import spec
 from tirx_gemm import timeline as TL
 from tirx_gemm.timeline import KWARG, buffer_specs, decode, is_instrumented, plain_kwargs
 
@@ -29,7 +30,7 @@ def _trace_arguments(p):
     p.add_argument("--arch", default="sm_90a", choices=registry.ARCHES)
     p.add_argument("--mnk", type=_parse_mnk, default=None,
                    help="problem shape M,N,K (default: the step's canonical shape)")
-    p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    p.add_argument("--dtype", default="float16", choices=spec.DTYPES)
     p.add_argument("--out", default=str(TL.TIMELINES_DIR),
                    help="folder for the .json, .png and .txt (default: results/timelines)")
     p.add_argument("--bundle", default=None,
@@ -208,7 +209,7 @@ def _find_in_bundle(bundle_mod, bundle_dir: Path, step, mnk, dtype: str):
 # ---------------------------------------------------------------------------------------
 # `python -m tirx_gemm.run.trace`: trace (as tirx-gemm trace), export (TVM, here), png
 # ---------------------------------------------------------------------------------------
-def export_bundle(step_ids, mnk, out, *, arch: str = "sm_90a", num_sms: int = 132,
+def export_bundle(step_ids, mnk, out, *, arch: str = "sm_90a", num_sms: int = spec.SM_COUNT["sm_90a"],
                   dtype: str = "float16", plain: bool = True, jobs=None,
                   ffi_wheel_python: str | None = None, progress: bool = True) -> int:
     """Export the instrumented builds of ``step_ids`` at ``mnk`` (and, with ``plain``, their
@@ -237,8 +238,8 @@ def main(argv=None) -> int:
     ex.add_argument("steps", nargs="+")
     ex.add_argument("--mnk", type=_parse_mnk, default=(4096, 4096, 4096))
     ex.add_argument("--arch", default="sm_90a")
-    ex.add_argument("--num-sms", type=int, default=132)
-    ex.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    ex.add_argument("--num-sms", type=int, default=spec.SM_COUNT["sm_90a"])
+    ex.add_argument("--dtype", default="float16", choices=spec.DTYPES)
     ex.add_argument("--no-plain", action="store_true")
     ex.add_argument("--out", required=True)
     ex.add_argument("--jobs", type=int, default=None)

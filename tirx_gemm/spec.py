@@ -1,0 +1,46 @@
+"""The static facts of the project, once: what every layer reads and none copies.
+
+No TVM, no torch, no numpy: builders, the registry, matmul, the run side, the simulator,
+records, scripts and tests all import these names instead of writing the values again
+(issue 30: adding a dtype touched ten files). A value here is a fact about the project or
+the hardware it targets, not a tunable; each says where it comes from.
+"""
+
+from __future__ import annotations
+
+# the two tracks: Blackwell (tcgen05, TMEM; executed on NumSim) and Hopper (wgmma; the H200)
+ARCHES = ("sm_100a", "sm_90a")
+
+# operand dtypes of the 16-bit steps (v1-v12), and the output dtype of a build that names
+# none: float16 is every builder's default and the dtype of every record written before
+# bfloat16 existed
+DTYPES = ("float16", "bfloat16")
+DEFAULT_DTYPE = "float16"
+
+# bytes per element of every dtype a kernel's operand or output may have (fp32: split-K
+# partial sums and the fp32 epilogue output; e4m3: v13's operands, passed as uint8 bytes)
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "uint8": 1}
+
+# SMs of the GPU each arch's persistent builders size their CTA pool for by default (the
+# builders' SM_COUNT keyword): a B200 has 148, an H100 or H200 SXM 132 (the H200 this
+# project measures on reports 132)
+SM_COUNT = {"sm_100a": 148, "sm_90a": 132}
+
+# where runs record what they measured (relative to the checkout): results/<kind>/*.jsonl
+RESULTS_DIR = "results"
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype``; a one-line error naming the known ones."""
+    try:
+        return ELEMENT_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}: one of {', '.join(ELEMENT_BYTES)}") from None
+
+
+def sm_count(arch: str) -> int:
+    """The default SM count of ``arch``'s persistent builders."""
+    try:
+        return SM_COUNT[arch]
+    except KeyError:
+        raise ValueError(f"unknown arch {arch!r}: one of {', '.join(ARCHES)}") from None
