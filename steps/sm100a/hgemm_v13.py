@@ -65,8 +65,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       sums in registers; on Blackwell the native form is block-scaled MXFP8
       (tcgen05.mma kind::mxf8f6f4.block_scale, one e8m0 scale per 32 elements of K, the
       scale factors in TMEM, copied there by tcgen05.cp). NumSim decodes kind::mxf8f6f4;
-      it is not attempted in this step (scale factors in TMEM, their tcgen05.cp and
-      layout, and e8m0 scales instead of fp32 ones are a step of their own).
+      it is not attempted in this step: v9's two 256 x 256 accumulators fill all 512
+      TMEM columns, leaving none for scale factors (it needs v8's one-consumer layout),
+      and e8m0 scales per 32 of K are another contract than sm_90a v13's fp32 blocks.
     Speed: measured on an sm_100a GPU: none (this project runs sm_100a on NumSim only).
     Constraints: any M >= 1; N a multiple of 8 (16-byte rows of 2-byte D); K a multiple
       of 16 (16-byte rows of 1-byte A and B; the last 128-K stage is zero-filled by TMA,
