@@ -18,14 +18,22 @@ Conventions: torch._scaled_mm's where they fit.
   block of ``a`` and ``scale_b`` (ceil(N/128), ceil(K/128)) per 128x128 block of ``b``.
   The mode is read from the shapes; mixing two modes is refused.
 * ``fast_accum`` as ``_scaled_mm``'s ``use_fast_accum``: False (default) promotes the
-  tensor core's limited-precision partial sums into fp32 every 128 K (v13's PROMOTE=4);
-  True keeps the whole K in the tensor core's accumulator (PROMOTE=0; per-tensor and
-  rowwise only: block scaling always promotes).
-* the tile, simply: BLK_M 64 when M <= 64 (one consumer warpgroup: a decode shape wastes
-  fewer rows), else 128; BLK_N 128, or 256 for fast_accum without block scaling when
-  M > 64 (an unpromoted 128x256 tile fits the registers, a promoted one does not). One
-  kernel per (mode, fast_accum, tile, out dtype) serves every shape: v13 is built with
-  RUNTIME_M and RUNTIME_NK, so a bundle holds 10 kernels per out dtype (:func:`export_requests`).
+  tensor core's limited-precision partial sums into fp32 every 128 K (v13's PROMOTE=4,
+  overlapped with the next stage's wgmmas); True keeps the whole K in the tensor core's
+  accumulator (PROMOTE=0; per-tensor and rowwise only: block scaling always promotes).
+  Fast accumulation is outside the project's tolerance at deep K, like torch's
+  use_fast_accum: measured on the H200 (results/lab/fp8_h200_call1.jsonl, issue 29),
+  at K >= 2064 a few elements per million fall outside the tolerance derived from the
+  14-bit accumulator emulation (37 of 16.7M at 4096^3, rel. error 2.1e-3 against 1.66e-3
+  promoted; 230 of 67M at 8192^3), while every promoted check passed. It was 1.5-1.6x
+  faster than the (serial) promotion of that run at the large shapes.
+* the tile, simply: M <= 128 (one row of 128-row tiles): BLK_M 64 x BLK_N 64, one
+  consumer warpgroup per CTA and 4x the CTAs of a 128 x 128 tile (at 77x4096x4096 a
+  128 x 128 tile gave 32 CTAs for 132 SMs); else BLK_M 128 x BLK_N 128, or 256 for
+  fast_accum without block scaling (an unpromoted 128x256 tile fits the registers; the
+  overlapped promotion's acc + two partial sums fit up to BLK_N 128). One kernel per
+  (mode, fast_accum, tile, out dtype) serves every shape: v13 is built with RUNTIME_M
+  and RUNTIME_NK, so a bundle holds 10 kernels per out dtype (:func:`export_requests`).
 * how e4m3 reaches the kernel: as ``t.view(torch.uint8)``, a zero-copy view of the same
   bytes (the kernel's A and B are uint8 operands; see v13's card).
 
@@ -42,7 +50,7 @@ import threading
 from tirx_gemm import numerics, registry
 
 __all__ = ["matmul_fp8", "scale_mode", "check_fp8_operands", "choose_fp8", "export_requests",
-           "FP8_STEP", "OUT_DTYPES"]
+           "FP8_STEP", "OUT_DTYPES", "lab_variants", "lab_variant_requests"]
 
 FP8_STEP = "v13"
 ARCH = "sm_90a"
@@ -50,7 +58,7 @@ K_MULTIPLE = 16   # TMA: a row of a or b (K bytes) is a multiple of 16 bytes
 N_MULTIPLE = 8    # TMA: a row of out (N x 2 bytes) is a multiple of 16 bytes
 ALIGN_BYTES = 16
 OUT_DTYPES = ("bfloat16", "float16")
-DECODE_M = 64     # M <= this: BLK_M 64
+SMALL_M = 128     # M <= this (one row of 128-row tiles): the 64 x 64 tile
 SCALE_BLOCK = numerics.FP8_BLOCK
 
 
@@ -166,8 +174,10 @@ def choose_fp8(M: int, mode: str, fast_accum: bool, out_dtype: str = "bfloat16",
     if not isinstance(fast_accum, bool):
         raise TypeError(f"fast_accum={fast_accum!r} must be True or False")
     promote = 0 if fast_accum and mode != "block" else 4
-    blk_m = 64 if M <= DECODE_M else 128
-    blk_n = 256 if promote == 0 and blk_m == 128 else 128
+    if M <= SMALL_M:
+        blk_m, blk_n = 64, 64
+    else:
+        blk_m, blk_n = 128, (256 if promote == 0 else 128)
     return {"dtype": out_dtype, "SCALE": mode, "PROMOTE": promote, "BLK_M": blk_m,
             "BLK_N": blk_n, "RUNTIME_M": True, "RUNTIME_NK": True, "SM_COUNT": sm_count}
 
@@ -181,13 +191,35 @@ def export_requests(sm_count: int = 132, out_dtypes=("bfloat16",)):
     for odt in out_dtypes:
         for mode in numerics.FP8_SCALES:
             for fast in (False, True):
-                for M in (1, DECODE_M + 1):
+                for M in (1, SMALL_M + 1):
                     kw = choose_fp8(M, mode, fast, odt, sm_count)
                     key = tuple(sorted(kw.items()))
                     if key not in seen:
                         seen.add(key)
                         reqs.append((step, build_shape((M, 256, 256), kw), kw))
     return reqs
+
+
+def lab_variants(sm_count: int = 132) -> list[tuple[str, dict]]:
+    """(name, v13 keywords) of the per-tensor bf16 kernels scripts/lab/fp8_h200.py times
+    next to choose_fp8's, to separate the promotion's cost from the tile's: call 1's
+    serial promotion (128 x 128, PROMOTE_OVERLAP=False) and the 128 x 128 tile without
+    promotion; call 1's small-M tiles (64 x 128 promoted serially, for M <= 64)."""
+    base = {"dtype": "bfloat16", "SCALE": "tensor", "RUNTIME_M": True, "RUNTIME_NK": True,
+            "SM_COUNT": sm_count}
+    return [("v13 tensor serial 128x128", {**base, "PROMOTE": 4, "PROMOTE_OVERLAP": False,
+                                           "BLK_M": 128, "BLK_N": 128}),
+            ("v13 tensor fast 128x128", {**base, "PROMOTE": 0, "BLK_M": 128, "BLK_N": 128}),
+            ("v13 tensor serial 64x128", {**base, "PROMOTE": 4, "PROMOTE_OVERLAP": False,
+                                          "BLK_M": 64, "BLK_N": 128})]
+
+
+def lab_variant_requests(sm_count: int = 132):
+    """lab_variants as bundle requests (step, nominal build shape, keywords)."""
+    from tirx_gemm.matmul import build_shape
+    step = registry.get(FP8_STEP, ARCH)
+    return [(step, build_shape((kw["BLK_M"], 256, 256), kw), kw)
+            for _, kw in lab_variants(sm_count)]
 
 
 _lock = threading.Lock()

@@ -678,18 +678,19 @@ def promote_fragment(acc, tmp, count: int, first, factor):
 
 
 @T.inline
-def load_block_scales(sav, sbv, SA, SB, kb, row0, n_st, n: int, M, N, warp_id, lane_id):
+def load_block_scales(sav, sbv, SA, SB, kb, KB, row0, n_st, n: int, M, N, warp_id, lane_id):
     """Block scaling: this thread's scales of K block ``kb`` into registers, issued before
     the promotion's wait_group so their latency hides under the wgmmas. sav[h] = SA[row,
     kb] for its rows row0 + 16w + l//4 + 8h (h = 0, 1); sbv[t] = SB[n_st // 128 + t, kb]
     for the ceil(n / 128) blocks of B the tile's columns lie in (n divides 128 or is 256,
-    n_st is a multiple of n). Rows past M and blocks past N read 0 (never stored)."""
+    n_st is a multiple of n). Rows past M, blocks past N and a K block kb >= KB (the
+    zero-filled stage of an odd K_TILES) read 0 (never stored, or multiplying zeros)."""
     for h in T.unroll(2):
         row = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
-        sav[h] = T.if_then_else(row < M, SA[row, kb], T.float32(0))
+        sav[h] = T.if_then_else(T.And(row < M, kb < KB), SA[row, kb], T.float32(0))
     for t in T.unroll((n + 127) // 128):
         nb = T.meta_var(n_st // 128 + t)
-        sbv[t] = T.if_then_else(nb * 128 < N, SB[nb, kb], T.float32(0))
+        sbv[t] = T.if_then_else(T.And(nb * 128 < N, kb < KB), SB[nb, kb], T.float32(0))
 
 
 @T.inline

@@ -304,6 +304,12 @@ def compare_np(out: np.ndarray, ref: np.ndarray, *, dtype: str = DEFAULT_DTYPE,
 # scripts/lab/fp8_promotion_error.py's emulation gives 3.2e-3 at K=4096 unpromoted (the
 # bound: 7.8e-3) and 1.2e-4 at PROMOTE=4 (the bound: 2.4e-4). The allowance is added to
 # rtol, atol_scale and max_rel_err.
+# The unpromoted (promote=0, fast accumulation) allowance is the emulation's bound only:
+# the H200 refuted it (results/lab/fp8_h200_call1.jsonl, issue 29: at K >= 2064 a few
+# elements per million fell outside it, e.g. 37 of 16.7M at 4096^3, where the promoted
+# runs of the same shapes all passed). The 14-bit truncation model underestimates that
+# accumulator's error, so scripts/lab/fp8_h200.py records fast accumulation's error
+# without judging it; the promoted allowance held on every H200 check.
 E4M3_MAX = 448.0
 FP8_SCALES = ("tensor", "row", "block")
 FP8_BLOCK = 128          # the block of "block" scaling, along K (and N for B)

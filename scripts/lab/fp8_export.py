@@ -1,7 +1,9 @@
 """Export the bundle of v13 kernels that tirx_gemm.matmul_fp8 and scripts/lab/fp8_h200.py
 load on the H200 (issue 29): every kernel fp8.choose_fp8 can pick (fp8.export_requests:
 SCALE tensor / row / block, fast_accum or not, BLK_M 64 / 128; RUNTIME_M and RUNTIME_NK,
-so they serve every shape), bf16 out, for a GPU of --num-sms SMs; and, unless
+so they serve every shape), bf16 out, for a GPU of --num-sms SMs; the per-tensor
+variants fp8_h200.py times next to them (fp8.lab_variants: call 1's serial promotion and
+the 128 x 128 tile without promotion); and, unless
 --no-run-shapes, v13's registry builds at its GPU shapes (registry.gpu_shapes: canonical,
 tests, benchmarks; per-tensor scales, fp16 out, the builder's defaults), which
 `python -m tirx_gemm.cli run v13 --arch sm_90a --mnk M,N,K --bundle DIR` runs.
@@ -30,6 +32,9 @@ def main(argv=None) -> int:
     out = Path(a.out)
     bundle.check_out_dir(out)
     reqs = fp8.export_requests(a.num_sms)
+    seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
+    reqs += [r for r in fp8.lab_variant_requests(a.num_sms)
+             if tuple(sorted(r[2].items())) not in seen]
     if not a.no_run_shapes:
         step = registry.get(fp8.FP8_STEP, fp8.ARCH)
         reqs += [(step, mnk, {}) for mnk in registry.gpu_shapes(step)]

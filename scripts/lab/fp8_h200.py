@@ -7,15 +7,22 @@ On the GPU host (no TVM), from the checkout, with the bundle of scripts/lab/fp8_
 
 1. correctness: every configuration of tirx_gemm.matmul_fp8 (SCALE tensor / row / block,
    fast_accum False / True) at the suite's shapes (tirx_gemm/suites/fp8.json) and at edge
-   shapes (M and N off the tile grids, K a multiple of 16 only, one row), against the
-   fp32 product of the dequantized inputs, with numerics.fp8_tolerances (the output's
-   rounding plus the 14-bit accumulation allowance of the PROMOTE used);
+   shapes (M and N off the tile grids, K a multiple of 16 only, odd and even numbers of
+   128-K stages, one row), against the fp32 product of the dequantized inputs. The
+   promoted modes (fast_accum False) are judged (kind "check", exit 1 on a failure) with
+   numerics.fp8_tolerances (the output's rounding plus the 14-bit accumulation allowance
+   of PROMOTE=4). Fast accumulation (PROMOTE=0) is measured, not judged: call 1 showed
+   that the 14-bit model under-estimates the H200's accumulator, so no tolerance derived
+   from it is claimed; each fast run records (kind "fast_accum_error") its rel. Frobenius
+   error, max abs error, and the count of elements outside the PROMOTED tolerance;
 2. speed at the suite's shapes, in the same run, CUDA events, warm-up, the median of
    --reps launches, L2 flushed before each (a 256 MiB memset outside the timed events):
    v13 tensor / row (fast_accum False and True) and block, torch._scaled_mm per-tensor
    and rowwise (use_fast_accum False and True: the same accumulation contracts), and
-   torch.matmul in bf16. Every wait goes through the project's hang guard
-   (TIRX_GEMM_KERNEL_TIMEOUT, run.launcher.synchronize).
+   torch.matmul in bf16; and per tensor, fp8.lab_variants: call 1's serial promotion
+   (128 x 128, and 64 x 128 where M <= 128) and the 128 x 128 tile without promotion,
+   which separate the promotion's cost from the tile's. Every wait goes through the
+   project's hang guard (TIRX_GEMM_KERNEL_TIMEOUT, run.launcher.synchronize).
 Writes one JSON line per check and per timing to --out, and prints progress and, per
 shape, the ratios to torch. Stops starting new work after --budget-s seconds.
 """
@@ -41,6 +48,8 @@ EDGES = ((1, 264, 80), (77, 136, 400), (300, 1000, 1008), (65, 4104, 2064),
 CONFIGS = (("tensor", False), ("tensor", True), ("row", False), ("row", True),
            ("block", False))
 L2_FLUSH_BYTES = 256 << 20
+PROMOTED = 4      # matmul_fp8's PROMOTE without fast_accum: the tolerance every run is held to
+SMALL_M = 128     # lab variants with BLK_M 64 are timed only up to this M
 
 
 def _now():
@@ -71,11 +80,13 @@ def check_one(M, N, K, mode, fast, dev, seed):
     synchronize(f"v13 {mode} {M}x{N}x{K}", dev)
     ref = fp8.reference(qa, qb, sa, sb, mode)
     synchronize("reference", dev)
-    t = numerics.fp8_tolerances("bfloat16", K, kw["PROMOTE"])
+    # the promoted tolerance for every run: fast runs are measured against it, not judged
+    t = numerics.fp8_tolerances("bfloat16", K, PROMOTED)
     rms = float(ref.float().norm()) / math.sqrt(ref.numel())
     res = compare(out, ref, dtype="bfloat16", rtol=t.rtol, atol=t.atol_scale * rms,
                   max_rel_err=t.max_rel_err)
-    return res, kw
+    max_abs = float((out.float() - ref.float()).abs().max())
+    return res, kw, max_abs
 
 
 def timed(fn, reps, warmup, flush, dev, what):
@@ -109,6 +120,15 @@ def time_shape(M, N, K, dev, reps, warmup, flush, emit):
         args = (qa.view(torch.uint8), qb.view(torch.uint8), out,
                 *fp8.kernel_scales(sa, sb, mode))
         cands.append((name, lambda kern=kern, args=args: kern(*args)))
+    qa, qb, sa, sb = make_inputs(M, N, K, "tensor", 7, dev)
+    for name, kw in fp8.lab_variants():
+        if kw["BLK_M"] == 64 and M > SMALL_M:
+            continue
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+        kern = fp8._kernel(kw, (M, N, K))
+        args = (qa.view(torch.uint8), qb.view(torch.uint8), out,
+                *fp8.kernel_scales(sa, sb, "tensor"))
+        cands.append((name, lambda kern=kern, args=args: kern(*args)))
     for mode in ("tensor", "row"):
         qa, qb, sa, sb = make_inputs(M, N, K, mode, 7, dev)
         bt = qb.t()  # (K, N) column-major: _scaled_mm's mat2
@@ -135,7 +155,11 @@ def time_shape(M, N, K, dev, reps, warmup, flush, emit):
     pairs = [("v13 tensor", "_scaled_mm tensor"), ("v13 tensor fast", "_scaled_mm tensor fast"),
              ("v13 row", "_scaled_mm row"), ("v13 row fast", "_scaled_mm row fast"),
              ("v13 block", "v13 tensor"), ("v13 block", "_scaled_mm tensor"),
-             ("v13 block", "_scaled_mm row"), ("v13 tensor fast", "torch.matmul bf16")]
+             ("v13 block", "_scaled_mm row"), ("v13 tensor fast", "torch.matmul bf16"),
+             ("v13 tensor", "v13 tensor serial 128x128"),
+             ("v13 tensor", "v13 tensor serial 64x128"),
+             ("v13 tensor", "v13 tensor fast 128x128"),
+             ("v13 tensor fast", "v13 tensor fast 128x128")]
     for a, b in pairs:
         if a in rows and b in rows:
             ratio = rows[b] / rows[a]  # > 1: v13 is faster
@@ -184,24 +208,38 @@ def main(argv=None) -> int:
                     if over():
                         break
                     t1 = time.monotonic()
+                    kind = "fast_accum_error" if fast else "check"
                     try:
-                        res, kw = check_one(M, N, K, mode, fast, dev, 100 + i)
-                        rec = {"kind": "check", "M": M, "N": N, "K": K, "scale": mode,
-                               "fast_accum": fast, "kwargs": kw, "ok": res.ok,
-                               "rel_err": res.rel_frobenius_error,
-                               "n_mismatch": res.n_mismatch, "reason": res.reason,
-                               "tol_max_rel_err": res.max_rel_err}
-                    except Exception as exc:
+                        res, kw, max_abs = check_one(M, N, K, mode, fast, dev, 100 + i)
+                        rec = {"kind": kind, "M": M, "N": N, "K": K, "scale": mode,
+                               "fast_accum": fast, "kwargs": kw,
+                               "rel_err": res.rel_frobenius_error, "max_abs_err": max_abs}
+                        if fast:  # measured against the promoted tolerance, not judged
+                            rec.update({"n_outside_promoted_tol": res.n_mismatch,
+                                        "promoted_tol_max_rel_err": res.max_rel_err})
+                        else:
+                            rec.update({"ok": res.ok, "n_mismatch": res.n_mismatch,
+                                        "reason": res.reason,
+                                        "tol_max_rel_err": res.max_rel_err})
+                    except Exception as exc:  # a crash fails either kind
                         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                        rec = {"kind": "check", "M": M, "N": N, "K": K, "scale": mode,
+                        rec = {"kind": kind, "M": M, "N": N, "K": K, "scale": mode,
                                "fast_accum": fast, "ok": False, "error": first[:300]}
-                    n_fail += not rec["ok"]
+                    n_fail += not rec.get("ok", True)
                     emit(rec)
-                    log(f"  check {M}x{N}x{K} {mode}{' fast' if fast else ''}: "
-                        + ("ok" if rec["ok"] else "FAILED")
-                        + (f" rel_err={rec['rel_err']:.2e}" if "rel_err" in rec else "")
-                        + (f" {rec.get('reason') or rec.get('error', '')}" if not rec["ok"]
-                           else "") + f" ({time.monotonic() - t1:.1f} s)")
+                    took = f" ({time.monotonic() - t1:.1f} s)"
+                    if "error" in rec:
+                        log(f"  {kind} {M}x{N}x{K} {mode}: FAILED {rec['error']}{took}")
+                    elif fast:
+                        log(f"  fast_accum_error {M}x{N}x{K} {mode}: rel_err="
+                            f"{rec['rel_err']:.2e} max_abs_err={rec['max_abs_err']:.3g} "
+                            f"outside the promoted tolerance: "
+                            f"{rec['n_outside_promoted_tol']} of {M * N}{took}")
+                    else:
+                        log(f"  check {M}x{N}x{K} {mode}: "
+                            + ("ok" if rec["ok"] else f"FAILED {rec['reason']}")
+                            + f" rel_err={rec['rel_err']:.2e} max_abs_err="
+                            + f"{rec['max_abs_err']:.3g}{took}")
         if "time" not in a.skip:
             log("== speed")
             flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=dev)
@@ -210,7 +248,8 @@ def main(argv=None) -> int:
                     break
                 log(f" {M}x{N}x{K}")
                 time_shape(M, N, K, dev, a.reps, a.warmup, flush, emit)
-    log(f"done in {time.monotonic() - t0:.0f} s, {n_fail} failed checks; records: {a.out}")
+    log(f"done in {time.monotonic() - t0:.0f} s, {n_fail} failed checks (promoted modes; "
+        f"fast accumulation is recorded, not judged); records: {a.out}")
     return 1 if n_fail else 0
 
 

@@ -21,9 +21,11 @@ SCALE_BLOCK = 128             # block scaling: 1x128 blocks of A, 128x128 blocks
 # block scaling reads one scale of B per 128 columns: a tile must lie in one block of B
 # (256 would cover two, but its promoted accumulators do not fit the registers)
 BLOCK_BLK_NS = (16, 32, 64, 128)
-# registers a consumer thread may give to accumulators (acc, tmp) and the packed tile
+# registers a consumer thread may give to the accumulators (acc, tmp0, tmp1) in the mainloop
 # before the kernel spills (232 after setmaxnreg, minus addresses, indices and scales)
 PROMOTED_REGS_MAX = 200
+PIPELINED_BLK_N_MAX = 128     # PROMOTE_OVERLAP: 3 x BLK_N / 2 <= PROMOTED_REGS_MAX
+SERIAL_BLK_N_MAX = 160        # serial promotion: 2 x BLK_N / 2 + BLK_N / 4
 
 
 def scale_shapes(scale: str, M, N, K):
@@ -42,7 +44,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
               PROMOTE: int | None = None, BLK_M: int = 128, BLK_N: int = 128,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = False,
               RUNTIME_NK: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
-              CONSUMER_REGS: int = 232):
+              CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None):
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
     Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major (the only layout
@@ -73,11 +75,26 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       the DeepSeek-V3 technical report (arXiv 2412.19437, sec. 3.3.2) measured that it
       keeps about 14 bits, not an NVIDIA-documented figure. PROMOTE = the number of k32
       wgmmas summed in ``tmp`` (scale-d 0 at the first) before ``acc += tmp * factor`` in
-      ordinary fp32 FMAs; a multiple of 4 (one stage): the promotion waits for its
-      stage's wgmmas (wait_group 0), so a promotion point is a stage boundary.
-      PROMOTE=0: no promotion, the wgmmas accumulate the whole K in ``acc`` (v12's
-      loop). Default: 4 for "block" (required: each block has its own scale), 0 for
-      "tensor" and "row".
+      ordinary fp32 FMAs; a multiple of 4 (one stage), so a promotion point is a stage
+      boundary. PROMOTE=0: no promotion, the wgmmas accumulate the whole K in ``acc``
+      (v12's loop). Default: 4 for "block" (required: each block has its own scale), 0
+      for "tensor" and "row".
+    Overlapped promotion (PROMOTE_OVERLAP, default True at PROMOTE=4): two partial-sum
+      accumulators, tmp0 and tmp1; each mainloop iteration queues stage 2j's 4 wgmmas
+      into tmp0 and stage 2j+1's into tmp1, waits for the first group only
+      (wait_group 1) and promotes tmp0 while the tensor core runs tmp1's wgmmas, then
+      waits for all (wait_group 0) and promotes tmp1. (Call 1's kernel waited and
+      promoted after every stage: the tensor core idled during each promotion unless the
+      other consumer warpgroup had wgmmas queued.) Why pairs within one iteration and
+      not a rolling one-stage lag: ptxas follows wgmma groups only within a loop
+      iteration; reading a tmp whose group was committed in the previous iteration
+      made it serialize every wgmma (C7514, a wait after each QGMMA), as did choosing
+      the accumulator by a branch (C7520). K_TILES odd: the producer loads one more
+      stage, wholly past K (TMA zero-fills it), so every iteration has its pair. The
+      first pair is peeled: the previous tile's writeback runs behind its wgmmas and the
+      packed tile is dead in the loop, where acc + tmp0 + tmp1 take 3 x BLK_N / 2
+      registers (BLK_N <= 128). PROMOTE_OVERLAP=False: the serial promotion of call 1
+      (any PROMOTE; acc + tmp + the packed tile, BLK_N <= 160).
     Error of each PROMOTE interval against an fp32 reference (emulated on the CPU, not
       measured: scripts/lab/fp8_promotion_error.py with its defaults, 128 x 128 outputs,
       randn inputs quantized per tensor to e4m3, reference = the product of the
@@ -91,18 +108,40 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       4.2e-05 at PROMOTE=4, for both K.) Truncation biases every add the same way, so
       without promotion the error grows with K, past bf16's unit roundoff (3.9e-3) at
       K=16384; promotion makes it independent of K.
-      Measured on the H200: pending (scripts/lab/fp8_h200.py records the error of each
-      mode against the dequantized fp32 reference).
-    Speed: measured on the H200: pending H200 run (scripts/lab/fp8_h200.py times tensor,
-      row, block against torch._scaled_mm per-tensor / rowwise and bf16 torch.matmul).
+      Measured on the H200 (results/lab/fp8_h200_call1.jsonl, call 1, bf16 out, the
+      serial promotion): every promoted check passed (edge and suite shapes, tensor /
+      row / block), e.g. rel. error 1.66e-3 at 4096^3 (mostly the bf16 output's
+      rounding). Fast accumulation (PROMOTE=0) failed the emulation-derived tolerance at
+      K >= 2064 by a few elements per million (37 of 16.7M at 4096^3, 230 of 67M at
+      8192^3; rel. error 2.1e-3 at 4096^3, 2.6e-3 at 8192^3): the 14-bit model
+      underestimates the H200's accumulator. Like torch's use_fast_accum, fast
+      accumulation is outside the project's tolerance at deep K; the lab script records
+      its error (kind "fast_accum_error") without judging it.
+    Speed, measured on the H200 (results/lab/fp8_h200_call1.jsonl, call 1: the serial
+      promotion, matmul_fp8's tiles then: 128 x 128 promoted, 128 x 256 fast, 64 x 128
+      for M <= 64), bf16 out, median ms with L2 flushed:
+        | shape            | v13 tensor | v13 tensor fast | _scaled_mm | _scaled_mm fast |
+        | 4096^3           | 0.1598     | 0.0982          | 0.1051     | 0.0987          |
+        | 8192^3           | 1.1777     | 0.7364          | 0.7622     | 0.7742          |
+        | 4096x14336x4096  | 0.5400     | 0.3311          | 0.4293     | 0.4025          |
+        | 1000x14336x4096  | 0.1394     | 0.0972          | 0.0897     | 0.0855          |
+        | 77x4096x4096     | 0.0243     | 0.0252          | 0.0115     | 0.0115          |
+      The serial promotion cost 40-60% (cuBLAS's non-fast mode costs it 0-7%).
+      The overlapped promotion and the small-M tile (64 x 64 for M <= 128): measured on
+      the H200: pending (scripts/lab/fp8_h200.py also times the serial promotion and
+      the 128 x 128 fast tile at each shape, to separate promotion from tile).
     Contracts/Barriers: v12's: tma2mma counts 1 (the producer's expect_tx of
-      (BLK_M + BLK_N) x 128 bytes), mma2tma counts BLK_M // 64; with promotion a
-      consumer releases a stage after wait_group 0 at the promotion point.
+      (BLK_M + BLK_N) x 128 bytes, a stage past K included), mma2tma counts
+      BLK_M // 64; overlapped promotion: a consumer releases stage 2j after wait_group 1
+      and 2j+1 after wait_group 0 (stages retire in order: ``held`` walks the ring);
+      serial promotion: after wait_group 0 at the promotion point.
     Constraints: any M >= 1; N a multiple of 8; K a multiple of 16 (16-byte TMA rows);
       dtype (of D) float16 or bfloat16; SCALE tensor | row | block; PROMOTE 0 or a multiple of 4
       ("block": exactly 4); BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]
-      ("block": 16, 32, 64 or 128); with promotion the accumulators and the packed
-      tile (BLK_N + BLK_N / 4 values per thread) must fit 200 (BLK_N <= 160); PIPE_DEPTH >= 2
+      ("block": 16, 32, 64 or 128); with promotion the live accumulators must fit 200
+      registers per thread: overlapped 3 x BLK_N / 2 (BLK_N <= 128), serial acc + tmp +
+      the packed tile, BLK_N + BLK_N / 4 (BLK_N <= 160); PROMOTE_OVERLAP=True needs
+      PROMOTE=4; PIPE_DEPTH >= 2
       and within 227 KB; RUNTIME_M / RUNTIME_NK as v12.
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (H200; per-tensor
       scales: the runner quantizes its fp16 inputs with power-of-two scales, in place, so
@@ -147,17 +186,31 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             raise ValueError(f"{name}={flag!r} must be True or False")
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     PROMOTED = PROMOTE > 0
+    if PROMOTE_OVERLAP is None:
+        PROMOTE_OVERLAP = PROMOTE == 4
+    if not isinstance(PROMOTE_OVERLAP, bool):
+        raise ValueError(f"PROMOTE_OVERLAP={PROMOTE_OVERLAP!r} must be True or False")
+    if PROMOTE_OVERLAP and PROMOTE != 4:
+        raise ValueError(f"PROMOTE_OVERLAP=True with PROMOTE={PROMOTE}: the overlapped "
+                         f"promotion promotes every stage; use PROMOTE=4 or "
+                         f"PROMOTE_OVERLAP=False")
+    PIPELINED = PROMOTE_OVERLAP
     P_STAGES = PROMOTE // 4               # stages summed in tmp per promotion
     NUM_CONSUMERS = BLK_M // W.WGMMA_M
     PRODUCER = NUM_CONSUMERS
     ACC_REGS = BLK_N // 2
     PACKED_REGS = ACC_REGS // 2
     TMP_REGS = ACC_REGS if PROMOTED else 1  # the partial-sum accumulator (a stub if unused)
-    if PROMOTED and 2 * ACC_REGS + PACKED_REGS > PROMOTED_REGS_MAX:
-        raise ValueError(f"BLK_N={BLK_N} with PROMOTE={PROMOTE} needs "
-                         f"{2 * ACC_REGS + PACKED_REGS} registers per thread for acc, tmp "
-                         f"and the packed tile (> {PROMOTED_REGS_MAX}): use BLK_N <= 160 "
-                         f"or PROMOTE=0")
+    # promoted registers per thread: pipelined, acc + tmp0 + tmp1 are live together in
+    # the mainloop (the packed tile is stored before it); serial, acc + tmp + packed
+    PROMOTED_LIVE = 3 * ACC_REGS if PIPELINED else 2 * ACC_REGS + PACKED_REGS
+    if PROMOTED and PROMOTED_LIVE > PROMOTED_REGS_MAX:
+        what, limit = ("acc, tmp0 and tmp1", f"{PIPELINED_BLK_N_MAX} (PROMOTE_OVERLAP=False: "
+                       f"<= {SERIAL_BLK_N_MAX})") if PIPELINED else \
+            ("acc, tmp and the packed tile", SERIAL_BLK_N_MAX)
+        raise ValueError(f"BLK_N={BLK_N} with PROMOTE={PROMOTE} needs {PROMOTED_LIVE} "
+                         f"registers per thread for {what} (> {PROMOTED_REGS_MAX}): use "
+                         f"BLK_N <= {limit} or PROMOTE=0")
     TMA_CHUNKS = BLK_N // W.EPI_COLS
     TAIL_J = (BLK_N % W.EPI_COLS) // 8
     EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
@@ -173,7 +226,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
     # setmaxnreg when a consumer thread holds more than 96 accumulator and packed values
     SPLIT_REGS = NUM_CONSUMERS > 1 and \
-        ACC_REGS * (2 if PROMOTED else 1) + PACKED_REGS > 96
+        (PROMOTED_LIVE if PROMOTED else ACC_REGS + PACKED_REGS) > 96
     if SPLIT_REGS:
         W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
     M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
@@ -182,6 +235,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     M_TILES = (M_DIM + BLK_M - 1) // BLK_M
     N_TILES = (N_DIM + BLK_N - 1) // BLK_N
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
+    # the pipelined promotion consumes stages in pairs: an odd K_TILES loads one more,
+    # wholly past K (zero-filled by TMA, its wgmmas add zeros)
+    K_LOADS = (K_TILES + 1) // 2 * 2 if PIPELINED else K_TILES
+    KB_DIM = K_TILES                        # K blocks of the block scales
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else min(SM_COUNT, M_TILES * N_TILES)
     SA_SHAPE, SB_SHAPE = scale_shapes(SCALE, M_DIM, N_DIM, K_DIM)
@@ -240,7 +297,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                 while scheduler.valid():
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    for k in T.serial(K_LOADS, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         W.tma_load_fp8_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                              A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N,
@@ -253,7 +310,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
             row0 = T.meta_var(consumer * W.WGMMA_M)
             acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)   # fp32: the whole K
-            tmp = T.alloc_local((TMP_REGS,), H.ACC_DTYPE)   # the tensor core's partial sum
+            # the tensor core's partial sums, two so that one is promoted while the
+            # wgmmas of the next interval write the other
+            tmp0 = T.alloc_local((TMP_REGS,), H.ACC_DTYPE)
+            tmp1 = T.alloc_local((TMP_REGS if PIPELINED else 1,), H.ACC_DTYPE)
             packed = T.alloc_local((PACKED_REGS,), "uint32")
             sav = T.alloc_local((2,), H.ACC_DTYPE)   # block scales of the fragment's rows
             sbv = T.alloc_local((2,), H.ACC_DTYPE)   # ... and of its (one or two) B blocks
@@ -263,63 +323,161 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
             ring = PipelineState(PIPE_DEPTH, 0)
             held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
-            holding: T.int32 = 0   # 1 while `held` names such a stage
+            holding: T.int32 = 0   # 1 while `held` names such a stage (serial promotion)
             pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
             prev_m: T.int32 = 0
             prev_n: T.int32 = 0
             while scheduler.valid():
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                if PIPELINED:
+                    # --- promoted mainloop, two stages per iteration: stage 2j into tmp0 and 2j+1
+                    # into tmp1 are queued together; tmp0 is promoted (wait_group 1) while the
+                    # tensor core runs tmp1's wgmmas, then tmp1 (wait_group 0). ptxas tracks wgmma
+                    # groups only within one loop iteration (a tmp read after a wait for a group
+                    # of the previous iteration serializes every wgmma), and each tmp is written
+                    # by straight-line wgmmas only. K_LOADS (even) stages: an odd K_TILES gets one
+                    # stage past K (zero-filled by TMA). `held`: the oldest stage not released.
+                    held = ring.stage
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
-
-                    # --- compute: 4 k32 wgmmas of m64nBLK_Nk32 per consumer ---
                     W.mma_fence()
-                    if PROMOTED:
-                        # into tmp; the first stage of a promotion interval overwrites it
-                        W.wgmma_fp8_tile(tmp,
+                    W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                     + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                     W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                     False, 1, BLK_N)
+                    W.mma_commit()
+                    ring.advance()
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
+                    W.mma_fence()
+                    W.wgmma_fp8_tile(tmp1, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                     + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                     W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                     False, 1, BLK_N)
+                    W.mma_commit()
+                    ring.advance()
+                    # the previous tile's writeback, behind the first pair's wgmmas (the pair is
+                    # peeled: `packed` dies before the loop, where acc, tmp0 and tmp1 fill the
+                    # registers)
+                    if pending == 1:
+                        if TMA_CHUNKS > 0:
+                            W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
+                                                TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
+                                                tid_in_wg, 1 + consumer)
+                        if TAIL_J > 0:
+                            W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
+                                                   BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+                        pending = 0
+                    if IS_BLOCK:  # the scales of this K block
+                        W.load_block_scales(sav, sbv, SA, SB, 0, KB_DIM, m_st + row0, n_st,
+                                            BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                    W.mma_wait(1)
+                    if tid_in_wg == 0:
+                        mma2tma.arrive(held)
+                    held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                    W.fence_operands(tmp0, ACC_REGS)
+                    if IS_BLOCK:
+                        W.promote_fragment_block(acc, tmp0, BLK_N, True, sav, sbv)
+                    else:
+                        W.promote_fragment(acc, tmp0, ACC_REGS, True, T.float32(1))
+                    if IS_BLOCK:  # the scales of this K block
+                        W.load_block_scales(sav, sbv, SA, SB, 1, KB_DIM, m_st + row0, n_st,
+                                            BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                    W.mma_wait(0)
+                    if tid_in_wg == 0:
+                        mma2tma.arrive(held)
+                    held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                    W.fence_operands(tmp1, ACC_REGS)
+                    if IS_BLOCK:
+                        W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
+                    else:
+                        W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
+                    for j in T.serial(1, K_LOADS // 2, annotations=H.ROLLED):
+                        tma2mma.wait(ring.stage, ring.phase, "consumer")
+                        W.mma_fence()
+                        W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                         False, 1, BLK_N)
+                        W.mma_commit()
+                        ring.advance()
+                        tma2mma.wait(ring.stage, ring.phase, "consumer")
+                        W.mma_fence()
+                        W.wgmma_fp8_tile(tmp1, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                         False, 1, BLK_N)
+                        W.mma_commit()
+                        ring.advance()
+                        if IS_BLOCK:  # the scales of this K block
+                            W.load_block_scales(sav, sbv, SA, SB, 2 * j, KB_DIM, m_st + row0, n_st,
+                                                BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                        W.mma_wait(1)
+                        if tid_in_wg == 0:
+                            mma2tma.arrive(held)
+                        held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                        W.fence_operands(tmp0, ACC_REGS)
+                        if IS_BLOCK:
+                            W.promote_fragment_block(acc, tmp0, BLK_N, False, sav, sbv)
+                        else:
+                            W.promote_fragment(acc, tmp0, ACC_REGS, False, T.float32(1))
+                        if IS_BLOCK:  # the scales of this K block
+                            W.load_block_scales(sav, sbv, SA, SB, 2 * j + 1, KB_DIM, m_st + row0,
+                                                n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                        W.mma_wait(0)
+                        if tid_in_wg == 0:
+                            mma2tma.arrive(held)
+                        held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                        W.fence_operands(tmp1, ACC_REGS)
+                        if IS_BLOCK:
+                            W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
+                        else:
+                            W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
+                elif PROMOTED:
+                    # --- serial promotion (PROMOTE_OVERLAP=False, any PROMOTE): each
+                    # interval's last stage waits for all its wgmmas (wait_group 0) and
+                    # promotes tmp0; the tensor core idles meanwhile unless the other
+                    # consumer warpgroup has wgmmas queued ---
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        tma2mma.wait(ring.stage, ring.phase, "consumer")
+                        W.mma_fence()
+                        # the first stage of a promotion interval overwrites tmp0
+                        W.wgmma_fp8_tile(tmp0,
                                          W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
                                          + T.Cast("uint64", consumer * W.DESC_M64_STEP),
                                          W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                          k % P_STAGES > 0, 1, BLK_N)
-                    else:
-                        W.wgmma_fp8_tile(acc,
-                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                         k > 0, 1, BLK_N)
-                    W.mma_commit()
-                    if k == EPI_AT:
-                        if pending == 1:
-                            # --- writeback of the previous tile, behind the queued wgmmas ---
-                            if TMA_CHUNKS > 0:
-                                W.store_packed_tile(D, Dstage, consumer, packed,
-                                                    prev_m + row0, prev_n,
-                                                    TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
-                                                    warp_id, lane_id, tid_in_wg,
-                                                    1 + consumer)
-                            if TAIL_J > 0:
-                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
-                                                       warp_id, lane_id)
-                            pending = 0
-                    if PROMOTED:
+                        W.mma_commit()
+                        if k == EPI_AT:
+                            if pending == 1:
+                                # --- writeback of the previous tile, behind the wgmmas ---
+                                if TMA_CHUNKS > 0:
+                                    W.store_packed_tile(D, Dstage, consumer, packed,
+                                                        prev_m + row0, prev_n,
+                                                        TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                        warp_id, lane_id, tid_in_wg,
+                                                        1 + consumer)
+                                if TAIL_J > 0:
+                                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
+                                                           TMA_CHUNKS * 8, BLK_N // 8, M_DIM,
+                                                           N_DIM, warp_id, lane_id)
+                                pending = 0
                         if (k + 1) % P_STAGES == 0 or k == K_TILES - 1:
-                            # --- promotion: the interval's wgmmas are done, tmp -> acc ---
+                            # --- promotion: the interval's wgmmas are done, tmp0 -> acc ---
                             if IS_BLOCK:  # this K block's scales, read under the wgmmas
-                                W.load_block_scales(sav, sbv, SA, SB, k, m_st + row0, n_st,
-                                                    BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                                W.load_block_scales(sav, sbv, SA, SB, k, KB_DIM, m_st + row0,
+                                                    n_st, BLK_N, M_DIM, N_DIM, warp_id,
+                                                    lane_id)
                             W.mma_wait(0)
                             if tid_in_wg == 0:
                                 if holding == 1:
                                     mma2tma.arrive(held)
                                 mma2tma.arrive(ring.stage)
                             holding = 0
-                            W.fence_operands(tmp, TMP_REGS)
+                            W.fence_operands(tmp0, ACC_REGS)
                             if IS_BLOCK:
-                                W.promote_fragment_block(acc, tmp, BLK_N, k == 0, sav, sbv)
+                                W.promote_fragment_block(acc, tmp0, BLK_N, k == 0, sav, sbv)
                             else:
-                                W.promote_fragment(acc, tmp, ACC_REGS, k < P_STAGES,
+                                W.promote_fragment(acc, tmp0, ACC_REGS, k < P_STAGES,
                                                    T.float32(1))
                         else:
                             W.mma_wait(1)
@@ -328,15 +486,40 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                     mma2tma.arrive(held)
                             held = ring.stage
                             holding = 1
-                    else:
+                        ring.advance()
+                else:
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        tma2mma.wait(ring.stage, ring.phase, "consumer")
+
+                        # --- compute: 4 k32 wgmmas of m64nBLK_Nk32 per consumer ---
+                        W.mma_fence()
+                        W.wgmma_fp8_tile(acc,
+                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                         k > 0, 1, BLK_N)
+                        W.mma_commit()
+                        if k == EPI_AT:
+                            if pending == 1:
+                                # --- writeback of the previous tile, behind the queued wgmmas ---
+                                if TMA_CHUNKS > 0:
+                                    W.store_packed_tile(D, Dstage, consumer, packed,
+                                                        prev_m + row0, prev_n,
+                                                        TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                        warp_id, lane_id, tid_in_wg,
+                                                        1 + consumer)
+                                if TAIL_J > 0:
+                                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
+                                                           TMA_CHUNKS * 8, BLK_N // 8, M_DIM,
+                                                           N_DIM, warp_id, lane_id)
+                                pending = 0
                         # v12's release: slice k-1 is done, its stage goes back
                         W.mma_wait(1)
                         if k > 0:
                             if tid_in_wg == 0:
                                 mma2tma.arrive(held)
                         held = ring.stage
-                    ring.advance()
-                if not PROMOTED:
+                        ring.advance()
                     W.mma_wait(0)  # the tile's last slice is done too
                     if tid_in_wg == 0:
                         mma2tma.arrive(held)
