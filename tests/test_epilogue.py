@@ -1,6 +1,7 @@
 """tirx_gemm/epilogue.py: keywords, numpy references, the fused-weight layout, tolerances
 (CPU only, numpy; no build)."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -216,6 +217,12 @@ def test_v12_builds_each_epilogue_without_spills(v12_builds):
     assert any(op.startswith("STG.E") for op in s) and "UTMASTG.2D" in s
     cu = bias_act.cuda_path.read_text()
     assert "tirx_gemm_act_gelu_tanh" in cu and "__expf(-2.0f * y)" in cu
+    # the bias loads are issued before the tile's last wgmma wait (in flight under the last
+    # wgmmas): every 16-bit global load precedes the final wait_group 0 in SASS
+    lines = Path(bias_act.sass_path).read_text().splitlines()
+    ldg = [i for i, x in enumerate(lines) if "LDG.E.U16" in x]
+    final = [i for i, x in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in x]
+    assert ldg and len(final) == 1 and ldg[-1] < final[0], (ldg[-1:], final)
     # SwiGLU: 208 accumulator columns -> 104 outputs (one 64-column TMA chunk + 5 blocks)
     s = swiglu.sass_counts
     assert "HGMMA.64x208x16.F32" in s and "UTMASTG.2D" in s and "STSM.16.M88.4" in s

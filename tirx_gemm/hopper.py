@@ -546,26 +546,34 @@ __device__ __forceinline__ float tirx_gemm_act_silu(float x) {
 
 
 @T.inline
-def epilogue_bias_act(acc, n: int, bias, act, col0, N, lane_id):
-    """acc[4j+2h+e] <- act(acc[4j+2h+e] + bias[col]) over a 64 x n fragment whose column 0
-    is D's column ``col0`` (col = col0 + 8j + 2(l%4) + e: both rows h of a thread share it,
-    so each bias element is loaded once per thread; columns past N read 0 and are never
-    stored). ``bias`` None: no bias; ``act`` None: no activation."""
+def load_bias_fragment(bvals, n: int, bias, col0, N, lane_id):
+    """bvals[2j+e] <- bias[col0 + 8j + 2(l%4) + e] as fp32 (0 past N): the n/4 bias values
+    of this thread's columns of a 64 x n fragment, loaded once per tile (both rows h of a
+    thread share a column). Called before the tile's last wgmma wait, so the loads (L2
+    hits, issued back to back) are in flight while the last wgmmas run, not after them."""
     for j in T.unroll(n // 8):
         for e in T.unroll(2):
             col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4) + e)
-            if bias is not None:
-                b: T.float32 = T.if_then_else(col < N, T.Cast(ACC_DTYPE, bias[col]),
+            bvals[2 * j + e] = T.if_then_else(col < N, T.Cast(ACC_DTYPE, bias[col]),
                                               T.float32(0))
-                for h in T.unroll(2):
+
+
+@T.inline
+def epilogue_bias_act(acc, n: int, bvals, act):
+    """acc[4j+2h+e] <- act(acc[4j+2h+e] + bvals[2j+e]) over a 64 x n fragment, the bias
+    values from :func:`load_bias_fragment` (column 8j + 2(l%4) + e of the fragment).
+    ``bvals`` None: no bias; ``act`` None: no activation."""
+    for j in T.unroll(n // 8):
+        for e in T.unroll(2):
+            for h in T.unroll(2):
+                if bvals is not None:
                     if act is not None:
                         acc[4 * j + 2 * h + e] = T.cuda.func_call(
-                            _ACT_FN[act][0], acc[4 * j + 2 * h + e] + b,
+                            _ACT_FN[act][0], acc[4 * j + 2 * h + e] + bvals[2 * j + e],
                             source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
                     else:
-                        acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] + b
-            else:
-                for h in T.unroll(2):
+                        acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] + bvals[2 * j + e]
+                else:
                     acc[4 * j + 2 * h + e] = T.cuda.func_call(
                         _ACT_FN[act][0], acc[4 * j + 2 * h + e],
                         source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
@@ -613,7 +621,8 @@ def store_fragment_f32_guarded(D, acc, m_st, n_st, n: int, M, N, warp_id, lane_i
                                      source_code=_ST_GLOBAL_F32X2_SRC)
 
 
-__all__ += ["epilogue_bias_act", "epilogue_swiglu", "store_fragment_f32_guarded"]
+__all__ += ["load_bias_fragment", "epilogue_bias_act", "epilogue_swiglu",
+            "store_fragment_f32_guarded"]
 
 
 # --- v13: fp8 (e4m3) operands. One byte per element, so a 128-byte swizzle row holds 128

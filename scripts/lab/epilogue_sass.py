@@ -5,9 +5,8 @@ epilogue and the plain kernel, with the keywords matmul gives them (RUNTIME_M/NK
 H200's 132-SM pool), and prints per build: registers, spills, and the SASS opcodes the
 epilogue adds over the plain kernel (MUFU.*, FFMA, FMUL, FADD, LDG ...), divided by the
 accumulator elements each consumer thread finishes per tile (BLK_N/2): the epilogue's
-instruction count per element. Also where the bias loads sit relative to the tile's last
-wgmma wait (WARPGROUP.DEPBAR / "WGMMA wait" in SASS): the line numbers of the first LDG of
-the bias and the last HGMMA wait.
+instruction count per element. Also where the bias loads sit relative to the tile's final
+wgmma wait (wait_group 0): how many global loads come before it and after it.
 
     .venv/bin/python scripts/lab/epilogue_sass.py [--tile 128x256] [--v10] [--json FILE]
 """
@@ -39,19 +38,16 @@ def group(counts: dict) -> dict:
 
 
 def bias_placement(sass: str) -> dict:
-    """Line numbers (in the SASS listing) of the last wgmma wait before the first bias-sized
-    global load and of that load: a load after the wait runs in the epilogue's critical
-    path; one before it overlaps the last wgmmas."""
+    """Where the bias loads are against the tile's final wgmma wait (wait_group 0:
+    ``WARPGROUP.DEPBAR.LE gsb0, 0x0``): loads before it overlap the last wgmmas, loads
+    after it sit in the epilogue's critical path."""
     lines = sass.splitlines()
-    waits = [i for i, s in enumerate(lines) if "WARPGROUP.DEPBAR" in s]
+    final = [i for i, s in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in s]
     ldg = [i for i, s in enumerate(lines) if re.search(r"\bLDG\.E", s)]
-    if not ldg:
-        return {"ldg_lines": 0}
-    first = ldg[0]
-    before = [w for w in waits if w < first]
-    return {"ldg_lines": len(ldg), "first_ldg": first,
-            "last_wait_before_first_ldg": before[-1] if before else None,
-            "waits": len(waits)}
+    if not ldg or not final:
+        return {"ldg": len(ldg), "final_waits": len(final)}
+    return {"ldg": len(ldg), "before_final_wait": sum(i < final[0] for i in ldg),
+            "after_final_wait": sum(i > final[0] for i in ldg)}
 
 
 def main(argv=None) -> int:

@@ -115,10 +115,14 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       bias (operand after D, shape (N,)) and activation applied to each 64-row block's fp32
       accumulators right before its pack, so the math runs where v10's writeback runs:
       under the other warpgroup's mainloop, off the tensor cores' critical path (v12 runs
-      it between two tiles of one warpgroup). matmul does not route here (v12 is its
-      epilogue step). ptxas: bias bf16 + gelu at 128x128 leaves 20 bytes of spill (the
-      bias loads of a block are hoisted beside its 128 accumulators); no spill-free
-      variant yet. Measured on the H200: pending.
+      it between two tiles of one warpgroup). matmul routes here only with
+      chooser.EPILOGUE_STEP = "v10" (off until measured) or ``matmul(..., step="v10")``.
+      ptxas (bf16, bias bf16, 128x128, RUNTIME_M; scripts/lab/epilogue_sass.py): relu and
+      gelu_tanh spill-free, silu 4/4 bytes of spill stores/loads, gelu 16/16 (stack 8; the
+      bias loads of a block hoisted beside its 128 accumulators). Loading the tile's bias
+      once for both blocks before the last wait (32 loads instead of 64, as v12 does) made
+      it worse (silu 12/40, gelu 32/60: 32 more values live across both blocks), so the
+      per-block loads stay; no spill-free gelu yet. Measured on the H200: pending.
     Run: ``tirx-gemm run v10 --arch sm_90a --mnk 4096,4096,4096``.
     """
     H.check_edge_shape(M, N, K, dtype)

@@ -64,12 +64,23 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       (acc[4j+2h+e] holds row 16w + l//4 + 8h, column 8j + 2(l%4) + e of the 64-row half),
       right after the tile's last wgmma_wait and before anything is packed or stored: bias
       (each thread loads the BLK_N/4 bias values of its columns once, shared by its two
-      rows; columns past N read 0), then the activation (one device function per value),
-      then the usual cast and stores. Both store paths see the finished values: the
-      stmatrix + TMA-store chunks and the guarded register tail. No shared memory, no
-      shuffles, no extra barrier. Cost: the math sits between the tile's last wgmma and the
-      next tile's first (the accumulators are needed back), while the producer keeps
-      loading; bias loads are L2 hits. Measured on the H200: pending.
+      rows; columns past N read 0; the loads are issued before that last wait and fenced
+      there, so all of them are in flight under the last wgmmas: before, ptxas spread them
+      through the math after the wait), then the activation (one device function per value), then the usual
+      cast and stores. Both store paths see the finished values: the stmatrix + TMA-store
+      chunks and the guarded register tail. No shared memory, no shuffles, no extra
+      barrier. Cost: the math sits between the tile's last wgmma and the next tile's first
+      (the accumulators are needed back), while the producer keeps loading. SASS per
+      accumulator value (128x256 bf16, bias bf16; scripts/lab/epilogue_sass.py): bias 1
+      FADD + 1/2 LDG.U16; relu + 1 FMNMX; silu 2 FADD, 2 FMUL, MUFU.EX2, MUFU.RCP; gelu
+      (erff) 5 FADD, 7 FFMA, 4 FMUL, 9 FSEL, FSETP, LOP3, MUFU.EX2 (~28 instructions: erff
+      picks the coefficients of its two polynomial pieces with FSELs); gelu_tanh 2 FADD,
+      FFMA, 6 FMUL, 2 MUFU. 128 values x 8 warps of that per tile run while the tensor
+      cores wait, which is why gelu costs the most and shrinks with K (a longer mainloop
+      per tile). A cheaper erf (a one-piece fit, ~1e-7 absolute) would pass the compare but
+      not epilogue.py's 16-ulp derivation of f's error, so erff stays; hiding the epilogue
+      (v10's ping-pong, scripts/lab/epilogue_h200.py --v10) is the fix under test.
+      Measured on the H200: pending.
       SWIGLU: B is the fused gate/up weight (2N rows, groups of 8: gate 0-7, up 0-7, gate
       8-15, ...; tirx_gemm.matmul.fuse_gate_up). Eight rows of B are one 8-column block j of
       the accumulator, so block 2t holds gate and block 2t+1 up values of the same 8
@@ -105,6 +116,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     HAS_EPI = not E.is_plain(epi)
     SWIGLU_ON = epi["SWIGLU"]
     BIAS_ACT = bool(epi["BIAS"]) or epi["ACT"] is not None
+    HAS_BIAS = bool(epi["BIAS"])  # a Python bool: the kernel body branches on it
     if isinstance(BLK_M, bool) or not isinstance(BLK_M, int) or BLK_M not in BLK_MS:
         raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
                          f"warpgroups of 64 rows)")
@@ -233,6 +245,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             row0 = T.meta_var(consumer * W.WGMMA_M)
             acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers
             packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
+            if HAS_BIAS:  # this tile's bias values, fp32: 2 per 8-column block
+                bvals = T.meta_var(T.alloc_local((BLK_N // 4,), H.ACC_DTYPE))
             desc_a = T.alloc_local((1,), "uint64")
             desc_b = T.alloc_local((1,), "uint64")
             W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
@@ -278,6 +292,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                             mma2tma.arrive(held)
                     held = ring.stage
                     ring.advance()
+                if HAS_BIAS:
+                    # the bias loads go out before the last wait, in flight under the last
+                    # wgmmas (when they followed it, ptxas spread them through the math
+                    # after the wait); the fence (an asm reading and writing each value)
+                    # keeps them on this side of it
+                    W.load_bias_fragment(bvals, BLK_N, bias, n_st, N_DIM, lane_id)
+                    W.fence_operands(bvals, BLK_N // 4)
                 W.mma_wait(0)  # the tile's last slice is done too
                 if tid_in_wg == 0:
                     mma2tma.arrive(held)
@@ -287,8 +308,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     if SWIGLU_ON:
                         W.epilogue_swiglu(acc, BLK_N)
                     if BIAS_ACT:
-                        W.epilogue_bias_act(acc, BLK_N, bias, epi["ACT"], n_st, N_DIM,
-                                            lane_id)
+                        W.epilogue_bias_act(acc, BLK_N, bvals if HAS_BIAS else None,
+                                            epi["ACT"])
                 if OUT_F32:
                     # fp32 D: stored straight from the registers (read at issue)
                     W.store_fragment_f32_guarded(D, acc, m_st + row0, n_st, OUT_N, M_DIM,
