@@ -22,6 +22,7 @@ from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
 
 from . import helpers as H
+from . import spec
 from .helpers import ACC_DTYPE, TMA, check_positive_ints, tma_store_swizzled
 
 # --------------------------------------------------------------------------------------
@@ -422,7 +423,7 @@ def without_operand(func, name: str):
 FP8_BLK_K = 128                 # e4m3 elements in one 128-byte swizzle row
 FP8_STORAGE = "uint8"           # how the kernel's signature and SMEM hold e4m3 bits
 FP8_MMA_DTYPE = "float8_e4m3fn"  # what the tensor core is told the bytes are
-FP8_OUT_DTYPES = ("float16", "bfloat16")
+FP8_OUT_DTYPES = spec.DTYPES  # v13's out dtypes: the 16-bit ones
 FP8_SCALES = ("tensor", "row")  # sm_100a v13's scale modes (epilogue); no "block" yet
 
 

@@ -38,8 +38,10 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from tirx_gemm import spec
+
 PARAMS_FILE = Path(__file__).with_name("chooser_h200.json")
-SMS_H200 = 132
+SMS_H200 = spec.SM_COUNT["sm_90a"]
 BLK_K = 64
 V9 = "v9"
 V12 = "v12"

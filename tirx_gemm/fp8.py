@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import threading
 
-from tirx_gemm import numerics, registry
+from tirx_gemm import numerics, registry, spec
 
 __all__ = ["matmul_fp8", "scale_mode", "check_fp8_operands", "choose_fp8", "export_requests",
            "FP8_STEP", "OUT_DTYPES", "lab_variants", "lab_variant_requests"]
@@ -168,7 +168,7 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
 
 
 def choose_fp8(M: int, mode: str, fast_accum: bool, out_dtype: str = "bfloat16",
-               sm_count: int = 132) -> dict:
+               sm_count: int = spec.SM_COUNT[ARCH]) -> dict:
     """v13's builder keywords for a call (module docstring: the tile rule)."""
     numerics.check_fp8_scale(mode)
     if not isinstance(fast_accum, bool):
@@ -182,7 +182,7 @@ def choose_fp8(M: int, mode: str, fast_accum: bool, out_dtype: str = "bfloat16",
             "BLK_N": blk_n, "RUNTIME_M": True, "RUNTIME_NK": True, "SM_COUNT": sm_count}
 
 
-def export_requests(sm_count: int = 132, out_dtypes=("bfloat16",)):
+def export_requests(sm_count: int = spec.SM_COUNT[ARCH], out_dtypes=("bfloat16",)):
     """Every (step, build shape, keywords) choose_fp8 can ask for: what a bundle for
     matmul_fp8 must hold (runtime-shape kernels: the build shape is nominal)."""
     from tirx_gemm.matmul import build_shape
@@ -200,7 +200,7 @@ def export_requests(sm_count: int = 132, out_dtypes=("bfloat16",)):
     return reqs
 
 
-def lab_variants(sm_count: int = 132) -> list[tuple[str, dict]]:
+def lab_variants(sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
     """(name, v13 keywords) of the per-tensor bf16 kernels scripts/lab/fp8_h200.py times
     next to choose_fp8's, to separate the promotion's cost from the tile's: call 1's
     serial promotion (128 x 128, PROMOTE_OVERLAP=False) and the 128 x 128 tile without
@@ -214,7 +214,7 @@ def lab_variants(sm_count: int = 132) -> list[tuple[str, dict]]:
                                           "BLK_M": 64, "BLK_N": 128})]
 
 
-def lab_variant_requests(sm_count: int = 132):
+def lab_variant_requests(sm_count: int = spec.SM_COUNT[ARCH]):
     """lab_variants as bundle requests (step, nominal build shape, keywords)."""
     from tirx_gemm.matmul import build_shape
     step = registry.get(FP8_STEP, ARCH)

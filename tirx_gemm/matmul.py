@@ -53,7 +53,7 @@ import types
 from pathlib import Path
 
 from tirx_gemm import epilogue as E
-from tirx_gemm import registry, splitk
+from tirx_gemm import registry, spec, splitk
 from tirx_gemm.run.measure import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 
@@ -154,7 +154,7 @@ def _pool(sm_count: int) -> int:
 
 
 def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
-           sm_count: int = 132, epilogue: dict | None = None) -> tuple[str, dict]:
+           sm_count: int = spec.SM_COUNT["sm_90a"], epilogue: dict | None = None) -> tuple[str, dict]:
     """The step and builder keywords that :func:`matmul` uses for an MxNxK GEMM of ``dtype``
     on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``.
 
@@ -271,7 +271,7 @@ M_BLOCK = 64  # every tile height of every step divides 256 and is a multiple of
 
 
 def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
-             sm_count: int = 132, max_m: int | None = None,
+             sm_count: int = spec.SM_COUNT["sm_90a"], max_m: int | None = None,
              epilogue: dict | None = None) -> list[tuple[str, dict, int, int]]:
     """Every (step_id, kwargs, first M, last M) that :func:`choose` picks for an Mx``N``x``K``
     GEMM over M = 1 .. ``max_m`` (default: VARIANTS_MAX_M, or the M at which v9's cluster

@@ -40,7 +40,7 @@ import math
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from tirx_gemm import registry
+from tirx_gemm import registry, spec
 from tirx_gemm.report import tables
 from tirx_gemm.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose,
                               choose_epilogue_on, step_kwargs,
@@ -452,7 +452,7 @@ def render_summary(results_dir="results") -> str:
     for (device, target), cases in sorted(latest_runs(recs).items()):
         rows = list(cases.values())
         by = {dt: summarize([r for r in rows if (r.get("suite") or {}).get("dtype") == dt])
-              for dt in ("float16", "bfloat16")}
+              for dt in spec.DTYPES}
         alls = summarize(rows)
         g = " / ".join(f"{x['geomean_ratio']:.3f}" if x["n"] else "—"
                        for x in (by["float16"], by["bfloat16"], alls))

@@ -76,7 +76,7 @@ def torch_dtype(dtype: str) -> torch.dtype:
 
 
 def dtype_name(t: torch.dtype) -> str | None:
-    """The numerics dtype name of a torch dtype ("float16", "bfloat16"), else None."""
+    """The numerics dtype name of a torch dtype (float16 or bfloat16), else None."""
     return {torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(t)
 
 
