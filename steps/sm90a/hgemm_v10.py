@@ -116,13 +116,19 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       accumulators right before its pack, so the math runs where v10's writeback runs:
       under the other warpgroup's mainloop, off the tensor cores' critical path (v12 runs
       it between two tiles of one warpgroup). matmul routes here only with
-      chooser.EPILOGUE_STEP = "v10" (off until measured) or ``matmul(..., step="v10")``.
+      chooser.EPILOGUE_STEP = "v10" (off: measured below) or ``matmul(..., step="v10")``.
       ptxas (bf16, bias bf16, 128x128, RUNTIME_M; scripts/lab/epilogue_sass.py): relu and
       gelu_tanh spill-free, silu 4/4 bytes of spill stores/loads, gelu 16/16 (stack 8; the
       bias loads of a block hoisted beside its 128 accumulators). Loading the tile's bias
       once for both blocks before the last wait (32 loads instead of 64, as v12 does) made
       it worse (silu 12/40, gelu 32/60: 32 more values live across both blocks), so the
-      per-block loads stay; no spill-free gelu yet. Measured on the H200: pending.
+      per-block loads stay; no spill-free gelu yet. Measured on the H200 (NVIDIA H200,
+      call 2, bf16, bias bf16, median ms, v10 vs v12;
+      results/lab/epilogue_v10_h200_call2.jsonl, 24/24 checks correct): ping-pong won with silu and relu at 1000x14336x4096 (0.165 and
+      0.163 vs 0.181 and 0.174) and lost with gelu at every shape (0.786 vs 0.723 at
+      4096x14336x4096, 0.195 vs 0.190, 1.708 vs 1.675 at 8192^3) and plain at 8192^3 (1.573
+      vs 1.365). The plain repeats drifted (8192^3 v12 1.365 then 1.434 ms), so differences
+      under that are not resolved; matmul keeps chooser.EPILOGUE_STEP = "v12".
     Run: ``tirx-gemm run v10 --arch sm_90a --mnk 4096,4096,4096``.
     """
     H.check_edge_shape(M, N, K, dtype)
