@@ -141,17 +141,18 @@ def test_cpu_tensors_on_a_gpu_machine_are_told_to_move(monkeypatch):
 # choose: the step for a shape
 # --------------------------------------------------------------------------------------
 SMS = {"sm_90a": 132, "sm_100a": 148}
-RT = {arch: ({"RUNTIME_M": True} if arch in mm.RUNTIME_M_STEPS else {})
-      for arch in registry.ARCHES}  # matmul's kernels on sm_90a take M at run time
+def rt(step_id: str, arch: str) -> dict:
+    """RUNTIME_M as matmul writes it: on sm_90a v9-v12, on sm_100a v9 (NumSim-checked)."""
+    return {"RUNTIME_M": True} if mm.runtime_m(step_id, arch) else {}
 
 
 @pytest.mark.parametrize("arch", registry.ARCHES)
 @pytest.mark.parametrize("mnk", [(8192, 28672, 4096), (4096, 4096, 4096), (8192, 8192, 28672)])
 def test_big_shapes_are_data_parallel_v9_on_the_whole_gpu(arch, mnk):
     step, kw = mm.choose(*mnk, "float16", arch, SMS[arch])
-    assert (step, kw) == ("v9", {"SM_COUNT": SMS[arch], **RT[arch]})
+    assert (step, kw) == ("v9", {"SM_COUNT": SMS[arch], "RUNTIME_M": True})
     step, kw = mm.choose(*mnk, "bfloat16", arch, SMS[arch])
-    assert (step, kw) == ("v9", {"dtype": "bfloat16", "SM_COUNT": SMS[arch], **RT[arch]})
+    assert (step, kw) == ("v9", {"dtype": "bfloat16", "SM_COUNT": SMS[arch], "RUNTIME_M": True})
 
 
 @pytest.mark.parametrize("arch", registry.ARCHES)
@@ -166,7 +167,7 @@ def test_choose_never_refuses_a_suite_shape(arch):
 
 
 def test_odd_sm_counts_round_down_to_whole_clusters():
-    assert mm.choose(8192, 8192, 8192, "float16", "sm_90a", 131) == ("v9", {"SM_COUNT": 130, **RT["sm_90a"]})
+    assert mm.choose(8192, 8192, 8192, "float16", "sm_90a", 131) == ("v9", {"SM_COUNT": 130, "RUNTIME_M": True})
 
 
 @pytest.mark.parametrize("args, pattern", [
@@ -196,10 +197,10 @@ def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
         assert step == "v12" and chooser.busy_share(
             f"{kw['BLK_M']}x{kw['BLK_N']}", mnk[0], mnk[1], sms) >= chooser.IDLE_FOR_SPLIT
         return
-    if RT[arch]:  # runtime-M kernels: the split rounded down to the menu
+    if rt("v11", arch):  # runtime-M kernels: the split rounded down to the menu
         variant["SPLIT_K"] = max(s for s in mm.SPLIT_MENU if s <= variant["SPLIT_K"])
     assert mm.choose(*mnk, "bfloat16", arch, sms) == (
-        "v11", {"dtype": "bfloat16", "SM_COUNT": sms, **RT[arch], **variant})
+        "v11", {"dtype": "bfloat16", "SM_COUNT": sms, **rt("v11", arch), **variant})
 
 
 def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
@@ -215,17 +216,44 @@ def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
     assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1]["SM_COUNT"] == 130
 
 
+def test_sm100a_runtime_m_is_v9_only():
+    # v9's runtime-M build is simulated (registry sim case); v11 keeps compile-time M there
+    assert mm.runtime_m("v9", "sm_100a") and not mm.runtime_m("v11", "sm_100a")
+    step, kw = mm.choose(128, 128, 65536, "float16", "sm_100a", 148)
+    assert step == "v11" and "RUNTIME_M" not in kw
+    assert mm.build_shape((77, 128, 65536), kw) == (77, 128, 65536)
+
+
+def test_sm100a_v9_takes_m_at_run_time_and_its_plain_build_is_unchanged():
+    """One build: A's and D's rows are one int32 variable M (TVM's host code binds it from
+    A.shape[0] and makes the TMA descriptors per call); RUNTIME_M=False keeps the int."""
+    pytest.importorskip("tvm")
+    v9 = registry.get("v9", "sm_100a")
+    f = v9.build_primfunc(300, 264, 136, SM_COUNT=2, RUNTIME_M=True)
+    A, B, D = f.params
+    m = A.shape[0]
+    assert type(m).__name__ == "Var" and m.name == "M" and str(m.ty) == "int32"
+    assert D.shape[0].same_as(m) and [int(x) for x in B.shape] == [264, 136]
+    plain = v9.build_primfunc(300, 264, 136, SM_COUNT=2).params
+    assert [int(x) for x in plain[0].shape] == [300, 136]
+    assert [int(x) for x in plain[2].shape] == [300, 264]
+    with pytest.raises(ValueError, match="RUNTIME_M='yes' must be True or False"):
+        v9.build_primfunc(300, 264, 136, SM_COUNT=2, RUNTIME_M="yes")
+
+
 def test_sm100a_keeps_the_tile_count_rule():
     # no tile menu there: split only where v9's tiles leave clusters idle and the rule splits
     assert splitk.choose_split(128, 256, 192, 148, arch="sm_100a") == 1
-    assert mm.choose(128, 256, 192, "float16", "sm_100a", 148) == ("v9", {"SM_COUNT": 148})
+    assert mm.choose(128, 256, 192, "float16", "sm_100a", 148) == (
+        "v9", {"SM_COUNT": 148, "RUNTIME_M": True})
     assert mm.choose(1000, 6144, 4096, "float16", "sm_100a", 148)[0] == "v9"
 
 
 def test_without_a_registered_split_k_step_few_tiles_stay_data_parallel(monkeypatch):
     monkeypatch.setattr(registry, "STEPS", [s for s in registry.STEPS if s.id != "v11"])
     assert mm.choose(128, 128, 65536, "float16", "sm_90a", 132)[0] in ("v9", "v12")
-    assert mm.choose(128, 128, 65536, "float16", "sm_100a", 148) == ("v9", {"SM_COUNT": 148})
+    assert mm.choose(128, 128, 65536, "float16", "sm_100a", 148) == (
+        "v9", {"SM_COUNT": 148, "RUNTIME_M": True})
 
 
 def test_the_model_picks_the_fastest_measured_tile_within_a_few_percent():
@@ -342,17 +370,20 @@ def test_loaded_kernels_size_their_workspace_from_their_step_and_grow_it(monkeyp
     assert v9.workspace(100, 256, 64, cpu) == ()
 
 
-def test_runtime_m_kernels_are_built_once_for_every_m():
-    kw = mm.choose(1000, 4096, 4096, "bfloat16", "sm_90a", 132)[1]
+@pytest.mark.parametrize("arch", registry.ARCHES)
+def test_runtime_m_kernels_are_built_once_for_every_m(arch):
+    sms = SMS[arch]
+    kw = mm.choose(1000, 4096, 4096, "bfloat16", arch, sms)[1]  # v9 on both arches
     assert kw["RUNTIME_M"] is True
     assert mm.build_shape((1000, 4096, 4096), kw) == (mm.NOMINAL_M, 4096, 4096)
-    assert mm.build_shape((1000, 4096, 4096), {"SM_COUNT": 132}) == (1000, 4096, 4096)
+    assert mm.build_shape((1000, 4096, 4096), {"SM_COUNT": sms}) == (1000, 4096, 4096)
     # every M of a layer is served by a handful of kernels, listed in order of M
-    vs = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132)
+    vs = mm.variants(4096, 4096, "bfloat16", arch, sms)
     assert vs[0][2] == 1 and all(a[3] + 1 == b[2] for a, b in zip(vs, vs[1:]))
     for step_id, kwargs, lo, hi in vs:
+        assert bool(kwargs.get("RUNTIME_M")) == mm.runtime_m(step_id, arch)
         for M in {lo, (lo + hi) // 2, hi}:
-            assert mm.choose(M, 4096, 4096, "bfloat16", "sm_90a", 132) == (step_id, kwargs)
+            assert mm.choose(M, 4096, 4096, "bfloat16", arch, sms) == (step_id, kwargs)
     assert len(vs) <= 64 and vs[-1][3] >= mm.VARIANTS_MAX_M
     # the tile menu's kernels take the whole shape at run time: one build per tile and dtype
     for step_id, kwargs, _, _ in vs:

@@ -20,9 +20,10 @@ How a call runs:
 
 Steps 1-3 run on the first call of a (shape, dtype, device, step); the call is then
 remembered, and later calls of it check only what can change between calls and launch.
-On sm_90a, matmul's kernels take M at run time (RUNTIME_M_STEPS): one kernel per (step,
-keywords, dtype, N, K) serves every token count; :func:`variants` lists what a layer's
-(N, K) needs over all M, which is what ``tirx-gemm export --suite`` puts in a bundle.
+On sm_90a, matmul's kernels take M at run time (RUNTIME_M_STEPS; on sm_100a v9 only, checked
+on NumSim): one kernel per (step, keywords, dtype, N, K) serves every token count;
+:func:`variants` lists what a layer's (N, K) needs over all M, which is what
+``tirx-gemm export --suite`` puts in a bundle.
 
 The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 ``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
@@ -74,8 +75,10 @@ DATA_PARALLEL = "v9"
 SPLIT_K = "v11"
 # steps whose kernels matmul builds with RUNTIME_M=True on each arch: M is bound from the
 # operands at every call, so one kernel per (step, keywords, dtype, N, K) serves every M.
-# (sm_100a's steps keep compile-time M here: their runtime-M builds are not yet simulated.)
-RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11", "v12"})}
+# sm_100a: v9 only, its runtime-M build simulated on NumSim (the registry's v9 sim case with
+# RUNTIME_M); v11 there keeps compile-time M (its runtime-M build is not simulated).
+RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11", "v12"}),
+                   "sm_100a": frozenset({"v9"})}
 NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
 # v12 also takes N and K at run time (RUNTIME_NK): one kernel per menu tile and dtype
 # serves every shape; it is built at this N and K

@@ -191,7 +191,9 @@ _SIM_CASES = {
     "v9": (((512, 768, 320), (("SM_COUNT", 2),)), ((1536, 256, 128), (("SM_COUNT", 4),)),
            ((512, 512, 448), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
            ((512, 256, 192), (("SM_COUNT", 4), ("PIPE_DEPTH", 1))),
-           ((600, 264, 200), (("SM_COUNT", 2),))),
+           ((600, 264, 200), (("SM_COUNT", 2),)),
+           # M at run time (matmul's v9 on sm_100a): one PrimFunc, A of M=300 rows
+           ((300, 264, 136), (("RUNTIME_M", True), ("SM_COUNT", 2)))),
     # v10 (CLC): one cluster per 256x256 tile. The gate executes the whole launch, so
     # every cluster is resident and each CLC request fails (one tile per cluster); the
     # builder's tirx_gemm.resident_clusters (SM_COUNT // 2) names the subset a run keeps

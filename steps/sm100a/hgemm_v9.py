@@ -16,7 +16,8 @@ from tirx_gemm import helpers as H
 
 
 def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
-             SM_COUNT: int = 148, BIAS=False, ACT=None, OUT_DTYPE=None, SWIGLU=False):
+             SM_COUNT: int = 148, BIAS=False, ACT=None, OUT_DTYPE=None, SWIGLU=False,
+             RUNTIME_M: bool = False):
     """Step card -- v9, multiple consumers (two MMA warps, two epilogue warpgroups).
 
     Changes from v8: scope: three warpgroups (384 threads) per CTA --
@@ -76,6 +77,11 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     a cluster tile yields 512 x 128 outputs; the scheduler walks ceil(2N / 256) column
     tiles. The epilogue only changes the writeback warpgroups' code: the barriers, the
     roles and the MMA are the plain kernel's, and Dsmem keeps its size (128 bytes a row).
+    RUNTIME_M=True (issue 27; helpers.runtime_rows): M, the rows of A and D, is an int32
+    variable; the cluster-tile count ceil(M/512) is computed on the GPU, and TVM's host
+    code binds M from A.shape[0] and makes A's and D's TMA descriptors at every call (as
+    on sm_90a), so one kernel serves every M >= 1. Checked on NumSim only (one PrimFunc
+    run at several M); False leaves the TIR unchanged.
     Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1 and small enough for
     SMEM (48 KiB per stage); SM_COUNT even; dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v9 --mnk 4096,4096,4096`` (compile);
@@ -90,6 +96,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # one CTA's share
     H.check_edge_shape(M, N, K, dtype)
+    M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * W.EPI_ROW_BYTES)
     W.check_even_sm_count(SM_COUNT)
     # the epilogue (card: "Epilogue"); all off: the plain kernel, unchanged
