@@ -224,7 +224,7 @@ def test_sm100a_runtime_m_is_v9_only():
     assert mm.build_shape((77, 128, 65536), kw) == (77, 128, 65536)
 
 
-def test_sm100a_v9_takes_m_at_run_time_and_its_plain_build_is_unchanged():
+def test_sm100a_v9_takes_m_at_run_time_and_its_plain_build_keeps_m_an_int():
     """One build: A's and D's rows are one int32 variable M (TVM's host code binds it from
     A.shape[0] and makes the TMA descriptors per call); RUNTIME_M=False keeps the int."""
     pytest.importorskip("tvm")
