@@ -246,10 +246,10 @@ def plan(suite, target: str, arch: str, sm_count: int) -> list[Item]:
 def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]:
     """The builds a bundle for ``suite`` needs, as build_many / bundle.export requests
     (step, (M, N, K), kwargs), each once, in plan order. A runtime-M kernel is requested
-    at matmul.build_shape (one build serves every M); for target "matmul" on an arch whose
-    kernels take M at run time, every kernel matmul.variants picks for a suite shape's
-    (N, K, dtype) over all M is added too, so the bundle serves every token count of the
-    suite's layers, not only the suite's."""
+    at matmul.build_shape (one build serves every M); for target "matmul", where a suite
+    shape's kernel takes M at run time, every runtime-M kernel matmul.variants picks for
+    its (N, K, dtype) over all M is added too, so the bundle serves every token count of
+    the suite's layers (on sm_100a v11 keeps compile-time M: only the suite's M)."""
     out, seen = [], set()
 
     def add(step, mnk, kwargs):
@@ -293,7 +293,10 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
     for N, K, dtype, epi in dict.fromkeys(layers):
         for step_id, kwargs, _, _ in variants(N, K, dtype, arch, sm_count,
                                               epilogue=dict(epi) or None):
-            add(registry.get(step_id, arch), (NOMINAL_M, N, K), kwargs)
+            # a compile-time-M variant (sm_100a's v11) would serve only NOMINAL_M: the
+            # suite's own shapes (added above) are all such a bundle can hold of it
+            if kwargs.get("RUNTIME_M"):
+                add(registry.get(step_id, arch), (NOMINAL_M, N, K), kwargs)
     return out
 
 
