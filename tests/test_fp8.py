@@ -1,7 +1,9 @@
 """fp8 (v13 on sm_90a, tirx_gemm.matmul_fp8): the API's one-line errors and scale shapes,
 the numerics of the reference and tolerances, the builder's refusals, and two builds
 (the registry's canonical one and the block-scaled export kernel) whose SASS carries the
-fp8 wgmma. No GPU: correctness on the H200 is scripts/lab/fp8_h200.py's."""
+fp8 wgmma; the sm_100a twin's refusals and one build whose SASS carries the f8f6f4
+tcgen05.mma (UTCQMMA). No GPU: correctness on the H200 is scripts/lab/fp8_h200.py's, on
+sm_100a the simulation gate's (tests/test_sim.py, tirx-gemm sim v13)."""
 import importlib.util
 import sys
 from pathlib import Path
@@ -319,3 +321,66 @@ def test_runner_keeps_the_quantized_operands_per_input_set():
     assert torch.equal(again, A)  # the in-place round trip is idempotent
     k(again, B, D)
     assert torch.equal(again, A)
+
+
+# ---------------------------------------------------------------------------------------
+# sm_100a v13 (tcgen05 kind::f8f6f4 on v9's skeleton): refusals and one build. Its
+# correctness is the simulation gate's (tirx-gemm sim v13: NumSim + synccheck + racecheck)
+# ---------------------------------------------------------------------------------------
+STEP100 = registry.get("v13", "sm_100a")
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"SCALE": "block"}, "SCALE='block' must be one of tensor, row on sm_100a"),
+    ({"dtype": "float32"}, "choose float16 or bfloat16"),
+    ({"SM_COUNT": 3}, "SM_COUNT=3 is not a multiple of the cluster size 2"),
+])
+def test_sm100a_builder_refuses_bad_keywords(kw, needle):
+    pytest.importorskip("tvm")
+    with pytest.raises(ValueError) as e:
+        STEP100.builder()(256, 256, 256, **kw)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("mnk", STEP100.invalid_shapes)
+def test_sm100a_builder_refuses_the_registrys_invalid_shapes(mnk):
+    pytest.importorskip("tvm")
+    with pytest.raises(ValueError):
+        STEP100.builder()(*mnk)
+
+
+def test_sm100a_is_the_sm90a_twin_with_the_same_operands():
+    assert STEP100.fp8 and STEP.fp8 and STEP100.one_track is None and STEP.one_track is None
+    src100 = Path(STEP100.source_file).read_text()
+    # the operands of both: uint8 A, B; D; fp32 SA, SB after D (run.runner.Fp8Operands)
+    for src in (src100, Path(STEP.source_file).read_text()):
+        assert "def kernel(A: T.Buffer((M" in src and "SA: T.Buffer(SA_SHAPE, \"float32\")" in src
+    assert "kind::f8f6f4" in STEP100.lesson and "v9's skeleton" in STEP100.lesson
+
+
+@pytest.fixture(scope="module")
+def build100():
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    # per-row scales, bf16 out, off every tile grid, with the B200's CTA pool: the
+    # registry's own builds (tests/test_build.py) cover per-tensor scales
+    (res,) = build_many([(STEP100, (1000, 264, 208),
+                          {"SCALE": "row", "dtype": "bfloat16", "SM_COUNT": 148})])
+    if isinstance(res, Exception):
+        raise res
+    return res
+
+
+def test_sm100a_build_issues_the_f8f6f4_mma_and_no_16_bit_one(build100):
+    from tirx_gemm.compile.api import count_prefix
+    counts = build100.sass_counts
+    # UTCQMMA: tcgen05.mma of the fp8/f6/f4 kinds (UTCHMMA is kind::f16), pair form; one
+    # rolled K loop per consumer: 4 of K = 32 per 128-K stage
+    assert count_prefix(counts, "UTCQMMA.2CTA") == 4, counts
+    assert count_prefix(counts, "UTCHMMA") == 0, counts
+    assert "tcgen05.mma.cta_group::2.kind::f8f6f4" in build100.cuda_source
+    assert build100.spill_stores == 0 and build100.spill_loads == 0
+    assert build100.stack_bytes == 0
+    assert "__float2bfloat16" in build100.cuda_source  # D in bf16
+    # per-row scales: a chunk's 64 SB values pass around the warp by shuffles (4 chunks)
+    assert count_prefix(counts, "SHFL.IDX") >= 4 * 64, counts

@@ -513,3 +513,47 @@ def test_simulate_prints_each_row_as_it_finishes_and_a_heartbeat_while_a_case_ru
     quiet = io.StringIO()  # callers that pass no heartbeat (the notebooks) get none
     sim.simulate(cases, log_path=tmp_path / "log2.txt", out=rows.append, stream=quiet)
     assert quiet.getvalue() == ""
+
+
+# --------------------------------------------------------------------------------------
+# fp8 (v13, issue 29): e4m3 operands as bytes, scales after D, the dequantized reference
+# --------------------------------------------------------------------------------------
+def _scaled_fp8_into_d(buffers, forget_scales=False):
+    import numpy as np
+
+    from tirx_gemm import numerics
+    A = numerics.fp8_from_bytes_np(buffers["A"]).astype(np.float32)
+    B = numerics.fp8_from_bytes_np(buffers["B"]).astype(np.float32)
+    sa, sb = buffers["SA"], buffers["SB"]
+    acc = A @ B.T
+    if not forget_scales:
+        acc = acc * (sa[0] * sb[0] if sa.size == 1 else np.outer(sa, sb))
+    out = dict(buffers)
+    with np.errstate(over="ignore"):  # unscaled products may overflow fp16: inf, caught
+        out["D"] = acc.astype(buffers["D"].dtype)
+    return out
+
+
+def test_v13_sim_cases_cover_both_scales_and_the_edges():
+    cases = sim.cases_for(registry.get("v13", "sm_100a"))
+    assert {dict(c.kwargs).get("SCALE", "tensor") for c in cases} == {"tensor", "row"}
+    # M and N off the 512 x 256 cluster tile, a partial last 128-K stage
+    assert any(c.M % 512 and c.N % 256 and c.K % 128 for c in cases)
+
+
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_run_case_passes_fp8_bytes_and_scales_and_compares_dequantized(monkeypatch, scale):
+    seen = _fake_numsim(monkeypatch, _scaled_fp8_into_d)
+    step = registry.get("v13", "sm_100a")
+    M, N, K = 40, 24, 96
+    row = sim.run_case(_StandInCase(step, M, N, K, (("SCALE", scale),)))
+    assert row.ok, row.problems
+    sa, sb = ((1,), (1,)) if scale == "tensor" else ((M,), (N,))
+    assert seen["run"] == [{"A": ("uint8", (M, K)), "B": ("uint8", (N, K)),
+                            "D": ("float16", (M, N)), "SA": ("float32", sa),
+                            "SB": ("float32", sb)}]  # one input kind: e4m3 of randn
+    assert seen["sync"] == seen["race"] == [["A", "B", "D", "SA", "SB"]]
+    # a kernel that forgets the scales is caught by the compare
+    _fake_numsim(monkeypatch, lambda b: _scaled_fp8_into_d(b, forget_scales=True))
+    row = sim.run_case(_StandInCase(step, M, N, K, (("SCALE", scale),)))
+    assert not row.ok and row.numsim == "WRONG", row.problems

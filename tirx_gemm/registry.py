@@ -359,10 +359,29 @@ STEPS: list[Step] = [
          ((128, 130, 64), (128, 128, 100), (128, 128, 24), (0, 256, 64)),
          ("QGMMA", "WARPGROUP.ARRIVE") + _TMA + ("QGMMA.64x128x32.F32.E4M3.E4M3", "STSM"),
          ("LDG.E.128", "HGMMA"), sm_count_kwarg="SM_COUNT",
-         fp8=True,
-         one_track="the sm_100a twin (tcgen05 kind::f8f6f4, block-scaled MXFP8) is not "
-                   "written yet: it needs NumSim's fp8 MMA and scale-factor support checked "
-                   "first (issue 29, part 2)"),
+         fp8=True),
+    # v13 (sm_100a, fp8): v9's 2-CTA, two-consumer skeleton with e4m3 operands (uint8),
+    # tcgen05.mma kind::f8f6f4 (UTCQMMA in SASS; UTCHMMA is the 16-bit kind), SCALE tensor
+    # | row in the epilogue; no block scaling (the card says why). Sim cases: per-tensor
+    # scales at a full cluster tile with more K stages than the ring (5 over 3); per-row
+    # scales with M, N off the tile grid and a partial last K stage (K = 400 = 3 x 128 +
+    # 16), two cluster tiles for one pair, 8 stages over a ring of 3 (phases wrap across
+    # tiles); bf16 output, per-row, one K stage (fewer than the ring's 4)
+    Step("v13", "sm_100a", "fp8 (e4m3): tcgen05.mma kind::f8f6f4 on v9's skeleton, 128 e4m3 of K per 128-byte swizzle row, fp32 accumulation in TMEM (no promotion on Blackwell), per-tensor / per-row scales in the epilogue",
+         "any M >= 1; N a multiple of 8, K a multiple of 16 (TMA: 16-byte rows of 2-byte D "
+         "and 1-byte A, B); SCALE tensor|row; SM_COUNT even",
+         (4096, 4096, 4096),
+         ((1024, 2048, 512), (1, 264, 80), (1000, 1000, 1008), (300, 136, 400)), _BENCH,
+         ((128, 130, 64), (128, 128, 100), (128, 128, 24), (0, 256, 64)),
+         ("UTCQMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK") + _TMA + ("USETMAXREG",)
+         + ("UTCQMMA.2CTA",) + _PAIR[1:],
+         ("LDG.E.128", "UTCHMMA"), sm_count_kwarg="SM_COUNT",
+         sim_cases=(((512, 256, 640), (("SM_COUNT", 2), ("PIPE_DEPTH", 3))),
+                    ((300, 264, 400), (("SM_COUNT", 2), ("PIPE_DEPTH", 3),
+                                       ("SCALE", "row"))),
+                    ((512, 256, 128), (("SM_COUNT", 2), ("SCALE", "row"),
+                                       ("dtype", "bfloat16")))),
+         fp8=True),
 ]
 
 

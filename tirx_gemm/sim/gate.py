@@ -460,6 +460,11 @@ def case_inputs_np(case: SimCase, kind: str, seed: int):
     D (all NaN) has the out dtype, and ``extra`` holds the ``bias`` operand (N,) of the
     BIAS dtype (the kernel takes it by name after D)."""
     kw = dict(case.kwargs)
+    if case.step.fp8:  # v13: e4m3 A, B as their uint8 bytes; fp32 scales SA, SB after D
+        Aq, Bq, sa, sb, D = numerics.make_fp8_inputs_np(
+            case.M, case.N, case.K, kw.get("SCALE", "tensor"), seed, case.dtype)
+        return (numerics.fp8_bytes_np(Aq), numerics.fp8_bytes_np(Bq), D,
+                {"SA": sa, "SB": sb})
     epi = E.validate(kw)
     dtype = case.dtype
     if epi["SWIGLU"]:
@@ -474,11 +479,24 @@ def case_inputs_np(case: SimCase, kind: str, seed: int):
     return A, B, D, extra
 
 
+def input_kinds(case: SimCase) -> tuple[str, ...]:
+    """The input kinds a case runs: numerics.INPUT_KINDS (random, small integers); an fp8
+    case (registry.Step.fp8) runs one set, randn quantized to e4m3 with its scales
+    (numerics.make_fp8_inputs_np): the exact small-integer check has no fp8 twin here."""
+    return ("random",) if case.step.fp8 else numerics.INPUT_KINDS
+
+
 def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
     """The compare of one case's output: a plain case by numerics' rules (exact for the
     small-integer inputs); an epilogue case against epilogue.reference_np under
     epilogue.tolerance (its functions are not exact even on integer inputs)."""
     kw = dict(case.kwargs)
+    if case.step.fp8:  # the fp32 product of the dequantized e4m3 inputs, fp8 tolerances
+        ref = numerics.reference_fp8_np(numerics.fp8_from_bytes_np(A),
+                                        numerics.fp8_from_bytes_np(B), extra["SA"],
+                                        extra["SB"], kw.get("SCALE", "tensor"))
+        return numerics.compare_fp8_np(out, ref, out_dtype=case.dtype, K=case.K,
+                                       promote=numerics.fp8_promote(kw))
     if E.is_plain(kw):
         return numerics.compare_np(out, numerics.reference_np(A, B), dtype=case.dtype,
                                    exact=kind == "int")
@@ -501,7 +519,7 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
     func = case.build()
     dtype = case.dtype
     full = {kind: case_inputs_np(case, kind, seed + i)
-            for i, kind in enumerate(numerics.INPUT_KINDS)}
+            for i, kind in enumerate(input_kinds(case))}
     inputs = {kind: v[:3] for kind, v in full.items()}
     extras = {kind: v[3] for kind, v in full.items()}
     specs = workspace_specs(case)
