@@ -14,8 +14,12 @@ compares with the fp32 numpy reference under the runner's rules
 (:mod:`tirx_gemm.numerics`), then runs synccheck and racecheck. A case with epilogue
 keywords (BIAS, ACT, OUT_DTYPE, SWIGLU: :mod:`tirx_gemm.epilogue`) also gets its ``bias``
 operand, D in its out dtype and SwiGLU's interleaved gate/up weight, and is compared with
-``epilogue.reference_np`` under ``epilogue.tolerance``.
-A row passes only if both inputs are correct and both checkers say ``clean``; a ``review``
+``epilogue.reference_np`` under ``epilogue.tolerance``. An fp8 case (``Step.fp8``: v13)
+gets one input set instead: randn quantized to e4m3 with its SCALE mode's fp32 scales
+(``numerics.make_fp8_inputs_np``), A and B passed as their uint8 bytes, ``SA`` and ``SB``
+after D, compared with the fp32 product of the dequantized inputs under
+``numerics.compare_fp8_np`` (``input_kinds``, ``case_inputs_np``, ``check_output_np``).
+A row passes only if every input set is correct and both checkers say ``clean``; a ``review``
 finding passes only where the registry accepts its kind for that step with a written
 reason; ``incomplete`` and ``error`` always fail.
 
