@@ -77,8 +77,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       wgmmas summed in ``tmp`` (scale-d 0 at the first) before ``acc += tmp * factor`` in
       ordinary fp32 FMAs; a multiple of 4 (one stage), so a promotion point is a stage
       boundary. PROMOTE=0: no promotion, the wgmmas accumulate the whole K in ``acc``
-      (v12's loop). Default: 4 for "block" (required: each block has its own scale), 0
-      for "tensor" and "row".
+      (v12's loop). Default: 4 in every mode (required for "block": each block has its
+      own scale): the accurate mode is the default, as matmul_fp8's; PROMOTE=0 is the
+      opt-in fast accumulation, outside the project's tolerance at deep K (measured on the
+      H200, below), so `tirx-gemm run v13` checks the promoted kernel.
     Overlapped promotion (PROMOTE_OVERLAP, default True at PROMOTE=4): two partial-sum
       accumulators, tmp0 and tmp1; each mainloop iteration queues stage 2j's 4 wgmmas
       into tmp0 and stage 2j+1's into tmp1, waits for the first group only
