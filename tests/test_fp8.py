@@ -210,7 +210,7 @@ STEP = registry.get("v13", "sm_90a")
     ({"SCALE": "block", "BLK_N": 96}, "BLK_N=96 with SCALE='block'"),
     ({"PROMOTE": 4, "BLK_N": 256}, "use BLK_N <= 128 (PROMOTE_OVERLAP=False: <= 160) or "
                                    "PROMOTE=0"),
-    ({"dtype": "float32"}, "choose bfloat16 or float16"),
+    ({"dtype": "float32"}, "choose float16 or bfloat16"),
 ])
 def test_builder_refuses_bad_keywords(kw, needle):
     pytest.importorskip("tvm")

@@ -22,7 +22,7 @@ from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
 
 from . import helpers as H
-from . import spec
+from tirx_gemm import spec  # absolute: a hookless copy of this file reads the package's
 from .helpers import ACC_DTYPE, TMA, check_positive_ints, tma_store_swizzled
 
 # --------------------------------------------------------------------------------------

@@ -47,6 +47,23 @@ def check_dtype(dtype: str) -> None:
         )
 
 
+def check_fp8_contract(M, N, K, dtype) -> str:
+    """v13's shape and dtype contract, one text for both arches: e4m3 A (M x K) and B (N x
+    K) as uint8 bytes, D (M x N) in ``dtype`` (float16 or bfloat16; the operands are always
+    e4m3). Returns the dtype as a str."""
+    if str(dtype) not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported as v13's output dtype: choose "
+                         f"float16 or bfloat16 (the operands are always e4m3)")
+    check_positive_ints(M=M, N=N, K=K)
+    if N % 8:
+        raise ValueError(f"N={N} is not a multiple of 8: TMA needs every row of D to start "
+                         f"on a 16-byte boundary (N x 2 bytes)")
+    if K % 16:
+        raise ValueError(f"K={K} is not a multiple of 16: TMA needs every row of A and B "
+                         f"to start on a 16-byte boundary (K x 1 byte)")
+    return str(dtype)
+
+
 def check_positive_ints(**dims: int) -> None:
     for name, value in dims.items():
         if isinstance(value, bool) or not isinstance(value, int):

@@ -84,17 +84,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224  # v9's setmaxnreg split (see its card)
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K  # one CTA's share, 1 byte each
-    if str(dtype) not in W.FP8_OUT_DTYPES:
-        raise ValueError(f"dtype={dtype!r} is the output dtype of v13: choose float16 or "
-                         f"bfloat16 (the operands are always e4m3)")
-    dtype = str(dtype)
-    H.check_positive_ints(M=M, N=N, K=K)
-    if N % 8:
-        raise ValueError(f"N={N} is not a multiple of 8: TMA needs every row of D to start "
-                         f"on a 16-byte boundary (N x 2 bytes)")
-    if K % 16:
-        raise ValueError(f"K={K} is not a multiple of 16: TMA needs every row of A and B "
-                         f"to start on a 16-byte boundary (K x 1 byte)")
+    dtype = H.check_fp8_contract(M, N, K, dtype)
     if SCALE not in SCALES:
         raise ValueError(f"SCALE={SCALE!r} must be one of {', '.join(SCALES)} on sm_100a "
                          f"(block scaling is sm_90a v13's)")

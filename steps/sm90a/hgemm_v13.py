@@ -153,17 +153,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       ``tirx_gemm.matmul_fp8`` and scripts/lab/fp8_h200.py.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
-    if str(dtype) not in W.FP8_OUT_DTYPES:
-        raise ValueError(f"dtype={dtype!r} is the output dtype of v13: choose bfloat16 or "
-                         f"float16 (the operands are always e4m3)")
-    dtype = str(dtype)
-    H.check_positive_ints(M=M, N=N, K=K)
-    if N % 8:
-        raise ValueError(f"N={N} is not a multiple of 8: TMA needs every row of D to start "
-                         f"on a 16-byte boundary (N x 2 bytes)")
-    if K % 16:
-        raise ValueError(f"K={K} is not a multiple of 16: TMA needs every row of A and B "
-                         f"to start on a 16-byte boundary (K x 1 byte)")
+    dtype = H.check_fp8_contract(M, N, K, dtype)
     if SCALE not in SCALES:
         raise ValueError(f"SCALE={SCALE!r} must be one of {', '.join(SCALES)}")
     if PROMOTE is None:  # the default lives in numerics (the run side reads it too)

@@ -767,9 +767,10 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
         prog.touch()
 
     def stopped(exc, case):
+        where = "the first case, " if case is cases[0] else ""
         return SimEnvironmentError(
-            f"{exc} (stopped at {case.label}, since every case would fail the same way; "
-            f"the full output is in {log_path})")
+            f"{exc} (stopped at {where}{case.label}, since every case would fail the same "
+            f"way; the full output is in {log_path})")
 
     with open(log_path, "w", encoding="utf-8") as logf:
         def log(s: str) -> None:
