@@ -54,9 +54,9 @@ __all__ = ["matmul_fp8", "scale_mode", "check_fp8_operands", "choose_fp8", "expo
 
 FP8_STEP = "v13"
 ARCH = "sm_90a"
-K_MULTIPLE = 16   # TMA: a row of a or b (K bytes) is a multiple of 16 bytes
-N_MULTIPLE = 8    # TMA: a row of out (N x 2 bytes) is a multiple of 16 bytes
-ALIGN_BYTES = 16
+K_MULTIPLE = spec.row_multiple("float8_e4m3fn")  # TMA: a row of a or b (K bytes): 16
+N_MULTIPLE = spec.row_multiple("bfloat16")       # TMA: a row of out (N x 2 bytes): 8
+ALIGN_BYTES = spec.TMA_ROW_BYTES
 OUT_DTYPES = ("bfloat16", "float16")
 SMALL_M = 128     # M <= this (one row of 128-row tiles): the 64 x 64 tile
 SCALE_BLOCK = numerics.FP8_BLOCK

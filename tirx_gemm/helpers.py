@@ -33,7 +33,7 @@ F16_BYTES = spec.element_bytes("float16")  # fp16 and bf16 are both 16-bit
 SUPPORTED_DTYPES = spec.DTYPES
 # TMA's rule for a global tensor: every stride but the innermost is a multiple of 16 bytes,
 # so a row of A, B or D (K or N elements of 2 bytes) must be a multiple of 8 elements
-TMA_ROW_MULTIPLE = 16 // F16_BYTES
+TMA_ROW_MULTIPLE = spec.row_multiple(spec.DEFAULT_DTYPE)
 
 
 # --------------------------------------------------------------------------------------
@@ -55,12 +55,13 @@ def check_fp8_contract(M, N, K, dtype) -> str:
         raise ValueError(f"dtype={dtype!r} is not supported as v13's output dtype: choose "
                          f"float16 or bfloat16 (the operands are always e4m3)")
     check_positive_ints(M=M, N=N, K=K)
-    if N % 8:
-        raise ValueError(f"N={N} is not a multiple of 8: TMA needs every row of D to start "
-                         f"on a 16-byte boundary (N x 2 bytes)")
-    if K % 16:
-        raise ValueError(f"K={K} is not a multiple of 16: TMA needs every row of A and B "
-                         f"to start on a 16-byte boundary (K x 1 byte)")
+    n_mult, k_mult = spec.row_multiple(str(dtype)), spec.row_multiple("float8_e4m3fn")
+    if N % n_mult:
+        raise ValueError(f"N={N} is not a multiple of {n_mult}: TMA needs every row of D to "
+                         f"start on a 16-byte boundary (N x 2 bytes)")
+    if K % k_mult:
+        raise ValueError(f"K={K} is not a multiple of {k_mult}: TMA needs every row of A and "
+                         f"B to start on a 16-byte boundary (K x 1 byte)")
     return str(dtype)
 
 

@@ -26,6 +26,17 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, 
 # project measures on reports 132)
 SM_COUNT = {"sm_100a": 148, "sm_90a": 132}
 
+# TMA's rule for a global tensor: every stride but the innermost is a multiple of 16 bytes,
+# so a row of A, B or D must hold a multiple of 16 / element-bytes elements (8 of fp16 or
+# bf16, 16 of e4m3); tensors start 16-byte aligned
+TMA_ROW_BYTES = 16
+
+
+def row_multiple(dtype: str) -> int:
+    """The multiple a row's length (in elements of ``dtype``) must be for TMA."""
+    return TMA_ROW_BYTES // element_bytes(dtype)
+
+
 # where runs record what they measured (relative to the checkout): results/<kind>/*.jsonl
 RESULTS_DIR = "results"
 
