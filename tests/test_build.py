@@ -66,8 +66,10 @@ def test_step_builds_with_lesson_sass(built, req):
     assert f"arch = {step.arch.rstrip('a')}" in res.sass or step.arch in res.sass
     if kwargs.get("dtype") == "bfloat16":  # the operands and the MMA are bf16, not fp16
         assert "nv_bfloat16" in res.cuda_source
-        if step.fp8:  # e4m3 operands, bf16 only the output
-            assert ".e4m3.e4m3" in res.cuda_source and ".f16.f16" not in res.cuda_source
+        if step.fp8:  # e4m3 operands, bf16 only the output: wgmma's e4m3 form on sm_90a,
+            # tcgen05's kind::f8f6f4 (the types in its instruction descriptor) on sm_100a
+            fp8_mma = ".e4m3.e4m3" if step.arch == "sm_90a" else "kind::f8f6f4"
+            assert fp8_mma in res.cuda_source and ".f16.f16" not in res.cuda_source
         elif step.arch == "sm_90a":
             assert ".bf16.bf16" in res.cuda_source and ".f16.f16" not in res.cuda_source
     assert res.lib_path.stat().st_size > 10_000
