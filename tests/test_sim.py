@@ -557,3 +557,22 @@ def test_run_case_passes_fp8_bytes_and_scales_and_compares_dequantized(monkeypat
     _fake_numsim(monkeypatch, lambda b: _scaled_fp8_into_d(b, forget_scales=True))
     row = sim.run_case(_StandInCase(step, M, N, K, (("SCALE", scale),)))
     assert not row.ok and row.numsim == "WRONG", row.problems
+
+
+def test_checks_for_skips_only_verdicts_that_cannot_change():
+    """CI's gate spends no NumSim compile on a verdict that cannot change: a bfloat16 case
+    with its float16 twin in the run checks numbers only; a mutant runs the checks its
+    verdict reads; every other case (a bf16 case without a twin included) runs all."""
+    v1 = registry.get("v1", "sm_100a")
+    cases = sim.cases_for(v1)
+    bf16 = [c for c in cases if c.dtype == "bfloat16"]
+    assert bf16 and all(sim.checks_for(c, cases) == ("numsim",) for c in bf16)
+    assert all(sim.checks_for(c, cases) == sim.CHECKS for c in cases if c.dtype == "float16")
+    alone = sim.cases_for(v1, dtype="bfloat16")  # no float16 twin in this run
+    assert all(sim.checks_for(c, alone) == sim.CHECKS for c in alone)
+    for m in mutants.MUTANTS.values():
+        if m.arch != "sm_100a":
+            continue
+        got = sim.checks_for(sim.mutant_case(m.name), [])
+        assert set(got) == set(m.must_flag) | ({"numsim"} if m.numbers_right else set())
+    assert sim.checks_for(sim.mutant_case("ld2mma-64"), []) == sim.CHECKS

@@ -876,6 +876,13 @@ def cmd_sim(args) -> int:
           "busy cores; cached after; the heartbeat says \"building NumSim engines\" until "
           f"they are); {note}. Each row prints as its case finishes; the full checker text "
           f"goes to {log_path}", flush=True)
+    from tirx_gemm.sim.gate import checks_for
+    fewer = [c for c in cases if checks_for(c, cases, checks) != tuple(checks)]
+    if fewer:
+        print(f"{len(fewer)} case(s) run fewer checks (gate.checks_for): a bfloat16 case whose "
+              "float16 twin is in this run checks its numbers (its barrier protocol is the "
+              "twin's, which synccheck and racecheck check); a mutant, the checks its verdict "
+              "reads", flush=True)
     t0 = time.time()
     from tirx_gemm.progress import HEARTBEAT_S
     rows = simulate(cases, checks=checks, seed=args.seed, log_path=log_path,

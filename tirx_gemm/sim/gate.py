@@ -325,6 +325,7 @@ class SimRow(StepShape):
     seconds: float = 0.0
     ok: bool = False
     problems: list = dataclasses.field(default_factory=list)  # one line each
+    checks: tuple = CHECKS  # the checks this case ran (gate.checks_for)
 
     def to_record(self, seed: int, checks: tuple[str, ...]) -> dict:
         import tvm  # the version only; tvm is already imported to build the kernel
@@ -587,6 +588,7 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
             continue
         setattr(row, name, _checker_verdict(f"{name}check", report, step, row, log))
     row.seconds = time.time() - t0
+    row.checks = tuple(checks)
     # the check names are the row's field names: numsim, sync, race
     row.ok = not row.problems and all(
         getattr(row, c) in ("correct", "clean", "accepted review") for c in checks)
@@ -701,6 +703,30 @@ def row_verdict(row: SimRow) -> bool:
     return mutant_missed(row) is None if row.mutant else row.ok
 
 
+def checks_for(case: SimCase, cases: list[SimCase], checks=CHECKS) -> tuple[str, ...]:
+    """The checks a gate run gives ``case`` (a subset of ``checks``), so that CI's 2 cores
+    spend no NumSim compile on a verdict that cannot change:
+    - a mutant: the checks its verdict reads (``must_flag``, and numsim where its numbers
+      must stay right): mutant_missed looks at nothing else;
+    - a bfloat16 case whose float16 twin (same step, shape and other keywords) is in the
+      same run: numsim only. Its barrier and proxy protocol is the twin's, which synccheck
+      and racecheck check: the builders differ by the element type alone, both 2 bytes, so
+      the TMA byte counts, barriers and MMA issue order are the same.
+    Every other case gets every check."""
+    from tirx_gemm import mutants
+    if case.mutant:
+        m = mutants.get(case.mutant)
+        need = set(m.must_flag) | ({"numsim"} if m.numbers_right else set())
+        return tuple(c for c in checks if c in need)
+    if case.dtype == "bfloat16" and "numsim" in checks:
+        plain = tuple((k, v) for k, v in case.kwargs if k != "dtype")
+        if any(c is not case and not c.mutant and c.step == case.step
+               and (c.M, c.N, c.K) == (case.M, case.N, case.K) and c.dtype == "float16"
+               and tuple(c.kwargs) == plain for c in cases):
+            return ("numsim",)
+    return tuple(checks)
+
+
 def _case_in_worker(case: SimCase, checks, seed: int):
     """One case in a pool worker: (row, its log text, the engines' own output)."""
     buf = io.StringIO()
@@ -786,7 +812,8 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
                 prog.current = case.label
                 try:
                     with _quiet_native() as buf:
-                        row = run_case(case, checks=checks, seed=seed, log=log)
+                        row = run_case(case, checks=checks_for(case, cases, checks),
+                                       seed=seed, log=log)
                 except SimEnvironmentError as exc:
                     raise stopped(exc, case) from exc
                 finally:
@@ -798,7 +825,8 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
                 with _pool(jobs) as pool:
                     futures = {}
                     for i, case in rest:
-                        futures[pool.submit(_case_in_worker, case, checks, seed)] = i
+                        futures[pool.submit(_case_in_worker, case,
+                                            checks_for(case, cases, checks), seed)] = i
                     import concurrent.futures
                     pending = set(futures)
                     while pending:
@@ -829,7 +857,7 @@ def append_records(rows: list[SimRow], seed: int, checks, results_dir="results")
     path = Path(results_dir) / "sim" / RECORDS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     from tirx_gemm.report.records import record_problem
-    recs = [r.to_record(seed, tuple(checks)) for r in rows]
+    recs = [r.to_record(seed, tuple(c for c in checks if c in r.checks)) for r in rows]
     for rec in recs:  # a record names the checkers that ran, and claims nothing else
         problem = record_problem(rec)
         if problem:
