@@ -50,44 +50,34 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
               SM_COUNT: int = 148, CLC: bool = True):
     """Step card -- v10, Cluster Launch Control (CLC): a dynamic tile scheduler on v8.
 
-    Changes from v8 (not v9: v9's two consumers fill all 512 TMEM columns with one
-    accumulator each, so double-buffering them would halve each consumer's tile; v8's
-    double-buffered accumulator, v7's idea, is kept unchanged: buffer a = TMEM columns
-    [256a, 256a + 256), mma2ld[a] / ld2mma[a] = "a full" / "a empty"). The scheduler is
-    the one change:
-      * launch: one 2-CTA cluster per 256x256 cluster tile (TILES = ceil(M/256) x
-        ceil(N/256) clusters), as a non-persistent kernel would; cluster c starts on
-        tile c; its next tiles come from CLC.
-      * a scheduler role (warpgroup 1, warp 1, both CTAs): CTA 0's elected lane issues
-        one clusterlaunchcontrol.try_cancel (.multicast::cluster::all) per round; the
-        hardware cancels a cluster that has not launched yet and writes a 16-byte
-        response into clc_resp of both CTAs. Every role reads it at the end of its tile
-        (next_tile_clc): the cancelled cluster's first CTA id x means "next tile x / 2",
-        NO_TILE "no tile left, exit".
-      * CLC=False keeps v8's static stride over SM_COUNT // 2 resident pairs.
-    Scope: 2 CTAs x 256 threads; warpgroup 1: warp 3 TMA producer, warp 0 MMA issuer
-    (CTA 0), warp 1 scheduler; warpgroup 0: epilogue. Layout: v8's, plus clc_resp and two
-    barriers. Dispatch: as many clusters stay resident as fit (one CTA per SM: all of
-    TMEM, 161 KiB of SMEM) and cancel the rest. With CLC, SM_COUNT only sets
-    tirx_gemm.resident_clusters = SM_COUNT // 2 (where fewer than TILES), the subset a
-    simulation keeps resident.
+    Changes from v8 (not v9: v9's two consumers fill all 512 TMEM columns, so double-
+      buffering them would halve each tile; v8's double-buffered accumulator is kept as it
+      is). The scheduler is the one change:
+      * launch: one 2-CTA cluster per 256x256 cluster tile (ceil(M/256) x ceil(N/256)
+        clusters); cluster c starts on tile c, its next tiles come from CLC.
+      * a scheduler role (warpgroup 1, warp 1, both CTAs): CTA 0's elected lane issues one
+        clusterlaunchcontrol.try_cancel (.multicast::cluster::all) per round; the hardware
+        cancels a cluster not yet launched and writes a 16-byte response into clc_resp of
+        both CTAs. Every role reads it at the end of its tile (next_tile_clc): cancelled
+        cluster's first CTA id x -> "next tile x / 2", NO_TILE -> exit.
+      * CLC=False keeps v8's static stride over SM_COUNT // 2 resident pairs; with CLC,
+        SM_COUNT only sets tirx_gemm.resident_clusters (what a simulation keeps resident).
+      Scope: 2 CTAs x 256 threads; warpgroup 1: warp 3 TMA producer, warp 0 MMA issuer
+      (CTA 0), warp 1 scheduler; warpgroup 0: epilogue. One CTA per SM (all of TMEM,
+      161 KiB of SMEM).
     Why: a static stride assumes every pair is equally fast and resident from the start;
-    with CLC a slowed pair takes fewer tiles, and no tile is bound to a pair that has not
-    launched. Not measured (no sm_100a GPU); what NumSim verified and cannot see, and the
-    phase of every barrier round by round, are in the lesson.
+      with CLC a slowed pair takes fewer tiles. Not measured (no sm_100a GPU); what NumSim
+      verified, and every barrier's phase round by round, are in the lesson.
     Contracts (PipelineState tracks stage and phase):
       tma2mma[s], mma2tma[s], mma2ld[a], ld2mma[a] (CTA 0's, count 256): as v8.
-      clc_full   response -> readers, one per CTA, count 1 + 16 bytes: the init thread
-                 arms round 0 (arrive.expect_tx(16)) before the setup cluster barrier,
-                 the scheduler warp arms round r + 1 after reading response r and before
-                 releasing it; try_cancel completes the 16 bytes in both CTAs.
-      clc_empty  readers -> CTA 0's scheduler, CTA 0's copy, count 416 = 2 x (32
-                 scheduler + 32 producer + 128 epilogue) + 32 MMA threads: each reader
-                 arrives once it has decoded response r (fenced to the async proxy);
-                 request r + 1 waits for all, so the slot is never rewritten while read.
-    Edges as v8; both CTAs of a pair follow one tile sequence (one multicast response).
+      clc_full   response -> readers, one per CTA, count 1 + 16 bytes: the init thread arms
+                 round 0 before the setup cluster barrier, the scheduler warp arms round
+                 r + 1 after reading response r; try_cancel completes the bytes in both CTAs.
+      clc_empty  readers -> CTA 0's scheduler, CTA 0's copy, count 416 = 2 x (32 scheduler
+                 + 32 producer + 128 epilogue) + 32 MMA threads: each reader arrives once it
+                 has decoded response r; request r + 1 waits for all.
     Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1; SM_COUNT even; CLC a
-    bool; dtype float16 (default) or bfloat16.
+      bool; dtype float16 (default) or bfloat16. Edges as v8.
     Run: ``tirx-gemm build v10 --mnk 4096,4096,4096``; ``tirx-gemm sim v10`` (NumSim).
     """
     CTA_PAIR = W.CTA_PAIR

@@ -41,43 +41,33 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
               SM_COUNT: int = 148, SPLIT_K: int | None = None, REDUCE: str | None = None):
     """Step card -- v11, split-K with a deterministic reduction.
 
-    Changes from v7 (the base: one 128x128 tile per unit, a warp-specialized persistent
-    CTA; the 2-CTA v8/v9 pay off on large grids, split-K on few tiles):
-      * work units: the scheduler walks SPLIT_K x ceil(M/128) unit rows; unit row r is
-        split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
-        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced, >= 1 each); producer and
-        MMA warp run v7's K loop over that range only.
-      * epilogue, SPLIT_K > 1: TMEM -> fp32 registers (not narrowed) -> slab
-        WS[split, tile] (thread-major chunks of 4 floats) -> count -> if last: reduce -> D.
+    Changes from v7 (one 128x128 tile per unit, warp-specialized persistent CTA; the 2-CTA
+      v8/v9 pay off on large grids, split-K on few tiles):
+      * work units: SPLIT_K x ceil(M/128) unit rows; unit row r is split r // TILES_M of
+        tile row r % TILES_M, covering K tiles [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K).
+      * epilogue, SPLIT_K > 1: TMEM -> fp32 registers -> slab WS[split, tile] (thread-major
+        chunks of 4 floats) -> count -> if last: reduce -> D.
     Contracts (cross-CTA, through global memory; the lesson has the memory-model detail):
       publish: the 128 epilogue threads store their slab, meet at the warpgroup barrier,
-        then one thread does atom.acq_rel.gpu.add on CNT[tile] (release: the slab before
-        the count; acquire: every earlier unit's slab visible to this one).
-      decide: the old count goes through SMEM and the barrier to all; old == SPLIT_K - 1:
-        every split has published, this unit reduces.
-      reduce: WS[0, tile] + WS[1, tile] + ... in that fixed order (deterministic), cast,
-        swizzled Dsmem, TMA store (clipped at D's edges), then CNT[tile] = 0.
-    REDUCE="spread" ("last", above, is the default): after publishing, thread 0 waits
-      (ld.acquire.gpu, splitk.wait_count) until CNT[tile] reads SPLIT_K; split s then sums
-      its band of the slab's 4096 chunks in split order and stores it with plain stores
-      clipped at D's edge; a second count, DONE = CNT[TILES + tile] (atom.acq_rel), lets
-      the unit that completes it reset both counters.
-    Why: with "last" no CTA ever waits for another (no spin, no co-residency, any
-    SM_COUNT, several units per CTA) and the sum's order is fixed; its cost is one unit
-    reading SPLIT_K slabs of 64 KiB alone, so SPLIT_K stays moderate (splitk.choose_split).
-    "spread" reads ~1 slab per unit whatever SPLIT_K is, but a waiting unit holds its SM,
-    so every unit must be resident: one unit per CTA (GRID = TILES x SPLIT_K <= SM_COUNT,
-    else ValueError), one CTA per SM (all of TMEM and 161 KiB of SMEM each), SM_COUNT no
-    larger than the GPU's.
-    Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
-    128*128) float32 scratch and CNT (tiles,) int32 ((2 * tiles,) with spread), zero at
-    launch and again at exit. Left out, SPLIT_K and REDUCE come from
-    splitk.resolve_variant (the rule tirx_gemm.matmul uses); SPLIT_K=1 is v7's kernel.
-    Constraints: any M >= 1; N, K multiples of 8 (edges as in v4); dtype float16 or
-    bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1; REDUCE "last"
-    or "spread" (spread: tiles x SPLIT_K <= SM_COUNT).
-    Run: ``tirx-gemm build v11 --mnk 256,256,16384``; executing needs an sm_100a GPU
-    (``tirx-gemm sim v11`` runs it on NumSim).
+        then one thread does atom.acq_rel.gpu.add on CNT[tile].
+      decide: the old count reaches all through SMEM; old == SPLIT_K - 1: this unit reduces.
+      reduce: WS[0, tile] + WS[1, tile] + ... in that fixed order, cast, swizzled Dsmem,
+        TMA store (clipped at D's edges), then CNT[tile] = 0.
+      REDUCE="spread": thread 0 waits (ld.acquire.gpu, splitk.wait_count) until CNT[tile]
+        reads SPLIT_K; split s sums its band of the slab in split order and stores it; a
+        second count DONE = CNT[TILES + tile] lets the last unit reset both counters.
+    Why: with "last" no CTA waits for another (no spin, no co-residency, any SM_COUNT) and
+      the sum's order is fixed; one unit reads SPLIT_K slabs of 64 KiB alone, so SPLIT_K
+      stays moderate (splitk.choose_split). "spread" reads ~1 slab per unit, but a waiting
+      unit holds its SM, so every unit must be resident: GRID = TILES x SPLIT_K <=
+      SM_COUNT, one CTA per SM (all of TMEM and 161 KiB of SMEM each).
+    Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles, 128*128)
+      float32 and CNT (tiles,) int32 ((2 * tiles,) with spread), zero at launch and at exit.
+      Left out, SPLIT_K and REDUCE come from splitk.resolve_variant (matmul's rule).
+    Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; 1 <= SPLIT_K
+      <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1 (spread: tiles x SPLIT_K <= SM_COUNT, no
+      more than the GPU's SMs); REDUCE "last" or "spread"; SPLIT_K=1 is v7's kernel.
+    Run: ``tirx-gemm build v11 --mnk 256,256,16384``; ``tirx-gemm sim v11`` (NumSim).
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     ACC_STAGES = 2  # 2 x 128 fp32 columns of the 512 in TMEM

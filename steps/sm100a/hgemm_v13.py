@@ -31,50 +31,32 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     """Step card -- v13 (sm_100a), fp8 (e4m3) on v9's skeleton.
 
     Changes from v9 (diff the two files):
-      operands: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (the bit
-        patterns; a torch float8_e4m3fn tensor as ``t.view(torch.uint8)``, see
-        tirx_gemm.fp8); D is ``dtype`` (float16, the default of every builder, or
-        bfloat16); fp32 scales SA, SB follow D. Same contract as sm_90a v13.
+      operands: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a torch
+        float8_e4m3fn tensor as ``t.view(torch.uint8)``, tirx_gemm.fp8); D is ``dtype``
+        (float16 default, or bfloat16); fp32 scales SA, SB follow D.
       stage: BLK_K = 128 (W.FP8_BLK_K): one 128-byte swizzle row of e4m3, so Asmem
         (PIPE_DEPTH, 2, 128, 128) and Bsmem (PIPE_DEPTH, 128, 128) are uint8 with v9's
-        bytes (48 KiB a stage per CTA) and the TMA boxes are v9's 128-byte rows;
-      MMA: the same SMEM read through a float8_e4m3fn view (``Asmem.view(...)``): that
-        dtype is what makes Tx.gemm_async issue tcgen05.mma kind::f8f6f4 (4 instructions
-        of K = 32 per stage where v9 issued 4 of K = 16) with e4m3 in the instruction
-        descriptor; the SMEM descriptors are v9's (128B swizzle, 1024-byte row groups);
-      epilogue: tcgen05.ld of 64 fp32 columns, times the scale in fp32, one rounding to
-        D's dtype, then v9's staged TMA store (W.fp8_scaled_chunk):
+        bytes (48 KiB a stage per CTA) and v9's TMA boxes;
+      MMA: the same SMEM through a float8_e4m3fn view (``Asmem.view(...)``) makes
+        Tx.gemm_async issue tcgen05.mma kind::f8f6f4 (4 of K = 32 per stage) with e4m3 in
+        the instruction descriptor; the SMEM descriptors are v9's;
+      epilogue: tcgen05.ld of 64 fp32 columns, times the scale in fp32, one rounding to D's
+        dtype, v9's staged TMA store (W.fp8_scaled_chunk):
           "tensor": SA (1,), SB (1,): D = (SA[0] * SB[0]) * (A @ B.T);
           "row":    SA (M,), SB (N,): D[m, n] = SA[m] * SB[n] * (A @ B.T)[m, n]
-                    (each thread holds one row: one SA value; a chunk's 64 SB values are
-                    loaded two per lane and passed around the warp by shuffles).
+                    (a chunk's 64 SB values loaded two per lane, shared by shuffles);
       dropped: v9's fused epilogue keywords (BIAS, ACT, OUT_DTYPE, SWIGLU).
-    Accumulation: Blackwell's kind::f8f6f4 MMA accumulates into the fp32 TMEM accumulator
-      (the instruction descriptor's D format is f32), taken here as full fp32 with no
-      reduced-precision internal sum that software must flush (not measured: no sm_100a
-      GPU): the K loop is v9's, every MMA accumulates into the same TMEM columns, no
-      promotion interval (contrast sm_90a v13's PROMOTE).
-      What NumSim models: it decodes the kind::f8f6f4 instruction descriptor (e4m3
-      operands, M, N), converts each e4m3 byte exactly to a real and accumulates the
-      products in fp32; it does not model any rounding inside the hardware's dot-product
-      unit beyond that, so the gate checks the data path (bytes, swizzle, descriptors,
-      barriers, scales), not the silicon's summation order.
-    Barriers, roles, scheduler, edges: v9's, unchanged (see its card): tma2mma counts
-      1 + both CTAs' bytes (expect_tx of 2 x 48 KiB), mma2tma 2, mma2ld 1, ld2mma 256.
-    Not here: block scaling. sm_90a v13's 1x128 / 128x128 scales are applied to partial
-      sums in registers; on Blackwell the native form is block-scaled MXFP8
-      (tcgen05.mma kind::mxf8f6f4.block_scale, one e8m0 scale per 32 elements of K, the
-      scale factors in TMEM, copied there by tcgen05.cp). NumSim decodes kind::mxf8f6f4;
-      it is not attempted in this step: v9's two 256 x 256 accumulators fill all 512
-      TMEM columns, leaving none for scale factors (it needs v8's one-consumer layout),
-      and e8m0 scales per 32 of K are another contract than sm_90a v13's fp32 blocks.
-    Speed: measured on an sm_100a GPU: none (this project runs sm_100a on NumSim only).
-    Constraints: any M >= 1; N a multiple of 8 (16-byte rows of 2-byte D); K a multiple
-      of 16 (16-byte rows of 1-byte A and B; the last 128-K stage is zero-filled by TMA,
-      and zeros add nothing); dtype float16 or bfloat16; SCALE tensor | row; PIPE_DEPTH
-      >= 1 within SMEM (48 KiB a stage); SM_COUNT even.
-    Run: ``tirx-gemm build v13 --arch sm_100a --mnk 4096,4096,4096`` (compile);
-      ``tirx-gemm sim v13`` (NumSim, fp8 inputs and scales, numerics' fp8 rules).
+    Accumulation: kind::f8f6f4 accumulates into the fp32 TMEM accumulator, taken as full
+      fp32 (not measured: no sm_100a GPU), so the K loop is v9's with no promotion (contrast
+      sm_90a v13's PROMOTE). What NumSim models and what it cannot see: the lesson.
+    Barriers, roles, scheduler, edges: v9's (see its card): tma2mma counts 1 + both CTAs'
+      bytes (expect_tx of 2 x 48 KiB), mma2tma 2, mma2ld 1, ld2mma 256.
+    Not here: block scaling (MXFP8, kind::mxf8f6f4.block_scale): v9's two accumulators
+      fill all 512 TMEM columns, leaving none for scale factors (the lesson says more).
+    Constraints: any M >= 1; N a multiple of 8 (16-byte rows of 2-byte D); K a multiple of
+      16 (16-byte rows of 1-byte A and B; TMA zero-fills the last 128-K stage); dtype
+      float16 or bfloat16; SCALE tensor | row; PIPE_DEPTH >= 1 within SMEM; SM_COUNT even.
+    Run: ``tirx-gemm build v13 --arch sm_100a --mnk 4096,4096,4096``; ``tirx-gemm sim v13``.
     """
     CTA_PAIR, NUM_CONSUMER = W.CTA_PAIR, 2
     BLK_M, BLK_N, BLK_K = 128, 128, W.FP8_BLK_K  # per CTA and consumer; K: 128 bytes

@@ -18,44 +18,32 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     """Step card -- v8, 2-CTA MMA (cta_group::2).
 
     Changes from v7: scope: a cluster of CTA_PAIR=2 CTAs cooperates on a 256x256 cluster
-    tile. Each CTA still loads one 128x64 slice of A (its 128 output rows) and one
-    128x64 slice of B (half of the 256 output columns) per stage; CTA 0's MMA warp issues
-    tcgen05.mma.cta_group::2 (M=256, N=256), which reads both CTAs' SMEM and writes each
-    CTA's 128 rows x 256 columns into that CTA's TMEM. CTA 1's MMA warp idles.
-    Layout: the accumulator is 256 fp32 columns per tile, still double-buffered
-    (ACC_STAGES=2 x 256 = all 512 TMEM columns); TMEM is allocated and freed with the
-    2-CTA forms by one warp in each CTA. The epilogue drains 256 columns in two
-    128-column chunks through the same 128x128 Dsmem.
-    Dispatch: the scheduler walks 256x256 cluster tiles over SM_COUNT // 2 clusters;
-    both CTAs of a pair compute the same tile sequence.
-    Barriers (stage and phase tracked by PipelineState, as in v7; "peer" = the other CTA):
-      tma2mma[s] TMA -> MMA, only CTA 0's copy is used: CTA 0's producer arrives with
-                 expect_tx for BOTH CTAs' bytes, and both CTAs' TMA copies complete_tx
-                 on it (the 2-CTA TMA form takes a barrier in the peer); CTA 0's MMA
-                 warp waits, starting at phase 0;
-      mma2tma[s] MMA -> TMA, one multicast tcgen05.commit arrives in both CTAs: each
-                 producer waits on its own copy, starting at phase 1 (stages start empty);
-      mma2ld[a]  MMA -> epilogue, a multicast commit after a tile's last MMA, in both
-                 CTAs; each epilogue waits on its own copy, phase 0;
-      ld2mma[a]  epilogue -> MMA, only CTA 0's copy is used: all 128 epilogue threads of
-                 BOTH CTAs arrive on it (count 256) once done with TMEM stage a; CTA 0's
-                 MMA warp starts at phase 1 (both accumulators start free).
-    Setup and teardown are cluster-wide: a cluster barrier publishes the barrier inits
-    before the peer may signal them, and another one keeps each CTA (its SMEM barriers
-    and TMEM) alive until the peer is done with it.
-    Why: per unit of tensor-core work the cluster stages half the A and B bytes of v7,
-    which is what keeps the tensor cores fed at B200 rates; the book's published B200
-    figure for this step is 1328 TFLOP/s at 4096^3, vs 607 for v7 (not measured here).
-    Edges (as in v4, per CTA): the scheduler walks ceil(M/256) x ceil(N/256) cluster
-    tiles (any count, odd included: both CTAs of a pair follow one sequence). In a
-    partial cluster tile a CTA whose 128 rows all lie past M still runs the whole pair
-    protocol: its TMA loads are all zeros but still count their full boxes on CTA 0's
-    tma2mma, its epilogue arrives on ld2mma and its stores are dropped, because the
-    pair's MMA reads both CTAs' SMEM and every barrier counts both CTAs.
+      tile. Each CTA loads one 128x64 slice of A (its rows) and of B (half the columns) per
+      stage; CTA 0's MMA warp issues tcgen05.mma.cta_group::2 (M=256, N=256), which reads
+      both CTAs' SMEM and writes each CTA's 128 rows into that CTA's TMEM; CTA 1's MMA warp
+      idles. Layout: 256 fp32 columns per tile, still double-buffered (ACC_STAGES=2 x 256 =
+      all 512 TMEM columns), allocated and freed with the 2-CTA forms; the epilogue drains
+      them in two 128-column chunks. Dispatch: 256x256 cluster tiles over SM_COUNT // 2
+      clusters, both CTAs of a pair on one tile sequence.
+    Barriers (PipelineState as in v7; "peer" = the other CTA):
+      tma2mma[s] only CTA 0's copy: CTA 0's producer arrives with expect_tx for BOTH CTAs'
+                 bytes, both CTAs' TMA complete_tx on it; CTA 0's MMA warp waits from phase 0;
+      mma2tma[s] one multicast tcgen05.commit arrives in both CTAs; each producer waits on
+                 its own copy from phase 1;
+      mma2ld[a]  multicast commit after a tile's last MMA; each epilogue waits on its own;
+      ld2mma[a]  only CTA 0's copy, count 256: all epilogue threads of BOTH CTAs arrive
+                 once done with TMEM stage a; CTA 0's MMA warp starts at phase 1.
+      Setup and teardown are cluster-wide: a cluster barrier publishes the inits before the
+      peer may signal them, another keeps each CTA (SMEM, TMEM) alive until the peer is done.
+    Why: per unit of tensor-core work the pair stages half the A and B bytes of v7; the
+      book's published B200 figure for this step is 1328 TFLOP/s at 4096^3, vs 607 for v7
+      (not measured here).
+    Edges: ceil(M/256) x ceil(N/256) cluster tiles; a CTA whose 128 rows lie past M still
+      runs the whole pair protocol (zero loads counted in full on CTA 0's tma2mma, ld2mma
+      arrivals, dropped stores), because the pair's MMA and every barrier count both CTAs.
     Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1; SM_COUNT even (CTAs
-    come in pairs); dtype float16 (default) or bfloat16.
-    Run: ``tirx-gemm build v8 --mnk 4096,4096,4096`` (compile);
-    ``tirx-gemm sim v8`` (CPU model of sm_100a); executing needs an sm_100a GPU.
+      come in pairs); dtype float16 (default) or bfloat16.
+    Run: ``tirx-gemm build v8 --mnk 4096,4096,4096``; ``tirx-gemm sim v8`` (NumSim).
     """
     CTA_PAIR = W.CTA_PAIR
     BLK_M, BLK_N, BLK_K = 128, 128, 64  # per CTA

@@ -24,68 +24,36 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
       warpgroup 2, warp 3: TMA producer (two A slices + one B slice per stage);
       warpgroup 2, warps 0 and 1: MMA consumers c = 0, 1 (CTA 0 issues, cta_group::2);
       warpgroups 0 and 1: epilogue of consumer c = warpgroup id.
-    The cluster tile grows along M to 512x256: consumer c computes rows
-    [m_base + 256c, m_base + 256c + 256) (128 from each CTA) against the SAME 256 B rows.
-    Layout: Asmem gains a consumer axis, (PIPE_DEPTH, 2, 128, 64); Bsmem is unchanged;
-    consumer c accumulates into TMEM columns [256c, 256c + 256) -- all 512 columns are
-    used, so v8's double-buffered accumulator is traded for a second consumer (while
-    epilogue 0 drains, consumer 1 keeps the tensor cores busy, and vice versa). Each
-    epilogue stages its 128 rows through its own 128-row band of Dsmem in 64-column
-    chunks (EPI_N), which also keeps its registers low.
-    Dispatch: setmaxnreg lowers warpgroup 2 and raises both epilogue warpgroups.
-    Barriers (stage and phase tracked by PipelineState; CTA 0's copy is the one the pair
-    signals where noted, as in v8):
-      tma2mma[s] TMA -> MMA, CTA 0's copy: CTA 0's expect_tx for both CTAs' bytes (two A
-                 slices and one B slice each), both CTAs' TMA complete on it; BOTH MMA
-                 warps wait on it, starting at phase 0 (neither can run ahead: the stage
-                 is refilled only after both have released it);
-      mma2tma[s] MMA -> TMA, count 2: each consumer's multicast commit arrives once in
-                 both CTAs, so a stage is refilled only after both MMAs read it; each
-                 producer waits on its own copy, starting at phase 1;
-      mma2ld[c]  MMA warp c -> epilogue c, multicast commit after the tile's last MMA,
-                 both CTAs; epilogue warpgroup c waits on its own copy, phase 0;
-      ld2mma[c]  epilogue c -> MMA warp c, CTA 0's copy: the 128 threads of epilogue c in
-                 BOTH CTAs arrive (count 256) once done with columns [256c, 256c + 256);
-                 MMA warp c starts at phase 1 (its accumulator starts free).
-    Named barriers: epilogue c syncs its 128 threads with bar.sync 1 + c.
+      The cluster tile grows along M to 512x256: consumer c computes rows
+      [m_base + 256c, m_base + 256c + 256) (128 from each CTA) against the SAME 256 B rows.
+      Layout: Asmem gains a consumer axis, (PIPE_DEPTH, 2, 128, 64); consumer c accumulates
+      into TMEM columns [256c, 256c + 256): all 512 are used, so v8's double-buffered
+      accumulator is traded for a second consumer. Each epilogue stages its 128 rows through
+      its own 128-row band of Dsmem in 64-column chunks (EPI_N). Dispatch: setmaxnreg lowers
+      warpgroup 2 and raises both epilogue warpgroups.
+    Barriers (PipelineState; CTA 0's copy where noted, as in v8):
+      tma2mma[s] CTA 0's copy: expect_tx for both CTAs' bytes; BOTH MMA warps wait on it
+                 from phase 0 (a stage is refilled only after both released it);
+      mma2tma[s] count 2: each consumer's multicast commit arrives once in both CTAs; each
+                 producer waits on its own copy from phase 1;
+      mma2ld[c]  MMA warp c -> epilogue c, multicast commit after the tile's last MMA;
+      ld2mma[c]  CTA 0's copy, count 256: epilogue c's 128 threads in BOTH CTAs arrive once
+                 done with their columns; MMA warp c starts at phase 1.
+      Named barriers: epilogue c syncs its 128 threads with bar.sync 1 + c.
     Why: B traffic per unit of tensor-core work halves again, and two issuers keep the
-    tensor cores busy across tile boundaries; the book's published B200 figure for this
-    step is 1460 TFLOP/s at 4096^3, equal to cuBLAS there, vs 1328 for v8 (not measured
-    here).
-    Edges as in v8, over ceil(M/512) x ceil(N/256) cluster tiles: a consumer or a CTA
-    whose rows all lie past M still loads (zeros), computes, arrives and stores (dropped).
-    Epilogue (issue 28; keywords, references and tolerances: tirx_gemm.epilogue): BIAS
-    (False | "float16" | "bfloat16" | "float32"), ACT (None | "relu" | "gelu" | "gelu_tanh"
-    | "silu"), OUT_DTYPE (None | "float32"), SWIGLU (False | True). All off: the plain
-    kernel above, unchanged (the same PrimFunc). Otherwise, per 128-byte chunk of an
-    output row (64 16-bit or 32 fp32 columns; W.epilogue_chunks; never narrower TMEM
-    loads than the plain 64 columns: see there why the register budget needs them):
-      TMEM   the fp32 accumulator, as the MMA left it (nothing is done in TMEM);
-      regs   tcgen05.ld (+ wait::ld) brings one row per thread, 64 fp32 columns per
-             load; then in fp32: + bias[n] (read from global, the bias dtype widened
-             exactly), then the activation (W.activation: exp, division and compares),
-             or silu(gate) * up; then ONE rounding to D's dtype;
-      Dsmem  the thread's row of its warpgroup's 128-row band (generic-proxy stores),
-             fence.proxy.async, bar.sync 1 + c;
-      GMEM   one elected thread's TMA store of the 128 x chunk box (past-edge rows and
-             columns dropped), waited before the band is reused.
-    Operands: A, B, D, then bias (N,) only with BIAS; D has OUT_DTYPE or the input dtype.
-    SwiGLU: B is the fused weight of 2N rows, gate and up interleaved in groups of
-    E.SWIGLU_GROUP (8) rows, so the MMA tile's 256 accumulator columns of a row hold
-    gate columns 16t + [0, 8) and up columns 16t + [8, 16) of outputs 8t + [0, 8): each
-    thread has both halves of every pair in its own registers (no shuffle, no SMEM), and
-    a cluster tile yields 512 x 128 outputs; the scheduler walks ceil(2N / 256) column
-    tiles. The epilogue only changes the writeback warpgroups' code: the barriers, the
-    roles and the MMA are the plain kernel's, and Dsmem keeps its size (128 bytes a row).
-    RUNTIME_M=True (issue 27; helpers.runtime_rows): M, the rows of A and D, is an int32
-    variable; the cluster-tile count ceil(M/512) is computed on the GPU, and TVM's host
-    code binds M from A.shape[0] and makes A's and D's TMA descriptors at every call (as
-    on sm_90a), so one kernel serves every M >= 1. Checked on NumSim only (one PrimFunc
-    run at several M); False leaves the TIR unchanged.
-    Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1 and small enough for
-    SMEM (48 KiB per stage); SM_COUNT even; dtype float16 (default) or bfloat16.
-    Run: ``tirx-gemm build v9 --mnk 4096,4096,4096`` (compile);
-    ``tirx-gemm sim v9`` (CPU model of sm_100a); executing needs an sm_100a GPU.
+      tensor cores busy across tile boundaries (the lesson quotes the book's B200 figures).
+    Edges as in v8 over ceil(M/512) x ceil(N/256) cluster tiles: a consumer or CTA whose
+      rows lie past M still loads (zeros), computes, arrives and stores (dropped).
+    Epilogue (issue 28; tirx_gemm.epilogue): BIAS, ACT, OUT_DTYPE "float32", SWIGLU, per
+      128-byte chunk of a row: tcgen05.ld -> fp32 registers (+ bias, activation or
+      silu(gate) * up, one rounding) -> the warpgroup's Dsmem band -> TMA store. Operands A,
+      B, D, then bias (N,). SWIGLU's interleaved weight (groups of 8) puts gate and up of an
+      output in one thread's registers; barriers, roles and MMA are the plain kernel's, and
+      all keywords off is the same PrimFunc. RUNTIME_M (helpers.runtime_rows): M at run
+      time, checked on NumSim only.
+    Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1 within SMEM (48 KiB per
+      stage); SM_COUNT even; dtype float16 (default) or bfloat16.
+    Run: ``tirx-gemm build v9 --mnk 4096,4096,4096``; ``tirx-gemm sim v9`` (NumSim).
     """
     CTA_PAIR, NUM_CONSUMER = W.CTA_PAIR, 2
     BLK_M, BLK_N, BLK_K = 128, 128, 64  # per CTA and consumer

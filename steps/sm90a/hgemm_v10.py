@@ -74,61 +74,38 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
               RUNTIME_M: bool = False, BIAS=False, ACT=None):
     """Step card -- v10, ping-pong consumers.
 
-    Changes from v9: in v9 both consumer warpgroups share one 128x256 tile (64 rows each),
-      finish together and hide their epilogues only behind their next tile's first
-      wgmmas. Here each consumer warpgroup owns whole tiles of BLK_M x BLK_N (128x128 by
-      default: two m64n128 wgmmas per k16 slice, the same 128 fp32 accumulators per
-      thread); the CTA's tiles alternate (0, 2, 4, ... to warpgroup 0; 1, 3, 5, ... to
-      warpgroup 1) and the two take turns on the tensor cores:
+    Changes from v9: each consumer warpgroup owns whole tiles of BLK_M x BLK_N (128x128 by
+      default: two m64n128 wgmmas per k16 slice, 128 fp32 accumulators per thread); the
+      CTA's tiles alternate (even to warpgroup 0, odd to warpgroup 1) and the two take turns
+      on the tensor cores:
       * warpgroup w waits for its turn (TURN + w), issues its tile's whole mainloop, gives
-        the turn to the other (bar.arrive on TURN + 1 - w, only if that one has a tile),
-        and only then drains its wgmmas and stores the tile (stmatrix + TMA store as v9,
-        one 64-row block at a time: BLK_N / 4 = 32 registers for 128x128);
-      * the producer loads tiles in the order they are taken: warpgroup w consumes ring
-        positions [i*K_TILES, (i+1)*K_TILES) of its tile i and skips the other's;
-      * a stage is one tile's A and B slice, 32 KB instead of 48 KB: PIPE_DEPTH 6;
-      * ORDER="group" (v9's L2 groups) or "snake"; BLK_M=64 gives a 64x256 tile (v9's
-        m64n256 wgmma, 40 KB stages, PIPE_DEPTH <= 4).
+        the turn to the other (bar.arrive on TURN + 1 - w, only if that one has a tile), and
+        only then drains its wgmmas and stores the tile (v9's stmatrix + TMA store, one
+        64-row block at a time: BLK_N / 4 = 32 registers for 128x128);
+      * the producer loads tiles in the order they are taken; a stage is one tile's A and B
+        slice, 32 KB instead of 48 KB: PIPE_DEPTH 6;
+      * ORDER="group" (v9's L2 groups) or "snake"; BLK_M=64: a 64x256 tile (40 KB stages).
       The cluster (2 CTAs, B multicast), the producer and the epilogue staging are v9's.
-    Why: a warpgroup's whole epilogue runs under the other's mainloop instead of one or
-      two K steps. The cost: half-size tiles pull 50% more bytes from L2 per flop. On the
-      H200 that cost wins at every shape measured: v9's cooperative tile stays the faster
-      Hopper design (the lesson has the measurements, their sources and the arithmetic).
+    Why: a warpgroup's whole epilogue runs under the other's mainloop instead of one or two
+      K steps. The cost: half-size tiles pull 50% more bytes from L2 per flop (the lesson
+      has what the H200 measured).
     Contracts/Barriers (the lesson's table has counts and phases):
       tma2mma[s] (count 1): this CTA's producer (expect_tx, half of B from the peer's
         multicast) -> the 128 threads of the ONE warpgroup that owns the stage's tile.
       mma2tma[s] (count 2): threads 0 and 1 of the owning warpgroup, one arrival in each
-        CTA (both CTAs walk the same tiles) -> each CTA's producer, from phase 1.
+        CTA -> each CTA's producer, from phase 1.
       TURN + w (ids 3, 4; 256 threads): warpgroup 1 - w bar.arrives once its mainloop is
-        issued and the next tile exists; warpgroup w bar.syncs before each of its tiles
-        but warpgroup 0's first. Each tile gives one turn and every tile but the first
-        takes one, so arrivals and waits pair up at any tile count; the turn also keeps
-        tma2mma's parity waits exact (no stage barrier is two phases behind the parity a
-        warpgroup asks about).
+        issued and the next tile exists; warpgroup w bar.syncs before each of its tiles but
+        warpgroup 0's first, so arrivals and waits pair up at any tile count (and tma2mma's
+        parity waits stay exact).
       EPI + w (ids 1, 2; 128 threads): v9's staging barrier of warpgroup w.
+    Epilogue (issue 28, BIAS and ACT; tirx_gemm/epilogue.py): applied to each 64-row block's
+      accumulators right before its pack, under the other warpgroup's mainloop. matmul routes
+      here only with chooser.EPILOGUE_STEP = "v10" or ``matmul(..., step="v10")``.
     Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; BLK_M 128 or
       64; EPI_BUFS dividing BLK_N / 64; PIPE_DEPTH >= 2 stages plus 2 * EPI_BUFS * 8 KB of
-      staging within 227 KB (6 for 128x128, 4 for 64x256); SM_COUNT even; ORDER "group"
-      or "snake"; PRODUCER_REGS/CONSUMER_REGS multiples of 8 within 64K registers per
-      CTA. RUNTIME_M=True takes M at run time (helpers.runtime_rows).
-    Epilogue (issue 28, BIAS and ACT only; v12 has all four keywords, tirx_gemm/epilogue.py):
-      bias (operand after D, shape (N,)) and activation applied to each 64-row block's fp32
-      accumulators right before its pack, so the math runs where v10's writeback runs:
-      under the other warpgroup's mainloop, off the tensor cores' critical path (v12 runs
-      it between two tiles of one warpgroup). matmul routes here only with
-      chooser.EPILOGUE_STEP = "v10" (off: measured below) or ``matmul(..., step="v10")``.
-      ptxas (bf16, bias bf16, 128x128, RUNTIME_M; scripts/lab/epilogue_sass.py): relu and
-      gelu_tanh spill-free, silu 4/4 bytes of spill stores/loads, gelu 16/16 (stack 8; the
-      bias loads of a block hoisted beside its 128 accumulators). Loading the tile's bias
-      once for both blocks before the last wait (32 loads instead of 64, as v12 does) made
-      it worse (silu 12/40, gelu 32/60: 32 more values live across both blocks), so the
-      per-block loads stay; no spill-free gelu yet. Measured on the H200 (NVIDIA H200,
-      call 2, bf16, bias bf16, median ms, v10 vs v12;
-      results/lab/epilogue_v10_h200_call2.jsonl, 24/24 checks correct): ping-pong won with silu and relu at 1000x14336x4096 (0.165 and
-      0.163 vs 0.181 and 0.174) and lost with gelu at every shape (0.786 vs 0.723 at
-      4096x14336x4096, 0.195 vs 0.190, 1.708 vs 1.675 at 8192^3) and plain at 8192^3 (1.573
-      vs 1.365). The plain repeats drifted (8192^3 v12 1.365 then 1.434 ms), so differences
-      under that are not resolved; matmul keeps chooser.EPILOGUE_STEP = "v12".
+      staging within 227 KB; SM_COUNT even; ORDER "group" or "snake"; PRODUCER_REGS /
+      CONSUMER_REGS multiples of 8 within 64K per CTA; RUNTIME_M as helpers.runtime_rows.
     Run: ``tirx-gemm run v10 --arch sm_90a --mnk 4096,4096,4096``.
     """
     H.check_edge_shape(M, N, K, dtype)

@@ -47,110 +47,39 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
               CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None):
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
-    Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major (the only layout
-      the fp8 wgmma reads); one wgmma is m64nBLK_Nk32, so a 128-byte swizzle row is 128
-      elements of K and a stage is BLK_K = 128 (4 wgmmas per consumer). Same ring,
-      producer, persistent L2-grouped tile walk and overlapped epilogue as v12; D is
-      ``dtype`` (float16 or bfloat16); accumulation is fp32. The builder's default is
-      float16 like every builder's (the records, bundles and the runner read a build
-      without a dtype keyword as float16); tirx_gemm.matmul_fp8 asks for bfloat16.
-    How e4m3 reaches the kernel: A and B are uint8 operands (the e4m3 bit patterns). TMA
-      copies bytes and the wgmma mnemonic (.e4m3.e4m3) says how to read them, so the
-      kernel needs no fp8 type; a torch float8_e4m3fn tensor is passed as
-      ``t.view(torch.uint8)`` (zero-copy; torch's DLPack export of float8 is not
-      something every torch build has), see tirx_gemm.fp8.
-    Scale contract (SCALE, fp32 operands scale_a, scale_b after D):
-      "tensor": scale_a (1,), scale_b (1,): D = (sa * sb) * (A @ B.T), applied once to
-        the fp32 accumulator in the epilogue;
-      "row": scale_a (M,), scale_b (N,): D[m, n] = sa[m] * sb[n] * (A @ B.T)[m, n], in
-        the epilogue (each thread reads the scales of its fragment's rows and columns);
-      "block": scale_a (M, ceil(K/128)) per 1x128 block of A, scale_b (ceil(N/128),
-        ceil(K/128)) per 128x128 block of B: D[m, n] = sum over k-blocks b of
-        sa[m, b] * sb[n // 128, b] * (A[m, 128b:128b+128] @ B[n, 128b:128b+128]); applied
-        in the mainloop: each K stage (= one 128-K block) is accumulated by its 4 wgmmas
-        into a temporary accumulator ``tmp``, then promoted: acc += tmp * sa * sb.
-        Tails: the last K block is partial (TMA zero-fills past K, its scale still
-        applies to the real columns); the last N block of B may have fewer than 128 rows.
-    Limited-precision accumulation: Hopper's fp8 wgmma does not accumulate in full fp32;
-      the DeepSeek-V3 technical report (arXiv 2412.19437, sec. 3.3.2) measured that it
-      keeps about 14 bits, not an NVIDIA-documented figure. PROMOTE = the number of k32
-      wgmmas summed in ``tmp`` (scale-d 0 at the first) before ``acc += tmp * factor`` in
-      ordinary fp32 FMAs; a multiple of 4 (one stage), so a promotion point is a stage
-      boundary. PROMOTE=0: no promotion, the wgmmas accumulate the whole K in ``acc``
-      (v12's loop). Default: 4 in every mode (required for "block": each block has its
-      own scale): the accurate mode is the default, as matmul_fp8's; PROMOTE=0 is the
-      opt-in fast accumulation, outside the project's tolerance at deep K (measured on the
-      H200, below), so `tirx-gemm run v13` checks the promoted kernel.
-    Overlapped promotion (PROMOTE_OVERLAP, default True at PROMOTE=4): two partial-sum
-      accumulators, tmp0 and tmp1; each mainloop iteration queues stage 2j's 4 wgmmas
-      into tmp0 and stage 2j+1's into tmp1, waits for the first group only
-      (wait_group 1) and promotes tmp0 while the tensor core runs tmp1's wgmmas, then
-      waits for all (wait_group 0) and promotes tmp1. (Call 1's kernel waited and
-      promoted after every stage: the tensor core idled during each promotion unless the
-      other consumer warpgroup had wgmmas queued.) Why pairs within one iteration and
-      not a rolling one-stage lag: ptxas follows wgmma groups only within a loop
-      iteration; reading a tmp whose group was committed in the previous iteration
-      made it serialize every wgmma (C7514, a wait after each QGMMA), as did choosing
-      the accumulator by a branch (C7520). K_TILES odd: the producer loads one more
-      stage, wholly past K (TMA zero-fills it), so every iteration has its pair. The
-      first pair is peeled: the previous tile's writeback runs behind its wgmmas and the
-      packed tile is dead in the loop, where acc + tmp0 + tmp1 take 3 x BLK_N / 2
-      accumulator registers (BLK_N <= 128). PROMOTE_OVERLAP=False: the serial
-      promotion of call 1 (any PROMOTE; acc + tmp + the packed tile, BLK_N <= 160).
-    Error of each PROMOTE interval against an fp32 reference (emulated on the CPU, not
-      measured: scripts/lab/fp8_promotion_error.py with its defaults, 128 x 128 outputs,
-      randn inputs quantized per tensor to e4m3, reference = the product of the
-      dequantized inputs, so only the accumulation errs; the model is the 14 bits above,
-      the running accumulator truncated after each k32 wgmma; rel. Frobenius error of the
-      fp32 result, before the output's rounding):
-        | K     | PROMOTE=0 | 4       | 8       | 16      | 32      |
-        | 4096  | 3.2e-03   | 1.2e-04 | 2.1e-04 | 4.1e-04 | 8.0e-04 |
-        | 16384 | 1.3e-02   | 1.2e-04 | 2.1e-04 | 4.1e-04 | 8.1e-04 |
-      (with round-to-nearest instead, ``--round nearest``: 2.1e-04 / 4.1e-04 unpromoted,
-      4.2e-05 at PROMOTE=4, for both K.) Truncation biases every add the same way, so
-      without promotion the error grows with K, past bf16's unit roundoff (3.9e-3) at
-      K=16384; promotion makes it independent of K.
-      Measured on the H200 (NVIDIA H200, bf16 out): every promoted check passed in call 1
-      (serial promotion) and call 2 (overlapped; results/lab/fp8_h200_call2.jsonl), e.g.
-      rel. error 1.66e-3 at 4096^3 (mostly the bf16 output's rounding). Fast accumulation
-      (PROMOTE=0, recorded as "fast_accum_error", not judged), call 2, elements outside the
-      promoted tolerance (tensor / row scales):
-        | 65x4104x2064 1 / 4 of 266760     | 129x264x4112 5 / 3 of 34056        |
-        | 2049x384x16384 863 / 872 of 787K | 4096^3 854 / 847 of 16.8M           |
-        | 8192^3 17457 / 17362 of 67.1M    | 4096x14336x4096 3069 / 3073 of 58.7M |
-      (0 at K <= 1008; call 1 judged it by the looser fast-accumulation tolerance: 37 of
-      16.8M at 4096^3.) Like torch's use_fast_accum, it is outside the project's tolerance.
-    Speed, measured on the H200 (NVIDIA H200, call 2, results/lab/fp8_h200_call2.jsonl:
-      the overlapped promotion, PROMOTE=4; bf16 out, median ms with L2 flushed):
-        | shape           | v13 tensor | v13 row | _scaled_mm tensor | row    | v13 fast | _scaled_mm fast |
-        | 4096^3          | 0.1179     | 0.1183  | 0.1096            | 0.1197 | 0.0992   | 0.1069          |
-        | 8192^3          | 0.9053     | 0.8751  | 0.8635            | 0.8439 | 0.7574   | 0.8391          |
-        | 4096x14336x4096 | 0.4009     | 0.3970  | 0.4099            | 0.3558 | 0.3332   | 0.3307          |
-      (fast: tensor scales, v13 at 128 x 256.) Promoted per tensor v13 runs 0.93-1.02x
-      _scaled_mm, per row 0.90-1.01x. The promotion now costs 8-9% against the same
-      128 x 128 tile without it (v13 tensor / fast 128x128: 0.92, 0.92, 0.91 of its speed),
-      where call 1's serial promotion cost 40-60%: overlapped is 1.30-1.35x serial here.
-      Small shapes (77x4096x4096, 1000x14336x4096: 0.86x _scaled_mm per tensor) and the
-      models suite (results/lab/fp8_suite_h200_call2.jsonl: 46 shapes checked, geomean
-      0.81x _scaled_mm promoted; worst 128x128x65536 at 0.14x, deep K on few tiles, where
-      cuBLAS splits K and v13 does not) are in the records.
-    Contracts/Barriers: v12's: tma2mma counts 1 (the producer's expect_tx of
-      (BLK_M + BLK_N) x 128 bytes, a stage past K included), mma2tma counts
-      BLK_M // 64; overlapped promotion: a consumer releases stage 2j after wait_group 1
-      and 2j+1 after wait_group 0 (stages retire in order: ``held`` walks the ring);
-      serial promotion: after wait_group 0 at the promotion point.
-    Constraints: any M >= 1; N a multiple of 8; K a multiple of 16 (16-byte TMA rows);
-      dtype (of D) float16 or bfloat16; SCALE tensor | row | block; PROMOTE 0 or a multiple of 4
-      ("block": exactly 4); BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]
-      ("block": 16, 32, 64 or 128); with promotion the live accumulators must fit a
-      200-register budget per thread: overlapped 3 x BLK_N / 2 (BLK_N <= 128), serial
-      acc + tmp + the packed tile, BLK_N + BLK_N / 4 (BLK_N <= 160); PROMOTE_OVERLAP=True needs
-      PROMOTE=4; PIPE_DEPTH >= 2
-      and within 227 KB; RUNTIME_M / RUNTIME_NK as v12.
-    Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (H200; per-tensor
-      scales: the runner quantizes its fp16 inputs with power-of-two scales, in place, so
-      its fp32 reference is exact, see run.runner.Fp8Operands); every SCALE mode:
-      ``tirx_gemm.matmul_fp8`` and scripts/lab/fp8_h200.py.
+    Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (the
+      bit patterns: TMA copies bytes, the .e4m3.e4m3 wgmma reads them; a float8_e4m3fn
+      tensor goes in as ``t.view(torch.uint8)``, tirx_gemm.fp8). One wgmma is m64nBLK_Nk32,
+      a stage is BLK_K = 128 (4 wgmmas per consumer). Ring, producer, tile walk and
+      overlapped epilogue are v12's; D is ``dtype`` (float16 default, bfloat16), fp32 acc.
+    Scale contract (SCALE; fp32 scale_a, scale_b after D):
+      "tensor": (1,), (1,): D = (sa * sb) * (A @ B.T), in the epilogue;
+      "row": (M,), (N,): D[m, n] = sa[m] * sb[n] * (A @ B.T)[m, n], in the epilogue;
+      "block": (M, ceil(K/128)) per 1x128 of A, (ceil(N/128), ceil(K/128)) per 128x128 of
+        B, applied in the mainloop: each 128-K stage accumulates into ``tmp``, then
+        acc += tmp * sa * sb. TMA zero-fills a partial last K block.
+    Promotion (why): Hopper's fp8 wgmma keeps about 14 bits of its running sum (DeepSeek-V3
+      report, arXiv 2412.19437), so PROMOTE k32 wgmmas sum into ``tmp`` (scale-d 0 first)
+      before acc += tmp * factor in fp32 FMAs; a multiple of 4 (a stage boundary). Default 4
+      (the accurate mode, as matmul_fp8's); PROMOTE=0 is opt-in fast accumulation, outside
+      the project's tolerance at deep K (the lesson has the error tables and timings).
+    PROMOTE_OVERLAP (default True at PROMOTE=4): stage 2j into tmp0, 2j+1 into tmp1;
+      wait_group 1, promote tmp0 while tmp1's wgmmas run, wait_group 0, promote tmp1. Pairs
+      within one iteration because ptxas tracks wgmma groups only inside a loop iteration (a
+      rolling lag serialized every wgmma: C7514; a branch-chosen tmp: C7520). K_TILES odd:
+      the producer loads one more stage wholly past K (zeros). The first pair is peeled.
+    Contracts/Barriers: v12's: tma2mma counts 1 (expect_tx (BLK_M + BLK_N) x 128 bytes,
+      a stage past K included), mma2tma counts BLK_M // 64; overlapped: stage 2j released
+      after wait_group 1, 2j+1 after wait_group 0 (``held`` walks the ring); serial: after
+      wait_group 0 at the promotion point.
+    Constraints: any M >= 1; N a multiple of 8; K a multiple of 16; dtype float16 or
+      bfloat16; SCALE tensor | row | block; PROMOTE 0 or a multiple of 4 ("block": 4);
+      BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256] ("block": 16-128); live
+      accumulators within a 200-register budget (overlapped 3 x BLK_N / 2: BLK_N <= 128; serial
+      BLK_N + BLK_N / 4: <= 160); PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH >= 2 within
+      227 KB; RUNTIME_M / RUNTIME_NK as v12.
+    Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (per-tensor scales,
+      run.runner.Fp8Operands); every SCALE mode: ``tirx_gemm.matmul_fp8``.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
     dtype = H.check_fp8_contract(M, N, K, dtype)

@@ -22,7 +22,6 @@ def hgemm_v3(M: int, N: int, K: int, dtype: str = "float16"):
     overlap another CTA's wgmmas even though each CTA is still serial inside (load and
     compute do not overlap yet). Neighbouring CTAs re-read the same A/B bands from GMEM/L2:
     that waste is left for later steps.
-    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
     Constraints: M, N multiples of 128; K a multiple of 64; dtype float16 or bfloat16.
     (v1-v3 keep an aligned contract: thread copies have no edge code; v4's TMA lifts it.)
     Shapes are compile-time here, for teaching (one kernel per shape); matmul's kernels take

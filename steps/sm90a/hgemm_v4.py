@@ -14,38 +14,31 @@ from tirx_gemm import hopper as W
 def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     """Step card -- v4, TMA loads and TMA store.
 
-    Changes from v3: dispatch of the loads: Tx.cta.copy (128 threads computing
-    addresses) -> Tx.copy_async(dispatch="tma_explicit", 2D tensor maps with 128B swizzle)
-    issued by thread 0, completing on tma_bar after 2 x 128x64 x 2 B = 32 KiB (expect_tx).
-    Dispatch of the stores: per-thread GMEM stores -> registers -> fp16/bf16 -> swizzled
-    Dsmem, fence.proxy.async, then one thread TMA-stores the 128x128 tile, one box per
-    64-column half (commit_group / wait_group). Layout: a Dsmem staging tile (128x128,
-    128B swizzle, stored as two 64-column halves). Scope unchanged (one warpgroup per
-    128x128 tile); dtype float16 or bfloat16 (the wgmma's .f16 / .bf16 variant).
+    Changes from v3: dispatch of the loads: Tx.cta.copy (128 threads computing addresses)
+    -> Tx.copy_async(dispatch="tma_explicit", 2D tensor maps with 128B swizzle) issued by
+    thread 0, completing on tma_bar after 2 x 128x64 x 2 B = 32 KiB (expect_tx). Dispatch of
+    the stores: registers -> fp16/bf16 -> swizzled Dsmem, fence.proxy.async, then one thread
+    TMA-stores the 128x128 tile, one box per 64-column half (commit_group / wait_group).
+    Layout: a Dsmem staging tile (128x128, 128B swizzle, two 64-column halves). Scope
+    unchanged (one warpgroup per 128x128 tile).
     Contracts: tma_bar completes once per K slice, its phase flips per slice; every thread
     waits on it (its acquire makes the TMA-written tiles visible to that thread's wgmma).
-    The CTA barrier after each slice's wait_group is what bounds thread 0: it issues the
-    next TMA only when every warp is past the previous phase, so no waiter falls a whole
-    phase behind. The TMA store drains (wait_group 0) before Dsmem could be reused.
-    Why: the copy no longer costs the warpgroup 32 load/store instructions per thread and
-    slice plus address math, and the TMA unit moves whole 128-byte rows with the swizzle
-    applied in flight; output rows are written as full lines by the TMA instead of 4-byte
-    pieces. Loads and wgmma are still serial inside a CTA (load, wait, compute, wait): the
-    overlap comes from the ~3 CTAs resident per SM (65 KiB of SMEM, 128 threads each); a ring
-    of stages is v5.
-    Edges: TMA also removes the aligned-shape contract of v1-v3. Each tensor map carries
-    the true extents of A, B and D, so a load box that reaches past the edge of A or B is
-    zero-filled by the TMA unit -- and the whole box still counts on tma_bar, so expect_tx
-    stays 32 KiB -- and a store box writes only the part inside D. Zeros add nothing to the
-    dot products: the grid is ceil(M/128) x ceil(N/128) and K_TILES = ceil(K/64), and the
-    edge tiles need no code of their own. The cost: an edge tile takes a full tile of
-    wgmma work and SMEM, but only the last row and column of tiles are partial, so at
-    M = N = 1000 (8 x 8 tiles = 1024 x 1024) the waste is (1024/1000)^2 - 1 ~ 5% of the
-    MMA work (K = 1000 pads its last slice too: 1024/1000, 2.4% more). What TMA cannot do
-    is address a row whose stride is not a multiple of 16 bytes, hence N, K multiples of 8.
-    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
-    Constraints: any M >= 1; N, K multiples of 8 (TMA's 16-byte row stride);
-    dtype float16 or bfloat16.
+    The CTA barrier after each slice's wait_group bounds thread 0: it issues the next TMA
+    only when every warp is past the previous phase, so no waiter falls a whole phase
+    behind. The TMA store drains (wait_group 0) before Dsmem could be reused.
+    Why: the copy no longer costs 32 load/store instructions per thread and slice plus
+    address math; the TMA unit moves whole 128-byte rows, swizzled in flight, and writes
+    output rows as full lines. Loads and wgmma are still serial inside a CTA; the overlap
+    comes from the ~3 CTAs resident per SM (65 KiB of SMEM, 128 threads each); a ring of
+    stages is v5.
+    Edges: each tensor map carries the true extents of A, B and D, so a load box past the
+    edge is zero-filled (and still counts in full on tma_bar: expect_tx stays 32 KiB) and a
+    store box writes only the part inside D. Zeros add nothing: the grid is ceil(M/128) x
+    ceil(N/128), K_TILES = ceil(K/64), and edge tiles need no code of their own (they cost a
+    full tile of work: ~5% at M = N = 1000). TMA cannot address a row whose stride is not a
+    multiple of 16 bytes, hence N, K multiples of 8.
+    Constraints: any M >= 1; N, K multiples of 8 (TMA's 16-byte row stride); dtype float16
+    or bfloat16.
     Run: ``tirx-gemm run v4 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64

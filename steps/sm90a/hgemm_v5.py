@@ -31,7 +31,6 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     (97 KiB) keeps two CTAs per SM, so one CTA's drain is covered by the other's wgmmas;
     PIPE_DEPTH=3 or 4 ran slower on an H200, because 130+ KB leaves one CTA per SM and
     deeper prefetch cannot cover the drain.
-    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges: zero-filled loads,
     clipped stores; K_TILES = ceil(K/64), which may be fewer than PIPE_DEPTH); PIPE_DEPTH
     >= 1 and the ring (32 KB per stage plus 32 KB Dsmem) must fit in 227 KB

@@ -41,7 +41,6 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     needs to give its warps long-running roles. CTAS_PER_SM=2 keeps v5's two CTAs per SM
     (one CTA's wgmma drain is covered by the other's wgmmas); one CTA per SM with
     PIPE_DEPTH=4 ran much slower.
-    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
     ceil(M/128) x ceil(N/128) tiles); PIPE_DEPTH >= 1 with 32 KB per stage plus 32 KB
     Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the 228 KB of

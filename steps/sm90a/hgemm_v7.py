@@ -43,7 +43,6 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       slices do not cover the load latency. Small problems lose to v6: at 1024x2048x512
       there are 64 tiles of 128x256 for 132 SMs.
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
-    Measured: the H200 rows of the README results table (results/nvidia-h200.jsonl).
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
       ceil(M/128) x ceil(N/256) tiles); dtype float16 or bfloat16;
       2 <= PIPE_DEPTH (one stage stays with the wgmmas in flight) with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);

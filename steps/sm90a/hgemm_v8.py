@@ -16,45 +16,29 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
              SM_COUNT: int = 132, L2_GROUP: int = 8):
     """Step card -- v8, 2-CTA cluster with TMA multicast.
 
-    Changes from v7: CTAs are launched in clusters of CLUSTER_SIZE=2. The two CTAs
-      of a cluster compute vertically adjacent 128x256 tiles (cluster tile 256x256), which
-      need the same 256x64 slice of B at every K step. Instead of both fetching all of it,
-      CTA r fetches rows [128r, 128r+128) of the slice once and the TMA unit *multicasts*
-      it (cta_mask 0b11) into the same SMEM offset of both CTAs, completing bytes on the
-      full barrier at the same offset in each. A stays per CTA (unicast).
-      * tma2mma: still one expect_tx per stage and CTA, for everything that lands in this
-        CTA (A 16 KB + both B halves 32 KB): half of the B bytes are written, and counted,
-        by the peer's TMA.
-      * mma2tma: a stage may be refilled only when the consumers of BOTH CTAs are done
-        with it, since this CTA's multicast writes into the peer's SMEM. Each consumer
-        warpgroup arrives on the stage's empty barrier in both CTAs (a remote mbarrier
-        arrive through the cluster's shared-memory window, mapa), so the count is 4.
-      * the scheduler walks 256x256 cluster tiles with SM_COUNT // 2 clusters; both CTAs of
-        a cluster see the same sequence (they must: each waits for the other's arrivals).
-        L2_GROUP=8 cluster-tile rows cover the same 2048 rows of A as v7's 16 tile rows.
-        Edges: there are ceil(M/256) cluster-tile rows, so the last may be partial; a CTA
-        whose 128 rows all lie past M still runs the whole protocol (its B half feeds the
-        peer, its consumers arrive remotely), its A loads just bring zeros and its TMA
-        stores write nothing.
-      * setup and teardown are cluster-wide: a cluster barrier publishes the barrier inits
-        before the peer may signal them, and another keeps each CTA's SMEM and barriers
-        alive until the peer has stopped writing and arriving there.
-    Scope / Layout / Dispatch: scope (a cluster of 2 CTAs cooperates on the loads) and
-      dispatch (multicast TMA, remote arrivals, cluster scheduler); the CTA's own layout,
-      roles, register split and epilogue are v7's.
-    Why: per CTA and K step v7 issues 48 KB of TMA loads (A 16 KB + B 32 KB); here 32 KB
-      (A 16 KB + half of B 16 KB): one third less L2->SM traffic, and each B byte leaves L2
-      once per cluster instead of once per CTA. v7 is close to the tensor-core rate
-      (about torch.matmul's speed, results table), so the expected gain is small: fast.cu reports +1-3% from a
-      2-CTA cluster with multicast on an H100. The cost: the pair runs in lock-step (a slow
-      CTA stalls its peer through the empty barriers), and 2-CTA clusters must fit a GPC.
-      On the H200 the two cancel: v8 measures level with v7 or slightly below it (README,
-      results/logs/ncu/); v9 (overlapped epilogue, 4th stage) comes out ahead of v8.
+    Changes from v7: CTAs run in clusters of CLUSTER_SIZE=2 on vertically adjacent 128x256
+      tiles (cluster tile 256x256), which need the same 256x64 slice of B at every K step.
+      CTA r fetches rows [128r, 128r+128) of it once and the TMA unit *multicasts* it
+      (cta_mask 0b11) into both CTAs' SMEM, completing bytes on the full barrier at the same
+      offset in each. A stays per CTA.
+      * tma2mma: one expect_tx per stage and CTA for everything that lands in this CTA
+        (A 16 KB + both B halves 32 KB): half of the B bytes are written by the peer's TMA.
+      * mma2tma: a stage is refilled only when the consumers of BOTH CTAs are done with it
+        (this CTA's multicast writes the peer's SMEM): each consumer warpgroup arrives in
+        both CTAs (remote arrive through mapa), so the count is 4.
+      * the scheduler walks 256x256 cluster tiles with SM_COUNT // 2 clusters; both CTAs see
+        the same sequence. A CTA whose 128 rows lie past M still runs the whole protocol
+        (its B half feeds the peer; its A loads are zeros, its stores write nothing).
+      * setup and teardown are cluster-wide: a cluster barrier publishes the inits before
+        the peer may signal them, another keeps each CTA alive until the peer is done.
+    Why: per CTA and K step 32 KB of TMA loads instead of 48 KB, and each B byte leaves L2
+      once per cluster. v7 is already near the tensor-core rate, so the gain is small
+      (fast.cu reports +1-3% on an H100); the cost is lock-step (a slow CTA stalls its peer)
+      and clusters that must fit a GPC. The lesson has what the H200 measured.
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
-    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges, partial cluster tiles
-      included); dtype float16 or bfloat16; 2 <= PIPE_DEPTH (one stage stays with the wgmmas in flight) with 48 KB per stage plus
-      64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3); SM_COUNT even (the pool is made of CTA
-      pairs).
+    Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16;
+      2 <= PIPE_DEPTH with 48 KB per stage plus 64 KB Dsmem within 227 KB
+      (PIPE_DEPTH <= 3); SM_COUNT even (the pool is made of CTA pairs).
     Run: ``tirx-gemm run v8 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7

@@ -17,47 +17,34 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
              PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, RUNTIME_M: bool = False):
     """Step card -- v9, overlapped epilogue.
 
-    Changes from v8: in v8 a consumer warpgroup drains its last wgmma, converts and
-      stores 128 accumulators, syncs, issues the TMA store, and only then issues the next
-      tile's first wgmma: the tensor cores idle for the whole epilogue, once per tile.
-      Here the epilogue is split around the next tile's first wgmmas:
+    Changes from v8: in v8 a consumer drains its last wgmma, converts, stores, syncs and
+      TMA-stores before the next tile's first wgmma: the tensor cores idle for the whole
+      epilogue, once per tile. Here the epilogue is split around the next tile's first wgmmas:
       * end of tile t: wait for the last wgmma, pack the 128 fp32 accumulators into 64
-        fp16x2 (or bf16x2) registers (``packed``) -- a few dozen ALU instructions -- and go on;
-      * tile t+1 starts at once: its first wgmma runs with scale-d = 0 (D = A*B, the stale
-        accumulators are ignored, so no zero-fill is needed between tiles; every step
-        since v1 does this, and it is what lets the accumulators be reused right away);
-      * once the wgmmas of tile t+1's first EPI_AT + 1 K steps are queued (they run
-        asynchronously), the warpgroup writes ``packed`` to SMEM with stmatrix (16-byte
-        rows of 8x8 matrices: 16 stmatrix.x4 per thread instead of v8's 64 4-byte
-        stores) and TMA-stores it, in 64-column chunks through EPI_BUFS staging tiles
-        of 8 KB per warpgroup; a staging tile is reused only after the store that last
-        read it is done reading (cp.async.bulk.wait_group.read), nothing waits for GMEM.
-      * the staging buffer shrinks from v8's 64 KB to NUM_CONSUMERS * EPI_BUFS * 8 KB
-        (32 KB), which makes room for a 4th 48 KB stage (PIPE_DEPTH=4, 225 KiB in all):
-        one more K step of loads in flight, which the lock-stepped CTA pair of v8 needs
-        more than v7 did (a stage is refilled only when both CTAs are done with it).
-    Scope / Layout / Dispatch: layout (packed 16-bit fragment, chunked staging tiles, 4
-      stages) and dispatch (epilogue issued between wgmma issue and wait); the cluster,
-      barriers and roles are v8's.
-    Why: v7/v8 lose the tensor cores for one epilogue per tile. At 4096^3 a 128x256 tile
-      has 64 K steps of ~0.56 us each at the SM's peak rate (2*128*256*64 flop at
-      ~7.5 TFLOP/s per SM), ~36 us in all; an epilogue of 1-2 us is 3-5% of that (half
-      at 8192^3). Here it hides behind up to two K steps (~1.1 us) of queued wgmmas --
-      only partly, the recorded timeline shows (results/timelines/v9_sm_90a_4096x4096x4096,
-      an instrumented build, 1.9x slower than this one): at each tile boundary the
-      producer waits ~3.5 us for a free stage while the consumers pack and stage the
-      previous tile, longer than the two queued K steps cover; the tensor cores idle for
-      the rest. (v10 on sm_90a takes the whole epilogue off the tensor cores' path.)
-    Contracts/Barriers: see the comments at tma2mma and mma2tma (v8's, unchanged); the
-      staging tiles are guarded by bulk-group waits and the named barrier of the owning
-      warpgroup, see store_packed_tile.
-    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges, v8's partial cluster
-      tiles; a 64-column chunk wholly past N is stored as nothing); dtype float16 or
-      bfloat16; EPI_BUFS 1, 2 or 4 (dividing the BLK_N / 64 = 4 chunks); 2 <= PIPE_DEPTH stages (one stays with the wgmmas in flight) of 48 KB plus
-      EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with EPI_BUFS <= 2);
-      SM_COUNT even; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, default v8's 40/232)
-      multiples of 8 within 64K registers per CTA. RUNTIME_M=True takes M at run time
-      (helpers.runtime_rows; the cluster-tile count is then computed on the GPU).
+        fp16x2 (or bf16x2) registers (``packed``) and go on;
+      * tile t+1 starts at once: its first wgmma runs with scale-d = 0 (the stale
+        accumulators are ignored, so they are reusable at once, no zero-fill);
+      * once tile t+1's first EPI_AT + 1 K steps of wgmmas are queued, the warpgroup writes
+        ``packed`` to SMEM with stmatrix (16 stmatrix.x4 per thread instead of v8's 64 4-byte
+        stores) and TMA-stores it in 64-column chunks through EPI_BUFS staging tiles of 8 KB
+        per warpgroup; a staging tile is reused only after the store that read it is done
+        reading (cp.async.bulk.wait_group.read), nothing waits for GMEM;
+      * staging shrinks from v8's 64 KB to NUM_CONSUMERS * EPI_BUFS * 8 KB (32 KB): room
+        for a 4th 48 KB stage (PIPE_DEPTH=4, 225 KiB in all), which v8's lock-stepped CTA
+        pair needs more than v7 did.
+      The cluster, barriers and roles are v8's.
+    Why: v7/v8 lose the tensor cores for one epilogue per tile, a few percent of a tile's
+      mainloop at 4096^3; here it hides behind up to two queued K steps, only partly (the
+      lesson has the arithmetic and the recorded timeline).
+    Contracts/Barriers: v8's tma2mma and mma2tma, unchanged (comments at their inits); the
+      staging tiles are guarded by bulk-group waits and the owning warpgroup's named
+      barrier (store_packed_tile).
+    Constraints: any M >= 1; N, K multiples of 8 (a 64-column chunk wholly past N is stored
+      as nothing); dtype float16 or bfloat16; EPI_BUFS 1, 2 or 4; 2 <= PIPE_DEPTH stages of
+      48 KB plus EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with
+      EPI_BUFS <= 2); SM_COUNT even; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, default v8's
+      40/232) multiples of 8 within 64K registers per CTA; RUNTIME_M as
+      helpers.runtime_rows.
     Run: ``tirx-gemm run v9 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
