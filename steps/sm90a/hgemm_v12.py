@@ -32,91 +32,29 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       consumer warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one
       m64nBLK_Nk16 wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One
       producer thread TMA-loads the CTA's own A and B tiles into a full/empty ring of
-      PIPE_DEPTH stages (default: as many as fit, at most 16; a 64x16 stage is 10 KB, and
-      decode shapes need many loads in flight). v9's overlapped epilogue stays (pack, then
-      stmatrix + TMA store per 64-column chunk under the next tile's first wgmmas); the
-      last BLK_N % 64 columns go from the packed registers to D by guarded 4-byte stores.
-      Persistent: min(tiles, SM_COUNT) CTAs walk the tiles in v9's L2-grouped order, so
-      the ring and the overlapped epilogue run on across tiles (a decode shape gives each
-      CTA ~7 small tiles; a grid of one CTA per tile would refill the ring for each).
-      RUNTIME_M=True: M is a run-time variable (A, D and the tile count take it from A's
-      shape at each call): one compiled kernel serves every M >= 1. RUNTIME_NK=True does
-      the same for N and K. Either launches SM_COUNT CTAs; those without a tile exit.
-    Why: v9's 256x256 cluster tile gives 1024^3 16 clusters, 32 of 132 SMs busy (24%);
-      128x64 tiles give 128 tiles, 128 SMs (97%). A decode shape 16x14336x4096 has one
-      row of tiles: 64x16 gives 896 tiles (6.8 per SM, 7 waves: 97%), 128x256 gives 56
-      (42%), and rows 16..127 of each are zero-filled work. Smaller tiles cost bytes:
-      per K step a tile loads (BLK_M + BLK_N) x 64 elements for BLK_M x BLK_N x 64 MACs,
-      2 x (1/BLK_M + 1/BLK_N) bytes per MAC: 128x256 0.023, 128x64 0.047, 64x16 0.156.
-      Large shapes want the big tile (tensor-core bound), small and decode shapes the
-      tile that fills the SMs (decode is HBM-bound on B anyway: B is read once).
+      PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped epilogue
+      stays; the last BLK_N % 64 columns go from the packed registers to D by guarded 4-byte
+      stores. min(tiles, SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order.
+      RUNTIME_M / RUNTIME_NK: M (and N, K) are run-time variables, one kernel for every shape.
+    Why: the number of tiles decides how many SMs work. v9's 256x256 cluster tile gives
+      1024^3 32 busy SMs of 132; 128x64 tiles give 128. Smaller tiles cost bytes per MAC,
+      2 x (1/BLK_M + 1/BLK_N): large shapes want the big tile, small and decode shapes the
+      one that fills the SMs (the lesson has the arithmetic).
     Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
       BLK_M // 64 (one arrival per consumer warpgroup); see the comments at the inits.
-    Constraints: any M >= 1; N, K multiples of 8 (also at run time; SWIGLU: N is D's
-      columns, B has 2N rows); dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]; 2 <= PIPE_DEPTH,
-      stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1; PRODUCER_REGS /
-      CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128 with BLK_N > 128).
-    Epilogue (issue 28; keywords, references, tolerances: tirx_gemm/epilogue.py): BIAS
-      (False | "float16" | "bfloat16" | "float32"), ACT (None | "relu" | "gelu" |
-      "gelu_tanh" | "silu"), OUT_DTYPE (None | "float32"), SWIGLU (False | True). Operand
-      order A, B, D, bias (bias only with BIAS: shape (N,)). Where the tile is when each
-      operation runs: in the consumer warpgroups' registers, as the fp32 wgmma accumulators
-      (acc[4j+2h+e] holds row 16w + l//4 + 8h, column 8j + 2(l%4) + e of the 64-row half),
-      right after the tile's last wgmma_wait and before anything is packed or stored: bias
-      (each thread loads the BLK_N/4 bias values of its columns once, shared by its two
-      rows; columns past N read 0; the loads are issued before that last wait and fenced
-      there, so all of them are in flight under the last wgmmas: before, ptxas spread them
-      through the math after the wait), then the activation (one device function per value), then the usual
-      cast and stores. Both store paths see the finished values: the stmatrix + TMA-store
-      chunks and the guarded register tail. No shared memory, no shuffles, no extra
-      barrier. Cost: the math sits between the tile's last wgmma and the next tile's first
-      (the accumulators are needed back), while the producer keeps loading. SASS per
-      accumulator value (128x256 bf16, bias bf16; scripts/lab/epilogue_sass.py): bias 1
-      FADD + 1/2 LDG.U16; relu + 1 FMNMX; silu 2 FADD, 2 FMUL, MUFU.EX2, MUFU.RCP; gelu
-      (erff) 5 FADD, 7 FFMA, 4 FMUL, 9 FSEL, FSETP, LOP3, MUFU.EX2 (~28 instructions: erff
-      picks the coefficients of its two polynomial pieces with FSELs); gelu_tanh 2 FADD,
-      FFMA, 6 FMUL, 2 MUFU. 128 values x 8 warps of that per tile run while the tensor
-      cores wait, which is why gelu costs the most and shrinks with K (a longer mainloop
-      per tile). A cheaper erf (a one-piece fit, ~1e-7 absolute) would pass the compare but
-      not epilogue.py's 16-ulp derivation of f's error, so erff stays; hiding the epilogue
-      under the other warpgroup's mainloop (v10's ping-pong) did not beat v12 for gelu
-      (v10's card). Measured on the H200 (NVIDIA H200, call 2, bf16, bias bf16, median ms;
-      results/lab/epilogue_h200_call2.jsonl, 37/37 checks correct; plain: v12, same tile,
-      no epilogue, for SwiGLU the 2N-column GEMM; torch: F.linear + activation, for SwiGLU
-      two F.linear, silu, mul; torch.compile is in the records):
-        | shape           | epilogue  | fused | plain | torch | fused/plain | fused/torch |
-        | 4096x14336x4096 | bias+gelu | 0.705 | 0.609 | 0.689 | 1.16        | 1.02        |
-        | 1000x14336x4096 | bias+gelu | 0.189 | 0.163 | 0.173 | 1.16        | 1.09        |
-        | 8192^3          | bias+gelu | 1.482 | 1.482 | 1.466 | 1.00        | 1.01        |
-        | 4096x14336x4096 | swiglu    | 1.218 | 1.353 | 1.457 | 0.90        | 0.84        |
-        | 1000x14336x4096 | swiglu    | 0.302 | 0.304 | 0.341 | 0.99        | 0.89        |
-      gelu's cost is the math above, run after the mainloop while the tensor cores wait;
-      8192^3's 1.00 is within drift (its plain ran 1.368 in call 1; fused/plain was 1.06).
-      Issuing the bias loads before the last wait (call 2) left gelu's cost as call 1 had
-      it (1.16 / 1.14 at the MLP shapes). SwiGLU beats its plain GEMM by writing half of D.
-      SWIGLU: B is the fused gate/up weight (2N rows, groups of 8: gate 0-7, up 0-7, gate
-      8-15, ...; tirx_gemm.matmul.fuse_gate_up). Eight rows of B are one 8-column block j of
-      the accumulator, so block 2t holds gate and block 2t+1 up values of the same 8
-      outputs, at the same places in the same thread: acc[4t+2h+e] <- silu(acc[8t+2h+e]) *
-      acc[8t+4+2h+e], in place. A tile of BLK_N accumulator columns yields BLK_N/2 output
-      columns already in the register layout of a BLK_N/2-wide accumulator, so packing,
-      stmatrix and the TMA store run unchanged at width BLK_N/2 (the tiles walk B's 2N rows;
-      D's tile column is n_idx * BLK_N/2). Groups of 8 are the smallest that pair in
-      registers; any BLK_N (a multiple of 16) holds whole pairs. Measured on the H200:
-      the table above.
-      OUT_DTYPE "float32": the register path, not a TMA store of fp32 tiles: a 64 x 64 fp32
-      staging tile is 16 KB per chunk (twice the 16-bit one) and the packed copy that lets
-      v9's epilogue overlap the next tile would be as large as the accumulators (BLK_N/2
-      more registers: 256 at 128x256, over the 232 of a consumer). Each thread stores its
-      fp32 pairs with guarded 8-byte stores (a quad of lanes fills a 32-byte sector); a
-      store reads its registers at issue, so the accumulators are free at once and the
-      writes drain while the next tile runs. No staging tile is allocated. On the H200
-      (call 2): correct at 1024^3 and 777x1000x2056 (fp16, bf16); its speed is not timed.
-      gelu is erf's (erff, 2 ulp); the build's --use_fast_math turns tanhf into
-      tanh.approx.f32 (2**-11 relative error, as large as fp16's rounding), so gelu_tanh is
-      computed as x / (1 + exp(-2y)) (exactly 0.5x(1 + tanh(y))) with __expf; silu as
-      x / (1 + exp(-x)). With no epilogue keyword the generated CUDA is that of the plain
-      kernel (checked by diffing the CUDA source).
+    Epilogue (issue 28; keywords, references, tolerances: tirx_gemm/epilogue.py): BIAS,
+      ACT, OUT_DTYPE "float32", SWIGLU; operands A, B, D, then bias (N,). Bias and
+      activation act on the fp32 accumulators in the consumers' registers after the tile's
+      last wgmma_wait, before the pack (bias loads issued before that wait); both store
+      paths see the finished values; no SMEM, no extra barrier. SWIGLU: B is the fused
+      gate/up weight (2N rows interleaved in groups of 8, matmul.fuse_gate_up), so 8-column
+      blocks 2t and 2t+1 of a thread's fragment pair up in place and the tile's BLK_N/2
+      outputs store unchanged. OUT_DTYPE "float32": guarded 8-byte stores straight from the
+      registers (no staging tile). No keyword: the plain kernel's CUDA, unchanged.
+    Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: N is D's columns, B has 2N rows);
+      dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256];
+      2 <= PIPE_DEPTH, stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1;
+      PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128, BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
