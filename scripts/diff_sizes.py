@@ -12,57 +12,27 @@ to compare:
     python scripts/diff_sizes.py --before HEAD   # a revision and the working tree side by side
     python scripts/diff_sizes.py --before HEAD --skip v10   # v9 -> v11 in both columns
 
-Only the standard library; reads files (and ``git show`` for a revision), builds nothing.
+Which lines are code and how two files' code lines are matched is
+``tirx_gemm.sourceview``'s, the rules of the notebooks' code-only diffs
+(``tirx_gemm.notebook.step_diff``), so a size here is the size of the diff a notebook
+shows. Only the standard library and that module; reads files (and ``git show`` for a
+revision), builds nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import difflib
-import io
 import re
 import subprocess
 import sys
-import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout without installing: import tirx_gemm here
+    sys.path.insert(0, str(ROOT))
+
+from tirx_gemm.sourceview import changed_lines  # noqa: E402
 ARCHES = ("sm100a", "sm90a")
-
-
-def code_lines(source: str) -> list[str]:
-    """The source's lines without comments, docstrings and blank lines (each stripped of
-    trailing whitespace; indentation kept, since it is code in Python)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        tree = None
-    doc_lines: set[int] = set()
-    if tree is not None:
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                body = node.body
-                if body and isinstance(body[0], ast.Expr) \
-                        and isinstance(body[0].value, ast.Constant) \
-                        and isinstance(body[0].value.value, str):
-                    doc_lines.update(range(body[0].lineno, body[0].end_lineno + 1))
-    lines = source.splitlines()
-    # blank out comments token by token (a '#' inside a string is not a comment)
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type == tokenize.COMMENT:
-                row, col = tok.start
-                lines[row - 1] = lines[row - 1][:col]
-    except (tokenize.TokenError, IndentationError):
-        pass
-    return [ln.rstrip() for i, ln in enumerate(lines, 1)
-            if i not in doc_lines and ln.strip()]
-
-
-def changed(a: list[str], b: list[str]) -> int:
-    return sum(1 for ln in difflib.unified_diff(a, b, lineterm="", n=0)
-               if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
 
 
 def read(arch: str, step: str, rev: str | None) -> str | None:
@@ -92,16 +62,15 @@ def sizes(rev: str | None, skip=()) -> dict[str, int | None]:
     """{"sm100a v1->v2": n, ..., "twin v1": n, ...}; None where a file is missing. Steps in
     ``skip`` are left out (their neighbours are then compared with each other)."""
     ids = [s for s in step_ids(rev) if s not in skip]
-    code = {(a, s): (None if (t := read(a, s, rev)) is None else code_lines(t))
-            for a in ARCHES for s in ids}
+    text = {(a, s): read(a, s, rev) for a in ARCHES for s in ids}
     out: dict[str, int | None] = {}
     for arch in ARCHES:
         for s, t in zip(ids, ids[1:]):
-            a, b = code[arch, s], code[arch, t]
-            out[f"{arch} {s}->{t}"] = None if a is None or b is None else changed(a, b)
+            a, b = text[arch, s], text[arch, t]
+            out[f"{arch} {s}->{t}"] = None if a is None or b is None else changed_lines(a, b)
     for s in ids:
-        a, b = code["sm100a", s], code["sm90a", s]
-        out[f"twin {s}"] = None if a is None or b is None else changed(a, b)
+        a, b = text["sm100a", s], text["sm90a", s]
+        out[f"twin {s}"] = None if a is None or b is None else changed_lines(a, b)
     return out
 
 

@@ -336,7 +336,8 @@ def test_measure_runs_where_a_gpu_of_the_arch_is_present(monkeypatch):
                  "rel_err": 2.1e-4, "tflops": 123.4, "ratio_to_torch": 0.5,
                  "timestamp": "2026-11-29T00:00:00+00:00"}]
 
-    monkeypatch.setattr(nb, "_device_for", fake_device)
+    from tirx_gemm.notebook import results as nb_results  # the room that runs and reads results
+    monkeypatch.setattr(nb_results, "_device_for", fake_device)
     monkeypatch.setattr(measure, "measure_plan", fake_measure)
     text = str(nb.measure_or_recorded("v1", bundle="some/bundle"))
     assert calls == [("v1@sm_90a", registry.get("v1", "sm_90a").canonical, "some/bundle")]
@@ -465,4 +466,19 @@ def test_notebook_executes_headless(name, executed):
                     s.source_file).read_text(encoding="utf-8").removesuffix("\n")
                 assert "text/html" in shown[0]["data"]
         assert "opcode (prefix)" in text and "registers / thread" in text and "```cuda" in text
+
+
+def test_diff_sizes_counts_the_diff_the_notebook_shows():
+    """scripts/diff_sizes.py and the notebooks' step diffs share tirx_gemm.sourceview: the size
+    it prints for a step is the +/- count of the diff the step's notebook shows."""
+    from tirx_gemm import notebook as nb
+    from tirx_gemm.sourceview import diff_counts
+    spec = importlib.util.spec_from_file_location("diff_sizes", ROOT / "scripts" / "diff_sizes.py")
+    ds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ds)
+    sizes = ds.sizes(None)
+    for arch, (old, new) in (("sm_90a", ("v4", "v5")), ("sm_100a", ("v6", "v7"))):
+        assert nb.diff_base(new, arch) == old
+        plus, minus, _ = diff_counts(str(nb.step_diff(new, arch)))
+        assert sizes[f"{arch.replace('_', '')} {old}->{new}"] == plus + minus
 
