@@ -292,3 +292,35 @@ def test_builders_refuse_bad_spread(arch):
     for name, shape, dt in specs:
         buf = next(p for p in f.params if p.name == name)
         assert tuple(int(x) for x in buf.shape) == shape and str(buf.dtype) == dt
+
+
+# --- sm_90a v11's tile widths (BLK_N 64, 128, 256) ---
+
+def test_tile_width_changes_tiles_and_workspace():
+    # 256x256x16384: 2 tiles of 128x256, 4 of 128x128, 8 of 128x64
+    for bn, tiles in ((None, 2), (256, 2), (128, 4), (64, 8)):
+        assert splitk.tile_counts(256, 256, 16384, "sm_90a", bn) == (tiles, 256)
+    kw = {"SPLIT_K": 16, "BLK_N": 128, "SM_COUNT": 132, "REDUCE": "spread"}
+    assert workspace_specs(256, 256, 16384, kw, arch="sm_90a") == (
+        ("WS", (16, 4, 128 * 128), "float32"), ("CNT", (4 * 2 * 2,), "int32"))
+    # the spread split fills the GPU once with the narrower tile's count
+    assert choose_split(256, 256, 16384, 132, arch="sm_90a", reduce="spread", bn=64) == \
+        min(132 // 8, 256 // splitk.MIN_K_TILES_SPREAD)
+    with pytest.raises(ValueError, match="BLK_N=96 is not one of 64, 128, 256"):
+        splitk.tile_counts(256, 256, 16384, "sm_90a", 96)
+    with pytest.raises(ValueError, match="BLK_N=64 is not one of 128"):
+        splitk.tile_counts(256, 256, 16384, "sm_100a", 64)
+
+
+def test_sm90a_v11_tile_width_builds_and_refusals():
+    pytest.importorskip("tvm")
+    step = registry.get("v11", "sm_90a")
+    kw = {"SPLIT_K": 4, "BLK_N": 64, "SM_COUNT": 132, "REDUCE": "spread", "IN_FLIGHT": 32}
+    f = step.build_primfunc(256, 256, 1024, **kw)
+    for name, shape, dt in step.workspace_specs(256, 256, 1024, kw):
+        buf = next(p for p in f.params if p.name == name)
+        assert tuple(int(x) for x in buf.shape) == shape and str(buf.dtype) == dt
+    with pytest.raises(ValueError, match="BLK_N=32 is not one of"):
+        step.build_primfunc(256, 256, 1024, SPLIT_K=4, BLK_N=32)
+    with pytest.raises(ValueError, match="IN_FLIGHT=3 must divide 16"):
+        step.build_primfunc(256, 256, 1024, SPLIT_K=4, BLK_N=128, IN_FLIGHT=3)

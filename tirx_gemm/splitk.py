@@ -64,6 +64,10 @@ OPERAND_BYTES = 2       # fp16 / bf16 operands
 # accumulator (sm_100a: the epilogue warpgroup, one TMEM row each; sm_90a: two consumer
 # warpgroups of 64 rows each, which count and reduce their halves separately)
 TILES = {"sm_100a": (128, 128, 64), "sm_90a": (128, 256, 64)}
+# the tile widths each arch's v11 builds (its BLK_N keyword; the first entry of TILES is
+# the default): sm_90a's 128x64 and 128x128 tiles give few-tile, deep-K shapes more tiles
+# and halve or quarter each unit's MMA work and slab
+BLK_NS = {"sm_100a": (128,), "sm_90a": (64, 128, 256)}
 COUNTERS_PER_TILE = {"sm_100a": 1, "sm_90a": 2}
 DEFAULT_SM_COUNT = spec.SM_COUNT  # B200, H100/H200 SXM
 
@@ -72,16 +76,33 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def tile_counts(M: int, N: int, K: int, arch: str = "sm_100a") -> tuple[int, int]:
+def check_blk_n(bn, arch: str) -> None:
+    """v11's BLK_N keyword: one of BLK_NS[arch]."""
+    if isinstance(bn, bool) or bn not in BLK_NS[arch]:
+        raise ValueError(f"BLK_N={bn!r} is not one of {', '.join(map(str, BLK_NS[arch]))} "
+                         f"(v11's tile widths on {arch})")
+
+
+def tile(arch: str = "sm_100a", bn: int | None = None) -> tuple[int, int, int]:
+    """(BLK_M, BLK_N, BLK_K) of ``arch``'s v11 at tile width ``bn`` (None: the default)."""
+    bm, default_bn, bk = TILES[arch]
+    if bn is None:
+        return bm, default_bn, bk
+    check_blk_n(bn, arch)
+    return bm, bn, bk
+
+
+def tile_counts(M: int, N: int, K: int, arch: str = "sm_100a",
+                bn: int | None = None) -> tuple[int, int]:
     """(output tiles, K tiles) of a shape on ``arch``'s v11 tile; both ceil-divided."""
-    bm, bn, bk = TILES[arch]
+    bm, bn, bk = tile(arch, bn)
     return _ceil_div(M, bm) * _ceil_div(N, bn), _ceil_div(K, bk)
 
 
-def reduce_cost(arch: str = "sm_100a") -> float:
+def reduce_cost(arch: str = "sm_100a", bn: int | None = None) -> float:
     """K steps that reading one fp32 partial slab costs (bytes of a slab over the bytes of
     a K step's operand tiles): 2.0 on sm_100a (128x128), 2.67 on sm_90a (128x256)."""
-    bm, bn, bk = TILES[arch]
+    bm, bn, bk = tile(arch, bn)
     return (bm * bn * ACC_BYTES) / ((bm + bn) * bk * OPERAND_BYTES)
 
 
@@ -124,7 +145,7 @@ def _check_ints(**values) -> None:
 
 def choose_split(M: int, N: int, K: int, sm_count: int, *, arch: str = "sm_100a",
                  reduce: str = "last", max_split: int = MAX_SPLIT,
-                 min_k_tiles: int | None = None) -> int:
+                 min_k_tiles: int | None = None, bn: int | None = None) -> int:
     """The number of K splits v11 uses for an M x N x K GEMM on ``sm_count`` SMs.
 
     1 (data-parallel, no workspace) whenever the output tiles alone fill the SMs, or
@@ -139,12 +160,12 @@ def choose_split(M: int, N: int, K: int, sm_count: int, *, arch: str = "sm_100a"
         min_k_tiles = MIN_K_TILES if reduce == "last" else MIN_K_TILES_SPREAD
     _check_ints(M=M, N=N, K=K, sm_count=sm_count, max_split=max_split,
                 min_k_tiles=min_k_tiles)
-    tiles, k_tiles = tile_counts(M, N, K, arch)
+    tiles, k_tiles = tile_counts(M, N, K, arch, bn)
     if tiles >= sm_count:
         return 1
     if reduce == "spread":
         return max(1, min(sm_count // tiles, k_tiles // min_k_tiles, MAX_SPLIT_SPREAD))
-    by_cost = math.isqrt(int(k_tiles / reduce_cost(arch)))  # floor(sqrt(...))
+    by_cost = math.isqrt(int(k_tiles / reduce_cost(arch, bn)))  # floor(sqrt(...))
     split = min(by_cost, sm_count // tiles, k_tiles // min_k_tiles, max_split)
     return max(1, split)
 
@@ -159,7 +180,8 @@ def model_steps(k_tiles: int, split: int, reduce: str, arch: str = "sm_100a") ->
     return k_tiles / split + rc + rc * (split if reduce == "last" else 1)
 
 
-def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a") -> dict:
+def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a",
+                   bn: int | None = None) -> dict:
     """The v11 builder keywords for this shape on ``sm_count`` SMs (what tirx_gemm.matmul
     builds), by measurement on the H200: no split below MIN_K_TILES_TO_SPLIT K steps;
     else {"SPLIT_K": s, "REDUCE": "spread"} whenever the spread reduction can split (all
@@ -167,13 +189,13 @@ def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a")
     last-arriver's split. "last" is the builders' default and is not written (cache keys
     of existing builds stay valid). SPLIT_K is always explicit, so the kernel does not
     depend on the builder's SM_COUNT default. sm_100a follows the same rule, unmeasured."""
-    _, k_tiles = tile_counts(M, N, K, arch)
+    _, k_tiles = tile_counts(M, N, K, arch, bn)
     if k_tiles < MIN_K_TILES_TO_SPLIT:
         return {"SPLIT_K": 1}
-    spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread")
+    spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread", bn=bn)
     if spread > 1:  # measured faster than "last" at every shape both ran (H200)
         return {"SPLIT_K": spread, "REDUCE": "spread"}
-    return {"SPLIT_K": choose_split(M, N, K, sm_count, arch=arch, reduce="last")}
+    return {"SPLIT_K": choose_split(M, N, K, sm_count, arch=arch, reduce="last", bn=bn)}
 
 
 def split_k_range(k_tiles: int, split: int, s: int) -> tuple[int, int]:
@@ -183,17 +205,17 @@ def split_k_range(k_tiles: int, split: int, s: int) -> tuple[int, int]:
 
 
 def resolve_variant(M: int, N: int, K: int, split, reduce, sm_count: int,
-                    arch: str = "sm_100a") -> tuple[int, str]:
+                    arch: str = "sm_100a", bn: int | None = None) -> tuple[int, str]:
     """(SPLIT_K, REDUCE) of a v11 build, as its builder resolves them: neither given, both
     from :func:`choose_variant` (what tirx_gemm.matmul builds); REDUCE alone, the split
     :func:`choose_split` gives for it; SPLIT_K alone, the "last" reduction."""
     if split is None and reduce is None:
-        v = choose_variant(M, N, K, sm_count, arch)
+        v = choose_variant(M, N, K, sm_count, arch, bn)
         return v["SPLIT_K"], v.get("REDUCE", "last")
     reduce = "last" if reduce is None else reduce
     check_reduce(reduce)
     if split is None:
-        split = choose_split(M, N, K, sm_count, arch=arch, reduce=reduce)
+        split = choose_split(M, N, K, sm_count, arch=arch, reduce=reduce, bn=bn)
     return split, reduce
 
 
@@ -206,7 +228,8 @@ def resolve(M: int, N: int, K: int, kwargs: dict | None, arch: str = "sm_100a") 
 def _resolved(M, N, K, kwargs, arch):
     kwargs = dict(kwargs or {})
     return resolve_variant(M, N, K, kwargs.get("SPLIT_K"), kwargs.get("REDUCE"),
-                           kwargs.get("SM_COUNT") or DEFAULT_SM_COUNT[arch], arch)
+                           kwargs.get("SM_COUNT") or DEFAULT_SM_COUNT[arch], arch,
+                           kwargs.get("BLK_N"))
 
 
 def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
@@ -224,8 +247,8 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
     split, reduce = _resolved(M, N, K, kwargs, arch)
     if split == 1:
         return ()
-    bm, bn, _ = TILES[arch]
-    tiles, _ = tile_counts(M, N, K, arch)
+    bm, bn, _ = tile(arch, (kwargs or {}).get("BLK_N"))
+    tiles, _ = tile_counts(M, N, K, arch, bn)
     counters = tiles * COUNTERS_PER_TILE[arch]
     if reduce == "spread":
         counters *= 2

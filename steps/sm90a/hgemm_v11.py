@@ -40,7 +40,8 @@ def band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
 
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
               SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None,
-              REDUCE: str | None = None, RUNTIME_M: bool = False):
+              REDUCE: str | None = None, RUNTIME_M: bool = False, BLK_N: int = 256,
+              IN_FLIGHT: int = 8):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
@@ -85,13 +86,18 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       call and passes workspace for at least the call's tiles.
     Run: ``tirx-gemm run v11 --arch sm_90a --mnk 256,256,16384``.
     """
-    BLK_M, BLK_N, BLK_K = 128, 256, 64
+    BLK_M, BLK_K = 128, 64
+    splitk.check_blk_n(BLK_N, "sm_90a")
+    H.check_positive_ints(IN_FLIGHT=IN_FLIGHT)
     NUM_CONSUMERS = BLK_M // W.WGMMA_M  # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS            # the producer is the last warpgroup
-    ACC_REGS = BLK_N // 2               # fp32 accumulators per consumer thread (128)
+    ACC_REGS = BLK_N // 2               # fp32 accumulators per consumer thread (128 at 256)
     PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
+    # the 40/232 register split only for the 256-wide tile (128 accumulators per thread);
+    # narrower tiles need none, and ptxas then sizes the kernel below what the split needs
+    SPLIT_REGS = BLK_N > 128
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
-    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB at BLK_N = 256
     K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))
@@ -100,7 +106,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     if RUNTIME_M and SPLIT_K is None:
         raise ValueError("RUNTIME_M=True needs an explicit SPLIT_K: the split chosen for "
                          "one M would be wrong for another")
-    SPLIT_K, REDUCE = splitk.resolve_variant(M, N, K, SPLIT_K, REDUCE, SM_COUNT, "sm_90a")
+    SPLIT_K, REDUCE = splitk.resolve_variant(M, N, K, SPLIT_K, REDUCE, SM_COUNT, "sm_90a",
+                                             bn=BLK_N)
     # RUNTIME_M: M, the tile count and the workspace extents are bound from the operands
     # at each call; the caller keeps spread's residency rule (tiles x SPLIT_K <= SM_COUNT)
     # per call (splitk.runtime_ok) and passes workspace for at least that many tiles
@@ -115,7 +122,12 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     CNT_LEN = (H.runtime_extent("CNT_LEN") if RUNTIME_M
                else TILES * NUM_CONSUMERS * (2 if SPREAD else 1))
     CHUNK = 4  # floats per slab store / load of one thread
-    IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
+    # IN_FLIGHT: chunks a reducing thread loads at once (4 registers each; 8: 32 registers).
+    # "last" reads ACC_REGS // CHUNK chunks per slab in rounds of IN_FLIGHT (at most that)
+    IN_FLIGHT_LAST = min(IN_FLIGHT, ACC_REGS // CHUNK)
+    if (ACC_REGS // CHUNK) % IN_FLIGHT_LAST:
+        raise ValueError(f"IN_FLIGHT={IN_FLIGHT} must divide {ACC_REGS // CHUNK} (the chunks "
+                         f"of a thread's slab part at BLK_N={BLK_N}) or exceed it")
     HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
     # spread: a slab half is CHUNKS chunks, split s reduces [s*CHUNKS//S, (s+1)*CHUNKS//S);
     # a thread takes every 128th chunk of the band (BAND_ITERS at most) and loads GROUP
@@ -176,7 +188,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         k_first = T.meta_var(split * K_TILES // SPLIT_K)  # this split's K tiles
         k_count = T.meta_var((split + 1) * K_TILES // SPLIT_K - k_first)
 
-        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
+                           increase=False):
             # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
@@ -191,7 +204,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                     scheduler.next_tile()
 
         # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
-        with WarpgroupRole(wg_id < NUM_CONSUMERS, True, regs=CONSUMER_REGS, increase=True):
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
+                           regs=CONSUMER_REGS if SPLIT_REGS else None, increase=True):
             consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
             acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
             desc_a = T.alloc_local((1,), "uint64")
@@ -294,18 +308,18 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         # --- reduce: every split has published; sum in split order ---
                         for c in T.unroll(ACC_REGS):
                             acc[c] = T.float32(0)
-                        chunk = T.alloc_local((IN_FLIGHT * CHUNK,), H.ACC_DTYPE)
-                        for b in T.unroll(ACC_REGS // CHUNK // IN_FLIGHT):
+                        chunk = T.alloc_local((IN_FLIGHT_LAST * CHUNK,), H.ACC_DTYPE)
+                        for b in T.unroll(ACC_REGS // CHUNK // IN_FLIGHT_LAST):
                             for s in T.serial(SPLIT_K, annotations=H.ROLLED):
-                                for i in T.unroll(IN_FLIGHT):  # loads in flight together
-                                    c = T.meta_var(b * IN_FLIGHT + i)
+                                for i in T.unroll(IN_FLIGHT_LAST):  # loads in flight together
+                                    c = T.meta_var(b * IN_FLIGHT_LAST + i)
                                     slot = T.meta_var(consumer * HALF
                                                       + (c * 128 + tid_in_wg) * CHUNK)
                                     Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK],
                                             WS[s, tile, slot:slot + CHUNK])
-                                for i in T.unroll(IN_FLIGHT * CHUNK):
-                                    acc[b * IN_FLIGHT * CHUNK + i] = (
-                                        acc[b * IN_FLIGHT * CHUNK + i] + chunk[i])
+                                for i in T.unroll(IN_FLIGHT_LAST * CHUNK):
+                                    acc[b * IN_FLIGHT_LAST * CHUNK + i] = (
+                                        acc[b * IN_FLIGHT_LAST * CHUNK + i] + chunk[i])
                 # SPLIT_K = 1: every unit stores its half; else only the reducing one
                 # (spread: none, each stored its band above)
                 if SPLIT_K == 1 or (not SPREAD and arrivals[consumer] == SPLIT_K - 1):

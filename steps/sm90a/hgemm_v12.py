@@ -25,7 +25,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
               RUNTIME_M: bool = False, RUNTIME_NK: bool = False, L2_GROUP: int = 8,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
-              OUT_DTYPE=None, SWIGLU: bool = False):
+              OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
@@ -101,6 +101,15 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                          (H.SMEM_BYTES_MAX - 1024 - STAGING) // STAGE_BYTES)
     W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
+    # MMA_LAG: K steps of wgmmas a consumer leaves in flight before it waits (wait_group
+    # MMA_LAG); a stage goes back MMA_LAG steps after its wgmmas were issued. 1 waits for
+    # the previous step at every step: on narrow tiles (little work per stage) that wait,
+    # not the bytes, sets the pace. The ring must hold the MMA_LAG stages still being read
+    # and one to load into.
+    H.check_positive_ints(MMA_LAG=MMA_LAG)
+    if PIPE_DEPTH <= MMA_LAG:
+        raise ValueError(f"MMA_LAG={MMA_LAG} needs PIPE_DEPTH > {MMA_LAG} (the stages its "
+                         f"wgmmas still read, and one to load), got PIPE_DEPTH={PIPE_DEPTH}")
     # the cap is 168 registers at 384 threads; a consumer of a tile wider than 128 columns
     # holds over 96 accumulator and packed values, so setmaxnreg moves the producer's
     # spare registers to the consumers. Narrower tiles need no split (and ptxas then
@@ -236,12 +245,17 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                                        TMA_CHUNKS * 8, OUT_N // 8, M_DIM, N_DIM,
                                                        warp_id, lane_id)
                             pending = 0
-                    # slice k-1 is done: its stage goes back to the producer
-                    W.mma_wait(1)
-                    if k > 0:
-                        if tid_in_wg == 0:
-                            mma2tma.arrive(held)
-                    held = ring.stage
+                    # slice k-MMA_LAG is done: its stage goes back to the producer
+                    W.mma_wait(MMA_LAG)
+                    if MMA_LAG == 1:
+                        if k > 0:
+                            if tid_in_wg == 0:
+                                mma2tma.arrive(held)
+                        held = ring.stage
+                    else:
+                        if k >= MMA_LAG:
+                            if tid_in_wg == 0:
+                                mma2tma.arrive((ring.stage + PIPE_DEPTH - MMA_LAG) % PIPE_DEPTH)
                     ring.advance()
                 if HAS_BIAS:
                     # the bias loads go out before the last wait, in flight under the last
@@ -251,8 +265,15 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     W.load_bias_fragment(bvals, BLK_N, bias, n_st, N_DIM, lane_id)
                     W.fence_operands(bvals, BLK_N // 4)
                 W.mma_wait(0)  # the tile's last slice is done too
-                if tid_in_wg == 0:
-                    mma2tma.arrive(held)
+                if MMA_LAG == 1:
+                    if tid_in_wg == 0:
+                        mma2tma.arrive(held)
+                else:
+                    # the last min(MMA_LAG, K_TILES) slices' stages, most recent first
+                    for j in T.unroll(MMA_LAG):
+                        if j < K_TILES:
+                            if tid_in_wg == 0:
+                                mma2tma.arrive((ring.stage + PIPE_DEPTH - 1 - j) % PIPE_DEPTH)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
                 if HAS_EPI:
                     # --- the fused epilogue, on the fp32 accumulators, before the cast ---
