@@ -122,6 +122,7 @@ LAYERS = (
     ("shared", None),
     ("authoring", {"helpers", "blackwell", "hopper", "splitk", "timeline", "mutants"}),
     ("registry", {"registry"}),
+    ("bundle format", {"bundle_format"}),  # read by run/ and matmul, written by compile/
     ("compile", {"compile"}),
     ("run, report", {"run", "report"}),
     ("sim", {"sim"}),
@@ -175,3 +176,32 @@ def test_contributing_names_the_layers_in_this_order():
     assert m, "CONTRIBUTING.md no longer lists the layers '(bottom up: ...)'"
     written = [w.strip() for w in m.group(1).split(",")]
     assert written == [name.replace(", ", " and ") for name, _ in LAYERS], written
+
+
+# run/trace.py's own CLI (`python -m tirx_gemm.run.trace export`) still writes bundles with the
+# exporter; it is folded into `tirx-gemm trace` / `tirx-gemm export --timeline` next
+WRITERS_ON_THE_RUN_SIDE = {"run.trace"}
+
+
+def compile_imports_of_the_run_side(g: dict[str, set[str]]) -> list[str]:
+    """Every import of a module under tirx_gemm/compile/ by a module under tirx_gemm/run/ or
+    by tirx_gemm/matmul.py, lazy ones too, for reading bundles: the bundle format lives in
+    tirx_gemm/bundle_format.py, below both the exporter and the run side."""
+    readers = [m for m in g if (m.split(".")[0] == "run" or m == "matmul")
+               and m not in WRITERS_ON_THE_RUN_SIDE]
+    return [f"{a} imports {b}" for a in sorted(readers) for b in sorted(g[a])
+            if b == "compile.bundle"]
+
+
+def test_the_compile_check_finds_a_planted_import():
+    assert compile_imports_of_the_run_side(
+        {"run.loader": {"compile.bundle"}, "compile.bundle": set()}) == [
+        "run.loader imports compile.bundle"]
+    assert compile_imports_of_the_run_side({"run.loader": {"bundle_format"}}) == []
+
+
+def test_the_run_side_reads_bundles_without_compile():
+    """A GPU host reads bundles through tirx_gemm/bundle_format.py: nothing under run/ (nor
+    matmul.py) imports the exporter, tirx_gemm/compile/bundle.py, even lazily."""
+    bad = compile_imports_of_the_run_side(graph())
+    assert not bad, "the run side imports compile/ to read bundles:\n" + "\n".join(bad)

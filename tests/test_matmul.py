@@ -426,7 +426,7 @@ def test_a_run_time_shape_kernel_is_recorded_at_the_callers_shape(monkeypatch, t
     """A v12 kernel is built and exported once, at (NOMINAL_M, NOMINAL_N, NOMINAL_K); the
     metadata the runner checks and times with must name the caller's M, N and K (the H200
     suite run once timed such kernels at N = K = 256 when it kept the nominal ones)."""
-    from tirx_gemm.compile import bundle as bundles
+    from tirx_gemm import bundle_format as bundles
     seen = []
 
     def find(bundle, step, mnk, kwargs=None):

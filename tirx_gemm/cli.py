@@ -327,6 +327,7 @@ def cmd_show(args) -> int:
 def cmd_export(args) -> int:
     """Build steps and put their libraries, a manifest and TVM's runtime into a bundle that
     a GPU host without the TVM compiler can run."""
+    from tirx_gemm import bundle_format
     from tirx_gemm.compile import bundle
 
     _suite_conflicts(args, "export")
@@ -346,7 +347,7 @@ def cmd_export(args) -> int:
                                      args.arch, sms)
         n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
                           ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
-        digest = bundle.manifest_sha256(out)
+        digest = bundle_format.manifest_sha256(out)
         print(f"exported {n} kernels for the suite ({args.target}, {sms} SMs) to {out}/ "
               f"(manifest sha256 {digest}). On the GPU host: python -m tirx_gemm.cli bench "
               f"--suite {args.suite or ''} --target {args.target} --arch {args.arch} --bundle "
@@ -354,14 +355,14 @@ def cmd_export(args) -> int:
         return 0
     reqs = []
     for s in steps:
-        shapes = bundle.shapes_for(s, args.shapes, args.mnk)
+        shapes = bundle_format.shapes_for(s, args.shapes, args.mnk)
         for mnk in shapes:
             check_step_shape(s, mnk)
         reqs += [(s, mnk, bundle.build_kwargs(s, args)) for mnk in shapes]
     n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
                       ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
     dt = "" if args.dtype == "float16" else f" --dtype {args.dtype}"
-    digest = bundle.manifest_sha256(out)
+    digest = bundle_format.manifest_sha256(out)
     print(f"exported {n} kernels to {out}/ (manifest.json, runtime/; manifest sha256 "
           f"{digest}). On the GPU host: python -m tirx_gemm.cli "
           f"{'trace' if getattr(args, 'timeline', False) else 'run'} <step> --arch "
@@ -372,7 +373,7 @@ def cmd_export(args) -> int:
 def cmd_bundle(args) -> int:
     """`tirx-gemm bundle DIR`: check a bundle as a GPU host would before loading anything
     from it; print its digest, or (--wheels) the verified wheels for pip."""
-    from tirx_gemm.compile import bundle
+    from tirx_gemm import bundle_format as bundle
     kernels = bundle.verify(Path(args.dir), args.expect_sha256 or None)
     if args.wheels:
         wheels = bundle.verified_wheels(Path(args.dir), args.expect_sha256 or None)
@@ -938,7 +939,7 @@ def main(argv=None) -> int:
     if args.cmd == "regress":
         args.arch_given = args.arch is not None
     if getattr(args, "expect_sha256", None):  # every bundle this process verifies is pinned
-        from tirx_gemm.compile.bundle import EXPECT_SHA256_ENV, check_sha256_text
+        from tirx_gemm.bundle_format import EXPECT_SHA256_ENV, check_sha256_text
         try:
             os.environ[EXPECT_SHA256_ENV] = check_sha256_text(args.expect_sha256)
         except ValueError as exc:

@@ -403,7 +403,7 @@ def use_bundle(path) -> None:
     them; ``None`` goes back to ``$TIRX_GEMM_BUNDLE`` or, without it, building here."""
     global _bundle_override
     if path is not None:
-        from tirx_gemm.compile.bundle import load_manifest
+        from tirx_gemm.bundle_format import load_manifest
         load_manifest(Path(path))  # not a bundle: say so now, not at the first call
     _bundle_override = None if path is None else Path(path)
     _calls.clear()  # calls remember kernels: the next call of each shape looks again
@@ -440,7 +440,7 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
     M, N, K = mnk
     at = build_shape(mnk, kwargs)  # runtime-M kernels are built once, at NOMINAL_M
     if bundle is not None:
-        from tirx_gemm.compile import bundle as bundles
+        from tirx_gemm import bundle_format as bundles
         try:
             entry = dict(bundles.find(Path(bundle), step, at, kwargs=dict(kwargs)))
         except ValueError as exc:

@@ -1,30 +1,15 @@
-"""Bundles: built kernels + a manifest + TVM's runtime libraries, for a GPU host that has
-torch and apache-tvm-ffi but not the TVM compiler (or no network to install it).
+"""Export: built kernels into a bundle for a GPU host without TVM (the format: bundle_format.py).
 
-Layout of a bundle directory::
+A bundle holds built kernels, a manifest and TVM's runtime libraries, for a GPU host that has
+torch and apache-tvm-ffi but not the TVM compiler (or no network to install it). Its layout,
+its integrity checks (:func:`verify`) and the lookup a GPU host does (:func:`find`) live in
+:mod:`tirx_gemm.bundle_format`, which the run side imports without this module.
+:func:`export` is locked (flock on the parent folder) and atomic (a staging folder renamed
+into place), and verifies what it wrote before swapping it in.
 
-    manifest.json                   "format": 2; "files": the sha256 of every other file;
-                                    "kernels": one entry per kernel (step, arch, shape,
-                                    dtype, kwargs, lib, its sha256 and the "binding" hash
-                                    tying that sha256 to the rest of the entry)
-    <step>_<arch>_<M>x<N>x<K>[_<kwarg><value>...][_wd<ms>].so
-                                    exported TVM libraries (host code + embedded cubin);
-                                    _dtypebfloat16: a bfloat16 build (float16 has no tag);
-                                    _wd<ms>: a watchdog build (bounded barrier waits)
-    runtime/libtvm_runtime.so       from the apache-tvm wheel (found next to the libraries
-    runtime/libtvm_runtime_cuda.so  by tirx_gemm.run.loader.load_kernel)
-    wheels/                         optional: apache-tvm-ffi wheel for the host's Python
-
-Trust: :func:`verify` checks a bundle before anything from it is loaded (``find`` and
-``loader.load_kernel`` call it): every listed file's sha256, no symlink, no path outside the
-bundle, each kernel's name and hash bound to its step, arch, shape, dtype and kwargs, nothing
-in runtime/ but TVM's two libraries. A failure is one line naming the file. The hashes catch
-damage and mix-ups (a tampered, truncated or swapped library, a stray file); they are not a
-signature: whoever can rewrite the whole bundle, manifest included, is trusted like its
-author. :func:`export` is locked (flock on the parent folder) and atomic (a staging folder
-renamed into place).
-
-This module imports without TVM: the GPU host only calls :func:`find`.
+The reading names (verify, find, load_manifest, MANIFEST, ...) are imported here too, so
+``from tirx_gemm.compile import bundle; bundle.find(...)`` keeps working for the lab scripts
+(scripts/lab/) that read bundles through this module.
 """
 
 from __future__ import annotations
@@ -32,43 +17,24 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from tirx_gemm import registry
-from tirx_gemm.tvmruntime import RUNTIME_LIBS, tvm_package_lib_dir
+from tirx_gemm.bundle_format import (  # noqa: F401 (the reading names, re-exported: see above)
+    EXPECT_SHA256_ENV, FORMAT, MANIFEST, RUNTIME_LIBS, BundleError, check_file, check_kernel,
+    check_sha256_text, expected_sha256, file_sha256, find, kernel_binding, lib_name,
+    load_manifest, manifest_sha256, open_plain, plain_name, read_manifest, shapes_for,
+    verified_wheels, verify, verify_library)
+from tirx_gemm.tvmruntime import tvm_package_lib_dir
 from tirx_gemm.compile.procs import BuildError
 
-MANIFEST = "manifest.json"
-# the manifest's sha256 a user pins a bundle to (printed by export; --expect-sha256 sets it):
-# every file's sha256 is in the manifest, so its digest names the whole bundle
-EXPECT_SHA256_ENV = "TIRX_GEMM_BUNDLE_SHA256"
-FORMAT = 2  # manifest format: 2 = every file's sha256 ("files"), kernels bound to them
 FFI_VERSION = "0.1.15.post2"  # the apache-tvm-ffi that apache-tvm 0.27.0.post1 ships with
-
-
-def shapes_for(step: registry.Step, which, mnk=None) -> list[tuple[int, int, int]]:
-    """The shapes to export or run: ``mnk``; else ``which``, a registry list name
-    ("canonical", "test", "bench", "all") or explicit (M, N, K) shapes (any shape: the
-    step's builder decides whether it accepts it)."""
-    if mnk:
-        return [tuple(mnk)]
-    if not isinstance(which, str):
-        return [tuple(int(x) for x in s) for s in which]
-    if which == "canonical":
-        return [step.canonical]
-    if which == "test":
-        return [step.canonical, *[s for s in step.test_shapes if s != step.canonical]]
-    if which == "bench":
-        return list(step.bench_shapes) or [step.canonical]
-    return registry.gpu_shapes(step)
 
 
 def build_kwargs(step: registry.Step, args) -> dict:
@@ -80,14 +46,6 @@ def build_kwargs(step: registry.Step, args) -> dict:
     if getattr(args, "timeline", False):  # export --timeline: for `trace` only
         kw["TIMELINE"] = True
     return kw
-
-
-def lib_name(step: str, arch: str, M: int, N: int, K: int, kwargs: dict,
-             watchdog_ms: int | None = None) -> str:
-    extra = "".join(f"_{k}{v}" for k, v in sorted(kwargs.items()))
-    if watchdog_ms is not None:
-        extra += f"_wd{watchdog_ms}"
-    return f"{step}_{arch}_{M}x{N}x{K}{extra}.so"
 
 
 def check_out_dir(out: Path) -> None:
@@ -111,229 +69,6 @@ def _tvm_lib_dir() -> Path:
     if lib is None:
         raise RuntimeError("the apache-tvm package is not installed: cannot copy its runtime")
     return lib
-
-
-# ---------------------------------------------------------------------------------------
-# integrity: every file's sha256 in the manifest, checked before anything is loaded
-# ---------------------------------------------------------------------------------------
-class BundleError(ValueError):
-    """A bundle that must not be used: one line naming the file and what to do."""
-
-
-def _sha256_fd(fd: int) -> str:
-    h = hashlib.sha256()
-    with os.fdopen(fd, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _open_plain(path: Path) -> int:
-    """A read-only descriptor of ``path``: a regular file, not a symlink."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    return fd
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 (hex) of a regular file; a symlink or anything else is refused (OSError)."""
-    return _sha256_fd(_open_plain(Path(path)))
-
-
-def plain_name(name) -> bool:
-    """A file name that stays inside the folder it is joined to: no separator, not '.'
-    or '..', not empty, no NUL."""
-    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
-            and "\\" not in name and "\0" not in name)
-
-
-def kernel_binding(entry: dict) -> str:
-    """The sha256 that binds a kernel's library hash to what it was built for: step, arch,
-    shape, dtype, builder keywords, watchdog and file name. A library renamed or listed
-    under another step, shape or dtype no longer matches its entry."""
-    ident = [entry.get(k) for k in ("step", "arch", "M", "N", "K", "dtype", "watchdog_ms",
-                                     "lib", "sha256")]
-    text = json.dumps([ident, entry.get("kwargs")], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _allowed_file(rel: str) -> bool:
-    """Paths a manifest may list: a kernel library in the bundle folder, one of TVM's
-    runtime libraries under runtime/, a wheel under wheels/."""
-    head, _, tail = rel.partition("/")
-    if not tail:
-        return plain_name(head)
-    if head == "runtime":
-        return tail in RUNTIME_LIBS
-    return head == "wheels" and plain_name(tail) and tail.endswith(".whl")
-
-
-def _refuse(bundle: Path, rel: str, why: str) -> BundleError:
-    return BundleError(f"bundle {bundle}: {rel} {why}; nothing from this bundle was loaded "
-                       "(export it again with `tirx-gemm export`)")
-
-
-def _check_file(bundle: Path, rel: str, want) -> None:
-    if not _allowed_file(rel):
-        raise _refuse(bundle, repr(rel), "is not a plain file name inside the bundle")
-    if "/" in rel:
-        sub = bundle / rel.split("/")[0]
-        if sub.is_symlink() or not sub.is_dir():
-            raise _refuse(bundle, rel.split("/")[0] + "/", "is a symlink or not a folder")
-    try:
-        got = file_sha256(bundle / rel)
-    except FileNotFoundError:
-        raise _refuse(bundle, rel, "is missing") from None
-    except OSError as exc:
-        what = "is a symlink" if (bundle / rel).is_symlink() else \
-            f"is not a readable file ({exc.strerror or exc})"
-        raise _refuse(bundle, rel, what) from None
-    if got != want:
-        raise _refuse(bundle, rel, "does not match the sha256 in the manifest (changed after "
-                                   "the export)")
-
-
-def _read_manifest(bundle: Path) -> dict:
-    path = bundle / MANIFEST
-    if not os.path.lexists(path):
-        raise ValueError(f"{bundle} is not a bundle: no {MANIFEST} (make one with "
-                         f"`tirx-gemm export`)")
-    try:
-        data = json.loads(_sha256_and_read(path))
-    except OSError as exc:
-        what = "is a symlink" if path.is_symlink() else f"is not readable ({exc.strerror})"
-        raise _refuse(bundle, MANIFEST, what) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _refuse(bundle, MANIFEST, f"is not JSON ({exc})") from None
-    except RecursionError:  # nesting no export writes; json's decoder would overflow
-        raise _refuse(bundle, MANIFEST, "nests too deeply to be a manifest") from None
-    if not isinstance(data, dict) or not isinstance(data.get("kernels"), list):
-        raise _refuse(bundle, MANIFEST, "has no list of kernels")
-    if data.get("format") != FORMAT or not isinstance(data.get("files"), dict):
-        raise _refuse(bundle, MANIFEST, "holds no file hashes (made by an older tirx-gemm)")
-    return data
-
-
-def _sha256_and_read(path: Path) -> str:
-    with os.fdopen(_open_plain(path), "rb") as f:
-        return f.read().decode("utf-8")
-
-
-def manifest_sha256(bundle: Path) -> str:
-    """The sha256 of a bundle's manifest.json (which holds every other file's sha256): the
-    digest ``--expect-sha256`` pins."""
-    try:
-        return file_sha256(Path(bundle) / MANIFEST)
-    except OSError as exc:
-        raise _refuse(Path(bundle), MANIFEST, f"is not readable ({exc.strerror or exc})") from None
-
-
-def check_sha256_text(text: str, what: str = "--expect-sha256") -> str:
-    """A sha256 as 64 hex digits (lower-cased), else a one-line ValueError."""
-    t = str(text).strip().lower()
-    if len(t) != 64 or any(c not in "0123456789abcdef" for c in t):
-        raise ValueError(f"{what} {text!r} is not a sha256 (64 hex digits): copy the one "
-                         "`tirx-gemm export` printed")
-    return t
-
-
-def expected_sha256() -> str | None:
-    """The manifest digest the user pinned ($TIRX_GEMM_BUNDLE_SHA256), or None."""
-    text = os.environ.get(EXPECT_SHA256_ENV)
-    return check_sha256_text(text, f"${EXPECT_SHA256_ENV}") if text else None
-
-
-def _check_kernel(bundle: Path, e, files: dict) -> None:
-    if not isinstance(e, dict):
-        raise _refuse(bundle, MANIFEST, "lists a kernel that is not a JSON object")
-    lib = e.get("lib")
-    if not plain_name(lib):
-        raise _refuse(bundle, repr(lib), "is not a plain file name inside the bundle")
-    try:
-        ok_types = (all(isinstance(e.get(k), str) for k in ("step", "arch", "dtype"))
-                    and all(isinstance(e.get(k), int) and not isinstance(e.get(k), bool)
-                            and e[k] > 0 for k in ("M", "N", "K"))
-                    and isinstance(e.get("kwargs"), dict))
-        expect = lib_name(e["step"], e["arch"], e["M"], e["N"], e["K"], e["kwargs"],
-                          e.get("watchdog_ms")) if ok_types else None
-    except (KeyError, TypeError):
-        expect = None
-    if expect is None:
-        raise _refuse(bundle, lib, "has a manifest entry with missing or wrong fields")
-    if lib != expect or e["dtype"] != e["kwargs"].get("dtype", "float16"):
-        raise _refuse(bundle, lib, f"is listed as {e['step']}@{e['arch']} "
-                      f"{e['M']}x{e['N']}x{e['K']} {e['dtype']}, which would be named {expect}")
-    if files.get(lib) != e.get("sha256") or e.get("binding") != kernel_binding(e):
-        raise _refuse(bundle, lib, "has a sha256 not bound to its step, arch, shape, dtype "
-                                   "and kwargs")
-
-
-def verify(bundle: Path, expect_sha256: str | None = None) -> list[dict]:
-    """Check a whole bundle before anything from it is loaded; return its kernels.
-
-    Every file the manifest lists must be a regular file (no symlink, nor a symlinked
-    runtime/ or wheels/ folder) whose sha256 is the one listed; paths must stay inside the
-    bundle; every kernel's hash must be bound to its step, arch, shape, dtype and kwargs
-    (:func:`kernel_binding`); TVM's runtime libraries must be listed, and runtime/ must hold
-    nothing else (they find their dependencies next to themselves, $ORIGIN, so a planted
-    library there would be loaded with them), and wheels/ nothing the manifest does not
-    list. ``expect_sha256`` (None: $TIRX_GEMM_BUNDLE_SHA256 if set; "": none) pins the
-    manifest's own sha256. BundleError names the first file that fails."""
-    bundle = Path(bundle)
-    expect = expected_sha256() if expect_sha256 is None else expect_sha256
-    data = _read_manifest(bundle)
-    if expect:
-        got = manifest_sha256(bundle)
-        if got != check_sha256_text(expect):
-            raise _refuse(bundle, MANIFEST, f"has sha256 {got}, not the {expect} pinned by "
-                                            f"--expect-sha256 / ${EXPECT_SHA256_ENV}: this is "
-                                            "not the bundle you exported")
-    files = data["files"]
-    for rel, want in files.items():
-        _check_file(bundle, rel, want)
-    for e in data["kernels"]:
-        _check_kernel(bundle, e, files)
-    for lib in RUNTIME_LIBS:
-        if f"runtime/{lib}" not in files:
-            raise _refuse(bundle, f"runtime/{lib}", "is not listed in the manifest")
-    rt = bundle / "runtime"
-    extra = sorted(set(os.listdir(rt)) - set(RUNTIME_LIBS))
-    if extra:
-        raise _refuse(bundle, f"runtime/{extra[0]}", "is not part of the export (a library "
-                                                      "next to TVM's runtime would be loaded with it)")
-    wheels = bundle / "wheels"
-    if os.path.lexists(wheels):
-        if wheels.is_symlink() or not wheels.is_dir():
-            raise _refuse(bundle, "wheels", "is not a folder of the export")
-        stray = sorted(n for n in os.listdir(wheels) if f"wheels/{n}" not in files)
-        if stray:
-            raise _refuse(bundle, f"wheels/{stray[0]}", "is not listed in the manifest (not "
-                                                        "part of the export: remove it, never "
-                                                        "install it)")
-    return data["kernels"]
-
-
-def verified_wheels(bundle: Path, expect_sha256: str | None = None) -> list[Path]:
-    """The wheels of a bundle, after :func:`verify` (every wheel listed, its sha256 the
-    manifest's): what `tirx-gemm bundle DIR --wheels` prints for ``pip install``."""
-    verify(bundle, expect_sha256)
-    wheels = Path(bundle) / "wheels"
-    return sorted(wheels / n for n in os.listdir(wheels)) if wheels.is_dir() else []
-
-
-def verify_library(lib_path: Path) -> None:
-    """Before loading ``lib_path`` from a bundle (a folder with a manifest): the whole
-    bundle checks out and the library is one of its kernels. A library outside any bundle
-    (a build-cache entry) is left to the cache's own checks."""
-    lib_path = Path(lib_path)
-    bundle = lib_path.parent
-    if not os.path.lexists(bundle / MANIFEST):
-        return
-    kernels = verify(bundle)
-    if lib_path.name not in {e.get("lib") for e in kernels}:
-        raise _refuse(bundle, lib_path.name, "is not a kernel of this bundle's manifest")
 
 
 # ---------------------------------------------------------------------------------------
@@ -414,7 +149,7 @@ def _previous_kernels(out: Path, progress: bool) -> tuple[list[dict], list[str]]
     if not os.path.lexists(out / MANIFEST):
         return [], []
     try:
-        data = _read_manifest(out)
+        data = read_manifest(out)
     except BundleError as exc:
         print(f"tirx-gemm: replacing the bundle at {out}, whose kernels cannot be kept: {exc}",
               file=sys.stderr)
@@ -422,8 +157,8 @@ def _previous_kernels(out: Path, progress: bool) -> tuple[list[dict], list[str]]
     files, kept, dropped = data["files"], [], []
     for e in data["kernels"]:
         try:
-            _check_kernel(out, e, files)
-            _check_file(out, e["lib"], files.get(e["lib"]))
+            check_kernel(out, e, files)
+            check_file(out, e["lib"], files.get(e["lib"]))
             kept.append(e)
         except BundleError:
             dropped.append(str(e.get("lib") if isinstance(e, dict) else e))
@@ -435,7 +170,7 @@ def _previous_kernels(out: Path, progress: bool) -> tuple[list[dict], list[str]]
     for rel, want in files.items():
         if rel.startswith("wheels/"):
             try:
-                _check_file(out, rel, want)
+                check_file(out, rel, want)
                 wheels.append(rel)
             except BundleError:
                 pass
@@ -445,7 +180,7 @@ def _previous_kernels(out: Path, progress: bool) -> tuple[list[dict], list[str]]
 def _copy_checked(src: Path, dst: Path, want: str | None = None) -> str:
     """Copy a regular file (never through a symlink) and return the copy's sha256, which
     must equal ``want`` when given."""
-    with os.fdopen(_open_plain(src), "rb") as fin, open(dst, "xb") as fout:
+    with os.fdopen(open_plain(src), "rb") as fin, open(dst, "xb") as fout:
         shutil.copyfileobj(fin, fout, 1 << 20)
         fout.flush()
         os.fsync(fout.fileno())
@@ -636,63 +371,3 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def load_manifest(bundle: Path) -> list[dict]:
-    """The kernels of a bundle, after :func:`verify` (every file checked)."""
-    return verify(Path(bundle))
-
-
-def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
-         watchdog_ms: int | None = None, dtype: str | None = None) -> dict:
-    """The manifest entry for (step, arch, shape, dtype) built with ``watchdog_ms`` (None:
-    the normal build); a clear error if the bundle has the step only for other shapes,
-    dtypes, arches or watchdog settings. ``kwargs`` given: exactly those builder keywords
-    (the dtype among them); else any, with operand ``dtype`` (default float16)."""
-    kernels = load_manifest(bundle)
-    M, N, K = mnk
-    want_dtype = step.dtype(kwargs) if kwargs is not None else (dtype or "float16")
-    if kwargs is not None and dtype is not None and dtype != want_dtype:
-        raise ValueError(f"find: dtype={dtype!r} contradicts kwargs {kwargs}")
-    mine = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch]
-    # an instrumented build (export --timeline) is found only when asked for by its
-    # kwargs: run, bench and regress never time or check a timeline kernel
-    instrumented = bool((kwargs or {}).get("TIMELINE"))
-    timeline_only = bool(mine) and all(
-        bool((e.get("kwargs") or {}).get("TIMELINE")) != instrumented for e in mine)
-    mine = [e for e in mine
-            if bool((e.get("kwargs") or {}).get("TIMELINE")) == instrumented]
-    if timeline_only:
-        raise ValueError(f"bundle {bundle} has {step.key} only as "
-                         + ("normal builds, no timeline build (export --timeline)"
-                            if instrumented else "timeline builds (export --timeline, "
-                            "for `tirx-gemm trace`): export it without --timeline"))
-    same = [e for e in mine if e.get("watchdog_ms") == watchdog_ms]
-    if mine and not same:
-        have = sorted({str(e.get("watchdog_ms")) for e in mine})
-        raise ValueError(f"bundle {bundle} has {step.key} built with watchdog_ms "
-                         f"{', '.join(have)}, not {watchdog_ms} (export with the same "
-                         "--watchdog-ms)")
-    at_shape = [e for e in same if (e["M"], e["N"], e["K"]) == (M, N, K)]
-    hits = [e for e in at_shape if step.dtype(e.get("kwargs")) == want_dtype
-            and (kwargs is None or (e.get("kwargs") or {}) == kwargs)]
-    if hits:
-        return hits[-1]
-    if at_shape:
-        have = sorted({step.dtype(e.get("kwargs")) for e in at_shape})
-        if want_dtype not in have:
-            raise ValueError(f"bundle {bundle} has {step.key} at {M}x{N}x{K} only in "
-                             f"{', '.join(have)}, not {want_dtype} (export with --dtype "
-                             f"{want_dtype})")
-        kws = "; ".join(json.dumps(e.get("kwargs") or {}, sort_keys=True) for e in at_shape)
-        raise ValueError(f"bundle {bundle} has {step.key} at {M}x{N}x{K} built with {kws}, "
-                         f"not {json.dumps(kwargs, sort_keys=True)}")
-    if same:
-        have = ", ".join(dict.fromkeys(f"{e['M']}x{e['N']}x{e['K']}" for e in same))
-        raise ValueError(f"bundle {bundle} has {step.key} built for {have}, not {M}x{N}x{K}: "
-                         f"a kernel runs only at the shape it was built for")
-    others = sorted({e["arch"] for e in kernels if e["step"] == step.id})
-    if others:
-        raise ValueError(f"bundle {bundle} has {step.id} only for {', '.join(others)}, "
-                         f"not {step.arch}")
-    raise ValueError(f"bundle {bundle} has no {step.key}")

@@ -38,7 +38,7 @@ def shape_key(M: int, N: int, K: int) -> str:
 def bench_plan(steps: list[Step]) -> list[tuple[Step, tuple[int, int, int]]]:
     """(step, shape) pairs a regression run measures: bench shapes, else the canonical one
     (the same shapes `tirx-gemm bench` and `export --shapes bench` use)."""
-    from tirx_gemm.compile.bundle import shapes_for
+    from tirx_gemm.bundle_format import shapes_for
     return [(s, mnk) for s in steps for mnk in shapes_for(s, "bench")]
 
 

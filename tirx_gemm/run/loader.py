@@ -112,7 +112,7 @@ def load_kernel(lib_path: str | os.PathLike):
         raise FileNotFoundError(f"step library {path} does not exist")
     # a library from a bundle: the whole bundle (this library, the runtime libraries next to
     # it) is checked against its manifest before anything is loaded
-    from tirx_gemm.compile.bundle import verify_library  # noqa: PLC0415 (lazy: bundle reads files only)
+    from tirx_gemm.bundle_format import verify_library  # noqa: PLC0415 (lazy: reads files only)
     verify_library(path)
     _init_cuda_via_torch()
     tvm = sys.modules.get("tvm")

@@ -38,8 +38,8 @@ def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | Non
     (needs TVM), persistent steps sized to ``sm_count`` SMs when given (the GPU they will
     run on)."""
     if bundle_dir:
-        from tirx_gemm.compile import bundle
-        entry = dict(bundle.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms,
+        from tirx_gemm import bundle_format
+        entry = dict(bundle_format.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms,
                                  dtype=dtype))
         entry.setdefault("lesson", step.lesson)
         return Path(bundle_dir) / entry["lib"], entry, None
@@ -54,7 +54,7 @@ def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | Non
 def plan(steps: Sequence[registry.Step], shapes) -> list:
     """(step, shape) pairs: ``shapes`` is a registry shape list name ("bench", "test",
     "all", "canonical") or a list of explicit (M, N, K)."""
-    from tirx_gemm.compile.bundle import shapes_for
+    from tirx_gemm.bundle_format import shapes_for
     return [(s, mnk) for s in steps for mnk in (
         shapes_for(s, shapes) if isinstance(shapes, str) else shapes)]
 

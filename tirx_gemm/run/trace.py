@@ -93,8 +93,8 @@ def trace_main(args) -> int:
     dev = torch.device("cuda", info["index"])
     plain_lib = None
     if args.bundle:
-        from tirx_gemm.compile import bundle
-        entry, plain = _find_in_bundle(bundle, Path(args.bundle), step, (M, N, K), args.dtype)
+        from tirx_gemm import bundle_format
+        entry, plain = _find_in_bundle(bundle_format, Path(args.bundle), step, (M, N, K), args.dtype)
         lib, kwargs = Path(args.bundle) / entry["lib"], dict(entry["kwargs"])
         if plain is not None:
             plain_lib = Path(args.bundle) / plain["lib"]
