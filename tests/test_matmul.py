@@ -429,7 +429,7 @@ def test_a_run_time_shape_kernel_is_recorded_at_the_callers_shape(monkeypatch, t
     from tirx_gemm import bundle_format as bundles
     seen = []
 
-    def find(bundle, step, mnk, kwargs=None):
+    def find(bundle, step, mnk, kwargs=None, **_):
         seen.append(mnk)
         return {"step": step.id, "arch": step.arch, "M": mnk[0], "N": mnk[1], "K": mnk[2],
                 "kwargs": kwargs, "lib": "k.so"}

@@ -297,41 +297,48 @@ def verify_library(lib_path: Path) -> None:
 
 
 
+class KernelNotInBundle(ValueError):
+    """:func:`find` on a bundle that checks out but has no such kernel: one line saying what
+    it has instead (other shapes, dtypes, arches, watchdog or timeline builds)."""
+
+
 def load_manifest(bundle: Path) -> list[dict]:
     """The kernels of a bundle, after :func:`verify` (every file checked)."""
     return verify(Path(bundle))
 
 
 def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
-         watchdog_ms: int | None = None, dtype: str | None = None) -> dict:
+         watchdog_ms: int | None = None, dtype: str | None = None,
+         timeline: bool = False) -> dict:
     """The manifest entry for (step, arch, shape, dtype) built with ``watchdog_ms`` (None:
     the normal build); a clear error if the bundle has the step only for other shapes,
     dtypes, arches or watchdog settings. ``kwargs`` given: exactly those builder keywords
-    (the dtype among them); else any, with operand ``dtype`` (default float16)."""
+    (the dtype among them); else any, with operand ``dtype`` (default float16).
+    ``timeline``: an instrumented build (export --timeline) whatever its keywords."""
     kernels = load_manifest(bundle)
     M, N, K = mnk
     want_dtype = step.dtype(kwargs) if kwargs is not None else (dtype or "float16")
     if kwargs is not None and dtype is not None and dtype != want_dtype:
         raise ValueError(f"find: dtype={dtype!r} contradicts kwargs {kwargs}")
     mine = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch]
-    # an instrumented build (export --timeline) is found only when asked for by its
-    # kwargs: run, bench and regress never time or check a timeline kernel
-    instrumented = bool((kwargs or {}).get("TIMELINE"))
+    # an instrumented build (export --timeline) is found only when asked for (by its
+    # kwargs, or timeline=True): run, bench and regress never time or check a timeline kernel
+    instrumented = timeline or bool((kwargs or {}).get("TIMELINE"))
     timeline_only = bool(mine) and all(
         bool((e.get("kwargs") or {}).get("TIMELINE")) != instrumented for e in mine)
     mine = [e for e in mine
             if bool((e.get("kwargs") or {}).get("TIMELINE")) == instrumented]
     if timeline_only:
-        raise ValueError(f"bundle {bundle} has {step.key} only as "
-                         + ("normal builds, no timeline build (export --timeline)"
-                            if instrumented else "timeline builds (export --timeline, "
-                            "for `tirx-gemm trace`): export it without --timeline"))
+        raise KernelNotInBundle(f"bundle {bundle} has {step.key} only as "
+                                + ("normal builds, no timeline build (export --timeline)"
+                                   if instrumented else "timeline builds (export --timeline, "
+                                   "for `tirx-gemm trace`): export it without --timeline"))
     same = [e for e in mine if e.get("watchdog_ms") == watchdog_ms]
     if mine and not same:
         have = sorted({str(e.get("watchdog_ms")) for e in mine})
-        raise ValueError(f"bundle {bundle} has {step.key} built with watchdog_ms "
-                         f"{', '.join(have)}, not {watchdog_ms} (export with the same "
-                         "--watchdog-ms)")
+        raise KernelNotInBundle(f"bundle {bundle} has {step.key} built with watchdog_ms "
+                                f"{', '.join(have)}, not {watchdog_ms} (export with the same "
+                                "--watchdog-ms)")
     at_shape = [e for e in same if (e["M"], e["N"], e["K"]) == (M, N, K)]
     hits = [e for e in at_shape if step.dtype(e.get("kwargs")) == want_dtype
             and (kwargs is None or (e.get("kwargs") or {}) == kwargs)]
@@ -340,18 +347,18 @@ def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
     if at_shape:
         have = sorted({step.dtype(e.get("kwargs")) for e in at_shape})
         if want_dtype not in have:
-            raise ValueError(f"bundle {bundle} has {step.key} at {M}x{N}x{K} only in "
+            raise KernelNotInBundle(f"bundle {bundle} has {step.key} at {M}x{N}x{K} only in "
                              f"{', '.join(have)}, not {want_dtype} (export with --dtype "
                              f"{want_dtype})")
         kws = "; ".join(json.dumps(e.get("kwargs") or {}, sort_keys=True) for e in at_shape)
-        raise ValueError(f"bundle {bundle} has {step.key} at {M}x{N}x{K} built with {kws}, "
-                         f"not {json.dumps(kwargs, sort_keys=True)}")
+        raise KernelNotInBundle(f"bundle {bundle} has {step.key} at {M}x{N}x{K} built with "
+                                f"{kws}, not {json.dumps(kwargs, sort_keys=True)}")
     if same:
         have = ", ".join(dict.fromkeys(f"{e['M']}x{e['N']}x{e['K']}" for e in same))
-        raise ValueError(f"bundle {bundle} has {step.key} built for {have}, not {M}x{N}x{K}: "
-                         f"a kernel runs only at the shape it was built for")
+        raise KernelNotInBundle(f"bundle {bundle} has {step.key} built for {have}, not "
+                                f"{M}x{N}x{K}: a kernel runs only at the shape it was built for")
     others = sorted({e["arch"] for e in kernels if e["step"] == step.id})
     if others:
-        raise ValueError(f"bundle {bundle} has {step.id} only for {', '.join(others)}, "
-                         f"not {step.arch}")
-    raise ValueError(f"bundle {bundle} has no {step.key}")
+        raise KernelNotInBundle(f"bundle {bundle} has {step.id} only for {', '.join(others)}, "
+                                f"not {step.arch}")
+    raise KernelNotInBundle(f"bundle {bundle} has no {step.key}")

@@ -24,7 +24,8 @@ from pathlib import Path
 from tirx_gemm import registry
 from tirx_gemm.report import tables
 from tirx_gemm.progress import Progress
-from tirx_gemm.run.measure import dtype_kwargs, kernel_for, measure_plan, plan as _plan  # noqa: F401 (API)
+from tirx_gemm.kernels import dtype_kwargs, kernel_for
+from tirx_gemm.run.measure import measure_plan, plan as _plan  # noqa: F401 (API)
 from tirx_gemm.numerics import DTYPES
 from tirx_gemm.report.regress import DEFAULT_TOLERANCE, EXPECTATIONS
 from tirx_gemm.compile.sass import HEADLINE_SASS, meaning

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from tirx_gemm import epilogue as E
 from tirx_gemm import registry, spec, splitk
-from tirx_gemm.run.measure import dtype_kwargs
+from tirx_gemm.kernels import dtype_kwargs, kernel_for
 from tirx_gemm.numerics import DTYPES, check_dtype
 
 __all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs",
@@ -436,13 +436,23 @@ def _describe(step: registry.Step, mnk, kwargs: dict) -> str:
 def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[Path, dict]:
     """(library path, build metadata) of ``step`` at shape ``mnk`` built with ``kwargs``:
     the bundle's entry when ``bundle`` is given, else built here (the build cache returns a
-    previous build at once). Errors say how to get the missing kernel."""
+    previous build at once): tirx_gemm.kernels.kernel_for at the shape the kernel is built
+    at, its metadata at the caller's shape. Errors say how to get the missing kernel."""
     M, N, K = mnk
     at = build_shape(mnk, kwargs)  # runtime-M kernels are built once, at NOMINAL_M
-    if bundle is not None:
-        from tirx_gemm import bundle_format as bundles
+    if bundle is None:
+        import importlib.util
+        if importlib.util.find_spec("tvm") is None:
+            raise RuntimeError(
+                f"cannot get {_describe(step, mnk, kwargs)}: no bundle is set and the TVM "
+                f"compiler is not installed here; export a bundle on a build machine "
+                f"(`tirx-gemm export --suite FILE`) and point tirx_gemm.matmul.use_bundle(path) "
+                f"or ${BUNDLE_ENV} at it")
+        lib, meta, _ = kernel_for(step, at, kwargs=dict(kwargs))
+        meta["N"], meta["K"] = N, K
+    else:
         try:
-            entry = dict(bundles.find(Path(bundle), step, at, kwargs=dict(kwargs)))
+            lib, meta, _ = kernel_for(step, at, Path(bundle), kwargs=dict(kwargs))
         except ValueError as exc:
             sm = kwargs.get(step.sm_count_kwarg) if step.sm_count_kwarg else None
             raise ValueError(
@@ -452,26 +462,11 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
                 f"listing {M}x{N}x{K}"
                 + (" (any M: the export covers every token count of that N, K)"
                    if kwargs.get("RUNTIME_M") else "")) from None
-        entry.setdefault("lesson", step.lesson)
-        lib = Path(bundle) / entry["lib"]
-        entry["lib_path"] = str(lib)
-        entry["M"] = M  # a runtime-M kernel runs at the caller's M
         if kwargs.get("RUNTIME_NK"):
-            entry["N"], entry["K"] = N, K  # and a run-time-shape kernel at its N, K
-        return lib, entry
-    import importlib.util
-    if importlib.util.find_spec("tvm") is None:
-        raise RuntimeError(
-            f"cannot get {_describe(step, mnk, kwargs)}: no bundle is set and the TVM compiler "
-            f"is not installed here; export a bundle on a build machine (`tirx-gemm export "
-            f"--suite FILE`) and point tirx_gemm.matmul.use_bundle(path) or ${BUNDLE_ENV} at it")
-    from tirx_gemm.compile.api import build
-    from tirx_gemm.gitinfo import git_sha
-    r = build(step.id, *at, arch=step.arch, **kwargs)
-    return Path(r.lib_path), {
-        "step": r.step, "arch": r.arch, "M": M, "N": N, "K": K, "kwargs": r.kwargs,
-        "tvm_version": r.tvm_version, "lesson": step.lesson, "git_sha": git_sha(),
-        "lib_path": str(r.lib_path)}
+            meta["N"], meta["K"] = N, K  # a run-time-shape kernel runs at its N, K
+    meta["M"] = M  # a runtime-M kernel runs at the caller's M
+    meta["lib_path"] = str(lib)
+    return lib, meta
 
 
 class _Loaded:

@@ -3,52 +3,20 @@ timed on this GPU (runner.run_step). The CLI's run/bench/regress commands and th
 both call :func:`measure_plan`.
 
 Imports neither torch nor TVM at import time: the runner (torch) is loaded when a kernel is
-run, the build harness (TVM) only when a kernel is built here instead of read from a bundle.
+run; kernels come from tirx_gemm.kernels.kernel_for (a bundle, or the build harness, TVM,
+only when a kernel is built here).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Sequence
 
 from tirx_gemm import registry
-from tirx_gemm.gitinfo import git_sha
+from tirx_gemm.kernels import kernel_for
 
-__all__ = ["dtype_kwargs", "kernel_for", "plan", "measure_plan"]
+__all__ = ["plan", "measure_plan"]
 
 Plan = Sequence[tuple[registry.Step, tuple[int, int, int]]]
-
-
-def dtype_kwargs(dtype: str | None) -> dict:
-    """The builder keywords of an operand dtype: {} for float16 (the default, never written
-    into kwargs, so float16 cache keys, bundles and records stay as they were),
-    {"dtype": "bfloat16"} for bfloat16."""
-    from tirx_gemm.numerics import check_dtype
-    if dtype is None or check_dtype(dtype) == "float16":
-        return {}
-    return {"dtype": dtype}
-
-
-def kernel_for(step: registry.Step, mnk, bundle_dir=None, *, sm_count: int | None = None,
-               watchdog_ms: int | None = None, dtype: str = "float16"):
-    """(library path, build metadata, BuildResult or None) of one step at one shape and
-    operand dtype.
-
-    From the bundle when ``bundle_dir`` is given (the entry of that dtype); else built here
-    (needs TVM), persistent steps sized to ``sm_count`` SMs when given (the GPU they will
-    run on)."""
-    if bundle_dir:
-        from tirx_gemm import bundle_format
-        entry = dict(bundle_format.find(Path(bundle_dir), step, mnk, watchdog_ms=watchdog_ms,
-                                 dtype=dtype))
-        entry.setdefault("lesson", step.lesson)
-        return Path(bundle_dir) / entry["lib"], entry, None
-    from tirx_gemm.compile.api import build
-    r = build(step.id, *mnk, arch=step.arch, watchdog_ms=watchdog_ms,
-              **step.with_sm_count(sm_count), **dtype_kwargs(dtype))
-    meta = {"step": r.step, "arch": r.arch, "M": r.M, "N": r.N, "K": r.K, "kwargs": r.kwargs,
-            "tvm_version": r.tvm_version, "lesson": step.lesson, "git_sha": git_sha()}
-    return r.lib_path, meta, r
 
 
 def plan(steps: Sequence[registry.Step], shapes) -> list:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tirx_gemm import spec
 from tirx_gemm import timeline as TL
-from tirx_gemm.timeline import KWARG, buffer_specs, decode, is_instrumented, plain_kwargs
+from tirx_gemm.timeline import KWARG, buffer_specs, decode, plain_kwargs
 
 
 def _trace_arguments(p):
@@ -91,22 +91,8 @@ def trace_main(args) -> int:
     from tirx_gemm.run import loader
     info = device.check_device(step.arch, None)
     dev = torch.device("cuda", info["index"])
-    plain_lib = None
-    if args.bundle:
-        from tirx_gemm import bundle_format
-        entry, plain = _find_in_bundle(bundle_format, Path(args.bundle), step, (M, N, K), args.dtype)
-        lib, kwargs = Path(args.bundle) / entry["lib"], dict(entry["kwargs"])
-        if plain is not None:
-            plain_lib = Path(args.bundle) / plain["lib"]
-    else:
-        from tirx_gemm.compile.api import build
-        kw = {**step.with_sm_count(info["sm_count"])}
-        if args.dtype != "float16":
-            kw["dtype"] = args.dtype
-        r = build(step.id, M, N, K, arch=step.arch, **{**kw, KWARG: True})
-        lib, kwargs = r.lib_path, dict(r.kwargs)
-        if not args.no_timing:
-            plain_lib = build(step.id, M, N, K, arch=step.arch, **kw).lib_path
+    lib, plain_lib, kwargs = _kernels(step, (M, N, K), args.dtype, args.bundle,
+                                      info["sm_count"], timed=not args.no_timing)
     kernel = loader.load_kernel(str(lib))
     plain = None if (plain_lib is None or args.no_timing) else loader.load_kernel(str(plain_lib))
     got = record(kernel, step, M, N, K, kwargs, dev, plain=plain, timed=not args.no_timing)
@@ -189,21 +175,28 @@ def record(kernel, step, M: int, N: int, K: int, kwargs: dict, dev, *, plain=Non
     return tl, timing
 
 
-def _find_in_bundle(bundle_mod, bundle_dir: Path, step, mnk, dtype: str):
-    """(the bundle's instrumented build of step at mnk and dtype, its plain build or None)."""
-    kernels = bundle_mod.verify(bundle_dir)
-    mine = [e for e in kernels if e["step"] == step.id and e["arch"] == step.arch
-            and (e["M"], e["N"], e["K"]) == tuple(mnk) and e.get("watchdog_ms") is None
-            and step.dtype(e.get("kwargs")) == dtype]
-    hits = [e for e in mine if is_instrumented(e.get("kwargs"))]
-    if not hits:
-        raise ValueError(f"bundle {bundle_dir} has no timeline build of {step.key} at "
+def _kernels(step, mnk, dtype: str, bundle, sm_count: int, *, timed: bool):
+    """(the instrumented build of step at mnk and dtype, its plain build or None, the
+    instrumented build's keywords): from the bundle (tirx_gemm.kernels.kernel_for, which
+    verifies it first; the plain build only if the bundle has it) or built here."""
+    from tirx_gemm.bundle_format import KernelNotInBundle
+    from tirx_gemm.kernels import kernel_for
+    if not bundle:
+        lib, meta, _ = kernel_for(step, mnk, sm_count=sm_count, dtype=dtype, timeline=True)
+        plain = None if not timed else kernel_for(step, mnk, sm_count=sm_count, dtype=dtype)[0]
+        return lib, plain, dict(meta["kwargs"])
+    try:
+        lib, entry, _ = kernel_for(step, mnk, bundle, dtype=dtype, timeline=True)
+    except KernelNotInBundle:
+        raise ValueError(f"bundle {bundle} has no timeline build of {step.key} at "
                          f"{'x'.join(map(str, mnk))} {dtype} (export it with "
                          f"`tirx-gemm export {step.id} --arch {step.arch} --mnk "
-                         f"{','.join(map(str, mnk))} --timeline ...`)")
-    entry = hits[-1]
-    plain = [e for e in mine if (e.get("kwargs") or {}) == plain_kwargs(entry.get("kwargs"))]
-    return entry, (plain[-1] if plain else None)
+                         f"{','.join(map(str, mnk))} --timeline ...`)") from None
+    try:
+        plain = kernel_for(step, mnk, bundle, kwargs=plain_kwargs(entry.get("kwargs")))[0]
+    except KernelNotInBundle:
+        plain = None
+    return lib, plain, dict(entry["kwargs"])
 
 
 # ---------------------------------------------------------------------------------------
