@@ -196,8 +196,14 @@ def test_spread_known_shapes_and_variants():
              (4096, 4096, 4096))] == [32, 64, 4, 2, 1]
     assert choose_split(256, 256, 16384, 148, arch="sm_100a", reduce="spread") == 32
     # choose_variant: what tirx_gemm.matmul builds; "last" (the default) is not written
-    assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a") == {"SPLIT_K": 32,
-                                                                      "REDUCE": "spread"}
+    # sm_90a from 128 rows: 128x64 tiles (8 of them at 256x256), 16 splits each
+    assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a") == {
+        "SPLIT_K": 16, "REDUCE": "spread", "BLK_N": 64}
+    assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a", bn=256) == {
+        "SPLIT_K": 32, "REDUCE": "spread"}
+    # below 128 rows the default 128x256 tile (a stage's useful bytes are B's)
+    assert splitk.choose_variant(1, 4096, 4096, 132, "sm_90a") == {"SPLIT_K": 8,
+                                                                    "REDUCE": "spread"}
     # K too shallow to split (16 K steps): data-parallel, as measured at 1000^3
     assert splitk.choose_variant(1000, 1000, 1000, 132, "sm_90a") == {"SPLIT_K": 1}
     assert splitk.choose_variant(4096, 4096, 4096, 132, "sm_90a") == {"SPLIT_K": 1}
@@ -205,8 +211,8 @@ def test_spread_known_shapes_and_variants():
     for arch in ARCHES:
         for M, N, K in ((256, 256, 16384), (1000, 1000, 1000), (128, 128, 256), (8, 8, 64)):
             kw = splitk.choose_variant(M, N, K, 132, arch)
-            tiles, k_tiles = splitk.tile_counts(M, N, K, arch)
-            assert set(kw) <= {"SPLIT_K", "REDUCE"} and 1 <= kw["SPLIT_K"] <= k_tiles
+            tiles, k_tiles = splitk.tile_counts(M, N, K, arch, kw.get("BLK_N"))
+            assert set(kw) <= {"SPLIT_K", "REDUCE", "BLK_N"} and 1 <= kw["SPLIT_K"] <= k_tiles
             if kw.get("REDUCE") == "spread":
                 splitk.check_spread(tiles, kw["SPLIT_K"], 132)  # never an invalid build
 

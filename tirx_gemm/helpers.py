@@ -295,16 +295,33 @@ def barriers_in_cta(bars, depth, rank):
 TMA = "tma_explicit"
 
 
+def tma_hints(l2_promotion=None, cache_hint=None) -> dict:
+    """Extra TMA copy settings, only those given (none: TVM's defaults, 128-byte L2
+    promotion and no cache policy): the tensor map's L2 promotion ("L2::64B", "L2::128B",
+    "L2::256B": how much of the surrounding line a miss brings into L2) and the copy's L2
+    cache policy ("evict_first" for data read once, "evict_last" for data read again)."""
+    out = {}
+    if l2_promotion is not None:
+        out["tensormap_l2_promotion"] = l2_promotion
+    if cache_hint is not None:
+        out["cache_hint"] = cache_hint
+    return out
+
+
 @T.inline
-def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, bar):
+def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, bar,
+                   a_hints=None, b_hints=None):
     # one thread (both arches): the arrival that tells `bar` how many bytes to expect,
     # then two TMA tile copies that complete on `bar`; the phase completes once this
-    # thread has arrived and every byte has landed (zero-filled edge bytes count too)
+    # thread has arrived and every byte has landed (zero-filled edge bytes count too).
+    # a_hints / b_hints: tma_hints(...) for A's and B's copies (None: the defaults)
     TL.point(TL.TMA_ISSUE, k_st // BLK_K, TL.PRODUCER)
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))
-    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar)
-    Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar)
+    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar,
+                  **(a_hints or {}))
+    Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar,
+                  **(b_hints or {}))
 
 
 SWIZZLE_COLS = 64  # one 128-byte swizzle atom of 16-bit elements: the widest TMA box

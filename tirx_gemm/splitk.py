@@ -180,6 +180,26 @@ def model_steps(k_tiles: int, split: int, reduce: str, arch: str = "sm_100a") ->
     return k_tiles / split + rc + rc * (split if reduce == "last" else 1)
 
 
+# sm_90a v11's tile width for a split (issue 32; H200, bf16, scripts/lab/issue32_splitk.json,
+# results/lab/issue32_splitk_h200.jsonl): a unit's time is its K loop at a per-stage cost
+# that barely depends on the stage's size, plus its slab (128 x BLK_N fp32, written and
+# read). With M >= 128 the A tile is all data and the split units are short (8-16 K steps),
+# so the slab traffic decides: 128x64 tiles ran 128x128x65536 at 0.91x torch (128x256:
+# 0.54x, 128x128: 0.67x), 256x256x16384 0.94x, 128x256x32768 0.94x, 384x128x12288 1.01x.
+# Below 128 rows A is mostly zero fill and a stage's useful bytes are B's, so the widest
+# stage wins: 128x256 ran 1x4096x4096 at 0.78x (128x128 0.70x, 128x64 0.58x) and
+# 32x4096x14336 at 0.89x (0.73x, 0.50x).
+NARROW_SPLIT_MIN_M = 128
+NARROW_SPLIT_BLK_N = 64
+
+
+def split_blk_n(M: int, arch: str) -> int | None:
+    """The BLK_N a split of an M-row GEMM builds on ``arch`` (None: the arch's default)."""
+    if arch == "sm_90a" and M >= NARROW_SPLIT_MIN_M:
+        return NARROW_SPLIT_BLK_N
+    return None
+
+
 def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a",
                    bn: int | None = None) -> dict:
     """The v11 builder keywords for this shape on ``sm_count`` SMs (what tirx_gemm.matmul
@@ -188,14 +208,19 @@ def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a",
     units resident), since it beat the last-arriver's at every shape both ran; else the
     last-arriver's split. "last" is the builders' default and is not written (cache keys
     of existing builds stay valid). SPLIT_K is always explicit, so the kernel does not
-    depend on the builder's SM_COUNT default. sm_100a follows the same rule, unmeasured."""
+    depend on the builder's SM_COUNT default. sm_100a follows the same rule, unmeasured.
+    The tile width: ``bn`` if given (a builder's BLK_N), else :func:`split_blk_n` (sm_90a:
+    128x64 tiles from 128 rows up), written as "BLK_N" when it is not the default."""
     _, k_tiles = tile_counts(M, N, K, arch, bn)
     if k_tiles < MIN_K_TILES_TO_SPLIT:
         return {"SPLIT_K": 1}
-    spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread", bn=bn)
+    pick = split_blk_n(M, arch) if bn is None else bn
+    width = {} if pick is None or pick == TILES[arch][1] else {"BLK_N": pick}
+    spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread", bn=pick)
     if spread > 1:  # measured faster than "last" at every shape both ran (H200)
-        return {"SPLIT_K": spread, "REDUCE": "spread"}
-    return {"SPLIT_K": choose_split(M, N, K, sm_count, arch=arch, reduce="last", bn=bn)}
+        return {"SPLIT_K": spread, "REDUCE": "spread", **width}
+    last = choose_split(M, N, K, sm_count, arch=arch, reduce="last", bn=pick)
+    return {"SPLIT_K": last, **width} if last > 1 else {"SPLIT_K": 1}
 
 
 def split_k_range(k_tiles: int, split: int, s: int) -> tuple[int, int]:
@@ -229,7 +254,7 @@ def _resolved(M, N, K, kwargs, arch):
     kwargs = dict(kwargs or {})
     return resolve_variant(M, N, K, kwargs.get("SPLIT_K"), kwargs.get("REDUCE"),
                            kwargs.get("SM_COUNT") or DEFAULT_SM_COUNT[arch], arch,
-                           kwargs.get("BLK_N"))
+                           kwargs.get("BLK_N") or TILES[arch][1])  # the builder's default
 
 
 def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,

@@ -41,7 +41,8 @@ def band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
               SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None,
               REDUCE: str | None = None, RUNTIME_M: bool = False, BLK_N: int = 256,
-              IN_FLIGHT: int = 8):
+              IN_FLIGHT: int = 8, L2_PROMO: str | None = None, A_HINT: str | None = None,
+              B_HINT: str | None = None):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
@@ -89,6 +90,9 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     BLK_M, BLK_K = 128, 64
     splitk.check_blk_n(BLK_N, "sm_90a")
     H.check_positive_ints(IN_FLIGHT=IN_FLIGHT)
+    # TMA settings of the operand loads (helpers.tma_hints; None: TVM's defaults)
+    A_HINTS = H.tma_hints(L2_PROMO, A_HINT)
+    B_HINTS = H.tma_hints(L2_PROMO, B_HINT)
     NUM_CONSUMERS = BLK_M // W.WGMMA_M  # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS            # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2               # fp32 accumulators per consumer thread (128 at 256)
@@ -199,7 +203,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         H.tma_load_tiles(Asmem[ring.stage, :, :],
                                          Bsmem[ring.stage, :, :], A, B, m_st, n_st,
                                          (k_first + k) * BLK_K,
-                                         BLK_M, BLK_N, BLK_K, tma2mma.ptr(ring.stage))
+                                         BLK_M, BLK_N, BLK_K, tma2mma.ptr(ring.stage),
+                                         A_HINTS, B_HINTS)
                         ring.advance()
                     scheduler.next_tile()
 

@@ -25,7 +25,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
               RUNTIME_M: bool = False, RUNTIME_NK: bool = False, L2_GROUP: int = 8,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
-              OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1):
+              OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
+              L2_PROMO: str | None = None, A_HINT: str | None = None,
+              B_HINT: str | None = None):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
@@ -107,6 +109,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # not the bytes, sets the pace. The ring must hold the MMA_LAG stages still being read
     # and one to load into.
     H.check_positive_ints(MMA_LAG=MMA_LAG)
+    # TMA settings of the operand loads (helpers.tma_hints; None: TVM's defaults)
+    A_HINTS = H.tma_hints(L2_PROMO, A_HINT)
+    B_HINTS = H.tma_hints(L2_PROMO, B_HINT)
     if PIPE_DEPTH <= MMA_LAG:
         raise ValueError(f"MMA_LAG={MMA_LAG} needs PIPE_DEPTH > {MMA_LAG} (the stages its "
                          f"wgmmas still read, and one to load), got PIPE_DEPTH={PIPE_DEPTH}")
@@ -194,7 +199,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                          A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
-                                         tma2mma.ptr(ring.stage))
+                                         tma2mma.ptr(ring.stage), A_HINTS, B_HINTS)
                         ring.advance()
                     scheduler.next_tile()
 
