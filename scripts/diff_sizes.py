@@ -4,19 +4,22 @@ Counts the changed lines (added + removed) of a line diff between two step files
 dropping comments, docstrings and blank lines, so what is counted is code a reader has
 to compare:
 
-* step diffs: ``steps/<arch>/hgemm_v(n).py`` -> ``hgemm_v(n+1).py`` for each arch,
+* step diffs: ``steps/<arch>/hgemm_<base>.py`` -> ``hgemm_vN.py`` for each arch, where
+  base is the step vN changes (the registry's ``Step.base``, the base of the notebooks'
+  diffs too; a file the registry does not know is compared with the step file before it),
 * twin diffs: ``steps/sm100a/hgemm_vN.py`` vs ``steps/sm90a/hgemm_vN.py`` for each step.
 
     python scripts/diff_sizes.py                 # the working tree
     python scripts/diff_sizes.py --rev HEAD~3    # the files as committed in a revision
     python scripts/diff_sizes.py --before HEAD   # a revision and the working tree side by side
-    python scripts/diff_sizes.py --before HEAD --skip v10   # v9 -> v11 in both columns
+    python scripts/diff_sizes.py --before HEAD --skip v8   # sm_100a v7 -> v9 in both columns
 
 Which lines are code and how two files' code lines are matched is
 ``tirx_gemm.sourceview``'s, the rules of the notebooks' code-only diffs
 (``tirx_gemm.notebook.step_diff``), so a size here is the size of the diff a notebook
-shows. Only the standard library and that module; reads files (and ``git show`` for a
-revision), builds nothing.
+shows. Only the standard library, that module and the registry (no TVM); reads files (and
+``git show`` for a revision), builds nothing. The bases are the working tree's registry's,
+also for ``--rev``.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing: import tirx_gemm here
     sys.path.insert(0, str(ROOT))
 
+from tirx_gemm import registry  # noqa: E402
 from tirx_gemm.sourceview import changed_lines  # noqa: E402
-ARCHES = ("sm100a", "sm90a")
+FOLDERS = {a.replace("_", ""): a for a in registry.ARCHES}  # steps/ folder -> arch
+ARCHES = tuple(FOLDERS)
 
 
 def read(arch: str, step: str, rev: str | None) -> str | None:
@@ -58,16 +63,33 @@ def step_ids(rev: str | None) -> list[str]:
     return sorted(ids, key=lambda s: int(s[1:]))
 
 
+def base(arch: str, step: str, ids: list[str], skip=()) -> str | None:
+    """The step ``step`` is compared with on ``arch`` (a steps/ folder name): its registry
+    base, or the base's base while that is skipped; for a step the registry does not know,
+    the step file before it in ``ids``."""
+    known = {s.id: s.base for s in registry.all_steps(FOLDERS[arch])}
+    if step in known:
+        b = known[step]
+        while b is not None and b in skip:
+            b = known.get(b)
+        return b
+    i = ids.index(step)
+    return ids[i - 1] if i > 0 else None
+
+
 def sizes(rev: str | None, skip=()) -> dict[str, int | None]:
     """{"sm100a v1->v2": n, ..., "twin v1": n, ...}; None where a file is missing. Steps in
-    ``skip`` are left out (their neighbours are then compared with each other)."""
+    ``skip`` are left out (a step whose base is skipped is compared with the base's base)."""
     ids = [s for s in step_ids(rev) if s not in skip]
     text = {(a, s): read(a, s, rev) for a in ARCHES for s in ids}
     out: dict[str, int | None] = {}
     for arch in ARCHES:
-        for s, t in zip(ids, ids[1:]):
-            a, b = text[arch, s], text[arch, t]
-            out[f"{arch} {s}->{t}"] = None if a is None or b is None else changed_lines(a, b)
+        for t in ids:
+            s = base(arch, t, ids, skip)
+            if s is None or text[arch, t] is None:
+                continue
+            a, b = read(arch, s, rev), text[arch, t]
+            out[f"{arch} {s}->{t}"] = None if a is None else changed_lines(a, b)
     for s in ids:
         a, b = text["sm100a", s], text["sm90a", s]
         out[f"twin {s}"] = None if a is None or b is None else changed_lines(a, b)

@@ -14,7 +14,7 @@ import torch
 
 import tirx_gemm
 from tirx_gemm import chooser, matmul as mm
-from tirx_gemm import registry, splitk
+from tirx_gemm import registry, spec, splitk
 
 ROOT = Path(__file__).resolve().parents[1]
 from tirx_gemm import suite
@@ -140,7 +140,7 @@ def test_cpu_tensors_on_a_gpu_machine_are_told_to_move(monkeypatch):
 # --------------------------------------------------------------------------------------
 # choose: the step for a shape
 # --------------------------------------------------------------------------------------
-SMS = {"sm_90a": 132, "sm_100a": 148}
+SMS = spec.SM_COUNT  # the default pools: 132 (H200), 148 (B200)
 def rt(step_id: str, arch: str) -> dict:
     """RUNTIME_M as matmul writes it: on sm_90a v9-v12, on sm_100a v9 (NumSim-checked)."""
     return {"RUNTIME_M": True} if mm.runtime_m(step_id, arch) else {}

@@ -477,7 +477,8 @@ def test_diff_sizes_counts_the_diff_the_notebook_shows():
     ds = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ds)
     sizes = ds.sizes(None)
-    for arch, (old, new) in (("sm_90a", ("v4", "v5")), ("sm_100a", ("v6", "v7"))):
+    for arch, (old, new) in (("sm_90a", ("v4", "v5")), ("sm_100a", ("v6", "v7")),
+                             ("sm_100a", ("v8", "v10")), ("sm_90a", ("v9", "v12"))):
         assert nb.diff_base(new, arch) == old
         plus, minus, _ = diff_counts(str(nb.step_diff(new, arch)))
         assert sizes[f"{arch.replace('_', '')} {old}->{new}"] == plus + minus

@@ -48,3 +48,87 @@ def test_get_errors_are_clear():
     with pytest.raises(ValueError, match="no step 'v99'"):
         registry.get("v99", "sm_100a")
     assert registry.get("4", "sm_100a").id == "v4"
+
+
+# --- each step's static facts, declared once in the registry (issue 30) ---
+
+def _builder_def(step):
+    import ast
+    from pathlib import Path
+    tree = ast.parse(Path(step.source_file).read_text(encoding="utf-8"))
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                and n.name == f"hgemm_{step.id}")
+
+
+def _written_tile(step) -> dict:
+    """BLK_M, BLK_N, BLK_K as the builder writes them: keyword defaults, then the first
+    top-level assignments it can evaluate (a name like W.FP8_BLK_K is left out)."""
+    import ast
+    fn = _builder_def(step)
+    env: dict = {}
+    args = fn.args.args + fn.args.kwonlyargs
+    defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults) \
+        + list(fn.args.kw_defaults)
+    for a, d in zip(args, defaults):
+        if a.arg.startswith("BLK_") and isinstance(d, ast.Constant):
+            env[a.arg] = d.value
+    for node in fn.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        t, v = node.targets[0], node.value
+        pairs = (zip(t.elts, v.elts) if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
+                 else [(t, v)])
+        for name, val in pairs:
+            if isinstance(name, ast.Name) and name.id in ("BLK_M", "BLK_N", "BLK_K") \
+                    and name.id not in env:
+                try:
+                    env[name.id] = eval(compile(ast.Expression(val), "<tile>", "eval"), {}, env)
+                except Exception:  # noqa: BLE001 - a module constant (W.FP8_BLK_K)
+                    pass
+    return env
+
+
+@pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
+def test_the_registrys_tile_is_the_one_the_builder_writes(step):
+    written = _written_tile(step)
+    assert {"BLK_M", "BLK_N"} <= set(written), (step.key, written)
+    declared = dict(zip(("BLK_M", "BLK_N", "BLK_K"), step.tile))
+    assert {k: declared[k] for k in written} == written, step.key
+
+
+@pytest.mark.parametrize("step", registry.STEPS, ids=lambda s: s.key)
+def test_the_registrys_cluster_is_the_builders(step):
+    from pathlib import Path
+    from tirx_gemm import spec
+    src = Path(step.source_file).read_text(encoding="utf-8")
+    clustered = "W.CTA_PAIR" in src or "W.CLUSTER_SIZE" in src
+    assert step.cluster == (spec.CLUSTER_SIZE if clustered else 1), step.key
+    assert (step.cluster_tile is not None) == clustered, step.key
+    assert step.default_sm_count == (spec.SM_COUNT[step.arch] if step.sm_count_kwarg else None)
+
+
+def test_each_step_has_one_base_on_its_track_named_by_its_card():
+    """Step.base is the one notion of "the step this one changes": earlier on the same
+    track, None for the first step only, and the step card's "Changes from vN" names it."""
+    import ast
+    import re
+    for arch in registry.ARCHES:
+        ids = [s.id for s in registry.all_steps(arch)]
+        for s in registry.all_steps(arch):
+            if s.base is None:
+                assert ids.index(s.id) == 0, s.key
+                continue
+            assert s.base in ids[:ids.index(s.id)], (s.key, s.base)
+            assert registry.base_of(s) == registry.get(s.base, arch)
+            card = ast.get_docstring(_builder_def(s)) or ""
+            named = re.search(r"Changes from (v\d+)\b", card)
+            assert named and named.group(1) == s.base, (s.key, s.base)
+    assert registry.base_of(registry.get("v1", "sm_90a")) is None
+
+
+def test_matmul_v9_cluster_tiles_are_the_registrys():
+    """matmul.V9_CLUSTER_TILE is a copy (matmul is being refactored): it must agree."""
+    from tirx_gemm import matmul
+    assert matmul.V9_CLUSTER_TILE == {a: registry.get("v9", a).output_tile
+                                      for a in matmul.V9_CLUSTER_TILE}
+    assert matmul.CLUSTER_SIZE == registry.get("v9", "sm_90a").cluster

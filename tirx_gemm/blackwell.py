@@ -184,7 +184,7 @@ def tcgen05_fence_before_sync():
 # cta_group::2, the tensor cores read A and B from both CTAs' SMEM and write each CTA's
 # 128 rows into that CTA's TMEM. Everything that owns pair-wide state (TMEM allocation,
 # commits, barriers another CTA signals) uses the 2-CTA forms below.
-CTA_PAIR = 2  # CTAs per cluster in v8 / v9
+CTA_PAIR = spec.CLUSTER_SIZE  # 2: CTAs per cluster in v8 / v9 / v10 / v13
 
 
 def check_even_sm_count(SM_COUNT: int) -> None:

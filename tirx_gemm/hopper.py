@@ -276,8 +276,9 @@ __all__ = [
 # shared memory through the cluster's shared-memory window (mapa), which is how a
 # consumer releases a stage in both CTAs.
 from .helpers import F16_BYTES as _F16_BYTES  # noqa: E402
+from tirx_gemm import spec  # noqa: E402
 
-CLUSTER_SIZE = 2
+CLUSTER_SIZE = spec.CLUSTER_SIZE  # 2
 CLUSTER_MASK = (1 << CLUSTER_SIZE) - 1  # multicast to every CTA of the cluster (0b11)
 
 

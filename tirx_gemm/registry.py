@@ -49,6 +49,27 @@ class Step:
     # fp8 steps (v13): A and B are e4m3 (uint8 operands), fp32 scales follow D; the run
     # side quantizes its 2-byte inputs for them (run.runner.Fp8Operands)
     fp8: bool = False
+    # the step this one changes (its card's "Changes from vN", its notebook's diff and SASS
+    # comparison, scripts/diff_sizes.py); None for the first step. Declared once, in _BASES
+    base: str | None = None
+    # the builder's CTA tile at its default keywords: (BLK_M, BLK_N, BLK_K) in elements
+    tile: tuple[int, int, int] = (128, 128, 64)
+    # CTAs per cluster (spec.CLUSTER_SIZE for the clustered steps, else 1)
+    cluster: int = 1
+    # the output tile (M, N) one cluster's scheduler hands out, where it is not the CTA
+    # tile's (BLK_M, BLK_N): a CTA pair, two consumers, or both
+    cluster_tile: tuple[int, int] | None = None
+
+    @property
+    def output_tile(self) -> tuple[int, int]:
+        """The (M, N) of D one unit of the step's tile walk covers at default keywords."""
+        return self.cluster_tile or self.tile[:2]
+
+    @property
+    def default_sm_count(self) -> int | None:
+        """The CTA pool a persistent step's builder sizes for by default (spec.SM_COUNT of
+        its arch); None for a step with one CTA per tile."""
+        return spec.sm_count(self.arch) if self.sm_count_kwarg else None
 
     def workspace_specs(self, M: int, N: int, K: int, kwargs: dict | None = None):
         """The extra operands of this step at this shape: ((name, shape, dtype), ...)."""
@@ -59,7 +80,7 @@ class Step:
 
     def dtype(self, kwargs: dict | None = None) -> str:
         """The operand dtype a build with these keywords takes (float16 unless given)."""
-        return str((kwargs or {}).get("dtype", "float16"))
+        return str((kwargs or {}).get("dtype", spec.DEFAULT_DTYPE))
 
     def with_sm_count(self, n: int | None) -> dict:
         """Builder keywords that size a persistent step's CTA pool to a GPU with n SMs."""
@@ -143,6 +164,43 @@ _LESSONS_SM90 = {
     "v10": "ping-pong consumers: two consumer warpgroups on different tiles, one's epilogue under the other's mainloop, their turns ordered by named barriers",
     "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; each consumer half stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
 }
+
+# The step each step changes, per arch (Step.base: one notion of "the previous step" for
+# the cards, the notebooks' diffs and SASS tables, and scripts/diff_sizes.py). Where it is
+# not the step before: sm_100a v10 extends v8 (v9's two consumers fill all 512 TMEM columns,
+# so no room for v10's double-buffered accumulator); v11 extends v7 on both arches (one
+# tile per split, no cluster); sm_90a v12 extends v9 (no cluster, the tile a tunable);
+# sm_100a v13 extends v9 (no v12 on sm_100a), sm_90a v13 extends v12
+_BASES = {
+    "sm_100a": {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4", "v6": "v5",
+                "v7": "v6", "v8": "v7", "v9": "v8", "v10": "v8", "v11": "v7", "v13": "v9"},
+    "sm_90a": {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4", "v6": "v5",
+               "v7": "v6", "v8": "v7", "v9": "v8", "v10": "v9", "v11": "v7", "v12": "v9",
+               "v13": "v12"},
+}
+# CTA tiles (BLK_M, BLK_N, BLK_K) at the builders' defaults, where not 128x128x64 (the
+# builders write theirs out, as the lesson; tests/test_registry.py checks they agree), and
+# the clustered steps: CTAs per cluster, and the output tile one cluster walks
+_WIDE = (128, 256, 64)       # sm_90a v7-v9, v11: two 64-row wgmma consumers of 256 columns
+_FP8 = (128, 128, 128)       # v13: 128 e4m3 of K per 128-byte swizzle row
+_TILES = {("v13", "sm_100a"): _FP8, ("v7", "sm_90a"): _WIDE, ("v8", "sm_90a"): _WIDE,
+          ("v9", "sm_90a"): _WIDE, ("v11", "sm_90a"): _WIDE, ("v13", "sm_90a"): _FP8}
+# sm_100a: the CTA pair's MMA is 256x256 (v9, v13: two consumers, 512x256); sm_90a: two
+# CTAs stacked in M (v10: 128x128 per consumer tile, so 256x128)
+_CLUSTER_TILES = {("v8", "sm_100a"): (256, 256), ("v9", "sm_100a"): (512, 256),
+                  ("v10", "sm_100a"): (256, 256), ("v13", "sm_100a"): (512, 256),
+                  ("v8", "sm_90a"): (256, 256), ("v9", "sm_90a"): (256, 256),
+                  ("v10", "sm_90a"): (256, 128)}
+
+
+def _static_facts(step: Step) -> Step:
+    """The step with its base, tile and cluster from the tables above."""
+    key = (step.id, step.arch)
+    return replace(step, base=_BASES[step.arch][step.id],
+                   tile=_TILES.get(key, Step.tile),
+                   cluster=spec.CLUSTER_SIZE if key in _CLUSTER_TILES else 1,
+                   cluster_tile=_CLUSTER_TILES.get(key))
+
 
 _THREAD_COPIES = ("LDG.E.128", "STS.128")
 _TMA = ("UTMALDG", "UTMASTG", "SYNCS.ARRIVE")
@@ -366,7 +424,10 @@ STEPS: list[Step] = [
     # scales at a full cluster tile with more K stages than the ring (5 over 3); per-row
     # scales with M, N off the tile grid and a partial last K stage (K = 400 = 3 x 128 +
     # 16), two cluster tiles for one pair, 8 stages over a ring of 3 (phases wrap across
-    # tiles); bf16 output, per-row, one K stage (fewer than the ring's 4)
+    # tiles); bf16 output, per-row, one K stage (fewer than the ring's 4). SCALE="mx"
+    # (block-scaled MXFP8 on v7's 1-CTA skeleton): M, N off the 128 x 128 tile, a partial
+    # last K stage and SF block (K = 400), 6 tiles over 2 CTAs, 4 stages over a ring of 2;
+    # one CTA walking 4 tiles, 4 stages over a ring of 3 (phases and SF slots wrap)
     Step("v13", "sm_100a", "fp8 (e4m3): tcgen05.mma kind::f8f6f4 on v9's skeleton, 128 e4m3 of K per 128-byte swizzle row, fp32 accumulation in TMEM (no promotion on Blackwell), per-tensor / per-row scales in the epilogue",
          "any M >= 1; N a multiple of 8, K a multiple of 16 (TMA: 16-byte rows of 2-byte D "
          "and 1-byte A, B); SCALE tensor|row; SM_COUNT even",
@@ -380,9 +441,21 @@ STEPS: list[Step] = [
                     ((300, 264, 400), (("SM_COUNT", 2), ("PIPE_DEPTH", 3),
                                        ("SCALE", "row"))),
                     ((512, 256, 128), (("SM_COUNT", 2), ("SCALE", "row"),
-                                       ("dtype", "bfloat16")))),
+                                       ("dtype", "bfloat16"))),
+                    ((300, 264, 400), (("SM_COUNT", 2), ("PIPE_DEPTH", 2),
+                                       ("SCALE", "mx"), ("dtype", "bfloat16"))),
+                    ((256, 256, 512), (("SM_COUNT", 1), ("PIPE_DEPTH", 3),
+                                       ("SCALE", "mx")))),
          fp8=True),
 ]
+
+
+STEPS = [_static_facts(s) for s in STEPS]
+
+
+def base_of(step: Step) -> Step | None:
+    """The registered step ``step`` changes (its ``base``), same arch; None for the first."""
+    return get(step.base, step.arch) if step.base else None
 
 
 def gpu_shapes(step: Step) -> list[Shape]:

@@ -26,6 +26,12 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, 
 # project measures on reports 132)
 SM_COUNT = {"sm_100a": 148, "sm_90a": 132}
 
+# CTAs per cluster of the clustered steps (sm_100a v8, v9, v10, v13: the CTA pair of
+# cta_group::2 MMAs; sm_90a v8, v9, v10: two vertically adjacent CTAs sharing a multicast B
+# tile): the persistent pool (SM_COUNT) must be a multiple of it. A step's own cluster size
+# is its registry entry's ``cluster`` (1 for the others)
+CLUSTER_SIZE = 2
+
 # TMA's rule for a global tensor: every stride but the innermost is a multiple of 16 bytes,
 # so a row of A, B or D must hold a multiple of 16 / element-bytes elements (8 of fp16 or
 # bf16, 16 of e4m3); tensors start 16-byte aligned

@@ -15,7 +15,7 @@ from tirx_gemm.registry import Step
 from tirx_gemm.sourceview import code_diff, code_lines, cuda_skeleton, diff_counts, kernel_body
 from tirx_gemm.notebook.builds import _not_here, canonical_build, compiler_missing
 from tirx_gemm.notebook.display import Code, Md, _shape
-from tirx_gemm.notebook.steps import _missing, _rel, _step, diff_base
+from tirx_gemm.notebook.steps import _missing, _rel, _step
 
 __all__ = ["code_diff", "code_lines", "cuda_excerpt", "step_diff", "step_source", "twin_diff"]
 
@@ -36,14 +36,14 @@ def step_source(step_id: str, arch: str = "sm_100a") -> Code | Md:
 
 
 def step_diff(step_id: str, arch: str = "sm_100a", *, context: int = 3) -> Code | Md:
-    """The code-only diff of the step against the step it extends (``diff_base``), same arch."""
+    """The code-only diff of the step against the step it changes (``Step.base``), same arch."""
     step = _step(step_id, arch)
     if step is None:
         return Md(_missing(step_id, arch) + ".")
-    base_id = diff_base(step_id, arch)
-    if base_id is None:
+    base = registry.base_of(step)
+    if base is None:
         return Md(f"{arch} {step_id} is the first step: there is nothing to diff against.")
-    base = registry.get(base_id, arch)
+    base_id = base.id
     diff = code_diff(_read_source(base), _read_source(step), _rel(base.source_file),
                      _rel(step.source_file), context=context)
     return Code(diff, "diff", _diff_title(f"{arch}: {base_id} -> {step_id}", diff))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from tirx_gemm import registry
@@ -30,9 +29,8 @@ def _step(step_id: str, arch: str) -> Step | None:
 
 
 def previous_step_id(step_id: str) -> str | None:
-    """The step this one is compared with (SASS, resources, "what changes from"): the one
-    its step cards name as its base (``diff_base``) when its arches agree, else the
-    registry's previous step id."""
+    """The step this one is compared with (SASS, resources, "what changes from"): its
+    registry ``base`` when its arches agree on one, else the registry's previous step id."""
     bases = {diff_base(step_id, a) for a in arches(step_id)}
     if len(bases) == 1 and None not in bases:
         return bases.pop()
@@ -64,21 +62,11 @@ def _card(step: Step) -> str:
     return doc.strip()
 
 
-_BASE = re.compile(r"Changes from (v\d+)\b")
-
-
 def diff_base(step_id: str, arch: str = "sm_100a") -> str | None:
-    """The step this one extends on ``arch``: the one its card names ("Changes from vN"),
-    else the previous registered step of the arch; None for the first step."""
+    """The step this one changes on ``arch``: the registry's ``Step.base`` (the one its card
+    names, "Changes from vN"); None for the first step or an unregistered one."""
     step = _step(step_id, arch)
-    if step is None:
-        return None
-    m = _BASE.search(_card(step))
-    if m and _step(m.group(1), arch) is not None and m.group(1) != step_id:
-        return m.group(1)
-    ids = [s.id for s in registry.all_steps(arch)]
-    i = ids.index(step_id)
-    return ids[i - 1] if i > 0 else None
+    return None if step is None else step.base
 
 
 def step_overview(step_id: str) -> Md:
