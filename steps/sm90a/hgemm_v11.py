@@ -45,46 +45,30 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
               B_HINT: str | None = None):
     """Step card -- v11, split-K with a deterministic reduction.
 
-    Changes from v7 (the base: a warp-specialized persistent CTA, one 128x256 tile per
-    unit; v8's multicast and v9's overlapped epilogue pay off on large grids, split-K on
-    few tiles):
-      * work units: the scheduler walks SPLIT_K x ceil(M/128) unit rows; unit row r is
-        split r // TILES_M of tile row r % TILES_M. Split s covers K tiles
-        [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K) (balanced, >= 1 each); producer and
-        consumers run v7's K loop over that range only.
-      * writeback, SPLIT_K > 1: each consumer warpgroup (64 rows) is its own unit of
-        reduction: fp32 accumulators -> its half of slab WS[split, tile] (thread-major
-        chunks of 4 floats) -> count on CNT[2 * tile + consumer] -> if last: reduce.
+    Changes from v7 (a warp-specialized persistent CTA, one 128xBLK_N tile per unit):
+      * units: SPLIT_K x ceil(M/128) unit rows; row r is split r // TILES_M of tile row
+        r % TILES_M, covering K tiles [s*K_TILES//SPLIT_K, (s+1)*K_TILES//SPLIT_K).
+      * writeback, SPLIT_K > 1: each consumer warpgroup (64 rows) stores its fp32 partial
+        half to slab WS[split, tile] and counts itself on CNT[2 * tile + consumer].
+      * BLK_N 64, 128 or 256 (the tile width; matmul's splits take 128x64 from 128 rows:
+        splitk.split_blk_n); IN_FLIGHT slab chunks a reducing thread loads at once.
     Contracts (cross-CTA, through global memory), per consumer warpgroup c:
-      publish: its 128 threads store their slab half, meet at named barrier 1 + c, then
-        one thread does atom.acq_rel.gpu.add on the half's counter (release: the slab
-        before the count; acquire: every earlier unit's slab half visible to it).
-      decide: the old count goes through SMEM and the barrier to all; old == SPLIT_K - 1:
-        every split has published this half, it reduces.
-      reduce: slab 0 + slab 1 + ... in that fixed order (deterministic) into the
-        accumulator registers, v7's writeback (swizzled Dsmem, TMA store clipped at D's
-        edges), then the counter back to 0.
-    REDUCE="spread" ("last", above, is the default): after publishing, thread 0 of c waits
-      (ld.acquire.gpu, splitk.wait_count) until the counter reads SPLIT_K and barrier
-      1 + c hands that on; split s then sums its band of the half's 4096 chunks in split
-      order and stores it with plain stores clipped at D's edge; a second count, DONE =
-      CNT[2*TILES + 2*tile + c] (atom.acq_rel), lets the unit that completes it reset both.
-    Why: with "last" no CTA ever waits for another (no spin, no co-residency, any
-    SM_COUNT, several units per CTA) and the sum's order is fixed; its cost is one
-    warpgroup reading SPLIT_K slab halves of 64 KiB alone, so SPLIT_K stays moderate
-    (splitk.choose_split). "spread" reads ~1 slab half per warpgroup whatever SPLIT_K is,
-    but a waiting unit holds its SM, so every unit must be resident: one unit per CTA
-    (GRID = TILES x SPLIT_K <= SM_COUNT, else ValueError), one CTA per SM (209 KiB of
-    SMEM each), SM_COUNT no larger than the GPU's.
-    Workspace (splitk.workspace_specs_sm90a; none when SPLIT_K = 1): WS (SPLIT_K, tiles,
-    128*256) float32 scratch and CNT (2 * tiles,) int32 ((4 * tiles,) with spread), zero
-    at launch and again at exit. Left out, SPLIT_K and REDUCE come from
-    splitk.resolve_variant (the rule tirx_gemm.matmul uses); SPLIT_K=1 is v7's kernel.
-    Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges); dtype float16 or
-      bfloat16; 1 <= SPLIT_K <= ceil(K/64); PIPE_DEPTH <= 3 (as v7); SM_COUNT >= 1;
-      REDUCE "last" or "spread" (spread: tiles x SPLIT_K <= SM_COUNT). RUNTIME_M=True takes
-      M at run time with an explicit SPLIT_K; the caller then keeps the spread rule per
-      call and passes workspace for at least the call's tiles.
+      publish: slab half stored, named barrier 1 + c, then atom.acq_rel.gpu.add on the
+        half's counter (release: the slab before the count; acquire: earlier slabs).
+      "last" (default): the unit that sees old == SPLIT_K - 1 sums slab 0, 1, ... in that
+        fixed order, stores the half (TMA, clipped) and zeroes the counter.
+      "spread": every unit waits (splitk.wait_count) until the count reads SPLIT_K, sums
+        its band of the half in split order, stores it with clipped plain stores; a second
+        count lets the last unit reset both counters.
+    Why: few output tiles with a deep K leave most SMs idle; splitting K fills them, and a
+    fixed summation order keeps the bits the same on every run. "last" never waits (any
+    SM_COUNT) but one warpgroup reads all slabs; "spread" reads ~1 slab half per unit but
+    every unit must be resident: tiles x SPLIT_K <= SM_COUNT, one CTA per SM.
+    Constraints: any M >= 1; N, K multiples of 8; float16 or bfloat16; 1 <= SPLIT_K <=
+      ceil(K/64); ring and staging within 227 KB; workspace (splitk.workspace_specs_sm90a)
+      WS (SPLIT_K, tiles, 128*BLK_N) fp32 and CNT int32, zero at launch and at exit.
+      Left out, SPLIT_K and REDUCE come from splitk.resolve_variant (matmul's rule);
+      RUNTIME_M=True needs an explicit SPLIT_K and per-call workspace.
     Run: ``tirx-gemm run v11 --arch sm_90a --mnk 256,256,16384``.
     """
     BLK_M, BLK_K = 128, 64
@@ -126,8 +110,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     CNT_LEN = (H.runtime_extent("CNT_LEN") if RUNTIME_M
                else TILES * NUM_CONSUMERS * (2 if SPREAD else 1))
     CHUNK = 4  # floats per slab store / load of one thread
-    # IN_FLIGHT: chunks a reducing thread loads at once (4 registers each; 8: 32 registers).
-    # "last" reads ACC_REGS // CHUNK chunks per slab in rounds of IN_FLIGHT (at most that)
+    # IN_FLIGHT: chunks (4 floats each) a reducing thread loads at once; "last" reads
+    # ACC_REGS // CHUNK chunks per slab in rounds of IN_FLIGHT (at most that many)
     IN_FLIGHT_LAST = min(IN_FLIGHT, ACC_REGS // CHUNK)
     if (ACC_REGS // CHUNK) % IN_FLIGHT_LAST:
         raise ValueError(f"IN_FLIGHT={IN_FLIGHT} must divide {ACC_REGS // CHUNK} (the chunks "
