@@ -465,3 +465,100 @@ def fp8_from_bytes_np(b: np.ndarray) -> np.ndarray:
         raise TypeError(f"fp8_from_bytes_np takes the uint8 bit patterns of e4m3 values, got "
                         f"{b.dtype}")
     return b.view(_e4m3())
+
+
+# --------------------------------------------------------------------------------------
+# MXFP8 (sm_100a v13 SCALE="mx"): e4m3 values with one UE8M0 scale per 32 elements of K
+# --------------------------------------------------------------------------------------
+# A UE8M0 scale factor is a biased power-of-two exponent byte e: 2**(e - 127), e in
+# [0, 254] (255 is NaN). Per row of A (M x K) and of B (N x K), block j covers K elements
+# [32 j, 32 j + 32): A_real[m, k] = e4m3(A)[m, k] * 2**(sfa[m, k // 32] - 127), B likewise,
+# and D = A_real @ B_real.T, the products summed in fp32 (the tensor core applies the
+# scales). The kernel reads the SFs in the hardware's blocked order (mx_block_sf_np).
+MX_SF_VEC = 32
+MX_SF_BIAS = 127
+MX_SF_ROWS, MX_SF_KB = 128, 4  # one blocked atom: 128 rows x 4 SFs (one 128-K stage)
+
+
+def mx_sf_shape(rows: int, K: int) -> tuple[int, int]:
+    """(rows, ceil(K / 32)): the logical shape of an operand's scale factors."""
+    return rows, -(-K // MX_SF_VEC)
+
+
+def mx_scales_np(sf: np.ndarray, K: int) -> np.ndarray:
+    """The fp32 factor of every element, rows x K: 2**(sf[r, k // 32] - 127)."""
+    sf = np.asarray(sf)
+    if sf.dtype != np.uint8:
+        raise TypeError(f"mx scale factors are UE8M0 bytes (uint8), got {sf.dtype}")
+    e = np.repeat(sf.astype(np.int32) - MX_SF_BIAS, MX_SF_VEC, axis=1)[:, :K]
+    return np.exp2(e).astype(np.float32)
+
+
+def quantize_mx_np(x: np.ndarray):
+    """(x_q float8_e4m3fn, sf uint8): per row and 32-element block of K, the smallest
+    power of two s = 2**(e - 127) with amax / s <= 448 (e = 127 for an all-zero block)."""
+    x = np.asarray(x, np.float32)
+    R, K = x.shape
+    kb = -(-K // MX_SF_VEC)
+    p = np.zeros((R, kb * MX_SF_VEC), np.float32)
+    p[:, :K] = np.abs(x)
+    amax = p.reshape(R, kb, MX_SF_VEC).max(axis=2)
+    with np.errstate(divide="ignore"):
+        e = np.where(amax > 0, np.ceil(np.log2(np.where(amax > 0, amax, 1) / E4M3_MAX)), 0)
+    sf = np.clip(e + MX_SF_BIAS, 0, 254).astype(np.uint8)
+    q = (x / mx_scales_np(sf, K)).astype(_e4m3())
+    return q, sf
+
+
+def make_mx_inputs_np(M: int, N: int, K: int, seed: int, out_dtype: str = "bfloat16"):
+    """(A_q, B_q, sfa, sfb, D): randn * K**-0.25 with every 32-element block of K of every
+    row of A and B multiplied by 2**u, u uniform in [-3, 3] (so neighbouring blocks get
+    different scale factors), quantized by quantize_mx_np; D (M x N) all NaN."""
+    check_dtype(out_dtype)
+    rng = np.random.default_rng(seed)
+    s = random_scale(K)
+    kb = -(-K // MX_SF_VEC)
+
+    def operand(rows):
+        x = rng.standard_normal((rows, K), dtype=np.float32) * s
+        u = np.exp2(rng.uniform(-3, 3, (rows, kb))).astype(np.float32)
+        return quantize_mx_np(x * np.repeat(u, MX_SF_VEC, axis=1)[:, :K])
+
+    Aq, sfa = operand(M)
+    Bq, sfb = operand(N)
+    D = np.full((M, N), np.nan, dtype=np_dtype(out_dtype))
+    return Aq, Bq, sfa, sfb, D
+
+
+def reference_mx_np(Aq: np.ndarray, Bq: np.ndarray, sfa: np.ndarray,
+                    sfb: np.ndarray) -> np.ndarray:
+    """The fp32 reference: (e4m3(A) * 2**(sfa - 127)) @ (e4m3(B) * 2**(sfb - 127)).T, the
+    scales expanded along K per 32 elements, the products summed in fp32."""
+    K = Aq.shape[1]
+    A = Aq.astype(np.float32) * mx_scales_np(sfa, K)
+    B = Bq.astype(np.float32) * mx_scales_np(sfb, K)
+    return (A @ B.T).astype(np.float32)
+
+
+def mx_block_sf_np(sf: np.ndarray, K: int) -> np.ndarray:
+    """The kernel's SFA / SFB operand: (rows, ceil(K/32)) UE8M0 bytes in the blocked order
+    tcgen05.cp reads (padded with e = 127 to 128 rows and 4 SFs per 128 of K): atom (row
+    block rb, K stage kb) is 512 bytes, byte l * 16 + i * 4 + j holding row rb * 128 +
+    32 i + l, SF kb * 4 + j; the atoms in (rb, kb) order, as (atoms * 4, 128) uint8."""
+    sf = np.asarray(sf, np.uint8)
+    R = sf.shape[0]
+    rb = -(-R // MX_SF_ROWS)
+    kb = -(-K // (MX_SF_VEC * MX_SF_KB))
+    p = np.full((rb * MX_SF_ROWS, kb * MX_SF_KB), MX_SF_BIAS, np.uint8)
+    p[:R, :sf.shape[1]] = sf
+    atoms = p.reshape(rb, 4, 32, kb, MX_SF_KB).transpose(0, 3, 2, 1, 4)
+    return np.ascontiguousarray(atoms).reshape(rb * kb * 4, 128)
+
+
+def mx_unblock_sf_np(blocked: np.ndarray, rows: int, K: int) -> np.ndarray:
+    """mx_block_sf_np's inverse: the (rows, ceil(K/32)) scale factors."""
+    rb = -(-rows // MX_SF_ROWS)
+    kb = -(-K // (MX_SF_VEC * MX_SF_KB))
+    p = np.asarray(blocked, np.uint8).reshape(rb, kb, 32, 4, MX_SF_KB).transpose(0, 3, 2, 1, 4)
+    return np.ascontiguousarray(p).reshape(rb * MX_SF_ROWS, kb * MX_SF_KB)[
+        :rows, :mx_sf_shape(rows, K)[1]]

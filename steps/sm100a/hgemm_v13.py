@@ -7,6 +7,7 @@ back to real units in the epilogue. On Blackwell the tensor core accumulates fp8
 in fp32, so there is no promotion to teach here: that is the sm_90a twin's lesson.
 """
 from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
@@ -17,13 +18,16 @@ SCALES = W.FP8_SCALES  # "tensor", "row"
 
 
 def scale_shapes(scale: str, M, N, K):
-    """The shapes of scale_a and scale_b of a SCALE mode (fp32)."""
+    """The shapes of scale_a and scale_b of a SCALE mode (fp32; "mx": the blocked e8m0
+    atoms of SFA and SFB, uint8)."""
+    if scale == "mx":
+        return W.mx_sf_gmem_shape(M, K), W.mx_sf_gmem_shape(N, K)
     if scale == "tensor":
         return (1,), (1,)
     if scale == "row":
         return (M,), (N,)
     raise ValueError(f"SCALE={scale!r} must be one of {', '.join(SCALES)} on sm_100a "
-                     f"(block scaling is sm_90a v13's)")
+                     f"(or mx; 1x128 / 128x128 block scaling is sm_90a v13's)")
 
 
 def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tensor",
@@ -66,10 +70,12 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224  # v9's setmaxnreg split (see its card)
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K  # one CTA's share, 1 byte each
+    if SCALE == "mx":
+        return hgemm_v13_mx(M, N, K, dtype, PIPE_DEPTH, SM_COUNT)
     dtype = H.check_fp8_contract(M, N, K, dtype)
     if SCALE not in SCALES:
         raise ValueError(f"SCALE={SCALE!r} must be one of {', '.join(SCALES)} on sm_100a "
-                         f"(block scaling is sm_90a v13's)")
+                         f"(or mx; 1x128 / 128x128 block scaling is sm_90a v13's)")
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * W.EPI_ROW_BYTES)
     W.check_even_sm_count(SM_COUNT)
     SA_SHAPE, SB_SHAPE = scale_shapes(SCALE, M, N, K)
@@ -207,5 +213,177 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         if wg_id == 0:
             if warp_id == 0:
                 W.tmem_free_pair(tmem_addr)
+
+    return kernel
+
+
+def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
+                 SM_COUNT: int = 148):
+    """Step card -- v13 SCALE="mx" (sm_100a): block-scaled MXFP8 on v7's skeleton.
+
+    Contract: A (M x K), B (N x K) e4m3 as uint8, K-major; SFA, SFB: one UE8M0 byte e per
+      32 elements of K per row of A / of B (value 2**(e - 127)), passed in the hardware's
+      blocked order (numerics.mx_block_sf_np: 512-byte atoms of 128 rows x 4 SFs, padded
+      with e = 127); D[m, n] = sum_k A[m,k] 2**(sfa[m,k//32]-127) B[n,k] 2**(sfb[n,k//32]-127)
+      in fp32, rounded once to ``dtype``.
+    MMA: tcgen05.mma kind::mxf8f6f4.block_scale (scale_vec::1X, one SF per K = 32 MMA):
+      the tensor core applies the scales; no epilogue scaling.
+    Data path per stage: TMA brings A, B (128 x 128 bytes each) and the two 512-byte SF
+      atoms on one byte-counted barrier; the MMA thread copies the atoms SMEM -> TMEM
+      (tcgen05.cp 32x128b.warpx4, into a PIPE_DEPTH-deep SF ring of 4 TMEM columns a
+      stage per operand), then issues 4 block-scaled MMAs that read them; its commit
+      frees the stage (SMEM and the SF slot: the next cp into slot s follows the wait
+      for stage s's new bytes, which follows that commit).
+    Why v7's skeleton, not v9's: v9's two 256 x 256 accumulators fill all 512 TMEM columns;
+      here one CTA (cta_group::1), a 128 x 128 tile and v7's double-buffered accumulator
+      (2 x 128 columns) leave room for the SF rings (2 x PIPE_DEPTH x 4 columns).
+    Roles, barriers, scheduler, epilogue: v7's (tma2mma counts 1 + the stage's bytes).
+    Constraints: any M >= 1; N a multiple of 8; K a multiple of 16 (a partial SF block's
+      missing elements are TMA zero-fill); dtype float16 or bfloat16; 1 <= PIPE_DEPTH <= 8.
+    """
+    BLK_M, BLK_N, BLK_K = 128, 128, W.FP8_BLK_K
+    ACC_STAGES = 2  # 2 x 128 fp32 columns of the 512 in TMEM
+    PRODUCER_REGS, EPILOGUE_REGS = 56, 224
+    K_TILES = H.ceil_div(K, BLK_K)
+    M_BLOCKS, N_BLOCKS = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
+    SF_BOX_R = W.MX_SF_BOX[0]  # 4 rows of 128 bytes: one 512-byte SF atom
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K + 2 * W.MX_SF_ATOM_BYTES
+    dtype = H.check_fp8_contract(M, N, K, dtype)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
+    if PIPE_DEPTH > 8:
+        raise ValueError(f"PIPE_DEPTH={PIPE_DEPTH}: SCALE='mx' keeps at most 8 stages of "
+                         f"scale factors in TMEM")
+    H.check_positive_ints(SM_COUNT=SM_COUNT)
+    SFA_SHAPE, SFB_SHAPE = scale_shapes("mx", M, N, K)
+    SF_COL = ACC_STAGES * BLK_N  # the SF rings follow the accumulators in TMEM
+    SF_RING_COLS = 8 * W.MX_SF_K  # 32 columns reserved per operand (8 stages x 4)
+    SF_SMEM_LAYOUT = W.mx_sf_layouts(PIPE_DEPTH)[0]
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
+    D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), W.FP8_STORAGE), B: T.Buffer((N, K), W.FP8_STORAGE),
+               D: T.Buffer((M, N), dtype),
+               SFA: T.Buffer(SFA_SHAPE, W.MX_SF_STORAGE),
+               SFB: T.Buffer(SFB_SHAPE, W.MX_SF_STORAGE)):
+        T.device_entry()
+        bx = T.cta_id([SM_COUNT])
+        wg_id = T.warpgroup_id([2])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
+        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        SFAsmem = pool.alloc((PIPE_DEPTH, SF_BOX_R, 128), W.MX_SF_STORAGE)
+        SFBsmem = pool.alloc((PIPE_DEPTH, SF_BOX_R, 128), W.MX_SF_STORAGE)
+        pool.commit()
+        Asmem8 = Asmem.view(W.FP8_MMA_DTYPE)
+        Bsmem8 = Bsmem.view(W.FP8_MMA_DTYPE)
+        # tcgen05.cp's view of the staged atoms: (stage, row, SF of K) e8m0
+        SFAview = SFAsmem.view(W.MX_SF_DTYPE).view(PIPE_DEPTH, W.MX_SF_ROWS, W.MX_SF_K,
+                                                   layout=SF_SMEM_LAYOUT)
+        SFBview = SFBsmem.view(W.MX_SF_DTYPE).view(PIPE_DEPTH, W.MX_SF_ROWS, W.MX_SF_K,
+                                                   layout=SF_SMEM_LAYOUT)
+
+        if wg_id == 0:
+            if warp_id == 0:
+                if lane_id == 0:
+                    tma2mma.init(1)
+                    mma2tma.init(1)
+                    mma2ld.init(1)
+                    ld2mma.init(128)
+                W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
+        sfa_t = W.mx_sf_tmem(SF_COL, PIPE_DEPTH)
+        sfb_t = W.mx_sf_tmem(SF_COL + SF_RING_COLS, PIPE_DEPTH)
+
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=M_BLOCKS, num_n_tiles=N_BLOCKS, num_clusters=SM_COUNT,
+            l2_group_size=8)
+        scheduler.init(bx)
+
+        with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
+            if warp_id == 3:
+                # --- load: A, B and the two SF atoms of each stage on one barrier ---
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    sfa_r = T.meta_var(scheduler.m_idx * K_TILES * SF_BOX_R)
+                    sfb_r = T.meta_var(scheduler.n_idx * K_TILES * SF_BOX_R)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
+                        if T.cuda.elect_sync():
+                            tma2mma.arrive_expect_tx(ring.stage, STAGE_BYTES)
+                            bar = T.meta_var(tma2mma.ptr(ring.stage))
+                            Tx.copy_async(Asmem[ring.stage, :, :],
+                                          A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K],
+                                          dispatch=H.TMA, mbar=bar)
+                            Tx.copy_async(Bsmem[ring.stage, :, :],
+                                          B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
+                                          dispatch=H.TMA, mbar=bar)
+                            Tx.copy_async(SFAsmem[ring.stage, :, :],
+                                          SFA[sfa_r + k * SF_BOX_R:sfa_r + (k + 1) * SF_BOX_R, :],
+                                          dispatch=H.TMA, mbar=bar)
+                            Tx.copy_async(SFBsmem[ring.stage, :, :],
+                                          SFB[sfb_r + k * SF_BOX_R:sfb_r + (k + 1) * SF_BOX_R, :],
+                                          dispatch=H.TMA, mbar=bar)
+                        ring.advance()
+                    scheduler.next_tile()
+            elif warp_id == 0:
+                # --- MMA: SFs SMEM -> TMEM (tcgen05.cp), then 4 block-scaled MMAs ---
+                ring = PipelineState(PIPE_DEPTH, 0)
+                acc = PipelineState(ACC_STAGES, 1)
+                while scheduler.valid():
+                    ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
+                    W.tcgen05_fence_after_sync()
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                        W.tcgen05_fence_after_sync()
+                        if T.cuda.elect_sync():
+                            W.mx_sf_to_tmem(sfa_t[ring.stage, :, :], SFAview[ring.stage, :, :])
+                            W.mx_sf_to_tmem(sfb_t[ring.stage, :, :], SFBview[ring.stage, :, :])
+                            W.mma_tile_mx(tmem, acc.stage * BLK_N, Asmem8[ring.stage, :, :],
+                                          Bsmem8[ring.stage, :, :], sfa_t[ring.stage, :, :],
+                                          sfb_t[ring.stage, :, :], BLK_N, k != 0)
+                            W.mma_commit(mma2tma.ptr(ring.stage))
+                        ring.advance()
+                    if T.cuda.elect_sync():
+                        W.mma_commit(mma2ld.ptr(acc.stage))
+                    acc.advance()
+                    scheduler.next_tile()
+
+        with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
+            # --- epilogue: v7's (the scales were applied by the MMA) ---
+            acc = PipelineState(ACC_STAGES, 0)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+            while scheduler.valid():
+                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                mma2ld.wait(acc.stage, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
+                Dreg = T.alloc_local((BLK_N,), dtype)
+                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg)
+                W.tcgen05_fence_before_sync()
+                ld2mma.arrive(acc.stage)
+                W.store_tile_via_tma(Dreg, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
+                acc.advance()
+                scheduler.next_tile()
+
+        W.tcgen05_cta_sync()
+        if wg_id == 0:
+            if warp_id == 0:
+                W.tmem_free(tmem_addr)
 
     return kernel

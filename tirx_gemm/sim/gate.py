@@ -465,6 +465,12 @@ def case_inputs_np(case: SimCase, kind: str, seed: int):
     D (all NaN) has the out dtype, and ``extra`` holds the ``bias`` operand (N,) of the
     BIAS dtype (the kernel takes it by name after D)."""
     kw = dict(case.kwargs)
+    if case.step.fp8 and kw.get("SCALE") == "mx":  # v13 MXFP8: UE8M0 SFs, blocked order
+        Aq, Bq, sfa, sfb, D = numerics.make_mx_inputs_np(case.M, case.N, case.K, seed,
+                                                         case.dtype)
+        return (numerics.fp8_bytes_np(Aq), numerics.fp8_bytes_np(Bq), D,
+                {"SFA": numerics.mx_block_sf_np(sfa, case.K),
+                 "SFB": numerics.mx_block_sf_np(sfb, case.K)})
     if case.step.fp8:  # v13: e4m3 A, B as their uint8 bytes; fp32 scales SA, SB after D
         Aq, Bq, sa, sb, D = numerics.make_fp8_inputs_np(
             case.M, case.N, case.K, kw.get("SCALE", "tensor"), seed, case.dtype)
@@ -496,6 +502,13 @@ def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
     small-integer inputs); an epilogue case against epilogue.reference_np under
     epilogue.tolerance (its functions are not exact even on integer inputs)."""
     kw = dict(case.kwargs)
+    if case.step.fp8 and kw.get("SCALE") == "mx":  # 2**(sf - 127) per 32 of K, fp32 sums
+        ref = numerics.reference_mx_np(
+            numerics.fp8_from_bytes_np(A), numerics.fp8_from_bytes_np(B),
+            numerics.mx_unblock_sf_np(extra["SFA"], case.M, case.K),
+            numerics.mx_unblock_sf_np(extra["SFB"], case.N, case.K))
+        return numerics.compare_fp8_np(out, ref, out_dtype=case.dtype, K=case.K,
+                                       promote=numerics.fp8_promote(kw))
     if case.step.fp8:  # the fp32 product of the dequantized e4m3 inputs, fp8 tolerances
         ref = numerics.reference_fp8_np(numerics.fp8_from_bytes_np(A),
                                         numerics.fp8_from_bytes_np(B), extra["SA"],
