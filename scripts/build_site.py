@@ -52,6 +52,7 @@ CELL_TIMEOUT_S = 600           # one cell; a cold build of a step is ~10-30 s on
 INPUTS = ("tirx_gemm", "steps", "results", "goldens", "pyproject.toml")
 
 sys.path.insert(0, str(ROOT))
+from tirx_gemm import settings  # noqa: E402  (standard library only)
 from tirx_gemm.progress import Progress  # noqa: E402  (standard library only)
 
 
@@ -217,7 +218,7 @@ def execute_all(names: list[str], jobs: int, fresh: bool) -> dict:
             todo.append((name, key))
     print(f"site: {len(done)} notebook(s) unchanged since their last execution "
           f"(build/site-exec/), {len(todo)} to execute, {jobs} at a time; build cache "
-          f"{os.environ.get('TIRX_GEMM_CACHE') or '~/.cache/tirx-gemm (default)'}",
+          f"{settings.get('TIRX_GEMM_CACHE')}",
           flush=True)
     if not todo:
         return done
@@ -361,7 +362,9 @@ def write_pages(gen, readme: str, rev: str, when: str) -> None:
             section(readme, "Using it in a model"))
     except SystemExit:
         fills["matmul_model"] = ""
-    docs = _docstrings(ROOT / "tirx_gemm" / "matmul.py", ("matmul", "choose", "use_bundle"))
+    docs = _docstrings(ROOT / "tirx_gemm" / "matmul.py", ("matmul", "use_bundle"))
+    # choose lives in matmul_choice.py (tirx_gemm.matmul.choose imports it from there)
+    docs[1:1] = _docstrings(ROOT / "tirx_gemm" / "matmul_choice.py", ("choose",))[1:]
     parts = []
     for title, doc in docs:
         if not doc:

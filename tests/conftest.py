@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tirx_gemm import settings
+
 # The tests' own build cache: never a developer's (~/.cache/tirx-gemm), but kept between
 # runs, so a second run reuses what the first built. An entry is keyed by the step's source,
 # the shared modules, the build modules and the toolchain (cache.cache_key), so a changed
@@ -26,11 +28,11 @@ def _session_cache() -> str:
     inherited = os.environ.get(_SESSION_CACHE_ENV)
     if inherited:  # an xdist worker: the folder its controller chose
         return inherited
-    if os.environ.get("TIRX_GEMM_TEST_FRESH") == "1":
+    if settings.get("TIRX_GEMM_TEST_FRESH"):
         _fresh_dir = tempfile.mkdtemp(prefix="tirx-gemm-test-cache.")
         cache = _fresh_dir
     else:
-        cache = str(Path(os.environ.get("TIRX_GEMM_TEST_CACHE") or DEFAULT_TEST_CACHE))
+        cache = str(settings.get("TIRX_GEMM_TEST_CACHE", default=DEFAULT_TEST_CACHE))
         Path(cache).mkdir(parents=True, exist_ok=True)
     os.environ[_SESSION_CACHE_ENV] = cache
     return cache

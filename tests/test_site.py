@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import http.server
 import importlib.util
-import os
 import re
 import shutil
 import threading
@@ -27,9 +26,11 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from tirx_gemm import settings
+
 ROOT = Path(__file__).resolve().parent.parent
-SITE = Path(os.environ.get("TIRX_GEMM_SITE") or ROOT / "build" / "site")
-REQUIRED = os.environ.get("TIRX_GEMM_SITE_REQUIRED") == "1"
+SITE = settings.get("TIRX_GEMM_SITE", default=ROOT / "build" / "site")
+REQUIRED = settings.get("TIRX_GEMM_SITE_REQUIRED")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
                  "--disable-dev-shm-usage"]
@@ -55,7 +56,8 @@ PAGES = ["index.html", "results.html", "matmul.html"] + [
 
 
 def _chromium() -> str | None:
-    for cand in (os.environ.get("TIRX_GEMM_CHROMIUM"), "/usr/bin/chromium",
+    chromium = settings.get("TIRX_GEMM_CHROMIUM")
+    for cand in (chromium and str(chromium), "/usr/bin/chromium",
                  shutil.which("chromium"), shutil.which("chromium-browser"),
                  shutil.which("google-chrome")):  # the last: GitHub's runners
         if cand and Path(cand).is_file():

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tirx_gemm import settings
 from tirx_gemm.compile.sass import KEY_SASS
 from tirx_gemm.registry import Step
 from tirx_gemm.stepshape import StepShape
@@ -130,8 +131,8 @@ class InvalidEntry(Exception):
 
 
 def cache_root() -> Path:
-    root = os.environ.get("TIRX_GEMM_CACHE") or Path.home() / ".cache" / "tirx-gemm"
-    return Path(root)
+    """$TIRX_GEMM_CACHE, else ~/.cache/tirx-gemm (tirx_gemm.settings)."""
+    return settings.get("TIRX_GEMM_CACHE")
 
 
 def builds_dir() -> Path:

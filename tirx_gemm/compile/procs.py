@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from tirx_gemm.settings import env_seconds
+from tirx_gemm import settings
 
 __all__ = ["BuildError", "COLLECT_TIMEOUT_S", "PROBE_TIMEOUT_S", "TOOL_TIMEOUT_ENV",
            "TOOL_TIMEOUT_S", "die_with_parent", "kill_group", "kill_tools_and_exit",
@@ -25,7 +25,7 @@ __all__ = ["BuildError", "COLLECT_TIMEOUT_S", "PROBE_TIMEOUT_S", "TOOL_TIMEOUT_E
 TOOL_TIMEOUT_ENV = "TIRX_GEMM_TOOL_TIMEOUT"
 # seconds: nvcc of v7 takes ~5 s on 2 cores, so 300 s only catches a hung tool; a version
 # probe answers at once
-TOOL_TIMEOUT_S = 300.0
+TOOL_TIMEOUT_S = settings.setting(TOOL_TIMEOUT_ENV).default  # 300.0
 PROBE_TIMEOUT_S = 30.0
 # seconds to read what a killed tool wrote: a process that left the tool's group (setsid)
 # and keeps the pipes open is not waited for past this
@@ -40,8 +40,8 @@ class BuildError(RuntimeError):
 
 def tool_timeout(probe: bool = False) -> float:
     """Seconds a tool may run: ``TIRX_GEMM_TOOL_TIMEOUT`` if set (finite, positive, at most
-    settings.MAX_SECONDS, else a one-line ValueError), else the default."""
-    return env_seconds(TOOL_TIMEOUT_ENV, PROBE_TIMEOUT_S if probe else TOOL_TIMEOUT_S)
+    settings.MAX_SECONDS, else a one-line ValueError), else the default (a probe's: 30)."""
+    return settings.get(TOOL_TIMEOUT_ENV, default=PROBE_TIMEOUT_S if probe else TOOL_TIMEOUT_S)
 
 
 def _prctl_pdeathsig(sig: int) -> None:

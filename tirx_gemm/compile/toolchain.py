@@ -23,6 +23,7 @@ import re
 import shutil
 from pathlib import Path
 
+from tirx_gemm import settings
 from tirx_gemm.compile.procs import BuildError, run_tool
 
 __all__ = ["HEADER_VERSIONS", "SYSTEM_CUDA_ENV", "Toolchain", "WHEEL_PACKAGES", "find_tool",
@@ -45,8 +46,7 @@ HEADER_VERSIONS = (("include/cuda.h", "CUDA_VERSION"),
 
 def use_system_cuda() -> bool:
     """True when the user asked for a system CUDA (``TIRX_GEMM_SYSTEM_CUDA=1``)."""
-    return os.environ.get(SYSTEM_CUDA_ENV, "").strip().lower() not in ("", "0", "no", "false",
-                                                                        "off")
+    return settings.get(SYSTEM_CUDA_ENV)
 
 
 def _wheel_dirs() -> list[Path]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from tirx_gemm import registry
+from tirx_gemm import registry, settings
 from tirx_gemm.report import plots
 from tirx_gemm.report import records
 from tirx_gemm.run import measure
@@ -20,9 +19,9 @@ RESULTS_ENV = "TIRX_GEMM_RESULTS"
 def results_dir() -> Path:
     """$TIRX_GEMM_RESULTS, else the checkout's results/ (editable install), else the first
     results/ found walking up from the working directory."""
-    env = os.environ.get(RESULTS_ENV)
-    if env:
-        return Path(env)
+    env = settings.get(RESULTS_ENV)
+    if env is not None:
+        return env
     cand = PKG_DIR.parent / "results"
     if cand.is_dir():
         return cand
@@ -30,6 +29,12 @@ def results_dir() -> Path:
         if (d / "results").is_dir():
             return d / "results"
     return cand
+
+
+def _env_bundle() -> str | None:
+    """$TIRX_GEMM_BUNDLE (tirx_gemm.settings), or None."""
+    path = settings.get("TIRX_GEMM_BUNDLE")
+    return None if path is None else str(path)
 
 
 def _all_latest() -> list[dict]:
@@ -139,7 +144,7 @@ def measure_or_recorded(step_id: str, *, bundle: str | None = None) -> Md:
     """For each arch of the step: where a GPU of that arch is present, check and time the
     step here at its canonical shape (``tirx_gemm.run.measure.measure_plan``: build or bundle
     -> runner.run_step); where not, say why and show the recorded results with their GPU."""
-    bundle = bundle or os.environ.get("TIRX_GEMM_BUNDLE") or None
+    bundle = bundle or _env_bundle()
     out = []
     for arch in registry.ARCHES:
         step = _step(step_id, arch)
@@ -177,7 +182,7 @@ def timeline(step_id: str, arch: str = "sm_90a", *, bundle: str | None = None) -
     boundary, and the whole run summarised), or why there is none: sm_100a runs only on
     NumSim, which has no clock; an sm_90a step may not be recorded yet."""
     from tirx_gemm import timeline as TL
-    bundle = bundle or os.environ.get("TIRX_GEMM_BUNDLE") or None
+    bundle = bundle or _env_bundle()
     note = ""
     dev, why = _device_for(arch) if arch == "sm_90a" else (None, "")
     if dev is not None and bundle:

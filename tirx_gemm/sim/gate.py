@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from tirx_gemm import epilogue as E
-from tirx_gemm import numerics, registry
+from tirx_gemm import numerics, registry, settings
 from tirx_gemm.gitinfo import git_sha
 from tirx_gemm.progress import Progress
 from tirx_gemm.registry import Step
@@ -144,10 +144,7 @@ def use_vendored_crates(environ=None) -> str:
     mine = _VENDORED_HOME["path"]
     if env.get("CARGO_HOME") and env.get("CARGO_HOME") != mine:
         return f"cargo uses your CARGO_HOME={env['CARGO_HOME']} (its config and registry)"
-    mode = (env.get(CRATES_ENV) or "vendored").strip().lower()
-    if mode not in ("vendored", "registry"):
-        raise ValueError(f"{CRATES_ENV}={env.get(CRATES_ENV)!r} must be 'vendored' (the "
-                         "crates in vendor/numsim, the default) or 'registry' (crates.io)")
+    mode = settings.get(CRATES_ENV, environ=env)  # 'vendored' (default) or 'registry'
     if mode == "registry":
         return f"cargo uses the crates registry ({CRATES_ENV}=registry)"
     version = _harness_version()
