@@ -65,3 +65,29 @@ def test_one_line_errors():
     with pytest.raises(ValueError, match="unknown arch 'sm_80'"):
         spec.sm_count("sm_80")
     assert spec.element_bytes("bfloat16") == 2 and spec.sm_count("sm_90a") == 132
+
+
+def test_adding_a_dtype_is_spec_plus_one_entry_per_kernel_and_check_table():
+    """Adding a 16-bit operand dtype: append it to spec.DTYPES and spec.ELEMENT_BYTES (the
+    one room of facts), then give it one entry in each table below: the kernels' (the wgmma
+    type name and the fp32 -> pair pack of sm_90a; sm_100a takes TVM's dtype as it is) and
+    the checks' (tolerance bits, exact-input range, torch dtype, record label). Registry,
+    builders' dtype checks, records, matmul and the CLI read spec.DTYPES and need nothing.
+    A dtype in spec.DTYPES that a table lacks fails here, naming the table."""
+    pytest.importorskip("tvm")
+    pytest.importorskip("torch")
+    from tirx_gemm import hopper, numerics
+    from tirx_gemm.report import records
+    from tirx_gemm.run import launcher
+    rooms = {
+        "spec.ELEMENT_BYTES": spec.ELEMENT_BYTES,
+        "hopper._WGMMA_TYPE (kernels, sm_90a)": hopper._WGMMA_TYPE,
+        "hopper._PACK_FN (kernels, sm_90a epilogue)": hopper._PACK_FN,
+        "numerics.SIGNIFICANT_BITS (tolerances)": numerics.SIGNIFICANT_BITS,
+        "numerics.INT_RANGE (exact inputs)": numerics.INT_RANGE,
+        "run.launcher._TORCH_DTYPES (GPU runs)": launcher._TORCH_DTYPES,
+        "report.records.DTYPE_LABEL (tables)": records.DTYPE_LABEL,
+    }
+    lacking = {room: sorted(set(spec.DTYPES) - set(table)) for room, table in rooms.items()
+               if set(spec.DTYPES) - set(table)}
+    assert not lacking, f"dtypes of spec.DTYPES without an entry: {lacking}"
