@@ -132,3 +132,11 @@ def test_matmul_v9_cluster_tiles_are_the_registrys():
     assert matmul.V9_CLUSTER_TILE == {a: registry.get("v9", a).output_tile
                                       for a in matmul.V9_CLUSTER_TILE}
     assert matmul.CLUSTER_SIZE == registry.get("v9", "sm_90a").cluster
+
+
+def test_split_k_and_chooser_tiles_are_the_registrys():
+    """splitk.TILES and chooser.V10_TILE are copies (both modules are being changed
+    elsewhere): they must agree with v11's and v10's registry tiles."""
+    from tirx_gemm import chooser, splitk
+    assert splitk.TILES == {a: registry.get("v11", a).tile for a in splitk.TILES}
+    assert chooser.V10_TILE == registry.get("v10", "sm_90a").tile[:2]
