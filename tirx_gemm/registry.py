@@ -196,6 +196,9 @@ _CLUSTER_TILES = {("v8", "sm_100a"): (256, 256), ("v9", "sm_100a"): (512, 256),
 def _static_facts(step: Step) -> Step:
     """The step with its base, tile and cluster from the tables above."""
     key = (step.id, step.arch)
+    if step.id not in _BASES[step.arch]:
+        raise KeyError(f"registry: {step.key} has no entry in _BASES (the step it changes, "
+                       "as its card's 'Changes from vN' says; None for a first step)")
     return replace(step, base=_BASES[step.arch][step.id],
                    tile=_TILES.get(key, Step.tile),
                    cluster=spec.CLUSTER_SIZE if key in _CLUSTER_TILES else 1,
