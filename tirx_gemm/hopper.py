@@ -622,8 +622,27 @@ def store_fragment_f32_guarded(D, acc, m_st, n_st, n: int, M, N, warp_id, lane_i
                                      source_code=_ST_GLOBAL_F32X2_SRC)
 
 
+@T.inline
+def store_fragment_transposed_guarded(D, acc, r_st, c_st, n: int, M, N, warp_id, lane_id):
+    """Warpgroup, swap-AB (v12's SWAP_AB): its fp32 64 x n fragment holds D's transpose
+    (fragment rows are D's columns, fragment columns D's rows), so element (row, col) goes
+    to D[c_st + col, r_st + row], cast to D's dtype, one guarded 2-byte store each. The 8
+    lanes with the same lane % 4 write 8 neighbouring columns of one row of D (16 bytes).
+    A decode tile is small (n <= 64 rows of D), so the scattered stores cost little."""
+    val = T.alloc_local((1,), D.dtype)
+    for h in T.unroll(2):
+        r = T.meta_var(r_st + warp_id * 16 + lane_id // 4 + 8 * h)
+        if r < N:
+            for j in T.unroll(n // 8):
+                for e in T.unroll(2):
+                    c = T.meta_var(c_st + 8 * j + 2 * (lane_id % 4) + e)
+                    if c < M:
+                        val[0] = T.Cast(D.dtype, acc[4 * j + 2 * h + e])
+                        D[c, r] = val[0]
+
+
 __all__ += ["load_bias_fragment", "epilogue_bias_act", "epilogue_swiglu",
-            "store_fragment_f32_guarded"]
+            "store_fragment_f32_guarded", "store_fragment_transposed_guarded"]
 
 
 # --- v13: fp8 (e4m3) operands. One byte per element, so a 128-byte swizzle row holds 128

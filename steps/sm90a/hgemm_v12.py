@@ -15,6 +15,7 @@ from tirx_gemm import hopper as W
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 16, 256
+SWAP_N_STEP = 8               # SWAP_AB's token tile: any multiple of wgmma's N step
 # the default ring: as many stages as fit, at most this many. A decode tile's stage holds
 # little of B (64x16: 2 KB of its 10 KB; A's rows past M are zero-filled), so it takes many
 # stages to keep enough HBM reads in flight (cuBLAS runs 64x16 tiles with 16 stages)
@@ -27,7 +28,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
-              B_HINT: str | None = None):
+              B_HINT: str | None = None, SWAP_AB: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
@@ -70,13 +71,21 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     SWIGLU_ON = epi["SWIGLU"]
     BIAS_ACT = bool(epi["BIAS"]) or epi["ACT"] is not None
     HAS_BIAS = bool(epi["BIAS"])  # a Python bool: the kernel body branches on it
+    if SWAP_AB and HAS_EPI:
+        raise ValueError(f"SWAP_AB=True takes no fused epilogue ({E.tag(epi)}): its tiles "
+                         "hold D's transpose and store it element by element")
     if isinstance(BLK_M, bool) or not isinstance(BLK_M, int) or BLK_M not in BLK_MS:
         raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
                          f"warpgroups of 64 rows)")
-    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
-            or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
-        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
-                         f"[{BLK_N_STEP}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
+    if not isinstance(SWAP_AB, bool):
+        raise ValueError(f"SWAP_AB={SWAP_AB!r} must be True or False")
+    # swap-AB: the MMA's rows walk N (B's rows) and its columns M (the tokens): D's
+    # transpose, tile by tile. The token tile may be as narrow as wgmma's N of 8.
+    n_step = SWAP_N_STEP if SWAP_AB else BLK_N_STEP
+    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % n_step \
+            or not n_step <= BLK_N <= BLK_N_MAX:
+        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {n_step} in "
+                         f"[{n_step}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
     for name, flag in (("RUNTIME_M", RUNTIME_M), ("RUNTIME_NK", RUNTIME_NK)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name}={flag!r} must be True or False")
@@ -88,8 +97,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     OUT_N = BLK_N // 2 if epi["SWIGLU"] else BLK_N
     PACKED_REGS = OUT_N // 4              # 2 x 16-bit registers of a packed tile
     # full 64-column chunks: stmatrix + TMA store (none for an fp32 D: register stores)
-    TMA_CHUNKS = 0 if OUT_F32 else OUT_N // W.EPI_COLS
-    TAIL_J = 0 if OUT_F32 else (OUT_N % W.EPI_COLS) // 8  # 8-column blocks left: guarded
+    TMA_CHUNKS = 0 if OUT_F32 or SWAP_AB else OUT_N // W.EPI_COLS
+    TAIL_J = 0 if OUT_F32 or SWAP_AB else (OUT_N % W.EPI_COLS) // 8  # 8-column blocks: guarded
     # a staging tile is reused every EPI_BUFS chunks, also across tiles: EPI_BUFS divides
     EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
@@ -134,8 +143,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     else:
         NB_DIM = N_DIM
     K_DIM = tvm.tirx.Var("K", "int32") if RUNTIME_NK else K
-    M_TILES = (M_DIM + BLK_M - 1) // BLK_M
-    N_TILES = (NB_DIM + BLK_N - 1) // BLK_N
+    ROWS_DIM, COLS_DIM = (NB_DIM, M_DIM) if SWAP_AB else (M_DIM, NB_DIM)  # the MMA's M, N
+    M_TILES = (ROWS_DIM + BLK_M - 1) // BLK_M
+    N_TILES = (COLS_DIM + BLK_N - 1) // BLK_N
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
@@ -197,9 +207,16 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
-                                         A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
-                                         tma2mma.ptr(ring.stage), A_HINTS, B_HINTS)
+                        if SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
+                            H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                             Bsmem[ring.stage, :, :], B, A, m_st, n_st,
+                                             k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                             tma2mma.ptr(ring.stage), B_HINTS, A_HINTS)
+                        else:
+                            H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                             Bsmem[ring.stage, :, :], A, B, m_st, n_st,
+                                             k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                             tma2mma.ptr(ring.stage), A_HINTS, B_HINTS)
                         ring.advance()
                     scheduler.next_tile()
 
@@ -287,7 +304,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     if BIAS_ACT:
                         W.epilogue_bias_act(acc, BLK_N, bvals if HAS_BIAS else None,
                                             epi["ACT"])
-                if OUT_F32:
+                if SWAP_AB:
+                    # D's transpose: fragment rows are columns n_st.. of D (B's rows),
+                    # fragment columns rows m_st.. of D (the tokens); element stores
+                    W.store_fragment_transposed_guarded(D, acc, m_st + row0, n_st, BLK_N,
+                                                        M_DIM, N_DIM, warp_id, lane_id)
+                elif OUT_F32:
                     # fp32 D: stored straight from the registers (read at issue)
                     W.store_fragment_f32_guarded(D, acc, m_st + row0, n_st, OUT_N, M_DIM,
                                                  N_DIM, warp_id, lane_id)
