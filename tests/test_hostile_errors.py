@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from tirx_gemm import cli
+from tirx_gemm.cli import export, gpu
 from tirx_gemm.run import errors
 
 
@@ -17,12 +18,12 @@ def _one_line(capsys, rc, needle):
     assert len(lines) == 1 and lines[0].startswith("tirx-gemm: error: ") and needle in lines[0], err
 
 
-# the command -> the module attribute its parser binds (make_parser reads it when main runs)
+# the command -> the module attribute its parser binds (register reads it when main runs)
 COMMANDS = {
-    "run": (["run", "v4", "--arch", "sm_90a"], cli, "cmd_run"),
-    "bench": (["bench", "--arch", "sm_90a"], cli, "cmd_bench"),
-    "regress": (["regress"], cli, "cmd_regress"),
-    "export": (["export", "v4", "--arch", "sm_90a"], cli, "cmd_export"),
+    "run": (["run", "v4", "--arch", "sm_90a"], gpu, "cmd_run"),
+    "bench": (["bench", "--arch", "sm_90a"], gpu, "cmd_bench"),
+    "regress": (["regress"], gpu, "cmd_regress"),
+    "export": (["export", "v4", "--arch", "sm_90a"], export, "cmd_export"),
 }
 
 
@@ -87,7 +88,7 @@ def test_loader_without_runtime_libraries_is_one_line(monkeypatch, capsys, tmp_p
         loader.find_runtime_dir()
         return 0
 
-    monkeypatch.setattr(cli, "cmd_run", run_like)
+    monkeypatch.setattr(gpu, "cmd_run", run_like)
     _one_line(capsys, cli.main(["run", "v4", "--arch", "sm_90a"]), "does not contain")
 
 

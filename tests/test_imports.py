@@ -179,18 +179,12 @@ def test_contributing_names_the_layers_in_this_order():
     assert written == [name.replace(", ", " and ") for name, _ in LAYERS], written
 
 
-# run/trace.py's own CLI (`python -m tirx_gemm.run.trace export`) still writes bundles with the
-# exporter; it is folded into `tirx-gemm trace` / `tirx-gemm export --timeline` next
-WRITERS_ON_THE_RUN_SIDE = {"run.trace"}
-
-
 def compile_imports_of_the_run_side(g: dict[str, set[str]]) -> list[str]:
     """Every import of tirx_gemm/compile/ (any module of it) by a module under tirx_gemm/run/
     or by tirx_gemm/matmul.py, lazy ones too: they read bundles through
     tirx_gemm/bundle_format.py (below both the exporter and the run side) and get a kernel
     built here only through tirx_gemm/kernels.py (kernel_for), the one bridge to compile/."""
-    readers = [m for m in g if (m.split(".")[0] == "run" or m == "matmul")
-               and m not in WRITERS_ON_THE_RUN_SIDE]
+    readers = [m for m in g if m.split(".")[0] == "run" or m == "matmul"]
     return [f"{a} imports {b}" for a in sorted(readers) for b in sorted(g[a])
             if b.split(".")[0] == "compile"]
 

@@ -164,12 +164,13 @@ def test_summary_names_kinds_and_truncation():
 
 def test_trace_parser_and_sm100a_refusal():
     pytest.importorskip("torch")
+    from tirx_gemm.cli import trace as cli_trace
     from tirx_gemm.run import trace
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd")
-    trace.add_trace_parser(sub)
+    cli_trace.register(sub)
     args = p.parse_args(["trace", "v5", "--mnk", "256,256,128", "--out", "x"])
-    assert args.fn is trace.trace_main and tuple(args.mnk) == (256, 256, 128)
+    assert args.fn is cli_trace.cmd_trace and tuple(args.mnk) == (256, 256, 128)
     assert args.arch == "sm_90a" and args.bundle is None and args.ctas == 4
     args = p.parse_args(["trace", "v5", "--arch", "sm_100a"])
     with pytest.raises(ValueError, match="NumSim"):

@@ -45,9 +45,9 @@ Two halves, one module:
   :func:`gantt_png` draws it, :func:`summary` describes the whole run, :func:`write_outputs`
   writes the three files and :func:`recorded_figure` shows a recorded trace in a notebook.
   Recording on a GPU (``tirx-gemm trace``: check, launch, decode, time against the plain
-  build) and exporting instrumented bundles live in :mod:`tirx_gemm.run.trace`, which imports
-  the registry, bundles and the run side; this module imports no other tirx_gemm module,
-  so the verbs (helpers, hopper) and the registry can import it without an import circle.
+  build) lives in :mod:`tirx_gemm.run.trace`, which imports the registry, bundles and the
+  run side (instrumented bundles: ``tirx-gemm export --timeline``); this module imports no
+  other tirx_gemm module, so the verbs (helpers, hopper) and the registry can import it without an import circle.
 
 Buffer layout (int64 words; zero-filled by the host before the launch)::
 
@@ -944,7 +944,7 @@ def write_outputs(tl: Timeline, out: Path, stem: str, meta: dict, *, timing=None
     try:
         png = gantt_png(trace, out / f"{stem}.png", title=_title(other, (lo, hi)))
     except ImportError as exc:  # a GPU host without matplotlib: the JSON draws it later
-        print(f"no PNG ({exc}): `python -m tirx_gemm.run.trace png {js}` draws it where "
+        print(f"no PNG ({exc}): `tirx-gemm trace {js}` draws it where "
               "matplotlib is installed", file=sys.stderr)
         png = None
     txt = out / f"{stem}.txt"

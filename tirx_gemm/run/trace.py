@@ -1,5 +1,4 @@
-"""``tirx-gemm trace``: record an in-kernel timeline on a Hopper GPU, and export the bundles
-it runs from.
+"""``tirx-gemm trace``'s run side: record an in-kernel timeline on a Hopper GPU.
 
 The build side (the hooks the verbs call, the buffer format) and everything that turns a
 buffer into files (decode, the window kept, Chrome trace JSON, Gantt PNG, summary) are in
@@ -9,9 +8,9 @@ bundle): :func:`trace_main` checks an instrumented build once against the fp32 r
 launches it again on a zeroed timeline buffer, decodes it, times it against the plain build
 (alternating launches, CUDA events, inputs rotated past L2) and writes the three files.
 
-``python -m tirx_gemm.run.trace`` has three subcommands: ``trace`` (as ``tirx-gemm trace``),
-``export`` (instrumented and plain builds of steps into one bundle; TVM, here) and ``png``
-(draw a recorded JSON's chart where matplotlib is installed).
+The command line is tirx_gemm/cli/trace.py (``tirx-gemm trace``; its kernels are exported
+with ``tirx-gemm export --timeline``, their plain builds for the cost figure by the same
+export without --timeline; ``tirx-gemm trace FILE.json`` redraws a recorded trace's PNG).
 """
 
 from __future__ import annotations
@@ -19,47 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tirx_gemm import spec
 from tirx_gemm import timeline as TL
-from tirx_gemm.timeline import KWARG, buffer_specs, decode, plain_kwargs
-
-
-def _trace_arguments(p):
-    from tirx_gemm import registry
-    p.add_argument("step", help="step id, v4 .. v10")
-    p.add_argument("--arch", default="sm_90a", choices=registry.ARCHES)
-    p.add_argument("--mnk", type=_parse_mnk, default=None,
-                   help="problem shape M,N,K (default: the step's canonical shape)")
-    p.add_argument("--dtype", default="float16", choices=spec.DTYPES)
-    p.add_argument("--out", default=str(TL.TIMELINES_DIR),
-                   help="folder for the .json, .png and .txt (default: results/timelines)")
-    p.add_argument("--bundle", default=None,
-                   help="take the kernels from a bundle exported with --timeline (no TVM "
-                        "needed here); without it the step is built here")
-    p.add_argument("--expect-sha256", metavar="HEX", default=None,
-                   help="with --bundle: refuse the bundle unless its manifest's sha256 is HEX "
-                        "(the digest `tirx-gemm export` printed)")
-    p.add_argument("--ctas", type=int, default=4,
-                   help="CTAs kept in the JSON and drawn (default 4: the first two clusters)")
-    p.add_argument("--no-timing", action="store_true",
-                   help="skip timing the instrumented kernel against the plain one")
-    p.set_defaults(fn=trace_main)
-    return p
-
-
-def add_trace_parser(subparsers):
-    """The ``trace`` subcommand (cli.make_parser adds it next to the others)."""
-    p = subparsers.add_parser(
-        "trace", help="record an in-kernel timeline on this GPU (sm_90a): Perfetto JSON, "
-                      "Gantt PNG, summary",
-        description="Check an instrumented build of a step once on this GPU, launch it again "
-                    "and write <out>/<step>_<arch>_<M>x<N>x<K>.json (Chrome trace events of "
-                    "the first CTAs around the first tile boundary: ui.perfetto.dev opens "
-                    "it), .png (its Gantt chart) and .txt (the whole run summarised, with "
-                    "the instrumented kernel's time against the plain build's when there is "
-                    "one). sm_100a has no timeline: its steps run only on NumSim, which has "
-                    "no clock.")
-    return _trace_arguments(p)
+from tirx_gemm.timeline import buffer_specs, decode, plain_kwargs
 
 
 def _parse_mnk(value):
@@ -199,67 +159,4 @@ def _kernels(step, mnk, dtype: str, bundle, sm_count: int, *, timed: bool):
     return lib, plain, dict(entry["kwargs"])
 
 
-# ---------------------------------------------------------------------------------------
-# `python -m tirx_gemm.run.trace`: trace (as tirx-gemm trace), export (TVM, here), png
-# ---------------------------------------------------------------------------------------
-def export_bundle(step_ids, mnk, out, *, arch: str = "sm_90a", num_sms: int = spec.SM_COUNT["sm_90a"],
-                  dtype: str = "float16", plain: bool = True, jobs=None,
-                  ffi_wheel_python: str | None = None, progress: bool = True) -> int:
-    """Export the instrumented builds of ``step_ids`` at ``mnk`` (and, with ``plain``, their
-    normal builds, for the cost figure) into the bundle ``out`` for `trace --bundle`."""
-    from tirx_gemm import registry
-    from tirx_gemm.compile import bundle
-    reqs = []
-    for sid in step_ids:
-        step = registry.get(sid, arch)
-        kw = step.with_sm_count(num_sms)
-        if dtype != "float16":
-            kw["dtype"] = dtype
-        reqs.append((step, tuple(mnk), {**kw, KWARG: True}))
-        if plain:
-            reqs.append((step, tuple(mnk), dict(kw)))
-    return bundle.export(reqs, Path(out), jobs=jobs, progress=progress,
-                         ffi_wheel_python=ffi_wheel_python)
-
-
-def main(argv=None) -> int:
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m tirx_gemm.run.trace")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    _trace_arguments(sub.add_parser("trace", help="as `tirx-gemm trace`"))
-    ex = sub.add_parser("export", help="instrumented + plain builds of steps into a bundle")
-    ex.add_argument("steps", nargs="+")
-    ex.add_argument("--mnk", type=_parse_mnk, default=(4096, 4096, 4096))
-    ex.add_argument("--arch", default="sm_90a")
-    ex.add_argument("--num-sms", type=int, default=spec.SM_COUNT["sm_90a"])
-    ex.add_argument("--dtype", default="float16", choices=spec.DTYPES)
-    ex.add_argument("--no-plain", action="store_true")
-    ex.add_argument("--out", required=True)
-    ex.add_argument("--jobs", type=int, default=None)
-    ex.add_argument("--ffi-wheel", metavar="PYVER", default=None,
-                    help="also put the apache-tvm-ffi wheel for this Python into the bundle")
-    ex.add_argument("-q", "--quiet", action="store_true")
-    pn = sub.add_parser("png", help="draw the Gantt PNG of a recorded trace JSON beside it")
-    pn.add_argument("json", nargs="+")
-    args = p.parse_args(argv)
-    if args.cmd == "trace":
-        return trace_main(args)
-    if args.cmd == "png":
-        for js in args.json:
-            trace = TL.load_chrome_trace(js)
-            other = trace.get("otherData", {})
-            win = other.get("window_us")
-            print(TL.gantt_png(trace, Path(js).with_suffix(".png"), window=win,
-                               title=TL._title(other, win) if win else None))
-        return 0
-    n = export_bundle(args.steps, args.mnk, args.out, arch=args.arch, num_sms=args.num_sms,
-                      dtype=args.dtype, plain=not args.no_plain, jobs=args.jobs,
-                      ffi_wheel_python=args.ffi_wheel, progress=not args.quiet)
-    print(f"exported {n} kernels to {args.out}")
-    return 0
-
-
-__all__ = ["add_trace_parser", "trace_main", "record", "export_bundle", "main"]
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["trace_main", "record"]
