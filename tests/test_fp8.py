@@ -409,3 +409,72 @@ def test_sm100a_build_issues_the_f8f6f4_mma_and_no_16_bit_one(build100):
     assert "__float2bfloat16" in build100.cuda_source  # D in bf16
     # per-row scales: a chunk's 64 SB values pass around the warp by shuffles (4 chunks)
     assert count_prefix(counts, "SHFL.IDX") >= 4 * 64, counts
+
+
+# ---------------------------------------------------------------------------------------
+# sm_100a v13 SCALE="mx": block-scaled MXFP8 (UE8M0 scale factors per 32 of K)
+# ---------------------------------------------------------------------------------------
+def test_mx_reference_matches_float64():
+    M, N, K = 130, 72, 400  # rows off the 128-row atom, a partial last SF block
+    Aq, Bq, sfa, sfb, D = numerics.make_mx_inputs_np(M, N, K, 3, "bfloat16")
+    assert sfa.shape == (M, 13) and sfb.shape == (N, 13) and sfa.dtype == np.uint8
+    assert np.isnan(D).all() and len(np.unique(sfa)) > 3  # the blocks' scales differ
+    ref = numerics.reference_mx_np(Aq, Bq, sfa, sfb)
+    # float64, element by element: 2**(sf - 127) for the 32 elements of K of each block
+    ea = np.array([[2.0 ** (int(sfa[m, k // 32]) - 127) for k in range(K)] for m in range(M)])
+    eb = np.array([[2.0 ** (int(sfb[n, k // 32]) - 127) for k in range(K)] for n in range(N)])
+    r64 = (Aq.astype(np.float64) * ea) @ (Bq.astype(np.float64) * eb).T
+    assert np.abs(ref - r64).max() <= 1e-5 * np.abs(r64).max()
+    # the quantization: every block's amax fits e4m3 and uses more than half its range
+    real = Aq.astype(np.float64) * ea
+    amax = np.abs(np.pad(real, ((0, 0), (0, 13 * 32 - K)))).reshape(M, 13, 32).max(axis=2)
+    assert (amax <= 448 * np.exp2(sfa.astype(np.float64) - 127)).all()
+    assert (amax > 224 * np.exp2(sfa.astype(np.float64) - 127) * 0.999).all()
+
+
+def test_mx_blocked_order_is_the_tcgen05_atom():
+    K, R = 400, 300
+    sf = np.random.default_rng(0).integers(100, 150, (R, 13)).astype(np.uint8)
+    blk = numerics.mx_block_sf_np(sf, K)
+    assert blk.shape == (3 * 4 * 4, 128)  # 3 row blocks x 4 K stages, 512 bytes each
+    atoms = blk.reshape(3, 4, 512)
+    for r, j in ((0, 0), (161, 9), (299, 12), (37, 5)):
+        rb, i, l, kb, jj = r // 128, (r % 128) // 32, r % 32, j // 4, j % 4
+        assert atoms[rb, kb, l * 16 + i * 4 + jj] == sf[r, j]
+    assert atoms[2, 3, 31 * 16 + 3 * 4 + 3] == 127  # padding: 2**0
+    assert (numerics.mx_unblock_sf_np(blk, R, K) == sf).all()
+
+
+@pytest.fixture(scope="module")
+def build100_mx():
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    (res,) = build_many([(STEP100, (300, 264, 400),
+                          {"SCALE": "mx", "dtype": "bfloat16", "SM_COUNT": 148})])
+    if isinstance(res, Exception):
+        raise res
+    return res
+
+
+def test_sm100a_mx_build_issues_block_scaled_mma_and_tcgen05_cp(build100_mx):
+    from tirx_gemm.compile.api import count_prefix
+    src, counts = build100_mx.cuda_source, build100_mx.sass_counts
+    assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X" in src
+    assert "tcgen05.cp.cta_group::1.32x128b.warpx4" in src  # SFs SMEM -> TMEM
+    assert "kind::f8f6f4" not in src  # no unscaled fp8 MMA
+    assert count_prefix(counts, "UTCQMMA") == 4, counts  # 4 of K = 32 per 128-K stage
+    assert count_prefix(counts, "UTCCP") == 2, counts    # one cp per operand per stage
+    assert count_prefix(counts, "UTCHMMA") == 0, counts
+    assert build100_mx.spill_stores == 0 and build100_mx.spill_loads == 0
+
+
+def test_sm100a_mx_operands_are_blocked_sf_atoms():
+    pytest.importorskip("tvm")
+    from tirx_gemm import blackwell as W
+    sa, sb = W.mx_sf_gmem_shape(300, 400), W.mx_sf_gmem_shape(264, 400)
+    assert sa == sb == (3 * 4 * 4, 128)  # what numerics.mx_block_sf_np lays out
+    assert numerics.mx_block_sf_np(np.zeros((300, 13), np.uint8), 400).shape == sa
+    src = Path(STEP100.source_file).read_text()
+    assert 'SFA: T.Buffer(SFA_SHAPE, W.MX_SF_STORAGE)' in src
+    with pytest.raises(ValueError, match="PIPE_DEPTH=9 needs"):  # SMEM, before TMEM's 8
+        STEP100.builder()(256, 256, 256, SCALE="mx", PIPE_DEPTH=9)

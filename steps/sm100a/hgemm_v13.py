@@ -55,11 +55,12 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       sm_90a v13's PROMOTE). What NumSim models and what it cannot see: the lesson.
     Barriers, roles, scheduler, edges: v9's (see its card): tma2mma counts 1 + both CTAs'
       bytes (expect_tx of 2 x 48 KiB), mma2tma 2, mma2ld 1, ld2mma 256.
-    Not here: block scaling (MXFP8, kind::mxf8f6f4.block_scale): v9's two accumulators
-      fill all 512 TMEM columns, leaving none for scale factors (the lesson says more).
+    SCALE="mx": block-scaled MXFP8 (kind::mxf8f6f4.block_scale, UE8M0 scale factors in
+      TMEM) is a separate builder on v7's 1-CTA skeleton (hgemm_v13_mx, its card): v9's
+      two accumulators fill all 512 TMEM columns, leaving none for scale factors.
     Constraints: any M >= 1; N a multiple of 8 (16-byte rows of 2-byte D); K a multiple of
       16 (16-byte rows of 1-byte A and B; TMA zero-fills the last 128-K stage); dtype
-      float16 or bfloat16; SCALE tensor | row; PIPE_DEPTH >= 1 within SMEM; SM_COUNT even.
+      float16 or bfloat16; SCALE tensor | row | mx; PIPE_DEPTH >= 1 within SMEM; SM_COUNT even.
     Run: ``tirx-gemm build v13 --arch sm_100a --mnk 4096,4096,4096``; ``tirx-gemm sim v13``.
     """
     CTA_PAIR, NUM_CONSUMER = W.CTA_PAIR, 2
@@ -239,7 +240,8 @@ def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int
       (2 x 128 columns) leave room for the SF rings (2 x PIPE_DEPTH x 4 columns).
     Roles, barriers, scheduler, epilogue: v7's (tma2mma counts 1 + the stage's bytes).
     Constraints: any M >= 1; N a multiple of 8; K a multiple of 16 (a partial SF block's
-      missing elements are TMA zero-fill); dtype float16 or bfloat16; 1 <= PIPE_DEPTH <= 8.
+      missing elements are TMA zero-fill); dtype float16 or bfloat16; PIPE_DEPTH >= 1
+      within SMEM (the TMEM SF rings hold 8).
     """
     BLK_M, BLK_N, BLK_K = 128, 128, W.FP8_BLK_K
     ACC_STAGES = 2  # 2 x 128 fp32 columns of the 512 in TMEM
