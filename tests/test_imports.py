@@ -127,7 +127,7 @@ LAYERS = (
     ("kernels", {"kernels"}),  # a kernel from a bundle (bundle format) or built (compile)
     ("run, report", {"run", "report"}),
     ("sim", {"sim"}),
-    ("matmul", {"matmul", "fp8"}),  # fp8: matmul_fp8, beside matmul
+    ("matmul", {"matmul", "matmul_choice", "matmul_operands", "fp8"}),  # fp8: matmul_fp8
     ("torch_op, nn", {"torch_op", "nn"}),
     ("entry points", {"suite", "notebook", "cli", ""}),
 )

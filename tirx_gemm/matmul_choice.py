@@ -1,0 +1,273 @@
+"""matmul's choice of step and builder keywords per shape and GPU (pure Python: no torch, no TVM).
+
+:func:`choose` (the rule: its docstring), :func:`variants` (what a layer's (N, K) needs over
+all M: what ``tirx-gemm export --suite`` bundles), :func:`step_kwargs` and the shape a kernel
+is built at (:func:`build_shape`). tirx_gemm.matmul, which loads and launches the kernels,
+imports them from here; ``tirx_gemm.matmul.choose`` and the other names stay reachable there.
+"""
+
+from __future__ import annotations
+
+from tirx_gemm import epilogue as E
+from tirx_gemm import registry, spec, splitk
+from tirx_gemm.kernels import dtype_kwargs
+from tirx_gemm.numerics import check_dtype
+
+__all__ = ["choose", "choose_epilogue_on", "variants", "step_kwargs", "runtime_m",
+           "build_shape", "pick"]
+
+ROW_MULTIPLE = 8  # TMA: a row (K or N elements of 2 bytes) is a multiple of 16 bytes
+
+# v9's output tile per cluster of two CTAs, (rows, columns), on each arch: sm_90a pairs
+# two 128x256 CTA tiles vertically; sm_100a's CTA pair with two MMA consumers covers 512x256
+V9_CLUSTER_TILE = {"sm_90a": (256, 256), "sm_100a": (512, 256)}
+CLUSTER_SIZE = 2  # CTAs per v9 cluster: the pool (SM_COUNT) must be a multiple of it
+DATA_PARALLEL = "v9"
+SPLIT_K = "v11"
+# steps whose kernels matmul builds with RUNTIME_M=True on each arch: M is bound from the
+# operands at every call, so one kernel per (step, keywords, dtype, N, K) serves every M.
+# sm_100a: v9 only, its runtime-M build simulated on NumSim (the registry's v9 sim case with
+# RUNTIME_M); v11 there keeps compile-time M (its runtime-M build is not simulated).
+RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11", "v12"}),
+                   "sm_100a": frozenset({"v9"})}
+NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
+# v12 also takes N and K at run time (RUNTIME_NK): one kernel per menu tile and dtype
+# serves every shape; it is built at this N and K
+RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
+NOMINAL_N, NOMINAL_K = 256, 256
+TILE_MENU = "v12"
+# v11's split counts, rounded down to this menu, so that the splits chosen over all M for
+# one (N, K) are a handful of kernels (rounding down keeps the spread reduction's rule).
+# No multiple of v11's L2_GROUP (16): with M at run time the scheduler's unit rows are
+# SPLIT_K * ceil(M/128), TVM then proves the tail-group row count zero and folds the
+# (unreachable) `% tail` of the tile order into a division by zero at compile time.
+SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 20, 24, 28, 40, 56)
+# steps whose builders take the fused-epilogue keywords (tirx_gemm.epilogue), per arch
+EPILOGUE_STEPS = {"sm_90a": frozenset({"v12", "v10"})}
+PINGPONG = "v10"  # sm_90a's ping-pong step: BIAS and ACT only (chooser.V10_KEYWORDS)
+
+
+# --------------------------------------------------------------------------------------
+# choosing a step: pure Python, no torch, no TVM
+# --------------------------------------------------------------------------------------
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_problem(M, N, K, dtype, arch, sm_count) -> None:
+    for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r} must be a positive int")
+    for name, v in (("N", N), ("K", K)):
+        if v % ROW_MULTIPLE:
+            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs "
+                             f"16-byte row strides ({ROW_MULTIPLE} fp16/bf16 elements); pad "
+                             f"{name} with zeros to a multiple of {ROW_MULTIPLE}")
+    check_dtype(dtype)
+    if arch not in V9_CLUSTER_TILE:
+        raise ValueError(f"arch={arch!r}: matmul runs on {' or '.join(V9_CLUSTER_TILE)}")
+
+
+def step_kwargs(step: registry.Step, dtype: str, sm_count: int | None) -> dict:
+    """Builder keywords of ``step`` for operands of ``dtype`` on a GPU with ``sm_count`` SMs:
+    the dtype (written only for bfloat16: float16 is every builder's default), the
+    persistent CTA pool, rounded down to an even count (the cluster steps, v8 on, schedule
+    CTA pairs; an even pool is valid for every persistent step), and ``RUNTIME_M: True``
+    for the steps of RUNTIME_M_STEPS."""
+    kw = dtype_kwargs(dtype)
+    if sm_count and step.sm_count_kwarg:
+        kw.update(step.with_sm_count(_pool(sm_count)))
+    if runtime_m(step.id, step.arch):
+        kw["RUNTIME_M"] = True
+    if step.id in RUNTIME_NK_STEPS.get(step.arch, ()):
+        kw["RUNTIME_NK"] = True
+    return kw
+
+
+def runtime_m(step_id: str, arch: str) -> bool:
+    """Whether matmul builds ``step_id`` on ``arch`` with M taken at run time."""
+    return step_id in RUNTIME_M_STEPS.get(arch, ())
+
+
+def build_shape(mnk, kwargs: dict) -> tuple[int, int, int]:
+    """The shape a kernel is built, cached and exported at: (NOMINAL_M, N, K) for a
+    runtime-M build (it serves every M), (NOMINAL_M, NOMINAL_N, NOMINAL_K) for a
+    run-time-shape build (RUNTIME_NK too: it serves every shape), else ``mnk``."""
+    M, N, K = mnk
+    if kwargs.get("RUNTIME_NK"):
+        return (NOMINAL_M if kwargs.get("RUNTIME_M") else M, NOMINAL_N, NOMINAL_K)
+    return (NOMINAL_M, N, K) if kwargs.get("RUNTIME_M") else (M, N, K)
+
+
+def _menu_split(split: int) -> int:
+    return max(s for s in SPLIT_MENU if s <= split)
+
+
+def _pool(sm_count: int) -> int:
+    return max(CLUSTER_SIZE, sm_count - sm_count % CLUSTER_SIZE)
+
+
+def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
+           sm_count: int = spec.SM_COUNT["sm_90a"], epilogue: dict | None = None) -> tuple[str, dict]:
+    """The step and builder keywords that :func:`matmul` uses for an MxNxK GEMM of ``dtype``
+    on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``.
+
+    The rule, derived from the H200 records of the suite run as v9 alone and as matmul
+    (``results/suites/nvidia-h200.jsonl``) and of v11's variants
+    (``results/lab/h200.jsonl``; the split and reduction rule is ``splitk.choose_variant``):
+
+    * count v9's output tiles per cluster (``V9_CLUSTER_TILE``: 256x256 on sm_90a, 512x256 on
+      sm_100a; edge tiles count whole) against the clusters of the GPU (``sm_count // 2``).
+      When every cluster gets at least one tile, the GEMM is **data-parallel: v9**, the
+      last data-parallel step (on sm_90a the fastest in the README's H200 results at 4096^3
+      and 8192^3; sm_100a is unmeasured), its persistent pool sized to the GPU
+      (``SM_COUNT``, rounded down to an even count), its L2 tile order the builder's
+      default;
+    * with fewer tiles than clusters, idle SMs can only be put to work by splitting K:
+      **v11 with ``splitk.choose_variant(M, N, K, SM_COUNT, arch)``** (no split below 32 K
+      steps, where v9 measured as fast; else the spread reduction with as many splits as
+      fit the GPU once, at least 8 K steps and at most 64 splits each) when v11 is
+      registered for ``arch`` and that rule splits, SPLIT_K written out so that a bundle
+      names it;
+    * otherwise v9 as above, which takes every shape with N and K multiples of 8.
+
+    bfloat16 adds ``{"dtype": "bfloat16"}``; float16 is the builders' default and is not
+    written. Raises ValueError for a shape no step takes (N or K not a multiple of 8), an
+    unknown dtype or arch.
+
+    ``epilogue``: builder keywords of a fused epilogue (tirx_gemm.epilogue: BIAS, ACT,
+    OUT_DTYPE, SWIGLU; N is the output's columns). Only v12 builds one, so such a call gets
+    v12's fastest tile for the kernel's GEMM (SwiGLU: M x 2N x K), never v9 or v11, with the
+    epilogue keywords added (only those that differ from the plain kernel).
+    """
+    _check_problem(M, N, K, dtype, arch, sm_count)
+    epi = E.epilogue_kwargs(epilogue) if epilogue else {}
+    if epi:
+        return _choose_epilogue(M, N, K, dtype, arch, sm_count, epi)
+    menu = _registered(TILE_MENU, arch)
+    if menu is not None:
+        return _choose_by_model(M, N, K, dtype, arch, sm_count, menu)
+    tile_m, tile_n = V9_CLUSTER_TILE[arch]
+    tiles = _ceil_div(M, tile_m) * _ceil_div(N, tile_n)
+    clusters = max(1, sm_count // CLUSTER_SIZE)
+    split_step = _registered(SPLIT_K, arch)
+    if tiles < clusters and split_step is not None:
+        variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
+        if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
+            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+        if variant["SPLIT_K"] > 1:
+            return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
+    return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
+
+
+def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
+    """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu and v9; v11 with the
+    split rule where the best data-parallel tile leaves over half the SMs idle on a deep
+    K (chooser.wants_split)."""
+    from tirx_gemm import chooser
+    pool = _pool(sm_count)
+    split_step = _registered(SPLIT_K, arch)
+    if split_step is not None and chooser.wants_split(M, N, K, pool):
+        variant = splitk.choose_variant(M, N, K, pool, arch)
+        if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
+            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+        if variant["SPLIT_K"] > 1:
+            return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
+    pick = chooser.best(M, N, K, pool)
+    if pick == chooser.V9:
+        return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
+    return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count)
+
+
+def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
+    menu = _registered(TILE_MENU, arch)
+    if TILE_MENU not in EPILOGUE_STEPS.get(arch, ()) or menu is None:
+        raise ValueError(f"a fused epilogue ({E.tag(epi)}) runs on sm_90a only (v12's tile "
+                         f"menu); on {arch} call matmul without bias/activation/out_dtype and "
+                         f"apply them with torch")
+    from tirx_gemm import chooser
+    if chooser.epilogue_step(M, E.kernel_n(N, epi), K, epi, _pool(sm_count)) == PINGPONG:
+        return choose_epilogue_on(PINGPONG, M, N, K, dtype, arch, sm_count, epi)
+    pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count))
+    return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
+
+
+def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: str,
+                       sm_count: int, epilogue: dict) -> tuple[str, dict]:
+    """``(step_id, kwargs)`` of a fused epilogue forced onto ``step_id`` ("v12": its
+    model-best tile, as :func:`choose` without the v10 rule; "v10": its default 128x128
+    ping-pong tiles, BIAS / ACT only): what ``matmul(..., step=...)`` runs."""
+    _check_problem(M, N, K, dtype, arch, sm_count)
+    epi = E.epilogue_kwargs(epilogue or {})
+    if arch not in EPILOGUE_STEPS or step_id not in EPILOGUE_STEPS[arch]:
+        raise ValueError(f"step={step_id!r} has no fused epilogue on {arch}: use step='v12' "
+                         f"(every epilogue) or step='v10' (bias and activation), on sm_90a")
+    if step_id == TILE_MENU:
+        from tirx_gemm import chooser
+        menu = registry.get(TILE_MENU, arch)
+        pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count))
+        return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
+    from tirx_gemm import chooser
+    extra = sorted(set(epi) - set(chooser.V10_KEYWORDS))
+    if extra:
+        raise ValueError(f"step='v10' takes bias and activation only, not {', '.join(extra)} "
+                         f"({E.tag(epi)}): use step='v12'")
+    return PINGPONG, {**step_kwargs(registry.get(PINGPONG, arch), dtype, sm_count), **epi}
+
+
+def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int) -> dict:
+    bm, bn = (int(x) for x in pick.split("x"))
+    return {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
+
+
+VARIANTS_MAX_M = 16384  # variants() covers every M up to this (and v9's settled point)
+M_BLOCK = 64  # every tile height of every step divides 256 and is a multiple of 64
+
+
+def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
+             sm_count: int = spec.SM_COUNT["sm_90a"], max_m: int | None = None,
+             epilogue: dict | None = None) -> list[tuple[str, dict, int, int]]:
+    """Every (step_id, kwargs, first M, last M) that :func:`choose` picks for an Mx``N``x``K``
+    GEMM over M = 1 .. ``max_m`` (default: VARIANTS_MAX_M, or the M at which v9's cluster
+    tiles alone fill the GPU if that is larger), in order of M. With runtime-M kernels
+    this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
+    --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
+    through tile counts (ceil(M / 64), / 128, / 256), so one M per 64-row block decides
+    the block. ``epilogue``: as in :func:`choose` (every variant is then a v12 tile)."""
+    _check_problem(1, N, K, dtype, arch, sm_count)
+    tile_m, tile_n = V9_CLUSTER_TILE[arch]
+    clusters = max(1, sm_count // CLUSTER_SIZE)
+    settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
+    last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
+    out: list[list] = []
+    for lo in range(1, last + 1, M_BLOCK):
+        hi = min(lo + M_BLOCK - 1, last)
+        step_id, kw = choose(lo, N, K, dtype, arch, sm_count, epilogue)
+        if out and out[-1][0] == step_id and out[-1][1] == kw:
+            out[-1][3] = hi
+        else:
+            out.append([step_id, kw, lo, hi])
+    return [tuple(v) for v in out]
+
+
+def _registered(step_id: str, arch: str) -> registry.Step | None:
+    return next((s for s in registry.all_steps(arch) if s.id == step_id), None)
+
+
+def pick(M, N, K, dtype, arch, sm_count, step):
+    """(Step, builder keywords) of a call: :func:`choose`'s pick, or the forced ``step``
+    (``matmul(..., step=...)``) with its keywords, v12's tile and v11's split chosen here."""
+    if step is None:
+        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count)
+        return registry.get(step_id, arch), kwargs
+    st = registry.get(step, arch)
+    kwargs = step_kwargs(st, dtype, sm_count)
+    if st.id == TILE_MENU:  # the model's best tile of the menu
+        from tirx_gemm import chooser
+        pick = next(c for _, c in chooser.rank(M, N, K, _pool(sm_count)) if c != chooser.V9)
+        return st, _tile_kwargs(st, pick, dtype, sm_count)
+    if st.id == SPLIT_K and kwargs.get("RUNTIME_M"):
+        variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
+        variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+        kwargs.update(variant)
+    return st, kwargs
