@@ -23,3 +23,42 @@ def test_mma_lag_sets_the_wait_and_releases_every_stage(lag):
     waits = [ln.strip() for ln in text.splitlines() if "wgmma" in ln and "wait_group" in ln]
     assert waits == [f'T.ptx.wgmma({lag}, "wait_group", "sync", "aligned", "")',
                      'T.ptx.wgmma(0, "wait_group", "sync", "aligned", "")']
+
+
+def test_swap_ab_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    with pytest.raises(ValueError, match="SWAP_AB=True takes no fused epilogue"):
+        step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, ACT="relu")
+    with pytest.raises(ValueError, match="BLK_N=12 must be a multiple of 8"):
+        step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=12, SWAP_AB=True)
+    with pytest.raises(ValueError, match="BLK_N=8 must be a multiple of 16"):
+        step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8)
+
+
+def test_swap_ab_tiles_walk_n_with_the_mma_rows():
+    pytest.importorskip("tvm")
+    text = registry.get("v12", "sm_90a").build_primfunc(
+        5, 1000, 512, BLK_M=64, BLK_N=8, SWAP_AB=True).script()
+    # the producer loads B's rows into the MMA's A tile and A's rows into its B tile
+    loads = [ln.strip() for ln in text.splitlines() if "copy_async(Asmem" in ln
+             or "copy_async(Bsmem" in ln]
+    assert any("copy_async(Asmem" in ln and ", B[" in ln for ln in loads), loads
+    assert any("copy_async(Bsmem" in ln and ", A[" in ln for ln in loads), loads
+
+
+def test_chooser_swap_ab_rule():
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert chooser.swap_ab_tile(1, 8192, 132) == (64, 8)       # 64 tiles of 128: too few
+    assert chooser.swap_ab_tile(16, 14336, 132) == (128, 16)   # 112 tiles of 128
+    assert chooser.swap_ab_tile(77, 7168, 132) == (64, 96)
+    assert chooser.swap_ab_tile(97, 7168, 132) is None
+    step, kw = mm.choose(1, 4096, 4096, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and kw["BLK_N"] == 8
+    # a deep K with few tiles keeps v11's split
+    assert mm.choose(32, 4096, 14336, "bfloat16", "sm_90a", 132)[0] == "v11"
+    # variants: one kernel per token tile below 97 rows, each named for its M range
+    v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
+    swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
+    assert swaps == [(8, 1, 8), (16, 9, 16), (32, 17, 32), (64, 33, 64), (96, 65, 96)]

@@ -130,6 +130,37 @@ def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
     return busy_share(best(M, N, K, sm_count), M, N, sm_count) < IDLE_FOR_SPLIT
 
 
+# Swap-AB (v12's SWAP_AB, issue 32): for few tokens the MMA's rows walk N (the weight's
+# rows, all data) and its columns the tokens, so no stage carries 64 rows of zero-filled A
+# (a stage's fixed cost, not its bytes, paced the narrow tiles: v12's sweep). Measured on
+# the H200 (bf16, results/lab/issue32_swapab_h200.jsonl, same-run ratios to torch): 1x8192x8192
+# 0.68 -> 1.01, 8x14336x4096 0.82 -> 0.99, 16x14336x4096 0.88 -> 0.98, 77x7168x2048 0.83 ->
+# 0.96, 64x8192x28672 1.06 -> 1.09, 64x6144x4096 and 48x14336x4096 level. The token tile is
+# the smallest of SWAP_AB_TILES that holds M (each a kernel that serves every M up to it);
+# the weight tile is 128 rows when those tiles still fill SWAP_AB_TALL_SHARE of the SMs
+# (8x14336x4096: 112 tiles, 0.99 against 0.96 at 64 rows), else 64 (1x8192x8192: 64 tiles
+# of 128 ran 0.94, 128 of 64 1.01). A deep K with few tiles stays with v11's split
+# (32x4096x14336: split 0.89, swap-AB 0.82): from SWAP_AB_SPLIT_K_TILES K steps.
+SWAP_AB_TILES = (8, 16, 32, 64, 96)
+SWAP_AB_TALL_SHARE = 0.75
+SWAP_AB_SPLIT_K_TILES = 128
+
+
+def swap_ab_tile(M: int, N: int, sm_count: int = SMS_H200) -> tuple[int, int] | None:
+    """(BLK_M, BLK_N) of v12's swap-AB for an M-token GEMM with N output columns (BLK_M
+    walks N, BLK_N the tokens), or None when M is past the largest token tile."""
+    if M > SWAP_AB_TILES[-1]:
+        return None
+    bn = next(t for t in SWAP_AB_TILES if t >= M)
+    tall = _ceil_div(N, 128) >= SWAP_AB_TALL_SHARE * sm_count
+    return (128 if tall else 64), bn
+
+
+def split_beats_swap(K: int) -> bool:
+    """Whether a deep K keeps v11's split over swap-AB (when the split is wanted at all)."""
+    return _ceil_div(K, BLK_K) >= SWAP_AB_SPLIT_K_TILES
+
+
 def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
     """The fastest v12 tile ("BMxBN") the model predicts, v9 left out: what a GEMM with a
     fused epilogue (tirx_gemm.epilogue) gets, since only v12 builds the epilogue (v9 and

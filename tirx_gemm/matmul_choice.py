@@ -167,12 +167,17 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     split_step = _registered(SPLIT_K, arch)
-    if split_step is not None and chooser.wants_split(M, N, K, pool):
+    swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
+    if split_step is not None and chooser.wants_split(M, N, K, pool) \
+            and (swap is None or chooser.split_beats_swap(K)):
         variant = splitk.choose_variant(M, N, K, pool, arch)
         if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
             variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
         if variant["SPLIT_K"] > 1:
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
+    if swap is not None:
+        return TILE_MENU, {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0],
+                           "BLK_N": swap[1], "SWAP_AB": True}
     pick = chooser.best(M, N, K, pool)
     if pick == chooser.V9:
         return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
@@ -240,8 +245,13 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
     last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
     out: list[list] = []
-    for lo in range(1, last + 1, M_BLOCK):
-        hi = min(lo + M_BLOCK - 1, last)
+    # block starts: every 64 rows, and past each of swap-AB's token tiles (its kernel
+    # changes with the smallest tile that holds M)
+    from tirx_gemm import chooser
+    starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
+                    | {t + 1 for t in chooser.SWAP_AB_TILES if t < last})
+    for i, lo in enumerate(starts):
+        hi = (starts[i + 1] - 1) if i + 1 < len(starts) else last
         step_id, kw = choose(lo, N, K, dtype, arch, sm_count, epilogue)
         if out and out[-1][0] == step_id and out[-1][1] == kw:
             out[-1][3] = hi
