@@ -47,7 +47,6 @@ have none, so :func:`choose` routes a call with an epilogue to v12's best tile
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import types
@@ -100,8 +99,8 @@ def bundle_path() -> Path | None:
     """The bundle kernels come from: use_bundle's, else $TIRX_GEMM_BUNDLE, else None."""
     if _bundle_override is not None:
         return _bundle_override
-    env = os.environ.get(BUNDLE_ENV)
-    return Path(env) if env else None
+    from tirx_gemm import settings
+    return settings.get(BUNDLE_ENV)  # a Path, or None when unset
 
 
 def clear_cache() -> None:

@@ -10,12 +10,11 @@
 #
 # Here (CPU), from the repository root, once the timeline work is committed:
 #   rm -rf .gpu/tl/src && mkdir -p .gpu/tl/src && git archive HEAD | tar -x -C .gpu/tl/src
-#   python -m tirx_gemm.run.trace export v4 v5 v6 v7 v8 v9 v10 --mnk 4096,4096,4096 \
-#       --num-sms 132 --ffi-wheel 3.12 --out .gpu/tl/bundle
+#   for v in v4 v5 v6 v7 v8 v9 v10; do for tl in --timeline ""; do
+#     tirx-gemm export $v --arch sm_90a --mnk 4096,4096,4096 --num-sms 132 $tl \
+#         --ffi-wheel 3.12 --out .gpu/tl/bundle; done; done
 # (14 kernels: each step instrumented and plain; ~4 min on 2 cores, bundle ~10 MiB with
-# TVM's runtime and the apache-tvm-ffi wheel. With the CLI wiring applied, the same bundle
-# is `tirx-gemm export v4 ... v10 --arch sm_90a --mnk 4096,4096,4096 --num-sms 132
-# --timeline --out .gpu/tl/bundle` plus the same command without --timeline.)
+# TVM's runtime and the apache-tvm-ffi wheel.)
 # Carry .gpu/tl (src + bundle). Then on the GPU host, from the repository root:
 #   bash scripts/lab/h200_timelines.sh            (OUT=$OUT)
 # Comes back flat in $OUT (at most 8 files): gpu.txt, timelines.log (every step's output),
@@ -45,7 +44,7 @@ status=0
 for v in $STEPS; do
   echo "== $v (limit 150 s)" | tee -a "$LOG"
   t0=$SECONDS
-  timeout 150 python3 -m tirx_gemm.run.trace trace "$v" --arch sm_90a --mnk "$MNK" \
+  timeout 150 python3 -m tirx_gemm.cli trace "$v" --arch sm_90a --mnk "$MNK" \
     --bundle "$G/bundle" --out "$WORK/timelines" >> "$LOG" 2>&1
   rc=$?
   echo "== $v rc=$rc in $((SECONDS - t0))s" | tee -a "$LOG"

@@ -112,13 +112,24 @@ def main(argv=None) -> int:
     try:
         return args.fn(args)
     except (ValueError, BuildError, OSError, SimUnavailable, *_runner_errors()) as exc:
-        if os.environ.get(DEBUG_ENV):
+        if _debug():
             traceback.print_exc()
         print(f"tirx-gemm: error: {_one_line(exc)}{_doctor_hint(exc)}{_gpu_hint(exc, args)}",
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _debug() -> bool:
+    """$TIRX_GEMM_DEBUG through the settings table (an on/off word; "0" is off). A value
+    that is neither prints the traceback too, and says so."""
+    from tirx_gemm import settings
+    try:
+        return bool(settings.get(DEBUG_ENV))
+    except ValueError as exc:
+        print(f"tirx-gemm: note: {exc}; printing the traceback", file=sys.stderr)
+        return True
 
 
 def _runner_errors() -> tuple:
