@@ -404,7 +404,13 @@ def _count_cell(cell: str) -> int | None:
 def _barrier_problems(step) -> list[str]:
     arch_dir = step.arch.replace("_", "")
     src = (ROOT / "steps" / arch_dir / f"hgemm_{step.id}.py").read_text()
-    declared = {var: name for var, name in _DECL.findall(src)}
+    # the builder's own function: a file may hold a second builder for another mode
+    # (sm_100a v13's MXFP8 kernel, on v7's skeleton) with its own barriers
+    builder = step.builder()
+    fn = next(n for n in ast.walk(ast.parse(src))
+              if isinstance(n, ast.FunctionDef) and n.name == builder.__name__)
+    body = ast.get_source_segment(src, fn)
+    declared = {var: name for var, name in _DECL.findall(body)}
     section, rows = _barrier_table(step.id, step.arch)
     where = f"steps/lessons/{step.id}.md (Barriers: {step.arch})"
     problems = []
@@ -414,8 +420,8 @@ def _barrier_problems(step) -> list[str]:
         if f"`{name}`" not in section and f"`{name}[" not in section:
             problems.append(f"{where}: the kernel declares mbarrier {name!r}; the table "
                             f"does not name it")
-    inits = dict(re.findall(r"(\w+)\.init\(([^)]*)\)", src))
-    ns = _builder_constants(src, step.builder())
+    inits = dict(re.findall(r"(\w+)\.init\(([^)]*)\)", body))
+    ns = _builder_constants(src, builder)
     by_name = {name: var for var, name in declared.items()}
     checked = 0
     for cells in rows:

@@ -536,9 +536,13 @@ def _scaled_fp8_into_d(buffers, forget_scales=False):
 
 def test_v13_sim_cases_cover_both_scales_and_the_edges():
     cases = sim.cases_for(registry.get("v13", "sm_100a"))
-    assert {dict(c.kwargs).get("SCALE", "tensor") for c in cases} == {"tensor", "row"}
+    assert {dict(c.kwargs).get("SCALE", "tensor") for c in cases} == {"tensor", "row", "mx"}
     # M and N off the 512 x 256 cluster tile, a partial last 128-K stage
     assert any(c.M % 512 and c.N % 256 and c.K % 128 for c in cases)
+    # MXFP8 (v7's 1-CTA skeleton, 128 x 128 tiles): M and N off the tile, a partial last
+    # K stage and scale-factor block
+    assert any(dict(c.kwargs).get("SCALE") == "mx" and c.M % 128 and c.N % 128 and c.K % 128
+               for c in cases)
 
 
 @pytest.mark.parametrize("scale", ["tensor", "row"])
