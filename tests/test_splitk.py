@@ -198,7 +198,7 @@ def test_spread_known_shapes_and_variants():
     # choose_variant: what tirx_gemm.matmul builds; "last" (the default) is not written
     # sm_90a from 128 rows: 128x64 tiles (8 of them at 256x256), 16 splits each
     assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a") == {
-        "SPLIT_K": 16, "REDUCE": "spread", "BLK_N": 64}
+        "SPLIT_K": 16, "REDUCE": "spread", "BLK_N": 64, **splitk.NARROW_SPLIT_KWARGS}
     assert splitk.choose_variant(256, 256, 16384, 132, "sm_90a", bn=256) == {
         "SPLIT_K": 32, "REDUCE": "spread"}
     # below 128 rows the default 128x256 tile (a stage's useful bytes are B's)
@@ -212,7 +212,8 @@ def test_spread_known_shapes_and_variants():
         for M, N, K in ((256, 256, 16384), (1000, 1000, 1000), (128, 128, 256), (8, 8, 64)):
             kw = splitk.choose_variant(M, N, K, 132, arch)
             tiles, k_tiles = splitk.tile_counts(M, N, K, arch, kw.get("BLK_N"))
-            assert set(kw) <= {"SPLIT_K", "REDUCE", "BLK_N"} and 1 <= kw["SPLIT_K"] <= k_tiles
+            assert set(kw) <= {"SPLIT_K", "REDUCE", "BLK_N", *splitk.NARROW_SPLIT_KWARGS} \
+                and 1 <= kw["SPLIT_K"] <= k_tiles
             if kw.get("REDUCE") == "spread":
                 splitk.check_spread(tiles, kw["SPLIT_K"], 132)  # never an invalid build
 

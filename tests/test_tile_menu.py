@@ -52,7 +52,7 @@ def test_chooser_swap_ab_rule():
     from tirx_gemm import matmul as mm
     assert chooser.swap_ab_tile(1, 8192, 132) == (64, 8)       # 64 tiles of 128: too few
     assert chooser.swap_ab_tile(16, 14336, 132) == (128, 16)   # 112 tiles of 128
-    assert chooser.swap_ab_tile(77, 7168, 132) == (64, 96)
+    assert chooser.swap_ab_tile(77, 7168, 132) == (64, 80)
     assert chooser.swap_ab_tile(97, 7168, 132) is None
     step, kw = mm.choose(1, 4096, 4096, "bfloat16", "sm_90a", 132)
     assert step == "v12" and kw["SWAP_AB"] and kw["BLK_N"] == 8
@@ -61,4 +61,18 @@ def test_chooser_swap_ab_rule():
     # variants: one kernel per token tile below 97 rows, each named for its M range
     v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
-    assert swaps == [(8, 1, 8), (16, 9, 16), (32, 17, 32), (64, 33, 64), (96, 65, 96)]
+    assert swaps == [(8, 1, 8), (16, 9, 16), (32, 17, 32), (48, 33, 48), (64, 49, 64),
+                     (80, 65, 80), (96, 81, 96)]
+
+
+def test_narrow_split_takes_its_measured_configuration_and_a_usable_split():
+    from tirx_gemm import matmul as mm
+    step, kw = mm.choose(256, 256, 16384, "bfloat16", "sm_90a", 132)
+    assert step == "v11" and kw["BLK_N"] == 64 and kw["SPLIT_K"] == 16
+    assert (kw["IN_FLIGHT"], kw["PIPE_DEPTH"], kw["L2_GROUP"]) == (32, 6, 7)
+    # with M at run time no split is a multiple of the build's L2 group (TVM would fold
+    # the tile order's unreachable `% tail` into a division by zero)
+    for mnk in ((128, 128, 65536), (128, 256, 32768), (384, 128, 12288), (32, 4096, 14336)):
+        step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
+        if step == "v11" and kw["SPLIT_K"] > 1:
+            assert kw["SPLIT_K"] % kw.get("L2_GROUP", 16), (mnk, kw)

@@ -136,12 +136,13 @@ def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
 # the H200 (bf16, results/lab/issue32_swapab_h200.jsonl, same-run ratios to torch): 1x8192x8192
 # 0.68 -> 1.01, 8x14336x4096 0.82 -> 0.99, 16x14336x4096 0.88 -> 0.98, 77x7168x2048 0.83 ->
 # 0.96, 64x8192x28672 1.06 -> 1.09, 64x6144x4096 and 48x14336x4096 level. The token tile is
-# the smallest of SWAP_AB_TILES that holds M (each a kernel that serves every M up to it);
+# the smallest of SWAP_AB_TILES that holds M (each a kernel that serves every M up to it;
+# in the suite run 77 rows in a 96-wide tile ran 0.85-0.87 against 0.96 in an 80-wide one);
 # the weight tile is 128 rows when those tiles still fill SWAP_AB_TALL_SHARE of the SMs
 # (8x14336x4096: 112 tiles, 0.99 against 0.96 at 64 rows), else 64 (1x8192x8192: 64 tiles
 # of 128 ran 0.94, 128 of 64 1.01). A deep K with few tiles stays with v11's split
 # (32x4096x14336: split 0.89, swap-AB 0.82): from SWAP_AB_SPLIT_K_TILES K steps.
-SWAP_AB_TILES = (8, 16, 32, 64, 96)
+SWAP_AB_TILES = (8, 16, 32, 48, 64, 80, 96)
 SWAP_AB_TALL_SHARE = 0.75
 SWAP_AB_SPLIT_K_TILES = 128
 

@@ -38,10 +38,12 @@ NOMINAL_N, NOMINAL_K = 256, 256
 TILE_MENU = "v12"
 # v11's split counts, rounded down to this menu, so that the splits chosen over all M for
 # one (N, K) are a handful of kernels (rounding down keeps the spread reduction's rule).
-# No multiple of v11's L2_GROUP (16): with M at run time the scheduler's unit rows are
-# SPLIT_K * ceil(M/128), TVM then proves the tail-group row count zero and folds the
-# (unreachable) `% tail` of the tile order into a division by zero at compile time.
-SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 20, 24, 28, 40, 56)
+# No multiple of the build's L2_GROUP (v11's default 16; 7 for the narrow split, splitk.
+# NARROW_SPLIT_KWARGS): with M at run time the scheduler's unit rows are SPLIT_K *
+# ceil(M/128), TVM then proves the tail-group row count zero and folds the (unreachable)
+# `% tail` of the tile order into a division by zero at compile time.
+SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)
+V11_L2_GROUP = 16  # v11's builder default
 # steps whose builders take the fused-epilogue keywords (tirx_gemm.epilogue), per arch
 EPILOGUE_STEPS = {"sm_90a": frozenset({"v12", "v10"})}
 PINGPONG = "v10"  # sm_90a's ping-pong step: BIAS and ACT only (chooser.V10_KEYWORDS)
@@ -99,8 +101,8 @@ def build_shape(mnk, kwargs: dict) -> tuple[int, int, int]:
     return (NOMINAL_M, N, K) if kwargs.get("RUNTIME_M") else (M, N, K)
 
 
-def _menu_split(split: int) -> int:
-    return max(s for s in SPLIT_MENU if s <= split)
+def _menu_split(split: int, l2_group: int = V11_L2_GROUP) -> int:
+    return max(s for s in SPLIT_MENU if s <= split and (s == 1 or s % l2_group))
 
 
 def _pool(sm_count: int) -> int:
@@ -154,7 +156,8 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     if tiles < clusters and split_step is not None:
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
         if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
-            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
+                                              variant.get("L2_GROUP", V11_L2_GROUP))
         if variant["SPLIT_K"] > 1:
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
     return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
@@ -172,7 +175,8 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
             and (swap is None or chooser.split_beats_swap(K)):
         variant = splitk.choose_variant(M, N, K, pool, arch)
         if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
-            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
+                                              variant.get("L2_GROUP", V11_L2_GROUP))
         if variant["SPLIT_K"] > 1:
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
     if swap is not None:
@@ -278,6 +282,7 @@ def pick(M, N, K, dtype, arch, sm_count, step):
         return st, _tile_kwargs(st, pick, dtype, sm_count)
     if st.id == SPLIT_K and kwargs.get("RUNTIME_M"):
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
-        variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"])
+        variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
+                                              variant.get("L2_GROUP", V11_L2_GROUP))
         kwargs.update(variant)
     return st, kwargs

@@ -191,6 +191,11 @@ def model_steps(k_tiles: int, split: int, reduce: str, arch: str = "sm_100a") ->
 # 32x4096x14336 at 0.89x (0.73x, 0.50x).
 NARROW_SPLIT_MIN_M = 128
 NARROW_SPLIT_BLK_N = 64
+# the rest of the measured narrow configuration: 32 slab chunks in flight per reducing
+# thread (8 ran 128x128x65536 at 0.61x against 0.67x, 128x128 tiles), a 6-stage ring, and
+# an L2 group of 7 tile rows (few tiles: grouping barely matters; 7 leaves splits of 16, 32
+# and 64 usable with M at run time, see matmul_choice.SPLIT_MENU)
+NARROW_SPLIT_KWARGS = {"IN_FLIGHT": 32, "PIPE_DEPTH": 6, "L2_GROUP": 7}
 
 
 def split_blk_n(M: int, arch: str) -> int | None:
@@ -216,6 +221,8 @@ def choose_variant(M: int, N: int, K: int, sm_count: int, arch: str = "sm_100a",
         return {"SPLIT_K": 1}
     pick = split_blk_n(M, arch) if bn is None else bn
     width = {} if pick is None or pick == TILES[arch][1] else {"BLK_N": pick}
+    if pick == NARROW_SPLIT_BLK_N and arch == "sm_90a" and bn is None:
+        width.update(NARROW_SPLIT_KWARGS)
     spread = choose_split(M, N, K, sm_count, arch=arch, reduce="spread", bn=pick)
     if spread > 1:  # measured faster than "last" at every shape both ran (H200)
         return {"SPLIT_K": spread, "REDUCE": "spread", **width}
