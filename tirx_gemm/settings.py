@@ -98,6 +98,9 @@ SETTINGS: tuple[Setting, ...] = (
     # read by the test suite only (tests/conftest.py, tests/test_site.py)
     Setting("TIRX_GEMM_TEST_CACHE", "path", "build/test-cache",
             "the tests' build cache, kept across sessions", scope="tests"),
+    Setting("TIRX_GEMM_GATE_FOLLOWS", "flag", False,
+            "set by .ci/run: the simulation gate runs after the tests in the same CI run, so "
+            "the tests leave building every simulation case to it", scope="tests"),
     Setting("TIRX_GEMM_TEST_FRESH", "flag", False,
             "the tests build everything from scratch (a new cache for the session)",
             scope="tests"),
