@@ -5,7 +5,8 @@
 #   tirx-gemm export --suite tirx_gemm/suites/llama3-8b.json --arch sm_90a --out .gpu/llama --ffi-wheel 3.12
 # carry .gpu/s-bfloat16 .gpu/s-float16 .gpu/models-*.json .gpu/llama; on the GPU host:
 #   OUT=$OUT bash scripts/lab/h200_session_final.sh suites     (each dtype's suite; graphs)
-#   OUT=$OUT bash scripts/lab/h200_session_final.sh model      (decoder block, op tests)
+#   OUT=$OUT bash scripts/lab/h200_session_final.sh model      (the suite shapes whose choice
+#       changed after the suites call, from .gpu/recheck; decoder block; op tests)
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
@@ -21,6 +22,7 @@ done
 TIRX_GEMM_BUNDLE=.gpu/s-bfloat16 TAILN=30 stage graph_bfloat16 90 python3 scripts/lab/matmul_graph_times.py .gpu/models-bfloat16.json --out "$OUT/graph_bfloat16.jsonl" --budget-s 80
 ;;
 model)
+TAILN=30 stage recheck 120 python3 -m tirx_gemm.cli bench --suite .gpu/models-recheck.json --target matmul --arch sm_90a --bundle .gpu/recheck --record --results "$OUT/results"
 TIRX_GEMM_BUNDLE=.gpu/llama TAILN=45 stage model 230 python3 scripts/bench_model.py --budget-s 200 --out "$OUT/model.jsonl"
 TIRX_GEMM_BUNDLE=.gpu/llama TAILN=12 stage gpu_op 90 python3 -m pytest -m gpu tests/test_gpu_op.py -q -p no:cacheprovider
 ;;
