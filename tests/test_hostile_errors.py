@@ -39,7 +39,7 @@ def _launcher_error():
 def test_every_run_side_error_is_one_line_and_exit_2(monkeypatch, capsys, command, error):
     cls = _launcher_error() if error.startswith("launcher.") else getattr(errors, error)
     if command == "trace":
-        from tirx_gemm.run import trace
+        from tirx_gemm.cli import trace
         argv, mod, attr = ["trace", "v4"], trace, "trace_main"
     else:
         argv, mod, attr = COMMANDS[command]

@@ -1,4 +1,5 @@
-"""In-kernel timelines (tirx_gemm.timeline) on the CPU: the buffer format, decoding,
+"""In-kernel timelines on the CPU (tirx_gemm.timeline, the hooks and the format; its report
+side, tirx_gemm.report.timeline_view and .timeline_files): the buffer format, decoding,
 pairing (begin/end and wait_group drains), the window kept in the repository, the Chrome
 trace JSON, the Gantt PNG, the summary, the CLI parser, and (with TVM) that the event hooks
 in the verbs change nothing in a normal build (the steps' PrimFuncs equal those built with
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 
 from tirx_gemm import timeline as TL
+from tirx_gemm.report import timeline_files as TF
+from tirx_gemm.report import timeline_view as TV
 
 
 # --------------------------------------------------------------------------------------
@@ -67,27 +70,27 @@ def test_layout_sizes_the_buffer_for_every_grid():
 
 
 def test_decode_reads_records_lanes_and_truncation():
-    tl = TL.decode(_sample())
+    tl = TV.decode(_sample())
     assert (tl.grid, tl.roles, tl.cap, tl.t0_ns, tl.lane_ctas) == (2, 3, 8, T0, 2)
     assert len(tl.records) == 13
     assert tl.truncated == [(0, TL.CONSUMER0)]         # 8 of 8 records used
     sched = [r for r in tl.records if r.kind == TL.SCHED][0]
     assert (sched.cta, sched.arg, sched.sm, sched.edge) == (1, -1, 9, TL.POINT)
     import torch  # the run side hands a torch tensor
-    assert len(TL.decode(torch.from_numpy(_sample())).records) == 13
+    assert len(TV.decode(torch.from_numpy(_sample())).records) == 13
 
 
 def test_decode_refuses_what_is_not_a_timeline():
-    with pytest.raises(TL.TimelineError, match="not a timeline"):
-        TL.decode(np.zeros(64, dtype=np.int64))
+    with pytest.raises(TV.TimelineError, match="not a timeline"):
+        TV.decode(np.zeros(64, dtype=np.int64))
     bad = _sample()
     bad[1] = 99
-    with pytest.raises(TL.TimelineError, match="format 99"):
-        TL.decode(bad)
+    with pytest.raises(TV.TimelineError, match="format 99"):
+        TV.decode(bad)
 
 
 def test_spans_pair_begin_and_end_by_arg():
-    sp, unmatched = TL.spans(TL.decode(_sample()))
+    sp, unmatched = TV.spans(TV.decode(_sample()))
     assert unmatched == []
     wg = [s for s in sp if s.kind == TL.WGMMA]
     assert [(s.arg, s.start_ns, s.dur_ns) for s in wg] == [(0, 910, 590), (1, 920, 1180)]
@@ -95,15 +98,15 @@ def test_spans_pair_begin_and_end_by_arg():
     assert (ep.arg, ep.start_ns, ep.dur_ns, ep.point) == (3, 2200, 1000, False)
     assert sum(s.point for s in sp) == 3
     lone = _buffer({(0, 1): [(T0, TL.WGMMA, E, 0, 0), (T0 + 5, TL.STORE, B, 2, 0)]}, grid=1)
-    sp, unmatched = TL.spans(TL.decode(lone))
+    sp, unmatched = TV.spans(TV.decode(lone))
     assert sp == [] and [(r.kind, r.edge) for r in unmatched] == [(TL.WGMMA, E), (TL.STORE, B)]
 
 
 def test_chrome_trace_is_valid_trace_event_json(tmp_path):
-    path = TL.write_chrome_trace(TL.decode(_sample()), tmp_path / "t.json",
+    path = TV.write_chrome_trace(TV.decode(_sample()), tmp_path / "t.json",
                                  {"step": "v5", "device": "test"})
     data = json.loads(path.read_text())                  # plain JSON, loadable as is
-    assert TL.load_chrome_trace(path) == data
+    assert TV.load_chrome_trace(path) == data
     events = data["traceEvents"]
     assert data["otherData"]["step"] == "v5"
     assert data["otherData"]["truncated_lanes"] == [[0, TL.CONSUMER0]]
@@ -137,8 +140,8 @@ def test_chrome_trace_is_valid_trace_event_json(tmp_path):
 
 
 def test_gantt_png_is_written(tmp_path):
-    trace = TL.chrome_trace(TL.decode(_sample()), {"step": "v5"})
-    png = TL.gantt_png(trace, tmp_path / "sub" / "g.png", ctas=2, window=(0, 4), title="test")
+    trace = TV.chrome_trace(TV.decode(_sample()), {"step": "v5"})
+    png = TF.gantt_png(trace, tmp_path / "sub" / "g.png", ctas=2, window=(0, 4), title="test")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 2000
 
@@ -146,18 +149,18 @@ def test_gantt_png_is_written(tmp_path):
 def test_notebook_draws_a_recorded_trace_or_says_why_not(tmp_path, capsys):
     import matplotlib
     matplotlib.use("Agg")
-    assert TL.draw_recorded("v5", arch="sm_100a") is None
+    assert TF.draw_recorded("v5", arch="sm_100a") is None
     assert "no clock" in capsys.readouterr().out
-    assert TL.draw_recorded("v5", 256, 256, 128, folder=tmp_path) is None
+    assert TF.draw_recorded("v5", 256, 256, 128, folder=tmp_path) is None
     assert "tirx-gemm trace v5 --arch sm_90a --mnk 256,256,128" in capsys.readouterr().out
-    TL.write_chrome_trace(TL.decode(_sample()), TL.recorded_path("v5", 256, 256, 128,
+    TV.write_chrome_trace(TV.decode(_sample()), TF.recorded_path("v5", 256, 256, 128,
                                                                  folder=tmp_path))
-    ax = TL.draw_recorded("v5", 256, 256, 128, folder=tmp_path, ctas=2)
+    ax = TF.draw_recorded("v5", 256, 256, 128, folder=tmp_path, ctas=2)
     assert ax is not None and len(ax.get_yticklabels()) == 3   # CTA 0: 2 roles, CTA 1: 1
 
 
 def test_summary_names_kinds_and_truncation():
-    text = TL.summary(TL.decode(_sample()))
+    text = TV.summary(TV.decode(_sample()))
     assert "13 records from 2 of 2 CTAs on 2 SMs" in text
     assert "1 lane(s) full" in text and "wgmma" in text and "epilogue" in text
 
@@ -165,7 +168,6 @@ def test_summary_names_kinds_and_truncation():
 def test_trace_parser_and_sm100a_refusal():
     pytest.importorskip("torch")
     from tirx_gemm.cli import trace as cli_trace
-    from tirx_gemm.run import trace
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd")
     cli_trace.register(sub)
@@ -174,7 +176,7 @@ def test_trace_parser_and_sm100a_refusal():
     assert args.arch == "sm_90a" and args.bundle is None and args.ctas == 4
     args = p.parse_args(["trace", "v5", "--arch", "sm_100a"])
     with pytest.raises(ValueError, match="NumSim"):
-        trace.trace_main(args)
+        cli_trace.trace_main(args)
 
 
 def test_timeline_imports_no_other_tirx_gemm_module():
@@ -205,7 +207,7 @@ def test_drains_close_the_oldest_spans_and_unnamed_begins_take_the_end_arg():
         (T0 + 30, TL.WGMMA, B, 1, 1), (T0 + 40, TL.WGMMA, D, 0, 1),   # wait_group 0: all
         (T0 + 50, TL.EPILOGUE, B, U, 1), (T0 + 90, TL.EPILOGUE, E, TL.tile_code(128, 256), 1),
         (T0 + 95, TL.STORE, D, 0, 1)]}, grid=1, cap=16)  # a drain with nothing open
-    sp, unmatched = TL.spans(TL.decode(buf))
+    sp, unmatched = TV.spans(TV.decode(buf))
     assert unmatched == []
     assert [(s.start_ns, s.dur_ns) for s in sp if s.kind == TL.WGMMA] == \
         [(0, 20), (10, 30), (30, 10)]
@@ -247,19 +249,19 @@ def _long_run(ctas=8, tiles=3, slices=40, period=500):
 
 
 def test_outputs_keep_a_small_window_and_summarise_the_whole_run(tmp_path):
-    tl = TL.decode(_long_run())
-    keep = TL.focus(tl)
+    tl = TV.decode(_long_run())
+    keep = TV.focus(tl)
     assert keep.ctas == (0, 1, 2, 3)                       # the first two clusters
     first_epi = 40 * 500 + 10                              # CTA 0's first tile boundary
     assert keep.center_ns == first_epi and keep.lo_ns < first_epi < keep.hi_ns
     assert keep.hi_ns - keep.lo_ns == 2 * 16 * 500         # 16 K steps on either side
     meta = {"step": "v9", "arch": "sm_90a", "M": 4096, "N": 4096, "K": 4096,
             "dtype": "float16", "device": "NVIDIA H200", "sm_count": 132}
-    js, png, txt = TL.write_outputs(tl, tmp_path, "v9_sm_90a_4096x4096x4096", meta,
+    js, png, txt = TF.write_outputs(tl, tmp_path, "v9_sm_90a_4096x4096x4096", meta,
                                     timing={"timeline_ms": 0.25, "plain_ms": 0.2,
                                             "iters": 40})
     data = json.loads(js.read_text())
-    assert js.stat().st_size < TL.MAX_TRACE_BYTES
+    assert js.stat().st_size < TV.MAX_TRACE_BYTES
     assert {e["pid"] for e in data["traceEvents"]} == {0, 1, 2, 3}
     lo, hi = data["otherData"]["window_us"]
     for e in data["traceEvents"]:
@@ -271,20 +273,20 @@ def test_outputs_keep_a_small_window_and_summarise_the_whole_run(tmp_path):
     assert "8 of 8 CTAs" in text and "window kept" in text
     assert "wgmma" in text and "epilogue" in text and "full_wait" in text
     # a window too large for the limit is narrowed around its center
-    small = TL.write_chrome_trace(tl, tmp_path / "s.json", keep=keep, max_bytes=20_000)
+    small = TV.write_chrome_trace(tl, tmp_path / "s.json", keep=keep, max_bytes=20_000)
     lo2, hi2 = json.loads(small.read_text())["otherData"]["window_us"]
     assert small.stat().st_size <= 20_000 and lo2 > lo and hi2 < hi
 
 
 def test_recorded_figure_uses_the_png_and_summary_beside_the_trace(tmp_path):
-    png, text = TL.recorded_figure("v5", "sm_100a")
+    png, text = TF.recorded_figure("v5", "sm_100a")
     assert png is None and "no clock" in text
-    png, text = TL.recorded_figure("v5", "sm_90a", (256, 256, 128), folder=tmp_path)
+    png, text = TF.recorded_figure("v5", "sm_90a", (256, 256, 128), folder=tmp_path)
     assert png is None and "tirx-gemm trace v5" in text
-    tl = TL.decode(_long_run(ctas=2, tiles=1, slices=8))
-    TL.write_outputs(tl, tmp_path, TL.trace_name("v5", "sm_90a", 256, 256, 128),
+    tl = TV.decode(_long_run(ctas=2, tiles=1, slices=8))
+    TF.write_outputs(tl, tmp_path, TF.trace_name("v5", "sm_90a", 256, 256, 128),
                      {"M": 256, "N": 256, "K": 128, "device": "NVIDIA H200"})
-    png, text = TL.recorded_figure("v5", "sm_90a", (256, 256, 128), folder=tmp_path)
+    png, text = TF.recorded_figure("v5", "sm_90a", (256, 256, 128), folder=tmp_path)
     assert png[:4] == b"\x89PNG" and "NVIDIA H200" in text and "ui.perfetto.dev" in text
     assert "The whole run" in text and "records from 2 of 2 CTAs" in text
 

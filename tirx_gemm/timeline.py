@@ -1,53 +1,48 @@
-"""In-kernel timelines: when each CTA's roles waited, issued and finished, from the GPU's
-global timer, written as a Perfetto/Chrome trace, a Gantt chart and a summary.
+"""In-kernel timelines, authoring side: the hooks the verbs call, event codes, buffer format.
 
-Two halves, one module:
+When each CTA's roles waited, issued and finished, from the GPU's global timer. This
+module is what a build needs (it imports TVM only inside the functions that emit code,
+and nothing of tirx_gemm: the verbs and the registry import it). An *instrumented* build
+of a step (``TIMELINE=True``) records events into one extra kernel operand, the timeline
+buffer, passed last (after D and after any workspace of the step). The events are
+emitted by the verbs, never by a step, so the step files carry no timeline lines:
 
-* **Build side** (imports TVM only inside the functions that emit code). An *instrumented*
-  build of a step (``TIMELINE=True``) records events into one extra kernel operand, the
-  timeline buffer, passed last (after D and after any workspace of the step). The events
-  are emitted by the verbs, never by a step, so the step files carry no timeline lines:
+===================================  ==============================================
+verb                                 event
+===================================  ==============================================
+``W.publish_setup[_cluster]``        the recording starts: cursor zeroed, CTA point
+``Barriers.wait(.., role)``          FULL_WAIT span (EMPTY_WAIT for "producer")
+``H.tma_load_tiles``,                TMA_ISSUE point on the producer lane (K slice)
+``W.tma_load_multicast_b``
+``W.wgmma_tile`` / ``W.mma_wait(n)`` WGMMA span opened / all but n newest closed
+``Barriers.arrive``,                 RELEASE point (stage)
+``W.release_stage_in_cluster``
+``W.store_fragment`` ..              EPILOGUE span, ended by ``W.tma_store_tile``
+``W.store_packed_tile``              EPILOGUE span (the whole verb)
+TMA store commits /                  STORE span opened / all but n newest closed
+``H.store_wait[_read](n)``
+the tile scheduler's init/next_tile  SCHED point (the tile, -1: none left)
+===================================  ==============================================
 
-  ===================================  ==============================================
-  verb                                 event
-  ===================================  ==============================================
-  ``W.publish_setup[_cluster]``        the recording starts: cursor zeroed, CTA point
-  ``Barriers.wait(.., role)``          FULL_WAIT span (EMPTY_WAIT for "producer")
-  ``H.tma_load_tiles``,                TMA_ISSUE point on the producer lane (K slice)
-  ``W.tma_load_multicast_b``
-  ``W.wgmma_tile`` / ``W.mma_wait(n)`` WGMMA span opened / all but n newest closed
-  ``Barriers.arrive``,                 RELEASE point (stage)
-  ``W.release_stage_in_cluster``
-  ``W.store_fragment`` ..              EPILOGUE span, ended by ``W.tma_store_tile``
-  ``W.store_packed_tile``              EPILOGUE span (the whole verb)
-  TMA store commits /                  STORE span opened / all but n newest closed
-  ``H.store_wait[_read](n)``
-  the tile scheduler's init/next_tile  SCHED point (the tile, -1: none left)
-  ===================================  ==============================================
+Lanes are derived on the device: a verb's events go to the lane of the calling thread's
+warpgroup (the last of several warpgroups is the producer, the others are consumers 0, 1;
+a step with one warpgroup has it as consumer 0), except the TMA loads and the "producer"
+waits, which always go to the producer lane. Only the warpgroup's first thread writes.
+Outside an instrumented build every hook returns None and emits nothing, so the generated
+CUDA of a normal build is byte-identical to a build without them (tests/test_timeline.py
+checks it on real steps). :func:`build_instrumented` is what ``registry.Step.build_primfunc``
+calls for ``TIMELINE=True``: it turns the recording on for that one builder call (the
+builder's ``@T.prim_func`` is parsed with the well-formedness check postponed, because the
+buffer is not yet a parameter), appends the buffer as the kernel's last parameter and then
+runs TVM's well-formedness check itself. sm_100a steps are refused: they run only on
+NumSim here, which has no clock.
 
-  Lanes are derived on the device: a verb's events go to the lane of the calling
-  thread's warpgroup (the last of several warpgroups is the producer, the others are
-  consumers 0, 1; a step with one warpgroup has it as consumer 0), except the TMA loads
-  and the "producer" waits, which always go to the producer lane. Only the warpgroup's
-  first thread writes. Outside an instrumented build every hook returns None and emits
-  nothing, so the generated CUDA of a normal build is byte-identical to a build without
-  them (tests/test_timeline.py checks it on real steps). :func:`build_instrumented` is
-  what ``registry.Step.build_primfunc`` calls for ``TIMELINE=True``: it turns the recording
-  on for that one builder call (the builder's ``@T.prim_func`` is parsed with the
-  well-formedness check postponed, because the buffer is not yet a parameter), appends the
-  buffer as the kernel's last parameter and then runs TVM's well-formedness check itself.
-  sm_100a steps are refused: they run only on NumSim here, which has no clock.
-
-* **Run side** (torch, numpy, matplotlib; never TVM): :func:`decode` reads a buffer back,
-  :func:`spans` pairs the records, :func:`focus` picks the window kept in the repository
-  (the first two clusters' CTAs around CTA 0's first tile boundary),
-  :func:`chrome_trace` writes Chrome trace-event JSON (ui.perfetto.dev opens it),
-  :func:`gantt_png` draws it, :func:`summary` describes the whole run, :func:`write_outputs`
-  writes the three files and :func:`recorded_figure` shows a recorded trace in a notebook.
-  Recording on a GPU (``tirx-gemm trace``: check, launch, decode, time against the plain
-  build) lives in :mod:`tirx_gemm.run.trace`, which imports the registry, bundles and the
-  run side (instrumented bundles: ``tirx-gemm export --timeline``); this module imports no
-  other tirx_gemm module, so the verbs (helpers, hopper) and the registry can import it without an import circle.
+What reads a buffer back lives in report/: :mod:`tirx_gemm.report.timeline_view` (decode,
+spans, the window kept, Chrome trace JSON, summary) and
+:mod:`tirx_gemm.report.timeline_files` (Gantt PNG, the three files of a trace, the recorded
+traces a notebook shows). Recording on a GPU (``tirx-gemm trace``: check, launch, time
+against the plain build) is :mod:`tirx_gemm.run.trace`, and tirx_gemm/cli/trace.py decodes
+and writes what it recorded (instrumented bundles: ``tirx-gemm export --timeline``).
 
 Buffer layout (int64 words; zero-filled by the host before the launch)::
 
@@ -78,14 +73,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
-import statistics
-import sys
-from pathlib import Path
 
 # ---------------------------------------------------------------------------------------
-# the format (shared by both sides; TVM- and torch-free)
+# the format (read back by tirx_gemm.report.timeline_view; TVM- and torch-free)
 # ---------------------------------------------------------------------------------------
 MAGIC = 0x544C4D31  # "TLM1"
 FORMAT = 2          # 2: lanes derived on the device, drain records
@@ -207,10 +197,6 @@ def plain_kwargs(kwargs: dict | None) -> dict:
 # ---------------------------------------------------------------------------------------
 # build side: the hooks the verbs call (nothing is emitted unless instrumented)
 # ---------------------------------------------------------------------------------------
-NO_CLOCK = ("No timeline for sm_100a: these steps run only on NumSim, a CPU model of "
-            "Blackwell that checks results and the barrier protocol but has no clock, so "
-            "there is no time axis to draw. The sm_90a notebook of this step shows one "
-            "recorded on a Hopper GPU.")
 NO_CLOCK_BUILD = ("TIMELINE=True: sm_100a steps run only on NumSim here, which has no clock, "
                   "so their verbs record no timeline (build the sm_90a step: --arch sm_90a)")
 NO_SETUP = ("TIMELINE=True: this step records no timeline: the recording starts in "
@@ -457,586 +443,11 @@ def build_instrumented(builder, M: int, N: int, K: int, kwargs: dict, *,
         return attach(func, rec)
 
 
-# ---------------------------------------------------------------------------------------
-# run side: decode, pair, focus, write (no TVM)
-# ---------------------------------------------------------------------------------------
-class TimelineError(ValueError):
-    """A buffer that is not a timeline of this format."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    cta: int
-    role: int
-    kind: int
-    edge: int
-    arg: int
-    sm: int
-    t_ns: int
-
-
-@dataclasses.dataclass
-class Timeline:
-    grid: int            # CTAs the kernel launched
-    roles: int
-    cap: int
-    t0_ns: int           # the earliest record (all times below are relative to it)
-    records: list        # [Record], per lane in the order written
-    truncated: list      # [(cta, role)] lanes that filled up (later events dropped)
-    lane_ctas: int = 0   # CTAs the buffer has lanes for (a larger grid's rest is missing)
-
-
-def _as_words(buf):
-    import numpy as np
-    if hasattr(buf, "detach"):  # a torch tensor, on any device
-        buf = buf.detach().cpu().numpy()
-    return np.asarray(buf).astype(np.int64, copy=False).reshape(-1)
-
-
-def decode(buf) -> Timeline:
-    """The records of a timeline buffer (torch tensor or numpy array of int64 words)."""
-    import numpy as np
-    w = _as_words(buf)
-    if w.size < HEADER_WORDS or int(w[0]) != MAGIC:
-        raise TimelineError("not a timeline buffer (no header: did the kernel run, and was it "
-                            "an instrumented build?)")
-    if int(w[1]) != FORMAT:
-        raise TimelineError(f"timeline format {int(w[1])}, this tirx-gemm reads {FORMAT}")
-    grid, roles, cap, header = (int(x) for x in w[2:6])
-    if header != HEADER_WORDS or roles < 1 or cap < 1:
-        raise TimelineError(f"timeline header is damaged ({w[:HEADER_WORDS].tolist()})")
-    body = w[header:]
-    lanes = body.size // (RECORD_WORDS * cap)
-    if lanes < 1:
-        raise TimelineError("timeline buffer holds no lane")
-    rec = body[: lanes * cap * RECORD_WORDS].reshape(lanes, cap, RECORD_WORDS)
-    t, meta = rec[..., 0], rec[..., 1]
-    used = t != 0
-    records, truncated = [], []
-    for lane in np.nonzero(used.any(axis=1))[0]:
-        cta, role = divmod(int(lane), roles)
-        if cta >= grid:
-            continue
-        idx = np.nonzero(used[lane])[0]
-        if used[lane, cap - 1]:  # its writer's cursor reached the end: later events dropped
-            truncated.append((cta, role))
-        for i, m in zip(idx.tolist(), meta[lane, idx].tolist()):
-            records.append(Record(cta=cta, role=role, kind=m & 0xFF, edge=(m >> 8) & 0x3,
-                                  arg=m >> 32, sm=(m >> 16) & 0xFF, t_ns=int(t[lane, i])))
-    t0 = min((r.t_ns for r in records), default=0)
-    return Timeline(grid=grid, roles=roles, cap=cap, t0_ns=t0, records=records,
-                    truncated=truncated, lane_ctas=lanes // roles)
-
-
-@dataclasses.dataclass(frozen=True)
-class Span:
-    cta: int
-    sm: int
-    role: int
-    kind: int
-    arg: int
-    start_ns: int    # relative to Timeline.t0_ns
-    dur_ns: int      # 0 for a point event
-    point: bool = False
-
-
-def spans(tl: Timeline) -> tuple[list, list]:
-    """(spans, unmatched): the records of each lane and kind paired. An end closes the open
-    begin of the same arg, else the oldest open one; a drain closes the oldest open ones
-    until ``arg`` remain; a begin written with arg UNNAMED takes its end's arg. Points
-    become spans of duration 0 with ``point=True``. Unmatched records (a begin never
-    closed, an end never opened, a lane cut short) are returned apart."""
-    out, unmatched = [], []
-    open_: dict = {}
-
-    def close(hit, r):
-        arg = r.arg if hit.arg == UNNAMED and r.edge == END else hit.arg
-        out.append(Span(r.cta, hit.sm, r.role, r.kind, arg, hit.t_ns - tl.t0_ns,
-                        max(r.t_ns - hit.t_ns, 0)))
-
-    for r in tl.records:  # per lane in the order written, so begins precede their ends
-        key = (r.cta, r.role, r.kind)
-        if r.edge == POINT:
-            out.append(Span(r.cta, r.sm, r.role, r.kind, r.arg, r.t_ns - tl.t0_ns, 0, True))
-        elif r.edge == BEGIN:
-            open_.setdefault(key, []).append(r)
-        elif r.edge == END:
-            stack = open_.get(key) or []
-            hit = next((b for b in stack if b.arg == r.arg), stack[0] if stack else None)
-            if hit is None:
-                unmatched.append(r)
-                continue
-            stack.remove(hit)
-            close(hit, r)
-        else:  # DRAIN: a wait_group arg returned
-            stack = open_.get(key) or []
-            while len(stack) > max(r.arg, 0):
-                close(stack.pop(0), r)
-    for stack in open_.values():
-        unmatched.extend(stack)
-    out.sort(key=lambda s: (s.cta, s.role, s.start_ns))
-    return out, unmatched
-
-
-def kind_name(kind: int) -> str:
-    return KINDS.get(kind, (f"kind{kind}",))[0]
-
-
-def _event_name(s: Span) -> str:
-    name = kind_name(s.kind)
-    if s.kind == EPILOGUE and s.arg >= 0:
-        r, c = tile_of(s.arg)
-        return f"{name} tile ({r}, {c})"
-    if s.kind == WGMMA:
-        return f"{name} (first slice)" if s.arg == 0 else name
-    if s.kind in (CTA, STORE):
-        return name
-    return f"{name} {s.arg}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Focus:
-    """The part of a run kept in the repository: some CTAs, a time window (ns since the
-    run's first record) around ``center_ns``, CTA 0's first tile boundary."""
-    ctas: tuple
-    lo_ns: int
-    hi_ns: int
-    center_ns: int
-    why: str
-
-    def holds(self, s: Span) -> bool:
-        return (s.cta in self.ctas and s.start_ns <= self.hi_ns
-                and s.start_ns + s.dur_ns >= self.lo_ns)
-
-
-def focus(tl: Timeline, sp: list | None = None, *, ctas: int = 4, half_slices: int = 16,
-          min_half_ns: int = 3_000, max_half_ns: int = 40_000) -> Focus:
-    """The first ``ctas`` CTAs (4: the first two clusters of the clustered steps) around
-    CTA 0's first tile boundary, the begin of its first epilogue (in v9 that epilogue runs
-    under the next tile's first wgmmas, in v10 under the other warpgroup's mainloop):
-    ``half_slices`` K steps (the median spacing of CTA 0's wgmma issues) on either side,
-    clamped to [min_half_ns, max_half_ns]."""
-    sp = spans(tl)[0] if sp is None else sp
-    ids = tuple(sorted({s.cta for s in sp})[:max(ctas, 1)])
-    if not ids:
-        return Focus((), 0, 0, 0, "no events")
-    first = [s for s in sp if s.cta == ids[0]]
-    epi = sorted(s.start_ns for s in first if s.kind == EPILOGUE and not s.point)
-    if epi:
-        center, why = epi[0], f"CTA {ids[0]}'s first epilogue"
-    else:
-        ts = sorted(s.start_ns for s in first)
-        center, why = ts[len(ts) // 2], f"the middle of CTA {ids[0]}'s events"
-    lanes = sorted({s.role for s in first if s.kind == WGMMA})
-    issues = sorted(s.start_ns for s in first if s.kind == WGMMA and lanes
-                    and s.role == lanes[0])
-    gaps = [b - a for a, b in zip(issues, issues[1:]) if b > a]
-    period = statistics.median(gaps) if gaps else 1_000
-    half = int(min(max(half_slices * period, min_half_ns), max_half_ns))
-    return Focus(ids, max(center - half, 0), center + half, center, why)
-
-
-def chrome_trace(tl: Timeline, meta: dict | None = None, *, keep: Focus | None = None,
-                 sp: list | None = None) -> dict:
-    """Chrome trace-event JSON (a dict): one process per CTA (named with its SM), one
-    thread per role, 'X' events with ts/dur in microseconds since the run's first record,
-    'i' events for points, metadata events naming both; ``keep``: only its CTAs and the
-    spans that overlap its window; ``meta`` goes to otherData."""
-    if sp is None:
-        sp, unmatched = spans(tl)
-    else:
-        unmatched = []
-    if keep is not None:
-        sp = [s for s in sp if keep.holds(s)]
-    events = []
-    sm_of = {}
-    for s in sp:
-        sm_of.setdefault(s.cta, s.sm)
-    for cta in sorted(sm_of):
-        events.append({"name": "process_name", "ph": "M", "pid": cta, "tid": 0,
-                       "args": {"name": f"CTA {cta} (SM {sm_of[cta]})"}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": cta, "tid": 0,
-                       "args": {"sort_index": cta}})
-        for r in sorted({s.role for s in sp if s.cta == cta}):
-            events.append({"name": "thread_name", "ph": "M", "pid": cta, "tid": r,
-                           "args": {"name": ROLES[r] if r < len(ROLES) else f"role {r}"}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": cta, "tid": r,
-                           "args": {"sort_index": r}})
-    for s in sp:
-        ev = {"name": _event_name(s), "cat": kind_name(s.kind), "pid": s.cta, "tid": s.role,
-              "ts": round(s.start_ns / 1000.0, 3), "args": {"arg": s.arg}}
-        if s.point:
-            ev.update(ph="i", s="t")
-        else:
-            ev.update(ph="X", dur=round(s.dur_ns / 1000.0, 3))
-        events.append(ev)
-    other = {"format": "tirx-gemm timeline", "grid_ctas": tl.grid, "roles": list(ROLES),
-             "kinds": {KINDS[k][0]: KINDS[k][1] for k in KINDS},
-             "truncated_lanes": [list(x) for x in tl.truncated],
-             "unmatched_records": len(unmatched), "t0_globaltimer_ns": tl.t0_ns,
-             "sms": {str(c): sm for c, sm in sorted(sm_of.items())}}
-    if keep is not None:
-        other["window_us"] = [keep.lo_ns / 1000.0, keep.hi_ns / 1000.0]
-        other["window_ctas"] = list(keep.ctas)
-        other["window_center_us"] = keep.center_ns / 1000.0
-        other["window_why"] = keep.why
-    other.update(meta or {})
-    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
-
-
-MAX_TRACE_BYTES = 1_000_000  # a trace kept in the repository stays under this
-
-
-def _dumps(data: dict) -> str:
-    return json.dumps(data, separators=(",", ":"))
-
-
-def write_chrome_trace(tl: Timeline, path, meta: dict | None = None, *,
-                       keep: Focus | None = None, max_bytes: int | None = None) -> Path:
-    """Write :func:`chrome_trace` (atomically). With ``max_bytes``, a window that would
-    write more is narrowed around its center until it fits."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sp, unmatched = spans(tl)
-    while True:
-        data = chrome_trace(tl, meta, keep=keep, sp=sp)
-        data["otherData"]["unmatched_records"] = len(unmatched)
-        text = _dumps(data)
-        if max_bytes is None or keep is None or len(text) <= max_bytes \
-                or keep.hi_ns - keep.lo_ns < 200:
-            break
-        half = (keep.hi_ns - keep.lo_ns) * 0.35
-        keep = dataclasses.replace(keep, lo_ns=int(max(keep.center_ns - half, 0)),
-                                   hi_ns=int(keep.center_ns + half))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
-def load_chrome_trace(path) -> dict:
-    """A trace written by :func:`write_chrome_trace`, checked to be one."""
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TimelineError(f"{path} is not a Chrome trace (no traceEvents list)")
-    return data
-
-
-def _events_for_plot(trace: dict, ctas: int | None, window):
-    """(lanes, bars): the CTAs of a Chrome trace (the first ``ctas`` if given), as
-    [(pid, tid, label)] and [(lane index, start us, dur us, cat)] within ``window``."""
-    names = {}
-    for e in trace["traceEvents"]:
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            names[e["pid"]] = e["args"]["name"]
-    keep = sorted(names)[:ctas] if ctas else sorted(names)
-    tids = {}
-    for e in trace["traceEvents"]:
-        if e.get("ph") in ("X", "i") and e["pid"] in keep:
-            tids.setdefault(e["pid"], set()).add(e["tid"])
-    roles = trace.get("otherData", {}).get("roles", ROLES)
-    lanes = [(p, t, f"{names[p]}: {roles[t] if t < len(roles) else t}")
-             for p in keep for t in sorted(tids.get(p, ()))]
-    index = {(p, t): i for i, (p, t, _) in enumerate(lanes)}
-    lo, hi = window if window else (None, None)
-    bars = []
-    for e in trace["traceEvents"]:
-        key = (e.get("pid"), e.get("tid"))
-        if e.get("ph") not in ("X", "i") or key not in index:
-            continue
-        ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
-        if hi is not None and (ts > hi or ts + dur < lo):
-            continue
-        bars.append((index[key], ts, dur, e.get("cat", "")))
-    return lanes, bars
-
-
-def gantt(trace: dict, ax=None, *, ctas: int | None = None, window=None,
-          title: str | None = None):
-    """Draw a Chrome trace (a dict) on a matplotlib axis: one row per role of each CTA, one
-    colour per event kind, points as ticks, within ``window`` (us; default: the trace's
-    own window); returns the axis."""
-    if ax is None:
-        import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=(13, 1.2 + 0.42 * 4 * len(ROLES)))
-    window = window or trace.get("otherData", {}).get("window_us")
-    lanes, bars = _events_for_plot(trace, ctas, window)
-    colours = {v[0]: v[2] for v in KINDS.values()}
-    order = [v[0] for v in KINDS.values()]
-    seen = set()
-    for lane, ts, dur, cat in sorted(bars, key=lambda b: b[2] == 0):  # ticks on top
-        c = colours.get(cat, "#333333")
-        label = None if cat in seen else cat
-        seen.add(cat)
-        if dur > 0:
-            ax.broken_barh([(ts, dur)], (lane - 0.38, 0.76), facecolors=c, label=label,
-                           edgecolor="white", linewidth=0.3)
-        else:
-            ax.plot([ts, ts], [lane - 0.45, lane + 0.45], color=c, linewidth=1.0, label=label)
-    ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels([lab for _, _, lab in lanes], fontsize=8)
-    ax.set_ylim(len(lanes) - 0.5, -0.5)
-    if window:
-        ax.set_xlim(window[0], window[1])
-    centre = trace.get("otherData", {}).get("window_center_us")
-    if centre is not None:
-        ax.axvline(centre, color="#444444", linewidth=0.6, linestyle=":")
-    ax.set_xlabel("time since the kernel's first event (us, GPU global timer)")
-    if title:
-        ax.set_title(title, fontsize=10)
-    if seen:
-        handles, labels = ax.get_legend_handles_labels()
-        ranked = sorted(zip(labels, handles), key=lambda x: order.index(x[0])
-                        if x[0] in order else 99)
-        ax.legend([h for _, h in ranked], [lab for lab, _ in ranked], loc="upper left",
-                  bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    return ax
-
-
-def gantt_png(trace: dict, path, *, ctas: int | None = None, window=None,
-              title: str | None = None) -> Path:
-    """:func:`gantt` written to a PNG (Agg backend: no display needed)."""
-    data = gantt_bytes(trace, ctas=ctas, window=window, title=title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return path
-
-
-def gantt_bytes(trace: dict, *, ctas: int | None = None, window=None,
-                title: str | None = None) -> bytes:
-    import io
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    n = len(_events_for_plot(trace, ctas, window)[0]) or 1
-    fig, ax = plt.subplots(figsize=(13, 1.4 + 0.36 * n))
-    gantt(trace, ax, ctas=ctas, window=window, title=title)
-    fig.tight_layout()
-    data = io.BytesIO()
-    fig.savefig(data, format="png", dpi=100)
-    plt.close(fig)
-    return data.getvalue()
-
-
-def _pct(values, q):
-    v = sorted(values)
-    return v[min(int(q * len(v)), len(v) - 1)]
-
-
-def summary(tl: Timeline, meta: dict | None = None, timing: dict | None = None,
-            keep: Focus | None = None) -> str:
-    """The whole run in a few lines: what was recorded, the cost of recording (``timing``:
-    {"timeline_ms", "plain_ms", "iters"}), spans per kind (count, median, p90, max, share
-    of the consumer lanes' time), tiles, the timer's granularity and the window kept."""
-    meta = meta or {}
-    sp, unmatched = spans(tl)
-    lines = []
-    if meta:
-        lines.append(f"{meta.get('step', '?')}@{meta.get('arch', '?')} "
-                     f"{meta.get('M')}x{meta.get('N')}x{meta.get('K')} "
-                     f"{meta.get('dtype', '')} on {meta.get('device', '?')}"
-                     f" ({meta.get('sm_count', '?')} SMs), instrumented build "
-                     f"{json.dumps(meta.get('build_kwargs', {}), sort_keys=True)}")
-    last = max((r.t_ns for r in tl.records), default=tl.t0_ns)
-    lines.append(f"run: {(last - tl.t0_ns) / 1000:.1f} us from the first to the last event; "
-                 f"{len(tl.records)} records from {len({r.cta for r in tl.records})} of "
-                 f"{tl.grid} CTAs on {len({r.sm for r in tl.records})} SMs"
-                 + (f"; {len(tl.truncated)} lane(s) full (later events dropped)"
-                    if tl.truncated else "; no lane full")
-                 + (f"; {len(unmatched)} unpaired record(s)" if unmatched else "")
-                 + (f"; the buffer has lanes for {tl.lane_ctas} CTAs only"
-                    if tl.lane_ctas < tl.grid else ""))
-    if timing and timing.get("timeline_ms"):
-        t, p = timing["timeline_ms"], timing.get("plain_ms")
-        lines.append(f"cost: instrumented {t:.4f} ms" + (
-            f", plain {p:.4f} ms: {t / p:.2f}x the plain kernel's time" if p else
-            " (no plain build to compare with)")
-            + f" (medians of {timing.get('iters', '?')} launches each"
-            + (", alternating)" if p else ")"))
-    busy: dict = {}
-    for r in tl.records:
-        if r.role != PRODUCER:
-            lo, hi = busy.get((r.cta, r.role), (r.t_ns, r.t_ns))
-            busy[(r.cta, r.role)] = (min(lo, r.t_ns), max(hi, r.t_ns))
-    consumer_ns = sum(hi - lo for lo, hi in busy.values()) or 1
-    by_kind: dict = {}
-    for s in sp:
-        if not s.point:
-            by_kind.setdefault(s.kind, []).append(s)
-    if by_kind:
-        lines.append("spans over the whole run (us): kind, count, median, p90, max; share of "
-                     "the consumer lanes' time (summed: spans in flight together, like two "
-                     "wgmma groups, count twice)")
-    for k, ss in sorted(by_kind.items()):
-        durs = [s.dur_ns / 1000 for s in ss]
-        share = sum(s.dur_ns for s in ss if s.role != PRODUCER) / consumer_ns
-        lines.append(f"  {kind_name(k):11s} {len(durs):8d}  {statistics.median(durs):8.3f} "
-                     f"{_pct(durs, 0.9):8.3f} {max(durs):9.3f}"
-                     + (f"   {100 * share:5.1f}%" if k != EMPTY_WAIT else "   (producer)")
-                     + ("  (asynchronous: a store in flight overlaps the lanes' other work,"
-                        " so this share can pass 100%)" if k == STORE else ""))
-    points: dict = {}
-    for s in sp:
-        if s.point:
-            points[s.kind] = points.get(s.kind, 0) + 1
-    if points:
-        lines.append("points: " + ", ".join(f"{kind_name(k)} {n}"
-                                            for k, n in sorted(points.items())))
-    handed: dict = {}
-    for s in sp:
-        if s.point and s.kind == SCHED and s.arg >= 0 and s.role != PRODUCER:
-            handed.setdefault((s.cta, s.role), []).append(s.start_ns)
-    periods = [b - a for ts in handed.values() for a, b in zip(ts, ts[1:])]
-    if handed:
-        per = [len(v) for v in handed.values()]
-        lines.append(f"tiles: {statistics.median(per):g} per consumer lane (median, "
-                     f"{min(per)}..{max(per)})" + (
-                         f", {statistics.median(periods) / 1000:.2f} us between two tiles "
-                         "of a lane (median)" if periods else ""))
-    gaps = [b.t_ns - a.t_ns for a, b in zip(tl.records, tl.records[1:])
-            if (a.cta, a.role) == (b.cta, b.role) and b.t_ns > a.t_ns]
-    if gaps:
-        lines.append(f"smallest nonzero gap between two events of a lane: {min(gaps)} ns "
-                     "(the global timer's granularity is at most this)")
-    if keep is not None and keep.ctas:
-        lines.append(f"window kept in the JSON and PNG: CTAs {', '.join(map(str, keep.ctas))}, "
-                     f"{keep.lo_ns / 1000:.1f} .. {keep.hi_ns / 1000:.1f} us (around "
-                     f"{keep.why} at {keep.center_ns / 1000:.1f} us)")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------
-# the files a trace leaves (tirx_gemm.run.trace writes them on a GPU) and the notebooks
-# ---------------------------------------------------------------------------------------
-TIMELINES_DIR = Path(__file__).resolve().parent.parent / "results" / "timelines"
-
-
-def trace_name(step_id: str, arch: str, M: int, N: int, K: int,
-               dtype: str = "float16") -> str:
-    return f"{step_id}_{arch}_{M}x{N}x{K}" + ("" if dtype == "float16" else "_bf16")
-
-
-def _title(meta: dict, keep) -> str:
-    lo, hi = (keep.lo_ns / 1000, keep.hi_ns / 1000) if isinstance(keep, Focus) else keep
-    return (f"{meta.get('step', '?')}@{meta.get('arch', '?')} "
-            f"{meta.get('M')}x{meta.get('N')}x{meta.get('K')} {meta.get('dtype', '')} on "
-            f"{meta.get('device', '?')}: CTAs "
-            f"{', '.join(map(str, meta.get('window_ctas', [])))}, {lo:.1f}-{hi:.1f} us "
-            "(dotted: CTA 0's first epilogue)")
-
-
-def write_outputs(tl: Timeline, out: Path, stem: str, meta: dict, *, timing=None,
-                  ctas: int = 4):
-    """<out>/<stem>.json (Chrome trace of the focus window, under MAX_TRACE_BYTES),
-    <out>/<stem>.png (its Gantt chart) and <out>/<stem>.txt (the whole run, :func:`summary`)."""
-    out = Path(out)
-    keep = focus(tl, ctas=ctas)
-    meta = dict(meta)
-    if timing:
-        meta["timing"] = timing
-    js = write_chrome_trace(tl, out / f"{stem}.json", meta, keep=keep,
-                            max_bytes=MAX_TRACE_BYTES)
-    trace = load_chrome_trace(js)
-    other = trace["otherData"]
-    lo, hi = other["window_us"]
-    keep = dataclasses.replace(keep, lo_ns=int(lo * 1000), hi_ns=int(hi * 1000))
-    try:
-        png = gantt_png(trace, out / f"{stem}.png", title=_title(other, (lo, hi)))
-    except ImportError as exc:  # a GPU host without matplotlib: the JSON draws it later
-        print(f"no PNG ({exc}): `tirx-gemm trace {js}` draws it where "
-              "matplotlib is installed", file=sys.stderr)
-        png = None
-    txt = out / f"{stem}.txt"
-    txt.write_text(summary(tl, meta, timing, keep) + "\n")
-    return js, png, txt
-
-
-def recorded_path(step_id: str, M: int, N: int, K: int, arch: str = "sm_90a",
-                  folder=None, dtype: str = "float16") -> Path:
-    return Path(folder or TIMELINES_DIR) / f"{trace_name(step_id, arch, M, N, K, dtype)}.json"
-
-
-def _recorded(step_id: str, arch: str, mnk, folder):
-    """(trace or None, path or the reason there is none). Without ``mnk``: the step's
-    fp16 trace in the folder (the largest shape if there are several)."""
-    if arch == "sm_100a":
-        return None, NO_CLOCK
-    folder = Path(folder or TIMELINES_DIR)
-    if mnk is None:
-        def size(p):
-            try:
-                return tuple(int(x) for x in p.stem.rsplit("_", 1)[-1].split("x"))
-            except ValueError:
-                return ()
-        found = sorted((p for p in folder.glob(f"{step_id}_{arch}_*.json")
-                        if len(size(p)) == 3), key=size)
-        if not found:
-            return None, (f"No timeline recorded yet for {step_id}@{arch} (no "
-                          f"{step_id}_{arch}_*.json in {folder}): `tirx-gemm trace {step_id} "
-                          f"--arch {arch}` on a Hopper GPU writes it.")
-        path = found[-1]
-    else:
-        M, N, K = mnk
-        path = recorded_path(step_id, M, N, K, arch, folder)
-        if not path.exists():
-            return None, (f"No timeline recorded yet for {step_id}@{arch} {M}x{N}x{K} "
-                          f"({path.name} is not in {path.parent}): `tirx-gemm trace {step_id} "
-                          f"--arch {arch} --mnk {M},{N},{K}` on a Hopper GPU writes it.")
-    return load_chrome_trace(path), path
-
-
-def draw_recorded(step_id: str, M: int | None = None, N: int | None = None,
-                  K: int | None = None, *, arch: str = "sm_90a", ctas: int | None = None,
-                  window=None, folder=None, ax=None):
-    """For a notebook: draw the trace recorded under results/timelines/ for this step and
-    shape (default: the one recorded) on ``ax``. sm_100a steps have none (NumSim has no
-    clock), and that is what this prints, as it does for a trace not recorded yet; returns
-    the axis or None."""
-    trace, why = _recorded(step_id, arch, None if M is None else (M, N, K), folder)
-    if trace is None:
-        print(why)
-        return None
-    other = trace.get("otherData", {})
-    win = window or other.get("window_us") or (0, max(
-        (e["ts"] + e.get("dur", 0) for e in trace["traceEvents"] if "ts" in e), default=1))
-    return gantt(trace, ax, ctas=ctas, window=win, title=_title(other, win))
-
-
-def recorded_figure(step_id: str, arch: str = "sm_90a", mnk=None, *, ctas: int | None = None,
-                    folder=None) -> tuple[bytes | None, str]:
-    """(PNG bytes or None, text) of the recorded trace of a step, for notebook.Png / Md:
-    the PNG written beside the trace (drawn from the JSON if missing); the text says what
-    the chart shows and adds the summary of the whole run, or says why there is none
-    (sm_100a: no clock)."""
-    trace, why = _recorded(step_id, arch, mnk, folder)
-    if trace is None:
-        return None, why
-    other = trace.get("otherData", {})
-    png_path, txt_path = why.with_suffix(".png"), why.with_suffix(".txt")
-    win = other.get("window_us") or (0, max(
-        (e["ts"] + e.get("dur", 0) for e in trace["traceEvents"] if "ts" in e), default=1))
-    data = png_path.read_bytes() if png_path.exists() and ctas is None else \
-        gantt_bytes(trace, ctas=ctas, window=win, title=_title(other, win))
-    kinds = {e.get("cat") for e in trace["traceEvents"] if e.get("ph") in ("X", "i")}
-    legend = "; ".join(f"{v[0]}: {v[1]}" for v in KINDS.values() if v[0] in kinds)
-    text = (f"{_title(other, win)}. One row per role, one colour per event kind ({legend}). "
-            f"The window's events are in {why.name} (ui.perfetto.dev opens it).")
-    if txt_path.exists():
-        text += "\n\nThe whole run:\n\n```\n" + txt_path.read_text().rstrip() + "\n```"
-    return data, text
-
-
 __all__ = [
     "MAGIC", "FORMAT", "KWARG", "OPERAND", "ROLES", "KINDS", "PRODUCER", "CONSUMER0",
     "CONSUMER1", "BY_WARPGROUP", "CTA", "TMA_ISSUE", "FULL_WAIT", "EMPTY_WAIT", "WGMMA",
     "RELEASE", "EPILOGUE", "STORE", "SCHED", "SYNC", "POINT", "BEGIN", "END", "DRAIN",
     "UNNAMED", "Layout", "layout", "buffer_specs", "is_instrumented", "plain_kwargs",
     "setup", "point", "begin", "end", "drain", "around", "tile_code", "tile_of",
-    "instrumented", "build_instrumented", "attach", "decode", "spans", "Focus", "focus",
-    "chrome_trace", "write_chrome_trace", "load_chrome_trace", "gantt", "gantt_png",
-    "gantt_bytes", "summary", "write_outputs", "draw_recorded", "recorded_figure",
-    "recorded_path", "trace_name", "TimelineError", "NO_CLOCK", "NO_CLOCK_BUILD",
-    "MAX_TRACE_BYTES", "TIMELINES_DIR",
+    "instrumented", "build_instrumented", "attach", "NO_CLOCK_BUILD",
 ]
-

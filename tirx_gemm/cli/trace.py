@@ -1,11 +1,12 @@
-"""`tirx-gemm trace`: record an in-kernel timeline on this GPU (run/trace.py), or redraw its PNG."""
+"""`tirx-gemm trace`: record a timeline (run/), write its files (report/), or redraw a PNG."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tirx_gemm import registry, spec
-from tirx_gemm import timeline as TL
+from tirx_gemm.report import timeline_files as TF
+from tirx_gemm.report import timeline_view as TV
 
 
 def register(sub) -> None:
@@ -25,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--mnk", type=_parse_mnk, default=None,
                    help="problem shape M,N,K (default: the step's canonical shape)")
     p.add_argument("--dtype", default="float16", choices=spec.DTYPES)
-    p.add_argument("--out", default=str(TL.TIMELINES_DIR),
+    p.add_argument("--out", default=str(TF.TIMELINES_DIR),
                    help="folder for the .json, .png and .txt (default: results/timelines)")
     p.add_argument("--bundle", default=None,
                    help="take the kernels from a bundle exported with --timeline (no TVM "
@@ -46,14 +47,33 @@ def _parse_mnk(value):
 
 
 def cmd_trace(args) -> int:
-    """`tirx-gemm trace vN`: run.trace.trace_main (torch, a Hopper GPU); `tirx-gemm trace
+    """`tirx-gemm trace vN`: :func:`trace_main` (torch, a Hopper GPU); `tirx-gemm trace
     FILE.json`: the Gantt PNG of a recorded trace, written beside it."""
     if str(args.step).endswith(".json"):
-        trace = TL.load_chrome_trace(args.step)
+        trace = TV.load_chrome_trace(args.step)
         other = trace.get("otherData", {})
         win = other.get("window_us")
-        print(TL.gantt_png(trace, Path(args.step).with_suffix(".png"), window=win,
-                           title=TL._title(other, win) if win else None))
+        print(TF.gantt_png(trace, Path(args.step).with_suffix(".png"), window=win,
+                           title=TF._title(other, win) if win else None))
         return 0
+    return trace_main(args)
+
+
+def trace_main(args) -> int:
+    """`tirx-gemm trace vN`: record the step's timeline on this GPU (run.trace.record_step:
+    check, launch, time), decode the buffer and write the JSON, PNG and summary
+    (report.timeline_files.write_outputs); print the summary. Returns the exit status."""
     from tirx_gemm.run import trace  # timeline + registry at import; torch when it runs
-    return trace.trace_main(args)
+    got = trace.record_step(args)
+    if got is None:
+        return 1
+    words, meta, timing = got
+    tl = TV.decode(words)
+    stem = TF.trace_name(meta["step"], meta["arch"], meta["M"], meta["N"], meta["K"],
+                         meta["dtype"])
+    js, png, txt = TF.write_outputs(tl, Path(args.out), stem, meta, timing=timing,
+                                    ctas=args.ctas)
+    print(Path(txt).read_text())
+    print(f"wrote {js} (open it in ui.perfetto.dev), " + (f"{png} and " if png else "")
+          + f"{txt}")
+    return 0

@@ -181,7 +181,7 @@ def timeline(step_id: str, arch: str = "sm_90a", *, bundle: str | None = None) -
     in results/timelines/ (the Gantt chart of the first CTAs around the first tile
     boundary, and the whole run summarised), or why there is none: sm_100a runs only on
     NumSim, which has no clock; an sm_90a step may not be recorded yet."""
-    from tirx_gemm import timeline as TL
+    from tirx_gemm.report import timeline_files as TF
     bundle = bundle or _env_bundle()
     note = ""
     dev, why = _device_for(arch) if arch == "sm_90a" else (None, "")
@@ -189,7 +189,7 @@ def timeline(step_id: str, arch: str = "sm_90a", *, bundle: str | None = None) -
         live, note = _live_timeline(step_id, arch, bundle, dev)
         if live is not None:
             return live
-    png, text = TL.recorded_figure(step_id, arch, folder=results_dir() / "timelines")
+    png, text = TF.recorded_figure(step_id, arch, folder=results_dir() / "timelines")
     text = (note + "\n\n" if note else "") + text
     return Md(text) if png is None else Png(png, text)
 
@@ -199,13 +199,13 @@ def _live_timeline(step_id: str, arch: str, bundle: str, dev: dict):
     why not) -- the caller then shows the recorded one."""
     import argparse
     import tempfile
-    from tirx_gemm.run import trace
+    from tirx_gemm.cli.trace import trace_main  # run.trace records, report writes the files
     step = registry.get(step_id, arch)
     out = Path(tempfile.mkdtemp(prefix=f"tirx-gemm-trace-{step_id}-"))
     args = argparse.Namespace(step=step_id, arch=arch, mnk=None, dtype="float16", out=str(out),
                               bundle=bundle, ctas=4, no_timing=False)
     try:
-        rc = trace.trace_main(args)
+        rc = trace_main(args)
     except (ValueError, LookupError, FileNotFoundError) as e:
         return None, (f"Not recorded live on {dev['name']}: {e}. The recorded trace "
                       "instead:")

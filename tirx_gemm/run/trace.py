@@ -1,25 +1,27 @@
-"""``tirx-gemm trace``'s run side: record an in-kernel timeline on a Hopper GPU.
+"""``tirx-gemm trace``'s run side: record an in-kernel timeline on a Hopper GPU (raw buffer).
 
-The build side (the hooks the verbs call, the buffer format) and everything that turns a
-buffer into files (decode, the window kept, Chrome trace JSON, Gantt PNG, summary) are in
-:mod:`tirx_gemm.timeline`, which imports no other tirx_gemm module. This module is the part
-that needs the registry, bundles and the run side (torch when it runs, never TVM on a
-bundle): :func:`trace_main` checks an instrumented build once against the fp32 reference,
-launches it again on a zeroed timeline buffer, decodes it, times it against the plain build
-(alternating launches, CUDA events, inputs rotated past L2) and writes the three files.
+The build side (the hooks the verbs call, the buffer format) is :mod:`tirx_gemm.timeline`,
+which imports no other tirx_gemm module; what turns a buffer into files (decode, the
+window kept, Chrome trace JSON, Gantt PNG, summary) is in report/
+(:mod:`tirx_gemm.report.timeline_view`, :mod:`tirx_gemm.report.timeline_files`), which
+this module does not import (run/ and report/ stay apart). This module is the part that
+needs the registry, bundles and the run side (torch when it runs, never TVM on a bundle):
+:func:`record_step` checks an instrumented build once against the fp32 reference,
+launches it again on a zeroed timeline buffer, keeps a copy of that buffer, times it
+against the plain build (alternating launches, CUDA events, inputs rotated past L2) and
+returns the raw buffer, the run's metadata and the timing.
 
-The command line is tirx_gemm/cli/trace.py (``tirx-gemm trace``; its kernels are exported
-with ``tirx-gemm export --timeline``, their plain builds for the cost figure by the same
-export without --timeline; ``tirx-gemm trace FILE.json`` redraws a recorded trace's PNG).
+The command line is tirx_gemm/cli/trace.py (``tirx-gemm trace``: it decodes what this
+returns and writes the three files; its kernels are exported with ``tirx-gemm export
+--timeline``, their plain builds for the cost figure by the same export without
+--timeline; ``tirx-gemm trace FILE.json`` redraws a recorded trace's PNG).
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from tirx_gemm import timeline as TL
-from tirx_gemm.timeline import buffer_specs, decode, plain_kwargs
+from tirx_gemm.timeline import buffer_specs, plain_kwargs
 
 
 def _parse_mnk(value):
@@ -35,11 +37,12 @@ def _parse_mnk(value):
     return mnk
 
 
-def trace_main(args) -> int:
-    """``tirx-gemm trace vN``: check the instrumented kernel once (fresh inputs, D poisoned,
-    compared with the fp32 reference), launch it again on a zeroed timeline buffer, decode
-    the buffer; time it against the plain build (the bundle's, or built here) unless
-    --no-timing; write the JSON, PNG and summary. Returns the exit status."""
+def record_step(args):
+    """``tirx-gemm trace vN``'s recording: check the instrumented kernel once (fresh inputs,
+    D poisoned, compared with the fp32 reference), launch it again on a zeroed timeline
+    buffer; time it against the plain build (the bundle's, or built here) unless
+    --no-timing. Returns None when the check failed (a line on stderr), else (the timeline
+    buffer's words on the CPU, the run's metadata, the timing dict)."""
     from tirx_gemm import registry
     if args.arch == "sm_100a":
         raise ValueError("trace: sm_100a runs only on NumSim here, which has no clock: there "
@@ -57,18 +60,12 @@ def trace_main(args) -> int:
     plain = None if (plain_lib is None or args.no_timing) else loader.load_kernel(str(plain_lib))
     got = record(kernel, step, M, N, K, kwargs, dev, plain=plain, timed=not args.no_timing)
     if got is None:
-        return 1
-    tl, timing = got
+        return None
+    words, timing = got
     meta = {"step": step.id, "arch": step.arch, "M": M, "N": N, "K": K,
             "dtype": step.dtype(kwargs), "build_kwargs": kwargs, "device": info["name"],
             "sm_count": info["sm_count"], "lesson": step.lesson}
-    stem = TL.trace_name(step.id, step.arch, M, N, K, step.dtype(kwargs))
-    js, png, txt = TL.write_outputs(tl, Path(args.out), stem, meta, timing=timing,
-                                    ctas=args.ctas)
-    print(Path(txt).read_text())
-    print(f"wrote {js} (open it in ui.perfetto.dev), " + (f"{png} and " if png else "")
-          + f"{txt}")
-    return 0
+    return words, meta, timing
 
 
 def _inputs_for_timing(M, N, K, dtype, dev):
@@ -87,10 +84,11 @@ def record(kernel, step, M: int, N: int, K: int, kwargs: dict, dev, *, plain=Non
            timed: bool = True, warm: int = 3, iters: int = 40):
     """Check the instrumented ``kernel`` once (fresh random inputs, D poisoned, compared with
     the fp32 reference; None and a line on stderr when it fails), warm it up, launch it
-    once more on a zeroed timeline buffer and decode that buffer. ``timed``: then time it
-    (CUDA events, inputs rotated past L2), alternating with ``plain`` (the same step's
-    normal build) when given. The step's own workspace operands (if any) come first, the
-    timeline buffer last. Returns (Timeline, timing dict)."""
+    once more on a zeroed timeline buffer and copy that buffer to the CPU. ``timed``: then
+    time it (CUDA events, inputs rotated past L2), alternating with ``plain`` (the same
+    step's normal build) when given; those launches rewrite the buffer, not the copy. The
+    step's own workspace operands (if any) come first, the timeline buffer last. Returns
+    (the copy: an int64 CPU tensor, which report.timeline_view.decode reads; timing dict)."""
     import torch
     from tirx_gemm.run import checking
     from tirx_gemm.run import launcher
@@ -120,7 +118,7 @@ def record(kernel, step, M: int, N: int, K: int, kwargs: dict, dev, *, plain=Non
         launcher.synchronize(label, dev)
         run(inp.A, inp.B, inp.D)
         launcher.synchronize(label, dev)
-        tl = decode(tlbuf)
+        words = tlbuf.detach().cpu().clone()  # the launch above, before timing rewrites it
         timing = {}
         if timed:
             from tirx_gemm.run import timing as TM
@@ -132,7 +130,7 @@ def record(kernel, step, M: int, N: int, K: int, kwargs: dict, dev, *, plain=Non
             launcher.synchronize(label, dev)
             timing = {"timeline_ms": res["timeline"].median_ms, "iters": iters,
                       "plain_ms": res["plain"].median_ms if "plain" in res else None}
-    return tl, timing
+    return words, timing
 
 
 def _kernels(step, mnk, dtype: str, bundle, sm_count: int, *, timed: bool):
@@ -159,4 +157,4 @@ def _kernels(step, mnk, dtype: str, bundle, sm_count: int, *, timed: bool):
     return lib, plain, dict(entry["kwargs"])
 
 
-__all__ = ["trace_main", "record"]
+__all__ = ["record_step", "record"]
