@@ -201,8 +201,11 @@ def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
         assert step == "v12" and chooser.busy_share(
             f"{kw['BLK_M']}x{kw['BLK_N']}", mnk[0], mnk[1], sms) >= chooser.IDLE_FOR_SPLIT
         return
-    if rt("v11", arch):  # runtime-M kernels: the split rounded down to the menu
-        variant["SPLIT_K"] = max(s for s in mm.SPLIT_MENU if s <= variant["SPLIT_K"])
+    if rt("v11", arch):  # runtime-M kernels: the split rounded down to the menu, never a
+        # multiple of the build's L2 group
+        group = variant.get("L2_GROUP", mm.V11_L2_GROUP[arch])
+        variant["SPLIT_K"] = max(s for s in mm.SPLIT_MENU
+                                 if s <= variant["SPLIT_K"] and (s == 1 or s % group))
     assert mm.choose(*mnk, "bfloat16", arch, sms) == (
         "v11", {"dtype": "bfloat16", "SM_COUNT": sms, **rt("v11", arch), **variant})
 
@@ -220,12 +223,14 @@ def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
     assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1]["SM_COUNT"] == 130
 
 
-def test_sm100a_runtime_m_is_v9_only():
-    # v9's runtime-M build is simulated (registry sim case); v11 keeps compile-time M there
-    assert mm.runtime_m("v9", "sm_100a") and not mm.runtime_m("v11", "sm_100a")
+def test_sm100a_runtime_m_steps_are_simulated():
+    # v9's and v11's runtime-M builds are simulated (registry sim cases with RUNTIME_M)
+    assert mm.runtime_m("v9", "sm_100a") and mm.runtime_m("v11", "sm_100a")
+    for sid in ("v9", "v11"):
+        assert any(dict(kw).get("RUNTIME_M") for _, kw in registry.get(sid, "sm_100a").sim_cases)
     step, kw = mm.choose(128, 128, 65536, "float16", "sm_100a", 148)
-    assert step == "v11" and "RUNTIME_M" not in kw
-    assert mm.build_shape((77, 128, 65536), kw) == (77, 128, 65536)
+    assert step == "v11" and kw["RUNTIME_M"] and kw["SPLIT_K"] % mm.V11_L2_GROUP["sm_100a"]
+    assert mm.build_shape((77, 128, 65536), kw) == (mm.NOMINAL_M, 128, 65536)
 
 
 def test_sm100a_v9_takes_m_at_run_time_and_its_plain_build_keeps_m_an_int():

@@ -60,7 +60,7 @@ from tirx_gemm.numerics import DTYPES
 from tirx_gemm.matmul_choice import (  # noqa: F401
     CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, M_BLOCK, NOMINAL_K, NOMINAL_M, NOMINAL_N,
     PINGPONG, ROW_MULTIPLE, RUNTIME_M_STEPS, RUNTIME_NK_STEPS, SPLIT_K, SPLIT_MENU, TILE_MENU,
-    V9_CLUSTER_TILE, VARIANTS_MAX_M, _ceil_div, _check_problem, _choose_by_model,
+    V9_CLUSTER_TILE, V11_L2_GROUP, VARIANTS_MAX_M, _ceil_div, _check_problem, _choose_by_model,
     _choose_epilogue, _menu_split, _pool, _registered, _tile_kwargs, build_shape, choose,
     choose_epilogue_on, pick as _pick, runtime_m, step_kwargs, variants)
 # the checks of a call's tensors, reachable as tirx_gemm.matmul.<name> too

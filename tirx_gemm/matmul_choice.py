@@ -26,10 +26,10 @@ DATA_PARALLEL = "v9"
 SPLIT_K = "v11"
 # steps whose kernels matmul builds with RUNTIME_M=True on each arch: M is bound from the
 # operands at every call, so one kernel per (step, keywords, dtype, N, K) serves every M.
-# sm_100a: v9 only, its runtime-M build simulated on NumSim (the registry's v9 sim case with
-# RUNTIME_M); v11 there keeps compile-time M (its runtime-M build is not simulated).
+# sm_100a: v9 and v11, their runtime-M builds simulated on NumSim (the registry's sim cases
+# with RUNTIME_M: v9's, and v11's with both reductions).
 RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11", "v12"}),
-                   "sm_100a": frozenset({"v9"})}
+                   "sm_100a": frozenset({"v9", "v11"})}
 NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
 # v12 also takes N and K at run time (RUNTIME_NK): one kernel per menu tile and dtype
 # serves every shape; it is built at this N and K
@@ -43,7 +43,7 @@ TILE_MENU = "v12"
 # ceil(M/128), TVM then proves the tail-group row count zero and folds the (unreachable)
 # `% tail` of the tile order into a division by zero at compile time.
 SPLIT_MENU = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)
-V11_L2_GROUP = 16  # v11's builder default
+V11_L2_GROUP = {"sm_90a": 16, "sm_100a": 8}  # v11's builder default per arch
 # steps whose builders take the fused-epilogue keywords (tirx_gemm.epilogue), per arch
 EPILOGUE_STEPS = {"sm_90a": frozenset({"v12", "v10"})}
 PINGPONG = "v10"  # sm_90a's ping-pong step: BIAS and ACT only (chooser.V10_KEYWORDS)
@@ -101,7 +101,7 @@ def build_shape(mnk, kwargs: dict) -> tuple[int, int, int]:
     return (NOMINAL_M, N, K) if kwargs.get("RUNTIME_M") else (M, N, K)
 
 
-def _menu_split(split: int, l2_group: int = V11_L2_GROUP) -> int:
+def _menu_split(split: int, l2_group: int) -> int:
     return max(s for s in SPLIT_MENU if s <= split and (s == 1 or s % l2_group))
 
 
@@ -157,7 +157,7 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
         if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
             variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
-                                              variant.get("L2_GROUP", V11_L2_GROUP))
+                                              variant.get("L2_GROUP", V11_L2_GROUP[arch]))
         if variant["SPLIT_K"] > 1:
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
     return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
@@ -176,7 +176,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
         variant = splitk.choose_variant(M, N, K, pool, arch)
         if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
             variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
-                                              variant.get("L2_GROUP", V11_L2_GROUP))
+                                              variant.get("L2_GROUP", V11_L2_GROUP[arch]))
         if variant["SPLIT_K"] > 1:
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
     if swap is not None:
@@ -283,6 +283,6 @@ def pick(M, N, K, dtype, arch, sm_count, step):
     if st.id == SPLIT_K and kwargs.get("RUNTIME_M"):
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
         variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
-                                              variant.get("L2_GROUP", V11_L2_GROUP))
+                                              variant.get("L2_GROUP", V11_L2_GROUP[arch]))
         kwargs.update(variant)
     return st, kwargs

@@ -281,7 +281,13 @@ _SIM_CASES = {
             ((256, 128, 512), (("SM_COUNT", 10), ("SPLIT_K", 4), ("REDUCE", "spread"))),
             ((200, 136, 200), (("SM_COUNT", 8), ("SPLIT_K", 2), ("REDUCE", "spread"))),
             ((256, 256, 640), (("SM_COUNT", 12), ("SPLIT_K", 3), ("REDUCE", "spread"),
-                               ("dtype", "bfloat16")))),
+                               ("dtype", "bfloat16"))),
+            # RUNTIME_M (issue 27: matmul's runtime-M kernel): M, the tile count and the
+            # workspace extents bound at the call; 18 units on 12 CTAs ("last"), and the
+            # spread reduction with every unit resident (4 edge tiles x 2 = 8 CTAs)
+            ((300, 136, 640), (("RUNTIME_M", True), ("SM_COUNT", 12), ("SPLIT_K", 3))),
+            ((200, 136, 512), (("RUNTIME_M", True), ("SM_COUNT", 8), ("SPLIT_K", 2),
+                               ("REDUCE", "spread")))),
 }
 # every step is also simulated once in bf16 (its first case); the edge cases above (v4 on:
 # M not a multiple of the tile, N and K multiples of 8 only) exercise TMA's zero-filled

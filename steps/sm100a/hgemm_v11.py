@@ -38,7 +38,8 @@ def band_add(WS, tile, band, chunk, s0, count, q0, q1, row, BAND_ITERS):
 
 
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
-              SM_COUNT: int = 148, SPLIT_K: int | None = None, REDUCE: str | None = None):
+              SM_COUNT: int = 148, SPLIT_K: int | None = None, REDUCE: str | None = None,
+              RUNTIME_M: bool = False, L2_GROUP: int = 8):
     """Step card -- v11, split-K with a deterministic reduction.
 
     Changes from v7 (one 128x128 tile per unit, warp-specialized persistent CTA; the 2-CTA
@@ -67,6 +68,9 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; 1 <= SPLIT_K
       <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1 (spread: tiles x SPLIT_K <= SM_COUNT, no
       more than the GPU's SMs); REDUCE "last" or "spread"; SPLIT_K=1 is v7's kernel.
+      RUNTIME_M=True takes M at run time with an explicit SPLIT_K (not a multiple of
+      L2_GROUP); the caller keeps spread's rule per call and passes workspace for at
+      least the call's tiles (extents WS_TILES, CNT_LEN bound from the operands).
     Run: ``tirx-gemm build v11 --mnk 256,256,16384``; ``tirx-gemm sim v11`` (NumSim).
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -76,13 +80,28 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
                        BLK_M * BLK_N * H.F16_BYTES)
-    H.check_positive_ints(SM_COUNT=SM_COUNT)
+    H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    if RUNTIME_M and SPLIT_K is None:
+        raise ValueError("RUNTIME_M=True needs an explicit SPLIT_K: the split chosen for "
+                         "one M would be wrong for another")
     # left out: SPLIT_K and REDUCE both from splitk.choose_variant (what matmul builds)
     SPLIT_K, REDUCE = splitk.resolve_variant(M, N, K, SPLIT_K, REDUCE, SM_COUNT, "sm_100a")
+    if RUNTIME_M and SPLIT_K > 1 and SPLIT_K % L2_GROUP == 0:
+        # unit rows SPLIT_K * ceil(M/128): TVM proves the scheduler's tail group empty and
+        # folds its (unreachable) `% tail` into a division by zero at compile time
+        raise ValueError(f"RUNTIME_M=True with SPLIT_K={SPLIT_K}, a multiple of "
+                         f"L2_GROUP={L2_GROUP}: pick a split that is not")
+    # RUNTIME_M: M, the tile count and the workspace extents are bound from the operands
+    # at each call (helpers.runtime_rows); the caller keeps spread's residency rule per call
+    M = H.runtime_rows(M, RUNTIME_M)
     TILES_M, TILES_N = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
     TILES = TILES_M * TILES_N
-    SPREAD = splitk.check_split(SPLIT_K, K_TILES, K, TILES, REDUCE, SM_COUNT)
-    GRID = min(SM_COUNT, TILES * SPLIT_K)  # a CTA per unit at most (spread: exactly)
+    SPREAD = splitk.check_split(SPLIT_K, K_TILES, K, 1 if RUNTIME_M else TILES, REDUCE,
+                                SM_COUNT)
+    # a CTA per unit at most (spread: exactly; with RUNTIME_M the spare CTAs find no unit)
+    GRID = SM_COUNT if RUNTIME_M else min(SM_COUNT, TILES * SPLIT_K)
+    WS_TILES = H.runtime_extent("WS_TILES") if RUNTIME_M else TILES
+    CNT_LEN = H.runtime_extent("CNT_LEN") if RUNTIME_M else TILES * (2 if SPREAD else 1)
     CHUNK = 4  # floats per slab store / load of one thread
     IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
     # spread: a slab is CHUNKS chunks, split s reduces [s*CHUNKS//S, (s+1)*CHUNKS//S);
@@ -135,7 +154,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         # work units: SPLIT_K x TILES_M unit rows by TILES_N columns (split-major)
         scheduler = ClusterPersistentScheduler2D(
             "ts", num_m_tiles=SPLIT_K * TILES_M, num_n_tiles=TILES_N,
-            num_clusters=GRID, l2_group_size=8)
+            num_clusters=GRID, l2_group_size=L2_GROUP)
         scheduler.init(bx)
         split = T.meta_var(scheduler.m_idx // TILES_M)
         m_st = T.meta_var(scheduler.m_idx % TILES_M * BLK_M)
@@ -288,8 +307,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         @T.prim_func
         def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
                    D: T.Buffer((M, N), dtype),
-                   WS: T.Buffer((SPLIT_K, TILES, BLK_M * BLK_N), H.ACC_DTYPE),
-                   CNT: T.Buffer((TILES * (2 if SPREAD else 1),), "int32")):
+                   WS: T.Buffer((SPLIT_K, WS_TILES, BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((CNT_LEN,), "int32")):
             gemm(A, B, D, WS, CNT)
 
     return kernel
