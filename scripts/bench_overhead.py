@@ -10,6 +10,8 @@ calls of:
   torch_op.matmul    tirx_gemm.torch_op.matmul: what tirx_gemm.nn.Linear calls (eager: direct)
   torch.ops          torch.ops.tirx_gemm.matmul(a, b): the custom op through the dispatcher
                      (the path torch.compile's graph takes)
+  matmul(out=)       tirx_gemm.matmul into a preallocated output (the call path alone)
+  new_empty          the output's allocation alone (what matmul adds to matmul(out=))
   bare launch        the loaded kernel called with prepared arguments, no checks (when it can
                      be reached: tirx_gemm.matmul.bare_launch, else the loaded handle)
 
@@ -251,10 +253,14 @@ def bench_shape(shape, dtype_name: str, args, env: dict) -> list[dict]:
         log(f"  {label}: result differs from F.linear: not timed")
         return [{**base, "mode": "none"}]
 
+    pre = a.new_empty((M, N))  # the output of the two rows that show where the time goes
     fns = {"F.linear": lambda: F.linear(a, b),
            "tirx_gemm.matmul": lambda: tirx_gemm.matmul(a, b),
            "torch_op.matmul": lambda: torch_op.matmul(a, b),
-           "torch.ops": lambda: torch_op.OP(a, b)}
+           "torch.ops": lambda: torch_op.OP(a, b),
+           # the call path without the output's allocation, and that allocation alone
+           "matmul(out=)": lambda: tirx_gemm.matmul(a, b, out=pre),
+           "new_empty": lambda: a.new_empty((M, N))}
     bare, how = bare_launcher(a, b)
     if bare is not None:
         fns["bare launch"] = bare
