@@ -140,16 +140,18 @@ def test_export_requests_list_each_build_once(models, tmp_path):
                                                  "sm_90a", 132):
             assert (f"{step_id}@sm_90a", matmul.build_shape(it.shape, kw),
                     tuple(sorted(kw.items()))) in keys
-    # sm_100a: v9 takes M at run time (one build per (N, K, dtype), at NOMINAL_M); v11
-    # keeps compile-time M (one build per suite shape and dtype, none at other M)
-    shapes = {(e.shape, dtype) for e, dtype in models.cases()}
+    # sm_100a: v9 and v11 take M at run time (builds at NOMINAL_M, one per (step, keywords,
+    # N, K, dtype)), each build once, and every kernel any token count of a layer picks
     reqs100 = suite.export_requests(models, "matmul", "sm_100a", 148)
-    assert reqs100 and len(reqs100) < len(models.cases())
+    keys100 = [(step.key, mnk, tuple(sorted(kw.items()))) for step, mnk, kw in reqs100]
+    assert reqs100 and len(keys100) == len(set(keys100))
     for step, mnk, kw in reqs100:
-        if kw.get("RUNTIME_M"):
-            assert step.id == "v9" and mnk[0] == matmul.NOMINAL_M
-        else:
-            assert step.id == "v11" and (mnk, step.dtype(kw)) in shapes
+        assert step.id in ("v9", "v11") and kw.get("RUNTIME_M") is True
+        assert mnk[0] == matmul.NOMINAL_M
+    for e, dtype in models.cases():
+        for step_id, kw, _, _ in matmul.variants(e.shape[1], e.shape[2], dtype, "sm_100a", 148):
+            assert (f"{step_id}@sm_100a", matmul.build_shape(e.shape, kw),
+                    tuple(sorted(kw.items()))) in keys100
     twice = suite.Suite("t", "", (suite.Entry(8, 8, 8, "a", "b", "c", ("float16",)),
                                   suite.Entry(8, 8, 8, "d", "e", "f", ("float16", "bfloat16"))))
     assert [(s.key, mnk, kw) for s, mnk, kw in suite.export_requests(twice, "v9", "sm_90a", 132)] \
