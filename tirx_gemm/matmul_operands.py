@@ -38,6 +38,23 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
         devices = sorted({str(t.device) for _, t in ops})
         if len(devices) > 1:
             raise ValueError(f"the operands are on {', '.join(devices)}: put them on one GPU")
+    M, N, K = check_layout(a, b, out)
+    for name, t in ops:
+        if t.data_ptr() % ALIGN_BYTES:
+            raise ValueError(f"{name}'s data pointer is not {ALIGN_BYTES}-byte aligned (a view "
+                             f"at an odd offset?): TMA needs it; pass {name}.clone()")
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        raise ValueError("matmul has no backward: call it under torch.no_grad() or "
+                         "torch.inference_mode(), or pass detached tensors")
+    return M, N, K, _dtype_name(a)
+
+
+def check_layout(a, b, out=None) -> tuple[int, int, int]:
+    """(M, N, K): the checks of a call's tensors that need neither their data nor a device
+    (dtypes, ranks, shapes, row layout, TMA's row rule), each a one-line TypeError or
+    ValueError. The eager call (check_operands) and the traced op's fake implementation
+    (torch_op.check_fake) both run these, so a traced model fails where an eager one would."""
+    ops = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
     for name, t in ops:
         if _dtype_name(t) is None:
             raise TypeError(f"{name} has dtype {t.dtype}: matmul takes torch.float16 or "
@@ -72,14 +89,7 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
                              f"{rows} are {v} elements, and TMA needs row strides of a "
                              f"multiple of 16 bytes; pad {name} with zeros to "
                              f"{_ceil_div(v, ROW_MULTIPLE) * ROW_MULTIPLE}")
-    for name, t in ops:
-        if t.data_ptr() % ALIGN_BYTES:
-            raise ValueError(f"{name}'s data pointer is not {ALIGN_BYTES}-byte aligned (a view "
-                             f"at an odd offset?): TMA needs it; pass {name}.clone()")
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        raise ValueError("matmul has no backward: call it under torch.no_grad() or "
-                         "torch.inference_mode(), or pass detached tensors")
-    return M, N, K, _dtype_name(a)
+    return M, N, K
 
 
 def _gpu_arch(dev) -> tuple[str, int]:

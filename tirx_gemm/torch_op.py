@@ -42,7 +42,8 @@ from typing import Optional
 import torch
 
 from tirx_gemm import epilogue as E
-from tirx_gemm.matmul import ROW_MULTIPLE, check_bias, epilogue_kwargs
+from tirx_gemm.matmul import check_bias, epilogue_kwargs
+from tirx_gemm.matmul_operands import check_layout
 from tirx_gemm.matmul import matmul as _matmul
 from tirx_gemm.matmul import swiglu as _swiglu
 
@@ -50,7 +51,6 @@ __all__ = ["matmul", "swiglu", "OP", "SWIGLU_OP", "check_fake"]
 
 NAME = "tirx_gemm::matmul"
 SWIGLU_NAME = "tirx_gemm::swiglu"
-_DTYPES = (torch.float16, torch.bfloat16)
 
 
 @torch.library.custom_op(NAME, mutates_args=())
@@ -75,30 +75,9 @@ def check_fake(a, b) -> None:
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in _DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}: matmul takes torch.float16 or "
-                            f"torch.bfloat16 (convert with {name}.half() or {name}.bfloat16())")
-    if b.dtype != a.dtype:
-        raise TypeError(f"a is {a.dtype} but b is {b.dtype}: the operands must share one dtype")
     if a.device != b.device:
         raise ValueError(f"the operands are on {a.device} and {b.device}: put them on one GPU")
-    for name, t in (("a", a), ("b", b)):
-        if t.dim() != 2:
-            raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)} (flatten the "
-                             f"leading dimensions: {name}.reshape(-1, {name}.shape[-1]))")
-    (M, K), (N, Kb) = a.shape, b.shape
-    if Kb != K:
-        raise ValueError(f"a is {M}x{K} but b is {N}x{Kb}: matmul computes a @ b.T, so both "
-                         f"need the same number of columns K (b is out-features x in-features, "
-                         f"like a Linear weight)")
-    for name, v in (("K", K), ("N", N)):
-        if v % ROW_MULTIPLE:
-            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs row "
-                             f"strides of a multiple of 16 bytes; pad {name} with zeros")
-    for name, t in (("a", a), ("b", b)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} is not contiguous (strides {t.stride()}): the kernels' "
-                             f"TMA descriptors take compact rows; pass {name}.contiguous()")
+    check_layout(a, b)
 
 
 def _result_dtype(a, bias, activation, out_dtype, swiglu=False):
