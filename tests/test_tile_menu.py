@@ -76,3 +76,19 @@ def test_narrow_split_takes_its_measured_configuration_and_a_usable_split():
         step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
         if step == "v11" and kw["SPLIT_K"] > 1:
             assert kw["SPLIT_K"] % kw.get("L2_GROUP", 16), (mnk, kw)
+
+
+def test_readme_states_the_rules_as_the_code_has_them():
+    """The README's chooser paragraph quotes swap-AB's token tiles and the narrow split's
+    configuration; the code is their one home, this test keeps the prose equal to it."""
+    import re
+    from pathlib import Path
+
+    from tirx_gemm import chooser, splitk
+    text = re.sub(r"\s+", " ", (Path(__file__).parents[1] / "README.md").read_text())
+    tiles = chooser.SWAP_AB_TILES
+    assert f"a token tile of {', '.join(map(str, tiles[:-1]))} or {tiles[-1]}" in text
+    kw = splitk.NARROW_SPLIT_KWARGS
+    assert (f"{splitk.NARROW_SPLIT_MIN_M} rows a split builds 128x{splitk.NARROW_SPLIT_BLK_N} "
+            f"tiles with {kw['IN_FLIGHT']} slab loads in flight and a {kw['PIPE_DEPTH']}-stage "
+            f"ring") in text
