@@ -449,13 +449,14 @@ _CRATES: dict = {"note": None}
 
 # NumSim turns each kernel into Rust and compiles it three times per case (numbers,
 # synccheck, racecheck); at rustc's -O3 that compile is most of a case's time. The gate
-# compiles them at -O1 unless the user set NUMSIM_GENERATED_OPT_LEVEL (0, 1 or 3): the same
-# model and checks, compiled faster (measured on this project's 2-core CPU machine with other
-# work beside it: v9 at 512x256x192, all three checks, 109 s at -O1 against 267 s at -O3;
-# the simulations of the gate's small shapes stay short). The engines' identity includes
-# the level: the first -O1 run builds them once.
+# compiles them at -O0 unless the user set NUMSIM_GENERATED_OPT_LEVEL (0, 1 or 3): the same
+# model and checks, compiled faster, the gate's small shapes simulated a little slower
+# (measured on this project's 2-core CPU machine, engines built, each kernel's first run:
+# v7 at 384x256x320, all three checks, 52 s at -O1 against 24 s at -O0 (simulation 3.0 s
+# against 5.0 s of that); v9 at 512x256x192 109 s at -O1 against 267 s at -O3, other work
+# beside it). The engines' dependencies do not depend on the level below 3.
 OPT_LEVEL_ENV = "NUMSIM_GENERATED_OPT_LEVEL"
-GATE_OPT_LEVEL = "1"
+GATE_OPT_LEVEL = "0"
 
 
 def use_gate_opt_level(environ=None) -> str:
