@@ -4,7 +4,8 @@
     python scripts/fit_chooser.py --check    # exit 1 if the file differs from a refit
     python scripts/fit_chooser.py --report   # per suite shape: pick, predicted, measured
 
-Inputs: results/lab/v12_sweep_h200.jsonl (every v12 menu entry at every suite shape,
+Inputs: results/lab/v12_sweep_h200.jsonl, v12_cluster_sweep_h200.jsonl (CLUSTER=2 pairs)
+and v12_widths_sweep_h200.jsonl (BLK_N between the menu's) (every entry at every suite shape,
 bf16, GPU time per call from CUDA-graph replays, torch.mm in the same run; where a shape
 was swept again, after a kernel change, the latest sweep counts) and the v9
 records of results/suites/nvidia-h200.jsonl (bf16, checked), each turned into a time on
@@ -29,13 +30,17 @@ sys.path.insert(0, str(ROOT))
 
 from tirx_gemm import chooser  # noqa: E402
 
-SWEEP = ROOT / "results/lab/v12_sweep_h200.jsonl"
+# v12's sweeps in the order they ran: the one-CTA menu; CLUSTER=2 pairs beside it (the
+# one-CTA menu re-timed in the same run); the widths between the menu's
+SWEEPS = tuple(ROOT / "results/lab" / f for f in (
+    "v12_sweep_h200.jsonl", "v12_cluster_sweep_h200.jsonl", "v12_widths_sweep_h200.jsonl"))
 SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
 
 
-def load(sweep=SWEEP, suite=SUITE):
+def load(sweeps=SWEEPS, suite=SUITE):
     """(samples [(cand, M, N, K, us)], torch us per shape) from the records."""
-    rows = [json.loads(x) for x in Path(sweep).read_text().splitlines() if x.strip()]
+    rows = [json.loads(x) for sweep in sweeps if Path(sweep).exists()
+            for x in Path(sweep).read_text().splitlines() if x.strip()]
     # the latest sweep of a shape replaces the earlier ones (a kernel change is re-swept);
     # a candidate it lacks keeps its earlier time, scaled by the two runs' torch times
     latest, torch_us = {}, {}

@@ -70,8 +70,16 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def name(bm: int, bn: int) -> str:
-    return f"{bm}x{bn}"
+def name(bm: int, bn: int, cluster: int = 1) -> str:
+    """A v12 candidate's name: "BMxBN", or "BMxBNc2" for a CTA pair (CLUSTER=2)."""
+    return f"{bm}x{bn}" + ("" if cluster == 1 else f"c{cluster}")
+
+
+def tile(cand: str) -> tuple[int, int, int]:
+    """(BLK_M, BLK_N, CLUSTER) of a v12 candidate named by :func:`name`."""
+    dims, _, cluster = cand.partition("c")
+    bm, bn = (int(x) for x in dims.split("x"))
+    return bm, bn, int(cluster or 1)
 
 
 @lru_cache(maxsize=1)
@@ -82,11 +90,13 @@ def params() -> dict:
 
 
 def geometry(cand: str, sm_count: int) -> tuple[int, int, int]:
-    """(tile rows, tile columns, slots) of a candidate on a GPU of ``sm_count`` SMs."""
+    """(tile rows, tile columns, slots) of a candidate on a GPU of ``sm_count`` SMs: a
+    CTA pair (v9, v12's CLUSTER=2) is one tile of twice the rows on one of sm_count // 2
+    slots."""
     if cand == V9:
         return 256, 256, sm_count // 2
-    bm, bn = (int(x) for x in cand.split("x"))
-    return bm, bn, sm_count
+    bm, bn, cluster = tile(cand)
+    return cluster * bm, bn, sm_count // cluster
 
 
 def shape_terms(cand: str, M: int, N: int, K: int, sm_count: int) -> tuple[int, int, int]:
@@ -111,14 +121,56 @@ def busy_share(cand: str, M: int, N: int, sm_count: int = SMS_H200) -> float:
     return min(tiles, slots) / slots
 
 
+def clustered(cand: str) -> bool:
+    """Whether a candidate runs CTA pairs (v9, v12's CLUSTER=2): only on an even SM pool."""
+    return cand == V9 or tile(cand)[2] > 1
+
+
 def rank(M: int, N: int, K: int, sm_count: int = SMS_H200) -> list[tuple[float, str]]:
-    """Every candidate with its predicted time, fastest first."""
-    return sorted((predict(c, M, N, K, sm_count), c) for c in params())
+    """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9
+    only on an even number of SMs). The pairs enter by :func:`best`'s row rule alone."""
+    return sorted((predict(c, M, N, K, sm_count), c) for c in params()
+                  if c == V9 and sm_count % 2 == 0 or not clustered(c))
+
+
+# v12's CTA pairs (CLUSTER=2: the pair's B tile loaded once, half by each CTA, multicast).
+# Measured on the H200 (results/lab/v12_cluster_sweep_h200.jsonl, bf16, same-run ratios
+# to torch.mm, GPU time): on shapes whose K is a multiple of 64 a pair is level with or
+# slower than the same one-CTA tile (1024^3 64x128: 0.79 against 0.89; 2304^3 128x192:
+# 0.89 against 0.90), while where K is not, it is faster (1000^3 64x128: 0.91 against
+# 0.81; 4095x4096x4104 128x256: 0.90 against 0.78). A row of K elements whose byte length
+# is not a multiple of 128 starts every row of a TMA box off a 128-byte line, so each
+# 128-byte box row reads two lines: the L2-to-SM traffic doubles and the loads bind;
+# the pair halves B's share of it. The per-candidate fit has no term for that (two such
+# shapes in the suite), so the rule is explicit: a misaligned K runs the model's one-CTA
+# tile as a pair, when the GPU has an even number of SMs and M spans two row tiles.
+ROW_ALIGN_BYTES = 128
+# v9 (level with cuBLAS on large shapes) is kept unless another candidate is predicted
+# faster by more than this share: the fit's typical error is a few percent, and below it
+# the picks of a layer would flip between v9 and v12's widths every few hundred rows of M
+# (65 M ranges, 23 kernels for a 4096x4096 layer without it), each flip a kernel to build
+PREFER_V9_WITHIN = 0.03
+
+
+def misaligned_rows(K: int, elem_bytes: int = 2) -> bool:
+    """Whether rows of K elements are not whole 128-byte lines (TMA boxes straddle)."""
+    return (K * elem_bytes) % ROW_ALIGN_BYTES != 0
 
 
 def best(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
-    """The candidate the model predicts fastest ("v9" or "BMxBN" of v12)."""
-    return rank(M, N, K, sm_count)[0][1]
+    """The candidate the model predicts fastest ("v9", "BMxBN" of v12, or its pair
+    "BMxBNc2" by the misaligned-row rule above)."""
+    ranked = rank(M, N, K, sm_count)
+    top, pick = ranked[0]
+    v9 = next((t for t, c in ranked if c == V9), None)
+    if v9 is not None and v9 <= top * (1 + PREFER_V9_WITHIN):
+        pick = V9
+    if pick != V9 and misaligned_rows(K) and sm_count % 2 == 0:
+        bm, bn, _ = tile(pick)
+        pair = name(bm, bn, 2)
+        if pair in params() and M > bm:
+            return pair
+    return pick
 
 
 def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
@@ -166,8 +218,9 @@ def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
     """The fastest v12 tile ("BMxBN") the model predicts, v9 left out: what a GEMM with a
     fused epilogue (tirx_gemm.epilogue) gets, since only v12 builds the epilogue (v9 and
     v11 have none). M, N, K are the kernel's GEMM (SwiGLU: N = 2 x the output columns).
-    The model has no term for the epilogue's own cost (fitted on plain runs)."""
-    return next(c for _, c in rank(M, N, K, sm_count) if c != V9)
+    The model has no term for the epilogue's own cost (fitted on plain runs). One-CTA
+    tiles only: v12's CTA pairs have not been checked with an epilogue on a GPU."""
+    return next(c for _, c in rank(M, N, K, sm_count) if not clustered(c))
 
 
 def epilogue_step(M: int, N: int, K: int, epi: dict, sm_count: int = SMS_H200,

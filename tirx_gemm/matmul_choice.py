@@ -225,8 +225,12 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
 
 
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int) -> dict:
-    bm, bn = (int(x) for x in pick.split("x"))
-    return {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
+    from tirx_gemm import chooser
+    bm, bn, cluster = chooser.tile(pick)
+    kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
+    if cluster > 1:
+        kw["CLUSTER"] = cluster
+    return kw
 
 
 VARIANTS_MAX_M = 16384  # variants() covers every M up to this (and v9's settled point)

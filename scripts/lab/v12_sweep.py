@@ -4,7 +4,7 @@ against torch.matmul in the same run; the data the chooser's cost model is fitte
 v12 built with RUNTIME_M and RUNTIME_NK takes the whole shape at run time, so one kernel per
 (menu entry, dtype) serves every suite shape:
 
-    python scripts/lab/v12_sweep.py export --out .gpu/v12 [--dtypes bfloat16]     # here
+    python scripts/lab/v12_sweep.py export --out .gpu/v12 [--dtypes bfloat16] [--cluster]  # here
     python scripts/lab/v12_sweep.py run --bundle .gpu/v12 --out FILE.jsonl           # GPU host
         [--suite tirx_gemm/suites/models.json] [--dtypes bfloat16] [--budget-s 300]
 
@@ -26,23 +26,35 @@ from pathlib import Path
 
 MENU = ((64, 16), (64, 32), (64, 48), (64, 64), (64, 96), (64, 128), (64, 256),
         (128, 64), (128, 96), (128, 128), (128, 192), (128, 256))
+# CLUSTER=2 (a CTA pair along M sharing the B tile by multicast): `export --cluster`
+CLUSTER_MENU = ((64, 64), (64, 96), (64, 128), (64, 192), (64, 256),
+                (128, 96), (128, 128), (128, 192), (128, 256))
+# the widths between MENU's (`export --widths`): BLK_N any multiple of 16, so that a
+# shape's column tiles can fill a wave (1536 = 10.7 x 144: 11 x 12 = 132 tiles)
+WIDTHS_MENU = tuple((bm, bn) for bm in (64, 128) for bn in (80, 112, 144, 160, 176, 208, 224, 240))
 L2_BYTES = 60 << 20
 LAUNCHES = 20
 
 
-def label(bm, bn):
-    return f"{bm}x{bn}"
+def label(bm, bn, cluster=1):
+    return f"{bm}x{bn}" + ("" if cluster == 1 else f"c{cluster}")
 
 
-def export(out: Path, dtypes) -> int:
+def export(out: Path, dtypes, cluster: bool = False, widths: bool = False) -> int:
     from tirx_gemm import registry
     from tirx_gemm.compile import bundle
     step = registry.get("v12", "sm_90a")
     reqs = []
     for dt in dtypes:
-        for bm, bn in MENU:
+        for bm, bn in (WIDTHS_MENU if widths else MENU):
             kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "RUNTIME_M": True,
                   "RUNTIME_NK": True}
+            if dt != "float16":
+                kw["dtype"] = dt
+            reqs.append((step, (128, 256, 256), kw))
+        for bm, bn in CLUSTER_MENU if cluster else ():
+            kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "RUNTIME_M": True,
+                  "RUNTIME_NK": True, "CLUSTER": 2}
             if dt != "float16":
                 kw["dtype"] = dt
             reqs.append((step, (128, 256, 256), kw))
@@ -104,7 +116,8 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
     for e in load_manifest(bundle):
         kw = e.get("kwargs") or {}
         if e["step"] == "v12":
-            kernels[(kw.get("dtype", "float16"), kw["BLK_M"], kw["BLK_N"])] = \
+            kernels[(kw.get("dtype", "float16"), kw["BLK_M"], kw["BLK_N"],
+                     kw.get("CLUSTER", 1))] = \
                 load_kernel(str(bundle / e["lib"]))
     s = suites.load_suite(suite_path)
     dev = torch.cuda.get_device_name()
@@ -131,10 +144,10 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
                    "git_sha": git_sha(), "date": time.strftime("%Y-%m-%d"),
                    "torch_ms": t_torch, "candidates": {}}
             line = []
-            for (dt, bm, bn), kern in sorted(kernels.items()):
+            for (dt, bm, bn, cl), kern in sorted(kernels.items()):
                 if dt != dtype:
                     continue
-                name = label(bm, bn)
+                name = label(bm, bn, cl)
                 a, b, d = ins[0]
                 d.fill_(float("nan"))
                 try:
@@ -170,6 +183,10 @@ def main(argv) -> int:
     e = sub.add_parser("export")
     e.add_argument("--out", type=Path, required=True)
     e.add_argument("--dtypes", default="bfloat16")
+    e.add_argument("--cluster", action="store_true",
+                   help="also the CLUSTER=2 entries (CLUSTER_MENU)")
+    e.add_argument("--widths", action="store_true",
+                   help="WIDTHS_MENU instead of MENU (the one-CTA widths between MENU's)")
     r = sub.add_parser("run")
     r.add_argument("--bundle", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
@@ -178,7 +195,7 @@ def main(argv) -> int:
     r.add_argument("--budget-s", type=float, default=300)
     a = p.parse_args(argv)
     if a.cmd == "export":
-        return export(a.out, a.dtypes.split(","))
+        return export(a.out, a.dtypes.split(","), a.cluster, a.widths)
     return run(a.bundle, a.out, a.suite, a.dtypes.split(","), a.budget_s)
 
 

@@ -28,7 +28,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
-              B_HINT: str | None = None, SWAP_AB: bool = False):
+              B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
@@ -39,6 +39,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       stays; the last BLK_N % 64 columns go from the packed registers to D by guarded 4-byte
       stores. min(tiles, SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order.
       RUNTIME_M / RUNTIME_NK: M (and N, K) are run-time variables, one kernel for every shape.
+      CLUSTER=2: v9's CTA pair along M, back on the menu: the pair's two tiles share their
+      B tile, each CTA loading half of it multicast into both (a third less L2-to-SM
+      traffic at 64x128), the stage released by both CTAs' consumers.
     Why: the number of tiles decides how many SMs work. v9's 256x256 cluster tile gives
       1024^3 32 busy SMs of 132; 128x64 tiles give 128. Smaller tiles cost bytes per MAC,
       2 x (1/BLK_M + 1/BLK_N): large shapes want the big tile, small and decode shapes the
@@ -56,6 +59,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       registers (no staging tile). No keyword: the plain kernel's CUDA, unchanged.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: N is D's columns, B has 2N rows);
       dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256];
+      CLUSTER 1 or 2 (2: SM_COUNT even; not with SWAP_AB, MMA_LAG > 1 or TMA hints);
       2 <= PIPE_DEPTH, stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1;
       PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128, BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
@@ -90,6 +94,18 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if not isinstance(flag, bool):
             raise ValueError(f"{name}={flag!r} must be True or False")
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    # CLUSTER=2: two CTAs of consecutive BLK_M row blocks share the MMA's B tile (rows
+    # n_st.. of B), each TMA-loading half of it multicast to both (v9's pair)
+    if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
+        raise ValueError(f"CLUSTER={CLUSTER!r} must be 1 or 2 (CTAs along M sharing B)")
+    if CLUSTER == 2:
+        if SWAP_AB:
+            raise ValueError("CLUSTER=2 takes no SWAP_AB: the shared operand would be the "
+                             "token tile, a few rows (nothing to save)")
+        if MMA_LAG != 1 or L2_PROMO or A_HINT or B_HINT:
+            raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
+                             "L2_PROMO, A_HINT or B_HINT)")
+        W.check_cluster_pool(SM_COUNT)
     NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread
@@ -145,21 +161,40 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     K_DIM = tvm.tirx.Var("K", "int32") if RUNTIME_NK else K
     ROWS_DIM, COLS_DIM = (NB_DIM, M_DIM) if SWAP_AB else (M_DIM, NB_DIM)  # the MMA's M, N
     M_TILES = (ROWS_DIM + BLK_M - 1) // BLK_M
+    # the scheduler walks cluster tiles: CLUSTER row blocks (the last pair may reach past M:
+    # both CTAs still take part, the second's loads zero-filled and its stores clipped)
+    M_CTILES = (ROWS_DIM + CLUSTER * BLK_M - 1) // (CLUSTER * BLK_M)
+    B_HALF = BLK_N // CLUSTER      # B rows each CTA of a pair loads (multiple of 8)
     N_TILES = (COLS_DIM + BLK_N - 1) // BLK_N
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
-    NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else min(SM_COUNT, M_TILES * N_TILES)
+    NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
+        min(SM_COUNT, M_CTILES * N_TILES * CLUSTER)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    @T.inline
+    def release(mma2tma, stage, tid_in_wg):
+        # a consumer warpgroup's wgmmas are done reading `stage`: its empty barrier
+        # (CLUSTER=2: in both CTAs, whose multicasts write it)
+        if CLUSTER == 2:
+            W.release_stage_in_cluster(mma2tma, stage, tid_in_wg)
+        else:
+            if tid_in_wg == 0:
+                mma2tma.arrive(stage)
 
     # the kernel body; bias is None without BIAS (no bias operand)
     @T.inline
     def gemm(A, B, D, bias):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
+        if CLUSTER == 2:
+            rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the pair
+        else:
+            rank = T.meta_var(0)
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -180,22 +215,28 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         # tma2mma[s]: the producer thread arrives once per load into stage s
         #   (arrive.expect_tx for the whole (BLK_M + BLK_N) x 64 box pair, zero-filled edges
         #   included) and the TMA unit completes the bytes; every consumer thread waits.
-        #   Initial phase 0; consumers wait from phase 0.
-        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
-        #   once its wgmmas have finished reading stage s; the producer waits before
-        #   reloading it. Initial phase 0; the producer waits from phase 1, which a fresh
-        #   barrier counts as complete: every stage starts empty.
+        #   Initial phase 0; consumers wait from phase 0. CLUSTER=2: the bytes of the
+        #   peer's B half complete on this CTA's barrier too (its multicast).
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals;
+        #   CLUSTER=2: of both CTAs, CLUSTER * NUM_CONSUMERS, half of them remote) once its
+        #   wgmmas have finished reading stage s; the producer waits before reloading it.
+        #   Initial phase 0; the producer waits from phase 1, which a fresh barrier counts
+        #   as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
                 tma2mma.init(1)
-                mma2tma.init(NUM_CONSUMERS)
-        W.publish_setup()
+                mma2tma.init(CLUSTER * NUM_CONSUMERS)
+        if CLUSTER == 2:  # the peer signals these barriers: publish the inits cluster-wide
+            W.publish_setup_cluster()
+        else:
+            W.publish_setup()
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M_TILES, num_n_tiles=N_TILES, num_clusters=NUM_CTAS,
-            l2_group_size=L2_GROUP)
-        scheduler.init(bx)
+            "ts", num_m_tiles=M_CTILES, num_n_tiles=N_TILES,
+            num_clusters=NUM_CTAS // CLUSTER, l2_group_size=L2_GROUP)
+        scheduler.init(bx // CLUSTER)
+
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
                            increase=False):
@@ -203,11 +244,17 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
-                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        if SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
+                        if CLUSTER == 2:  # own A tile; own half of B, multicast to both
+                            W.tma_load_multicast_b(
+                                Asmem[ring.stage, :, :],
+                                Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
+                                A, B, m_st, n_st + rank * B_HALF, k * BLK_K, BLK_M, B_HALF,
+                                BLK_K, BLK_N, tma2mma.ptr(ring.stage))
+                        elif SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, :, :], B, A, m_st, n_st,
                                              k * BLK_K, BLK_M, BLK_N, BLK_K,
@@ -239,7 +286,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             prev_m: T.int32 = 0    # where that tile goes
             prev_n: T.int32 = 0
             while scheduler.valid():
-                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * OUT_N)  # D's columns of this tile
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
@@ -271,8 +318,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     W.mma_wait(MMA_LAG)
                     if MMA_LAG == 1:
                         if k > 0:
-                            if tid_in_wg == 0:
-                                mma2tma.arrive(held)
+                            release(mma2tma, held, tid_in_wg)
                         held = ring.stage
                     else:
                         if k >= MMA_LAG:
@@ -288,8 +334,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     W.fence_operands(bvals, BLK_N // 4)
                 W.mma_wait(0)  # the tile's last slice is done too
                 if MMA_LAG == 1:
-                    if tid_in_wg == 0:
-                        mma2tma.arrive(held)
+                    release(mma2tma, held, tid_in_wg)
                 else:
                     # the last min(MMA_LAG, K_TILES) slices' stages, most recent first
                     for j in T.unroll(MMA_LAG):
@@ -333,6 +378,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
+
+        if CLUSTER == 2:
+            # the peer multicasts into this CTA's SMEM and arrives on its barriers until it
+            # is done: neither CTA may exit (releasing its SMEM) before both are
+            T.cuda.cluster_sync()
 
     if BIAS:
         @T.prim_func
