@@ -18,7 +18,7 @@ MODULE = re.compile(r"tirx_gemm(\.\w+)+(:\w+)?")
 FILE = re.compile(r"[\w.-]+(/[\w.-]+)*\.(py|json|jsonl|c|toml|sh|tgz|tsv|md)")
 # strings of that form that are not paths of this checkout, each with why
 NOT_PATHS = {
-    "tirx_gemm.resident_clusters": "a PrimFunc attribute name (sim/gate.py)",
+    "tirx_gemm.resident_clusters": "a PrimFunc attribute name (sim/runcase.py)",
     "kernel.tir.py": "an artefact a build writes",
     "meta.json": "an artefact a build writes",
     "error.json": "what a failed build worker writes",
