@@ -144,6 +144,14 @@ def test_key_sources_exist_for_every_step():
             assert source.is_file(), f"{step.key}: key source {source} does not exist"
 
 
+def test_the_key_covers_every_module_of_the_hopper_package():
+    """hopper/ is one module per job (issue 30): a module added there without joining
+    KEY_SOURCES would leave sm_90a builds cached on its old bytes."""
+    listed = set(cache.KEY_SOURCES["sm_90a"])
+    modules = {f"hopper/{p.name}" for p in (cache.PKG_DIR / "hopper").glob("*.py")}
+    assert modules and modules <= listed, sorted(modules - listed)
+
+
 def test_the_key_covers_the_pipeline():
     """Changing the compile pipeline (nvcc flags live there) changes every key."""
     names = {n for names in cache.KEY_SOURCES.values() for n in names}
