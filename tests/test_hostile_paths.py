@@ -18,7 +18,7 @@ MODULE = re.compile(r"tirx_gemm(\.\w+)+(:\w+)?")
 FILE = re.compile(r"[\w.-]+(/[\w.-]+)*\.(py|json|jsonl|c|toml|sh|tgz|tsv|md)")
 # strings of that form that are not paths of this checkout, each with why
 NOT_PATHS = {
-    "tirx_gemm.resident_clusters": "a PrimFunc attribute name (sim/gate.py)",
+    "tirx_gemm.resident_clusters": "a PrimFunc attribute name (sim/runcase.py)",
     "kernel.tir.py": "an artefact a build writes",
     "meta.json": "an artefact a build writes",
     "error.json": "what a failed build worker writes",
@@ -142,6 +142,14 @@ def test_key_sources_exist_for_every_step():
     for step in registry.STEPS:
         for source in cache.key_sources(step):
             assert source.is_file(), f"{step.key}: key source {source} does not exist"
+
+
+def test_the_key_covers_every_module_of_the_hopper_package():
+    """hopper/ is one module per job (issue 30): a module added there without joining
+    KEY_SOURCES would leave sm_90a builds cached on its old bytes."""
+    listed = set(cache.KEY_SOURCES["sm_90a"])
+    modules = {f"hopper/{p.name}" for p in (cache.PKG_DIR / "hopper").glob("*.py")}
+    assert modules and modules <= listed, sorted(modules - listed)
 
 
 def test_the_key_covers_the_pipeline():

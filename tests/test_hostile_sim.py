@@ -14,13 +14,13 @@ import time
 import pytest
 
 from tirx_gemm import cli, registry
-from tirx_gemm.sim import gate
+from tirx_gemm.sim import batch, environment, gate
 
 
 @pytest.fixture
 def crates_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TIRX_GEMM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setitem(gate._VENDORED_HOME, "path", None)
+    monkeypatch.setitem(environment._VENDORED_HOME, "path", None)
     return tmp_path / "cache"
 
 
@@ -75,7 +75,7 @@ def test_an_archive_with_a_link_or_an_escape_is_refused(crates_cache, tmp_path, 
 
 
 def test_cargo_points_at_the_vendored_crates_unless_the_user_chose(crates_cache, monkeypatch):
-    monkeypatch.setattr(gate, "_harness_version", lambda: gate.HARNESS_VERSION)
+    monkeypatch.setattr(environment, "_harness_version", lambda: gate.HARNESS_VERSION)
     env = {}
     note = gate.use_vendored_crates(env)
     assert env["CARGO_HOME"] == str(gate.crates_dir() / "cargo-home") and "offline" in note
@@ -87,7 +87,7 @@ def test_cargo_points_at_the_vendored_crates_unless_the_user_chose(crates_cache,
     assert "registry" in gate.use_vendored_crates(reg) and "CARGO_HOME" not in reg
     with pytest.raises(ValueError, match=gate.CRATES_ENV):
         gate.use_vendored_crates({gate.CRATES_ENV: "sometimes"})
-    monkeypatch.setattr(gate, "_harness_version", lambda: "0.2.0")
+    monkeypatch.setattr(environment, "_harness_version", lambda: "0.2.0")
     other = {}
     assert "0.2.0" in gate.use_vendored_crates(other) and "CARGO_HOME" not in other
 
@@ -146,7 +146,7 @@ def test_a_failure_every_case_would_repeat_stops_at_the_first_case(monkeypatch, 
         calls.append(case)
         raise gate.SimEnvironmentError(gate.environment_failure(NumSimBuildError(OFFLINE_LOG)))
 
-    monkeypatch.setattr(gate, "run_case", run_case)
+    monkeypatch.setattr(batch, "run_case", run_case)  # where simulate calls it
     cases = gate.cases_for(registry.get("v4", "sm_100a"))
     assert len(cases) > 1
     with pytest.raises(gate.SimEnvironmentError, match="stopped at the first case"):
@@ -155,13 +155,13 @@ def test_a_failure_every_case_would_repeat_stops_at_the_first_case(monkeypatch, 
 
 
 def test_the_cli_says_it_in_one_line_with_exit_2(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(gate, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(gate, "crates_note", lambda: "cargo: test")
+    monkeypatch.setattr(environment, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(environment, "crates_note", lambda: "cargo: test")
 
     def run_case(case, **_):
         raise gate.SimEnvironmentError(gate.environment_failure(NumSimBuildError(OFFLINE_LOG)))
 
-    monkeypatch.setattr(gate, "run_case", run_case)
+    monkeypatch.setattr(batch, "run_case", run_case)  # where simulate calls it
     rc = cli.main(["sim", "v4", "--log", str(tmp_path / "log.txt")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err

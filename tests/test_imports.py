@@ -14,6 +14,8 @@ def _imports(path: Path) -> set[str]:
     "compile.cache" (a module) or "compile" (a name in the package), whichever exists."""
     out = set()
     here = _name(path).split(".")
+    if path.name == "__init__.py":  # a package's own level: `from .x import y` is its x
+        here.append("__init__")
 
     def add(dotted: str, names=()):
         for n in names:
@@ -102,6 +104,13 @@ def _path(g, a, b):
 def test_tangle_finder_finds_a_planted_cycle():
     assert tangles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
     assert tangles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_package_init_resolves_relative_imports_inside_the_package():
+    """``from .fp8 import x`` in hopper/__init__.py is hopper/fp8.py (not tirx_gemm/fp8.py),
+    ``from ..helpers import y`` is helpers.py."""
+    deps = graph()["hopper"]
+    assert {"hopper.fp8", "helpers"} <= deps and "fp8" not in deps, deps
 
 
 def test_no_import_cycles():

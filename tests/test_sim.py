@@ -17,6 +17,7 @@ import pytest
 
 from tirx_gemm import registry
 from tirx_gemm import mutants
+from tirx_gemm.sim import batch
 from tirx_gemm.sim import gate as sim
 
 SIM_STEPS = registry.all_steps("sm_100a")
@@ -479,8 +480,8 @@ def test_simulate_with_jobs_runs_the_first_case_alone_then_the_rest_in_a_pool(
         verdicts = dict(numsim="WRONG", sync="error") if case.mutant else {}
         return _case_row(case, **verdicts)
 
-    monkeypatch.setattr(sim, "run_case", fake_run_case)
-    monkeypatch.setattr(sim, "_pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(jobs))
+    monkeypatch.setattr(batch, "run_case", fake_run_case)  # where simulate calls it
+    monkeypatch.setattr(batch, "_pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(jobs))
     cases = sim.cases_for(registry.get("v2", "sm_100a")) + [sim.mutant_case("consumer-phase-1")]
     out = []
     rows = sim.simulate(cases, log_path=tmp_path / "log.txt", out=out.append, jobs=2)
@@ -509,7 +510,7 @@ def test_simulate_prints_each_row_as_it_finishes_and_a_heartbeat_while_a_case_ru
                           dict(case.kwargs), numsim="correct", sync="clean", race="clean",
                           ok=True)
 
-    monkeypatch.setattr(sim, "run_case", slow_case)
+    monkeypatch.setattr(batch, "run_case", slow_case)
     cases = sim.cases_for(registry.get("v1", "sm_100a"))[:2]
     rows, beats = [], io.StringIO()
     sim.simulate(cases, log_path=tmp_path / "log.txt", out=rows.append, heartbeat_s=0.2,

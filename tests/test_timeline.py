@@ -3,7 +3,7 @@ side, tirx_gemm.report.timeline_view and .timeline_files): the buffer format, de
 pairing (begin/end and wait_group drains), the window kept in the repository, the Chrome
 trace JSON, the Gantt PNG, the summary, the CLI parser, and (with TVM) that the event hooks
 in the verbs change nothing in a normal build (the steps' PrimFuncs equal those built with
-the hooks cut out of helpers.py / hopper.py), that no step file carries a timeline line,
+the hooks cut out of helpers.py / hopper/), that no step file carries a timeline line,
 and that an instrumented build of a real step gains exactly one operand, its events, and
 is refused for sm_100a (no clock) and for steps that never start the recording."""
 
@@ -341,7 +341,7 @@ def _cut_hooks(source: str) -> str:
 
 @pytest.fixture(scope="module")
 def hookless(tmp_path_factory):
-    """A package ``tl_hookless`` with helpers.py / hopper.py / blackwell.py cut of hooks."""
+    """A package ``tl_hookless`` with helpers.py / hopper/ / blackwell.py cut of hooks."""
     pytest.importorskip("tvm")
     import importlib
     from pathlib import Path
@@ -351,8 +351,11 @@ def hookless(tmp_path_factory):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     src = Path(tirx_gemm.__file__).parent
-    for name in ("helpers.py", "hopper.py", "blackwell.py"):
+    for name in ("helpers.py", "blackwell.py"):
         (pkg / name).write_text(_cut_hooks((src / name).read_text()))
+    (pkg / "hopper").mkdir()  # a package: one module per job
+    for path in sorted((src / "hopper").glob("*.py")):
+        (pkg / "hopper" / path.name).write_text(_cut_hooks(path.read_text()))
     sys.path.insert(0, str(root))
     try:
         yield importlib.import_module("tl_hookless")

@@ -108,7 +108,7 @@ def main(argv=None) -> int:
         args.target_given = args.target is not None
         args.target = args.target or "matmul"
     from tirx_gemm.compile.api import BuildError
-    from tirx_gemm.sim.gate import SimUnavailable
+    from tirx_gemm.sim.environment import SimUnavailable
     try:
         return args.fn(args)
     except (ValueError, BuildError, OSError, SimUnavailable, *_runner_errors()) as exc:

@@ -1,4 +1,4 @@
-"""`tirx-gemm sim`: sm_100a steps on NumSim, a CPU model of Blackwell (tirx_gemm/sim/gate.py)."""
+"""`tirx-gemm sim`: sm_100a steps on NumSim, a CPU model of Blackwell (tirx_gemm/sim/)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tirx_gemm.numerics import DTYPES
 
 
 def register(sub) -> None:
-    from tirx_gemm.sim.gate import CHECKS
+    from tirx_gemm.sim.cases import CHECKS
     p = sub.add_parser(
         "sim", help="run sm_100a steps on a CPU model of Blackwell (NumSim) + sync/race checks",
         description="Simulate sm_100a steps with tirx-harness NumSim at the registry's "
@@ -54,7 +54,7 @@ def _sim_jobs(requested: int | None, n_cases: int) -> int:
 
 
 def _parse_checks(text: str) -> tuple[str, ...]:
-    from tirx_gemm.sim.gate import CHECKS
+    from tirx_gemm.sim.cases import CHECKS
     checks = tuple(c.strip() for c in text.split(",") if c.strip())
     bad = [c for c in checks if c not in CHECKS]
     if bad or not checks:
@@ -64,9 +64,10 @@ def _parse_checks(text: str) -> tuple[str, ...]:
 
 def cmd_sim(args) -> int:
     """`tirx-gemm sim`: the registry's simulation cases (or --mnk, or a mutant) on NumSim."""
-    from tirx_gemm.sim.gate import (ARCH, CHECKS, SimUnavailable, append_records, cases_for,
-                                    crates_note, default_log_path, mutant_case, simulate,
-                                    unavailable_reason)
+    from tirx_gemm.sim.batch import default_log_path, simulate
+    from tirx_gemm.sim.cases import ARCH, CHECKS, cases_for, mutant_case
+    from tirx_gemm.sim.environment import SimUnavailable, crates_note, unavailable_reason
+    from tirx_gemm.sim.rows import append_records
     checks = _parse_checks(args.check)
     mnk = args.mnk
     if args.mutant:
@@ -99,7 +100,7 @@ def cmd_sim(args) -> int:
     if args.mutant:
         cases = [mutant_case(args.mutant, mnk, dtype)]
     if getattr(args, "mutants", False):
-        from tirx_gemm.sim.gate import mutant_cases
+        from tirx_gemm.sim.cases import mutant_cases
         cases += mutant_cases()
     jobs = _sim_jobs(getattr(args, "jobs", None), len(cases))
     if mnk:  # a shape (or dtype) the step rejects fails here, before any simulation starts
@@ -116,7 +117,7 @@ def cmd_sim(args) -> int:
           "busy cores; cached after; the heartbeat says \"building NumSim engines\" until "
           f"they are); {note}. Each row prints as its case finishes; the full checker text "
           f"goes to {log_path}", flush=True)
-    from tirx_gemm.sim.gate import checks_for
+    from tirx_gemm.sim.cases import checks_for
     fewer = [c for c in cases if checks_for(c, cases, checks) != tuple(checks)]
     if fewer:
         print(f"{len(fewer)} case(s) run fewer checks (gate.checks_for): a bfloat16 case whose "
@@ -128,7 +129,7 @@ def cmd_sim(args) -> int:
     rows = simulate(cases, checks=checks, seed=args.seed, log_path=log_path,
                     heartbeat_s=HEARTBEAT_S, jobs=jobs,
                     out=lambda s: print(s, flush=True))
-    from tirx_gemm.sim.gate import row_verdict
+    from tirx_gemm.sim.rows import row_verdict
     if args.mutant:  # one mutant, as a user simulates it: the gate's own verdict (it fails)
         bad, real = [r for r in rows if not r.ok], rows
     else:  # with --mutants, a mutant's row counts as passing when the gate caught it

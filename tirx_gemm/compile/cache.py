@@ -52,8 +52,10 @@ LOCK = "owner.lock"
 # a source silently left out of the key; tests/test_hostile_errors.py checks them all)
 KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell.py", "timeline.py", "compile/pipeline.py",
                            "compile/cudalibs.py"),
-               "sm_90a": ("helpers.py", "hopper.py", "timeline.py", "compile/pipeline.py",
-                          "compile/cudalibs.py")}
+               "sm_90a": ("helpers.py", "hopper/__init__.py", "hopper/wgmma.py",
+                          "hopper/stores.py", "hopper/fused.py", "hopper/cluster.py",
+                          "hopper/fp8.py", "hopper/checks.py", "timeline.py",
+                          "compile/pipeline.py", "compile/cudalibs.py")}
 STALE_UNOWNED_S = 600  # a work folder without a lock file is a crash between two syscalls
 
 

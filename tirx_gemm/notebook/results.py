@@ -86,17 +86,19 @@ def simulation(step_id: str, *, live: bool | None = None) -> Md:
     simulator is installed (Python >= 3.12, ``pip install -e ".[sim]"``), else the step's
     latest recorded simulation (results/sim/). Correctness and synchronization on a model;
     no timing."""
-    from tirx_gemm.sim import gate as sim
-    step = _step(step_id, sim.ARCH)
+    from tirx_gemm.sim.batch import simulate
+    from tirx_gemm.sim.cases import ARCH, cases_for
+    from tirx_gemm.sim.environment import unavailable_reason
+    step = _step(step_id, ARCH)
     if step is None:
         return Md(f"{step_id} has no sm_100a step to simulate.")
-    why = sim.unavailable_reason()
+    why = unavailable_reason()
     if live is None:
         live = why is None
     if live:
         lines: list[str] = []
         log_path = Path(tempfile.mkdtemp(prefix="tirx-gemm-sim-")) / f"{step_id}.txt"
-        rows = sim.simulate(sim.cases_for(step), log_path=log_path, out=lines.append)
+        rows = simulate(cases_for(step), log_path=log_path, out=lines.append)
         ok = sum(r.ok for r in rows)
         return Md(f"Simulated here on NumSim ({ok}/{len(rows)} cases correct and clean; full "
                   f"checker text in `{log_path}`):\n\n```\n" + "\n".join(lines) + "\n```")

@@ -1,0 +1,86 @@
+"""The fused epilogue in registers (issue 28): bias, activation and SwiGLU on the fp32 fragment, before the cast."""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ..helpers import ACC_DTYPE
+
+# --- issue 28: the fused epilogue on the fp32 accumulator fragment, in registers, before
+# the cast (the keywords, references and tolerances: tirx_gemm/epilogue.py). Each
+# activation is one device function of one fp32 value. The build passes --use_fast_math:
+# expf is then ex2.approx based (__expf, 2 + 1.16|x| ulp; written out below) and x / y
+# takes __fdividef (2 ulp; 0 once y > 2**126, where silu's true value is below 1e-36 anyway);
+# erff keeps its library form (2 ulp), but tanhf becomes tanh.approx.f32 (MUFU.TANH,
+# 2**-11 relative: as large as fp16's rounding), so gelu_tanh is written without tanh:
+# 0.5x(1 + tanh(y)) = x / (1 + exp(-2y)), exact algebra, the error of silu's form
+_ACT_FN = {
+    "relu": ("tirx_gemm_act_relu", """
+__device__ __forceinline__ float tirx_gemm_act_relu(float x) { return fmaxf(x, 0.0f); }
+"""),
+    "gelu": ("tirx_gemm_act_gelu", """
+__device__ __forceinline__ float tirx_gemm_act_gelu(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+"""),
+    "gelu_tanh": ("tirx_gemm_act_gelu_tanh", """
+__device__ __forceinline__ float tirx_gemm_act_gelu_tanh(float x) {
+  float y = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  return __fdividef(x, 1.0f + __expf(-2.0f * y));
+}
+"""),
+    "silu": ("tirx_gemm_act_silu", """
+__device__ __forceinline__ float tirx_gemm_act_silu(float x) {
+  return __fdividef(x, 1.0f + __expf(-x));
+}
+"""),
+}
+
+
+@T.inline
+def load_bias_fragment(bvals, n: int, bias, col0, N, lane_id):
+    """bvals[2j+e] <- bias[col0 + 8j + 2(l%4) + e] as fp32 (0 past N): the n/4 bias values
+    of this thread's columns of a 64 x n fragment, loaded once per tile (both rows h of a
+    thread share a column). Called before the tile's last wgmma wait, so the loads (L2
+    hits, issued back to back) are in flight while the last wgmmas run, not after them."""
+    for j in T.unroll(n // 8):
+        for e in T.unroll(2):
+            col = T.meta_var(col0 + 8 * j + 2 * (lane_id % 4) + e)
+            bvals[2 * j + e] = T.if_then_else(col < N, T.Cast(ACC_DTYPE, bias[col]),
+                                              T.float32(0))
+
+
+@T.inline
+def epilogue_bias_act(acc, n: int, bvals, act):
+    """acc[4j+2h+e] <- act(acc[4j+2h+e] + bvals[2j+e]) over a 64 x n fragment, the bias
+    values from :func:`load_bias_fragment` (column 8j + 2(l%4) + e of the fragment).
+    ``bvals`` None: no bias; ``act`` None: no activation."""
+    for j in T.unroll(n // 8):
+        for e in T.unroll(2):
+            for h in T.unroll(2):
+                if bvals is not None:
+                    if act is not None:
+                        acc[4 * j + 2 * h + e] = T.cuda.func_call(
+                            _ACT_FN[act][0], acc[4 * j + 2 * h + e] + bvals[2 * j + e],
+                            source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
+                    else:
+                        acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] + bvals[2 * j + e]
+                else:
+                    acc[4 * j + 2 * h + e] = T.cuda.func_call(
+                        _ACT_FN[act][0], acc[4 * j + 2 * h + e],
+                        source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
+
+
+@T.inline
+def epilogue_swiglu(acc, n: int):
+    """SwiGLU on a 64 x n fragment of the fused gate/up weight (groups of 8 columns: gate,
+    up, gate, ...; epilogue.SWIGLU_GROUP): 8-column block 2t holds the gate and block 2t+1
+    the up values of the same 8 outputs at the same places, so
+    acc[4t+2h+e] <- silu(acc[8t+2h+e]) * acc[8t+4+2h+e]. The n/4 results fill acc's first
+    registers in the fragment layout of a 64 x n/2 accumulator (in place: register 4t+k is
+    written only after 8t'+k' = 4t+k was read, t' < t)."""
+    for t in T.unroll(n // 16):
+        for k in T.unroll(4):
+            acc[4 * t + k] = T.cuda.func_call(
+                _ACT_FN["silu"][0], acc[8 * t + k], source_code=_ACT_FN["silu"][1],
+                return_type=ACC_DTYPE) * acc[8 * t + 4 + k]

@@ -1,0 +1,112 @@
+"""A case's operands (random, integer, fp8, epilogue; workspaces) and the check of its output."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tirx_gemm import epilogue as E
+from tirx_gemm import numerics
+from tirx_gemm.sim.cases import SimCase
+
+def workspace_specs(case: SimCase) -> tuple:
+    """((name, shape, dtype), ...) of the case's workspace operands; () for most steps."""
+    return tuple((str(n), tuple(int(x) for x in shape), str(dt)) for n, shape, dt in
+                 case.step.workspace_specs(case.M, case.N, case.K, dict(case.kwargs)))
+
+
+def _np_workspace_dtype(dt: str):
+    return numerics.np_dtype(dt) if dt in numerics.DTYPES else np.dtype(dt)
+
+
+def make_workspace_np(specs, poison: bool = False) -> dict:
+    """{name: numpy array} for workspace ``specs``: zero-filled; with ``poison`` the
+    floating-point (scratch) buffers are NaN instead, so a kernel that reads an element it
+    did not write first fails (the contract: registry.Step.workspace)."""
+    out = {}
+    for name, shape, dt in specs:
+        a = np.zeros(shape, dtype=_np_workspace_dtype(dt))
+        if poison and (a.dtype.kind == "f" or a.dtype.name in numerics.DTYPES):
+            a[...] = np.nan
+        out[name] = a
+    return out
+
+
+def workspace_dirt_np(specs, outputs) -> str:
+    """"" when every integer workspace buffer (tile counters) the simulator handed back is
+    all zeros, else what is left in which (the contract: the kernel leaves its counters
+    zero-filled; floating-point buffers are scratch)."""
+    dirty = []
+    for name, _, dt in specs:
+        a = _np_workspace_dtype(dt)
+        if name in outputs and a.kind in "iub":
+            n = int(np.count_nonzero(np.asarray(outputs[name])))
+            if n:
+                dirty.append(f"{name!r} has {n} nonzero element(s)")
+    if not dirty:
+        return ""
+    return "workspace " + ", ".join(dirty) + " after the kernel returned (it must leave its "\
+        "counters zero-filled)"
+
+
+def case_inputs_np(case: SimCase, kind: str, seed: int):
+    """(A, B, D, extra) of one case for input ``kind``: as numerics.make_inputs_np, and with
+    the case's epilogue keywords (tirx_gemm.epilogue): B is the fused gate/up weight (2N, K)
+    under SWIGLU (its gate and up halves interleaved by epilogue.interleave_gate_up_np),
+    D (all NaN) has the out dtype, and ``extra`` holds the ``bias`` operand (N,) of the
+    BIAS dtype (the kernel takes it by name after D)."""
+    kw = dict(case.kwargs)
+    if case.step.fp8 and kw.get("SCALE") == "mx":  # v13 MXFP8: UE8M0 SFs, blocked order
+        Aq, Bq, sfa, sfb, D = numerics.make_mx_inputs_np(case.M, case.N, case.K, seed,
+                                                         case.dtype)
+        return (numerics.fp8_bytes_np(Aq), numerics.fp8_bytes_np(Bq), D,
+                {"SFA": numerics.mx_block_sf_np(sfa, case.K),
+                 "SFB": numerics.mx_block_sf_np(sfb, case.K)})
+    if case.step.fp8:  # v13: e4m3 A, B as their uint8 bytes; fp32 scales SA, SB after D
+        Aq, Bq, sa, sb, D = numerics.make_fp8_inputs_np(
+            case.M, case.N, case.K, kw.get("SCALE", "tensor"), seed, case.dtype)
+        return (numerics.fp8_bytes_np(Aq), numerics.fp8_bytes_np(Bq), D,
+                {"SA": sa, "SB": sb})
+    epi = E.validate(kw)
+    dtype = case.dtype
+    if epi["SWIGLU"]:
+        A, B2, _ = numerics.make_inputs_np(case.M, 2 * case.N, case.K, kind, seed, dtype)
+        B = E.interleave_gate_up_np(B2[:case.N], B2[case.N:])
+    else:
+        A, B, _ = numerics.make_inputs_np(case.M, case.N, case.K, kind, seed, dtype)
+    od = E.out_dtype(epi, dtype)
+    D = np.full((case.M, case.N), np.nan,
+                dtype=np.float32 if od == "float32" else numerics.np_dtype(od))
+    extra = {"bias": E.make_bias_np(case.N, epi["BIAS"], seed)} if epi["BIAS"] else {}
+    return A, B, D, extra
+
+
+def input_kinds(case: SimCase) -> tuple[str, ...]:
+    """The input kinds a case runs: numerics.INPUT_KINDS (random, small integers); an fp8
+    case (registry.Step.fp8) runs one set, randn quantized to e4m3 with its scales
+    (numerics.make_fp8_inputs_np): the exact small-integer check has no fp8 twin here."""
+    return ("random",) if case.step.fp8 else numerics.INPUT_KINDS
+
+
+def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
+    """The compare of one case's output: a plain case by numerics' rules (exact for the
+    small-integer inputs); an epilogue case against epilogue.reference_np under
+    epilogue.tolerance (its functions are not exact even on integer inputs)."""
+    kw = dict(case.kwargs)
+    if case.step.fp8 and kw.get("SCALE") == "mx":  # 2**(sf - 127) per 32 of K, fp32 sums
+        ref = numerics.reference_mx_np(
+            numerics.fp8_from_bytes_np(A), numerics.fp8_from_bytes_np(B),
+            numerics.mx_unblock_sf_np(extra["SFA"], case.M, case.K),
+            numerics.mx_unblock_sf_np(extra["SFB"], case.N, case.K))
+        return numerics.compare_fp8_np(out, ref, out_dtype=case.dtype, K=case.K,
+                                       promote=numerics.fp8_promote(kw))
+    if case.step.fp8:  # the fp32 product of the dequantized e4m3 inputs, fp8 tolerances
+        ref = numerics.reference_fp8_np(numerics.fp8_from_bytes_np(A),
+                                        numerics.fp8_from_bytes_np(B), extra["SA"],
+                                        extra["SB"], kw.get("SCALE", "tensor"))
+        return numerics.compare_fp8_np(out, ref, out_dtype=case.dtype, K=case.K,
+                                       promote=numerics.fp8_promote(kw))
+    if E.is_plain(kw):
+        return numerics.compare_np(out, numerics.reference_np(A, B), dtype=case.dtype,
+                                   exact=kind == "int")
+    ref = E.reference_np(A, B, kw, extra.get("bias"))
+    return E.compare_np(out, ref, kw, case.dtype, K=case.K)
