@@ -56,6 +56,17 @@ def test_the_suite_ships_as_package_data():
     assert any(rel.match(p) for p in patterns), patterns
 
 
+def test_every_subpackage_ships_in_the_wheel():
+    """Each folder of tirx_gemm/ with an __init__.py is listed in pyproject's packages (an
+    unlisted one is left out of a built wheel: tirx_gemm.cli once was, the entry point's
+    own package)."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(data["tool"]["setuptools"]["packages"])
+    found = {"tirx_gemm." + p.parent.relative_to(ROOT / "tirx_gemm").as_posix().replace("/", ".")
+             for p in (ROOT / "tirx_gemm").glob("*/**/__init__.py")}
+    assert found <= listed, sorted(found - listed)
+
+
 def write(tmp_path, data) -> Path:
     p = tmp_path / "suite.json"
     p.write_text(data if isinstance(data, str) else json.dumps(data))
