@@ -225,3 +225,23 @@ def test_the_installed_engines_lockfile_resolves_offline(crates_cache, tmp_path)
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "CARGO_HOME": str(gate.unpack_crates())})
     assert out.returncode == 0, out.stderr
+
+
+def test_the_gate_picks_rustcs_level_per_step_and_leaves_the_users_alone():
+    """-O0 for most steps, -O1 for the simulation-bound v1-v3, set around one case and
+    removed after (a spawned worker must not read the gate's choice as the user's); a
+    level the user set is kept and named as theirs."""
+    from tirx_gemm.sim import environment as env_mod
+    env = {}
+    with env_mod.opt_level_for("v7", env) as level:
+        assert level == env["NUMSIM_GENERATED_OPT_LEVEL"] == "0"
+    assert "NUMSIM_GENERATED_OPT_LEVEL" not in env
+    with env_mod.opt_level_for("v3", env) as level:
+        assert level == "1"
+    assert env == {}
+    assert "-O0, -O1 for v1, v2, v3" in env_mod.use_gate_opt_level(env)
+    env = {"NUMSIM_GENERATED_OPT_LEVEL": "3"}
+    with env_mod.opt_level_for("v7", env) as level:
+        assert level == "3"
+    assert env == {"NUMSIM_GENERATED_OPT_LEVEL": "3"}
+    assert "yours" in env_mod.use_gate_opt_level(env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import contextlib
 import os
 import platform
 import re
@@ -192,25 +193,50 @@ def _harness_version() -> str | None:
 _CRATES: dict = {"note": None}
 
 # NumSim turns each kernel into Rust and compiles it three times per case (numbers,
-# synccheck, racecheck); at rustc's -O3 that compile is most of a case's time. The gate
-# compiles them at -O0 unless the user set NUMSIM_GENERATED_OPT_LEVEL (0, 1 or 3): the same
-# model and checks, compiled faster, the gate's small shapes simulated a little slower
-# (measured on this project's 2-core CPU machine, engines built, each kernel's first run:
-# v7 at 384x256x320, all three checks, 52 s at -O1 against 24 s at -O0 (simulation 3.0 s
-# against 5.0 s of that); v9 at 512x256x192 109 s at -O1 against 267 s at -O3, other work
-# beside it). The engines' dependencies do not depend on the level below 3.
+# synccheck, racecheck); at rustc's -O3 that compile is most of a case's time. Unless the
+# user set NUMSIM_GENERATED_OPT_LEVEL (0, 1 or 3), the gate compiles each case's kernels at
+# the level that costs it the least CPU: -O0 (compiled fastest), but -O1 for the steps
+# whose simulation outweighs their compile (v1-v3: thread copies, every thread simulated).
+# The same model and checks at any level. CPU seconds per case (this project's 2-core
+# machine, engines built, each kernel's first run, all three checks), -O0 against -O1:
+# v3 256x384x192 131 / 75; v5 136x264x392 28 / 68; v7 384x256x384 47 / 96; v9 512x768x384
+# 53 / 98; v11 256x256x704 SPLIT_K=3 62 / 116. The engines' dependencies are the same
+# below -O3. The level is set around each case (opt_level_for) and put back after, so a
+# worker process never mistakes the gate's choice for the user's.
 OPT_LEVEL_ENV = "NUMSIM_GENERATED_OPT_LEVEL"
 GATE_OPT_LEVEL = "0"
+SIM_BOUND_STEPS = ("v1", "v2", "v3")  # compiled at -O1: their simulation dominates
+SIM_BOUND_OPT_LEVEL = "1"
+
+
+def gate_opt_level(step_id: str) -> str:
+    """The gate's rustc level for a step's kernels (without the user's choice)."""
+    return SIM_BOUND_OPT_LEVEL if step_id in SIM_BOUND_STEPS else GATE_OPT_LEVEL
+
+
+@contextlib.contextmanager
+def opt_level_for(step_id: str, environ=None):
+    """Within: NUMSIM_GENERATED_OPT_LEVEL is the user's, else :func:`gate_opt_level`'s
+    (removed again on the way out). Yields the level."""
+    env = os.environ if environ is None else environ
+    if env.get(OPT_LEVEL_ENV):
+        yield env[OPT_LEVEL_ENV]
+        return
+    env[OPT_LEVEL_ENV] = gate_opt_level(step_id)
+    try:
+        yield env[OPT_LEVEL_ENV]
+    finally:
+        env.pop(OPT_LEVEL_ENV, None)
 
 
 def use_gate_opt_level(environ=None) -> str:
-    """Set NumSim's generated-code opt level to GATE_OPT_LEVEL unless the user chose one;
-    one line saying which."""
+    """One line saying at which rustc level the gate compiles the kernels."""
     env = os.environ if environ is None else environ
     if env.get(OPT_LEVEL_ENV):
         return f"kernels compiled at rustc -O{env[OPT_LEVEL_ENV]} ({OPT_LEVEL_ENV}, yours)"
-    env[OPT_LEVEL_ENV] = GATE_OPT_LEVEL
-    return f"kernels compiled at rustc -O{GATE_OPT_LEVEL} (the gate's default; {OPT_LEVEL_ENV} overrides)"
+    return (f"kernels compiled at rustc -O{GATE_OPT_LEVEL}, -O{SIM_BOUND_OPT_LEVEL} for "
+            f"{', '.join(SIM_BOUND_STEPS)} (the gate's default, the least CPU per case; "
+            f"{OPT_LEVEL_ENV} overrides)")
 
 
 def crates_note() -> str:

@@ -10,7 +10,8 @@ import numpy as np
 from tirx_gemm import numerics
 from tirx_gemm.registry import Step
 from tirx_gemm.sim.cases import CHECKS, SimCase
-from tirx_gemm.sim.environment import SimEnvironmentError, crates_note, environment_failure
+from tirx_gemm.sim.environment import (SimEnvironmentError, crates_note, environment_failure,
+                                       opt_level_for)
 from tirx_gemm.sim.inputs import (case_inputs_np, check_output_np, input_kinds,
                                   make_workspace_np, workspace_dirt_np, workspace_specs)
 from tirx_gemm.sim.rows import SimRow
@@ -78,9 +79,14 @@ def run_case(case: SimCase, *, checks=CHECKS, seed: int = 0, log=lambda s: None,
     """Simulate one case; never raises for a kernel problem (it goes into the row). A
     failure of the machine's NumSim set-up that every case would repeat (no cargo, the
     engines' build failing) raises SimEnvironmentError naming the cause."""
+    crates_note()  # cargo builds from the vendored crates unless the user chose otherwise
+    with opt_level_for(case.step.id):  # rustc's level for this step (environment.py)
+        return _run_case(case, checks=checks, seed=seed, log=log, engine=engine)
+
+
+def _run_case(case: SimCase, *, checks, seed: int, log, engine) -> SimRow:
     from tirx_harness.numsim import Engine, transpile
     from tirx_harness.numsim.checkers import racecheck, synccheck
-    crates_note()  # cargo builds from the vendored crates unless the user chose otherwise
 
     step = case.step
     row = SimRow(step.id, step.arch, case.M, case.N, case.K, dict(case.kwargs), case.mutant)
