@@ -470,9 +470,12 @@ def test_simulate_with_jobs_runs_the_first_case_alone_then_the_rest_in_a_pool(
     import concurrent.futures
     import threading
     import time as _time
-    where = {}
+    where, calls = {}, []
 
     def fake_run_case(case, checks=sim.CHECKS, seed=0, log=lambda s: None, engine=None):
+        calls.append((case.label, tuple(checks)))
+        if len(calls) <= 3:  # warm_engines: one check kind per worker, the row dropped
+            return _case_row(case)
         where[case.label] = threading.current_thread() is threading.main_thread()
         if case.mutant is None and case.M == 128 and case.K == 64 and not case.kwargs:
             _time.sleep(0.2)  # the first case is the slow one: others finish before it
@@ -494,6 +497,9 @@ def test_simulate_with_jobs_runs_the_first_case_alone_then_the_rest_in_a_pool(
     positions = [log.index(f"text of {c.label}") for c in cases]
     assert positions == sorted(positions), log
     assert "2 at a time" in log.splitlines()[0]
+    # before anything else, each check kind's engine was built at once (one worker each)
+    assert sorted(calls[:3]) == sorted((cases[0].label, (k,)) for k in sim.CHECKS)
+    assert calls[3] == (cases[0].label, sim.CHECKS)
 
 
 def test_simulate_prints_each_row_as_it_finishes_and_a_heartbeat_while_a_case_runs(

@@ -85,6 +85,31 @@ def _case_in_worker(case: SimCase, checks, seed: int):
     return row, buf.getvalue(), native.getvalue()
 
 
+def _warm_kind(case: SimCase, check: str, seed: int) -> str:
+    """In a pool worker: one check of ``case``, which builds that check's NumSim engine on
+    a fresh machine (the row is discarded); the engines' own output, for the log."""
+    with _quiet_native() as native:
+        run_case(case, checks=(check,), seed=seed)
+    return native.getvalue()
+
+
+def warm_engines(case: SimCase, kinds, seed: int, log) -> None:
+    """Build the engines of every check kind in ``kinds`` at once, one worker process per
+    kind, each running ``case`` with that check alone. Each kind has its own engine (its
+    own cargo build: about 80, 90 and 110 s on two idle cores, more beside other work), and
+    much of a cargo build runs on one core, so three at once finish sooner than one after
+    the other. On a machine whose engines are built this costs a few seconds (the kernels
+    compiled here are then cached for the first case). Raises SimEnvironmentError as
+    run_case does."""
+    import concurrent.futures
+    with _pool(len(kinds)) as pool:
+        futures = {pool.submit(_warm_kind, case, k, seed): k for k in kinds}
+        for f in concurrent.futures.as_completed(futures):
+            native = f.result()  # SimEnvironmentError propagates
+            if native:
+                log(f"--- engine output ({futures[f]} engine, {case.label}) ---\n{native}\n")
+
+
 def _worker_init() -> None:
     """A pool worker inherits CARGO_HOME from the run that unpacked the vendored crates:
     know it as ours, so the worker's notes and error texts say "vendored" as the run's do."""
@@ -113,9 +138,10 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
 
     ``jobs`` > 1 runs cases in that many worker processes at once (NumSim compiles each
     kernel with one rustc and simulates it mostly on one core, so two cores take two cases).
-    The first case always runs alone, here: on a fresh machine it builds NumSim's engines
-    (every later case needs them; two cargo builds of the same engines would only wait on
-    each other), and a set-up failure stops the run there. Rows print as cases finish; the
+    The first case always runs alone, here, after :func:`warm_engines` (with ``jobs`` > 1)
+    has built NumSim's engine of each check kind at once, one process per kind: every later
+    case needs them (two cargo builds of the same engine would only wait on each other),
+    and a set-up failure stops the run there. Rows print as cases finish; the
     rows returned and the log are in the cases' order."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     rows: list = [None] * len(cases)
@@ -157,6 +183,15 @@ def simulate(cases: list[SimCase], *, checks=CHECKS, seed: int = 0, log_path: Pa
         out(HEAD)
         with prog:
             first = 1 if jobs > 1 else len(cases)
+            kinds = checks_for(cases[0], cases, checks)
+            if jobs > 1 and len(kinds) > 1:
+                # the engines of each check kind, built at once (the first case then runs on
+                # them, its kernels already compiled)
+                prog.current = f"{cases[0].label} ({', '.join(kinds)} at once)"
+                try:
+                    warm_engines(cases[0], kinds, seed, log)
+                except SimEnvironmentError as exc:
+                    raise stopped(exc, cases[0]) from exc
             for i, case in enumerate(cases[:first]):
                 running[i] = case.label
                 prog.current = case.label
