@@ -47,6 +47,49 @@ def test_swap_ab_tiles_walk_n_with_the_mma_rows():
     assert any("copy_async(Bsmem" in ln and ", A[" in ln for ln in loads), loads
 
 
+def test_cluster_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    with pytest.raises(ValueError, match="CLUSTER=3 must be 1 or 2"):
+        step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=3)
+    with pytest.raises(ValueError, match="CLUSTER=2 takes no SWAP_AB"):
+        step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, CLUSTER=2)
+    with pytest.raises(ValueError, match="CLUSTER=2 runs with MMA_LAG=1"):
+        step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=2, MMA_LAG=2,
+                            PIPE_DEPTH=6)
+
+
+def test_cluster_pairs_share_b_by_multicast():
+    """CLUSTER=2: each CTA loads half of B's tile for both (a multicast mask), the empty
+    barrier counts both CTAs' consumers, and the kernel ends on a cluster barrier."""
+    pytest.importorskip("tvm")
+    text = registry.get("v12", "sm_90a").build_primfunc(
+        1000, 1000, 1000, BLK_M=64, BLK_N=128, CLUSTER=2).script()
+    assert "cta_mask" in text and "cluster_sync" in text
+    assert "mapa.shared::cluster" in text  # the remote release of a stage
+    one = registry.get("v12", "sm_90a").build_primfunc(1000, 1000, 1000, BLK_M=64,
+                                                       BLK_N=128).script()
+    assert "cta_mask" not in one and "cluster_sync" not in one
+
+
+def test_chooser_pairs_and_widths():
+    """A pair is one tile of twice the rows on half the slots; pairs enter only where K's
+    rows are not whole 128-byte lines (the measured case for them); every menu width the
+    sweeps measured is a candidate."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert chooser.tile("64x128c2") == (64, 128, 2) and chooser.name(64, 128, 2) == "64x128c2"
+    assert chooser.geometry("64x128c2", 132) == (128, 128, 66)
+    assert chooser.misaligned_rows(1000) and not chooser.misaligned_rows(1024)
+    assert all(not chooser.clustered(c) or c == chooser.V9
+               for _, c in chooser.rank(1024, 1024, 1024))
+    assert chooser.best(1000, 1000, 1000) == "64x128c2"
+    assert mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]["CLUSTER"] == 2
+    assert "CLUSTER" not in mm.choose(1024, 1024, 1024, "bfloat16", "sm_90a", 132)[1]
+    assert not chooser.clustered(chooser.best(1000, 1000, 1000, 131))  # odd SM count
+    assert {"128x144", "64x208", "64x112"} <= set(chooser.params())
+
+
 def test_chooser_swap_ab_rule():
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
