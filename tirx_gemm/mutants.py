@@ -1,10 +1,10 @@
 """Deliberately broken variants of sm_100a steps: proof that the simulation gate can fail.
 
-Each mutant is one small source edit of a step (or of the helpers it uses) that plants a
-real protocol bug. ``tirx-gemm sim vN --mutant NAME`` simulates it, and the tests assert
-that the gate reports it (the expected verdicts are listed with each mutant). The
-``ld2mma-64`` mutant is the lesson: its numbers come out right, only the checkers see the
-bug.
+Each mutant is one small source edit of a step (or of the helpers or Blackwell verbs it
+uses) that plants a real protocol bug. ``tirx-gemm sim vN --mutant NAME`` simulates it,
+and the tests assert that the gate reports it (the expected verdicts are listed with each
+mutant). The ``ld2mma-64`` mutant is the lesson: its numbers come out right, only the
+checkers see the bug.
 
 A mutant is built from a copy of the source written to a temporary folder (TVMScript
 parses a kernel from its source file), so the package itself is never modified. An edit
@@ -24,6 +24,7 @@ from typing import Callable
 
 PKG_DIR = Path(__file__).resolve().parent
 HELPERS_IMPORT = "from tirx_gemm import helpers as H"
+BLACKWELL_IMPORT = "from tirx_gemm import blackwell as W"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Mutant:
     bug: str                   # one line: what is broken
     step_edits: tuple[tuple[str, str], ...] = ()     # (old, new) in the step's source
     helper_edits: tuple[tuple[str, str], ...] = ()   # (old, new) in helpers.py
+    blackwell_edits: tuple[tuple[str, str], ...] = ()  # (old, new) in blackwell.py
     # what the gate must report: the simulation's result and/or checker verdicts that
     # must NOT be "clean"/"correct" (e.g. ("sync",) = synccheck must flag it)
     must_flag: tuple[str, ...] = ()
@@ -127,8 +129,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "CTA 0's scheduler requests the next tile without waiting on clc_empty: the "
            "response slot is rewritten while readers may still decode the previous one "
            "(only a cluster's second request shows it: the cancel-path run catches it)",
-           step_edits=(('                            clc_empty.wait(0, free.phase, "CLC scheduler")\n',
-                        ''),),
+           blackwell_edits=(("        self.empty.wait(0, self.free.phase, role)\n", ""),),
            must_flag=("numsim",)),
 )}
 
@@ -167,6 +168,17 @@ def builder(m: Mutant, source_file: str) -> Callable:
         raise RuntimeError(f"mutant {m.name}: {source_file} no longer has "
                            f"{HELPERS_IMPORT!r}; update the mutant")
     tag = m.name.replace("-", "_")
+    if m.blackwell_edits:
+        if BLACKWELL_IMPORT not in step_src:
+            raise RuntimeError(f"mutant {m.name}: {source_file} no longer has "
+                               f"{BLACKWELL_IMPORT!r}; update the mutant")
+        # loaded inside the package, so that its relative imports (helpers, spec) resolve
+        blackwell_src = _edit((PKG_DIR / "blackwell.py").read_text(encoding="utf-8"),
+                              m.blackwell_edits, "blackwell.py", m.name)
+        (tmp / "blackwell_mutant.py").write_text(blackwell_src, encoding="utf-8")
+        _load(tmp / "blackwell_mutant.py", f"tirx_gemm.mutant_blackwell_{tag}")
+        step_src = step_src.replace(BLACKWELL_IMPORT,
+                                    f"from tirx_gemm import mutant_blackwell_{tag} as W")
     if m.helper_edits:
         helpers_src = _edit((PKG_DIR / "helpers.py").read_text(encoding="utf-8"),
                             m.helper_edits, "helpers.py", m.name)
