@@ -388,3 +388,91 @@ def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0
 # and SASS counts would depend on the shape.
 # The value is the boolean True (what TVM's own unroll=False emits); NumSim rejects 1.
 ROLLED = {"disable_unroll": True}
+
+
+# --------------------------------------------------------------------------------------
+# the split-K counter protocol (v11, both arches; the split rules are in tirx_gemm.splitk)
+# --------------------------------------------------------------------------------------
+# A unit (split s of a tile) publishes its fp32 partial to slab WS[s, tile], counts itself
+# on the tile's counter, and either (REDUCE="last") the unit that counts last sums all
+# slabs in split order, or (REDUCE="spread") every unit waits for all (splitk.wait_count)
+# and sums its own band in split order, the last past its band resetting the counters.
+# A slab holds thread-major chunks: chunk c of thread t of the 128 is at float c*128 + t
+# (times SPLITK_CHUNK), from a ``base`` offset (sm_90a: each consumer's half).
+SPLITK_CHUNK = 4  # floats per slab store / load of one thread (16 bytes)
+
+
+@T.inline
+def splitk_publish(WS, split, tile, base, part, n, tid):
+    # this thread's n fp32 partial values -> slab WS[split, tile], chunk c at float offset
+    # base + (c * 128 + tid) * 4; a warpgroup barrier must follow before the count
+    for c in T.unroll(n // SPLITK_CHUNK):
+        slot = T.meta_var(base + (c * 128 + tid) * SPLITK_CHUNK)
+        Tx.copy(WS[split, tile, slot:slot + SPLITK_CHUNK],
+                part[c * SPLITK_CHUNK:(c + 1) * SPLITK_CHUNK])
+
+
+@T.inline
+def splitk_count_arrival(arrivals, i, counter):
+    # one thread, after the barrier that follows every slab store of its warpgroup: +1 on
+    # the tile's counter at gpu scope, acq_rel (release: this unit's slab before its count;
+    # acquire: the slabs of the units counted before it). The count before this unit's ->
+    # SMEM arrivals[i], for the whole warpgroup after the next barrier
+    old = T.alloc_local((1,), "int32")
+    T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], counter, T.int32(1))
+    arrivals[i] = old[0]
+
+
+def splitk_is_last(arrivals, i, SPLIT_K):
+    """REDUCE="last": this unit counted last (SPLIT_K - 1 before it), so every slab of the
+    tile is published and this unit reduces it."""
+    return arrivals[i] == SPLIT_K - 1
+
+
+@T.inline
+def splitk_reduce_slabs(WS, tile, base, acc, n, SPLIT_K, IN_FLIGHT, tid):
+    # REDUCE="last": acc[0:n] = slab 0 + slab 1 + ... + slab SPLIT_K - 1 at this thread's
+    # chunks, in that fixed order (the same bits whatever order the units finished in);
+    # IN_FLIGHT chunks of one slab are loaded together before their adds
+    for c in T.unroll(n):
+        acc[c] = T.float32(0)
+    chunk = T.alloc_local((IN_FLIGHT * SPLITK_CHUNK,), ACC_DTYPE)
+    for b in T.unroll(n // SPLITK_CHUNK // IN_FLIGHT):
+        for s in T.serial(SPLIT_K, annotations=ROLLED):
+            for i in T.unroll(IN_FLIGHT):  # loads in flight together
+                slot = T.meta_var(base + ((b * IN_FLIGHT + i) * 128 + tid) * SPLITK_CHUNK)
+                Tx.copy(chunk[i * SPLITK_CHUNK:(i + 1) * SPLITK_CHUNK],
+                        WS[s, tile, slot:slot + SPLITK_CHUNK])
+            for i in T.unroll(IN_FLIGHT * SPLITK_CHUNK):
+                acc[b * IN_FLIGHT * SPLITK_CHUNK + i] = (
+                    acc[b * IN_FLIGHT * SPLITK_CHUNK + i] + chunk[i])
+
+
+@T.inline
+def splitk_band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
+    # REDUCE="spread": band += slabs s0 .. s0 + count - 1 at this thread's chunks q0 + tid,
+    # q0 + tid + 128, ... (those < q1) from float offset `base`: every load first (in
+    # flight together), then the adds, slab by slab in split order
+    for i in T.unroll(BAND_ITERS):
+        if q0 + i * 128 + tid < q1:
+            for s in T.unroll(count):
+                slot = T.meta_var(base + (q0 + i * 128 + tid) * 4)
+                Tx.copy(chunk[(s * BAND_ITERS + i) * 4:(s * BAND_ITERS + i + 1) * 4],
+                        WS[s0 + s, tile, slot:slot + 4])
+    for s in T.unroll(count):
+        for i in T.unroll(BAND_ITERS):
+            if q0 + i * 128 + tid < q1:
+                for e in T.unroll(4):
+                    band[i * 4 + e] = band[i * 4 + e] + chunk[(s * BAND_ITERS + i) * 4 + e]
+
+
+@T.inline
+def splitk_retire_spread(CNT, count_i, done_i, SPLIT_K):
+    # REDUCE="spread", one thread after the barrier that follows its band: +1 on the tile's
+    # second counter CNT[done_i], acq_rel (every unit's wait on CNT[count_i] is ordered
+    # before the reset); the last unit past its band zeroes both for the next launch
+    done = T.alloc_local((1,), "int32")
+    T.ptx["atom.acq_rel.gpu.global.add.s32"](done[0], CNT.ptr_to([done_i]), T.int32(1))
+    if done[0] == SPLIT_K - 1:
+        CNT[count_i] = 0
+        CNT[done_i] = 0

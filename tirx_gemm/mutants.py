@@ -81,15 +81,16 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "the tile counter is incremented with a relaxed atomic: no release orders the "
            "slab stores before the count, no acquire orders the reducer's slab loads after "
            "it (the numbers may still come out right on a model that runs CTAs in turn)",
-           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),',
-                        'T.ptx["atom.relaxed.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),'),),
+           helper_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], counter,',
+                          'T.ptx["atom.relaxed.gpu.global.add.s32"](old[0], counter,'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
     Mutant("splitk-no-wait", "v11",
            "every unit reduces right after counting itself, without checking that all "
            "SPLIT_K splits have arrived: it reads slabs other CTAs have not published "
            "(or not yet written) and several units store the same D tile",
-           step_edits=(("if arrivals[0] == SPLIT_K - 1:", "if arrivals[0] >= 0:"),),
+           helper_edits=(("    return arrivals[i] == SPLIT_K - 1\n",
+                          "    return arrivals[i] >= 0\n"),),
            must_flag=("race",),
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
     # v11 REDUCE="spread": every split waits for all arrivals, then reduces its own band
@@ -105,10 +106,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "with REDUCE=spread the units count their finished bands with a relaxed atomic: "
            "the last one's reset of the tile counter is not ordered after the other units' "
            "acquire loads of it",
-           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](\n'
-                        '                                done[0]',
-                        'T.ptx["atom.relaxed.gpu.global.add.s32"](\n'
-                        '                                done[0]'),),
+           helper_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](done[0],',
+                          'T.ptx["atom.relaxed.gpu.global.add.s32"](done[0],'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4), ("REDUCE", "spread")))),
     # v10 (CLC + double-buffered TMEM accumulator)
