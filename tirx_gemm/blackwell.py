@@ -114,35 +114,34 @@ def mma_tile(tmem, Asmem, Bsmem, BLK_N, accum):
 
 
 @T.inline
-def tmem_to_registers(tmem, col, BLK_N, Dreg_f16):
+def tmem_to_registers(tmem, col, BLK_N, Dreg_out):
     # each thread of the warpgroup reads one accumulator row (TMEM lane = row) from
     # columns [col, col + BLK_N) as fp32, waits for the asynchronous tcgen05.ld, then
-    # narrows to Dreg_f16's dtype, the 16-bit output dtype (fp16 or bf16; the "f16" in
-    # the register names of the epilogues means 16-bit)
+    # narrows to Dreg_out's dtype, the output dtype (fp16 or bf16)
     Dreg = T.alloc_local((BLK_N,), ACC_DTYPE)
     Dreg_wg = Dreg.view(128, BLK_N, layout=TileLayout(S[(128, BLK_N): (1 @ tid_in_wg, 1)]))
     Tx.wg.copy_async(Dreg_wg[:, :], tmem[:, col:col + BLK_N])
     T.ptx["tcgen05.wait::ld.sync.aligned"]()
-    Tx.cast(Dreg_f16[:], Dreg[:])
+    Tx.cast(Dreg_out[:], Dreg[:])
 
 
 @T.inline
 def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row, dtype):
     # TMEM -> registers -> GMEM: thread `row` of the warpgroup stores output row m_st + row
     # (`dtype`: D's dtype, what the fp32 accumulator is narrowed to)
-    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
-    Tx.copy(D[m_st + row, n_st:n_st + BLK_N], Dreg_f16[:])
+    Dreg_out = T.alloc_local((BLK_N,), dtype)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_out)
+    Tx.copy(D[m_st + row, n_st:n_st + BLK_N], Dreg_out[:])
 
 
 @T.inline
-def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id):
+def store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id):
     # registers -> swizzled Dsmem -> TMA store -> GMEM; `row` is the thread's index in the
     # storing warpgroup and `bar_id` names the barrier that syncs its 128 threads. The
     # store is issued as every async copy is: by the lane `elect_sync` picks in one warp
     # (here the warpgroup's first). Rows and columns of the tile past D's edge are dropped
     # by the TMA store (tma_store_swizzled).
-    Tx.copy(Dsmem[row, 0:BLK_N], Dreg_f16[:])
+    Tx.copy(Dsmem[row, 0:BLK_N], Dreg_out[:])
     # generic-proxy SMEM writes must be fenced before the async proxy (TMA) reads them
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
@@ -159,9 +158,9 @@ def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id
 def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id, dtype):
     # TMEM -> registers (narrowed to `dtype`, D's dtype) -> swizzled Dsmem -> (one
     # thread) TMA store -> GMEM
-    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
-    store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id)
+    Dreg_out = T.alloc_local((BLK_N,), dtype)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_out)
+    store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id)
 
 
 @T.inline
@@ -256,10 +255,10 @@ def tma_load_pair(dst, src, bar_cta0):
 
 
 @T.inline
-def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, bar_id):
+def store_rows_via_tma(Dreg_out, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, bar_id):
     # store_tile_via_tma through rows [r0, r0 + BLK_M) of a taller staging buffer, so
     # that several epilogue warpgroups can share one Dsmem allocation (one band each)
-    Tx.copy(Dsmem[r0 + row, 0:EPI_N], Dreg_f16[:])
+    Tx.copy(Dsmem[r0 + row, 0:EPI_N], Dreg_out[:])
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
     if row < 32:

@@ -29,8 +29,11 @@ from tirx_gemm import timeline as TL
 # D = A @ B.T: fp16 or bf16 operands, fp32 accumulation, output in the operands' dtype.
 AB_DTYPE = spec.DEFAULT_DTYPE   # the default operand dtype of every builder
 ACC_DTYPE = "float32"
-F16_BYTES = spec.element_bytes("float16")  # fp16 and bf16 are both 16-bit
 SUPPORTED_DTYPES = spec.DTYPES
+# bytes per element of A, B and D: every dtype in spec.DTYPES (fp16, bf16) is 16-bit
+ELEM_BYTES = spec.element_bytes(AB_DTYPE)
+assert all(spec.element_bytes(d) == ELEM_BYTES for d in SUPPORTED_DTYPES)
+F16_BYTES = ELEM_BYTES  # the old name, kept while tirx_gemm/hopper.py still imports it
 # TMA's rule for a global tensor: every stride but the innermost is a multiple of 16 bytes,
 # so a row of A, B or D (K or N elements of 2 bytes) must be a multiple of 8 elements
 TMA_ROW_MULTIPLE = spec.row_multiple(spec.DEFAULT_DTYPE)
@@ -317,7 +320,7 @@ def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, ba
     # a_hints / b_hints: tma_hints(...) for A's and B's copies (None: the defaults)
     TL.point(TL.TMA_ISSUE, k_st // BLK_K, TL.PRODUCER)
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))
+        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * ELEM_BYTES))
     Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar,
                   **(a_hints or {}))
     Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar,

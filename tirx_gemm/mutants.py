@@ -66,7 +66,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "the TMA barrier gets a plain arrival instead of arrive.expect_tx: its phase "
            "can complete before the bytes land",
            helper_edits=(("    T.ptx.mbarrier.arrive.expect_tx.shared.b64(\n"
-                          "        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))\n",
+                          "        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * ELEM_BYTES))\n",
                           "    T.ptx.mbarrier.arrive.shared.b64(bar, T.uint32(1))\n"),),
            must_flag=("sync", "race")),
     # GPU (H200): a hang the watchdog build must turn into a trap naming the barrier

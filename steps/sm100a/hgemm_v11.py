@@ -60,8 +60,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
-                       BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES,
+                       BLK_M * BLK_N * H.ELEM_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     if RUNTIME_M and SPLIT_K is None:
         raise ValueError("RUNTIME_M=True needs an explicit SPLIT_K: the split chosen for "

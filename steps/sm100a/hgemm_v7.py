@@ -45,8 +45,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
-                       BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES,
+                       BLK_M * BLK_N * H.ELEM_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
@@ -140,11 +140,11 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)
+                Dreg_out = T.alloc_local((BLK_N,), dtype)
+                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
-                W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
+                W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
                 acc.advance()
                 scheduler.next_tile()
 
