@@ -305,9 +305,12 @@ class ClusterLaunchControl:
     (v10's CLC=False) the SMEM is still allocated but never initialised, and ``next_tile``
     is the tile scheduler's own fixed stride."""
 
+    FULL, EMPTY = "clc_full", "clc_empty"  # the barriers' names (watchdog, lesson table)
+    FULL_COUNT = 1  # clc_full's arrivals per round: its CTA's expect_tx (arm)
+
     def __init__(self, pool, readers: int, enabled: bool = True):
-        self.full = H.Barriers(pool, 1, "clc_full")
-        self.empty = H.Barriers(pool, 1, "clc_empty")
+        self.full = H.Barriers(pool, 1, self.FULL)
+        self.empty = H.Barriers(pool, 1, self.EMPTY)
         self.response = pool.alloc((4,), "uint32", align=16)
         self.readers = readers
         self.enabled = enabled
@@ -321,7 +324,7 @@ class ClusterLaunchControl:
         # the init thread of each CTA, before the setup cluster barrier: both barriers, and
         # round 0 armed before CTA 0 can request it
         if self.enabled:
-            self.full.init(1)
+            self.full.init(self.FULL_COUNT)
             self.empty.init(self.readers)
             self.arm()
 

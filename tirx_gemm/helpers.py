@@ -273,6 +273,34 @@ class Barriers:
         T.ptx.mbarrier.arrive.shared__cluster.b64(self.buf.ptr_to([stage]))
 
 
+@T.meta_class
+class Ring:
+    """A full/empty pair of :class:`Barriers` around ``depth`` slots (a ring of SMEM
+    stages, or of TMEM accumulators), with both arrival counts declared once, where the
+    ring is made::
+
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        tma2mma = stages.full   # the two Barriers, used as before
+        mma2tma = stages.empty
+        stages.init()           # the init thread: every slot of both barriers
+
+    ``full`` (producer -> consumer: the slot holds data) completes a phase on
+    ``full_count`` arrivals, ``empty`` (consumer -> producer: the slot may be refilled) on
+    ``empty_count``; ``full`` is allocated first, then ``empty``, as two plain arrays."""
+
+    def __init__(self, pool, depth: int, full: str, full_count, empty: str, empty_count):
+        self.full = Barriers(pool, depth, full)
+        self.empty = Barriers(pool, depth, empty)
+        self.full_count = full_count
+        self.empty_count = empty_count
+
+    @T.inline
+    def init(self):
+        # one thread: both barriers' inits; then every thread publishes them (publish_setup)
+        self.full.init(self.full_count)
+        self.empty.init(self.empty_count)
+
+
 def barriers_in_cta(bars, depth, rank):
     """The barrier array ``bars`` (a buffer) as it lives in CTA ``rank`` of this cluster.
 

@@ -53,7 +53,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("ld2mma-64", "v7",
            "ld2mma expects 64 arrivals although all 128 epilogue threads arrive (with each "
            "accumulator used once per CTA the numbers are right; with more tiles it deadlocks)",
-           step_edits=(("ld2mma.init(128)", "ld2mma.init(64)"),),
+           step_edits=(('"ld2mma", 128)', '"ld2mma", 64)'),),
            must_flag=("sync", "race"), numbers_right=True,
            case=((256, 256, 256), (("SM_COUNT", 2),))),
     Mutant("no-proxy-fence", "v1",
