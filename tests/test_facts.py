@@ -357,6 +357,11 @@ def test_the_register_check_fails_on_a_drifted_figure(monkeypatch):
 # each lesson's barrier table against the barriers its kernels declare
 # --------------------------------------------------------------------------------------
 _DECL = re.compile(r'(\w+) = H\.Barriers\([^)]*"(\w+)"\)')
+# a full/empty ring declares both barriers and both counts in one call
+_RING = re.compile(r'= H\.Ring\(\s*\w+,\s*[^,]+,\s*"(\w+)",\s*([^,]+),\s*"(\w+)",\s*([^)]+)\)')
+# v10's scheduler object: its barriers' names and full count are the class's, the
+# readers' count is the kernel's argument
+_CLC = re.compile(r'= W\.ClusterLaunchControl\(\s*\w+,\s*([^,)]+)')
 
 
 def _builder_constants(src: str, builder) -> dict:
@@ -411,30 +416,37 @@ def _barrier_problems(step) -> list[str]:
               if isinstance(n, ast.FunctionDef) and n.name == builder.__name__)
     body = ast.get_source_segment(src, fn)
     declared = {var: name for var, name in _DECL.findall(body)}
+    inits = dict(re.findall(r"(\w+)\.init\(([^)]*)\)", body))
+    # barrier name -> the expression of its arrival count (None: not found)
+    counts = {name: inits.get(var) for var, name in declared.items()}
+    for full, full_count, empty, empty_count in _RING.findall(body):
+        counts[full], counts[empty] = full_count.strip(), empty_count.strip()
+    for readers in _CLC.findall(body):
+        from tirx_gemm.blackwell import ClusterLaunchControl as CLC
+        counts[CLC.FULL] = str(CLC.FULL_COUNT)
+        counts[CLC.EMPTY] = readers.strip()
     section, rows = _barrier_table(step.id, step.arch)
     where = f"steps/lessons/{step.id}.md (Barriers: {step.arch})"
     problems = []
     if not section:
         return [f"{where}: no such section"]
-    for name in declared.values():
+    for name in counts:
         if f"`{name}`" not in section and f"`{name}[" not in section:
             problems.append(f"{where}: the kernel declares mbarrier {name!r}; the table "
                             f"does not name it")
-    inits = dict(re.findall(r"(\w+)\.init\(([^)]*)\)", body))
     ns = _builder_constants(src, builder)
-    by_name = {name: var for var, name in declared.items()}
     checked = 0
     for cells in rows:
         names = re.findall(r"`(\w+)(?:\[[^\]]*\])?`", cells[0])
-        mbarriers = [n for n in names if n in by_name]
+        mbarriers = [n for n in names if n in counts]
         for n in names:
-            if n not in by_name and re.fullmatch(r"[a-z][a-z0-9]*_?[a-z0-9]*", n) and (
+            if n not in counts and re.fullmatch(r"[a-z][a-z0-9]*_?[a-z0-9]*", n) and (
                     "mbarrier" in cells[0] or "(full)" in cells[0] or "(empty)" in cells[0]):
                 problems.append(f"{where}: row {cells[0]!r} names {n!r}, which the kernel "
                                 f"does not declare")
         count = _count_cell(cells[1]) if len(cells) > 1 else None
         if len(mbarriers) == 1 and count is not None:
-            arg = inits.get(by_name[mbarriers[0]])
+            arg = counts[mbarriers[0]]
             value = eval(arg, ns) if arg is not None else None
             checked += 1
             if value != count:

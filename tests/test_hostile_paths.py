@@ -24,6 +24,8 @@ NOT_PATHS = {
     "error.json": "what a failed build worker writes",
     "manifest.json": "what an export writes",
     "helpers_mutant.py": "a mutant's generated helpers",
+    "blackwell_mutant.py": "a mutant's generated Blackwell verbs",
+    "tirx_gemm.mutant_blackwell_": "the name prefix of that copy, loaded inside the package",
     "_mutant.py": "the suffix of a mutant's generated step file",
     "config.toml": "the cargo config inside vendor/numsim/cargo-vendor.tgz",
 }

@@ -17,6 +17,8 @@ site, so the generated CUDA is the same as if the step had written it inline.
 
 from __future__ import annotations
 
+from tvm.backend.cuda.lang import PipelineState
+from tvm.backend.cuda.lang.clc import query_cancel_first_ctaid_x
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
@@ -112,35 +114,34 @@ def mma_tile(tmem, Asmem, Bsmem, BLK_N, accum):
 
 
 @T.inline
-def tmem_to_registers(tmem, col, BLK_N, Dreg_f16):
+def tmem_to_registers(tmem, col, BLK_N, Dreg_out):
     # each thread of the warpgroup reads one accumulator row (TMEM lane = row) from
     # columns [col, col + BLK_N) as fp32, waits for the asynchronous tcgen05.ld, then
-    # narrows to Dreg_f16's dtype, the 16-bit output dtype (fp16 or bf16; the "f16" in
-    # the register names of the epilogues means 16-bit)
+    # narrows to Dreg_out's dtype, the output dtype (fp16 or bf16)
     Dreg = T.alloc_local((BLK_N,), ACC_DTYPE)
     Dreg_wg = Dreg.view(128, BLK_N, layout=TileLayout(S[(128, BLK_N): (1 @ tid_in_wg, 1)]))
     Tx.wg.copy_async(Dreg_wg[:, :], tmem[:, col:col + BLK_N])
     T.ptx["tcgen05.wait::ld.sync.aligned"]()
-    Tx.cast(Dreg_f16[:], Dreg[:])
+    Tx.cast(Dreg_out[:], Dreg[:])
 
 
 @T.inline
 def epilogue_to_gmem(tmem, D, m_st, n_st, BLK_N, row, dtype):
     # TMEM -> registers -> GMEM: thread `row` of the warpgroup stores output row m_st + row
     # (`dtype`: D's dtype, what the fp32 accumulator is narrowed to)
-    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
-    Tx.copy(D[m_st + row, n_st:n_st + BLK_N], Dreg_f16[:])
+    Dreg_out = T.alloc_local((BLK_N,), dtype)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_out)
+    Tx.copy(D[m_st + row, n_st:n_st + BLK_N], Dreg_out[:])
 
 
 @T.inline
-def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id):
+def store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id):
     # registers -> swizzled Dsmem -> TMA store -> GMEM; `row` is the thread's index in the
     # storing warpgroup and `bar_id` names the barrier that syncs its 128 threads. The
     # store is issued as every async copy is: by the lane `elect_sync` picks in one warp
     # (here the warpgroup's first). Rows and columns of the tile past D's edge are dropped
     # by the TMA store (tma_store_swizzled).
-    Tx.copy(Dsmem[row, 0:BLK_N], Dreg_f16[:])
+    Tx.copy(Dsmem[row, 0:BLK_N], Dreg_out[:])
     # generic-proxy SMEM writes must be fenced before the async proxy (TMA) reads them
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
@@ -157,9 +158,9 @@ def store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id
 def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id, dtype):
     # TMEM -> registers (narrowed to `dtype`, D's dtype) -> swizzled Dsmem -> (one
     # thread) TMA store -> GMEM
-    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-    tmem_to_registers(tmem, 0, BLK_N, Dreg_f16)
-    store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id)
+    Dreg_out = T.alloc_local((BLK_N,), dtype)
+    tmem_to_registers(tmem, 0, BLK_N, Dreg_out)
+    store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id)
 
 
 @T.inline
@@ -254,10 +255,10 @@ def tma_load_pair(dst, src, bar_cta0):
 
 
 @T.inline
-def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, bar_id):
+def store_rows_via_tma(Dreg_out, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, bar_id):
     # store_tile_via_tma through rows [r0, r0 + BLK_M) of a taller staging buffer, so
     # that several epilogue warpgroups can share one Dsmem allocation (one band each)
-    Tx.copy(Dsmem[r0 + row, 0:EPI_N], Dreg_f16[:])
+    Tx.copy(Dsmem[r0 + row, 0:EPI_N], Dreg_out[:])
     T.ptx.fence.proxy.async_.shared__cta()
     T.cuda.warpgroup_sync(bar_id)
     if row < 32:
@@ -266,6 +267,131 @@ def store_rows_via_tma(Dreg_f16, Dsmem, r0, D, m_st, n_st, BLK_M, EPI_N, row, ba
             T.ptx.cp.async_.bulk.commit_group()
             T.ptx.cp.async_.bulk.wait_group(0)
     T.cuda.warpgroup_sync(bar_id)
+
+
+# --- v10: Cluster Launch Control (CLC), the dynamic tile scheduler ---
+CLC_NO_TILE = 0xFFFFFFFF  # the decoded response of a request that cancelled nothing
+CLC_RESPONSE_BYTES = 16   # try_cancel's opaque response (one b128)
+
+
+@T.inline
+def clc_try_cancel(response, bar):
+    # one thread: ask the hardware to cancel one cluster of this launch that has not started
+    # yet. The 16-byte response (that cluster's first CTA id, or "nothing left") is written
+    # to `response` in every CTA of this cluster (.multicast::cluster::all) and completes 16
+    # bytes of transaction on `bar` at the same SMEM offset in each of them
+    T.ptx.clusterlaunchcontrol.try_cancel.async_.shared__cta.mbarrier__complete_tx__bytes.multicast__cluster__all.b128(
+        T.address_of(response[0]), bar)
+
+
+@T.meta_class
+class ClusterLaunchControl:
+    """v10's tile scheduler: a CTA pair that finishes a tile asks the hardware for the tile
+    of a cluster that has not started yet. Owns the 16-byte response slot and its two
+    barriers, and each thread's view of the rounds::
+
+        clc = W.ClusterLaunchControl(pool, READERS, enabled=CLC)  # clc_full, clc_empty, slot
+        clc.init()               # the init thread, before the setup cluster barrier
+        clc.connect()            # every thread, after it: CTA 0's clc_empty (mapa)
+        # CTA 0's scheduler warp, per round: request -> wait_response -> decode -> advance
+        #   -> (cancelled: arm the next round) -> release
+        # every other reader, at the end of its tile: next_tile(scheduler, role, TILES)
+
+    Contract: ``clc_full`` (one per CTA) completes on 1 arrival (``arm``: its CTA's
+    expect_tx of 16 bytes; round 0 by ``init``, round r + 1 by the scheduler warp after
+    reading r) plus the response's 16 bytes. ``clc_empty`` (CTA 0's copy counts) completes
+    on ``readers`` arrivals, one per reader of both CTAs once it decoded the round; CTA 0's
+    ``request`` waits for it (parity 1 first: the slot starts free). With ``enabled`` False
+    (v10's CLC=False) the SMEM is still allocated but never initialised, and ``next_tile``
+    is the tile scheduler's own fixed stride."""
+
+    FULL, EMPTY = "clc_full", "clc_empty"  # the barriers' names (watchdog, lesson table)
+    FULL_COUNT = 1  # clc_full's arrivals per round: its CTA's expect_tx (arm)
+
+    def __init__(self, pool, readers: int, enabled: bool = True):
+        self.full = H.Barriers(pool, 1, self.FULL)
+        self.empty = H.Barriers(pool, 1, self.EMPTY)
+        self.response = pool.alloc((4,), "uint32", align=16)
+        self.readers = readers
+        self.enabled = enabled
+        self.nxt = T.local_scalar("uint32")  # the decoded response: first CTA id or NO_TILE
+        self.rounds = PipelineState(1, 0)  # clc_full's phase: one round per finished tile
+        self.free = PipelineState(1, 1)    # clc_empty's phase, as CTA 0's scheduler waits it
+        self.empty_cta0 = None
+
+    @T.inline
+    def init(self):
+        # the init thread of each CTA, before the setup cluster barrier: both barriers, and
+        # round 0 armed before CTA 0 can request it
+        if self.enabled:
+            self.full.init(self.FULL_COUNT)
+            self.empty.init(self.readers)
+            self.arm()
+
+    def connect(self):
+        """CTA 0's clc_empty as this CTA addresses it (mapa), where every reader of both
+        CTAs releases a round: call once in the kernel body, after the setup barrier."""
+        self.empty_cta0 = self.empty.in_cta(0)
+
+    @T.inline
+    def arm(self):
+        # one thread per CTA: this CTA's arrival on clc_full, expecting the response's bytes
+        self.full.arrive_expect_tx(0, CLC_RESPONSE_BYTES)
+
+    @T.inline
+    def request(self, role):
+        # CTA 0's scheduler warp: once every reader released the last response, one thread
+        # asks for the next tile
+        self.empty.wait(0, self.free.phase, role)
+        self.free.advance()
+        if T.cuda.elect_sync():
+            clc_try_cancel(self.response, self.full.ptr(0))
+
+    @T.inline
+    def wait_response(self, role):
+        # every reader: this round's response has landed in this CTA's slot
+        self.full.wait(0, self.rounds.phase, role)
+
+    @T.inline
+    def decode(self):
+        # every reader: the response -> nxt (the cancelled cluster's first CTA id x, or
+        # CLC_NO_TILE), with the fence that lets the next try_cancel rewrite the slot
+        query_cancel_first_ctaid_x(self.nxt, T.address_of(self.response[0]))
+
+    def cancelled(self):
+        """The decoded response names a tile (False: nothing left to cancel)."""
+        return self.nxt != T.uint32(CLC_NO_TILE)
+
+    def tile(self):
+        """The decoded response's tile: one cluster per tile, two CTAs per cluster."""
+        return T.Cast("int32", self.nxt // T.uint32(CTA_PAIR))
+
+    @T.inline
+    def advance(self):
+        # the next round's clc_full parity
+        self.rounds.advance()
+
+    @T.inline
+    def release(self):
+        # every reader, once it decoded the round: one arrival on CTA 0's clc_empty
+        self.empty_cta0.arrive_remote(0)
+
+    @T.inline
+    def next_tile(self, scheduler, role, TILES):
+        # every reader except the scheduler warp, at the end of its tile: read the round,
+        # release the slot, move `scheduler` to the response's tile (past the last tile,
+        # scheduler.valid() is False). Disabled: the scheduler's own fixed stride
+        if self.enabled:
+            self.wait_response(role)
+            self.decode()
+            self.release()
+            self.advance()
+            if self.nxt == T.uint32(CLC_NO_TILE):
+                scheduler.init(TILES)
+            else:
+                scheduler.init(self.tile())
+        else:
+            scheduler.next_tile()
 
 
 # --- the fused epilogue (issue 28): bias, activation, SwiGLU, fp32 output ---

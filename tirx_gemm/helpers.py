@@ -29,8 +29,10 @@ from tirx_gemm import timeline as TL
 # D = A @ B.T: fp16 or bf16 operands, fp32 accumulation, output in the operands' dtype.
 AB_DTYPE = spec.DEFAULT_DTYPE   # the default operand dtype of every builder
 ACC_DTYPE = "float32"
-F16_BYTES = spec.element_bytes("float16")  # fp16 and bf16 are both 16-bit
 SUPPORTED_DTYPES = spec.DTYPES
+# bytes per element of A, B and D: every dtype in spec.DTYPES (fp16, bf16) is 16-bit
+ELEM_BYTES = spec.element_bytes(AB_DTYPE)
+assert all(spec.element_bytes(d) == ELEM_BYTES for d in SUPPORTED_DTYPES)
 # TMA's rule for a global tensor: every stride but the innermost is a multiple of 16 bytes,
 # so a row of A, B or D (K or N elements of 2 bytes) must be a multiple of 8 elements
 TMA_ROW_MULTIPLE = spec.row_multiple(spec.DEFAULT_DTYPE)
@@ -270,6 +272,34 @@ class Barriers:
         T.ptx.mbarrier.arrive.shared__cluster.b64(self.buf.ptr_to([stage]))
 
 
+@T.meta_class
+class Ring:
+    """A full/empty pair of :class:`Barriers` around ``depth`` slots (a ring of SMEM
+    stages, or of TMEM accumulators), with both arrival counts declared once, where the
+    ring is made::
+
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        tma2mma = stages.full   # the two Barriers, used as before
+        mma2tma = stages.empty
+        stages.init()           # the init thread: every slot of both barriers
+
+    ``full`` (producer -> consumer: the slot holds data) completes a phase on
+    ``full_count`` arrivals, ``empty`` (consumer -> producer: the slot may be refilled) on
+    ``empty_count``; ``full`` is allocated first, then ``empty``, as two plain arrays."""
+
+    def __init__(self, pool, depth: int, full: str, full_count, empty: str, empty_count):
+        self.full = Barriers(pool, depth, full)
+        self.empty = Barriers(pool, depth, empty)
+        self.full_count = full_count
+        self.empty_count = empty_count
+
+    @T.inline
+    def init(self):
+        # one thread: both barriers' inits; then every thread publishes them (publish_setup)
+        self.full.init(self.full_count)
+        self.empty.init(self.empty_count)
+
+
 def barriers_in_cta(bars, depth, rank):
     """The barrier array ``bars`` (a buffer) as it lives in CTA ``rank`` of this cluster.
 
@@ -317,7 +347,7 @@ def tma_load_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, BLK_K, ba
     # a_hints / b_hints: tma_hints(...) for A's and B's copies (None: the defaults)
     TL.point(TL.TMA_ISSUE, k_st // BLK_K, TL.PRODUCER)
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))
+        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * ELEM_BYTES))
     Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar,
                   **(a_hints or {}))
     Tx.copy_async(Bsmem, B[n_st:n_st + BLK_N, k_st:k_st + BLK_K], dispatch=TMA, mbar=bar,
@@ -388,3 +418,91 @@ def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0
 # and SASS counts would depend on the shape.
 # The value is the boolean True (what TVM's own unroll=False emits); NumSim rejects 1.
 ROLLED = {"disable_unroll": True}
+
+
+# --------------------------------------------------------------------------------------
+# the split-K counter protocol (v11, both arches; the split rules are in tirx_gemm.splitk)
+# --------------------------------------------------------------------------------------
+# A unit (split s of a tile) publishes its fp32 partial to slab WS[s, tile], counts itself
+# on the tile's counter, and either (REDUCE="last") the unit that counts last sums all
+# slabs in split order, or (REDUCE="spread") every unit waits for all (splitk.wait_count)
+# and sums its own band in split order, the last past its band resetting the counters.
+# A slab holds thread-major chunks: chunk c of thread t of the 128 is at float c*128 + t
+# (times SPLITK_CHUNK), from a ``base`` offset (sm_90a: each consumer's half).
+SPLITK_CHUNK = 4  # floats per slab store / load of one thread (16 bytes)
+
+
+@T.inline
+def splitk_publish(WS, split, tile, base, part, n, tid):
+    # this thread's n fp32 partial values -> slab WS[split, tile], chunk c at float offset
+    # base + (c * 128 + tid) * 4; a warpgroup barrier must follow before the count
+    for c in T.unroll(n // SPLITK_CHUNK):
+        slot = T.meta_var(base + (c * 128 + tid) * SPLITK_CHUNK)
+        Tx.copy(WS[split, tile, slot:slot + SPLITK_CHUNK],
+                part[c * SPLITK_CHUNK:(c + 1) * SPLITK_CHUNK])
+
+
+@T.inline
+def splitk_count_arrival(arrivals, i, counter):
+    # one thread, after the barrier that follows every slab store of its warpgroup: +1 on
+    # the tile's counter at gpu scope, acq_rel (release: this unit's slab before its count;
+    # acquire: the slabs of the units counted before it). The count before this unit's ->
+    # SMEM arrivals[i], for the whole warpgroup after the next barrier
+    old = T.alloc_local((1,), "int32")
+    T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], counter, T.int32(1))
+    arrivals[i] = old[0]
+
+
+def splitk_is_last(arrivals, i, SPLIT_K):
+    """REDUCE="last": this unit counted last (SPLIT_K - 1 before it), so every slab of the
+    tile is published and this unit reduces it."""
+    return arrivals[i] == SPLIT_K - 1
+
+
+@T.inline
+def splitk_reduce_slabs(WS, tile, base, acc, n, SPLIT_K, IN_FLIGHT, tid):
+    # REDUCE="last": acc[0:n] = slab 0 + slab 1 + ... + slab SPLIT_K - 1 at this thread's
+    # chunks, in that fixed order (the same bits whatever order the units finished in);
+    # IN_FLIGHT chunks of one slab are loaded together before their adds
+    for c in T.unroll(n):
+        acc[c] = T.float32(0)
+    chunk = T.alloc_local((IN_FLIGHT * SPLITK_CHUNK,), ACC_DTYPE)
+    for b in T.unroll(n // SPLITK_CHUNK // IN_FLIGHT):
+        for s in T.serial(SPLIT_K, annotations=ROLLED):
+            for i in T.unroll(IN_FLIGHT):  # loads in flight together
+                slot = T.meta_var(base + ((b * IN_FLIGHT + i) * 128 + tid) * SPLITK_CHUNK)
+                Tx.copy(chunk[i * SPLITK_CHUNK:(i + 1) * SPLITK_CHUNK],
+                        WS[s, tile, slot:slot + SPLITK_CHUNK])
+            for i in T.unroll(IN_FLIGHT * SPLITK_CHUNK):
+                acc[b * IN_FLIGHT * SPLITK_CHUNK + i] = (
+                    acc[b * IN_FLIGHT * SPLITK_CHUNK + i] + chunk[i])
+
+
+@T.inline
+def splitk_band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
+    # REDUCE="spread": band += slabs s0 .. s0 + count - 1 at this thread's chunks q0 + tid,
+    # q0 + tid + 128, ... (those < q1) from float offset `base`: every load first (in
+    # flight together), then the adds, slab by slab in split order
+    for i in T.unroll(BAND_ITERS):
+        if q0 + i * 128 + tid < q1:
+            for s in T.unroll(count):
+                slot = T.meta_var(base + (q0 + i * 128 + tid) * 4)
+                Tx.copy(chunk[(s * BAND_ITERS + i) * 4:(s * BAND_ITERS + i + 1) * 4],
+                        WS[s0 + s, tile, slot:slot + 4])
+    for s in T.unroll(count):
+        for i in T.unroll(BAND_ITERS):
+            if q0 + i * 128 + tid < q1:
+                for e in T.unroll(4):
+                    band[i * 4 + e] = band[i * 4 + e] + chunk[(s * BAND_ITERS + i) * 4 + e]
+
+
+@T.inline
+def splitk_retire_spread(CNT, count_i, done_i, SPLIT_K):
+    # REDUCE="spread", one thread after the barrier that follows its band: +1 on the tile's
+    # second counter CNT[done_i], acq_rel (every unit's wait on CNT[count_i] is ordered
+    # before the reset); the last unit past its band zeroes both for the next launch
+    done = T.alloc_local((1,), "int32")
+    T.ptx["atom.acq_rel.gpu.global.add.s32"](done[0], CNT.ptr_to([done_i]), T.int32(1))
+    if done[0] == SPLIT_K - 1:
+        CNT[count_i] = 0
+        CNT[done_i] = 0

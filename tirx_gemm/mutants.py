@@ -1,10 +1,10 @@
 """Deliberately broken variants of sm_100a steps: proof that the simulation gate can fail.
 
-Each mutant is one small source edit of a step (or of the helpers it uses) that plants a
-real protocol bug. ``tirx-gemm sim vN --mutant NAME`` simulates it, and the tests assert
-that the gate reports it (the expected verdicts are listed with each mutant). The
-``ld2mma-64`` mutant is the lesson: its numbers come out right, only the checkers see the
-bug.
+Each mutant is one small source edit of a step (or of the helpers or Blackwell verbs it
+uses) that plants a real protocol bug. ``tirx-gemm sim vN --mutant NAME`` simulates it,
+and the tests assert that the gate reports it (the expected verdicts are listed with each
+mutant). The ``ld2mma-64`` mutant is the lesson: its numbers come out right, only the
+checkers see the bug.
 
 A mutant is built from a copy of the source written to a temporary folder (TVMScript
 parses a kernel from its source file), so the package itself is never modified. An edit
@@ -24,6 +24,7 @@ from typing import Callable
 
 PKG_DIR = Path(__file__).resolve().parent
 HELPERS_IMPORT = "from tirx_gemm import helpers as H"
+BLACKWELL_IMPORT = "from tirx_gemm import blackwell as W"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Mutant:
     bug: str                   # one line: what is broken
     step_edits: tuple[tuple[str, str], ...] = ()     # (old, new) in the step's source
     helper_edits: tuple[tuple[str, str], ...] = ()   # (old, new) in helpers.py
+    blackwell_edits: tuple[tuple[str, str], ...] = ()  # (old, new) in blackwell.py
     # what the gate must report: the simulation's result and/or checker verdicts that
     # must NOT be "clean"/"correct" (e.g. ("sync",) = synccheck must flag it)
     must_flag: tuple[str, ...] = ()
@@ -51,7 +53,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("ld2mma-64", "v7",
            "ld2mma expects 64 arrivals although all 128 epilogue threads arrive (with each "
            "accumulator used once per CTA the numbers are right; with more tiles it deadlocks)",
-           step_edits=(("ld2mma.init(128)", "ld2mma.init(64)"),),
+           step_edits=(('"ld2mma", 128)', '"ld2mma", 64)'),),
            must_flag=("sync", "race"), numbers_right=True,
            case=((256, 256, 256), (("SM_COUNT", 2),))),
     Mutant("no-proxy-fence", "v1",
@@ -64,7 +66,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "the TMA barrier gets a plain arrival instead of arrive.expect_tx: its phase "
            "can complete before the bytes land",
            helper_edits=(("    T.ptx.mbarrier.arrive.expect_tx.shared.b64(\n"
-                          "        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * F16_BYTES))\n",
+                          "        bar, T.uint32((BLK_M * BLK_K + BLK_N * BLK_K) * ELEM_BYTES))\n",
                           "    T.ptx.mbarrier.arrive.shared.b64(bar, T.uint32(1))\n"),),
            must_flag=("sync", "race")),
     # GPU (H200): a hang the watchdog build must turn into a trap naming the barrier
@@ -79,15 +81,16 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "the tile counter is incremented with a relaxed atomic: no release orders the "
            "slab stores before the count, no acquire orders the reducer's slab loads after "
            "it (the numbers may still come out right on a model that runs CTAs in turn)",
-           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),',
-                        'T.ptx["atom.relaxed.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),'),),
+           helper_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], counter,',
+                          'T.ptx["atom.relaxed.gpu.global.add.s32"](old[0], counter,'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
     Mutant("splitk-no-wait", "v11",
            "every unit reduces right after counting itself, without checking that all "
            "SPLIT_K splits have arrived: it reads slabs other CTAs have not published "
            "(or not yet written) and several units store the same D tile",
-           step_edits=(("if arrivals[0] == SPLIT_K - 1:", "if arrivals[0] >= 0:"),),
+           helper_edits=(("    return arrivals[i] == SPLIT_K - 1\n",
+                          "    return arrivals[i] >= 0\n"),),
            must_flag=("race",),
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4)))),
     # v11 REDUCE="spread": every split waits for all arrivals, then reduces its own band
@@ -103,10 +106,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "with REDUCE=spread the units count their finished bands with a relaxed atomic: "
            "the last one's reset of the tile counter is not ordered after the other units' "
            "acquire loads of it",
-           step_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](\n'
-                        '                                done[0]',
-                        'T.ptx["atom.relaxed.gpu.global.add.s32"](\n'
-                        '                                done[0]'),),
+           helper_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](done[0],',
+                          'T.ptx["atom.relaxed.gpu.global.add.s32"](done[0],'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4), ("REDUCE", "spread")))),
     # v10 (CLC + double-buffered TMEM accumulator)
@@ -127,8 +128,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "CTA 0's scheduler requests the next tile without waiting on clc_empty: the "
            "response slot is rewritten while readers may still decode the previous one "
            "(only a cluster's second request shows it: the cancel-path run catches it)",
-           step_edits=(('                            clc_empty.wait(0, free.phase, "CLC scheduler")\n',
-                        ''),),
+           blackwell_edits=(("        self.empty.wait(0, self.free.phase, role)\n", ""),),
            must_flag=("numsim",)),
 )}
 
@@ -167,6 +167,17 @@ def builder(m: Mutant, source_file: str) -> Callable:
         raise RuntimeError(f"mutant {m.name}: {source_file} no longer has "
                            f"{HELPERS_IMPORT!r}; update the mutant")
     tag = m.name.replace("-", "_")
+    if m.blackwell_edits:
+        if BLACKWELL_IMPORT not in step_src:
+            raise RuntimeError(f"mutant {m.name}: {source_file} no longer has "
+                               f"{BLACKWELL_IMPORT!r}; update the mutant")
+        # loaded inside the package, so that its relative imports (helpers, spec) resolve
+        blackwell_src = _edit((PKG_DIR / "blackwell.py").read_text(encoding="utf-8"),
+                              m.blackwell_edits, "blackwell.py", m.name)
+        (tmp / "blackwell_mutant.py").write_text(blackwell_src, encoding="utf-8")
+        _load(tmp / "blackwell_mutant.py", f"tirx_gemm.mutant_blackwell_{tag}")
+        step_src = step_src.replace(BLACKWELL_IMPORT,
+                                    f"from tirx_gemm import mutant_blackwell_{tag} as W")
     if m.helper_edits:
         helpers_src = _edit((PKG_DIR / "helpers.py").read_text(encoding="utf-8"),
                             m.helper_edits, "helpers.py", m.name)

@@ -12,39 +12,10 @@ MMAs of tile t+1, whichever tile CLC hands out next.
 """
 from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
-from tvm.backend.cuda.lang.clc import query_cancel_first_ctaid_x
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
-
-NO_TILE = 0xFFFFFFFF  # the decoded response of a request that cancelled nothing
-CLC_RESPONSE_BYTES = 16
-
-
-@T.inline
-def next_tile_clc(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0, role, TILES,
-                  CTA_PAIR):
-    # every thread of a role, at the end of its tile: wait for this round's response,
-    # decode it (the first CTA of the cancelled cluster, or NO_TILE), release the slot
-    # (CTA 0's clc_empty) and move to that cluster's tile; past the last tile the
-    # scheduler is no longer valid()
-    clc_full.wait(0, clc.phase, role)
-    query_cancel_first_ctaid_x(nxt, T.address_of(clc_resp[0]))
-    clc_empty_cta0.arrive_remote(0)
-    clc.advance()
-    if nxt == T.uint32(NO_TILE):
-        scheduler.init(TILES)
-    else:
-        scheduler.init(T.Cast("int32", nxt // T.uint32(CTA_PAIR)))
-
-
-@T.inline
-def next_tile_static(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0, role, TILES,
-                     CTA_PAIR):
-    # CLC=False: v8's fixed stride over the resident pairs (the CLC operands are unused)
-    scheduler.next_tile()
-
 
 def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
               SM_COUNT: int = 148, CLC: bool = True):
@@ -57,9 +28,10 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         clusters); cluster c starts on tile c, its next tiles come from CLC.
       * a scheduler role (warpgroup 1, warp 1, both CTAs): CTA 0's elected lane issues one
         clusterlaunchcontrol.try_cancel (.multicast::cluster::all) per round; the hardware
-        cancels a cluster not yet launched and writes a 16-byte response into clc_resp of
-        both CTAs. Every role reads it at the end of its tile (next_tile_clc): cancelled
-        cluster's first CTA id x -> "next tile x / 2", NO_TILE -> exit.
+        cancels a cluster not yet launched and writes a 16-byte response into the slot of
+        both CTAs. Every role reads it at the end of its tile (clc.next_tile): cancelled
+        cluster's first CTA id x -> "next tile x / 2", W.CLC_NO_TILE -> exit. The protocol
+        is W.ClusterLaunchControl's (its slot, barriers and verbs).
       * CLC=False keeps v8's static stride over SM_COUNT // 2 resident pairs; with CLC,
         SM_COUNT only sets tirx_gemm.resident_clusters (what a simulation keeps resident).
       Scope: 2 CTAs x 256 threads; warpgroup 1: warp 3 TMA producer, warp 0 MMA issuer
@@ -86,9 +58,9 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     ACC_STAGES = 2  # 2 x 256 fp32 columns = the whole TMEM
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
-    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # what one CTA loads per stage
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES  # what one CTA loads per stage
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.ELEM_BYTES)
     W.check_even_sm_count(SM_COUNT)
     if not isinstance(CLC, bool):
         raise ValueError(f"CLC={CLC!r} must be True (Cluster Launch Control) or False "
@@ -96,7 +68,6 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     TILES = H.ceil_div(M, MMA_M) * H.ceil_div(N, MMA_N)
     # CLC: one cluster per cluster tile; static: SM_COUNT // 2 persistent pairs (v8)
     CLUSTERS = TILES if CLC else SM_COUNT // CTA_PAIR
-    next_tile = next_tile_clc if CLC else next_tile_static
     # threads that read each CLC response: scheduler warp, producer warp and epilogue
     # warpgroup in both CTAs, CTA 0's MMA warp
     CLC_READERS = CTA_PAIR * (32 + 32 + 128) + 32
@@ -122,9 +93,8 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
         mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
         ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
-        clc_full = H.Barriers(pool, 1, "clc_full")
-        clc_empty = H.Barriers(pool, 1, "clc_empty")
-        clc_resp = pool.alloc((4,), "uint32", align=16)  # the 16-byte CLC response
+        # clc_full, clc_empty and the 16-byte response slot (allocated also when CLC=False)
+        clc = W.ClusterLaunchControl(pool, CLC_READERS, enabled=CLC)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -141,18 +111,14 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                     mma2tma.init(1)
                     mma2ld.init(1)
                     ld2mma.init(CTA_PAIR * 128)
-                    if CLC:
-                        clc_full.init(1)
-                        clc_empty.init(CLC_READERS)
-                        # arm round 0 before CTA 0 can request it (after the cluster sync)
-                        clc_full.arrive_expect_tx(0, CLC_RESPONSE_BYTES)
+                    clc.init()  # CLC: arms round 0 before CTA 0 can request it
                 W.tmem_alloc_pair(tmem_addr)
         W.publish_setup_cluster()
         tmem = W.tmem_accumulator()
         # CTA 0's copies of the barriers the whole pair signals
         tma2mma_cta0 = tma2mma.in_cta(0)
         ld2mma_cta0 = ld2mma.in_cta(0)
-        clc_empty_cta0 = clc_empty.in_cta(0)
+        clc.connect()  # where every reader releases a response: CTA 0's clc_empty
 
         # the first tile is this cluster's own; with CLC the next ones come from the
         # responses (with one cluster per tile, "cluster c" and "tile c" are one index)
@@ -160,8 +126,6 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
             "ts", num_m_tiles=H.ceil_div(M, MMA_M), num_n_tiles=H.ceil_div(N, MMA_N),
             num_clusters=CLUSTERS, l2_group_size=8)
         scheduler.init(bx // CTA_PAIR)
-        nxt = T.local_scalar("uint32")  # a decoded response: first CTA id or NO_TILE
-        clc = PipelineState(1, 0)  # clc_full's phase: one round per finished tile
 
         with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
             if warp_id == 3:
@@ -183,8 +147,7 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                                             B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
                                             tma2mma_cta0.ptr(ring.stage))
                         ring.advance()
-                    next_tile(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0,
-                              "TMA producer", TILES, CTA_PAIR)
+                    clc.next_tile(scheduler, "TMA producer", TILES)
             elif warp_id == 0:
                 if rank == 0:
                     # --- compute (MMA issuer, CTA 0 only): one 256x256x64 MMA per stage
@@ -208,33 +171,26 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                             # "accumulator full", in both CTAs
                             W.mma_commit_pair(mma2ld.ptr(acc.stage))
                         acc.advance()
-                        next_tile(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0,
-                                  "MMA issuer", TILES, CTA_PAIR)
+                        clc.next_tile(scheduler, "MMA issuer", TILES)
             elif warp_id == 1:
                 if CLC:
                     # --- schedule (both CTAs): CTA 0 asks the hardware for the next tile
                     # once every reader has released the previous response ---
-                    free = PipelineState(1, 1)
                     while scheduler.valid():
                         if rank == 0:
-                            clc_empty.wait(0, free.phase, "CLC scheduler")
-                            free.advance()
-                            if T.cuda.elect_sync():
-                                T.ptx["clusterlaunchcontrol.try_cancel.async.shared::cta"
-                                      ".mbarrier::complete_tx::bytes.multicast::cluster::all"
-                                      ".b128"](T.address_of(clc_resp[0]), clc_full.ptr(0))
-                        clc_full.wait(0, clc.phase, "CLC scheduler")
-                        query_cancel_first_ctaid_x(nxt, T.address_of(clc_resp[0]))
+                            clc.request("CLC scheduler")  # waits on clc_empty, then try_cancel
+                        clc.wait_response("CLC scheduler")
+                        clc.decode()
                         clc.advance()
-                        if nxt != T.uint32(NO_TILE):
+                        if clc.cancelled():
                             # arm the next round before releasing this one: CTA 0 requests
                             # it only after every reader (this warp too) has released
                             if T.cuda.elect_sync():
-                                clc_full.arrive_expect_tx(0, CLC_RESPONSE_BYTES)
-                            scheduler.init(T.Cast("int32", nxt // T.uint32(CTA_PAIR)))
+                                clc.arm()
+                            scheduler.init(clc.tile())
                         else:
                             scheduler.init(TILES)
-                        clc_empty_cta0.arrive_remote(0)
+                        clc.release()
 
         with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
             # --- writeback (epilogue, both CTAs): this CTA's 128 rows x 256 columns in
@@ -248,16 +204,15 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
                 for c in T.unroll(MMA_N // BLK_N):
-                    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-                    W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
-                    W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
+                    Dreg_out = T.alloc_local((BLK_N,), dtype)
+                    W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_out)
+                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
                                          BLK_N, tid_in_wg, 1)
                 # "accumulator empty", after the last tcgen05.ld of this buffer
                 W.tcgen05_fence_before_sync()
                 ld2mma_cta0.arrive_remote(acc.stage)
                 acc.advance()
-                next_tile(scheduler, nxt, clc, clc_full, clc_resp, clc_empty_cta0, "epilogue",
-                          TILES, CTA_PAIR)
+                clc.next_tile(scheduler, "epilogue", TILES)
 
         # --- free: the peer's MMA and arrivals touch this CTA until both are done ---
         W.tcgen05_cluster_sync()

@@ -19,24 +19,6 @@ from tirx_gemm import helpers as H
 from tirx_gemm import splitk
 
 
-@T.inline
-def band_add(WS, tile, band, chunk, s0, count, q0, q1, row, BAND_ITERS):
-    # spread reduce: band += slabs s0 .. s0 + count - 1 at this thread's chunks q0 + row,
-    # q0 + row + 128, ... (those < q1): every load first (in flight together), then the
-    # adds, slab by slab in split order
-    for i in T.unroll(BAND_ITERS):
-        if q0 + i * 128 + row < q1:
-            for s in T.unroll(count):
-                slot = T.meta_var((q0 + i * 128 + row) * 4)
-                Tx.copy(chunk[(s * BAND_ITERS + i) * 4:(s * BAND_ITERS + i + 1) * 4],
-                        WS[s0 + s, tile, slot:slot + 4])
-    for s in T.unroll(count):
-        for i in T.unroll(BAND_ITERS):
-            if q0 + i * 128 + row < q1:
-                for e in T.unroll(4):
-                    band[i * 4 + e] = band[i * 4 + e] + chunk[(s * BAND_ITERS + i) * 4 + e]
-
-
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
               SM_COUNT: int = 148, SPLIT_K: int | None = None, REDUCE: str | None = None,
               RUNTIME_M: bool = False, L2_GROUP: int = 8):
@@ -78,8 +60,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
-                       BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES,
+                       BLK_M * BLK_N * H.ELEM_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     if RUNTIME_M and SPLIT_K is None:
         raise ValueError("RUNTIME_M=True needs an explicit SPLIT_K: the split chosen for "
@@ -102,7 +84,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     GRID = SM_COUNT if RUNTIME_M else min(SM_COUNT, TILES * SPLIT_K)
     WS_TILES = H.runtime_extent("WS_TILES") if RUNTIME_M else TILES
     CNT_LEN = H.runtime_extent("CNT_LEN") if RUNTIME_M else TILES * (2 if SPREAD else 1)
-    CHUNK = 4  # floats per slab store / load of one thread
+    CHUNK = H.SPLITK_CHUNK  # floats per slab store / load of one thread
     IN_FLIGHT = 8  # chunks a reducing thread loads at once (32 registers)
     # spread: a slab is CHUNKS chunks, split s reduces [s*CHUNKS//S, (s+1)*CHUNKS//S);
     # a thread takes every 128th chunk of the band (BAND_ITERS at most) and loads GROUP
@@ -218,17 +200,10 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                     W.tcgen05_fence_before_sync()
                     ld2mma.arrive(acc.stage)
                     # --- publish: this split's partial tile -> its slab, then count it ---
-                    for c in T.unroll(BLK_N // CHUNK):
-                        slot = T.meta_var((c * 128 + tid_in_wg) * CHUNK)
-                        Tx.copy(WS[split, tile, slot:slot + CHUNK],
-                                part[c * CHUNK:(c + 1) * CHUNK])
+                    H.splitk_publish(WS, split, tile, 0, part, BLK_N, tid_in_wg)
                     T.cuda.warpgroup_sync(1)  # every thread's slab stores precede the count
                     if tid_in_wg == 0:
-                        old = T.alloc_local((1,), "int32")
-                        # release: our slab before the count; acquire: earlier units' slabs
-                        T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], CNT.ptr_to([tile]),
-                                                                 T.int32(1))
-                        arrivals[0] = old[0]
+                        H.splitk_count_arrival(arrivals, 0, CNT.ptr_to([tile]))
                         if SPREAD:
                             # --- wait: for all SPLIT_K splits of the tile (all resident) ---
                             splitk.wait_count(CNT.ptr_to([tile]), SPLIT_K, "CNT", tile,
@@ -243,11 +218,11 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                             band[c] = T.float32(0)
                         chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
                         for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
-                            band_add(WS, tile, band, chunk, g * GROUP, GROUP, q0, q1, tid_in_wg,
-                                     BAND_ITERS)
+                            H.splitk_band_add(WS, tile, 0, band, chunk, g * GROUP, GROUP, q0, q1,
+                                              tid_in_wg, BAND_ITERS)
                         if SPLIT_K % GROUP > 0:
-                            band_add(WS, tile, band, chunk, SPLIT_K // GROUP * GROUP,
-                                     SPLIT_K % GROUP, q0, q1, tid_in_wg, BAND_ITERS)
+                            H.splitk_band_add(WS, tile, 0, band, chunk, SPLIT_K // GROUP * GROUP,
+                                              SPLIT_K % GROUP, q0, q1, tid_in_wg, BAND_ITERS)
                         for i in T.unroll(BAND_ITERS):
                             q = T.meta_var(q0 + i * 128 + tid_in_wg)
                             if q < q1:
@@ -262,27 +237,11 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         # --- reset: the last unit past its band zeroes both counters ---
                         T.cuda.warpgroup_sync(1)  # all threads of the unit are done with CNT
                         if tid_in_wg == 0:
-                            done = T.alloc_local((1,), "int32")
-                            # acq_rel: every unit's wait on CNT[tile] before the reset
-                            T.ptx["atom.acq_rel.gpu.global.add.s32"](
-                                done[0], CNT.ptr_to([TILES + tile]), T.int32(1))
-                            if done[0] == SPLIT_K - 1:
-                                CNT[tile] = 0
-                                CNT[TILES + tile] = 0
-                    elif arrivals[0] == SPLIT_K - 1:
+                            H.splitk_retire_spread(CNT, tile, TILES + tile, SPLIT_K)
+                    elif H.splitk_is_last(arrivals, 0, SPLIT_K):
                         # --- reduce: every split has published; sum in split order ---
-                        for c in T.unroll(BLK_N):
-                            part[c] = T.float32(0)
-                        chunk = T.alloc_local((IN_FLIGHT * CHUNK,), H.ACC_DTYPE)
-                        for b in T.unroll(BLK_N // CHUNK // IN_FLIGHT):
-                            for s in T.serial(SPLIT_K, annotations=H.ROLLED):
-                                for i in T.unroll(IN_FLIGHT):  # loads in flight together
-                                    slot = T.meta_var(((b * IN_FLIGHT + i) * 128 + tid_in_wg) * CHUNK)
-                                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK],
-                                            WS[s, tile, slot:slot + CHUNK])
-                                for i in T.unroll(IN_FLIGHT * CHUNK):
-                                    part[b * IN_FLIGHT * CHUNK + i] = (
-                                        part[b * IN_FLIGHT * CHUNK + i] + chunk[i])
+                        H.splitk_reduce_slabs(WS, tile, 0, part, BLK_N, SPLIT_K, IN_FLIGHT,
+                                              tid_in_wg)
                         Dreg_out = T.alloc_local((BLK_N,), dtype)
                         Tx.cast(Dreg_out[:], part[:])
                         W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N,

@@ -251,7 +251,7 @@ def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int
     SF_BOX_R = W.MX_SF_BOX[0]  # 4 rows of 128 bytes: one 512-byte SF atom
     STAGE_BYTES = (BLK_M + BLK_N) * BLK_K + 2 * W.MX_SF_ATOM_BYTES
     dtype = H.check_fp8_contract(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.ELEM_BYTES)
     if PIPE_DEPTH > 8:
         raise ValueError(f"PIPE_DEPTH={PIPE_DEPTH}: SCALE='mx' keeps at most 8 stages of "
                          f"scale factors in TMEM")

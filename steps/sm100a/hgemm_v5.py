@@ -31,8 +31,8 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
-                       BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES,
+                       BLK_M * BLK_N * H.ELEM_BYTES)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)

@@ -45,8 +45,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.F16_BYTES,
-                       BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES,
+                       BLK_M * BLK_N * H.ELEM_BYTES)
     H.check_positive_ints(SM_COUNT=SM_COUNT)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
@@ -65,25 +65,26 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
-        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        # two full/empty rings and their arrival counts: the SMEM stages (tma2mma: 1
+        # expect_tx + the bytes; mma2tma: 1 commit) and the TMEM accumulators (mma2ld: 1
+        # commit; ld2mma: 128, every epilogue thread)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", 128)
+        tma2mma = stages.full
+        mma2tma = stages.empty
+        mma2ld = accs.full
+        ld2mma = accs.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
-        # ld2mma 128 (every epilogue thread)
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(1)
-                    mma2ld.init(1)
-                    ld2mma.init(128)
+                    stages.init()
+                    accs.init()
                 W.tmem_alloc(tmem_addr)
         W.publish_setup()
         tmem = W.tmem_accumulator()
@@ -140,11 +141,11 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_f16)
+                Dreg_out = T.alloc_local((BLK_N,), dtype)
+                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
-                W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
+                W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
                 acc.advance()
                 scheduler.next_tile()
 

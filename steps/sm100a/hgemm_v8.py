@@ -51,9 +51,9 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     ACC_STAGES = 2  # 2 x 256 fp32 columns = the whole TMEM
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
-    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # what one CTA loads per stage
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES  # what one CTA loads per stage
     H.check_edge_shape(M, N, K, dtype)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.ELEM_BYTES)
     W.check_even_sm_count(SM_COUNT)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
@@ -160,9 +160,9 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
                 for c in T.unroll(MMA_N // BLK_N):
-                    Dreg_f16 = T.alloc_local((BLK_N,), dtype)
-                    W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_f16)
-                    W.store_tile_via_tma(Dreg_f16, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
+                    Dreg_out = T.alloc_local((BLK_N,), dtype)
+                    W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_out)
+                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
                                          BLK_N, tid_in_wg, 1)
                 W.tcgen05_fence_before_sync()
                 ld2mma_cta0.arrive_remote(acc.stage)

@@ -62,7 +62,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     EPI_N = 64  # epilogue chunk width (columns per TMA store)
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224  # 128 x 56 + 256 x 224 = 384 x 168
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
-    STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K * H.F16_BYTES  # one CTA's share
+    STAGE_BYTES = (NUM_CONSUMER * BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES  # one CTA's share
     H.check_edge_shape(M, N, K, dtype)
     M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, NUM_CONSUMER * BLK_M * W.EPI_ROW_BYTES)
@@ -191,9 +191,9 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
                 W.tcgen05_fence_after_sync()
                 if PLAIN:
                     for i in T.unroll(MMA_N // EPI_N):
-                        Dreg_f16 = T.alloc_local((EPI_N,), dtype)
-                        W.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_f16)
-                        W.store_rows_via_tma(Dreg_f16, Dsmem, c * BLK_M, D, m_st,
+                        Dreg_out = T.alloc_local((EPI_N,), dtype)
+                        W.tmem_to_registers(tmem, c * MMA_N + i * EPI_N, EPI_N, Dreg_out)
+                        W.store_rows_via_tma(Dreg_out, Dsmem, c * BLK_M, D, m_st,
                                              n_st + i * EPI_N, BLK_M, EPI_N, tid_in_wg, 1 + c)
                 else:
                     # TMEM -> fp32 registers -> bias, activation or silu(gate) * up -> cast

@@ -20,24 +20,6 @@ from tirx_gemm import hopper as W
 from tirx_gemm import splitk
 
 
-@T.inline
-def band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_ITERS):
-    # spread reduce: band += slabs s0 .. s0 + count - 1 at this thread's chunks q0 + tid,
-    # q0 + tid + 128, ... (those < q1) of the half at float offset `base`: every load first
-    # (in flight together), then the adds, slab by slab in split order
-    for i in T.unroll(BAND_ITERS):
-        if q0 + i * 128 + tid < q1:
-            for s in T.unroll(count):
-                slot = T.meta_var(base + (q0 + i * 128 + tid) * 4)
-                Tx.copy(chunk[(s * BAND_ITERS + i) * 4:(s * BAND_ITERS + i + 1) * 4],
-                        WS[s0 + s, tile, slot:slot + 4])
-    for s in T.unroll(count):
-        for i in T.unroll(BAND_ITERS):
-            if q0 + i * 128 + tid < q1:
-                for e in T.unroll(4):
-                    band[i * 4 + e] = band[i * 4 + e] + chunk[(s * BAND_ITERS + i) * 4 + e]
-
-
 def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3,
               SM_COUNT: int = 132, L2_GROUP: int = 16, SPLIT_K: int | None = None,
               REDUCE: str | None = None, RUNTIME_M: bool = False, BLK_N: int = 256,
@@ -109,7 +91,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     WS_TILES = H.runtime_extent("WS_TILES") if RUNTIME_M else TILES
     CNT_LEN = (H.runtime_extent("CNT_LEN") if RUNTIME_M
                else TILES * NUM_CONSUMERS * (2 if SPREAD else 1))
-    CHUNK = 4  # floats per slab store / load of one thread
+    CHUNK = H.SPLITK_CHUNK  # floats per slab store / load of one thread
     # IN_FLIGHT: chunks (4 floats each) a reducing thread loads at once; "last" reads
     # ACC_REGS // CHUNK chunks per slab in rounds of IN_FLIGHT (at most that many)
     IN_FLIGHT_LAST = min(IN_FLIGHT, ACC_REGS // CHUNK)
@@ -233,17 +215,11 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                 if SPLIT_K > 1:
                     tile = T.meta_var(scheduler.m_idx % TILES_M * TILES_N + scheduler.n_idx)
                     # --- publish: this split's partial half -> its slab, then count it ---
-                    for c in T.unroll(ACC_REGS // CHUNK):
-                        slot = T.meta_var(consumer * HALF + (c * 128 + tid_in_wg) * CHUNK)
-                        Tx.copy(WS[split, tile, slot:slot + CHUNK],
-                                acc[c * CHUNK:(c + 1) * CHUNK])
+                    H.splitk_publish(WS, split, tile, consumer * HALF, acc, ACC_REGS, tid_in_wg)
                     T.cuda.warpgroup_sync(1 + consumer)  # all slab stores precede the count
                     if tid_in_wg == 0:
-                        old = T.alloc_local((1,), "int32")
-                        # release: our slab before the count; acquire: earlier units' slabs
-                        T.ptx["atom.acq_rel.gpu.global.add.s32"](
-                            old[0], CNT.ptr_to([tile * NUM_CONSUMERS + consumer]), T.int32(1))
-                        arrivals[consumer] = old[0]
+                        H.splitk_count_arrival(arrivals, consumer,
+                                               CNT.ptr_to([tile * NUM_CONSUMERS + consumer]))
                         if SPREAD:
                             # --- wait: for all SPLIT_K splits of the tile (all resident) ---
                             splitk.wait_count(CNT.ptr_to([tile * NUM_CONSUMERS + consumer]),
@@ -259,12 +235,12 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                             band[c] = T.float32(0)
                         chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
                         for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
-                            band_add(WS, tile, consumer * HALF, band, chunk, g * GROUP, GROUP,
-                                     q0, q1, tid_in_wg, BAND_ITERS)
+                            H.splitk_band_add(WS, tile, consumer * HALF, band, chunk, g * GROUP,
+                                              GROUP, q0, q1, tid_in_wg, BAND_ITERS)
                         if SPLIT_K % GROUP > 0:
-                            band_add(WS, tile, consumer * HALF, band, chunk,
-                                     SPLIT_K // GROUP * GROUP, SPLIT_K % GROUP, q0, q1,
-                                     tid_in_wg, BAND_ITERS)
+                            H.splitk_band_add(WS, tile, consumer * HALF, band, chunk,
+                                              SPLIT_K // GROUP * GROUP, SPLIT_K % GROUP, q0, q1,
+                                              tid_in_wg, BAND_ITERS)
                         for i in T.unroll(BAND_ITERS):
                             q = T.meta_var(q0 + i * 128 + tid_in_wg)
                             if q < q1:
@@ -285,33 +261,16 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         # --- reset: the last unit past its band zeroes both counters ---
                         T.cuda.warpgroup_sync(1 + consumer)  # the half's threads are done
                         if tid_in_wg == 0:
-                            done = T.alloc_local((1,), "int32")
-                            # acq_rel: every unit's wait on the counter before the reset
-                            T.ptx["atom.acq_rel.gpu.global.add.s32"](
-                                done[0], CNT.ptr_to([(TILES + tile) * NUM_CONSUMERS + consumer]),
-                                T.int32(1))
-                            if done[0] == SPLIT_K - 1:
-                                CNT[tile * NUM_CONSUMERS + consumer] = 0
-                                CNT[(TILES + tile) * NUM_CONSUMERS + consumer] = 0
-                    elif arrivals[consumer] == SPLIT_K - 1:
+                            H.splitk_retire_spread(CNT, tile * NUM_CONSUMERS + consumer,
+                                                   (TILES + tile) * NUM_CONSUMERS + consumer,
+                                                   SPLIT_K)
+                    elif H.splitk_is_last(arrivals, consumer, SPLIT_K):
                         # --- reduce: every split has published; sum in split order ---
-                        for c in T.unroll(ACC_REGS):
-                            acc[c] = T.float32(0)
-                        chunk = T.alloc_local((IN_FLIGHT_LAST * CHUNK,), H.ACC_DTYPE)
-                        for b in T.unroll(ACC_REGS // CHUNK // IN_FLIGHT_LAST):
-                            for s in T.serial(SPLIT_K, annotations=H.ROLLED):
-                                for i in T.unroll(IN_FLIGHT_LAST):  # loads in flight together
-                                    c = T.meta_var(b * IN_FLIGHT_LAST + i)
-                                    slot = T.meta_var(consumer * HALF
-                                                      + (c * 128 + tid_in_wg) * CHUNK)
-                                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK],
-                                            WS[s, tile, slot:slot + CHUNK])
-                                for i in T.unroll(IN_FLIGHT_LAST * CHUNK):
-                                    acc[b * IN_FLIGHT_LAST * CHUNK + i] = (
-                                        acc[b * IN_FLIGHT_LAST * CHUNK + i] + chunk[i])
+                        H.splitk_reduce_slabs(WS, tile, consumer * HALF, acc, ACC_REGS, SPLIT_K,
+                                              IN_FLIGHT_LAST, tid_in_wg)
                 # SPLIT_K = 1: every unit stores its half; else only the reducing one
                 # (spread: none, each stored its band above)
-                if SPLIT_K == 1 or (not SPREAD and arrivals[consumer] == SPLIT_K - 1):
+                if SPLIT_K == 1 or (not SPREAD and H.splitk_is_last(arrivals, consumer, SPLIT_K)):
                     # --- writeback: this warpgroup's 64x256 half -> Dsmem -> TMA store (clipped) ---
                     row0 = T.meta_var(consumer * W.WGMMA_M)
                     if tid_in_wg == 0:

@@ -50,7 +50,7 @@ conversion of the fp32 accumulators):
 
 from __future__ import annotations
 
-from ..helpers import ACC_DTYPE, AB_DTYPE, F16_BYTES  # noqa: F401 (W.ACC_DTYPE, as before)
+from ..helpers import ACC_DTYPE, AB_DTYPE  # noqa: F401 (W.ACC_DTYPE, as before)
 from .checks import (  # noqa: F401
     check_cluster_pool, check_ctas_fit_sm, check_reg_split, check_ring_for_wait_one)
 from .cluster import (  # noqa: F401

@@ -6,7 +6,7 @@ from tvm.script import tirx as T
 
 from .. import helpers as H
 from .. import timeline as TL  # event hooks: None (nothing emitted) unless TIMELINE=True
-from ..helpers import AB_DTYPE, F16_BYTES
+from ..helpers import AB_DTYPE, ELEM_BYTES  # noqa: F401 (bytes of one 16-bit element: fp16, bf16)
 
 # --------------------------------------------------------------------------------------
 # hardware constants
@@ -17,7 +17,6 @@ SWIZZLE_ROW_ELEMS = 64      # 16-bit elements in one 128-byte swizzle row: BLK_K
 SMEM_ALIGN = 1024           # one 128B swizzle atom (8 rows x 128 B): tiles start on it
 SMEM_PER_SM_BYTES = 228 * 1024  # shared memory of one SM, shared by its resident CTAs
 SMEM_RESERVED_PER_CTA = 1024    # taken by the system from every resident CTA
-ELEM_BYTES = F16_BYTES          # bytes of one 16-bit operand element, fp16 or bf16 alike
 
 # encode_matrix_descriptor arguments (16-byte units; swizzle code 3 = 128B swizzle)
 SWIZZLE_128B = 3
