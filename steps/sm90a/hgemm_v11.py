@@ -39,6 +39,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         half's counter (release: the slab before the count; acquire: earlier slabs).
       "last" (default): the unit that sees old == SPLIT_K - 1 sums slab 0, 1, ... in that
         fixed order, stores the half (TMA, clipped) and zeroes the counter.
+      A half wholly past M (M <= 64: the second) publishes, counts and stores nothing.
       "spread": every unit waits (splitk.wait_count) until the count reads SPLIT_K, sums
         its band of the half in split order, stores it with clipped plain stores; a second
         count lets the last unit reset both counters.
@@ -214,60 +215,69 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
 
                 if SPLIT_K > 1:
                     tile = T.meta_var(scheduler.m_idx % TILES_M * TILES_N + scheduler.n_idx)
-                    # --- publish: this split's partial half -> its slab, then count it ---
-                    H.splitk_publish(WS, split, tile, consumer * HALF, acc, ACC_REGS, tid_in_wg)
-                    T.cuda.warpgroup_sync(1 + consumer)  # all slab stores precede the count
-                    if tid_in_wg == 0:
-                        H.splitk_count_arrival(arrivals, consumer,
-                                               CNT.ptr_to([tile * NUM_CONSUMERS + consumer]))
-                        if SPREAD:
-                            # --- wait: for all SPLIT_K splits of the tile (all resident) ---
-                            splitk.wait_count(CNT.ptr_to([tile * NUM_CONSUMERS + consumer]),
-                                              SPLIT_K, "CNT", tile * NUM_CONSUMERS + consumer,
-                                              "consumer")
-                    T.cuda.warpgroup_sync(1 + consumer)  # hands the count (and acquire) to all
-                    if SPREAD:
-                        # --- reduce (spread): this split's band of the half, in split order ---
-                        q0 = T.meta_var(split * CHUNKS // SPLIT_K)
-                        q1 = T.meta_var((split + 1) * CHUNKS // SPLIT_K)
-                        band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
-                        for c in T.unroll(BAND_ITERS * CHUNK):
-                            band[c] = T.float32(0)
-                        chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
-                        for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
-                            H.splitk_band_add(WS, tile, consumer * HALF, band, chunk, g * GROUP,
-                                              GROUP, q0, q1, tid_in_wg, BAND_ITERS)
-                        if SPLIT_K % GROUP > 0:
-                            H.splitk_band_add(WS, tile, consumer * HALF, band, chunk,
-                                              SPLIT_K // GROUP * GROUP, SPLIT_K % GROUP, q0, q1,
-                                              tid_in_wg, BAND_ITERS)
-                        for i in T.unroll(BAND_ITERS):
-                            q = T.meta_var(q0 + i * 128 + tid_in_wg)
-                            if q < q1:
-                                # chunk q = acc[4j .. 4j+3] of thread t (j = q // 128, t = q %
-                                # 128, warp w = t // 32, lane l = t % 32): acc[4j+2h+e] is
-                                # D[16w + l//4 + 8h, 8j + 2(l%4) + e] of this half
-                                t = T.meta_var(q % 128)
-                                c0 = T.meta_var(q // 128 * 8 + t % 32 % 4 * 2)
-                                for h in T.unroll(2):
-                                    r = T.meta_var(consumer * W.WGMMA_M + t // 32 * 16
-                                                   + t % 32 // 4 + 8 * h)
-                                    if m_st + r < M:
-                                        if n_st + c0 < N:  # N % 8 == 0: a pair is all in or out
-                                            out = T.alloc_local((2,), dtype)
-                                            Tx.cast(out[:], band[i * CHUNK + 2 * h:
-                                                                 i * CHUNK + 2 * h + 2])
-                                            Tx.copy(D[m_st + r, n_st + c0:n_st + c0 + 2], out[:])
-                        # --- reset: the last unit past its band zeroes both counters ---
-                        T.cuda.warpgroup_sync(1 + consumer)  # the half's threads are done
+                    if m_st + consumer * W.WGMMA_M >= M:
+                        # a half wholly past M (a decode shape's second 64 rows): its
+                        # partial holds rows no one stores, so it publishes no slab, counts
+                        # on no counter and stores nothing (every split of the tile agrees:
+                        # they share m_st); -1 is never "last"
                         if tid_in_wg == 0:
-                            H.splitk_retire_spread(CNT, tile * NUM_CONSUMERS + consumer,
-                                                   (TILES + tile) * NUM_CONSUMERS + consumer,
-                                                   SPLIT_K)
-                    elif H.splitk_is_last(arrivals, consumer, SPLIT_K):
-                        # --- reduce: every split has published; sum in split order ---
-                        H.splitk_reduce_slabs(WS, tile, consumer * HALF, acc, ACC_REGS, SPLIT_K,
-                                              IN_FLIGHT_LAST, tid_in_wg)
+                            arrivals[consumer] = -1
+                        T.cuda.warpgroup_sync(1 + consumer)
+                    else:
+                        # --- publish: this split's partial half -> its slab, then count it ---
+                        H.splitk_publish(WS, split, tile, consumer * HALF, acc, ACC_REGS, tid_in_wg)
+                        T.cuda.warpgroup_sync(1 + consumer)  # all slab stores precede the count
+                        if tid_in_wg == 0:
+                            H.splitk_count_arrival(arrivals, consumer,
+                                                   CNT.ptr_to([tile * NUM_CONSUMERS + consumer]))
+                            if SPREAD:
+                                # --- wait: for all SPLIT_K splits of the tile (all resident) ---
+                                splitk.wait_count(CNT.ptr_to([tile * NUM_CONSUMERS + consumer]),
+                                                  SPLIT_K, "CNT", tile * NUM_CONSUMERS + consumer,
+                                                  "consumer")
+                        T.cuda.warpgroup_sync(1 + consumer)  # hands the count (and acquire) to all
+                        if SPREAD:
+                            # --- reduce (spread): this split's band of the half, in split order ---
+                            q0 = T.meta_var(split * CHUNKS // SPLIT_K)
+                            q1 = T.meta_var((split + 1) * CHUNKS // SPLIT_K)
+                            band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
+                            for c in T.unroll(BAND_ITERS * CHUNK):
+                                band[c] = T.float32(0)
+                            chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
+                            for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
+                                H.splitk_band_add(WS, tile, consumer * HALF, band, chunk, g * GROUP,
+                                                  GROUP, q0, q1, tid_in_wg, BAND_ITERS)
+                            if SPLIT_K % GROUP > 0:
+                                H.splitk_band_add(WS, tile, consumer * HALF, band, chunk,
+                                                  SPLIT_K // GROUP * GROUP, SPLIT_K % GROUP, q0, q1,
+                                                  tid_in_wg, BAND_ITERS)
+                            for i in T.unroll(BAND_ITERS):
+                                q = T.meta_var(q0 + i * 128 + tid_in_wg)
+                                if q < q1:
+                                    # chunk q = acc[4j .. 4j+3] of thread t (j = q // 128, t = q %
+                                    # 128, warp w = t // 32, lane l = t % 32): acc[4j+2h+e] is
+                                    # D[16w + l//4 + 8h, 8j + 2(l%4) + e] of this half
+                                    t = T.meta_var(q % 128)
+                                    c0 = T.meta_var(q // 128 * 8 + t % 32 % 4 * 2)
+                                    for h in T.unroll(2):
+                                        r = T.meta_var(consumer * W.WGMMA_M + t // 32 * 16
+                                                       + t % 32 // 4 + 8 * h)
+                                        if m_st + r < M:
+                                            if n_st + c0 < N:  # N % 8 == 0: a pair is all in or out
+                                                out = T.alloc_local((2,), dtype)
+                                                Tx.cast(out[:], band[i * CHUNK + 2 * h:
+                                                                     i * CHUNK + 2 * h + 2])
+                                                Tx.copy(D[m_st + r, n_st + c0:n_st + c0 + 2], out[:])
+                            # --- reset: the last unit past its band zeroes both counters ---
+                            T.cuda.warpgroup_sync(1 + consumer)  # the half's threads are done
+                            if tid_in_wg == 0:
+                                H.splitk_retire_spread(CNT, tile * NUM_CONSUMERS + consumer,
+                                                       (TILES + tile) * NUM_CONSUMERS + consumer,
+                                                       SPLIT_K)
+                        elif H.splitk_is_last(arrivals, consumer, SPLIT_K):
+                            # --- reduce: every split has published; sum in split order ---
+                            H.splitk_reduce_slabs(WS, tile, consumer * HALF, acc, ACC_REGS, SPLIT_K,
+                                                  IN_FLIGHT_LAST, tid_in_wg)
                 # SPLIT_K = 1: every unit stores its half; else only the reducing one
                 # (spread: none, each stored its band above)
                 if SPLIT_K == 1 or (not SPREAD and H.splitk_is_last(arrivals, consumer, SPLIT_K)):
