@@ -23,9 +23,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
       Layout: the two accumulators sit at TMEM columns 0 and 256 (all 512 allocated, as
       in every step), whatever BLK_N. The ring is as deep as fits (PIPE_DEPTH None).
       Epilogue: BLK_N // 64 chunks of 64 columns go TMEM -> registers -> Dsmem -> TMA
-      store (v9's chunk); the last BLK_N % 64 columns (16, 32 or 48) are read by one more
-      tcgen05.ld and stored straight from the registers, each thread its row, in guarded
-      8-column (16-byte) pieces. Dispatch: no setmaxnreg (an epilogue thread holds 64
+      store (v9's chunk); the last BLK_N % 64 columns (16, 32 or 48) are read 16 at a
+      time by tcgen05.ld (its widths are powers of two) and stored straight from the
+      registers, each thread its row, in guarded 8-column (16-byte) pieces. Dispatch: no setmaxnreg (an epilogue thread holds 64
       columns, not v7's 128). min(tiles, SM_COUNT) persistent CTAs walk the tiles.
       RUNTIME_M (helpers.runtime_rows): M a run-time variable, SM_COUNT CTAs; one kernel
       for every M.
@@ -47,6 +47,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
     """
     BLK_M, BLK_K = 128, 64
     EPI_N = 64  # epilogue chunk width (columns per TMA store: one 128-byte swizzle row)
+    TAIL_N = 16  # tail columns per tcgen05.ld and guarded store
     ACC_STAGES, ACC_COLS = 2, W.TMEM_COLS // 2  # accumulator a at TMEM column 256 * a
     H.check_edge_shape(M, N, K, dtype)
     if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
@@ -163,12 +164,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                                         Dreg_f16)
                     W.store_rows_via_tma(Dreg_f16, Dsmem, 0, D, m_st, n_st + i * EPI_N,
                                          BLK_M, EPI_N, tid_in_wg, 1)
-                if TAIL > 0:
-                    Dtail = T.alloc_local((TAIL,), dtype)
-                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + CHUNKS * EPI_N, TAIL,
-                                        Dtail)
-                    W.store_row_guarded(Dtail, D, m_st + tid_in_wg, n_st + CHUNKS * EPI_N,
-                                        TAIL, M, N)
+                for t in T.unroll(TAIL // TAIL_N):
+                    # the tail, 16 columns per tcgen05.ld (its widths are powers of two)
+                    col = T.meta_var(CHUNKS * EPI_N + t * TAIL_N)
+                    Dtail = T.alloc_local((TAIL_N,), dtype)
+                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + col, TAIL_N, Dtail)
+                    W.store_row_guarded(Dtail, D, m_st + tid_in_wg, n_st + col, TAIL_N, M, N)
                 # every tcgen05.ld of this accumulator has completed: hand it back
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
