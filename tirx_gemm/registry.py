@@ -371,14 +371,6 @@ STEPS: list[Step] = [
            _CLUSTER_BAD, _TMA + ("USETMAXREG",) + _PAIR + ("UGETNEXTWORKID.BROADCAST",),
            ("LDG.E.128",)),
 
-    # v12 (sm_100a, tile menu): v7 with BLK_N 16..256 (step 16), RUNTIME_M; registry
-    # builds use the default 128x128 (no tail: every column by TMA store). Shapes: v12
-    # sm_90a's (decode, odd token counts, the edges)
-    _sm100("v12", _EDGE + "; BLK_N a multiple of 16 in [16, 256]", (1024, 1024, 1024),
-           ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
-           + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1], _EDGE_BAD,
-           _TMA, ("LDG.E.128",)),
-
     _sm90("v1", _ONE_TILE, (128, 128, 64), (), (), _V1_BAD, _THREAD_COPIES, ("UTMALDG",)),
     _sm90("v2", _ONE_ROW, (128, 128, 1024), ((128, 128, 64), (128, 128, 512), (128, 128, 4032)), (), _V2_BAD,
           _THREAD_COPIES, ("UTMALDG",)),
@@ -418,6 +410,13 @@ STEPS: list[Step] = [
                   ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192)) + _BENCH[:1],
                   _EDGE_BAD, _TMA_LOADS + ("USETMAXREG", "HGMMA.64x256x16")),
             sm_count_kwarg="SM_COUNT", workspace="tirx_gemm.splitk:workspace_specs_sm90a"),
+    # v12 (sm_100a, tile menu): v7 with BLK_N 16..256 (step 16), RUNTIME_M; registry
+    # builds use the default 128x128 (no tail: every column by TMA store). Shapes: v12
+    # sm_90a's (decode, odd token counts, the edges)
+    _sm100("v12", _EDGE + "; BLK_N a multiple of 16 in [16, 256]", (1024, 1024, 1024),
+           ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
+           + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1], _EDGE_BAD,
+           _TMA, ("LDG.E.128",)),
     # v12 (sm_90a, tile menu): 1x1 CTAs, BLK_M x BLK_N a tunable (64|128 x 16..256 step
     # 16), RUNTIME_M; registry builds use the default 128x128. Tests: decode and odd token
     # counts beside the edge shapes; promises the stmatrix + TMA-store epilogue of the

@@ -14,6 +14,13 @@ from tirx_gemm import helpers as H
 BLK_N_STEP, BLK_N_MAX = 16, 256  # tcgen05.mma cta_group::1, M = 128: N % 16 == 0, <= 256
 
 
+def default_pipe_depth(BLK_N: int, BLK_M: int = 128, BLK_K: int = 64, EPI_N: int = 64) -> int:
+    """PIPE_DEPTH=None: as many stages of (BLK_M + BLK_N) x BLK_K 16-bit values as fit
+    beside the BLK_M x EPI_N staging chunk (check_pipe_depth keeps 1 KiB for barriers)."""
+    staging = BLK_M * EPI_N * H.F16_BYTES
+    return (H.SMEM_BYTES_MAX - 1024 - staging) // ((BLK_M + BLK_N) * BLK_K * H.F16_BYTES)
+
+
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 148, RUNTIME_M: bool = False):
     """Step card -- v12, a tile menu.
@@ -57,10 +64,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
     H.check_positive_ints(SM_COUNT=SM_COUNT)
     CHUNKS, TAIL = BLK_N // EPI_N, BLK_N % EPI_N  # TMA-stored chunks, guarded tail columns
     STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES
-    DSMEM_BYTES = BLK_M * EPI_N * H.F16_BYTES
-    if PIPE_DEPTH is None:  # as many stages as fit (check_pipe_depth keeps 1 KiB spare)
-        PIPE_DEPTH = (H.SMEM_BYTES_MAX - 1024 - DSMEM_BYTES) // STAGE_BYTES
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, DSMEM_BYTES)
+    if PIPE_DEPTH is None:
+        PIPE_DEPTH = default_pipe_depth(BLK_N, BLK_M, BLK_K, EPI_N)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * EPI_N * H.F16_BYTES)
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     N_TILES = H.ceil_div(N, BLK_N)
     # RUNTIME_M: M and the tile count are bound at each call; every CTA of the pool runs
