@@ -32,8 +32,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
       Epilogue: BLK_N // 64 chunks of 64 columns go TMEM -> registers -> Dsmem -> TMA
       store (v9's chunk); the last BLK_N % 64 columns (16, 32 or 48) are read 16 at a
       time by tcgen05.ld (its widths are powers of two) and stored straight from the
-      registers, each thread its row, in guarded 8-column (16-byte) pieces. Dispatch: no setmaxnreg (an epilogue thread holds 64
-      columns, not v7's 128). min(tiles, SM_COUNT) persistent CTAs walk the tiles.
+      registers, each thread its row, in guarded 8-column (16-byte) pieces.
+      Dispatch: no setmaxnreg (an epilogue thread holds 64 columns, not v7's 128);
+      min(tiles, SM_COUNT) persistent CTAs walk the tiles.
       RUNTIME_M (helpers.runtime_rows): M a run-time variable, SM_COUNT CTAs; one kernel
       for every M.
     Why: the number of tiles decides how many SMs work. 1024^3 in v7's 128x128 tiles is
