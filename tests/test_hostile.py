@@ -342,6 +342,21 @@ def test_a_numsim_only_record_claims_no_checker(tmp_path):
     assert "correct, sync/race clean" in full
 
 
+def test_a_bf16_case_checked_by_numbers_only_leans_on_its_fp16_twin(tmp_path):
+    """The gate gives a bfloat16 case whose float16 twin is in the run numsim only
+    (sim.cases.checks_for): the run still claims sync/race clean, through the twin; a
+    bfloat16 record without such a twin (another shape) does not."""
+    bf16 = {**SIM, "dtype": "bfloat16", "kwargs": {"dtype": "bfloat16"}, "checks": ["numsim"],
+            "synccheck": "skipped", "racecheck": "skipped"}
+
+    def cell(recs):
+        table = records.render_table([], [("v4", "sm_100a", "")], sim_records=recs)
+        return next(line for line in table.splitlines() if line.startswith("| v4"))
+
+    assert "2/2 cases correct, sync/race clean" in cell([SIM, bf16])
+    assert "not run: synccheck, racecheck" in cell([SIM, {**bf16, "K": 64}])
+
+
 @pytest.mark.parametrize("change,needle", [
     ({"checks": None}, 'must list the checkers that ran in "checks"'),
     ({"checks": []}, 'must list the checkers that ran in "checks"'),

@@ -135,3 +135,42 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert (f"{splitk.NARROW_SPLIT_MIN_M} rows a split builds 128x{splitk.NARROW_SPLIT_BLK_N} "
             f"tiles with {kw['IN_FLIGHT']} slab loads in flight and a {kw['PIPE_DEPTH']}-stage "
             f"ring") in text
+
+
+# --- sm_100a v12: the menu on v7's kernel (NumSim checks its cases: `tirx-gemm sim v12`) ---
+def test_sm100a_menu_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_100a")
+    for bad in (8, 0, 100, 272, True):
+        with pytest.raises(ValueError, match=f"BLK_N={bad!r} must be a multiple of 16"):
+            step.build_primfunc(128, 256, 128, BLK_N=bad)
+    with pytest.raises(ValueError, match="PIPE_DEPTH=5 needs"):
+        step.build_primfunc(128, 256, 128, BLK_N=256, PIPE_DEPTH=5)
+
+
+def test_sm100a_default_ring_is_as_deep_as_fits():
+    pytest.importorskip("tvm")
+    from steps.sm100a.hgemm_v12 import default_pipe_depth
+    from tirx_gemm import helpers as H
+    for blk_n, depth in ((16, 11), (128, 6), (176, 5), (256, 4)):
+        assert default_pipe_depth(blk_n) == depth
+        H.check_pipe_depth(depth, (128 + blk_n) * 128, 128 * 128)  # it fits, one more not
+        with pytest.raises(ValueError):
+            H.check_pipe_depth(depth + 1, (128 + blk_n) * 128, 128 * 128)
+
+
+@pytest.mark.parametrize("blk_n,chunks,tails", [(256, 4, 0), (80, 1, 1), (176, 2, 3),
+                                                (48, 0, 3)])
+def test_sm100a_epilogue_chunks_by_tma_and_tail_16_columns_a_load(blk_n, chunks, tails):
+    pytest.importorskip("tvm")
+    text = registry.get("v12", "sm_100a").build_primfunc(
+        300, 1000, 128, BLK_N=blk_n, RUNTIME_M=blk_n == 48).script()
+    lines = [ln.strip() for ln in text.splitlines()]
+    # 64-column chunks: tcgen05.ld of 64 columns, then a TMA store of the staged chunk;
+    # the tail: 16 columns per tcgen05.ld (no 48-wide load), stored row by row, guarded
+    # (a loop of 0 trips is in the script and compiles to nothing)
+    assert f"for i in T.unroll({chunks}):" in lines
+    assert any(ln.startswith("T.tile.copy_async(D[") for ln in lines)
+    assert f"for t in T.unroll({tails}):" in lines
+    assert 'Dtail = T.alloc_local((16,), "float16")' in lines
+    assert any(ln.startswith("T.tile.copy(D[") for ln in lines)

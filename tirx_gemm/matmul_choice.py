@@ -36,6 +36,10 @@ NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
 RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
 NOMINAL_N, NOMINAL_K = 256, 256
 TILE_MENU = "v12"
+# arches whose v12 menu matmul chooses from: tirx_gemm.chooser is sm_90a's model (fitted to
+# H200 measurements, BLK_M 64 and swap-AB tiles among its picks); sm_100a's v12 (BLK_M 128
+# only, checked on NumSim, never timed) has no model yet, so matmul keeps v9 / v11 there
+MENU_ARCHES = frozenset({"sm_90a"})
 # v11's split counts, rounded down to this menu, so that the splits chosen over all M for
 # one (N, K) are a handful of kernels (rounding down keeps the spread reduction's rule).
 # No multiple of the build's L2_GROUP (v11's default 16; 7 for the narrow split, splitk.
@@ -146,7 +150,7 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     epi = E.epilogue_kwargs(epilogue) if epilogue else {}
     if epi:
         return _choose_epilogue(M, N, K, dtype, arch, sm_count, epi)
-    menu = _registered(TILE_MENU, arch)
+    menu = _registered(TILE_MENU, arch) if arch in MENU_ARCHES else None
     if menu is not None:
         return _choose_by_model(M, N, K, dtype, arch, sm_count, menu)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
@@ -280,7 +284,7 @@ def pick(M, N, K, dtype, arch, sm_count, step):
         return registry.get(step_id, arch), kwargs
     st = registry.get(step, arch)
     kwargs = step_kwargs(st, dtype, sm_count)
-    if st.id == TILE_MENU:  # the model's best tile of the menu
+    if st.id == TILE_MENU and arch in MENU_ARCHES:  # the model's best tile of the menu
         from tirx_gemm import chooser
         pick = next(c for _, c in chooser.rank(M, N, K, _pool(sm_count)) if c != chooser.V9)
         return st, _tile_kwargs(st, pick, dtype, sm_count)

@@ -151,6 +151,7 @@ _LESSONS = {
     "v9": "multiple consumers: two MMA warps into separate TMEM column ranges (all 512) share each staged B tile; two epilogue warpgroups",
     "v10": "dynamic persistent scheduling: Cluster Launch Control hands each CTA pair its next tile, and the TMEM accumulator is double-buffered so the epilogue of tile t runs under the MMAs of tile t+1",
     "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; every split stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
+    "v12": "tile menu: BLK_N 16..256 (step 16) at BLK_M 128 in one builder, v7's warp-specialized kernel with a ring as deep as fits, 64-column chunks by TMA store and a narrow tail stored from registers, RUNTIME_M (one kernel for every M); wave efficiency and bytes per flop pick the tile",
 }
 # The Hopper twins teach the same scheduling lessons; the MMA is wgmma (accumulator in
 # registers, issued by a whole warpgroup) instead of tcgen05 (TMEM, one elected thread).
@@ -170,10 +171,12 @@ _LESSONS_SM90 = {
 # not the step before: sm_100a v10 extends v8 (v9's two consumers fill all 512 TMEM columns,
 # so no room for v10's double-buffered accumulator); v11 extends v7 on both arches (one
 # tile per split, no cluster); sm_90a v12 extends v9 (no cluster, the tile a tunable);
-# sm_100a v13 extends v9 (no v12 on sm_100a), sm_90a v13 extends v12
+# sm_100a v12 extends v7 (1-CTA, the tile a tunable); sm_100a v13 extends v9 (the 2-CTA
+# pair of v8 / v9, which v12 does not have), sm_90a v13 extends v12
 _BASES = {
     "sm_100a": {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4", "v6": "v5",
-                "v7": "v6", "v8": "v7", "v9": "v8", "v10": "v8", "v11": "v7", "v13": "v9"},
+                "v7": "v6", "v8": "v7", "v9": "v8", "v10": "v8", "v11": "v7", "v12": "v7",
+                "v13": "v9"},
     "sm_90a": {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4", "v6": "v5",
                "v7": "v6", "v8": "v7", "v9": "v8", "v10": "v9", "v11": "v7", "v12": "v9",
                "v13": "v12"},
@@ -216,7 +219,7 @@ _PAIR = ("UTCHMMA.2CTA", "UTCBAR.2CTA.MULTICAST", "UTMALDG.2D.2CTA", "UTCATOMSWS
          "UCGABAR_ARV", "UCGABAR_WAIT")
 
 
-_PERSISTENT = ("v6", "v7", "v8", "v9", "v10")
+_PERSISTENT = ("v6", "v7", "v8", "v9", "v10", "v12")
 
 
 def _sm100(id_, constraints, canonical, tests, bench, invalid, expect, forbid=()):
@@ -288,6 +291,14 @@ _SIM_CASES = {
             ((300, 136, 640), (("RUNTIME_M", True), ("SM_COUNT", 12), ("SPLIT_K", 3))),
             ((200, 136, 512), (("RUNTIME_M", True), ("SM_COUNT", 8), ("SPLIT_K", 2),
                                ("REDUCE", "spread")))),
+    # v12 (tile menu): BLK_N 256 (4 tiles on 2 CTAs, 5 K tiles over the 4-stage ring the
+    # default fits); BLK_N 176 (two 64-column chunks by TMA store and a 48-column tail,
+    # guarded) with M, N off the tile grid, the tail of the last N tile half past N, a
+    # partial last K tile and a 2-stage ring; RUNTIME_M with BLK_N 48 (the tail only) and
+    # more CTAs than some walk (6 tiles on 4)
+    "v12": (((256, 512, 320), (("SM_COUNT", 2), ("BLK_N", 256))),
+            ((300, 328, 200), (("SM_COUNT", 2), ("BLK_N", 176), ("PIPE_DEPTH", 2))),
+            ((200, 136, 128), (("RUNTIME_M", True), ("SM_COUNT", 4), ("BLK_N", 48)))),
 }
 # every step is also simulated once in bf16 (its first case); the edge cases above (v4 on:
 # M not a multiple of the tile, N and K multiples of 8 only) exercise TMA's zero-filled
@@ -399,6 +410,13 @@ STEPS: list[Step] = [
                   ((256, 256, 16384), (128, 128, 65536), (1024, 1024, 8192)) + _BENCH[:1],
                   _EDGE_BAD, _TMA_LOADS + ("USETMAXREG", "HGMMA.64x256x16")),
             sm_count_kwarg="SM_COUNT", workspace="tirx_gemm.splitk:workspace_specs_sm90a"),
+    # v12 (sm_100a, tile menu): v7 with BLK_N 16..256 (step 16), RUNTIME_M; registry
+    # builds use the default 128x128 (no tail: every column by TMA store). Shapes: v12
+    # sm_90a's (decode, odd token counts, the edges)
+    _sm100("v12", _EDGE + "; BLK_N a multiple of 16 in [16, 256]", (1024, 1024, 1024),
+           ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
+           + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1], _EDGE_BAD,
+           _TMA, ("LDG.E.128",)),
     # v12 (sm_90a, tile menu): 1x1 CTAs, BLK_M x BLK_N a tunable (64|128 x 16..256 step
     # 16), RUNTIME_M; registry builds use the default 128x128. Tests: decode and odd token
     # counts beside the edge shapes; promises the stmatrix + TMA-store epilogue of the
@@ -408,9 +426,7 @@ STEPS: list[Step] = [
          ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
          + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1], _EDGE_BAD,
          ("HGMMA", "WARPGROUP.ARRIVE") + _TMA + ("HGMMA.64x128x16", "STSM"),
-         ("LDG.E.128",), sm_count_kwarg="SM_COUNT",
-         one_track="the sm_100a twin (the tile menu on tcgen05, checked on NumSim) is not "
-                   "written yet; matmul's chooser exists on sm_90a only"),
+         ("LDG.E.128",), sm_count_kwarg="SM_COUNT"),
     # v13 (sm_90a, fp8): e4m3 A and B (uint8 operands), fp16 or bf16 D (float16 unless
     # asked, like every builder), fp32 scales after D (SCALE tensor | row | block,
     # PROMOTE); the fp8 wgmma is QGMMA in SASS (HGMMA is the 16-bit one). The run side

@@ -1,0 +1,192 @@
+"""Step 12 (sm_100a): one tile cannot serve every shape -- a tile menu in one builder.
+
+Lesson: the tile is a parameter. v7's kernel with BLK_N any multiple of 16 up to 256
+(tcgen05.mma's N at M = 128): wave efficiency (how many of the SMs get a tile) and the
+bytes each tile moves per flop decide which one a shape should get.
+"""
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import blackwell as W
+from tirx_gemm import helpers as H
+
+BLK_N_STEP, BLK_N_MAX = 16, 256  # tcgen05.mma cta_group::1, M = 128: N % 16 == 0, <= 256
+
+
+def default_pipe_depth(BLK_N: int, BLK_M: int = 128, BLK_K: int = 64, EPI_N: int = 64) -> int:
+    """PIPE_DEPTH=None: as many stages of (BLK_M + BLK_N) x BLK_K 16-bit values as fit
+    beside the BLK_M x EPI_N staging chunk (check_pipe_depth keeps 1 KiB for barriers)."""
+    staging = BLK_M * EPI_N * H.F16_BYTES
+    return (H.SMEM_BYTES_MAX - 1024 - staging) // ((BLK_M + BLK_N) * BLK_K * H.F16_BYTES)
+
+
+def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
+              PIPE_DEPTH: int | None = None, SM_COUNT: int = 148, RUNTIME_M: bool = False):
+    """Step card -- v12, a tile menu.
+
+    Changes from v7: the CTA tile is 128 x BLK_N, BLK_N any multiple of 16 in [16, 256]
+      (one 128 x BLK_N x 16 tcgen05.mma per k16, BLK_N fp32 TMEM columns per accumulator).
+      Layout: the two accumulators sit at TMEM columns 0 and 256 (all 512 allocated, as
+      in every step), whatever BLK_N. The ring is as deep as fits (PIPE_DEPTH None).
+      Epilogue: BLK_N // 64 chunks of 64 columns go TMEM -> registers -> Dsmem -> TMA
+      store (v9's chunk); the last BLK_N % 64 columns (16, 32 or 48) are read 16 at a
+      time by tcgen05.ld (its widths are powers of two) and stored straight from the
+      registers, each thread its row, in guarded 8-column (16-byte) pieces.
+      Dispatch: no setmaxnreg (an epilogue thread holds 64 columns, not v7's 128);
+      min(tiles, SM_COUNT) persistent CTAs walk the tiles.
+      RUNTIME_M (helpers.runtime_rows): M a run-time variable, SM_COUNT CTAs; one kernel
+      for every M.
+    Why: the number of tiles decides how many SMs work. 1024^3 in v7's 128x128 tiles is
+      64 tiles, 64 of 148 SMs busy; 128x48 makes 176 (148 busy, then 28). Smaller tiles
+      cost bytes per multiply-add, 2 (1/128 + 1/BLK_N): large shapes want BLK_N 256 (the
+      tensor cores bound), small ones the BLK_N that fills the SMs.
+    Barriers (as v7; stage and phase by PipelineState):
+      tma2mma[s] TMA -> MMA, expect_tx of (128 + BLK_N) x 64 x 2 bytes, MMA waits phase 0;
+      mma2tma[s] MMA -> TMA, tcgen05.commit frees stage s, producer waits from phase 1;
+      mma2ld[a]  MMA -> epilogue, tcgen05.commit after a tile's last MMA, phase 0;
+      ld2mma[a]  epilogue -> MMA, 128 arrivals once every chunk was read and stored; the
+                 MMA warp waits from phase 1 (both accumulators start free).
+      Named barrier 1: the epilogue warpgroup around each staged chunk.
+    Constraints: any M >= 1; N, K multiples of 8; BLK_N a multiple of 16 in [16, 256];
+      PIPE_DEPTH >= 1 within SMEM ((128 + BLK_N) x 128 bytes a stage, 16 KiB Dsmem);
+      SM_COUNT >= 1; dtype float16 (default) or bfloat16.
+    Run: ``tirx-gemm build v12 --mnk 1024,1024,1024``; ``tirx-gemm sim v12`` (NumSim).
+    """
+    BLK_M, BLK_K = 128, 64
+    EPI_N = 64  # epilogue chunk width (columns per TMA store: one 128-byte swizzle row)
+    TAIL_N = 16  # tail columns per tcgen05.ld and guarded store
+    ACC_STAGES, ACC_COLS = 2, W.TMEM_COLS // 2  # accumulator a at TMEM column 256 * a
+    H.check_edge_shape(M, N, K, dtype)
+    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
+            or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
+        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
+                         f"[{BLK_N_STEP}, {BLK_N_MAX}] (tcgen05.mma at M=128)")
+    H.check_positive_ints(SM_COUNT=SM_COUNT)
+    CHUNKS, TAIL = BLK_N // EPI_N, BLK_N % EPI_N  # TMA-stored chunks, guarded tail columns
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES
+    if PIPE_DEPTH is None:
+        PIPE_DEPTH = default_pipe_depth(BLK_N, BLK_M, BLK_K, EPI_N)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * EPI_N * H.F16_BYTES)
+    K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
+    N_TILES = H.ceil_div(N, BLK_N)
+    # RUNTIME_M: M and the tile count are bound at each call; every CTA of the pool runs
+    NUM_CTAS = SM_COUNT if RUNTIME_M else min(SM_COUNT, H.ceil_div(M, BLK_M) * N_TILES)
+    M = H.runtime_rows(M, RUNTIME_M)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((BLK_M, EPI_N), dtype)
+
+    @T.prim_func
+    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+               D: T.Buffer((M, N), dtype)):
+        T.device_entry()
+        bx = T.cta_id([NUM_CTAS])
+        wg_id = T.warpgroup_id([2])
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
+        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
+        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, EPI_N), dtype, layout=D_layout)
+        pool.commit()
+
+        # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
+        # ld2mma 128 (every epilogue thread)
+        if wg_id == 0:
+            if warp_id == 0:
+                if lane_id == 0:
+                    tma2mma.init(1)
+                    mma2tma.init(1)
+                    mma2ld.init(1)
+                    ld2mma.init(128)
+                W.tmem_alloc(tmem_addr)
+        W.publish_setup()
+        tmem = W.tmem_accumulator()
+
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=N_TILES,
+            num_clusters=NUM_CTAS, l2_group_size=8)
+        scheduler.init(bx)
+
+        with WarpgroupRole(wg_id, 1):
+            if warp_id == 3:
+                # --- load (producer): keep the ring full, PIPE_DEPTH slices ahead ---
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "TMA producer")
+                        if T.cuda.elect_sync():
+                            H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                             A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                             tma2mma.ptr(ring.stage))
+                        ring.advance()
+                    scheduler.next_tile()
+            elif warp_id == 0:
+                # --- compute (MMA issuer): one elected lane issues, commits free stages ---
+                ring = PipelineState(PIPE_DEPTH, 0)
+                acc = PipelineState(ACC_STAGES, 1)
+                while scheduler.valid():
+                    # the epilogue must have drained this accumulator (tile i - 2)
+                    ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
+                    W.tcgen05_fence_after_sync()
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                        W.tcgen05_fence_after_sync()
+                        if T.cuda.elect_sync():
+                            W.mma_tile_at(tmem, acc.stage * ACC_COLS, Asmem[ring.stage, :, :],
+                                          Bsmem[ring.stage, :, :], BLK_N, k != 0)
+                            # stage is free once these MMAs have read it
+                            W.mma_commit(mma2tma.ptr(ring.stage))
+                        ring.advance()
+                    if T.cuda.elect_sync():
+                        # the accumulator is final once every MMA of the tile completed
+                        W.mma_commit(mma2ld.ptr(acc.stage))
+                    acc.advance()
+                    scheduler.next_tile()
+
+        with WarpgroupRole(wg_id, 0):
+            # --- writeback (epilogue): 64-column chunks by TMA store, the tail guarded ---
+            acc = PipelineState(ACC_STAGES, 0)
+            tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+            while scheduler.valid():
+                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                mma2ld.wait(acc.stage, acc.phase, "epilogue")
+                W.tcgen05_fence_after_sync()
+                for i in T.unroll(CHUNKS):
+                    Dreg_f16 = T.alloc_local((EPI_N,), dtype)
+                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + i * EPI_N, EPI_N,
+                                        Dreg_f16)
+                    W.store_rows_via_tma(Dreg_f16, Dsmem, 0, D, m_st, n_st + i * EPI_N,
+                                         BLK_M, EPI_N, tid_in_wg, 1)
+                for t in T.unroll(TAIL // TAIL_N):
+                    # the tail, 16 columns per tcgen05.ld (its widths are powers of two)
+                    col = T.meta_var(CHUNKS * EPI_N + t * TAIL_N)
+                    Dtail = T.alloc_local((TAIL_N,), dtype)
+                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + col, TAIL_N, Dtail)
+                    W.store_row_guarded(Dtail, D, m_st + tid_in_wg, n_st + col, TAIL_N, M, N)
+                # every tcgen05.ld of this accumulator has completed: hand it back
+                W.tcgen05_fence_before_sync()
+                ld2mma.arrive(acc.stage)
+                acc.advance()
+                scheduler.next_tile()
+
+        # --- free: only warp 0 of warpgroup 0 allocated, so only it deallocates ---
+        W.tcgen05_cta_sync()
+        if wg_id == 0:
+            if warp_id == 0:
+                W.tmem_free(tmem_addr)
+
+    return kernel
