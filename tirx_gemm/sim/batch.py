@@ -100,12 +100,19 @@ def warm_engines(case: SimCase, kinds, seed: int, log) -> None:
     much of a cargo build runs on one core, so three at once finish sooner than one after
     the other. On a machine whose engines are built this costs a few seconds (the kernels
     compiled here are then cached for the first case). Raises SimEnvironmentError as
-    run_case does."""
+    run_case does; any other failure is logged and left to the first case to report."""
     import concurrent.futures
     with _pool(len(kinds)) as pool:
         futures = {pool.submit(_warm_kind, case, k, seed): k for k in kinds}
         for f in concurrent.futures.as_completed(futures):
-            native = f.result()  # SimEnvironmentError propagates
+            try:
+                native = f.result()
+            except SimEnvironmentError:
+                raise  # every case would fail the same way
+            except Exception as exc:  # noqa: BLE001 - the first case runs next and says why
+                log(f"--- warming the {futures[f]} engine ({case.label}) raised "
+                    f"{type(exc).__name__}: {exc}; the first case, run next, reports it ---\n")
+                continue
             if native:
                 log(f"--- engine output ({futures[f]} engine, {case.label}) ---\n{native}\n")
 
