@@ -15,9 +15,10 @@ its bytes per flop ((BLK_M + BLK_N) x 64 x 2 bytes for BLK_M x BLK_N x 64 MACs),
 binds; ``e_c`` the per-tile cost (ring fill and epilogue); ``f_c`` the launch and the last
 store. Wave efficiency is ``tiles / (waves * slots)``: a 1.2-wave shape pays two waves.
 The three figures per candidate are fitted (weighted least squares, relative error) by
-``scripts/fit_chooser.py`` to the H200 records of v12's sweep
-(``results/lab/v12_sweep_h200.jsonl``: every menu entry at the 48 suite shapes, bf16,
-timed against torch.mm in the same run) and v9's suite records
+``scripts/fit_chooser.py`` to the H200 records of v12's sweeps
+(``results/lab/v12_sweep_h200.jsonl``: the menu of powers of two; ``v12_widths_sweep_h200``:
+BLK_N 80..240 between them; ``v12_cluster_sweep_h200``: CTA pairs; every entry at the 48
+suite shapes, bf16, timed against torch.mm in the same run) and v9's suite records
 (``results/suites/nvidia-h200.jsonl``, scaled to the sweep's torch times by their ratio to
 torch); v9 shares the per-tile and fixed costs of v12's 128x256 (the same CTA tile and
 epilogue) and has its own per-step cost (TMA multicast halves its B loads). The figures
