@@ -54,6 +54,8 @@ def test_cluster_refusals_in_one_line():
         step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=3)
     with pytest.raises(ValueError, match="CLUSTER=2 takes no SWAP_AB"):
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, CLUSTER=2)
+    with pytest.raises(ValueError, match="CLUSTER=2 takes no fused epilogue"):
+        step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=2, ACT="relu")
     with pytest.raises(ValueError, match="CLUSTER=2 runs with MMA_LAG=1"):
         step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=2, MMA_LAG=2,
                             PIPE_DEPTH=6)

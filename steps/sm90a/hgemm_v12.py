@@ -31,7 +31,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1):
     """Step card -- v12, a tile menu.
 
-    Changes from v9/v10: no cluster; the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
+    Changes from v9/v10: no cluster (but CLUSTER=2); the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
       consumer warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one
       m64nBLK_Nk16 wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One
       producer thread TMA-loads the CTA's own A and B tiles into a full/empty ring of
@@ -59,7 +59,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       registers (no staging tile). No keyword: the plain kernel's CUDA, unchanged.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: N is D's columns, B has 2N rows);
       dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256];
-      CLUSTER 1 or 2 (2: SM_COUNT even; not with SWAP_AB, MMA_LAG > 1 or TMA hints);
+      CLUSTER 1 or 2 (2: SM_COUNT even; not with SWAP_AB, an epilogue, MMA_LAG > 1 or
+      TMA hints);
       2 <= PIPE_DEPTH, stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1;
       PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128, BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
@@ -102,6 +103,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if SWAP_AB:
             raise ValueError("CLUSTER=2 takes no SWAP_AB: the shared operand would be the "
                              "token tile, a few rows (nothing to save)")
+        if HAS_EPI:
+            raise ValueError(f"CLUSTER=2 takes no fused epilogue ({E.tag(epi)}): pairs have "
+                             "been checked on a GPU with plain stores only")
         if MMA_LAG != 1 or L2_PROMO or A_HINT or B_HINT:
             raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
                              "L2_PROMO, A_HINT or B_HINT)")
