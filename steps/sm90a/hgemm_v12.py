@@ -31,36 +31,29 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1):
     """Step card -- v12, a tile menu.
 
-    Changes from v9/v10: no cluster (but CLUSTER=2); the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one
-      consumer warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one
-      m64nBLK_Nk16 wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One
-      producer thread TMA-loads the CTA's own A and B tiles into a full/empty ring of
-      PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped epilogue
-      stays; the last BLK_N % 64 columns go from the packed registers to D by guarded 4-byte
-      stores. min(tiles, SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order.
-      RUNTIME_M / RUNTIME_NK: M (and N, K) are run-time variables, one kernel for every shape.
-      CLUSTER=2: v9's CTA pair along M, back on the menu: the pair's two tiles share their
-      B tile, each CTA loading half of it multicast into both (a third less L2-to-SM
-      traffic at 64x128), the stage released by both CTAs' consumers.
+    Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
+      warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one m64nBLK_Nk16
+      wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One producer
+      thread TMA-loads the CTA's own A and B tiles into a ring of PIPE_DEPTH stages
+      (default: as many as fit, at most 16). v9's overlapped epilogue stays; the last
+      BLK_N % 64 columns go from the packed registers to D by guarded 4-byte stores.
+      min(tiles, SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order.
+      RUNTIME_M / RUNTIME_NK: M (and N, K) are run-time variables, one kernel for all.
+      No cluster, unless CLUSTER=2: v9's CTA pair along M, each CTA loading half of the
+      shared B tile multicast into both (a third less L2-to-SM traffic at 64x128).
     Why: the number of tiles decides how many SMs work. v9's 256x256 cluster tile gives
       1024^3 32 busy SMs of 132; 128x64 tiles give 128. Smaller tiles cost bytes per MAC,
       2 x (1/BLK_M + 1/BLK_N): large shapes want the big tile, small and decode shapes the
       one that fills the SMs (the lesson has the arithmetic).
     Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
-      BLK_M // 64 (one arrival per consumer warpgroup); see the comments at the inits.
-    Epilogue (issue 28; keywords, references, tolerances: tirx_gemm/epilogue.py): BIAS,
-      ACT, OUT_DTYPE "float32", SWIGLU; operands A, B, D, then bias (N,). Bias and
-      activation act on the fp32 accumulators in the consumers' registers after the tile's
-      last wgmma_wait, before the pack (bias loads issued before that wait); both store
-      paths see the finished values; no SMEM, no extra barrier. SWIGLU: B is the fused
-      gate/up weight (2N rows interleaved in groups of 8, matmul.fuse_gate_up), so 8-column
-      blocks 2t and 2t+1 of a thread's fragment pair up in place and the tile's BLK_N/2
-      outputs store unchanged. OUT_DTYPE "float32": guarded 8-byte stores straight from the
-      registers (no staging tile). No keyword: the plain kernel's CUDA, unchanged.
+      CLUSTER x BLK_M // 64 (one arrival per consumer warpgroup of the CTA or the pair).
+    Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU act on the
+      fp32 accumulators in registers after the tile's last wgmma_wait, before the pack; no
+      SMEM, no extra barrier (SWIGLU: B is the fused gate/up weight, matmul.fuse_gate_up;
+      fp32 D: guarded stores from the registers). No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: N is D's columns, B has 2N rows);
       dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256];
-      CLUSTER 1 or 2 (2: SM_COUNT even; not with SWAP_AB, an epilogue, MMA_LAG > 1 or
-      TMA hints);
+      CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or TMA hints);
       2 <= PIPE_DEPTH, stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1;
       PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128, BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
