@@ -164,14 +164,14 @@ def epilogue_to_tma_store(tmem, Dsmem, D, m_st, n_st, BLK_M, BLK_N, row, bar_id,
 
 
 @T.inline
-def store_row_guarded(Dreg_f16, D, m, n0, COLS, M, N):
+def store_row_guarded(Dreg_out, D, m, n0, COLS, M, N):
     # one thread stores its row's COLS values (a multiple of 8) straight from registers to
     # D[m, n0:n0 + COLS] in 8-column (16-byte) pieces, skipping a row past M and pieces
     # past N (N is a multiple of 8, so a piece is wholly inside D or wholly outside)
     if m < M:
         for j in T.unroll(COLS // 8):
             if n0 + j * 8 < N:
-                Tx.copy(D[m, n0 + j * 8:n0 + j * 8 + 8], Dreg_f16[j * 8:j * 8 + 8])
+                Tx.copy(D[m, n0 + j * 8:n0 + j * 8 + 8], Dreg_out[j * 8:j * 8 + 8])
 
 
 @T.inline

@@ -17,8 +17,8 @@ BLK_N_STEP, BLK_N_MAX = 16, 256  # tcgen05.mma cta_group::1, M = 128: N % 16 == 
 def default_pipe_depth(BLK_N: int, BLK_M: int = 128, BLK_K: int = 64, EPI_N: int = 64) -> int:
     """PIPE_DEPTH=None: as many stages of (BLK_M + BLK_N) x BLK_K 16-bit values as fit
     beside the BLK_M x EPI_N staging chunk (check_pipe_depth keeps 1 KiB for barriers)."""
-    staging = BLK_M * EPI_N * H.F16_BYTES
-    return (H.SMEM_BYTES_MAX - 1024 - staging) // ((BLK_M + BLK_N) * BLK_K * H.F16_BYTES)
+    staging = BLK_M * EPI_N * H.ELEM_BYTES
+    return (H.SMEM_BYTES_MAX - 1024 - staging) // ((BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES)
 
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
@@ -64,10 +64,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                          f"[{BLK_N_STEP}, {BLK_N_MAX}] (tcgen05.mma at M=128)")
     H.check_positive_ints(SM_COUNT=SM_COUNT)
     CHUNKS, TAIL = BLK_N // EPI_N, BLK_N % EPI_N  # TMA-stored chunks, guarded tail columns
-    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.F16_BYTES
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES
     if PIPE_DEPTH is None:
         PIPE_DEPTH = default_pipe_depth(BLK_N, BLK_M, BLK_K, EPI_N)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * EPI_N * H.F16_BYTES)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * EPI_N * H.ELEM_BYTES)
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     N_TILES = H.ceil_div(N, BLK_N)
     # RUNTIME_M: M and the tile count are bound at each call; every CTA of the pool runs
@@ -166,10 +166,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
                 for i in T.unroll(CHUNKS):
-                    Dreg_f16 = T.alloc_local((EPI_N,), dtype)
+                    Dreg_out = T.alloc_local((EPI_N,), dtype)
                     W.tmem_to_registers(tmem, acc.stage * ACC_COLS + i * EPI_N, EPI_N,
-                                        Dreg_f16)
-                    W.store_rows_via_tma(Dreg_f16, Dsmem, 0, D, m_st, n_st + i * EPI_N,
+                                        Dreg_out)
+                    W.store_rows_via_tma(Dreg_out, Dsmem, 0, D, m_st, n_st + i * EPI_N,
                                          BLK_M, EPI_N, tid_in_wg, 1)
                 for t in T.unroll(TAIL // TAIL_N):
                     # the tail, 16 columns per tcgen05.ld (its widths are powers of two)
