@@ -137,6 +137,12 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert (f"{splitk.NARROW_SPLIT_MIN_M} rows a split builds 128x{splitk.NARROW_SPLIT_BLK_N} "
             f"tiles with {kw['IN_FLIGHT']} slab loads in flight and a {kw['PIPE_DEPTH']}-stage "
             f"ring") in text
+    # the rules this stop added: v9's margin, the 128-byte row rule for pairs, the count of
+    # measured candidates
+    assert (f"predicted more than {round(chooser.PREFER_V9_WITHIN * 100)}% faster "
+            f"(`chooser.PREFER_V9_WITHIN`") in text
+    assert f"whole {chooser.ROW_ALIGN_BYTES}-byte lines" in text
+    assert f"{len(chooser.params()) - 1} entries measured" in text  # v9 is not a v12 entry
 
 
 # --- sm_100a v12: the menu on v7's kernel (NumSim checks its cases: `tirx-gemm sim v12`) ---
