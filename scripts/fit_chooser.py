@@ -9,7 +9,8 @@ and v12_widths_sweep_h200.jsonl (BLK_N between the menu's) (every entry at every
 bf16, GPU time per call from CUDA-graph replays, torch.mm in the same run; where a shape
 was swept again, after a kernel change, the latest sweep counts) and the v9
 records of results/suites/nvidia-h200.jsonl (bf16, checked), each turned into a time on
-the sweep's scale as sweep_torch_time / (v9's ratio to torch in its own run).
+the sweep's scale as sweep_torch_time / (v9's ratio to torch in its own run); v10's
+ping-pong from results/lab/v10_suite_graph_h200.jsonl the same way (its own s, e, f).
 For each v12 entry: time = s * steps + e * waves + f (chooser.py's terms), weighted least
 squares on the relative error, coefficients kept non-negative. v9 takes e and f from
 v12's 128x256 and fits s alone.
@@ -35,9 +36,12 @@ from tirx_gemm import chooser  # noqa: E402
 SWEEPS = tuple(ROOT / "results/lab" / f for f in (
     "v12_sweep_h200.jsonl", "v12_cluster_sweep_h200.jsonl", "v12_widths_sweep_h200.jsonl"))
 SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
+# v10's ping-pong (plain) at the suite shapes as CUDA graphs beside torch.mm
+# (scripts/lab/h200_v10_sweep.sh): each time scaled to the sweep's torch time of the shape
+V10_SWEEP = ROOT / "results/lab/v10_suite_graph_h200.jsonl"
 
 
-def load(sweeps=SWEEPS, suite=SUITE):
+def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP):
     """(samples [(cand, M, N, K, us)], torch us per shape) from the records."""
     rows = [json.loads(x) for sweep in sweeps if Path(sweep).exists()
             for x in Path(sweep).read_text().splitlines() if x.strip()]
@@ -66,6 +70,14 @@ def load(sweeps=SWEEPS, suite=SUITE):
     for shape, ratios in sorted(v9.items()):
         if shape in torch_us:
             out.append((chooser.V9, *shape, torch_us[shape] / statistics.median(ratios)))
+    pingpong = {}
+    for line in (Path(v10).read_text().splitlines() if Path(v10).exists() else ()):
+        r = json.loads(line)
+        if r.get("step") == chooser.V10 and r.get("ok") and r.get("dtype") == "bfloat16":
+            pingpong[(r["M"], r["N"], r["K"])] = r["torch_ms"] / r["ms"]  # the latest run
+    for shape, ratio in sorted(pingpong.items()):
+        if shape in torch_us:
+            out.append((chooser.V10, *shape, torch_us[shape] / ratio))
     return out, torch_us
 
 

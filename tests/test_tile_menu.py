@@ -83,7 +83,7 @@ def test_chooser_pairs_and_widths():
     assert chooser.tile("64x128c2") == (64, 128, 2) and chooser.name(64, 128, 2) == "64x128c2"
     assert chooser.geometry("64x128c2", 132) == (128, 128, 66)
     assert chooser.misaligned_rows(1000) and not chooser.misaligned_rows(1024)
-    assert all(not chooser.clustered(c) or c == chooser.V9
+    assert all(not chooser.clustered(c) or c in (chooser.V9, chooser.V10)
                for _, c in chooser.rank(1024, 1024, 1024))
     assert chooser.best(1000, 1000, 1000) == "64x128c2"
     assert mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]["CLUSTER"] == 2
@@ -142,7 +142,10 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert (f"predicted more than {round(chooser.PREFER_V9_WITHIN * 100)}% faster "
             f"(`chooser.PREFER_V9_WITHIN`") in text
     assert f"whole {chooser.ROW_ALIGN_BYTES}-byte lines" in text
-    assert f"{len(chooser.params()) - 1} entries measured" in text  # v9 is not a v12 entry
+    # v9 and v10 are not v12 entries
+    assert f"{len(chooser.params()) - 2} entries measured" in text
+    assert (f"K ≤ {chooser.PINGPONG_MAX_K} and at least as many "
+            f"{chooser.V10_TILE[0]}x{chooser.V10_TILE[1]} tiles as SMs") in text
 
 
 # --- sm_100a v12: the menu on v7's kernel (NumSim checks its cases: `tirx-gemm sim v12`) ---
@@ -182,3 +185,22 @@ def test_sm100a_epilogue_chunks_by_tma_and_tail_16_columns_a_load(blk_n, chunks,
     assert f"for t in T.unroll({tails}):" in lines
     assert 'Dtail = T.alloc_local((16,), "float16")' in lines
     assert any(ln.startswith("T.tile.copy(D[") for ln in lines)
+
+
+def test_chooser_pingpong_rule():
+    """v10 takes plain GEMMs with a short K whose 128x128 tiles give every SM one (the
+    hidden epilogue the fitted model cannot see); mid squares, deep K and few tiles stay
+    off it, and its fitted figures are a candidate of the model."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132)[0] == "v10"
+    assert mm.choose(2048, 2048, 256, "float16", "sm_90a", 132) == (
+        "v10", {"SM_COUNT": 132, "RUNTIME_M": True})
+    assert mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132)[0] != "v10"      # 16 tiles
+    assert mm.choose(4096, 4096, 1024, "bfloat16", "sm_90a", 132)[0] != "v10"   # K past 512
+    assert not chooser.wants_pingpong(1024, 2048, 256)   # 128 tiles on 132 SMs
+    assert chooser.wants_pingpong(1024, 2048 + 128, 256)
+    assert chooser.V10 in chooser.params() and chooser.clustered(chooser.V10)
+    # with a fused epilogue matmul's v10 rule stays chooser.epilogue_step's (EPILOGUE_STEP)
+    assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132,
+                     epilogue={"BIAS": "float16"})[0] == "v12"

@@ -1,5 +1,6 @@
 """The per-shape chooser of tirx_gemm.matmul on sm_90a: a cost model of the H200 fitted to
-recorded measurements, over v12's tile menu and v9 (v11 for the few-tile, deep-K shapes).
+recorded measurements, over v12's tile menu, v9 and v10 (v11 for the few-tile, deep-K
+shapes; v10's ping-pong by an explicit rule for a short K, :func:`wants_pingpong`).
 
 Why a model: one tile cannot serve every shape (v12's card). What decides is how many of
 the 132 SMs get work and how long each works:
@@ -92,10 +93,12 @@ def params() -> dict:
 
 def geometry(cand: str, sm_count: int) -> tuple[int, int, int]:
     """(tile rows, tile columns, slots) of a candidate on a GPU of ``sm_count`` SMs: a
-    CTA pair (v9, v12's CLUSTER=2) is one tile of twice the rows on one of sm_count // 2
-    slots."""
+    CTA pair (v9, v10, v12's CLUSTER=2) is one tile of twice the rows on one of
+    sm_count // 2 slots (v10: each CTA's two warpgroups take turns on 128x128 tiles)."""
     if cand == V9:
         return 256, 256, sm_count // 2
+    if cand == V10:
+        return 2 * V10_TILE[0], V10_TILE[1], sm_count // 2
     bm, bn, cluster = tile(cand)
     return cluster * bm, bn, sm_count // cluster
 
@@ -123,15 +126,16 @@ def busy_share(cand: str, M: int, N: int, sm_count: int = SMS_H200) -> float:
 
 
 def clustered(cand: str) -> bool:
-    """Whether a candidate runs CTA pairs (v9, v12's CLUSTER=2): only on an even SM pool."""
-    return cand == V9 or tile(cand)[2] > 1
+    """Whether a candidate runs CTA pairs (v9, v10, v12's CLUSTER=2): only on an even SM
+    pool."""
+    return cand in (V9, V10) or tile(cand)[2] > 1
 
 
 def rank(M: int, N: int, K: int, sm_count: int = SMS_H200) -> list[tuple[float, str]]:
-    """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9
-    only on an even number of SMs). The pairs enter by :func:`best`'s row rule alone."""
+    """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9 and
+    v10 only on an even number of SMs). The pairs enter by :func:`best`'s row rule alone."""
     return sorted((predict(c, M, N, K, sm_count), c) for c in params()
-                  if c == V9 and sm_count % 2 == 0 or not clustered(c))
+                  if c in (V9, V10) and sm_count % 2 == 0 or not clustered(c))
 
 
 # v12's CTA pairs (CLUSTER=2: the pair's B tile loaded once, half by each CTA, multicast).
@@ -166,12 +170,32 @@ def best(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
     v9 = next((t for t, c in ranked if c == V9), None)
     if v9 is not None and v9 <= top * (1 + PREFER_V9_WITHIN):
         pick = V9
-    if pick != V9 and misaligned_rows(K) and sm_count % 2 == 0:
+    if pick not in (V9, V10) and misaligned_rows(K) and sm_count % 2 == 0:
         bm, bn, _ = tile(pick)
         pair = name(bm, bn, 2)
         if pair in params() and M > bm:
             return pair
     return pick
+
+
+# v10's ping-pong for plain GEMMs with a short K (issue 32: "v10 takes part where it
+# wins"). Its two consumer warpgroups take turns, so one tile's epilogue runs under the
+# other's mainloop; with a short K the epilogue is a large share of a tile's time, and
+# hiding it pays. Measured on the H200 (results/lab/v10_suite_graph_h200.jsonl, bf16, CUDA
+# graphs, same-run ratios to torch.mm): 4096x4096x512 1.16 (v9 1.00 in the sweep's scale),
+# 2048x2048x256 1.03 (v9 0.92), 4096x4096x64 1.13 (v12 128x128 1.13); where its 128x128
+# tiles do not give every SM one (512^3: 16 tiles, 0.62; 256x512x192 0.62) or K is deep
+# (4096^3-class shapes 0.89-0.97) it loses. The fitted model (one s, e, f per candidate)
+# cannot see the hidden epilogue (it predicts 4096x4096x512 at 32.8 us against 26.9
+# measured), so the rule is explicit: K of at most PINGPONG_MAX_K and at least as many
+# 128x128 tiles as SMs.
+PINGPONG_MAX_K = 512
+
+
+def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
+    """Whether a plain GEMM goes to v10's ping-pong: a short K and every SM a tile."""
+    bm, bn = V10_TILE
+    return K <= PINGPONG_MAX_K and _ceil_div(M, bm) * _ceil_div(N, bn) >= sm_count
 
 
 def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,

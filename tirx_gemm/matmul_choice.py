@@ -186,9 +186,14 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     if swap is not None:
         return TILE_MENU, {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0],
                            "BLK_N": swap[1], "SWAP_AB": True}
+    pingpong = _registered(PINGPONG, arch)
+    if pingpong is not None and chooser.wants_pingpong(M, N, K, pool):
+        return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
     pick = chooser.best(M, N, K, pool)
     if pick == chooser.V9:
         return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
+    if pick == chooser.V10 and pingpong is not None:  # its default 128x128 tiles
+        return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
     return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count)
 
 

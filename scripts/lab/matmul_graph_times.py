@@ -2,7 +2,11 @@
 graphs of 20 calls (GPU time per call, no host cost: what a CUDA-graphed model sees), on
 inputs rotated past the 60 MiB L2; each result first checked against F.linear in fp32.
 
-    TIRX_GEMM_BUNDLE=B python scripts/lab/matmul_graph_times.py SUITE --out FILE.jsonl
+    TIRX_GEMM_BUNDLE=B python scripts/lab/matmul_graph_times.py SUITE --out FILE.jsonl [--step v10]
+
+``--step``: matmul(..., step=STEP) at every shape instead of its own pick (a bundle from
+``tirx-gemm export --suite SUITE --target STEP``): a step's times on the same scale as the
+chooser's sweeps, e.g. v10's ping-pong for the model.
 
 One line per (shape, dtype) with the step matmul picked, the times and the ratio
 torch / tirx (> 1: tirx_gemm faster); the geomean and minimum at the end.
@@ -25,6 +29,7 @@ def main(argv) -> int:
     p.add_argument("suite")
     p.add_argument("--out", required=True)
     p.add_argument("--budget-s", type=float, default=200)
+    p.add_argument("--step", default=None, help="force this step (matmul's step=)")
     a = p.parse_args(argv)
     import torch
     import tirx_gemm
@@ -34,6 +39,7 @@ def main(argv) -> int:
     dev = torch.cuda.get_device_name()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     t0, ratios, bad = time.time(), [], 0
+    forced = a.step
     for entry, dtype in s.cases():
         if time.time() - t0 > a.budget_s:
             print(f"budget spent: stopping before {entry.label} {dtype}")
@@ -45,11 +51,14 @@ def main(argv) -> int:
         ins = [((torch.randn(M, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
                 (torch.randn(N, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
                 torch.empty(M, N, device="cuda", dtype=tdt)) for _ in range(sets)]
-        step, kw = tirx_gemm.matmul.choose(M, N, K, dtype, "sm_90a", sms)
+        if forced:
+            step, kw = forced, {}
+        else:
+            step, kw = tirx_gemm.matmul.choose(M, N, K, dtype, "sm_90a", sms)
         a0, b0, d0 = ins[0]
         d0.fill_(float("nan"))
         try:
-            tirx_gemm.matmul(a0, b0, out=d0, sync=True)
+            tirx_gemm.matmul(a0, b0, out=d0, sync=True, step=forced)
         except Exception as exc:  # noqa: BLE001 - a refusal is a result
             print(f"REFUSED {entry.label} {dtype}: {str(exc).splitlines()[0]}", flush=True)
             bad += 1
@@ -57,7 +66,7 @@ def main(argv) -> int:
         ok, rel = _check(d0, torch.nn.functional.linear(a0.float(), b0.float()), dtype)
         pick = [ins[i % sets] for i in range(LAUNCHES)]
         t_torch = _graph_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d) for a, b, d in pick])
-        t_ours = _graph_time([lambda a=a, b=b, d=d: tirx_gemm.matmul(a, b, out=d)
+        t_ours = _graph_time([lambda a=a, b=b, d=d: tirx_gemm.matmul(a, b, out=d, step=forced)
                               for a, b, d in pick])
         r = t_torch / t_ours
         bad += not ok
