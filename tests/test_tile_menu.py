@@ -187,6 +187,32 @@ def test_sm100a_epilogue_chunks_by_tma_and_tail_16_columns_a_load(blk_n, chunks,
     assert any(ln.startswith("T.tile.copy(D[") for ln in lines)
 
 
+def test_sm100a_swap_ab_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_100a")
+    with pytest.raises(ValueError, match="SWAP_AB='yes' must be True or False"):
+        step.build_primfunc(8, 256, 128, BLK_N=16, SWAP_AB="yes")
+    # tcgen05.mma at M = 128 has no 8-column N: the token tile starts at 16
+    with pytest.raises(ValueError, match="BLK_N=8 must be a multiple of 16"):
+        step.build_primfunc(8, 256, 128, BLK_N=8, SWAP_AB=True)
+
+
+@pytest.mark.parametrize("blk_n,reads", [(16, 1), (48, 3), (64, 1), (96, 3), (256, 4)])
+def test_sm100a_swap_ab_loads_swapped_and_stores_transposed(blk_n, reads):
+    """SWAP_AB: B's rows go to the MMA's A tile and A's rows to its B tile; the epilogue
+    reads BLK_N columns 16, 32 or 64 at a time and stores D[token, n] element by element,
+    guarded (no staging tile, no TMA store)."""
+    pytest.importorskip("tvm")
+    text = registry.get("v12", "sm_100a").build_primfunc(
+        5, 1000, 128, BLK_N=blk_n, SWAP_AB=True, RUNTIME_M=blk_n == 48).script()
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert any(ln.startswith("T.tile.copy_async(Asmem") and ", B[" in ln for ln in lines)
+    assert any(ln.startswith("T.tile.copy_async(Bsmem") and ", A[" in ln for ln in lines)
+    assert f"for c in T.unroll({reads}):" in lines
+    assert not any(ln.startswith("T.tile.copy_async(D[") for ln in lines)
+    assert "Dsmem" not in text
+
+
 def test_chooser_pingpong_rule():
     """v10 takes plain GEMMs with a short K whose 128x128 tiles give every SM one (the
     hidden epilogue the fitted model cannot see); mid squares, deep K and few tiles stay

@@ -295,10 +295,19 @@ _SIM_CASES = {
     # default fits); BLK_N 176 (two 64-column chunks by TMA store and a 48-column tail,
     # guarded) with M, N off the tile grid, the tail of the last N tile half past N, a
     # partial last K tile and a 2-stage ring; RUNTIME_M with BLK_N 48 (the tail only) and
-    # more CTAs than some walk (6 tiles on 4)
+    # more CTAs than some walk (6 tiles on 4); SWAP_AB (the MMA's rows walk N, its 16..
+    # columns the tokens, D stored transposed): 40 tokens in token tiles of 16 (the last
+    # half past M) by 3 row tiles, the last 72 of 128 rows inside N, 9 tiles on 2 CTAs; one
+    # token at RUNTIME_M in a 48-column tile (three 16-column reads), 2 tiles on 4 CTAs;
+    # 72 tokens in 64-column tiles (one 64-column read) on a 2-stage ring, 4 tiles on 2 CTAs
     "v12": (((256, 512, 320), (("SM_COUNT", 2), ("BLK_N", 256))),
             ((300, 328, 200), (("SM_COUNT", 2), ("BLK_N", 176), ("PIPE_DEPTH", 2))),
-            ((200, 136, 128), (("RUNTIME_M", True), ("SM_COUNT", 4), ("BLK_N", 48)))),
+            ((200, 136, 128), (("RUNTIME_M", True), ("SM_COUNT", 4), ("BLK_N", 48))),
+            ((40, 328, 200), (("SM_COUNT", 2), ("BLK_N", 16), ("SWAP_AB", True))),
+            ((1, 200, 136), (("RUNTIME_M", True), ("SM_COUNT", 4), ("BLK_N", 48),
+                             ("SWAP_AB", True))),
+            ((72, 256, 192), (("SM_COUNT", 2), ("BLK_N", 64), ("SWAP_AB", True),
+                              ("PIPE_DEPTH", 2)))),
 }
 # every step is also simulated once in bf16 (its first case); the edge cases above (v4 on:
 # M not a multiple of the tile, N and K multiples of 8 only) exercise TMA's zero-filled

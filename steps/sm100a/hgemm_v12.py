@@ -12,6 +12,18 @@ from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
 BLK_N_STEP, BLK_N_MAX = 16, 256  # tcgen05.mma cta_group::1, M = 128: N % 16 == 0, <= 256
+SWAP_READ_MAX = 64  # SWAP_AB: accumulator columns (D's rows) per tcgen05.ld and store pass
+
+
+@T.inline
+def store_column_guarded(Dreg_out, D, m0, n, ROWS, M, N):
+    # SWAP_AB (a verb of this step): one thread's accumulator row is column n of D; it
+    # stores its ROWS values to D[m0:m0 + ROWS, n], a 2-byte store each, skipping a column
+    # past N and rows past M. At each j a warp writes 32 neighbouring columns (64 bytes)
+    if n < N:
+        for j in T.unroll(ROWS):
+            if m0 + j < M:
+                D[m0 + j, n] = Dreg_out[j]
 
 
 def default_pipe_depth(BLK_N: int, BLK_M: int = 128, BLK_K: int = 64, EPI_N: int = 64) -> int:
@@ -22,7 +34,8 @@ def default_pipe_depth(BLK_N: int, BLK_M: int = 128, BLK_K: int = 64, EPI_N: int
 
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
-              PIPE_DEPTH: int | None = None, SM_COUNT: int = 148, RUNTIME_M: bool = False):
+              PIPE_DEPTH: int | None = None, SM_COUNT: int = 148, RUNTIME_M: bool = False,
+              SWAP_AB: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v7: the CTA tile is 128 x BLK_N, BLK_N any multiple of 16 in [16, 256]
@@ -35,8 +48,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
       registers, each thread its row, in guarded 8-column (16-byte) pieces.
       Dispatch: no setmaxnreg (an epilogue thread holds 64 columns, not v7's 128);
       min(tiles, SM_COUNT) persistent CTAs walk the tiles.
-      RUNTIME_M (helpers.runtime_rows): M a run-time variable, SM_COUNT CTAs; one kernel
-      for every M.
+      RUNTIME_M (helpers.runtime_rows): M a run-time variable, SM_COUNT CTAs, one kernel.
+      SWAP_AB: the MMA's 128 rows walk N (B's rows), its BLK_N columns M (the tokens); D's
+      transpose goes TMEM -> registers -> D by guarded 2-byte stores (no Dsmem).
     Why: the number of tiles decides how many SMs work. 1024^3 in v7's 128x128 tiles is
       64 tiles, 64 of 148 SMs busy; 128x48 makes 176 (148 busy, then 28). Smaller tiles
       cost bytes per multiply-add, 2 (1/128 + 1/BLK_N): large shapes want BLK_N 256 (the
@@ -63,16 +77,27 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
         raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
                          f"[{BLK_N_STEP}, {BLK_N_MAX}] (tcgen05.mma at M=128)")
     H.check_positive_ints(SM_COUNT=SM_COUNT)
+    if not isinstance(SWAP_AB, bool):
+        raise ValueError(f"SWAP_AB={SWAP_AB!r} must be True or False")
     CHUNKS, TAIL = BLK_N // EPI_N, BLK_N % EPI_N  # TMA-stored chunks, guarded tail columns
+    # SWAP_AB: D's transpose tile by tile, stored from the registers (no staging tile)
+    SWAP_READ = min(SWAP_READ_MAX, BLK_N & -BLK_N)  # 16, 32 or 64 columns: divides BLK_N
+    STAGING = 0 if SWAP_AB else EPI_N
     STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES
     if PIPE_DEPTH is None:
-        PIPE_DEPTH = default_pipe_depth(BLK_N, BLK_M, BLK_K, EPI_N)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * EPI_N * H.ELEM_BYTES)
+        PIPE_DEPTH = default_pipe_depth(BLK_N, BLK_M, BLK_K, STAGING)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * STAGING * H.ELEM_BYTES)
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
-    N_TILES = H.ceil_div(N, BLK_N)
+    # swap-AB: the MMA's 128 rows walk N (B's rows), its BLK_N columns M (the tokens)
+    N_TILES = H.ceil_div(M if SWAP_AB else N, BLK_N)
+    ROW_TILES = H.ceil_div(N if SWAP_AB else M, BLK_M)
     # RUNTIME_M: M and the tile count are bound at each call; every CTA of the pool runs
-    NUM_CTAS = SM_COUNT if RUNTIME_M else min(SM_COUNT, H.ceil_div(M, BLK_M) * N_TILES)
+    NUM_CTAS = SM_COUNT if RUNTIME_M else min(SM_COUNT, ROW_TILES * N_TILES)
     M = H.runtime_rows(M, RUNTIME_M)
+    if SWAP_AB:
+        N_TILES = H.ceil_div(M, BLK_N)
+    else:
+        ROW_TILES = H.ceil_div(M, BLK_M)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -97,7 +122,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, EPI_N), dtype, layout=D_layout)
+        if not SWAP_AB:
+            Dsmem = T.meta_var(pool.alloc((BLK_M, EPI_N), dtype, layout=D_layout))
         pool.commit()
 
         # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
@@ -114,7 +140,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
         tmem = W.tmem_accumulator()
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=H.ceil_div(M, BLK_M), num_n_tiles=N_TILES,
+            "ts", num_m_tiles=ROW_TILES, num_n_tiles=N_TILES,
             num_clusters=NUM_CTAS, l2_group_size=8)
         scheduler.init(bx)
 
@@ -128,9 +154,16 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "TMA producer")
                         if T.cuda.elect_sync():
-                            H.tma_load_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
-                                             A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N, BLK_K,
-                                             tma2mma.ptr(ring.stage))
+                            if SWAP_AB:  # the MMA's A tile is B's rows, its B tile A's
+                                H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                                 Bsmem[ring.stage, :, :], B, A, m_st, n_st,
+                                                 k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                                 tma2mma.ptr(ring.stage))
+                            else:
+                                H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                                 Bsmem[ring.stage, :, :], A, B, m_st, n_st,
+                                                 k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                                 tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
             elif warp_id == 0:
@@ -165,18 +198,28 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                for i in T.unroll(CHUNKS):
-                    Dreg_out = T.alloc_local((EPI_N,), dtype)
-                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + i * EPI_N, EPI_N,
-                                        Dreg_out)
-                    W.store_rows_via_tma(Dreg_out, Dsmem, 0, D, m_st, n_st + i * EPI_N,
-                                         BLK_M, EPI_N, tid_in_wg, 1)
-                for t in T.unroll(TAIL // TAIL_N):
-                    # the tail, 16 columns per tcgen05.ld (its widths are powers of two)
-                    col = T.meta_var(CHUNKS * EPI_N + t * TAIL_N)
-                    Dtail = T.alloc_local((TAIL_N,), dtype)
-                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + col, TAIL_N, Dtail)
-                    W.store_row_guarded(Dtail, D, m_st + tid_in_wg, n_st + col, TAIL_N, M, N)
+                if SWAP_AB:
+                    # D's transpose: accumulator row tid_in_wg is D's column m_st + tid_in_wg
+                    # (B's row), its columns D's rows n_st.. (the tokens)
+                    for c in T.unroll(BLK_N // SWAP_READ):
+                        Dcol = T.alloc_local((SWAP_READ,), dtype)
+                        W.tmem_to_registers(tmem, acc.stage * ACC_COLS + c * SWAP_READ,
+                                            SWAP_READ, Dcol)
+                        store_column_guarded(Dcol, D, n_st + c * SWAP_READ, m_st + tid_in_wg,
+                                             SWAP_READ, M, N)
+                else:
+                    for i in T.unroll(CHUNKS):
+                        Dreg_out = T.alloc_local((EPI_N,), dtype)
+                        W.tmem_to_registers(tmem, acc.stage * ACC_COLS + i * EPI_N, EPI_N,
+                                            Dreg_out)
+                        W.store_rows_via_tma(Dreg_out, Dsmem, 0, D, m_st, n_st + i * EPI_N,
+                                             BLK_M, EPI_N, tid_in_wg, 1)
+                    for t in T.unroll(TAIL // TAIL_N):
+                        # the tail, 16 columns per tcgen05.ld (its widths are powers of two)
+                        col = T.meta_var(CHUNKS * EPI_N + t * TAIL_N)
+                        Dtail = T.alloc_local((TAIL_N,), dtype)
+                        W.tmem_to_registers(tmem, acc.stage * ACC_COLS + col, TAIL_N, Dtail)
+                        W.store_row_guarded(Dtail, D, m_st + tid_in_wg, n_st + col, TAIL_N, M, N)
                 # every tcgen05.ld of this accumulator has completed: hand it back
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
