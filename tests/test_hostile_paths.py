@@ -24,7 +24,6 @@ NOT_PATHS = {
     "error.json": "what a failed build worker writes",
     "manifest.json": "what an export writes",
     "helpers_mutant.py": "a mutant's generated helpers",
-    "blackwell_mutant.py": "a mutant's generated Blackwell verbs",
     "tirx_gemm.mutant_blackwell_": "the name prefix of that copy, loaded inside the package",
     "_mutant.py": "the suffix of a mutant's generated step file",
     "config.toml": "the cargo config inside vendor/numsim/cargo-vendor.tgz",
@@ -146,11 +145,12 @@ def test_key_sources_exist_for_every_step():
             assert source.is_file(), f"{step.key}: key source {source} does not exist"
 
 
-def test_the_key_covers_every_module_of_the_hopper_package():
-    """hopper/ is one module per job (issue 30): a module added there without joining
-    KEY_SOURCES would leave sm_90a builds cached on its old bytes."""
-    listed = set(cache.KEY_SOURCES["sm_90a"])
-    modules = {f"hopper/{p.name}" for p in (cache.PKG_DIR / "hopper").glob("*.py")}
+@pytest.mark.parametrize("arch,package", [("sm_90a", "hopper"), ("sm_100a", "blackwell")])
+def test_the_key_covers_every_module_of_the_arch_package(arch, package):
+    """hopper/ and blackwell/ are one module per job (issue 30): a module added there
+    without joining KEY_SOURCES would leave that arch's builds cached on its old bytes."""
+    listed = set(cache.KEY_SOURCES[arch])
+    modules = {f"{package}/{p.name}" for p in (cache.PKG_DIR / package).glob("*.py")}
     assert modules and modules <= listed, sorted(modules - listed)
 
 
