@@ -1,0 +1,131 @@
+"""Stream-K's decomposition (tirx_gemm/streamk.py) and sm_90a v12's STREAM_K builds."""
+import inspect
+import itertools
+
+import pytest
+
+from tirx_gemm import registry, streamk as SK
+
+# (tiles, k_tiles, G): many pools, tile counts around each wave boundary, short and deep K
+CASES = [(t, kt, g) for g in (1, 2, 3, 7, 16, 33, 64, 114, 132)
+         for t in sorted({1, 2, 3, g // 2 - 1, g // 2, g // 2 + 1, g - 1, g, g + 1, g + 2,
+                          g + g // 3, 2 * g + 5, 3 * g + g // 2 + 1, 5 * g - 1})
+         if t >= 1
+         for kt in (1, 15, 16, 17, 31, 64, 100, 257, 1024)]
+
+
+def _expected_on(tiles, kt, g):
+    tail = tiles % g
+    return tail > 0 and 2 * tail < g and kt >= 16
+
+
+@pytest.mark.parametrize("tiles,kt,g", CASES)
+def test_plan_covers_every_iteration_once(tiles, kt, g):
+    p = SK.plan(tiles, kt, g)
+    assert bool(p.on) == _expected_on(tiles, kt, g)
+    if not p.on:
+        assert (p.dp_tiles, p.sk_tiles, p.units) == (tiles, 0, 0)
+        return
+    assert p.sk_tiles == tiles % g and p.dp_tiles % g == 0
+    assert p.dp_tiles + p.sk_tiles == tiles
+    assert 2 * p.sk_tiles <= p.units <= g
+    seen = {}      # (tile, k) -> unit
+    slabs = set()
+    pieces_of = {j: [] for j in range(p.sk_tiles)}
+    for u in range(p.units):
+        it0, it1 = SK.unit_range(p, u)
+        assert it1 - it0 >= SK.MIN_UNIT_K_TILES            # units of at least 8 K steps
+        assert it1 - it0 <= SK.ceil_div(kt, 2)            # so at most 2 tiles
+        t0, n = SK.unit_tiles(p, u)
+        assert n in (1, 2)
+        for j in range(t0, t0 + n):
+            k0, k1 = SK.piece_k_range(p, u, j)
+            assert 0 <= k0 < k1 <= kt
+            for k in range(k0, k1):
+                assert (j, k) not in seen
+                seen[(j, k)] = u
+                assert SK.unit_of(p, j * kt + k) == u
+            s = SK.slab(u, j)
+            assert s not in slabs and 0 <= s < SK.workspace_slabs(g)
+            slabs.add(s)
+            pieces_of[j].append((k0, u, s))
+            for h in range(2):
+                assert 0 <= SK.counter(j, h, 2) < SK.counters(g)
+    assert len(seen) == p.sk_tiles * kt                    # every iteration, exactly once
+    for j, pieces in pieces_of.items():
+        first, count = SK.tile_units(p, j)
+        assert count == len(pieces) >= 2                  # no stream-K tile is whole
+        # ascending K order = ascending unit order = consecutive slabs from first + j
+        assert sorted(pieces) == pieces
+        assert [u for _, u, _ in pieces] == list(range(first, first + count))
+        assert [s for _, _, s in pieces] == list(range(first + j, first + j + count))
+
+
+def test_plan_is_off_when_the_tail_wave_is_at_least_half_full():
+    assert not SK.plan(132 + 66, 64, 132).on    # tail 66: half a wave
+    assert SK.plan(132 + 65, 64, 132).on
+    assert not SK.plan(264, 64, 132).on         # no tail
+    assert not SK.plan(133, 15, 132).on         # units of 8 need 16 K steps per tile
+    assert SK.plan(1, 1024, 132).units == 128   # one tile of 1024 K steps: 128 units of 8
+
+
+def test_tir_expressions_agree_with_python_ints():
+    tvm = pytest.importorskip("tvm")
+    from tvm.script import tirx as T
+    from tvm.sym.analyzer import Analyzer
+    ops = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
+    tv, kv, uv, jv = (tvm.tirx.Var(n, "int32") for n in ("tiles", "kt", "u", "j"))
+    g = 132
+    p = SK.plan(tv, kv, g, ops)
+    exprs = {"on": p.on, "dp": p.dp_tiles, "sk": p.sk_tiles, "U": p.units,
+             "range": SK.unit_range(p, uv), "tiles_of_u": SK.unit_tiles(p, uv),
+             "k_range": SK.piece_k_range(p, uv, jv, ops),
+             "units_of_j": SK.tile_units(p, jv)}
+
+    def ev(e, binds):
+        if isinstance(e, tuple):
+            return tuple(ev(x, binds) for x in e)
+        a = Analyzer()
+        for var, val in binds.items():
+            a.bind(var, val)
+        r = a.simplify(e)
+        assert isinstance(r, tvm.tirx.IntImm), r
+        return int(r.value)
+
+    for tiles, kt in itertools.product((1, 5, 65, 133, 150, 197, 200, 264, 300), (8, 16, 77)):
+        q = SK.plan(tiles, kt, g)
+        b = {tv: tiles, kv: kt}
+        assert ev(exprs["on"], b) == int(bool(q.on))
+        assert (ev(exprs["dp"], b), ev(exprs["sk"], b), ev(exprs["U"], b)) == \
+            (q.dp_tiles, q.sk_tiles, q.units)
+        if not q.on:
+            continue
+        for u in sorted({0, 1, q.units // 2, q.units - 1}):
+            bu = {**b, uv: u}
+            assert ev(exprs["range"], bu) == SK.unit_range(q, u)
+            assert ev(exprs["tiles_of_u"], bu) == SK.unit_tiles(q, u)
+            t0, n = SK.unit_tiles(q, u)
+            for j in range(t0, t0 + n):
+                assert ev(exprs["k_range"], {**bu, jv: j}) == SK.piece_k_range(q, u, j)
+        for j in range(q.sk_tiles):
+            assert ev(exprs["units_of_j"], {**b, jv: j}) == SK.tile_units(q, j)
+
+
+def test_workspace_specs_and_builder_defaults():
+    step = registry.get("v12", "sm_90a")
+    assert step.workspace_specs(1024, 1024, 1024, {}) == ()
+    assert step.workspace_specs(1024, 1024, 1024, {"STREAM_K": False}) == ()
+    ws = step.workspace_specs(1024, 1024, 1024, {"STREAM_K": True, "BLK_M": 64,
+                                                  "BLK_N": 176, "SM_COUNT": 132})
+    assert ws == (("WS", (198, 64 * 176), "float32"), ("CNT", (132,), "int32"))
+    # independent of the shape: one RUNTIME_M kernel's workspace serves every M
+    assert step.workspace_specs(7, 64, 8, {"STREAM_K": True, "BLK_M": 64, "BLK_N": 176,
+                                           "SM_COUNT": 132}) == ws
+    assert step.workspace_specs(1, 8, 8, {"STREAM_K": True}) == (
+        ("WS", (198, 128 * 128), "float32"), ("CNT", (132,), "int32"))
+    pytest.importorskip("tvm")
+    sig = inspect.signature(step.builder())
+    assert (sig.parameters["BLK_M"].default, sig.parameters["BLK_N"].default) == \
+        SK.DEFAULT_TILE
+    assert sig.parameters["SM_COUNT"].default == 132
+    assert sig.parameters["STREAM_K"].default is False
