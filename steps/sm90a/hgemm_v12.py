@@ -6,12 +6,14 @@ bytes each tile moves per flop decide which one a shape should get.
 """
 import tvm
 from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
+from tirx_gemm import streamk as SK
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 16, 256
@@ -20,6 +22,7 @@ SWAP_N_STEP = 8               # SWAP_AB's token tile: any multiple of wgmma's N 
 # little of B (64x16: 2 KB of its 10 KB; A's rows past M are zero-filled), so it takes many
 # stages to keep enough HBM reads in flight (cuBLAS runs 64x16 tiles with 16 stages)
 AUTO_DEPTH_MAX = 16
+SK_IN_FLIGHT = 8  # STREAM_K: slab chunks (4 floats) a reducing thread loads at once
 
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
@@ -28,7 +31,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
-              B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1):
+              B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
+              STREAM_K: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
@@ -103,6 +107,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
                              "L2_PROMO, A_HINT or B_HINT)")
         W.check_cluster_pool(SM_COUNT)
+    if not isinstance(STREAM_K, bool):
+        raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
+    if STREAM_K and (SWAP_AB or CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
+        raise ValueError("STREAM_K=True takes no SWAP_AB, CLUSTER=2, fused epilogue or "
+                         "MMA_LAG > 1 (its pieces are plain one-CTA tiles of MMA_LAG=1)")
     NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread
@@ -168,10 +177,79 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
         min(SM_COUNT, M_CTILES * N_TILES * CLUSTER)
+    # STREAM_K (tirx_gemm/streamk.py): the plan from the shape, at build time or, with
+    # RUNTIME_M / RUNTIME_NK, on the device; off at a static shape: v12's kernel as is
+    RUNTIME = RUNTIME_M or RUNTIME_NK
+    OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
+    PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY) \
+        if STREAM_K else None
+    SK_CODE = STREAM_K and (RUNTIME or PLAN.on)
+    if SK_CODE:
+        NUM_CTAS = SM_COUNT  # G: every CTA of the pool, each holds a unit
+    HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
+    CHUNK = H.SPLITK_CHUNK    # floats per slab store / load of one thread
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    def walking(scheduler):
+        # the data-parallel walk: every tile, or (STREAM_K) the full waves before the tail
+        return scheduler.linear_idx < PLAN.dp_tiles if SK_CODE else scheduler.valid()
+
+    # STREAM_K: unit u = bx covers stream-K tiles t0(u) .. t0(u) + pieces(u) - 1 (1 or 2),
+    # K steps [k0, k1) of tile j; tile j's pieces come from units first(j) .. + count(j) - 1
+    def sk_t0(u):
+        return SK.unit_tiles(PLAN, u)[0]
+
+    def sk_pieces(u):
+        return SK.unit_tiles(PLAN, u)[1]
+
+    def sk_k0(u, j):
+        return SK.piece_k_range(PLAN, u, j, OPS)[0]
+
+    def sk_steps(u, j):
+        k0, k1 = SK.piece_k_range(PLAN, u, j, OPS)
+        return k1 - k0
+
+    def sk_first(j):
+        return SK.tile_units(PLAN, j)[0]
+
+    def sk_count(j):
+        return SK.tile_units(PLAN, j)[1]
+
+    @T.inline
+    def publish_slab(WS, s, base, acc, tid):
+        # this thread's fp32 partial -> slab s, chunk c at base + (c * 128 + tid) * 4 (v11's
+        # order); a warpgroup barrier must follow before the count
+        for c in T.unroll(ACC_REGS // CHUNK):
+            slot = T.meta_var(base + (c * 128 + tid) * CHUNK)
+            Tx.copy(WS[s, slot:slot + CHUNK], acc[c * CHUNK:(c + 1) * CHUNK])
+
+    @T.inline
+    def reduce_slabs(WS, s0, count, base, acc, tid):
+        # acc = slab s0 + slab s0 + 1 + ... (count slabs), in that fixed order: the same bits
+        # whatever order the units finished in; SK_IN_FLIGHT chunks loaded per round
+        for c in T.unroll(ACC_REGS):
+            acc[c] = T.float32(0)
+        chunk = T.alloc_local((SK_IN_FLIGHT * CHUNK,), H.ACC_DTYPE)
+        for b in T.unroll(ACC_REGS // CHUNK // SK_IN_FLIGHT):
+            for s in T.serial(count, annotations=H.ROLLED):
+                for i in T.unroll(SK_IN_FLIGHT):
+                    slot = T.meta_var(base + ((b * SK_IN_FLIGHT + i) * 128 + tid) * CHUNK)
+                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK], WS[s0 + s, slot:slot + CHUNK])
+                for i in T.unroll(SK_IN_FLIGHT * CHUNK):
+                    acc[b * SK_IN_FLIGHT * CHUNK + i] = acc[b * SK_IN_FLIGHT * CHUNK + i] + chunk[i]
+        if ACC_REGS // CHUNK % SK_IN_FLIGHT > 0:  # the last, partial round
+            for s in T.serial(count, annotations=H.ROLLED):
+                for i in T.unroll(ACC_REGS // CHUNK % SK_IN_FLIGHT):
+                    slot = T.meta_var(base + ((ACC_REGS // CHUNK // SK_IN_FLIGHT * SK_IN_FLIGHT
+                                               + i) * 128 + tid) * CHUNK)
+                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK], WS[s0 + s, slot:slot + CHUNK])
+                for i in T.unroll(ACC_REGS // CHUNK % SK_IN_FLIGHT * CHUNK):
+                    acc[ACC_REGS // CHUNK // SK_IN_FLIGHT * SK_IN_FLIGHT * CHUNK + i] = (
+                        acc[ACC_REGS // CHUNK // SK_IN_FLIGHT * SK_IN_FLIGHT * CHUNK + i]
+                        + chunk[i])
 
     @T.inline
     def release(mma2tma, stage, tid_in_wg):
@@ -185,7 +263,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
 
     # the kernel body; bias is None without BIAS (no bias operand)
     @T.inline
-    def gemm(A, B, D, bias):
+    def gemm(A, B, D, bias, WS, CNT):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
         if CLUSTER == 2:
@@ -200,6 +278,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         pool = T.SMEMPool()
         tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
         mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        if SK_CODE:  # a half's count before ours
+            arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -240,7 +320,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
-                while scheduler.valid():
+                while walking(scheduler):
                     m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
@@ -263,6 +343,22 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                              tma2mma.ptr(ring.stage), A_HINTS, B_HINTS)
                         ring.advance()
                     scheduler.next_tile()
+                if SK_CODE:
+                    # --- load (stream-K): this unit's pieces, the consumers' sequence ---
+                    if bx < PLAN.units:
+                        for q in T.serial(sk_pieces(bx), annotations=H.ROLLED):
+                            scheduler.init(PLAN.dp_tiles + sk_t0(bx) + q)  # its coordinates
+                            for k in T.serial(sk_steps(bx, sk_t0(bx) + q),
+                                              annotations=H.ROLLED):
+                                mma2tma.wait(ring.stage, ring.phase, "producer")
+                                H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                                 Bsmem[ring.stage, :, :], A, B,
+                                                 scheduler.m_idx * BLK_M,
+                                                 scheduler.n_idx * BLK_N,
+                                                 (sk_k0(bx, sk_t0(bx) + q) + k) * BLK_K,
+                                                 BLK_M, BLK_N, BLK_K, tma2mma.ptr(ring.stage),
+                                                 A_HINTS, B_HINTS)
+                                ring.advance()
 
         # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
         with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
@@ -282,7 +378,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
             prev_m: T.int32 = 0    # where that tile goes
             prev_n: T.int32 = 0
-            while scheduler.valid():
+            while walking(scheduler):
                 m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * OUT_N)  # D's columns of this tile
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
@@ -372,6 +468,55 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 if TAIL_J > 0:
                     W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
                                            OUT_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+            if SK_CODE:
+                if bx < PLAN.units:
+                    for q in T.serial(sk_pieces(bx), annotations=H.ROLLED):
+                        j = T.meta_var(sk_t0(bx) + q)  # the stream-K tile of this piece
+                        scheduler.init(PLAN.dp_tiles + j)
+                        sk_m = T.meta_var(scheduler.m_idx * BLK_M)
+                        sk_n = T.meta_var(scheduler.n_idx * BLK_N)
+                        for k in T.serial(sk_steps(bx, j), annotations=H.ROLLED):
+                            tma2mma.wait(ring.stage, ring.phase, "consumer")
+                            # --- compute: the piece's K steps; its first overwrites ---
+                            W.mma_fence()
+                            W.wgmma_tile(acc,
+                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                         k > 0, 1, BLK_N, dtype)
+                            W.mma_commit()
+                            W.mma_wait(1)
+                            if k > 0:
+                                release(mma2tma, held, tid_in_wg)
+                            held = ring.stage
+                            ring.advance()
+                        W.mma_wait(0)
+                        release(mma2tma, held, tid_in_wg)
+                        W.fence_operands(acc, ACC_REGS)
+                        # --- publish: the partial half -> slab bx + j, then count it
+                        # (v11's "last" protocol: a counter per 64-row half of the tile) ---
+                        publish_slab(WS, SK.slab(bx, j), consumer * HALF, acc, tid_in_wg)
+                        T.cuda.warpgroup_sync(1 + consumer)  # slab stores before the count
+                        if tid_in_wg == 0:
+                            H.splitk_count_arrival(
+                                arrivals, consumer,
+                                CNT.ptr_to([SK.counter(j, consumer, NUM_CONSUMERS)]))
+                        T.cuda.warpgroup_sync(1 + consumer)  # the count (and acquire) to all
+                        if H.splitk_is_last(arrivals, consumer, sk_count(j)):
+                            # --- reduce: all pieces are in; their slabs in K order ---
+                            reduce_slabs(WS, SK.slab(sk_first(j), j), sk_count(j),
+                                         consumer * HALF, acc, tid_in_wg)
+                            W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                            if TMA_CHUNKS > 0:
+                                W.store_packed_tile(D, Dstage, consumer, packed, sk_m + row0,
+                                                    sk_n, TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                    warp_id, lane_id, tid_in_wg, 1 + consumer)
+                            if TAIL_J > 0:
+                                W.store_packed_guarded(D, packed, sk_m + row0, sk_n,
+                                                       TMA_CHUNKS * 8, OUT_N // 8, M_DIM,
+                                                       N_DIM, warp_id, lane_id)
+                            if tid_in_wg == 0:  # every piece counted: zero for the next launch
+                                CNT[SK.counter(j, consumer, NUM_CONSUMERS)] = 0
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
@@ -381,20 +526,27 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # is done: neither CTA may exit (releasing its SMEM) before both are
             T.cuda.cluster_sync()
 
-    if BIAS:
+    if STREAM_K:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
+                   D: T.Buffer((M_DIM, N_DIM), dtype),
+                   WS: T.Buffer((SK.workspace_slabs(SM_COUNT), BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((SK.counters(SM_COUNT),), "int32")):
+            gemm(A, B, D, None, WS, CNT)
+    elif BIAS:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((NB_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), D_DTYPE), bias: T.Buffer((N_DIM,), BIAS)):
-            gemm(A, B, D, bias)
+            gemm(A, B, D, bias, None, None)
     elif HAS_EPI:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((NB_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), D_DTYPE)):
-            gemm(A, B, D, None)
+            gemm(A, B, D, None, None, None)
     else:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), dtype)):
-            gemm(A, B, D, None)
+            gemm(A, B, D, None, None, None)
 
     return kernel
