@@ -36,10 +36,10 @@ def test_plan_covers_every_iteration_once(tiles, kt, g):
         it0, it1 = SK.unit_range(p, u)
         assert it1 - it0 >= SK.MIN_UNIT_K_TILES            # units of at least 8 K steps
         assert it1 - it0 <= SK.ceil_div(kt, 2)            # so at most 2 tiles
-        t0, n = SK.unit_tiles(p, u)
+        t0, n = SK.unit_tiles(p, it0, it1)
         assert n in (1, 2)
         for j in range(t0, t0 + n):
-            k0, k1 = SK.piece_k_range(p, u, j)
+            k0, k1 = SK.piece_k_range(p, it0, it1, j)
             assert 0 <= k0 < k1 <= kt
             for k in range(k0, k1):
                 assert (j, k) not in seen
@@ -78,8 +78,9 @@ def test_tir_expressions_agree_with_python_ints():
     g = 132
     p = SK.plan(tv, kv, g, ops)
     exprs = {"on": p.on, "dp": p.dp_tiles, "sk": p.sk_tiles, "U": p.units,
-             "range": SK.unit_range(p, uv), "tiles_of_u": SK.unit_tiles(p, uv),
-             "k_range": SK.piece_k_range(p, uv, jv, ops),
+             "range": SK.unit_range(p, uv),
+             "tiles_of_u": SK.unit_tiles(p, *SK.unit_range(p, uv)),
+             "k_range": SK.piece_k_range(p, *SK.unit_range(p, uv), jv, ops),
              "units_of_j": SK.tile_units(p, jv)}
 
     def ev(e, binds):
@@ -103,10 +104,11 @@ def test_tir_expressions_agree_with_python_ints():
         for u in sorted({0, 1, q.units // 2, q.units - 1}):
             bu = {**b, uv: u}
             assert ev(exprs["range"], bu) == SK.unit_range(q, u)
-            assert ev(exprs["tiles_of_u"], bu) == SK.unit_tiles(q, u)
-            t0, n = SK.unit_tiles(q, u)
+            r = SK.unit_range(q, u)
+            assert ev(exprs["tiles_of_u"], bu) == SK.unit_tiles(q, *r)
+            t0, n = SK.unit_tiles(q, *r)
             for j in range(t0, t0 + n):
-                assert ev(exprs["k_range"], {**bu, jv: j}) == SK.piece_k_range(q, u, j)
+                assert ev(exprs["k_range"], {**bu, jv: j}) == SK.piece_k_range(q, *r, j)
         for j in range(q.sk_tiles):
             assert ev(exprs["units_of_j"], {**b, jv: j}) == SK.tile_units(q, j)
 

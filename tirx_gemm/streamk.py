@@ -53,7 +53,7 @@ PY = Ops(select=lambda c, a, b: a if c else b, min=min, max=max,
 
 @dataclass(frozen=True)
 class Plan:
-    on: object          # bool (or a TIR boolean)
+    on: object          # a bool, or a TIR boolean when it depends on run-time values
     tiles: object
     dp_tiles: object    # tiles walked data-parallel (a multiple of G when on)
     sk_tiles: object    # the last tiles of the walk order, shared by the units
@@ -69,10 +69,17 @@ def ceil_div(a, b):
 def plan(tiles, k_tiles, G, ops: Ops = PY) -> Plan:
     """The stream-K plan of ``tiles`` tiles of ``k_tiles`` K steps on ``G`` CTAs."""
     tail = tiles % G
-    on = ops.and_(ops.and_(tail > 0, 2 * tail < G), k_tiles >= 2 * MIN_UNIT_K_TILES)
-    sk = ops.select(on, tail, 0)
+    conds = (tail > 0, 2 * tail < G, k_tiles >= 2 * MIN_UNIT_K_TILES)
+    if any(c is False for c in conds):  # off whatever the run-time values: plain ints
+        return Plan(False, tiles, tiles, 0, 0, 0, k_tiles)
+    dynamic = [c for c in conds if c is not True]  # the conditions known on the device only
+    on = True
+    for c in dynamic:
+        on = c if on is True else ops.and_(on, c)
+    sk = tail if on is True else ops.select(on, tail, 0)
     iters = sk * k_tiles
-    units = ops.select(on, ops.min(G, iters // MIN_UNIT_K_TILES), 0)
+    units = ops.min(G, iters // MIN_UNIT_K_TILES)
+    units = units if on is True else ops.select(on, units, 0)
     return Plan(on, tiles, tiles - sk, sk, iters, units, k_tiles)
 
 
@@ -86,17 +93,15 @@ def unit_of(p: Plan, x):
     return ((x + 1) * p.units + p.iters - 1) // p.iters - 1
 
 
-def unit_tiles(p: Plan, u):
-    """(t0, count): the stream-K tiles (local index, 0..sk_tiles-1) unit u touches are
-    t0 .. t0 + count - 1, count 1 or 2."""
-    it0, it1 = unit_range(p, u)
+def unit_tiles(p: Plan, it0, it1):
+    """(t0, count): the stream-K tiles (local index, 0..sk_tiles-1) of the unit whose
+    iterations are [it0, it1) (unit_range) are t0 .. t0 + count - 1, count 1 or 2."""
     t0 = it0 // p.k_tiles
     return t0, (it1 - 1) // p.k_tiles - t0 + 1
 
 
-def piece_k_range(p: Plan, u, j, ops: Ops = PY):
-    """K steps [k0, k1) of tile j (local) that unit u covers."""
-    it0, it1 = unit_range(p, u)
+def piece_k_range(p: Plan, it0, it1, j, ops: Ops = PY):
+    """K steps [k0, k1) of tile j (local) that the unit of iterations [it0, it1) covers."""
     return (ops.max(it0, j * p.k_tiles) - j * p.k_tiles,
             ops.min(it1, (j + 1) * p.k_tiles) - j * p.k_tiles)
 

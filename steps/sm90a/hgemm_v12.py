@@ -4,6 +4,8 @@ Lesson: the tile is a parameter. BLK_M in {64, 128} and BLK_N any multiple of 16
 256 come out of the same kernel; wave efficiency (how many of the SMs get a tile) and the
 bytes each tile moves per flop decide which one a shape should get.
 """
+import dataclasses
+
 import tvm
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
@@ -183,7 +185,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
     PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY) \
         if STREAM_K else None
-    SK_CODE = STREAM_K and (RUNTIME or PLAN.on)
+    SK_CODE = STREAM_K and PLAN.on is not False
     if SK_CODE:
         NUM_CTAS = SM_COUNT  # G: every CTA of the pool, each holds a unit
     HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
@@ -197,26 +199,43 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         # the data-parallel walk: every tile, or (STREAM_K) the full waves before the tail
         return scheduler.linear_idx < PLAN.dp_tiles if SK_CODE else scheduler.valid()
 
-    # STREAM_K: unit u = bx covers stream-K tiles t0(u) .. t0(u) + pieces(u) - 1 (1 or 2),
-    # K steps [k0, k1) of tile j; tile j's pieces come from units first(j) .. + count(j) - 1
-    def sk_t0(u):
-        return SK.unit_tiles(PLAN, u)[0]
+    # STREAM_K, unit u = bx (tirx_gemm/streamk.py): iterations [it0, it1), stream-K tiles
+    # t0 .. t0 + count - 1 (1 or 2), K steps [k0, k0 + steps) of tile j; tile j's pieces
+    # come from units first(j) .. first(j) + pieces(j) - 1. `iters`, `units`: the plan's
+    # counts, read from local variables (run-time values are computed once)
+    def sk_walk():
+        # the walk's order, to find a stream-K tile's place (a scheduler of its own: the
+        # data-parallel one's state stays as short-lived as without STREAM_K)
+        return ClusterPersistentScheduler2D("sk", num_m_tiles=M_CTILES, num_n_tiles=N_TILES,
+                                            num_clusters=NUM_CTAS, l2_group_size=L2_GROUP)
 
-    def sk_pieces(u):
-        return SK.unit_tiles(PLAN, u)[1]
+    def bound(iters, units):
+        return dataclasses.replace(PLAN, iters=iters, units=units)
 
-    def sk_k0(u, j):
-        return SK.piece_k_range(PLAN, u, j, OPS)[0]
+    def sk_it0(iters, units, u):
+        return SK.unit_range(bound(iters, units), u)[0]
 
-    def sk_steps(u, j):
-        k0, k1 = SK.piece_k_range(PLAN, u, j, OPS)
+    def sk_it1(iters, units, u):
+        return SK.unit_range(bound(iters, units), u)[1]
+
+    def sk_t0(it0, it1):
+        return SK.unit_tiles(PLAN, it0, it1)[0]
+
+    def sk_tiles(it0, it1):
+        return SK.unit_tiles(PLAN, it0, it1)[1]
+
+    def sk_k0(it0, it1, j):
+        return SK.piece_k_range(PLAN, it0, it1, j, OPS)[0]
+
+    def sk_steps(it0, it1, j):
+        k0, k1 = SK.piece_k_range(PLAN, it0, it1, j, OPS)
         return k1 - k0
 
-    def sk_first(j):
-        return SK.tile_units(PLAN, j)[0]
+    def sk_first(iters, units, j):
+        return SK.tile_units(bound(iters, units), j)[0]
 
-    def sk_count(j):
-        return SK.tile_units(PLAN, j)[1]
+    def sk_pieces(iters, units, j):
+        return SK.tile_units(bound(iters, units), j)[1]
 
     @T.inline
     def publish_slab(WS, s, base, acc, tid):
@@ -345,18 +364,22 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     scheduler.next_tile()
                 if SK_CODE:
                     # --- load (stream-K): this unit's pieces, the consumers' sequence ---
-                    if bx < PLAN.units:
-                        for q in T.serial(sk_pieces(bx), annotations=H.ROLLED):
-                            scheduler.init(PLAN.dp_tiles + sk_t0(bx) + q)  # its coordinates
-                            for k in T.serial(sk_steps(bx, sk_t0(bx) + q),
-                                              annotations=H.ROLLED):
+                    iters: T.int32 = PLAN.iters
+                    units: T.int32 = PLAN.units
+                    if bx < units:
+                        it0: T.int32 = sk_it0(iters, units, bx)
+                        it1: T.int32 = sk_it1(iters, units, bx)
+                        tile = T.meta_var(sk_walk())  # the pieces' tile coordinates
+                        for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
+                            j = T.meta_var(sk_t0(it0, it1) + q)
+                            tile.init(PLAN.dp_tiles + j)  # the piece's tile
+                            for k in T.serial(sk_steps(it0, it1, j), annotations=H.ROLLED):
                                 mma2tma.wait(ring.stage, ring.phase, "producer")
                                 H.tma_load_tiles(Asmem[ring.stage, :, :],
                                                  Bsmem[ring.stage, :, :], A, B,
-                                                 scheduler.m_idx * BLK_M,
-                                                 scheduler.n_idx * BLK_N,
-                                                 (sk_k0(bx, sk_t0(bx) + q) + k) * BLK_K,
-                                                 BLK_M, BLK_N, BLK_K, tma2mma.ptr(ring.stage),
+                                                 tile.m_idx * BLK_M, tile.n_idx * BLK_N,
+                                                 (sk_k0(it0, it1, j) + k) * BLK_K, BLK_M,
+                                                 BLK_N, BLK_K, tma2mma.ptr(ring.stage),
                                                  A_HINTS, B_HINTS)
                                 ring.advance()
 
@@ -469,13 +492,19 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
                                            OUT_N // 8, M_DIM, N_DIM, warp_id, lane_id)
             if SK_CODE:
-                if bx < PLAN.units:
-                    for q in T.serial(sk_pieces(bx), annotations=H.ROLLED):
-                        j = T.meta_var(sk_t0(bx) + q)  # the stream-K tile of this piece
-                        scheduler.init(PLAN.dp_tiles + j)
-                        sk_m = T.meta_var(scheduler.m_idx * BLK_M)
-                        sk_n = T.meta_var(scheduler.n_idx * BLK_N)
-                        for k in T.serial(sk_steps(bx, j), annotations=H.ROLLED):
+                # --- stream-K: this unit's pieces, after the data-parallel tiles ---
+                iters: T.int32 = PLAN.iters
+                units: T.int32 = PLAN.units
+                if bx < units:
+                    it0: T.int32 = sk_it0(iters, units, bx)
+                    it1: T.int32 = sk_it1(iters, units, bx)
+                    tile = T.meta_var(sk_walk())  # the pieces' tile coordinates
+                    for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
+                        j: T.int32 = sk_t0(it0, it1) + q  # the piece's stream-K tile
+                        tile.init(PLAN.dp_tiles + j)
+                        sk_m = T.meta_var(tile.m_idx * BLK_M)
+                        sk_n = T.meta_var(tile.n_idx * BLK_N)
+                        for k in T.serial(sk_steps(it0, it1, j), annotations=H.ROLLED):
                             tma2mma.wait(ring.stage, ring.phase, "consumer")
                             # --- compute: the piece's K steps; its first overwrites ---
                             W.mma_fence()
@@ -493,8 +522,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                         W.mma_wait(0)
                         release(mma2tma, held, tid_in_wg)
                         W.fence_operands(acc, ACC_REGS)
-                        # --- publish: the partial half -> slab bx + j, then count it
-                        # (v11's "last" protocol: a counter per 64-row half of the tile) ---
+                        # --- publish: the partial half -> slab bx + j, then count it (v11's
+                        # "last" protocol: a counter per 64-row half of the tile) ---
                         publish_slab(WS, SK.slab(bx, j), consumer * HALF, acc, tid_in_wg)
                         T.cuda.warpgroup_sync(1 + consumer)  # slab stores before the count
                         if tid_in_wg == 0:
@@ -502,9 +531,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                 arrivals, consumer,
                                 CNT.ptr_to([SK.counter(j, consumer, NUM_CONSUMERS)]))
                         T.cuda.warpgroup_sync(1 + consumer)  # the count (and acquire) to all
-                        if H.splitk_is_last(arrivals, consumer, sk_count(j)):
-                            # --- reduce: all pieces are in; their slabs in K order ---
-                            reduce_slabs(WS, SK.slab(sk_first(j), j), sk_count(j),
+                        pieces: T.int32 = sk_pieces(iters, units, j)
+                        if H.splitk_is_last(arrivals, consumer, pieces):
+                            # --- reduce: every piece is in; their slabs in K order ---
+                            reduce_slabs(WS, SK.slab(sk_first(iters, units, j), j), pieces,
                                          consumer * HALF, acc, tid_in_wg)
                             W.pack_fragment(packed, acc, PACKED_REGS, dtype)
                             if TMA_CHUNKS > 0:
