@@ -38,30 +38,31 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
-      warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one m64nBLK_Nk16
-      wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One producer
-      thread TMA-loads the CTA's own A and B tiles into a ring of PIPE_DEPTH stages
-      (default: as many as fit, at most 16). v9's overlapped epilogue stays; the last
-      BLK_N % 64 columns go from the packed registers to D by guarded 4-byte stores.
-      min(tiles, SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order.
-      RUNTIME_M / RUNTIME_NK: M (and N, K) are run-time variables, one kernel for all.
-      No cluster, unless CLUSTER=2: v9's CTA pair along M, each CTA loading half of the
-      shared B tile multicast into both (a third less L2-to-SM traffic at 64x128).
-    Why: the number of tiles decides how many SMs work. v9's 256x256 cluster tile gives
-      1024^3 32 busy SMs of 132; 128x64 tiles give 128. Smaller tiles cost bytes per MAC,
-      2 x (1/BLK_M + 1/BLK_N): large shapes want the big tile, small and decode shapes the
-      one that fills the SMs (the lesson has the arithmetic).
+      warpgroup) or 128 (two), BLK_N a multiple of 16 in [16, 256] (one m64nBLK_Nk16 wgmma
+      per consumer and k16). One producer thread TMA-loads the CTA's A and B tiles into a
+      ring of PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped
+      epilogue; the last BLK_N % 64 columns go to D by guarded 4-byte stores. min(tiles,
+      SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
+      RUNTIME_NK: M (N, K) run-time values, one kernel for all. CLUSTER=2: v9's CTA pair
+      along M, each CTA loading half of the shared B tile multicast into both.
+    STREAM_K (tirx_gemm/streamk.py): when the tail wave would run under half full (and
+      K >= 16 steps), all SM_COUNT CTAs take the full waves data-parallel, then cut the
+      tail tiles' K steps into units of >= 8 (<= 2 pieces each). A piece's fp32 partial
+      goes to a slab; the warpgroup counting last (v11's protocol, per 64-row half) sums
+      the tile's slabs in K order: the same bits every run, for one slab write + read per
+      piece (atomic adds would not be). Workspace WS, CNT after D, independent of M.
+    Why: the number of tiles decides how many SMs work: v9's 256x256 cluster tile gives
+      1024^3 32 busy SMs of 132, 128x64 tiles 128. Smaller tiles cost bytes per MAC, 2 x
+      (1/BLK_M + 1/BLK_N): large shapes want the big tile, small ones the one that fills.
     Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
       CLUSTER x BLK_M // 64 (one arrival per consumer warpgroup of the CTA or the pair).
-    Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU act on the
-      fp32 accumulators in registers after the tile's last wgmma_wait, before the pack; no
-      SMEM, no extra barrier (SWIGLU: B is the fused gate/up weight, matmul.fuse_gate_up;
-      fp32 D: guarded stores from the registers). No keyword: the plain kernel's CUDA.
-    Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: N is D's columns, B has 2N rows);
-      dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256];
-      CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or TMA hints);
-      2 <= PIPE_DEPTH, stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1;
-      PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128, BLK_N > 128).
+    Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
+      accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
+    Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
+      bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or
+      TMA hints); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or MMA_LAG > 1; ring plus
+      staging within 227 KB; PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for
+      BLK_M=128, BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
@@ -258,7 +259,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     slot = T.meta_var(base + ((b * SK_IN_FLIGHT + i) * 128 + tid) * CHUNK)
                     Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK], WS[s0 + s, slot:slot + CHUNK])
                 for i in T.unroll(SK_IN_FLIGHT * CHUNK):
-                    acc[b * SK_IN_FLIGHT * CHUNK + i] = acc[b * SK_IN_FLIGHT * CHUNK + i] + chunk[i]
+                    acc[b * SK_IN_FLIGHT * CHUNK + i] = (acc[b * SK_IN_FLIGHT * CHUNK + i]
+                                                         + chunk[i])
         if ACC_REGS // CHUNK % SK_IN_FLIGHT > 0:  # the last, partial round
             for s in T.serial(count, annotations=H.ROLLED):
                 for i in T.unroll(ACC_REGS // CHUNK % SK_IN_FLIGHT):
