@@ -131,3 +131,93 @@ def test_workspace_specs_and_builder_defaults():
         SK.DEFAULT_TILE
     assert sig.parameters["SM_COUNT"].default == 132
     assert sig.parameters["STREAM_K"].default is False
+
+
+def test_partially_static_plans():
+    """RUNTIME_M with a static K: too shallow a K is off in plain ints (the builder emits
+    no stream-K code); a deep one leaves the decision to the device."""
+    tvm = pytest.importorskip("tvm")
+    from tvm.script import tirx as T
+    ops = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
+    tiles = tvm.tirx.Var("tiles", "int32")
+    assert SK.plan(tiles, 15, 132, ops).on is False
+    assert SK.plan(264, tvm.tirx.Var("kt", "int32"), 132, ops).on is False  # no tail
+    assert isinstance(SK.plan(tiles, 16, 132, ops).on, tvm.tirx.PrimExpr)
+
+
+@pytest.mark.parametrize("tiles,kt,g", [(1, 64, 132), (30 + 132, 36, 132), (7, 40, 16),
+                                        (5, 17, 12), (64, 16, 132)])
+def test_the_protocol_sums_in_a_fixed_order_whatever_order_units_finish(tiles, kt, g):
+    """The kernel's reduction, emulated in numpy float32: each unit computes its pieces
+    (a K step's products added in K order), publishes each to slab u + j and counts it;
+    the unit that counts last sums the tile's slabs in K order. Any finishing order gives
+    the same bits, and the sum matches the tile's full fp32 dot product closely."""
+    np = pytest.importorskip("numpy")
+    p = SK.plan(tiles, kt, g)
+    assert p.on
+    rng = np.random.default_rng(tiles * 7 + kt)
+    steps = rng.standard_normal((p.sk_tiles, kt, 4)).astype(np.float32)  # per-K-step products
+
+    def run(order):
+        ws = {}
+        cnt = [0] * SK.counters(g)
+        out = {}
+        for u in order:
+            it0, it1 = SK.unit_range(p, u)
+            t0, n = SK.unit_tiles(p, it0, it1)
+            for j in range(t0, t0 + n):
+                k0, k1 = SK.piece_k_range(p, it0, it1, j)
+                acc = np.zeros(4, np.float32)
+                for k in range(k0, k1):
+                    acc = acc + steps[j, k]
+                ws[SK.slab(u, j)] = acc
+                old, cnt[SK.counter(j, 0, 1)] = cnt[SK.counter(j, 0, 1)], \
+                    cnt[SK.counter(j, 0, 1)] + 1
+                first, pieces = SK.tile_units(p, j)
+                if old == pieces - 1:
+                    tot = np.zeros(4, np.float32)
+                    for s in range(SK.slab(first, j), SK.slab(first, j) + pieces):
+                        tot = tot + ws[s]
+                    out[j] = tot
+                    cnt[SK.counter(j, 0, 1)] = 0
+        assert not any(cnt)  # every counter back to zero
+        return np.stack([out[j] for j in range(p.sk_tiles)])
+
+    units = list(range(p.units))
+    first = run(units)
+    for seed in range(3):
+        order = list(units)
+        np.random.default_rng(seed).shuffle(order)
+        assert np.array_equal(run(order).view(np.int32), first.view(np.int32))
+    assert np.array_equal(run(units[::-1]).view(np.int32), first.view(np.int32))
+    np.testing.assert_allclose(first, steps.astype(np.float64).sum(axis=1), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_stream_k_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    for kw in ({"SWAP_AB": True, "BLK_N": 8}, {"CLUSTER": 2}, {"ACT": "relu"},
+               {"BIAS": "float16"}, {"OUT_DTYPE": "float32"},
+               {"MMA_LAG": 2, "PIPE_DEPTH": 6}):
+        with pytest.raises(ValueError, match="STREAM_K=True takes no") as exc:
+            step.build_primfunc(1024, 1024, 1024, BLK_M=64, STREAM_K=True, **kw)
+        assert "\n" not in str(exc.value)
+    with pytest.raises(ValueError, match="STREAM_K=1 must be True or False"):
+        step.build_primfunc(1024, 1024, 1024, STREAM_K=1)
+
+
+def test_stream_k_kernel_takes_the_workspace_and_counts_only_when_the_plan_is_on():
+    """On at 1024^3 (64 tiles of 128x128, 128 units of 8 K steps): the last-arriver count,
+    the fixed-order reduction, a counter reset; off at 4096^3 (1024 tiles, a tail of 100 on
+    132): v12's walk with the workspace operands unused; RUNTIME_M: the plan on the device."""
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    on = step.build_primfunc(1024, 1024, 1024, STREAM_K=True).script()
+    assert "atom.acq_rel.gpu.global.add.s32" in on and "WS: T.Buffer((198, 16384)" in on
+    assert "CNT: T.Buffer((132,)" in on
+    off = step.build_primfunc(4096, 4096, 4096, STREAM_K=True).script()
+    assert "atom.acq_rel" not in off and "WS: T.Buffer((198, 16384)" in off
+    rt = step.build_primfunc(256, 4096, 4096, BLK_M=64, BLK_N=176, STREAM_K=True,
+                             RUNTIME_M=True).script()
+    assert "atom.acq_rel.gpu.global.add.s32" in rt
