@@ -82,9 +82,12 @@ def export(out: Path, dtypes, cluster: bool = False, widths: bool = False) -> in
 
 
 def sk_tiles_for(shape, sm_count=132):
-    """The first SK_PER_SHAPE tiles of SK_TILES whose stream-K plan is on at ``shape``."""
+    """The first SK_PER_SHAPE tiles of SK_TILES whose stream-K plan is on at ``shape``, and
+    the tile SK_STATIC builds at it."""
     from tirx_gemm import streamk
-    return [t for t in SK_TILES if streamk.shape_plan(*shape, *t, sm_count).on][:SK_PER_SHAPE]
+    tiles = [t for t in SK_TILES if streamk.shape_plan(*shape, *t, sm_count).on]
+    return tiles[:SK_PER_SHAPE] + [t for s, t in SK_STATIC
+                                   if s == shape and t not in tiles[:SK_PER_SHAPE]]
 
 
 def export_streamk(out: Path, dtypes) -> int:
