@@ -366,11 +366,17 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     scheduler.next_tile()
                 if SK_CODE:
                     # --- load (stream-K): this unit's pieces, the consumers' sequence ---
-                    iters: T.int32 = PLAN.iters
-                    units: T.int32 = PLAN.units
+                    if RUNTIME:  # run-time counts: computed once
+                        iters: T.int32 = PLAN.iters
+                    else:
+                        iters = T.meta_var(PLAN.iters)
+                    if RUNTIME:  # run-time counts: computed once
+                        units: T.int32 = PLAN.units
+                    else:
+                        units = T.meta_var(PLAN.units)
                     if bx < units:
-                        it0: T.int32 = sk_it0(iters, units, bx)
-                        it1: T.int32 = sk_it1(iters, units, bx)
+                        it0 = T.meta_var(sk_it0(iters, units, bx))
+                        it1 = T.meta_var(sk_it1(iters, units, bx))
                         tile = T.meta_var(sk_walk())  # the pieces' tile coordinates
                         for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
                             j = T.meta_var(sk_t0(it0, it1) + q)
@@ -495,14 +501,20 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                            OUT_N // 8, M_DIM, N_DIM, warp_id, lane_id)
             if SK_CODE:
                 # --- stream-K: this unit's pieces, after the data-parallel tiles ---
-                iters: T.int32 = PLAN.iters
-                units: T.int32 = PLAN.units
+                if RUNTIME:  # run-time counts: computed once
+                    iters: T.int32 = PLAN.iters
+                else:
+                    iters = T.meta_var(PLAN.iters)
+                if RUNTIME:  # run-time counts: computed once
+                    units: T.int32 = PLAN.units
+                else:
+                    units = T.meta_var(PLAN.units)
                 if bx < units:
-                    it0: T.int32 = sk_it0(iters, units, bx)
-                    it1: T.int32 = sk_it1(iters, units, bx)
+                    it0 = T.meta_var(sk_it0(iters, units, bx))
+                    it1 = T.meta_var(sk_it1(iters, units, bx))
                     tile = T.meta_var(sk_walk())  # the pieces' tile coordinates
                     for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
-                        j: T.int32 = sk_t0(it0, it1) + q  # the piece's stream-K tile
+                        j = T.meta_var(sk_t0(it0, it1) + q)  # the piece's stream-K tile
                         tile.init(PLAN.dp_tiles + j)
                         sk_m = T.meta_var(tile.m_idx * BLK_M)
                         sk_n = T.meta_var(tile.n_idx * BLK_N)
@@ -533,7 +545,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                 arrivals, consumer,
                                 CNT.ptr_to([SK.counter(j, consumer, NUM_CONSUMERS)]))
                         T.cuda.warpgroup_sync(1 + consumer)  # the count (and acquire) to all
-                        pieces: T.int32 = sk_pieces(iters, units, j)
+                        pieces = T.meta_var(sk_pieces(iters, units, j))
                         if H.splitk_is_last(arrivals, consumer, pieces):
                             # --- reduce: every piece is in; their slabs in K order ---
                             reduce_slabs(WS, SK.slab(sk_first(iters, units, j), j), pieces,
