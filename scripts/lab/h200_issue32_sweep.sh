@@ -7,7 +7,9 @@
 #                           python scripts/lab/v12_sweep.py export --out .gpu/v12w --widths
 #   streamk: STREAM_K=True against STREAM_K=False and torch (checked, bitwise repeat, timed):
 #                           python scripts/lab/v12_sweep.py export --out .gpu/v12sk --streamk
-# carry .gpu/v12c, .gpu/v12w or .gpu/v12sk; on the GPU host: OUT=$OUT bash scripts/lab/h200_issue32_sweep.sh KIND
+#   pdl:     PDL_MENU with and without PDL=True (graph and eager back-to-back times):
+#                           python scripts/lab/v12_sweep.py export --out .gpu/v12p --pdl
+# carry .gpu/v12c, .gpu/v12w, .gpu/v12sk or .gpu/v12p; on the GPU host: OUT=$OUT bash scripts/lab/h200_issue32_sweep.sh KIND
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
@@ -15,7 +17,8 @@ case "${1:-}" in
   cluster) BUNDLE=.gpu/v12c ;;
   widths) BUNDLE=.gpu/v12w ;;
   streamk) BUNDLE=.gpu/v12sk ;;
-  *) echo "usage: h200_issue32_sweep.sh cluster|widths|streamk"; exit 2 ;;
+  pdl) BUNDLE=.gpu/v12p ;;
+  *) echo "usage: h200_issue32_sweep.sh cluster|widths|streamk|pdl"; exit 2 ;;
 esac
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $BUNDLE/wheels/*.whl || exit 3

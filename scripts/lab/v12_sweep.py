@@ -51,33 +51,41 @@ SK_PER_SHAPE = 3
 SK_STATIC = (((1024, 1024, 1024), (128, 128)), ((2304, 2304, 2304), (128, 256)),
              ((1000, 1000, 1000), (64, 256)), ((128, 128, 65536), (128, 64)),
              ((333, 4096, 14336), (64, 176)), ((2049, 3584, 3584), (128, 192)))
+# programmatic dependent launch (PDL=True, tirx_gemm/pdl.py): `export --pdl` builds these
+# entries with and without it; `run` then times both (label "BMxBNp" for PDL), as CUDA
+# graphs and as eager back-to-back launches, into a file of its own (not a chooser sweep)
+PDL_MENU = ((64, 16), (64, 64), (64, 112), (64, 128), (128, 128), (128, 144), (128, 192))
 L2_BYTES = 60 << 20
 LAUNCHES = 20
 
 
-def label(bm, bn, cluster=1):
-    return f"{bm}x{bn}" + ("" if cluster == 1 else f"c{cluster}")
+def label(bm, bn, cluster=1, pdl=False):
+    return f"{bm}x{bn}" + ("" if cluster == 1 else f"c{cluster}") + ("p" if pdl else "")
 
 
-def export(out: Path, dtypes, cluster: bool = False, widths: bool = False) -> int:
+def export(out: Path, dtypes, cluster: bool = False, widths: bool = False,
+           pdl: bool = False) -> int:
     from tirx_gemm import registry
     from tirx_gemm.compile import bundle
     step = registry.get("v12", "sm_90a")
     reqs = []
     for dt in dtypes:
-        for bm, bn in (WIDTHS_MENU if widths else MENU):
-            kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "RUNTIME_M": True,
-                  "RUNTIME_NK": True}
-            if dt != "float16":
-                kw["dtype"] = dt
-            reqs.append((step, (128, 256, 256), kw))
+        for bm, bn in (WIDTHS_MENU if widths else PDL_MENU if pdl else MENU):
+            for with_pdl in ((False, True) if pdl else (False,)):
+                kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "RUNTIME_M": True,
+                      "RUNTIME_NK": True}
+                if dt != "float16":
+                    kw["dtype"] = dt
+                if with_pdl:
+                    kw["PDL"] = True
+                reqs.append((step, (128, 256, 256), kw))
         for bm, bn in CLUSTER_MENU if cluster else ():
             kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "RUNTIME_M": True,
                   "RUNTIME_NK": True, "CLUSTER": 2}
             if dt != "float16":
                 kw["dtype"] = dt
             reqs.append((step, (128, 256, 256), kw))
-    bundle.export(reqs, out, ffi_wheel_python="3.12")
+    bundle.export(reqs, out, jobs=1 if pdl else None, ffi_wheel_python="3.12")
     return 0
 
 
@@ -155,6 +163,25 @@ def _graph_time(fn_list):
     return sorted(times)[2]
 
 
+def _eager_time(fn_list):
+    """ms per launch of the launches queued back to back from the host (no graph): what a
+    model's eager forward sees when one GEMM follows another; median of 5 passes."""
+    import torch
+    for fn in fn_list[:3]:
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for fn in fn_list:
+            fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / len(fn_list))
+    return sorted(times)[2]
+
+
 def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
     import torch
     from tirx_gemm import suite as suites
@@ -166,10 +193,11 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
     kernels = {}
     for e in load_manifest(bundle):
         kw = e.get("kwargs") or {}
-        if e["step"] == "v12":
+        if e["step"] == "v12" and not kw.get("STREAM_K"):
             kernels[(kw.get("dtype", "float16"), kw["BLK_M"], kw["BLK_N"],
-                     kw.get("CLUSTER", 1))] = \
+                     kw.get("CLUSTER", 1), bool(kw.get("PDL")))] = \
                 load_kernel(str(bundle / e["lib"]))
+    with_pdl = any(k[4] for k in kernels)
     s = suites.load_suite(suite_path)
     dev = torch.cuda.get_device_name()
     rows = 0
@@ -190,15 +218,20 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
             pick = [ins[i % sets] for i in range(LAUNCHES)]
             t_torch = _graph_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
                                    for a, b, d in pick])
+            if with_pdl:  # the PDL sweep: eager back-to-back launches too
+                t_torch_eager = _eager_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
+                                             for a, b, d in pick])
             rec = {"M": M, "N": N, "K": K, "dtype": dtype, "model": entry.model,
                    "layer": entry.layer, "device": dev, "torch": torch.__version__,
                    "git_sha": git_sha(), "date": time.strftime("%Y-%m-%d"),
                    "torch_ms": t_torch, "candidates": {}}
             line = []
-            for (dt, bm, bn, cl), kern in sorted(kernels.items()):
+            if with_pdl:
+                rec["torch_eager_ms"] = t_torch_eager
+            for (dt, bm, bn, cl, pd), kern in sorted(kernels.items()):
                 if dt != dtype:
                     continue
-                name = label(bm, bn, cl)
+                name = label(bm, bn, cl, pd)
                 a, b, d = ins[0]
                 d.fill_(float("nan"))
                 try:
@@ -215,6 +248,11 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
                 t = _graph_time([lambda a=a, b=b, d=d, k=kern: k(a, b, d) for a, b, d in pick])
                 rec["candidates"][name] = {"ok": True, "rel_err": rel, "ms": t,
                                            "ratio": t_torch / t}
+                if with_pdl:
+                    te = _eager_time([lambda a=a, b=b, d=d, k=kern: k(a, b, d)
+                                      for a, b, d in pick])
+                    rec["candidates"][name].update(eager_ms=te,
+                                                   eager_ratio=t_torch_eager / te)
                 line.append(f"{name}:{t_torch / t:.2f}")
             best = max((v["ratio"], k) for k, v in rec["candidates"].items() if v.get("ok")) \
                 if any(v.get("ok") for v in rec["candidates"].values()) else (0, "-")
@@ -336,6 +374,8 @@ def main(argv) -> int:
                    help="WIDTHS_MENU instead of MENU (the one-CTA widths between MENU's)")
     e.add_argument("--streamk", action="store_true",
                    help="the stream-K bundle instead (SK_TILES with and without STREAM_K)")
+    e.add_argument("--pdl", action="store_true",
+                   help="PDL_MENU with and without PDL=True (programmatic dependent launch)")
     r = sub.add_parser("run")
     r.add_argument("--bundle", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
@@ -351,7 +391,7 @@ def main(argv) -> int:
     if a.cmd == "export":
         if a.streamk:
             return export_streamk(a.out, a.dtypes.split(","))
-        return export(a.out, a.dtypes.split(","), a.cluster, a.widths)
+        return export(a.out, a.dtypes.split(","), a.cluster, a.widths, a.pdl)
     if a.cmd == "streamk":
         return run_streamk(a.bundle, a.out, a.dtypes.split(","), a.budget_s)
     return run(a.bundle, a.out, a.suite, a.dtypes.split(","), a.budget_s)

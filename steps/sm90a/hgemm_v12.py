@@ -15,6 +15,7 @@ from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
+from tirx_gemm import pdl as P
 from tirx_gemm import streamk as SK
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
@@ -34,7 +35,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
-              STREAM_K: bool = False):
+              STREAM_K: bool = False, PDL: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
@@ -51,16 +52,17 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       goes to a slab; the warpgroup counting last (v11's protocol, per 64-row half) sums
       the tile's slabs in K order: the same bits every run, for one slab write + read per
       piece (atomic adds would not be). Workspace WS, CNT after D, independent of M.
-    Why: the number of tiles decides how many SMs work: v9's 256x256 cluster tile gives
-      1024^3 32 busy SMs of 132, 128x64 tiles 128. Smaller tiles cost bytes per MAC, 2 x
-      (1/BLK_M + 1/BLK_N): large shapes want the big tile, small ones the one that fills.
-    Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
-      CLUSTER x BLK_M // 64 (one arrival per consumer warpgroup of the CTA or the pair).
+    PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
+      waits for it (griddepcontrol.wait) after the prologue, then lets the next one launch.
+    Why: the number of tiles decides how many SMs work (1024^3: 32 of 132 busy with v9's
+      256x256 pairs, 128 with 128x64). Smaller tiles cost bytes per MAC, 2 x (1/BLK_M +
+      1/BLK_N): large shapes want the big tile, small ones the one that fills the SMs.
+    Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma CLUSTER x BLK_M // 64.
     Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
       bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or
-      TMA hints); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or MMA_LAG > 1; ring plus
+      TMA hints; no PDL); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or MMA_LAG > 1; ring plus
       staging within 227 KB; PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for
       BLK_M=128, BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
@@ -110,6 +112,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
                              "L2_PROMO, A_HINT or B_HINT)")
         W.check_cluster_pool(SM_COUNT)
+    P.check(PDL, CLUSTER)
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
     if STREAM_K and (SWAP_AB or CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
@@ -328,6 +331,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             W.publish_setup_cluster()
         else:
             W.publish_setup()
+        if PDL:  # nothing above touched global memory: it overlapped the previous kernel
+            P.wait()
+            P.launch_dependents()
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
@@ -593,4 +599,4 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                    D: T.Buffer((M_DIM, N_DIM), dtype)):
             gemm(A, B, D, None, None, None)
 
-    return kernel
+    return P.with_launch(kernel, PDL)
