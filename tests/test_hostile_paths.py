@@ -24,7 +24,6 @@ NOT_PATHS = {
     "error.json": "what a failed build worker writes",
     "manifest.json": "what an export writes",
     "helpers_mutant.py": "a mutant's generated helpers",
-    "blackwell_mutant.py": "a mutant's generated Blackwell verbs",
     "tirx_gemm.mutant_blackwell_": "the name prefix of that copy, loaded inside the package",
     "_mutant.py": "the suffix of a mutant's generated step file",
     "config.toml": "the cargo config inside vendor/numsim/cargo-vendor.tgz",
@@ -146,12 +145,63 @@ def test_key_sources_exist_for_every_step():
             assert source.is_file(), f"{step.key}: key source {source} does not exist"
 
 
-def test_the_key_covers_every_module_of_the_hopper_package():
-    """hopper/ is one module per job (issue 30): a module added there without joining
-    KEY_SOURCES would leave sm_90a builds cached on its old bytes."""
-    listed = set(cache.KEY_SOURCES["sm_90a"])
-    modules = {f"hopper/{p.name}" for p in (cache.PKG_DIR / "hopper").glob("*.py")}
+@pytest.mark.parametrize("arch,package", [("sm_90a", "hopper"), ("sm_100a", "blackwell")])
+def test_the_key_covers_every_module_of_the_arch_package(arch, package):
+    """hopper/ and blackwell/ are one module per job (issue 30): a module added there
+    without joining KEY_SOURCES would leave that arch's builds cached on its old bytes."""
+    listed = set(cache.KEY_SOURCES[arch])
+    modules = {f"{package}/{p.name}" for p in (cache.PKG_DIR / package).glob("*.py")}
     assert modules and modules <= listed, sorted(modules - listed)
+
+
+@pytest.mark.parametrize("arch", sorted(cache.KEY_SOURCES))
+def test_the_key_covers_every_module_a_builder_reaches(arch):
+    """Every tirx_gemm module a step builder of ``arch`` imports, directly or through the
+    modules it imports (splitk, streamk, pdl, epilogue, spec, ...), is a key source: a
+    change there changes the kernels, so it must change the key (streamk.py and splitk.py
+    were once left out)."""
+    import ast
+    listed = set(cache.KEY_SOURCES[arch])
+    pkg = cache.PKG_DIR
+
+    def imported(path):
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mod = node.module
+                if node.level:  # relative, inside a subpackage of tirx_gemm
+                    base = path.parent.relative_to(pkg).parts[:max(0, len(
+                        path.parent.relative_to(pkg).parts) - node.level + 1)]
+                    mod = ".".join(("tirx_gemm", *base, mod))
+                if mod == "tirx_gemm":
+                    out |= {f"tirx_gemm.{a.name}" for a in node.names}
+                elif mod.startswith("tirx_gemm."):
+                    out.add(mod)
+        return out
+
+    def files(mod):
+        rel = mod.split(".")[1:]
+        if rel[:1] == ["steps"]:
+            return []
+        f = pkg.joinpath(*rel)
+        if f.is_dir():
+            return [f / "__init__.py", *sorted(f.glob("*.py"))]
+        return [f.with_suffix(".py")] if f.with_suffix(".py").is_file() else []
+
+    todo = [p for p in (cache.PKG_DIR.parent / "steps" / arch.replace("_", "")).glob("hgemm_v*.py")]
+    seen, missing = set(), set()
+    while todo:
+        path = todo.pop()
+        for mod in imported(path):
+            for f in files(mod):
+                if f in seen:
+                    continue
+                seen.add(f)
+                rel = f.relative_to(pkg).as_posix()
+                if rel not in listed:
+                    missing.add(rel)
+                todo.append(f)
+    assert not missing, f"KEY_SOURCES[{arch}] lacks {sorted(missing)}"
 
 
 def test_the_key_covers_the_pipeline():

@@ -230,3 +230,26 @@ def test_chooser_pingpong_rule():
     # with a fused epilogue matmul's v10 rule stays chooser.epilogue_step's (EPILOGUE_STEP)
     assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132,
                      epilogue={"BIAS": "float16"})[0] == "v12"
+
+
+def test_v12_pdl_launch_and_wait():
+    """PDL=True (tirx_gemm/pdl.py): the launch attribute TVM's CUDA runtime reads, and every
+    thread's griddepcontrol.wait before the scheduler touches anything global, then
+    launch_dependents; PDL=False adds neither; with a cluster it is refused in one line."""
+    pytest.importorskip("tvm")
+    from tirx_gemm import pdl
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    on = hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, RUNTIME_M=True, PDL=True)
+    off = hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, RUNTIME_M=True)
+    assert pdl.PDL_TAG in list(on.attrs["tirx.kernel_launch_params"])
+    assert "tirx.kernel_launch_params" not in off.attrs
+    lines = on.script().splitlines()
+    wait = next(i for i, x in enumerate(lines) if 'griddepcontrol("wait"' in x)
+    launch = next(i for i, x in enumerate(lines) if 'griddepcontrol("launch_dependents"' in x)
+    first_tma = next(i for i, x in enumerate(lines) if "copy_async(" in x and "A[" in x)
+    assert wait < launch < first_tma
+    assert "griddepcontrol" not in off.script()
+    for bad, why in (({"CLUSTER": 2, "SM_COUNT": 132}, "CLUSTER=2"), ({"PDL": 1}, "True or False")):
+        with pytest.raises(ValueError, match=why) as e:
+            hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, **{"PDL": True, **bad})
+        assert "\n" not in str(e.value)

@@ -341,7 +341,7 @@ def _cut_hooks(source: str) -> str:
 
 @pytest.fixture(scope="module")
 def hookless(tmp_path_factory):
-    """A package ``tl_hookless`` with helpers.py / hopper/ / blackwell.py cut of hooks."""
+    """A package ``tl_hookless`` with helpers.py / hopper/ / blackwell/ cut of hooks."""
     pytest.importorskip("tvm")
     import importlib
     from pathlib import Path
@@ -351,11 +351,11 @@ def hookless(tmp_path_factory):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     src = Path(tirx_gemm.__file__).parent
-    for name in ("helpers.py", "blackwell.py"):
-        (pkg / name).write_text(_cut_hooks((src / name).read_text()))
-    (pkg / "hopper").mkdir()  # a package: one module per job
-    for path in sorted((src / "hopper").glob("*.py")):
-        (pkg / "hopper" / path.name).write_text(_cut_hooks(path.read_text()))
+    (pkg / "helpers.py").write_text(_cut_hooks((src / "helpers.py").read_text()))
+    for package in ("hopper", "blackwell"):  # packages: one module per job
+        (pkg / package).mkdir()
+        for path in sorted((src / package).glob("*.py")):
+            (pkg / package / path.name).write_text(_cut_hooks(path.read_text()))
     sys.path.insert(0, str(root))
     try:
         yield importlib.import_module("tl_hookless")

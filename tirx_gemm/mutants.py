@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +35,8 @@ class Mutant:
     bug: str                   # one line: what is broken
     step_edits: tuple[tuple[str, str], ...] = ()     # (old, new) in the step's source
     helper_edits: tuple[tuple[str, str], ...] = ()   # (old, new) in helpers.py
-    blackwell_edits: tuple[tuple[str, str], ...] = ()  # (old, new) in blackwell.py
+    # (module, old, new): module is a file of the blackwell/ package ("clc.py")
+    blackwell_edits: tuple[tuple[str, str, str], ...] = ()
     # what the gate must report: the simulation's result and/or checker verdicts that
     # must NOT be "clean"/"correct" (e.g. ("sync",) = synccheck must flag it)
     must_flag: tuple[str, ...] = ()
@@ -128,7 +130,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "CTA 0's scheduler requests the next tile without waiting on clc_empty: the "
            "response slot is rewritten while readers may still decode the previous one "
            "(only a cluster's second request shows it: the cancel-path run catches it)",
-           blackwell_edits=(("        self.empty.wait(0, self.free.phase, role)\n", ""),),
+           blackwell_edits=(("clc.py", "        self.empty.wait(0, self.free.phase, role)\n", ""),),
            must_flag=("numsim",)),
 )}
 
@@ -149,8 +151,17 @@ def _edit(text: str, edits, where: str, name: str) -> str:
     return text
 
 
-def _load(path: Path, module_name: str):
-    spec = importlib.util.spec_from_file_location(module_name, path)
+def _load(path: Path, module_name: str, package: bool = False):
+    """Import ``path`` as ``module_name``; ``package``: path is a package folder (its
+    __init__.py), whose submodules are then imported from that folder, and the submodules
+    of an earlier copy of the same name are forgotten first."""
+    if package:
+        for stale in [k for k in sys.modules if k.startswith(module_name + ".")]:
+            del sys.modules[stale]
+        spec = importlib.util.spec_from_file_location(
+            module_name, path / "__init__.py", submodule_search_locations=[str(path)])
+    else:
+        spec = importlib.util.spec_from_file_location(module_name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = mod
     spec.loader.exec_module(mod)
@@ -171,11 +182,19 @@ def builder(m: Mutant, source_file: str) -> Callable:
         if BLACKWELL_IMPORT not in step_src:
             raise RuntimeError(f"mutant {m.name}: {source_file} no longer has "
                                f"{BLACKWELL_IMPORT!r}; update the mutant")
-        # loaded inside the package, so that its relative imports (helpers, spec) resolve
-        blackwell_src = _edit((PKG_DIR / "blackwell.py").read_text(encoding="utf-8"),
-                              m.blackwell_edits, "blackwell.py", m.name)
-        (tmp / "blackwell_mutant.py").write_text(blackwell_src, encoding="utf-8")
-        _load(tmp / "blackwell_mutant.py", f"tirx_gemm.mutant_blackwell_{tag}")
+        # a copy of the whole blackwell/ package with the edited modules, loaded inside
+        # tirx_gemm, so that its relative imports (..helpers; .cluster, ... of the copy) resolve
+        copy = tmp / "blackwell_mutant"
+        shutil.copytree(PKG_DIR / "blackwell", copy,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for module, old, new in m.blackwell_edits:
+            path = copy / module
+            if not (PKG_DIR / "blackwell" / module).is_file():
+                raise RuntimeError(f"mutant {m.name}: the blackwell package has no module "
+                                   f"{module!r}; update the mutant")
+            path.write_text(_edit(path.read_text(encoding="utf-8"), ((old, new),),
+                                  f"blackwell/{module}", m.name), encoding="utf-8")
+        _load(copy, f"tirx_gemm.mutant_blackwell_{tag}", package=True)
         step_src = step_src.replace(BLACKWELL_IMPORT,
                                     f"from tirx_gemm import mutant_blackwell_{tag} as W")
     if m.helper_edits:

@@ -4,14 +4,19 @@ Lesson: the tile is a parameter. BLK_M in {64, 128} and BLK_N any multiple of 16
 256 come out of the same kernel; wave efficiency (how many of the SMs get a tile) and the
 bytes each tile moves per flop decide which one a shape should get.
 """
+import dataclasses
+
 import tvm
 from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
+from tirx_gemm import pdl as P
+from tirx_gemm import streamk as SK
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 16, 256
@@ -20,6 +25,7 @@ SWAP_N_STEP = 8               # SWAP_AB's token tile: any multiple of wgmma's N 
 # little of B (64x16: 2 KB of its 10 KB; A's rows past M are zero-filled), so it takes many
 # stages to keep enough HBM reads in flight (cuBLAS runs 64x16 tiles with 16 stages)
 AUTO_DEPTH_MAX = 16
+SK_IN_FLIGHT = 8  # STREAM_K: slab chunks (4 floats) a reducing thread loads at once
 
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
@@ -28,34 +34,37 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
-              B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1):
+              B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
+              STREAM_K: bool = False, PDL: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
-      warpgroup) or 128 (two), BLK_N any multiple of 16 in [16, 256] (one m64nBLK_Nk16
-      wgmma per consumer and k16; BLK_N/2 fp32 accumulators per thread). One producer
-      thread TMA-loads the CTA's own A and B tiles into a ring of PIPE_DEPTH stages
-      (default: as many as fit, at most 16). v9's overlapped epilogue stays; the last
-      BLK_N % 64 columns go from the packed registers to D by guarded 4-byte stores.
-      min(tiles, SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order.
-      RUNTIME_M / RUNTIME_NK: M (and N, K) are run-time variables, one kernel for all.
-      No cluster, unless CLUSTER=2: v9's CTA pair along M, each CTA loading half of the
-      shared B tile multicast into both (a third less L2-to-SM traffic at 64x128).
-    Why: the number of tiles decides how many SMs work. v9's 256x256 cluster tile gives
-      1024^3 32 busy SMs of 132; 128x64 tiles give 128. Smaller tiles cost bytes per MAC,
-      2 x (1/BLK_M + 1/BLK_N): large shapes want the big tile, small and decode shapes the
-      one that fills the SMs (the lesson has the arithmetic).
-    Contracts/Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma counts
-      CLUSTER x BLK_M // 64 (one arrival per consumer warpgroup of the CTA or the pair).
-    Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU act on the
-      fp32 accumulators in registers after the tile's last wgmma_wait, before the pack; no
-      SMEM, no extra barrier (SWIGLU: B is the fused gate/up weight, matmul.fuse_gate_up;
-      fp32 D: guarded stores from the registers). No keyword: the plain kernel's CUDA.
-    Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: N is D's columns, B has 2N rows);
-      dtype float16 or bfloat16; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256];
-      CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or TMA hints);
-      2 <= PIPE_DEPTH, stages plus staging within 227 KB; SM_COUNT, L2_GROUP >= 1;
-      PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for BLK_M=128, BLK_N > 128).
+      warpgroup) or 128 (two), BLK_N a multiple of 16 in [16, 256] (one m64nBLK_Nk16 wgmma
+      per consumer and k16). One producer thread TMA-loads the CTA's A and B tiles into a
+      ring of PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped
+      epilogue; the last BLK_N % 64 columns go to D by guarded 4-byte stores. min(tiles,
+      SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
+      RUNTIME_NK: M (N, K) run-time values, one kernel for all. CLUSTER=2: v9's CTA pair
+      along M, each CTA loading half of the shared B tile multicast into both.
+    STREAM_K (tirx_gemm/streamk.py): when the tail wave would run under half full (and
+      K >= 16 steps), all SM_COUNT CTAs take the full waves data-parallel, then cut the
+      tail tiles' K steps into units of >= 8 (<= 2 pieces each). A piece's fp32 partial
+      goes to a slab; the warpgroup counting last (v11's protocol, per 64-row half) sums
+      the tile's slabs in K order: the same bits every run, for one slab write + read per
+      piece (atomic adds would not be). Workspace WS, CNT after D, independent of M.
+    PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
+      waits for it (griddepcontrol.wait) after the prologue, then lets the next one launch.
+    Why: the number of tiles decides how many SMs work (1024^3: 32 of 132 busy with v9's
+      256x256 pairs, 128 with 128x64). Smaller tiles cost bytes per MAC, 2 x (1/BLK_M +
+      1/BLK_N): large shapes want the big tile, small ones the one that fills the SMs.
+    Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma CLUSTER x BLK_M // 64.
+    Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
+      accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
+    Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
+      bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or
+      TMA hints; no PDL); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or MMA_LAG > 1; ring plus
+      staging within 227 KB; PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for
+      BLK_M=128, BLK_N > 128).
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
@@ -103,6 +112,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
                              "L2_PROMO, A_HINT or B_HINT)")
         W.check_cluster_pool(SM_COUNT)
+    P.check(PDL, CLUSTER)
+    if not isinstance(STREAM_K, bool):
+        raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
+    if STREAM_K and (SWAP_AB or CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
+        raise ValueError("STREAM_K=True takes no SWAP_AB, CLUSTER=2, fused epilogue or "
+                         "MMA_LAG > 1 (its pieces are plain one-CTA tiles of MMA_LAG=1)")
     NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread
@@ -168,10 +183,97 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
         min(SM_COUNT, M_CTILES * N_TILES * CLUSTER)
+    # STREAM_K (tirx_gemm/streamk.py): the plan from the shape, at build time or, with
+    # RUNTIME_M / RUNTIME_NK, on the device; off at a static shape: v12's kernel as is
+    RUNTIME = RUNTIME_M or RUNTIME_NK
+    OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
+    PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY) \
+        if STREAM_K else None
+    SK_CODE = STREAM_K and PLAN.on is not False
+    if SK_CODE:
+        NUM_CTAS = SM_COUNT  # G: every CTA of the pool, each holds a unit
+    HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
+    CHUNK = H.SPLITK_CHUNK    # floats per slab store / load of one thread
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    def walking(scheduler):
+        # the data-parallel walk: every tile, or (STREAM_K) the full waves before the tail
+        return scheduler.linear_idx < PLAN.dp_tiles if SK_CODE else scheduler.valid()
+
+    # STREAM_K, unit u = bx (tirx_gemm/streamk.py): iterations [it0, it1), stream-K tiles
+    # t0 .. t0 + count - 1 (1 or 2), K steps [k0, k0 + steps) of tile j; tile j's pieces
+    # come from units first(j) .. first(j) + pieces(j) - 1. `iters`, `units`: the plan's
+    # counts, read from local variables (run-time values are computed once)
+    def sk_walk():
+        # the walk's order, to find a stream-K tile's place (a scheduler of its own: the
+        # data-parallel one's state stays as short-lived as without STREAM_K)
+        return ClusterPersistentScheduler2D("sk", num_m_tiles=M_CTILES, num_n_tiles=N_TILES,
+                                            num_clusters=NUM_CTAS, l2_group_size=L2_GROUP)
+
+    def bound(iters, units):
+        return dataclasses.replace(PLAN, iters=iters, units=units)
+
+    def sk_it0(iters, units, u):
+        return SK.unit_range(bound(iters, units), u)[0]
+
+    def sk_it1(iters, units, u):
+        return SK.unit_range(bound(iters, units), u)[1]
+
+    def sk_t0(it0, it1):
+        return SK.unit_tiles(PLAN, it0, it1)[0]
+
+    def sk_tiles(it0, it1):
+        return SK.unit_tiles(PLAN, it0, it1)[1]
+
+    def sk_k0(it0, it1, j):
+        return SK.piece_k_range(PLAN, it0, it1, j, OPS)[0]
+
+    def sk_steps(it0, it1, j):
+        k0, k1 = SK.piece_k_range(PLAN, it0, it1, j, OPS)
+        return k1 - k0
+
+    def sk_first(iters, units, j):
+        return SK.tile_units(bound(iters, units), j)[0]
+
+    def sk_pieces(iters, units, j):
+        return SK.tile_units(bound(iters, units), j)[1]
+
+    @T.inline
+    def publish_slab(WS, s, base, acc, tid):
+        # this thread's fp32 partial -> slab s, chunk c at base + (c * 128 + tid) * 4 (v11's
+        # order); a warpgroup barrier must follow before the count
+        for c in T.unroll(ACC_REGS // CHUNK):
+            slot = T.meta_var(base + (c * 128 + tid) * CHUNK)
+            Tx.copy(WS[s, slot:slot + CHUNK], acc[c * CHUNK:(c + 1) * CHUNK])
+
+    @T.inline
+    def reduce_slabs(WS, s0, count, base, acc, tid):
+        # acc = slab s0 + slab s0 + 1 + ... (count slabs), in that fixed order: the same bits
+        # whatever order the units finished in; SK_IN_FLIGHT chunks loaded per round
+        for c in T.unroll(ACC_REGS):
+            acc[c] = T.float32(0)
+        chunk = T.alloc_local((SK_IN_FLIGHT * CHUNK,), H.ACC_DTYPE)
+        for b in T.unroll(ACC_REGS // CHUNK // SK_IN_FLIGHT):
+            for s in T.serial(count, annotations=H.ROLLED):
+                for i in T.unroll(SK_IN_FLIGHT):
+                    slot = T.meta_var(base + ((b * SK_IN_FLIGHT + i) * 128 + tid) * CHUNK)
+                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK], WS[s0 + s, slot:slot + CHUNK])
+                for i in T.unroll(SK_IN_FLIGHT * CHUNK):
+                    acc[b * SK_IN_FLIGHT * CHUNK + i] = (acc[b * SK_IN_FLIGHT * CHUNK + i]
+                                                         + chunk[i])
+        if ACC_REGS // CHUNK % SK_IN_FLIGHT > 0:  # the last, partial round
+            for s in T.serial(count, annotations=H.ROLLED):
+                for i in T.unroll(ACC_REGS // CHUNK % SK_IN_FLIGHT):
+                    slot = T.meta_var(base + ((ACC_REGS // CHUNK // SK_IN_FLIGHT * SK_IN_FLIGHT
+                                               + i) * 128 + tid) * CHUNK)
+                    Tx.copy(chunk[i * CHUNK:(i + 1) * CHUNK], WS[s0 + s, slot:slot + CHUNK])
+                for i in T.unroll(ACC_REGS // CHUNK % SK_IN_FLIGHT * CHUNK):
+                    acc[ACC_REGS // CHUNK // SK_IN_FLIGHT * SK_IN_FLIGHT * CHUNK + i] = (
+                        acc[ACC_REGS // CHUNK // SK_IN_FLIGHT * SK_IN_FLIGHT * CHUNK + i]
+                        + chunk[i])
 
     @T.inline
     def release(mma2tma, stage, tid_in_wg):
@@ -185,7 +287,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
 
     # the kernel body; bias is None without BIAS (no bias operand)
     @T.inline
-    def gemm(A, B, D, bias):
+    def gemm(A, B, D, bias, WS, CNT):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
         if CLUSTER == 2:
@@ -200,6 +302,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         pool = T.SMEMPool()
         tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
         mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        if SK_CODE:  # a half's count before ours
+            arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -227,6 +331,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             W.publish_setup_cluster()
         else:
             W.publish_setup()
+        if PDL:  # nothing above touched global memory: it overlapped the previous kernel
+            P.wait()
+            P.launch_dependents()
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
@@ -240,7 +347,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
-                while scheduler.valid():
+                while walking(scheduler):
                     m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
@@ -263,6 +370,32 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                              tma2mma.ptr(ring.stage), A_HINTS, B_HINTS)
                         ring.advance()
                     scheduler.next_tile()
+                if SK_CODE:
+                    # --- load (stream-K): this unit's pieces, the consumers' sequence ---
+                    if RUNTIME:  # run-time counts: computed once
+                        iters: T.int32 = PLAN.iters
+                    else:
+                        iters = T.meta_var(PLAN.iters)
+                    if RUNTIME:  # run-time counts: computed once
+                        units: T.int32 = PLAN.units
+                    else:
+                        units = T.meta_var(PLAN.units)
+                    if bx < units:
+                        it0 = T.meta_var(sk_it0(iters, units, bx))
+                        it1 = T.meta_var(sk_it1(iters, units, bx))
+                        tile = T.meta_var(sk_walk())  # the pieces' tile coordinates
+                        for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
+                            j = T.meta_var(sk_t0(it0, it1) + q)
+                            tile.init(PLAN.dp_tiles + j)  # the piece's tile
+                            for k in T.serial(sk_steps(it0, it1, j), annotations=H.ROLLED):
+                                mma2tma.wait(ring.stage, ring.phase, "producer")
+                                H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                                 Bsmem[ring.stage, :, :], A, B,
+                                                 tile.m_idx * BLK_M, tile.n_idx * BLK_N,
+                                                 (sk_k0(it0, it1, j) + k) * BLK_K, BLK_M,
+                                                 BLK_N, BLK_K, tma2mma.ptr(ring.stage),
+                                                 A_HINTS, B_HINTS)
+                                ring.advance()
 
         # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
         with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
@@ -282,7 +415,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
             prev_m: T.int32 = 0    # where that tile goes
             prev_n: T.int32 = 0
-            while scheduler.valid():
+            while walking(scheduler):
                 m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * OUT_N)  # D's columns of this tile
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
@@ -372,6 +505,68 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 if TAIL_J > 0:
                     W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
                                            OUT_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+            if SK_CODE:
+                # --- stream-K: this unit's pieces, after the data-parallel tiles ---
+                if RUNTIME:  # run-time counts: computed once
+                    iters: T.int32 = PLAN.iters
+                else:
+                    iters = T.meta_var(PLAN.iters)
+                if RUNTIME:  # run-time counts: computed once
+                    units: T.int32 = PLAN.units
+                else:
+                    units = T.meta_var(PLAN.units)
+                if bx < units:
+                    it0 = T.meta_var(sk_it0(iters, units, bx))
+                    it1 = T.meta_var(sk_it1(iters, units, bx))
+                    tile = T.meta_var(sk_walk())  # the pieces' tile coordinates
+                    for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
+                        j = T.meta_var(sk_t0(it0, it1) + q)  # the piece's stream-K tile
+                        tile.init(PLAN.dp_tiles + j)
+                        sk_m = T.meta_var(tile.m_idx * BLK_M)
+                        sk_n = T.meta_var(tile.n_idx * BLK_N)
+                        for k in T.serial(sk_steps(it0, it1, j), annotations=H.ROLLED):
+                            tma2mma.wait(ring.stage, ring.phase, "consumer")
+                            # --- compute: the piece's K steps; its first overwrites ---
+                            W.mma_fence()
+                            W.wgmma_tile(acc,
+                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                         k > 0, 1, BLK_N, dtype)
+                            W.mma_commit()
+                            W.mma_wait(1)
+                            if k > 0:
+                                release(mma2tma, held, tid_in_wg)
+                            held = ring.stage
+                            ring.advance()
+                        W.mma_wait(0)
+                        release(mma2tma, held, tid_in_wg)
+                        W.fence_operands(acc, ACC_REGS)
+                        # --- publish: the partial half -> slab bx + j, then count it (v11's
+                        # "last" protocol: a counter per 64-row half of the tile) ---
+                        publish_slab(WS, SK.slab(bx, j), consumer * HALF, acc, tid_in_wg)
+                        T.cuda.warpgroup_sync(1 + consumer)  # slab stores before the count
+                        if tid_in_wg == 0:
+                            H.splitk_count_arrival(
+                                arrivals, consumer,
+                                CNT.ptr_to([SK.counter(j, consumer, NUM_CONSUMERS)]))
+                        T.cuda.warpgroup_sync(1 + consumer)  # the count (and acquire) to all
+                        pieces = T.meta_var(sk_pieces(iters, units, j))
+                        if H.splitk_is_last(arrivals, consumer, pieces):
+                            # --- reduce: every piece is in; their slabs in K order ---
+                            reduce_slabs(WS, SK.slab(sk_first(iters, units, j), j), pieces,
+                                         consumer * HALF, acc, tid_in_wg)
+                            W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                            if TMA_CHUNKS > 0:
+                                W.store_packed_tile(D, Dstage, consumer, packed, sk_m + row0,
+                                                    sk_n, TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                    warp_id, lane_id, tid_in_wg, 1 + consumer)
+                            if TAIL_J > 0:
+                                W.store_packed_guarded(D, packed, sk_m + row0, sk_n,
+                                                       TMA_CHUNKS * 8, OUT_N // 8, M_DIM,
+                                                       N_DIM, warp_id, lane_id)
+                            if tid_in_wg == 0:  # every piece counted: zero for the next launch
+                                CNT[SK.counter(j, consumer, NUM_CONSUMERS)] = 0
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
@@ -381,20 +576,27 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # is done: neither CTA may exit (releasing its SMEM) before both are
             T.cuda.cluster_sync()
 
-    if BIAS:
+    if STREAM_K:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
+                   D: T.Buffer((M_DIM, N_DIM), dtype),
+                   WS: T.Buffer((SK.workspace_slabs(SM_COUNT), BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((SK.counters(SM_COUNT),), "int32")):
+            gemm(A, B, D, None, WS, CNT)
+    elif BIAS:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((NB_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), D_DTYPE), bias: T.Buffer((N_DIM,), BIAS)):
-            gemm(A, B, D, bias)
+            gemm(A, B, D, bias, None, None)
     elif HAS_EPI:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((NB_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), D_DTYPE)):
-            gemm(A, B, D, None)
+            gemm(A, B, D, None, None, None)
     else:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), dtype)):
-            gemm(A, B, D, None)
+            gemm(A, B, D, None, None, None)
 
-    return kernel
+    return P.with_launch(kernel, PDL)

@@ -50,11 +50,15 @@ LOCK = "owner.lock"
 # kernel-authoring library, and the pipeline and libcuda loading that compile and export it
 # (paths below the package folder; every one must exist: a moved module is an error, never
 # a source silently left out of the key; tests/test_hostile_errors.py checks them all)
-KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell.py", "timeline.py", "compile/pipeline.py",
-                           "compile/cudalibs.py"),
+KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell/__init__.py", "blackwell/tcgen05.py",
+                           "blackwell/stores.py", "blackwell/cluster.py", "blackwell/clc.py",
+                           "blackwell/fused.py", "blackwell/fp8.py", "timeline.py",
+                           "splitk.py", "streamk.py", "pdl.py", "epilogue.py", "spec.py", "numerics.py",
+                           "compile/pipeline.py", "compile/cudalibs.py"),
                "sm_90a": ("helpers.py", "hopper/__init__.py", "hopper/wgmma.py",
                           "hopper/stores.py", "hopper/fused.py", "hopper/cluster.py",
                           "hopper/fp8.py", "hopper/checks.py", "timeline.py",
+                          "splitk.py", "streamk.py", "pdl.py", "epilogue.py", "spec.py", "numerics.py",
                           "compile/pipeline.py", "compile/cudalibs.py")}
 STALE_UNOWNED_S = 600  # a work folder without a lock file is a crash between two syscalls
 
