@@ -213,6 +213,36 @@ def test_sm100a_swap_ab_loads_swapped_and_stores_transposed(blk_n, reads):
     assert "Dsmem" not in text
 
 
+def test_sm100a_stream_k_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_100a")
+    with pytest.raises(ValueError, match="STREAM_K=1 must be True or False"):
+        step.build_primfunc(128, 256, 1024, BLK_N=32, STREAM_K=1)
+    with pytest.raises(ValueError, match="STREAM_K=True takes no SWAP_AB"):
+        step.build_primfunc(8, 256, 1024, BLK_N=16, SWAP_AB=True, STREAM_K=True)
+
+
+def test_sm100a_stream_k_where_the_plan_is_on_and_off():
+    """STREAM_K: the workspace operands (registry.Step.workspace, streamk's specs) follow
+    D either way; the pieces' count and reduction appear only where the plan is on: a tail
+    wave under half full (11 tiles on 8 CTAs), or RUNTIME_M (decided on the device); at half
+    (12 on 8) the body is v12's walk."""
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_100a")
+    for mnk, kw, on in (((128, 352, 1256), {}, True), ((128, 384, 1256), {}, False),
+                        ((300, 136, 1032), {"RUNTIME_M": True}, True)):
+        kw = dict(kw, SM_COUNT=8, BLK_N=32, STREAM_K=True)
+        func = step.build_primfunc(*mnk, **kw)
+        specs = step.workspace_specs(*mnk, kw)
+        assert [(n, tuple(shape), dt) for n, shape, dt in specs] == [
+            ("WS", (12, 128 * 32), "float32"), ("CNT", (8,), "int32")]
+        assert [p.name for p in func.params][-2:] == ["WS", "CNT"]
+        text = func.script()
+        assert ("T.ptx.atom(old, T.address_of(CNT[" in text) == on, (mnk, kw)
+        plain = step.build_primfunc(*mnk, **dict(kw, STREAM_K=False)).script()
+        assert "T.ptx.atom" not in plain and "WS" not in plain
+
+
 def test_chooser_pingpong_rule():
     """v10 takes plain GEMMs with a short K whose 128x128 tiles give every SM one (the
     hidden epilogue the fitted model cannot see); mid squares, deep K and few tiles stay

@@ -112,6 +112,23 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                           'T.ptx["atom.relaxed.gpu.global.add.s32"](done[0],'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 128, 256), (("SM_COUNT", 4), ("SPLIT_K", 4), ("REDUCE", "spread")))),
+    # v12 (sm_100a) STREAM_K: the stream-K pieces' slabs, published through the tile counter
+    Mutant("streamk-no-wait", "v12",
+           "with STREAM_K each unit reduces its stream-K tile right after counting its piece, "
+           "without waiting for the tile's other pieces: it reads slabs other CTAs have not "
+           "published (or not yet written) and several units store the same D tile",
+           step_edits=(("if H.splitk_is_last(arrivals, 0, pieces):",
+                        "if arrivals[0] >= 0:"),),
+           must_flag=("race",),
+           case=((128, 160, 1024), (("SM_COUNT", 4), ("BLK_N", 32), ("STREAM_K", True)))),
+    Mutant("streamk-relaxed-count", "v12",
+           "with STREAM_K the stream-K tile's counter is incremented with a relaxed atomic: "
+           "the reducing unit's slab loads are not ordered after the other pieces' slab "
+           "stores (no acquire, no release)",
+           helper_edits=(('T.ptx["atom.acq_rel.gpu.global.add.s32"](old[0], counter,',
+                          'T.ptx["atom.relaxed.gpu.global.add.s32"](old[0], counter,'),),
+           must_flag=("race",), numbers_right=True,
+           case=((128, 160, 1024), (("SM_COUNT", 4), ("BLK_N", 32), ("STREAM_K", True)))),
     # v10 (CLC + double-buffered TMEM accumulator)
     Mutant("acc-empty-no-wait", "v10",
            "the MMA warp does not wait on ld2mma ('accumulator empty') before a tile: with "

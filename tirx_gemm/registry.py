@@ -307,7 +307,17 @@ _SIM_CASES = {
             ((1, 200, 136), (("RUNTIME_M", True), ("SM_COUNT", 4), ("BLK_N", 48),
                              ("SWAP_AB", True))),
             ((72, 256, 192), (("SM_COUNT", 2), ("BLK_N", 64), ("SWAP_AB", True),
-                              ("PIPE_DEPTH", 2)))),
+                              ("PIPE_DEPTH", 2))),
+            # STREAM_K (tirx_gemm/streamk.py): 11 tiles on 8 CTAs, the tail wave 3 of 8 (just
+            # under half): 8 data-parallel tiles, then 3 x 20 K steps (the last partial) on
+            # 7 units, 3 pieces a tile, units 2 and 4 on two tiles, CTA 7 with no unit, the
+            # 32 columns stored as two guarded tails; 12 tiles on 8 (the tail at half: plan
+            # off, v12's walk); RUNTIME_M (the plan on the device): 9 edge tiles on 4 CTAs,
+            # the last (past M and N) in 2 pieces reduced into a clipped 64-column TMA store
+            ((128, 352, 1256), (("SM_COUNT", 8), ("BLK_N", 32), ("STREAM_K", True))),
+            ((128, 192, 1024), (("SM_COUNT", 8), ("BLK_N", 16), ("STREAM_K", True))),
+            ((300, 136, 1032), (("RUNTIME_M", True), ("SM_COUNT", 4), ("BLK_N", 64),
+                                ("STREAM_K", True)))),
 }
 # every step is also simulated once in bf16 (its first case); the edge cases above (v4 on:
 # M not a multiple of the tile, N and K multiples of 8 only) exercise TMA's zero-filled
@@ -422,10 +432,11 @@ STEPS: list[Step] = [
     # v12 (sm_100a, tile menu): v7 with BLK_N 16..256 (step 16), RUNTIME_M; registry
     # builds use the default 128x128 (no tail: every column by TMA store). Shapes: v12
     # sm_90a's (decode, odd token counts, the edges)
-    _sm100("v12", _EDGE + "; BLK_N a multiple of 16 in [16, 256]", (1024, 1024, 1024),
-           ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
-           + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1], _EDGE_BAD,
-           _TMA, ("LDG.E.128",)),
+    replace(_sm100("v12", _EDGE + "; BLK_N a multiple of 16 in [16, 256]", (1024, 1024, 1024),
+                   ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
+                   + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1],
+                   _EDGE_BAD, _TMA, ("LDG.E.128",)),
+            workspace="tirx_gemm.streamk:workspace_specs"),  # STREAM_K's WS, CNT
     # v12 (sm_90a, tile menu): 1x1 CTAs, BLK_M x BLK_N a tunable (64|128 x 16..256 step
     # 16), RUNTIME_M; registry builds use the default 128x128. Tests: decode and odd token
     # counts beside the edge shapes; promises the stmatrix + TMA-store epilogue of the

@@ -4,15 +4,48 @@ Lesson: the tile is a parameter. v7's kernel with BLK_N any multiple of 16 up to
 (tcgen05.mma's N at M = 128): wave efficiency (how many of the SMs get a tile) and the
 bytes each tile moves per flop decide which one a shape should get.
 """
+import dataclasses
+
 from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
+from tirx_gemm import streamk as SK
 
 BLK_N_STEP, BLK_N_MAX = 16, 256  # tcgen05.mma cta_group::1, M = 128: N % 16 == 0, <= 256
-SWAP_READ_MAX = 64  # SWAP_AB: accumulator columns (D's rows) per tcgen05.ld and store pass
+READ_MAX = 64  # SWAP_AB, STREAM_K's slabs: accumulator columns per tcgen05.ld
+SK_IN_FLIGHT = 8  # STREAM_K: slab chunks (4 floats) a reducing thread loads at once
+
+
+@T.inline
+def publish_slab(WS, s, col0, part, n, tid):
+    # STREAM_K: this thread's n fp32 values of columns col0.. of its row -> slab s, the
+    # 4-column chunk c at float (c * 128 + tid) * 4 (v11's thread-major order)
+    for c in T.unroll(n // H.SPLITK_CHUNK):
+        slot = T.meta_var(((col0 // H.SPLITK_CHUNK + c) * 128 + tid) * H.SPLITK_CHUNK)
+        Tx.copy(WS[s, slot:slot + H.SPLITK_CHUNK],
+                part[c * H.SPLITK_CHUNK:(c + 1) * H.SPLITK_CHUNK])
+
+
+@T.inline
+def reduce_slabs(WS, s0, count, col0, acc, n, R, tid):
+    # STREAM_K: acc[0:n] = slab s0 + slab s0 + 1 + ... (count slabs) at this thread's
+    # columns col0..col0 + n, in that fixed order (the same bits whatever order the units
+    # finished in); R floats (R divides n) loaded together before their adds
+    for c in T.unroll(n):
+        acc[c] = T.float32(0)
+    chunk = T.alloc_local((R,), H.ACC_DTYPE)
+    for b in T.unroll(n // R):
+        for s in T.serial(count, annotations=H.ROLLED):
+            for i in T.unroll(R // H.SPLITK_CHUNK):
+                slot = T.meta_var(((col0 + b * R) // H.SPLITK_CHUNK + i) * 128 + tid)
+                Tx.copy(chunk[i * H.SPLITK_CHUNK:(i + 1) * H.SPLITK_CHUNK],
+                        WS[s0 + s, slot * H.SPLITK_CHUNK:(slot + 1) * H.SPLITK_CHUNK])
+            for i in T.unroll(R):
+                acc[b * R + i] = acc[b * R + i] + chunk[i]
 
 
 @T.inline
@@ -35,22 +68,23 @@ def default_pipe_depth(BLK_N: int, BLK_M: int = 128, BLK_K: int = 64, EPI_N: int
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 148, RUNTIME_M: bool = False,
-              SWAP_AB: bool = False):
+              SWAP_AB: bool = False, STREAM_K: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v7: the CTA tile is 128 x BLK_N, BLK_N any multiple of 16 in [16, 256]
-      (one 128 x BLK_N x 16 tcgen05.mma per k16, BLK_N fp32 TMEM columns per accumulator).
-      Layout: the two accumulators sit at TMEM columns 0 and 256 (all 512 allocated, as
-      in every step), whatever BLK_N. The ring is as deep as fits (PIPE_DEPTH None).
+      (one 128 x BLK_N x 16 tcgen05.mma per k16, BLK_N fp32 TMEM columns per accumulator,
+      the two at TMEM columns 0 and 256). The ring is as deep as fits (PIPE_DEPTH None).
       Epilogue: BLK_N // 64 chunks of 64 columns go TMEM -> registers -> Dsmem -> TMA
-      store (v9's chunk); the last BLK_N % 64 columns (16, 32 or 48) are read 16 at a
-      time by tcgen05.ld (its widths are powers of two) and stored straight from the
-      registers, each thread its row, in guarded 8-column (16-byte) pieces.
-      Dispatch: no setmaxnreg (an epilogue thread holds 64 columns, not v7's 128);
-      min(tiles, SM_COUNT) persistent CTAs walk the tiles.
+      store; the last BLK_N % 64 (16, 32 or 48) are read 16 at a time by tcgen05.ld (its
+      widths are powers of two) and stored from the registers in guarded 16-byte pieces.
+      No setmaxnreg (an epilogue thread holds 64 columns); min(tiles, SM_COUNT) CTAs walk.
       RUNTIME_M (helpers.runtime_rows): M a run-time variable, SM_COUNT CTAs, one kernel.
       SWAP_AB: the MMA's 128 rows walk N (B's rows), its BLK_N columns M (the tokens); D's
       transpose goes TMEM -> registers -> D by guarded 2-byte stores (no Dsmem).
+      STREAM_K (tirx_gemm/streamk.py, sm_90a's plan): with the tail wave under half full
+      and >= 16 K steps, full waves run data-parallel, the tail tiles' K steps in units of
+      >= 8 (1-2 pieces); a piece's fp32 partial goes to a slab of WS, counted on CNT (v11's
+      last arriver), who sums the tile's slabs in K order (the same bits every run).
     Why: the number of tiles decides how many SMs work. 1024^3 in v7's 128x128 tiles is
       64 tiles, 64 of 148 SMs busy; 128x48 makes 176 (148 busy, then 28). Smaller tiles
       cost bytes per multiply-add, 2 (1/128 + 1/BLK_N): large shapes want BLK_N 256 (the
@@ -58,13 +92,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
     Barriers (as v7; stage and phase by PipelineState):
       tma2mma[s] TMA -> MMA, expect_tx of (128 + BLK_N) x 64 x 2 bytes, MMA waits phase 0;
       mma2tma[s] MMA -> TMA, tcgen05.commit frees stage s, producer waits from phase 1;
-      mma2ld[a]  MMA -> epilogue, tcgen05.commit after a tile's last MMA, phase 0;
-      ld2mma[a]  epilogue -> MMA, 128 arrivals once every chunk was read and stored; the
-                 MMA warp waits from phase 1 (both accumulators start free).
-      Named barrier 1: the epilogue warpgroup around each staged chunk.
+      mma2ld[a]  MMA -> epilogue, tcgen05.commit after a tile's (piece's) last MMA, phase 0;
+      ld2mma[a]  epilogue -> MMA, 128 arrivals once every column was read; the MMA warp
+                 waits from phase 1. Named barrier 1: the epilogue warpgroup.
     Constraints: any M >= 1; N, K multiples of 8; BLK_N a multiple of 16 in [16, 256];
-      PIPE_DEPTH >= 1 within SMEM ((128 + BLK_N) x 128 bytes a stage, 16 KiB Dsmem);
-      SM_COUNT >= 1; dtype float16 (default) or bfloat16.
+      PIPE_DEPTH >= 1 within SMEM; SM_COUNT >= 1; float16 or bfloat16; STREAM_K: no SWAP_AB.
     Run: ``tirx-gemm build v12 --mnk 1024,1024,1024``; ``tirx-gemm sim v12`` (NumSim).
     """
     BLK_M, BLK_K = 128, 64
@@ -79,9 +111,14 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
     H.check_positive_ints(SM_COUNT=SM_COUNT)
     if not isinstance(SWAP_AB, bool):
         raise ValueError(f"SWAP_AB={SWAP_AB!r} must be True or False")
+    if not isinstance(STREAM_K, bool):
+        raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
+    if STREAM_K and SWAP_AB:
+        raise ValueError("STREAM_K=True takes no SWAP_AB (a decode shape has few K steps "
+                         "per tile to share, and stream-K's pieces are plain tiles)")
     CHUNKS, TAIL = BLK_N // EPI_N, BLK_N % EPI_N  # TMA-stored chunks, guarded tail columns
     # SWAP_AB: D's transpose tile by tile, stored from the registers (no staging tile)
-    SWAP_READ = min(SWAP_READ_MAX, BLK_N & -BLK_N)  # 16, 32 or 64 columns: divides BLK_N
+    READ = min(READ_MAX, BLK_N & -BLK_N)  # 16, 32 or 64 columns: divides BLK_N
     STAGING = 0 if SWAP_AB else EPI_N
     STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES
     if PIPE_DEPTH is None:
@@ -98,14 +135,60 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
         N_TILES = H.ceil_div(M, BLK_N)
     else:
         ROW_TILES = H.ceil_div(M, BLK_M)
+    # STREAM_K (tirx_gemm/streamk.py): the plan from the tile and K-step counts, at build
+    # time or (RUNTIME_M) on the device; off at a static shape: v12's kernel as is
+    OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
+    PLAN = SK.plan(ROW_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME_M else SK.PY) \
+        if STREAM_K else None
+    SK_CODE = STREAM_K and PLAN.on is not False
+    if SK_CODE:
+        NUM_CTAS = SM_COUNT  # every CTA of the pool holds a unit (or none: u >= units)
+    # floats of a slab a reducing thread loads at once: of a 64-column chunk, of a tail
+    SK_R, SK_R_TAIL = min(EPI_N, SK_IN_FLIGHT * H.SPLITK_CHUNK), TAIL_N
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((BLK_M, EPI_N), dtype)
 
-    @T.prim_func
-    def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
-               D: T.Buffer((M, N), dtype)):
+    def walking(scheduler):
+        # the data-parallel walk: every tile, or (STREAM_K) the full waves before the tail
+        return scheduler.linear_idx < PLAN.dp_tiles if SK_CODE else scheduler.valid()
+
+    # STREAM_K, unit u = bx (tirx_gemm/streamk.py): iterations [it0, it1), stream-K tiles
+    # t0 .. t0 + count - 1 (1 or 2), K steps [k0, k0 + steps) of tile j; tile j's pieces
+    # come from units first(j) .. first(j) + pieces(j) - 1. `iters`, `units`: the plan's
+    # counts, read from local variables (run-time values are computed once)
+    def bound(iters, units):
+        return dataclasses.replace(PLAN, iters=iters, units=units)
+
+    def sk_it0(iters, units, u):
+        return SK.unit_range(bound(iters, units), u)[0]
+
+    def sk_it1(iters, units, u):
+        return SK.unit_range(bound(iters, units), u)[1]
+
+    def sk_t0(it0, it1):
+        return SK.unit_tiles(PLAN, it0, it1)[0]
+
+    def sk_tiles(it0, it1):
+        return SK.unit_tiles(PLAN, it0, it1)[1]
+
+    def sk_k0(it0, it1, j):
+        return SK.piece_k_range(PLAN, it0, it1, j, OPS)[0]
+
+    def sk_steps(it0, it1, j):
+        k0, k1 = SK.piece_k_range(PLAN, it0, it1, j, OPS)
+        return k1 - k0
+
+    def sk_first(iters, units, j):
+        return SK.tile_units(bound(iters, units), j)[0]
+
+    def sk_pieces(iters, units, j):
+        return SK.tile_units(bound(iters, units), j)[1]
+
+    # the kernel body; WS and CNT are None without STREAM_K (no workspace operands)
+    @T.inline
+    def gemm(A, B, D, WS, CNT):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
         wg_id = T.warpgroup_id([2])
@@ -119,6 +202,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
         mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
         mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
         ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        if SK_CODE:  # the stream-K tile's count before this unit's
+            arrivals = T.meta_var(pool.alloc((1,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -148,7 +233,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
             if warp_id == 3:
                 # --- load (producer): keep the ring full, PIPE_DEPTH slices ahead ---
                 ring = PipelineState(PIPE_DEPTH, 1)
-                while scheduler.valid():
+                while walking(scheduler):
                     m_st = T.meta_var(scheduler.m_idx * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
@@ -166,11 +251,32 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                                                  tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
+                if SK_CODE:
+                    # --- load (stream-K): this unit's pieces, in the MMA warp's order ---
+                    iters: T.int32 = PLAN.iters
+                    units: T.int32 = PLAN.units
+                    if bx < units:
+                        it0: T.int32 = sk_it0(iters, units, bx)
+                        it1: T.int32 = sk_it1(iters, units, bx)
+                        for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
+                            j = T.meta_var(sk_t0(it0, it1) + q)
+                            # the piece's tile: its place in the walk (the walk is done)
+                            scheduler.init(PLAN.dp_tiles + j)
+                            for k in T.serial(sk_steps(it0, it1, j), annotations=H.ROLLED):
+                                mma2tma.wait(ring.stage, ring.phase, "TMA producer")
+                                if T.cuda.elect_sync():
+                                    H.tma_load_tiles(Asmem[ring.stage, :, :],
+                                                     Bsmem[ring.stage, :, :], A, B,
+                                                     scheduler.m_idx * BLK_M,
+                                                     scheduler.n_idx * BLK_N,
+                                                     (sk_k0(it0, it1, j) + k) * BLK_K, BLK_M,
+                                                     BLK_N, BLK_K, tma2mma.ptr(ring.stage))
+                                ring.advance()
             elif warp_id == 0:
                 # --- compute (MMA issuer): one elected lane issues, commits free stages ---
                 ring = PipelineState(PIPE_DEPTH, 0)
                 acc = PipelineState(ACC_STAGES, 1)
-                while scheduler.valid():
+                while walking(scheduler):
                     # the epilogue must have drained this accumulator (tile i - 2)
                     ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
                     W.tcgen05_fence_after_sync()
@@ -188,12 +294,36 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                         W.mma_commit(mma2ld.ptr(acc.stage))
                     acc.advance()
                     scheduler.next_tile()
+                if SK_CODE:
+                    # --- compute (stream-K): a piece per accumulator, its first K step
+                    # overwrites; the epilogue publishes it ---
+                    iters: T.int32 = PLAN.iters
+                    units: T.int32 = PLAN.units
+                    if bx < units:
+                        it0: T.int32 = sk_it0(iters, units, bx)
+                        it1: T.int32 = sk_it1(iters, units, bx)
+                        for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
+                            j = T.meta_var(sk_t0(it0, it1) + q)
+                            ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
+                            W.tcgen05_fence_after_sync()
+                            for k in T.serial(sk_steps(it0, it1, j), annotations=H.ROLLED):
+                                tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                                W.tcgen05_fence_after_sync()
+                                if T.cuda.elect_sync():
+                                    W.mma_tile_at(tmem, acc.stage * ACC_COLS,
+                                                  Asmem[ring.stage, :, :],
+                                                  Bsmem[ring.stage, :, :], BLK_N, k != 0)
+                                    W.mma_commit(mma2tma.ptr(ring.stage))
+                                ring.advance()
+                            if T.cuda.elect_sync():
+                                W.mma_commit(mma2ld.ptr(acc.stage))
+                            acc.advance()
 
         with WarpgroupRole(wg_id, 0):
             # --- writeback (epilogue): 64-column chunks by TMA store, the tail guarded ---
             acc = PipelineState(ACC_STAGES, 0)
             tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-            while scheduler.valid():
+            while walking(scheduler):
                 m_st = T.meta_var(scheduler.m_idx * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
@@ -201,12 +331,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                 if SWAP_AB:
                     # D's transpose: accumulator row tid_in_wg is D's column m_st + tid_in_wg
                     # (B's row), its columns D's rows n_st.. (the tokens)
-                    for c in T.unroll(BLK_N // SWAP_READ):
-                        Dcol = T.alloc_local((SWAP_READ,), dtype)
-                        W.tmem_to_registers(tmem, acc.stage * ACC_COLS + c * SWAP_READ,
-                                            SWAP_READ, Dcol)
-                        store_column_guarded(Dcol, D, n_st + c * SWAP_READ, m_st + tid_in_wg,
-                                             SWAP_READ, M, N)
+                    for c in T.unroll(BLK_N // READ):
+                        Dcol = T.alloc_local((READ,), dtype)
+                        W.tmem_to_registers(tmem, acc.stage * ACC_COLS + c * READ,
+                                            READ, Dcol)
+                        store_column_guarded(Dcol, D, n_st + c * READ, m_st + tid_in_wg,
+                                             READ, M, N)
                 else:
                     for i in T.unroll(CHUNKS):
                         Dreg_out = T.alloc_local((EPI_N,), dtype)
@@ -225,11 +355,76 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
                 ld2mma.arrive(acc.stage)
                 acc.advance()
                 scheduler.next_tile()
+            if SK_CODE:
+                # --- writeback (stream-K): each piece's fp32 partial -> slab bx + j ---
+                iters: T.int32 = PLAN.iters
+                units: T.int32 = PLAN.units
+                if bx < units:
+                    it0: T.int32 = sk_it0(iters, units, bx)
+                    it1: T.int32 = sk_it1(iters, units, bx)
+                    for q in T.serial(sk_tiles(it0, it1), annotations=H.ROLLED):
+                        j: T.int32 = sk_t0(it0, it1) + q  # the piece's stream-K tile
+                        scheduler.init(PLAN.dp_tiles + j)  # its place in the walk
+                        sk_m = T.meta_var(scheduler.m_idx * BLK_M)
+                        sk_n = T.meta_var(scheduler.n_idx * BLK_N)
+                        mma2ld.wait(acc.stage, acc.phase, "epilogue")
+                        W.tcgen05_fence_after_sync()
+                        for c in T.unroll(BLK_N // READ):
+                            part = T.alloc_local((READ,), H.ACC_DTYPE)  # fp32: not narrowed
+                            W.tmem_to_registers(tmem, acc.stage * ACC_COLS + c * READ, READ,
+                                                part)
+                            publish_slab(WS, SK.slab(bx, j), c * READ, part, READ, tid_in_wg)
+                        W.tcgen05_fence_before_sync()
+                        ld2mma.arrive(acc.stage)
+                        acc.advance()
+                        # --- count: v11's "last" protocol, one counter per tile ---
+                        T.cuda.warpgroup_sync(1)  # every thread's slab stores precede it
+                        if tid_in_wg == 0:
+                            H.splitk_count_arrival(arrivals, 0,
+                                                   CNT.ptr_to([SK.counter(j, 0, 1)]))
+                        T.cuda.warpgroup_sync(1)  # hands the count (and its acquire) to all
+                        pieces: T.int32 = sk_pieces(iters, units, j)
+                        if H.splitk_is_last(arrivals, 0, pieces):
+                            # --- reduce: every piece is in; the tile's slabs in K order ---
+                            s0 = T.meta_var(SK.slab(sk_first(iters, units, j), j))
+                            for i in T.unroll(CHUNKS):
+                                sums = T.alloc_local((EPI_N,), H.ACC_DTYPE)
+                                reduce_slabs(WS, s0, pieces, i * EPI_N, sums, EPI_N, SK_R,
+                                             tid_in_wg)
+                                Dreg_out = T.alloc_local((EPI_N,), dtype)
+                                Tx.cast(Dreg_out[:], sums[:])
+                                W.store_rows_via_tma(Dreg_out, Dsmem, 0, D, sk_m,
+                                                     sk_n + i * EPI_N, BLK_M, EPI_N,
+                                                     tid_in_wg, 1)
+                            for t in T.unroll(TAIL // TAIL_N):
+                                col = T.meta_var(CHUNKS * EPI_N + t * TAIL_N)
+                                tsums = T.alloc_local((TAIL_N,), H.ACC_DTYPE)
+                                reduce_slabs(WS, s0, pieces, col, tsums, TAIL_N, SK_R_TAIL,
+                                             tid_in_wg)
+                                Dtail = T.alloc_local((TAIL_N,), dtype)
+                                Tx.cast(Dtail[:], tsums[:])
+                                W.store_row_guarded(Dtail, D, sk_m + tid_in_wg, sk_n + col,
+                                                    TAIL_N, M, N)
+                            if tid_in_wg == 0:  # every piece counted: zero for the next launch
+                                CNT[SK.counter(j, 0, 1)] = 0
 
         # --- free: only warp 0 of warpgroup 0 allocated, so only it deallocates ---
         W.tcgen05_cta_sync()
         if wg_id == 0:
             if warp_id == 0:
                 W.tmem_free(tmem_addr)
+
+    if STREAM_K:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype),
+                   WS: T.Buffer((SK.workspace_slabs(SM_COUNT), BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((SK.counters(SM_COUNT),), "int32")):
+            gemm(A, B, D, WS, CNT)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer((M, K), dtype), B: T.Buffer((N, K), dtype),
+                   D: T.Buffer((M, N), dtype)):
+            gemm(A, B, D, None, None)
 
     return kernel
