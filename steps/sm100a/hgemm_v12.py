@@ -114,8 +114,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
     if STREAM_K and SWAP_AB:
-        raise ValueError("STREAM_K=True takes no SWAP_AB (a decode shape has few K steps "
-                         "per tile to share, and stream-K's pieces are plain tiles)")
+        raise ValueError("STREAM_K=True takes no SWAP_AB (its slabs and reduction store "
+                         "D's tiles untransposed)")
     CHUNKS, TAIL = BLK_N // EPI_N, BLK_N % EPI_N  # TMA-stored chunks, guarded tail columns
     # SWAP_AB: D's transpose tile by tile, stored from the registers (no staging tile)
     READ = min(READ_MAX, BLK_N & -BLK_N)  # 16, 32 or 64 columns: divides BLK_N
