@@ -486,6 +486,31 @@ def _has(step_id: str, arch: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------
+# step cards: what changed, the contract, why and the constraints, nothing more (issue 30)
+# --------------------------------------------------------------------------------------
+CARD_MAX_LINES = 30
+
+
+def _cards():
+    """(file, builder name, docstring) of every step builder (hgemm_*) in steps/sm*/."""
+    for path in CARDS:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("hgemm_"):
+                yield path, node.name, ast.get_docstring(node) or ""
+
+
+def test_every_card_is_at_most_30_lines():
+    """A card says what changed, the contract, why and the constraints; measurements,
+    verification reports and long explanations live in the step's lesson."""
+    cards = list(_cards())
+    assert len(cards) >= len(registry.all_steps()), len(cards)
+    long = [f"{_rel(p)}:{name}: {len(doc.splitlines())} lines" for p, name, doc in cards
+            if len(doc.splitlines()) > CARD_MAX_LINES]
+    assert not long, f"cards over {CARD_MAX_LINES} lines (move the rest to the lesson):\n" \
+        + "\n".join(long)
+
+
+# --------------------------------------------------------------------------------------
 # drift the review found: citations of missing files, hand counts of the steps
 # --------------------------------------------------------------------------------------
 # the package with its subpackages (compile/, run/, sim/, report/): a fact that moved with a

@@ -43,16 +43,14 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       the sum's order is fixed; one unit reads SPLIT_K slabs of 64 KiB alone, so SPLIT_K
       stays moderate (splitk.choose_split). "spread" reads ~1 slab per unit, but a waiting
       unit holds its SM, so every unit must be resident: GRID = TILES x SPLIT_K <=
-      SM_COUNT, one CTA per SM (all of TMEM and 161 KiB of SMEM each).
+      SM_COUNT, one CTA per SM (all of TMEM; the lesson has the SMEM figure).
     Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles, 128*128)
       float32 and CNT (tiles,) int32 ((2 * tiles,) with spread), zero at launch and at exit.
       Left out, SPLIT_K and REDUCE come from splitk.resolve_variant (matmul's rule).
     Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; 1 <= SPLIT_K
       <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1 (spread: tiles x SPLIT_K <= SM_COUNT, no
       more than the GPU's SMs); REDUCE "last" or "spread"; SPLIT_K=1 is v7's kernel.
-      RUNTIME_M=True takes M at run time with an explicit SPLIT_K (not a multiple of
-      L2_GROUP); the caller keeps spread's rule per call and passes workspace for at
-      least the call's tiles (extents WS_TILES, CNT_LEN bound from the operands).
+      RUNTIME_M=True: an explicit SPLIT_K, not a multiple of L2_GROUP (see the lesson).
     Run: ``tirx-gemm build v11 --mnk 256,256,16384``; ``tirx-gemm sim v11`` (NumSim).
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64

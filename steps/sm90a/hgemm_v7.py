@@ -30,18 +30,11 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
       so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
       m64n256k16 does the work of two m64n128k16.
-    Scope / Layout / Dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
-      issuers. Layout: 128x256 tile, 48 KB stages, full+empty barriers, Dsmem 128x256 kept
-      as two contiguous 64-row halves (four 64x64 TMA boxes each).
-      Dispatch: producer/consumer overlap, wgmma kept asynchronous across K steps, setmaxnreg.
     Why: in v6 the tensor cores idle at every K step while a warpgroup drains its wgmmas
       (wait_group(0)), syncs the CTA and refills a stage; only the second CTA on the SM
       covers that. Here the producer never stalls a consumer, a consumer's next wgmmas are
-      queued before the previous ones finish, and the two consumers share the tensor cores.
-      This is the structure of CUTLASS's sm90 warp-specialized kernels and of fast.cu's
-      128x256 kernels. PIPE_DEPTH=2 ran much slower on an H200: with 48 KB stages two
-      slices do not cover the load latency. Small problems lose to v6: at 1024x2048x512
-      there are 64 tiles of 128x256 for 132 SMs.
+      queued before the previous ones finish, and the two consumers share the tensor cores
+      (CUTLASS's sm90 warp-specialized structure; the lesson has what the H200 showed).
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
       ceil(M/128) x ceil(N/256) tiles); dtype float16 or bfloat16;

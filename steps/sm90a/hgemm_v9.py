@@ -30,8 +30,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         per warpgroup; a staging tile is reused only after the store that read it is done
         reading (cp.async.bulk.wait_group.read), nothing waits for GMEM;
       * staging shrinks from v8's 64 KB to NUM_CONSUMERS * EPI_BUFS * 8 KB (32 KB): room
-        for a 4th 48 KB stage (PIPE_DEPTH=4, 225 KiB in all), which v8's lock-stepped CTA
-        pair needs more than v7 did.
+        for a 4th 48 KB stage (PIPE_DEPTH=4), which v8's lock-stepped CTA pair needs.
       The cluster, barriers and roles are v8's.
     Why: v7/v8 lose the tensor cores for one epilogue per tile, a few percent of a tile's
       mainloop at 4096^3; here it hides behind up to two queued K steps, only partly (the
