@@ -86,10 +86,13 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
-        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
+        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the
+        # pair); clc_full 1 (its scheduler's expect_tx) + 16 bytes; clc_empty CLC_READERS
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", CTA_PAIR * 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         # clc_full, clc_empty and the 16-byte response slot (allocated also when CLC=False)
         clc = W.ClusterLaunchControl(pool, CLC_READERS, enabled=CLC)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
@@ -98,16 +101,11 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
-        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the
-        # pair); clc_full 1 (its scheduler's expect_tx) + 16 bytes; clc_empty CLC_READERS
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(1)
-                    mma2ld.init(1)
-                    ld2mma.init(CTA_PAIR * 128)
+                    stages.init()
+                    accs.init()
                     clc.init()  # CLC: arms round 0 before CTA 0 can request it
                 W.tmem_alloc_pair(tmem_addr)
         W.publish_setup_cluster()

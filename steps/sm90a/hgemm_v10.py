@@ -158,8 +158,14 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
+        #   (expect_tx for A_STAGE + B_STAGE bytes, half of B from the peer's multicast);
+        #   the 128 threads of the consumer warpgroup owning that tile wait. Phase 0 first.
+        # mma2tma[s]: threads 0, 1 of the owning consumer warpgroup of BOTH CTAs arrive
+        #   (CLUSTER_SIZE arrivals, one remote) once its wgmmas have read stage s; this
+        #   CTA's producer waits from phase 1 (a fresh barrier: every stage starts empty).
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", W.CLUSTER_SIZE)
+        tma2mma, mma2tma = stages.full, stages.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -168,16 +174,9 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
-        #   (expect_tx for A_STAGE + B_STAGE bytes, half of B from the peer's multicast);
-        #   the 128 threads of the consumer warpgroup owning that tile wait. Phase 0 first.
-        # mma2tma[s]: threads 0, 1 of the owning consumer warpgroup of BOTH CTAs arrive
-        #   (CLUSTER_SIZE arrivals, one remote) once its wgmmas have read stage s; this
-        #   CTA's producer waits from phase 1 (a fresh barrier: every stage starts empty).
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(W.CLUSTER_SIZE)
+                stages.init()
         W.publish_setup_cluster()
 
         scheduler = Scheduler(

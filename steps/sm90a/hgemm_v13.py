@@ -179,8 +179,14 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx
+        #   of the (BLK_M + BLK_N) x 128-byte box pair, zero-filled edges included); every
+        #   consumer thread waits. Initial phase 0; consumers wait from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
+        #   once its wgmmas have finished reading stage s; the producer waits from
+        #   phase 1 (every stage starts empty).
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
@@ -190,16 +196,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx
-        #   of the (BLK_M + BLK_N) x 128-byte box pair, zero-filled edges included); every
-        #   consumer thread waits. Initial phase 0; consumers wait from phase 0.
-        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
-        #   once its wgmmas have finished reading stage s; the producer waits from
-        #   phase 1 (every stage starts empty).
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(NUM_CONSUMERS)
+                stages.init()
         W.publish_setup()
 
         scheduler = ClusterPersistentScheduler2D(
