@@ -39,6 +39,21 @@ SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
 # v10's ping-pong (plain) at the suite shapes as CUDA graphs beside torch.mm
 # (scripts/lab/h200_v10_sweep.sh): each time scaled to the sweep's torch time of the shape
 V10_SWEEP = ROOT / "results/lab/v10_suite_graph_h200.jsonl"
+# v12 with and without PDL=True (scripts/lab/v12_sweep.py export --pdl): the saving PDL
+# brings a kernel under chooser.PDL_MAX_US, the median over those pairs
+PDL_SWEEP = ROOT / "results/lab/v12_pdl_sweep_h200.jsonl"
+
+
+def pdl_saving(path=PDL_SWEEP) -> float:
+    savings = []
+    for line in (Path(path).read_text().splitlines() if Path(path).exists() else ()):
+        c = json.loads(line)["candidates"]
+        for name, off in c.items():
+            on = c.get(name + "p")
+            if (not name.endswith("p") and off.get("ok") and on and on.get("ok")
+                    and off["ms"] * 1e3 <= chooser.PDL_MAX_US):
+                savings.append((off["ms"] - on["ms"]) * 1e3)
+    return round(statistics.median(savings), 3) if savings else 0.0
 
 
 def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP):
@@ -114,8 +129,10 @@ def document(cands: dict) -> dict:
     return {"about": "tirx_gemm/chooser.py's cost model, fitted by scripts/fit_chooser.py "
                      "to results/lab/v12_sweep_h200.jsonl and the v9 records of "
                      "results/suites/nvidia-h200.jsonl (NVIDIA H200, bf16); per candidate "
-                     "[s us per K step, e us per wave, f us fixed]",
-            "device": "NVIDIA H200", "candidates": cands}
+                     "[s us per K step, e us per wave, f us fixed]; pdl_saving_us: the "
+                     "median saving of PDL=True on v12 kernels under chooser.PDL_MAX_US "
+                     "(results/lab/v12_pdl_sweep_h200.jsonl)",
+            "device": "NVIDIA H200", "candidates": cands, "pdl_saving_us": pdl_saving()}
 
 
 def report(samples, torch_us) -> None:

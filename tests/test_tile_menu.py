@@ -144,6 +144,7 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert f"whole {chooser.ROW_ALIGN_BYTES}-byte lines" in text
     # v9 and v10 are not v12 entries
     assert f"{len(chooser.params()) - 2} entries measured" in text
+    assert f"predicted at most {chooser.PDL_MAX_US:.0f} µs, `chooser.PDL_MAX_US`" in text
     assert (f"K ≤ {chooser.PINGPONG_MAX_K} and at least as many "
             f"{chooser.V10_TILE[0]}x{chooser.V10_TILE[1]} tiles as SMs") in text
 
@@ -249,13 +250,19 @@ def test_chooser_pingpong_rule():
     off it, and its fitted figures are a candidate of the model."""
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
-    assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132)[0] == "v10"
-    assert mm.choose(2048, 2048, 256, "float16", "sm_90a", 132) == (
-        "v10", {"SM_COUNT": 132, "RUNTIME_M": True})
+    assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132) == (
+        "v10", {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True})
+    assert chooser.wants_pingpong(4096, 4096, 512)
+    # short enough for PDL, which saves more than the ping-pong there: v12 with PDL
+    assert not chooser.wants_pingpong(2048, 2048, 256)
+    step, kw = mm.choose(2048, 2048, 256, "float16", "sm_90a", 132)
+    assert step == "v12" and kw["PDL"] is True
     assert mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132)[0] != "v10"      # 16 tiles
     assert mm.choose(4096, 4096, 1024, "bfloat16", "sm_90a", 132)[0] != "v10"   # K past 512
-    assert not chooser.wants_pingpong(1024, 2048, 256)   # 128 tiles on 132 SMs
-    assert chooser.wants_pingpong(1024, 2048 + 128, 256)
+    assert chooser.rank(4096, 1024, 512)[0][0] <= chooser.PDL_MAX_US
+    assert not chooser.wants_pingpong(4096, 1024, 512)        # short: v12 with PDL
+    assert not chooser.wants_pingpong(4096, 1024, 512, 264)   # 256 tiles on 264 SMs
+    assert chooser.wants_pingpong(4096, 4096 + 128, 512)
     assert chooser.V10 in chooser.params() and chooser.clustered(chooser.V10)
     # with a fused epilogue matmul's v10 rule stays chooser.epilogue_step's (EPILOGUE_STEP)
     assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132,
@@ -283,3 +290,22 @@ def test_v12_pdl_launch_and_wait():
         with pytest.raises(ValueError, match=why) as e:
             hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, **{"PDL": True, **bad})
         assert "\n" not in str(e.value)
+
+
+def test_chooser_pdl_rule():
+    """PDL=True goes to a one-CTA v12 kernel the model predicts under PDL_MAX_US, with the
+    fitted saving taken off its prediction; never to a pair, v9, v10 or a fused epilogue."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert 0.3 < chooser.pdl_saving() < 1.5  # fitted: the median saving, microseconds
+    step, kw = mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["PDL"] is True
+    pick = chooser.best(512, 512, 512)
+    assert chooser.uses_pdl(pick, 512, 512, 512)
+    assert chooser.predict(pick, 512, 512, 512) == pytest.approx(
+        chooser.predict(pick, 512, 512, 512, pdl=False) - chooser.pdl_saving())
+    assert "PDL" not in mm.choose(8192, 8192, 8192, "bfloat16", "sm_90a", 132)[1]
+    assert "PDL" not in mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]  # a pair
+    assert "PDL" not in mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132,
+                                  epilogue={"BIAS": "float16"})[1]
+    assert not chooser.uses_pdl(chooser.V9, 512, 512, 512)

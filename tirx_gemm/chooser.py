@@ -85,10 +85,33 @@ def tile(cand: str) -> tuple[int, int, int]:
 
 
 @lru_cache(maxsize=1)
+def _document() -> dict:
+    return json.loads(PARAMS_FILE.read_text())
+
+
 def params() -> dict:
     """{candidate: (s, e, f)} from chooser_h200.json (candidate "v9" or "BMxBN")."""
-    data = json.loads(PARAMS_FILE.read_text())
-    return {k: tuple(float(x) for x in v) for k, v in data["candidates"].items()}
+    return {k: tuple(float(x) for x in v) for k, v in _document()["candidates"].items()}
+
+
+params.cache_clear = _document.cache_clear  # scripts/fit_chooser.py after a refit
+
+
+# Programmatic dependent launch (v12's PDL=True, tirx_gemm/pdl.py): a kernel launched with
+# it starts its prologue while the one ahead of it drains. Measured on the H200
+# (results/lab/v12_pdl_sweep_h200.jsonl: 7 menu entries with and without it at the 48
+# suite shapes, bf16, CUDA graphs of 20 launches): it saved 0.56-0.72 us (median) per
+# call on every kernel under 10 us and 89% of those of 10-16 us, while on longer ones the
+# saving was lost in their spread and past 200 us they ran slower (median -4 us). So a
+# one-CTA v12 candidate predicted at most PDL_MAX_US is built with PDL and predicted
+# faster by the fitted saving (chooser_h200.json "pdl_saving_us"), which is what lets a
+# short v12 kernel beat v9 or v10 where without PDL it would not.
+PDL_MAX_US = 16.0
+
+
+def pdl_saving() -> float:
+    """The fitted time PDL saves a short v12 kernel, in microseconds (0 if unfitted)."""
+    return float(_document().get("pdl_saving_us", 0.0))
 
 
 def geometry(cand: str, sm_count: int) -> tuple[int, int, int]:
@@ -111,11 +134,25 @@ def shape_terms(cand: str, M: int, N: int, K: int, sm_count: int) -> tuple[int, 
     return waves * _ceil_div(K, BLK_K), waves, tiles
 
 
-def predict(cand: str, M: int, N: int, K: int, sm_count: int = SMS_H200) -> float:
-    """The model's time in microseconds of ``cand`` at MxNxK."""
+def _predict_plain(cand: str, M: int, N: int, K: int, sm_count: int) -> float:
     s, e, f = params()[cand]
     steps, waves, _ = shape_terms(cand, M, N, K, sm_count)
     return s * steps + e * waves + f
+
+
+def uses_pdl(cand: str, M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
+    """Whether a candidate is built with PDL at this shape: a one-CTA v12 tile predicted
+    (without it) at most PDL_MAX_US (TVM launches a cluster or PDL, not both)."""
+    return (cand not in (V9, V10) and not clustered(cand)
+            and _predict_plain(cand, M, N, K, sm_count) <= PDL_MAX_US)
+
+
+def predict(cand: str, M: int, N: int, K: int, sm_count: int = SMS_H200,
+            pdl: bool = True) -> float:
+    """The model's time in microseconds of ``cand`` at MxNxK (with PDL where it is used,
+    unless ``pdl`` is False: a kernel built without it, e.g. a fused epilogue's)."""
+    t = _predict_plain(cand, M, N, K, sm_count)
+    return t - pdl_saving() if pdl and uses_pdl(cand, M, N, K, sm_count) else t
 
 
 def busy_share(cand: str, M: int, N: int, sm_count: int = SMS_H200) -> float:
@@ -131,10 +168,11 @@ def clustered(cand: str) -> bool:
     return cand in (V9, V10) or tile(cand)[2] > 1
 
 
-def rank(M: int, N: int, K: int, sm_count: int = SMS_H200) -> list[tuple[float, str]]:
+def rank(M: int, N: int, K: int, sm_count: int = SMS_H200,
+         pdl: bool = True) -> list[tuple[float, str]]:
     """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9 and
     v10 only on an even number of SMs). The pairs enter by :func:`best`'s row rule alone."""
-    return sorted((predict(c, M, N, K, sm_count), c) for c in params()
+    return sorted((predict(c, M, N, K, sm_count, pdl), c) for c in params()
                   if c in (V9, V10) and sm_count % 2 == 0 or not clustered(c))
 
 
@@ -193,9 +231,14 @@ PINGPONG_MAX_K = 512
 
 
 def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
-    """Whether a plain GEMM goes to v10's ping-pong: a short K and every SM a tile."""
+    """Whether a plain GEMM goes to v10's ping-pong: a short K and every SM a tile, unless
+    the model's best kernel is short enough for PDL, which saves more there (v12 with PDL,
+    CUDA graphs: 2048x2048x256 1.08 and 4096x4096x64 1.23 against v10's 1.03 and 1.13;
+    v10 is clustered, so it cannot have PDL)."""
     bm, bn = V10_TILE
-    return K <= PINGPONG_MAX_K and _ceil_div(M, bm) * _ceil_div(N, bn) >= sm_count
+    if K > PINGPONG_MAX_K or _ceil_div(M, bm) * _ceil_div(N, bn) < sm_count:
+        return False
+    return rank(M, N, K, sm_count)[0][0] > PDL_MAX_US
 
 
 def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
@@ -245,7 +288,7 @@ def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
     v11 have none). M, N, K are the kernel's GEMM (SwiGLU: N = 2 x the output columns).
     The model has no term for the epilogue's own cost (fitted on plain runs). One-CTA
     tiles only: v12's CTA pairs have not been checked with an epilogue on a GPU."""
-    return next(c for _, c in rank(M, N, K, sm_count) if not clustered(c))
+    return next(c for _, c in rank(M, N, K, sm_count, pdl=False) if not clustered(c))
 
 
 def epilogue_step(M: int, N: int, K: int, epi: dict, sm_count: int = SMS_H200,

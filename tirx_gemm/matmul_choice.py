@@ -194,7 +194,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
         return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
     if pick == chooser.V10 and pingpong is not None:  # its default 128x128 tiles
         return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
-    return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count)
+    return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count, (M, N, K))
 
 
 def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
@@ -233,12 +233,17 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
     return PINGPONG, {**step_kwargs(registry.get(PINGPONG, arch), dtype, sm_count), **epi}
 
 
-def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int) -> dict:
+def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
+                 mnk: tuple | None = None) -> dict:
+    """v12's keywords for the chooser's candidate ``pick``; with ``mnk`` (a plain GEMM),
+    PDL=True where chooser.uses_pdl (a short one-CTA kernel)."""
     from tirx_gemm import chooser
     bm, bn, cluster = chooser.tile(pick)
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
     if cluster > 1:
         kw["CLUSTER"] = cluster
+    if mnk is not None and chooser.uses_pdl(pick, *mnk, _pool(sm_count)):
+        kw["PDL"] = True
     return kw
 
 

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Issue 32 on the H200: tirx_gemm.matmul over the models suite after the chooser learned
-# v12's widths and CTA pairs, both dtypes, eager (cli bench, records) and as CUDA graphs.
+# Issue 32 on the H200: tirx_gemm.matmul over the models suite (the chooser with v12 tiles,
+# pairs, v10 and PDL), both dtypes, eager (cli bench, records) and as CUDA graphs.
 #   (copies of tirx_gemm/suites/models.json, one dtype each, every entry "all_m": false)
-#   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/s2-DT --ffi-wheel 3.12
-# carry .gpu/s2-bfloat16 .gpu/s2-float16 .gpu/models-*.json; on the GPU host:
+#   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/s3-DT --ffi-wheel 3.12
+# carry .gpu/s3-bfloat16 .gpu/s3-float16 .gpu/models-*.json; on the GPU host:
 #   OUT=$OUT bash scripts/lab/h200_issue32_suite.sh
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/s2-bfloat16/wheels/*.whl || exit 3
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/${SUITE_BUNDLE:-s3}-bfloat16/wheels/*.whl || exit 3
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 for dt in bfloat16 float16; do
-  TAILN=56 stage suite_$dt 170 python3 -m tirx_gemm.cli bench --suite .gpu/models-$dt.json --target matmul --arch sm_90a --bundle .gpu/s2-$dt --record --results "$OUT/results"
+  TAILN=56 stage suite_$dt 170 python3 -m tirx_gemm.cli bench --suite .gpu/models-$dt.json --target matmul --arch sm_90a --bundle .gpu/${SUITE_BUNDLE:-s3}-$dt --record --results "$OUT/results"
 done
 for dt in bfloat16 float16; do
-  TIRX_GEMM_BUNDLE=.gpu/s2-$dt TAILN=12 stage graph_$dt 80 python3 scripts/lab/matmul_graph_times.py .gpu/models-$dt.json --out "$OUT/graph_$dt.jsonl" --budget-s 70
+  TIRX_GEMM_BUNDLE=.gpu/${SUITE_BUNDLE:-s3}-$dt TAILN=12 stage graph_$dt 80 python3 scripts/lab/matmul_graph_times.py .gpu/models-$dt.json --out "$OUT/graph_$dt.jsonl" --budget-s 70
 done
 exit 0

@@ -21,9 +21,8 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
               SM_COUNT: int = 148, CLC: bool = True):
     """Step card -- v10, Cluster Launch Control (CLC): a dynamic tile scheduler on v8.
 
-    Changes from v8 (not v9: v9's two consumers fill all 512 TMEM columns, so double-
-      buffering them would halve each tile; v8's double-buffered accumulator is kept as it
-      is). The scheduler is the one change:
+    Changes from v8 (not v9: its two consumers fill all 512 TMEM columns; v8's double-
+      buffered accumulator is kept as it is). The scheduler is the one change:
       * launch: one 2-CTA cluster per 256x256 cluster tile (ceil(M/256) x ceil(N/256)
         clusters); cluster c starts on tile c, its next tiles come from CLC.
       * a scheduler role (warpgroup 1, warp 1, both CTAs): CTA 0's elected lane issues one
@@ -35,11 +34,9 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       * CLC=False keeps v8's static stride over SM_COUNT // 2 resident pairs; with CLC,
         SM_COUNT only sets tirx_gemm.resident_clusters (what a simulation keeps resident).
       Scope: 2 CTAs x 256 threads; warpgroup 1: warp 3 TMA producer, warp 0 MMA issuer
-      (CTA 0), warp 1 scheduler; warpgroup 0: epilogue. One CTA per SM (all of TMEM,
-      161 KiB of SMEM).
+      (CTA 0), warp 1 scheduler; warpgroup 0: epilogue. One CTA per SM (all of TMEM).
     Why: a static stride assumes every pair is equally fast and resident from the start;
-      with CLC a slowed pair takes fewer tiles. Not measured (no sm_100a GPU); what NumSim
-      verified, and every barrier's phase round by round, are in the lesson.
+      with CLC a slowed pair takes fewer tiles (not measured: see the lesson).
     Contracts (PipelineState tracks stage and phase):
       tma2mma[s], mma2tma[s], mma2ld[a], ld2mma[a] (CTA 0's, count 256): as v8.
       clc_full   response -> readers, one per CTA, count 1 + 16 bytes: the init thread arms
@@ -89,10 +86,13 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
-        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
+        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the
+        # pair); clc_full 1 (its scheduler's expect_tx) + 16 bytes; clc_empty CLC_READERS
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", CTA_PAIR * 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         # clc_full, clc_empty and the 16-byte response slot (allocated also when CLC=False)
         clc = W.ClusterLaunchControl(pool, CLC_READERS, enabled=CLC)
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
@@ -101,16 +101,11 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
-        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the
-        # pair); clc_full 1 (its scheduler's expect_tx) + 16 bytes; clc_empty CLC_READERS
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(1)
-                    mma2ld.init(1)
-                    ld2mma.init(CTA_PAIR * 128)
+                    stages.init()
+                    accs.init()
                     clc.init()  # CLC: arms round 0 before CTA 0 can request it
                 W.tmem_alloc_pair(tmem_addr)
         W.publish_setup_cluster()

@@ -43,16 +43,14 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
       the sum's order is fixed; one unit reads SPLIT_K slabs of 64 KiB alone, so SPLIT_K
       stays moderate (splitk.choose_split). "spread" reads ~1 slab per unit, but a waiting
       unit holds its SM, so every unit must be resident: GRID = TILES x SPLIT_K <=
-      SM_COUNT, one CTA per SM (all of TMEM and 161 KiB of SMEM each).
+      SM_COUNT, one CTA per SM (all of TMEM; the lesson has the SMEM figure).
     Workspace (splitk.workspace_specs; none when SPLIT_K = 1): WS (SPLIT_K, tiles, 128*128)
       float32 and CNT (tiles,) int32 ((2 * tiles,) with spread), zero at launch and at exit.
       Left out, SPLIT_K and REDUCE come from splitk.resolve_variant (matmul's rule).
     Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; 1 <= SPLIT_K
       <= ceil(K/64); PIPE_DEPTH >= 1; SM_COUNT >= 1 (spread: tiles x SPLIT_K <= SM_COUNT, no
       more than the GPU's SMs); REDUCE "last" or "spread"; SPLIT_K=1 is v7's kernel.
-      RUNTIME_M=True takes M at run time with an explicit SPLIT_K (not a multiple of
-      L2_GROUP); the caller keeps spread's rule per call and passes workspace for at
-      least the call's tiles (extents WS_TILES, CNT_LEN bound from the operands).
+      RUNTIME_M=True: an explicit SPLIT_K, not a multiple of L2_GROUP (see the lesson).
     Run: ``tirx-gemm build v11 --mnk 256,256,16384``; ``tirx-gemm sim v11`` (NumSim).
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
@@ -110,25 +108,23 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
         arrivals = pool.alloc((1,), "int32")  # the tile's count before this unit's
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
-        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
+        # ld2mma 128 (every epilogue thread)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
-        # ld2mma 128 (every epilogue thread)
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(1)
-                    mma2ld.init(1)
-                    ld2mma.init(128)
+                    stages.init()
+                    accs.init()
                 W.tmem_alloc(tmem_addr)
         W.publish_setup()
         tmem = W.tmem_accumulator()

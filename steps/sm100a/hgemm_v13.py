@@ -100,10 +100,12 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, NUM_CONSUMER, "mma2ld")
-        ld2mma = H.Barriers(pool, NUM_CONSUMER, "ld2mma")
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma 2 (one
+        # commit per consumer); mma2ld 1; ld2mma 2 x 128 (epilogue c of both CTAs)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMER)
+        accs = H.Ring(pool, NUM_CONSUMER, "mma2ld", 1, "ld2mma", CTA_PAIR * 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), W.FP8_STORAGE,
                            layout=A_layout)
@@ -114,15 +116,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         Asmem8 = Asmem.view(W.FP8_MMA_DTYPE)
         Bsmem8 = Bsmem.view(W.FP8_MMA_DTYPE)
 
-        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma 2 (one
-        # commit per consumer); mma2ld 1; ld2mma 2 x 128 (epilogue c of both CTAs)
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(NUM_CONSUMER)
-                    mma2ld.init(1)
-                    ld2mma.init(CTA_PAIR * 128)
+                    stages.init()
+                    accs.init()
                 W.tmem_alloc_pair(tmem_addr)
         W.publish_setup_cluster()
         tmem = W.tmem_accumulator()
@@ -278,10 +276,12 @@ def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int
 
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
-        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        # v7's two rings: tma2mma 1 (expect_tx) + the bytes, mma2tma 1 (commit); mma2ld 1
+        # (commit), ld2mma 128 (every epilogue thread)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
@@ -300,10 +300,8 @@ def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(1)
-                    mma2ld.init(1)
-                    ld2mma.init(128)
+                    stages.init()
+                    accs.init()
                 W.tmem_alloc(tmem_addr)
         W.publish_setup()
         tmem = W.tmem_accumulator()

@@ -73,25 +73,23 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
-        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
+        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the pair)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", CTA_PAIR * 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         pool.commit()
 
-        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma,
-        # mma2ld 1 (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the pair)
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(1)
-                    mma2ld.init(1)
-                    ld2mma.init(CTA_PAIR * 128)
+                    stages.init()
+                    accs.init()
                 W.tmem_alloc_pair(tmem_addr)
         W.publish_setup_cluster()
         tmem = W.tmem_accumulator()

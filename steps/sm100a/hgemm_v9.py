@@ -20,10 +20,9 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
              RUNTIME_M: bool = False):
     """Step card -- v9, multiple consumers (two MMA warps, two epilogue warpgroups).
 
-    Changes from v8: scope: three warpgroups (384 threads) per CTA --
-      warpgroup 2, warp 3: TMA producer (two A slices + one B slice per stage);
-      warpgroup 2, warps 0 and 1: MMA consumers c = 0, 1 (CTA 0 issues, cta_group::2);
-      warpgroups 0 and 1: epilogue of consumer c = warpgroup id.
+    Changes from v8: scope: three warpgroups (384 threads) per CTA -- warpgroup 2: warp 3
+      TMA producer (two A slices + one B slice per stage), warps 0 and 1 MMA consumers
+      c = 0, 1 (CTA 0 issues, cta_group::2); warpgroup c: epilogue of consumer c.
       The cluster tile grows along M to 512x256: consumer c computes rows
       [m_base + 256c, m_base + 256c + 256) (128 from each CTA) against the SAME 256 B rows.
       Layout: Asmem gains a consumer axis, (PIPE_DEPTH, 2, 128, 64); consumer c accumulates
@@ -44,13 +43,8 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
       tensor cores busy across tile boundaries (the lesson quotes the book's B200 figures).
     Edges as in v8 over ceil(M/512) x ceil(N/256) cluster tiles: a consumer or CTA whose
       rows lie past M still loads (zeros), computes, arrives and stores (dropped).
-    Epilogue (issue 28; tirx_gemm.epilogue): BIAS, ACT, OUT_DTYPE "float32", SWIGLU, per
-      128-byte chunk of a row: tcgen05.ld -> fp32 registers (+ bias, activation or
-      silu(gate) * up, one rounding) -> the warpgroup's Dsmem band -> TMA store. Operands A,
-      B, D, then bias (N,). SWIGLU's interleaved weight (groups of 8) puts gate and up of an
-      output in one thread's registers; barriers, roles and MMA are the plain kernel's, and
-      all keywords off is the same PrimFunc. RUNTIME_M (helpers.runtime_rows): M at run
-      time, checked on NumSim only.
+    Epilogue keywords BIAS, ACT, OUT_DTYPE, SWIGLU (tirx_gemm.epilogue) and RUNTIME_M: see
+      the lesson; barriers, roles and MMA stay the plain kernel's (all off: the same PrimFunc).
     Constraints: any M >= 1; N, K multiples of 8; PIPE_DEPTH >= 1 within SMEM (48 KiB per
       stage); SM_COUNT even; dtype float16 (default) or bfloat16.
     Run: ``tirx-gemm build v9 --mnk 4096,4096,4096``; ``tirx-gemm sim v9`` (NumSim).
@@ -95,10 +89,12 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, NUM_CONSUMER, "mma2ld")
-        ld2mma = H.Barriers(pool, NUM_CONSUMER, "ld2mma")
+        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma 2 (one
+        # commit per consumer); mma2ld 1; ld2mma 2 x 128 (epilogue c of both CTAs)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMER)
+        accs = H.Ring(pool, NUM_CONSUMER, "mma2ld", 1, "ld2mma", CTA_PAIR * 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, NUM_CONSUMER, BLK_M, BLK_K), dtype,
                            layout=A_layout)
@@ -106,15 +102,11 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         Dsmem = pool.alloc((NUM_CONSUMER * BLK_M, OUT_N), out_dtype, layout=D_layout)
         pool.commit()
 
-        # arrival counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma 2 (one
-        # commit per consumer); mma2ld 1; ld2mma 2 x 128 (epilogue c of both CTAs)
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(NUM_CONSUMER)
-                    mma2ld.init(1)
-                    ld2mma.init(CTA_PAIR * 128)
+                    stages.init()
+                    accs.init()
                 W.tmem_alloc_pair(tmem_addr)
         W.publish_setup_cluster()
         tmem = W.tmem_accumulator()

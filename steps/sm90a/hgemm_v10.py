@@ -75,33 +75,28 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     """Step card -- v10, ping-pong consumers.
 
     Changes from v9: each consumer warpgroup owns whole tiles of BLK_M x BLK_N (128x128 by
-      default: two m64n128 wgmmas per k16 slice, 128 fp32 accumulators per thread); the
-      CTA's tiles alternate (even to warpgroup 0, odd to warpgroup 1) and the two take turns
-      on the tensor cores:
+      default: two m64n128 wgmmas per k16 slice); the CTA's tiles alternate (even to
+      warpgroup 0, odd to warpgroup 1) and the two take turns on the tensor cores:
       * warpgroup w waits for its turn (TURN + w), issues its tile's whole mainloop, gives
         the turn to the other (bar.arrive on TURN + 1 - w, only if that one has a tile), and
-        only then drains its wgmmas and stores the tile (v9's stmatrix + TMA store, one
-        64-row block at a time: BLK_N / 4 = 32 registers for 128x128);
+        only then drains its wgmmas and stores the tile (v9's stmatrix + TMA store);
       * the producer loads tiles in the order they are taken; a stage is one tile's A and B
         slice, 32 KB instead of 48 KB: PIPE_DEPTH 6;
       * ORDER="group" (v9's L2 groups) or "snake"; BLK_M=64: a 64x256 tile (40 KB stages).
-      The cluster (2 CTAs, B multicast), the producer and the epilogue staging are v9's.
+      Cluster (2 CTAs, B multicast), producer and epilogue staging: v9's.
     Why: a warpgroup's whole epilogue runs under the other's mainloop instead of one or two
-      K steps. The cost: half-size tiles pull 50% more bytes from L2 per flop (the lesson
-      has what the H200 measured).
+      K steps; half-size tiles pull 50% more L2 bytes per flop (H200 results: the lesson).
     Contracts/Barriers (the lesson's table has counts and phases):
-      tma2mma[s] (count 1): this CTA's producer (expect_tx, half of B from the peer's
-        multicast) -> the 128 threads of the ONE warpgroup that owns the stage's tile.
-      mma2tma[s] (count 2): threads 0 and 1 of the owning warpgroup, one arrival in each
-        CTA -> each CTA's producer, from phase 1.
+      tma2mma[s]: this CTA's producer (expect_tx, half of B from the peer's multicast)
+        -> the 128 threads of the ONE warpgroup that owns the stage's tile.
+      mma2tma[s]: threads 0 and 1 of the owning warpgroup, one arrival in each CTA -> each
+        CTA's producer, from phase 1.
       TURN + w (ids 3, 4; 256 threads): warpgroup 1 - w bar.arrives once its mainloop is
         issued and the next tile exists; warpgroup w bar.syncs before each of its tiles but
-        warpgroup 0's first, so arrivals and waits pair up at any tile count (and tma2mma's
-        parity waits stay exact).
+        warpgroup 0's first, so arrivals and waits pair up at any tile count.
       EPI + w (ids 1, 2; 128 threads): v9's staging barrier of warpgroup w.
-    Epilogue (issue 28, BIAS and ACT; tirx_gemm/epilogue.py): applied to each 64-row block's
-      accumulators right before its pack, under the other warpgroup's mainloop. matmul routes
-      here only with chooser.EPILOGUE_STEP = "v10" or ``matmul(..., step="v10")``.
+    Epilogue BIAS and ACT (tirx_gemm/epilogue.py): on each 64-row block right before its
+      pack, under the other warpgroup's mainloop (matmul's use of it: the lesson).
     Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; BLK_M 128 or
       64; EPI_BUFS dividing BLK_N / 64; PIPE_DEPTH >= 2 stages plus 2 * EPI_BUFS * 8 KB of
       staging within 227 KB; SM_COUNT even; ORDER "group" or "snake"; PRODUCER_REGS /
@@ -163,8 +158,14 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
+        #   (expect_tx for A_STAGE + B_STAGE bytes, half of B from the peer's multicast);
+        #   the 128 threads of the consumer warpgroup owning that tile wait. Phase 0 first.
+        # mma2tma[s]: threads 0, 1 of the owning consumer warpgroup of BOTH CTAs arrive
+        #   (CLUSTER_SIZE arrivals, one remote) once its wgmmas have read stage s; this
+        #   CTA's producer waits from phase 1 (a fresh barrier: every stage starts empty).
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", W.CLUSTER_SIZE)
+        tma2mma, mma2tma = stages.full, stages.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -173,16 +174,9 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
-        #   (expect_tx for A_STAGE + B_STAGE bytes, half of B from the peer's multicast);
-        #   the 128 threads of the consumer warpgroup owning that tile wait. Phase 0 first.
-        # mma2tma[s]: threads 0, 1 of the owning consumer warpgroup of BOTH CTAs arrive
-        #   (CLUSTER_SIZE arrivals, one remote) once its wgmmas have read stage s; this
-        #   CTA's producer waits from phase 1 (a fresh barrier: every stage starts empty).
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(W.CLUSTER_SIZE)
+                stages.init()
         W.publish_setup_cluster()
 
         scheduler = Scheduler(

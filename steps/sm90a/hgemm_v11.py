@@ -124,8 +124,15 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        # tma2mma[s]: the producer thread arrives once per load into stage s
+        #   (arrive.expect_tx) and the TMA unit completes the bytes; all 256 consumer
+        #   threads wait. Initial phase 0; consumers wait from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS
+        #   arrivals) once its wgmmas have finished reading stage s; the producer waits
+        #   before reloading it. Initial phase 0; the producer waits from phase 1, which a
+        #   fresh barrier counts as complete: every stage starts empty.
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
         arrivals = pool.alloc((NUM_CONSUMERS,), "int32")  # a half's count before ours
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
@@ -134,17 +141,9 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # tma2mma[s]: the producer thread arrives once per load into stage s
-        #   (arrive.expect_tx) and the TMA unit completes the bytes; all 256 consumer
-        #   threads wait. Initial phase 0; consumers wait from phase 0.
-        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS
-        #   arrivals) once its wgmmas have finished reading stage s; the producer waits
-        #   before reloading it. Initial phase 0; the producer waits from phase 1, which a
-        #   fresh barrier counts as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(NUM_CONSUMERS)
+                stages.init()
         W.publish_setup()
 
         # every role walks the same unit sequence with its own copy of the scheduler

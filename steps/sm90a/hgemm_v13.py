@@ -47,11 +47,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
               CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None):
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
-    Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (the
-      bit patterns: TMA copies bytes, the .e4m3.e4m3 wgmma reads them; a float8_e4m3fn
-      tensor goes in as ``t.view(torch.uint8)``, tirx_gemm.fp8). One wgmma is m64nBLK_Nk32,
-      a stage is BLK_K = 128 (4 wgmmas per consumer). Ring, producer, tile walk and
-      overlapped epilogue are v12's; D is ``dtype`` (float16 default, bfloat16), fp32 acc.
+    Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a
+      float8_e4m3fn tensor as ``t.view(torch.uint8)``; tirx_gemm.fp8). One wgmma is
+      m64nBLK_Nk32, a stage is BLK_K = 128 (4 wgmmas per consumer). Ring, producer, tile
+      walk and overlapped epilogue are v12's; D is ``dtype`` (float16, bfloat16), fp32 acc.
     Scale contract (SCALE; fp32 scale_a, scale_b after D):
       "tensor": (1,), (1,): D = (sa * sb) * (A @ B.T), in the epilogue;
       "row": (M,), (N,): D[m, n] = sa[m] * sb[n] * (A @ B.T)[m, n], in the epilogue;
@@ -61,13 +60,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     Promotion (why): Hopper's fp8 wgmma keeps about 14 bits of its running sum (DeepSeek-V3
       report, arXiv 2412.19437), so PROMOTE k32 wgmmas sum into ``tmp`` (scale-d 0 first)
       before acc += tmp * factor in fp32 FMAs; a multiple of 4 (a stage boundary). Default 4
-      (the accurate mode, as matmul_fp8's); PROMOTE=0 is opt-in fast accumulation, outside
-      the project's tolerance at deep K (the lesson has the error tables and timings).
+      (accurate, as matmul_fp8's); PROMOTE=0: opt-in fast accumulation (errors: the lesson).
     PROMOTE_OVERLAP (default True at PROMOTE=4): stage 2j into tmp0, 2j+1 into tmp1;
-      wait_group 1, promote tmp0 while tmp1's wgmmas run, wait_group 0, promote tmp1. Pairs
-      within one iteration because ptxas tracks wgmma groups only inside a loop iteration (a
-      rolling lag serialized every wgmma: C7514; a branch-chosen tmp: C7520). K_TILES odd:
-      the producer loads one more stage wholly past K (zeros). The first pair is peeled.
+      wait_group 1, promote tmp0 while tmp1's wgmmas run, wait_group 0, promote tmp1 (why
+      pairs: the lesson). K_TILES odd: the producer loads one more stage past K (zeros).
     Contracts/Barriers: v12's: tma2mma counts 1 (expect_tx (BLK_M + BLK_N) x 128 bytes,
       a stage past K included), mma2tma counts BLK_M // 64; overlapped: stage 2j released
       after wait_group 1, 2j+1 after wait_group 0 (``held`` walks the ring); serial: after
@@ -78,8 +74,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       accumulators within a 200-register budget (overlapped 3 x BLK_N / 2: BLK_N <= 128; serial
       BLK_N + BLK_N / 4: <= 160); PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH >= 2 within
       227 KB; RUNTIME_M / RUNTIME_NK as v12.
-    Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024`` (per-tensor scales,
-      run.runner.Fp8Operands); every SCALE mode: ``tirx_gemm.matmul_fp8``.
+    Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024``; every SCALE: matmul_fp8.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
     dtype = H.check_fp8_contract(M, N, K, dtype)
@@ -184,8 +179,14 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx
+        #   of the (BLK_M + BLK_N) x 128-byte box pair, zero-filled edges included); every
+        #   consumer thread waits. Initial phase 0; consumers wait from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
+        #   once its wgmmas have finished reading stage s; the producer waits from
+        #   phase 1 (every stage starts empty).
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
@@ -195,16 +196,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx
-        #   of the (BLK_M + BLK_N) x 128-byte box pair, zero-filled edges included); every
-        #   consumer thread waits. Initial phase 0; consumers wait from phase 0.
-        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
-        #   once its wgmmas have finished reading stage s; the producer waits from
-        #   phase 1 (every stage starts empty).
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(NUM_CONSUMERS)
+                stages.init()
         W.publish_setup()
 
         scheduler = ClusterPersistentScheduler2D(

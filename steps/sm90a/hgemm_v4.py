@@ -29,8 +29,8 @@ def hgemm_v4(M: int, N: int, K: int, dtype: str = "float16"):
     Why: the copy no longer costs 32 load/store instructions per thread and slice plus
     address math; the TMA unit moves whole 128-byte rows, swizzled in flight, and writes
     output rows as full lines. Loads and wgmma are still serial inside a CTA; the overlap
-    comes from the ~3 CTAs resident per SM (65 KiB of SMEM, 128 threads each); a ring of
-    stages is v5.
+    comes from the ~3 CTAs resident per SM (128 threads each; the lesson has their SMEM);
+    a ring of stages is v5.
     Edges: each tensor map carries the true extents of A, B and D, so a load box past the
     edge is zero-filled (and still counts in full on tma_bar: expect_tx stays 32 KiB) and a
     store box writes only the part inside D. Zeros add nothing: the grid is ceil(M/128) x

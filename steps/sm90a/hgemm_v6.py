@@ -26,9 +26,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     Contract: barriers are reused across tiles, so their phases are carried from tile to
     tile, not restarted: the ring position (stage, phase) lives in a PipelineState that
     counts slices for the life of the CTA (global slice g: stage g % PIPE_DEPTH, phase
-    (g // PIPE_DEPTH) & 1). (The seed restarted phases at 0 per tile, which is right only
-    when every barrier completes an even number of phases per tile: K/64 a multiple of
-    2*PIPE_DEPTH. Carrying them removes that constraint: any K is fine.) Because the ring
+    (g // PIPE_DEPTH) & 1), so any K is fine (the lesson: the seed's restart). Because the ring
     is empty after the last slice, the first PIPE_DEPTH slices of the *next* tile are
     requested before this tile's epilogue (into the stages after the last one used), and
     the TMA store is waited for (read side only) just before Dsmem is rewritten, one tile
@@ -39,8 +37,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     v5's second CTA per SM already hides most of them (compare v5 and v6 in the results
     table); what persistence really buys is a CTA that lives for all its tiles, which v7
     needs to give its warps long-running roles. CTAS_PER_SM=2 keeps v5's two CTAs per SM
-    (one CTA's wgmma drain is covered by the other's wgmmas); one CTA per SM with
-    PIPE_DEPTH=4 ran much slower.
+    (one CTA's wgmma drain is covered by the other's wgmmas).
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
     ceil(M/128) x ceil(N/128) tiles); PIPE_DEPTH >= 1 with 32 KB per stage plus 32 KB
     Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the 228 KB of

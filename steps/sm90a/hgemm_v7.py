@@ -30,18 +30,11 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
       so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
       m64n256k16 does the work of two m64n128k16.
-    Scope / Layout / Dispatch: all three. Scope: 3 warpgroups (384 threads) with roles, 2 MMA
-      issuers. Layout: 128x256 tile, 48 KB stages, full+empty barriers, Dsmem 128x256 kept
-      as two contiguous 64-row halves (four 64x64 TMA boxes each).
-      Dispatch: producer/consumer overlap, wgmma kept asynchronous across K steps, setmaxnreg.
     Why: in v6 the tensor cores idle at every K step while a warpgroup drains its wgmmas
       (wait_group(0)), syncs the CTA and refills a stage; only the second CTA on the SM
       covers that. Here the producer never stalls a consumer, a consumer's next wgmmas are
-      queued before the previous ones finish, and the two consumers share the tensor cores.
-      This is the structure of CUTLASS's sm90 warp-specialized kernels and of fast.cu's
-      128x256 kernels. PIPE_DEPTH=2 ran much slower on an H200: with 48 KB stages two
-      slices do not cover the load latency. Small problems lose to v6: at 1024x2048x512
-      there are 64 tiles of 128x256 for 132 SMs.
+      queued before the previous ones finish, and the two consumers share the tensor cores
+      (CUTLASS's sm90 warp-specialized structure; the lesson has what the H200 showed).
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
       ceil(M/128) x ceil(N/256) tiles); dtype float16 or bfloat16;
@@ -79,15 +72,6 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
-        pool.commit()
-
-        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         # tma2mma[s]: the producer thread arrives once per load into stage s
         #   (arrive.expect_tx) and the TMA unit completes the bytes; all 256 consumer
         #   threads wait. Initial phase 0; consumers wait from phase 0.
@@ -95,10 +79,18 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         #   arrivals) once its wgmmas have finished reading stage s; the producer waits
         #   before reloading it. Initial phase 0; the producer waits from phase 1, which a
         #   fresh barrier counts as complete: every stage starts empty.
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(NUM_CONSUMERS)
+                stages.init()
         W.publish_setup()
 
         # every role walks the same tile sequence with its own copy of the scheduler state

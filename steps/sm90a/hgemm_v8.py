@@ -74,15 +74,6 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
-        pool.commit()
-
-        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
         #   (arrive.expect_tx for all 48 KB landing here); the bytes are completed by this
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
@@ -92,10 +83,19 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         #   have finished reading stage s; this CTA's producer waits before refilling it
         #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
         #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1,
+                        "mma2tma", W.CLUSTER_SIZE * NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(W.CLUSTER_SIZE * NUM_CONSUMERS)
+                stages.init()
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
         W.publish_setup_cluster()
 

@@ -30,13 +30,12 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         per warpgroup; a staging tile is reused only after the store that read it is done
         reading (cp.async.bulk.wait_group.read), nothing waits for GMEM;
       * staging shrinks from v8's 64 KB to NUM_CONSUMERS * EPI_BUFS * 8 KB (32 KB): room
-        for a 4th 48 KB stage (PIPE_DEPTH=4, 225 KiB in all), which v8's lock-stepped CTA
-        pair needs more than v7 did.
+        for a 4th 48 KB stage (PIPE_DEPTH=4), which v8's lock-stepped CTA pair needs.
       The cluster, barriers and roles are v8's.
     Why: v7/v8 lose the tensor cores for one epilogue per tile, a few percent of a tile's
       mainloop at 4096^3; here it hides behind up to two queued K steps, only partly (the
       lesson has the arithmetic and the recorded timeline).
-    Contracts/Barriers: v8's tma2mma and mma2tma, unchanged (comments at their inits); the
+    Contracts/Barriers: v8's tma2mma and mma2tma, unchanged (comments at their ring); the
       staging tiles are guarded by bulk-group waits and the owning warpgroup's named
       barrier (store_packed_tile).
     Constraints: any M >= 1; N, K multiples of 8 (a 64-column chunk wholly past N is stored
@@ -94,16 +93,6 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype,
-                            layout=D_layout)
-        pool.commit()
-
-        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
         #   (arrive.expect_tx for all 48 KB landing here); the bytes are completed by this
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
@@ -113,10 +102,20 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         #   have finished reading stage s; this CTA's producer waits before refilling it
         #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
         #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1,
+                        "mma2tma", W.CLUSTER_SIZE * NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype,
+                            layout=D_layout)
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(W.CLUSTER_SIZE * NUM_CONSUMERS)
+                stages.init()
         # the peer signals these barriers: publish the inits cluster-wide before anyone may
         W.publish_setup_cluster()
 

@@ -1,0 +1,246 @@
+#!/usr/bin/env python
+"""Fill the lessons' generated figures from their homes (issue 30: one home per fact).
+
+    python scripts/render_docs.py [--check]
+
+Two kinds of marked places in steps/lessons/vN.md, each an HTML comment pair around the
+value (invisible when the Markdown is rendered, readable in the source):
+
+- a barrier table's count cell, ``<!-- count -->`CTA_PAIR * 128` = 256<!-- /count -->``:
+  the arrival count of the one mbarrier the row names, as the step's builder declares it
+  (a full/empty ``H.Ring(...)``, ``H.Barriers(...)`` with ``.init(n)``, v10's
+  ``W.ClusterLaunchControl(...)``), evaluated with the builder's defaults; the row's arch
+  is its section's ("## Barriers: sm_100a");
+- a build figure, ``<!-- build:smem_kib v7@sm_100a -->161<!-- /build -->``: a field of
+  the step's canonical build in goldens/expectations/build.json (``tirx-gemm regress
+  --cpu --update``): smem_kib (shared memory per CTA, KiB rounded), registers, threads,
+  setmaxnreg_dec, setmaxnreg_inc, reg_cap (the register cap at the build's threads,
+  64K / threads rounded down to 8).
+
+Without --check the lessons are rewritten in place. With --check nothing is written: the
+exit status is 1 when a lesson is stale (each stale file named), 2 when a marker cannot be
+filled (the reason named). A step card (a builder's docstring) holds no markers: it points
+at its lesson for a build figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LESSONS_DIR = ROOT / "steps" / "lessons"
+EXPECTATIONS_PATH = ROOT / "goldens" / "expectations" / "build.json"
+
+COUNT = re.compile(r"<!-- count -->(.*?)<!-- /count -->")
+BUILD = re.compile(r"<!-- build:(\w+) (v\d+)@(sm_\w+) -->(.*?)<!-- /build -->")
+BUILD_FIELDS = ("smem_kib", "registers", "threads", "setmaxnreg_dec", "setmaxnreg_inc",
+                "reg_cap")
+
+# how a builder declares its mbarriers
+_DECL = re.compile(r'(\w+) = H\.Barriers\([^)]*"(\w+)"\)')
+_INIT = re.compile(r"(\w+)\.init\(([^)]*)\)")
+# a full/empty ring declares both barriers and both counts in one call
+_RING = re.compile(r'= H\.Ring\(\s*\w+,\s*[^,]+,\s*"(\w+)",\s*([^,]+),\s*"(\w+)",\s*([^)]+)\)')
+# v10's scheduler object: its barriers' names and full count are the class's, the readers'
+# count is the kernel's argument
+_CLC = re.compile(r'= W\.ClusterLaunchControl\(\s*\w+,\s*([^,)]+)')
+
+
+class RenderError(ValueError):
+    """A marker that cannot be filled: the text says where and why."""
+
+
+# --------------------------------------------------------------------------------------
+# barrier declarations
+# --------------------------------------------------------------------------------------
+def _builder_fn(src: str, builder) -> ast.FunctionDef:
+    # the builder's own function: a file may hold a second builder for another mode
+    # (sm_100a v13's MXFP8 kernel, on v7's skeleton) with its own barriers
+    return next(n for n in ast.walk(ast.parse(src))
+                if isinstance(n, ast.FunctionDef) and n.name == builder.__name__)
+
+
+def builder_constants(src: str, builder) -> dict:
+    """The builder's defaults and the plain constants its body assigns before the kernel
+    (``CTA_PAIR = W.CTA_PAIR``, ``CLC_READERS = CTA_PAIR * (32 + 32 + 128) + 32``), evaluated
+    in order; an assignment that needs more than those is skipped."""
+    from tirx_gemm import blackwell, helpers, hopper
+    ns = {"W": blackwell if "blackwell as W" in src else hopper, "H": helpers}
+    ns.update({k: p.default for k, p in inspect.signature(builder).parameters.items()
+               if p.default is not inspect.Parameter.empty})
+    for node in _builder_fn(src, builder).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            try:
+                value = eval(compile(ast.Expression(node.value), "<builder>", "eval"), ns)
+            except Exception:
+                continue
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                ns[target.id] = value
+            elif isinstance(target, ast.Tuple) and isinstance(value, tuple):
+                ns.update({t.id: v for t, v in zip(target.elts, value)
+                           if isinstance(t, ast.Name)})
+    return ns
+
+
+def step_source(step) -> str:
+    return (ROOT / "steps" / step.arch.replace("_", "") / f"hgemm_{step.id}.py").read_text(
+        encoding="utf-8")
+
+
+def declared_counts(step) -> dict[str, str | None]:
+    """{mbarrier name: the expression of its arrival count (None: not found)} as the step's
+    builder declares them."""
+    src = step_source(step)
+    fn = _builder_fn(src, step.builder())
+    body = ast.get_source_segment(src, fn)
+    inits = dict(_INIT.findall(body))
+    counts = {name: inits.get(var) for var, name in _DECL.findall(body)}
+    for full, full_count, empty, empty_count in _RING.findall(body):
+        counts[full], counts[empty] = full_count.strip(), empty_count.strip()
+    for readers in _CLC.findall(body):
+        from tirx_gemm.blackwell import ClusterLaunchControl as CLC
+        counts[CLC.FULL] = str(CLC.FULL_COUNT)
+        counts[CLC.EMPTY] = readers.strip()
+    return counts
+
+
+def count_value(step, expr: str, ns: dict | None = None) -> int:
+    ns = builder_constants(step_source(step), step.builder()) if ns is None else ns
+    value = eval(expr, ns)
+    if not isinstance(value, int):
+        raise RenderError(f"{step.key}: arrival count {expr!r} is not an int ({value!r})")
+    return value
+
+
+def count_text(expr: str, value: int) -> str:
+    """What a count cell shows: the value, with the builder's expression when it is one."""
+    return str(value) if expr.strip() == str(value) else f"`{expr}` = {value}"
+
+
+def row_mbarriers(first_cell: str, counts: dict) -> list[str]:
+    """The declared mbarriers a table row's first cell names (`name` or `name[s]`)."""
+    return [n for n in re.findall(r"`(\w+)(?:\[[^\]]*\])?`", first_cell) if n in counts]
+
+
+def barrier_sections(text: str):
+    """(arch, start, end) of each "## Barriers: <arch>" section of a lesson."""
+    for m in re.finditer(r"^## Barriers: (sm_\w+)\n(.*?)(?=^## |\Z)", text, re.S | re.M):
+        yield m.group(1), m.start(2), m.end(2)
+
+
+def _render_counts(step_id: str, text: str, where: str) -> str:
+    from tirx_gemm import registry
+    out, pos = [], 0
+    for arch, start, end in barrier_sections(text):
+        section = text[start:end]
+        if "<!-- count -->" not in section:
+            continue
+        step = registry.get(step_id, arch)
+        counts = declared_counts(step)
+        ns = builder_constants(step_source(step), step.builder())
+        lines = section.split("\n")
+        for i, line in enumerate(lines):
+            if "<!-- count -->" not in line:
+                continue
+            cells = line.split("|")
+            names = row_mbarriers(cells[1], counts) if len(cells) > 2 else []
+            if len(names) != 1:
+                raise RenderError(f"{where} (Barriers: {arch}): a count marker in a row that "
+                                  f"names {len(names)} declared mbarriers: {line[:80]!r}")
+            expr = counts[names[0]]
+            if expr is None:
+                raise RenderError(f"{where}: {step.key} declares {names[0]} without a count")
+            text_ = count_text(expr, count_value(step, expr, ns))
+            lines[i] = COUNT.sub(lambda m: f"<!-- count -->{text_}<!-- /count -->", line)
+        out.append(text[pos:start] + "\n".join(lines))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------
+# build figures
+# --------------------------------------------------------------------------------------
+def build_figure(expectations: dict, step_id: str, arch: str, field: str) -> int:
+    from tirx_gemm import registry
+    step = registry.get(step_id, arch)
+    key = f"{step.key}:{'x'.join(map(str, step.canonical))}"
+    entry = expectations.get(key)
+    if entry is None:
+        raise RenderError(f"{key}: no build expectation recorded in "
+                          f"{EXPECTATIONS_PATH.relative_to(ROOT)}")
+    split = entry.get("setmaxnreg") or {}
+    if field == "smem_kib":
+        return round(entry["smem_bytes"] / 1024)
+    if field in ("registers", "threads"):
+        return entry[field]
+    if field == "reg_cap":
+        return 65536 // entry["threads"] // 8 * 8
+    if field in ("setmaxnreg_dec", "setmaxnreg_inc"):
+        values = split.get(field.split("_")[1]) or []
+        if len(values) != 1:
+            raise RenderError(f"{key}: setmaxnreg {field.split('_')[1]} is {values!r}, not "
+                              "one value")
+        return values[0]
+    raise RenderError(f"unknown build field {field!r} (one of {', '.join(BUILD_FIELDS)})")
+
+
+def _render_build(text: str, expectations: dict) -> str:
+    return BUILD.sub(lambda m: (f"<!-- build:{m.group(1)} {m.group(2)}@{m.group(3)} -->"
+                                f"{build_figure(expectations, m.group(2), m.group(3), m.group(1))}"
+                                "<!-- /build -->"), text)
+
+
+# --------------------------------------------------------------------------------------
+def render_lesson(path: Path, expectations: dict | None = None) -> str:
+    """The lesson at ``path`` with every marker filled from its home."""
+    expectations = load_expectations() if expectations is None else expectations
+    text = path.read_text(encoding="utf-8")
+    rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    return _render_build(_render_counts(path.stem, text, rel), expectations)
+
+
+def load_expectations() -> dict:
+    return json.loads(EXPECTATIONS_PATH.read_text(encoding="utf-8"))
+
+
+def stale(expectations: dict | None = None) -> list[Path]:
+    """The lessons whose markers do not hold what their homes say."""
+    expectations = load_expectations() if expectations is None else expectations
+    return [p for p in sorted(LESSONS_DIR.glob("v*.md"))
+            if render_lesson(p, expectations) != p.read_text(encoding="utf-8")]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if a lesson is stale")
+    args = ap.parse_args(argv)
+    try:
+        expectations = load_expectations()
+        changed = stale(expectations)
+        if args.check:
+            for p in changed:
+                print(f"stale: {p.relative_to(ROOT)} (run python scripts/render_docs.py)")
+            return 1 if changed else 0
+        for p in changed:
+            p.write_text(render_lesson(p, expectations), encoding="utf-8")
+            print(f"wrote {p.relative_to(ROOT)}")
+    except RenderError as e:
+        print(f"render_docs: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
