@@ -222,3 +222,16 @@ def test_stream_k_kernel_takes_the_workspace_and_counts_only_when_the_plan_is_on
     rt = step.build_primfunc(256, 4096, 4096, BLK_M=64, BLK_N=176, STREAM_K=True,
                              RUNTIME_M=True).script()
     assert count in rt
+
+
+def test_workspace_follows_each_arch_default_pool():
+    """Without SM_COUNT the workspace is sized for the arch builder's own default pool
+    (sm_100a v12: 148 CTAs, sm_90a: 132), not one arch's for both."""
+    from tirx_gemm import registry, spec
+    for arch in ("sm_90a", "sm_100a"):
+        specs = dict((n, shape) for n, shape, _ in
+                     registry.get("v12", arch).workspace_specs(256, 256, 4096,
+                                                               {"STREAM_K": True}))
+        g = spec.SM_COUNT[arch]
+        assert specs["CNT"] == (SK.counters(g),)
+        assert specs["WS"][0] == SK.workspace_slabs(g)

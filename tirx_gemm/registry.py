@@ -151,7 +151,7 @@ _LESSONS = {
     "v9": "multiple consumers: two MMA warps into separate TMEM column ranges (all 512) share each staged B tile; two epilogue warpgroups",
     "v10": "dynamic persistent scheduling: Cluster Launch Control hands each CTA pair its next tile, and the TMEM accumulator is double-buffered so the epilogue of tile t runs under the MMAs of tile t+1",
     "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; every split stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
-    "v12": "tile menu: BLK_N 16..256 (step 16) at BLK_M 128 in one builder, v7's warp-specialized kernel with a ring as deep as fits, 64-column chunks by TMA store and a narrow tail stored from registers, RUNTIME_M (one kernel for every M); wave efficiency and bytes per flop pick the tile",
+    "v12": "tile menu: BLK_N 16..256 (step 16) at BLK_M 128 in one builder, v7's warp-specialized kernel with a ring as deep as fits, 64-column chunks by TMA store and a narrow tail stored from registers, RUNTIME_M (one kernel for every M), SWAP_AB (tokens in the MMA's N) and STREAM_K (the tail wave's K steps in units, a fixed-order reduction); wave efficiency and bytes per flop pick the tile",
 }
 # The Hopper twins teach the same scheduling lessons; the MMA is wgmma (accumulator in
 # registers, issued by a whole warpgroup) instead of tcgen05 (TMEM, one elected thread).
@@ -436,7 +436,7 @@ STEPS: list[Step] = [
                    ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
                    + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1],
                    _EDGE_BAD, _TMA, ("LDG.E.128",)),
-            workspace="tirx_gemm.streamk:workspace_specs"),  # STREAM_K's WS, CNT
+            workspace="tirx_gemm.streamk:workspace_specs_sm100a"),  # STREAM_K's WS, CNT
     # v12 (sm_90a, tile menu): 1x1 CTAs, BLK_M x BLK_N a tunable (64|128 x 16..256 step
     # 16), RUNTIME_M; registry builds use the default 128x128. Tests: decode and odd token
     # counts beside the edge shapes; promises the stmatrix + TMA-store epilogue of the

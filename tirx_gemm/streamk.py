@@ -142,14 +142,15 @@ def shape_plan(M: int, N: int, K: int, blk_m: int, blk_n: int, G: int) -> Plan:
     return plan(ceil_div(M, blk_m) * ceil_div(N, blk_n), k_tiles_of(K), G)
 
 
-def _kw_tile(kwargs: dict) -> tuple[int, int, int]:
+def _kw_tile(kwargs: dict, arch: str = "sm_90a") -> tuple[int, int, int]:
     bm = kwargs.get("BLK_M") or DEFAULT_TILE[0]
     bn = kwargs.get("BLK_N") or DEFAULT_TILE[1]
-    g = kwargs.get("SM_COUNT") or spec.SM_COUNT["sm_90a"]
+    g = kwargs.get("SM_COUNT") or spec.SM_COUNT[arch]  # the arch's builder default
     return bm, bn, g
 
 
-def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None):
+def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
+                    arch: str = "sm_90a"):
     """The extra operands of sm_90a v12 after D: none unless STREAM_K.
 
     WS  (G + G // 2, BLK_M * BLK_N) float32: slab u + j holds unit u's fp32 partial of
@@ -162,8 +163,13 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None):
     kwargs = dict(kwargs or {})
     if not kwargs.get("STREAM_K"):
         return ()
-    bm, bn, g = _kw_tile(kwargs)
+    bm, bn, g = _kw_tile(kwargs, arch)
     return (("WS", (workspace_slabs(g), bm * bn), "float32"), ("CNT", (counters(g),), "int32"))
+
+
+def workspace_specs_sm100a(M: int, N: int, K: int, kwargs: dict | None = None):
+    """workspace_specs for sm_100a v12 (BLK_M 128; a pool of 148 CTAs unless SM_COUNT)."""
+    return workspace_specs(M, N, K, kwargs, arch="sm_100a")
 
 
 def describe(M: int, N: int, K: int, blk_m: int, blk_n: int, G: int) -> str:
