@@ -497,6 +497,23 @@ def splitk_band_add(WS, tile, base, band, chunk, s0, count, q0, q1, tid, BAND_IT
 
 
 @T.inline
+def splitk_reduce_band(WS, tile, base, band, q0, q1, SPLIT_K, GROUP, tid, BAND_ITERS):
+    # REDUCE="spread", after the wait for all SPLIT_K counts: band (BAND_ITERS * 4 fp32,
+    # this thread's chunks q0 + tid, q0 + tid + 128, ... of [q0, q1), from float offset
+    # `base`) = slab 0 + slab 1 + ... + slab SPLIT_K - 1, in that fixed order: zeroed, then
+    # splitk_band_add over GROUP slabs at a time (their GROUP * BAND_ITERS chunk loads in
+    # flight together) and the SPLIT_K % GROUP left over
+    for c in T.unroll(BAND_ITERS * SPLITK_CHUNK):
+        band[c] = T.float32(0)
+    chunk = T.alloc_local((GROUP * BAND_ITERS * SPLITK_CHUNK,), ACC_DTYPE)
+    for g in T.serial(SPLIT_K // GROUP, annotations=ROLLED):
+        splitk_band_add(WS, tile, base, band, chunk, g * GROUP, GROUP, q0, q1, tid, BAND_ITERS)
+    if SPLIT_K % GROUP > 0:
+        splitk_band_add(WS, tile, base, band, chunk, SPLIT_K // GROUP * GROUP, SPLIT_K % GROUP,
+                        q0, q1, tid, BAND_ITERS)
+
+
+@T.inline
 def splitk_retire_spread(CNT, count_i, done_i, SPLIT_K):
     # REDUCE="spread", one thread after the barrier that follows its band: +1 on the tile's
     # second counter CNT[done_i], acq_rel (every unit's wait on CNT[count_i] is ordered

@@ -210,15 +210,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                         q0 = T.meta_var(split * CHUNKS // SPLIT_K)
                         q1 = T.meta_var((split + 1) * CHUNKS // SPLIT_K)
                         band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
-                        for c in T.unroll(BAND_ITERS * CHUNK):
-                            band[c] = T.float32(0)
-                        chunk = T.alloc_local((GROUP * BAND_ITERS * CHUNK,), H.ACC_DTYPE)
-                        for g in T.serial(SPLIT_K // GROUP, annotations=H.ROLLED):
-                            H.splitk_band_add(WS, tile, 0, band, chunk, g * GROUP, GROUP, q0, q1,
-                                              tid_in_wg, BAND_ITERS)
-                        if SPLIT_K % GROUP > 0:
-                            H.splitk_band_add(WS, tile, 0, band, chunk, SPLIT_K // GROUP * GROUP,
-                                              SPLIT_K % GROUP, q0, q1, tid_in_wg, BAND_ITERS)
+                        H.splitk_reduce_band(WS, tile, 0, band, q0, q1, SPLIT_K, GROUP, tid_in_wg,
+                                             BAND_ITERS)
                         for i in T.unroll(BAND_ITERS):
                             q = T.meta_var(q0 + i * 128 + tid_in_wg)
                             if q < q1:

@@ -57,7 +57,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     Why: the number of tiles decides how many SMs work (1024^3: 32 of 132 busy with v9's
       256x256 pairs, 128 with 128x64). Smaller tiles cost bytes per MAC, 2 x (1/BLK_M +
       1/BLK_N): large shapes want the big tile, small ones the one that fills the SMs.
-    Barriers: tma2mma counts 1 (the producer's expect_tx), mma2tma CLUSTER x BLK_M // 64.
+    Barriers: tma2mma and mma2tma, one H.Ring (counts and contracts at the ring).
     Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
@@ -300,8 +300,18 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
 
         # --- allocate ---
         pool = T.SMEMPool()
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
+        # tma2mma[s]: the producer thread arrives once per load into stage s
+        #   (arrive.expect_tx for the whole (BLK_M + BLK_N) x 64 box pair, zero-filled edges
+        #   included) and the TMA unit completes the bytes; every consumer thread waits.
+        #   Initial phase 0; consumers wait from phase 0. CLUSTER=2: the bytes of the
+        #   peer's B half complete on this CTA's barrier too (its multicast).
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals;
+        #   CLUSTER=2: of both CTAs, CLUSTER * NUM_CONSUMERS, half of them remote) once its
+        #   wgmmas have finished reading stage s; the producer waits before reloading it.
+        #   Initial phase 0; the producer waits from phase 1, which a fresh barrier counts
+        #   as complete: every stage starts empty.
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", CLUSTER * NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
         if SK_CODE:  # a half's count before ours
             arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
@@ -313,20 +323,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        # tma2mma[s]: the producer thread arrives once per load into stage s
-        #   (arrive.expect_tx for the whole (BLK_M + BLK_N) x 64 box pair, zero-filled edges
-        #   included) and the TMA unit completes the bytes; every consumer thread waits.
-        #   Initial phase 0; consumers wait from phase 0. CLUSTER=2: the bytes of the
-        #   peer's B half complete on this CTA's barrier too (its multicast).
-        # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals;
-        #   CLUSTER=2: of both CTAs, CLUSTER * NUM_CONSUMERS, half of them remote) once its
-        #   wgmmas have finished reading stage s; the producer waits before reloading it.
-        #   Initial phase 0; the producer waits from phase 1, which a fresh barrier counts
-        #   as complete: every stage starts empty.
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
-                tma2mma.init(1)
-                mma2tma.init(CLUSTER * NUM_CONSUMERS)
+                stages.init()
         if CLUSTER == 2:  # the peer signals these barriers: publish the inits cluster-wide
             W.publish_setup_cluster()
         else:
