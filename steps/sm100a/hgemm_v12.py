@@ -198,10 +198,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
         # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        tma2mma = H.Barriers(pool, PIPE_DEPTH, "tma2mma")
-        mma2tma = H.Barriers(pool, PIPE_DEPTH, "mma2tma")
-        mma2ld = H.Barriers(pool, ACC_STAGES, "mma2ld")
-        ld2mma = H.Barriers(pool, ACC_STAGES, "ld2mma")
+        # v7's two full/empty rings and their arrival counts: the SMEM stages (tma2mma: 1
+        # expect_tx + the bytes; mma2tma: 1 commit) and the TMEM accumulators (mma2ld: 1
+        # commit; ld2mma: 128, every epilogue thread)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", 128)
+        tma2mma, mma2tma = stages.full, stages.empty
+        mma2ld, ld2mma = accs.full, accs.empty
         if SK_CODE:  # the stream-K tile's count before this unit's
             arrivals = T.meta_var(pool.alloc((1,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
@@ -211,15 +214,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
             Dsmem = T.meta_var(pool.alloc((BLK_M, EPI_N), dtype, layout=D_layout))
         pool.commit()
 
-        # arrival counts: tma2mma 1 (expect_tx) + bytes; mma2tma, mma2ld 1 (commit);
-        # ld2mma 128 (every epilogue thread)
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
-                    tma2mma.init(1)
-                    mma2tma.init(1)
-                    mma2ld.init(1)
-                    ld2mma.init(128)
+                    stages.init()
+                    accs.init()
                 W.tmem_alloc(tmem_addr)
         W.publish_setup()
         tmem = W.tmem_accumulator()
