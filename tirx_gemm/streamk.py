@@ -26,7 +26,7 @@ The plan, for ``tiles`` output tiles, ``k_tiles`` K steps of 64 and a pool of ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from tirx_gemm import spec
@@ -170,6 +170,45 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
 def workspace_specs_sm100a(M: int, N: int, K: int, kwargs: dict | None = None):
     """workspace_specs for sm_100a v12 (BLK_M 128; a pool of 148 CTAs unless SM_COUNT)."""
     return workspace_specs(M, N, K, kwargs, arch="sm_100a")
+
+
+def walk(p: Plan, ops: Ops = PY):
+    """A kernel's walk of its stream-K unit, as eight functions of the plan ``p`` (whose
+    ``iters`` / ``units`` a kernel passes back in from its own locals, computed once):
+    ``(it0(iters, units, u), it1(iters, units, u), t0(it0, it1), tiles(it0, it1),
+    k0(it0, it1, j), steps(it0, it1, j), first(iters, units, j), pieces(iters, units, j))``:
+    the unit's iteration range, its first local tile and tile count, a piece's first K
+    step and K-step count, and the first unit and piece count of tile j. Both arches'
+    v12 builders call these inside their kernel bodies."""
+    def bound(iters, units):
+        return replace(p, iters=iters, units=units)
+
+    def it0(iters, units, u):
+        return unit_range(bound(iters, units), u)[0]
+
+    def it1(iters, units, u):
+        return unit_range(bound(iters, units), u)[1]
+
+    def t0(a, b):
+        return unit_tiles(p, a, b)[0]
+
+    def tiles(a, b):
+        return unit_tiles(p, a, b)[1]
+
+    def k0(a, b, j):
+        return piece_k_range(p, a, b, j, ops)[0]
+
+    def steps(a, b, j):
+        lo, hi = piece_k_range(p, a, b, j, ops)
+        return hi - lo
+
+    def first(iters, units, j):
+        return tile_units(bound(iters, units), j)[0]
+
+    def pieces(iters, units, j):
+        return tile_units(bound(iters, units), j)[1]
+
+    return it0, it1, t0, tiles, k0, steps, first, pieces
 
 
 def describe(M: int, N: int, K: int, blk_m: int, blk_n: int, G: int) -> str:

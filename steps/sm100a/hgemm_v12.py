@@ -4,7 +4,6 @@ Lesson: the tile is a parameter. v7's kernel with BLK_N any multiple of 16 up to
 (tcgen05.mma's N at M = 128): wave efficiency (how many of the SMs get a tile) and the
 bytes each tile moves per flop decide which one a shape should get.
 """
-import dataclasses
 
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
@@ -158,33 +157,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
     # t0 .. t0 + count - 1 (1 or 2), K steps [k0, k0 + steps) of tile j; tile j's pieces
     # come from units first(j) .. first(j) + pieces(j) - 1. `iters`, `units`: the plan's
     # counts, read from local variables (run-time values are computed once)
-    def bound(iters, units):
-        return dataclasses.replace(PLAN, iters=iters, units=units)
-
-    def sk_it0(iters, units, u):
-        return SK.unit_range(bound(iters, units), u)[0]
-
-    def sk_it1(iters, units, u):
-        return SK.unit_range(bound(iters, units), u)[1]
-
-    def sk_t0(it0, it1):
-        return SK.unit_tiles(PLAN, it0, it1)[0]
-
-    def sk_tiles(it0, it1):
-        return SK.unit_tiles(PLAN, it0, it1)[1]
-
-    def sk_k0(it0, it1, j):
-        return SK.piece_k_range(PLAN, it0, it1, j, OPS)[0]
-
-    def sk_steps(it0, it1, j):
-        k0, k1 = SK.piece_k_range(PLAN, it0, it1, j, OPS)
-        return k1 - k0
-
-    def sk_first(iters, units, j):
-        return SK.tile_units(bound(iters, units), j)[0]
-
-    def sk_pieces(iters, units, j):
-        return SK.tile_units(bound(iters, units), j)[1]
+    # the unit's range, its pieces and a tile's pieces as expressions of the run-time
+    # plan's counts (tirx_gemm/streamk.py: one text for both arches)
+    (sk_it0, sk_it1, sk_t0, sk_tiles, sk_k0, sk_steps, sk_first,
+     sk_pieces) = SK.walk(PLAN, OPS)
 
     # the kernel body; WS and CNT are None without STREAM_K (no workspace operands)
     @T.inline
