@@ -17,7 +17,14 @@ value (invisible when the Markdown is rendered, readable in the source):
   setmaxnreg_dec, setmaxnreg_inc, reg_cap (the register cap at the build's threads,
   64K / threads rounded down to 8).
 
-Without --check the lessons are rewritten in place. With --check nothing is written: the
+- a measured figure, ``<!-- rec:results/lab/v10_suite_graph_h200.jsonl M=4096,N=4096,K=512
+  ratio .2f -->1.16<!-- /rec -->``: a field of the LAST record of that JSON-lines file
+  whose keys equal the selectors (``key=value`` pairs, comma-separated; ``-`` for none),
+  a dotted path into the record (``candidates.64x128p.ratio``), formatted by the Python
+  format spec. These also fill README.md: the figures its prose quotes from the H200
+  runs come from the records themselves.
+
+Without --check the lessons (and README.md) are rewritten in place. With --check nothing is written: the
 exit status is 1 when a lesson is stale (each stale file named), 2 when a marker cannot be
 filled (the reason named). A step card (a builder's docstring) holds no markers: it points
 at its lesson for a build figure.
@@ -42,6 +49,8 @@ EXPECTATIONS_PATH = ROOT / "goldens" / "expectations" / "build.json"
 
 COUNT = re.compile(r"<!-- count -->(.*?)<!-- /count -->")
 BUILD = re.compile(r"<!-- build:(\w+) (v\d+)@(sm_\w+) -->(.*?)<!-- /build -->")
+REC = re.compile(r"<!-- rec:(\S+) (\S+) (\S+) (\S+) -->(.*?)<!-- /rec -->", re.S)
+README_PATH = ROOT / "README.md"
 BUILD_FIELDS = ("smem_kib", "registers", "threads", "setmaxnreg_dec", "setmaxnreg_inc",
                 "reg_cap")
 
@@ -202,12 +211,56 @@ def _render_build(text: str, expectations: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------
+# measured figures
+# --------------------------------------------------------------------------------------
+def _selector_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def record_figure(path: str, selectors: str, field: str, fmt: str, root: Path = ROOT) -> str:
+    """``field`` (a dotted path) of the last record in ``path`` matching ``selectors``."""
+    src = root / path
+    if not src.is_file():
+        raise RenderError(f"rec marker: {path} does not exist")
+    want = {} if selectors == "-" else dict(
+        (k, _selector_value(v)) for k, v in (x.split("=", 1) for x in selectors.split(",")))
+    found = None
+    for line in src.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if all(rec.get(k) == v for k, v in want.items()):
+                found = rec
+    if found is None:
+        raise RenderError(f"rec marker: no record of {path} has {selectors}")
+    value = found
+    for part in field.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise RenderError(f"rec marker: the last record of {path} with {selectors} has "
+                              f"no {field}")
+        value = value[part]
+    return format(value, fmt)
+
+
+def _render_records(text: str, root: Path = ROOT) -> str:
+    return REC.sub(lambda m: (f"<!-- rec:{m.group(1)} {m.group(2)} {m.group(3)} {m.group(4)} -->"
+                              f"{record_figure(*m.group(1, 2, 3, 4), root=root)}<!-- /rec -->"),
+                   text)
+
+
+# --------------------------------------------------------------------------------------
 def render_lesson(path: Path, expectations: dict | None = None) -> str:
-    """The lesson at ``path`` with every marker filled from its home."""
+    """The lesson at ``path`` (or README.md) with every marker filled from its home."""
     expectations = load_expectations() if expectations is None else expectations
     text = path.read_text(encoding="utf-8")
+    if path.resolve() == README_PATH.resolve():
+        return _render_records(text)
     rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    return _render_build(_render_counts(path.stem, text, rel), expectations)
+    return _render_records(_render_build(_render_counts(path.stem, text, rel), expectations))
 
 
 def load_expectations() -> dict:
@@ -217,7 +270,7 @@ def load_expectations() -> dict:
 def stale(expectations: dict | None = None) -> list[Path]:
     """The lessons whose markers do not hold what their homes say."""
     expectations = load_expectations() if expectations is None else expectations
-    return [p for p in sorted(LESSONS_DIR.glob("v*.md"))
+    return [p for p in [*sorted(LESSONS_DIR.glob("v*.md")), README_PATH]
             if render_lesson(p, expectations) != p.read_text(encoding="utf-8")]
 
 

@@ -454,6 +454,34 @@ def test_a_hand_typed_count_is_checked(monkeypatch):
     assert any("ld2mma arrival count 64" in p for p in _barrier_problems(step))
 
 
+def test_a_measured_figure_comes_from_its_record(tmp_path):
+    """A rec marker holds the last matching record's field, formatted; --check's staleness
+    follows the record, and a marker no record fills is an error naming the file."""
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text('{"M": 8, "shape": "a", "c": {"x": {"ratio": 0.5}}}\n'
+                    '{"M": 8, "shape": "a", "c": {"x": {"ratio": 0.9449}}}\n'
+                    '{"M": 16, "shape": "a", "c": {"x": {"ratio": 2.0}}}\n')
+    marker = "<!-- rec:runs.jsonl M=8,shape=a c.x.ratio .2f -->{}<!-- /rec -->"
+    text = "v12 ran at " + marker.format("0.50") + " x torch"
+    assert RENDER_DOCS._render_records(text, root=tmp_path) == (
+        "v12 ran at " + marker.format("0.94") + " x torch")
+    with pytest.raises(RENDER_DOCS.RenderError, match="runs.jsonl"):
+        RENDER_DOCS._render_records(marker.replace("M=8", "M=4").format("1"), root=tmp_path)
+    with pytest.raises(RENDER_DOCS.RenderError, match="no c.y.ratio"):
+        RENDER_DOCS._render_records(marker.replace("c.x", "c.y").format("1"), root=tmp_path)
+
+
+def test_readme_quotes_h200_figures_from_their_records():
+    """The README's chooser rules and stream-K paragraph quote their H200 figures through
+    rec markers (filled from results/ by render_docs), not typed by hand."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    used = set(RENDER_DOCS.REC.findall(text))
+    files = {m[0] for m in used}
+    assert {"results/lab/v10_suite_graph_h200.jsonl", "results/lab/v12_pdl_sweep_h200.jsonl",
+            "results/lab/v12_streamk_h200.jsonl"} <= files
+    assert len(used) >= 20
+
+
 def test_generated_lesson_figures_are_fresh():
     """scripts/render_docs.py --check: every count cell and build figure in the lessons
     holds what the builders declare and goldens/expectations/build.json records."""
