@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from v12_sweep import L2_BYTES, LAUNCHES, _check, _graph_time  # noqa: E402
+from v12_sweep import _check, _graph_time, _inputs  # noqa: E402
 
 
 def main(argv) -> int:
@@ -45,12 +45,7 @@ def main(argv) -> int:
             print(f"budget spent: stopping before {entry.label} {dtype}")
             break
         M, N, K = entry.shape
-        tdt = getattr(torch, dtype)
-        sets = max(1, min(LAUNCHES, math.ceil(3 * L2_BYTES / (2 * (M * K + N * K + M * N)))))
-        g = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
-        ins = [((torch.randn(M, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
-                (torch.randn(N, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
-                torch.empty(M, N, device="cuda", dtype=tdt)) for _ in range(sets)]
+        ins, ref, pick, t_torch = _inputs(M, N, K, dtype)
         if forced:
             step, kw = forced, {}
         else:
@@ -63,9 +58,7 @@ def main(argv) -> int:
             print(f"REFUSED {entry.label} {dtype}: {str(exc).splitlines()[0]}", flush=True)
             bad += 1
             continue
-        ok, rel = _check(d0, torch.nn.functional.linear(a0.float(), b0.float()), dtype)
-        pick = [ins[i % sets] for i in range(LAUNCHES)]
-        t_torch = _graph_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d) for a, b, d in pick])
+        ok, rel = _check(d0, ref, dtype)
         t_ours = _graph_time([lambda a=a, b=b, d=d: tirx_gemm.matmul(a, b, out=d, step=forced)
                               for a, b, d in pick])
         r = t_torch / t_ours

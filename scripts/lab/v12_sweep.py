@@ -163,6 +163,25 @@ def _graph_time(fn_list):
     return sorted(times)[2]
 
 
+def _inputs(M, N, K, dtype):
+    """(input sets, the fp32 reference of the first, LAUNCHES picks rotating over the sets,
+    torch.mm's graph time): enough (A, B, D) sets to exceed the L2 (a decode shape's weights
+    come from HBM, as in a model), seeded by the shape."""
+    import torch
+    tdt = getattr(torch, dtype)
+    per_set = 2 * (M * K + N * K + M * N)
+    sets = max(1, min(LAUNCHES, math.ceil(3 * L2_BYTES / per_set)))
+    g = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
+    ins = [((torch.randn(M, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
+            (torch.randn(N, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
+            torch.empty(M, N, device="cuda", dtype=tdt)) for _ in range(sets)]
+    ref = torch.nn.functional.linear(ins[0][0].float(), ins[0][1].float())
+    pick = [ins[i % sets] for i in range(LAUNCHES)]
+    t_torch = _graph_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
+                           for a, b, d in pick])
+    return ins, ref, pick, t_torch
+
+
 def _eager_time(fn_list):
     """ms per launch of the launches queued back to back from the host (no graph): what a
     model's eager forward sees when one GEMM follows another; median of 5 passes."""
@@ -207,17 +226,7 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
                 print(f"budget of {budget_s:.0f} s spent: stopping before {entry.label}")
                 return 0
             M, N, K = entry.shape
-            tdt = getattr(torch, dtype)
-            per_set = 2 * (M * K + N * K + M * N)
-            sets = max(1, min(LAUNCHES, math.ceil(3 * L2_BYTES / per_set)))
-            g = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
-            ins = [((torch.randn(M, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
-                    (torch.randn(N, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
-                    torch.empty(M, N, device="cuda", dtype=tdt)) for _ in range(sets)]
-            ref = torch.nn.functional.linear(ins[0][0].float(), ins[0][1].float())
-            pick = [ins[i % sets] for i in range(LAUNCHES)]
-            t_torch = _graph_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
-                                   for a, b, d in pick])
+            ins, ref, pick, t_torch = _inputs(M, N, K, dtype)
             if with_pdl:  # the PDL sweep: eager back-to-back launches too
                 t_torch_eager = _eager_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
                                              for a, b, d in pick])
@@ -294,17 +303,7 @@ def run_streamk(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
             if time.time() - t0 > budget_s:
                 print(f"budget of {budget_s:.0f} s spent: stopping before {M}x{N}x{K}")
                 return 1 if bad else 0
-            tdt = getattr(torch, dtype)
-            per_set = 2 * (M * K + N * K + M * N)
-            sets = max(1, min(LAUNCHES, math.ceil(3 * L2_BYTES / per_set)))
-            g = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
-            ins = [((torch.randn(M, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
-                    (torch.randn(N, K, device="cuda", generator=g) * K ** -0.25).to(tdt),
-                    torch.empty(M, N, device="cuda", dtype=tdt)) for _ in range(sets)]
-            ref = torch.nn.functional.linear(ins[0][0].float(), ins[0][1].float())
-            pick = [ins[i % sets] for i in range(LAUNCHES)]
-            t_torch = _graph_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
-                                   for a, b, d in pick])
+            ins, ref, pick, t_torch = _inputs(M, N, K, dtype)
             line = []
             for bm, bn in sk_tiles_for((M, N, K)):
                 rec = {"M": M, "N": N, "K": K, "dtype": dtype, "tile": label(bm, bn),
