@@ -22,7 +22,16 @@ value (invisible when the Markdown is rendered, readable in the source):
   whose keys equal the selectors (``key=value`` pairs, comma-separated; ``-`` for none),
   a dotted path into the record (``candidates.64x128p.ratio``), formatted by the Python
   format spec. These also fill README.md: the figures its prose quotes from the H200
-  runs come from the records themselves.
+  runs come from the records themselves. A selector's key may be a dotted path too
+  (``build_kwargs.SWAP_AB=true``); its value is read as JSON where it parses (numbers,
+  ``true``, ``false``, ``null``), else as a string; ``key!=value`` excludes, and
+  ``key^=prefix`` matches a string that starts so (``git_sha^=57362eb9``: one run); a
+  value is %-decoded (``impl=v13%20tensor``: a space). The field may be a quotient of two
+  paths of the same record (``ms.plain/ms.fused``), and may start with an aggregate over
+  EVERY matching record instead of the last one: ``min:``, ``max:``, ``median:``,
+  ``mean:`` or ``geomean:`` (``median:ratio_to_torch``: the median of three passes), or
+  be ``count`` (how many records match). A one-line JSON file is one record (the
+  recorded timelines, ``results/timelines/*.json``).
 
 Without --check the lessons (and README.md) are rewritten in place. With --check nothing is written: the
 exit status is 1 when a lesson is stale (each stale file named), 2 when a marker cannot be
@@ -37,8 +46,10 @@ import ast
 import inspect
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -214,35 +225,95 @@ def _render_build(text: str, expectations: dict) -> str:
 # measured figures
 # --------------------------------------------------------------------------------------
 def _selector_value(text: str):
-    for cast in (int, float):
+    text = unquote(text)
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _path(rec, dotted: str):
+    """The value at a dotted path of a record (a key may hold dots itself:
+    ``ratio_to_linear.tirx_gemm.matmul``); KeyError when a part is missing."""
+    value, parts = rec, dotted.split(".")
+    while parts:
+        for n in range(len(parts), 0, -1):
+            if isinstance(value, dict) and ".".join(parts[:n]) in value:
+                value, parts = value[".".join(parts[:n])], parts[n:]
+                break
+        else:
+            raise KeyError(dotted)
+    return value
+
+
+_SELECTOR = re.compile(r"([\w.]+)(=|!=|\^=)(.*)")
+
+
+def _selector(text: str):
+    """``key=value``, ``key!=value`` or ``key^=prefix`` (the value a string starting so)."""
+    m = _SELECTOR.fullmatch(text)
+    if m is None:
+        raise RenderError(f"rec marker: bad selector {text!r} (key=value, key!=value or "
+                          "key^=prefix)")
+    key, op, value = m.groups()
+    return key, op, unquote(value) if op == "^=" else _selector_value(value)
+
+
+def _matches(rec: dict, want: list) -> bool:
+    for key, op, value in want:
         try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+            got = _path(rec, key)
+        except KeyError:
+            if op == "!=":
+                continue
+            return False
+        if op == "=" and got != value or op == "!=" and got == value or (
+                op == "^=" and not (isinstance(got, str) and got.startswith(value))):
+            return False
+    return True
+
+
+AGGREGATES = {
+    "min": min, "max": max,
+    "median": lambda xs: statistics.median(xs),
+    "mean": lambda xs: statistics.fmean(xs),
+    "geomean": lambda xs: statistics.geometric_mean(xs),
+}
 
 
 def record_figure(path: str, selectors: str, field: str, fmt: str, root: Path = ROOT) -> str:
-    """``field`` (a dotted path) of the last record in ``path`` matching ``selectors``."""
+    """``field`` (a dotted path, or ``a/b`` a quotient of two) of the last record in ``path``
+    matching ``selectors``; with an ``AGG:`` prefix, that aggregate over every matching
+    record; ``count``: how many match."""
     src = root / path
     if not src.is_file():
         raise RenderError(f"rec marker: {path} does not exist")
-    want = {} if selectors == "-" else dict(
-        (k, _selector_value(v)) for k, v in (x.split("=", 1) for x in selectors.split(",")))
-    found = None
-    for line in src.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            if all(rec.get(k) == v for k, v in want.items()):
-                found = rec
-    if found is None:
+    want = [] if selectors == "-" else [_selector(x) for x in selectors.split(",")]
+    found = [rec for rec in (json.loads(line) for line in
+                             src.read_text(encoding="utf-8").splitlines() if line.strip())
+             if _matches(rec, want)]
+    if not found:
         raise RenderError(f"rec marker: no record of {path} has {selectors}")
-    value = found
-    for part in field.split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise RenderError(f"rec marker: the last record of {path} with {selectors} has "
-                              f"no {field}")
-        value = value[part]
+    if field == "count":
+        return format(len(found), fmt)
+    agg, _, expr = field.rpartition(":")
+    if agg and agg not in AGGREGATES:
+        raise RenderError(f"rec marker: unknown aggregate {agg!r} (one of "
+                          f"{', '.join(AGGREGATES)})")
+
+    def value_of(rec):
+        try:
+            parts = [_path(rec, p) for p in expr.split("/")]
+        except KeyError:
+            raise RenderError(f"rec marker: {'a' if agg else 'the last'} record of {path} "
+                              f"with {selectors} has no {expr}") from None
+        if len(parts) == 1:
+            return parts[0]
+        if len(parts) != 2:
+            raise RenderError(f"rec marker: {expr!r}: one quotient at most")
+        return parts[0] / parts[1]
+
+    value = AGGREGATES[agg]([value_of(r) for r in found]) if agg else value_of(found[-1])
     return format(value, fmt)
 
 

@@ -471,6 +471,35 @@ def test_a_measured_figure_comes_from_its_record(tmp_path):
         RENDER_DOCS._render_records(marker.replace("c.x", "c.y").format("1"), root=tmp_path)
 
 
+def test_a_measured_figure_can_aggregate_and_select_by_path(tmp_path):
+    """rec markers select by nested keys, exclusion, prefix and %-decoded values, take a
+    quotient of two fields, and aggregate over every matching record (min, max, median,
+    geomean, count); a one-line JSON file is one record."""
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(
+        '{"sha": "abc1", "impl": "v13 tensor", "kw": {"SWAP": true}, "r": {"a.b": 2.0}, "ms": {"x": 1.0, "y": 4.0}}\n'
+        '{"sha": "abc1", "impl": "v13 tensor", "kw": {}, "r": {"a.b": 0.5}, "ms": {"x": 2.0, "y": 4.0}}\n'
+        '{"sha": "abc1", "impl": "v13 row", "kw": {}, "r": {"a.b": 8.0}, "ms": {"x": 3.0, "y": 4.0}}\n'
+        '{"sha": "def2", "impl": "v13 tensor", "kw": {}, "r": {"a.b": 100.0}, "ms": {"x": 1.0, "y": 1.0}}\n')
+    fig = lambda sel, field, fmt=".2f": RENDER_DOCS.record_figure("runs.jsonl", sel, field, fmt,
+                                                                 root=tmp_path)
+    assert fig("sha^=abc,kw.SWAP=true", "r.a.b") == "2.00"          # nested key, dotted key
+    assert fig("sha^=abc,kw.SWAP!=true", "r.a.b") == "8.00"         # absent key: not excluded
+    assert fig("impl=v13%20tensor,sha^=abc", "median:r.a.b") == "1.25"
+    assert fig("sha^=abc", "min:r.a.b") == "0.50" and fig("sha^=abc", "max:r.a.b") == "8.00"
+    assert fig("sha^=abc", "geomean:r.a.b") == "2.00"
+    assert fig("sha^=abc", "count", "d") == "3"
+    assert fig("sha=def2", "ms.y/ms.x") == "1.00" and fig("sha^=abc", "ms.y/ms.x") == "1.33"
+    with pytest.raises(RENDER_DOCS.RenderError, match="unknown aggregate"):
+        fig("-", "mode:r.a.b")
+    with pytest.raises(RENDER_DOCS.RenderError, match="bad selector"):
+        fig("sha", "r.a.b")
+    one = tmp_path / "timeline.json"
+    one.write_text('{"otherData": {"timing": {"timeline_ms": 0.374, "plain_ms": 0.194}}}')
+    assert RENDER_DOCS.record_figure("timeline.json", "-", "otherData.timing.timeline_ms/"
+                                     "otherData.timing.plain_ms", ".1f", root=tmp_path) == "1.9"
+
+
 def test_readme_quotes_h200_figures_from_their_records():
     """The README's chooser rules and stream-K paragraph quote their H200 figures through
     rec markers (filled from results/ by render_docs), not typed by hand."""
@@ -478,8 +507,10 @@ def test_readme_quotes_h200_figures_from_their_records():
     used = set(RENDER_DOCS.REC.findall(text))
     files = {m[0] for m in used}
     assert {"results/lab/v10_suite_graph_h200.jsonl", "results/lab/v12_pdl_sweep_h200.jsonl",
-            "results/lab/v12_streamk_h200.jsonl"} <= files
-    assert len(used) >= 20
+            "results/lab/v12_streamk_h200.jsonl", "results/lab/h200.jsonl",
+            "results/op/model.jsonl", "results/lab/epilogue_h200_call2.jsonl",
+            "results/lab/fp8_h200_call2.jsonl"} <= files
+    assert len(used) >= 150
 
 
 def test_generated_lesson_figures_are_fresh():
