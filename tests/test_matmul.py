@@ -201,6 +201,12 @@ def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
         assert step == "v12" and chooser.busy_share(
             f"{kw['BLK_M']}x{kw['BLK_N']}", mnk[0], mnk[1], sms) >= chooser.IDLE_FOR_SPLIT
         return
+    if arch == "sm_90a":  # v12's SPLIT_K (chooser.split_plan): every unit resident
+        step, kw = mm.choose(*mnk, "bfloat16", arch, sms)
+        assert step == "v12" and kw["SPLIT_K"] >= 2 and "RUNTIME_NK" not in kw
+        tiles = -(-mnk[0] // kw["BLK_M"]) * -(-mnk[1] // kw["BLK_N"])
+        assert tiles * kw["SPLIT_K"] <= sms and kw["SPLIT_K"] % kw["L2_GROUP"]
+        return
     if rt("v11", arch):  # runtime-M kernels: the split rounded down to the menu, never a
         # multiple of the build's L2 group
         group = variant.get("L2_GROUP", mm.V11_L2_GROUP[arch])
@@ -211,9 +217,11 @@ def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
 
 
 def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
-    # the sweep measured v12 at 0.09-0.31x torch on these: split K (v11)
+    # the sweep measured v12 at 0.09-0.31x torch on these: split K (v12's SPLIT_K, 64x128)
     for mnk in ((256, 256, 16384), (128, 128, 65536), (128, 256, 32768), (384, 128, 12288)):
-        assert chooser.wants_split(*mnk) and mm.choose(*mnk, "float16", "sm_90a", 132)[0] == "v11"
+        step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
+        assert chooser.wants_split(*mnk) and step == "v12" and kw["SPLIT_K"] >= 2
+        assert (kw["BLK_M"], kw["BLK_N"]) == chooser.SPLIT_TILE and not kw.get("SWAP_AB")
     # 128x256x192: 3 K steps, never split; the model's tile of the menu
     assert not chooser.wants_split(128, 256, 192)
     step, kw = mm.choose(128, 256, 192, "float16", "sm_90a", 132)
@@ -396,10 +404,13 @@ def test_runtime_m_kernels_are_built_once_for_every_m(arch):
     assert len(vs) <= 64 and vs[-1][3] >= mm.VARIANTS_MAX_M
     # the tile menu's kernels take the whole shape at run time: one build per tile and dtype
     for step_id, kwargs, _, _ in vs:
-        if step_id == "v12":
+        if step_id == "v12" and kwargs.get("SPLIT_K", 1) == 1:
             assert kwargs["RUNTIME_NK"] is True
             assert mm.build_shape((5, 4096, 4096), kwargs) == (
                 mm.NOMINAL_M, mm.NOMINAL_N, mm.NOMINAL_K)
+        elif step_id == "v12":  # a split of K is built in: N and K fixed, M at run time
+            assert "RUNTIME_NK" not in kwargs and kwargs["RUNTIME_M"] is True
+            assert mm.build_shape((5, 4096, 4096), kwargs) == (mm.NOMINAL_M, 4096, 4096)
 
 
 def test_kernels_are_loaded_once_per_step_build_shape_keywords_and_bundle(monkeypatch):

@@ -99,10 +99,19 @@ def test_chooser_swap_ab_rule():
     assert chooser.swap_ab_tile(16, 14336, 132) == (128, 16)   # 112 tiles of 128
     assert chooser.swap_ab_tile(77, 7168, 132) == (64, 80)
     assert chooser.swap_ab_tile(97, 7168, 132) is None
+    # few 64-row weight tiles (N / 64 <= SMs / 2): swap-AB split in SMs // tiles
     step, kw = mm.choose(1, 4096, 4096, "bfloat16", "sm_90a", 132)
-    assert step == "v12" and kw["SWAP_AB"] and kw["BLK_N"] == 8
-    # a deep K with few tiles keeps v11's split
-    assert mm.choose(32, 4096, 14336, "bfloat16", "sm_90a", 132)[0] == "v11"
+    assert step == "v12" and kw["SWAP_AB"] and (kw["BLK_M"], kw["BLK_N"]) == (64, 8)
+    assert kw["SPLIT_K"] == 2 and "RUNTIME_NK" not in kw
+    step, kw = mm.choose(32, 4096, 14336, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and kw["BLK_N"] == 32 and kw["SPLIT_K"] == 2
+    # many weight tiles, at most 48 tokens: the non-persistent kernel, token tile >= 16
+    step, kw = mm.choose(8, 14336, 4096, "bfloat16", "sm_90a", 132)
+    assert (kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"], kw["PIPE_DEPTH"]) == (64, 16, 1, 8)
+    assert kw["SWAP_AB"] and kw["RUNTIME_NK"]
+    # more tokens: the persistent swap-AB kernel of swap_ab_tile
+    step, kw = mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)
+    assert (kw["BLK_M"], kw["BLK_N"]) == (64, 80) and "SPLIT_K" not in kw
     # variants: one kernel per token tile below 97 rows, each named for its M range
     v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
@@ -110,17 +119,20 @@ def test_chooser_swap_ab_rule():
                      (80, 65, 80), (96, 81, 96)]
 
 
-def test_narrow_split_takes_its_measured_configuration_and_a_usable_split():
+def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():
+    from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
-    step, kw = mm.choose(256, 256, 16384, "bfloat16", "sm_90a", 132)
-    assert step == "v11" and kw["BLK_N"] == 64 and kw["SPLIT_K"] == 16
-    assert (kw["IN_FLIGHT"], kw["PIPE_DEPTH"], kw["L2_GROUP"]) == (32, 6, 7)
     # with M at run time no split is a multiple of the build's L2 group (TVM would fold
-    # the tile order's unreachable `% tail` into a division by zero)
-    for mnk in ((128, 128, 65536), (128, 256, 32768), (384, 128, 12288), (32, 4096, 14336)):
+    # the tile order's unreachable `% tail` into a division by zero), and tiles x S fits
+    for mnk in ((128, 128, 65536), (128, 256, 32768), (384, 128, 12288), (32, 4096, 14336),
+                (256, 256, 16384), (1, 4096, 4096), (48, 4096, 14336)):
         step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
-        if step == "v11" and kw["SPLIT_K"] > 1:
-            assert kw["SPLIT_K"] % kw.get("L2_GROUP", 16), (mnk, kw)
+        assert step == "v12" and kw["SPLIT_K"] > 1, mnk
+        assert kw["SPLIT_K"] % kw["L2_GROUP"] and kw["SPLIT_K"] in mm.SPLIT_MENU
+        rows, cols = (mnk[1], mnk[0]) if kw.get("SWAP_AB") else mnk[:2]
+        tiles = -(-rows // kw["BLK_M"]) * -(-cols // kw["BLK_N"])
+        assert tiles * kw["SPLIT_K"] <= 132, (mnk, kw)
+        assert -(-mnk[2] // 64) // kw["SPLIT_K"] >= chooser.SPLIT_MIN_K_STEPS
 
 
 def test_readme_states_the_rules_as_the_code_has_them():

@@ -278,8 +278,64 @@ def swap_ab_tile(M: int, N: int, sm_count: int = SMS_H200) -> tuple[int, int] | 
 
 
 def split_beats_swap(K: int) -> bool:
-    """Whether a deep K keeps v11's split over swap-AB (when the split is wanted at all)."""
+    """Whether a deep K keeps v11's split over swap-AB (when the split is wanted at all).
+    matmul no longer asks (v12's SPLIT_K splits swap-AB tiles themselves: :func:`split_plan`);
+    kept for the record of why v11 was chosen before."""
     return _ceil_div(K, BLK_K) >= SWAP_AB_SPLIT_K_TILES
+
+
+# v12's SPLIT_K (a CTA per unit; S > 1 sums the units' slabs with v11's "spread"
+# reduction, each unit its 1/S of the tile, in split order). Measured on the H200 (bf16,
+# CUDA graphs, same-run ratios to torch.mm: results/lab/v12_split_h200.jsonl, bash
+# scripts/lab/h200_issue32_split.sh), against the picks before it:
+# - few tiles, deep K (chooser.wants_split), 64x128 tiles and S = SMs // tiles:
+#   128x128x65536 0.92 (v11 0.88), 128x256x32768 0.98 (0.96), 256x256x16384 1.04 (1.01),
+#   384x128x12288 1.14 (1.06). 64x64 was level or behind except at 128x128x65536 (0.96),
+#   64x32 and 128x64 behind everywhere: the narrow tile moves more bytes per MAC, the
+#   taller one puts two consumer warpgroups on each unit's short K loop.
+# - decode with a weight of few 64-row tiles (N / 64 <= SMs / 2), swap-AB split in S =
+#   SMs // tiles: 32x4096x14336 1.02 (v11 0.85), 48x4096x14336 1.00 (0.87), 1x4096x4096
+#   1.10 (swap-AB alone 1.00). With N / 64 near the SM count a split costs (1x8192x8192:
+#   128x8 split 2 0.93, 64x8 unsplit 1.00).
+# - decode at M <= 48 otherwise: the non-persistent swap-AB kernel (SPLIT_K=1, 64-row
+#   tiles, a token tile of at least 16, an 8-stage ring: about 80 KB, two CTAs per SM):
+#   8x14336x4096 0.95 (persistent 128x8 0.92), 16x14336x4096 0.95 (0.91), 48x14336x4096
+#   0.93 (0.90), 1x8192x8192 1.01 (0.96). An 8-wide token tile fits three CTAs per SM and
+#   ran 0.74 at 8x14336x4096: the hardware then packs 224 CTAs onto 75 SMs, so the token
+#   tile is never narrower than 16. At 64 tokens it lost (64x6144x4096 0.87 against 0.92).
+# The short-K non-persistent kernel (SPLIT_K=1 without swap-AB) never beat the persistent
+# one with PDL (2048x2048x256 0.90 against 1.09; 128x256x192 1.19 against 1.19): matmul
+# keeps the persistent kernel there.
+SPLIT_TILE = (64, 128)
+SPLIT_MIN_K_STEPS = 8     # K steps per unit at least (a unit's ring fill and slab)
+SPLIT_MAX = 64            # SPLIT_K at most (matmul_choice.SPLIT_MENU's largest)
+SWAP_SPLIT_ROWS = 64      # swap-AB split and non-persistent tiles: 64 weight rows
+SWAP_NP_MAX_M = 48        # the non-persistent swap-AB kernel up to this many tokens
+SWAP_NP_MIN_TOKENS = 16   # its token tile at least this wide (occupancy: see above)
+SWAP_NP_DEPTH = 8         # and its ring this deep
+
+
+def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
+    """v12's SPLIT_K plan for an MxNxK GEMM, or None: ``(BLK_M, BLK_N, SWAP_AB, S,
+    PIPE_DEPTH or None)``, S = 1 being the non-persistent swap-AB kernel (see the
+    measurements above). Every plan keeps tiles x S <= sm_count (all units resident)."""
+    k_tiles = _ceil_div(K, BLK_K)
+    swap = swap_ab_tile(M, N, sm_count)
+    if swap is not None:
+        tiles = _ceil_div(N, SWAP_SPLIT_ROWS)
+        split = min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX)
+        if 2 * tiles <= sm_count and split >= 2:
+            return SWAP_SPLIT_ROWS, swap[1], True, split, None
+        if M <= SWAP_NP_MAX_M:
+            return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1,
+                    SWAP_NP_DEPTH)
+        return None
+    if not wants_split(M, N, K, sm_count):
+        return None
+    bm, bn = SPLIT_TILE
+    tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
+    split = min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX)
+    return (bm, bn, False, split, None) if split >= 2 else None
 
 
 def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:

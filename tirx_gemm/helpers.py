@@ -514,6 +514,37 @@ def splitk_reduce_band(WS, tile, base, band, q0, q1, SPLIT_K, GROUP, tid, BAND_I
 
 
 @T.inline
+def splitk_store_band(D, band, q0, q1, m_st, n_st, row_off, ROWS, COLS, BAND_ITERS, tid,
+                      transposed: bool = False):
+    # REDUCE="spread": this thread's reduced chunks q0 + tid + 128 i (< q1) of a 64-row half
+    # -> D. Chunk q is acc[4j .. 4j+3] of thread t (j = q // 128, t = q % 128, warp w =
+    # t // 32, lane l = t % 32): acc[4j+2h+e] is row 16w + l//4 + 8h (+ row_off), column
+    # 8j + 2(l%4) + e of the tile at (m_st, n_st). COLS a multiple of 8: a pair is all in
+    # or out. transposed (v12's SWAP_AB): the tile holds D's transpose, element (r, c) goes
+    # to D[n_st + c, m_st + r] (ROWS: D's columns, COLS: its rows, any count), one by one
+    for i in T.unroll(BAND_ITERS):
+        q = T.meta_var(q0 + i * 128 + tid)
+        if q < q1:
+            t = T.meta_var(q % 128)
+            c0 = T.meta_var(q // 128 * 8 + t % 32 % 4 * 2)
+            for h in T.unroll(2):
+                r = T.meta_var(row_off + t // 32 * 16 + t % 32 // 4 + 8 * h)
+                if m_st + r < ROWS:
+                    if transposed:
+                        for e in T.unroll(2):
+                            if n_st + c0 + e < COLS:
+                                val = T.alloc_local((1,), D.dtype)
+                                val[0] = T.Cast(D.dtype, band[i * SPLITK_CHUNK + 2 * h + e])
+                                D[n_st + c0 + e, m_st + r] = val[0]
+                    else:
+                        if n_st + c0 < COLS:
+                            out = T.alloc_local((2,), D.dtype)
+                            Tx.cast(out[:], band[i * SPLITK_CHUNK + 2 * h:
+                                                 i * SPLITK_CHUNK + 2 * h + 2])
+                            Tx.copy(D[m_st + r, n_st + c0:n_st + c0 + 2], out[:])
+
+
+@T.inline
 def splitk_retire_spread(CNT, count_i, done_i, SPLIT_K):
     # REDUCE="spread", one thread after the barrier that follows its band: +1 on the tile's
     # second counter CNT[done_i], acq_rel (every unit's wait on CNT[count_i] is ordered

@@ -173,16 +173,10 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     K (chooser.wants_split)."""
     from tirx_gemm import chooser
     pool = _pool(sm_count)
-    split_step = _registered(SPLIT_K, arch)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
-    if split_step is not None and chooser.wants_split(M, N, K, pool) \
-            and (swap is None or chooser.split_beats_swap(K)):
-        variant = splitk.choose_variant(M, N, K, pool, arch)
-        if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
-            variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
-                                              variant.get("L2_GROUP", V11_L2_GROUP[arch]))
-        if variant["SPLIT_K"] > 1:
-            return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
+    plan = chooser.split_plan(M, N, K, pool)  # v12's SPLIT_K: a CTA per unit
+    if plan is not None:
+        return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count)
     if swap is not None:
         return TILE_MENU, {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0],
                            "BLK_N": swap[1], "SWAP_AB": True}
@@ -231,6 +225,27 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
         raise ValueError(f"step='v10' takes bias and activation only, not {', '.join(extra)} "
                          f"({E.tag(epi)}): use step='v12'")
     return PINGPONG, {**step_kwargs(registry.get(PINGPONG, arch), dtype, sm_count), **epi}
+
+
+def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int) -> dict:
+    """v12's keywords for chooser.split_plan's ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH)``:
+    PDL (as measured); S > 1 takes N and K fixed (its K split is built in), rounded down
+    to SPLIT_MENU (a handful of kernels per layer; tiles x S stays within the SMs) with an
+    L2 group that does not divide it (splitk.l2_group_for); S = 1 keeps the run-time
+    shape and its ring depth."""
+    bm, bn, swap, split, depth = plan
+    kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn, "PDL": True}
+    if swap:
+        kw["SWAP_AB"] = True
+    if split > 1:
+        kw.pop("RUNTIME_NK", None)
+        split = max(s for s in SPLIT_MENU if s <= split)
+        kw.update(SPLIT_K=split, L2_GROUP=splitk.l2_group_for(split))
+    else:
+        kw["SPLIT_K"] = 1
+    if depth is not None:
+        kw["PIPE_DEPTH"] = depth
+    return kw
 
 
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,

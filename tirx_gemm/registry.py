@@ -447,7 +447,7 @@ STEPS: list[Step] = [
          + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1], _EDGE_BAD,
          ("HGMMA", "WARPGROUP.ARRIVE") + _TMA + ("HGMMA.64x128x16", "STSM"),
          ("LDG.E.128",), sm_count_kwarg="SM_COUNT",
-         workspace="tirx_gemm.streamk:workspace_specs"),
+         workspace="tirx_gemm.splitk:workspace_specs_v12"),  # SPLIT_K's or STREAM_K's
     # v13 (sm_90a, fp8): e4m3 A and B (uint8 operands), fp16 or bf16 D (float16 unless
     # asked, like every builder), fp32 scales after D (SCALE tensor | row | block,
     # PROMOTE); the fp8 wgmma is QGMMA in SASS (HGMMA is the 16-bit one). The run side

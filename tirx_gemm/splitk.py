@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 
-from tirx_gemm import spec
+from tirx_gemm import spec, streamk
 
 MAX_SPLIT = 16          # at most this many splits: the completing unit reads S slabs alone
 MIN_K_TILES = 4         # K steps (of BLK_K = 64) every split keeps at least
@@ -290,6 +290,36 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
 def workspace_specs_sm90a(M: int, N: int, K: int, kwargs: dict | None = None):
     """workspace_specs for the sm_90a v11 (128x256 tiles, a counter per 64-row half)."""
     return workspace_specs(M, N, K, kwargs, arch="sm_90a")
+
+
+def l2_group_for(split: int, preferred: int = 8) -> int:
+    """An L2 group size for a SPLIT_K > 1 build with M at run time: ``preferred`` unless it
+    divides the split (the scheduler's tail rows would fold to a division by zero), else
+    the first of 7, 5, 3 that does not (v11's 7 for the same reason)."""
+    return next(g for g in (preferred, 7, 5, 3) if split % g)
+
+
+def v12_tiles(M: int, N: int, kwargs: dict) -> int:
+    """The MMA's output tiles of an sm_90a v12 build (SWAP_AB: of D's transpose, BLK_M
+    walking N and BLK_N the tokens)."""
+    bm, bn = kwargs.get("BLK_M") or 128, kwargs.get("BLK_N") or 128  # the builder's defaults
+    rows, cols = (N, M) if kwargs.get("SWAP_AB") else (M, N)
+    return _ceil_div(rows, bm) * _ceil_div(cols, bn)
+
+
+def workspace_specs_v12(M: int, N: int, K: int, kwargs: dict | None = None):
+    """The extra operands of sm_90a v12 after D. SPLIT_K > 1 (a CTA per unit, v11's spread
+    reduction): WS (S, tiles, BLK_M * BLK_N) fp32 and CNT (2 * tiles * BLK_M // 64,) int32,
+    v11's layouts (:func:`workspace_specs`); CNT zero at launch and at exit. STREAM_K: its
+    own (tirx_gemm.streamk.workspace_specs). Else none."""
+    kwargs = dict(kwargs or {})
+    split = kwargs.get("SPLIT_K") or 1
+    if split == 1:
+        return streamk.workspace_specs(M, N, K, kwargs)
+    bm, bn = kwargs.get("BLK_M") or 128, kwargs.get("BLK_N") or 128
+    tiles = v12_tiles(M, N, kwargs)
+    return (("WS", (split, tiles, bm * bn), "float32"),
+            ("CNT", (2 * tiles * (bm // 64),), "int32"))
 
 
 # --------------------------------------------------------------------------------------

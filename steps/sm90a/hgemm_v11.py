@@ -11,7 +11,6 @@ tile and each warpgroup sums its own 1/SPLIT_K of its half, so no single unit re
 slab.
 """
 from tvm.script import tirx as T
-from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
@@ -242,23 +241,9 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
                             band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
                             H.splitk_reduce_band(WS, tile, consumer * HALF, band, q0, q1, SPLIT_K,
                                                  GROUP, tid_in_wg, BAND_ITERS)
-                            for i in T.unroll(BAND_ITERS):
-                                q = T.meta_var(q0 + i * 128 + tid_in_wg)
-                                if q < q1:
-                                    # chunk q = acc[4j .. 4j+3] of thread t (j = q // 128, t = q %
-                                    # 128, warp w = t // 32, lane l = t % 32): acc[4j+2h+e] is
-                                    # D[16w + l//4 + 8h, 8j + 2(l%4) + e] of this half
-                                    t = T.meta_var(q % 128)
-                                    c0 = T.meta_var(q // 128 * 8 + t % 32 % 4 * 2)
-                                    for h in T.unroll(2):
-                                        r = T.meta_var(consumer * W.WGMMA_M + t // 32 * 16
-                                                       + t % 32 // 4 + 8 * h)
-                                        if m_st + r < M:
-                                            if n_st + c0 < N:  # N % 8 == 0: a pair is all in or out
-                                                out = T.alloc_local((2,), dtype)
-                                                Tx.cast(out[:], band[i * CHUNK + 2 * h:
-                                                                     i * CHUNK + 2 * h + 2])
-                                                Tx.copy(D[m_st + r, n_st + c0:n_st + c0 + 2], out[:])
+                            H.splitk_store_band(D, band, q0, q1, m_st, n_st,
+                                                consumer * W.WGMMA_M, M, N, BAND_ITERS,
+                                                tid_in_wg)
                             # --- reset: the last unit past its band zeroes both counters ---
                             T.cuda.warpgroup_sync(1 + consumer)  # the half's threads are done
                             if tid_in_wg == 0:

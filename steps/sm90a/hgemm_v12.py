@@ -15,6 +15,7 @@ from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
 from tirx_gemm import pdl as P
+from tirx_gemm import splitk
 from tirx_gemm import streamk as SK
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
@@ -25,6 +26,7 @@ SWAP_N_STEP = 8               # SWAP_AB's token tile: any multiple of wgmma's N 
 # stages to keep enough HBM reads in flight (cuBLAS runs 64x16 tiles with 16 stages)
 AUTO_DEPTH_MAX = 16
 SK_IN_FLIGHT = 8  # STREAM_K: slab chunks (4 floats) a reducing thread loads at once
+SPLIT_IN_FLIGHT = 32  # SPLIT_K: slab chunks a reducing thread loads at once (v11's narrow)
 
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
@@ -34,7 +36,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
-              STREAM_K: bool = False, PDL: bool = False):
+              STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
@@ -45,14 +47,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
       RUNTIME_NK: M (N, K) run-time values, one kernel for all. CLUSTER=2: v9's CTA pair
       along M, each CTA loading half of the shared B tile multicast into both.
-    STREAM_K (tirx_gemm/streamk.py): when the tail wave would run under half full (and
-      K >= 16 steps), all SM_COUNT CTAs take the full waves data-parallel, then cut the
-      tail tiles' K steps into units of >= 8 (<= 2 pieces each). A piece's fp32 partial
-      goes to a slab; the warpgroup counting last (v11's protocol, per 64-row half) sums
-      the tile's slabs in K order: the same bits every run, for one slab write + read per
-      piece (atomic adds would not be). Workspace WS, CNT after D, independent of M.
+    STREAM_K (tirx_gemm/streamk.py): a tail wave under half full is cut into K units of
+      >= 8 steps; the last unit to count sums the slabs in K order (lesson v12).
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
       waits for it (griddepcontrol.wait) after the prologue, then lets the next one launch.
+    SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
+      v11's "spread" sum (each unit its 1/S of the tile, in split order); tiles x S <= SMs.
     Why: the number of tiles decides how many SMs work (1024^3: 32 of 132 busy with v9's
       256x256 pairs, 128 with 128x64). Smaller tiles cost bytes per MAC, 2 x (1/BLK_M +
       1/BLK_N): large shapes want the big tile, small ones the one that fills the SMs.
@@ -61,9 +61,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
       bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or
-      TMA hints; no PDL); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or MMA_LAG > 1; ring plus
-      staging within 227 KB; PRODUCER_REGS / CONSUMER_REGS as v9's (setmaxnreg only for
-      BLK_M=128, BLK_N > 128).
+      TMA hints; no PDL); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or MMA_LAG > 1; SPLIT_K:
+      no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring plus staging within
+      227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
@@ -117,6 +117,19 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     if STREAM_K and (SWAP_AB or CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
         raise ValueError("STREAM_K=True takes no SWAP_AB, CLUSTER=2, fused epilogue or "
                          "MMA_LAG > 1 (its pieces are plain one-CTA tiles of MMA_LAG=1)")
+    if SPLIT_K is not None:
+        H.check_positive_ints(SPLIT_K=SPLIT_K)
+        if STREAM_K or CLUSTER != 1:
+            raise ValueError("SPLIT_K takes no STREAM_K or CLUSTER=2 (one CTA per unit)")
+        if SPLIT_K > 1 and RUNTIME_M and SPLIT_K % L2_GROUP == 0:
+            # TVM 0.27's scheduler divides by its tail rows, S x tiles mod L2_GROUP, which
+            # its simplifier then proves zero at a run-time M (a build error)
+            raise ValueError(f"SPLIT_K={SPLIT_K} with RUNTIME_M needs an L2_GROUP that does "
+                             f"not divide it, got {L2_GROUP} (splitk.l2_group_for)")
+        if SPLIT_K > 1 and (HAS_EPI or RUNTIME_NK):
+            raise ValueError(f"SPLIT_K={SPLIT_K} takes no fused epilogue or RUNTIME_NK (its "
+                             "reduction stores plain sums; its split of K is fixed at build)")
+    S = SPLIT_K or 1                       # K splits per tile (1: none)
     NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread
@@ -124,8 +137,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     OUT_N = BLK_N // 2 if epi["SWIGLU"] else BLK_N
     PACKED_REGS = OUT_N // 4              # 2 x 16-bit registers of a packed tile
     # full 64-column chunks: stmatrix + TMA store (none for an fp32 D: register stores)
-    TMA_CHUNKS = 0 if OUT_F32 or SWAP_AB else OUT_N // W.EPI_COLS
-    TAIL_J = 0 if OUT_F32 or SWAP_AB else (OUT_N % W.EPI_COLS) // 8  # 8-column blocks: guarded
+    # (none with SPLIT_K > 1 either: its reduction stores D from the summed bands)
+    PLAIN_STORE = not (OUT_F32 or SWAP_AB or S > 1)
+    TMA_CHUNKS = OUT_N // W.EPI_COLS if PLAIN_STORE else 0
+    TAIL_J = (OUT_N % W.EPI_COLS) // 8 if PLAIN_STORE else 0  # 8-column blocks: guarded
     # a staging tile is reused every EPI_BUFS chunks, also across tiles: EPI_BUFS divides
     EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
@@ -137,6 +152,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         # barriers and alignment take < 1 KB; check_pipe_depth keeps 1 KB for them
         PIPE_DEPTH = min(AUTO_DEPTH_MAX,
                          (H.SMEM_BYTES_MAX - 1024 - STAGING) // STAGE_BYTES)
+        if SPLIT_K is not None and not RUNTIME_NK:
+            # a CTA per unit loads no more than its K steps: a short unit's smaller ring
+            # lets several CTAs share an SM (one's epilogue under another's loads)
+            PIPE_DEPTH = max(2, min(PIPE_DEPTH, H.ceil_div(H.ceil_div(K, BLK_K), S)))
     W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
     # MMA_LAG: K steps of wgmmas a consumer leaves in flight before it waits (wait_group
@@ -182,6 +201,27 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
         min(SM_COUNT, M_CTILES * N_TILES * CLUSTER)
+    if SPLIT_K is not None:  # a CTA per unit: the grid follows the shape, also at run time
+        NUM_CTAS = S * M_TILES * N_TILES
+    SPREAD = False
+    if S > 1:
+        SPREAD = splitk.check_split(S, K_TILES, K, 1 if RUNTIME_M else M_TILES * N_TILES,
+                                    "spread", SM_COUNT)
+    # the scheduler's rows: S x M_CTILES unit rows, split-major (v11's order)
+    SPLIT_ROWS = S * M_CTILES if S > 1 else M_CTILES
+
+    def unit(scheduler):
+        # (tile row, first K step, K steps) of the scheduler's unit: SPLIT_K > 1 walks
+        # S x M_CTILES unit rows, row r is split r // M_CTILES of tile row r % M_CTILES
+        if S == 1:
+            return scheduler.m_idx, 0, K_TILES
+        split = scheduler.m_idx // M_CTILES
+        k0 = split * K_TILES // S
+        return scheduler.m_idx % M_CTILES, k0, (split + 1) * K_TILES // S - k0
+
+    def k_at(k_first, k):
+        # the K step of the unit's k-th load (no split: k itself, the kernel's text as is)
+        return k if S == 1 else k_first + k
     # STREAM_K (tirx_gemm/streamk.py): the plan from the shape, at build time or, with
     # RUNTIME_M / RUNTIME_NK, on the device; off at a static shape: v12's kernel as is
     RUNTIME = RUNTIME_M or RUNTIME_NK
@@ -193,6 +233,15 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         NUM_CTAS = SM_COUNT  # G: every CTA of the pool, each holds a unit
     HALF = W.WGMMA_M * BLK_N  # floats of one consumer's half of a slab
     CHUNK = H.SPLITK_CHUNK    # floats per slab store / load of one thread
+    # SPLIT_K > 1 (v11's "spread"): a slab half is CHUNKS chunks, split s reduces
+    # [s*CHUNKS//S, (s+1)*CHUNKS//S); a thread takes every 128th chunk of that band
+    # (BAND_ITERS at most), GROUP slabs' worth of loads in flight at once
+    CHUNKS = HALF // CHUNK
+    BAND_ITERS = H.ceil_div(H.ceil_div(CHUNKS, S), 128)
+    GROUP = max(1, min(S, SPLIT_IN_FLIGHT // BAND_ITERS))
+    TILES = M_TILES * N_TILES  # the MMA's output tiles (SWAP_AB: of D's transpose)
+    WS_TILES = H.runtime_extent("WS_TILES") if RUNTIME_M else TILES
+    CNT_LEN = H.runtime_extent("CNT_LEN") if RUNTIME_M else 2 * TILES * NUM_CONSUMERS
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
@@ -252,6 +301,34 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                         + chunk[i])
 
     @T.inline
+    def split_fixup(D, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st, consumer,
+                    tid_in_wg):
+        # SPLIT_K > 1, a consumer warpgroup after its unit's K range (v11's "spread"):
+        # publish the partial half, count it, wait for all S, sum its band in split order,
+        # store it, then a second count; the last unit past its band zeroes both counters
+        tile = T.meta_var(m_tile * N_TILES + scheduler.n_idx)
+        split = T.meta_var(scheduler.m_idx // M_CTILES)
+        count_i = T.meta_var(tile * NUM_CONSUMERS + consumer)
+        if m_st + consumer * W.WGMMA_M < ROWS_DIM:  # a half wholly past the rows: none
+            H.splitk_publish(WS, split, tile, consumer * HALF, acc, ACC_REGS, tid_in_wg)
+            T.cuda.warpgroup_sync(1 + consumer)  # all slab stores precede the count
+            if tid_in_wg == 0:
+                H.splitk_count_arrival(arrivals, consumer, CNT.ptr_to([count_i]))
+                splitk.wait_count(CNT.ptr_to([count_i]), S, "CNT", count_i, "consumer")
+            T.cuda.warpgroup_sync(1 + consumer)  # hands the count (and acquire) to all
+            q0 = T.meta_var(split * CHUNKS // S)
+            q1 = T.meta_var((split + 1) * CHUNKS // S)
+            band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
+            H.splitk_reduce_band(WS, tile, consumer * HALF, band, q0, q1, S, GROUP,
+                                 tid_in_wg, BAND_ITERS)
+            H.splitk_store_band(D, band, q0, q1, m_st, n_st, consumer * W.WGMMA_M,
+                                ROWS_DIM, COLS_DIM, BAND_ITERS, tid_in_wg, SWAP_AB)
+            T.cuda.warpgroup_sync(1 + consumer)  # the half's threads are past their band
+            if tid_in_wg == 0:
+                H.splitk_retire_spread(CNT, count_i, (TILES + tile) * NUM_CONSUMERS + consumer,
+                                       S)
+
+    @T.inline
     def release(mma2tma, stage, tid_in_wg):
         # a consumer warpgroup's wgmmas are done reading `stage`: its empty barrier
         # (CLUSTER=2: in both CTAs, whose multicasts write it)
@@ -288,7 +365,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         #   as complete: every stage starts empty.
         stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", CLUSTER * NUM_CONSUMERS)
         tma2mma, mma2tma = stages.full, stages.empty
-        if SK_CODE:  # a half's count before ours
+        if SK_CODE or S > 1:  # a half's count before ours
             arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
@@ -312,7 +389,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M_CTILES, num_n_tiles=N_TILES,
+            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_TILES,
             num_clusters=NUM_CTAS // CLUSTER, l2_group_size=L2_GROUP)
         scheduler.init(bx // CLUSTER)
 
@@ -323,25 +400,27 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while walking(scheduler):
-                    m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
+                    m_tile, k_first, k_count = T.meta_var(unit(scheduler))
+                    m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         if CLUSTER == 2:  # own A tile; own half of B, multicast to both
                             W.tma_load_multicast_b(
                                 Asmem[ring.stage, :, :],
                                 Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
-                                A, B, m_st, n_st + rank * B_HALF, k * BLK_K, BLK_M, B_HALF,
+                                A, B, m_st, n_st + rank * B_HALF, k_at(k_first, k) * BLK_K,
+                                BLK_M, B_HALF,
                                 BLK_K, BLK_N, tma2mma.ptr(ring.stage))
                         elif SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, :, :], B, A, m_st, n_st,
-                                             k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                             k_at(k_first, k) * BLK_K, BLK_M, BLK_N, BLK_K,
                                              tma2mma.ptr(ring.stage), B_HINTS, A_HINTS)
                         else:
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, :, :], A, B, m_st, n_st,
-                                             k * BLK_K, BLK_M, BLK_N, BLK_K,
+                                             k_at(k_first, k) * BLK_K, BLK_M, BLK_N, BLK_K,
                                              tma2mma.ptr(ring.stage), A_HINTS, B_HINTS)
                         ring.advance()
                     scheduler.next_tile()
@@ -391,9 +470,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             prev_m: T.int32 = 0    # where that tile goes
             prev_n: T.int32 = 0
             while walking(scheduler):
-                m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
+                m_tile, k_first, k_count = T.meta_var(unit(scheduler))
+                m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * OUT_N)  # D's columns of this tile
-                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                for k in T.serial(k_count, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
 
                     # --- compute: 4 k16 slices of m64nBLK_Nk16; k=0 overwrites (scale-d 0) ---
@@ -443,10 +523,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 else:
                     # the last min(MMA_LAG, K_TILES) slices' stages, most recent first
                     for j in T.unroll(MMA_LAG):
-                        if j < K_TILES:
+                        if j < k_count:
                             if tid_in_wg == 0:
                                 mma2tma.arrive((ring.stage + PIPE_DEPTH - 1 - j) % PIPE_DEPTH)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
+                if S > 1:
+                    split_fixup(D, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st,
+                                consumer, tid_in_wg)
                 if HAS_EPI:
                     # --- the fused epilogue, on the fp32 accumulators, before the cast ---
                     if SWIGLU_ON:
@@ -454,7 +537,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     if BIAS_ACT:
                         W.epilogue_bias_act(acc, BLK_N, bvals if HAS_BIAS else None,
                                             epi["ACT"])
-                if SWAP_AB:
+                if S > 1:
+                    pass  # D was stored by the reduction
+                elif SWAP_AB:
                     # D's transpose: fragment rows are columns n_st.. of D (B's rows),
                     # fragment columns rows m_st.. of D (the tokens); element stores
                     W.store_fragment_transposed_guarded(D, acc, m_st + row0, n_st, BLK_N,
@@ -551,7 +636,14 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # is done: neither CTA may exit (releasing its SMEM) before both are
             T.cuda.cluster_sync()
 
-    if STREAM_K:
+    if S > 1:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
+                   D: T.Buffer((M_DIM, N_DIM), dtype),
+                   WS: T.Buffer((S, WS_TILES, BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((CNT_LEN,), "int32")):
+            gemm(A, B, D, None, WS, CNT)
+    elif STREAM_K:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), dtype),

@@ -1,0 +1,207 @@
+"""v12's SPLIT_K (issue 32) on the H200: a CTA per unit, with and without K splits.
+
+SPLIT_K=1 is the non-persistent path (S x tiles CTAs, no tile walk; a small ring lets
+several CTAs share an SM, one's epilogue under another's loads). SPLIT_K=S>1 cuts each
+tile's K into S units reduced by v11's "spread" protocol (each unit sums its 1/S of the
+tile from all S slabs, in split order): small tiles (64x32 .. 128x128) and swap-AB tiles
+with splits are what cuBLAS launches at the deep-K and decode shapes where matmul trails
+(results/lab/cublas_kernels_h200.jsonl).
+
+    python scripts/lab/v12_split_sweep.py export --out .gpu/v12s     # here (bf16)
+    python scripts/lab/v12_split_sweep.py run --bundle .gpu/v12s --out FILE.jsonl  # GPU
+
+NP: SPLIT_K=1 kernels with RUNTIME_M and RUNTIME_NK (one kernel, every shape), an
+explicit ring depth, PDL; each runs at every shape of SHAPES. SPLITS: per shape, SPLIT_K>1
+kernels with RUNTIME_M (N and K fixed: the split of K is built in). Per (shape, kernel):
+checked against F.linear (tirx_gemm.numerics' rules), run twice and compared bit for bit,
+the counters zero after, then timed as CUDA-graph replays and eager back-to-back launches
+beside torch.mm in the same run (inputs rotated past the L2: v12_sweep._inputs). One JSON
+line per shape.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import v12_sweep as V  # noqa: E402  (the inputs, the check and the timers)
+
+# (BLK_M, BLK_N, SWAP_AB, PIPE_DEPTH): SPLIT_K=1, RUNTIME_M + RUNTIME_NK, PDL
+NP = ((64, 8, True, 8), (64, 16, True, 8), (64, 48, True, 8), (64, 64, True, 6),
+      (64, 80, True, 6), (64, 16, False, 6), (64, 32, False, 6), (64, 64, False, 6),
+      (64, 128, False, 4), (128, 64, False, 4), (128, 128, False, 4), (128, 192, False, 3))
+# shape -> ((BLK_M, BLK_N, SWAP_AB, SPLIT_K), ...): tiles x S <= 132 (all units resident)
+SPLITS = {
+    (128, 128, 65536): ((64, 32, False, 16), (64, 64, False, 32), (64, 128, False, 64),
+                        (128, 64, False, 64), (128, 128, False, 128)),
+    (128, 256, 32768): ((64, 32, False, 8), (64, 64, False, 16), (64, 128, False, 32),
+                        (128, 64, False, 32)),
+    (256, 256, 16384): ((64, 32, False, 4), (64, 64, False, 8), (64, 128, False, 16),
+                        (128, 64, False, 16)),
+    (384, 128, 12288): ((64, 32, False, 5), (64, 64, False, 11), (64, 128, False, 22),
+                        (128, 64, False, 22)),
+    (128, 4096, 14336): ((128, 64, False, 2), (64, 128, False, 2), (128, 128, False, 4)),
+    (32, 4096, 14336): ((128, 32, True, 4), (64, 32, True, 2), (128, 32, True, 2)),
+    (48, 4096, 14336): ((128, 48, True, 4), (64, 48, True, 2)),
+    (1, 4096, 4096): ((64, 8, True, 2), (128, 8, True, 4)),
+    (1, 8192, 8192): ((128, 8, True, 2),),
+    (8, 14336, 4096): ((128, 8, True, 1),),
+    (64, 6144, 4096): ((128, 64, True, 2),),
+    (128, 6144, 4096): ((128, 96, False, 2),),
+    (1000, 1000, 1000): ((128, 128, False, 2),),
+}
+# the shapes every NP kernel runs at: SPLITS' and the suite's other short or mid ones
+SHAPES = tuple(SPLITS) + ((16, 14336, 4096), (48, 14336, 4096), (77, 7168, 2048),
+                          (1024, 1024, 1024), (512, 512, 512), (640, 640, 640),
+                          (1536, 1536, 1536), (2304, 2304, 2304), (128, 256, 192),
+                          (256, 512, 192), (2048, 2048, 256), (4096, 4096, 64),
+                          (4096, 4096, 512), (128, 4096, 4096))
+
+
+def np_label(bm, bn, swap, depth):
+    return f"np{bm}x{bn}" + ("w" if swap else "") + f"d{depth}"
+
+
+def split_label(bm, bn, swap, s):
+    return f"{bm}x{bn}" + ("w" if swap else "") + f"s{s}"
+
+
+def _kw(bm, bn, swap, dtype):
+    kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "PDL": True, "RUNTIME_M": True}
+    if swap:
+        kw["SWAP_AB"] = True
+    if dtype != "float16":
+        kw["dtype"] = dtype
+    return kw
+
+
+def requests(dtypes):
+    from tirx_gemm import registry, splitk
+    step = registry.get("v12", "sm_90a")
+    reqs = []
+    for dt in dtypes:
+        for bm, bn, swap, depth in NP:
+            reqs.append((step, (128, 256, 256), {**_kw(bm, bn, swap, dt), "RUNTIME_NK": True,
+                                                 "SPLIT_K": 1, "PIPE_DEPTH": depth}))
+        for (M, N, K), cands in SPLITS.items():
+            for bm, bn, swap, s in cands:
+                reqs.append((step, (M, N, K), {**_kw(bm, bn, swap, dt), "SPLIT_K": s,
+                                               "L2_GROUP": splitk.l2_group_for(s)}))
+    return reqs
+
+
+def export(out: Path, dtypes) -> int:
+    from tirx_gemm.compile import bundle
+    reqs = requests(dtypes)
+    print(f"{len(reqs)} kernels")
+    bundle.export(reqs, out, ffi_wheel_python="3.12")
+    return 0
+
+
+def _label_of(kw):
+    if kw.get("RUNTIME_NK"):
+        return np_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["PIPE_DEPTH"])
+    return split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"])
+
+
+def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
+    import torch
+    from tirx_gemm import registry
+    from tirx_gemm.compile.bundle import load_manifest
+    from tirx_gemm.gitinfo import git_sha
+    from tirx_gemm.run.launcher import synchronize
+    from tirx_gemm.run.loader import load_kernel
+    t0 = time.time()
+    step = registry.get("v12", "sm_90a")
+    kernels = {}  # (dtype, shape or None, label) -> (kernel, kwargs)
+    for e in load_manifest(bundle):
+        kw = e.get("kwargs") or {}
+        shape = None if kw.get("RUNTIME_NK") else (e["M"], e["N"], e["K"])
+        kernels[(kw.get("dtype", "float16"), shape, _label_of(kw))] = \
+            (load_kernel(str(bundle / e["lib"])), kw)
+    dev = torch.cuda.get_device_name()
+    bad = 0
+    for (M, N, K) in SHAPES:
+        for dtype in dtypes:
+            if time.time() - t0 > budget_s:
+                print(f"budget of {budget_s:.0f} s spent: stopping before {M}x{N}x{K}")
+                return 1 if bad else 0
+            ins, ref, pick, t_torch = V._inputs(M, N, K, dtype)
+            t_torch_eager = V._eager_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
+                                           for a, b, d in pick])
+            rec = {"M": M, "N": N, "K": K, "dtype": dtype, "device": dev,
+                   "torch": torch.__version__, "git_sha": git_sha(),
+                   "date": time.strftime("%Y-%m-%d"), "torch_ms": t_torch,
+                   "torch_eager_ms": t_torch_eager, "candidates": {}}
+            line = []
+            for (dt, shape, name), (kern, kw) in sorted(kernels.items(), key=str):
+                if dt != dtype or shape not in (None, (M, N, K)):
+                    continue
+                if kw.get("SWAP_AB") and M > kw["BLK_N"]:
+                    continue  # swap-AB's token tile: one, M within it
+                ws = tuple(torch.zeros(sh, dtype=getattr(torch, d), device="cuda")
+                           for _, sh, d in step.workspace_specs(M, N, K, kw))
+                a, b, d = ins[0]
+                r = {}
+                try:
+                    outs = []
+                    for _ in range(2):
+                        d.fill_(float("nan"))
+                        if ws:
+                            ws[0].fill_(float("nan"))  # scratch: read only after written
+                        kern(a, b, d, *ws)
+                        synchronize(f"v12 {name} {M}x{N}x{K}")
+                        outs.append(d.clone())
+                except Exception as exc:  # noqa: BLE001 - recorded
+                    rec["candidates"][name] = {"error": str(exc).splitlines()[0]}
+                    line.append(f"{name}:ERROR")
+                    bad += 1
+                    continue
+                ok, rel = V._check(outs[0], ref, dtype)
+                r.update(ok=ok, rel_err=rel, bitwise_repeat=bool(torch.equal(
+                    outs[0].view(torch.int16), outs[1].view(torch.int16))))
+                if ws:
+                    r["counters_zero"] = bool((ws[1] == 0).all())
+                if not (ok and r["bitwise_repeat"] and r.get("counters_zero", True)):
+                    rec["candidates"][name] = r
+                    line.append(f"{name}:WRONG")
+                    bad += 1
+                    continue
+                fns = [lambda a=a, b=b, d=d, k=kern, ws=ws: k(a, b, d, *ws) for a, b, d in pick]
+                r["ms"] = V._graph_time(fns)
+                r["ratio"] = t_torch / r["ms"]
+                r["eager_ms"] = V._eager_time(fns)
+                r["eager_ratio"] = t_torch_eager / r["eager_ms"]
+                rec["candidates"][name] = r
+                line.append(f"{name}:{r['ratio']:.2f}/{r['eager_ratio']:.2f}")
+            print(f"{M}x{N}x{K:<6} {dtype:8} torch {t_torch * 1e3:7.1f} us | {' '.join(line)}",
+                  flush=True)
+            with open(out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            del ins, ref
+    print(f"done in {time.time() - t0:.0f} s; device {dev}; {bad} wrong or failed")
+    return 1 if bad else 0
+
+
+def main(argv) -> int:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export")
+    e.add_argument("--out", type=Path, required=True)
+    e.add_argument("--dtypes", default="bfloat16")
+    r = sub.add_parser("run")
+    r.add_argument("--bundle", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--dtypes", default="bfloat16")
+    r.add_argument("--budget-s", type=float, default=420)
+    a = p.parse_args(argv)
+    if a.cmd == "export":
+        return export(a.out, a.dtypes.split(","))
+    return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

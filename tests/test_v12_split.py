@@ -1,0 +1,88 @@
+"""sm_90a v12's SPLIT_K (issue 32): a CTA per unit; S > 1 with v11's spread reduction."""
+import pytest
+
+from tirx_gemm import registry, splitk
+
+
+def _v12():
+    pytest.importorskip("tvm")
+    return registry.get("v12", "sm_90a")
+
+
+def test_l2_group_never_divides_the_split():
+    for s in range(2, 257):
+        g = splitk.l2_group_for(s)
+        assert s % g != 0 and g in (8, 7, 5, 3)
+    assert splitk.l2_group_for(3) == 8 and splitk.l2_group_for(16) == 7
+
+
+def test_workspace_follows_the_mma_tiles():
+    """WS (S, tiles, BLK_M*BLK_N) and two counters per 64-row half; swap-AB counts D's
+    transpose's tiles (BLK_M over N, BLK_N over the tokens); S = 1 takes none; STREAM_K
+    keeps its own."""
+    ws = dict((n, s) for n, s, _ in splitk.workspace_specs_v12(
+        128, 128, 65536, {"BLK_M": 64, "BLK_N": 32, "SPLIT_K": 16}))
+    assert ws == {"WS": (16, 8, 2048), "CNT": (16,)}
+    ws = dict((n, s) for n, s, _ in splitk.workspace_specs_v12(
+        32, 4096, 14336, {"BLK_M": 128, "BLK_N": 32, "SWAP_AB": True, "SPLIT_K": 4}))
+    assert ws == {"WS": (4, 32, 4096), "CNT": (128,)}
+    assert splitk.workspace_specs_v12(2048, 2048, 256, {"SPLIT_K": 1}) == ()
+    assert splitk.workspace_specs_v12(1024, 1024, 1024, {"STREAM_K": True}) == \
+        registry.get("v12", "sm_90a").workspace_specs(1024, 1024, 1024, {"STREAM_K": True})
+
+
+def test_split_kernel_grid_and_operands():
+    """A CTA per unit: S x tiles CTAs (a run-time M: the grid from M); WS, CNT after D
+    exactly as workspace_specs_v12 sizes them; S = 1 has no workspace and no counting."""
+    step = _v12()
+    s = step.build_primfunc(128, 128, 65536, BLK_M=64, BLK_N=32, SPLIT_K=16).script()
+    assert 'WS: T.Buffer((16, 8, 2048), "float32")' in s and 'CNT: T.Buffer((16,), "int32")' in s
+    assert "T.cta_id([128])" in s
+    assert '"acq_rel", "gpu", "global", "add"' in s  # the arrival count
+    one = step.build_primfunc(2048, 2048, 256, BLK_M=64, BLK_N=32, SPLIT_K=1,
+                              RUNTIME_M=True).script()
+    assert "WS" not in one and "acq_rel" not in one
+    assert "T.cta_id([(M + 64 - 1) // 64 * 64])" in one
+    rt = step.build_primfunc(32, 4096, 14336, BLK_M=128, BLK_N=32, SWAP_AB=True, SPLIT_K=4,
+                             RUNTIME_M=True, L2_GROUP=7).script()
+    assert 'WS: T.Buffer((4, "WS_TILES", 4096), "float32")' in rt
+    assert "T.cta_id([128 * ((M + 32 - 1) // 32)])" in rt
+
+
+def test_a_short_unit_gets_a_short_ring():
+    """SPLIT_K with a static K: the default ring holds no more stages than a unit's K steps
+    (two at least), so that several CTAs fit on an SM; the persistent kernel's fills SMEM."""
+    step = _v12()
+    import re
+    depths = {}
+    for name, kw in (("one", {"SPLIT_K": 1}), ("two", {"SPLIT_K": 2}), ("walk", {})):
+        s = step.build_primfunc(2048, 2048, 256, BLK_M=64, BLK_N=64, SM_COUNT=4096,
+                                **kw).script()
+        depths[name] = int(re.search(r"Asmem = T.decl_buffer\(\((\d+), 64, 64\)", s)[1])
+    assert depths["one"] == 4 and depths["two"] == 2 and depths["walk"] > 4, depths
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"SPLIT_K": 2, "STREAM_K": True}, "SPLIT_K takes no STREAM_K or CLUSTER=2"),
+    ({"SPLIT_K": 2, "CLUSTER": 2}, "SPLIT_K takes no STREAM_K or CLUSTER=2"),
+    ({"SPLIT_K": 2, "ACT": "relu"}, "takes no fused epilogue or RUNTIME_NK"),
+    ({"SPLIT_K": 2, "RUNTIME_NK": True}, "takes no fused epilogue or RUNTIME_NK"),
+    ({"SPLIT_K": 0}, "SPLIT_K=0 must be positive"),
+    ({"SPLIT_K": 16, "RUNTIME_M": True}, "needs an L2_GROUP that does not divide it"),
+    ({"SPLIT_K": 64}, "needs tiles x SPLIT_K <= SM_COUNT"),
+    ({"SPLIT_K": 2000}, "more than the 1024 K tiles"),
+])
+def test_refusals_in_one_line(kw, match):
+    step = _v12()
+    with pytest.raises(ValueError, match=match) as exc:
+        step.build_primfunc(256, 256, 65536, BLK_M=64, BLK_N=64, **kw)
+    assert "\n" not in str(exc.value)
+
+
+def test_band_partition_covers_each_chunk_once():
+    """Split s of S sums chunks [s*C//S, (s+1)*C//S) of each half: together every chunk of
+    the half once, whatever S (the kernel's q0, q1)."""
+    for chunks in (64 * 8 // 4, 64 * 256 // 4, 64 * 48 // 4):
+        for S in (2, 3, 4, 5, 11, 16, 22, 64, 128):
+            got = [q for s in range(S) for q in range(s * chunks // S, (s + 1) * chunks // S)]
+            assert got == list(range(chunks))
