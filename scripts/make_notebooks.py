@@ -224,6 +224,25 @@ def _suite_cells(step_id: str, names: dict[str, str]) -> list[tuple[str, str]]:
     ]
 
 
+def _chooser_cells(step_id: str) -> list[tuple[str, str]]:
+    """The tile menu's notebook: per suite shape, what matmul's chooser picks, what its
+    model predicted, what was measured on the H200 and what cuBLAS launched."""
+    from tirx_gemm import matmul
+    if step_id != matmul.TILE_MENU:
+        return []
+    return [
+        ("md", "## The chooser over the shape suite: picked, predicted, measured\n\n"
+               "`tirx_gemm.matmul` picks a kernel per shape with `tirx_gemm/chooser.py`: a "
+               "cost model fitted to H200 sweeps of the menu, and rules beside it where "
+               "the model has no term (swap-AB for few tokens, CTA pairs on misaligned K, "
+               "ping-pong for a short K, `SPLIT_K` for few tiles with a deep K). Each row: "
+               "the pick (decided now from the shape), which part of the chooser made it, "
+               "the model's prediction (a rule's pick has none), the recorded H200 time "
+               "and the kernel torch.matmul ran, read from its profiler record."),
+        ("code", "nb.chooser_table()"),
+    ]
+
+
 def _timeline_cells(step_id: str) -> list[tuple[str, str]]:
     """From v4 on (TMA, barriers): the timeline recorded on a Hopper GPU; the sm_100a
     call says why there is none (NumSim has no clock)."""
@@ -308,6 +327,7 @@ def step_notebook(step_id: str, names: dict[str, str]) -> str:
                "model: no timing, not silicon."),
         ("code", "nb.simulation(STEP)"),
         *_suite_cells(step_id, names),
+        *_chooser_cells(step_id),
         ("code", "nb.results_table(STEP)"),
         ("md", "Every step's recorded result at its canonical shape, this one highlighted "
                "(a matplotlib plot with the `plot` extra installed, a table otherwise)."),

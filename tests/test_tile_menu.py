@@ -141,14 +141,16 @@ def test_readme_states_the_rules_as_the_code_has_them():
     import re
     from pathlib import Path
 
-    from tirx_gemm import chooser, splitk
+    from tirx_gemm import chooser
     text = re.sub(r"\s+", " ", (Path(__file__).parents[1] / "README.md").read_text())
     tiles = chooser.SWAP_AB_TILES
     assert f"a token tile of {', '.join(map(str, tiles[:-1]))} or {tiles[-1]}" in text
-    kw = splitk.NARROW_SPLIT_KWARGS
-    assert (f"{splitk.NARROW_SPLIT_MIN_M} rows a split builds 128x{splitk.NARROW_SPLIT_BLK_N} "
-            f"tiles with {kw['IN_FLIGHT']} slab loads in flight and a {kw['PIPE_DEPTH']}-stage "
-            f"ring") in text
+    bm, bn = chooser.SPLIT_TILE
+    assert f"{bm}x{bn} tiles split in S = SMs // tiles" in text
+    assert f"decode at up to {chooser.SWAP_NP_MAX_M} tokens otherwise" in text
+    assert (f"{chooser.SWAP_SPLIT_ROWS}-row tiles, an {chooser.SWAP_NP_DEPTH}-stage ring"
+            in text)
+    assert f"at least {chooser.SWAP_NP_MIN_TOKENS} wide" in text
     # the rules this stop added: v9's margin, the 128-byte row rule for pairs, the count of
     # measured candidates
     assert (f"predicted more than {round(chooser.PREFER_V9_WITHIN * 100)}% faster "

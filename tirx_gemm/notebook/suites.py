@@ -168,3 +168,79 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return Png(buf.getvalue(), text)
+
+
+# the CUDA-graph run of matmul over the suite the chooser table reads (scripts/lab/
+# matmul_graph_times.py via scripts/lab/h200_issue32_suite.sh), and torch.matmul's kernels
+# per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py)
+CHOOSER_RUN = "lab/matmul_graph_h200_issue32_s4.jsonl"
+CUBLAS_KERNELS = "lab/cublas_kernels_h200.jsonl"
+
+
+def _lines(path) -> list[dict]:
+    """The JSON objects of a lab JSON-lines file, in order; none when it is missing."""
+    import json
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _how_chosen(step_id: str, kw: dict) -> tuple[str, str | None]:
+    """(the rule or "model" that picked ``step_id, kw``, the chooser candidate it predicts
+    for, or None where the pick is a rule's with no fitted figures)."""
+    from tirx_gemm import chooser
+    if step_id in (chooser.V9, chooser.V10):
+        return ("model" if step_id == chooser.V9 else "ping-pong rule / model"), step_id
+    if kw.get("SPLIT_K", 1) > 1:
+        return ("swap-AB split rule" if kw.get("SWAP_AB") else "split rule"), None
+    if kw.get("SWAP_AB"):
+        return ("swap-AB non-persistent rule" if "SPLIT_K" in kw else "swap-AB rule"), None
+    cand = chooser.name(kw["BLK_M"], kw["BLK_N"], kw.get("CLUSTER", 1))
+    return ("pair rule" if kw.get("CLUSTER", 1) > 1 else "model"), cand
+
+
+def _cublas_label(names) -> str:
+    """"nvjet 64x8 16 stages 2x1 splitK + reduce" from the profiler's kernel names."""
+    import re
+    main = next((n for n in names if "nvjet" in n), None)
+    if main is None:
+        return ", ".join(n.split("(")[0][:40] for n in names) or "-"
+    m = re.search(r"tst_(\d+x\d+)_64x(\d+)_(\d+x\d+)", main)
+    text = f"nvjet {m[1]}, {m[2]} stages, cluster {m[3]}" if m else main.split(" x")[0]
+    if "splitK" in main:
+        text += ", split-K" + (" + reduce kernel" if any("splitKreduce" in n for n in names)
+                               else "")
+    return text
+
+
+def chooser_table(dtype: str = "bfloat16", run: str | None = None) -> Md:
+    """Per suite shape (H200 records): what matmul picks now (``matmul.choose``) and why (the
+    cost model or which rule), what the model predicts for it (its fitted figures; a rule's
+    pick has none), what it measured in the recorded CUDA-graph run (``CHOOSER_RUN``; a
+    pick that has changed since that run is marked, its figure then being the older
+    kernel's), and the kernel torch.matmul (cuBLAS) launched at the shape."""
+    from tirx_gemm import chooser, matmul
+    path = results_dir() / (run or CHOOSER_RUN)
+    meas = {(r["M"], r["N"], r["K"]): r for r in _lines(path)
+            if r.get("dtype") == dtype and r.get("ok")}
+    cub_path = results_dir() / CUBLAS_KERNELS
+    cub = {(r["M"], r["N"], r["K"]): r["kernels"] for r in _lines(cub_path)
+           if r.get("dtype") == dtype}
+    if not meas:
+        return Md(f"**No recorded run:** `{_rel(path)}` is missing; nothing is estimated.")
+    rows = []
+    for (M, N, K), r in meas.items():
+        step_id, kw = matmul.choose(M, N, K, dtype, "sm_90a", _default_sm_count())
+        how, cand = _how_chosen(step_id, kw)
+        pred = f"{chooser.predict(cand, M, N, K):.1f}" if cand else "-"
+        same = r.get("step") == step_id and (r.get("kwargs") or {}) == kw
+        got = f"{r['ms'] * 1e3:.1f}" + ("" if same else " (older pick)")
+        rows.append([_shape((M, N, K)), f"{step_id} {_kw(kw)}", how, pred, got,
+                     f"{r['torch_ms'] * 1e3:.1f}", f"{r['ratio']:.2f}",
+                     _cublas_label(cub.get((M, N, K), ()))])
+    return Md(f"`tirx_gemm.matmul`'s choice per suite shape ({dtype}, 132 SMs), the model's "
+              f"prediction and the H200 measurement (GPU time per call from CUDA-graph "
+              f"replays, torch.matmul timed in the same run: `{_rel(path)}`), beside the "
+              f"kernel torch.matmul launched (`{_rel(cub_path)}`):\n\n"
+              + _table(["M x N x K", "matmul runs", "chosen by", "predicted us",
+                        "measured us", "torch us", "x torch", "torch.matmul's kernel"], rows))
