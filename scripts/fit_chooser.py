@@ -44,6 +44,49 @@ V10_SWEEP = ROOT / "results/lab/v10_suite_graph_h200.jsonl"
 PDL_SWEEP = ROOT / "results/lab/v12_pdl_sweep_h200.jsonl"
 
 
+# v12's SPLIT_K kernels (scripts/lab/v12_split_sweep.py): the split model's data
+SPLIT_SWEEP = ROOT / "results/lab/v12_split_h200.jsonl"
+
+
+def split_samples(path=SPLIT_SWEEP) -> list[tuple]:
+    """[(BLK_M, BLK_N, swap, S, M, N, K, us)] of every S > 1 kernel checked in the sweep."""
+    out = []
+    for line in (Path(path).read_text().splitlines() if Path(path).exists() else ()):
+        r = json.loads(line)
+        for name, c in r["candidates"].items():
+            if name.startswith("np") or not c.get("ok") or "ms" not in c:
+                continue
+            tile, split = name.rsplit("s", 1)
+            swap = tile.endswith("w")
+            bm, bn, _ = chooser.tile(tile.rstrip("w"))
+            if int(split) > 1:
+                out.append((bm, bn, swap, int(split), r["M"], r["N"], r["K"], c["ms"] * 1e3))
+    return out
+
+
+def fit_split(samples) -> dict | None:
+    """chooser.predict_split's f, r, hbm_tb_s, u: a grid over the two rates (HBM in steps
+    of 0.1 TB/s, a unit's us per KB in steps of 0.001), least squares on the relative error
+    for f and r at each point, the point of smallest RMS relative error kept."""
+    if len(samples) < 4:
+        return None
+    terms = [chooser.split_terms(bm, bn, sp, M, N, K, sw) for bm, bn, sw, sp, M, N, K, _
+             in samples]
+    y = np.array([t for *_, t in samples])
+    best = None
+    for bw in np.round(np.arange(2.0, 5.01, 0.1), 1):
+        for u in np.round(np.arange(0.002, 0.0401, 0.001), 3):
+            floor = np.array([max(h / bw, u * k) for _, h, k in terms])
+            X = np.array([[1.0, slab] for slab, _, _ in terms])
+            f, r = _lstsq(X, np.maximum(y - floor, 1e-3))
+            err = float(np.sqrt(np.mean(((f + r * X[:, 1] + floor) / y - 1) ** 2)))
+            if best is None or err < best[0]:
+                best = (err, float(bw), float(u), f, r)
+    err, bw, u, f, r = best
+    return {"f": round(f, 4), "r": round(r, 5), "hbm_tb_s": bw, "u": u,
+            "rms_rel_err": round(err, 4), "kernels": len(samples)}
+
+
 def pdl_saving(path=PDL_SWEEP) -> float:
     savings = []
     for line in (Path(path).read_text().splitlines() if Path(path).exists() else ()):
@@ -131,8 +174,10 @@ def document(cands: dict) -> dict:
                      "results/suites/nvidia-h200.jsonl (NVIDIA H200, bf16); per candidate "
                      "[s us per K step, e us per wave, f us fixed]; pdl_saving_us: the "
                      "median saving of PDL=True on v12 kernels under chooser.PDL_MAX_US "
-                     "(results/lab/v12_pdl_sweep_h200.jsonl)",
-            "device": "NVIDIA H200", "candidates": cands, "pdl_saving_us": pdl_saving()}
+                     "(results/lab/v12_pdl_sweep_h200.jsonl); split: chooser.predict_split's "
+                     "figures, fitted to results/lab/v12_split_h200.jsonl",
+            "device": "NVIDIA H200", "candidates": cands, "pdl_saving_us": pdl_saving(),
+            "split": fit_split(split_samples())}
 
 
 def report(samples, torch_us) -> None:

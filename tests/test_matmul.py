@@ -188,24 +188,21 @@ def test_choose_refuses_what_no_step_takes(args, pattern):
                                  (128, 8192, 28672)])
 def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
     sms = SMS[arch]
+    if arch == "sm_90a":  # v12's SPLIT_K where chooser.split_plan says: every unit resident
+        step, kw = mm.choose(*mnk, "bfloat16", arch, sms)
+        plan = chooser.split_plan(*mnk, sms)
+        if plan is None:  # the data-parallel model's tile
+            assert step != "v11" and kw.get("SPLIT_K", 1) == 1
+            return
+        assert step == "v12" and kw["SPLIT_K"] == plan[3] >= 2 and "RUNTIME_NK" not in kw
+        tiles = -(-mnk[0] // kw["BLK_M"]) * -(-mnk[1] // kw["BLK_N"])
+        assert tiles * kw["SPLIT_K"] <= sms and kw["SPLIT_K"] % kw["L2_GROUP"]
+        return
     variant = splitk.choose_variant(*mnk, sms, arch)
     if variant["SPLIT_K"] == 1:
         # the split's own tile (sm_90a from 128 rows: 128x64) already fills the GPU
         tiles, _ = splitk.tile_counts(*mnk, arch, splitk.split_blk_n(mnk[0], arch))
         assert tiles * 2 > sms and not chooser.wants_split(*mnk, sms)
-        return
-    if arch == "sm_90a" and not chooser.wants_split(*mnk, sms):
-        # the tile menu's best tile keeps over half the SMs busy: no split (H200 sweep:
-        # v12 64x64 0.87x torch at 128x4096x14336, 64x128 1.01x at 128x8192x28672)
-        step, kw = mm.choose(*mnk, "bfloat16", arch, sms)
-        assert step == "v12" and chooser.busy_share(
-            f"{kw['BLK_M']}x{kw['BLK_N']}", mnk[0], mnk[1], sms) >= chooser.IDLE_FOR_SPLIT
-        return
-    if arch == "sm_90a":  # v12's SPLIT_K (chooser.split_plan): every unit resident
-        step, kw = mm.choose(*mnk, "bfloat16", arch, sms)
-        assert step == "v12" and kw["SPLIT_K"] >= 2 and "RUNTIME_NK" not in kw
-        tiles = -(-mnk[0] // kw["BLK_M"]) * -(-mnk[1] // kw["BLK_N"])
-        assert tiles * kw["SPLIT_K"] <= sms and kw["SPLIT_K"] % kw["L2_GROUP"]
         return
     if rt("v11", arch):  # runtime-M kernels: the split rounded down to the menu, never a
         # multiple of the build's L2 group
@@ -221,7 +218,7 @@ def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
     for mnk in ((256, 256, 16384), (128, 128, 65536), (128, 256, 32768), (384, 128, 12288)):
         step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
         assert chooser.wants_split(*mnk) and step == "v12" and kw["SPLIT_K"] >= 2
-        assert (kw["BLK_M"], kw["BLK_N"]) == chooser.SPLIT_TILE and not kw.get("SWAP_AB")
+        assert (kw["BLK_M"], kw["BLK_N"]) in chooser.SPLIT_TILES and not kw.get("SWAP_AB")
     # 128x256x192: 3 K steps, never split; the model's tile of the menu
     assert not chooser.wants_split(128, 256, 192)
     step, kw = mm.choose(128, 256, 192, "float16", "sm_90a", 132)

@@ -128,7 +128,7 @@ def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():
                 (256, 256, 16384), (1, 4096, 4096), (48, 4096, 14336)):
         step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
         assert step == "v12" and kw["SPLIT_K"] > 1, mnk
-        assert kw["SPLIT_K"] % kw["L2_GROUP"] and kw["SPLIT_K"] in mm.SPLIT_MENU
+        assert kw["SPLIT_K"] % kw["L2_GROUP"]
         rows, cols = (mnk[1], mnk[0]) if kw.get("SWAP_AB") else mnk[:2]
         tiles = -(-rows // kw["BLK_M"]) * -(-cols // kw["BLK_N"])
         assert tiles * kw["SPLIT_K"] <= 132, (mnk, kw)
@@ -145,8 +145,9 @@ def test_readme_states_the_rules_as_the_code_has_them():
     text = re.sub(r"\s+", " ", (Path(__file__).parents[1] / "README.md").read_text())
     tiles = chooser.SWAP_AB_TILES
     assert f"a token tile of {', '.join(map(str, tiles[:-1]))} or {tiles[-1]}" in text
-    bm, bn = chooser.SPLIT_TILE
-    assert f"{bm}x{bn} tiles split in S = SMs // tiles" in text
+    tiles = ", ".join(f"{m}x{n}" for m, n in chooser.SPLIT_TILES[:-1])
+    assert f"{tiles} and {'x'.join(map(str, chooser.SPLIT_TILES[-1]))} tiles split" in text
+    assert f"more than {round(chooser.SPLIT_MARGIN * 100)}% faster" in text
     assert f"decode at up to {chooser.SWAP_NP_MAX_M} tokens otherwise" in text
     assert (f"{chooser.SWAP_SPLIT_ROWS}-row tiles, an {chooser.SWAP_NP_DEPTH}-stage ring"
             in text)

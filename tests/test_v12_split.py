@@ -86,3 +86,36 @@ def test_band_partition_covers_each_chunk_once():
         for S in (2, 3, 4, 5, 11, 16, 22, 64, 128):
             got = [q for s in range(S) for q in range(s * chunks // S, (s + 1) * chunks // S)]
             assert got == list(range(chunks))
+
+
+def test_the_split_model_keeps_its_plans_resident_and_rates_what_was_fitted():
+    """chooser.best_split: one wave of units (tiles x S <= SMs) of at least
+    SPLIT_MIN_K_STEPS K steps; chooser_h200.json's fit is no worse than it says on the
+    sweep it came from (results/lab/v12_split_h200.jsonl), which scripts/fit_chooser.py
+    --check recomputes."""
+    import json
+    import math
+    from pathlib import Path
+
+    from tirx_gemm import chooser
+    for mnk in ((128, 128, 65536), (256, 256, 16384), (128, 4096, 14336), (96, 512, 65536)):
+        t, bm, bn, s = chooser.best_split(*mnk)
+        tiles = -(-mnk[0] // bm) * -(-mnk[1] // bn)
+        assert tiles * s <= 132 and -(-mnk[2] // 64) // s >= chooser.SPLIT_MIN_K_STEPS
+    assert chooser.best_split(4096, 4096, 4096) is None  # tiles fill the SMs: no split
+    fit = json.loads(chooser.PARAMS_FILE.read_text())["split"]
+    errs = []
+    root = Path(__file__).resolve().parents[1]
+    for line in (root / "results/lab/v12_split_h200.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        for name, c in r["candidates"].items():
+            if name.startswith("np") or not c.get("ok"):
+                continue
+            tile, s = name.rsplit("s", 1)
+            bm, bn, _ = chooser.tile(tile.rstrip("w"))
+            if int(s) > 1:
+                p = chooser.predict_split(bm, bn, int(s), r["M"], r["N"], r["K"])
+                errs.append(p / (c["ms"] * 1e3) - 1)
+    assert len(errs) == fit["kernels"]
+    assert math.isclose(math.sqrt(sum(e * e for e in errs) / len(errs)), fit["rms_rel_err"],
+                        abs_tol=1e-3)

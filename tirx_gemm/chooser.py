@@ -288,7 +288,8 @@ def split_beats_swap(K: int) -> bool:
 # reduction, each unit its 1/S of the tile, in split order). Measured on the H200 (bf16,
 # CUDA graphs, same-run ratios to torch.mm: results/lab/v12_split_h200.jsonl, bash
 # scripts/lab/h200_issue32_split.sh), against the picks before it:
-# - few tiles, deep K (chooser.wants_split), 64x128 tiles and S = SMs // tiles:
+# - few tiles, deep K (the split model below against the data-parallel one), 64x128 tiles
+#   and S = SMs // tiles:
 #   128x128x65536 0.92 (v11 0.88), 128x256x32768 0.98 (0.96), 256x256x16384 1.04 (1.01),
 #   384x128x12288 1.14 (1.06). 64x64 was level or behind except at 128x128x65536 (0.96),
 #   64x32 and 128x64 behind everywhere: the narrow tile moves more bytes per MAC, the
@@ -306,13 +307,67 @@ def split_beats_swap(K: int) -> bool:
 # The short-K non-persistent kernel (SPLIT_K=1 without swap-AB) never beat the persistent
 # one with PDL (2048x2048x256 0.90 against 1.09; 128x256x192 1.19 against 1.19): matmul
 # keeps the persistent kernel there.
-SPLIT_TILE = (64, 128)
 SPLIT_MIN_K_STEPS = 8     # K steps per unit at least (a unit's ring fill and slab)
 SPLIT_MAX = 64            # SPLIT_K at most (matmul_choice.SPLIT_MENU's largest)
 SWAP_SPLIT_ROWS = 64      # swap-AB split and non-persistent tiles: 64 weight rows
 SWAP_NP_MAX_M = 48        # the non-persistent swap-AB kernel up to this many tokens
 SWAP_NP_MIN_TOKENS = 16   # its token tile at least this wide (occupancy: see above)
 SWAP_NP_DEPTH = 8         # and its ring this deep
+
+
+# The split model (v12's SPLIT_K > 1: one wave of units, each a K range of a tile, then the
+# spread reduction). Fitted by scripts/fit_chooser.py to every split kernel of
+# results/lab/v12_split_h200.jsonl (chooser_h200.json "split"):
+#
+#     time = f + r * slab_kb + max(hbm_mb / hbm_tb_s, u * unit_kb)      microseconds
+#
+# f: the launch, the counts and the wait for the slowest unit; r: per KB of a tile's fp32
+# slab (each unit writes one and reads one's worth); hbm_mb / hbm_tb_s: every operand
+# byte from HBM once at the sustained rate (MB / (TB/s) = us); u * unit_kb: a unit's own
+# operand bytes ((BLK_M + BLK_N) x 64 x 2 per K step) at one SM's streaming rate. Whichever
+# of the last two binds: the split exists to put every SM on a shape the data-parallel
+# tile leaves idle, until HBM is the limit. Its fit's error is about 8% RMS; 64x32 tiles
+# ran 16-19% slower than it predicts (their stage is mostly fixed cost), so they are not
+# split candidates.
+SPLIT_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
+# a split is taken where predicted faster than the best data-parallel candidate by more
+# than this share (the split fit's RMS error is about 8%; 128x8192x28672, where the two
+# are predicted within 2%, ran 1.17x torch data-parallel)
+SPLIT_MARGIN = 0.05
+
+
+def split_terms(bm: int, bn: int, split: int, M: int, N: int, K: int,
+                swap: bool = False) -> tuple[float, float, float]:
+    """(slab KB, HBM MB, unit KB) of a split kernel (the split model's terms)."""
+    steps = _ceil_div(_ceil_div(K, BLK_K), split)
+    return (bm * bn * 4 / 1e3, (M * K + N * K + M * N) * 2 / 1e6,
+            steps * (bm + bn) * BLK_K * 2 / 1e3)
+
+
+def predict_split(bm: int, bn: int, split: int, M: int, N: int, K: int,
+                  swap: bool = False) -> float | None:
+    """The split model's time in microseconds (None when chooser_h200.json has no fit)."""
+    fit = _document().get("split")
+    if not fit:
+        return None
+    slab, hbm, unit = split_terms(bm, bn, split, M, N, K, swap)
+    return fit["f"] + fit["r"] * slab + max(hbm / fit["hbm_tb_s"], fit["u"] * unit)
+
+
+def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
+    """(predicted us, BLK_M, BLK_N, S) of the fastest SPLIT_TILES split the model sees at
+    this shape (S = min(SMs // tiles, K steps // SPLIT_MIN_K_STEPS, SPLIT_MAX), at least 2:
+    one wave of units, all resident), or None."""
+    k_tiles = _ceil_div(K, BLK_K)
+    out = []
+    for bm, bn in SPLIT_TILES:
+        tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
+        split = min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX)
+        if split >= 2:
+            t = predict_split(bm, bn, split, M, N, K)
+            if t is not None:
+                out.append((t, bm, bn, split))
+    return min(out) if out else None
 
 
 def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
@@ -330,12 +385,14 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
             return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1,
                     SWAP_NP_DEPTH)
         return None
-    if not wants_split(M, N, K, sm_count):
+    # the split model against the data-parallel one: a split where it predicts faster
+    # than the best data-parallel candidate (whose prediction is what the rest of the
+    # chooser goes by)
+    pick = best_split(M, N, K, sm_count)
+    if pick is None or pick[0] >= rank(M, N, K, sm_count)[0][0] * (1 - SPLIT_MARGIN):
         return None
-    bm, bn = SPLIT_TILE
-    tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
-    split = min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX)
-    return (bm, bn, False, split, None) if split >= 2 else None
+    _, bm, bn, split = pick
+    return bm, bn, False, split, None
 
 
 def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:

@@ -168,9 +168,9 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
 
 
 def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
-    """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu and v9; v11 with the
-    split rule where the best data-parallel tile leaves over half the SMs idle on a deep
-    K (chooser.wants_split)."""
+    """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu, v9 and v10, with v12's
+    SPLIT_K where chooser.split_plan says (the split model beats the data-parallel one, or
+    a decode rule), swap-AB for few tokens and v10's ping-pong by their rules."""
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
@@ -229,17 +229,16 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
 
 def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int) -> dict:
     """v12's keywords for chooser.split_plan's ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH)``:
-    PDL (as measured); S > 1 takes N and K fixed (its K split is built in), rounded down
-    to SPLIT_MENU (a handful of kernels per layer; tiles x S stays within the SMs) with an
-    L2 group that does not divide it (splitk.l2_group_for); S = 1 keeps the run-time
-    shape and its ring depth."""
+    PDL (as measured); S > 1 takes N and K fixed (its K split is built in) and an L2
+    group that does not divide S (splitk.l2_group_for); S = 1 keeps the run-time shape
+    and its ring depth. S is the plan's own (tiles x S within the SMs at this M), not
+    rounded to v11's SPLIT_MENU: it changes only over the few M blocks a split serves."""
     bm, bn, swap, split, depth = plan
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn, "PDL": True}
     if swap:
         kw["SWAP_AB"] = True
     if split > 1:
         kw.pop("RUNTIME_NK", None)
-        split = max(s for s in SPLIT_MENU if s <= split)
         kw.update(SPLIT_K=split, L2_GROUP=splitk.l2_group_for(split))
     else:
         kw["SPLIT_K"] = 1

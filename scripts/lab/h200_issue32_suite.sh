@@ -5,6 +5,8 @@
 #   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/s3-DT --ffi-wheel 3.12
 # carry .gpu/s3-bfloat16 .gpu/s3-float16 .gpu/models-*.json; on the GPU host:
 #   OUT=$OUT bash scripts/lab/h200_issue32_suite.sh
+# SUITE_BUNDLE=sN picks .gpu/sN-DT; EXTRA=x5 also runs .gpu/extra-DT.json (shapes off the
+# suite, a check of the chooser's rules where they were not fitted) from .gpu/x5-DT.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
@@ -18,4 +20,10 @@ done
 for dt in bfloat16 float16; do
   TIRX_GEMM_BUNDLE=.gpu/${SUITE_BUNDLE:-s3}-$dt TAILN=12 stage graph_$dt 80 python3 scripts/lab/matmul_graph_times.py .gpu/models-$dt.json --out "$OUT/graph_$dt.jsonl" --budget-s 70
 done
+if [ -n "${EXTRA:-}" ]; then
+  for dt in bfloat16 float16; do
+    TAILN=16 stage extra_$dt 90 python3 -m tirx_gemm.cli bench --suite .gpu/extra-$dt.json --target matmul --arch sm_90a --bundle .gpu/$EXTRA-$dt --record --results "$OUT/results_extra"
+    TIRX_GEMM_BUNDLE=.gpu/$EXTRA-$dt TAILN=14 stage extra_graph_$dt 60 python3 scripts/lab/matmul_graph_times.py .gpu/extra-$dt.json --out "$OUT/extra_graph_$dt.jsonl" --budget-s 50
+  done
+fi
 exit 0

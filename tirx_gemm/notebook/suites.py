@@ -173,8 +173,8 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # the CUDA-graph run of matmul over the suite the chooser table reads (scripts/lab/
 # matmul_graph_times.py via scripts/lab/h200_issue32_suite.sh), and torch.matmul's kernels
 # per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py)
-CHOOSER_RUN = "lab/matmul_graph_h200_issue32_s4.jsonl"
-CUBLAS_KERNELS = "lab/cublas_kernels_h200.jsonl"
+CHOOSER_RUN = "matmul_graph_h200_issue32_s4.jsonl"  # in results/lab/
+CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
 def _lines(path) -> list[dict]:
@@ -220,10 +220,10 @@ def chooser_table(dtype: str = "bfloat16", run: str | None = None) -> Md:
     pick that has changed since that run is marked, its figure then being the older
     kernel's), and the kernel torch.matmul (cuBLAS) launched at the shape."""
     from tirx_gemm import chooser, matmul
-    path = results_dir() / (run or CHOOSER_RUN)
+    path = results_dir() / "lab" / (run or CHOOSER_RUN)
     meas = {(r["M"], r["N"], r["K"]): r for r in _lines(path)
             if r.get("dtype") == dtype and r.get("ok")}
-    cub_path = results_dir() / CUBLAS_KERNELS
+    cub_path = results_dir() / "lab" / CUBLAS_KERNELS
     cub = {(r["M"], r["N"], r["K"]): r["kernels"] for r in _lines(cub_path)
            if r.get("dtype") == dtype}
     if not meas:
