@@ -30,8 +30,11 @@ value (invisible when the Markdown is rendered, readable in the source):
   paths of the same record (``ms.plain/ms.fused``), and may start with an aggregate over
   EVERY matching record instead of the last one: ``min:``, ``max:``, ``median:``,
   ``mean:`` or ``geomean:`` (``median:ratio_to_torch``: the median of three passes), or
-  be ``count`` (how many records match). A one-line JSON file is one record (the
-  recorded timelines, ``results/timelines/*.json``).
+  be ``count`` (how many records match). A field's path is %-decoded too
+  (``host_us_per_call.bare%20launch``). A format that starts with ``pct`` prints a ratio
+  as a percentage change, (value - 1) * 100 (``pct.0f``: 1.06 gives 6), ``-pct`` as
+  (1 - value) * 100 (0.92 gives 8: what a speed ratio below 1 costs). A one-line JSON file
+  is one record (the recorded timelines, ``results/timelines/*.json``).
 
 Without --check the lessons (and README.md) are rewritten in place. With --check nothing is written: the
 exit status is 1 when a lesson is stale (each stale file named), 2 when a marker cannot be
@@ -303,7 +306,7 @@ def record_figure(path: str, selectors: str, field: str, fmt: str, root: Path = 
 
     def value_of(rec):
         try:
-            parts = [_path(rec, p) for p in expr.split("/")]
+            parts = [_path(rec, unquote(p)) for p in expr.split("/")]
         except KeyError:
             raise RenderError(f"rec marker: {'a' if agg else 'the last'} record of {path} "
                               f"with {selectors} has no {expr}") from None
@@ -314,6 +317,16 @@ def record_figure(path: str, selectors: str, field: str, fmt: str, root: Path = 
         return parts[0] / parts[1]
 
     value = AGGREGATES[agg]([value_of(r) for r in found]) if agg else value_of(found[-1])
+    return format_figure(value, fmt)
+
+
+def format_figure(value, fmt: str) -> str:
+    """``format(value, fmt)``; ``pct<spec>``: the ratio as a change in percent,
+    (value - 1) * 100; ``-pct<spec>``: (1 - value) * 100."""
+    sign, pct, spec = fmt.partition("pct")
+    if pct and sign in ("", "-"):
+        value = (value - 1) * 100 * (-1 if sign else 1)
+        fmt = spec
     return format(value, fmt)
 
 

@@ -474,7 +474,8 @@ def test_a_measured_figure_comes_from_its_record(tmp_path):
 def test_a_measured_figure_can_aggregate_and_select_by_path(tmp_path):
     """rec markers select by nested keys, exclusion, prefix and %-decoded values, take a
     quotient of two fields, and aggregate over every matching record (min, max, median,
-    geomean, count); a one-line JSON file is one record."""
+    geomean, count); a pct format prints a ratio as a change in percent; a one-line JSON
+    file is one record."""
     runs = tmp_path / "runs.jsonl"
     runs.write_text(
         '{"sha": "abc1", "impl": "v13 tensor", "kw": {"SWAP": true}, "r": {"a.b": 2.0}, "ms": {"x": 1.0, "y": 4.0}}\n'
@@ -494,6 +495,11 @@ def test_a_measured_figure_can_aggregate_and_select_by_path(tmp_path):
         fig("-", "mode:r.a.b")
     with pytest.raises(RENDER_DOCS.RenderError, match="bad selector"):
         fig("sha", "r.a.b")
+    assert fig("sha=def2", "r.a%2Eb") == "100.00"                  # %-decoded field
+    assert fig("sha=def2", "ms.x/ms.y", "pct.0f") == "0"            # (1/1 - 1) * 100
+    assert fig("impl=v13%20row", "ms.x/ms.y", "pct+.0f") == "-25"   # 3/4: -25%
+    assert fig("impl=v13%20row", "ms.x/ms.y", "-pct.0f") == "25"    # what 0.75 costs
+    assert fig("sha^=abc", "max:ms.y/ms.x", "pct.0f") == "300"      # aggregate of quotients
     one = tmp_path / "timeline.json"
     one.write_text('{"otherData": {"timing": {"timeline_ms": 0.374, "plain_ms": 0.194}}}')
     assert RENDER_DOCS.record_figure("timeline.json", "-", "otherData.timing.timeline_ms/"
@@ -509,7 +515,8 @@ def test_readme_quotes_h200_figures_from_their_records():
     assert {"results/lab/v10_suite_graph_h200.jsonl", "results/lab/v12_pdl_sweep_h200.jsonl",
             "results/lab/v12_streamk_h200.jsonl", "results/lab/h200.jsonl",
             "results/op/model.jsonl", "results/lab/epilogue_h200_call2.jsonl",
-            "results/lab/fp8_h200_call2.jsonl"} <= files
+            "results/lab/fp8_h200_call2.jsonl", "results/lab/fastcu_issue18_h200.jsonl",
+            "results/lab/ncu_h200.jsonl", "results/lab/watchdog_h200.jsonl"} <= files
     assert len(used) >= 150
 
 
@@ -520,6 +527,16 @@ def test_generated_lesson_figures_are_fresh():
     import sys
     out = subprocess.run([sys.executable, "scripts/render_docs.py", "--check"], cwd=ROOT,
                          capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_records_read_from_logs_are_fresh():
+    """scripts/lab/logs_to_records.py --check: the records of figures that exist only in H200
+    logs (fast.cu, Nsight Compute, notebook 07, the watchdog demo) hold what the logs say."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "scripts/lab/logs_to_records.py", "--check"],
+                         cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -1,0 +1,168 @@
+#!/usr/bin/env python
+"""Figures that exist only in H200 text logs, as JSON-lines records (issue 30: one home
+per fact; README.md and the lessons quote them through render_docs' rec markers).
+
+    python scripts/lab/logs_to_records.py [--check]
+
+Each record names its source log (``source``) and device; every field is read from the
+log by the regular expression next to it below, nothing is computed but unit changes
+(ms to s). Without --check the record files under results/lab/ are rewritten; with
+--check nothing is written and the exit status is 1 when a file differs from what its
+logs give (each stale file named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = "results/logs"
+
+# fast.cu kernel 12 timed beside torch.matmul (scripts/lab/fastcu_bench.py's output)
+FASTCU_LOGS = {"first": f"{LOGS}/issue18/fastcu.log",
+               "before": f"{LOGS}/issue18/final_fastcu.log",
+               "after": f"{LOGS}/issue18/final_fastcu_after.log"}
+_FASTCU_DEVICE = re.compile(r"^# (NVIDIA [^|]+?) \|", re.M)
+_FASTCU_ROW = re.compile(r"^(fastcu_k12|torch_mm) (\d+)x(\d+)x(\d+) ([\d.]+) ([\d.]+) "
+                         r"([\d.]+) ([\d.e+-]+)$", re.M)
+_FASTCU_ROUNDS = re.compile(r"^#\s+rounds us: fastcu ([\d. ]+) \| torch ([\d. ]+) \| "
+                            r"median of per-round ratios ([\d.]+)$", re.M)
+
+# Nsight Compute's GPU Speed Of Light section, one launch per file
+NCU_GLOB = f"{LOGS}/ncu/h200_*.txt"
+_NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
+_NCU_DEVICE = re.compile(r" on (NVIDIA [\w ]+?) \(cc")
+_NCU_KERNEL = re.compile(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\)", re.M)
+_NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",
+                "duration_us": r"Duration\s+us\s+([\d.,]+)",
+                "l2_pct": r"L2 Cache Throughput\s+%\s+([\d.]+)",
+                "sm_pct": r"Compute \(SM\) Throughput\s+%\s+([\d.]+)",
+                "memory_pct": r"Memory Throughput\s+%\s+([\d.]+)",
+                "dram_pct": r"DRAM Throughput\s+%\s+([\d.]+)"}
+_NCU_UNMODIFIED = "Running with unmodified GPU clocks"
+
+# notebook 07 run headless from a bundle: its "measured here" table row
+NOTEBOOK_LOG = f"{LOGS}/h200_notebook_07.log"
+_NOTEBOOK_ROW = re.compile(r"^\| (v\d+) \| (sm_\w+) \| (NVIDIA [^|]+?) \| (\d+)x(\d+)x(\d+) \| "
+                           r"(\S+) \| ([\d.e+-]+) \| ([\d.]+) \| ([\d.]+)x \| ([\d-]+) \|$", re.M)
+
+# scripts/lab/gpu_watchdog_demo.sh: a mutant's watchdog build, then its normal build
+WATCHDOG_LOG = f"{LOGS}/h200_watchdog.log"
+_WATCHDOG_CASE = re.compile(r"^(v\d+)/(sm_\w+) M,N,K=(\d+),(\d+),(\d+) on (NVIDIA [\w ]+?) \(",
+                            re.M)
+_WATCHDOG_END = re.compile(r"^== (watchdog|normal) build: exit code (\d+) after (\d+) ms$",
+                           re.M)
+
+
+def _read(rel: str) -> str:
+    return (ROOT / rel).read_text(encoding="utf-8")
+
+
+def _need(found, what: str, rel: str):
+    if not found:
+        raise SystemExit(f"logs_to_records: no {what} in {rel}")
+    return found
+
+
+def fastcu_records() -> list[dict]:
+    out = []
+    for run, rel in FASTCU_LOGS.items():
+        text = _read(rel)
+        device = _need(_FASTCU_DEVICE.search(text), "device header", rel).group(1)
+        rows = _need(_FASTCU_ROW.findall(text), "result rows", rel)
+        rounds = _FASTCU_ROUNDS.findall(text)
+        torch = {tuple(r[1:4]): r for r in rows if r[0] == "torch_mm"}
+        fast = [r for r in rows if r[0] == "fastcu_k12"]
+        if len(rounds) != len(fast):
+            raise SystemExit(f"logs_to_records: {rel}: {len(fast)} rows, {len(rounds)} rounds")
+        for row, (ours_us, torch_us, median) in zip(fast, rounds):
+            t = torch[tuple(row[1:4])]
+            out.append({"source": rel, "device": device, "run": run, "impl": "fast.cu k12",
+                        "dtype": "bfloat16", "M": int(row[1]), "N": int(row[2]),
+                        "K": int(row[3]), "tflops": float(row[4]), "us": float(row[5]),
+                        "ratio_to_torch": float(row[6]), "torch_tflops": float(t[4]),
+                        "torch_us": float(t[5]),
+                        "round_us": [float(x) for x in ours_us.split()],
+                        "torch_round_us": [float(x) for x in torch_us.split()],
+                        "median_round_ratio": float(median)})
+    return out
+
+
+def ncu_records() -> list[dict]:
+    out = []
+    for path in sorted(ROOT.glob(NCU_GLOB)):
+        rel, text = str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
+        m = _need(_NCU_FILE.fullmatch(path.name), "size and kernel in the name", rel)
+        dev = _NCU_DEVICE.search(text)
+        kern = _need(_NCU_KERNEL.search(text), "kernel line", rel)
+        rec = {"source": rel,
+               "device": dev.group(1) if dev else "NVIDIA H200",
+               "device_named_by": "log" if dev else "file name (h200_)",
+               "gemm": "torch.matmul" if m.group(2) == "torch" else m.group(2),
+               "M": int(m.group(1)), "N": int(m.group(1)), "K": int(m.group(1)),
+               "kernel": kern.group(1), "grid": [int(kern.group(i)) for i in (2, 3, 4)],
+               "threads": int(kern.group(5)),
+               "gpu_clocks": "unmodified" if _NCU_UNMODIFIED in text else "ncu default control"}
+        for key, pattern in _NCU_METRICS.items():
+            rec[key] = float(_need(re.search(pattern, text), key, rel).group(1).replace(",", ""))
+        out.append(rec)
+    return _need(out, "Nsight Compute log", NCU_GLOB)
+
+
+def notebook_records() -> list[dict]:
+    text = _read(NOTEBOOK_LOG)
+    return [{"source": NOTEBOOK_LOG, "device": r[2], "step": r[0], "arch": r[1],
+             "M": int(r[3]), "N": int(r[4]), "K": int(r[5]), "check": r[6],
+             "rel_err": float(r[7]), "tflops": float(r[8]), "ratio_to_torch": float(r[9]),
+             "date": r[10]}
+            for r in _need(_NOTEBOOK_ROW.findall(text), "measured table row", NOTEBOOK_LOG)]
+
+
+def watchdog_records() -> list[dict]:
+    text = _read(WATCHDOG_LOG)
+    cases = _need(_WATCHDOG_CASE.findall(text), "case line", WATCHDOG_LOG)
+    ends = _need(_WATCHDOG_END.findall(text), "exit line", WATCHDOG_LOG)
+    if len(cases) != len(ends):
+        raise SystemExit(f"logs_to_records: {WATCHDOG_LOG}: {len(cases)} cases, {len(ends)} exits")
+    return [{"source": WATCHDOG_LOG, "device": c[5], "step": c[0], "arch": c[1],
+             "M": int(c[2]), "N": int(c[3]), "K": int(c[4]), "build": e[0],
+             "exit_code": int(e[1]), "elapsed_s": int(e[2]) / 1000}
+            for c, e in zip(cases, ends)]
+
+
+OUTPUTS = {"results/lab/fastcu_issue18_h200.jsonl": fastcu_records,
+           "results/lab/ncu_h200.jsonl": ncu_records,
+           "results/lab/notebook07_h200.jsonl": notebook_records,
+           "results/lab/watchdog_h200.jsonl": watchdog_records}
+
+
+def rendered() -> dict[str, str]:
+    return {rel: "".join(json.dumps(r, sort_keys=True) + "\n" for r in make())
+            for rel, make in OUTPUTS.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if a record file differs from its logs")
+    args = ap.parse_args(argv)
+    stale = 0
+    for rel, text in rendered().items():
+        path = ROOT / rel
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        if args.check:
+            print(f"stale: {rel} (run python scripts/lab/logs_to_records.py)")
+            stale = 1
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {rel}")
+    return stale
+
+
+if __name__ == "__main__":
+    sys.exit(main())
