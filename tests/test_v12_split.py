@@ -119,3 +119,13 @@ def test_the_split_model_keeps_its_plans_resident_and_rates_what_was_fitted():
     assert len(errs) == fit["kernels"]
     assert math.isclose(math.sqrt(sum(e * e for e in errs) / len(errs)), fit["rms_rel_err"],
                         abs_tol=1e-3)
+
+
+def test_split_count_prefers_a_divisor_of_the_k_steps():
+    from tirx_gemm import chooser
+    assert chooser.split_count(33, 1024) == 32      # 1024 K steps: 32 units of 32
+    assert chooser.split_count(66, 1024) == 64
+    assert chooser.split_count(22, 192) == 16       # 12 each; 16 >= 22 / 2
+    assert chooser.split_count(13, 224) == 8        # 224 = 28 x 8; 8 >= 13 / 2
+    assert chooser.split_count(11, 13) == 11        # 13 is prime: no divisor >= 5.5
+    assert chooser.split_count(1, 64) == 1

@@ -336,6 +336,20 @@ SPLIT_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
 SPLIT_MARGIN = 0.05
 
 
+def split_count(max_split: int, k_tiles: int) -> int:
+    """The split of ``k_tiles`` K steps into at most ``max_split`` units: the largest S
+    that divides the K steps, when it keeps at least half of max_split, else max_split.
+    Measured on the H200 (results/lab/v12_split_focus_h200.jsonl, three passes each, bf16,
+    CUDA graphs): 128x128x65536 in 64x64 tiles ran 0.97-1.00x torch split in 32 (1024 K
+    steps, 32 each) and 0.82-0.85x in 33, the most that fit (31-32 steps each, uneven
+    range starts); 64x128 in 32 against 33 at 128x256x32768: 0.96-1.04 against 0.93-1.00.
+    The split model has no term for it (its fit is on the sweep's splits)."""
+    if max_split < 2:
+        return max_split
+    even = max(s for s in range(1, max_split + 1) if k_tiles % s == 0)
+    return even if 2 * even >= max_split else max_split
+
+
 def split_terms(bm: int, bn: int, split: int, M: int, N: int, K: int,
                 swap: bool = False) -> tuple[float, float, float]:
     """(slab KB, HBM MB, unit KB) of a split kernel (the split model's terms)."""
@@ -356,13 +370,14 @@ def predict_split(bm: int, bn: int, split: int, M: int, N: int, K: int,
 
 def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
     """(predicted us, BLK_M, BLK_N, S) of the fastest SPLIT_TILES split the model sees at
-    this shape (S = min(SMs // tiles, K steps // SPLIT_MIN_K_STEPS, SPLIT_MAX), at least 2:
-    one wave of units, all resident), or None."""
+    this shape (S = split_count(min(SMs // tiles, K steps // SPLIT_MIN_K_STEPS,
+    SPLIT_MAX)), at least 2: one wave of units, all resident), or None."""
     k_tiles = _ceil_div(K, BLK_K)
     out = []
     for bm, bn in SPLIT_TILES:
         tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
-        split = min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX)
+        split = split_count(min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX),
+                            k_tiles)
         if split >= 2:
             t = predict_split(bm, bn, split, M, N, K)
             if t is not None:
@@ -378,7 +393,8 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
     swap = swap_ab_tile(M, N, sm_count)
     if swap is not None:
         tiles = _ceil_div(N, SWAP_SPLIT_ROWS)
-        split = min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX)
+        split = split_count(min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX),
+                            k_tiles)
         if 2 * tiles <= sm_count and split >= 2:
             return SWAP_SPLIT_ROWS, swap[1], True, split, None
         if M <= SWAP_NP_MAX_M:

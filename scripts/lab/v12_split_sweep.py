@@ -78,24 +78,40 @@ def _kw(bm, bn, swap, dtype):
     return kw
 
 
-def requests(dtypes):
+def parse_only(text: str) -> dict:
+    """``M,N,K:BMxBN[w]sS+...;...`` -> {shape: ((BLK_M, BLK_N, SWAP_AB, S), ...)}: a
+    SPLITS of its own (and no NP kernels), for a focused re-run."""
+    out = {}
+    for part in filter(None, text.split(";")):
+        shape, cands = part.split(":")
+        got = []
+        for c in cands.split("+"):
+            tile, split = c.rsplit("s", 1)
+            swap = tile.endswith("w")
+            bm, bn = (int(x) for x in tile.rstrip("w").split("x"))
+            got.append((bm, bn, swap, int(split)))
+        out[tuple(int(x) for x in shape.split(","))] = tuple(got)
+    return out
+
+
+def requests(dtypes, only: dict | None = None):
     from tirx_gemm import registry, splitk
     step = registry.get("v12", "sm_90a")
     reqs = []
     for dt in dtypes:
-        for bm, bn, swap, depth in NP:
+        for bm, bn, swap, depth in (() if only else NP):
             reqs.append((step, (128, 256, 256), {**_kw(bm, bn, swap, dt), "RUNTIME_NK": True,
                                                  "SPLIT_K": 1, "PIPE_DEPTH": depth}))
-        for (M, N, K), cands in SPLITS.items():
+        for (M, N, K), cands in (only or SPLITS).items():
             for bm, bn, swap, s in cands:
                 reqs.append((step, (M, N, K), {**_kw(bm, bn, swap, dt), "SPLIT_K": s,
                                                "L2_GROUP": splitk.l2_group_for(s)}))
     return reqs
 
 
-def export(out: Path, dtypes) -> int:
+def export(out: Path, dtypes, only: dict | None = None) -> int:
     from tirx_gemm.compile import bundle
-    reqs = requests(dtypes)
+    reqs = requests(dtypes, only)
     print(f"{len(reqs)} kernels")
     bundle.export(reqs, out, ffi_wheel_python="3.12")
     return 0
@@ -107,7 +123,7 @@ def _label_of(kw):
     return split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"])
 
 
-def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
+def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> int:
     import torch
     from tirx_gemm import registry
     from tirx_gemm.compile.bundle import load_manifest
@@ -124,7 +140,10 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
             (load_kernel(str(bundle / e["lib"])), kw)
     dev = torch.cuda.get_device_name()
     bad = 0
-    for (M, N, K) in SHAPES:
+    shapes = sorted({(e["M"], e["N"], e["K"]) for e in load_manifest(bundle)
+                     if not (e.get("kwargs") or {}).get("RUNTIME_NK")}) \
+        if all(s is not None for _, s, _ in kernels) else SHAPES
+    for (M, N, K) in [s for s in shapes for _ in range(repeat)]:
         for dtype in dtypes:
             if time.time() - t0 > budget_s:
                 print(f"budget of {budget_s:.0f} s spent: stopping before {M}x{N}x{K}")
@@ -192,15 +211,18 @@ def main(argv) -> int:
     e = sub.add_parser("export")
     e.add_argument("--out", type=Path, required=True)
     e.add_argument("--dtypes", default="bfloat16")
+    e.add_argument("--only", default=None,
+                   help="M,N,K:BMxBNsS+...;... a focused bundle (no NP kernels)")
     r = sub.add_parser("run")
     r.add_argument("--bundle", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--dtypes", default="bfloat16")
     r.add_argument("--budget-s", type=float, default=420)
+    r.add_argument("--repeat", type=int, default=1, help="each shape this many times")
     a = p.parse_args(argv)
     if a.cmd == "export":
-        return export(a.out, a.dtypes.split(","))
-    return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s)
+        return export(a.out, a.dtypes.split(","), parse_only(a.only) if a.only else None)
+    return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s, a.repeat)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # the CUDA-graph run of matmul over the suite the chooser table reads (scripts/lab/
 # matmul_graph_times.py via scripts/lab/h200_issue32_suite.sh), and torch.matmul's kernels
 # per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py)
-CHOOSER_RUN = "matmul_graph_h200_issue32_s4.jsonl"  # in results/lab/
+CHOOSER_RUN = "matmul_graph_h200_issue32_s6.jsonl"  # in results/lab/
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
