@@ -128,7 +128,6 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> in
     from tirx_gemm import registry
     from tirx_gemm.compile.bundle import load_manifest
     from tirx_gemm.gitinfo import git_sha
-    from tirx_gemm.run.launcher import synchronize
     from tirx_gemm.run.loader import load_kernel
     t0 = time.time()
     step = registry.get("v12", "sm_90a")
@@ -164,27 +163,15 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> in
                 ws = tuple(torch.zeros(sh, dtype=getattr(torch, d), device="cuda")
                            for _, sh, d in step.workspace_specs(M, N, K, kw))
                 a, b, d = ins[0]
-                r = {}
                 try:
-                    outs = []
-                    for _ in range(2):
-                        d.fill_(float("nan"))
-                        if ws:
-                            ws[0].fill_(float("nan"))  # scratch: read only after written
-                        kern(a, b, d, *ws)
-                        synchronize(f"v12 {name} {M}x{N}x{K}")
-                        outs.append(d.clone())
+                    r, ok = V.check_twice(kern, a, b, d, ws, ref, dtype,
+                                          f"v12 {name} {M}x{N}x{K}")
                 except Exception as exc:  # noqa: BLE001 - recorded
                     rec["candidates"][name] = {"error": str(exc).splitlines()[0]}
                     line.append(f"{name}:ERROR")
                     bad += 1
                     continue
-                ok, rel = V._check(outs[0], ref, dtype)
-                r.update(ok=ok, rel_err=rel, bitwise_repeat=bool(torch.equal(
-                    outs[0].view(torch.int16), outs[1].view(torch.int16))))
-                if ws:
-                    r["counters_zero"] = bool((ws[1] == 0).all())
-                if not (ok and r["bitwise_repeat"] and r.get("counters_zero", True)):
+                if not ok:
                     rec["candidates"][name] = r
                     line.append(f"{name}:WRONG")
                     bad += 1

@@ -136,6 +136,31 @@ def _check(d, ref, dtype):
     return elem and rel <= tol.max_rel_err, rel
 
 
+def check_twice(kern, a, b, d, ws, ref, dtype, what, runs=2):
+    """Run ``kern`` ``runs`` times (D, and the workspace's slabs, poisoned with NaN first),
+    check the first result against ``ref``, compare the runs bit for bit and, with a
+    workspace, its counters zero after: (the record's fields, whether all held). A launch
+    error propagates (the caller records it)."""
+    import torch
+    from tirx_gemm.run.launcher import synchronize
+    outs = []
+    for _ in range(runs):
+        d.fill_(float("nan"))
+        if ws:
+            ws[0].fill_(float("nan"))  # scratch: read only after written
+        kern(a, b, d, *ws)
+        synchronize(what)
+        outs.append(d.clone())
+    ok, rel = _check(outs[0], ref, dtype)
+    r = {"ok": ok, "rel_err": rel}
+    if runs > 1:
+        r["bitwise_repeat"] = bool(torch.equal(outs[0].view(torch.int16),
+                                               outs[-1].view(torch.int16)))
+    if ws:
+        r["counters_zero"] = bool((ws[1] == 0).all())
+    return r, ok and r.get("bitwise_repeat", True) and r.get("counters_zero", True)
+
+
 def _graph_time(fn_list):
     """GPU ms per launch: a CUDA graph of the launches, replayed; median of 5."""
     import torch
@@ -282,7 +307,6 @@ def run_streamk(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
     from tirx_gemm.compile.bundle import load_manifest
     from tirx_gemm.run.loader import load_kernel
     from tirx_gemm.gitinfo import git_sha
-    from tirx_gemm.run.launcher import synchronize
     t0 = time.time()
     step = registry.get("v12", "sm_90a")
     rt, static = {}, {}
@@ -320,28 +344,15 @@ def run_streamk(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
                     ws = tuple(torch.zeros(shape, dtype=getattr(torch, dt), device="cuda")
                                for _, shape, dt in step.workspace_specs(M, N, K, kw))
                     a, b, d = ins[0]
-                    r = {}
                     try:
-                        outs = []
-                        for _ in range(2 if ws else 1):
-                            d.fill_(float("nan"))
-                            if ws:
-                                ws[0].fill_(float("nan"))  # scratch: read only after written
-                            kern(a, b, d, *ws)
-                            synchronize(f"v12 {name} {label(bm, bn)} {M}x{N}x{K}")
-                            outs.append(d.clone())
+                        r, ok = check_twice(kern, a, b, d, ws, ref, dtype,
+                                            f"v12 {name} {label(bm, bn)} {M}x{N}x{K}",
+                                            runs=2 if ws else 1)
                     except Exception as exc:  # noqa: BLE001 - recorded
                         rec[name] = {"error": str(exc).splitlines()[0]}
                         line.append(f"{label(bm, bn)}/{name}:ERROR")
                         bad += 1
                         continue
-                    ok, rel = _check(outs[0], ref, dtype)
-                    r.update(ok=ok, rel_err=rel)
-                    if ws:
-                        r["bitwise_repeat"] = bool(torch.equal(outs[0].view(torch.int16),
-                                                               outs[1].view(torch.int16)))
-                        r["counters_zero"] = bool((ws[1] == 0).all())
-                        ok = ok and r["bitwise_repeat"] and r["counters_zero"]
                     if not ok:
                         rec[name] = r
                         line.append(f"{label(bm, bn)}/{name}:WRONG")
