@@ -52,8 +52,16 @@ def test_cluster_refusals_in_one_line():
     step = registry.get("v12", "sm_90a")
     with pytest.raises(ValueError, match="CLUSTER=3 must be 1 or 2"):
         step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=3)
-    with pytest.raises(ValueError, match="CLUSTER=2 takes no SWAP_AB"):
+    with pytest.raises(ValueError, match="CLUSTER=2 with SWAP_AB needs a token tile of a "
+                                         "multiple of 16"):
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, CLUSTER=2)
+    # swap-AB pairs share the token tile: each CTA loads its weight rows and half the
+    # tokens, multicast into both (the kernel's B operand is A, its A operand B)
+    s = step.build_primfunc(48, 4096, 512, BLK_M=64, BLK_N=48, SWAP_AB=True,
+                            CLUSTER=2).script()
+    loads = [ln for ln in s.splitlines() if "copy_async(" in ln]
+    assert any("copy_async(Asmem" in ln and ", B[" in ln for ln in loads), loads
+    assert any("cta_mask" in ln and ", A[" in ln for ln in loads), loads
     with pytest.raises(ValueError, match="CLUSTER=2 takes no fused epilogue"):
         step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=2, ACT="relu")
     with pytest.raises(ValueError, match="CLUSTER=2 runs with MMA_LAG=1"):

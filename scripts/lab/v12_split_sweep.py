@@ -33,6 +33,12 @@ import v12_sweep as V  # noqa: E402  (the inputs, the check and the timers)
 NP = ((64, 8, True, 8), (64, 16, True, 8), (64, 48, True, 8), (64, 64, True, 6),
       (64, 80, True, 6), (64, 16, False, 6), (64, 32, False, 6), (64, 64, False, 6),
       (64, 128, False, 4), (128, 64, False, 4), (128, 128, False, 4), (128, 192, False, 3))
+# `export --pairs`: swap-AB as CTA pairs along the weight's rows sharing the token tile by
+# multicast (CLUSTER=2, persistent, no PDL: TVM launches a cluster or PDL), beside the same
+# tiles alone and the NP kernels (cuBLAS runs its decode tiles in clusters of 2-4 along
+# the weight: results/lab/cublas_kernels_h200.jsonl)
+SWAP_PAIRS = ((64, 16), (64, 32), (64, 48), (64, 64), (64, 80), (64, 96), (128, 16),
+              (128, 48), (128, 64))
 # shape -> ((BLK_M, BLK_N, SWAP_AB, SPLIT_K), ...): tiles x S <= 132 (all units resident)
 SPLITS = {
     (128, 128, 65536): ((64, 32, False, 16), (64, 64, False, 32), (64, 128, False, 64),
@@ -94,11 +100,25 @@ def parse_only(text: str) -> dict:
     return out
 
 
-def requests(dtypes, only: dict | None = None):
+def requests(dtypes, only: dict | None = None, pairs: bool = False):
     from tirx_gemm import registry, splitk
     step = registry.get("v12", "sm_90a")
     reqs = []
     for dt in dtypes:
+        for bm, bn in (SWAP_PAIRS if pairs else ()):
+            for cluster in (1, 2):
+                kw = {**_kw(bm, bn, True, dt), "RUNTIME_NK": True}
+                kw.pop("PDL")
+                if cluster == 2:
+                    kw["CLUSTER"] = 2
+                reqs.append((step, (128, 256, 256), kw))
+        if pairs:
+            for bm, bn, swap, depth in NP:
+                if swap:
+                    reqs.append((step, (128, 256, 256), {**_kw(bm, bn, swap, dt),
+                                                         "RUNTIME_NK": True, "SPLIT_K": 1,
+                                                         "PIPE_DEPTH": depth}))
+            continue
         for bm, bn, swap, depth in (() if only else NP):
             reqs.append((step, (128, 256, 256), {**_kw(bm, bn, swap, dt), "RUNTIME_NK": True,
                                                  "SPLIT_K": 1, "PIPE_DEPTH": depth}))
@@ -109,15 +129,18 @@ def requests(dtypes, only: dict | None = None):
     return reqs
 
 
-def export(out: Path, dtypes, only: dict | None = None) -> int:
+def export(out: Path, dtypes, only: dict | None = None, pairs: bool = False) -> int:
     from tirx_gemm.compile import bundle
-    reqs = requests(dtypes, only)
+    reqs = requests(dtypes, only, pairs)
     print(f"{len(reqs)} kernels")
     bundle.export(reqs, out, ffi_wheel_python="3.12")
     return 0
 
 
 def _label_of(kw):
+    if "SPLIT_K" not in kw:  # a persistent swap-AB tile, alone or paired (--pairs)
+        return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
+                + ("c2" if kw.get("CLUSTER") == 2 else ""))
     if kw.get("RUNTIME_NK"):
         return np_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["PIPE_DEPTH"])
     return split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"])
@@ -198,6 +221,8 @@ def main(argv) -> int:
     e = sub.add_parser("export")
     e.add_argument("--out", type=Path, required=True)
     e.add_argument("--dtypes", default="bfloat16")
+    e.add_argument("--pairs", action="store_true",
+                   help="SWAP_PAIRS alone and as CLUSTER=2 pairs, with the swap NP kernels")
     e.add_argument("--only", default=None,
                    help="M,N,K:BMxBNsS+...;... a focused bundle (no NP kernels)")
     r = sub.add_parser("run")
@@ -208,7 +233,8 @@ def main(argv) -> int:
     r.add_argument("--repeat", type=int, default=1, help="each shape this many times")
     a = p.parse_args(argv)
     if a.cmd == "export":
-        return export(a.out, a.dtypes.split(","), parse_only(a.only) if a.only else None)
+        return export(a.out, a.dtypes.split(","), parse_only(a.only) if a.only else None,
+                      a.pairs)
     return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s, a.repeat)
 
 

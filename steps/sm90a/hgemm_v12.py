@@ -60,10 +60,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
-      bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no SWAP_AB, epilogue, MMA_LAG > 1 or
-      TMA hints; no PDL); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or MMA_LAG > 1; SPLIT_K:
-      no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring plus staging within
-      227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
+      bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no epilogue, MMA_LAG > 1, TMA hints or
+      PDL; SWAP_AB: BLK_N a multiple of 16); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or
+      MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring
+      plus staging within 227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
@@ -101,9 +101,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
         raise ValueError(f"CLUSTER={CLUSTER!r} must be 1 or 2 (CTAs along M sharing B)")
     if CLUSTER == 2:
-        if SWAP_AB:
-            raise ValueError("CLUSTER=2 takes no SWAP_AB: the shared operand would be the "
-                             "token tile, a few rows (nothing to save)")
+        if SWAP_AB and BLK_N % 16:
+            raise ValueError(f"CLUSTER=2 with SWAP_AB needs a token tile of a multiple of 16 "
+                             f"rows (each CTA loads half, 8 rows at least), got BLK_N={BLK_N}")
         if HAS_EPI:
             raise ValueError(f"CLUSTER=2 takes no fused epilogue ({E.tag(epi)}): pairs have "
                              "been checked on a GPU with plain stores only")
@@ -406,11 +406,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         if CLUSTER == 2:  # own A tile; own half of B, multicast to both
+                            # (SWAP_AB: the MMA's A is B's rows; the shared half is tokens)
                             W.tma_load_multicast_b(
                                 Asmem[ring.stage, :, :],
                                 Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
-                                A, B, m_st, n_st + rank * B_HALF, k_at(k_first, k) * BLK_K,
-                                BLK_M, B_HALF,
+                                B if SWAP_AB else A, A if SWAP_AB else B, m_st,
+                                n_st + rank * B_HALF, k_at(k_first, k) * BLK_K, BLK_M, B_HALF,
                                 BLK_K, BLK_N, tma2mma.ptr(ring.stage))
                         elif SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
