@@ -70,7 +70,7 @@ def fit_split(samples) -> dict | None:
     for f and r at each point, the point of smallest RMS relative error kept."""
     if len(samples) < 4:
         return None
-    terms = [chooser.split_terms(bm, bn, sp, M, N, K, sw) for bm, bn, sw, sp, M, N, K, _
+    terms = [chooser.split_terms(bm, bn, sp, M, N, K) for bm, bn, _, sp, M, N, K, _
              in samples]
     y = np.array([t for *_, t in samples])
     best = None

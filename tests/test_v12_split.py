@@ -129,3 +129,10 @@ def test_split_count_prefers_a_divisor_of_the_k_steps():
     assert chooser.split_count(13, 224) == 8        # 224 = 28 x 8; 8 >= 13 / 2
     assert chooser.split_count(11, 13) == 11        # 13 is prime: no divisor >= 5.5
     assert chooser.split_count(1, 64) == 1
+
+
+def test_the_split_cap_is_the_spread_reductions():
+    """chooser (a shared layer) may not import splitk (authoring): the cap is written in
+    both, and this keeps them one fact."""
+    from tirx_gemm import chooser
+    assert chooser.SPLIT_MAX == splitk.MAX_SPLIT_SPREAD

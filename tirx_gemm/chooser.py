@@ -260,11 +260,10 @@ def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
 # in the suite run 77 rows in a 96-wide tile ran 0.85-0.87 against 0.96 in an 80-wide one);
 # the weight tile is 128 rows when those tiles still fill SWAP_AB_TALL_SHARE of the SMs
 # (8x14336x4096: 112 tiles, 0.99 against 0.96 at 64 rows), else 64 (1x8192x8192: 64 tiles
-# of 128 ran 0.94, 128 of 64 1.01). A deep K with few tiles stays with v11's split
-# (32x4096x14336: split 0.89, swap-AB 0.82): from SWAP_AB_SPLIT_K_TILES K steps.
+# of 128 ran 0.94, 128 of 64 1.01). A deep K with few weight tiles is split
+# (:func:`split_plan`; v11's split had run 32x4096x14336 at 0.89, swap-AB alone 0.82).
 SWAP_AB_TILES = (8, 16, 32, 48, 64, 80, 96)
 SWAP_AB_TALL_SHARE = 0.75
-SWAP_AB_SPLIT_K_TILES = 128
 
 
 def swap_ab_tile(M: int, N: int, sm_count: int = SMS_H200) -> tuple[int, int] | None:
@@ -276,12 +275,6 @@ def swap_ab_tile(M: int, N: int, sm_count: int = SMS_H200) -> tuple[int, int] | 
     tall = _ceil_div(N, 128) >= SWAP_AB_TALL_SHARE * sm_count
     return (128 if tall else 64), bn
 
-
-def split_beats_swap(K: int) -> bool:
-    """Whether a deep K keeps v11's split over swap-AB (when the split is wanted at all).
-    matmul no longer asks (v12's SPLIT_K splits swap-AB tiles themselves: :func:`split_plan`);
-    kept for the record of why v11 was chosen before."""
-    return _ceil_div(K, BLK_K) >= SWAP_AB_SPLIT_K_TILES
 
 
 # v12's SPLIT_K (a CTA per unit; S > 1 sums the units' slabs with v11's "spread"
@@ -308,7 +301,7 @@ def split_beats_swap(K: int) -> bool:
 # one with PDL (2048x2048x256 0.90 against 1.09; 128x256x192 1.19 against 1.19): matmul
 # keeps the persistent kernel there.
 SPLIT_MIN_K_STEPS = 8     # K steps per unit at least (a unit's ring fill and slab)
-SPLIT_MAX = 64            # SPLIT_K at most (matmul_choice.SPLIT_MENU's largest)
+SPLIT_MAX = 64            # SPLIT_K at most: splitk.MAX_SPLIT_SPREAD (a test keeps them equal)
 SWAP_SPLIT_ROWS = 64      # swap-AB split and non-persistent tiles: 64 weight rows
 SWAP_NP_MAX_M = 48        # the non-persistent swap-AB kernel up to this many tokens
 SWAP_NP_MIN_TOKENS = 16   # its token tile at least this wide (occupancy: see above)
@@ -350,21 +343,20 @@ def split_count(max_split: int, k_tiles: int) -> int:
     return even if 2 * even >= max_split else max_split
 
 
-def split_terms(bm: int, bn: int, split: int, M: int, N: int, K: int,
-                swap: bool = False) -> tuple[float, float, float]:
+def split_terms(bm: int, bn: int, split: int, M: int, N: int,
+                K: int) -> tuple[float, float, float]:
     """(slab KB, HBM MB, unit KB) of a split kernel (the split model's terms)."""
     steps = _ceil_div(_ceil_div(K, BLK_K), split)
     return (bm * bn * 4 / 1e3, (M * K + N * K + M * N) * 2 / 1e6,
             steps * (bm + bn) * BLK_K * 2 / 1e3)
 
 
-def predict_split(bm: int, bn: int, split: int, M: int, N: int, K: int,
-                  swap: bool = False) -> float | None:
+def predict_split(bm: int, bn: int, split: int, M: int, N: int, K: int) -> float | None:
     """The split model's time in microseconds (None when chooser_h200.json has no fit)."""
     fit = _document().get("split")
     if not fit:
         return None
-    slab, hbm, unit = split_terms(bm, bn, split, M, N, K, swap)
+    slab, hbm, unit = split_terms(bm, bn, split, M, N, K)
     return fit["f"] + fit["r"] * slab + max(hbm / fit["hbm_tb_s"], fit["u"] * unit)
 
 
