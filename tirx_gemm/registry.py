@@ -119,6 +119,8 @@ class Step:
         GPU watchdog catches it; it travels through builds and bundles like any keyword.
         ``TIMELINE=True`` builds the instrumented twin (tirx_gemm.timeline): the same kernel
         plus event records into one extra operand after D; off, the PrimFunc is unchanged."""
+        from tirx_gemm import tvm_frames
+        tvm_frames.install()  # TVM's parser finds its frames faster; same PrimFunc
         builder = self.builder()
         mutant = kwargs.pop("mutant", None)
         timeline = kwargs.pop("TIMELINE", False)

@@ -93,6 +93,11 @@ SETTINGS: tuple[Setting, ...] = (
             "the crates cargo builds NumSim from: vendor/numsim's, offline (vendored), or "
             "your cargo configuration and crates.io (registry)",
             choices=("vendored", "registry")),
+    Setting("TIRX_GEMM_TVM_FRAMES", "choice", "walk",
+            "how TVM's script parser finds its calling frames: a walk along f_back, same "
+            "result in about half the parse time (walk; TVM 0.27.0.post1 only, "
+            "tirx_gemm/tvm_frames.py), or TVM's own inspect calls (inspect)",
+            choices=("walk", "inspect")),
     Setting("TIRX_GEMM_DEBUG", "flag", False,
             "the CLI prints the traceback under its one-line error"),
     # read by the test suite only (tests/conftest.py, tests/test_site.py)
