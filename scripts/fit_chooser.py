@@ -180,6 +180,18 @@ def document(cands: dict) -> dict:
             "split": fit_split(split_samples())}
 
 
+def model_error(samples, floor: bool = True) -> float:
+    """The RMS relative error of chooser's data-parallel predictions (without PDL) over the
+    samples, with or without its HBM floor (chooser.hbm_floor)."""
+    errs = []
+    for c, M, N, K, t in samples:
+        p = chooser._predict_plain(c, M, N, K, chooser.SMS_H200)
+        if floor:
+            p = max(p, chooser.hbm_floor(M, N, K))
+        errs.append((p - t) / t)
+    return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+
 def report(samples, torch_us) -> None:
     by_shape = {}
     for c, M, N, K, t in samples:
@@ -198,6 +210,9 @@ def report(samples, torch_us) -> None:
               f"{top} {torch_us[shape] / meas[top]:.2f}")
     print(f"picks within {statistics.geometric_mean(regrets):.3f}x (geomean), "
           f"{max(regrets):.3f}x (worst) of the fastest measured candidate")
+    print(f"RMS error of the predictions over {len(samples)} kernels: "
+          f"{model_error(samples, floor=False):.1%} without the HBM floor, "
+          f"{model_error(samples):.1%} with it")
 
 
 def main(argv) -> int:

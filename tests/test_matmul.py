@@ -284,6 +284,23 @@ def test_the_model_picks_the_fastest_measured_tile_within_a_few_percent():
     assert math.exp(sum(map(math.log, regrets)) / len(regrets)) < 1.05
 
 
+def test_the_hbm_floor_bounds_every_prediction_and_brings_the_model_closer():
+    """chooser.hbm_floor: no data-parallel candidate is predicted faster than its bytes at
+    the sustained HBM rate allow (PDL's saving aside), and over the sweeps' kernels the
+    floor lowers the model's RMS error (scripts/fit_chooser.py --report prints both)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fit_chooser", ROOT / "scripts/fit_chooser.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    samples, _ = fit.load()
+    for M, N, K in ((128, 28672, 8192), (1, 8192, 8192), (4096, 4096, 4096)):
+        floor = chooser.hbm_floor(M, N, K)
+        assert floor > 0
+        assert all(t >= floor - chooser.pdl_saving() - 1e-9 for t, _ in chooser.rank(M, N, K))
+    assert chooser.predict("128x224", 128, 28672, 8192) > 100  # 120 us measured; 78 before
+    assert fit.model_error(samples) < fit.model_error(samples, floor=False)
+
+
 def test_the_model_figures_are_the_fit_of_the_records():
     import subprocess
     import sys
