@@ -33,7 +33,8 @@ value (invisible when the Markdown is rendered, readable in the source):
   be ``count`` (how many records match). A field's path is %-decoded too
   (``host_us_per_call.bare%20launch``). A format that starts with ``pct`` prints a ratio
   as a percentage change, (value - 1) * 100 (``pct.0f``: 1.06 gives 6), ``-pct`` as
-  (1 - value) * 100 (0.92 gives 8: what a speed ratio below 1 costs). A one-line JSON file
+  (1 - value) * 100 (0.92 gives 8: what a speed ratio below 1 costs); one that starts
+  with ``us`` prints milliseconds as microseconds (``us.0f``: 0.1187 gives 119). A one-line JSON file
   is one record (the recorded timelines, ``results/timelines/*.json``).
 
 Without --check the lessons (and README.md) are rewritten in place. With --check nothing is written: the
@@ -322,7 +323,10 @@ def record_figure(path: str, selectors: str, field: str, fmt: str, root: Path = 
 
 def format_figure(value, fmt: str) -> str:
     """``format(value, fmt)``; ``pct<spec>``: the ratio as a change in percent,
-    (value - 1) * 100; ``-pct<spec>``: (1 - value) * 100."""
+    (value - 1) * 100; ``-pct<spec>``: (1 - value) * 100; ``us<spec>``: milliseconds as
+    microseconds."""
+    if fmt.startswith("us"):
+        return format(value * 1e3, fmt[2:])
     sign, pct, spec = fmt.partition("pct")
     if pct and sign in ("", "-"):
         value = (value - 1) * 100 * (-1 if sign else 1)

@@ -500,6 +500,7 @@ def test_a_measured_figure_can_aggregate_and_select_by_path(tmp_path):
     assert fig("impl=v13%20row", "ms.x/ms.y", "pct+.0f") == "-25"   # 3/4: -25%
     assert fig("impl=v13%20row", "ms.x/ms.y", "-pct.0f") == "25"    # what 0.75 costs
     assert fig("sha^=abc", "max:ms.y/ms.x", "pct.0f") == "300"      # aggregate of quotients
+    assert fig("sha=def2", "ms.x", "us.0f") == "1000"                   # ms as microseconds
     one = tmp_path / "timeline.json"
     one.write_text('{"otherData": {"timing": {"timeline_ms": 0.374, "plain_ms": 0.194}}}')
     assert RENDER_DOCS.record_figure("timeline.json", "-", "otherData.timing.timeline_ms/"

@@ -6,7 +6,8 @@
 # carry .gpu/s3-bfloat16 .gpu/s3-float16 .gpu/models-*.json; on the GPU host:
 #   OUT=$OUT bash scripts/lab/h200_issue32_suite.sh
 # SUITE_BUNDLE=sN picks .gpu/sN-DT; EXTRA=x5 also runs .gpu/extra-DT.json (shapes off the
-# suite, a check of the chooser's rules where they were not fitted) from .gpu/x5-DT.
+# suite, a check of the chooser's rules where they were not fitted) from .gpu/x5-DT;
+# EXTRA_SPEC=heldout runs .gpu/heldout-DT.json instead (real-model shapes never fitted).
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
@@ -22,8 +23,8 @@ for dt in bfloat16 float16; do
 done
 if [ -n "${EXTRA:-}" ]; then
   for dt in bfloat16 float16; do
-    TAILN=16 stage extra_$dt 90 python3 -m tirx_gemm.cli bench --suite .gpu/extra-$dt.json --target matmul --arch sm_90a --bundle .gpu/$EXTRA-$dt --record --results "$OUT/results_extra"
-    TIRX_GEMM_BUNDLE=.gpu/$EXTRA-$dt TAILN=14 stage extra_graph_$dt 60 python3 scripts/lab/matmul_graph_times.py .gpu/extra-$dt.json --out "$OUT/extra_graph_$dt.jsonl" --budget-s 50
+    TAILN=24 stage extra_$dt 90 python3 -m tirx_gemm.cli bench --suite .gpu/${EXTRA_SPEC:-extra}-$dt.json --target matmul --arch sm_90a --bundle .gpu/$EXTRA-$dt --record --results "$OUT/results_extra"
+    TIRX_GEMM_BUNDLE=.gpu/$EXTRA-$dt TAILN=24 stage extra_graph_$dt 60 python3 scripts/lab/matmul_graph_times.py .gpu/${EXTRA_SPEC:-extra}-$dt.json --out "$OUT/extra_graph_$dt.jsonl" --budget-s 50
   done
 fi
 exit 0
