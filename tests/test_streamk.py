@@ -197,7 +197,7 @@ def test_the_protocol_sums_in_a_fixed_order_whatever_order_units_finish(tiles, k
 def test_stream_k_refusals_in_one_line():
     pytest.importorskip("tvm")
     step = registry.get("v12", "sm_90a")
-    for kw in ({"SWAP_AB": True, "BLK_N": 8}, {"CLUSTER": 2}, {"ACT": "relu"},
+    for kw in ({"CLUSTER": 2}, {"ACT": "relu"},
                {"BIAS": "float16"}, {"OUT_DTYPE": "float32"},
                {"MMA_LAG": 2, "PIPE_DEPTH": 6}):
         with pytest.raises(ValueError, match="STREAM_K=True takes no") as exc:
@@ -205,6 +205,29 @@ def test_stream_k_refusals_in_one_line():
         assert "\n" not in str(exc.value)
     with pytest.raises(ValueError, match="STREAM_K=1 must be True or False"):
         step.build_primfunc(1024, 1024, 1024, STREAM_K=1)
+
+
+def test_stream_k_takes_swap_ab_and_stores_its_sums_transposed():
+    """SWAP_AB with STREAM_K (chooser.swap_stream_k's decode kernel): the pieces load B's
+    rows as the MMA's A operand, and the reduced tile goes to D by the transposed stores
+    (no TMA store, no packed tile), as the data-parallel swap-AB tiles do."""
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    f = step.build_primfunc(2, 10240, 8192, BLK_M=64, BLK_N=16, SWAP_AB=True, STREAM_K=True,
+                            RUNTIME_M=True, SM_COUNT=132)
+    import re
+    names = [p.name for p in f.params]
+    assert names[3:] == ["WS", "CNT"]
+    plain = step.build_primfunc(2, 10240, 8192, BLK_M=64, BLK_N=16, SWAP_AB=True,
+                                RUNTIME_M=True, SM_COUNT=132).script()
+    stores = re.findall(r"D\[([^\]]*)\] = ", f.script())
+    # the data-parallel tiles' store and the reduced tiles' one, both transposed: D's row
+    # from the token tile (16 wide: fragment columns 8 * j + 2 * (lane % 4) + e), its
+    # column from the weight's 64-row blocks
+    assert len(stores) == 2 == len(re.findall(r"D\[([^\]]*)\] = ", plain)) + 1
+    for index in stores:
+        row, col = index.split(", ")
+        assert "* 16 + 8 * j + 2 * (lane_id % 4) + e" in row and "* 64" in col, index
 
 
 def test_stream_k_kernel_takes_the_workspace_and_counts_only_when_the_plan_is_on():

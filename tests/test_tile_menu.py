@@ -117,14 +117,39 @@ def test_chooser_swap_ab_rule():
     step, kw = mm.choose(8, 14336, 4096, "bfloat16", "sm_90a", 132)
     assert (kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"], kw["PIPE_DEPTH"]) == (64, 16, 1, 8)
     assert kw["SWAP_AB"] and kw["RUNTIME_NK"]
-    # more tokens: the persistent swap-AB kernel of swap_ab_tile
+    # more tokens: the persistent swap-AB kernel of swap_ab_tile, with PDL when its bytes
+    # at the HBM rate are short (chooser.hbm_floor <= PDL_MAX_US)
     step, kw = mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)
     assert (kw["BLK_M"], kw["BLK_N"]) == (64, 80) and "SPLIT_K" not in kw
+    assert kw["PDL"] is True and chooser.hbm_floor(77, 7168, 2048) <= chooser.PDL_MAX_US
+    step, kw = mm.choose(64, 6144, 4096, "bfloat16", "sm_90a", 132)
+    assert kw["SWAP_AB"] and "PDL" not in kw and chooser.hbm_floor(64, 6144, 4096) > 16
     # variants: one kernel per token tile below 97 rows, each named for its M range
     v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
     assert swaps == [(8, 1, 8), (16, 9, 16), (32, 17, 32), (48, 33, 48), (64, 49, 64),
                      (80, 65, 80), (96, 81, 96)]
+
+
+def test_chooser_swap_stream_k_rule():
+    """Decode whose non-persistent grid leaves SMs unbalanced (tiles / (ceil(tiles / SMs)
+    x SMs) < SWAP_SK_BALANCE) on a K of at least SWAP_SK_MIN_K_STEPS: the persistent
+    swap-AB kernel with STREAM_K (a tail under half a wave); otherwise as before."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    from tirx_gemm import streamk
+    step, kw = mm.choose(2, 10240, 8192, "bfloat16", "sm_90a", 132)  # 160 tiles: 61%
+    assert step == "v12" and kw["STREAM_K"] and kw["SWAP_AB"]
+    assert (kw["BLK_M"], kw["BLK_N"]) == (64, 16) and "SPLIT_K" not in kw
+    assert streamk.shape_plan(10240, 2, 8192, 64, 16, 132).on
+    assert chooser.swap_stream_k(4, 9216, 3072) == (64, 16)      # 144 tiles, 48 K steps
+    assert chooser.swap_stream_k(1, 9216, 2304) is None          # 36 K steps: too short
+    assert chooser.swap_stream_k(16, 28672, 8192) is None        # 448 tiles: 85% balanced
+    assert chooser.swap_stream_k(1, 4608, 3584) is None          # 72 tiles: no tail wave
+    assert chooser.swap_stream_k(32, 4096, 14336) is None        # 64 tiles: a split
+    assert chooser.swap_stream_k(64, 11008, 4096) is None        # past SWAP_NP_MAX_M
+    assert chooser.swap_stream_k(40, 11008, 4096) == (64, 48)    # the token tile holds M
+    assert "STREAM_K" not in mm.choose(8, 14336, 4096, "bfloat16", "sm_90a", 132)[1]
 
 
 def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():

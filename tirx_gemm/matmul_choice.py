@@ -174,12 +174,21 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
+    swap_sk = chooser.swap_stream_k(M, N, K, pool)  # decode on an unbalanced grid
+    if swap_sk is not None:
+        return TILE_MENU, {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap_sk[0],
+                           "BLK_N": swap_sk[1], "SWAP_AB": True, "STREAM_K": True}
     plan = chooser.split_plan(M, N, K, pool)  # v12's SPLIT_K: a CTA per unit
     if plan is not None:
         return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count)
     if swap is not None:
-        return TILE_MENU, {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0],
-                           "BLK_N": swap[1], "SWAP_AB": True}
+        kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0], "BLK_N": swap[1],
+              "SWAP_AB": True}
+        if chooser.hbm_floor(M, N, K) <= chooser.PDL_MAX_US:
+            # a short one: PDL, as for the model's short tiles (77x7168x2048 64x80: 1.01x
+            # torch with it, 0.94-0.95x without; results/lab/v12_swapsk_h200.jsonl)
+            kw["PDL"] = True
+        return TILE_MENU, kw
     pingpong = _registered(PINGPONG, arch)
     if pingpong is not None and chooser.wants_pingpong(M, N, K, pool):
         return PINGPONG, step_kwargs(pingpong, dtype, sm_count)

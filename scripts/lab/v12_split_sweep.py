@@ -85,19 +85,41 @@ def _kw(bm, bn, swap, dtype):
 
 
 def parse_only(text: str) -> dict:
-    """``M,N,K:BMxBN[w]sS+...;...`` -> {shape: ((BLK_M, BLK_N, SWAP_AB, S), ...)}: a
-    SPLITS of its own (and no NP kernels), for a focused re-run."""
+    """``M,N,K:CAND+...;...`` -> {shape: ((BLK_M, BLK_N, SWAP_AB, S), ...)}: a SPLITS of
+    its own (and no NP kernels), for a focused re-run. CAND is ``BMxBN[w]`` (w: SWAP_AB)
+    and then ``sS`` (SPLIT_K=S), ``nD`` (the non-persistent kernel, SPLIT_K=1, a ring of
+    D stages), ``p`` (persistent, data-parallel), ``q`` (the same with PDL) or ``k``
+    (persistent with STREAM_K); S is then "nD", "p", "q" or "k" (every one with
+    RUNTIME_M, N and K fixed)."""
     out = {}
     for part in filter(None, text.split(";")):
         shape, cands = part.split(":")
         got = []
         for c in cands.split("+"):
-            tile, split = c.rsplit("s", 1)
+            for mark in ("s", "n", "p", "q", "k"):
+                if mark in c.split("x", 1)[1]:
+                    tile, rest = c.split("x", 1)[0] + "x" + c.split("x", 1)[1].split(mark)[0], \
+                        c.split("x", 1)[1].split(mark, 1)[1]
+                    break
             swap = tile.endswith("w")
             bm, bn = (int(x) for x in tile.rstrip("w").split("x"))
-            got.append((bm, bn, swap, int(split)))
+            got.append((bm, bn, swap, int(rest) if mark == "s" else f"{mark}{rest}"))
         out[tuple(int(x) for x in shape.split(","))] = tuple(got)
     return out
+
+
+def _focus_kwargs(bm, bn, swap, s, dt):
+    """The build keywords of a parse_only candidate."""
+    from tirx_gemm import splitk
+    kw = _kw(bm, bn, swap, dt)
+    if isinstance(s, int):
+        return {**kw, "SPLIT_K": s, "L2_GROUP": splitk.l2_group_for(s)}
+    if s.startswith("n"):
+        return {**kw, "SPLIT_K": 1, "PIPE_DEPTH": int(s[1:])}
+    if s == "q":
+        return kw
+    kw.pop("PDL")  # the persistent kernels as matmul builds them past PDL_MAX_US
+    return {**kw, "STREAM_K": True} if s == "k" else kw
 
 
 def requests(dtypes, only: dict | None = None, pairs: bool = False):
@@ -124,8 +146,7 @@ def requests(dtypes, only: dict | None = None, pairs: bool = False):
                                                  "SPLIT_K": 1, "PIPE_DEPTH": depth}))
         for (M, N, K), cands in (only or SPLITS).items():
             for bm, bn, swap, s in cands:
-                reqs.append((step, (M, N, K), {**_kw(bm, bn, swap, dt), "SPLIT_K": s,
-                                               "L2_GROUP": splitk.l2_group_for(s)}))
+                reqs.append((step, (M, N, K), _focus_kwargs(bm, bn, swap, s, dt)))
     return reqs
 
 
@@ -138,10 +159,15 @@ def export(out: Path, dtypes, only: dict | None = None, pairs: bool = False) -> 
 
 
 def _label_of(kw):
+    if "SPLIT_K" not in kw and not kw.get("RUNTIME_NK"):  # persistent, data-parallel or
+        # stream-K (--only): p / k
+        return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
+                + ("c2" if kw.get("CLUSTER") == 2 else "")
+                + ("k" if kw.get("STREAM_K") else "q" if kw.get("PDL") else "p"))
     if "SPLIT_K" not in kw:  # a persistent swap-AB tile, alone or paired (--pairs)
         return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
                 + ("c2" if kw.get("CLUSTER") == 2 else ""))
-    if kw.get("RUNTIME_NK"):
+    if kw.get("RUNTIME_NK") or kw.get("SPLIT_K") == 1:
         return np_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["PIPE_DEPTH"])
     return split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"])
 

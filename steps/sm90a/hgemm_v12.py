@@ -48,7 +48,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       RUNTIME_NK: M (N, K) run-time values, one kernel for all. CLUSTER=2: v9's CTA pair
       along M, each CTA loading half of the shared B tile multicast into both.
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full is cut into K units of
-      >= 8 steps; the last unit to count sums the slabs in K order (lesson v12).
+      >= 8 steps; the last unit to count sums the slabs in K order (lesson v12). With
+      SWAP_AB the pieces are swapped tiles and the sum is stored transposed.
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
       waits for it (griddepcontrol.wait) after the prologue, then lets the next one launch.
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
@@ -61,7 +62,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
       bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no epilogue, MMA_LAG > 1, TMA hints or
-      PDL; SWAP_AB: BLK_N a multiple of 16); STREAM_K: no SWAP_AB, CLUSTER=2, epilogue or
+      PDL; SWAP_AB: BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
       MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring
       plus staging within 227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
@@ -114,9 +115,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     P.check(PDL, CLUSTER)
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
-    if STREAM_K and (SWAP_AB or CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
-        raise ValueError("STREAM_K=True takes no SWAP_AB, CLUSTER=2, fused epilogue or "
-                         "MMA_LAG > 1 (its pieces are plain one-CTA tiles of MMA_LAG=1)")
+    if STREAM_K and (CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
+        raise ValueError("STREAM_K=True takes no CLUSTER=2, fused epilogue or MMA_LAG > 1 "
+                         "(its pieces are plain one-CTA tiles of MMA_LAG=1)")
     if SPLIT_K is not None:
         H.check_positive_ints(SPLIT_K=SPLIT_K)
         if STREAM_K or CLUSTER != 1:
@@ -444,12 +445,15 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                             tile.init(PLAN.dp_tiles + j)  # the piece's tile
                             for k in T.serial(sk_steps(it0, it1, j), annotations=H.ROLLED):
                                 mma2tma.wait(ring.stage, ring.phase, "producer")
+                                # (SWAP_AB: the MMA's A operand is B's rows, its B A's)
                                 H.tma_load_tiles(Asmem[ring.stage, :, :],
-                                                 Bsmem[ring.stage, :, :], A, B,
+                                                 Bsmem[ring.stage, :, :],
+                                                 B if SWAP_AB else A, A if SWAP_AB else B,
                                                  tile.m_idx * BLK_M, tile.n_idx * BLK_N,
                                                  (sk_k0(it0, it1, j) + k) * BLK_K, BLK_M,
                                                  BLK_N, BLK_K, tma2mma.ptr(ring.stage),
-                                                 A_HINTS, B_HINTS)
+                                                 B_HINTS if SWAP_AB else A_HINTS,
+                                                 A_HINTS if SWAP_AB else B_HINTS)
                                 ring.advance()
 
         # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
@@ -617,7 +621,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                             # --- reduce: every piece is in; their slabs in K order ---
                             reduce_slabs(WS, SK.slab(sk_first(iters, units, j), j), pieces,
                                          consumer * HALF, acc, tid_in_wg)
-                            W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                            if SWAP_AB:  # D's transpose, as the data-parallel tiles store it
+                                W.store_fragment_transposed_guarded(D, acc, sk_m + row0, sk_n,
+                                                                    BLK_N, M_DIM, N_DIM,
+                                                                    warp_id, lane_id)
+                            else:
+                                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
                             if TMA_CHUNKS > 0:
                                 W.store_packed_tile(D, Dstage, consumer, packed, sk_m + row0,
                                                     sk_n, TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
