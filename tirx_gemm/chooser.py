@@ -42,7 +42,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from tirx_gemm import spec, streamk
+from tirx_gemm import spec
 
 PARAMS_FILE = Path(__file__).with_name("chooser_h200.json")
 SMS_H200 = spec.SM_COUNT["sm_90a"]
@@ -351,11 +351,16 @@ SWAP_NP_DEPTH = 8         # and its ring this deep
 # tile leaves idle, until HBM is the limit. Its fit's error is about 8% RMS; 64x32 tiles
 # ran 16-19% slower than it predicts (their stage is mostly fixed cost), so they are not
 # split candidates.
-SPLIT_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256))
-# (128x256 joined after a held-out check: 200x3584x18944, Qwen2-7B's down_proj in a
-# 200-token chunk, measured 0.64-0.67x torch split in 2 in 128x128 tiles, the model's pick
-# then, and 0.76-0.77x in 4 in 128x256, which the model rates fastest of the three
-# measured (60.9 us against 72.1, measured 65 and 76; results/lab/v12_swapsk_h200.jsonl))
+SPLIT_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
+# 128x256 was tried as a fifth (issue 32, after a held-out check): at 200x3584x18944 it ran
+# 0.76-0.77x torch split in 4 against 0.64-0.67x for the pick then (128x128 in 2), as the
+# model ranks them (60.9 us against 72.1; measured 65 and 76,
+# results/lab/v12_swapsk_h200.jsonl). At the four shapes it would have taken next, off the
+# fit, it lost in the same run (results/lab/v12_swapsk_check_h200.jsonl, two passes):
+# 256x4096x14336 0.85-0.98 against 0.91-1.05, 1024x1024x8192 0.77-0.78 against 0.89-0.90,
+# 200x8192x28672 0.72-0.73 against 0.82-0.86, 2000x512x8192 0.84-0.87 against 1.00-1.03;
+# and 256x5120x13824 0.75 against 1.00 in the held-out run. Not adopted: the split model
+# fitted on 64- and 128-wide tiles does not see what a 128x256 unit costs.
 # a split is taken where predicted faster than the best data-parallel candidate by more
 # than this share (the split fit's RMS error is about 8%; 128x8192x28672, where the two
 # are predicted within 2%, ran 1.17x torch data-parallel)
@@ -410,41 +415,18 @@ def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
     return min(out) if out else None
 
 
-# Swap-AB with stream-K for decode (STREAM_K=True, SWAP_AB=True, persistent). The
-# non-persistent swap-AB kernel puts ceil(tiles / SMs) CTAs on the busiest SM, so its SMs
-# are balanced at tiles / (ceil(tiles / SMs) * SMs): 144 tiles give 12 SMs two CTAs and
-# the rest one, 55%. Stream-K runs the full waves data-parallel and spreads the tail
-# wave's K steps over every SM (tirx_gemm/streamk.py: only for a tail under half full).
-# Measured on the H200 (bf16, CUDA graphs, two passes, results/lab/v12_swapsk_h200.jsonl),
-# stream-K 64x16 against the non-persistent 64x16 with 8 stages:
-#   2x10240x8192 (160 tiles, 61%, 128 K steps) 0.98-0.99 against 0.82
-#   4x9216x3072  (144 tiles, 55%,  48 K steps) 0.94 against 0.90
-#   1x9216x2304  (144 tiles, 55%,  36 K steps) 0.71-0.73 against 0.76-0.77
-#   16x28672x8192 (448 tiles, 85%)             0.90-0.93 against 0.97
-#   12x37888x3584 (592 tiles, 90%)             1.00-1.03 against 0.98-1.01
-# A unit's fixed cost (its slab, the count) wants a long K, and a balanced grid gains
-# nothing; so stream-K where the non-persistent grid is balanced below SWAP_SK_BALANCE
-# and K has at least SWAP_SK_MIN_K_STEPS steps (a tail tile then has 6 units of 8).
-SWAP_SK_BALANCE = 0.75
-SWAP_SK_MIN_K_STEPS = 48
-
-
-def swap_stream_k(M: int, N: int, K: int, sm_count: int = SMS_H200) -> tuple[int, int] | None:
-    """(BLK_M, BLK_N) of v12's persistent swap-AB kernel with STREAM_K for a decode GEMM,
-    or None where the rule above leaves it to :func:`split_plan`."""
-    swap = swap_ab_tile(M, N, sm_count)
-    if swap is None or M > SWAP_NP_MAX_M:
-        return None
-    tiles = _ceil_div(N, SWAP_SPLIT_ROWS)
-    k_tiles = _ceil_div(K, BLK_K)
-    if 2 * tiles <= sm_count or k_tiles < SWAP_SK_MIN_K_STEPS:
-        return None  # a swap-AB split serves few tiles; a short K stays non-persistent
-    balance = tiles / (_ceil_div(tiles, sm_count) * sm_count)
-    tokens = max(SWAP_NP_MIN_TOKENS, swap[1])
-    plan = streamk.shape_plan(N, M, K, SWAP_SPLIT_ROWS, tokens, sm_count)
-    if balance >= SWAP_SK_BALANCE or not plan.on:
-        return None
-    return SWAP_SPLIT_ROWS, tokens
+# Swap-AB with stream-K for decode (v12's STREAM_K=True with SWAP_AB=True, persistent) was
+# tried against the non-persistent swap-AB kernel, whose grid puts ceil(tiles / SMs) CTAs
+# on the busiest SM (144 weight tiles: 12 SMs run two). In the sweep (bf16, CUDA graphs,
+# two passes, results/lab/v12_swapsk_h200.jsonl) it won where that grid was unbalanced and
+# K long: 2x10240x8192 0.98-0.99 against 0.82, 4x9216x3072 0.94 against 0.90; it lost with
+# 36 K steps (1x9216x2304 0.71-0.73 against 0.76-0.77) and on balanced grids
+# (16x28672x8192 0.90-0.93 against 0.97). A rule from that (balance under 75%, at least 48
+# K steps) lost at the three shapes it would have taken next, checked in the same run
+# (results/lab/v12_swapsk_check_h200.jsonl): 1x11008x4096 0.82-0.83 against 0.82-0.85,
+# 24x12288x4096 0.80-0.81 against 0.87, 40x11008x4096 0.80-0.81 against 0.85-0.88. Two
+# CTAs sharing an SM pull more bytes than one, so the SM count per CTA is not what bounds a
+# bandwidth-bound grid; no rule was adopted, and the kernel stays a lab option.
 
 
 def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):

@@ -174,10 +174,6 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
-    swap_sk = chooser.swap_stream_k(M, N, K, pool)  # decode on an unbalanced grid
-    if swap_sk is not None:
-        return TILE_MENU, {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap_sk[0],
-                           "BLK_N": swap_sk[1], "SWAP_AB": True, "STREAM_K": True}
     plan = chooser.split_plan(M, N, K, pool)  # v12's SPLIT_K: a CTA per unit
     if plan is not None:
         return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count)
@@ -186,7 +182,8 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
               "SWAP_AB": True}
         if chooser.hbm_floor(M, N, K) <= chooser.PDL_MAX_US:
             # a short one: PDL, as for the model's short tiles (77x7168x2048 64x80: 1.01x
-            # torch with it, 0.94-0.95x without; results/lab/v12_swapsk_h200.jsonl)
+            # torch with it, 0.94-0.95x without in one run, results/lab/v12_swapsk_h200.jsonl;
+            # in the suite's CUDA graphs 0.99-1.01 against 0.94 the run before)
             kw["PDL"] = True
         return TILE_MENU, kw
     pingpong = _registered(PINGPONG, arch)

@@ -31,8 +31,8 @@ from tirx_gemm.notebook.sources import (code_diff, code_lines, cuda_excerpt, ste
 from tirx_gemm.notebook.results import (RESULTS_ENV, device_status, measure_or_recorded,
                                         plot_results, results_dir, results_for, results_table,
                                         sim_records, simulation, timeline)
-from tirx_gemm.notebook.suites import (_suite_text, chooser_table, suite_cases, suite_plot,
-                                      suite_ratios)
+from tirx_gemm.notebook.suites import (HELDOUT_RUN, _suite_text, chooser_table, suite_cases,
+                                      suite_plot, suite_ratios)
 
 __all__ = [
     "Md",
@@ -71,4 +71,5 @@ __all__ = [
     "suite_ratios",
     "suite_plot",
     "chooser_table",
+    "HELDOUT_RUN",
 ]
