@@ -194,7 +194,9 @@ def _how_chosen(step_id: str, kw: dict) -> tuple[str, str | None]:
     if step_id in (chooser.V9, chooser.V10):
         return ("model" if step_id == chooser.V9 else "ping-pong rule / model"), step_id
     if kw.get("SPLIT_K", 1) > 1:
-        return ("swap-AB split rule" if kw.get("SWAP_AB") else "split rule"), None
+        if kw.get("SWAP_AB"):
+            return "swap-AB split rule", None
+        return "split model", f"split:{kw['BLK_M']}x{kw['BLK_N']}s{kw['SPLIT_K']}"
     if kw.get("SWAP_AB"):
         return ("swap-AB non-persistent rule" if "SPLIT_K" in kw else "swap-AB rule"), None
     cand = chooser.name(kw["BLK_M"], kw["BLK_N"], kw.get("CLUSTER", 1))
@@ -234,7 +236,12 @@ def chooser_table(dtype: str = "bfloat16", run: str | None = None) -> Md:
     for (M, N, K), r in meas.items():
         step_id, kw = matmul.choose(M, N, K, dtype, "sm_90a", _default_sm_count())
         how, cand = _how_chosen(step_id, kw)
-        pred = f"{chooser.predict(cand, M, N, K):.1f}" if cand else "-"
+        if cand and cand.startswith("split:"):  # the split model's own prediction
+            bm, bn, split = (int(x) for x in cand[6:].replace("s", "x").split("x"))
+            t = chooser.predict_split(bm, bn, split, M, N, K)
+            pred = f"{t:.1f}" if t is not None else "-"
+        else:
+            pred = f"{chooser.predict(cand, M, N, K):.1f}" if cand else "-"
         same = r.get("step") == step_id and (r.get("kwargs") or {}) == kw
         got = f"{r['ms'] * 1e3:.1f}" + ("" if same else " (older pick)")
         rows.append([_shape((M, N, K)), f"{step_id} {_kw(kw)}", how, pred, got,
