@@ -91,12 +91,22 @@ def _document() -> dict:
     return json.loads(PARAMS_FILE.read_text())
 
 
+@lru_cache(maxsize=1)
 def params() -> dict:
-    """{candidate: (s, e, f)} from chooser_h200.json (candidate "v9" or "BMxBN")."""
+    """{candidate: (s, e, f)} from chooser_h200.json (candidate "v9" or "BMxBN"); read
+    once (matmul.variants asks for it thousands of times per layer). Do not modify."""
     return {k: tuple(float(x) for x in v) for k, v in _document()["candidates"].items()}
 
 
-params.cache_clear = _document.cache_clear  # scripts/fit_chooser.py after a refit
+_params_cache_clear = params.cache_clear
+
+
+def _clear() -> None:
+    _document.cache_clear()
+    _params_cache_clear()
+
+
+params.cache_clear = _clear  # scripts/fit_chooser.py after a refit
 
 
 # Programmatic dependent launch (v12's PDL=True, tirx_gemm/pdl.py): a kernel launched with
