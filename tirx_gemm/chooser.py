@@ -79,6 +79,7 @@ def name(bm: int, bn: int, cluster: int = 1) -> str:
     return f"{bm}x{bn}" + ("" if cluster == 1 else f"c{cluster}")
 
 
+@lru_cache(maxsize=None)
 def tile(cand: str) -> tuple[int, int, int]:
     """(BLK_M, BLK_N, CLUSTER) of a v12 candidate named by :func:`name`."""
     dims, _, cluster = cand.partition("c")
@@ -104,6 +105,7 @@ _params_cache_clear = params.cache_clear
 def _clear() -> None:
     _document.cache_clear()
     _params_cache_clear()
+    rank.cache_clear()  # (defined below: a pure function of the figures and the shape)
 
 
 params.cache_clear = _clear  # scripts/fit_chooser.py after a refit
@@ -205,14 +207,15 @@ def clustered(cand: str) -> bool:
     return cand in (V9, V10) or tile(cand)[2] > 1
 
 
+@lru_cache(maxsize=1 << 16)
 def rank(M: int, N: int, K: int, sm_count: int = SMS_H200,
-         pdl: bool = True) -> list[tuple[float, str]]:
+         pdl: bool = True) -> tuple[tuple[float, str], ...]:
     """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9 and
     v10 only on an even number of SMs). The pairs enter by :func:`best`'s row rule alone."""
     ranked = sorted((predict(c, M, N, K, sm_count, pdl), _predict_plain(c, M, N, K, sm_count), c)
                     for c in params()
                     if c in (V9, V10) and sm_count % 2 == 0 or not clustered(c))
-    return [(t, c) for t, _, c in ranked]  # ties on the HBM floor: least time without it
+    return tuple((t, c) for t, _, c in ranked)  # ties on the floor: least time without it
 
 
 # v12's CTA pairs (CLUSTER=2: the pair's B tile loaded once, half by each CTA, multicast).
