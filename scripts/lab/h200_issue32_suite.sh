@@ -7,7 +7,8 @@
 #   OUT=$OUT bash scripts/lab/h200_issue32_suite.sh
 # SUITE_BUNDLE=sN picks .gpu/sN-DT; EXTRA=x5 also runs .gpu/extra-DT.json (shapes off the
 # suite, a check of the chooser's rules where they were not fitted) from .gpu/x5-DT;
-# EXTRA_SPEC=heldout runs .gpu/heldout-DT.json instead (real-model shapes never fitted).
+# EXTRA_SPEC=heldout runs .gpu/heldout-DT.json instead (real-model shapes never fitted:
+# tirx_gemm/suites/heldout.json, one dtype per copy, exported to .gpu/hN-DT).
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
