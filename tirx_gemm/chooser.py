@@ -157,7 +157,8 @@ def _predict_plain(cand: str, M: int, N: int, K: int, sm_count: int) -> float:
 # The HBM floor (issue 32): no kernel streams its operands faster than HBM delivers them.
 # The per-candidate fit above counts K steps and waves, so on a bandwidth-bound shape (few
 # tokens, a wide weight) it predicts the tensor-core time and runs low: 128x28672x8192 at
-# 128x224 predicted 78 us, measured 120 us. A data-parallel candidate is predicted at least
+# 128x224 predicted 78 us, measured 119 us (results/lab/matmul_graph_h200_issue32_s6.jsonl).
+# A data-parallel candidate is predicted at least
 #
 #     floor = f + (M*K + N*K + M*N) * 2 bytes / hbm_tb_s                   microseconds
 #

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -96,14 +97,11 @@ def parse_only(text: str) -> dict:
         shape, cands = part.split(":")
         got = []
         for c in cands.split("+"):
-            for mark in ("s", "n", "p", "q", "k"):
-                if mark in c.split("x", 1)[1]:
-                    tile, rest = c.split("x", 1)[0] + "x" + c.split("x", 1)[1].split(mark)[0], \
-                        c.split("x", 1)[1].split(mark, 1)[1]
-                    break
-            swap = tile.endswith("w")
-            bm, bn = (int(x) for x in tile.rstrip("w").split("x"))
-            got.append((bm, bn, swap, int(rest) if mark == "s" else f"{mark}{rest}"))
+            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k))", c)
+            if m is None:
+                raise ValueError(f"--only: {c!r} is not BMxBN[w] then sS, nD, p, q or k")
+            bm, bn, swap, split, kind = m.groups()
+            got.append((int(bm), int(bn), swap == "w", int(split) if split else kind))
         out[tuple(int(x) for x in shape.split(","))] = tuple(got)
     return out
 
