@@ -131,6 +131,22 @@ def test_chooser_swap_ab_rule():
                      (80, 65, 80), (96, 81, 96)]
 
 
+def test_non_persistent_swap_ab_takes_pdl_only_where_its_ctas_fit_the_sms():
+    """chooser.np_swap_pdl: with more CTAs than SMs PDL's early launch of the next kernel
+    cost up to a fifth of the time in CUDA graphs (chooser.py's figures)."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    for mnk, pdl in (((8, 14336, 4096), False), ((2, 10240, 8192), False),
+                     ((1, 8192, 8192), True), ((1, 4608, 3584), True)):
+        step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132)
+        assert kw["SPLIT_K"] == 1 and kw["SWAP_AB"], mnk
+        assert kw.get("PDL", False) is pdl, mnk
+        assert chooser.np_swap_pdl(mnk[0], mnk[1], kw["BLK_N"]) is pdl
+    # the split kernels keep PDL
+    assert mm.choose(1, 4096, 4096, "bfloat16", "sm_90a", 132)[1]["PDL"] is True
+    assert mm.choose(256, 256, 16384, "bfloat16", "sm_90a", 132)[1]["PDL"] is True
+
+
 def test_decode_keeps_the_non_persistent_kernel_on_an_unbalanced_grid():
     """Swap-AB with stream-K lost out of sample (chooser.py's note): decode at up to 48
     tokens with many weight tiles keeps the non-persistent swap-AB kernel, balanced or not."""

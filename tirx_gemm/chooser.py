@@ -443,6 +443,32 @@ def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
 # bandwidth-bound grid; no rule was adopted, and the kernel stays a lab option.
 
 
+# PDL on the non-persistent swap-AB kernel. With PDL the next kernel's CTAs launch while
+# this one runs and wait on its SMs; measured as CUDA graphs of 20 launches (bf16, three
+# passes each; results/lab/v12_pdl_np_split_h200.jsonl, then the check at shapes off that
+# set, v12_pdl_np_split_check_h200.jsonl), this kernel ran slower with it wherever its
+# grid has more CTAs than the GPU has SMs:
+#   2x10240x8192 (160 CTAs) 0.80-0.82 with PDL, 1.03-1.05 without; 1x9216x2304 (144)
+#   0.77-0.79 / 0.94-0.95; 4x9216x3072 (144) 0.89-0.91 / 1.12-1.13; 8x14336x4096 (224)
+#   0.94 / 0.95-0.98; 48x14336x4096 (224) 0.92-0.93 / 0.93-0.95; and in the check
+#   1x11008x4096 (172) 0.82-0.86 / 0.95-0.97, 24x12288x4096 (192) 0.91-0.93 / 0.96-1.02,
+#   40x11008x4096 (172) 0.84-0.86 / 0.91-0.95, 16x14336x4096 (224) 0.94-1.00 /
+#   0.96-1.03, 12x37888x3584 (592) level;
+# and faster with it where the grid fits one CTA per SM: 1x4608x3584 (72) 0.80-0.81 /
+# 0.77-0.78, 1x8192x8192 (128) 0.98-1.00 / 0.96-0.98. (Eager launches, with events
+# between them, do not overlap, and saw none of this.) So PDL only where the CTAs fit the
+# SMs (why the early launch costs that much is not measured). The split kernels (S > 1,
+# at most one unit per SM) keep PDL: with it they were
+# level or faster at 7 of the 10 shapes measured (the three 128x128 ones with M = 200 or
+# 512 ran 2-20% faster without: 200x3584x18944 0.63-0.65 / 0.76-0.79).
+
+
+def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bool:
+    """Whether the non-persistent swap-AB kernel is built with PDL: its CTAs (64-row weight
+    tiles by token tiles) fit one per SM."""
+    return _ceil_div(N, SWAP_SPLIT_ROWS) * _ceil_div(M, token_tile) <= sm_count
+
+
 def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
     """v12's SPLIT_K plan for an MxNxK GEMM, or None: ``(BLK_M, BLK_N, SWAP_AB, S,
     PIPE_DEPTH or None)``, S = 1 being the non-persistent swap-AB kernel (see the

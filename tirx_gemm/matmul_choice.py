@@ -176,7 +176,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
     plan = chooser.split_plan(M, N, K, pool)  # v12's SPLIT_K: a CTA per unit
     if plan is not None:
-        return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count)
+        return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count, M, N)
     if swap is not None:
         kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0], "BLK_N": swap[1],
               "SWAP_AB": True}
@@ -233,14 +233,19 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
     return PINGPONG, {**step_kwargs(registry.get(PINGPONG, arch), dtype, sm_count), **epi}
 
 
-def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int) -> dict:
+def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M: int,
+                  N: int) -> dict:
     """v12's keywords for chooser.split_plan's ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH)``:
-    PDL (as measured); S > 1 takes N and K fixed (its K split is built in) and an L2
-    group that does not divide S (splitk.l2_group_for); S = 1 keeps the run-time shape
-    and its ring depth. S is the plan's own (tiles x S within the SMs at this M), not
-    rounded to v11's SPLIT_MENU: it changes only over the few M blocks a split serves."""
+    PDL (as measured; S = 1 only where its CTAs fit the SMs, chooser.np_swap_pdl); S > 1
+    takes N and K fixed (its K split is built in) and an L2 group that does not divide S
+    (splitk.l2_group_for); S = 1 keeps the run-time shape and its ring depth. S is the
+    plan's own (tiles x S within the SMs at this M), not rounded to v11's SPLIT_MENU: it
+    changes only over the few M blocks a split serves."""
+    from tirx_gemm import chooser
     bm, bn, swap, split, depth = plan
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn, "PDL": True}
+    if split == 1 and swap and not chooser.np_swap_pdl(M, N, bn, _pool(sm_count)):
+        del kw["PDL"]
     if swap:
         kw["SWAP_AB"] = True
     if split > 1:

@@ -35,6 +35,8 @@ _FASTCU_ROUNDS = re.compile(r"^#\s+rounds us: fastcu ([\d. ]+) \| torch ([\d. ]+
 # Nsight Compute's GPU Speed Of Light section, one launch per file
 NCU_GLOB = f"{LOGS}/ncu/h200_*.txt"
 _NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
+# scripts/lab/ncu_decode.sh's logs (issue 32): matmul's pick or torch.matmul at M x N x K
+_NCU_DECODE_FILE = re.compile(r"h200_decode_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
 _NCU_DEVICE = re.compile(r" on (NVIDIA [\w ]+?) \(cc")
 _NCU_KERNEL = re.compile(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\)", re.M)
 _NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",
@@ -96,14 +98,20 @@ def ncu_records() -> list[dict]:
     out = []
     for path in sorted(ROOT.glob(NCU_GLOB)):
         rel, text = str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
-        m = _need(_NCU_FILE.fullmatch(path.name), "size and kernel in the name", rel)
+        decode = _NCU_DECODE_FILE.fullmatch(path.name)
+        if decode:
+            who, mnk = decode.group(1), [int(decode.group(i)) for i in (2, 3, 4)]
+            gemm = "torch.matmul" if who == "torch" else "tirx_gemm.matmul"
+        else:
+            m = _need(_NCU_FILE.fullmatch(path.name), "size and kernel in the name", rel)
+            mnk = [int(m.group(1))] * 3
+            gemm = "torch.matmul" if m.group(2) == "torch" else m.group(2)
         dev = _NCU_DEVICE.search(text)
         kern = _need(_NCU_KERNEL.search(text), "kernel line", rel)
         rec = {"source": rel,
                "device": dev.group(1) if dev else "NVIDIA H200",
                "device_named_by": "log" if dev else "file name (h200_)",
-               "gemm": "torch.matmul" if m.group(2) == "torch" else m.group(2),
-               "M": int(m.group(1)), "N": int(m.group(1)), "K": int(m.group(1)),
+               "gemm": gemm, "M": mnk[0], "N": mnk[1], "K": mnk[2],
                "kernel": kern.group(1), "grid": [int(kern.group(i)) for i in (2, 3, 4)],
                "threads": int(kern.group(5)),
                "gpu_clocks": "unmodified" if _NCU_UNMODIFIED in text else "ncu default control"}

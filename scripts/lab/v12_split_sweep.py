@@ -86,37 +86,46 @@ def _kw(bm, bn, swap, dtype):
 
 
 def parse_only(text: str) -> dict:
-    """``M,N,K:CAND+...;...`` -> {shape: ((BLK_M, BLK_N, SWAP_AB, S), ...)}: a SPLITS of
-    its own (and no NP kernels), for a focused re-run. CAND is ``BMxBN[w]`` (w: SWAP_AB)
+    """``M,N,K:CAND+...;...`` -> {shape: ((BLK_M, BLK_N, SWAP_AB, KIND), ...)}: a SPLITS
+    of its own (and no NP kernels), for a focused re-run. CAND is ``BMxBN[w]`` (w: SWAP_AB)
     and then ``sS`` (SPLIT_K=S), ``nD`` (the non-persistent kernel, SPLIT_K=1, a ring of
     D stages), ``p`` (persistent, data-parallel), ``q`` (the same with PDL) or ``k``
-    (persistent with STREAM_K); S is then "nD", "p", "q" or "k" (every one with
-    RUNTIME_M, N and K fixed)."""
+    (persistent with STREAM_K), and an ``x`` for the split and non-persistent kernels
+    without PDL; KIND is that text ("s2", "n8x", ...), every kernel with RUNTIME_M and N
+    and K fixed."""
     out = {}
     for part in filter(None, text.split(";")):
         shape, cands = part.split(":")
         got = []
         for c in cands.split("+"):
-            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k))", c)
+            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k))(x?)", c)
             if m is None:
-                raise ValueError(f"--only: {c!r} is not BMxBN[w] then sS, nD, p, q or k")
-            bm, bn, swap, split, kind = m.groups()
-            got.append((int(bm), int(bn), swap == "w", int(split) if split else kind))
+                raise ValueError(f"--only: {c!r} is not BMxBN[w] then sS, nD, p, q or k "
+                                 "(and x: without PDL)")
+            bm, bn, swap, split, kind, off = m.groups()
+            kind = f"s{split}" if split else kind
+            got.append((int(bm), int(bn), swap == "w", kind + off))
         out[tuple(int(x) for x in shape.split(","))] = tuple(got)
     return out
 
 
 def _focus_kwargs(bm, bn, swap, s, dt):
-    """The build keywords of a parse_only candidate."""
+    """The build keywords of a parse_only candidate (``s``: "sS", "nD", "p", "q" or "k",
+    a trailing "x" building it without PDL)."""
     from tirx_gemm import splitk
     kw = _kw(bm, bn, swap, dt)
-    if isinstance(s, int):
-        return {**kw, "SPLIT_K": s, "L2_GROUP": splitk.l2_group_for(s)}
+    s = f"s{s}" if isinstance(s, int) else s  # SPLITS' entries: S itself
+    if s.endswith("x"):
+        kw.pop("PDL")
+        s = s[:-1]
+    if s.startswith("s"):
+        split = int(s[1:])
+        return {**kw, "SPLIT_K": split, "L2_GROUP": splitk.l2_group_for(split)}
     if s.startswith("n"):
         return {**kw, "SPLIT_K": 1, "PIPE_DEPTH": int(s[1:])}
     if s == "q":
         return kw
-    kw.pop("PDL")  # the persistent kernels as matmul builds them past PDL_MAX_US
+    kw.pop("PDL", None)  # the persistent kernels as matmul builds them past PDL_MAX_US
     return {**kw, "STREAM_K": True} if s == "k" else kw
 
 
@@ -165,9 +174,10 @@ def _label_of(kw):
     if "SPLIT_K" not in kw:  # a persistent swap-AB tile, alone or paired (--pairs)
         return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
                 + ("c2" if kw.get("CLUSTER") == 2 else ""))
+    off = "" if kw.get("PDL") else "x"  # the split and non-persistent kernels: PDL unless x
     if kw.get("RUNTIME_NK") or kw.get("SPLIT_K") == 1:
-        return np_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["PIPE_DEPTH"])
-    return split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"])
+        return np_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["PIPE_DEPTH"]) + off
+    return split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"]) + off
 
 
 def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> int:
