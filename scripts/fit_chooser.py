@@ -185,9 +185,8 @@ def model_error(samples, floor: bool = True) -> float:
     samples, with or without its HBM floor (chooser.hbm_floor)."""
     errs = []
     for c, M, N, K, t in samples:
-        p = chooser._predict_plain(c, M, N, K, chooser.SMS_H200)
-        if floor:
-            p = max(p, chooser.hbm_floor(M, N, K))
+        p = (chooser.predict(c, M, N, K, pdl=False) if floor
+             else chooser._predict_plain(c, M, N, K, chooser.SMS_H200))
         errs.append((p - t) / t)
     return math.sqrt(sum(e * e for e in errs) / len(errs))
 

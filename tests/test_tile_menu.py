@@ -121,9 +121,11 @@ def test_chooser_swap_ab_rule():
     # at the HBM rate are short (chooser.hbm_floor <= PDL_MAX_US)
     step, kw = mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)
     assert (kw["BLK_M"], kw["BLK_N"]) == (64, 80) and "SPLIT_K" not in kw
-    assert kw["PDL"] is True and chooser.hbm_floor(77, 7168, 2048) <= chooser.PDL_MAX_US
+    assert kw["PDL"] is True and chooser.swap_pdl(77, 7168, 2048)
+    assert chooser.hbm_floor(77, 7168, 2048) <= chooser.PDL_MAX_US
     step, kw = mm.choose(64, 6144, 4096, "bfloat16", "sm_90a", 132)
-    assert kw["SWAP_AB"] and "PDL" not in kw and chooser.hbm_floor(64, 6144, 4096) > 16
+    assert kw["SWAP_AB"] and "PDL" not in kw and not chooser.swap_pdl(64, 6144, 4096)
+    assert chooser.hbm_floor(64, 6144, 4096) > chooser.PDL_MAX_US
     # variants: one kernel per token tile below 97 rows, each named for its M range
     v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]

@@ -463,6 +463,15 @@ def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
 # 512 ran 2-20% faster without: 200x3584x18944 0.63-0.65 / 0.76-0.79).
 
 
+def swap_pdl(M: int, N: int, K: int) -> bool:
+    """Whether the persistent swap-AB kernel (above SWAP_NP_MAX_M tokens) is built with PDL:
+    its bytes at the HBM rate take at most PDL_MAX_US, the model's own threshold for short
+    kernels (77x7168x2048 64x80: 1.01x torch with it, 0.94-0.95x without in one run,
+    results/lab/v12_swapsk_h200.jsonl; in the suite's CUDA graphs 0.99-1.01 against 0.94
+    the run before)."""
+    return hbm_floor(M, N, K) <= PDL_MAX_US
+
+
 def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bool:
     """Whether the non-persistent swap-AB kernel is built with PDL: its CTAs (64-row weight
     tiles by token tiles) fit one per SM."""

@@ -180,10 +180,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     if swap is not None:
         kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0], "BLK_N": swap[1],
               "SWAP_AB": True}
-        if chooser.hbm_floor(M, N, K) <= chooser.PDL_MAX_US:
-            # a short one: PDL, as for the model's short tiles (77x7168x2048 64x80: 1.01x
-            # torch with it, 0.94-0.95x without in one run, results/lab/v12_swapsk_h200.jsonl;
-            # in the suite's CUDA graphs 0.99-1.01 against 0.94 the run before)
+        if chooser.swap_pdl(M, N, K):  # a short one: PDL, as for the model's short tiles
             kw["PDL"] = True
         return TILE_MENU, kw
     pingpong = _registered(PINGPONG, arch)
