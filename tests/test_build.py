@@ -4,10 +4,10 @@ processes (build_many), in the session's cache (tests/conftest.py): the other te
 then find the same builds there (notebooks, CLI, bundle, regress --cpu, reliability)."""
 import pytest
 
-from tirx_gemm import registry
+from tirx_gemm import registry, spec
 from tirx_gemm.compile.api import build_many, count_prefix
 
-SMEM_LIMIT = 227 * 1024
+SMEM_LIMIT = spec.SMEM_BYTES_MAX
 # SMs of the GPU each arch runs on (H100/H200, B200): a persistent step's other shape is
 # built as `tirx-gemm export` builds it for that GPU, its CTA pool sized to the SM count
 GPU_SMS = {"sm_90a": 132, "sm_100a": 148}

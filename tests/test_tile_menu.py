@@ -164,7 +164,8 @@ def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():
     # with M at run time no split is a multiple of the build's L2 group (TVM would fold
     # the tile order's unreachable `% tail` into a division by zero), and tiles x S fits
     for mnk in ((128, 128, 65536), (128, 256, 32768), (384, 128, 12288), (32, 4096, 14336),
-                (256, 256, 16384), (1, 4096, 4096), (48, 4096, 14336)):
+                (256, 256, 16384), (1, 4096, 4096), (48, 4096, 14336), (200, 3584, 18944),
+                (333, 4096, 14336), (97, 4096, 14336)):
         step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
         assert step == "v12" and kw["SPLIT_K"] > 1, mnk
         assert kw["SPLIT_K"] % kw["L2_GROUP"]
@@ -172,6 +173,43 @@ def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():
         tiles = -(-rows // kw["BLK_M"]) * -(-cols // kw["BLK_N"])
         assert tiles * kw["SPLIT_K"] <= 132, (mnk, kw)
         assert -(-mnk[2] // 64) // kw["SPLIT_K"] >= chooser.SPLIT_MIN_K_STEPS
+
+
+def test_swap_ab_splits_past_decode():
+    """chooser.best_wide_swap_split: between the decode token tiles and WIDE_SWAP_MAX_M
+    tokens a split may run swapped tiles holding the tokens in few pieces of a multiple of
+    16; the measured picks (chooser.py's figures) and the ring rule that keeps 128x256
+    units out."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert [chooser.wide_swap_tokens(m) for m in (97, 200, 208, 209, 256, 257, 333, 512)] \
+        == [112, 208, 208, 224, 256, 144, 176, 256]
+    assert chooser.wide_swap_tokens(256, 1) == 128
+    assert chooser.ring_stages(128, 208) == 5 and chooser.ring_stages(128, 256) == 4
+    for mnk, tile in (((200, 3584, 18944), (128, 208, 4)), ((333, 4096, 14336), (128, 176, 2)),
+                      ((160, 4096, 14336), (128, 160, 4))):
+        step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132)
+        assert step == "v12" and kw["SWAP_AB"] and kw["PDL"], (mnk, kw)
+        assert (kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"]) == tile, (mnk, kw)
+        assert "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    # a 128x256 unit is no candidate (4 stages): 256x5120x13824 stays data-parallel
+    assert chooser.best_wide_swap_split(256, 5120, 13824) is None
+    assert "SPLIT_K" not in mm.choose(256, 5120, 13824, "bfloat16", "sm_90a", 132)[1]
+    # outside the range: decode's own rules, and no swapped split past 512 tokens
+    assert chooser.best_wide_swap_split(96, 4096, 14336) is None
+    assert chooser.best_wide_swap_split(513, 4096, 14336) is None
+
+
+def test_variants_follow_the_swap_split_token_tiles():
+    """matmul.variants lists a kernel per token tile of the swap-AB splits: every M of the
+    range is served by the variant that choose picks for it."""
+    from tirx_gemm import matmul as mm
+    vs = mm.variants(4096, 14336, "bfloat16", "sm_90a", 132, max_m=640)
+    assert vs[0][2] == 1 and all(a[3] + 1 == b[2] for a, b in zip(vs, vs[1:]))
+    assert any(kw.get("SWAP_AB") and kw["BLK_N"] > 96 for _, kw, _, _ in vs)
+    for step_id, kw, lo, hi in vs:
+        for M in range(lo, hi + 1):
+            assert mm.choose(M, 4096, 14336, "bfloat16", "sm_90a", 132) == (step_id, kw), M
 
 
 def test_readme_states_the_rules_as_the_code_has_them():
@@ -191,6 +229,10 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert (f"{chooser.SWAP_SPLIT_ROWS}-row tiles, an {chooser.SWAP_NP_DEPTH}-stage ring"
             in text)
     assert f"at least {chooser.SWAP_NP_MIN_TOKENS} wide" in text
+    assert (f"past decode, {chooser.SWAP_AB_TILES[-1] + 1} to {chooser.WIDE_SWAP_MAX_M} "
+            f"tokens") in text
+    assert f"ring holds fewer than {chooser.WIDE_SWAP_MIN_STAGES} stages" in text
+    assert f"each a multiple of {chooser.WIDE_SWAP_STEP}" in text
     # the rules this stop added: v9's margin, the 128-byte row rule for pairs, the count of
     # measured candidates
     assert (f"predicted more than {round(chooser.PREFER_V9_WITHIN * 100)}% faster "

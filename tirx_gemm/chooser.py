@@ -478,6 +478,73 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
     return _ceil_div(N, SWAP_SPLIT_ROWS) * _ceil_div(M, token_tile) <= sm_count
 
 
+# Swap-AB splits past decode (issue 32, the held-out check): between SWAP_AB_TILES[-1] and
+# WIDE_SWAP_MAX_M tokens, a split can also run swapped tiles whose token tile holds the
+# tokens in one or a few pieces of a multiple of 16 (wgmma's N up to 256): 200 tokens in
+# one tile of 208 rather than 64- or 128-row tiles padded to 256 rows. Fewer output tiles
+# leave room for a deeper split, and the split model (symmetric in the tile's two sides)
+# rates them as it rates the others. cuBLAS runs these shapes the same way (200x3584x18944:
+# a 128x200 tile over the weight's rows and the tokens, split-K;
+# results/lab/cublas_kernels_heldout_h200.jsonl). Measured on the H200 (bf16, CUDA graphs,
+# two passes; results/lab/v12_wideswap_h200.jsonl, then a check at nine shapes the rule
+# would change, v12_wideswap_check_h200.jsonl), the split model's pick against the pick
+# before it, x torch:
+#   200x3584x18944  128x208 swap split 4  1.00-1.02 (predicted 53.3 us, measured 51.1);
+#                   128x128 split 2 0.67 (the best data-parallel tile, 64x112: 0.67-0.71)
+#   333x4096x14336  128x176 swap split 2  0.93-1.04 against 64x208 0.83-0.96
+#   160x4096x14336  128x160 swap split 4  0.98-0.99 against 64x96 0.72-0.75
+#   200x4096x11008 0.99 against 0.72-0.73; 200x3584x14336 0.99 against 0.68-0.69;
+#   200x8192x28672 0.92-1.00 against 0.80; 400x4096x14336 1.05-1.10 against 0.87-0.92;
+#   97x4096x14336 0.98-1.01 against 0.94-0.97.
+# A unit whose ring holds fewer than WIDE_SWAP_MIN_STAGES stages is no candidate: 128x256
+# (48 KB a stage, 4 fit) ran slower than the model says wherever it was tried, swapped
+# (256x5120x13824 split 3: 0.79-0.81 against 1.04-1.05 for 64x160 data-parallel;
+# 256x4096x14336: 0.90-1.13 against 0.95-1.14 for 128x128 in two token pieces) or not
+# (SPLIT_TILES' note above). The same tiles data-parallel (no split) were level or behind
+# (150x11008x4096 128x160: 0.87-0.90 against 0.92-0.93; 100x16384x3072 level;
+# 200x4096x4096 0.75-0.86 against 0.92-0.97), so only splits take them.
+WIDE_SWAP_MAX_M = 512
+WIDE_SWAP_STEP = 16         # the token tile: a multiple of this
+WIDE_SWAP_ROWS = (64, 128)  # weight rows per tile: one or two consumer warpgroups
+WIDE_SWAP_MIN_STAGES = 5    # ring stages a unit's tile must leave room for
+
+
+def wide_swap_tokens(M: int, extra_pieces: int = 0) -> int:
+    """The token tile of a swap-AB split at M tokens: M cut into the fewest pieces of at
+    most 256 (plus ``extra_pieces``), each rounded up to WIDE_SWAP_STEP."""
+    pieces = _ceil_div(M, 256) + extra_pieces
+    return _ceil_div(_ceil_div(M, pieces), WIDE_SWAP_STEP) * WIDE_SWAP_STEP
+
+
+def ring_stages(bm: int, bn: int) -> int:
+    """Operand stages (BLK_K deep) of a bm x bn tile that fit a CTA's shared memory."""
+    free = spec.SMEM_BYTES_MAX - spec.SMEM_RESERVED_BYTES
+    return free // ((bm + bn) * BLK_K * 2)
+
+
+def best_wide_swap_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
+    """(predicted us, BLK_M, token tile, S) of the fastest swap-AB split the split model
+    sees for M tokens past decode (see above), or None outside that range: weight tiles of
+    WIDE_SWAP_ROWS by the tokens in the fewest pieces or one more."""
+    if not SWAP_AB_TILES[-1] < M <= WIDE_SWAP_MAX_M:
+        return None
+    k_tiles = _ceil_div(K, BLK_K)
+    out = []
+    for extra in (0, 1):
+        tokens = wide_swap_tokens(M, extra)
+        for bm in WIDE_SWAP_ROWS:
+            if ring_stages(bm, tokens) < WIDE_SWAP_MIN_STAGES:
+                continue
+            tiles = _ceil_div(N, bm) * _ceil_div(M, tokens)
+            split = split_count(min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS,
+                                    SPLIT_MAX), k_tiles)
+            if split >= 2:
+                t = predict_split(bm, tokens, split, M, N, K)
+                if t is not None:
+                    out.append((t, bm, tokens, split))
+    return min(out) if out else None
+
+
 def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
     """v12's SPLIT_K plan for an MxNxK GEMM, or None: ``(BLK_M, BLK_N, SWAP_AB, S,
     PIPE_DEPTH or None)``, S = 1 being the non-persistent swap-AB kernel (see the
@@ -497,11 +564,16 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
     # the split model against the data-parallel one: a split where it predicts faster
     # than the best data-parallel candidate (whose prediction is what the rest of the
     # chooser goes by)
-    pick = best_split(M, N, K, sm_count)
-    if pick is None or pick[0] >= rank(M, N, K, sm_count)[0][0] * (1 - SPLIT_MARGIN):
+    plain = best_split(M, N, K, sm_count)
+    wide = best_wide_swap_split(M, N, K, sm_count)
+    picks = [(p, swapped) for p, swapped in ((plain, False), (wide, True)) if p is not None]
+    if not picks:
+        return None
+    pick, swapped = min(picks, key=lambda ps: ps[0])
+    if pick[0] >= rank(M, N, K, sm_count)[0][0] * (1 - SPLIT_MARGIN):
         return None
     _, bm, bn, split = pick
-    return bm, bn, False, split, None
+    return bm, bn, swapped, split, None
 
 
 def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:

@@ -400,13 +400,14 @@ def store_wait_read(n):
 
 
 
-SMEM_BYTES_MAX = 227 * 1024  # opt-in dynamic shared memory per CTA on sm_90 / sm_100
+SMEM_BYTES_MAX = spec.SMEM_BYTES_MAX  # opt-in dynamic shared memory per CTA (sm_90, sm_100)
+SMEM_RESERVED_BYTES = spec.SMEM_RESERVED_BYTES  # barriers and alignment
 
 
 def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0) -> None:
     if isinstance(PIPE_DEPTH, bool) or not isinstance(PIPE_DEPTH, int) or PIPE_DEPTH < 1:
         raise ValueError(f"PIPE_DEPTH={PIPE_DEPTH!r} must be an int >= 1")
-    need = PIPE_DEPTH * bytes_per_stage + other_bytes + 1024
+    need = PIPE_DEPTH * bytes_per_stage + other_bytes + spec.SMEM_RESERVED_BYTES
     if need > SMEM_BYTES_MAX:
         raise ValueError(
             f"PIPE_DEPTH={PIPE_DEPTH} needs ~{need // 1024} KiB of shared memory, more than "

@@ -281,19 +281,23 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     tiles alone fill the GPU if that is larger), in order of M. With runtime-M kernels
     this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
     --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
-    through tile counts (ceil(M / 64), / 128, / 256), so one M per 64-row block decides
-    the block. ``epilogue``: as in :func:`choose` (every variant is then a v12 tile)."""
+    through tile counts (ceil(M / 64), / 128, / 256) and swap-AB's token tiles, so one M
+    per 64-row block, and per token tile, decides the block. ``epilogue``: as in :func:`choose` (every variant is then a v12 tile)."""
     _check_problem(1, N, K, dtype, arch, sm_count)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
     clusters = max(1, sm_count // CLUSTER_SIZE)
     settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
     last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
     out: list[list] = []
-    # block starts: every 64 rows, and past each of swap-AB's token tiles (its kernel
-    # changes with the smallest tile that holds M)
+    # block starts: every 64 rows, past each of swap-AB's token tiles (its kernel
+    # changes with the smallest tile that holds M), and where the token tile of a swap-AB
+    # split past decode grows (chooser.wide_swap_tokens: every 16 or 32 rows to 512)
     from tirx_gemm import chooser
+    wide = range(chooser.SWAP_AB_TILES[-1] + 2, min(chooser.WIDE_SWAP_MAX_M, last) + 1)
     starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
-                    | {t + 1 for t in chooser.SWAP_AB_TILES if t < last})
+                    | {t + 1 for t in chooser.SWAP_AB_TILES if t < last}
+                    | {m for m in wide for x in (0, 1)
+                       if chooser.wide_swap_tokens(m, x) != chooser.wide_swap_tokens(m - 1, x)})
     for i, lo in enumerate(starts):
         hi = (starts[i + 1] - 1) if i + 1 < len(starts) else last
         step_id, kw = choose(lo, N, K, dtype, arch, sm_count, epilogue)

@@ -21,6 +21,12 @@ DEFAULT_DTYPE = "float16"
 # partial sums and the fp32 epilogue output; e4m3: v13's operands, passed as uint8 bytes)
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "uint8": 1}
 
+# opt-in dynamic shared memory per CTA on sm_90 / sm_100 (the CUDA programming guide's
+# compute-capability table: 227 KB), and what a ring of operand stages may take of it
+# (barriers and alignment: helpers.check_pipe_depth keeps 1 KB for them)
+SMEM_BYTES_MAX = 227 * 1024
+SMEM_RESERVED_BYTES = 1024
+
 # SMs of the GPU each arch's persistent builders size their CTA pool for by default (the
 # builders' SM_COUNT keyword): a B200 has 148, an H100 or H200 SXM 132 (the H200 this
 # project measures on reports 132)

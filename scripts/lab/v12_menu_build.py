@@ -101,7 +101,9 @@ def _depth(v12, kw) -> int:
     bm, bn = kw["BLK_M"], kw["BLK_N"]
     chunks = bn // 64
     staging = (bm // 64) * (2 if chunks % 2 == 0 else 1) * 8192 if chunks else 0
-    return min(v12.AUTO_DEPTH_MAX, (227 * 1024 - 1024 - staging) // ((bm + bn) * 128))
+    from tirx_gemm import spec
+    free = spec.SMEM_BYTES_MAX - spec.SMEM_RESERVED_BYTES - staging
+    return min(v12.AUTO_DEPTH_MAX, free // ((bm + bn) * 128))
 
 
 if __name__ == "__main__":

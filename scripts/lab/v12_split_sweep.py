@@ -215,8 +215,8 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> in
             for (dt, shape, name), (kern, kw) in sorted(kernels.items(), key=str):
                 if dt != dtype or shape not in (None, (M, N, K)):
                     continue
-                if kw.get("SWAP_AB") and M > kw["BLK_N"]:
-                    continue  # swap-AB's token tile: one, M within it
+                if kw.get("SWAP_AB") and shape is None and M > kw["BLK_N"]:
+                    continue  # a run-time-shape swap-AB kernel: one token tile, M within it
                 ws = tuple(torch.zeros(sh, dtype=getattr(torch, d), device="cuda")
                            for _, sh, d in step.workspace_specs(M, N, K, kw))
                 a, b, d = ins[0]
