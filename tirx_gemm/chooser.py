@@ -120,6 +120,11 @@ params.cache_clear = _clear  # scripts/fit_chooser.py after a refit
 # one-CTA v12 candidate predicted at most PDL_MAX_US is built with PDL and predicted
 # faster by the fitted saving (chooser_h200.json "pdl_saving_us"), which is what lets a
 # short v12 kernel beat v9 or v10 where without PDL it would not.
+# Rechecked past it (results/lab/v12_dpswap_h200.jsonl, three passes, the same kernels with
+# and without PDL): 1500x3840x1280 128x192 0.94 against 0.91-0.92 and 3152x768x3072 128x160
+# 0.92-0.93 against 0.90-0.92, but 128x6144x4096 64x96 0.84-0.86 against 0.95-0.97 and
+# 2304^3 128x176 0.82-0.84 against 0.85-0.86: no higher threshold is safe without a model
+# of which kernels PDL slows.
 PDL_MAX_US = 16.0
 
 
@@ -503,6 +508,15 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # (SPLIT_TILES' note above). The same tiles data-parallel (no split) were level or behind
 # (150x11008x4096 128x160: 0.87-0.90 against 0.92-0.93; 100x16384x3072 level;
 # 200x4096x4096 0.75-0.86 against 0.92-0.97), so only splits take them.
+# Data-parallel swap-AB past decode (no split: the plain candidates' figures with the
+# shape's two sides swapped, taken where predicted more than 5% faster) was tried at eight
+# shapes with few weight rows and many tokens, where the model predicted 6-17% (bf16, CUDA
+# graphs, three passes, results/lab/v12_dpswap_h200.jsonl, swapped against the pick):
+# 3000x512x3072 0.88-0.89 against 0.83-0.85 and 3152x768x3072 0.93-0.94 against 0.90-0.92,
+# but 1500x768x3072 0.85-0.86 against 0.94-0.96 and 6000x768x768 0.80-0.83 against
+# 0.87-0.90. At the same tile a swapped 128x192 ran 0.92-0.95 against 0.99-1.02 (4096x768x3072):
+# the swapped kernel stores D's transpose element by element (no TMA store), which costs
+# what the better wave fill gains. Not adopted.
 WIDE_SWAP_MAX_M = 512
 WIDE_SWAP_STEP = 16         # the token tile: a multiple of this
 WIDE_SWAP_ROWS = (64, 128)  # weight rows per tile: one or two consumer warpgroups

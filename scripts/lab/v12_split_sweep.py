@@ -91,20 +91,22 @@ def parse_only(text: str) -> dict:
     and then ``sS`` (SPLIT_K=S), ``nD`` (the non-persistent kernel, SPLIT_K=1, a ring of
     D stages), ``p`` (persistent, data-parallel), ``q`` (the same with PDL) or ``k``
     (persistent with STREAM_K), and an ``x`` for the split and non-persistent kernels
-    without PDL; KIND is that text ("s2", "n8x", ...), every kernel with RUNTIME_M and N
-    and K fixed."""
+    without PDL, then an ``l`` for 256-byte L2 promotion of both operands' TMA loads
+    (L2_PROMO); ``BMxBNc2p`` is the persistent CTA pair (CLUSTER=2, no PDL); KIND is
+    that text ("s2", "n8x", "ql", "c2p", ...), every kernel with RUNTIME_M and N and K
+    fixed."""
     out = {}
     for part in filter(None, text.split(";")):
         shape, cands = part.split(":")
         got = []
         for c in cands.split("+"):
-            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k))(x?)", c)
+            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k|c2p))(x?)(l?)", c)
             if m is None:
-                raise ValueError(f"--only: {c!r} is not BMxBN[w] then sS, nD, p, q or k "
-                                 "(and x: without PDL)")
-            bm, bn, swap, split, kind, off = m.groups()
+                raise ValueError(f"--only: {c!r} is not BMxBN[w] then sS, nD, p, q, k or c2p "
+                                 "(and x: without PDL; l: 256-byte L2 promotion)")
+            bm, bn, swap, split, kind, off, promo = m.groups()
             kind = f"s{split}" if split else kind
-            got.append((int(bm), int(bn), swap == "w", kind + off))
+            got.append((int(bm), int(bn), swap == "w", kind + off + promo))
         out[tuple(int(x) for x in shape.split(","))] = tuple(got)
     return out
 
@@ -115,6 +117,12 @@ def _focus_kwargs(bm, bn, swap, s, dt):
     from tirx_gemm import splitk
     kw = _kw(bm, bn, swap, dt)
     s = f"s{s}" if isinstance(s, int) else s  # SPLITS' entries: S itself
+    if s.endswith("l"):
+        kw["L2_PROMO"] = "L2::256B"
+        s = s[:-1]
+    if s == "c2p":
+        kw.pop("PDL")
+        return {**kw, "CLUSTER": 2}
     if s.endswith("x"):
         kw.pop("PDL")
         s = s[:-1]
@@ -170,7 +178,8 @@ def _label_of(kw):
         # stream-K (--only): p / k
         return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
                 + ("c2" if kw.get("CLUSTER") == 2 else "")
-                + ("k" if kw.get("STREAM_K") else "q" if kw.get("PDL") else "p"))
+                + ("k" if kw.get("STREAM_K") else "q" if kw.get("PDL") else "p")
+                + ("l" if kw.get("L2_PROMO") else ""))
     if "SPLIT_K" not in kw:  # a persistent swap-AB tile, alone or paired (--pairs)
         return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
                 + ("c2" if kw.get("CLUSTER") == 2 else ""))
