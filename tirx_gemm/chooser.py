@@ -501,6 +501,11 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 #   200x4096x11008 0.99 against 0.72-0.73; 200x3584x14336 0.99 against 0.68-0.69;
 #   200x8192x28672 0.92-1.00 against 0.80; 400x4096x14336 1.05-1.10 against 0.87-0.92;
 #   97x4096x14336 0.98-1.01 against 0.94-0.97.
+# After the ring rule below, at nine more shapes where it changes the pick, few weight rows
+# and a deep K among them (v12_wideswap_check2_h200.jsonl, three passes): ahead or level at
+# all nine, e.g. 200x256x32768 0.99-1.03 against 0.91-0.93, 300x256x16384 1.02-1.04
+# against 0.96-0.97, 100x256x32768 0.92-1.00 against 0.85-0.91, 200x8192x8192 0.85-0.86
+# against 0.82; 330x128x12288 and 400x128x65536 level.
 # A unit whose ring holds fewer than WIDE_SWAP_MIN_STAGES stages is no candidate: 128x256
 # (48 KB a stage, 4 fit) ran slower than the model says wherever it was tried, swapped
 # (256x5120x13824 split 3: 0.79-0.81 against 1.04-1.05 for 64x160 data-parallel;
