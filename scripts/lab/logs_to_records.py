@@ -36,7 +36,8 @@ _FASTCU_ROUNDS = re.compile(r"^#\s+rounds us: fastcu ([\d. ]+) \| torch ([\d. ]+
 NCU_GLOB = f"{LOGS}/ncu/h200_*.txt"
 _NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
 # scripts/lab/ncu_decode.sh's logs (issue 32): matmul's pick or torch.matmul at M x N x K
-_NCU_DECODE_FILE = re.compile(r"h200_decode_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
+# (decode: the decode shapes; mid: mid-size shapes of one or two waves, with the tensor pipes)
+_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid)_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
 _NCU_DEVICE = re.compile(r" on (NVIDIA [\w ]+?) \(cc")
 _NCU_KERNEL = re.compile(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\)", re.M)
 _NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",
@@ -45,6 +46,9 @@ _NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",
                 "sm_pct": r"Compute \(SM\) Throughput\s+%\s+([\d.]+)",
                 "memory_pct": r"Memory Throughput\s+%\s+([\d.]+)",
                 "dram_pct": r"DRAM Throughput\s+%\s+([\d.]+)"}
+# the Compute Workload Analysis section's figures, where a log has it (EXTRA_SECS)
+_NCU_OPTIONAL = {"issue_slots_busy_pct": r"Issue Slots Busy\s+%\s+([\d.]+)",
+                 "executed_ipc": r"Executed Ipc Active\s+inst/cycle\s+([\d.]+)"}
 _NCU_UNMODIFIED = "Running with unmodified GPU clocks"
 
 # notebook 07 run headless from a bundle: its "measured here" table row
@@ -117,6 +121,10 @@ def ncu_records() -> list[dict]:
                "gpu_clocks": "unmodified" if _NCU_UNMODIFIED in text else "ncu default control"}
         for key, pattern in _NCU_METRICS.items():
             rec[key] = float(_need(re.search(pattern, text), key, rel).group(1).replace(",", ""))
+        for key, pattern in _NCU_OPTIONAL.items():
+            found = re.search(pattern, text)
+            if found:
+                rec[key] = float(found.group(1))
         out.append(rec)
     return _need(out, "Nsight Compute log", NCU_GLOB)
 
