@@ -282,7 +282,8 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
     --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
     through tile counts (ceil(M / 64), / 128, / 256) and swap-AB's token tiles, so one M
-    per 64-row block, and per token tile, decides the block. ``epilogue``: as in :func:`choose` (every variant is then a v12 tile)."""
+    per 64-row block, and per token tile, decides the block. ``epilogue``: as in
+    :func:`choose` (every variant is then a v12 tile)."""
     _check_problem(1, N, K, dtype, arch, sm_count)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
     clusters = max(1, sm_count // CLUSTER_SIZE)
