@@ -185,6 +185,7 @@ def test_swap_ab_splits_past_decode():
     assert [chooser.wide_swap_tokens(m) for m in (97, 200, 208, 209, 256, 257, 333, 512)] \
         == [112, 208, 208, 224, 256, 144, 176, 256]
     assert chooser.wide_swap_tokens(256, 1) == 128
+    assert chooser.wide_swap_token_tiles(256) == (256, 128)
     assert chooser.ring_stages(128, 208) == 5 and chooser.ring_stages(128, 256) == 4
     for mnk, tile in (((200, 3584, 18944), (128, 208, 4)), ((333, 4096, 14336), (128, 176, 2)),
                       ((160, 4096, 14336), (128, 160, 4))):
@@ -198,6 +199,20 @@ def test_swap_ab_splits_past_decode():
     # outside the range: decode's own rules, and no swapped split past 512 tokens
     assert chooser.best_wide_swap_split(96, 4096, 14336) is None
     assert chooser.best_wide_swap_split(513, 4096, 14336) is None
+
+
+def test_ring_stages_is_the_depth_check_pipe_depth_allows():
+    """spec.ring_stages (the builders' default depth and the chooser's WIDE_SWAP_MIN_STAGES
+    test) is the deepest ring helpers.check_pipe_depth accepts."""
+    pytest.importorskip("tvm")
+    from tirx_gemm import chooser
+    from tirx_gemm import helpers as H
+    for stage, other in ((24576, 0), (43008, 0), (49152, 0), (38912, 32768), (40960, 16384)):
+        depth = H.ring_stages(stage, other)
+        H.check_pipe_depth(depth, stage, other)
+        with pytest.raises(ValueError):
+            H.check_pipe_depth(depth + 1, stage, other)
+    assert chooser.ring_stages(128, 208) == H.ring_stages((128 + 208) * 64 * 2)
 
 
 def test_variants_follow_the_swap_split_token_tiles():

@@ -535,10 +535,15 @@ def wide_swap_tokens(M: int, extra_pieces: int = 0) -> int:
     return _ceil_div(_ceil_div(M, pieces), WIDE_SWAP_STEP) * WIDE_SWAP_STEP
 
 
+def wide_swap_token_tiles(M: int) -> tuple[int, ...]:
+    """The token tiles a swap-AB split past decode may take at M tokens: the fewest pieces
+    of at most 256, or one more (what :func:`best_wide_swap_split` rates)."""
+    return tuple(wide_swap_tokens(M, extra) for extra in (0, 1))
+
+
 def ring_stages(bm: int, bn: int) -> int:
     """Operand stages (BLK_K deep) of a bm x bn tile that fit a CTA's shared memory."""
-    free = spec.SMEM_BYTES_MAX - spec.SMEM_RESERVED_BYTES
-    return free // ((bm + bn) * BLK_K * 2)
+    return spec.ring_stages((bm + bn) * BLK_K * 2)
 
 
 def best_wide_swap_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
@@ -549,8 +554,7 @@ def best_wide_swap_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
         return None
     k_tiles = _ceil_div(K, BLK_K)
     out = []
-    for extra in (0, 1):
-        tokens = wide_swap_tokens(M, extra)
+    for tokens in wide_swap_token_tiles(M):
         for bm in WIDE_SWAP_ROWS:
             if ring_stages(bm, tokens) < WIDE_SWAP_MIN_STAGES:
                 continue

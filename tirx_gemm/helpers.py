@@ -402,6 +402,7 @@ def store_wait_read(n):
 
 SMEM_BYTES_MAX = spec.SMEM_BYTES_MAX  # opt-in dynamic shared memory per CTA (sm_90, sm_100)
 SMEM_RESERVED_BYTES = spec.SMEM_RESERVED_BYTES  # barriers and alignment
+ring_stages = spec.ring_stages  # stages that fit beside staging: the default ring depth
 
 
 def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0) -> None:

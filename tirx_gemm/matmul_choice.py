@@ -297,8 +297,8 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     wide = range(chooser.SWAP_AB_TILES[-1] + 2, min(chooser.WIDE_SWAP_MAX_M, last) + 1)
     starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
                     | {t + 1 for t in chooser.SWAP_AB_TILES if t < last}
-                    | {m for m in wide for x in (0, 1)
-                       if chooser.wide_swap_tokens(m, x) != chooser.wide_swap_tokens(m - 1, x)})
+                    | {m for m in wide
+                       if chooser.wide_swap_token_tiles(m) != chooser.wide_swap_token_tiles(m - 1)})
     for i, lo in enumerate(starts):
         hi = (starts[i + 1] - 1) if i + 1 < len(starts) else last
         step_id, kw = choose(lo, N, K, dtype, arch, sm_count, epilogue)

@@ -27,6 +27,13 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, 
 SMEM_BYTES_MAX = 227 * 1024
 SMEM_RESERVED_BYTES = 1024
 
+
+def ring_stages(stage_bytes: int, other_bytes: int = 0) -> int:
+    """How many operand stages of ``stage_bytes`` fit a CTA's shared memory beside
+    ``other_bytes`` (epilogue staging) and the reserved bytes: the builders' default ring
+    depth before their caps, and the chooser's view of it."""
+    return (SMEM_BYTES_MAX - SMEM_RESERVED_BYTES - other_bytes) // stage_bytes
+
 # SMs of the GPU each arch's persistent builders size their CTA pool for by default (the
 # builders' SM_COUNT keyword): a B200 has 148, an H100 or H200 SXM 132 (the H200 this
 # project measures on reports 132)

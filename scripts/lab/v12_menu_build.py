@@ -102,8 +102,7 @@ def _depth(v12, kw) -> int:
     chunks = bn // 64
     staging = (bm // 64) * (2 if chunks % 2 == 0 else 1) * 8192 if chunks else 0
     from tirx_gemm import spec
-    free = spec.SMEM_BYTES_MAX - spec.SMEM_RESERVED_BYTES - staging
-    return min(v12.AUTO_DEPTH_MAX, free // ((bm + bn) * 128))
+    return min(v12.AUTO_DEPTH_MAX, spec.ring_stages((bm + bn) * 128, staging))
 
 
 if __name__ == "__main__":

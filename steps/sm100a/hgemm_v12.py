@@ -62,8 +62,7 @@ def default_pipe_depth(BLK_N: int, BLK_M: int = 128, BLK_K: int = 64, EPI_N: int
     """PIPE_DEPTH=None: as many stages of (BLK_M + BLK_N) x BLK_K 16-bit values as fit
     beside the BLK_M x EPI_N staging chunk (check_pipe_depth keeps 1 KiB for barriers)."""
     staging = BLK_M * EPI_N * H.ELEM_BYTES
-    free = H.SMEM_BYTES_MAX - H.SMEM_RESERVED_BYTES - staging
-    return free // ((BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES)
+    return H.ring_stages((BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES, staging)
 
 
 def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,

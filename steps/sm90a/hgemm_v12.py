@@ -151,8 +151,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
     if PIPE_DEPTH is None:
         # barriers and alignment take < 1 KB; check_pipe_depth keeps 1 KB for them
-        PIPE_DEPTH = min(AUTO_DEPTH_MAX,
-                         (H.SMEM_BYTES_MAX - H.SMEM_RESERVED_BYTES - STAGING) // STAGE_BYTES)
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING))
         if SPLIT_K is not None and not RUNTIME_NK:
             # a CTA per unit loads no more than its K steps: a short unit's smaller ring
             # lets several CTAs share an SM (one's epilogue under another's loads)

@@ -138,8 +138,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     B_STAGE_BYTES = W.fp8_tile_bytes(BLK_N)
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
     if PIPE_DEPTH is None:
-        PIPE_DEPTH = min(AUTO_DEPTH_MAX,
-                         (H.SMEM_BYTES_MAX - H.SMEM_RESERVED_BYTES - STAGING) // STAGE_BYTES)
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING))
     W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
     # setmaxnreg when a consumer thread holds more than 96 accumulator and packed values
