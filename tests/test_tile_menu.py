@@ -420,3 +420,54 @@ def test_chooser_pdl_rule():
     assert "PDL" not in mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132,
                                   epilogue={"BIAS": "float16"})[1]
     assert not chooser.uses_pdl(chooser.V9, 512, 512, 512)
+
+
+def test_v12_epi_spread_stores_one_piece_per_k_step():
+    """EPI_SPREAD=True: the previous tile's writeback leaves the K loop one piece per step
+    (piece c, a 64-column TMA chunk or the guarded tail, at step EPI_AT + c), and a unit
+    of fewer K steps than pieces stores the rest after its loop; off, all pieces at once at
+    step EPI_AT (the plain kernel's text)."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    on = hgemm_v12(256, 352, 512, BLK_M=128, BLK_N=176, EPI_SPREAD=True).script()
+    off = hgemm_v12(256, 352, 512, BLK_M=128, BLK_N=176).script()
+    # 176 columns: chunks 0 and 1 by TMA (piece c at k == 1 + c), the 48-column tail at k == 3
+    assert "if k - 1 <= c and c < k - 1 + 1:" in on
+    assert "if k - 1 <= 2 and 2 < k - 1 + 1:" in on
+    assert "if k == 3:" in on and "if k == 1:" in off
+    assert "k - 1 <=" not in off
+    for bad, why in (({"EPI_SPREAD": 1}, "EPI_SPREAD=1 must be True or False"),
+                     ({"PREFETCH_MAPS": "yes"}, "PREFETCH_MAPS='yes' must be True or False"),
+                     ({"PREFETCH_MAPS": True, "CLUSTER": 2, "SM_COUNT": 132}, "PREFETCH_MAPS")):
+        with pytest.raises(ValueError, match=why) as e:
+            hgemm_v12(256, 352, 512, BLK_M=128, BLK_N=176, **bad)
+        assert "\n" not in str(e.value)
+
+
+def test_v12_prefetch_maps_adds_the_descriptor_prefetch():
+    """PREFETCH_MAPS=True: TVM's prefetch.tensormap of A's and B's descriptors at entry."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    kw = dict(BLK_M=64, BLK_N=128, RUNTIME_M=True)
+    for flag in (True, False):
+        text = hgemm_v12(128, 256, 256, PREFETCH_MAPS=flag, **kw).script()
+        loads = [ln for ln in text.splitlines() if "copy_async(Asmem" in ln
+                 or "copy_async(Bsmem" in ln]
+        assert len(loads) == 2
+        assert all(("prefetch_tensormap=True" in ln) == flag for ln in loads), loads
+
+
+def test_matmul_prefetches_descriptors_on_one_cta_kernels_only():
+    """matmul builds every one-CTA v12 kernel with PREFETCH_MAPS=True (measured on the H200:
+    results/lab/v12_prefetch_h200.jsonl), its CTA pairs without (the builder refuses both)."""
+    from tirx_gemm import matmul_choice as mc
+    seen = set()
+    for mnk in ((1, 4096, 4096), (77, 7168, 2048), (128, 256, 32768), (1024, 1024, 1024),
+                (2304, 2304, 2304), (1000, 1000, 1000)):
+        step, kw = mc.choose(*mnk, "bfloat16", "sm_90a", 132)
+        if step != "v12":
+            continue
+        pair = kw.get("CLUSTER") == 2
+        seen.add(pair)
+        assert kw.get("PREFETCH_MAPS", False) is (not pair), (mnk, kw)
+    assert seen == {True, False}  # both kinds were picked above

@@ -325,12 +325,16 @@ def barriers_in_cta(bars, depth, rank):
 TMA = "tma_explicit"
 
 
-def tma_hints(l2_promotion=None, cache_hint=None) -> dict:
+def tma_hints(l2_promotion=None, cache_hint=None, prefetch_map: bool = False) -> dict:
     """Extra TMA copy settings, only those given (none: TVM's defaults, 128-byte L2
     promotion and no cache policy): the tensor map's L2 promotion ("L2::64B", "L2::128B",
-    "L2::256B": how much of the surrounding line a miss brings into L2) and the copy's L2
-    cache policy ("evict_first" for data read once, "evict_last" for data read again)."""
+    "L2::256B": how much of the surrounding line a miss brings into L2), the copy's L2
+    cache policy ("evict_first" for data read once, "evict_last" for data read again) and
+    ``prefetch_map``: TVM adds a prefetch.tensormap of the copy's descriptor, by the
+    CTA's first warp at kernel entry."""
     out = {}
+    if prefetch_map:
+        out["prefetch_tensormap"] = True
     if l2_promotion is not None:
         out["tensormap_l2_promotion"] = l2_promotion
     if cache_hint is not None:

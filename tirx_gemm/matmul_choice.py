@@ -34,6 +34,12 @@ NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
 # v12 also takes N and K at run time (RUNTIME_NK): one kernel per menu tile and dtype
 # serves every shape; it is built at this N and K
 RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
+# steps whose one-CTA kernels matmul builds with PREFETCH_MAPS=True (the descriptors of the
+# operand loads prefetched at kernel entry; TVM 0.27 offers it on the one-CTA loads, not
+# on v12's CTA pairs, which drop it). Measured on the H200 (results/lab/
+# v12_prefetch_h200.jsonl: matmul's 17 short v12 kernels with and without it, bf16, three
+# passes): a geomean of 0.8% less GPU time in CUDA graphs, up to 4.6% (128x256x192).
+PREFETCH_MAPS_STEPS = {"sm_90a": frozenset({"v12"})}
 NOMINAL_N, NOMINAL_K = 256, 256
 TILE_MENU = "v12"
 # arches whose v12 menu matmul chooses from: tirx_gemm.chooser is sm_90a's model (fitted to
@@ -78,8 +84,8 @@ def step_kwargs(step: registry.Step, dtype: str, sm_count: int | None) -> dict:
     """Builder keywords of ``step`` for operands of ``dtype`` on a GPU with ``sm_count`` SMs:
     the dtype (written only for bfloat16: float16 is every builder's default), the
     persistent CTA pool, rounded down to an even count (the cluster steps, v8 on, schedule
-    CTA pairs; an even pool is valid for every persistent step), and ``RUNTIME_M: True``
-    for the steps of RUNTIME_M_STEPS."""
+    CTA pairs; an even pool is valid for every persistent step), ``RUNTIME_M: True``
+    for the steps of RUNTIME_M_STEPS (``RUNTIME_NK`` and ``PREFETCH_MAPS`` likewise)."""
     kw = dtype_kwargs(dtype)
     if sm_count and step.sm_count_kwarg:
         kw.update(step.with_sm_count(_pool(sm_count)))
@@ -87,6 +93,8 @@ def step_kwargs(step: registry.Step, dtype: str, sm_count: int | None) -> dict:
         kw["RUNTIME_M"] = True
     if step.id in RUNTIME_NK_STEPS.get(step.arch, ()):
         kw["RUNTIME_NK"] = True
+    if step.id in PREFETCH_MAPS_STEPS.get(step.arch, ()):
+        kw["PREFETCH_MAPS"] = True
     return kw
 
 
@@ -264,6 +272,7 @@ def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
     if cluster > 1:
         kw["CLUSTER"] = cluster
+        kw.pop("PREFETCH_MAPS", None)  # a pair's multicast loads take TVM's defaults
     if mnk is not None and chooser.uses_pdl(pick, *mnk, _pool(sm_count)):
         kw["PDL"] = True
     return kw

@@ -100,13 +100,16 @@ def parse_only(text: str) -> dict:
         shape, cands = part.split(":")
         got = []
         for c in cands.split("+"):
-            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k|c2p))(x?)(l?)", c)
+            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k|c2p))(x?)(l?)(e?)(f?)(m\d)?",
+                             c)
             if m is None:
                 raise ValueError(f"--only: {c!r} is not BMxBN[w] then sS, nD, p, q, k or c2p "
-                                 "(and x: without PDL; l: 256-byte L2 promotion)")
-            bm, bn, swap, split, kind, off, promo = m.groups()
+                                 "(and x: without PDL; l: 256-byte L2 promotion; e: "
+                                 "EPI_SPREAD; f: PREFETCH_MAPS; mL: MMA_LAG=L)")
+            bm, bn, swap, split, kind, off, promo, spread, pf, lag = m.groups()
             kind = f"s{split}" if split else kind
-            got.append((int(bm), int(bn), swap == "w", kind + off + promo))
+            got.append((int(bm), int(bn), swap == "w",
+                        kind + off + promo + spread + pf + (lag or "")))
         out[tuple(int(x) for x in shape.split(","))] = tuple(got)
     return out
 
@@ -117,6 +120,16 @@ def _focus_kwargs(bm, bn, swap, s, dt):
     from tirx_gemm import splitk
     kw = _kw(bm, bn, swap, dt)
     s = f"s{s}" if isinstance(s, int) else s  # SPLITS' entries: S itself
+    lag = re.search(r"m(\d)$", s)
+    if lag:
+        kw["MMA_LAG"] = int(lag.group(1))
+        s = s[:lag.start()]
+    if s.endswith("f"):
+        kw["PREFETCH_MAPS"] = True
+        s = s[:-1]
+    if s.endswith("e"):
+        kw["EPI_SPREAD"] = True
+        s = s[:-1]
     if s.endswith("l"):
         kw["L2_PROMO"] = "L2::256B"
         s = s[:-1]
@@ -174,19 +187,23 @@ def export(out: Path, dtypes, only: dict | None = None, pairs: bool = False) -> 
 
 
 def _label_of(kw):
+    extra = (("e" if kw.get("EPI_SPREAD") else "") + ("f" if kw.get("PREFETCH_MAPS") else "")
+             + (f"m{kw['MMA_LAG']}" if kw.get("MMA_LAG", 1) != 1 else ""))
     if "SPLIT_K" not in kw and not kw.get("RUNTIME_NK"):  # persistent, data-parallel or
         # stream-K (--only): p / k
         return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
                 + ("c2" if kw.get("CLUSTER") == 2 else "")
                 + ("k" if kw.get("STREAM_K") else "q" if kw.get("PDL") else "p")
-                + ("l" if kw.get("L2_PROMO") else ""))
+                + ("l" if kw.get("L2_PROMO") else "") + extra)
     if "SPLIT_K" not in kw:  # a persistent swap-AB tile, alone or paired (--pairs)
         return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
-                + ("c2" if kw.get("CLUSTER") == 2 else ""))
+                + ("c2" if kw.get("CLUSTER") == 2 else "") + extra)
     off = "" if kw.get("PDL") else "x"  # the split and non-persistent kernels: PDL unless x
     if kw.get("RUNTIME_NK") or kw.get("SPLIT_K") == 1:
-        return np_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["PIPE_DEPTH"]) + off
-    return split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"]) + off
+        return (np_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["PIPE_DEPTH"])
+                + off + extra)
+    return (split_label(kw["BLK_M"], kw["BLK_N"], bool(kw.get("SWAP_AB")), kw["SPLIT_K"])
+            + off + extra)
 
 
 def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> int:

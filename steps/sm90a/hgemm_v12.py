@@ -16,6 +16,7 @@ from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
 from tirx_gemm import pdl as P
 from tirx_gemm import splitk
+from tirx_gemm import timeline as TL
 from tirx_gemm import streamk as SK
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
@@ -36,7 +37,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
-              STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None):
+              STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None,
+              EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
@@ -50,6 +52,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full is cut into K units of
       >= 8 steps; the last unit to count sums the slabs in K order (lesson v12). With
       SWAP_AB the pieces are swapped tiles and the sum is stored transposed.
+    EPI_SPREAD: the previous tile's writeback goes out one piece per K step of the next
+      tile (a 64-column chunk, or the guarded tail), each under that step's wgmmas, not
+      all at its second K step.
+    PREFETCH_MAPS: the kernel's first warp prefetches A's and B's TMA descriptors at entry
+      (prefetch.tensormap), before the first load needs them.
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
       waits for it (griddepcontrol.wait) after the prologue, then lets the next one launch.
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
@@ -97,6 +104,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if not isinstance(flag, bool):
             raise ValueError(f"{name}={flag!r} must be True or False")
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    for name, flag in (("EPI_SPREAD", EPI_SPREAD), ("PREFETCH_MAPS", PREFETCH_MAPS)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}={flag!r} must be True or False")
     # CLUSTER=2: two CTAs of consecutive BLK_M row blocks share the MMA's B tile (rows
     # n_st.. of B), each TMA-loading half of it multicast to both (v9's pair)
     if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
@@ -108,9 +118,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if HAS_EPI:
             raise ValueError(f"CLUSTER=2 takes no fused epilogue ({E.tag(epi)}): pairs have "
                              "been checked on a GPU with plain stores only")
-        if MMA_LAG != 1 or L2_PROMO or A_HINT or B_HINT:
+        if MMA_LAG != 1 or L2_PROMO or A_HINT or B_HINT or PREFETCH_MAPS:
             raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
-                             "L2_PROMO, A_HINT or B_HINT)")
+                             "L2_PROMO, A_HINT, B_HINT or PREFETCH_MAPS)")
         W.check_cluster_pool(SM_COUNT)
     P.check(PDL, CLUSTER)
     if not isinstance(STREAM_K, bool):
@@ -142,6 +152,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     PLAIN_STORE = not (OUT_F32 or SWAP_AB or S > 1)
     TMA_CHUNKS = OUT_N // W.EPI_COLS if PLAIN_STORE else 0
     TAIL_J = (OUT_N % W.EPI_COLS) // 8 if PLAIN_STORE else 0  # 8-column blocks: guarded
+    PIECES = TMA_CHUNKS + (1 if TAIL_J else 0)  # EPI_SPREAD: the writeback's K steps
     # a staging tile is reused every EPI_BUFS chunks, also across tiles: EPI_BUFS divides
     EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
@@ -165,8 +176,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # and one to load into.
     H.check_positive_ints(MMA_LAG=MMA_LAG)
     # TMA settings of the operand loads (helpers.tma_hints; None: TVM's defaults)
-    A_HINTS = H.tma_hints(L2_PROMO, A_HINT)
-    B_HINTS = H.tma_hints(L2_PROMO, B_HINT)
+    A_HINTS = H.tma_hints(L2_PROMO, A_HINT, PREFETCH_MAPS)
+    B_HINTS = H.tma_hints(L2_PROMO, B_HINT, PREFETCH_MAPS)
     if PIPE_DEPTH <= MMA_LAG:
         raise ValueError(f"MMA_LAG={MMA_LAG} needs PIPE_DEPTH > {MMA_LAG} (the stages its "
                          f"wgmmas still read, and one to load), got PIPE_DEPTH={PIPE_DEPTH}")
@@ -329,6 +340,25 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                        S)
 
     @T.inline
+    def store_pieces(D, Dstage, packed, lo, hi, m_st, n_st, consumer, warp_id, lane_id,
+                     tid_in_wg):
+        # EPI_SPREAD: pieces lo <= c < hi of a packed tile's writeback (piece c < TMA_CHUNKS:
+        # 64-column chunk c by TMA; piece TMA_CHUNKS: the guarded tail)
+        if TMA_CHUNKS > 0:
+            for c in T.unroll(TMA_CHUNKS):
+                if lo <= c and c < hi:
+                    TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
+                    W.store_packed_chunk(D, Dstage, consumer, packed, m_st, n_st, c,
+                                         EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
+                    TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
+        if TAIL_J > 0:
+            if lo <= TMA_CHUNKS and TMA_CHUNKS < hi:
+                TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
+                W.store_packed_guarded(D, packed, m_st, n_st, TMA_CHUNKS * 8, OUT_N // 8,
+                                       M_DIM, N_DIM, warp_id, lane_id)
+                TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
+
+    @T.inline
     def release(mma2tma, stage, tid_in_wg):
         # a consumer warpgroup's wgmmas are done reading `stage`: its empty barrier
         # (CLUSTER=2: in both CTAs, whose multicasts write it)
@@ -488,7 +518,16 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                  k > 0, 1, BLK_N, dtype)
                     W.mma_commit()
-                    if k == EPI_AT:
+                    if EPI_SPREAD:
+                        if pending == 1:
+                            # --- writeback of the previous tile, piece c at step
+                            # EPI_AT + c, each behind that step's queued wgmmas ---
+                            store_pieces(D, Dstage if TMA_CHUNKS > 0 else None, packed,
+                                         k - EPI_AT, k - EPI_AT + 1, prev_m + row0, prev_n,
+                                         consumer, warp_id, lane_id, tid_in_wg)
+                            if k == EPI_AT + PIECES - 1:
+                                pending = 0
+                    elif k == EPI_AT:
                         if pending == 1:
                             # --- writeback of the previous tile, behind the queued wgmmas
                             # (they write acc; the epilogue reads only `packed`) ---
@@ -522,6 +561,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     W.load_bias_fragment(bvals, BLK_N, bias, n_st, N_DIM, lane_id)
                     W.fence_operands(bvals, BLK_N // 4)
                 W.mma_wait(0)  # the tile's last slice is done too
+                if EPI_SPREAD:
+                    if pending == 1:  # a unit of fewer K steps than pieces: the rest now
+                        store_pieces(D, Dstage if TMA_CHUNKS > 0 else None, packed,
+                                     k_count - EPI_AT, PIECES, prev_m + row0, prev_n,
+                                     consumer, warp_id, lane_id, tid_in_wg)
+                        pending = 0
                 if MMA_LAG == 1:
                     release(mma2tma, held, tid_in_wg)
                 else:

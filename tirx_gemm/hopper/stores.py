@@ -99,6 +99,27 @@ def stmatrix_chunk(Dstage, wg, buf, packed, c, warp_id, lane_id):
 
 
 @T.inline
+def store_packed_chunk(D, Dstage, wg, packed, m_st, n_st, c: int, bufs: int, warp_id,
+                       lane_id, tid_in_wg, bar_id):
+    """Warpgroup ``wg``: chunk ``c`` (columns [64c, 64c + 64)) of its packed fragment ->
+    D[m_st:+64, n_st + 64c:+64] through staging tile Dstage[wg, c % bufs], one TMA store
+    (store_packed_tile's step; v12's EPI_SPREAD calls it one chunk per K step)."""
+    if tid_in_wg == 0:
+        T.ptx.cp.async_.bulk.wait_group.read(bufs - 1)
+        TL.drain(TL.STORE, bufs - 1)
+    T.cuda.warpgroup_sync(bar_id)  # the staging tile is free for all 128 writers
+    stmatrix_chunk(Dstage, wg, c % bufs, packed, c, warp_id, lane_id)
+    T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
+    T.cuda.warpgroup_sync(bar_id)
+    if tid_in_wg == 0:
+        Tx.copy_async(
+            D[m_st:m_st + WGMMA_M, n_st + c * EPI_COLS:n_st + (c + 1) * EPI_COLS],
+            Dstage[wg, c % bufs, :, :], dispatch=H.TMA)
+        T.ptx.cp.async_.bulk.commit_group()
+        TL.begin(TL.STORE)
+
+
+@T.inline
 def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp_id,
                       lane_id, tid_in_wg, bar_id):
     """Warpgroup ``wg``: its packed 64 x n 16-bit fragment -> GMEM D[m_st:+64, n_st:+n], in
@@ -111,19 +132,8 @@ def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp
     its stores (wait_group 0) before exiting."""
     TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
     for c in T.unroll(n // EPI_COLS):
-        if tid_in_wg == 0:
-            T.ptx.cp.async_.bulk.wait_group.read(bufs - 1)
-            TL.drain(TL.STORE, bufs - 1)
-        T.cuda.warpgroup_sync(bar_id)  # the staging tile is free for all 128 writers
-        stmatrix_chunk(Dstage, wg, c % bufs, packed, c, warp_id, lane_id)
-        T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
-        T.cuda.warpgroup_sync(bar_id)
-        if tid_in_wg == 0:
-            Tx.copy_async(
-                D[m_st:m_st + WGMMA_M, n_st + c * EPI_COLS:n_st + (c + 1) * EPI_COLS],
-                Dstage[wg, c % bufs, :, :], dispatch=H.TMA)
-            T.ptx.cp.async_.bulk.commit_group()
-            TL.begin(TL.STORE)
+        store_packed_chunk(D, Dstage, wg, packed, m_st, n_st, c, bufs, warp_id, lane_id,
+                           tid_in_wg, bar_id)
     TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
 
 
