@@ -36,9 +36,8 @@ NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
 RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
 # steps whose one-CTA kernels matmul builds with PREFETCH_MAPS=True (the descriptors of the
 # operand loads prefetched at kernel entry; TVM 0.27 offers it on the one-CTA loads, not
-# on v12's CTA pairs, which drop it). Measured on the H200 (results/lab/
-# v12_prefetch_h200.jsonl: matmul's 17 short v12 kernels with and without it, bf16, three
-# passes): a geomean of 0.8% less GPU time in CUDA graphs, up to 4.6% (128x256x192).
+# on v12's CTA pairs, which drop it). Measured on the H200 with and without it at
+# matmul's short v12 kernels: results/lab/v12_prefetch_h200.jsonl, lesson v12's figures.
 PREFETCH_MAPS_STEPS = {"sm_90a": frozenset({"v12"})}
 NOMINAL_N, NOMINAL_K = 256, 256
 TILE_MENU = "v12"

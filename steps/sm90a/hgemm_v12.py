@@ -100,13 +100,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             or not n_step <= BLK_N <= BLK_N_MAX:
         raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {n_step} in "
                          f"[{n_step}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
-    for name, flag in (("RUNTIME_M", RUNTIME_M), ("RUNTIME_NK", RUNTIME_NK)):
+    for name, flag in (("RUNTIME_M", RUNTIME_M), ("RUNTIME_NK", RUNTIME_NK),
+                       ("EPI_SPREAD", EPI_SPREAD), ("PREFETCH_MAPS", PREFETCH_MAPS)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name}={flag!r} must be True or False")
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
-    for name, flag in (("EPI_SPREAD", EPI_SPREAD), ("PREFETCH_MAPS", PREFETCH_MAPS)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name}={flag!r} must be True or False")
     # CLUSTER=2: two CTAs of consecutive BLK_M row blocks share the MMA's B tile (rows
     # n_st.. of B), each TMA-loading half of it multicast to both (v9's pair)
     if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
