@@ -137,10 +137,11 @@ def test_sm90a_single_thread_work_is_thread_0_of_the_warpgroup(step):
 
 
 def test_sm90a_store_helper_issues_from_thread_0():
-    # store_packed_tile issues its chunks' TMA stores itself (tma_store_tile is called
-    # under the caller's guard, which the step test above checks)
+    # store_packed_chunk (the step store_packed_tile and store_packed_pieces loop over)
+    # issues its TMA store itself (tma_store_tile is called under the caller's guard,
+    # which the step test above checks)
     tree = next(f for f in ast.walk(ast.parse(inspect.getsource(hopper.stores)))
-                if isinstance(f, ast.FunctionDef) and f.name == "store_packed_tile")
+                if isinstance(f, ast.FunctionDef) and f.name == "store_packed_chunk")
     sites = _issue_sites(tree, {"copy_async", "commit_group"})
     assert sites
     for n, line, tests in sites:

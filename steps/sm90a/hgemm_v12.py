@@ -16,7 +16,6 @@ from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
 from tirx_gemm import pdl as P
 from tirx_gemm import splitk
-from tirx_gemm import timeline as TL
 from tirx_gemm import streamk as SK
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
@@ -52,18 +51,14 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full is cut into K units of
       >= 8 steps; the last unit to count sums the slabs in K order (lesson v12). With
       SWAP_AB the pieces are swapped tiles and the sum is stored transposed.
-    EPI_SPREAD: the previous tile's writeback goes out one piece per K step of the next
-      tile (a 64-column chunk, or the guarded tail), each under that step's wgmmas, not
-      all at its second K step.
-    PREFETCH_MAPS: the kernel's first warp prefetches A's and B's TMA descriptors at entry
-      (prefetch.tensormap), before the first load needs them.
+    EPI_SPREAD: the last tile's writeback, one piece (64-column chunk or tail) per K step.
+    PREFETCH_MAPS: A's and B's TMA descriptors prefetched at entry (prefetch.tensormap).
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
       waits for it (griddepcontrol.wait) after the prologue, then lets the next one launch.
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
       v11's "spread" sum (each unit its 1/S of the tile, in split order); tiles x S <= SMs.
-    Why: the number of tiles decides how many SMs work (1024^3: 32 of 132 busy with v9's
-      256x256 pairs, 128 with 128x64). Smaller tiles cost bytes per MAC, 2 x (1/BLK_M +
-      1/BLK_N): large shapes want the big tile, small ones the one that fills the SMs.
+    Why: the tile count decides how many SMs work (1024^3: 32 of 132 with v9's 256x256
+      pairs, 128 with 128x64); smaller tiles cost bytes per MAC, 2 x (1/BLK_M + 1/BLK_N).
     Barriers: tma2mma and mma2tma, one H.Ring (counts and contracts at the ring).
     Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
@@ -340,21 +335,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     @T.inline
     def store_pieces(D, Dstage, packed, lo, hi, m_st, n_st, consumer, warp_id, lane_id,
                      tid_in_wg):
-        # EPI_SPREAD: pieces lo <= c < hi of a packed tile's writeback (piece c < TMA_CHUNKS:
-        # 64-column chunk c by TMA; piece TMA_CHUNKS: the guarded tail)
-        if TMA_CHUNKS > 0:
-            for c in T.unroll(TMA_CHUNKS):
-                if lo <= c and c < hi:
-                    TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
-                    W.store_packed_chunk(D, Dstage, consumer, packed, m_st, n_st, c,
-                                         EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
-                    TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
-        if TAIL_J > 0:
-            if lo <= TMA_CHUNKS and TMA_CHUNKS < hi:
-                TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
-                W.store_packed_guarded(D, packed, m_st, n_st, TMA_CHUNKS * 8, OUT_N // 8,
-                                       M_DIM, N_DIM, warp_id, lane_id)
-                TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
+        # EPI_SPREAD: pieces lo <= c < hi of a packed tile's writeback
+        W.store_packed_pieces(D, Dstage, consumer, packed, lo, hi, m_st, n_st, TMA_CHUNKS,
+                              TAIL_J > 0, OUT_N // 8, M_DIM, N_DIM, EPI_BUFS, warp_id,
+                              lane_id, tid_in_wg, 1 + consumer)
 
     @T.inline
     def release(mma2tma, stage, tid_in_wg):

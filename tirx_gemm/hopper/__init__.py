@@ -65,6 +65,7 @@ from .stores import (  # noqa: F401
     _PACK_FN, _ST_GLOBAL_B32_SRC, _ST_GLOBAL_F32X2_SRC, EPI_COLS, pack_fragment,
     stmatrix_chunk, store_fragment, store_fragment_f32_guarded,
     store_fragment_transposed_guarded, store_packed_chunk, store_packed_guarded,
+    store_packed_pieces,
     store_packed_tile, tma_store_tile)
 from .wgmma import (  # noqa: F401
     _FENCE_F32_SRC, _WGMMA_TYPE, DESC_K16_STEP, DESC_LBO, DESC_M64_STEP, DESC_SBO,
@@ -110,6 +111,7 @@ __all__ = [
     "store_packed_chunk",
     "publish_smem_writes",
     "store_packed_guarded",
+    "store_packed_pieces",
     "load_bias_fragment",
     "epilogue_bias_act",
     "epilogue_swiglu",
