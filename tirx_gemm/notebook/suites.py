@@ -175,7 +175,7 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py)
 CHOOSER_RUN = "matmul_graph_h200_issue32_s11.jsonl"  # in results/lab/
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
-HELDOUT_RUN = "matmul_graph_h200_issue32_heldout_h10.jsonl"
+HELDOUT_RUN = "matmul_graph_h200_issue32_heldout_h11.jsonl"
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
