@@ -8,13 +8,14 @@ error over the sweeps and how far the picks land from the fastest measured candi
 (fit_chooser.py --report's figures), plus the picks at the shapes where they change.
 Offline: it reads the same H200 records fit_chooser.py reads, nothing is timed.
 
-    python scripts/lab/tail_wave_fit.py [--g 0,0.1,0.2,0.3]
+    python scripts/lab/tail_wave_fit.py [--g 0,0.1,0.2,0.3] [--min-intensity 100]
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -25,10 +26,15 @@ import fit_chooser as F  # noqa: E402
 from tirx_gemm import chooser  # noqa: E402
 
 
-def tail_terms(g: float):
+def tail_terms(g: float, min_intensity: float = 0.0):
+    """chooser.shape_terms with the discount, on shapes of at least ``min_intensity``
+    MACs per element moved (MNK / (MK + NK + MN); the H200's ridge is about 200: 989
+    dense TFLOP/s over 4.8 TB/s)."""
     def terms(cand, M, N, K, sm_count):
         _, _, slots = chooser.geometry(cand, sm_count)
         steps, waves, tiles = PLAIN(cand, M, N, K, sm_count)
+        if M * N * K < min_intensity * (M * K + N * K + M * N):
+            return steps, waves, tiles
         full, rem = divmod(tiles, slots)
         eff = full + (1 - g * (1 - rem / slots) if rem else 0)
         return eff * chooser._ceil_div(K, chooser.BLK_K), waves, tiles
@@ -36,11 +42,16 @@ def tail_terms(g: float):
 
 
 PLAIN = chooser.shape_terms
+# the public suite's and the held-out suite's shapes: where a refit changes chooser's
+# data-parallel tile (best_tile), measured in a sweep or not
+SHAPES = sorted({(e["M"], e["N"], e["K"]) for name in ("models", "heldout")
+                 for e in json.loads((ROOT / "tirx_gemm/suites" / f"{name}.json")
+                                     .read_text())["shapes"]})
 
 
-def report(g: float, samples, torch_us) -> list[str]:
+def report(g: float, samples, torch_us, min_intensity: float = 0.0) -> list[str]:
     """fit_chooser.py --report's lines with the model refitted under ``g``."""
-    chooser.shape_terms = tail_terms(g)
+    chooser.shape_terms = tail_terms(g, min_intensity)
     cands = chooser._document()["candidates"]
     saved = dict(cands)
     try:
@@ -50,7 +61,8 @@ def report(g: float, samples, torch_us) -> list[str]:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             F.report(samples, torch_us)
-        return buf.getvalue().splitlines()
+        picks = {shape: chooser.best_tile(*shape) for shape in SHAPES}
+        return buf.getvalue().splitlines(), picks
     finally:
         cands.clear()
         cands.update(saved)
@@ -61,19 +73,26 @@ def report(g: float, samples, torch_us) -> list[str]:
 def main(argv) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--g", default="0,0.1,0.2,0.3,0.4")
+    p.add_argument("--min-intensity", type=float, default=0.0,
+                   help="discount only shapes of at least this many MACs per element moved")
     a = p.parse_args(argv)
     samples, torch_us = F.load()
     base = None
+    print(f"discounted: shapes of MNK / (MK + NK + MN) >= {a.min_intensity:g}")
     for g in (float(x) for x in a.g.split(",")):
-        lines = report(g, samples, torch_us)
+        lines, picks = report(g, samples, torch_us, a.min_intensity)
         rows = {ln.split()[0]: ln for ln in lines[1:-2]}
         print(f"g={g}: {lines[-2]}\n       {lines[-1]}")
         if base is None:
-            base = rows
+            base = rows, picks
             continue
         for shape, ln in rows.items():
-            if ln.split()[1] != base[shape].split()[1]:
-                print(f"   {ln}\n     was {base[shape]}")
+            if ln.split()[1] != base[0][shape].split()[1]:
+                print(f"   {ln}\n     was {base[0][shape]}")
+        moved = [f"{'x'.join(map(str, sh))} {base[1][sh]} -> {t}" for sh, t in picks.items()
+                 if t != base[1][sh]]
+        print(f"   best_tile changes at {len(moved)} of the {len(SHAPES)} suite and held-out "
+              f"shapes" + (": " + "; ".join(moved) if moved else ""))
     return 0
 
 
