@@ -8,7 +8,7 @@ error over the sweeps and how far the picks land from the fastest measured candi
 (fit_chooser.py --report's figures), plus the picks at the shapes where they change.
 Offline: it reads the same H200 records fit_chooser.py reads, nothing is timed.
 
-    python scripts/lab/tail_wave_fit.py [--g 0,0.1,0.2,0.3] [--min-intensity 100]
+    python scripts/lab/tail_wave_fit.py [--g 0,0.1,0.2,0.3] [--min-intensity 200]
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ SHAPES = sorted({(e["M"], e["N"], e["K"]) for name in ("models", "heldout")
                                      .read_text())["shapes"]})
 
 
-def report(g: float, samples, torch_us, min_intensity: float = 0.0) -> list[str]:
-    """fit_chooser.py --report's lines with the model refitted under ``g``."""
+def report(g: float, samples, torch_us, min_intensity: float = 0.0):
+    """(fit_chooser.py --report's lines, {shape: best_tile} over SHAPES), refitted under g."""
     chooser.shape_terms = tail_terms(g, min_intensity)
     cands = chooser._document()["candidates"]
     saved = dict(cands)
