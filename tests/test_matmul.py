@@ -320,6 +320,38 @@ def test_the_model_figures_are_the_fit_of_the_records():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_the_tail_wave_figures_lesson_v12_quotes_are_the_lab_script_s_output():
+    """scripts/lab/tail_wave_fit.py's stored output (results/logs/tail_wave_fit.log) is what
+    it prints from today's records, and lesson v12 quotes that log's figures."""
+    import re
+    import subprocess
+    import sys
+    script = ROOT / "scripts/lab/tail_wave_fit.py"
+    runs = [subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                           text=True, check=True).stdout
+            for args in ((), ("--g", "0,0.2,0.3", "--min-intensity", "200"))]
+    assert "\n".join(runs) == (ROOT / "results/logs/tail_wave_fit.log").read_text(), \
+        "results/logs/tail_wave_fit.log is stale: rerun the two commands of the test"
+
+    def by_g(text):  # {g: its block of lines}
+        return dict(re.findall(r"^g=([\d.]+): (.*?)(?=^g=|\Z)", text, re.M | re.S))
+
+    def figures(block):  # geomean and worst regret, RMS without and with the HBM floor
+        return re.search(r"within ([\d.]+)x \(geomean\), ([\d.]+)x .*?([\d.]+)% without "
+                         r"the HBM floor, ([\d.]+)% with it", block, re.S).groups()
+
+    every, compute_bound = by_g(runs[0]), by_g(runs[1])
+    lesson = re.sub(r"\s+", " ", (ROOT / "steps/lessons/v12.md").read_text())
+    base, g1, g2 = figures(every["0.0"]), figures(every["0.1"]), figures(every["0.2"])
+    assert f"({base[2]}% to {g1[2]}%)" in lesson
+    assert f"{g2[0]}x against {base[0]}x (geomean)" in lesson
+    assert f"{float(g2[1]):.2f}x against {float(base[1]):.2f}x (worst)" in lesson
+    assert figures(compute_bound["0.2"])[3] == base[3] and f"where it was ({base[3]}%)" in lesson
+    assert ("best_tile changes at 2 of the 69 suite and held-out shapes: 2304x2304x2304 "
+            "128x176 -> 128x192; 3152x2304x768") in compute_bound["0.2"]
+    assert "Of the 69 suite and held-out shapes, it moves only 2304³ and 3152x2304x768" in lesson
+
+
 # --------------------------------------------------------------------------------------
 # kernels: bundles, the build path, workspace, the in-process cache
 # --------------------------------------------------------------------------------------
