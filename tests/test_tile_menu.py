@@ -32,8 +32,38 @@ def test_swap_ab_refusals_in_one_line():
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, ACT="relu")
     with pytest.raises(ValueError, match="BLK_N=12 must be a multiple of 8"):
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=12, SWAP_AB=True)
-    with pytest.raises(ValueError, match="BLK_N=8 must be a multiple of 16"):
-        step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8)
+    with pytest.raises(ValueError, match="BLK_N=20 must be a multiple of 8"):
+        step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=20)
+
+
+def test_one_cta_tiles_take_any_multiple_of_8_columns():
+    """BLK_N of an odd multiple of 8 (2304 = 14 x 164.6: 168-column tiles): one
+    m64n168k16 wgmma per consumer and k16, two 64-column TMA-stored chunks, and the last
+    40 columns (5 blocks of 8) by guarded stores."""
+    pytest.importorskip("tvm")
+    import re
+    text = registry.get("v12", "sm_90a").build_primfunc(
+        256, 2304, 512, BLK_M=128, BLK_N=168).script()
+    assert set(re.findall(r"m64n\d+k16", text)) == {"m64n168k16"}
+    assert "tirx_gemm_st_global_b32" in text
+
+
+def test_swiglu_tiles_hold_whole_gate_up_group_pairs():
+    """SWIGLU's outputs are BLK_N / 2 columns in groups of 8: BLK_N a multiple of 16, in the
+    builder (one line) and in the tile matmul asks the chooser for."""
+    pytest.importorskip("tvm")
+    from tirx_gemm import chooser, epilogue
+    step = registry.get("v12", "sm_90a")
+    with pytest.raises(ValueError, match="SWIGLU=True needs BLK_N a multiple of 16") as e:
+        step.build_primfunc(256, 2304, 512, BLK_M=128, BLK_N=168, SWIGLU=True)
+    assert "\n" not in str(e.value)
+    shapes = [(m, n, k) for m in (256, 1000, 2304) for n in (2304, 4608, 6000)
+              for k in (512, 4096)]
+    for shape in shapes:
+        pick = chooser.best_tile(*shape, n_step=epilogue.SWIGLU_TILE_STEP)
+        assert chooser.tile(pick)[1] % epilogue.SWIGLU_TILE_STEP == 0, (shape, pick)
+        assert pick == next(c for _, c in chooser.rank(*shape, pdl=False)
+                            if not chooser.clustered(c) and chooser.tile(c)[1] % 16 == 0)
 
 
 def test_swap_ab_tiles_walk_n_with_the_mma_rows():
@@ -52,9 +82,10 @@ def test_cluster_refusals_in_one_line():
     step = registry.get("v12", "sm_90a")
     with pytest.raises(ValueError, match="CLUSTER=3 must be 1 or 2"):
         step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=3)
-    with pytest.raises(ValueError, match="CLUSTER=2 with SWAP_AB needs a token tile of a "
-                                         "multiple of 16"):
+    with pytest.raises(ValueError, match="CLUSTER=2 needs BLK_N a multiple of 16"):
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, CLUSTER=2)
+    with pytest.raises(ValueError, match="CLUSTER=2 needs BLK_N a multiple of 16"):
+        step.build_primfunc(256, 2304, 512, BLK_M=128, BLK_N=168, CLUSTER=2)
     # swap-AB pairs share the token tile: each CTA loads its weight rows and half the
     # tokens, multicast into both (the kernel's B operand is A, its A operand B)
     s = step.build_primfunc(48, 4096, 512, BLK_M=64, BLK_N=48, SWAP_AB=True,

@@ -73,6 +73,7 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 OUT_DTYPES = ("float32",)  # OUT_DTYPE=None means the input dtype
 SWIGLU_GROUP = 8           # rows of gate, then of up, per group of the fused weight
+SWIGLU_TILE_STEP = 2 * SWIGLU_GROUP  # a SWIGLU tile's BLK_N: whole gate/up group pairs
 KEYWORDS = ("BIAS", "ACT", "OUT_DTYPE", "SWIGLU")
 PLAIN = {"BIAS": False, "ACT": None, "OUT_DTYPE": None, "SWIGLU": False}
 

@@ -210,7 +210,8 @@ def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
     from tirx_gemm import chooser
     if chooser.epilogue_step(M, E.kernel_n(N, epi), K, epi, _pool(sm_count)) == PINGPONG:
         return choose_epilogue_on(PINGPONG, M, N, K, dtype, arch, sm_count, epi)
-    pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count))
+    pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count),
+                             E.SWIGLU_TILE_STEP if epi.get("SWIGLU") else 1)
     return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
 
 
@@ -227,7 +228,8 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
     if step_id == TILE_MENU:
         from tirx_gemm import chooser
         menu = registry.get(TILE_MENU, arch)
-        pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count))
+        pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count),
+                             E.SWIGLU_TILE_STEP if epi.get("SWIGLU") else 1)
         return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
     from tirx_gemm import chooser
     extra = sorted(set(epi) - set(chooser.V10_KEYWORDS))

@@ -39,6 +39,10 @@ CLUSTER_MENU = ((64, 64), (64, 96), (64, 128), (64, 192), (64, 256),
 # the widths between MENU's (`export --widths`): BLK_N any multiple of 16, so that a
 # shape's column tiles can fill a wave (1536 = 10.7 x 144: 11 x 12 = 132 tiles)
 WIDTHS_MENU = tuple((bm, bn) for bm in (64, 128) for bn in (80, 112, 144, 160, 176, 208, 224, 240))
+# `export --widths8`: the odd multiples of 8 (wgmma's N step) between them, so that a tile
+# can end near N (2304 = 14 x 164.6: 168-column tiles compute 2% past N, 176 7%)
+WIDTHS8_MENU = (tuple((64, bn) for bn in (72, 88, 104, 120))
+                + tuple((128, bn) for bn in range(136, 256, 16)))
 # stream-K: shapes whose tail wave is under half full on some tile (640^3: 10 K steps,
 # too shallow for two units of 8: off on every tile), the tiles their kernels take, and
 # the (shape, tile) pairs also built at the static shape (the plan folded at build time)
@@ -64,13 +68,14 @@ def label(bm, bn, cluster=1, pdl=False):
 
 
 def export(out: Path, dtypes, cluster: bool = False, widths: bool = False,
-           pdl: bool = False) -> int:
+           pdl: bool = False, widths8: bool = False) -> int:
     from tirx_gemm import registry
     from tirx_gemm.compile import bundle
     step = registry.get("v12", "sm_90a")
     reqs = []
     for dt in dtypes:
-        for bm, bn in (WIDTHS_MENU if widths else PDL_MENU if pdl else MENU):
+        for bm, bn in (WIDTHS_MENU if widths else WIDTHS8_MENU if widths8 else
+                       PDL_MENU if pdl else MENU):
             for with_pdl in ((False, True) if pdl else (False,)):
                 kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "RUNTIME_M": True,
                       "RUNTIME_NK": True}
@@ -382,6 +387,8 @@ def main(argv) -> int:
                    help="also the CLUSTER=2 entries (CLUSTER_MENU)")
     e.add_argument("--widths", action="store_true",
                    help="WIDTHS_MENU instead of MENU (the one-CTA widths between MENU's)")
+    e.add_argument("--widths8", action="store_true",
+                   help="WIDTHS8_MENU instead of MENU (widths of an odd multiple of 8)")
     e.add_argument("--streamk", action="store_true",
                    help="the stream-K bundle instead (SK_TILES with and without STREAM_K)")
     e.add_argument("--pdl", action="store_true",
@@ -401,7 +408,7 @@ def main(argv) -> int:
     if a.cmd == "export":
         if a.streamk:
             return export_streamk(a.out, a.dtypes.split(","))
-        return export(a.out, a.dtypes.split(","), a.cluster, a.widths, a.pdl)
+        return export(a.out, a.dtypes.split(","), a.cluster, a.widths, a.pdl, a.widths8)
     if a.cmd == "streamk":
         return run_streamk(a.bundle, a.out, a.dtypes.split(","), a.budget_s)
     return run(a.bundle, a.out, a.suite, a.dtypes.split(","), a.budget_s)

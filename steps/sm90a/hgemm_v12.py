@@ -1,6 +1,6 @@
 """Step 12 (sm_90a): one tile cannot serve every shape -- a tile menu in one builder.
 
-Lesson: the tile is a parameter. BLK_M in {64, 128} and BLK_N any multiple of 16 up to
+Lesson: the tile is a parameter. BLK_M in {64, 128} and BLK_N any multiple of 8 up to
 256 come out of the same kernel; wave efficiency (how many of the SMs get a tile) and the
 bytes each tile moves per flop decide which one a shape should get.
 """
@@ -19,8 +19,9 @@ from tirx_gemm import splitk
 from tirx_gemm import streamk as SK
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
-BLK_N_STEP, BLK_N_MAX = 16, 256
-SWAP_N_STEP = 8               # SWAP_AB's token tile: any multiple of wgmma's N step
+# BLK_N: any multiple of wgmma's N step of 8 (a tile can end near N: 2304 = 14 x 164.6
+# takes 168-column tiles, not 176); a pair (CLUSTER=2) loads half of it per CTA: 16
+BLK_N_STEP, BLK_N_MAX, PAIR_N_STEP = 8, 256, 16
 # the default ring: as many stages as fit, at most this many. A decode tile's stage holds
 # little of B (64x16: 2 KB of its 10 KB; A's rows past M are zero-filled), so it takes many
 # stages to keep enough HBM reads in flight (cuBLAS runs 64x16 tiles with 16 stages)
@@ -41,7 +42,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
-      warpgroup) or 128 (two), BLK_N a multiple of 16 in [16, 256] (one m64nBLK_Nk16 wgmma
+      warpgroup) or 128 (two), BLK_N a multiple of 8 in [8, 256] (one m64nBLK_Nk16 wgmma
       per consumer and k16). One producer thread TMA-loads the CTA's A and B tiles into a
       ring of PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped
       epilogue; the last BLK_N % 64 columns go to D by guarded 4-byte stores. min(tiles,
@@ -64,7 +65,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
       bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no epilogue, MMA_LAG > 1, TMA hints or
-      PDL; SWAP_AB: BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
+      PDL; BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
       MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring
       plus staging within 227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
@@ -90,11 +91,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         raise ValueError(f"SWAP_AB={SWAP_AB!r} must be True or False")
     # swap-AB: the MMA's rows walk N (B's rows) and its columns M (the tokens): D's
     # transpose, tile by tile. The token tile may be as narrow as wgmma's N of 8.
-    n_step = SWAP_N_STEP if SWAP_AB else BLK_N_STEP
-    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % n_step \
-            or not n_step <= BLK_N <= BLK_N_MAX:
-        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {n_step} in "
-                         f"[{n_step}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
+    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
+            or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
+        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
+                         f"[{BLK_N_STEP}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
+    if SWIGLU_ON and BLK_N % E.SWIGLU_TILE_STEP:
+        raise ValueError(f"SWIGLU=True needs BLK_N a multiple of {E.SWIGLU_TILE_STEP} (whole "
+                         f"gate/up group pairs), got BLK_N={BLK_N}")
     for name, flag in (("RUNTIME_M", RUNTIME_M), ("RUNTIME_NK", RUNTIME_NK),
                        ("EPI_SPREAD", EPI_SPREAD), ("PREFETCH_MAPS", PREFETCH_MAPS)):
         if not isinstance(flag, bool):
@@ -105,9 +108,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
         raise ValueError(f"CLUSTER={CLUSTER!r} must be 1 or 2 (CTAs along M sharing B)")
     if CLUSTER == 2:
-        if SWAP_AB and BLK_N % 16:
-            raise ValueError(f"CLUSTER=2 with SWAP_AB needs a token tile of a multiple of 16 "
-                             f"rows (each CTA loads half, 8 rows at least), got BLK_N={BLK_N}")
+        if BLK_N % PAIR_N_STEP:
+            raise ValueError(f"CLUSTER=2 needs BLK_N a multiple of {PAIR_N_STEP} (each CTA "
+                             f"loads half of the shared tile, 8 rows at least), got "
+                             f"BLK_N={BLK_N}")
         if HAS_EPI:
             raise ValueError(f"CLUSTER=2 takes no fused epilogue ({E.tag(epi)}): pairs have "
                              "been checked on a GPU with plain stores only")
