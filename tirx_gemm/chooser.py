@@ -172,8 +172,8 @@ def _predict_plain(cand: str, M: int, N: int, K: int, sm_count: int) -> float:
 # same bytes; its f is a launch and a ramp). The floor is one for every candidate: where it
 # binds, they are all bound by the same bytes, and the ranking breaks the tie by the time
 # without the floor (the most slack).
-# Over the sweeps' 1852 kernels the floor brings the model's RMS error from 16.9% to
-# 15.7% (`scripts/fit_chooser.py` prints both) and changes no data-parallel pick.
+# Over the sweeps' 2236 kernels the floor brings the model's RMS error from 15.8% to
+# 15.0% (`scripts/fit_chooser.py` prints both) and changes no data-parallel pick.
 
 
 def hbm_floor(M: int, N: int, K: int, elem_bytes: int = 2) -> float:

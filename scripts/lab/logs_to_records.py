@@ -36,8 +36,9 @@ _FASTCU_ROUNDS = re.compile(r"^#\s+rounds us: fastcu ([\d. ]+) \| torch ([\d. ]+
 NCU_GLOB = f"{LOGS}/ncu/h200_*.txt"
 _NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
 # scripts/lab/ncu_decode.sh's logs (issue 32): matmul's pick or torch.matmul at M x N x K
-# (decode: the decode shapes; mid: mid-size shapes of one or two waves, with the tensor pipes)
-_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid)_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
+# (decode: the decode shapes; mid: mid-size shapes of one or two waves, with the tensor pipes;
+# stalls: mid-size shapes with the tensor pipe's busy cycles per SM and the stall reasons)
+_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid|stalls)_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
 _NCU_DEVICE = re.compile(r" on (NVIDIA [\w ]+?) \(cc")
 _NCU_KERNEL = re.compile(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\)", re.M)
 _NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",
@@ -48,7 +49,16 @@ _NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",
                 "dram_pct": r"DRAM Throughput\s+%\s+([\d.]+)"}
 # the Compute Workload Analysis section's figures, where a log has it (EXTRA_SECS)
 _NCU_OPTIONAL = {"issue_slots_busy_pct": r"Issue Slots Busy\s+%\s+([\d.]+)",
-                 "executed_ipc": r"Executed Ipc Active\s+inst/cycle\s+([\d.]+)"}
+                 "executed_ipc": r"Executed Ipc Active\s+inst/cycle\s+([\d.]+)",
+                 # the stalls logs' --metrics: the tensor pipe busy per active cycle (mean
+                 # over SMs), on the busiest SM per elapsed cycle, and its cycles summed
+                 "tensor_active_pct": r"sm__pipe_tensor_op_hmma_cycles_active\.avg\."
+                                      r"pct_of_peak_sustained_active\s+%\s+([\d.]+)",
+                 "tensor_busiest_sm_elapsed_pct": r"sm__pipe_tensor_op_hmma_cycles_active\."
+                                                  r"max\.pct_of_peak_sustained_elapsed\s+%\s+"
+                                                  r"([\d.]+)",
+                 "tensor_cycles_sum": r"sm__pipe_tensor_op_hmma_cycles_active\.sum\s+cycle"
+                                      r"\s+([\d,]+)\n"}
 _NCU_UNMODIFIED = "Running with unmodified GPU clocks"
 
 # notebook 07 run headless from a bundle: its "measured here" table row
@@ -124,7 +134,7 @@ def ncu_records() -> list[dict]:
         for key, pattern in _NCU_OPTIONAL.items():
             found = re.search(pattern, text)
             if found:
-                rec[key] = float(found.group(1))
+                rec[key] = float(found.group(1).replace(",", ""))
         out.append(rec)
     return _need(out, "Nsight Compute log", NCU_GLOB)
 
