@@ -599,13 +599,19 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
     return bm, bn, swapped, split, None
 
 
+# A fused epilogue's tile: BLK_N a multiple of 16. SWIGLU needs it (whole gate/up group
+# pairs: epilogue.SWIGLU_TILE_STEP), and the odd multiples of 8 have run on the H200 as
+# plain kernels only (results/lab/v12_widths8_*), never with an epilogue.
+EPILOGUE_TILE_STEP = 16
+
+
 def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200, n_step: int = 1) -> str:
     """The fastest v12 tile ("BMxBN") the model predicts, v9 left out: what a GEMM with a
     fused epilogue (tirx_gemm.epilogue) gets, since only v12 builds the epilogue (v9 and
     v11 have none). M, N, K are the kernel's GEMM (SwiGLU: N = 2 x the output columns).
     The model has no term for the epilogue's own cost (fitted on plain runs). One-CTA
     tiles only: v12's CTA pairs have not been checked with an epilogue on a GPU. ``n_step``:
-    a BLK_N multiple of it (SwiGLU: epilogue.SWIGLU_TILE_STEP)."""
+    a BLK_N multiple of it (matmul asks for EPILOGUE_TILE_STEP)."""
     return next(c for _, c in rank(M, N, K, sm_count, pdl=False)
                 if not clustered(c) and tile(c)[1] % n_step == 0)
 

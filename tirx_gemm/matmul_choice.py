@@ -211,7 +211,7 @@ def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
     if chooser.epilogue_step(M, E.kernel_n(N, epi), K, epi, _pool(sm_count)) == PINGPONG:
         return choose_epilogue_on(PINGPONG, M, N, K, dtype, arch, sm_count, epi)
     pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count),
-                             E.SWIGLU_TILE_STEP if epi.get("SWIGLU") else 1)
+                             chooser.EPILOGUE_TILE_STEP)
     return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
 
 
@@ -229,7 +229,7 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
         from tirx_gemm import chooser
         menu = registry.get(TILE_MENU, arch)
         pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count),
-                             E.SWIGLU_TILE_STEP if epi.get("SWIGLU") else 1)
+                                 chooser.EPILOGUE_TILE_STEP)
         return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
     from tirx_gemm import chooser
     extra = sorted(set(epi) - set(chooser.V10_KEYWORDS))
@@ -333,7 +333,8 @@ def pick(M, N, K, dtype, arch, sm_count, step):
     kwargs = step_kwargs(st, dtype, sm_count)
     if st.id == TILE_MENU and arch in MENU_ARCHES:  # the model's best tile of the menu
         from tirx_gemm import chooser
-        pick = next(c for _, c in chooser.rank(M, N, K, _pool(sm_count)) if c != chooser.V9)
+        pick = next(c for _, c in chooser.rank(M, N, K, _pool(sm_count))
+                    if c not in (chooser.V9, chooser.V10))
         return st, _tile_kwargs(st, pick, dtype, sm_count)
     if st.id == SPLIT_K and kwargs.get("RUNTIME_M"):
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)

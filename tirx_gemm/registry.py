@@ -439,12 +439,13 @@ STEPS: list[Step] = [
                    + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1],
                    _EDGE_BAD, _TMA, ("LDG.E.128",)),
             workspace="tirx_gemm.streamk:workspace_specs_sm100a"),  # STREAM_K's WS, CNT
-    # v12 (sm_90a, tile menu): 1x1 CTAs, BLK_M x BLK_N a tunable (64|128 x 16..256 step
-    # 16), RUNTIME_M; registry builds use the default 128x128. Tests: decode and odd token
+    # v12 (sm_90a, tile menu): 1x1 CTAs, BLK_M x BLK_N a tunable (64|128 x 8..256 step
+    # 8), RUNTIME_M; registry builds use the default 128x128. Tests: decode and odd token
     # counts beside the edge shapes; promises the stmatrix + TMA-store epilogue of the
     # default tile (no setmaxnreg at 128x128: only tiles wider than 128 columns split)
     Step("v12", "sm_90a", "tile menu: BLK_M 64|128 x BLK_N 8..256 (step 8) in one builder, 1x1 CTAs with their own TMA loads and a ring as deep as fits, narrow tails stored from registers, RUNTIME_M (one kernel for every M); wave efficiency and bytes per flop pick the tile",
-         _EDGE + "; BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256]", (1024, 1024, 1024),
+         _EDGE + "; BLK_M 64 or 128; BLK_N a multiple of 8 in [8, 256] (16 for CLUSTER=2 "
+         "and SWIGLU)", (1024, 1024, 1024),
          ((16, 14336, 4096), (77, 7168, 2048), (333, 4096, 1024), (640, 640, 640))
          + _EDGE_TESTS, ((1024, 1024, 1024), (2304, 2304, 2304)) + _BENCH[:1], _EDGE_BAD,
          ("HGMMA", "WARPGROUP.ARRIVE") + _TMA + ("HGMMA.64x128x16", "STSM"),

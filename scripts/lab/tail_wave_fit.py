@@ -49,6 +49,13 @@ SHAPES = sorted({(e["M"], e["N"], e["K"]) for name in ("models", "heldout")
                                      .read_text())["shapes"]})
 
 
+def _forget() -> None:
+    """Drop chooser's caches of the figures and the rankings, not of the document whose
+    candidates report() swaps (chooser.params.cache_clear would reread the file)."""
+    chooser._params_cache_clear()
+    chooser.rank.cache_clear()
+
+
 def report(g: float, samples, torch_us, min_intensity: float = 0.0):
     """(fit_chooser.py --report's lines, {shape: best_tile} over SHAPES), refitted under g."""
     chooser.shape_terms = tail_terms(g, min_intensity)
@@ -57,7 +64,7 @@ def report(g: float, samples, torch_us, min_intensity: float = 0.0):
     try:
         cands.clear()
         cands.update(F.fit(samples))
-        chooser.params.cache_clear()
+        _forget()  # params() and rank() read the refit; the document stays in memory
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             F.report(samples, torch_us)
@@ -66,7 +73,7 @@ def report(g: float, samples, torch_us, min_intensity: float = 0.0):
     finally:
         cands.clear()
         cands.update(saved)
-        chooser.params.cache_clear()
+        _forget()
         chooser.shape_terms = PLAIN
 
 

@@ -153,7 +153,7 @@ def store_packed_guarded(D, packed, m_st, n_st, j_first: int, j_end: int, M, N, 
     """Warpgroup: 8-column blocks [j_first, j_end) of its packed 64-row fragment (see
     pack_fragment: packed[2j+h] holds row 16w + l//4 + 8h, columns 8j + 2(l%4) + {0, 1})
     -> D[m_st + row, n_st + col] with plain guarded stores. N is a multiple of 8 and
-    n_st of 16, so a pair whose first column lies inside D lies inside it wholly. M may
+    n_st of 8, so a pair whose first column lies inside D lies inside it wholly. M may
     be a run-time variable. Nothing to fence: generic-proxy writes to GMEM."""
     for jj in T.unroll(j_end - j_first):
         for h in T.unroll(2):
