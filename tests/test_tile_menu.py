@@ -36,6 +36,29 @@ def test_swap_ab_refusals_in_one_line():
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=20)
 
 
+def test_the_width_rules_are_written_as_the_builder_and_the_lab_have_them():
+    """v12@sm_90a's registry constraint names the builder's width steps, and the README's
+    range of the 128-row widths of 8 is the lab sweep's menu (results/lab/v12_widths8_*)."""
+    pytest.importorskip("tvm")
+    import importlib.util
+    import re
+    from pathlib import Path
+    from tirx_gemm import epilogue
+    from tirx_gemm.steps.sm90a import hgemm_v12 as v12
+    root = Path(__file__).resolve().parents[1]
+    text = registry.get("v12", "sm_90a").constraints
+    assert (f"BLK_N a multiple of {v12.BLK_N_STEP} in [{v12.BLK_N_STEP}, {v12.BLK_N_MAX}] "
+            f"({v12.PAIR_N_STEP} for CLUSTER=2 and SWIGLU)") in text
+    assert v12.PAIR_N_STEP == epilogue.SWIGLU_TILE_STEP
+    spec = importlib.util.spec_from_file_location("v12_sweep", root / "scripts/lab/v12_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    wide = [bn for bm, bn in sweep.WIDTHS8_MENU if bm == 128]
+    assert wide == list(range(wide[0], wide[-1] + 1, 2 * v12.BLK_N_STEP))
+    readme = re.sub(r"\s+", " ", (root / "README.md").read_text())
+    assert f"128 the odd multiples of {v12.BLK_N_STEP} from {wide[0]} to {wide[-1]}" in readme
+
+
 def test_one_cta_tiles_take_any_multiple_of_8_columns():
     """BLK_N of an odd multiple of 8 (2304 = 14 x 164.6: 168-column tiles): one
     m64n168k16 wgmma per consumer and k16, and the columns past the 64-column TMA chunks
