@@ -334,7 +334,16 @@ def format_figure(value, fmt: str) -> str:
     return format(value, fmt)
 
 
+REC_OPEN = re.compile(r"<!-- rec:[^>]*-->")
+
+
 def _render_records(text: str, root: Path = ROOT) -> str:
+    # a marker REC cannot parse (a missing selector: "-" means every record) would be left
+    # as typed, unrendered and unchecked; refuse it instead
+    for m in REC_OPEN.finditer(text):
+        if not REC.match(text, m.start()):
+            raise RenderError(f"rec marker: {m.group(0)!r} is not 'rec:PATH SELECTORS FIELD "
+                              "FORMAT' (SELECTORS '-' for every record)")
     return REC.sub(lambda m: (f"<!-- rec:{m.group(1)} {m.group(2)} {m.group(3)} {m.group(4)} -->"
                               f"{record_figure(*m.group(1, 2, 3, 4), root=root)}<!-- /rec -->"),
                    text)

@@ -469,6 +469,10 @@ def test_a_measured_figure_comes_from_its_record(tmp_path):
         RENDER_DOCS._render_records(marker.replace("M=8", "M=4").format("1"), root=tmp_path)
     with pytest.raises(RENDER_DOCS.RenderError, match="no c.y.ratio"):
         RENDER_DOCS._render_records(marker.replace("c.x", "c.y").format("1"), root=tmp_path)
+    # a marker without its selector field would be skipped, its typed figure never checked
+    with pytest.raises(RENDER_DOCS.RenderError, match="SELECTORS '-'"):
+        RENDER_DOCS._render_records(marker.replace("M=8,shape=a ", "").format("1"),
+                                    root=tmp_path)
 
 
 def test_a_measured_figure_can_aggregate_and_select_by_path(tmp_path):
