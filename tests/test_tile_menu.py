@@ -439,7 +439,7 @@ def test_chooser_pingpong_rule():
 def test_v12_pdl_launch_and_wait():
     """PDL=True (tirx_gemm/pdl.py): the launch attribute TVM's CUDA runtime reads, and every
     thread's griddepcontrol.wait before the scheduler touches anything global, then
-    launch_dependents; PDL=False adds neither; with a cluster it is refused in one line."""
+    launch_dependents; PDL=False adds neither; a non-bool PDL is refused in one line."""
     pytest.importorskip("tvm")
     from tirx_gemm import pdl
     from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
@@ -453,15 +453,72 @@ def test_v12_pdl_launch_and_wait():
     first_tma = next(i for i, x in enumerate(lines) if "copy_async(" in x and "A[" in x)
     assert wait < launch < first_tma
     assert "griddepcontrol" not in off.script()
-    for bad, why in (({"CLUSTER": 2, "SM_COUNT": 132}, "CLUSTER=2"), ({"PDL": 1}, "True or False")):
-        with pytest.raises(ValueError, match=why) as e:
-            hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, **{"PDL": True, **bad})
+    with pytest.raises(ValueError, match="True or False") as e:
+        hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, PDL=1)
+    assert "\n" not in str(e.value)
+
+
+def test_pdl_with_a_cluster_only_where_the_builder_opts_in():
+    """pdl.check refuses PDL with a cluster in one line unless the builder says its pairs
+    wait after their cluster set-up (v12 does, for CLUSTER=2 only); v12's pair with PDL
+    carries the pair's launch params (TVM keeps the clusterCtaIdx tags beside PDL's)."""
+    pytest.importorskip("tvm")
+    from tirx_gemm import pdl
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    for kw in ({}, {"pairs": False}):
+        with pytest.raises(ValueError, match="CLUSTER=2") as e:
+            pdl.check(True, 2, **kw)
         assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="CLUSTER=4"):
+        pdl.check(True, 4, pairs=True)
+    pdl.check(True, 2, pairs=True)
+    pdl.check(False, 2)
+    pair = hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, CLUSTER=2, SM_COUNT=132, PDL=True)
+    assert list(pair.attrs["tirx.kernel_launch_params"]) == list(pdl.PAIR_LAUNCH_PARAMS)
+    lines = pair.script().splitlines()
+    sync = next(i for i, x in enumerate(lines) if "cluster_sync" in x)
+    wait = next(i for i, x in enumerate(lines) if 'griddepcontrol("wait"' in x)
+    first_tma = next(i for i, x in enumerate(lines) if "copy_async(" in x and "A[" in x)
+    assert sync < wait < first_tma
+    assert "tirx.kernel_launch_params" not in hgemm_v12(
+        128, 256, 256, BLK_M=64, BLK_N=128, CLUSTER=2, SM_COUNT=132).attrs
+
+
+def test_v12_pair_with_pdl_builds_with_cluster_and_pdl_launch_tags():
+    """The launch tags the exported library stores, which TVM 0.27's CUDA runtime reads: a
+    pair with PDL lists clusterCtaIdx.x/.y (cluster dimension at launch) AND the PDL tag
+    (its cuLaunchKernelEx sets both attributes); a pair without PDL only the cluster tags;
+    a one-CTA PDL kernel only the PDL tag. No compile-time __cluster_dims__ in any: the
+    cluster comes from the launch. Compiled on the CPU (the session's build cache)."""
+    from tirx_gemm import pdl
+    from tirx_gemm.compile.api import build_many
+    v12 = registry.get("v12", "sm_90a")
+    common = {"dtype": "bfloat16", "RUNTIME_M": True, "RUNTIME_NK": True, "SM_COUNT": 132}
+    pair = {**common, "BLK_M": 64, "BLK_N": 128, "CLUSTER": 2}
+    reqs = [(v12, (1000, 1000, 1000), {**pair, "PDL": True}),
+            (v12, (1000, 1000, 1000), pair),
+            (v12, (1000, 1000, 1000), {**common, "BLK_M": 64, "BLK_N": 64, "PDL": True})]
+    built = build_many(reqs)
+    for res in built:
+        assert not isinstance(res, Exception), res
+    cluster_tags = (b"clusterCtaIdx.x", b"clusterCtaIdx.y")
+    pdl_tag = pdl.PDL_TAG.encode()
+    expect = [(True, True), (True, False), (False, True)]  # (cluster tags, PDL tag)
+    for res, (cluster, with_pdl) in zip(built, expect):
+        lib = res.lib_path.read_bytes()
+        assert all((t in lib) == cluster for t in cluster_tags), res.kwargs
+        assert (pdl_tag in lib) == with_pdl, res.kwargs
+        assert "__cluster_dims__" not in res.cuda_source
+        assert ("griddepcontrol.wait" in res.cuda_source) == with_pdl
+    src = built[0].cuda_source  # the pair waits after publishing its barrier inits
+    body = src[src.index("kernel_kernel(", src.index("__global__")):]
+    assert body.index("cluster_sync();") < body.index("griddepcontrol_wait();")
 
 
 def test_chooser_pdl_rule():
-    """PDL=True goes to a one-CTA v12 kernel the model predicts under PDL_MAX_US, with the
-    fitted saving taken off its prediction; never to a pair, v9, v10 or a fused epilogue."""
+    """PDL=True goes to a v12 kernel (one CTA or a pair) the model predicts under
+    PDL_MAX_US, with the fitted saving taken off its prediction; never to v9, v10 or a fused
+    epilogue."""
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
     assert 0.3 < chooser.pdl_saving() < 1.5  # fitted: the median saving, microseconds
@@ -472,7 +529,10 @@ def test_chooser_pdl_rule():
     assert chooser.predict(pick, 512, 512, 512) == pytest.approx(
         chooser.predict(pick, 512, 512, 512, pdl=False) - chooser.pdl_saving())
     assert "PDL" not in mm.choose(8192, 8192, 8192, "bfloat16", "sm_90a", 132)[1]
-    assert "PDL" not in mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]  # a pair
+    step, kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)  # a short pair
+    assert step == "v12" and kw["CLUSTER"] == 2 and kw["PDL"] is True
+    assert chooser.uses_pdl("64x128c2", 1000, 1000, 1000)
+    assert not chooser.uses_pdl("128x256c2", 4095, 4096, 4104)  # a long pair: predicted past
     assert "PDL" not in mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132,
                                   epilogue={"BIAS": "float16"})[1]
     assert not chooser.uses_pdl(chooser.V9, 512, 512, 512)

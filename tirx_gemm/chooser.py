@@ -185,10 +185,19 @@ def hbm_floor(M: int, N: int, K: int, elem_bytes: int = 2) -> float:
     return fit["f"] + (M * K + N * K + M * N) * elem_bytes / 1e6 / fit["hbm_tb_s"]
 
 
+# A v12 CTA pair takes PDL the same way (TVM 0.27's runtime launches with the cluster
+# dimension and PDL in one cuLaunchKernelEx; the pair waits after its cluster-wide set-up).
+# Measured on the H200 (results/lab/v12_pairpdl_h200.jsonl: 8 pair tiles with and without
+# PDL and the one-CTA tile with it, 10 shapes, fp16 and bf16, four passes, all checked): at
+# 1000^3, where the misaligned-row rule picks 64x128c2, the pair ran 0.94-0.96 (bf16) and
+# 0.88-0.91 (fp16) with PDL against 0.88 and 0.81-0.83 without; at the other short shapes
+# PDL added 0.06-0.18 to the pairs too.
+
+
 def uses_pdl(cand: str, M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
-    """Whether a candidate is built with PDL at this shape: a one-CTA v12 tile predicted
-    (without it) at most PDL_MAX_US (TVM launches a cluster or PDL, not both)."""
-    return (cand not in (V9, V10) and not clustered(cand)
+    """Whether a candidate is built with PDL at this shape: a v12 tile, one CTA or a pair,
+    predicted (without it) at most PDL_MAX_US (v9 and v10 are built without it)."""
+    return (cand not in (V9, V10)
             and _predict_plain(cand, M, N, K, sm_count) <= PDL_MAX_US)
 
 
@@ -282,7 +291,7 @@ def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     """Whether a plain GEMM goes to v10's ping-pong: a short K and every SM a tile, unless
     the model's best kernel is short enough for PDL, which saves more there (v12 with PDL,
     CUDA graphs: 2048x2048x256 1.08 and 4096x4096x64 1.23 against v10's 1.03 and 1.13;
-    v10 is clustered, so it cannot have PDL)."""
+    v10's builder takes no PDL)."""
     bm, bn = V10_TILE
     if K > PINGPONG_MAX_K or _ceil_div(M, bm) * _ceil_div(N, bn) < sm_count:
         return False

@@ -267,7 +267,7 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
                  mnk: tuple | None = None) -> dict:
     """v12's keywords for the chooser's candidate ``pick``; with ``mnk`` (a plain GEMM),
-    PDL=True where chooser.uses_pdl (a short one-CTA kernel)."""
+    PDL=True where chooser.uses_pdl (a short kernel, one CTA or a pair)."""
     from tirx_gemm import chooser
     bm, bn, cluster = chooser.tile(pick)
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}

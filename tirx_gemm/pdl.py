@@ -19,10 +19,15 @@ works: they can only take an SM this grid has left (a persistent CTA fills one),
 wait in their own :func:`wait` until this grid is done.
 
 TVM 0.27 sets the launch attribute for a PrimFunc whose ``tirx.kernel_launch_params`` list
-``tirx.use_programtic_dependent_launch`` (TVM's spelling); its CUDA runtime launches a
-kernel with cluster dimensions OR with PDL, never both, so only one-CTA (no cluster)
-kernels take it (:func:`with_launch`). A kernel launched without the attribute runs its
-``griddepcontrol.wait`` as a no-op.
+``tirx.use_programtic_dependent_launch`` (TVM's spelling; :func:`with_launch`). Its lowering
+derives the thread tags of that list (blockIdx, threadIdx, clusterCtaIdx) from the kernel body
+and keeps only the launch-mode tags of ours: a CTA pair (``T.cta_id_in_cluster``) keeps its
+``clusterCtaIdx.x``/``.y`` tags beside the PDL tag. Its CUDA runtime (``CUDAWrappedFunc`` in
+libtvm_runtime_cuda.so) then launches with one ``cuLaunchKernelEx`` whose attributes are the
+cluster dimension (when the tags name a cluster) AND programmatic stream serialization (when
+the PDL tag is there), so a pair takes PDL too; a builder opts in per kernel shape
+(:func:`check`'s ``pairs``) once its wait covers the cluster's set-up. A kernel launched without
+the attribute runs its ``griddepcontrol.wait`` as a no-op.
 """
 from __future__ import annotations
 
@@ -30,24 +35,32 @@ PDL_TAG = "tirx.use_programtic_dependent_launch"  # sic: TVM 0.27's attribute na
 # what TVM derives for a 1-D grid of one-CTA blocks with dynamic shared memory, and where
 # the PDL tag goes in it
 LAUNCH_PARAMS = ("blockIdx.x", "threadIdx.x", PDL_TAG, "tirx.use_dyn_shared_memory")
+# the same for a 1-D grid of CTA pairs (T.cta_id_in_cluster([2, 1])): TVM's own order, which
+# it re-derives from the body whatever the thread tags given here
+PAIR_LAUNCH_PARAMS = ("clusterCtaIdx.x", "clusterCtaIdx.y", "blockIdx.x", "threadIdx.x",
+                      PDL_TAG, "tirx.use_dyn_shared_memory")
 
 
-def check(pdl, cluster: int = 1) -> None:
-    """One-line refusals: PDL a bool, and no cluster with it (TVM launches one or the other)."""
+def check(pdl, cluster: int = 1, pairs: bool = False) -> None:
+    """One-line refusals: PDL a bool, and no cluster with it unless the builder says its
+    pairs (CLUSTER=2) wait after their cluster-wide set-up (``pairs``; v12 does)."""
     if not isinstance(pdl, bool):
         raise ValueError(f"PDL={pdl!r} must be True or False")
-    if pdl and cluster != 1:
-        raise ValueError(f"PDL=True with CLUSTER={cluster}: TVM 0.27's CUDA runtime launches "
-                         "a kernel with cluster dimensions or with programmatic dependent "
-                         "launch, not both; use CLUSTER=1")
+    if pdl and cluster != 1 and not (pairs and cluster == 2):
+        raise ValueError(f"PDL=True with CLUSTER={cluster}: this builder takes programmatic "
+                         "dependent launch for one-CTA kernels only; use CLUSTER=1")
 
 
-def with_launch(func, pdl: bool):
-    """``func`` (a PrimFunc of a 1-D grid of one-CTA blocks using dynamic shared memory)
-    with the PDL launch attribute when ``pdl``; unchanged otherwise."""
+def with_launch(func, pdl: bool, cluster: int = 1):
+    """``func`` (a PrimFunc of a 1-D grid of one-CTA blocks, or of CTA pairs when ``cluster``
+    is 2, using dynamic shared memory) with the PDL launch attribute when ``pdl``; unchanged
+    otherwise."""
     if not pdl:
         return func
-    return func.with_attr("tirx.kernel_launch_params", list(LAUNCH_PARAMS))
+    if cluster not in (1, 2):
+        raise ValueError(f"cluster={cluster!r}: PDL launch params for 1 or 2 CTAs only")
+    params = PAIR_LAUNCH_PARAMS if cluster == 2 else LAUNCH_PARAMS
+    return func.with_attr("tirx.kernel_launch_params", list(params))
 
 
 def wait():

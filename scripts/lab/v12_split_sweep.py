@@ -35,7 +35,7 @@ NP = ((64, 8, True, 8), (64, 16, True, 8), (64, 48, True, 8), (64, 64, True, 6),
       (64, 80, True, 6), (64, 16, False, 6), (64, 32, False, 6), (64, 64, False, 6),
       (64, 128, False, 4), (128, 64, False, 4), (128, 128, False, 4), (128, 192, False, 3))
 # `export --pairs`: swap-AB as CTA pairs along the weight's rows sharing the token tile by
-# multicast (CLUSTER=2, persistent, no PDL: TVM launches a cluster or PDL), beside the same
+# multicast (CLUSTER=2, persistent, no PDL: built before v12 pairs took it), beside the same
 # tiles alone and the NP kernels (cuBLAS runs its decode tiles in clusters of 2-4 along
 # the weight: results/lab/cublas_kernels_h200.jsonl)
 SWAP_PAIRS = ((64, 16), (64, 32), (64, 48), (64, 64), (64, 80), (64, 96), (128, 16),

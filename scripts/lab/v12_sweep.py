@@ -8,6 +8,10 @@ v12 built with RUNTIME_M and RUNTIME_NK takes the whole shape at run time, so on
     python scripts/lab/v12_sweep.py run --bundle .gpu/v12 --out FILE.jsonl           # GPU host
         [--suite tirx_gemm/suites/models.json] [--dtypes bfloat16] [--budget-s 300]
 
+CTA pairs with PDL (`export --pairpdl`, issue 32): PAIR_PDL_MENU's tiles as one CTA with
+PDL, as a pair and as a pair with PDL, run over PAIR_PDL_SUITE (scripts/lab/h200_pairpdl.sh;
+results/lab/v12_pairpdl_h200.jsonl).
+
 Stream-K (issue 32, STREAM_K=True): `export --streamk` builds, per tile of SK_TILES, the
 RUNTIME_M + RUNTIME_NK kernel with and without STREAM_K, and STREAM_K at the static shape
 for SK_STATIC; `streamk --bundle .gpu/v12sk --out FILE.jsonl` runs SK_SHAPES on the tiles
@@ -59,6 +63,13 @@ SK_STATIC = (((1024, 1024, 1024), (128, 128)), ((2304, 2304, 2304), (128, 256)),
 # entries with and without it; `run` then times both (label "BMxBNp" for PDL), as CUDA
 # graphs and as eager back-to-back launches, into a file of its own (not a chooser sweep)
 PDL_MENU = ((64, 16), (64, 64), (64, 112), (64, 128), (128, 128), (128, 144), (128, 192))
+# CTA pairs with PDL (CLUSTER=2 and PDL=True: the cluster size compiled into the kernel,
+# tirx_gemm/pdl.py): `export --pairpdl` builds each entry three ways, one CTA with PDL,
+# a pair without it (today's pair) and a pair with it ("BMxBNc2p"), for PAIR_PDL_SUITE's
+# shapes (the pairs' weak spots: 1000^3, the mid-size squares, M <= 128)
+PAIR_PDL_MENU = ((64, 64), (64, 96), (64, 128), (128, 128), (128, 144), (128, 176),
+                 (128, 192), (128, 240))
+PAIR_PDL_SUITE = "scripts/lab/issue32_pairpdl.json"
 L2_BYTES = 60 << 20
 LAUNCHES = 20
 
@@ -68,12 +79,20 @@ def label(bm, bn, cluster=1, pdl=False):
 
 
 def export(out: Path, dtypes, cluster: bool = False, widths: bool = False,
-           pdl: bool = False, widths8: bool = False) -> int:
+           pdl: bool = False, widths8: bool = False, pairpdl: bool = False) -> int:
     from tirx_gemm import registry
     from tirx_gemm.compile import bundle
     step = registry.get("v12", "sm_90a")
     reqs = []
-    for dt in dtypes:
+    for dt in dtypes if pairpdl else ():
+        for bm, bn in PAIR_PDL_MENU:
+            for extra in ({"PDL": True}, {"CLUSTER": 2}, {"CLUSTER": 2, "PDL": True}):
+                kw = {"BLK_M": bm, "BLK_N": bn, "SM_COUNT": 132, "RUNTIME_M": True,
+                      "RUNTIME_NK": True, **extra}
+                if dt != "float16":
+                    kw["dtype"] = dt
+                reqs.append((step, (128, 256, 256), kw))
+    for dt in () if pairpdl else dtypes:
         for bm, bn in (WIDTHS_MENU if widths else WIDTHS8_MENU if widths8 else
                        PDL_MENU if pdl else MENU):
             for with_pdl in ((False, True) if pdl else (False,)):
@@ -90,7 +109,7 @@ def export(out: Path, dtypes, cluster: bool = False, widths: bool = False,
             if dt != "float16":
                 kw["dtype"] = dt
             reqs.append((step, (128, 256, 256), kw))
-    bundle.export(reqs, out, jobs=1 if pdl else None, ffi_wheel_python="3.12")
+    bundle.export(reqs, out, jobs=1 if pdl or pairpdl else None, ffi_wheel_python="3.12")
     return 0
 
 
@@ -393,6 +412,8 @@ def main(argv) -> int:
                    help="the stream-K bundle instead (SK_TILES with and without STREAM_K)")
     e.add_argument("--pdl", action="store_true",
                    help="PDL_MENU with and without PDL=True (programmatic dependent launch)")
+    e.add_argument("--pairpdl", action="store_true",
+                   help="PAIR_PDL_MENU as one CTA with PDL, a pair, and a pair with PDL")
     r = sub.add_parser("run")
     r.add_argument("--bundle", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
@@ -408,7 +429,8 @@ def main(argv) -> int:
     if a.cmd == "export":
         if a.streamk:
             return export_streamk(a.out, a.dtypes.split(","))
-        return export(a.out, a.dtypes.split(","), a.cluster, a.widths, a.pdl, a.widths8)
+        return export(a.out, a.dtypes.split(","), a.cluster, a.widths, a.pdl, a.widths8,
+                      a.pairpdl)
     if a.cmd == "streamk":
         return run_streamk(a.bundle, a.out, a.dtypes.split(","), a.budget_s)
     return run(a.bundle, a.out, a.suite, a.dtypes.split(","), a.budget_s)

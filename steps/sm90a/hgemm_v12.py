@@ -55,7 +55,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     EPI_SPREAD: the last tile's writeback, one piece (64-column chunk or tail) per K step.
     PREFETCH_MAPS: A's and B's TMA descriptors prefetched at entry (prefetch.tensormap).
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
-      waits for it (griddepcontrol.wait) after the prologue, then lets the next one launch.
+      waits (griddepcontrol.wait) after the prologue (pairs too), then lets the next launch.
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
       v11's "spread" sum (each unit its 1/S of the tile, in split order); tiles x S <= SMs.
     Why: the tile count decides how many SMs work (1024^3: 32 of 132 with v9's 256x256
@@ -64,8 +64,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
       accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
-      bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no epilogue, MMA_LAG > 1, TMA hints or
-      PDL; BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
+      bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no epilogue, MMA_LAG > 1 or TMA
+      hints; BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
       MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring
       plus staging within 227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
@@ -119,7 +119,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
                              "L2_PROMO, A_HINT, B_HINT or PREFETCH_MAPS)")
         W.check_cluster_pool(SM_COUNT)
-    P.check(PDL, CLUSTER)
+    P.check(PDL, CLUSTER, pairs=True)
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
     if STREAM_K and (CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
@@ -400,6 +400,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         else:
             W.publish_setup()
         if PDL:  # nothing above touched global memory: it overlapped the previous kernel
+            # (a pair: after the cluster_sync, so the peer's barrier inits are published)
             P.wait()
             P.launch_dependents()
 
@@ -706,4 +707,4 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                    D: T.Buffer((M_DIM, N_DIM), dtype)):
             gemm(A, B, D, None, None, None)
 
-    return P.with_launch(kernel, PDL)
+    return P.with_launch(kernel, PDL, CLUSTER)
