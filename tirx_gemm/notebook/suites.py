@@ -173,7 +173,7 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # the CUDA-graph run of matmul over the suite the chooser table reads (scripts/lab/
 # matmul_graph_times.py via scripts/lab/h200_issue32_suite.sh), and torch.matmul's kernels
 # per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py)
-CHOOSER_RUN = "matmul_graph_h200_issue32_s12.jsonl"  # in results/lab/
+CHOOSER_RUN = "matmul_graph_h200_issue32_s13.jsonl"  # in results/lab/
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
 HELDOUT_RUN = "matmul_graph_h200_issue32_heldout_h12.jsonl"
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
