@@ -141,12 +141,14 @@ def graphed(fn, calls: int, what: str):
 def environment() -> dict:
     import torch
     from tirx_gemm import settings
+    from tirx_gemm.bundle_format import code_git_sha
     from tirx_gemm.gitinfo import git_sha
     bundle = settings.get("TIRX_GEMM_BUNDLE")
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cuda": torch.version.cuda,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "git_sha": git_sha(), "bundle": None if bundle is None else str(bundle)}
+            "git_sha": (code_git_sha(Path(bundle)) if bundle else None) or git_sha(),
+            "bundle": None if bundle is None else str(bundle)}
 
 
 def append(records: list, path: Path) -> None:

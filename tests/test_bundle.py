@@ -77,3 +77,15 @@ def test_shapes_for_takes_registry_lists_and_explicit_shapes():
     assert bundle.shapes_for(v4, "canonical") == [v4.canonical]
     assert bundle.shapes_for(v4, [(1, 264, 72), (1000, 1000, 1000)]) == [EDGE, (1000, 1000, 1000)]
     assert bundle.shapes_for(v4, "bench", (5, 8, 8)) == [(5, 8, 8)]
+
+
+def test_records_name_the_code_the_bundle_was_exported_from(exported, monkeypatch):
+    # a device copy's git state can be older than its files: a record made from a bundle
+    # names the export's revision (what the kernels are), and TIRX_GEMM_GIT_SHA overrides git
+    from tirx_gemm import bundle_format, gitinfo
+    shas = {k["git_sha"] for k in json.loads((exported / bundle.MANIFEST).read_text())["kernels"]}
+    assert len(shas) == 1 and bundle_format.code_git_sha(exported) == shas.pop()
+    monkeypatch.setenv(gitinfo.SHA_ENV, "0123abc-dirty")
+    assert gitinfo.git_sha() == "0123abc-dirty"
+    monkeypatch.setenv(gitinfo.SHA_ENV, " ")
+    assert gitinfo.git_sha() != " "

@@ -307,6 +307,16 @@ def load_manifest(bundle: Path) -> list[dict]:
     return verify(Path(bundle))
 
 
+def code_git_sha(bundle: Path) -> str | None:
+    """The git revision of the code a bundle's kernels were exported from (the manifest's
+    ``git_sha``; "A+B" when its entries were exported at several). A record made from the
+    bundle on another machine names this, not that machine's checkout: a device copy's git
+    state can be older than its files (results/README.md)."""
+    shas = list(dict.fromkeys(str(e.get("git_sha")) for e in load_manifest(bundle)
+                              if e.get("git_sha")))
+    return "+".join(shas) if shas else None
+
+
 def find(bundle: Path, step: registry.Step, mnk, kwargs: dict | None = None,
          watchdog_ms: int | None = None, dtype: str | None = None,
          timeline: bool = False) -> dict:

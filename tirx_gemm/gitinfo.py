@@ -6,10 +6,17 @@ import os
 import subprocess
 from pathlib import Path
 
+SHA_ENV = "TIRX_GEMM_GIT_SHA"
+
 
 def git_sha(repo_dir: str | os.PathLike | None = None) -> str | None:
     """HEAD of the repository holding this file (or repo_dir), with "-dirty" appended when
-    tracked sources of the package or the steps are modified; None without git."""
+    tracked sources of the package or the steps are modified; None without git.
+    ``TIRX_GEMM_GIT_SHA`` set (non-empty) overrides it: a copy whose git state is not its
+    files' (a device copy keeps the session's first commit) names the code it runs."""
+    forced = os.environ.get(SHA_ENV, "").strip()
+    if forced:
+        return forced
     cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,

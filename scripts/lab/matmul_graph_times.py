@@ -34,8 +34,13 @@ def main(argv) -> int:
     import torch
     import tirx_gemm
     from tirx_gemm import suite as suites
+    from tirx_gemm import settings
+    from tirx_gemm.bundle_format import code_git_sha
     from tirx_gemm.gitinfo import git_sha
     s = suites.load_suite(a.suite)
+    # the code the kernels came from: the bundle's export, not this copy's git state
+    bundle = settings.get("TIRX_GEMM_BUNDLE")
+    sha = (code_git_sha(Path(bundle)) if bundle else None) or git_sha()
     dev = torch.cuda.get_device_name()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     t0, ratios, bad = time.time(), [], 0
@@ -74,7 +79,7 @@ def main(argv) -> int:
                                 "kwargs": kw, "ok": ok, "rel_err": rel, "torch_ms": t_torch,
                                 "ms": t_ours, "ratio": r, "mode": "cuda_graph",
                                 "device": dev, "torch": torch.__version__,
-                                "git_sha": git_sha(), "date": time.strftime("%Y-%m-%d"),
+                                "git_sha": sha, "date": time.strftime("%Y-%m-%d"),
                                 "suite": s.name, "model": entry.model,
                                 "layer": entry.layer}) + "\n")
         del ins

@@ -24,6 +24,7 @@ import torch
 import tirx_gemm
 from tirx_gemm import numerics
 from tirx_gemm.compile.bundle import load_manifest
+from tirx_gemm.bundle_format import code_git_sha
 from tirx_gemm.gitinfo import git_sha
 from tirx_gemm.matmul import bundle_path, variants
 
@@ -102,7 +103,7 @@ def main(argv) -> int:
           f"{time.time() - t0:.0f} s; device {info['name']}")
     if args.out:
         rec = {"what": "runtime-M check", "device": info["name"], "torch": torch.__version__,
-               "date": time.strftime("%Y-%m-%d"), "git_sha": git_sha(), "cases": cases,
+               "date": time.strftime("%Y-%m-%d"), "git_sha": code_git_sha(bundle) or git_sha(), "cases": cases,
                "bad": bad, "kernels_loaded": kernels, "rows": rows}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a") as f:

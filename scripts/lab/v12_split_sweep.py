@@ -211,6 +211,7 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> in
     from tirx_gemm import registry
     from tirx_gemm.compile.bundle import load_manifest
     from tirx_gemm.gitinfo import git_sha
+    from tirx_gemm.bundle_format import code_git_sha
     from tirx_gemm.run.loader import load_kernel
     t0 = time.time()
     step = registry.get("v12", "sm_90a")
@@ -234,7 +235,7 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> in
             t_torch_eager = V._eager_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
                                            for a, b, d in pick])
             rec = {"M": M, "N": N, "K": K, "dtype": dtype, "device": dev,
-                   "torch": torch.__version__, "git_sha": git_sha(),
+                   "torch": torch.__version__, "git_sha": code_git_sha(bundle) or git_sha(),
                    "date": time.strftime("%Y-%m-%d"), "torch_ms": t_torch,
                    "torch_eager_ms": t_torch_eager, "candidates": {}}
             line = []

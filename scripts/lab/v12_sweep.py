@@ -256,6 +256,7 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
     from tirx_gemm.compile.bundle import load_manifest
     from tirx_gemm.run.loader import load_kernel
     from tirx_gemm.gitinfo import git_sha
+    from tirx_gemm.bundle_format import code_git_sha
     from tirx_gemm.run.launcher import synchronize
     t0 = time.time()
     kernels = {}
@@ -281,7 +282,7 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
                                              for a, b, d in pick])
             rec = {"M": M, "N": N, "K": K, "dtype": dtype, "model": entry.model,
                    "layer": entry.layer, "device": dev, "torch": torch.__version__,
-                   "git_sha": git_sha(), "date": time.strftime("%Y-%m-%d"),
+                   "git_sha": code_git_sha(bundle) or git_sha(), "date": time.strftime("%Y-%m-%d"),
                    "torch_ms": t_torch, "candidates": {}}
             line = []
             if with_pdl:
@@ -331,6 +332,7 @@ def run_streamk(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
     from tirx_gemm.compile.bundle import load_manifest
     from tirx_gemm.run.loader import load_kernel
     from tirx_gemm.gitinfo import git_sha
+    from tirx_gemm.bundle_format import code_git_sha
     t0 = time.time()
     step = registry.get("v12", "sm_90a")
     rt, static = {}, {}
@@ -356,7 +358,7 @@ def run_streamk(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
             for bm, bn in sk_tiles_for((M, N, K)):
                 rec = {"M": M, "N": N, "K": K, "dtype": dtype, "tile": label(bm, bn),
                        "plan": streamk.describe(M, N, K, bm, bn, 132), "device": dev,
-                       "torch": torch.__version__, "git_sha": git_sha(),
+                       "torch": torch.__version__, "git_sha": code_git_sha(bundle) or git_sha(),
                        "date": time.strftime("%Y-%m-%d"), "torch_ms": t_torch}
                 cands = {"off": rt.get((dtype, bm, bn, False)),
                          "on": rt.get((dtype, bm, bn, True)),
