@@ -668,13 +668,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                                        N_DIM, warp_id, lane_id)
                             if tid_in_wg == 0:  # every piece counted: zero for the next launch
                                 CNT[SK.counter(j, consumer, NUM_CONSUMERS)] = 0
-            # --- free: SMEM is released at exit, so the last TMA store must have READ it;
-            # its writes to D may still be in flight: the grid completes only once they
-            # are done, so the next kernel (also one launched with PDL, at its
-            # griddepcontrol.wait) sees D whole. Waiting for the writes too (wait_group 0,
-            # steps v4-v11) holds the CTA for their round trip before it retires ---
+            # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
-                H.store_wait_read(0)
+                H.store_wait(0)
 
         if CLUSTER == 2:
             # the peer multicasts into this CTA's SMEM and arrives on its barriers until it
