@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# v12's exit wait on the H200: matmul over the models suite with the bundle before
+# (SUITE_A, wait_group 0 at exit: every TMA store's write done) and after (SUITE_B,
+# wait_group.read 0: only their SMEM reads) in one call, both dtypes, eager (cli bench,
+# records) and CUDA graphs, then the graphs once more in the other order.
+#   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/sN-DT --ffi-wheel 3.12
+# carry .gpu/$SUITE_A-* .gpu/$SUITE_B-* .gpu/models-*.json; on the GPU host:
+#   SUITE_A=s13 SUITE_B=s14 OUT=$OUT bash scripts/lab/h200_exitread.sh
+# Everything comes back as $OUT/exitread.tgz (the device returns at most 8 files).
+set -uo pipefail
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
+OUT=${OUT:-/tmp/out}
+A=${SUITE_A:-s13}
+B=${SUITE_B:-s14}
+W=/tmp/exitread
+mkdir -p "$OUT" "$W"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/$B-bfloat16/wheels/*.whl || exit 3
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
+real_out=$OUT
+OUT=$W
+snap() { tar -czf "$real_out/exitread.tgz" -C "$W" .; }  # after every stage: a cut-off
+trap snap EXIT                                           # call still brings the rest back
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+for s in $A $B; do
+  for dt in bfloat16 float16; do
+    TAILN=3 stage ${s}_suite_$dt 170 python3 -m tirx_gemm.cli bench --suite .gpu/models-$dt.json --target matmul --arch sm_90a --bundle .gpu/$s-$dt --record --results "$W/results_$s"; snap
+  done
+  for dt in bfloat16 float16; do
+    TIRX_GEMM_BUNDLE=.gpu/$s-$dt TAILN=2 stage ${s}_graph_$dt 80 python3 scripts/lab/matmul_graph_times.py .gpu/models-$dt.json --out "$W/graph_${s}_$dt.jsonl" --budget-s 70; snap
+  done
+done
+for s in $B $A; do
+  for dt in bfloat16 float16; do
+    TIRX_GEMM_BUNDLE=.gpu/$s-$dt TAILN=2 stage ${s}_graph2_$dt 80 python3 scripts/lab/matmul_graph_times.py .gpu/models-$dt.json --out "$W/graph2_${s}_$dt.jsonl" --budget-s 70; snap
+  done
+done
+if [ -n "${HELDOUT_A:-}" ]; then  # the held-out shapes, before and after (.gpu/hN-DT)
+  for s in $HELDOUT_B $HELDOUT_A; do
+    for dt in bfloat16 float16; do
+      TAILN=3 stage ${s}_heldout_$dt 60 python3 -m tirx_gemm.cli bench --suite .gpu/heldout-$dt.json --target matmul --arch sm_90a --bundle .gpu/$s-$dt --record --results "$W/results_$s"; snap
+      TIRX_GEMM_BUNDLE=.gpu/$s-$dt TAILN=2 stage ${s}_heldout_graph_$dt 40 python3 scripts/lab/matmul_graph_times.py .gpu/heldout-$dt.json --out "$W/heldout_graph_${s}_$dt.jsonl" --budget-s 35; snap
+    done
+  done
+fi
+exit 0
