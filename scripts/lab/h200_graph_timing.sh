@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The CUDA-graph timing of matmul against torch.mm on the H200, both ways in one call:
+# "sequential" (torch's graph timed first, then matmul's: runs s4-s13, h7-h12) and
+# "interleaved" (both replayed past the GPU's boost, then alternately: the default since),
+# over the models suite (bundle .gpu/$SUITE-DT), then the held-out suite (.gpu/$HELDOUT-DT)
+# interleaved. carry .gpu/call holding the bundles and the suites' one-dtype copies:
+#   SUITE=s13 HELDOUT=h12 OUT=$OUT bash scripts/lab/h200_graph_timing.sh
+# Everything comes back as $OUT/graph_timing.tgz.
+set -uo pipefail
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
+OUT=${OUT:-/tmp/out}
+S=${SUITE:-s13}
+HO=${HELDOUT:-}
+W=/tmp/graph_timing
+mkdir -p "$OUT" "$W"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/$S-bfloat16/wheels/*.whl || exit 3
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
+real_out=$OUT
+OUT=$W
+snap() { tar -czf "$real_out/graph_timing.tgz" -C "$W" .; }
+trap snap EXIT
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+for pass in 1 2; do
+  for dt in bfloat16 float16; do
+    for t in sequential interleaved; do
+      TIRX_GEMM_BUNDLE=.gpu/$S-$dt TAILN=2 stage ${S}_${t}${pass}_$dt 150 python3 scripts/lab/matmul_graph_times.py .gpu/models-$dt.json --timing $t --out "$W/graph_${S}_${t}${pass}_$dt.jsonl" --budget-s 140; snap
+    done
+  done
+done
+if [ -n "$HO" ]; then
+  for dt in bfloat16 float16; do
+    TIRX_GEMM_BUNDLE=.gpu/$HO-$dt TAILN=2 stage ${HO}_interleaved_$dt 100 python3 scripts/lab/matmul_graph_times.py .gpu/heldout-$dt.json --out "$W/heldout_graph_${HO}_interleaved_$dt.jsonl" --budget-s 90; snap
+  done
+fi
+exit 0
