@@ -172,10 +172,12 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 
 # the CUDA-graph run of matmul over the suite the chooser table reads (scripts/lab/
 # matmul_graph_times.py via scripts/lab/h200_issue32_suite.sh), and torch.matmul's kernels
-# per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py)
-CHOOSER_RUN = "matmul_graph_h200_issue32_s13.jsonl"  # in results/lab/
+# per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py). The run is the
+# interleaved timing's (both graphs warmed up, then replayed alternately; a shape's last
+# record, the second interleaved pass, is the one shown): README, "order bias"
+CHOOSER_RUN = "matmul_graph_h200_timing_s13.jsonl"  # in results/lab/
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
-HELDOUT_RUN = "matmul_graph_h200_issue32_heldout_h12.jsonl"
+HELDOUT_RUN = "matmul_graph_h200_issue32_heldout_h12i.jsonl"
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
