@@ -87,5 +87,8 @@ def test_records_name_the_code_the_bundle_was_exported_from(exported, monkeypatc
     assert len(shas) == 1 and bundle_format.code_git_sha(exported) == shas.pop()
     monkeypatch.setenv(gitinfo.SHA_ENV, "0123abc-dirty")
     assert gitinfo.git_sha() == "0123abc-dirty"
-    monkeypatch.setenv(gitinfo.SHA_ENV, " ")
-    assert gitinfo.git_sha() != " "
+    monkeypatch.setenv(gitinfo.SHA_ENV, "")
+    assert gitinfo.git_sha() != ""
+    monkeypatch.setenv(gitinfo.SHA_ENV, "HEAD")
+    with pytest.raises(ValueError, match="TIRX_GEMM_GIT_SHA='HEAD' must be a git commit"):
+        gitinfo.git_sha()

@@ -1,10 +1,12 @@
-"""The git revision that results are recorded against (standard library only)."""
+"""The git revision that results are recorded against (standard library and settings only)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
+
+from tirx_gemm import settings
 
 SHA_ENV = "TIRX_GEMM_GIT_SHA"
 
@@ -14,7 +16,7 @@ def git_sha(repo_dir: str | os.PathLike | None = None) -> str | None:
     tracked sources of the package or the steps are modified; None without git.
     ``TIRX_GEMM_GIT_SHA`` set (non-empty) overrides it: a copy whose git state is not its
     files' (a device copy keeps the session's first commit) names the code it runs."""
-    forced = os.environ.get(SHA_ENV, "").strip()
+    forced = settings.get(SHA_ENV)  # a one-line ValueError for a value not a revision
     if forced:
         return forced
     cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ _OFF = ("0", "no", "false", "off")
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: str          # "seconds" | "path" | "flag" | "choice" | "sha256"
+    kind: str          # "seconds" | "path" | "flag" | "choice" | "sha256" | "revision"
     default: object    # the value when unset (None: none; a path may start with ~)
     meaning: str       # one line
     maximum: float | None = None     # seconds: the largest value accepted
@@ -51,6 +51,8 @@ class Setting:
             return " or ".join(repr(c) for c in self.choices)
         if self.kind == "sha256":
             return "64 hex digits (a manifest's sha256)"
+        if self.kind == "revision":
+            return "a git commit (7 to 40 hex digits), optionally followed by -dirty"
         return "a path"
 
     @property
@@ -100,6 +102,9 @@ SETTINGS: tuple[Setting, ...] = (
             choices=("walk", "inspect")),
     Setting("TIRX_GEMM_DEBUG", "flag", False,
             "the CLI prints the traceback under its one-line error"),
+    Setting("TIRX_GEMM_GIT_SHA", "revision", None,
+            "the revision records name as their code (git_sha) instead of the checkout's "
+            "git state: for a copy whose .git is not its files' (a GPU host's copy)"),
     # read by the test suite only (tests/conftest.py, tests/test_site.py)
     Setting("TIRX_GEMM_TEST_CACHE", "path", "build/test-cache",
             "the tests' build cache, kept across sessions", scope="tests"),
@@ -160,6 +165,10 @@ def parse(s: Setting, text: str, maximum: float | None = None):
     if s.kind == "sha256":
         if re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
             return text.strip().lower()
+        raise _refuse(s, text)
+    if s.kind == "revision":
+        if re.fullmatch(r"[0-9a-fA-F]{7,40}(-dirty)?", text.strip()):
+            return text.strip()
         raise _refuse(s, text)
     return Path(text)
 
