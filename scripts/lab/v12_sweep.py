@@ -186,30 +186,10 @@ def check_twice(kern, a, b, d, ws, ref, dtype, what, runs=2):
 
 
 def _graph_time(fn_list):
-    """GPU ms per launch: a CUDA graph of the launches, replayed; median of 5."""
-    import torch
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in fn_list[:3]:
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for fn in fn_list:
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / len(fn_list))
-    return sorted(times)[2]
+    """GPU ms per launch: a CUDA graph of the launches, replayed; median of 5 (one graph
+    after another: see _graphs_interleaved for timing one against another)."""
+    g = _capture(fn_list)
+    return sorted(_replay_ms(g) / len(fn_list) for _ in range(5))[2]
 
 
 def _capture(fn_list):
