@@ -249,9 +249,12 @@ def chooser_table(dtype: str = "bfloat16", run: str | None = None) -> Md:
         rows.append([_shape((M, N, K)), f"{step_id} {_kw(kw)}", how, pred, got,
                      f"{r['torch_ms'] * 1e3:.1f}", f"{r['ratio']:.2f}",
                      _cublas_label(cub.get((M, N, K), ()))])
+    how_timed = ("alternating with torch.matmul's after a warm-up"
+                 if any(r.get("timing") == "interleaved" for r in meas.values())
+                 else "torch.matmul's graph timed first, in the same run")
     return Md(f"`tirx_gemm.matmul`'s choice per suite shape ({dtype}, 132 SMs), the model's "
               f"prediction and the H200 measurement (GPU time per call from CUDA-graph "
-              f"replays, torch.matmul timed in the same run: `{_rel(path)}`), beside the "
+              f"replays, {how_timed}: `{_rel(path)}`), beside the "
               f"kernel torch.matmul launched (`{_rel(cub_path)}`):\n\n"
               + _table(["M x N x K", "matmul runs", "chosen by", "predicted us",
                         "measured us", "torch us", "x torch", "torch.matmul's kernel"], rows))
