@@ -587,3 +587,22 @@ def test_matmul_prefetches_descriptors_on_one_cta_kernels_only():
         seen.add(pair)
         assert kw.get("PREFETCH_MAPS", False) is (not pair), (mnk, kw)
     assert seen == {True, False}  # both kinds were picked above
+
+
+def test_graph_timing_figures_in_the_docs_match_the_harness():
+    """The interleaved CUDA-graph timing's warm-up and rounds (v12_sweep's constants) as
+    README and matmul_graph_times.py's docstring state them."""
+    import importlib.util
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("v12_sweep", root / "scripts/lab/v12_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    words = {5: "five", 7: "seven", 9: "nine"}
+    readme = re.sub(r"\s+", " ", (root / "README.md").read_text())
+    assert (f"warms both graphs up for {sweep.GRAPH_WARM_MS:g} ms and then replays them "
+            f"alternately, {words[sweep.GRAPH_ROUNDS]} times each") in readme
+    doc = re.sub(r"\s+", " ", (root / "scripts/lab/matmul_graph_times.py").read_text())
+    assert (f"replays both graphs for at least {sweep.GRAPH_WARM_MS:g} ms, then each "
+            f"{sweep.GRAPH_ROUNDS} times in alternating order") in doc
