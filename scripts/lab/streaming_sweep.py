@@ -1,11 +1,22 @@
-"""Weight-streaming shapes (M <= 128 tokens, a wide weight) on the H200 under the
-interleaved graph timing: matmul's 64-row picks there slow down more than torch's kernels
-once the GPU is settled (README, "order bias"). This times, per shape, torch.mm and a set of
-v12 kernels (other tiles, two consumer warpgroups, more wgmma groups in flight, pairs,
-swap-AB) as CUDA graphs replayed alternately after a warm-up, each checked first.
+"""Sets of v12 kernels at sets of shapes on the H200 under the interleaved graph timing.
+Per shape it times torch.mm and the set's kernels as CUDA graphs replayed alternately after
+a warm-up, each kernel checked first; with ``--pairwise`` each kernel is alternated with
+torch.mm alone (matmul_graph_times' protocol): the GPU's clock settles to the power the pair
+draws, not the whole set's, and kernels whose speed follows the SM clock read differently.
 
-    python scripts/lab/streaming_sweep.py export --out .gpu/stream          # here
-    python scripts/lab/streaming_sweep.py run --bundle .gpu/stream --out FILE.jsonl  # GPU host
+    python scripts/lab/streaming_sweep.py export --out .gpu/stream [--set S]          # here
+    python scripts/lab/streaming_sweep.py run --bundle .gpu/stream --out FILE.jsonl [--set S]
+    python scripts/lab/streaming_sweep.py clocks --records FILE.jsonl --smi CLOCKS.csv --out F
+
+Sets (``--set``):
+  streaming  weight-streaming shapes (M <= 128 tokens, a wide weight): matmul's 64-row picks
+             there slow down more than torch's kernels once the GPU is settled (README,
+             "order bias"); other tiles, two consumer warpgroups, more wgmma groups in
+             flight, pairs, swap-AB.
+  pairs      a few hundred tokens on a wide weight with a deep K, and mid-size squares: the
+             one-CTA tile against the CTA pair that shares its B tile by multicast
+             (CLUSTER=2), which moves fewer bytes from L2 to the SMs per flop (cuBLAS runs
+             pairs at these shapes: results/lab/cublas_kernels*_h200.jsonl).
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -44,13 +55,26 @@ KERNELS = {
 }
 
 
-def export(out: Path, dtypes) -> int:
+# the pairs set: shapes (M spans at least two 64-row tiles) and one-CTA tiles with their pairs
+PAIR_SHAPES = ((256, 5120, 13824), (256, 4096, 14336), (512, 4096, 14336),
+               (256, 14336, 4096), (256, 28672, 8192), (192, 6144, 4096), (333, 4096, 14336),
+               (128, 6144, 4096), (2304, 2304, 2304), (1500, 3840, 1280),
+               (2049, 3584, 3584), (3152, 768, 3072), (3152, 2304, 768))
+PAIR_TILES = ((64, 96), (64, 128), (64, 160), (64, 208), (64, 256), (128, 80), (128, 128),
+              (128, 168), (128, 176), (128, 192), (128, 240))
+# a pair's BLK_N is a multiple of 16 (each CTA loads half of B): 128x168 runs alone
+PAIR_KERNELS = {f"{bm}x{bn}{c}": {"BLK_M": bm, "BLK_N": bn, **({"CLUSTER": 2} if c else PF)}
+                for bm, bn in PAIR_TILES for c in ("", "c2") if not c or bn % 16 == 0}
+SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS)}
+
+
+def export(out: Path, dtypes, kernels=KERNELS) -> int:
     from tirx_gemm import registry
     from tirx_gemm.compile import bundle
     step = registry.get("v12", "sm_90a")
     reqs = []
     for dt in dtypes:
-        for kw in KERNELS.values():
+        for kw in kernels.values():
             k = {**BASE, **kw}
             if dt != "float16":
                 k["dtype"] = dt
@@ -59,12 +83,13 @@ def export(out: Path, dtypes) -> int:
     return 0
 
 
-def _label(kw: dict) -> str | None:
+def _label(kw: dict, kernels=KERNELS) -> str | None:
     core = {k: v for k, v in kw.items() if k not in BASE and k != "dtype"}
-    return next((name for name, want in KERNELS.items() if want == core), None)
+    return next((name for name, want in kernels.items() if want == core), None)
 
 
-def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
+def run(bundle: Path, out: Path, dtypes, budget_s: float, set_name: str = "streaming",
+        pairwise: bool = False) -> int:
     import torch
     from tirx_gemm.bundle_format import code_git_sha
     from tirx_gemm.compile.bundle import load_manifest
@@ -75,13 +100,13 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
     kernels = {}
     for e in load_manifest(bundle):
         kw = e.get("kwargs") or {}
-        name = _label(kw)
+        name = _label(kw, SETS[set_name][1])
         if e["step"] == "v12" and name:
             kernels[(kw.get("dtype", "float16"), name)] = load_kernel(str(bundle / e["lib"]))
     dev = torch.cuda.get_device_name()
     sha = code_git_sha(bundle) or git_sha()
     bad = 0
-    for M, N, K in SHAPES:
+    for M, N, K in SETS[set_name][0]:
         for dtype in dtypes:
             if time.time() - t0 > budget_s:
                 print(f"budget of {budget_s:.0f} s spent: stopping before {M}x{N}x{K}")
@@ -91,6 +116,7 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
                                       for a, b, d in pick]]
             rec = {"M": M, "N": N, "K": K, "dtype": dtype, "device": dev,
                    "torch": torch.__version__, "git_sha": sha, "timing": "interleaved",
+                   "set": set_name,
                    "date": time.strftime("%Y-%m-%d"), "candidates": {}}
             for (dt, name), kern in sorted(kernels.items()):
                 if dt != dtype:
@@ -111,12 +137,21 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
                     continue
                 names.append(name)
                 fns.append([lambda a=a, b=b, d=d, k=kern: k(a, b, d) for a, b, d in pick])
-            times = _graphs_interleaved(fns)
-            rec["torch_ms"] = times[0]
-            for name, t in zip(names[1:], times[1:]):
-                rec["candidates"][name].update(ms=t, ratio=times[0] / t)
-            line = " ".join(f"{n}:{times[0] / t:.2f}" for n, t in zip(names[1:], times[1:]))
-            print(f"{M}x{N}x{K:<6} {dtype:8} torch {times[0] * 1e3:7.1f} us | {line}",
+            if pairwise:  # each kernel alternated with torch alone, as matmul is timed
+                rec["timing"] = "interleaved-pairwise"
+                for name, fn in zip(names[1:], fns[1:]):
+                    w0 = time.time()  # wall span: to join with a clock log (nvidia-smi)
+                    t_torch, t = _graphs_interleaved([fns[0], fn])
+                    rec["candidates"][name].update(torch_ms=t_torch, ms=t, ratio=t_torch / t,
+                                                   wall=[w0, time.time()])
+                    rec["torch_ms"] = t_torch
+            else:
+                times = _graphs_interleaved(fns)
+                rec["torch_ms"] = times[0]
+                for name, t in zip(names[1:], times[1:]):
+                    rec["candidates"][name].update(ms=t, ratio=times[0] / t)
+            line = " ".join(f"{n}:{rec['candidates'][n]['ratio']:.2f}" for n in names[1:])
+            print(f"{M}x{N}x{K:<6} {dtype:8} torch {rec['torch_ms'] * 1e3:7.1f} us | {line}",
                   flush=True)
             with open(out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -125,21 +160,71 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
     return 1 if bad else 0
 
 
+def _smi_log(path: Path) -> list[tuple[float, float, float]]:
+    """(unix time, SM MHz, W) rows of ``nvidia-smi --query-gpu=timestamp,clocks.sm,
+    power.draw,... --format=csv,noheader`` (the GPU host's clock is UTC)."""
+    from datetime import datetime, timezone
+    rows = []
+    for line in path.read_text().splitlines():
+        f = [x.strip() for x in line.split(",")]
+        try:
+            t = datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
+            rows.append((t.timestamp(), float(f[1].split()[0]), float(f[2].split()[0])))
+        except (ValueError, IndexError):
+            continue
+    return rows
+
+
+def clocks(records: Path, smi: Path, out: Path) -> int:
+    """Each pairwise kernel's median SM clock and power over the second half of its wall
+    span (after the warm-up: the replays that were timed) from the nvidia-smi log, added to
+    the records as ``sm_mhz`` and ``power_w``."""
+    import statistics
+    rows = _smi_log(smi)
+    lines = []
+    for line in records.read_text().splitlines():
+        rec = json.loads(line)
+        for c in rec["candidates"].values():
+            if "wall" not in c:
+                continue
+            span = [r for r in rows if c["wall"][0] <= r[0] <= c["wall"][1]]
+            timed = span[len(span) // 2:]
+            if timed:
+                c["sm_mhz"] = statistics.median(r[1] for r in timed)
+                c["power_w"] = round(statistics.median(r[2] for r in timed), 1)
+        lines.append(json.dumps(rec))
+    out.write_text("\n".join(lines) + "\n")
+    print(f"{len(lines)} records with clocks -> {out}")
+    return 0
+
+
 def main(argv) -> int:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export")
     e.add_argument("--out", type=Path, required=True)
     e.add_argument("--dtypes", default="bfloat16")
+    e.add_argument("--set", choices=sorted(SETS), default="streaming")
     r = sub.add_parser("run")
     r.add_argument("--bundle", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--dtypes", default="bfloat16")
     r.add_argument("--budget-s", type=float, default=300)
+    r.add_argument("--set", choices=sorted(SETS), default="streaming")
+    r.add_argument("--pairwise", action="store_true",
+                   help="time each kernel alternated with torch.mm alone (the last torch time "
+                        "is the record's torch_ms; each kernel's is kept beside it)")
+    c = sub.add_parser("clocks", help="add each kernel's SM clock and power (from the "
+                                        "nvidia-smi log h200_pairs.sh writes) to the records")
+    c.add_argument("--records", type=Path, required=True)
+    c.add_argument("--smi", type=Path, required=True)
+    c.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
+    if a.cmd == "clocks":
+        return clocks(a.records, a.smi, a.out)
     if a.cmd == "export":
-        return export(a.out, a.dtypes.split(","))
-    return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s)
+        return export(a.out, a.dtypes.split(","), SETS[a.set][1])
+    return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s, a.set, a.pairwise)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One-CTA v12 tiles against their CTA pairs (CLUSTER=2) on the H200: streaming_sweep.py's
+# "pairs" set (a few hundred tokens on a wide weight with a deep K, mid-size squares), both
+# dtypes, every kernel checked. MODE=set (default): all kernels of a shape interleaved with
+# torch.mm together, two passes; MODE=pairwise: each kernel interleaved with torch.mm alone
+# (--pairwise, matmul_graph_times' protocol), the SM clock and power logged beside it
+# (nvidia-smi every 20 ms; records carry each kernel's wall span).
+#   python scripts/lab/streaming_sweep.py export --set pairs --dtypes bfloat16,float16 --out .gpu/pairs
+# carry .gpu/pairs; on the GPU host:  OUT=$OUT [MODE=pairwise] [SETS="pairs streaming"] bash scripts/lab/h200_pairs.sh
+# (the streaming set's bundle is .gpu/stream) Everything comes back as $OUT/pairs.tgz.
+set -uo pipefail
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
+OUT=${OUT:-/tmp/out}
+MODE=${MODE:-set}
+W=/tmp/pairs
+mkdir -p "$OUT" "$W"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/pairs/wheels/*.whl || exit 3
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
+real_out=$OUT
+OUT=$W
+snap() { tar -czf "$real_out/pairs.tgz" -C "$W" .; }
+trap snap EXIT
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+if [ "$MODE" = pairwise ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 20 > "$W/clocks.csv" 2>&1 &
+  smi=$!
+  for set in ${SETS:-pairs}; do
+    b=.gpu/$set; [ "$set" = streaming ] && b=.gpu/stream  # where each set's export goes
+    TAILN=40 stage ${set}_pairwise 280 python3 scripts/lab/streaming_sweep.py run --set $set --pairwise --bundle $b --dtypes bfloat16,float16 --out "$W/${set}_pairwise.jsonl" --budget-s 270; snap
+  done
+  kill $smi
+else
+  for pass in 1 2; do
+    TAILN=30 stage pairs$pass 260 python3 scripts/lab/streaming_sweep.py run --set pairs --bundle .gpu/pairs --dtypes bfloat16,float16 --out "$W/pairs.jsonl" --budget-s 250; snap
+  done
+fi
+exit 0
