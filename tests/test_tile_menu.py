@@ -606,3 +606,63 @@ def test_graph_timing_figures_in_the_docs_match_the_harness():
     doc = re.sub(r"\s+", " ", (root / "scripts/lab/matmul_graph_times.py").read_text())
     assert (f"replays both graphs for at least {sweep.GRAPH_WARM_MS:g} ms, then each "
             f"{sweep.GRAPH_ROUNDS} times in alternating order") in doc
+
+
+def test_swap_tma_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    with pytest.raises(ValueError, match="SWAP_TMA=True stores a swap-AB tile"):
+        step.build_primfunc(200, 768, 512, BLK_M=128, BLK_N=144, SWAP_TMA=True)
+    with pytest.raises(ValueError, match="SWAP_TMA=True stores a swap-AB tile"):
+        step.build_primfunc(8, 256, 4096, BLK_M=64, BLK_N=8, SWAP_AB=True, SWAP_TMA=True,
+                            SPLIT_K=2)
+    with pytest.raises(ValueError, match="SWAP_TMA=1 must be True or False"):
+        step.build_primfunc(200, 768, 512, BLK_M=128, BLK_N=144, SWAP_AB=True, SWAP_TMA=1)
+
+
+@pytest.mark.parametrize("blk_n", [144, 48, 128])
+def test_swap_tma_stores_the_transpose_by_stmatrix_trans_and_tma(blk_n):
+    """SWAP_TMA: the packed fragment goes to SMEM by stmatrix .trans and out by one TMA
+    store per 64 tokens and one for the rest, D's rows (the tokens) at the tile's columns
+    (its 64 weight rows); without it, no stmatrix and no TMA store of D."""
+    pytest.importorskip("tvm")
+    import re
+
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    kw = dict(BLK_M=128, BLK_N=blk_n, SWAP_AB=True, RUNTIME_M=True, RUNTIME_NK=True)
+    text = hgemm_v12(256, 768, 512, SWAP_TMA=True, **kw).script()
+    plain = hgemm_v12(256, 768, 512, **kw).script()
+    st = [ln for ln in text.splitlines() if "T.ptx.stmatrix(" in ln]
+    assert st and all('"x4", "trans"' in ln for ln in st)
+    boxes = re.findall(r"copy_async\(D\[prev_n[^:]*:prev_n [^,]*?\+ (\d+), "
+                       r"prev_m \+ wg_id \* 64:prev_m \+ wg_id \* 64 \+ 64\]", text)
+    # 64-token boxes (a loop over the full chunks, empty below 64) and the rest's one box
+    assert set(map(int, boxes)) == {64} | ({blk_n % 64} if blk_n % 64 else set()), boxes
+    assert "T.ptx.stmatrix(" not in plain and "copy_async(D[" not in plain
+    step = registry.get("v12", "sm_90a")
+    with pytest.raises(ValueError, match="BLK_N a multiple of 16"):
+        step.build_primfunc(200, 768, 512, BLK_M=128, BLK_N=136, SWAP_AB=True, SWAP_TMA=True)
+
+
+def test_chooser_dp_swap_rule():
+    """Many tokens on a narrow weight: swap-AB with SWAP_TMA where the model predicts the
+    swapped problem more than DP_SWAP_MARGIN faster; never at decode widths or a misaligned
+    K; M counts in 64-row blocks, so variants serve every M with choose's pick."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert chooser.dp_swap_tile(6000, 768, 768) == (128, 144)
+    assert chooser.dp_swap_tile(96, 768, 768) is None
+    assert chooser.dp_swap_tile(6000, 768, 1000) is None  # 2000-byte rows: the pair rule's
+    assert chooser.dp_swap_tile(4096, 4096, 4096) is None
+    step, kw = mm.choose(6000, 768, 768, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and kw["SWAP_TMA"]
+    assert (kw["BLK_M"], kw["BLK_N"]) == (128, 144) and kw["RUNTIME_M"]
+    # the decode swap-AB kernels keep their element stores
+    for mnk in ((1, 4096, 4096), (8, 14336, 4096), (77, 7168, 2048)):
+        assert "SWAP_TMA" not in mm.choose(*mnk, "bfloat16", "sm_90a", 132)[1]
+    vs = mm.variants(768, 768, "bfloat16", "sm_90a", 132, max_m=6400)
+    assert any(kw.get("SWAP_TMA") for _, kw, _, _ in vs)
+    for step_id, kw, lo, hi in vs:
+        for M in range(lo, hi + 1, 7):
+            assert mm.choose(M, 768, 768, "bfloat16", "sm_90a", 132) == (step_id, kw), M
+        assert mm.choose(hi, 768, 768, "bfloat16", "sm_90a", 132) == (step_id, kw), hi

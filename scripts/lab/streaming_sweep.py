@@ -17,6 +17,8 @@ Sets (``--set``):
              one-CTA tile against the CTA pair that shares its B tile by multicast
              (CLUSTER=2), which moves fewer bytes from L2 to the SMs per flop (cuBLAS runs
              pairs at these shapes: results/lab/cublas_kernels*_h200.jsonl).
+  swaptma    swap-AB tiles with D stored element by element against SWAP_TMA (stmatrix
+             .trans, TMA stores), decode shapes and many tokens on a narrow weight.
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -65,7 +67,23 @@ PAIR_TILES = ((64, 96), (64, 128), (64, 160), (64, 208), (64, 256), (128, 80), (
 # a pair's BLK_N is a multiple of 16 (each CTA loads half of B): 128x168 runs alone
 PAIR_KERNELS = {f"{bm}x{bn}{c}": {"BLK_M": bm, "BLK_N": bn, **({"CLUSTER": 2} if c else PF)}
                 for bm, bn in PAIR_TILES for c in ("", "c2") if not c or bn % 16 == 0}
-SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS)}
+# the swaptma set: swap-AB tiles stored element by element against SWAP_TMA (stmatrix .trans
+# and TMA stores), at decode shapes and at many tokens on a narrow weight (where swapping the
+# sides fills a wave better: 3152x768 in 128x144 swapped tiles is 6 x 22 = 132 tiles), beside
+# the one-CTA tiles matmul takes there. Token tiles with and without a tail of 64.
+SWAP_SHAPES = ((1, 4096, 4096), (8, 14336, 4096), (37, 14336, 4096), (77, 7168, 2048),
+               (64, 8192, 8192), (100, 1000, 1024), (1000, 1000, 1000),
+               (3152, 768, 3072), (4096, 768, 3072), (1500, 768, 3072), (6000, 768, 768),
+               (3000, 512, 3072), (2304, 2304, 2304))
+SWAP_TILES = ((64, 16), (64, 48), (64, 80), (128, 96), (128, 128), (128, 144), (128, 192),
+              (128, 176))
+SWAP_KERNELS = {f"{bm}x{bn}w{t}": {"BLK_M": bm, "BLK_N": bn, "SWAP_AB": True,
+                                   **({"SWAP_TMA": True} if t else {}), **PF}
+                for bm, bn in SWAP_TILES for t in ("", "t")}
+SWAP_KERNELS.update({f"{bm}x{bn}": {"BLK_M": bm, "BLK_N": bn, **PF}
+                     for bm, bn in ((128, 160), (128, 168), (128, 192), (64, 128))})
+SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
+        "swaptma": (SWAP_SHAPES, SWAP_KERNELS)}
 
 
 def export(out: Path, dtypes, kernels=KERNELS) -> int:

@@ -38,7 +38,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
               STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None,
-              EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False):
+              EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False,
+              SWAP_TMA: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
@@ -52,8 +53,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full is cut into K units of
       >= 8 steps; the last unit to count sums the slabs in K order (lesson v12). With
       SWAP_AB the pieces are swapped tiles and the sum is stored transposed.
-    EPI_SPREAD: the last tile's writeback, one piece (64-column chunk or tail) per K step.
-    PREFETCH_MAPS: A's and B's TMA descriptors prefetched at entry (prefetch.tensormap).
+    EPI_SPREAD: the writeback one piece per K step. PREFETCH_MAPS: prefetch.tensormap of
+      A's and B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA.
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
       waits (griddepcontrol.wait) after the prologue (pairs too), then lets the next launch.
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
@@ -89,6 +90,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                          f"warpgroups of 64 rows)")
     if not isinstance(SWAP_AB, bool):
         raise ValueError(f"SWAP_AB={SWAP_AB!r} must be True or False")
+    if not isinstance(SWAP_TMA, bool):
+        raise ValueError(f"SWAP_TMA={SWAP_TMA!r} must be True or False")
+    if SWAP_TMA and (not SWAP_AB or STREAM_K or (SPLIT_K or 1) > 1 or EPI_SPREAD
+                     or BLK_N % 16):
+        raise ValueError("SWAP_TMA=True stores a swap-AB tile (SWAP_AB=True) by TMA: BLK_N a "
+                         "multiple of 16 (an x4 stmatrix per 16 tokens), no STREAM_K, "
+                         "SPLIT_K > 1 or EPI_SPREAD")
     # swap-AB: the MMA's rows walk N (B's rows) and its columns M (the tokens): D's
     # transpose, tile by tile. The token tile may be as narrow as wgmma's N of 8.
     if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
@@ -150,10 +158,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     TMA_CHUNKS = OUT_N // W.EPI_COLS if PLAIN_STORE else 0
     TAIL_J = (OUT_N % W.EPI_COLS) // 8 if PLAIN_STORE else 0  # 8-column blocks: guarded
     PIECES = TMA_CHUNKS + (1 if TAIL_J else 0)  # EPI_SPREAD: the writeback's K steps
+    # SWAP_TMA: TMA stores of 64 tokens each, the last BLK_N % 64 tokens in one more
+    T_STORES = H.ceil_div(BLK_N, W.EPI_COLS) if SWAP_TMA else 0
     # a staging tile is reused every EPI_BUFS chunks, also across tiles: EPI_BUFS divides
-    EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
+    EPI_BUFS = 2 if (T_STORES if SWAP_TMA else TMA_CHUNKS) % 2 == 0 else 1
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
-        if TMA_CHUNKS else 0          # 8 KB per staging tile, none for a narrow tile
+        if TMA_CHUNKS or SWAP_TMA else 0  # 8 KB per staging tile, none for a narrow tile
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
@@ -386,7 +396,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
-        if TMA_CHUNKS > 0:
+        if TMA_CHUNKS > 0 or SWAP_TMA:
             Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
                                            dtype, layout=D_layout))
         pool.commit()
@@ -528,6 +538,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                 W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
                                                        TMA_CHUNKS * 8, OUT_N // 8, M_DIM, N_DIM,
                                                        warp_id, lane_id)
+                            if SWAP_TMA:  # D's transpose: weight rows prev_m.., tokens prev_n..
+                                W.store_packed_tile_transposed(D, Dstage, consumer, packed,
+                                                               prev_m + row0, prev_n, BLK_N,
+                                                               EPI_BUFS, warp_id, lane_id,
+                                                               tid_in_wg, 1 + consumer)
                             pending = 0
                     # slice k-MMA_LAG is done: its stage goes back to the producer
                     W.mma_wait(MMA_LAG)
@@ -575,6 +590,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                             epi["ACT"])
                 if S > 1:
                     pass  # D was stored by the reduction
+                elif SWAP_TMA:
+                    # D's transpose, packed; stored behind the next tile's wgmmas
+                    W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                    pending = 1
+                    prev_m = m_st
+                    prev_n = n_st
                 elif SWAP_AB:
                     # D's transpose: fragment rows are columns n_st.. of D (B's rows),
                     # fragment columns rows m_st.. of D (the tokens); element stores
@@ -601,6 +622,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 if TAIL_J > 0:
                     W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
                                            OUT_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+                if SWAP_TMA:
+                    W.store_packed_tile_transposed(D, Dstage, consumer, packed, prev_m + row0,
+                                                   prev_n, BLK_N, EPI_BUFS, warp_id, lane_id,
+                                                   tid_in_wg, 1 + consumer)
             if SK_CODE:
                 # --- stream-K: this unit's pieces, after the data-parallel tiles ---
                 if RUNTIME:  # run-time counts: computed once

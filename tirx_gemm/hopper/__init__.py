@@ -66,7 +66,7 @@ from .stores import (  # noqa: F401
     stmatrix_chunk, store_fragment, store_fragment_f32_guarded,
     store_fragment_transposed_guarded, store_packed_chunk, store_packed_guarded,
     store_packed_pieces,
-    store_packed_tile, tma_store_tile)
+    store_packed_tile, store_packed_tile_transposed, tma_store_tile)
 from .wgmma import (  # noqa: F401
     _FENCE_F32_SRC, _WGMMA_TYPE, DESC_K16_STEP, DESC_LBO, DESC_M64_STEP, DESC_SBO,
     ELEM_BYTES, SMEM_ALIGN, SMEM_PER_SM_BYTES, SMEM_RESERVED_PER_CTA, SWIZZLE_128B,
@@ -117,6 +117,7 @@ __all__ = [
     "epilogue_swiglu",
     "store_fragment_f32_guarded",
     "store_fragment_transposed_guarded",
+    "store_packed_tile_transposed",
     "FP8_BLK_K",
     "FP8_OUT_DTYPES",
     "FP8_STORAGE",

@@ -137,6 +137,69 @@ def store_packed_tile(D, Dstage, wg, packed, m_st, n_st, n: int, bufs: int, warp
     TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
 
 
+# --- v12's swap-AB (SWAP_TMA): the fragment holds D's transpose (rows: D's columns, the
+# weight's rows; columns: D's rows, the tokens). stmatrix's .trans writes each 8x8 matrix's
+# columns as rows, so the packed fragment lands in a staging tile as D's own rows (tokens
+# by 64 weight rows, 128-byte rows, swizzled) and goes out by TMA like the plain chunks.
+@T.inline
+def stmatrix_chunk_transposed(Dstage, wg, buf, packed, c, rows: int, warp_id, lane_id):
+    """Swap-AB: warpgroup ``wg`` writes fragment columns [64c, 64c + rows) of its packed
+    64-row fragment, transposed, into rows [0, rows) of the staging tile Dstage[wg, buf]
+    (64x64, 128B-swizzled): fragment column 64c + t (a token) becomes staging row t, the
+    fragment's 64 rows its 64 columns. Matrix (h, j) of packed[2j+h] (fragment rows
+    16w + 8h .., columns 8j ..) lands, transposed, at staging rows 8(j - 8c) .., columns
+    16w + 8h ..; lane L gives the address of row L % 8 of matrix L // 8, the matrices in
+    stmatrix_chunk's order ((h, j) = (q % 2, 2i + q // 2)). ``rows``: a multiple of 16 (one
+    x4 per 16 tokens; v12 takes SWAP_TMA with BLK_N a multiple of 16)."""
+    q = T.meta_var(lane_id // 8)
+    for i in T.unroll(rows // 16):
+        j = T.meta_var(c * (EPI_COLS // 8) + 2 * i)  # first 8-token block of this x4
+        T.ptx.stmatrix.sync.aligned.m8n8.x4.trans.shared.b16(
+            Dstage.ptr_to([wg, buf, 8 * (2 * i + q // 2) + lane_id % 8,
+                           warp_id * 16 + (q % 2) * 8]),
+            packed[2 * j], packed[2 * j + 1], packed[2 * j + 2], packed[2 * j + 3])
+
+
+@T.inline
+def store_packed_chunk_transposed(D, Dstage, wg, packed, r_st, c_st, c: int, rows: int,
+                                  bufs: int, warp_id, lane_id, tid_in_wg, bar_id):
+    """Swap-AB, warpgroup ``wg``: tokens [64c, 64c + rows) of its packed fragment (D's
+    transpose at weight rows r_st.., tokens c_st..) -> D[c_st + 64c : +rows, r_st : +64]
+    through staging tile Dstage[wg, c % bufs], one TMA store (rows past M and columns past
+    N are clipped by the tensor map). The staging tile's reuse as store_packed_chunk's."""
+    if tid_in_wg == 0:
+        T.ptx.cp.async_.bulk.wait_group.read(bufs - 1)
+        TL.drain(TL.STORE, bufs - 1)
+    T.cuda.warpgroup_sync(bar_id)  # the staging tile is free for all 128 writers
+    stmatrix_chunk_transposed(Dstage, wg, c % bufs, packed, c, rows, warp_id, lane_id)
+    T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
+    T.cuda.warpgroup_sync(bar_id)
+    if tid_in_wg == 0:
+        Tx.copy_async(
+            D[c_st + c * EPI_COLS:c_st + c * EPI_COLS + rows, r_st:r_st + WGMMA_M],
+            Dstage[wg, c % bufs, 0:rows, :], dispatch=H.TMA)
+        T.ptx.cp.async_.bulk.commit_group()
+        TL.begin(TL.STORE)
+
+
+@T.inline
+def store_packed_tile_transposed(D, Dstage, wg, packed, r_st, c_st, n: int, bufs: int,
+                                 warp_id, lane_id, tid_in_wg, bar_id):
+    """Swap-AB, warpgroup ``wg``: its packed 64 x n fragment (D's transpose: n tokens by
+    64 weight rows) -> D[c_st : c_st + n, r_st : r_st + 64], 64 tokens per TMA store and
+    the last n % 64 in one more (``bufs`` staging tiles, used in turn: bufs divides the
+    store count, so the next tile's first store takes the tile the oldest one read)."""
+    TL.begin(TL.EPILOGUE, TL.tile_code(r_st, c_st))
+    for c in T.unroll(n // EPI_COLS):
+        store_packed_chunk_transposed(D, Dstage, wg, packed, r_st, c_st, c, EPI_COLS, bufs,
+                                      warp_id, lane_id, tid_in_wg, bar_id)
+    if n % EPI_COLS != 0:
+        store_packed_chunk_transposed(D, Dstage, wg, packed, r_st, c_st, n // EPI_COLS,
+                                      n % EPI_COLS, bufs, warp_id, lane_id, tid_in_wg,
+                                      bar_id)
+    TL.end(TL.EPILOGUE, TL.tile_code(r_st, c_st))
+
+
 # --- v12: narrow tiles. A tile whose width is not a multiple of the 64-column TMA-store
 # chunk stores its last columns straight from the packed registers, one guarded 4-byte
 # store per pair of columns (rows past M and columns past N are skipped).
