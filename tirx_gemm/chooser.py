@@ -34,6 +34,9 @@ K (the shapes v12's sweep measured at 0.09-0.31x torch), splitting K is the only
 use them: v11 with matmul's split rule. The model has no term for split-K's reduction;
 that rule is splitk.choose_variant's, measured on the H200 for v11.
 
+The same model rates the swapped problem (N x M x K) for many tokens on a narrow weight:
+v12's swap-AB stored by TMA (SWAP_TMA) where that is predicted faster (:func:`dp_swap_tile`).
+
 TVM- and torch-free. ``predict`` and ``rank`` show the model's view of a shape.
 """
 from __future__ import annotations
@@ -531,10 +534,46 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # 0.87-0.90. At the same tile a swapped 128x192 ran 0.92-0.95 against 0.99-1.02 (4096x768x3072):
 # the swapped kernel stores D's transpose element by element (no TMA store), which costs
 # what the better wave fill gains. Not adopted.
+# Data-parallel swap-AB past decode, stored by TMA (v12's SWAP_TMA, issue 32): the swapped
+# kernel's packed fragment goes through stmatrix .trans to a staging tile as D's own rows
+# and out by TMA, as the plain tiles store, which the element stores above could not match.
+# Measured on the H200 (results/lab/v12_swaptma_h200.jsonl: swap-AB tiles with and without
+# SWAP_TMA and the plain tiles, each alternated with torch.mm alone, 17 shapes, fp16 and
+# bf16, every kernel checked): 3152x768x3072 128x144 swapped 0.91 with element stores,
+# 0.99 with SWAP_TMA, against 0.90 for the plain pick (128x160); 6000x768x768 128x144
+# 0.75 and 0.96 against 0.85-0.87; 4096x768x3072 128x192 0.91 and 1.00 against 1.01 for the
+# same tile plain; 2304^3 128x176 0.78-0.81 and 0.94 against 0.92-0.93 (128x168). At decode
+# widths it lost (1x4096x4096 64x16: 0.87-0.88 against 0.96-1.01; 8x14336x4096 0.92-0.93
+# against 0.96-0.98): a few tokens are a small D tile, whose element stores cost less than
+# the TMA store's barriers, so decode keeps them. The rule: past decode's token tiles, the
+# model's best one-CTA tile of the swapped problem (N x M x K: rows over the weight, the
+# tokens as columns) where it is predicted more than DP_SWAP_MARGIN faster than the best
+# plain candidate. M counts in whole 64-row blocks there (as the plain tiles' counts do),
+# so one M per block decides its kernel (matmul_choice.variants); token tiles are multiples
+# of 16 (SWAP_TMA's stmatrix step). Not with a misaligned K (the pair rule's case, which the
+# model does not see).
+DP_SWAP_MARGIN = 0.05
+DP_SWAP_TOKEN_STEP = 16  # SWAP_TMA's token tiles: one x4 stmatrix .trans per 16 tokens
 WIDE_SWAP_MAX_M = 512
 WIDE_SWAP_STEP = 16         # the token tile: a multiple of this
 WIDE_SWAP_ROWS = (64, 128)  # weight rows per tile: one or two consumer warpgroups
 WIDE_SWAP_MIN_STAGES = 5    # ring stages a unit's tile must leave room for
+
+
+def dp_swap_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> tuple[int, int] | None:
+    """(BLK_M, BLK_N) of a data-parallel swap-AB kernel with SWAP_TMA (BLK_M walks the
+    weight's rows, BLK_N the tokens) where the model prefers it (see above), else None."""
+    if M <= SWAP_AB_TILES[-1] or misaligned_rows(K):
+        return None
+    m_blocks = _ceil_div(M, 64) * 64
+    plain = rank(M, N, K, sm_count)[0][0]
+    swapped = next(((t, c) for t, c in rank(N, m_blocks, K, sm_count)
+                    if c not in (V9, V10) and not clustered(c)
+                    and tile(c)[1] % DP_SWAP_TOKEN_STEP == 0), None)
+    if swapped is None or swapped[0] >= plain * (1 - DP_SWAP_MARGIN):
+        return None
+    bm, bn, _ = tile(swapped[1])
+    return bm, bn
 
 
 def wide_swap_tokens(M: int, extra_pieces: int = 0) -> int:

@@ -177,7 +177,9 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
 def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu, v9 and v10, with v12's
     SPLIT_K where chooser.split_plan says (the split model beats the data-parallel one, or
-    a decode rule), swap-AB for few tokens and v10's ping-pong by their rules."""
+    a decode rule), swap-AB for few tokens and v10's ping-pong by their rules, and
+    swap-AB stored by TMA where the model prefers the swapped problem
+    (chooser.dp_swap_tile)."""
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
@@ -193,6 +195,14 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     pingpong = _registered(PINGPONG, arch)
     if pingpong is not None and chooser.wants_pingpong(M, N, K, pool):
         return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
+    dp_swap = chooser.dp_swap_tile(M, N, K, pool)  # many tokens on a narrow weight
+    if dp_swap is not None:
+        kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": dp_swap[0], "BLK_N": dp_swap[1],
+              "SWAP_AB": True, "SWAP_TMA": True}
+        if chooser.uses_pdl(chooser.name(*dp_swap), N, _ceil_div(M, M_BLOCK) * M_BLOCK, K,
+                            pool):
+            kw["PDL"] = True
+        return TILE_MENU, kw
     pick = chooser.best(M, N, K, pool)
     if pick == chooser.V9:
         return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
@@ -291,7 +301,8 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     tiles alone fill the GPU if that is larger), in order of M. With runtime-M kernels
     this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
     --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
-    through tile counts (ceil(M / 64), / 128, / 256) and swap-AB's token tiles, so one M
+    through tile counts (ceil(M / 64), / 128, / 256; chooser.dp_swap_tile rates the swapped
+    problem at M rounded up to 64 rows) and swap-AB's token tiles, so one M
     per 64-row block, and per token tile, decides the block. ``epilogue``: as in
     :func:`choose` (every variant is then a v12 tile)."""
     _check_problem(1, N, K, dtype, arch, sm_count)

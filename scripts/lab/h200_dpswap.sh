@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# matmul with and without the data-parallel swap-AB rule (chooser.dp_swap_tile, SWAP_TMA) on
+# the H200, in matmul's own protocol (scripts/lab/matmul_graph_times.py: CUDA graphs
+# alternated with torch.mm), at the shapes where the rule changes the pick
+# (scripts/lab/issue32_dpswap.json; .gpu/dpswap-DT.json: a copy with "dtypes": [DT]), both
+# dtypes, two passes. The "old" runs use the
+# package as it was before the rule (its own chooser and bundle), the "new" runs this one:
+#   tirx-gemm export --suite .gpu/dpswap-DT.json --arch sm_90a --out .gpu/dpn-DT --ffi-wheel 3.12
+#   (and from a checkout before the rule, into .gpu/dpo-DT; copy its tirx_gemm, steps and
+#   scripts into .gpu/oldcode)
+# carry .gpu/call holding dpn-*, dpo-*, dpswap-*.json and oldcode; on the GPU host:
+#   OUT=$OUT bash scripts/lab/h200_dpswap.sh
+# Everything comes back as $OUT/dpswap.tgz.
+set -uo pipefail
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
+OUT=${OUT:-/tmp/out}
+W=/tmp/dpswap
+mkdir -p "$OUT" "$W"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/dpn-bfloat16/wheels/*.whl || exit 3
+export PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
+real_out=$OUT
+OUT=$W
+snap() { tar -czf "$real_out/dpswap.tgz" -C "$W" .; }
+trap snap EXIT
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+for pass in 1 2; do
+  for dt in bfloat16 float16; do
+    PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/dpn-$dt TAILN=14 stage new${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py .gpu/dpswap-$dt.json --out "$W/new_$dt.jsonl" --budget-s 110; snap
+    (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=../dpo-$dt TAILN=14 stage old${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py ../dpswap-$dt.json --out "$W/old_$dt.jsonl" --budget-s 110); snap
+  done
+done
+exit 0
