@@ -647,10 +647,15 @@ def test_swap_tma_stores_the_transpose_by_stmatrix_trans_and_tma(blk_n):
 def test_chooser_dp_swap_rule():
     """Many tokens on a narrow weight: swap-AB with SWAP_TMA where the model predicts the
     swapped problem more than DP_SWAP_MARGIN faster; never at decode widths or a misaligned
-    K; M counts in 64-row blocks, so variants serve every M with choose's pick."""
+    K; M counts in 16-row blocks (the token tiles' step), so variants serve every M with
+    choose's pick."""
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
     assert chooser.dp_swap_tile(6000, 768, 768) == (128, 144)
+    # 3152 = 22 x 143.3: 6 x 22 = 132 swapped tiles; counted in 64-row blocks (3200) the
+    # same tile would take 23 token tiles, two waves
+    assert chooser.dp_swap_rows(3152) == 3152 and chooser.dp_swap_rows(3153) == 3168
+    assert chooser.dp_swap_tile(3152, 768, 768) == (128, 144)
     assert chooser.dp_swap_tile(96, 768, 768) is None
     assert chooser.dp_swap_tile(6000, 768, 1000) is None  # 2000-byte rows: the pair rule's
     assert chooser.dp_swap_tile(4096, 4096, 4096) is None
@@ -660,9 +665,8 @@ def test_chooser_dp_swap_rule():
     # the decode swap-AB kernels keep their element stores
     for mnk in ((1, 4096, 4096), (8, 14336, 4096), (77, 7168, 2048)):
         assert "SWAP_TMA" not in mm.choose(*mnk, "bfloat16", "sm_90a", 132)[1]
-    vs = mm.variants(768, 768, "bfloat16", "sm_90a", 132, max_m=6400)
+    vs = mm.variants(768, 768, "bfloat16", "sm_90a", 132, max_m=3400)
     assert any(kw.get("SWAP_TMA") for _, kw, _, _ in vs)
     for step_id, kw, lo, hi in vs:
-        for M in range(lo, hi + 1, 7):
+        for M in range(lo, hi + 1):
             assert mm.choose(M, 768, 768, "bfloat16", "sm_90a", 132) == (step_id, kw), M
-        assert mm.choose(hi, 768, 768, "bfloat16", "sm_90a", 132) == (step_id, kw), hi

@@ -543,15 +543,22 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # 0.99 with SWAP_TMA, against 0.90 for the plain pick (128x160); 6000x768x768 128x144
 # 0.75 and 0.96 against 0.85-0.87; 4096x768x3072 128x192 0.91 and 1.00 against 1.01 for the
 # same tile plain; 2304^3 128x176 0.78-0.81 and 0.94 against 0.92-0.93 (128x168). At decode
-# widths it lost (1x4096x4096 64x16: 0.87-0.88 against 0.96-1.01; 8x14336x4096 0.92-0.93
 # against 0.96-0.98): a few tokens are a small D tile, whose element stores cost less than
-# the TMA store's barriers, so decode keeps them. The rule: past decode's token tiles, the
+# the TMA store's barriers, so decode keeps them. The rule: past WIDE_SWAP_MAX_M tokens
+# (below it the swap-AB splits rate swapped tiles, and data-parallel swapped tiles were
+# level or behind there: the wide-swap notes below), the
 # model's best one-CTA tile of the swapped problem (N x M x K: rows over the weight, the
 # tokens as columns) where it is predicted more than DP_SWAP_MARGIN faster than the best
-# plain candidate. M counts in whole 64-row blocks there (as the plain tiles' counts do),
-# so one M per block decides its kernel (matmul_choice.variants); token tiles are multiples
-# of 16 (SWAP_TMA's stmatrix step). Not with a misaligned K (the pair rule's case, which the
-# model does not see).
+# plain candidate. Its token tiles are multiples of 16 (SWAP_TMA's stmatrix step), so their
+# count, ceil(M / BLK_N), changes only where M crosses a multiple of 16: one M per 16-row
+# block decides the kernel (matmul_choice.variants starts a block every DP_SWAP_TOKEN_STEP
+# rows). Not with a misaligned K (the pair rule's case, which the model does not see).
+# Through matmul (CUDA graphs, interleaved with torch, both dtypes, the package before the
+# rule beside it; scripts/lab/h200_dpswap.sh): 12 narrow-weight shapes 1.026 against 0.92-0.93
+# (geomean; results/lab/matmul_graph_h200_dpswap.jsonl), 8 at M not a multiple of 64
+# 0.99 against 0.88 (..._dpswap16.jsonl), 8 wide-weight ones 1.02 against 0.96
+# (..._dpswapw.jsonl); one loss, 4400x2304x768, where it displaced v10's ping-pong (1.01
+# against 1.08; the model does not see v10's hidden epilogue).
 DP_SWAP_MARGIN = 0.05
 DP_SWAP_TOKEN_STEP = 16  # SWAP_TMA's token tiles: one x4 stmatrix .trans per 16 tokens
 WIDE_SWAP_MAX_M = 512
@@ -560,14 +567,20 @@ WIDE_SWAP_ROWS = (64, 128)  # weight rows per tile: one or two consumer warpgrou
 WIDE_SWAP_MIN_STAGES = 5    # ring stages a unit's tile must leave room for
 
 
+def dp_swap_rows(M: int) -> int:
+    """M rounded up to the data-parallel swap-AB rule's block (the tiles it rates count the
+    tokens in steps of DP_SWAP_TOKEN_STEP: the same count for every M of a block)."""
+    return _ceil_div(M, DP_SWAP_TOKEN_STEP) * DP_SWAP_TOKEN_STEP
+
+
 def dp_swap_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> tuple[int, int] | None:
     """(BLK_M, BLK_N) of a data-parallel swap-AB kernel with SWAP_TMA (BLK_M walks the
-    weight's rows, BLK_N the tokens) where the model prefers it (see above), else None."""
-    if M <= SWAP_AB_TILES[-1] or misaligned_rows(K):
+    weight's rows, BLK_N the tokens) where the model prefers it past WIDE_SWAP_MAX_M tokens
+    (see above), else None."""
+    if M <= WIDE_SWAP_MAX_M or misaligned_rows(K):
         return None
-    m_blocks = _ceil_div(M, 64) * 64
     plain = rank(M, N, K, sm_count)[0][0]
-    swapped = next(((t, c) for t, c in rank(N, m_blocks, K, sm_count)
+    swapped = next(((t, c) for t, c in rank(N, dp_swap_rows(M), K, sm_count)
                     if c not in (V9, V10) and not clustered(c)
                     and tile(c)[1] % DP_SWAP_TOKEN_STEP == 0), None)
     if swapped is None or swapped[0] >= plain * (1 - DP_SWAP_MARGIN):

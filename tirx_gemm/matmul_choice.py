@@ -199,8 +199,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     if dp_swap is not None:
         kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": dp_swap[0], "BLK_N": dp_swap[1],
               "SWAP_AB": True, "SWAP_TMA": True}
-        if chooser.uses_pdl(chooser.name(*dp_swap), N, _ceil_div(M, M_BLOCK) * M_BLOCK, K,
-                            pool):
+        if chooser.uses_pdl(chooser.name(*dp_swap), N, chooser.dp_swap_rows(M), K, pool):
             kw["PDL"] = True
         return TILE_MENU, kw
     pick = chooser.best(M, N, K, pool)
@@ -301,8 +300,8 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     tiles alone fill the GPU if that is larger), in order of M. With runtime-M kernels
     this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
     --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
-    through tile counts (ceil(M / 64), / 128, / 256; chooser.dp_swap_tile rates the swapped
-    problem at M rounded up to 64 rows) and swap-AB's token tiles, so one M
+    through tile counts (ceil(M / 64), / 128, / 256; chooser.dp_swap_tile's token tiles,
+    multiples of 16, by ceil(M / 16)) and swap-AB's token tiles, so one M
     per 64-row block, and per token tile, decides the block. ``epilogue``: as in
     :func:`choose` (every variant is then a v12 tile)."""
     _check_problem(1, N, K, dtype, arch, sm_count)
@@ -311,12 +310,15 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
     last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
     out: list[list] = []
-    # block starts: every 64 rows, past each of swap-AB's token tiles (its kernel
+    # block starts: every 64 rows, past decode every 16 (the data-parallel swap-AB rule's
+    # token tiles, chooser.dp_swap_rows), past each of swap-AB's token tiles (its kernel
     # changes with the smallest tile that holds M), and where the token tile of a swap-AB
     # split past decode grows (chooser.wide_swap_tokens: every 16 or 32 rows to 512)
     from tirx_gemm import chooser
     wide = range(chooser.SWAP_AB_TILES[-1] + 2, min(chooser.WIDE_SWAP_MAX_M, last) + 1)
+    step = chooser.DP_SWAP_TOKEN_STEP
     starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
+                    | {lo for lo in range(1, last + 1, step) if lo > chooser.SWAP_AB_TILES[-1]}
                     | {t + 1 for t in chooser.SWAP_AB_TILES if t < last}
                     | {m for m in wide
                        if chooser.wide_swap_token_tiles(m) != chooser.wide_swap_token_tiles(m - 1)})

@@ -10,23 +10,29 @@
 #   scripts into .gpu/oldcode)
 # carry .gpu/call holding dpn-*, dpo-*, dpswap-*.json and oldcode; on the GPU host:
 #   OUT=$OUT bash scripts/lab/h200_dpswap.sh
-# Everything comes back as $OUT/dpswap.tgz.
+# Other shape sets: NAME=dpswap16 NEW=dp16n OLD=dp16o (scripts/lab/issue32_dpswap16.json: where
+# counting M in 16-row blocks changes the rule's pick); NAME=dpswapw NEW=dpwn OLD=dpwo
+# (issue32_dpswapw.json: wide weights past 512 tokens).
+# Everything comes back as $OUT/$NAME.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
-W=/tmp/dpswap
+NAME=${NAME:-dpswap}
+NEW=${NEW:-dpn}
+OLD=${OLD:-dpo}
+W=/tmp/$NAME
 mkdir -p "$OUT" "$W"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/dpn-bfloat16/wheels/*.whl || exit 3
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/$NEW-bfloat16/wheels/*.whl || exit 3
 export PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 real_out=$OUT
 OUT=$W
-snap() { tar -czf "$real_out/dpswap.tgz" -C "$W" .; }
+snap() { tar -czf "$real_out/$NAME.tgz" -C "$W" .; }
 trap snap EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
 for pass in 1 2; do
   for dt in bfloat16 float16; do
-    PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/dpn-$dt TAILN=14 stage new${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py .gpu/dpswap-$dt.json --out "$W/new_$dt.jsonl" --budget-s 110; snap
-    (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=../dpo-$dt TAILN=14 stage old${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py ../dpswap-$dt.json --out "$W/old_$dt.jsonl" --budget-s 110); snap
+    PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/$NEW-$dt TAILN=14 stage new${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py .gpu/$NAME-$dt.json --out "$W/new_$dt.jsonl" --budget-s 110; snap
+    (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=../$OLD-$dt TAILN=14 stage old${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py ../$NAME-$dt.json --out "$W/old_$dt.jsonl" --budget-s 110); snap
   done
 done
 exit 0
