@@ -552,7 +552,8 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # plain candidate. Its token tiles are multiples of 16 (SWAP_TMA's stmatrix step), so their
 # count, ceil(M / BLK_N), changes only where M crosses a multiple of 16: one M per 16-row
 # block decides the kernel (matmul_choice.variants starts a block every DP_SWAP_TOKEN_STEP
-# rows). Not with a misaligned K (the pair rule's case, which the model does not see).
+# rows past WIDE_SWAP_MAX_M). Not with a misaligned K (the pair rule's case, which the
+# model does not see).
 # Through matmul (CUDA graphs, interleaved with torch, both dtypes, the package before the
 # rule beside it; scripts/lab/h200_dpswap.sh): 12 narrow-weight shapes 1.026 against 0.92-0.93
 # (geomean; results/lab/matmul_graph_h200_dpswap.jsonl), 8 at M not a multiple of 64
