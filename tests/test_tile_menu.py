@@ -314,6 +314,13 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert f"predicted at most {chooser.PDL_MAX_US:.0f} µs, `chooser.PDL_MAX_US`" in text
     assert (f"K ≤ {chooser.PINGPONG_MAX_K} and at least as many "
             f"{chooser.V10_TILE[0]}x{chooser.V10_TILE[1]} tiles as SMs") in text
+    # the data-parallel swap-AB rule: where it applies, its margin, its blocks
+    assert f"past {chooser.WIDE_SWAP_MAX_M} tokens (below," in text
+    assert (f"more than {round(chooser.DP_SWAP_MARGIN * 100)}% faster than the best plain "
+            f"candidate (`chooser.DP_SWAP_MARGIN`)") in text
+    assert (f"Token tiles are multiples of {chooser.DP_SWAP_TOKEN_STEP} and M counts in "
+            f"{chooser.DP_SWAP_TOKEN_STEP}-row blocks") in text
+    assert (f"every {chooser.DP_SWAP_TOKEN_STEP} rows past {chooser.WIDE_SWAP_MAX_M}") in text
 
 
 # --- sm_100a v12: the menu on v7's kernel (NumSim checks its cases: `tirx-gemm sim v12`) ---
