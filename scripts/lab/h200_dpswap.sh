@@ -12,7 +12,8 @@
 #   OUT=$OUT bash scripts/lab/h200_dpswap.sh
 # Other shape sets: NAME=dpswap16 NEW=dp16n OLD=dp16o (scripts/lab/issue32_dpswap16.json: where
 # counting M in 16-row blocks changes the rule's pick); NAME=dpswapw NEW=dpwn OLD=dpwo
-# (issue32_dpswapw.json: wide weights past 512 tokens).
+# (issue32_dpswapw.json: wide weights past 512 tokens). MODE=eager NAME=dpswape NEW=dpen OLD=dpeo:
+# the rule's shapes under 20 us (issue32_dpswape.json) timed eagerly by `tirx-gemm bench`.
 # Everything comes back as $OUT/$NAME.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
@@ -29,6 +30,15 @@ OUT=$W
 snap() { tar -czf "$real_out/$NAME.tgz" -C "$W" .; }
 trap snap EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+if [ "${MODE:-graphs}" = eager ]; then  # tirx-gemm bench: CUDA events around alternating launches
+  for pass in 1 2; do
+    for dt in bfloat16 float16; do
+      PYTHONPATH=/tmp/site:$PWD TAILN=14 stage enew${pass}_$dt 150 python3 -m tirx_gemm.cli bench --suite .gpu/$NAME-$dt.json --target matmul --arch sm_90a --bundle .gpu/$NEW-$dt --record --results "$W/results_new"; snap
+      (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TAILN=14 stage eold${pass}_$dt 150 python3 -m tirx_gemm.cli bench --suite ../$NAME-$dt.json --target matmul --arch sm_90a --bundle ../$OLD-$dt --record --results "$W/results_old"); snap
+    done
+  done
+  exit 0
+fi
 for pass in 1 2; do
   for dt in bfloat16 float16; do
     PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/$NEW-$dt TAILN=14 stage new${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py .gpu/$NAME-$dt.json --out "$W/new_$dt.jsonl" --budget-s 110; snap
