@@ -34,8 +34,8 @@ K (the shapes v12's sweep measured at 0.09-0.31x torch), splitting K is the only
 use them: v11 with matmul's split rule. The model has no term for split-K's reduction;
 that rule is splitk.choose_variant's, measured on the H200 for v11.
 
-The same model rates the swapped problem (N x M x K) for many tokens on a narrow weight:
-v12's swap-AB stored by TMA (SWAP_TMA) where that is predicted faster (:func:`dp_swap_tile`).
+The same model rates the swapped problem (N x M x K) past 512 tokens: v12's swap-AB stored
+by TMA (SWAP_TMA) where that is predicted faster (:func:`dp_swap_tile`).
 
 TVM- and torch-free. ``predict`` and ``rank`` show the model's view of a shape.
 """
@@ -538,11 +538,12 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # kernel's packed fragment goes through stmatrix .trans to a staging tile as D's own rows
 # and out by TMA, as the plain tiles store, which the element stores above could not match.
 # Measured on the H200 (results/lab/v12_swaptma_h200.jsonl: swap-AB tiles with and without
-# SWAP_TMA and the plain tiles, each alternated with torch.mm alone, 17 shapes, fp16 and
+# SWAP_TMA and the plain tiles, each alternated with torch.mm alone, 13 shapes, fp16 and
 # bf16, every kernel checked): 3152x768x3072 128x144 swapped 0.91 with element stores,
 # 0.99 with SWAP_TMA, against 0.90 for the plain pick (128x160); 6000x768x768 128x144
 # 0.75 and 0.96 against 0.85-0.87; 4096x768x3072 128x192 0.91 and 1.00 against 1.01 for the
 # same tile plain; 2304^3 128x176 0.78-0.81 and 0.94 against 0.92-0.93 (128x168). At decode
+# widths it lost (1x4096x4096 64x16: 0.87-0.88 against 0.96-1.01; 8x14336x4096 0.92-0.93
 # against 0.96-0.98): a few tokens are a small D tile, whose element stores cost less than
 # the TMA store's barriers, so decode keeps them. The rule: past WIDE_SWAP_MAX_M tokens
 # (below it the swap-AB splits rate swapped tiles, and data-parallel swapped tiles were
