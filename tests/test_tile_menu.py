@@ -321,6 +321,12 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert (f"Token tiles are multiples of {chooser.DP_SWAP_TOKEN_STEP} and M counts in "
             f"{chooser.DP_SWAP_TOKEN_STEP}-row blocks") in text
     assert (f"every {chooser.DP_SWAP_TOKEN_STEP} rows past {chooser.WIDE_SWAP_MAX_M}") in text
+    # the v12 lesson states the same rule
+    lesson = re.sub(r"\s+", " ", (Path(__file__).parents[1] / "steps" / "lessons" /
+                                  "v12.md").read_text())
+    assert (f"takes it past {chooser.WIDE_SWAP_MAX_M} tokens where the model predicts the "
+            f"swapped problem more than {round(chooser.DP_SWAP_MARGIN * 100)}% faster") in lesson
+    assert f"needs `BLK_N` a multiple of {chooser.DP_SWAP_TOKEN_STEP}" in lesson
 
 
 # --- sm_100a v12: the menu on v7's kernel (NumSim checks its cases: `tirx-gemm sim v12`) ---
