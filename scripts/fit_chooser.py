@@ -36,7 +36,11 @@ from tirx_gemm import chooser  # noqa: E402
 # one-CTA menu re-timed in the same run); the widths between the menu's
 SWEEPS = tuple(ROOT / "results/lab" / f for f in (
     "v12_sweep_h200.jsonl", "v12_cluster_sweep_h200.jsonl", "v12_widths_sweep_h200.jsonl",
-    "v12_widths8_sweep_h200.jsonl"))
+    "v12_widths8_sweep_h200.jsonl", "v12_shortk_h200.jsonl"))
+# v12_shortk_h200.jsonl (scripts/lab/streaming_sweep.py --set shortk, both dtypes, two
+# passes; bf16 read here): 19 shapes of a thousand tokens or more on a K of 640-2560, with
+# v9 and v10 timed in the same interleaved run as v12's 128-row tiles. Its swap-AB tiles
+# ("...wt") are not plain candidates and are left out.
 SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
 # measured but not on the menu: the 64-row tiles of an odd multiple of 8 columns. Their
 # use is decode widths, where matmul runs swap-AB tiles; fitted with the rest, the model
@@ -108,10 +112,14 @@ def pdl_saving(path=PDL_SWEEP) -> float:
     return round(statistics.median(savings), 3) if savings else 0.0
 
 
+SWAPPED = ("w", "wt")  # swap-AB entries of a sweep: not plain candidates
+
+
 def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP):
     """(samples [(cand, M, N, K, us)], torch us per shape) from the records."""
-    rows = [json.loads(x) for sweep in sweeps if Path(sweep).exists()
-            for x in Path(sweep).read_text().splitlines() if x.strip()]
+    rows = [r for sweep in sweeps if Path(sweep).exists()
+            for r in map(json.loads, filter(str.strip, Path(sweep).read_text().splitlines()))
+            if r.get("dtype", "bfloat16") == "bfloat16"]
     # the latest sweep of a shape replaces the earlier ones (a kernel change is re-swept);
     # a candidate it lacks keeps its earlier time, scaled by the two runs' torch times
     latest, torch_us = {}, {}
@@ -120,7 +128,8 @@ def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP):
         old = latest.get(shape, {})
         scale = (r["torch_ms"] * 1e3 / torch_us[shape]) if shape in torch_us else 1.0
         merged = {c: v * scale for c, v in old.items()}
-        merged.update({c: v["ms"] * 1e3 for c, v in r["candidates"].items() if v.get("ok")})
+        merged.update({c: v["ms"] * 1e3 for c, v in r["candidates"].items()
+                       if v.get("ok") and not c.endswith(SWAPPED)})
         for c, v in r["candidates"].items():
             if not v.get("ok"):
                 merged.pop(c, None)

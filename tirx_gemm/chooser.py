@@ -301,6 +301,35 @@ def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     return rank(M, N, K, sm_count)[0][0] > PDL_MAX_US
 
 
+# Past that band, v10 still wins where every SM gets at least two of its tiles, so there is
+# an epilogue to hide under the other warpgroup's mainloop at every turn but the last.
+# Measured on the H200 (results/lab/v12_shortk_h200.jsonl: 19 shapes of a thousand tokens
+# or more on a K of 640-2560, v9, v10 and v12's 128-row tiles and swap-AB tiles in one
+# interleaved run, fp16 and bf16, two passes, every kernel checked): with K <= 1280 and
+# 128x128 tiles >= 2 x SMs, v10 ran 1.00-1.18 against the model's picks' 0.89-1.07
+# (4096x4096x1024 1.13 against v9's 1.02; 8192x2304x768 1.18 against 128x192's 1.07),
+# level or ahead at every such shape but one: 3152x2304x768, where the swapped problem
+# fills three whole waves (128x144 swap-AB, 0.98, against v10's 0.93), so the swap rule
+# (:func:`dp_swap_tile`) is asked first. At K = 2560 it lost (6000x640x2560 0.93 against
+# 0.98 swapped); with fewer tiles it had nothing to hide (4096x1024x1024: 256 tiles, 1.00
+# against 128x256's 0.98, within the spread). The fitted model sees v10's mainloop but not
+# its hidden epilogue: it still ranked v9 or a 128-row tile first at 10 of those shapes.
+PINGPONG_MID_MAX_K = 1280
+PINGPONG_MID_TILES_PER_SM = 2
+
+
+def wants_pingpong_mid(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
+    """Whether a plain GEMM past the short-K band goes to v10's ping-pong: K of at most
+    PINGPONG_MID_MAX_K, at least PINGPONG_MID_TILES_PER_SM of its tiles per SM, and the
+    model's best kernel too long for PDL (as in :func:`wants_pingpong`)."""
+    bm, bn = V10_TILE
+    if not PINGPONG_MAX_K < K <= PINGPONG_MID_MAX_K:
+        return False
+    if _ceil_div(M, bm) * _ceil_div(N, bn) < PINGPONG_MID_TILES_PER_SM * sm_count:
+        return False
+    return rank(M, N, K, sm_count)[0][0] > PDL_MAX_US
+
+
 def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
                 min_k_tiles: int = 32) -> bool:
     """Whether K should be split: the best data-parallel candidate keeps more than half the

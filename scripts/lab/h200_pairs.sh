@@ -2,7 +2,7 @@
 # One-CTA v12 tiles against their CTA pairs (CLUSTER=2) on the H200: streaming_sweep.py's
 # "pairs" set (a few hundred tokens on a wide weight with a deep K, mid-size squares), both
 # dtypes, every kernel checked. MODE=set (default): all kernels of a shape interleaved with
-# torch.mm together, two passes; MODE=pairwise: each kernel interleaved with torch.mm alone
+# torch.mm together, two passes (PASS_S seconds each, 260 by default); MODE=pairwise: each kernel interleaved with torch.mm alone
 # (--pairwise, matmul_graph_times' protocol), the SM clock and power logged beside it
 # (nvidia-smi every 20 ms; records carry each kernel's wall span).
 #   python scripts/lab/streaming_sweep.py export --set pairs --dtypes bfloat16,float16 --out .gpu/pairs
@@ -31,8 +31,10 @@ if [ "$MODE" = pairwise ]; then
   done
   kill $smi
 else
-  for pass in 1 2; do
-    TAILN=30 stage pairs$pass 260 python3 scripts/lab/streaming_sweep.py run --set pairs --bundle .gpu/pairs --dtypes bfloat16,float16 --out "$W/pairs.jsonl" --budget-s 250; snap
+  for set in ${SETS:-pairs}; do
+    for pass in 1 2; do
+      TAILN=30 stage $set$pass ${PASS_S:-260} python3 scripts/lab/streaming_sweep.py run --set $set --bundle $(bundle $set) --dtypes bfloat16,float16 --out "$W/$set.jsonl" --budget-s $(( ${PASS_S:-260} - 10 )); snap
+    done
   done
 fi
 exit 0

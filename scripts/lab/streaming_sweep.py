@@ -19,6 +19,10 @@ Sets (``--set``):
              pairs at these shapes: results/lab/cublas_kernels*_h200.jsonl).
   swaptma    swap-AB tiles with D stored element by element against SWAP_TMA (stmatrix
              .trans, TMA stores), decode shapes and many tokens on a narrow weight.
+  shortk     a thousand tokens or more on a K of 640-2560 (ViT, BERT, Whisper, GPT-2,
+             diffusion U-Net layers): v10's ping-pong and v9 (built per N and K) beside
+             v12's 128-row tiles and swap-AB tiles stored by TMA, to see where the epilogue
+             v10 hides under the other warpgroup's mainloop pays.
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -82,17 +86,39 @@ SWAP_KERNELS = {f"{bm}x{bn}w{t}": {"BLK_M": bm, "BLK_N": bn, "SWAP_AB": True,
                 for bm, bn in SWAP_TILES for t in ("", "t")}
 SWAP_KERNELS.update({f"{bm}x{bn}": {"BLK_M": bm, "BLK_N": bn, **PF}
                      for bm, bn in ((128, 160), (128, 168), (128, 192), (64, 128))})
+# the shortk set: many tokens on a short or mid-size K. Fitting shapes first, then the two
+# held-out shapes of this class (3152x2304x768 ViT-B/16 qkv at 16 images, 1500x3840x1280
+# Whisper-large encoder qkv), which a rule fitted here is then read against.
+SHORTK_SHAPES = ((6304, 2304, 768), (6304, 3072, 768), (8192, 2304, 768), (8192, 3072, 768),
+                 (8192, 768, 768), (4400, 2304, 768), (4096, 3072, 1024),
+                 (4096, 4096, 1024), (4096, 1024, 1024), (2560, 3072, 1024),
+                 (2560, 4096, 1024), (3000, 3840, 1280), (3000, 5120, 1280),
+                 (2048, 5120, 1280), (1024, 5120, 640), (2048, 5120, 640), (6000, 640, 2560),
+                 (3152, 2304, 768), (1500, 3840, 1280))
+# label -> keywords; "step" names a step built per (N, K) with matmul's keywords for it
+SHORTK_KERNELS = {"v9": {"step": "v9"}, "v10": {"step": "v10"}}
+SHORTK_KERNELS.update({f"128x{bn}": {"BLK_M": 128, "BLK_N": bn, **PF}
+                       for bn in (128, 144, 160, 176, 192, 208, 224, 240, 256)})
+SHORTK_KERNELS["64x256"] = {"BLK_M": 64, "BLK_N": 256, **PF}
+SHORTK_KERNELS.update({f"128x{bn}wt": {"BLK_M": 128, "BLK_N": bn, "SWAP_AB": True,
+                                       "SWAP_TMA": True, **PF} for bn in (144, 176, 208, 240)})
 SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
-        "swaptma": (SWAP_SHAPES, SWAP_KERNELS)}
+        "swaptma": (SWAP_SHAPES, SWAP_KERNELS), "shortk": (SHORTK_SHAPES, SHORTK_KERNELS)}
 
 
-def export(out: Path, dtypes, kernels=KERNELS) -> int:
-    from tirx_gemm import registry
+def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
+    from tirx_gemm import matmul_choice, registry
     from tirx_gemm.compile import bundle
     step = registry.get("v12", "sm_90a")
     reqs = []
     for dt in dtypes:
         for kw in kernels.values():
+            if "step" in kw:  # v9 / v10: runtime M, built per (N, K), matmul's keywords
+                other = registry.get(kw["step"], "sm_90a")
+                k = matmul_choice.step_kwargs(other, dt, BASE["SM_COUNT"])
+                for nk in sorted({(N, K) for _, N, K in shapes}):
+                    reqs.append((other, (matmul_choice.NOMINAL_M, *nk), k))
+                continue
             k = {**BASE, **kw}
             if dt != "float16":
                 k["dtype"] = dt
@@ -101,7 +127,10 @@ def export(out: Path, dtypes, kernels=KERNELS) -> int:
     return 0
 
 
-def _label(kw: dict, kernels=KERNELS) -> str | None:
+def _label(kw: dict, kernels=KERNELS, step: str = "v12") -> str | None:
+    if step != "v12":
+        return next((name for name, want in kernels.items() if want.get("step") == step),
+                    None)
     core = {k: v for k, v in kw.items() if k not in BASE and k != "dtype"}
     return next((name for name, want in kernels.items() if want == core), None)
 
@@ -115,12 +144,18 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, set_name: str = "strea
     from tirx_gemm.run.launcher import synchronize
     from tirx_gemm.run.loader import load_kernel
     t0 = time.time()
-    kernels = {}
+    kernels, per_nk = {}, {}  # per_nk: (dtype, name) -> {(N, K): kernel} (v9, v10)
     for e in load_manifest(bundle):
         kw = e.get("kwargs") or {}
-        name = _label(kw, SETS[set_name][1])
-        if e["step"] == "v12" and name:
-            kernels[(kw.get("dtype", "float16"), name)] = load_kernel(str(bundle / e["lib"]))
+        name = _label(kw, SETS[set_name][1], e["step"])
+        if not name:
+            continue
+        key = (kw.get("dtype", "float16"), name)
+        if e["step"] == "v12":
+            kernels[key] = load_kernel(str(bundle / e["lib"]))
+        else:
+            per_nk.setdefault(key, {})[(e["N"], e["K"])] = str(bundle / e["lib"])
+            kernels[key] = None
     dev = torch.cuda.get_device_name()
     sha = code_git_sha(bundle) or git_sha()
     bad = 0
@@ -139,6 +174,11 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, set_name: str = "strea
             for (dt, name), kern in sorted(kernels.items()):
                 if dt != dtype:
                     continue
+                if kern is None:  # built per (N, K)
+                    lib = per_nk[(dt, name)].get((N, K))
+                    if lib is None:
+                        continue
+                    kern = load_kernel(lib)
                 a, b, d = ins[0]
                 d.fill_(float("nan"))
                 try:
@@ -241,7 +281,7 @@ def main(argv) -> int:
     if a.cmd == "clocks":
         return clocks(a.records, a.smi, a.out)
     if a.cmd == "export":
-        return export(a.out, a.dtypes.split(","), SETS[a.set][1])
+        return export(a.out, a.dtypes.split(","), SETS[a.set][1], SETS[a.set][0])
     return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s, a.set, a.pairwise)
 
 
