@@ -11,7 +11,9 @@ bf16, GPU time per call from CUDA-graph replays, torch.mm in the same run; where
 was swept again, after a kernel change, the latest sweep counts) and the v9
 records of results/suites/nvidia-h200.jsonl (bf16, checked), each turned into a time on
 the sweep's scale as sweep_torch_time / (v9's ratio to torch in its own run); v10's
-ping-pong from results/lab/v10_suite_graph_h200.jsonl the same way (its own s, e, f).
+ping-pong from results/lab/v10_suite_graph_h200.jsonl the same way and from
+results/lab/v12_shortk_h200.jsonl (its own s, e, f, fitted to its times in
+chooser.pingpong_band only, where the model rates it).
 For each v12 entry: time = s * steps + e * waves + f (chooser.py's terms), weighted least
 squares on the relative error, coefficients kept non-negative. v9 takes e and f from
 v12's 128x256 and fits s alone.
@@ -36,11 +38,7 @@ from tirx_gemm import chooser  # noqa: E402
 # one-CTA menu re-timed in the same run); the widths between the menu's
 SWEEPS = tuple(ROOT / "results/lab" / f for f in (
     "v12_sweep_h200.jsonl", "v12_cluster_sweep_h200.jsonl", "v12_widths_sweep_h200.jsonl",
-    "v12_widths8_sweep_h200.jsonl", "v12_shortk_h200.jsonl"))
-# v12_shortk_h200.jsonl (scripts/lab/streaming_sweep.py --set shortk, both dtypes, two
-# passes; bf16 read here): 19 shapes of a thousand tokens or more on a K of 640-2560, with
-# v9 and v10 timed in the same interleaved run as v12's 128-row tiles. Its swap-AB tiles
-# ("...wt") are not plain candidates and are left out.
+    "v12_widths8_sweep_h200.jsonl"))
 SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
 # measured but not on the menu: the 64-row tiles of an odd multiple of 8 columns. Their
 # use is decode widths, where matmul runs swap-AB tiles; fitted with the rest, the model
@@ -52,6 +50,12 @@ OFF_MENU = frozenset({"64x72", "64x88", "64x104", "64x120"})
 # v10's ping-pong (plain) at the suite shapes as CUDA graphs beside torch.mm
 # (scripts/lab/h200_v10_sweep.sh): each time scaled to the sweep's torch time of the shape
 V10_SWEEP = ROOT / "results/lab/v10_suite_graph_h200.jsonl"
+# v10 beside v9 and v12's 128-row tiles at 19 shapes of a thousand tokens or more on a K of
+# 640-2560 (scripts/lab/streaming_sweep.py --set shortk, both dtypes, two passes; bf16 read
+# here, GPU time per call from CUDA-graph replays): read for v10 alone, whose figures are
+# fitted in chooser.pingpong_band only; the other candidates keep the sweeps above (their
+# one-line fits would trade the large shapes' accuracy for these)
+SHORTK_SWEEP = ROOT / "results/lab/v12_shortk_h200.jsonl"
 # v12 with and without PDL=True (scripts/lab/v12_sweep.py export --pdl): the saving PDL
 # brings a kernel under chooser.PDL_MAX_US, the median over those pairs
 PDL_SWEEP = ROOT / "results/lab/v12_pdl_sweep_h200.jsonl"
@@ -112,14 +116,10 @@ def pdl_saving(path=PDL_SWEEP) -> float:
     return round(statistics.median(savings), 3) if savings else 0.0
 
 
-SWAPPED = ("w", "wt")  # swap-AB entries of a sweep: not plain candidates
-
-
-def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP):
+def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP, shortk=SHORTK_SWEEP):
     """(samples [(cand, M, N, K, us)], torch us per shape) from the records."""
-    rows = [r for sweep in sweeps if Path(sweep).exists()
-            for r in map(json.loads, filter(str.strip, Path(sweep).read_text().splitlines()))
-            if r.get("dtype", "bfloat16") == "bfloat16"]
+    rows = [json.loads(x) for sweep in sweeps if Path(sweep).exists()
+            for x in Path(sweep).read_text().splitlines() if x.strip()]
     # the latest sweep of a shape replaces the earlier ones (a kernel change is re-swept);
     # a candidate it lacks keeps its earlier time, scaled by the two runs' torch times
     latest, torch_us = {}, {}
@@ -128,8 +128,7 @@ def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP):
         old = latest.get(shape, {})
         scale = (r["torch_ms"] * 1e3 / torch_us[shape]) if shape in torch_us else 1.0
         merged = {c: v * scale for c, v in old.items()}
-        merged.update({c: v["ms"] * 1e3 for c, v in r["candidates"].items()
-                       if v.get("ok") and not c.endswith(SWAPPED)})
+        merged.update({c: v["ms"] * 1e3 for c, v in r["candidates"].items() if v.get("ok")})
         for c, v in r["candidates"].items():
             if not v.get("ok"):
                 merged.pop(c, None)
@@ -154,6 +153,15 @@ def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP):
     for shape, ratio in sorted(pingpong.items()):
         if shape in torch_us:
             out.append((chooser.V10, *shape, torch_us[shape] / ratio))
+    times = {}  # shortk: each shape's v10 times (its passes), bf16, checked
+    for line in (Path(shortk).read_text().splitlines() if Path(shortk).exists() else ()):
+        r = json.loads(line)
+        c = r["candidates"].get(chooser.V10, {})
+        if r.get("dtype") == "bfloat16" and c.get("ok") and "ms" in c:
+            times.setdefault((r["M"], r["N"], r["K"]), []).append(c["ms"] * 1e3)
+    for shape, ts in sorted(times.items()):
+        if shape not in pingpong:
+            out.append((chooser.V10, *shape, statistics.median(ts)))
     return out, torch_us
 
 
@@ -167,7 +175,9 @@ def fit(samples, sm_count: int = chooser.SMS_H200) -> dict:
     cands = sorted({c for c, *_ in samples if c != chooser.V9})
     out = {}
     for c in cands:
-        rows = [s for s in samples if s[0] == c]
+        # v10 by its measurements in the band where the model rates it (chooser.pingpong_band)
+        rows = [s for s in samples if s[0] == c
+                and (c != chooser.V10 or chooser.pingpong_band(*s[1:4], sm_count))]
         X = np.array([[*chooser.shape_terms(c, M, N, K, sm_count)[:2], 1.0]
                       for _, M, N, K, _ in rows])
         y = np.array([t for *_, t in rows])

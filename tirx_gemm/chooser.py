@@ -229,10 +229,12 @@ def clustered(cand: str) -> bool:
 def rank(M: int, N: int, K: int, sm_count: int = SMS_H200,
          pdl: bool = True) -> tuple[tuple[float, str], ...]:
     """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9 and
-    v10 only on an even number of SMs). The pairs enter by :func:`best`'s row rule alone."""
+    v10 only on an even number of SMs; in :func:`pingpong_band` v10, elsewhere v9). The
+    pairs enter by :func:`best`'s row rule alone."""
     ranked = sorted((predict(c, M, N, K, sm_count, pdl), _predict_plain(c, M, N, K, sm_count), c)
                     for c in params()
-                    if c in (V9, V10) and sm_count % 2 == 0 or not clustered(c))
+                    if (c == V9 or c == V10) and (c == V10) == pingpong_band(M, N, K, sm_count)
+                    and sm_count % 2 == 0 or not clustered(c))
     return tuple((t, c) for t, _, c in ranked)  # ties on the floor: least time without it
 
 
@@ -301,33 +303,34 @@ def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     return rank(M, N, K, sm_count)[0][0] > PDL_MAX_US
 
 
-# Past that band, v10 still wins where every SM gets at least two of its tiles, so there is
-# an epilogue to hide under the other warpgroup's mainloop at every turn but the last.
-# Measured on the H200 (results/lab/v12_shortk_h200.jsonl: 19 shapes of a thousand tokens
-# or more on a K of 640-2560, v9, v10 and v12's 128-row tiles and swap-AB tiles in one
-# interleaved run, fp16 and bf16, two passes, every kernel checked): with K <= 1280 and
-# 128x128 tiles >= 2 x SMs, v10 ran 1.00-1.18 against the model's picks' 0.89-1.07
-# (4096x4096x1024 1.13 against v9's 1.02; 8192x2304x768 1.18 against 128x192's 1.07),
-# level or ahead at every such shape but one: 3152x2304x768, where the swapped problem
-# fills three whole waves (128x144 swap-AB, 0.98, against v10's 0.93), so the swap rule
-# (:func:`dp_swap_tile`) is asked first. At K = 2560 it lost (6000x640x2560 0.93 against
-# 0.98 swapped); with fewer tiles it had nothing to hide (4096x1024x1024: 256 tiles, 1.00
-# against 128x256's 0.98, within the spread). The fitted model sees v10's mainloop but not
-# its hidden epilogue: it still ranked v9 or a 128-row tile first at 10 of those shapes.
-PINGPONG_MID_MAX_K = 1280
-PINGPONG_MID_TILES_PER_SM = 2
+# Past that band v10 is a candidate of the model, within a band of its own: K past
+# PINGPONG_MAX_K up to PINGPONG_BAND_MAX_K and at least as many 128x128 tiles as SMs
+# (:func:`pingpong_band`); elsewhere only the rule above runs it. Its
+# three figures are fitted to its measurements there only (scripts/fit_chooser.py): fitted
+# to every shape it was timed at (decode widths, deep K, where it is never a contender and
+# the GPU runs power-limited) they over-predicted it by 3-8% at every short-K shape and the
+# model ranked it behind v9 or a 128-row tile where it ran 5-15% ahead. Measured on the H200
+# (results/lab/v12_shortk_h200.jsonl: 19 shapes of a thousand tokens or more on a K of
+# 640-2560, v9, v10, v12's 128-row tiles and swap-AB tiles in one interleaved run, fp16
+# and bf16, two passes, every kernel checked): v10 ran 1.00-1.21 where it won (8192x2304x768
+# 1.18 against v9's 0.95 and 128x192's 1.07), and behind where a larger tile fills whole
+# waves (3152x2304x768: 128x144 swapped, three waves, 0.98 against 0.93) or K is deeper
+# (6000x640x2560: 0.93 against 0.98 swapped). In the band v10 takes v9's place: it ran
+# ahead of v9 at every shape of the band in this run and in the check through matmul
+# (results/lab/matmul_graph_h200_pingmid.jsonl: 3000x4096x1024 1.12 against 1.03,
+# 8192x1024x1024 1.06 against 0.97), where v9's figures (its K step fitted to the large
+# shapes, its wave and fixed costs 128x256's) miss its exposed epilogue and predicted it
+# 5-10% fast.
+PINGPONG_BAND_MAX_K = 1280
 
 
-def wants_pingpong_mid(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
-    """Whether a plain GEMM past the short-K band goes to v10's ping-pong: K of at most
-    PINGPONG_MID_MAX_K, at least PINGPONG_MID_TILES_PER_SM of its tiles per SM, and the
-    model's best kernel too long for PDL (as in :func:`wants_pingpong`)."""
+def pingpong_band(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
+    """Whether v10's ping-pong is a candidate of the model at MxNxK: K past the short-K
+    rule's band (:func:`wants_pingpong`) up to PINGPONG_BAND_MAX_K, and at least as many of
+    its 128x128 tiles as SMs."""
     bm, bn = V10_TILE
-    if not PINGPONG_MAX_K < K <= PINGPONG_MID_MAX_K:
-        return False
-    if _ceil_div(M, bm) * _ceil_div(N, bn) < PINGPONG_MID_TILES_PER_SM * sm_count:
-        return False
-    return rank(M, N, K, sm_count)[0][0] > PDL_MAX_US
+    return (PINGPONG_MAX_K < K <= PINGPONG_BAND_MAX_K
+            and _ceil_div(M, bm) * _ceil_div(N, bn) >= sm_count)
 
 
 def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,

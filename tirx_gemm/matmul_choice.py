@@ -179,8 +179,8 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     SPLIT_K where chooser.split_plan says (the split model beats the data-parallel one, or
     a decode rule), swap-AB for few tokens and v10's ping-pong by their rules, and
     swap-AB stored by TMA where the model prefers the swapped problem
-    (chooser.dp_swap_tile), then v10 again past the short-K band where each SM gets two of
-    its tiles (chooser.wants_pingpong_mid)."""
+    (chooser.dp_swap_tile); v10 is also a candidate of the model in its band
+    (chooser.pingpong_band)."""
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
@@ -203,8 +203,6 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
         if chooser.uses_pdl(chooser.name(*dp_swap), N, chooser.dp_swap_rows(M), K, pool):
             kw["PDL"] = True
         return TILE_MENU, kw
-    if pingpong is not None and chooser.wants_pingpong_mid(M, N, K, pool):
-        return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
     pick = chooser.best(M, N, K, pool)
     if pick == chooser.V9:
         return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
