@@ -56,6 +56,8 @@ V10_SWEEP = ROOT / "results/lab/v10_suite_graph_h200.jsonl"
 # fitted in chooser.pingpong_band only; the other candidates keep the sweeps above (their
 # one-line fits would trade the large shapes' accuracy for these)
 SHORTK_SWEEP = ROOT / "results/lab/v12_shortk_h200.jsonl"
+# the same kernels at 10 shapes of K 1536-2560 (--set midk, the same protocol): v10 alone
+MIDK_SWEEP = ROOT / "results/lab/v12_midk_h200.jsonl"
 # v12 with and without PDL=True (scripts/lab/v12_sweep.py export --pdl): the saving PDL
 # brings a kernel under chooser.PDL_MAX_US, the median over those pairs
 PDL_SWEEP = ROOT / "results/lab/v12_pdl_sweep_h200.jsonl"
@@ -116,7 +118,7 @@ def pdl_saving(path=PDL_SWEEP) -> float:
     return round(statistics.median(savings), 3) if savings else 0.0
 
 
-def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP, shortk=SHORTK_SWEEP):
+def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP, shortk=(SHORTK_SWEEP, MIDK_SWEEP)):
     """(samples [(cand, M, N, K, us)], torch us per shape) from the records."""
     rows = [json.loads(x) for sweep in sweeps if Path(sweep).exists()
             for x in Path(sweep).read_text().splitlines() if x.strip()]
@@ -153,8 +155,8 @@ def load(sweeps=SWEEPS, suite=SUITE, v10=V10_SWEEP, shortk=SHORTK_SWEEP):
     for shape, ratio in sorted(pingpong.items()):
         if shape in torch_us:
             out.append((chooser.V10, *shape, torch_us[shape] / ratio))
-    times = {}  # shortk: each shape's v10 times (its passes), bf16, checked
-    for line in (Path(shortk).read_text().splitlines() if Path(shortk).exists() else ()):
+    times = {}  # shortk, midk: each shape's v10 times (its passes), bf16, checked
+    for line in (x for f in shortk if Path(f).exists() for x in Path(f).read_text().splitlines()):
         r = json.loads(line)
         c = r["candidates"].get(chooser.V10, {})
         if r.get("dtype") == "bfloat16" and c.get("ok") and "ms" in c:

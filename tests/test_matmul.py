@@ -582,13 +582,14 @@ def test_an_epilogue_always_gets_a_v12_tile(mnk, epi):
 
 
 def test_a_forced_v12_gets_a_v12_tile_where_the_model_ranks_v10_first():
-    # 4096x4096x256: v10's ping-pong leads the ranking; step="v12" takes the best v12 tile
+    # 8192x2304x768: in v10's band its ping-pong leads the ranking; step="v12" takes the
+    # best v12 tile
     from tirx_gemm import chooser
-    assert chooser.rank(4096, 4096, 256)[0][1] == chooser.V10
+    assert chooser.rank(8192, 2304, 768)[0][1] == chooser.V10
     from tirx_gemm import matmul_choice
-    st, kw = matmul_choice.pick(4096, 4096, 256, "bfloat16", "sm_90a", 132, "v12")
+    st, kw = matmul_choice.pick(8192, 2304, 768, "bfloat16", "sm_90a", 132, "v12")
     assert st.id == "v12" and (kw["BLK_M"], kw["BLK_N"]) == chooser.tile(next(
-        c for _, c in chooser.rank(4096, 4096, 256) if c not in (chooser.V9, chooser.V10)))[:2]
+        c for _, c in chooser.rank(8192, 2304, 768) if c not in (chooser.V9, chooser.V10)))[:2]
 
 
 def test_a_plain_epilogue_is_the_plain_choice():

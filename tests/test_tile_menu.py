@@ -438,12 +438,50 @@ def test_chooser_pingpong_rule():
     step, kw = mm.choose(2048, 2048, 256, "float16", "sm_90a", 132)
     assert step == "v12" and kw["PDL"] is True
     assert mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132)[0] != "v10"      # 16 tiles
-    assert mm.choose(4096, 4096, 1024, "bfloat16", "sm_90a", 132)[0] != "v10"   # K past 512
+    # past 512 the rule is off: v10 is the model's candidate in its band (below)
+    assert not chooser.wants_pingpong(4096, 4096, 1024)
     assert chooser.rank(4096, 1024, 512)[0][0] <= chooser.PDL_MAX_US
     assert not chooser.wants_pingpong(4096, 1024, 512)        # short: v12 with PDL
     assert not chooser.wants_pingpong(4096, 1024, 512, 264)   # 256 tiles on 264 SMs
     assert chooser.wants_pingpong(4096, 4096 + 128, 512)
     assert chooser.V10 in chooser.params() and chooser.clustered(chooser.V10)
+
+
+def test_v10_is_the_models_candidate_in_its_band_in_v9s_place():
+    """Past the short-K rule, v10 is ranked by the model where K is at most
+    PINGPONG_BAND_MAX_K and its 128x128 tiles are at least as many as the SMs, and v9 is
+    not ranked there; outside the band it is the other way round. Its figures are fitted
+    to its measurements in the band only."""
+    import json
+    from pathlib import Path
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    top = chooser.PINGPONG_BAND_MAX_K
+    assert chooser.PINGPONG_MAX_K < top
+    ranked = lambda *s: {c for _, c in chooser.rank(*s)}  # noqa: E731
+    for shape in ((8192, 2304, 768), (4096, 4096, top), (4096, 4096, chooser.PINGPONG_MAX_K + 8)):
+        assert chooser.pingpong_band(*shape)
+        assert chooser.V10 in ranked(*shape) and chooser.V9 not in ranked(*shape)
+    for shape in ((4096, 4096, top + 8), (4096, 4096, 4096), (4096, 4096, chooser.PINGPONG_MAX_K),
+                  (1024, 2048, 1024)):  # past the band, deep, the rule's K, 128 tiles
+        assert not chooser.pingpong_band(*shape)
+        assert chooser.V10 not in ranked(*shape) and chooser.V9 in ranked(*shape)
+    assert chooser.pingpong_band(1024, 2048, 1024, 128)  # 128 tiles on 128 SMs
+    # matmul follows the ranking there (measured: results/lab/v12_shortk_h200.jsonl)
+    assert mm.choose(8192, 2304, 768, "bfloat16", "sm_90a", 132)[0] == "v10"
+    assert mm.choose(4096, 4096, top + 64, "bfloat16", "sm_90a", 132)[0] != "v10"
+    # the fit reads v10's times in the band only: a refit from the records gives its figures
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "fit_chooser", Path(__file__).parents[1] / "scripts" / "fit_chooser.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    samples, _ = fit.load()
+    v10 = [s for s in samples if s[0] == chooser.V10]
+    inside = [s for s in v10 if chooser.pingpong_band(*s[1:4])]
+    assert 15 <= len(inside) < len(v10)
+    assert fit.fit(inside)[chooser.V10] == fit.fit(v10)[chooser.V10] == \
+        json.loads(chooser.PARAMS_FILE.read_text())["candidates"][chooser.V10]
     # with a fused epilogue matmul's v10 rule stays chooser.epilogue_step's (EPILOGUE_STEP)
     assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132,
                      epilogue={"BIAS": "float16"})[0] == "v12"
