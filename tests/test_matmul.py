@@ -385,8 +385,8 @@ def test_the_tail_wave_figures_lesson_v12_quotes_are_the_lab_script_s_output():
     assert f"{g2[0]}x from the fastest tile against {base[0]}x" in lesson
     moved = [ln.split()[0] for ln in every["0.2"].splitlines()
              if re.match(r"\s+\d+x\d+x\d+ ", ln)]
-    assert moved == ["77x7168x2048", "2049x3584x3584"], moved
-    assert f"it moves {moved[0]} and {moved[1]} to" in lesson
+    assert moved == ["77x7168x2048", "2049x3584x3584", "2304x2304x2304"], moved
+    assert f"it moves {moved[0]}, {moved[1]} and {moved[2]} to" in lesson
     assert f"(g = 0.3: {g3[0]}x)" in lesson
     cb = figures(compute_bound["0.2"])
     assert cb[0] == base[0] and f"raises the error ({base[3]}% to {cb[3]}%)" in lesson

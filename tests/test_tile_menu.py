@@ -314,6 +314,9 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert f"predicted at most {chooser.PDL_MAX_US:.0f} µs, `chooser.PDL_MAX_US`" in text
     assert (f"K ≤ {chooser.PINGPONG_MAX_K} and at least as many "
             f"{chooser.V10_TILE[0]}x{chooser.V10_TILE[1]} tiles as SMs") in text
+    # v10's band: where the model ranks it
+    assert (f"K past {chooser.PINGPONG_MAX_K} up to {chooser.PINGPONG_BAND_MAX_K} and at "
+            f"least as many {chooser.V10_TILE[0]}x{chooser.V10_TILE[1]} tiles as SMs") in text
     # the data-parallel swap-AB rule: where it applies, its margin, its blocks
     assert f"past {chooser.WIDE_SWAP_MAX_M} tokens (below," in text
     assert (f"more than {round(chooser.DP_SWAP_MARGIN * 100)}% faster than the best plain "

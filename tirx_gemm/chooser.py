@@ -1,6 +1,7 @@
 """The per-shape chooser of tirx_gemm.matmul on sm_90a: a cost model of the H200 fitted to
 recorded measurements, over v12's tile menu, v9 and v10 (v11 for the few-tile, deep-K
-shapes; v10's ping-pong by an explicit rule for a short K, :func:`wants_pingpong`).
+shapes; v10's ping-pong by an explicit rule for a short K, :func:`wants_pingpong`, and in
+v9's place in its own band past it, :func:`pingpong_band`).
 
 Why a model: one tile cannot serve every shape (v12's card). What decides is how many of
 the 132 SMs get work and how long each works:
@@ -175,7 +176,7 @@ def _predict_plain(cand: str, M: int, N: int, K: int, sm_count: int) -> float:
 # same bytes; its f is a launch and a ramp). The floor is one for every candidate: where it
 # binds, they are all bound by the same bytes, and the ranking breaks the tie by the time
 # without the floor (the most slack).
-# Over the sweeps' 2255 kernels the floor brings the model's RMS error from 15.8% to
+# Over the sweeps' 2264 kernels the floor brings the model's RMS error from 15.8% to
 # 15.0% (`scripts/fit_chooser.py` prints both) and changes no data-parallel pick.
 
 
