@@ -12,8 +12,8 @@ was swept again, after a kernel change, the latest sweep counts) and the v9
 records of results/suites/nvidia-h200.jsonl (bf16, checked), each turned into a time on
 the sweep's scale as sweep_torch_time / (v9's ratio to torch in its own run); v10's
 ping-pong from results/lab/v10_suite_graph_h200.jsonl the same way and from
-results/lab/v12_shortk_h200.jsonl (its own s, e, f, fitted to its times in
-chooser.pingpong_band only, where the model rates it).
+results/lab/v12_shortk_h200.jsonl and v12_midk_h200.jsonl (its own s, e, f, fitted to its
+times in chooser.pingpong_band only, where the model rates it).
 For each v12 entry: time = s * steps + e * waves + f (chooser.py's terms), weighted least
 squares on the relative error, coefficients kept non-negative. v9 takes e and f from
 v12's 128x256 and fits s alone.
@@ -50,13 +50,13 @@ OFF_MENU = frozenset({"64x72", "64x88", "64x104", "64x120"})
 # v10's ping-pong (plain) at the suite shapes as CUDA graphs beside torch.mm
 # (scripts/lab/h200_v10_sweep.sh): each time scaled to the sweep's torch time of the shape
 V10_SWEEP = ROOT / "results/lab/v10_suite_graph_h200.jsonl"
-# v10 beside v9 and v12's 128-row tiles at 19 shapes of a thousand tokens or more on a K of
-# 640-2560 (scripts/lab/streaming_sweep.py --set shortk, both dtypes, two passes; bf16 read
+# v10 beside v9 and v12's 128-row tiles at a thousand tokens or more on a K of 640-2560
+# (scripts/lab/streaming_sweep.py --set shortk, both dtypes, two passes; bf16 read
 # here, GPU time per call from CUDA-graph replays): read for v10 alone, whose figures are
 # fitted in chooser.pingpong_band only; the other candidates keep the sweeps above (their
 # one-line fits would trade the large shapes' accuracy for these)
 SHORTK_SWEEP = ROOT / "results/lab/v12_shortk_h200.jsonl"
-# the same kernels at 10 shapes of K 1536-2560 (--set midk, the same protocol): v10 alone
+# the same kernels at a K of 1536-2560 (--set midk, the same protocol): v10 alone
 MIDK_SWEEP = ROOT / "results/lab/v12_midk_h200.jsonl"
 # v12 with and without PDL=True (scripts/lab/v12_sweep.py export --pdl): the saving PDL
 # brings a kernel under chooser.PDL_MAX_US, the median over those pairs

@@ -724,3 +724,41 @@ def test_chooser_dp_swap_rule():
     for step_id, kw, lo, hi in vs:
         for M in range(lo, hi + 1):
             assert mm.choose(M, 768, 768, "bfloat16", "sm_90a", 132) == (step_id, kw), M
+
+
+def test_readme_counts_for_v10s_band_are_the_records():
+    """The counts README's v10-band bullet states are what the sweeps and the check through
+    matmul recorded, and the v10 lesson states the band's edges as chooser has them."""
+    import collections
+    import json
+    import re
+    from pathlib import Path
+    from tirx_gemm import chooser
+    root = Path(__file__).parents[1]
+    lab = root / "results" / "lab"
+    text = re.sub(r"<!--.*?-->", "", (root / "README.md").read_text())
+    text = re.sub(r"\s+", " ", text)
+    sweeps = [json.loads(x) for f in ("v12_shortk_h200.jsonl", "v12_midk_h200.jsonl")
+              for x in (lab / f).read_text().splitlines()]
+    ratios = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in sweeps:
+        if r["dtype"] == "bfloat16":
+            for name, c in r["candidates"].items():
+                ratios[(r["M"], r["N"], r["K"])][name].append(c["ratio"])
+    first = sum(max(c, key=lambda n: sum(c[n])) == chooser.V10 for c in ratios.values())
+    assert f"had v10 first at {first} of {len(ratios)} (bf16)" in text
+    assert f"{len(ratios)} shapes of a thousand tokens or more" in text
+    check = [json.loads(x) for x in
+             (lab / "matmul_graph_h200_pingband.jsonl").read_text().splitlines()]
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in check:
+        runs[(r["M"], r["N"], r["K"])][r["chooser"]].append(r["ratio"])
+    ahead = sum(min(v["new"]) > max(v["old"]) for v in runs.values())
+    behind = sum(max(v["new"]) < min(v["old"]) for v in runs.values())
+    fresh = sum(s not in ratios for s in runs)
+    assert (f"{len(runs)} shapes where the band changes the pick or could, {fresh} of them "
+            f"in neither sweep") in text
+    assert f"ahead at {ahead} (" in text and f"behind at {'two' if behind == 2 else behind} " in text
+    lesson = re.sub(r"\s+", " ", (root / "steps" / "lessons" / "v10.md").read_text())
+    assert (f"for a K of at most {chooser.PINGPONG_MAX_K} by a rule (`chooser.wants_pingpong`), "
+            f"and from {chooser.PINGPONG_MAX_K + 1} to {chooser.PINGPONG_BAND_MAX_K}") in lesson

@@ -313,17 +313,17 @@ def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
 # to every shape it was timed at (decode widths, deep K, where it is never a contender and
 # the GPU runs power-limited) they over-predicted it by 3-8% at every short-K shape and the
 # model ranked it behind v9 or a 128-row tile where it ran 5-15% ahead. Measured on the H200
-# (results/lab/v12_shortk_h200.jsonl: 19 shapes of a thousand tokens or more on a K of
-# 640-2560, v9, v10, v12's 128-row tiles and swap-AB tiles in one interleaved run, fp16
-# and bf16, two passes, every kernel checked): v10 ran 1.00-1.21 where it won (8192x2304x768
-# 1.18 against v9's 0.95 and 128x192's 1.07), and behind where a larger tile fills whole
-# waves (3152x2304x768: 128x144 swapped, three waves, 0.98 against 0.93) or K is deeper
-# (6000x640x2560: 0.93 against 0.98 swapped). In the band v10 takes v9's place: it ran
-# ahead of v9 at every shape of the band in this run and in the check through matmul
-# (results/lab/matmul_graph_h200_pingmid.jsonl: 3000x4096x1024 1.12 against 1.03,
-# 8192x1024x1024 1.06 against 0.97), where v9's figures (its K step fitted to the large
-# shapes, its wave and fixed costs 128x256's) miss its exposed epilogue and predicted it
-# 5-10% fast.
+# (results/lab/v12_shortk_h200.jsonl and v12_midk_h200.jsonl: a thousand tokens or more on
+# a K of 640-2560, v9, v10, v12's 128-row tiles and swap-AB tiles in one interleaved run,
+# fp16 and bf16, two passes, every kernel checked): v10 ran 1.00-1.21 where it won
+# (8192x2304x768 1.18 against v9's 0.95 and 128x192's 1.07), and behind where a larger tile
+# fills whole waves (3152x2304x768: 128x144 swapped, three waves, 0.98 against 0.93), where
+# K is deeper with few tokens (6000x640x2560: 0.93 against 0.98 swapped) and at 2304^3.
+# In the band v10 takes v9's place: it ran ahead of v9 at every shape of the band in those
+# sweeps and through matmul (results/lab/matmul_graph_h200_pingband.jsonl: 3000x4096x1024
+# 1.12 against 1.02, 8192x1024x1024 1.06 against 0.97), where v9's figures (its K step
+# fitted to the large shapes, its wave and fixed costs 128x256's) miss its exposed epilogue
+# and predicted it 5-10% fast.
 PINGPONG_BAND_MAX_K = 2560
 
 
