@@ -295,13 +295,18 @@ def best(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
 PINGPONG_MAX_K = 512
 
 
+def v10_tiles(M: int, N: int) -> int:
+    """How many of v10's V10_TILE output tiles an MxN result has (each a warpgroup's turn)."""
+    bm, bn = V10_TILE
+    return _ceil_div(M, bm) * _ceil_div(N, bn)
+
+
 def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     """Whether a plain GEMM goes to v10's ping-pong: a short K and every SM a tile, unless
     the model's best kernel is short enough for PDL, which saves more there (v12 with PDL,
     CUDA graphs: 2048x2048x256 1.08 and 4096x4096x64 1.23 against v10's 1.03 and 1.13;
     v10's builder takes no PDL)."""
-    bm, bn = V10_TILE
-    if K > PINGPONG_MAX_K or _ceil_div(M, bm) * _ceil_div(N, bn) < sm_count:
+    if K > PINGPONG_MAX_K or v10_tiles(M, N) < sm_count:
         return False
     return rank(M, N, K, sm_count)[0][0] > PDL_MAX_US
 
@@ -315,10 +320,11 @@ def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
 # model ranked it behind v9 or a 128-row tile where it ran 5-15% ahead. Measured on the H200
 # (results/lab/v12_shortk_h200.jsonl and v12_midk_h200.jsonl: a thousand tokens or more on
 # a K of 640-2560, v9, v10, v12's 128-row tiles and swap-AB tiles in one interleaved run,
-# fp16 and bf16, two passes, every kernel checked): v10 ran 1.00-1.21 where it won
-# (8192x2304x768 1.18 against v9's 0.95 and 128x192's 1.07), and behind where a larger tile
-# fills whole waves (3152x2304x768: 128x144 swapped, three waves, 0.98 against 0.93), where
-# K is deeper with few tokens (6000x640x2560: 0.93 against 0.98 swapped) and at 2304^3.
+# fp16 and bf16, two passes, every kernel checked): where v10 was the fastest kernel it ran
+# 0.91-1.19 (8192x2304x768 1.17-1.18 against v9's 0.93-0.96 and 128x192's 1.06-1.08), and
+# it was behind where a larger tile fills whole waves (3152x2304x768: 128x144 swapped, three
+# waves, 0.98 against 0.92-0.94), where K is deeper with few tokens (6000x640x2560:
+# 0.92-0.94 against 0.97-0.98 swapped) and at 2304^3.
 # In the band v10 takes v9's place: it ran ahead of v9 at every shape of the band in those
 # sweeps and through matmul (results/lab/matmul_graph_h200_pingband.jsonl: 3000x4096x1024
 # 1.12 against 1.02, 8192x1024x1024 1.06 against 0.97), where v9's figures (its K step
@@ -331,9 +337,7 @@ def pingpong_band(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     """Whether v10's ping-pong is a candidate of the model at MxNxK: K past the short-K
     rule's band (:func:`wants_pingpong`) up to PINGPONG_BAND_MAX_K, and at least as many of
     its 128x128 tiles as SMs."""
-    bm, bn = V10_TILE
-    return (PINGPONG_MAX_K < K <= PINGPONG_BAND_MAX_K
-            and _ceil_div(M, bm) * _ceil_div(N, bn) >= sm_count)
+    return PINGPONG_MAX_K < K <= PINGPONG_BAND_MAX_K and v10_tiles(M, N) >= sm_count
 
 
 def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
@@ -728,6 +732,4 @@ def epilogue_step(M: int, N: int, K: int, epi: dict, sm_count: int = SMS_H200,
                          f"{', '.join(map(repr, EPILOGUE_STEP_CHOICES))}")
     if setting != V10 or not epi or not set(epi) <= set(V10_KEYWORDS):
         return V12
-    bm, bn = V10_TILE
-    tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
-    return V10 if tiles >= PINGPONG_MIN_TILES_PER_CTA * sm_count else V12
+    return V10 if v10_tiles(M, N) >= PINGPONG_MIN_TILES_PER_CTA * sm_count else V12

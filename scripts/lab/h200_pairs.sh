@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One-CTA v12 tiles against their CTA pairs (CLUSTER=2) on the H200: streaming_sweep.py's
-# "pairs" set (a few hundred tokens on a wide weight with a deep K, mid-size squares), both
-# dtypes, every kernel checked. MODE=set (default): all kernels of a shape interleaved with
-# torch.mm together, two passes (PASS_S seconds each, 260 by default); MODE=pairwise: each kernel interleaved with torch.mm alone
+# A set of streaming_sweep.py on the H200 (SETS, default "pairs": one-CTA v12 tiles against
+# their CTA pairs, CLUSTER=2, at a few hundred tokens on a wide weight with a deep K and at
+# mid-size squares; "shortk", "midk": v9 and v10 beside v12's tiles), both dtypes, every
+# kernel checked. MODE=set (default): all kernels of a shape interleaved with torch.mm
+# together, two passes (PASS_S seconds each, 260 by default); MODE=pairwise: each kernel
+# interleaved with torch.mm alone
 # (--pairwise, matmul_graph_times' protocol), the SM clock and power logged beside it
 # (nvidia-smi every 20 ms; records carry each kernel's wall span).
 #   python scripts/lab/streaming_sweep.py export --set pairs --dtypes bfloat16,float16 --out .gpu/pairs

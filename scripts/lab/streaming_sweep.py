@@ -23,7 +23,8 @@ Sets (``--set``):
              diffusion U-Net layers): v10's ping-pong and v9 (built per N and K) beside
              v12's 128-row tiles and swap-AB tiles stored by TMA, to see where the epilogue
              v10 hides under the other warpgroup's mainloop pays.
-  midk       shortk's kernels past v10's band (K of 1536-2560): where the band ends.
+  midk       shortk's kernels at a K of 1536-2560 (Qwen2, GPT-2 XL, Llama-3.2-1B, Phi-2
+             layers, 2304^3): how far up in K v10's ping-pong keeps its lead.
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -103,8 +104,8 @@ SHORTK_KERNELS.update({f"128x{bn}": {"BLK_M": 128, "BLK_N": bn, **PF}
 SHORTK_KERNELS["64x256"] = {"BLK_M": 64, "BLK_N": 256, **PF}
 SHORTK_KERNELS.update({f"128x{bn}wt": {"BLK_M": 128, "BLK_N": bn, "SWAP_AB": True,
                                        "SWAP_TMA": True, **PF} for bn in (144, 176, 208, 240)})
-# the midk set: the same kernels past v10's band (K of 1536-2560, many tokens): Qwen2-1.5B,
-# GPT-2 XL, Llama-3.2-1B, Phi-2 layers at 2048-8192 tokens, and 2304^3
+# the midk set: the same kernels at a K of 1536-2560 (many tokens): Qwen2-1.5B, GPT-2 XL,
+# Llama-3.2-1B, Phi-2 layers at 2048-8192 tokens, and 2304^3
 MIDK_SHAPES = ((4096, 2048, 1536), (4096, 8960, 1536), (8192, 4800, 1600), (8192, 6400, 1600),
                (4096, 2048, 2048), (4096, 8192, 2048), (2048, 16384, 2048),
                (4096, 7680, 2560), (4096, 10240, 2560), (2304, 2304, 2304))
