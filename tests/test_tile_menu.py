@@ -698,6 +698,78 @@ def test_swap_tma_stores_the_transpose_by_stmatrix_trans_and_tma(blk_n):
         step.build_primfunc(200, 768, 512, BLK_M=128, BLK_N=136, SWAP_AB=True, SWAP_TMA=True)
 
 
+def test_tail_tma_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    for kw in (dict(BLK_N=128), dict(BLK_N=144, SWAP_AB=True), dict(BLK_N=144, STREAM_K=True),
+               dict(BLK_N=144, EPI_SPREAD=True), dict(BLK_N=144, OUT_DTYPE="float32")):
+        with pytest.raises(ValueError, match="TAIL_TMA=True stores a plain tile's last"):
+            step.build_primfunc(200, 768, 512, BLK_M=128, TAIL_TMA=True, **kw)
+    with pytest.raises(ValueError, match="TAIL_TMA=1 must be True or False"):
+        step.build_primfunc(200, 768, 512, BLK_M=128, BLK_N=144, TAIL_TMA=1)
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 168), (64, 96), (128, 240), (64, 224)])
+def test_tail_tma_stores_the_tail_by_one_box_of_its_width(bm, bn):
+    """TAIL_TMA: the last bn % 64 columns go by stmatrix (an x4 per 16 columns, an x2 for
+    an odd 8) into a staging tile of their width and out in one TMA box of that width
+    beside the 64-column chunks' boxes; without it, no box narrower than 64 (guarded
+    element stores). The ring is as deep as chooser.ring_depth says, with and without:
+    where a tail tile of its own would cost a stage (128x168, 64x224) the tail tile lies
+    over each warpgroup's staging tile of the last chunk instead."""
+    pytest.importorskip("tvm")
+    import re
+
+    from tirx_gemm import chooser
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    kw = dict(BLK_M=bm, BLK_N=bn, RUNTIME_M=True, RUNTIME_NK=True)
+    texts = {tt: hgemm_v12(256, 768, 512, TAIL_TMA=tt, **kw).script() for tt in (False, True)}
+    tail = bn % 64
+    for tt, text in texts.items():
+        widths = {int(w) for w in re.findall(r"copy_async\(D\[prev_m[^,]*, prev_n \+ \d+:prev_n "
+                                             r"\+ \d+ \+ (\d+)\]", text)}
+        assert widths == ({tail} if tt else set()), (tt, widths)
+        depth = re.search(r"\((\d+), %d, 64\)" % bm, text).group(1)
+        assert int(depth) == chooser.ring_depth(bm, bn, tt)
+    x2 = [ln for ln in texts[True].splitlines() if "T.ptx.stmatrix(" in ln and '"x2"' in ln]
+    assert bool(x2) == bool(tail // 8 % 2)
+    # the staging buffers: the chunks' (consumers, bufs, 64, 64), one (64, tail) per consumer
+    decls = re.findall(r"decl_buffer\(\(([\d, ]+)\), \"float16\", data=pool_buf.data, "
+                       r"(?:strides=[^,]*, )?elem_offset=(\d+)", texts[True])
+    stage = [(tuple(map(int, d.split(","))), int(o)) for d, o in decls if d.endswith("64, 64")]
+    tails = sorted(int(o) for d, o in decls if d.replace(" ", "") == f"64,{tail}")
+    (consumers, bufs, _, _), at = stage[-1]
+    assert consumers == bm // 64 and len(tails) == consumers
+    over = [at + (c * bufs + (bn // 64 - 1) % bufs) * 4096 for c in range(consumers)]
+    shared = chooser.staging_bytes(bm, bn, True) == chooser.staging_bytes(bm, bn)
+    assert (tails == over) == shared, (tails, over)
+    assert shared == ((bm, bn) in ((128, 168), (64, 224)))
+
+
+def test_chooser_tail_tma_rule():
+    """matmul asks for TAIL_TMA on a one-CTA tile wider than 64 whose tail's staging tile
+    leaves the ring as deep (chooser.tail_tma); never on pairs, swap-AB or splits."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert chooser.tail_tma(128, 240) and chooser.tail_tma(64, 96)
+    assert chooser.tail_tma(128, 168) and chooser.tail_tma(128, 176)
+    # a shared tail over the only staging tile of an odd chunk count: measured level or
+    # behind (results/lab/v12_tailshare_h200.jsonl), so element stores
+    assert not chooser.tail_tma(64, 224) and not chooser.tail_tma(128, 208)
+    assert not chooser.tail_tma(128, 256) and not chooser.tail_tma(64, 48)
+    # 128x168: 5 stages with element stores; a 40-column tail tile of its own per
+    # warpgroup would leave 4, so it lies over the last chunk's staging tile: 5
+    assert chooser.ring_depth(128, 168) == chooser.ring_depth(128, 168, True) == 5
+    assert chooser.staging_bytes(128, 168, True) == chooser.staging_bytes(128, 168)
+    assert chooser.staging_bytes(128, 240, True) == chooser.staging_bytes(128, 240) + 2 * 64 * 48 * 2
+    step, kw = mm.choose(2049, 3584, 3584, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and (kw["BLK_M"], kw["BLK_N"]) == (128, 240) and kw["TAIL_TMA"]
+    step, kw = mm.choose(2304, 2304, 2304, "bfloat16", "sm_90a", 132)
+    assert (kw["BLK_M"], kw["BLK_N"]) == (128, 168) and kw["TAIL_TMA"]
+    for mnk in ((1, 4096, 4096), (1000, 1000, 1000), (6000, 768, 768), (128, 256, 32768)):
+        assert "TAIL_TMA" not in mm.choose(*mnk, "bfloat16", "sm_90a", 132)[1], mnk
+
+
 def test_chooser_dp_swap_rule():
     """Many tokens on a narrow weight: swap-AB with SWAP_TMA where the model predicts the
     swapped problem more than DP_SWAP_MARGIN faster; never at decode widths or a misaligned

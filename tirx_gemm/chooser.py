@@ -648,6 +648,62 @@ def ring_stages(bm: int, bn: int) -> int:
     return spec.ring_stages((bm + bn) * BLK_K * 2)
 
 
+# v12's plain tiles store D through 64x64 staging tiles (one TMA store per 64 columns); a
+# tile whose width is not a multiple of 64 stores its last columns either element by element
+# from the registers or, with TAIL_TMA, through one more staging tile of their width and
+# one more TMA store. That tile is the tile's own unless it would cost the default ring a
+# stage; then it lies over the last chunk's staging tile (TAIL_SHARED in the builder) and
+# waits for that chunk's store to have read it. Measured on the H200, interleaved with
+# torch, fp16 and bf16, two passes (results/lab/v12_tailtma_h200.jsonl, scripts/lab/
+# streaming_sweep.py --set tailtma): with a tile of its own TAIL_TMA ran level or ahead
+# wherever the ring kept its depth (128x160 at 4096x1280x1280 0.95-0.96 -> 1.00-1.01,
+# 128x240 at 2049x3584x3584 0.92-0.95 -> 0.95-0.97) and behind where it cost a stage at a
+# weight-streaming shape (128x168 at 128x10240x8192 0.73-0.78 -> 0.69-0.72, 5 stages -> 4),
+# which is why the shared tile exists. Shared (results/lab/v12_tailshare_h200.jsonl, --set
+# tailshare) it ran level at those shapes and ahead elsewhere where the chunks have two
+# staging tiles to alternate (128x176 at 2304^3 0.88-0.89 -> 0.93-0.94), but level or
+# behind where they have one, every store then waiting for the one before (128x208 at
+# 4096x7680x2560 1.05-1.06 -> 1.04). Through matmul: results/lab/
+# matmul_graph_h200_tailtma.jsonl, results/lab/matmul_graph_h200_tailshare.jsonl.
+EPI_COLS = 64  # v12's TMA-store chunk: one 128-byte swizzle row of 16-bit D
+RING_DEPTH_MAX = 16  # v12's default ring: as many stages as fit, at most this many
+
+
+def staging_bytes(bm: int, bn: int, tail_tma: bool = False) -> int:
+    """Shared memory of v12's epilogue staging for a plain one-CTA bm x bn tile of 16-bit
+    D: per consumer warpgroup (bm / 64 of them) a 64x64 tile, two when the tile's whole
+    64-column chunks are even in number, none below 64 columns; ``tail_tma`` adds a 64 x
+    (bn % 64) tile per warpgroup unless that would cost the ring a stage and there is a
+    chunk's tile to lie over (the builder's TAIL_SHARED)."""
+    consumers, chunks = bm // 64, bn // EPI_COLS
+    out = consumers * (2 if chunks % 2 == 0 else 1) * 64 * EPI_COLS * 2 if chunks else 0
+    tail = consumers * 64 * (bn % EPI_COLS) * 2 if tail_tma else 0
+    stage = (bm + bn) * BLK_K * 2
+    if tail and chunks and _depth(stage, out + tail) < _depth(stage, out):
+        tail = 0  # over the last chunk's staging tile
+    return out + tail
+
+
+def _depth(stage_bytes: int, staging: int) -> int:
+    return min(RING_DEPTH_MAX, spec.ring_stages(stage_bytes, staging))
+
+
+def ring_depth(bm: int, bn: int, tail_tma: bool = False) -> int:
+    """v12's default ring depth of a plain one-CTA bm x bn tile (sm_90a)."""
+    return _depth((bm + bn) * BLK_K * 2, staging_bytes(bm, bn, tail_tma))
+
+
+def tail_tma(bm: int, bn: int) -> bool:
+    """Whether matmul stores a plain one-CTA bm x bn tile's last bn % 64 columns by TMA
+    (v12's TAIL_TMA): the tile is wider than one 64-column chunk (as every tile measured
+    was) and has such columns, and its tail has a staging tile of its own or lies over
+    one of two the chunks alternate (see above). The ring keeps its depth either way."""
+    if bn <= EPI_COLS or bn % EPI_COLS == 0:
+        return False
+    own = staging_bytes(bm, bn, True) > staging_bytes(bm, bn)
+    return own or (bn // EPI_COLS) % 2 == 0
+
+
 def best_wide_swap_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
     """(predicted us, BLK_M, token tile, S) of the fastest swap-AB split the split model
     sees for M tokens past decode (see above), or None outside that range: weight tiles of

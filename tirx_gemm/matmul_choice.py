@@ -277,7 +277,8 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
                  mnk: tuple | None = None) -> dict:
     """v12's keywords for the chooser's candidate ``pick``; with ``mnk`` (a plain GEMM),
-    PDL=True where chooser.uses_pdl (a short kernel, one CTA or a pair)."""
+    PDL=True where chooser.uses_pdl (a short kernel, one CTA or a pair) and TAIL_TMA=True
+    where chooser.tail_tma (a one-CTA tile whose tail's staging costs no ring stage)."""
     from tirx_gemm import chooser
     bm, bn, cluster = chooser.tile(pick)
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
@@ -286,6 +287,8 @@ def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
         kw.pop("PREFETCH_MAPS", None)  # a pair's multicast loads take TVM's defaults
     if mnk is not None and chooser.uses_pdl(pick, *mnk, _pool(sm_count)):
         kw["PDL"] = True
+    if mnk is not None and cluster == 1 and chooser.tail_tma(bm, bn):
+        kw["TAIL_TMA"] = True  # its last bn % 64 columns by TMA (chooser.tail_tma)
     return kw
 
 

@@ -14,11 +14,13 @@
 # counting M in 16-row blocks changes the rule's pick); NAME=dpswapw NEW=dpwn OLD=dpwo
 # (issue32_dpswapw.json: wide weights past 512 tokens). MODE=eager NAME=dpswape NEW=dpen OLD=dpeo:
 # the rule's shapes under 20 us (issue32_dpswape.json) timed eagerly by `tirx-gemm bench`.
-# Everything comes back as $OUT/$NAME.tgz.
+# NAME=tailtma NEW=ttn OLD=tto STAGE_S=70 (issue32_tailtma.json: where matmul's pick stores its
+# tail by TMA, chooser.tail_tma). Everything comes back as $OUT/$NAME.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}
 NAME=${NAME:-dpswap}
+STAGE_S=${STAGE_S:-120}  # seconds per (pass, dtype, package) in graphs mode
 NEW=${NEW:-dpn}
 OLD=${OLD:-dpo}
 W=/tmp/$NAME
@@ -41,8 +43,8 @@ if [ "${MODE:-graphs}" = eager ]; then  # tirx-gemm bench: CUDA events around al
 fi
 for pass in 1 2; do
   for dt in bfloat16 float16; do
-    PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/$NEW-$dt TAILN=14 stage new${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py .gpu/$NAME-$dt.json --out "$W/new_$dt.jsonl" --budget-s 110; snap
-    (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=../$OLD-$dt TAILN=14 stage old${pass}_$dt 120 python3 scripts/lab/matmul_graph_times.py ../$NAME-$dt.json --out "$W/old_$dt.jsonl" --budget-s 110); snap
+    PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/$NEW-$dt TAILN=14 stage new${pass}_$dt $STAGE_S python3 scripts/lab/matmul_graph_times.py .gpu/$NAME-$dt.json --out "$W/new_$dt.jsonl" --budget-s $((STAGE_S - 10)); snap
+    (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=../$OLD-$dt TAILN=14 stage old${pass}_$dt $STAGE_S python3 scripts/lab/matmul_graph_times.py ../$NAME-$dt.json --out "$W/old_$dt.jsonl" --budget-s $((STAGE_S - 10))); snap
   done
 done
 exit 0

@@ -25,6 +25,11 @@ Sets (``--set``):
              v10 hides under the other warpgroup's mainloop pays.
   midk       shortk's kernels at a K of 1536-2560 (Qwen2, GPT-2 XL, Llama-3.2-1B, Phi-2
              layers, 2304^3): how far up in K v10's ping-pong keeps its lead.
+  tailtma    plain tiles whose width is not a multiple of 64, their last columns stored
+             element by element or (TAIL_TMA) by one more TMA store, at shapes matmul
+             gives such tiles.
+  tailshare  the tiles whose tail staging tile lies over the last chunk's (TAIL_TMA where a
+             tile of its own would cost the ring a stage), against element stores.
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -109,9 +114,34 @@ SHORTK_KERNELS.update({f"128x{bn}wt": {"BLK_M": 128, "BLK_N": bn, "SWAP_AB": Tru
 MIDK_SHAPES = ((4096, 2048, 1536), (4096, 8960, 1536), (8192, 4800, 1600), (8192, 6400, 1600),
                (4096, 2048, 2048), (4096, 8192, 2048), (2048, 16384, 2048),
                (4096, 7680, 2560), (4096, 10240, 2560), (2304, 2304, 2304))
+# the tailtma set: plain tiles whose width is not a multiple of 64 (their last BLK_N % 64
+# columns stored element by element from the registers) against TAIL_TMA (those columns
+# by stmatrix into a staging tile of their width and one TMA store), at shapes where
+# matmul picks such a tile: the models suite's 2304^3 (128x168), 2049x3584x3584 (128x240),
+# 1000x10240x8192 (128x216), 1536^3 (128x144), the weight-streaming 64-row tiles, and two
+# short-K layers
+TAIL_SHAPES = ((2304, 2304, 2304), (2049, 3584, 3584), (1000, 10240, 8192),
+               (1536, 1536, 1536), (4096, 1280, 1280), (3000, 5120, 2048),
+               (128, 6144, 4096), (128, 10240, 8192), (128, 14336, 4096), (128, 28672, 8192))
+TAIL_TILES = ((64, 96), (64, 160), (64, 224), (128, 144), (128, 160), (128, 168),
+              (128, 176), (128, 216), (128, 224), (128, 240))
+TAIL_KERNELS = {f"{bm}x{bn}{t}": {"BLK_M": bm, "BLK_N": bn,
+                                  **({"TAIL_TMA": True} if t else {}), **PF}
+                for bm, bn in TAIL_TILES for t in ("", "t")}
+# the tailshare set: tiles whose tail staging tile of its own would cost the ring a stage, so
+# that TAIL_TMA lays it over the last chunk's staging tile (the builder's TAIL_SHARED; wait
+# for that chunk's store, then write): element stores against the shared tail, at
+# weight-streaming shapes (where a lost stage had cost 4-8%) and at shapes matmul gives them
+SHARE_SHAPES = ((2304, 2304, 2304), (128, 14336, 4096), (128, 10240, 8192), (128, 6144, 4096),
+                (768, 3584, 3584), (512, 3584, 3584), (1500, 4544, 18176), (4096, 7680, 2560))
+SHARE_TILES = ((64, 176), (64, 224), (128, 168), (128, 176), (128, 208))
+SHARE_KERNELS = {f"{bm}x{bn}{t}": {"BLK_M": bm, "BLK_N": bn,
+                                   **({"TAIL_TMA": True} if t else {}), **PF}
+                 for bm, bn in SHARE_TILES for t in ("", "t")}
 SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
         "swaptma": (SWAP_SHAPES, SWAP_KERNELS), "shortk": (SHORTK_SHAPES, SHORTK_KERNELS),
-        "midk": (MIDK_SHAPES, SHORTK_KERNELS)}
+        "midk": (MIDK_SHAPES, SHORTK_KERNELS), "tailtma": (TAIL_SHAPES, TAIL_KERNELS),
+        "tailshare": (SHARE_SHAPES, SHARE_KERNELS)}
 
 
 def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:

@@ -39,20 +39,20 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
               STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None,
               EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False,
-              SWAP_TMA: bool = False):
+              SWAP_TMA: bool = False, TAIL_TMA: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
       warpgroup) or 128 (two), BLK_N a multiple of 8 in [8, 256] (one m64nBLK_Nk16 wgmma
       per consumer and k16). One producer thread TMA-loads the CTA's A and B tiles into a
       ring of PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped
-      epilogue; the last BLK_N % 64 columns go to D by guarded 4-byte stores. min(tiles,
+      epilogue; the last BLK_N % 64 columns by guarded 4-byte stores (TAIL_TMA: stmatrix to
+      a staging tile of their width, one TMA store; no EPI_SPREAD or STREAM_K). min(tiles,
       SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
-      RUNTIME_NK: M (N, K) run-time values, one kernel for all. CLUSTER=2: v9's CTA pair
-      along M, each CTA loading half of the shared B tile multicast into both.
-    STREAM_K (tirx_gemm/streamk.py): a tail wave under half full is cut into K units of
-      >= 8 steps; the last unit to count sums the slabs in K order (lesson v12). With
-      SWAP_AB the pieces are swapped tiles and the sum is stored transposed.
+      RUNTIME_NK: M (N, K) at run time, one kernel for all. CLUSTER=2: v9's CTA pair along
+      M, each CTA loading half of the shared B tile multicast into both.
+    STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut into K units of >= 8
+      steps; the last unit to count sums the slabs in K order (SWAP_AB: swapped pieces).
     EPI_SPREAD: the writeback one piece per K step. PREFETCH_MAPS: prefetch.tensormap of
       A's and B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA.
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
@@ -92,6 +92,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         raise ValueError(f"SWAP_AB={SWAP_AB!r} must be True or False")
     if not isinstance(SWAP_TMA, bool):
         raise ValueError(f"SWAP_TMA={SWAP_TMA!r} must be True or False")
+    if not isinstance(TAIL_TMA, bool):
+        raise ValueError(f"TAIL_TMA={TAIL_TMA!r} must be True or False")
     if SWAP_TMA and (not SWAP_AB or STREAM_K or (SPLIT_K or 1) > 1 or EPI_SPREAD
                      or BLK_N % 16):
         raise ValueError("SWAP_TMA=True stores a swap-AB tile (SWAP_AB=True) by TMA: BLK_N a "
@@ -157,6 +159,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     PLAIN_STORE = not (OUT_F32 or SWAP_AB or S > 1)
     TMA_CHUNKS = OUT_N // W.EPI_COLS if PLAIN_STORE else 0
     TAIL_J = (OUT_N % W.EPI_COLS) // 8 if PLAIN_STORE else 0  # 8-column blocks: guarded
+    if TAIL_TMA and (not TAIL_J or EPI_SPREAD or STREAM_K):
+        raise ValueError(f"TAIL_TMA=True stores a plain tile's last BLK_N % 64 columns by TMA: "
+                         f"it needs such a tail (16-bit D, no SWAP_AB or SPLIT_K > 1; "
+                         f"{OUT_N} output columns here) and no EPI_SPREAD or STREAM_K")
     PIECES = TMA_CHUNKS + (1 if TAIL_J else 0)  # EPI_SPREAD: the writeback's K steps
     # SWAP_TMA: TMA stores of 64 tokens each, the last BLK_N % 64 tokens in one more
     T_STORES = H.ceil_div(BLK_N, W.EPI_COLS) if SWAP_TMA else 0
@@ -167,6 +173,16 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
+    # TAIL_TMA: a 64 x TAIL_COLS staging tile per consumer, of its own unless that would
+    # cost the default ring a stage; then (TAIL_SHARED) it lies over the consumer's staging
+    # tile of the last chunk, written once that chunk's store has read it
+    TAIL_COLS = TAIL_J * 8 if TAIL_TMA else 0
+    TAIL_BYTES = NUM_CONSUMERS * W.tile_bytes(W.WGMMA_M, TAIL_COLS)
+    TAIL_SHARED = TAIL_TMA and TMA_CHUNKS > 0 and (
+        min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING + TAIL_BYTES))
+        < min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING)))
+    STAGING += TAIL_BYTES if TAIL_TMA and not TAIL_SHARED else 0
+    TAIL_SINCE = 0 if TAIL_SHARED else TMA_CHUNKS  # bulk groups that may still read then
     if PIPE_DEPTH is None:
         # barriers and alignment take < 1 KB; check_pipe_depth keeps 1 KB for them
         PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING))
@@ -176,6 +192,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             PIPE_DEPTH = max(2, min(PIPE_DEPTH, H.ceil_div(H.ceil_div(K, BLK_K), S)))
     W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
+    # TAIL_SHARED: the byte offsets of Dstage[c, (TMA_CHUNKS - 1) % EPI_BUFS] (the ring from
+    # byte 1024, A's stages then B's, the staging tiles after it)
+    TAIL_AT = [1024 + PIPE_DEPTH * STAGE_BYTES + (c * EPI_BUFS + (TMA_CHUNKS - 1) % EPI_BUFS)
+               * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) for c in range(NUM_CONSUMERS)]
     # MMA_LAG: K steps of wgmmas a consumer leaves in flight before it waits (wait_group
     # MMA_LAG); a stage goes back MMA_LAG steps after its wgmmas were issued. 1 waits for
     # the previous step at every step: on narrow tiles (little work per stage) that wait,
@@ -355,6 +375,30 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                               lane_id, tid_in_wg, 1 + consumer)
 
     @T.inline
+    def store_tail(D, Dtail0, Dtail1, packed, m_st, n_st, consumer, warp_id, lane_id,
+                   tid_in_wg):
+        # a packed tile's last OUT_N % 64 columns: TAIL_TMA, one TMA box through the
+        # consumer's tail staging tile (free once the last chunk's store has read it,
+        # TAIL_SHARED, or once the previous tail's has, the chunks' stores since then may
+        # still be reading); else guarded 4-byte stores from the registers
+        if TAIL_TMA:
+            if NUM_CONSUMERS == 1:
+                W.store_packed_tail(D, Dtail0, packed, m_st, n_st, TMA_CHUNKS * 8, OUT_N // 8,
+                                    TAIL_SINCE, warp_id, lane_id, tid_in_wg, 1 + consumer)
+            else:
+                if consumer == 0:
+                    W.store_packed_tail(D, Dtail0, packed, m_st, n_st, TMA_CHUNKS * 8,
+                                        OUT_N // 8, TAIL_SINCE, warp_id, lane_id, tid_in_wg,
+                                        1 + consumer)
+                else:
+                    W.store_packed_tail(D, Dtail1, packed, m_st, n_st, TMA_CHUNKS * 8,
+                                        OUT_N // 8, TAIL_SINCE, warp_id, lane_id, tid_in_wg,
+                                        1 + consumer)
+        else:
+            W.store_packed_guarded(D, packed, m_st, n_st, TMA_CHUNKS * 8, OUT_N // 8, M_DIM,
+                                   N_DIM, warp_id, lane_id)
+
+    @T.inline
     def release(mma2tma, stage, tid_in_wg):
         # a consumer warpgroup's wgmmas are done reading `stage`: its empty barrier
         # (CLUSTER=2: in both CTAs, whose multicasts write it)
@@ -399,6 +443,20 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if TMA_CHUNKS > 0 or SWAP_TMA:
             Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
                                            dtype, layout=D_layout))
+        # TAIL_TMA: consumer c's tail staging tile (64 x TAIL_COLS, row-major, unswizzled)
+        # after the staging tiles or, TAIL_SHARED, over Dstage[c, (TMA_CHUNKS - 1) % EPI_BUFS]
+        if TAIL_SHARED:
+            pool.move_base_to(TAIL_AT[0])
+        if TAIL_TMA:
+            Dtail0 = T.meta_var(pool.alloc((W.WGMMA_M, TAIL_COLS), dtype))
+        else:
+            Dtail0 = T.meta_var(None)
+        if TAIL_SHARED and NUM_CONSUMERS > 1:
+            pool.move_base_to(TAIL_AT[1])
+        if TAIL_TMA and NUM_CONSUMERS > 1:
+            Dtail1 = T.meta_var(pool.alloc((W.WGMMA_M, TAIL_COLS), dtype))
+        else:
+            Dtail1 = T.meta_var(None)
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
@@ -535,9 +593,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                                     warp_id, lane_id, tid_in_wg,
                                                     1 + consumer)
                             if TAIL_J > 0:
-                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                       TMA_CHUNKS * 8, OUT_N // 8, M_DIM, N_DIM,
-                                                       warp_id, lane_id)
+                                store_tail(D, Dtail0, Dtail1, packed, prev_m + row0, prev_n,
+                                           consumer, warp_id, lane_id, tid_in_wg)
                             if SWAP_TMA:  # D's transpose: weight rows prev_m.., tokens prev_n..
                                 W.store_packed_tile_transposed(D, Dstage, consumer, packed,
                                                                prev_m + row0, prev_n, BLK_N,
@@ -620,8 +677,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                         TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
                                         tid_in_wg, 1 + consumer)
                 if TAIL_J > 0:
-                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
-                                           OUT_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+                    store_tail(D, Dtail0, Dtail1, packed, prev_m + row0, prev_n, consumer,
+                               warp_id, lane_id, tid_in_wg)
                 if SWAP_TMA:
                     W.store_packed_tile_transposed(D, Dstage, consumer, packed, prev_m + row0,
                                                    prev_n, BLK_N, EPI_BUFS, warp_id, lane_id,

@@ -229,6 +229,53 @@ def store_packed_guarded(D, packed, m_st, n_st, j_first: int, j_end: int, M, N, 
                                      source_code=_ST_GLOBAL_B32_SRC)
 
 
+# --- v12's TAIL_TMA: the tail by TMA too. The last BLK_N % 64 columns are stmatrix'd into
+# a small unswizzled staging tile of exactly their width (64 x 8t, rows of 16t bytes) and
+# stored as one box: a 64-column box would write into the next tile's columns, and a
+# swizzled box narrower than its 128-byte swizzle span is not what stmatrix_chunk writes.
+# Rows of 16t bytes cost stmatrix some bank conflicts (a 96-byte row: 2-way), on 1/8 .. 7/8
+# of a chunk.
+@T.inline
+def stmatrix_tail(Dtail, packed, j_first: int, j_end: int, warp_id, lane_id):
+    """A warpgroup writes 8-column blocks [j_first, j_end) of its packed 64-row fragment
+    into its tail staging tile Dtail (64 x 8 (j_end - j_first), row-major, not swizzled): one
+    stmatrix.x4 per two blocks (stmatrix_chunk's matrix order), an .x2 for an odd last
+    block (matrices (rows +0, j), (rows +8, j): lanes 0-15 give the addresses)."""
+    q = T.meta_var(lane_id // 8)
+    for i in T.unroll((j_end - j_first) // 2):
+        j = T.meta_var(j_first + 2 * i)  # first 8-column block of this x4
+        T.ptx.stmatrix.sync.aligned.m8n8.x4.shared.b16(
+            Dtail.ptr_to([warp_id * 16 + (q % 2) * 8 + lane_id % 8, 8 * (2 * i + q // 2)]),
+            packed[2 * j], packed[2 * j + 1], packed[2 * j + 2], packed[2 * j + 3])
+    if (j_end - j_first) % 2 != 0:
+        T.ptx.stmatrix.sync.aligned.m8n8.x2.shared.b16(
+            Dtail.ptr_to([warp_id * 16 + (q % 2) * 8 + lane_id % 8, 8 * (j_end - 1 - j_first)]),
+            packed[2 * (j_end - 1)], packed[2 * (j_end - 1) + 1])
+
+
+@T.inline
+def store_packed_tail(D, Dtail, packed, m_st, n_st, j_first: int, j_end: int, since: int,
+                      warp_id, lane_id, tid_in_wg, bar_id):
+    """A warpgroup: 8-column blocks [j_first, j_end) of its packed fragment ->
+    D[m_st:+64, n_st + 8 j_first : n_st + 8 j_end] through its tail staging tile Dtail
+    (64 x 8 (j_end - j_first)), one TMA store (rows past M and columns past N are clipped
+    by the tensor map). ``since``: how many of the warpgroup's bulk groups may still be
+    reading when Dtail is free again: the 64-column chunks it commits between two tail
+    stores for a tile of its own, 0 for one lying over the last chunk's staging tile."""
+    if tid_in_wg == 0:
+        T.ptx.cp.async_.bulk.wait_group.read(since)
+        TL.drain(TL.STORE, since)
+    T.cuda.warpgroup_sync(bar_id)  # the tail staging tile is free for all 128 writers
+    stmatrix_tail(Dtail, packed, j_first, j_end, warp_id, lane_id)
+    T.ptx.fence.proxy.async_.shared__cta()  # generic-proxy writes -> TMA unit
+    T.cuda.warpgroup_sync(bar_id)
+    if tid_in_wg == 0:
+        Tx.copy_async(D[m_st:m_st + WGMMA_M, n_st + 8 * j_first:n_st + 8 * j_end],
+                      Dtail[:, :], dispatch=H.TMA)
+        T.ptx.cp.async_.bulk.commit_group()
+        TL.begin(TL.STORE)
+
+
 @T.inline
 def store_packed_pieces(D, Dstage, wg, packed, lo, hi, m_st, n_st, tma_chunks: int,
                         tail: bool, j_end: int, M, N, bufs: int, warp_id, lane_id, tid_in_wg,
