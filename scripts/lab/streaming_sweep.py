@@ -30,6 +30,8 @@ Sets (``--set``):
              gives such tiles.
   tailshare  the tiles whose tail staging tile lies over the last chunk's (TAIL_TMA where a
              tile of its own would cost the ring a stage), against element stores.
+  midm       a few hundred tokens on a deep K: plain tiles against swap-AB tiles stored by
+             TMA (cuBLAS runs swapped tiles there).
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -43,6 +45,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from v12_sweep import _check, _graphs_interleaved, _inputs  # noqa: E402
+
+from tirx_gemm import chooser  # noqa: E402  (pure Python: matmul's tail rule)
 
 SHAPES = ((128, 6144, 4096), (64, 6144, 4096), (128, 8192, 28672), (128, 4096, 4096),
           (128, 14336, 4096), (128, 4096, 14336), (128, 10240, 8192))
@@ -138,10 +142,27 @@ SHARE_TILES = ((64, 176), (64, 224), (128, 168), (128, 176), (128, 208))
 SHARE_KERNELS = {f"{bm}x{bn}{t}": {"BLK_M": bm, "BLK_N": bn,
                                    **({"TAIL_TMA": True} if t else {}), **PF}
                  for bm, bn in SHARE_TILES for t in ("", "t")}
+# the midm set: a few hundred tokens on a K of 3584-13824 (Qwen2.5, Llama-3.2-3B, Falcon,
+# Llama-2 layers at 200-512 tokens), where matmul's 64-row tiles trail torch most among
+# real-model layers (results/lab/matmul_graph_h200_tailtma.jsonl) and cuBLAS runs swapped
+# tiles (128 weight rows by 72-200 tokens, pairs along the weight:
+# results/lab/cublas_kernels_heldout_h200.jsonl): plain tiles against swap-AB tiles stored
+# by TMA (SWAP_TMA; "w": 64 or 128 weight rows by 64-176 tokens)
+MIDM_SHAPES = ((333, 3584, 3584), (512, 3072, 8192), (200, 4608, 3584), (256, 5120, 13824),
+               (256, 7168, 5120), (333, 4672, 4544), (500, 2304, 9216), (384, 4096, 4096),
+               (300, 8192, 8192), (256, 22016, 4096))
+MIDM_KERNELS = {f"{bm}x{bn}": {"BLK_M": bm, "BLK_N": bn, **PF,
+                               **({"TAIL_TMA": True} if chooser.tail_tma(bm, bn) else {})}
+                for bm, bn in ((64, 144), (64, 160), (64, 176), (64, 208), (64, 224),
+                               (128, 96), (128, 128), (128, 168), (128, 192))}
+MIDM_KERNELS.update({f"{bm}x{bn}wt": {"BLK_M": bm, "BLK_N": bn, "SWAP_AB": True,
+                                      "SWAP_TMA": True, **PF}
+                     for bm, bn in ((128, 64), (128, 80), (128, 96), (128, 112), (128, 128),
+                                    (128, 176), (64, 112), (64, 176))})
 SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
         "swaptma": (SWAP_SHAPES, SWAP_KERNELS), "shortk": (SHORTK_SHAPES, SHORTK_KERNELS),
         "midk": (MIDK_SHAPES, SHORTK_KERNELS), "tailtma": (TAIL_SHAPES, TAIL_KERNELS),
-        "tailshare": (SHARE_SHAPES, SHARE_KERNELS)}
+        "tailshare": (SHARE_SHAPES, SHARE_KERNELS), "midm": (MIDM_SHAPES, MIDM_KERNELS)}
 
 
 def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
