@@ -318,16 +318,17 @@ def test_readme_states_the_rules_as_the_code_has_them():
     assert (f"K past {chooser.PINGPONG_MAX_K} up to {chooser.PINGPONG_BAND_MAX_K} and at "
             f"least as many {chooser.V10_TILE[0]}x{chooser.V10_TILE[1]} tiles as SMs") in text
     # the data-parallel swap-AB rule: where it applies, its margin, its blocks
-    assert f"past {chooser.WIDE_SWAP_MAX_M} tokens (below," in text
+    assert f"past {chooser.DP_SWAP_MIN_M} tokens (`chooser.DP_SWAP_MIN_M`" in text
     assert (f"more than {round(chooser.DP_SWAP_MARGIN * 100)}% faster than the best plain "
             f"candidate (`chooser.DP_SWAP_MARGIN`)") in text
     assert (f"Token tiles are multiples of {chooser.DP_SWAP_TOKEN_STEP} and M counts in "
             f"{chooser.DP_SWAP_TOKEN_STEP}-row blocks") in text
-    assert (f"every {chooser.DP_SWAP_TOKEN_STEP} rows past {chooser.WIDE_SWAP_MAX_M}") in text
+    assert (f"every {chooser.DP_SWAP_TOKEN_STEP} rows past {chooser.DP_SWAP_MIN_M}") in text
     # the v12 lesson states the same rule
     lesson = re.sub(r"\s+", " ", (Path(__file__).parents[1] / "steps" / "lessons" /
                                   "v12.md").read_text())
-    assert (f"takes it past {chooser.WIDE_SWAP_MAX_M} tokens where the model predicts the "
+    assert (f"takes it past {chooser.DP_SWAP_MIN_M} tokens (first past {chooser.WIDE_SWAP_MAX_M} "
+            f"only) where the model predicts the "
             f"swapped problem more than {round(chooser.DP_SWAP_MARGIN * 100)}% faster") in lesson
     assert f"needs `BLK_N` a multiple of {chooser.DP_SWAP_TOKEN_STEP}" in lesson
 
@@ -796,6 +797,25 @@ def test_chooser_dp_swap_rule():
     for step_id, kw, lo, hi in vs:
         for M in range(lo, hi + 1):
             assert mm.choose(M, 768, 768, "bfloat16", "sm_90a", 132) == (step_id, kw), M
+
+
+def test_dp_swap_rule_past_128_tokens():
+    """The data-parallel swap-AB rule applies past DP_SWAP_MIN_M (128) tokens: where the
+    model rates the swapped problem more than 5% faster at a few hundred tokens, matmul runs
+    the swapped tile with SWAP_TMA, and variants serves every M of its 16-row blocks."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    assert chooser.DP_SWAP_MIN_M == 128
+    assert chooser.dp_swap_tile(300, 8192, 8192) == (128, 160)
+    assert chooser.dp_swap_tile(129, 15360, 5120) == (128, 144)
+    assert chooser.dp_swap_tile(128, 15360, 5120) is None
+    step, kw = mm.choose(300, 8192, 8192, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and kw["SWAP_TMA"] and kw["BLK_N"] == 160
+    vs = mm.variants(15360, 5120, "bfloat16", "sm_90a", 132, max_m=640)
+    assert any(kw.get("SWAP_TMA") and lo <= 200 for _, kw, lo, _ in vs)
+    for step_id, kw, lo, hi in vs:
+        for M in range(lo, hi + 1):
+            assert mm.choose(M, 15360, 5120, "bfloat16", "sm_90a", 132) == (step_id, kw), M
 
 
 def test_readme_counts_for_v10s_band_are_the_records():

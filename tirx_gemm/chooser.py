@@ -35,7 +35,7 @@ K (the shapes v12's sweep measured at 0.09-0.31x torch), splitting K is the only
 use them: v11 with matmul's split rule. The model has no term for split-K's reduction;
 that rule is splitk.choose_variant's, measured on the H200 for v11.
 
-The same model rates the swapped problem (N x M x K) past 512 tokens: v12's swap-AB stored
+The same model rates the swapped problem (N x M x K) past 128 tokens: v12's swap-AB stored
 by TMA (SWAP_TMA) where that is predicted faster (:func:`dp_swap_tile`).
 
 TVM- and torch-free. ``predict`` and ``rank`` show the model's view of a shape.
@@ -584,15 +584,14 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # same tile plain; 2304^3 128x176 0.78-0.81 and 0.94 against 0.92-0.93 (128x168). At decode
 # widths it lost (1x4096x4096 64x16: 0.87-0.88 against 0.96-1.01; 8x14336x4096 0.92-0.93
 # against 0.96-0.98): a few tokens are a small D tile, whose element stores cost less than
-# the TMA store's barriers, so decode keeps them. The rule: past WIDE_SWAP_MAX_M tokens
-# (below it the swap-AB splits rate swapped tiles, and data-parallel swapped tiles were
-# level or behind there: the wide-swap notes below), the
+# the TMA store's barriers, so decode keeps them. The rule: past DP_SWAP_MIN_M tokens (first
+# past WIDE_SWAP_MAX_M, see DP_SWAP_MIN_M; the splits are asked first below it), the
 # model's best one-CTA tile of the swapped problem (N x M x K: rows over the weight, the
 # tokens as columns) where it is predicted more than DP_SWAP_MARGIN faster than the best
 # plain candidate. Its token tiles are multiples of 16 (SWAP_TMA's stmatrix step), so their
 # count, ceil(M / BLK_N), changes only where M crosses a multiple of 16: one M per 16-row
 # block decides the kernel (matmul_choice.variants starts a block every DP_SWAP_TOKEN_STEP
-# rows past WIDE_SWAP_MAX_M). Not with a misaligned K (the pair rule's case, which the
+# rows past DP_SWAP_MIN_M). Not with a misaligned K (the pair rule's case, which the
 # model does not see).
 # Through matmul (CUDA graphs, interleaved with torch, both dtypes, the package before the
 # rule beside it; scripts/lab/h200_dpswap.sh): 12 narrow-weight shapes 1.026 against 0.92-0.93
@@ -603,6 +602,12 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 DP_SWAP_MARGIN = 0.05
 DP_SWAP_TOKEN_STEP = 16  # SWAP_TMA's token tiles: one x4 stmatrix .trans per 16 tokens
 WIDE_SWAP_MAX_M = 512
+# the data-parallel swap-AB rule applies past this many tokens (one 128-row tile; the decode
+# rules and the splits take fewer): it was first taken past WIDE_SWAP_MAX_M only, since
+# swapped tiles had been measured level or behind below it while they stored D element by
+# element; with SWAP_TMA they were ahead at every one of 23 shapes of 129-448 tokens where
+# the lower bound changes the pick (results/lab/matmul_graph_h200_dpswaplow.jsonl)
+DP_SWAP_MIN_M = 128
 WIDE_SWAP_STEP = 16         # the token tile: a multiple of this
 WIDE_SWAP_ROWS = (64, 128)  # weight rows per tile: one or two consumer warpgroups
 WIDE_SWAP_MIN_STAGES = 5    # ring stages a unit's tile must leave room for
@@ -616,9 +621,9 @@ def dp_swap_rows(M: int) -> int:
 
 def dp_swap_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> tuple[int, int] | None:
     """(BLK_M, BLK_N) of a data-parallel swap-AB kernel with SWAP_TMA (BLK_M walks the
-    weight's rows, BLK_N the tokens) where the model prefers it past WIDE_SWAP_MAX_M tokens
+    weight's rows, BLK_N the tokens) where the model prefers it past DP_SWAP_MIN_M tokens
     (see above), else None."""
-    if M <= WIDE_SWAP_MAX_M or misaligned_rows(K):
+    if M <= DP_SWAP_MIN_M or misaligned_rows(K):
         return None
     plain = rank(M, N, K, sm_count)[0][0]
     swapped = next(((t, c) for t, c in rank(N, dp_swap_rows(M), K, sm_count)

@@ -304,9 +304,9 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     tiles alone fill the GPU if that is larger), in order of M. With runtime-M kernels
     this is what a bundle needs to serve every token count of a layer: ``tirx-gemm export
     --suite`` exports these for each (N, K) of the suite. Every choice depends on M only
-    through tile counts (ceil(M / 64), / 128, / 256; past 512 tokens chooser.dp_swap_tile's
+    through tile counts (ceil(M / 64), / 128, / 256; past 128 tokens chooser.dp_swap_tile's
     token tiles, multiples of 16, by ceil(M / 16)) and swap-AB's token tiles, so one M per
-    block (64 rows, 16 past 512), and per token tile, decides the block. ``epilogue``: as in
+    block (64 rows, 16 past 128), and per token tile, decides the block. ``epilogue``: as in
     :func:`choose` (every variant is then a v12 tile)."""
     _check_problem(1, N, K, dtype, arch, sm_count)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
@@ -314,7 +314,7 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
     last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
     out: list[list] = []
-    # block starts: every 64 rows, past 512 every 16 (the data-parallel swap-AB rule's
+    # block starts: every 64 rows, past 128 every 16 (the data-parallel swap-AB rule's
     # token tiles, chooser.dp_swap_rows), past each of swap-AB's token tiles (its kernel
     # changes with the smallest tile that holds M), and where the token tile of a swap-AB
     # split past decode grows (chooser.wide_swap_tokens: every 16 or 32 rows to 512)
@@ -322,7 +322,7 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     wide = range(chooser.SWAP_AB_TILES[-1] + 2, min(chooser.WIDE_SWAP_MAX_M, last) + 1)
     step = chooser.DP_SWAP_TOKEN_STEP
     starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
-                    | {lo for lo in range(1, last + 1, step) if lo > chooser.WIDE_SWAP_MAX_M}
+                    | {lo for lo in range(1, last + 1, step) if lo > chooser.DP_SWAP_MIN_M}
                     | {t + 1 for t in chooser.SWAP_AB_TILES if t < last}
                     | {m for m in wide
                        if chooser.wide_swap_token_tiles(m) != chooser.wide_swap_token_tiles(m - 1)})
