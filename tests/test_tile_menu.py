@@ -703,7 +703,8 @@ def test_tail_tma_refusals_in_one_line():
     pytest.importorskip("tvm")
     step = registry.get("v12", "sm_90a")
     for kw in (dict(BLK_N=128), dict(BLK_N=144, SWAP_AB=True), dict(BLK_N=144, STREAM_K=True),
-               dict(BLK_N=144, EPI_SPREAD=True), dict(BLK_N=144, OUT_DTYPE="float32")):
+               dict(BLK_N=144, EPI_SPREAD=True), dict(BLK_N=144, OUT_DTYPE="float32"),
+               dict(BLK_N=144, BIAS="float32"), dict(BLK_N=144, CLUSTER=2)):
         with pytest.raises(ValueError, match="TAIL_TMA=True stores a plain tile's last"):
             step.build_primfunc(200, 768, 512, BLK_M=128, TAIL_TMA=True, **kw)
     with pytest.raises(ValueError, match="TAIL_TMA=1 must be True or False"):

@@ -47,7 +47,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       per consumer and k16). One producer thread TMA-loads the CTA's A and B tiles into a
       ring of PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped
       epilogue; the last BLK_N % 64 columns by guarded 4-byte stores (TAIL_TMA: stmatrix to
-      a staging tile of their width, one TMA store; no EPI_SPREAD or STREAM_K). min(tiles,
+      a staging tile of their width, one TMA store; one-CTA, no epilogue). min(tiles,
       SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
       RUNTIME_NK: M (N, K) at run time, one kernel for all. CLUSTER=2: v9's CTA pair along
       M, each CTA loading half of the shared B tile multicast into both.
@@ -159,10 +159,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     PLAIN_STORE = not (OUT_F32 or SWAP_AB or S > 1)
     TMA_CHUNKS = OUT_N // W.EPI_COLS if PLAIN_STORE else 0
     TAIL_J = (OUT_N % W.EPI_COLS) // 8 if PLAIN_STORE else 0  # 8-column blocks: guarded
-    if TAIL_TMA and (not TAIL_J or EPI_SPREAD or STREAM_K):
+    if TAIL_TMA and (not TAIL_J or EPI_SPREAD or STREAM_K or HAS_EPI or CLUSTER != 1):
         raise ValueError(f"TAIL_TMA=True stores a plain tile's last BLK_N % 64 columns by TMA: "
                          f"it needs such a tail (16-bit D, no SWAP_AB or SPLIT_K > 1; "
-                         f"{OUT_N} output columns here) and no EPI_SPREAD or STREAM_K")
+                         f"{OUT_N} output columns here) and no EPI_SPREAD, STREAM_K, fused "
+                         f"epilogue or CLUSTER=2 (checked on a GPU with plain one-CTA tiles)")
     PIECES = TMA_CHUNKS + (1 if TAIL_J else 0)  # EPI_SPREAD: the writeback's K steps
     # SWAP_TMA: TMA stores of 64 tokens each, the last BLK_N % 64 tokens in one more
     T_STORES = H.ceil_div(BLK_N, W.EPI_COLS) if SWAP_TMA else 0
