@@ -745,6 +745,13 @@ def test_tail_tma_stores_the_tail_by_one_box_of_its_width(bm, bn):
     over = [at + (c * bufs + (bn // 64 - 1) % bufs) * 4096 for c in range(consumers)]
     shared = chooser.staging_bytes(bm, bn, True) == chooser.staging_bytes(bm, bn)
     assert (tails == over) == shared, (tails, over)
+    # the tail's wait: a shared tile waits for every store before it (the last chunk's), a
+    # tile of its own only for the previous tail's (the chunks' stores since may pend)
+    waits = {tt: {int(n) for n in re.findall(r'T\.ptx\.cp\((\d+), "async", "bulk", '
+                                            r'"wait_group", "read"', text)}
+             for tt, text in texts.items()}
+    since = 0 if shared else bn // 64
+    assert since in waits[True] and waits[True] - waits[False] <= {since}, waits
     assert shared == ((bm, bn) in ((128, 168), (64, 224)))
 
 
@@ -770,6 +777,11 @@ def test_chooser_tail_tma_rule():
     assert (kw["BLK_M"], kw["BLK_N"]) == (128, 168) and kw["TAIL_TMA"]
     for mnk in ((1, 4096, 4096), (1000, 1000, 1000), (6000, 768, 768), (128, 256, 32768)):
         assert "TAIL_TMA" not in mm.choose(*mnk, "bfloat16", "sm_90a", 132)[1], mnk
+    # the builder's constants, as the chooser has them
+    pytest.importorskip("tvm")
+    from tirx_gemm import hopper as W
+    from tirx_gemm.steps.sm90a import hgemm_v12 as v12
+    assert (chooser.RING_DEPTH_MAX, chooser.EPI_COLS) == (v12.AUTO_DEPTH_MAX, W.EPI_COLS)
 
 
 def test_chooser_dp_swap_rule():

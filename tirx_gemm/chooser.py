@@ -563,7 +563,9 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # 256x4096x14336: 0.90-1.13 against 0.95-1.14 for 128x128 in two token pieces) or not
 # (SPLIT_TILES' note above). The same tiles data-parallel (no split) were level or behind
 # (150x11008x4096 128x160: 0.87-0.90 against 0.92-0.93; 100x16384x3072 level;
-# 200x4096x4096 0.75-0.86 against 0.92-0.97), so only splits take them.
+# 200x4096x4096 0.75-0.86 against 0.92-0.97), so only splits take them. (Those data-parallel
+# swapped tiles stored D element by element; stored by TMA they run past DP_SWAP_MIN_M
+# tokens when the model prefers them, below.)
 # Data-parallel swap-AB past decode (no split: the plain candidates' figures with the
 # shape's two sides swapped, taken where predicted more than 5% faster) was tried at eight
 # shapes with few weight rows and many tokens, where the model predicted 6-17% (bf16, CUDA
@@ -602,8 +604,9 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 DP_SWAP_MARGIN = 0.05
 DP_SWAP_TOKEN_STEP = 16  # SWAP_TMA's token tiles: one x4 stmatrix .trans per 16 tokens
 WIDE_SWAP_MAX_M = 512
-# the data-parallel swap-AB rule applies past this many tokens (one 128-row tile; the decode
-# rules and the splits take fewer): it was first taken past WIDE_SWAP_MAX_M only, since
+# the data-parallel swap-AB rule applies past this many tokens (one 128-row tile; decode's
+# swap-AB tiles end at 96, and the splits, asked first, run to WIDE_SWAP_MAX_M): it was
+# first taken past WIDE_SWAP_MAX_M only, since
 # swapped tiles had been measured level or behind below it while they stored D element by
 # element; with SWAP_TMA they were ahead at every one of 23 shapes of 129-448 tokens where
 # the lower bound changes the pick (results/lab/matmul_graph_h200_dpswaplow.jsonl)
@@ -670,8 +673,8 @@ def ring_stages(bm: int, bn: int) -> int:
 # behind where they have one, every store then waiting for the one before (128x208 at
 # 4096x7680x2560 1.05-1.06 -> 1.04). Through matmul: results/lab/
 # matmul_graph_h200_tailtma.jsonl, results/lab/matmul_graph_h200_tailshare.jsonl.
-EPI_COLS = 64  # v12's TMA-store chunk: one 128-byte swizzle row of 16-bit D
-RING_DEPTH_MAX = 16  # v12's default ring: as many stages as fit, at most this many
+EPI_COLS = 64  # v12's TMA-store chunk: one 128-byte swizzle row of 16-bit D (W.EPI_COLS)
+RING_DEPTH_MAX = 16  # v12's default ring, at most this many stages (its AUTO_DEPTH_MAX)
 
 
 def staging_bytes(bm: int, bn: int, tail_tma: bool = False) -> int:

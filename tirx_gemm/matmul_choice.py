@@ -323,6 +323,7 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     step = chooser.DP_SWAP_TOKEN_STEP
     starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
                     | {lo for lo in range(1, last + 1, step) if lo > chooser.DP_SWAP_MIN_M}
+                    | ({chooser.DP_SWAP_MIN_M + 1} if chooser.DP_SWAP_MIN_M < last else set())
                     | {t + 1 for t in chooser.SWAP_AB_TILES if t < last}
                     | {m for m in wide
                        if chooser.wide_swap_token_tiles(m) != chooser.wide_swap_token_tiles(m - 1)})

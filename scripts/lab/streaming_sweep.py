@@ -147,7 +147,7 @@ SHARE_KERNELS = {f"{bm}x{bn}{t}": {"BLK_M": bm, "BLK_N": bn,
 # real-model layers (results/lab/matmul_graph_h200_tailtma.jsonl) and cuBLAS runs swapped
 # tiles (128 weight rows by 72-200 tokens, pairs along the weight:
 # results/lab/cublas_kernels_heldout_h200.jsonl): plain tiles against swap-AB tiles stored
-# by TMA (SWAP_TMA; "w": 64 or 128 weight rows by 64-176 tokens)
+# by TMA (SWAP_TMA; "wt": 64 or 128 weight rows by 64-176 tokens)
 MIDM_SHAPES = ((333, 3584, 3584), (512, 3072, 8192), (200, 4608, 3584), (256, 5120, 13824),
                (256, 7168, 5120), (333, 4672, 4544), (500, 2304, 9216), (384, 4096, 4096),
                (300, 8192, 8192), (256, 22016, 4096))

@@ -159,6 +159,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     PLAIN_STORE = not (OUT_F32 or SWAP_AB or S > 1)
     TMA_CHUNKS = OUT_N // W.EPI_COLS if PLAIN_STORE else 0
     TAIL_J = (OUT_N % W.EPI_COLS) // 8 if PLAIN_STORE else 0  # 8-column blocks: guarded
+    # stores, or (TAIL_TMA) stmatrix into a tail staging tile and one TMA box
     if TAIL_TMA and (not TAIL_J or EPI_SPREAD or STREAM_K or HAS_EPI or CLUSTER != 1):
         raise ValueError(f"TAIL_TMA=True stores a plain tile's last BLK_N % 64 columns by TMA: "
                          f"it needs such a tail (16-bit D, no SWAP_AB or SPLIT_K > 1; "
