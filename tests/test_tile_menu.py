@@ -831,6 +831,44 @@ def test_dp_swap_rule_past_128_tokens():
             assert mm.choose(M, 15360, 5120, "bfloat16", "sm_90a", 132) == (step_id, kw), M
 
 
+def test_readme_counts_for_the_tail_and_swap_rules_are_the_records():
+    """README's counts for TAIL_TMA and the swap-AB rule past 128 tokens are what the checks
+    through matmul recorded and what chooser.tail_tma leaves out."""
+    import collections
+    import json
+    import re
+    from pathlib import Path
+    from tirx_gemm import chooser
+    root = Path(__file__).parents[1]
+    text = re.sub(r"\s+", " ", re.sub(r"<!--.*?-->", "", (root / "README.md").read_text()))
+
+    def shapes(name, **match):
+        out = collections.defaultdict(lambda: collections.defaultdict(list))
+        for line in (root / "results" / "lab" / name).read_text().splitlines():
+            r = json.loads(line)
+            if all(r.get(k) == v for k, v in match.items()):
+                out[(r["M"], r["N"], r["K"])][r["chooser"]].append(r["ratio"])
+        return out
+    own = shapes("matmul_graph_h200_tailtma.jsonl")
+    shared = shapes("matmul_graph_h200_tailshare.jsonl")
+    kept = shapes("matmul_graph_h200_tailshare.jsonl", final_rule="tma")
+    low = shapes("matmul_graph_h200_dpswaplow.jsonl")
+    # ahead: every new pass above every old one by at least 0.01 (the README's precision);
+    # level: closer than that
+    ahead = sum(min(v["new"]) >= max(v["old"]) + 0.01 for v in low.values())
+    assert f"26 shapes whose kernel it changes" in text and len(own) == 26
+    assert f"Shared tails, {len(shared)} shapes whose tile takes one" in text
+    assert (f"at the {len(kept)} whose tile the rule keeps it on" in text
+            and f"at the {len(shared) - len(kept)} whose odd-chunk tile" in text)
+    words = {0: "none", 1: "one", 2: "two", 3: "three"}
+    assert f"Through matmul at {len(low)} of them" in text
+    assert f"ahead at {ahead} shapes, level at {words[len(low) - ahead]}" in text
+    left = [(bm, bn) for bm in (64, 128) for bn in range(72, 256, 8)
+            if bn % 64 and not chooser.tail_tma(bm, bn)]
+    assert left == [(64, 224), (128, 80), (128, 104), (128, 112), (128, 208)]
+    assert "it leaves 64x224 and 128x80, 104, 112 and 208 with element stores" in text
+
+
 def test_readme_counts_for_v10s_band_are_the_records():
     """The counts README's v10-band bullet states are what the sweeps and the check through
     matmul recorded, and the v10 lesson states the band's edges as chooser has them."""
