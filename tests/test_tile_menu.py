@@ -905,3 +905,67 @@ def test_readme_counts_for_v10s_band_are_the_records():
     lesson = re.sub(r"\s+", " ", (root / "steps" / "lessons" / "v10.md").read_text())
     assert (f"for a K of at most {chooser.PINGPONG_MAX_K} by a rule (`chooser.wants_pingpong`), "
             f"and from {chooser.PINGPONG_MAX_K + 1} to {chooser.PINGPONG_BAND_MAX_K}") in lesson
+
+
+def test_shift_last_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    for kw in (dict(CLUSTER=2), dict(STREAM_K=True), dict(SPLIT_K=2), dict(EPI_SPREAD=True),
+               dict(BIAS="float32"), dict(OUT_DTYPE="float32")):
+        with pytest.raises(ValueError, match="SHIFT_LAST=True moves a data-parallel one-CTA"):
+            step.build_primfunc(200, 768, 512, BLK_M=128, BLK_N=128, SHIFT_LAST=True, **kw)
+    with pytest.raises(ValueError, match="SHIFT_LAST=1 must be True or False"):
+        step.build_primfunc(200, 768, 512, BLK_M=128, BLK_N=128, SHIFT_LAST=1)
+
+
+@pytest.mark.parametrize("kw,width", [(dict(BLK_M=64, BLK_N=96, TAIL_TMA=True), 64),
+                                      (dict(BLK_M=128, BLK_N=144), 128),
+                                      (dict(BLK_M=64, BLK_N=80, SWAP_AB=True, SWAP_TMA=True), 80),
+                                      (dict(BLK_M=64, BLK_N=16, SWAP_AB=True), 16)])
+def test_shift_last_ends_the_last_token_tile_at_m(kw, width):
+    """SHIFT_LAST: the token tile (A's rows: the MMA's rows, or with SWAP_AB its columns)
+    starts at min(tile * width, max(M - width, 0)), in the producer's TMA loads and in
+    the consumer's stores alike, so a last tile that would reach past M is loaded from
+    rows that exist (TMA zero-fills rows past M slowly: results/lab/v12_m129_h200.jsonl)
+    and stored where it was loaded from; the weight's tiles do not move."""
+    pytest.importorskip("tvm")
+    import re
+
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    texts = {s: hgemm_v12(256, 768, 512, RUNTIME_M=True, RUNTIME_NK=True, SHIFT_LAST=s,
+                          **kw).script() for s in (False, True)}
+    shift = r"T\.min\((\w+) \* (\d+), T\.max\(M - (\d+), 0\)\)"
+    loads = re.findall(r"A\[" + shift, texts[True])
+    assert loads and {(int(a), int(b)) for _, a, b in loads} == {(width, width)}, loads
+    assert not re.search(r"B\[T\.min\(", texts[True])  # the weight's rows stay
+    # the consumer stores the tile where the producer loaded it from
+    side = "prev_n" if kw.get("SWAP_AB") else "prev_m"
+    if kw.get("SWAP_TMA") or not kw.get("SWAP_AB"):
+        assert re.search(side + r" = " + shift, texts[True]), side
+    else:  # element stores straight from the fragment: D's row is the shifted token
+        assert re.search(r"D\[" + shift + r" \+", texts[True])
+    assert "T.max(M - " not in texts[False]
+
+
+def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
+    """matmul's v12 picks with one CTA per tile and no K split (the plain tiles, swap-AB at
+    decode, swap-AB stored by TMA, SPLIT_K=1) take SHIFT_LAST; pairs, K splits, v9 and
+    v10 do not have it, nor does a fused epilogue."""
+    from tirx_gemm import matmul_choice as mc
+    seen = set()
+    for N, K in ((4096, 4096), (1000, 1000), (14336, 4096), (256, 32768), (3584, 3584)):
+        for step, kw, lo, hi in mc.variants(N, K, "bfloat16", "sm_90a", 132, max_m=4096):
+            one = (step == "v12" and kw.get("CLUSTER", 1) == 1
+                   and kw.get("SPLIT_K", 1) == 1)
+            assert kw.get("SHIFT_LAST", False) == one, (N, K, lo, hi, step, kw)
+            seen.add((step, kw.get("CLUSTER", 1), kw.get("SPLIT_K", 1) > 1,
+                      kw.get("SWAP_AB", False), one))
+    assert {("v12", 1, False, False, True), ("v12", 1, False, True, True),
+            ("v12", 2, False, False, False), ("v12", 1, True, True, False),
+            ("v9", 1, False, False, False)} <= seen, seen
+    step, kw = mc.choose(129, 4096, 4096, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_TMA"] and kw["SHIFT_LAST"]
+    for step_id in ("v12", "v10"):
+        kw = mc.choose_epilogue_on(step_id, 1000, 4096, 4096, "bfloat16", "sm_90a", 132,
+                                   {"BIAS": "float32"})[1]
+        assert "SHIFT_LAST" not in kw, (step_id, kw)

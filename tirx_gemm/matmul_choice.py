@@ -189,7 +189,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
         return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count, M, N)
     if swap is not None:
         kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0], "BLK_N": swap[1],
-              "SWAP_AB": True}
+              "SWAP_AB": True, "SHIFT_LAST": True}
         if chooser.swap_pdl(M, N, K):  # a short one: PDL, as for the model's short tiles
             kw["PDL"] = True
         return TILE_MENU, kw
@@ -199,7 +199,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     dp_swap = chooser.dp_swap_tile(M, N, K, pool)  # the swapped problem fills a wave better
     if dp_swap is not None:
         kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": dp_swap[0], "BLK_N": dp_swap[1],
-              "SWAP_AB": True, "SWAP_TMA": True}
+              "SWAP_AB": True, "SWAP_TMA": True, "SHIFT_LAST": True}
         if chooser.uses_pdl(chooser.name(*dp_swap), N, chooser.dp_swap_rows(M), K, pool):
             kw["PDL"] = True
         return TILE_MENU, kw
@@ -268,7 +268,7 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
         kw.pop("RUNTIME_NK", None)
         kw.update(SPLIT_K=split, L2_GROUP=splitk.l2_group_for(split))
     else:
-        kw["SPLIT_K"] = 1
+        kw.update(SPLIT_K=1, SHIFT_LAST=True)  # no zero-filled token rows
     if depth is not None:
         kw["PIPE_DEPTH"] = depth
     return kw
@@ -277,8 +277,10 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
                  mnk: tuple | None = None) -> dict:
     """v12's keywords for the chooser's candidate ``pick``; with ``mnk`` (a plain GEMM),
-    PDL=True where chooser.uses_pdl (a short kernel, one CTA or a pair) and TAIL_TMA=True
-    where chooser.tail_tma (a one-CTA tile whose tail's staging costs no ring stage)."""
+    PDL=True where chooser.uses_pdl (a short kernel, one CTA or a pair), TAIL_TMA=True
+    where chooser.tail_tma (a one-CTA tile whose tail's staging costs no ring stage) and
+    SHIFT_LAST=True on one-CTA tiles (a last token tile that would reach past M ends at M:
+    TMA's zero fill of rows past M is slow)."""
     from tirx_gemm import chooser
     bm, bn, cluster = chooser.tile(pick)
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
@@ -289,6 +291,8 @@ def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
         kw["PDL"] = True
     if mnk is not None and cluster == 1 and chooser.tail_tma(bm, bn):
         kw["TAIL_TMA"] = True  # its last bn % 64 columns by TMA (chooser.tail_tma)
+    if mnk is not None and cluster == 1:
+        kw["SHIFT_LAST"] = True  # no zero-filled token rows (v12's SHIFT_LAST)
     return kw
 
 

@@ -15,26 +15,18 @@
 # (issue32_dpswapw.json: wide weights past 512 tokens). MODE=eager NAME=dpswape NEW=dpen OLD=dpeo:
 # the rule's shapes under 20 us (issue32_dpswape.json) timed eagerly by `tirx-gemm bench`.
 # NAME=tailtma NEW=ttn OLD=tto STAGE_S=70 (issue32_tailtma.json: where matmul's pick stores its
-# tail by TMA, chooser.tail_tma). Everything comes back as $OUT/$NAME.tgz.
+# tail by TMA, chooser.tail_tma). DTYPES="bfloat16" runs one dtype. Everything comes back as
+# $OUT/$NAME.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
-OUT=${OUT:-/tmp/out}
 NAME=${NAME:-dpswap}
 STAGE_S=${STAGE_S:-120}  # seconds per (pass, dtype, package) in graphs mode
 NEW=${NEW:-dpn}
 OLD=${OLD:-dpo}
-W=/tmp/$NAME
-mkdir -p "$OUT" "$W"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/$NEW-bfloat16/wheels/*.whl || exit 3
-export PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
-real_out=$OUT
-OUT=$W
-snap() { tar -czf "$real_out/$NAME.tgz" -C "$W" .; }
-trap snap EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+lab_begin $NAME .gpu/$NEW-bfloat16  # each stage sets PYTHONPATH: the old package's runs from .gpu/oldcode
 if [ "${MODE:-graphs}" = eager ]; then  # tirx-gemm bench: CUDA events around alternating launches
   for pass in 1 2; do
-    for dt in bfloat16 float16; do
+    for dt in ${DTYPES:-bfloat16 float16}; do
       PYTHONPATH=/tmp/site:$PWD TAILN=14 stage enew${pass}_$dt 150 python3 -m tirx_gemm.cli bench --suite .gpu/$NAME-$dt.json --target matmul --arch sm_90a --bundle .gpu/$NEW-$dt --record --results "$W/results_new"; snap
       (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TAILN=14 stage eold${pass}_$dt 150 python3 -m tirx_gemm.cli bench --suite ../$NAME-$dt.json --target matmul --arch sm_90a --bundle ../$OLD-$dt --record --results "$W/results_old"); snap
     done
@@ -42,7 +34,7 @@ if [ "${MODE:-graphs}" = eager ]; then  # tirx-gemm bench: CUDA events around al
   exit 0
 fi
 for pass in 1 2; do
-  for dt in bfloat16 float16; do
+  for dt in ${DTYPES:-bfloat16 float16}; do
     PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/$NEW-$dt TAILN=14 stage new${pass}_$dt $STAGE_S python3 scripts/lab/matmul_graph_times.py .gpu/$NAME-$dt.json --out "$W/new_$dt.jsonl" --budget-s $((STAGE_S - 10)); snap
     (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=../$OLD-$dt TAILN=14 stage old${pass}_$dt $STAGE_S python3 scripts/lab/matmul_graph_times.py ../$NAME-$dt.json --out "$W/old_$dt.jsonl" --budget-s $((STAGE_S - 10))); snap
   done

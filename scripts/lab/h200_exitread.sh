@@ -9,18 +9,9 @@
 # Everything comes back as $OUT/exitread.tgz (the device returns at most 8 files).
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
-OUT=${OUT:-/tmp/out}
 A=${SUITE_A:-s13}
 B=${SUITE_B:-s14}
-W=/tmp/exitread
-mkdir -p "$OUT" "$W"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/$B-bfloat16/wheels/*.whl || exit 3
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
-real_out=$OUT
-OUT=$W
-snap() { tar -czf "$real_out/exitread.tgz" -C "$W" .; }  # after every stage: a cut-off
-trap snap EXIT                                           # call still brings the rest back
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+lab_begin exitread .gpu/$B-bfloat16  # snap after every stage: a cut-off call still brings the rest back
 for s in $A $B; do
   for dt in bfloat16 float16; do
     TAILN=3 stage ${s}_suite_$dt 170 python3 -m tirx_gemm.cli bench --suite .gpu/models-$dt.json --target matmul --arch sm_90a --bundle .gpu/$s-$dt --record --results "$W/results_$s"; snap

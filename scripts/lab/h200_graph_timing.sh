@@ -10,18 +10,9 @@
 # Everything comes back as $OUT/graph_timing.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
-OUT=${OUT:-/tmp/out}
 S=${SUITE:-s13}
 HO=${HELDOUT:-}
-W=/tmp/graph_timing
-mkdir -p "$OUT" "$W"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/$S-bfloat16/wheels/*.whl || exit 3
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
-real_out=$OUT
-OUT=$W
-snap() { tar -czf "$real_out/graph_timing.tgz" -C "$W" .; }
-trap snap EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+lab_begin graph_timing .gpu/$S-bfloat16
 for pass in 1 2; do
   for dt in bfloat16 float16; do
     for t in ${TIMINGS:-sequential interleaved}; do

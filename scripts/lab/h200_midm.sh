@@ -12,17 +12,8 @@
 # Everything comes back as $OUT/midm.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
-OUT=${OUT:-/tmp/out}
 HO=${HELDOUT:-h14}
-W=/tmp/midm
-mkdir -p "$OUT" "$W"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/midm/wheels/*.whl || exit 3
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
-real_out=$OUT
-OUT=$W
-snap() { tar -czf "$real_out/midm.tgz" -C "$W" .; }
-trap snap EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$W/gpu.txt"
+lab_begin midm .gpu/midm
 for pass in 1 2; do
   TAILN=22 stage midm$pass 150 python3 scripts/lab/streaming_sweep.py run --set midm --bundle .gpu/midm --dtypes bfloat16,float16 --out "$W/midm.jsonl" --budget-s 140; snap
 done

@@ -37,8 +37,9 @@ NCU_GLOB = f"{LOGS}/ncu/h200_*.txt"
 _NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
 # scripts/lab/ncu_decode.sh's logs (issue 32): matmul's pick or torch.matmul at M x N x K
 # (decode: the decode shapes; mid: mid-size shapes of one or two waves, with the tensor pipes;
-# stalls: mid-size shapes with the tensor pipe's busy cycles per SM and the stall reasons)
-_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid|stalls)_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
+# stalls: mid-size shapes with the tensor pipe's busy cycles per SM and the stall reasons;
+# m129: one kernel, matmul's 64x80 swapped, at 129 and 160 tokens on a 4096x4096 weight)
+_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid|stalls|m129)_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
 _NCU_DEVICE = re.compile(r" on (NVIDIA [\w ]+?) \(cc")
 _NCU_KERNEL = re.compile(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\)", re.M)
 _NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",

@@ -32,6 +32,13 @@ Sets (``--set``):
              tile of its own would cost the ring a stage), against element stores.
   midm       a few hundred tokens on a deep K: plain tiles against swap-AB tiles stored by
              TMA (cuBLAS runs swapped tiles there).
+  swpair     midm's shapes: swap-AB CTA pairs stored by TMA (the token tile shared by
+             multicast) against midm's fastest one-CTA tiles.
+  m129       128-160 tokens on a 4096x4096 and an 8192x3584 weight: the kernels matmul
+             picks there, with and without PDL (129 tokens ran slower than 160), and each
+             with SHIFT_LAST (checked bit for bit against its twin without).
+  oob        where SHIFT_LAST pays: last token tiles 1-56 rows short of full, or full, on
+             three weights; one-CTA tiles with and without it (bit for bit twins).
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -159,10 +166,54 @@ MIDM_KERNELS.update({f"{bm}x{bn}wt": {"BLK_M": bm, "BLK_N": bn, "SWAP_AB": True,
                                       "SWAP_TMA": True, **PF}
                      for bm, bn in ((128, 64), (128, 80), (128, 96), (128, 112), (128, 128),
                                     (128, 176), (64, 112), (64, 176))})
+# the swpair set: the midm shapes again, swap-AB CTA pairs stored by TMA (SWAP_AB, SWAP_TMA,
+# CLUSTER=2: two CTAs of consecutive weight-row blocks share the token tile by multicast, as
+# cuBLAS's 2x1 / 4x1 clusters along the weight do there: results/lab/cublas_kernels_midm_h200.jsonl)
+# beside midm's fastest plain and swapped one-CTA tiles
+SWPAIR_KERNELS = {k: MIDM_KERNELS[k] for k in ("64x144", "64x160", "64x176", "64x208",
+                                                 "64x224", "128x96", "128x80wt", "128x112wt",
+                                                 "128x176wt", "64x176wt")}
+SWPAIR_KERNELS.update({f"{bm}x{bn}wtc2": {"BLK_M": bm, "BLK_N": bn, "SWAP_AB": True,
+                                          "SWAP_TMA": True, "CLUSTER": 2}
+                       for bm, bn in ((64, 96), (64, 128), (64, 176), (64, 256), (128, 64),
+                                      (128, 80), (128, 96), (128, 112), (128, 128),
+                                      (128, 144), (128, 176))})
+# the m129 set: 129 tokens on a 4096x4096 weight ran 20.4 us against 16.5 at 160 tokens with
+# the same swapped 64x80 kernel and the same grid (results/lab/matmul_graph_h200_dpswaplow.jsonl):
+# the kernels of 128-160 tokens, with and without PDL, at token counts around it
+M129_SHAPES = ((128, 4096, 4096), (129, 4096, 4096), (130, 4096, 4096), (136, 4096, 4096),
+               (144, 4096, 4096), (160, 4096, 4096), (129, 8192, 3584), (160, 8192, 3584))
+M129_KERNELS = {
+    "64x80wtp": {"BLK_M": 64, "BLK_N": 80, "SWAP_AB": True, "SWAP_TMA": True, "PDL": True,
+                 **PF},
+    "64x80wt": {"BLK_M": 64, "BLK_N": 80, "SWAP_AB": True, "SWAP_TMA": True, **PF},
+    "64x96t": {"BLK_M": 64, "BLK_N": 96, "TAIL_TMA": True, **PF},
+    "64x96tp": {"BLK_M": 64, "BLK_N": 96, "TAIL_TMA": True, "PDL": True, **PF},
+    "64x64p": {"BLK_M": 64, "BLK_N": 64, "PDL": True, **PF},
+    "64x64": {"BLK_M": 64, "BLK_N": 64, **PF},
+}
+# ... and each with SHIFT_LAST ("s": a last token tile that would reach past M ends at M);
+# run() compares each "s" kernel's D with its plain twin's bit for bit
+M129_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True} for k, kw in list(M129_KERNELS.items())})
+# the oob set: where SHIFT_LAST pays. Token counts that leave the last token tile 1-56 rows
+# short of full or fill it, on three weights, one-CTA tiles with and without SHIFT_LAST
+# (each "s" kernel checked bit for bit against its twin)
+OOB_SHAPES = ((129, 4096, 4096), (160, 4096, 4096), (193, 4096, 4096), (200, 4096, 4096),
+              (240, 4096, 4096), (256, 4096, 4096), (129, 3584, 3584), (200, 3584, 3584),
+              (320, 3584, 3584), (333, 3584, 3584), (192, 4608, 3584), (200, 4608, 3584))
+OOB_KERNELS = {f"{bm}x{bn}{'w' if swap else ''}": {
+    "BLK_M": bm, "BLK_N": bn, **PF,
+    **({"SWAP_AB": True, "SWAP_TMA": True} if swap else {}),
+    **({"TAIL_TMA": True} if not swap and chooser.tail_tma(bm, bn) else {})}
+    for bm, bn, swap in ((64, 96, False), (64, 144, False), (64, 176, False),
+                         (128, 128, False), (64, 80, True))}
+OOB_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True} for k, kw in list(OOB_KERNELS.items())})
 SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
         "swaptma": (SWAP_SHAPES, SWAP_KERNELS), "shortk": (SHORTK_SHAPES, SHORTK_KERNELS),
         "midk": (MIDK_SHAPES, SHORTK_KERNELS), "tailtma": (TAIL_SHAPES, TAIL_KERNELS),
-        "tailshare": (SHARE_SHAPES, SHARE_KERNELS), "midm": (MIDM_SHAPES, MIDM_KERNELS)}
+        "tailshare": (SHARE_SHAPES, SHARE_KERNELS), "midm": (MIDM_SHAPES, MIDM_KERNELS),
+        "swpair": (MIDM_SHAPES, SWPAIR_KERNELS), "m129": (M129_SHAPES, M129_KERNELS),
+        "oob": (OOB_SHAPES, OOB_KERNELS)}
 
 
 def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
@@ -230,6 +281,7 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, set_name: str = "strea
                    "torch": torch.__version__, "git_sha": sha, "timing": "interleaved",
                    "set": set_name,
                    "date": time.strftime("%Y-%m-%d"), "candidates": {}}
+            outs = {}  # name -> D of the first input set (SHIFT_LAST's bitwise check)
             for (dt, name), kern in sorted(kernels.items()):
                 if dt != dtype:
                     continue
@@ -249,6 +301,14 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, set_name: str = "strea
                     continue
                 ok, rel = _check(d, ref, dtype)
                 rec["candidates"][name] = {"ok": ok, "rel_err": rel}
+                outs[name] = d.clone()
+                twin = outs.get(name[:-1]) if name.endswith("s") else None
+                if twin is not None:  # SHIFT_LAST: the same bits as without it
+                    same = bool(torch.equal(d.view(torch.int16), twin.view(torch.int16)))
+                    rec["candidates"][name]["same_bits_as"] = [name[:-1], same]
+                    if not same:
+                        ok = False
+                        rec["candidates"][name]["ok"] = False
                 if not ok:
                     bad += 1
                     continue

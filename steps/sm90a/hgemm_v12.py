@@ -39,7 +39,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
               STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None,
               EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False,
-              SWAP_TMA: bool = False, TAIL_TMA: bool = False):
+              SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
@@ -53,17 +53,17 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       M, each CTA loading half of the shared B tile multicast into both.
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut into K units of >= 8
       steps; the last unit to count sums the slabs in K order (SWAP_AB: swapped pieces).
-    EPI_SPREAD: the writeback one piece per K step. PREFETCH_MAPS: prefetch.tensormap of
-      A's and B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA.
+    EPI_SPREAD: writeback a piece per K step. PREFETCH_MAPS: prefetch.tensormap of A's and
+      B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA stores.
+    SHIFT_LAST: a token tile reaching past M starts at M - its width (no zero-filled rows).
     PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
       waits (griddepcontrol.wait) after the prologue (pairs too), then lets the next launch.
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
       v11's "spread" sum (each unit its 1/S of the tile, in split order); tiles x S <= SMs.
     Why: the tile count decides how many SMs work (1024^3: 32 of 132 with v9's 256x256
       pairs, 128 with 128x64); smaller tiles cost bytes per MAC, 2 x (1/BLK_M + 1/BLK_N).
-    Barriers: tma2mma and mma2tma, one H.Ring (counts and contracts at the ring).
-    Epilogue (tirx_gemm/epilogue.py): BIAS, ACT, OUT_DTYPE "float32", SWIGLU on the fp32
-      accumulators in registers before the pack. No keyword: the plain kernel's CUDA.
+    Barriers: tma2mma and mma2tma, one H.Ring. Epilogue (tirx_gemm/epilogue.py): BIAS, ACT,
+      OUT_DTYPE "float32", SWIGLU on the fp32 accumulators in registers before the pack.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
       bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no epilogue, MMA_LAG > 1 or TMA
       hints; BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
@@ -94,6 +94,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         raise ValueError(f"SWAP_TMA={SWAP_TMA!r} must be True or False")
     if not isinstance(TAIL_TMA, bool):
         raise ValueError(f"TAIL_TMA={TAIL_TMA!r} must be True or False")
+    if not isinstance(SHIFT_LAST, bool):
+        raise ValueError(f"SHIFT_LAST={SHIFT_LAST!r} must be True or False")
     if SWAP_TMA and (not SWAP_AB or STREAM_K or (SPLIT_K or 1) > 1 or EPI_SPREAD
                      or BLK_N % 16):
         raise ValueError("SWAP_TMA=True stores a swap-AB tile (SWAP_AB=True) by TMA: BLK_N a "
@@ -165,6 +167,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                          f"it needs such a tail (16-bit D, no SWAP_AB or SPLIT_K > 1; "
                          f"{OUT_N} output columns here) and no EPI_SPREAD, STREAM_K, fused "
                          f"epilogue or CLUSTER=2 (checked on a GPU with plain one-CTA tiles)")
+    if SHIFT_LAST and (CLUSTER != 1 or STREAM_K or S > 1 or HAS_EPI or EPI_SPREAD):
+        raise ValueError("SHIFT_LAST=True moves a data-parallel one-CTA tile's token rows: no "
+                         "CLUSTER=2, STREAM_K, SPLIT_K > 1, fused epilogue or EPI_SPREAD")
     PIECES = TMA_CHUNKS + (1 if TAIL_J else 0)  # EPI_SPREAD: the writeback's K steps
     # SWAP_TMA: TMA stores of 64 tokens each, the last BLK_N % 64 tokens in one more
     T_STORES = H.ceil_div(BLK_N, W.EPI_COLS) if SWAP_TMA else 0
@@ -235,6 +240,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # both CTAs still take part, the second's loads zero-filled and its stores clipped)
     M_CTILES = (ROWS_DIM + CLUSTER * BLK_M - 1) // (CLUSTER * BLK_M)
     B_HALF = BLK_N // CLUSTER      # B rows each CTA of a pair loads (multiple of 8)
+    TOK_BLK = BLK_N if SWAP_AB else BLK_M  # the token tile: D's rows (SWAP_AB: MMA columns)
+
+    def tok_start(st):
+        # SHIFT_LAST: a token tile reaching past M starts at M - TOK_BLK (when M allows),
+        # so that its TMA loads stay within A and no row is zero-filled
+        return T.min(st, T.max(M_DIM - TOK_BLK, 0)) if SHIFT_LAST else st
     N_TILES = (COLS_DIM + BLK_N - 1) // BLK_N
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
@@ -488,8 +499,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while walking(scheduler):
                     m_tile, k_first, k_count = T.meta_var(unit(scheduler))
-                    m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M)
-                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M if SWAP_AB
+                                      else tok_start((m_tile * CLUSTER + rank) * BLK_M))
+                    n_st = T.meta_var(tok_start(scheduler.n_idx * BLK_N) if SWAP_AB
+                                      else scheduler.n_idx * BLK_N)
                     for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         if CLUSTER == 2:  # own A tile; own half of B, multicast to both
@@ -562,8 +575,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             prev_n: T.int32 = 0
             while walking(scheduler):
                 m_tile, k_first, k_count = T.meta_var(unit(scheduler))
-                m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M)
-                n_st = T.meta_var(scheduler.n_idx * OUT_N)  # D's columns of this tile
+                m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M if SWAP_AB
+                                  else tok_start((m_tile * CLUSTER + rank) * BLK_M))
+                # D's columns of this tile (SWAP_AB: its tokens, D's rows)
+                n_st = T.meta_var(tok_start(scheduler.n_idx * OUT_N) if SWAP_AB
+                                  else scheduler.n_idx * OUT_N)
                 for k in T.serial(k_count, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
 
