@@ -39,6 +39,8 @@ Sets (``--set``):
              with SHIFT_LAST (checked bit for bit against its twin without).
   oob        where SHIFT_LAST pays: last token tiles 1-56 rows short of full, or full, on
              three weights; one-CTA tiles with and without it (bit for bit twins).
+  oobpick    matmul's 64-row picks at real-model shapes with a short last token tile, with
+             and without SHIFT_LAST, both dtypes.
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -208,12 +210,22 @@ OOB_KERNELS = {f"{bm}x{bn}{'w' if swap else ''}": {
     for bm, bn, swap in ((64, 96, False), (64, 144, False), (64, 176, False),
                          (128, 128, False), (64, 80, True))}
 OOB_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True} for k, kw in list(OOB_KERNELS.items())})
+# the oobpick set: SHIFT_LAST on matmul's own 64-row picks at real-model shapes with a short
+# last token tile (scripts/lab/issue32_shift.json), both dtypes, each beside its twin in the
+# same run (through matmul, fp16 read 0.01-0.04 behind at two of them, bf16 level)
+OOBPICK_SHAPES = ((333, 3584, 3584), (200, 4608, 3584), (333, 4672, 4544), (144, 7168, 5120),
+                  (1000, 1000, 1000), (500, 2304, 9216), (100, 16384, 3072))
+OOBPICK_KERNELS = {f"{bm}x{bn}": {"BLK_M": bm, "BLK_N": bn, **PF,
+                                  **({"TAIL_TMA": True} if chooser.tail_tma(bm, bn) else {})}
+                   for bm, bn in ((64, 176), (64, 144), (64, 224), (64, 128), (64, 256))}
+OOBPICK_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True}
+                        for k, kw in list(OOBPICK_KERNELS.items())})
 SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
         "swaptma": (SWAP_SHAPES, SWAP_KERNELS), "shortk": (SHORTK_SHAPES, SHORTK_KERNELS),
         "midk": (MIDK_SHAPES, SHORTK_KERNELS), "tailtma": (TAIL_SHAPES, TAIL_KERNELS),
         "tailshare": (SHARE_SHAPES, SHARE_KERNELS), "midm": (MIDM_SHAPES, MIDM_KERNELS),
         "swpair": (MIDM_SHAPES, SWPAIR_KERNELS), "m129": (M129_SHAPES, M129_KERNELS),
-        "oob": (OOB_SHAPES, OOB_KERNELS)}
+        "oob": (OOB_SHAPES, OOB_KERNELS), "oobpick": (OOBPICK_SHAPES, OOBPICK_KERNELS)}
 
 
 def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
