@@ -182,11 +182,16 @@ def test_chooser_swap_ab_rule():
     step, kw = mm.choose(64, 6144, 4096, "bfloat16", "sm_90a", 132)
     assert kw["SWAP_AB"] and "PDL" not in kw and not chooser.swap_pdl(64, 6144, 4096)
     assert chooser.hbm_floor(64, 6144, 4096) > chooser.PDL_MAX_US
+    # token tiles of every multiple of 8, as cuBLAS's: 37 tokens in 40, 70 in 72, 85 in 88
+    assert chooser.SWAP_AB_TILES == tuple(range(8, 97, 8))
+    assert chooser.swap_ab_tile(37, 14336, 132) == (128, 40)
+    assert chooser.swap_ab_tile(70, 7168, 132) == (64, 72)
+    assert chooser.swap_ab_tile(85, 7168, 132) == (64, 88)
+    assert mm.choose(37, 14336, 4096, "bfloat16", "sm_90a", 132)[1]["BLK_N"] == 40
     # variants: one kernel per token tile below 97 rows, each named for its M range
     v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
-    assert swaps == [(8, 1, 8), (16, 9, 16), (32, 17, 32), (48, 33, 48), (64, 49, 64),
-                     (80, 65, 80), (96, 81, 96)]
+    assert swaps == [(t, t - 7, t) for t in range(8, 97, 8)]
 
 
 def test_non_persistent_swap_ab_takes_pdl_only_where_its_ctas_fit_the_sms():

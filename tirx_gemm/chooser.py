@@ -361,7 +361,13 @@ def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
 # (8x14336x4096: 112 tiles, 0.99 against 0.96 at 64 rows), else 64 (1x8192x8192: 64 tiles
 # of 128 ran 0.94, 128 of 64 1.01). A deep K with few weight tiles is split
 # (:func:`split_plan`; v11's split had run 32x4096x14336 at 0.89, swap-AB alone 0.82).
-SWAP_AB_TILES = (8, 16, 32, 48, 64, 80, 96)
+# The token tiles are every multiple of 8 (wgmma's N step), as cuBLAS sizes them (128x40 at
+# 37 tokens, 128x24 at 24): a zero-filled token row costs a load its time (lesson v12, "The
+# last token tile, moved back"). Beside the sizes 48, 32, 64, 80 and 96 before, matmul's
+# keywords, one run (results/lab/v12_tok8_h200.jsonl, v12_tok8b_h200.jsonl): 40 at 33-37
+# tokens 0.95-0.99 against 0.91-0.97, 72 at 65-70 1.00-1.01 against 0.98-0.99, 88 at 81-88
+# 0.93-0.98 against 0.91-0.95; 24 and 56 level.
+SWAP_AB_TILES = tuple(range(8, 97, 8))
 SWAP_AB_TALL_SHARE = 0.75
 
 

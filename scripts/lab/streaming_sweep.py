@@ -41,6 +41,9 @@ Sets (``--set``):
              three weights; one-CTA tiles with and without it (bit for bit twins).
   oobpick    matmul's 64-row picks at real-model shapes with a short last token tile, with
              and without SHIFT_LAST, both dtypes.
+  tok8       decode: swap-AB token tiles sized to the tokens (a multiple of 8, as cuBLAS's)
+             against the next size up of chooser.SWAP_AB_TILES, matmul's keywords;
+             tok8b the sizes between (56, 88).
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -220,12 +223,34 @@ OOBPICK_KERNELS = {f"{bm}x{bn}": {"BLK_M": bm, "BLK_N": bn, **PF,
                    for bm, bn in ((64, 176), (64, 144), (64, 224), (64, 128), (64, 256))}
 OOBPICK_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True}
                         for k, kw in list(OOBPICK_KERNELS.items())})
+# the tok8 set: decode token tiles sized to the tokens, as cuBLAS's are (40 for 37 tokens, 24
+# for 24: results/lab/cublas_kernels_heldout_h200.jsonl), against SWAP_AB_TILES' next size
+# up (48, 32, 80), with matmul's keywords for these shapes (non-persistent SPLIT_K=1 at
+# PIPE_DEPTH 8, or the persistent kernel with PDL): fewer zero-filled token rows per load
+TOK8_SHAPES = ((37, 14336, 4096), (24, 15360, 5120), (20, 14336, 4096), (40, 8192, 8192),
+               (33, 14336, 4096), (70, 7168, 2048), (65, 7168, 2048))
+_NP = {"SWAP_AB": True, "SPLIT_K": 1, "PIPE_DEPTH": 8, "SHIFT_LAST": True, **PF}
+TOK8_KERNELS = {f"np64x{bn}": {"BLK_M": 64, "BLK_N": bn, **_NP} for bn in (24, 32, 40, 48)}
+TOK8_KERNELS.update({f"np64x{bn}p": {"BLK_M": 64, "BLK_N": bn, "PDL": True, **_NP}
+                     for bn in (40, 48)})
+TOK8_KERNELS.update({f"64x{bn}wp": {"BLK_M": 64, "BLK_N": bn, "SWAP_AB": True, "PDL": True,
+                                    "SHIFT_LAST": True, **PF} for bn in (72, 80)})
+# tok8b: the same question at the sizes between tok8's (56 against 64, 88 against 96)
+TOK8B_SHAPES = ((50, 14336, 4096), (56, 8192, 8192), (53, 7168, 2048), (85, 7168, 2048),
+                (88, 14336, 4096), (81, 8192, 8192))
+_SW = {"SWAP_AB": True, "SHIFT_LAST": True, **PF}  # matmul's persistent swap-AB there
+TOK8B_KERNELS = {f"{bm}x{bn}w{p}": {"BLK_M": bm, "BLK_N": bn, **_SW,
+                                    **({"PDL": True} if p else {})}
+                 for bm, bn, p in ((128, 56, ""), (128, 64, ""), (64, 56, ""), (64, 64, ""),
+                                   (64, 56, "p"), (64, 64, "p"), (64, 88, "p"), (64, 96, "p"),
+                                   (128, 88, ""), (128, 96, ""), (64, 88, ""), (64, 96, ""))}
 SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
         "swaptma": (SWAP_SHAPES, SWAP_KERNELS), "shortk": (SHORTK_SHAPES, SHORTK_KERNELS),
         "midk": (MIDK_SHAPES, SHORTK_KERNELS), "tailtma": (TAIL_SHAPES, TAIL_KERNELS),
         "tailshare": (SHARE_SHAPES, SHARE_KERNELS), "midm": (MIDM_SHAPES, MIDM_KERNELS),
         "swpair": (MIDM_SHAPES, SWPAIR_KERNELS), "m129": (M129_SHAPES, M129_KERNELS),
-        "oob": (OOB_SHAPES, OOB_KERNELS), "oobpick": (OOBPICK_SHAPES, OOBPICK_KERNELS)}
+        "oob": (OOB_SHAPES, OOB_KERNELS), "oobpick": (OOBPICK_SHAPES, OOBPICK_KERNELS),
+        "tok8": (TOK8_SHAPES, TOK8_KERNELS), "tok8b": (TOK8B_SHAPES, TOK8B_KERNELS)}
 
 
 def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
