@@ -188,10 +188,19 @@ def test_chooser_swap_ab_rule():
     assert chooser.swap_ab_tile(70, 7168, 132) == (64, 72)
     assert chooser.swap_ab_tile(85, 7168, 132) == (64, 88)
     assert mm.choose(37, 14336, 4096, "bfloat16", "sm_90a", 132)[1]["BLK_N"] == 40
-    # variants: one kernel per token tile below 97 rows, each named for its M range
+    # variants: one kernel per token tile below 97 rows, each named for its M range; a K
+    # split (4096x4096's decode) keeps to the widths whose split kernels have run on the H200
     v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
-    assert swaps == [(t, t - 7, t) for t in range(8, 97, 8)]
+    tiles = chooser.SWAP_SPLIT_TILES
+    assert all(kw["SPLIT_K"] == 2 for _, kw, _, _ in v if kw.get("SWAP_AB"))
+    assert swaps == [(t, lo + 1, t) for lo, t in zip((0,) + tiles, tiles)]
+    assert set(tiles) < set(chooser.SWAP_AB_TILES) and 56 not in tiles
+    assert mm.choose(50, 4096, 4096, "bfloat16", "sm_90a", 132)[1]["BLK_N"] == 64
+    v = mm.variants(14336, 4096, "bfloat16", "sm_90a", 132, max_m=128)  # no K split
+    swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
+    assert swaps == [(16, 1, 16)] + [(t, t - 7, t) for t in range(24, 97, 8)]
+    assert all(kw.get("SPLIT_K", 1) == 1 for _, kw, _, _ in v)
 
 
 def test_non_persistent_swap_ab_takes_pdl_only_where_its_ctas_fit_the_sms():
@@ -952,6 +961,17 @@ def test_shift_last_ends_the_last_token_tile_at_m(kw, width):
     assert "T.max(M - " not in texts[False]
 
 
+def test_shift_last_with_m_fixed_at_build_folds_the_start():
+    """With M fixed at build (no RUNTIME_M) the shifted start folds to a constant bound:
+    200 rows in 64-row tiles start the last at 136, in the loads and the stores."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    text = hgemm_v12(200, 768, 512, BLK_M=64, BLK_N=96, SHIFT_LAST=True).script()
+    assert "A[T.min(buffer_1 * 64, 136):" in text and "prev_m = T.min(buffer_1 * 64, 136)" in text
+    assert "T.min(buffer_1 * 64, 136)" not in hgemm_v12(200, 768, 512, BLK_M=64,
+                                                       BLK_N=96).script()
+
+
 def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
     """matmul's v12 picks with one CTA per tile and no K split (the plain tiles, swap-AB at
     decode, swap-AB stored by TMA, SPLIT_K=1) take SHIFT_LAST; pairs, K splits, v9 and
@@ -974,3 +994,6 @@ def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
         kw = mc.choose_epilogue_on(step_id, 1000, 4096, 4096, "bfloat16", "sm_90a", 132,
                                    {"BIAS": "float32"})[1]
         assert "SHIFT_LAST" not in kw, (step_id, kw)
+    for mnk in ((129, 4096, 4096), (1000, 4096, 4096), (37, 14336, 4096)):
+        kw = mc.choose(*mnk, "bfloat16", "sm_90a", 132, epilogue={"BIAS": "float32"})[1]
+        assert "SHIFT_LAST" not in kw and kw["BIAS"] == "float32", (mnk, kw)

@@ -368,6 +368,10 @@ def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
 # tokens 0.95-0.99 against 0.91-0.97, 72 at 65-70 1.00-1.01 against 0.98-0.99, 88 at 81-88
 # 0.93-0.98 against 0.91-0.95; 24 and 56 level.
 SWAP_AB_TILES = tuple(range(8, 97, 8))
+# ... except in a K split (S >= 2), which keeps to the widths whose split kernels have run
+# on the H200 (24 and 40 in results/lab/matmul_graph_h200_tok8m.jsonl, the others before):
+# 56, 72 and 88 take the next of these
+SWAP_SPLIT_TILES = (8, 16, 24, 32, 40, 48, 64, 80, 96)
 SWAP_AB_TALL_SHARE = 0.75
 
 
@@ -751,7 +755,8 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
         split = split_count(min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX),
                             k_tiles)
         if 2 * tiles <= sm_count and split >= 2:
-            return SWAP_SPLIT_ROWS, swap[1], True, split, None
+            tokens = next(t for t in SWAP_SPLIT_TILES if t >= swap[1])
+            return SWAP_SPLIT_ROWS, tokens, True, split, None
         if M <= SWAP_NP_MAX_M:
             return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1,
                     SWAP_NP_DEPTH)

@@ -15,7 +15,7 @@
 # (issue32_dpswapw.json: wide weights past 512 tokens). MODE=eager NAME=dpswape NEW=dpen OLD=dpeo:
 # the rule's shapes under 20 us (issue32_dpswape.json) timed eagerly by `tirx-gemm bench`.
 # NAME=tailtma NEW=ttn OLD=tto STAGE_S=70 (issue32_tailtma.json: where matmul's pick stores its
-# tail by TMA, chooser.tail_tma). DTYPES="bfloat16" runs one dtype. Everything comes back as
+# tail by TMA, chooser.tail_tma). DTYPES (commas or spaces) picks the dtypes. Everything comes back as
 # $OUT/$NAME.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
@@ -26,7 +26,7 @@ OLD=${OLD:-dpo}
 lab_begin $NAME .gpu/$NEW-bfloat16  # each stage sets PYTHONPATH: the old package's runs from .gpu/oldcode
 if [ "${MODE:-graphs}" = eager ]; then  # tirx-gemm bench: CUDA events around alternating launches
   for pass in 1 2; do
-    for dt in ${DTYPES:-bfloat16 float16}; do
+    for dt in $(echo ${DTYPES:-bfloat16 float16} | tr , " "); do
       PYTHONPATH=/tmp/site:$PWD TAILN=14 stage enew${pass}_$dt 150 python3 -m tirx_gemm.cli bench --suite .gpu/$NAME-$dt.json --target matmul --arch sm_90a --bundle .gpu/$NEW-$dt --record --results "$W/results_new"; snap
       (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TAILN=14 stage eold${pass}_$dt 150 python3 -m tirx_gemm.cli bench --suite ../$NAME-$dt.json --target matmul --arch sm_90a --bundle ../$OLD-$dt --record --results "$W/results_old"); snap
     done
@@ -34,7 +34,7 @@ if [ "${MODE:-graphs}" = eager ]; then  # tirx-gemm bench: CUDA events around al
   exit 0
 fi
 for pass in 1 2; do
-  for dt in ${DTYPES:-bfloat16 float16}; do
+  for dt in $(echo ${DTYPES:-bfloat16 float16} | tr , " "); do
     PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=.gpu/$NEW-$dt TAILN=14 stage new${pass}_$dt $STAGE_S python3 scripts/lab/matmul_graph_times.py .gpu/$NAME-$dt.json --out "$W/new_$dt.jsonl" --budget-s $((STAGE_S - 10)); snap
     (cd .gpu/oldcode && PYTHONPATH=/tmp/site:$PWD TIRX_GEMM_BUNDLE=../$OLD-$dt TAILN=14 stage old${pass}_$dt $STAGE_S python3 scripts/lab/matmul_graph_times.py ../$NAME-$dt.json --out "$W/old_$dt.jsonl" --budget-s $((STAGE_S - 10))); snap
   done

@@ -9,7 +9,7 @@
 # (nvidia-smi every 20 ms; records carry each kernel's wall span).
 #   python scripts/lab/streaming_sweep.py export --set pairs --dtypes bfloat16,float16 --out .gpu/pairs
 # carry .gpu/pairs; on the GPU host:  OUT=$OUT [MODE=pairwise] [SETS="pairs streaming"] bash scripts/lab/h200_pairs.sh
-# (a set's bundle is .gpu/<set>, streaming's .gpu/stream; DTYPES="bfloat16" times one dtype)
+# (a set's bundle is .gpu/<set>, streaming's .gpu/stream; DTYPES (commas or spaces) picks the dtypes)
 # Everything comes back as $OUT/pairs.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
@@ -21,13 +21,13 @@ if [ "$MODE" = pairwise ]; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 20 > "$W/clocks.csv" 2>&1 &
   smi=$!
   for set in ${SETS:-pairs}; do
-    TAILN=40 stage ${set}_pairwise 280 python3 scripts/lab/streaming_sweep.py run --set $set --pairwise --bundle $(bundle $set) --dtypes ${DTYPES:-bfloat16,float16} --out "$W/${set}_pairwise.jsonl" --budget-s 270; snap
+    TAILN=40 stage ${set}_pairwise 280 python3 scripts/lab/streaming_sweep.py run --set $set --pairwise --bundle $(bundle $set) --dtypes $(echo ${DTYPES:-bfloat16,float16} | tr " " ,) --out "$W/${set}_pairwise.jsonl" --budget-s 270; snap
   done
   kill $smi
 else
   for set in ${SETS:-pairs}; do
     for pass in 1 2; do
-      TAILN=30 stage $set$pass ${PASS_S:-260} python3 scripts/lab/streaming_sweep.py run --set $set --bundle $(bundle $set) --dtypes ${DTYPES:-bfloat16,float16} --out "$W/$set.jsonl" --budget-s $(( ${PASS_S:-260} - 10 )); snap
+      TAILN=30 stage $set$pass ${PASS_S:-260} python3 scripts/lab/streaming_sweep.py run --set $set --bundle $(bundle $set) --dtypes $(echo ${DTYPES:-bfloat16,float16} | tr " " ,) --out "$W/$set.jsonl" --budget-s $(( ${PASS_S:-260} - 10 )); snap
     done
   done
 fi
