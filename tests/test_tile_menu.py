@@ -307,6 +307,8 @@ def test_readme_states_the_rules_as_the_code_has_them():
     text = re.sub(r"\s+", " ", (Path(__file__).parents[1] / "README.md").read_text())
     tiles = chooser.SWAP_AB_TILES
     assert f"a token tile of {', '.join(map(str, tiles[:-1]))} or {tiles[-1]}" in text
+    tiles = chooser.SWAP_SPLIT_TILES
+    assert f"A K split keeps to {', '.join(map(str, tiles[:-1]))} and {tiles[-1]}" in text
     tiles = ", ".join(f"{m}x{n}" for m, n in chooser.SPLIT_TILES[:-1])
     assert f"{tiles} and {'x'.join(map(str, chooser.SPLIT_TILES[-1]))} tiles split" in text
     assert f"more than {round(chooser.SPLIT_MARGIN * 100)}% faster" in text
