@@ -999,3 +999,57 @@ def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
     for mnk in ((129, 4096, 4096), (1000, 4096, 4096), (37, 14336, 4096)):
         kw = mc.choose(*mnk, "bfloat16", "sm_90a", 132, epilogue={"BIAS": "float32"})[1]
         assert "SHIFT_LAST" not in kw and kw["BIAS"] == "float32", (mnk, kw)
+
+
+def test_readme_counts_for_shift_last_are_the_records():
+    """README's and lesson v12's counts for SHIFT_LAST are what the sweeps and the check
+    through matmul recorded: the oob sweep's ahead / level / behind pairs, every shifted
+    kernel bit-identical to its twin, the oobpick twins' two-pass means within 0.02, and
+    the shapes of the check where the shift moves a token tile."""
+    import collections
+    import json
+    import re
+    from pathlib import Path
+    root = Path(__file__).parents[1]
+    lab = root / "results" / "lab"
+
+    def prose(path):
+        return re.sub(r"\s+", " ", re.sub(r"<!--.*?-->", "", (root / path).read_text()))
+    readme, lesson = prose("README.md"), prose("steps/lessons/v12.md")
+
+    def twins(name):
+        runs = collections.defaultdict(list)  # (shape, dtype, kernel) -> (shifted, twin)
+        for line in (lab / name).read_text().splitlines():
+            r = json.loads(line)
+            for k, c in r["candidates"].items():
+                if "same_bits_as" in c:
+                    assert c["same_bits_as"] == [k[:-1], True], (name, r["M"], k)
+                    runs[(r["M"], r["N"], r["K"], r["dtype"], k)].append(
+                        (c["ratio"], r["candidates"][k[:-1]]["ratio"]))
+        return runs
+    oob = twins("v12_oob_h200.jsonl")
+    # ahead / behind: every pass of one above every pass of the other by at least 0.01
+    ahead = sum(min(s for s, _ in v) >= max(t for _, t in v) + 0.01 for v in oob.values())
+    behind = sum(max(s for s, _ in v) + 0.01 <= min(t for _, t in v) for v in oob.values())
+    level = len(oob) - ahead - behind
+    for text in (readme, lesson):
+        assert f"ahead at {ahead} of the {len(oob)} pairs" in text
+        assert f"level at {level}" in text or f"level at the other {level}" in text
+    assert behind == 0 and "behind at none" in readme and "behind at none" in lesson
+    pick = twins("v12_oobpick_h200.jsonl")
+    means = [abs(sum(s - t for s, t in v) / len(v)) for v in pick.values()]
+    assert max(means) < 0.02
+    for text in (readme, lesson):
+        assert f"within 0.02 of its twin's at all {len(pick)} pairs" in text
+    moved, shapes = set(), set()
+    for line in (lab / "matmul_graph_h200_shift.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        shapes.add((r["M"], r["N"], r["K"]))
+        kw = r["kwargs"]
+        tok = kw.get("BLK_N") if kw.get("SWAP_AB") else kw.get("BLK_M")
+        if r["chooser"] == "new" and kw.get("SHIFT_LAST") and r["M"] > tok and r["M"] % tok:
+            moved.add((r["M"], r["N"], r["K"]))
+    assert f"at {len(shapes)} real-model and suite shapes of odd token counts, the shift " \
+           f"moving a token tile at {len(moved)} of them" in readme
+    assert f"{len(shapes)} shapes of odd token counts, the shift moving a token tile at " \
+           f"{len(moved)}" in lesson

@@ -60,6 +60,13 @@ from v12_sweep import _check, _graphs_interleaved, _inputs  # noqa: E402
 
 from tirx_gemm import chooser  # noqa: E402  (pure Python: matmul's tail rule)
 
+
+def with_shift_twins(kernels: dict) -> dict:
+    """``kernels`` and, for each, its twin with SHIFT_LAST ("<name>s"; run() compares the
+    twin's D with the original's bit for bit)."""
+    return {**kernels, **{f"{k}s": {**kw, "SHIFT_LAST": True} for k, kw in kernels.items()}}
+
+
 SHAPES = ((128, 6144, 4096), (64, 6144, 4096), (128, 8192, 28672), (128, 4096, 4096),
           (128, 14336, 4096), (128, 4096, 14336), (128, 10240, 8192))
 BASE = {"SM_COUNT": 132, "RUNTIME_M": True, "RUNTIME_NK": True}
@@ -199,7 +206,7 @@ M129_KERNELS = {
 }
 # ... and each with SHIFT_LAST ("s": a last token tile that would reach past M ends at M);
 # run() compares each "s" kernel's D with its plain twin's bit for bit
-M129_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True} for k, kw in list(M129_KERNELS.items())})
+M129_KERNELS = with_shift_twins(M129_KERNELS)
 # the oob set: where SHIFT_LAST pays. Token counts that leave the last token tile 1-56 rows
 # short of full or fill it, on three weights, one-CTA tiles with and without SHIFT_LAST
 # (each "s" kernel checked bit for bit against its twin)
@@ -212,7 +219,7 @@ OOB_KERNELS = {f"{bm}x{bn}{'w' if swap else ''}": {
     **({"TAIL_TMA": True} if not swap and chooser.tail_tma(bm, bn) else {})}
     for bm, bn, swap in ((64, 96, False), (64, 144, False), (64, 176, False),
                          (128, 128, False), (64, 80, True))}
-OOB_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True} for k, kw in list(OOB_KERNELS.items())})
+OOB_KERNELS = with_shift_twins(OOB_KERNELS)
 # the oobpick set: SHIFT_LAST on matmul's own 64-row picks at real-model shapes with a short
 # last token tile (scripts/lab/issue32_shift.json), both dtypes, each beside its twin in the
 # same run (through matmul, fp16 read 0.01-0.04 behind at two of them, bf16 level)
@@ -221,8 +228,7 @@ OOBPICK_SHAPES = ((333, 3584, 3584), (200, 4608, 3584), (333, 4672, 4544), (144,
 OOBPICK_KERNELS = {f"{bm}x{bn}": {"BLK_M": bm, "BLK_N": bn, **PF,
                                   **({"TAIL_TMA": True} if chooser.tail_tma(bm, bn) else {})}
                    for bm, bn in ((64, 176), (64, 144), (64, 224), (64, 128), (64, 256))}
-OOBPICK_KERNELS.update({f"{k}s": {**kw, "SHIFT_LAST": True}
-                        for k, kw in list(OOBPICK_KERNELS.items())})
+OOBPICK_KERNELS = with_shift_twins(OOBPICK_KERNELS)
 # the tok8 set: decode token tiles sized to the tokens, as cuBLAS's are (40 for 37 tokens, 24
 # for 24: results/lab/cublas_kernels_heldout_h200.jsonl), against SWAP_AB_TILES' next size
 # up (48, 32, 80), with matmul's keywords for these shapes (non-persistent SPLIT_K=1 at
