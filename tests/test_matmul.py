@@ -223,7 +223,9 @@ def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
     assert not chooser.wants_split(128, 256, 192)
     step, kw = mm.choose(128, 256, 192, "float16", "sm_90a", 132)
     assert step == "v12" and f"{kw['BLK_M']}x{kw['BLK_N']}" == chooser.best(128, 256, 192)
-    assert kw["RUNTIME_M"] is kw["RUNTIME_NK"] is True
+    # a plain one-CTA tile: M at run time, N and K built in (matmul_choice.STATIC_NK_NOTE)
+    assert kw["RUNTIME_M"] is True and "RUNTIME_NK" not in kw and kw["SHIFT_LAST"]
+    assert mm.build_shape((128, 256, 192), kw) == (mm.NOMINAL_M, 256, 192)
     # an odd SM count: the model and the split rule see the even pool
     assert mm.choose(256, 256, 16384, "float16", "sm_90a", 131)[1]["SM_COUNT"] == 130
 
@@ -499,16 +501,20 @@ def test_runtime_m_kernels_are_built_once_for_every_m(arch):
         for M in {lo, (lo + hi) // 2, hi}:
             assert mm.choose(M, 4096, 4096, "bfloat16", arch, sms) == (step_id, kwargs)
     # M ranges (the swap rules switch tiles every 16 rows in places, swap-AB's token tiles
-    # every 8 up to 96) over a few dozen kernels
+    # every 8 up to 96, a K split's too but for 56) over a few dozen kernels: 33 for this
+    # layer, the split kernels at 72 and 88 tokens being the two added last
     assert len(vs) <= 72 and vs[-1][3] >= mm.VARIANTS_MAX_M
-    assert len({(s, tuple(sorted(k.items()))) for s, k, _, _ in vs}) <= 32
-    # the tile menu's kernels take the whole shape at run time: one build per tile and dtype
+    assert len({(s, tuple(sorted(k.items()))) for s, k, _, _ in vs}) <= 33
+    # swap-AB and pair kernels take the whole shape at run time (one build per tile and
+    # dtype); plain one-CTA tiles and K splits are built for the layer's N and K
     for step_id, kwargs, _, _ in vs:
-        if step_id == "v12" and kwargs.get("SPLIT_K", 1) == 1:
+        plain = (step_id == "v12" and not kwargs.get("SWAP_AB")
+                 and kwargs.get("CLUSTER", 1) == 1 and "SPLIT_K" not in kwargs)
+        if step_id == "v12" and kwargs.get("SPLIT_K", 1) == 1 and not plain:
             assert kwargs["RUNTIME_NK"] is True
             assert mm.build_shape((5, 4096, 4096), kwargs) == (
                 mm.NOMINAL_M, mm.NOMINAL_N, mm.NOMINAL_K)
-        elif step_id == "v12":  # a split of K is built in: N and K fixed, M at run time
+        elif step_id == "v12":  # N and K fixed, M at run time
             assert "RUNTIME_NK" not in kwargs and kwargs["RUNTIME_M"] is True
             assert mm.build_shape((5, 4096, 4096), kwargs) == (mm.NOMINAL_M, 4096, 4096)
 

@@ -138,6 +138,39 @@ def test_cluster_pairs_share_b_by_multicast():
     assert "cta_mask" not in one and "cluster_sync" not in one
 
 
+def test_pairs_along_n_share_the_mma_a_tile_by_multicast():
+    """PAIR_ALONG="N": the pair's CTAs take consecutive column blocks (rank picks the
+    block), each loads its own B tile and half of the MMA's A tile multicast to both (the
+    tokens; with SWAP_AB the weight's rows); the default pair is along M. Refused without
+    CLUSTER=2 or with another axis."""
+    pytest.importorskip("tvm")
+    import re
+    step = registry.get("v12", "sm_90a")
+    for kw, own, shared, half, rows in (
+            (dict(BLK_M=128, BLK_N=80), "B", "A", 64, 80),
+            (dict(BLK_M=64, BLK_N=32, SWAP_AB=True), "A", "B", 32, 32)):
+        text = step.build_primfunc(256, 1024, 512, CLUSTER=2, PAIR_ALONG="N",
+                                   **kw).script()
+        loads = [ln for ln in text.splitlines() if "copy_async(" in ln and "smem[" in ln]
+        own_load = [ln for ln in loads if f"], {own}[" in ln]
+        shared_load = [ln for ln in loads if f"], {shared}[" in ln]
+        assert len(own_load) == 1 and "cta_mask" not in own_load[0]
+        assert f"Bsmem[ring_stage, 0:{rows}, 0:64]" in own_load[0]
+        assert re.search(rf"\(\w+ \* 2 \+ rank\) \* {rows}", own_load[0])  # its own column block
+        assert len(shared_load) == 1 and "cta_mask=3" in shared_load[0]
+        assert f"Asmem[ring_stage, rank * {half}:rank * {half} + {half}, 0:64]" in shared_load[0]
+        assert "cluster_sync" in text and "mapa.shared::cluster" in text
+    with pytest.raises(ValueError, match="PAIR_ALONG='N' places the CTAs of a pair"):
+        step.build_primfunc(256, 1024, 512, BLK_M=64, BLK_N=64, PAIR_ALONG="N")
+    with pytest.raises(ValueError, match="PAIR_ALONG='K' must be 'M'"):
+        step.build_primfunc(256, 1024, 512, BLK_M=64, BLK_N=64, CLUSTER=2, PAIR_ALONG="K")
+    # matmul never asks for it (behind its picks on the H200: README)
+    from tirx_gemm import matmul_choice as mc
+    for N, K in ((4096, 4096), (5120, 13824), (1000, 1000)):
+        assert all("PAIR_ALONG" not in kw for _, kw, _, _ in
+                   mc.variants(N, K, "bfloat16", "sm_90a", 132, max_m=1024))
+
+
 def test_chooser_pairs_and_widths():
     """A pair is one tile of twice the rows on half the slots; pairs enter only where K's
     rows are not whole 128-byte lines (the measured case for them); every menu width the
@@ -189,14 +222,19 @@ def test_chooser_swap_ab_rule():
     assert chooser.swap_ab_tile(85, 7168, 132) == (64, 88)
     assert mm.choose(37, 14336, 4096, "bfloat16", "sm_90a", 132)[1]["BLK_N"] == 40
     # variants: one kernel per token tile below 97 rows, each named for its M range; a K
-    # split (4096x4096's decode) keeps to the widths whose split kernels have run on the H200
+    # split (4096x4096's decode) takes every one of them but 56 (behind 64 at S = 4 on the
+    # H200: chooser.py's figures)
     v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
     tiles = chooser.SWAP_SPLIT_TILES
     assert all(kw["SPLIT_K"] == 2 for _, kw, _, _ in v if kw.get("SWAP_AB"))
     assert swaps == [(t, lo + 1, t) for lo, t in zip((0,) + tiles, tiles)]
-    assert set(tiles) < set(chooser.SWAP_AB_TILES) and 56 not in tiles
+    assert tiles == tuple(t for t in chooser.SWAP_AB_TILES if t != 56)
     assert mm.choose(50, 4096, 4096, "bfloat16", "sm_90a", 132)[1]["BLK_N"] == 64
+    for m, width, split in ((70, 72, 2), (85, 88, 2), (87, 88, 4), (54, 64, 4)):
+        kw = mm.choose(m, 2048 if split == 4 else 4096, 8192 if split == 4 else 14336,
+                       "bfloat16", "sm_90a", 132)[1]
+        assert (kw["BLK_N"], kw["SPLIT_K"], kw["SWAP_AB"]) == (width, split, True), m
     v = mm.variants(14336, 4096, "bfloat16", "sm_90a", 132, max_m=128)  # no K split
     swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
     assert swaps == [(16, 1, 16)] + [(t, t - 7, t) for t in range(24, 97, 8)]

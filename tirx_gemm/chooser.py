@@ -368,10 +368,13 @@ def wants_split(M: int, N: int, K: int, sm_count: int = SMS_H200,
 # tokens 0.95-0.99 against 0.91-0.97, 72 at 65-70 1.00-1.01 against 0.98-0.99, 88 at 81-88
 # 0.93-0.98 against 0.91-0.95; 24 and 56 level.
 SWAP_AB_TILES = tuple(range(8, 97, 8))
-# ... except in a K split (S >= 2), which keeps to the widths whose split kernels have run
-# on the H200 (24 and 40 in results/lab/matmul_graph_h200_tok8m.jsonl, the others before):
-# 56, 72 and 88 take the next of these
-SWAP_SPLIT_TILES = (8, 16, 24, 32, 40, 48, 64, 80, 96)
+# A K split (S >= 2) takes them too, but for 56, which takes 64. Through matmul against the
+# package that split only at 8-48, 64, 80 and 96 (results/lab/matmul_graph_h200_splitw.jsonl,
+# 15 decode shapes that split, both dtypes, two passes, CUDA graphs interleaved with torch):
+# 72 and 88 ran level or ahead (68x3584x18944 in 72 0.99-1.00 against 0.95-0.96,
+# 85x4096x14336 in 88 1.06-1.07 against 1.02-1.04, 71x2048x5632 +0.02); 56 ran level at
+# S = 2 (four shapes) and behind at S = 4 (54x2048x8192 1.03-1.05 against 1.07-1.08).
+SWAP_SPLIT_TILES = tuple(t for t in SWAP_AB_TILES if t != 56)
 SWAP_AB_TALL_SHARE = 0.75
 
 

@@ -44,6 +44,9 @@ Sets (``--set``):
   tok8       decode: swap-AB token tiles sized to the tokens (a multiple of 8, as cuBLAS's)
              against the next size up of chooser.SWAP_AB_TILES, matmul's keywords;
              tok8b the sizes between (56, 88).
+  nk         matmul's 64x160, 64x224 and 64x96 kernels (RUNTIME_NK, TAIL_TMA, PREFETCH_MAPS,
+             SHIFT_LAST) beside the same tiles without each option and built for the
+             shape's N and K (run with --pairwise).
 
 One JSON line per (shape, dtype): torch's time and each kernel's time and ratio.
 """
@@ -250,13 +253,34 @@ TOK8B_KERNELS = {f"{bm}x{bn}w{p}": {"BLK_M": bm, "BLK_N": bn, **_SW,
                  for bm, bn, p in ((128, 56, ""), (128, 64, ""), (64, 56, ""), (64, 64, ""),
                                    (64, 56, "p"), (64, 64, "p"), (64, 88, "p"), (64, 96, "p"),
                                    (128, 88, ""), (128, 96, ""), (64, 88, ""), (64, 96, ""))}
+# the nk set: matmul's kernel at 256x5120x13824 (64x160, RUNTIME_NK, TAIL_TMA, PREFETCH_MAPS,
+# SHIFT_LAST) read 0.84-0.87 alternated with torch through matmul (h14-h16), while a 64x160
+# built for that N and K without the three options read 0.95-0.96 alternated with torch in
+# the pair-along-N sweep (results/lab/v12_pairn_h200.jsonl): the same tile with and without
+# each difference, at the shapes matmul gives 64x160, 64x224 and 64x96 ("RUNTIME_NK": False:
+# built per (N, K) of the set's shapes, as v9 and v10 are)
+NK_SHAPES = ((256, 5120, 13824), (128, 10240, 8192), (256, 7168, 5120), (128, 14336, 4096),
+             (128, 6144, 4096))
+_PICK = {"TAIL_TMA": True, "SHIFT_LAST": True, **PF}
+NK_KERNELS = {
+    "64x160r": {"BLK_M": 64, "BLK_N": 160, **_PICK},
+    "64x160r0": {"BLK_M": 64, "BLK_N": 160},
+    "64x160rf": {"BLK_M": 64, "BLK_N": 160, **PF},
+    "64x160s": {"BLK_M": 64, "BLK_N": 160, "RUNTIME_NK": False},
+    "64x160st": {"BLK_M": 64, "BLK_N": 160, "RUNTIME_NK": False, **_PICK},
+    "64x224r": {"BLK_M": 64, "BLK_N": 224, "SHIFT_LAST": True, **PF},
+    "64x224s": {"BLK_M": 64, "BLK_N": 224, "RUNTIME_NK": False, "SHIFT_LAST": True, **PF},
+    "64x96r": {"BLK_M": 64, "BLK_N": 96, **_PICK},
+    "64x96s": {"BLK_M": 64, "BLK_N": 96, "RUNTIME_NK": False, **_PICK},
+}
 SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
         "swaptma": (SWAP_SHAPES, SWAP_KERNELS), "shortk": (SHORTK_SHAPES, SHORTK_KERNELS),
         "midk": (MIDK_SHAPES, SHORTK_KERNELS), "tailtma": (TAIL_SHAPES, TAIL_KERNELS),
         "tailshare": (SHARE_SHAPES, SHARE_KERNELS), "midm": (MIDM_SHAPES, MIDM_KERNELS),
         "swpair": (MIDM_SHAPES, SWPAIR_KERNELS), "m129": (M129_SHAPES, M129_KERNELS),
         "oob": (OOB_SHAPES, OOB_KERNELS), "oobpick": (OOBPICK_SHAPES, OOBPICK_KERNELS),
-        "tok8": (TOK8_SHAPES, TOK8_KERNELS), "tok8b": (TOK8B_SHAPES, TOK8B_KERNELS)}
+        "tok8": (TOK8_SHAPES, TOK8_KERNELS), "tok8b": (TOK8B_SHAPES, TOK8B_KERNELS),
+        "nk": (NK_SHAPES, NK_KERNELS)}
 
 
 def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
@@ -275,6 +299,10 @@ def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
             k = {**BASE, **kw}
             if dt != "float16":
                 k["dtype"] = dt
+            if kw.get("RUNTIME_NK") is False:  # built for each (N, K) of the set
+                for nk in sorted({(N, K) for _, N, K in shapes}):
+                    reqs.append((step, (matmul_choice.NOMINAL_M, *nk), k))
+                continue
             reqs.append((step, (128, 256, 256), k))
     bundle.export(reqs, out, ffi_wheel_python="3.12")
     return 0
@@ -285,6 +313,8 @@ def _label(kw: dict, kernels=KERNELS, step: str = "v12") -> str | None:
         return next((name for name, want in kernels.items() if want.get("step") == step),
                     None)
     core = {k: v for k, v in kw.items() if k not in BASE and k != "dtype"}
+    if kw.get("RUNTIME_NK") is False:
+        core["RUNTIME_NK"] = False
     return next((name for name, want in kernels.items() if want == core), None)
 
 
@@ -304,7 +334,7 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, set_name: str = "strea
         if not name:
             continue
         key = (kw.get("dtype", "float16"), name)
-        if e["step"] == "v12":
+        if e["step"] == "v12" and kw.get("RUNTIME_NK") is not False:
             kernels[key] = load_kernel(str(bundle / e["lib"]))
         else:
             per_nk.setdefault(key, {})[(e["N"], e["K"])] = str(bundle / e["lib"])

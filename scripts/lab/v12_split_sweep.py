@@ -8,7 +8,7 @@ with splits are what cuBLAS launches at the deep-K and decode shapes where matmu
 (results/lab/cublas_kernels_h200.jsonl).
 
     python scripts/lab/v12_split_sweep.py export --out .gpu/v12s     # here (bf16)
-    python scripts/lab/v12_split_sweep.py run --bundle .gpu/v12s --out FILE.jsonl  # GPU
+    python scripts/lab/v12_split_sweep.py run --bundle .gpu/v12s --out FILE.jsonl [--pairwise]  # GPU
 
 NP: SPLIT_K=1 kernels with RUNTIME_M and RUNTIME_NK (one kernel, every shape), an
 explicit ring depth, PDL; each runs at every shape of SHAPES. SPLITS: per shape, SPLIT_K>1
@@ -92,24 +92,25 @@ def parse_only(text: str) -> dict:
     D stages), ``p`` (persistent, data-parallel), ``q`` (the same with PDL) or ``k``
     (persistent with STREAM_K), and an ``x`` for the split and non-persistent kernels
     without PDL, then an ``l`` for 256-byte L2 promotion of both operands' TMA loads
-    (L2_PROMO); ``BMxBNc2p`` is the persistent CTA pair (CLUSTER=2, no PDL); KIND is
-    that text ("s2", "n8x", "ql", "c2p", ...), every kernel with RUNTIME_M and N and K
-    fixed."""
+    (L2_PROMO); ``BMxBNc2p`` is the persistent CTA pair (CLUSTER=2, no PDL), ``c2n`` the
+    pair along the MMA's N (PAIR_ALONG="N", no PDL) and ``c2nq`` the same with PDL; a
+    trailing ``t`` stores a swap-AB tile by TMA (SWAP_TMA); KIND is that text ("s2", "n8x",
+    "ql", "c2p", "c2nqt", ...), every kernel with RUNTIME_M and N and K fixed."""
     out = {}
     for part in filter(None, text.split(";")):
         shape, cands = part.split(":")
         got = []
         for c in cands.split("+"):
-            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k|c2p))(x?)(l?)(e?)(f?)(m\d)?",
-                             c)
+            m = re.fullmatch(r"(\d+)x(\d+)(w?)(?:s(\d+)|(n\d+|p|q|k|c2p|c2nq|c2n))(x?)(l?)(e?)(f?)"
+                             r"(m\d)?(t?)", c)
             if m is None:
                 raise ValueError(f"--only: {c!r} is not BMxBN[w] then sS, nD, p, q, k or c2p "
                                  "(and x: without PDL; l: 256-byte L2 promotion; e: "
                                  "EPI_SPREAD; f: PREFETCH_MAPS; mL: MMA_LAG=L)")
-            bm, bn, swap, split, kind, off, promo, spread, pf, lag = m.groups()
+            bm, bn, swap, split, kind, off, promo, spread, pf, lag, tma = m.groups()
             kind = f"s{split}" if split else kind
             got.append((int(bm), int(bn), swap == "w",
-                        kind + off + promo + spread + pf + (lag or "")))
+                        kind + off + promo + spread + pf + (lag or "") + tma))
         out[tuple(int(x) for x in shape.split(","))] = tuple(got)
     return out
 
@@ -120,6 +121,9 @@ def _focus_kwargs(bm, bn, swap, s, dt):
     from tirx_gemm import splitk
     kw = _kw(bm, bn, swap, dt)
     s = f"s{s}" if isinstance(s, int) else s  # SPLITS' entries: S itself
+    if s.endswith("t"):
+        kw["SWAP_TMA"] = True
+        s = s[:-1]
     lag = re.search(r"m(\d)$", s)
     if lag:
         kw["MMA_LAG"] = int(lag.group(1))
@@ -136,6 +140,10 @@ def _focus_kwargs(bm, bn, swap, s, dt):
     if s == "c2p":
         kw.pop("PDL")
         return {**kw, "CLUSTER": 2}
+    if s in ("c2n", "c2nq"):  # the pair along the MMA's N, sharing its A tile
+        if s == "c2n":
+            kw.pop("PDL")
+        return {**kw, "CLUSTER": 2, "PAIR_ALONG": "N"}
     if s.endswith("x"):
         kw.pop("PDL")
         s = s[:-1]
@@ -188,11 +196,13 @@ def export(out: Path, dtypes, only: dict | None = None, pairs: bool = False) -> 
 
 def _label_of(kw):
     extra = (("e" if kw.get("EPI_SPREAD") else "") + ("f" if kw.get("PREFETCH_MAPS") else "")
-             + (f"m{kw['MMA_LAG']}" if kw.get("MMA_LAG", 1) != 1 else ""))
+             + (f"m{kw['MMA_LAG']}" if kw.get("MMA_LAG", 1) != 1 else "")
+             + ("t" if kw.get("SWAP_TMA") else ""))
     if "SPLIT_K" not in kw and not kw.get("RUNTIME_NK"):  # persistent, data-parallel or
         # stream-K (--only): p / k
         return (f"{kw['BLK_M']}x{kw['BLK_N']}" + ("w" if kw.get("SWAP_AB") else "")
                 + ("c2" if kw.get("CLUSTER") == 2 else "")
+                + ("n" if kw.get("PAIR_ALONG") == "N" else "")
                 + ("k" if kw.get("STREAM_K") else "q" if kw.get("PDL") else "p")
                 + ("l" if kw.get("L2_PROMO") else "") + extra)
     if "SPLIT_K" not in kw:  # a persistent swap-AB tile, alone or paired (--pairs)
@@ -206,7 +216,8 @@ def _label_of(kw):
             + off + extra)
 
 
-def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> int:
+def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1,
+        pairwise: bool = False) -> int:
     import torch
     from tirx_gemm import registry
     from tirx_gemm.compile.bundle import load_manifest
@@ -232,9 +243,10 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> in
                 print(f"budget of {budget_s:.0f} s spent: stopping before {M}x{N}x{K}")
                 return 1 if bad else 0
             ins, ref, pick, t_torch = V._inputs(M, N, K, dtype)
-            t_torch_eager = V._eager_time([lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d)
-                                           for a, b, d in pick])
+            torch_fns = [lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d) for a, b, d in pick]
+            t_torch_eager = V._eager_time(torch_fns)
             rec = {"M": M, "N": N, "K": K, "dtype": dtype, "device": dev,
+                   "timing": "interleaved-pairwise" if pairwise else "sequential",
                    "torch": torch.__version__, "git_sha": code_git_sha(bundle) or git_sha(),
                    "date": time.strftime("%Y-%m-%d"), "torch_ms": t_torch,
                    "torch_eager_ms": t_torch_eager, "candidates": {}}
@@ -261,8 +273,13 @@ def run(bundle: Path, out: Path, dtypes, budget_s: float, repeat: int = 1) -> in
                     bad += 1
                     continue
                 fns = [lambda a=a, b=b, d=d, k=kern, ws=ws: k(a, b, d, *ws) for a, b, d in pick]
-                r["ms"] = V._graph_time(fns)
-                r["ratio"] = t_torch / r["ms"]
+                if pairwise:  # alternated with torch.mm alone after a warm-up (matmul's
+                    # protocol: the clock settles to the pair's power, not the set's)
+                    r["torch_ms"], r["ms"] = V._graphs_interleaved([torch_fns, fns])
+                    r["ratio"] = r["torch_ms"] / r["ms"]
+                else:
+                    r["ms"] = V._graph_time(fns)
+                    r["ratio"] = t_torch / r["ms"]
                 r["eager_ms"] = V._eager_time(fns)
                 r["eager_ratio"] = t_torch_eager / r["eager_ms"]
                 rec["candidates"][name] = r
@@ -292,11 +309,15 @@ def main(argv) -> int:
     r.add_argument("--dtypes", default="bfloat16")
     r.add_argument("--budget-s", type=float, default=420)
     r.add_argument("--repeat", type=int, default=1, help="each shape this many times")
+    r.add_argument("--pairwise", action="store_true",
+                   help="time each kernel's graph alternated with torch.mm's alone (the "
+                        "interleaved protocol of matmul_graph_times.py) instead of one after "
+                        "the other")
     a = p.parse_args(argv)
     if a.cmd == "export":
         return export(a.out, a.dtypes.split(","), parse_only(a.only) if a.only else None,
                       a.pairs)
-    return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s, a.repeat)
+    return run(a.bundle, a.out, a.dtypes.split(","), a.budget_s, a.repeat, a.pairwise)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
               STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None,
               EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False,
-              SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False):
+              SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False,
+              PAIR_ALONG: str = "M"):
     """Step card -- v12, a tile menu.
 
     Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
@@ -50,7 +51,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       a staging tile of their width, one TMA store; one-CTA, no epilogue). min(tiles,
       SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
       RUNTIME_NK: M (N, K) at run time, one kernel for all. CLUSTER=2: v9's CTA pair along
-      M, each CTA loading half of the shared B tile multicast into both.
+      M (PAIR_ALONG="N": along N), each loading half of the shared B (A) tile for both.
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut into K units of >= 8
       steps; the last unit to count sums the slabs in K order (SWAP_AB: swapped pieces).
     EPI_SPREAD: writeback a piece per K step. PREFETCH_MAPS: prefetch.tensormap of A's and
@@ -116,11 +117,22 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             raise ValueError(f"{name}={flag!r} must be True or False")
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     # CLUSTER=2: two CTAs of consecutive BLK_M row blocks share the MMA's B tile (rows
-    # n_st.. of B), each TMA-loading half of it multicast to both (v9's pair)
+    # n_st.. of B), each TMA-loading half of it multicast to both (v9's pair). PAIR_ALONG="N":
+    # two CTAs of consecutive BLK_N column blocks share the MMA's A tile instead (rows
+    # m_st.. of the MMA's A: the tokens, or with SWAP_AB the weight's rows), each loading
+    # BLK_M / 2 of its rows multicast to both (cuBLAS's 1x2 / 2x1 clusters along the
+    # other dimension: results/lab/cublas_kernels*_h200.jsonl)
     if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
         raise ValueError(f"CLUSTER={CLUSTER!r} must be 1 or 2 (CTAs along M sharing B)")
+    if PAIR_ALONG not in ("M", "N"):
+        raise ValueError(f"PAIR_ALONG={PAIR_ALONG!r} must be 'M' (the pair shares the MMA's "
+                         "B tile) or 'N' (its A tile)")
+    if PAIR_ALONG == "N" and CLUSTER != 2:
+        raise ValueError("PAIR_ALONG='N' places the CTAs of a pair (CLUSTER=2)")
+    ALONG_N = PAIR_ALONG == "N"
+    CL_M, CL_N = (1, CLUSTER) if ALONG_N else (CLUSTER, 1)  # the pair's CTAs along M, N
     if CLUSTER == 2:
-        if BLK_N % PAIR_N_STEP:
+        if BLK_N % PAIR_N_STEP and not ALONG_N:
             raise ValueError(f"CLUSTER=2 needs BLK_N a multiple of {PAIR_N_STEP} (each CTA "
                              f"loads half of the shared tile, 8 rows at least), got "
                              f"BLK_N={BLK_N}")
@@ -238,8 +250,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     M_TILES = (ROWS_DIM + BLK_M - 1) // BLK_M
     # the scheduler walks cluster tiles: CLUSTER row blocks (the last pair may reach past M:
     # both CTAs still take part, the second's loads zero-filled and its stores clipped)
-    M_CTILES = (ROWS_DIM + CLUSTER * BLK_M - 1) // (CLUSTER * BLK_M)
+    M_CTILES = (ROWS_DIM + CL_M * BLK_M - 1) // (CL_M * BLK_M)
     B_HALF = BLK_N // CLUSTER      # B rows each CTA of a pair loads (multiple of 8)
+    A_HALF = BLK_M // CLUSTER      # PAIR_ALONG="N": the MMA's A rows each CTA loads
     TOK_BLK = BLK_N if SWAP_AB else BLK_M  # the token tile: D's rows (SWAP_AB: MMA columns)
 
     def tok_start(st):
@@ -247,11 +260,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         # so that its TMA loads stay within A and no row is zero-filled
         return T.min(st, T.max(M_DIM - TOK_BLK, 0)) if SHIFT_LAST else st
     N_TILES = (COLS_DIM + BLK_N - 1) // BLK_N
+    N_CTILES = (COLS_DIM + CL_N * BLK_N - 1) // (CL_N * BLK_N)  # the pairs' column blocks
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
-        min(SM_COUNT, M_CTILES * N_TILES * CLUSTER)
+        min(SM_COUNT, M_CTILES * N_CTILES * CLUSTER)
     if SPLIT_K is not None:  # a CTA per unit: the grid follows the shape, also at run time
         NUM_CTAS = S * M_TILES * N_TILES
     SPREAD = False
@@ -430,6 +444,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the pair
         else:
             rank = T.meta_var(0)
+        rank_m = T.meta_var(0 if ALONG_N else rank)  # its row block in the pair's tile
+        rank_n = T.meta_var(rank if ALONG_N else 0)  # ... or its column block
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -487,7 +503,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_TILES,
+            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_CTILES,
             num_clusters=NUM_CTAS // CLUSTER, l2_group_size=L2_GROUP)
         scheduler.init(bx // CLUSTER)
 
@@ -499,13 +515,20 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while walking(scheduler):
                     m_tile, k_first, k_count = T.meta_var(unit(scheduler))
-                    m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M if SWAP_AB
-                                      else tok_start((m_tile * CLUSTER + rank) * BLK_M))
-                    n_st = T.meta_var(tok_start(scheduler.n_idx * BLK_N) if SWAP_AB
-                                      else scheduler.n_idx * BLK_N)
+                    m_st = T.meta_var((m_tile * CL_M + rank_m) * BLK_M if SWAP_AB
+                                      else tok_start((m_tile * CL_M + rank_m) * BLK_M))
+                    n_blk = T.meta_var((scheduler.n_idx * CL_N + rank_n) * BLK_N)
+                    n_st = T.meta_var(tok_start(n_blk) if SWAP_AB else n_blk)
                     for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        if CLUSTER == 2:  # own A tile; own half of B, multicast to both
+                        if ALONG_N:  # own B tile; own half of the A tile, multicast to both
+                            W.tma_load_multicast_b(
+                                Bsmem[ring.stage, :, :],
+                                Asmem[ring.stage, rank * A_HALF:(rank + 1) * A_HALF, :],
+                                A if SWAP_AB else B, B if SWAP_AB else A, n_st,
+                                m_st + rank * A_HALF, k_at(k_first, k) * BLK_K, BLK_N, A_HALF,
+                                BLK_K, BLK_M, tma2mma.ptr(ring.stage))
+                        elif CLUSTER == 2:  # own A tile; own half of B, multicast to both
                             # (SWAP_AB: the MMA's A is B's rows; the shared half is tokens)
                             W.tma_load_multicast_b(
                                 Asmem[ring.stage, :, :],
@@ -575,11 +598,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             prev_n: T.int32 = 0
             while walking(scheduler):
                 m_tile, k_first, k_count = T.meta_var(unit(scheduler))
-                m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M if SWAP_AB
-                                  else tok_start((m_tile * CLUSTER + rank) * BLK_M))
+                m_st = T.meta_var((m_tile * CL_M + rank_m) * BLK_M if SWAP_AB
+                                  else tok_start((m_tile * CL_M + rank_m) * BLK_M))
                 # D's columns of this tile (SWAP_AB: its tokens, D's rows)
-                n_st = T.meta_var(tok_start(scheduler.n_idx * OUT_N) if SWAP_AB
-                                  else scheduler.n_idx * OUT_N)
+                n_out = T.meta_var((scheduler.n_idx * CL_N + rank_n) * OUT_N)
+                n_st = T.meta_var(tok_start(n_out) if SWAP_AB else n_out)
                 for k in T.serial(k_count, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
 
