@@ -8,7 +8,7 @@ with splits are what cuBLAS launches at the deep-K and decode shapes where matmu
 (results/lab/cublas_kernels_h200.jsonl).
 
     python scripts/lab/v12_split_sweep.py export --out .gpu/v12s     # here (bf16)
-    python scripts/lab/v12_split_sweep.py run --bundle .gpu/v12s --out FILE.jsonl [--pairwise]  # GPU
+    python scripts/lab/v12_split_sweep.py run --bundle .gpu/v12s --out F.jsonl [--pairwise]  # GPU
 
 NP: SPLIT_K=1 kernels with RUNTIME_M and RUNTIME_NK (one kernel, every shape), an
 explicit ring depth, PDL; each runs at every shape of SHAPES. SPLITS: per shape, SPLIT_K>1

@@ -251,8 +251,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # the scheduler walks cluster tiles: CLUSTER row blocks (the last pair may reach past M:
     # both CTAs still take part, the second's loads zero-filled and its stores clipped)
     M_CTILES = (ROWS_DIM + CL_M * BLK_M - 1) // (CL_M * BLK_M)
-    B_HALF = BLK_N // CLUSTER      # B rows each CTA of a pair loads (multiple of 8)
-    A_HALF = BLK_M // CLUSTER      # PAIR_ALONG="N": the MMA's A rows each CTA loads
+    # the shared tile's rows each CTA of a pair loads (a multiple of 8): the MMA's B tile's,
+    # or with PAIR_ALONG="N" its A tile's
+    PAIR_HALF = (BLK_M if ALONG_N else BLK_N) // CLUSTER
     TOK_BLK = BLK_N if SWAP_AB else BLK_M  # the token tile: D's rows (SWAP_AB: MMA columns)
 
     def tok_start(st):
@@ -521,21 +522,19 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     n_st = T.meta_var(tok_start(n_blk) if SWAP_AB else n_blk)
                     for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        if ALONG_N:  # own B tile; own half of the A tile, multicast to both
+                        if CLUSTER == 2:  # own tile; own half of the shared one, multicast
+                            # to both: the MMA's B tile (along M) or its A tile (ALONG_N);
+                            # SWAP_AB: the MMA's A operand is B's rows, its B operand A's
+                            own_smem = T.meta_var(Bsmem if ALONG_N else Asmem)
+                            half_smem = T.meta_var(Asmem if ALONG_N else Bsmem)
                             W.tma_load_multicast_b(
-                                Bsmem[ring.stage, :, :],
-                                Asmem[ring.stage, rank * A_HALF:(rank + 1) * A_HALF, :],
-                                A if SWAP_AB else B, B if SWAP_AB else A, n_st,
-                                m_st + rank * A_HALF, k_at(k_first, k) * BLK_K, BLK_N, A_HALF,
-                                BLK_K, BLK_M, tma2mma.ptr(ring.stage))
-                        elif CLUSTER == 2:  # own A tile; own half of B, multicast to both
-                            # (SWAP_AB: the MMA's A is B's rows; the shared half is tokens)
-                            W.tma_load_multicast_b(
-                                Asmem[ring.stage, :, :],
-                                Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :],
-                                B if SWAP_AB else A, A if SWAP_AB else B, m_st,
-                                n_st + rank * B_HALF, k_at(k_first, k) * BLK_K, BLK_M, B_HALF,
-                                BLK_K, BLK_N, tma2mma.ptr(ring.stage))
+                                own_smem[ring.stage, :, :],
+                                half_smem[ring.stage, rank * PAIR_HALF:(rank + 1) * PAIR_HALF, :],
+                                A if SWAP_AB == ALONG_N else B, B if SWAP_AB == ALONG_N else A,
+                                n_st if ALONG_N else m_st,
+                                (m_st if ALONG_N else n_st) + rank * PAIR_HALF,
+                                k_at(k_first, k) * BLK_K, BLK_N if ALONG_N else BLK_M, PAIR_HALF,
+                                BLK_K, BLK_M if ALONG_N else BLK_N, tma2mma.ptr(ring.stage))
                         elif SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, :, :], B, A, m_st, n_st,
