@@ -174,10 +174,12 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # matmul_graph_times.py via scripts/lab/h200_issue32_suite.sh), and torch.matmul's kernels
 # per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py). The run is the
 # interleaved timing's (both graphs warmed up, then replayed alternately; a shape's last
-# record, the second interleaved pass, is the one shown): README, "order bias"
-CHOOSER_RUN = "matmul_graph_h200_timing_s13.jsonl"  # in results/lab/
+# record, the second interleaved pass, is the one shown): README, "order bias". A run is
+# a file in results/lab/ and the fields its records must have: the last run times the
+# package before beside this one in the same file ("chooser": "old" / "new")
+CHOOSER_RUN = ("matmul_graph_h200_staticnk.jsonl", {"suite": "models", "chooser": "new"})
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
-HELDOUT_RUN = "matmul_graph_h200_issue32_heldout_h12i.jsonl"
+HELDOUT_RUN = ("matmul_graph_h200_staticnk.jsonl", {"suite": "heldout", "chooser": "new"})
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
@@ -226,9 +228,12 @@ def chooser_table(dtype: str = "bfloat16", run: str | None = None) -> Md:
     pick that has changed since that run is marked, its figure then being the older
     kernel's), and the kernel torch.matmul (cuBLAS) launched at the shape."""
     from tirx_gemm import chooser, matmul
-    path = results_dir() / "lab" / (run or CHOOSER_RUN)
+    run = run or CHOOSER_RUN
+    name, where = run if isinstance(run, tuple) else (run, {})
+    path = results_dir() / "lab" / name
     meas = {(r["M"], r["N"], r["K"]): r for r in _lines(path)
-            if r.get("dtype") == dtype and r.get("ok")}
+            if r.get("dtype") == dtype and r.get("ok")
+            and all(r.get(k) == v for k, v in where.items())}
     cub_path = results_dir() / "lab" / CUBLAS_KERNELS
     cub = {(r["M"], r["N"], r["K"]): r["kernels"] for r in _lines(cub_path)
            if r.get("dtype") == dtype}
