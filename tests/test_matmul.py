@@ -223,7 +223,7 @@ def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
     assert not chooser.wants_split(128, 256, 192)
     step, kw = mm.choose(128, 256, 192, "float16", "sm_90a", 132)
     assert step == "v12" and f"{kw['BLK_M']}x{kw['BLK_N']}" == chooser.best(128, 256, 192)
-    # a plain one-CTA tile: M at run time, N and K built in (matmul_choice.STATIC_NK_NOTE)
+    # a plain one-CTA tile: M at run time, N and K built in (matmul_choice._tile_kwargs)
     assert kw["RUNTIME_M"] is True and "RUNTIME_NK" not in kw and kw["SHIFT_LAST"]
     assert mm.build_shape((128, 256, 192), kw) == (mm.NOMINAL_M, 256, 192)
     # an odd SM count: the model and the split rule see the even pool

@@ -274,6 +274,17 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
     return kw
 
 
+# A plain one-CTA tile is built for its layer's N and K (M still at run time): the same
+# 64x160 kernel (TAIL_TMA, PREFETCH_MAPS, SHIFT_LAST) ran 0.99-1.04x torch at
+# 256x5120x13824 built for that N and K and 0.88-0.90x with N and K read at run time,
+# 64x96 at 128x6144x4096 0.97-0.98 against 0.93-0.95, and level or ahead at the other
+# three shapes (H200, bf16, each kernel alternated with torch alone, two passes:
+# scripts/lab/streaming_sweep.py --set nk, results/lab/v12_nk_h200.jsonl). Through matmul,
+# against the package before (results/lab/matmul_graph_h200_staticnk.jsonl, both dtypes,
+# two passes): the models suite 1.021 / 1.021 -> 1.032 / 1.031, the held-out suite
+# 0.985 / 0.989 -> 0.997 / 0.997 (fp16 / bf16). A layer's bundle holds as many kernels as before;
+# kernels are no longer shared between layers. Swap-AB and pair kernels keep RUNTIME_NK
+# (not measured built for their shape).
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
                  mnk: tuple | None = None) -> dict:
     """v12's keywords for the chooser's candidate ``pick``; with ``mnk`` (a plain GEMM),
@@ -293,22 +304,9 @@ def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
         kw["TAIL_TMA"] = True  # its last bn % 64 columns by TMA (chooser.tail_tma)
     if mnk is not None and cluster == 1:
         kw["SHIFT_LAST"] = True  # no zero-filled token rows (v12's SHIFT_LAST)
-        kw.pop("RUNTIME_NK", None)  # built for the layer's N and K (STATIC_NK_NOTE)
+        kw.pop("RUNTIME_NK", None)  # built for the layer's N and K (above)
     return kw
 
-
-# A plain one-CTA tile is built for its layer's N and K (M still at run time): the same
-# 64x160 kernel (TAIL_TMA, PREFETCH_MAPS, SHIFT_LAST) ran 0.99-1.04x torch at
-# 256x5120x13824 built for that N and K and 0.88-0.90x with N and K read at run time,
-# 64x96 at 128x6144x4096 0.97-0.98 against 0.93-0.95, and level or ahead at the other
-# three shapes (H200, bf16, each kernel alternated with torch alone, two passes:
-# scripts/lab/streaming_sweep.py --set nk, results/lab/v12_nk_h200.jsonl). Through matmul,
-# against the package before (results/lab/matmul_graph_h200_staticnk.jsonl, both dtypes,
-# two passes): the models suite 1.021 -> 1.032 (both dtypes), the held-out suite 0.985 /
-# 0.989 -> 0.997 / 0.997 (fp16 / bf16). A layer's bundle holds as many kernels as before;
-# kernels are no longer shared between layers. Swap-AB and pair kernels keep RUNTIME_NK
-# (not measured built for their shape).
-STATIC_NK_NOTE = "plain one-CTA v12 tiles: N and K fixed at build time"
 
 
 VARIANTS_MAX_M = 16384  # variants() covers every M up to this (and v9's settled point)

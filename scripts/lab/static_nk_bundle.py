@@ -1,5 +1,5 @@
 """One bundle for matmul before and after plain one-CTA v12 tiles were built for their
-layer's N and K (matmul_choice.STATIC_NK_NOTE), so both packages can be timed from one
+layer's N and K (matmul_choice._tile_kwargs), so both packages can be timed from one
 carry: every kernel this checkout's matmul asks for over the given suites, plus each of its
 plain one-CTA v12 kernels as the package before built it (RUNTIME_NK, at the nominal
 shape). Extra kernels in a bundle are never asked for; each package finds its own.

@@ -221,7 +221,7 @@ def _cublas_label(names) -> str:
     return text
 
 
-def chooser_table(dtype: str = "bfloat16", run: str | None = None) -> Md:
+def chooser_table(dtype: str = "bfloat16", run: str | tuple | None = None) -> Md:
     """Per suite shape (H200 records): what matmul picks now (``matmul.choose``) and why (the
     cost model or which rule), what the model predicts for it (its fitted figures; a rule's
     pick has none), what it measured in the recorded CUDA-graph run (``CHOOSER_RUN``; a
