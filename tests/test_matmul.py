@@ -501,10 +501,14 @@ def test_runtime_m_kernels_are_built_once_for_every_m(arch):
         for M in {lo, (lo + hi) // 2, hi}:
             assert mm.choose(M, 4096, 4096, "bfloat16", arch, sms) == (step_id, kwargs)
     # M ranges (the swap rules switch tiles every 16 rows in places, swap-AB's token tiles
-    # every 8 up to 96, a K split's too but for 56) over a few dozen kernels: 33 for this
-    # layer, the split kernels at 72 and 88 tokens being the two added last
+    # every 8 up to 96) over a few dozen kernels: one swap-AB K split per split token tile
+    # (this layer's decode splits K), at most 22 others
     assert len(vs) <= 72 and vs[-1][3] >= mm.VARIANTS_MAX_M
-    assert len({(s, tuple(sorted(k.items()))) for s, k, _, _ in vs}) <= 33
+    kernels = {(s, tuple(sorted(k.items()))) for s, k, _, _ in vs}
+    splits = {k for k in kernels
+              if dict(k[1]).get("SWAP_AB") and dict(k[1]).get("SPLIT_K", 1) > 1}
+    assert len(splits) == (len(chooser.SWAP_SPLIT_TILES) if arch == "sm_90a" else 0)
+    assert len(kernels - splits) <= 22
     # swap-AB and pair kernels take the whole shape at run time (one build per tile and
     # dtype); plain one-CTA tiles and K splits are built for the layer's N and K
     for step_id, kwargs, _, _ in vs:
