@@ -372,7 +372,7 @@ SWAP_AB_TILES = tuple(range(8, 97, 8))
 # package that split only at 8-48, 64, 80 and 96 (results/lab/matmul_graph_h200_splitw.jsonl,
 # 15 decode shapes that split, both dtypes, two passes, CUDA graphs interleaved with torch):
 # 72 and 88 ran level or ahead (68x3584x18944 in 72 0.99-1.00 against 0.95-0.96,
-# 85x4096x14336 in 88 1.06-1.07 against 1.02-1.04, 71x2048x5632 +0.02); 56 ran level at
+# 85x4096x14336 in 88 1.05-1.07 against 1.02-1.04, 71x2048x5632 +0.02); 56 ran level at
 # S = 2 (four shapes) and behind at S = 4 (54x2048x8192 1.03-1.05 against 1.07-1.08).
 SWAP_SPLIT_TILES = tuple(t for t in SWAP_AB_TILES if t != 56)
 SWAP_AB_TALL_SHARE = 0.75
