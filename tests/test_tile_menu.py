@@ -1091,3 +1091,56 @@ def test_readme_counts_for_shift_last_are_the_records():
            f"moving a token tile at {len(moved)} of them" in readme
     assert f"{len(shapes)} shapes of odd token counts, the shift moving a token tile at " \
            f"{len(moved)}" in lesson
+
+
+def test_this_stops_rule_figures_are_computed_from_their_records():
+    """The geomeans README and matmul_choice quote for the split token tiles and the plain
+    tiles built for N and K, recomputed here from the H200 records with the committed
+    rules: each splitw shape's record of the package whose token tile matmul now picks
+    (the one before where both ran it), and each static-N/K suite's records."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    root = Path(__file__).parents[1]
+    lab = root / "results" / "lab"
+
+    def rows(name):
+        return [json.loads(x) for x in (lab / name).read_text().splitlines() if x.strip()]
+
+    def split_rule_geomean(name, key, dtype):
+        per = {}
+        for r in rows(name):
+            if r["dtype"] == dtype:
+                kw = r.get("kwargs") or r.get("build_kwargs")
+                per.setdefault((r["M"], r["N"], r["K"]), {}).setdefault(
+                    r["chooser"], (kw["BLK_N"], []))[1].append(math.log(r[key]))
+        logs = []
+        for (M, N, K), by in per.items():
+            want = mm.choose(M, N, K, dtype, "sm_90a", 132)[1]["BLK_N"]
+            who = next(w for w in ("old", "new") if w in by and by[w][0] == want)
+            logs.append(sum(by[who][1]) / len(by[who][1]))
+        return math.exp(sum(logs) / len(logs))
+
+    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
+                                        (root / "README.md").read_text()))
+    assert 56 not in chooser.SWAP_SPLIT_TILES
+    for dt, short in (("bfloat16", "bf16"), ("float16", "fp16")):
+        g = split_rule_geomean("matmul_graph_h200_splitw.jsonl", "ratio", dt)
+        assert f"→ {g:.3f} ({short}) " in readme, (dt, g)
+    g = split_rule_geomean("matmul_eager_h200_splitw.jsonl", "ratio_to_torch", "bfloat16")
+    assert f"→ {g:.3f}: level" in readme, g
+
+    def geo(suite, who, dtype):
+        xs = [math.log(r["ratio"]) for r in rows("matmul_graph_h200_staticnk.jsonl")
+              if (r["suite"], r["chooser"], r["dtype"]) == (suite, who, dtype)]
+        return math.exp(sum(xs) / len(xs))
+
+    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
+    for suite in ("models", "heldout"):
+        old, new = ((" / ".join(f"{geo(suite, w, d):.3f}" for d in ("float16", "bfloat16")))
+                    for w in ("old", "new"))
+        assert f"{old} -> {new}" in src, (suite, old, new)

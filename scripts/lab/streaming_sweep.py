@@ -290,20 +290,16 @@ def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
     reqs = []
     for dt in dtypes:
         for kw in kernels.values():
-            if "step" in kw:  # v9 / v10: runtime M, built per (N, K), matmul's keywords
-                other = registry.get(kw["step"], "sm_90a")
-                k = matmul_choice.step_kwargs(other, dt, BASE["SM_COUNT"])
-                for nk in sorted({(N, K) for _, N, K in shapes}):
-                    reqs.append((other, (matmul_choice.NOMINAL_M, *nk), k))
-                continue
-            k = {**BASE, **kw}
-            if dt != "float16":
-                k["dtype"] = dt
-            if kw.get("RUNTIME_NK") is False:  # built for each (N, K) of the set
-                for nk in sorted({(N, K) for _, N, K in shapes}):
-                    reqs.append((step, (matmul_choice.NOMINAL_M, *nk), k))
-                continue
-            reqs.append((step, (128, 256, 256), k))
+            if "step" in kw:  # v9 / v10: runtime M, matmul's keywords
+                built = registry.get(kw["step"], "sm_90a")
+                k = matmul_choice.step_kwargs(built, dt, BASE["SM_COUNT"])
+            else:
+                built, k = step, {**BASE, **kw, **({} if dt == "float16" else {"dtype": dt})}
+            if "step" in kw or kw.get("RUNTIME_NK") is False:  # built per (N, K) of the set
+                reqs += [(built, (matmul_choice.NOMINAL_M, N, K), k)
+                         for N, K in sorted({(N, K) for _, N, K in shapes})]
+            else:
+                reqs.append((built, (128, 256, 256), k))
     bundle.export(reqs, out, ffi_wheel_python="3.12")
     return 0
 
