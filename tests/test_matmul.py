@@ -509,13 +509,12 @@ def test_runtime_m_kernels_are_built_once_for_every_m(arch):
               if dict(k[1]).get("SWAP_AB") and dict(k[1]).get("SPLIT_K", 1) > 1}
     assert len(splits) == (len(chooser.SWAP_SPLIT_TILES) if arch == "sm_90a" else 0)
     assert len(kernels - splits) <= 22
-    # swap-AB and pair kernels take the whole shape at run time (one build per tile and
-    # dtype); plain one-CTA tiles and K splits are built for the layer's N and K
+    # swap-AB's one-CTA-per-unit decode kernels (SPLIT_K=1) take the whole shape at run
+    # time (one build per tile and dtype); every other v12 kernel (plain and persistent
+    # swap-AB tiles, swap-AB stored by TMA, pairs, K splits) is built for the layer's N, K
     for step_id, kwargs, _, _ in vs:
-        plain = (step_id == "v12" and not kwargs.get("SWAP_AB")
-                 and kwargs.get("CLUSTER", 1) == 1 and "SPLIT_K" not in kwargs)
-        if step_id == "v12" and kwargs.get("SPLIT_K", 1) == 1 and not plain:
-            assert kwargs["RUNTIME_NK"] is True
+        if step_id == "v12" and kwargs.get("SPLIT_K") == 1:
+            assert kwargs["SWAP_AB"] and kwargs["RUNTIME_NK"] is True
             assert mm.build_shape((5, 4096, 4096), kwargs) == (
                 mm.NOMINAL_M, mm.NOMINAL_N, mm.NOMINAL_K)
         elif step_id == "v12":  # N and K fixed, M at run time
@@ -565,11 +564,11 @@ def test_a_run_time_shape_kernel_is_recorded_at_the_callers_shape(monkeypatch, t
                 "kwargs": kwargs, "lib": "k.so"}
     monkeypatch.setattr(bundles, "find", find)
     v12 = registry.get("v12", "sm_90a")
-    kw = mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)[1]
+    kw = mm.choose(8, 14336, 4096, "bfloat16", "sm_90a", 132)[1]  # a swap-AB unit
     assert kw.get("RUNTIME_NK") is True
-    _, meta = mm.kernel_source(v12, (77, 7168, 2048), kw, bundle=tmp_path)
+    _, meta = mm.kernel_source(v12, (8, 14336, 4096), kw, bundle=tmp_path)
     assert seen == [(mm.NOMINAL_M, mm.NOMINAL_N, mm.NOMINAL_K)]
-    assert (meta["M"], meta["N"], meta["K"]) == (77, 7168, 2048)
+    assert (meta["M"], meta["N"], meta["K"]) == (8, 14336, 4096)
 
 
 # --------------------------------------------------------------------------------------

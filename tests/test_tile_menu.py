@@ -205,7 +205,7 @@ def test_chooser_swap_ab_rule():
     # many weight tiles, at most 48 tokens: the non-persistent kernel, token tile >= 16
     step, kw = mm.choose(8, 14336, 4096, "bfloat16", "sm_90a", 132)
     assert (kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"], kw["PIPE_DEPTH"]) == (64, 16, 1, 8)
-    assert kw["SWAP_AB"] and kw["RUNTIME_NK"]
+    assert kw["SWAP_AB"] and kw["RUNTIME_NK"]  # N and K at run time (matmul_choice)
     # more tokens: the persistent swap-AB kernel of swap_ab_tile, with PDL when its bytes
     # at the HBM rate are short (chooser.hbm_floor <= PDL_MAX_US)
     step, kw = mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)
@@ -214,6 +214,13 @@ def test_chooser_swap_ab_rule():
     assert chooser.hbm_floor(77, 7168, 2048) <= chooser.PDL_MAX_US
     step, kw = mm.choose(64, 6144, 4096, "bfloat16", "sm_90a", 132)
     assert kw["SWAP_AB"] and "PDL" not in kw and not chooser.swap_pdl(64, 6144, 4096)
+    # persistent swap-AB tiles, swap-AB stored by TMA and pairs: built for N and K
+    assert "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    assert "RUNTIME_NK" not in mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)[1]
+    kw = mm.choose(3152, 768, 3072, "bfloat16", "sm_90a", 132)[1]
+    assert kw["SWAP_TMA"] and "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]
+    assert kw["CLUSTER"] == 2 and "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
     assert chooser.hbm_floor(64, 6144, 4096) > chooser.PDL_MAX_US
     # token tiles of every multiple of 8, as cuBLAS's: 37 tokens in 40, 70 in 72, 85 in 88
     assert chooser.SWAP_AB_TILES == tuple(range(8, 97, 8))
@@ -1144,3 +1151,75 @@ def test_this_stops_rule_figures_are_computed_from_their_records():
         old, new = ((" / ".join(f"{geo(suite, w, d):.3f}" for d in ("float16", "bfloat16")))
                     for w in ("old", "new"))
         assert f"{old} -> {new}" in src, (suite, old, new)
+
+
+def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
+    """The figures matmul_choice quotes for building persistent swap-AB tiles, swap-AB
+    stored by TMA and pairs for their N and K (and not swap-AB's SPLIT_K=1 units),
+    recomputed from the two H200 calls' records: per call, the cases whose kernel the rule
+    changes (new against old in the same call, the mean of each one's passes), and the
+    suites' geomeans. Every case's kernels are the committed rule's (call 2) or the rule
+    tried first (call 1: SPLIT_K=1 units built for N and K too)."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+
+    from tirx_gemm import matmul as mm
+    from tirx_gemm import suite as S
+    root = Path(__file__).parents[1]
+    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_nkswap.jsonl")
+            .read_text().splitlines() if x.strip()]
+
+    def changed(call, who):
+        per: dict = {}
+        for r in rows:
+            if r["call"] == call and (call == 2 or r["shapes"] == "changed"):  # A/B pairs
+                per.setdefault((r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
+                    r["chooser"], []).append(r)
+        out = []
+        for key, by in per.items():
+            if who in by and "old" in by and by[who][0]["kwargs"] != by["old"][0]["kwargs"]:
+                d = (sum(math.log(r["ratio"]) for r in by[who]) / len(by[who])
+                     - sum(math.log(r["ratio"]) for r in by["old"]) / len(by["old"]))
+                out.append((key, by[who][0]["path"], d))
+                if call == 2:  # the committed rule picks the new kernel
+                    M, N, K, dt = key
+                    assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == by[who][0]["kwargs"]
+        return out
+
+    def summary(cs):
+        return len(cs), sum(d < 0 for _, _, d in cs), math.exp(sum(d for *_, d in cs) / len(cs))
+
+    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
+    one = changed(1, "tried")
+    units = [c for c in one if c[1] == "swap_unit"]
+    n, behind, g = summary(units)
+    assert f"ran behind at {behind} of {n} cases (geomean {g:.3f};" in src, (n, behind, g)
+    rest1 = summary([c for c in one if c[1] != "swap_unit"])
+    rest2 = summary(changed(2, "new"))
+    assert rest1[:2] == rest2[:2]
+    assert (f"at the {rest2[0]} cases whose kernel this changes, geomean {rest1[2]:.3f} and "
+            f"{rest2[2]:.3f}, behind at {rest2[1]} of {rest2[0]} in each call") in src
+    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
+                                        (root / "README.md").read_text()))
+    assert (f"At the {rest2[0]} cases whose kernel the kept rule changes (persistent swap-AB "
+            f"tiles, swap-AB stored by TMA, the 1000³ pair) the geomean of new over old is "
+            f"{rest1[2]:.3f} and {rest2[2]:.3f} in the two calls, behind at {rest2[1]} of "
+            f"{rest2[0]} in each") in readme
+    assert f"behind at {behind} of {n} cases (geomean {g:.3f};" in readme
+
+    def geo(suite, who, dtype):
+        xs = [math.log(r["ratio"]) for r in rows if r["call"] == 2 and r["shapes"] == "all"
+              and (r["suite"], r["chooser"], r["dtype"]) == (suite, who, dtype)]
+        return math.exp(sum(xs) / len(xs))
+    for suite, name in (("models", "models"), ("heldout", "held-out")):
+        old, new = (" / ".join(f"{geo(suite, w, d):.3f}" for d in ("float16", "bfloat16"))
+                    for w in ("old", "new"))
+        assert f"{name} {old} -> {new}" in src, (suite, old, new)
+    # the bundle count quoted: every M of the models suite's layers, one dtype
+    models = S.load_suite(root / "tirx_gemm" / "suites" / "models.json")
+    count = sum(1 for _, _, kw in S.export_requests(models, "matmul", "sm_90a", 132)
+                if kw.get("dtype", "float16") == "float16")
+    assert f"bundle for every M holds {count} kernels per dtype" in src, count
+    assert f"over every M take {count} kernels per dtype" in readme, count

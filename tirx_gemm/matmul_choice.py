@@ -181,6 +181,13 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     swap-AB stored by TMA where the model prefers the swapped problem
     (chooser.dp_swap_tile); v10 is also a candidate of the model in its band
     (chooser.pingpong_band)."""
+    step, kw = _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu)
+    if step == TILE_MENU and kw.get("SPLIT_K") != 1:
+        kw.pop("RUNTIME_NK", None)  # built for the layer's N and K (above _tile_kwargs)
+    return step, kw
+
+
+def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
@@ -265,7 +272,6 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
     if swap:
         kw["SWAP_AB"] = True
     if split > 1:
-        kw.pop("RUNTIME_NK", None)
         kw.update(SPLIT_K=split, L2_GROUP=splitk.l2_group_for(split))
     else:
         kw.update(SPLIT_K=1, SHIFT_LAST=True)  # no zero-filled token rows
@@ -274,17 +280,27 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
     return kw
 
 
-# A plain one-CTA tile is built for its layer's N and K (M still at run time): the same
-# 64x160 kernel (TAIL_TMA, PREFETCH_MAPS, SHIFT_LAST) ran 0.99-1.04x torch at
-# 256x5120x13824 built for that N and K and 0.88-0.90x with N and K read at run time,
-# 64x96 at 128x6144x4096 0.97-0.98 against 0.93-0.95, and level or ahead at the other
-# three shapes (H200, bf16, each kernel alternated with torch alone, two passes:
-# scripts/lab/streaming_sweep.py --set nk, results/lab/v12_nk_h200.jsonl). Through matmul,
-# against the package before (results/lab/matmul_graph_h200_staticnk.jsonl, both dtypes,
-# two passes): the models suite 1.021 / 1.021 -> 1.032 / 1.031, the held-out suite
-# 0.985 / 0.989 -> 0.997 / 0.997 (fp16 / bf16). A layer's bundle holds as many kernels as before;
-# kernels are no longer shared between layers. Swap-AB and pair kernels keep RUNTIME_NK
-# (not measured built for their shape).
+# Which v12 kernels are built for their layer's N and K (M still at run time): every pick
+# of _choose_by_model but swap-AB's one-CTA-per-unit decode kernels (SPLIT_K=1 from
+# chooser.split_plan), which read N and K at run time. Plain one-CTA tiles: the same 64x160
+# kernel (TAIL_TMA, PREFETCH_MAPS, SHIFT_LAST) ran 0.99-1.04x torch at 256x5120x13824 built
+# for that N and K and 0.88-0.90x with N and K read at run time, 64x96 at 128x6144x4096
+# 0.97-0.98 against 0.93-0.95, and level or ahead at the other three shapes (H200, bf16,
+# each kernel alternated with torch alone, two passes: scripts/lab/streaming_sweep.py
+# --set nk, results/lab/v12_nk_h200.jsonl); through matmul, against the package before
+# (results/lab/matmul_graph_h200_staticnk.jsonl, both dtypes, two passes): the models suite
+# 1.021 / 1.021 -> 1.032 / 1.031, the held-out suite 0.985 / 0.989 -> 0.997 / 0.997
+# (fp16 / bf16). Persistent swap-AB tiles, swap-AB stored by TMA and CTA pairs, through
+# matmul against 76def98 in two H200 calls (results/lab/matmul_graph_h200_nkswap.jsonl,
+# CUDA graphs, two passes each; the suites and 12 decode shapes off both): at the 13 cases
+# whose kernel this changes, geomean 1.011 and 1.010, behind at 3 of 13 in each call
+# (56x8192x2048 -2.4%; 77x7168x2048 +2.5%, 1000^3 +1.5%); the suites level (models
+# 1.030 / 1.029 -> 1.032 / 1.030, held-out 0.988 / 0.989 -> 0.987 / 0.991). Swap-AB's
+# SPLIT_K=1 units built so ran behind at 32 of 35 cases (geomean 0.970; +2 us at K = 3584
+# and 5120, 1x4608x3584 0.95 -> 0.81; not profiled: their CUDA differs only in the tile
+# walk's tail branch and the K loop's bound), so they keep RUNTIME_NK. N and K built in
+# are not shared between layers: the models suite's bundle for every M holds 743 kernels
+# per dtype, against 572 with swap-AB and pairs read at run time.
 def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
                  mnk: tuple | None = None) -> dict:
     """v12's keywords for the chooser's candidate ``pick``; with ``mnk`` (a plain GEMM),
@@ -304,7 +320,6 @@ def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
         kw["TAIL_TMA"] = True  # its last bn % 64 columns by TMA (chooser.tail_tma)
     if mnk is not None and cluster == 1:
         kw["SHIFT_LAST"] = True  # no zero-filled token rows (v12's SHIFT_LAST)
-        kw.pop("RUNTIME_NK", None)  # built for the layer's N and K (above)
     return kw
 
 

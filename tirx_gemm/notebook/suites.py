@@ -176,10 +176,13 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # interleaved timing's (both graphs warmed up, then replayed alternately; a shape's last
 # record, the second interleaved pass, is the one shown): README, "order bias". A run is
 # a file in results/lab/ and the fields its records must have: the last run times the
-# package before beside this one in the same file ("chooser": "old" / "new")
-CHOOSER_RUN = ("matmul_graph_h200_staticnk.jsonl", {"suite": "models", "chooser": "new"})
+# package before beside this one in the same file ("chooser": "old" / "new"; this run's
+# second call, "call": 2, times the committed rule over both suites)
+CHOOSER_RUN = ("matmul_graph_h200_nkswap.jsonl",
+               {"suite": "models", "chooser": "new", "call": 2, "shapes": "all"})
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
-HELDOUT_RUN = ("matmul_graph_h200_staticnk.jsonl", {"suite": "heldout", "chooser": "new"})
+HELDOUT_RUN = ("matmul_graph_h200_nkswap.jsonl",
+               {"suite": "heldout", "chooser": "new", "call": 2, "shapes": "all"})
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
