@@ -213,7 +213,8 @@ def test_chooser_swap_ab_rule():
     assert kw["PDL"] is True and chooser.swap_pdl(77, 7168, 2048)
     assert chooser.hbm_floor(77, 7168, 2048) <= chooser.PDL_MAX_US
     step, kw = mm.choose(64, 6144, 4096, "bfloat16", "sm_90a", 132)
-    assert kw["SWAP_AB"] and "PDL" not in kw and not chooser.swap_pdl(64, 6144, 4096)
+    assert kw["SWAP_AB"] and not chooser.swap_pdl(64, 6144, 4096)
+    assert kw["PDL"] and kw["PDL_TRIGGER"] == "exit"  # no start trigger (PDL_EXIT_NOTE)
     # persistent swap-AB tiles, swap-AB stored by TMA and pairs: built for N and K
     assert "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
     assert "RUNTIME_NK" not in mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)[1]
@@ -257,7 +258,10 @@ def test_non_persistent_swap_ab_takes_pdl_only_where_its_ctas_fit_the_sms():
                      ((1, 8192, 8192), True), ((1, 4608, 3584), True)):
         step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132)
         assert kw["SPLIT_K"] == 1 and kw["SWAP_AB"], mnk
-        assert kw.get("PDL", False) is pdl, mnk
+        # PDL's early launch only where the CTAs fit; elsewhere the next kernel launches
+        # as these CTAs exit (PDL_TRIGGER="exit", matmul_choice's PDL_EXIT_NOTE)
+        assert kw["PDL"] is True and kw.get("PDL_TRIGGER", "start") == (
+            "start" if pdl else "exit"), mnk
         assert chooser.np_swap_pdl(mnk[0], mnk[1], kw["BLK_N"]) is pdl
     # the split kernels keep PDL
     assert mm.choose(1, 4096, 4096, "bfloat16", "sm_90a", 132)[1]["PDL"] is True
@@ -572,6 +576,15 @@ def test_v12_pdl_launch_and_wait():
     with pytest.raises(ValueError, match="True or False") as e:
         hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, PDL=1)
     assert "\n" not in str(e.value)
+    # PDL_TRIGGER="exit" (a lab option): the same wait, no launch_dependents (the next grid
+    # launches as this one's CTAs exit); refused without PDL and for any other value
+    at_exit = hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, RUNTIME_M=True, PDL=True,
+                        PDL_TRIGGER="exit").script()
+    assert 'griddepcontrol("wait"' in at_exit and "launch_dependents" not in at_exit
+    for bad in ({"PDL_TRIGGER": "exit"}, {"PDL": True, "PDL_TRIGGER": "end"}):
+        with pytest.raises(ValueError, match="PDL_TRIGGER") as e:
+            hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, **bad)
+        assert "\n" not in str(e.value)
 
 
 def test_pdl_with_a_cluster_only_where_the_builder_opts_in():
@@ -1183,9 +1196,13 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
                 d = (sum(math.log(r["ratio"]) for r in by[who]) / len(by[who])
                      - sum(math.log(r["ratio"]) for r in by["old"]) / len(by["old"]))
                 out.append((key, by[who][0]["path"], d))
-                if call == 2:  # the committed rule picks the new kernel
+                if call == 2:  # the committed rule picks the new kernel (since given
+                    # PDL with the exit trigger where it had no PDL: matmul_graph_h200_pdl)
                     M, N, K, dt = key
-                    assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == by[who][0]["kwargs"]
+                    kw = mm.choose(M, N, K, dt, "sm_90a", 132)[1]
+                    if kw.pop("PDL_TRIGGER", "start") == "exit":
+                        del kw["PDL"]
+                    assert kw == by[who][0]["kwargs"]
         return out
 
     def summary(cs):
@@ -1223,3 +1240,59 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
                 if kw.get("dtype", "float16") == "float16")
     assert f"bundle for every M holds {count} kernels per dtype" in src, count
     assert f"over every M take {count} kernels per dtype" in readme, count
+
+
+def test_pdl_exit_trigger_figures_are_computed_from_their_records():
+    """The figures matmul_choice's PDL_EXIT_NOTE and README quote, recomputed from the two
+    H200 calls' records: call 1 (the package before, PDL's start trigger on every kernel
+    built for N and K without PDL, the exit trigger on every v12 kernel), call 2 (the kept
+    rule against the package before); each case the mean of its passes' log ratios."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+
+    from tirx_gemm import matmul as mm
+    root = Path(__file__).parents[1]
+    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_pdl.jsonl")
+            .read_text().splitlines() if x.strip()]
+
+    def cases(call):
+        per: dict = {}
+        for r in rows:
+            if r["call"] == call:
+                per.setdefault((r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
+                    r["chooser"], []).append(r)
+        return per
+
+    def lm(rs):
+        return sum(math.log(r["ratio"]) for r in rs) / len(rs)
+
+    def stats(xs):
+        return (len(xs), f"{min(xs):.3f}-{max(xs):.3f}",
+                f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}", sum(x < 1 for x in xs))
+
+    one = cases(1)
+    before = {k: v["before"][0]["kwargs"] for k, v in one.items()}
+    a = stats([math.exp(lm(v["start_all"]) - lm(v["before"])) for k, v in one.items()
+               if not before[k].get("PDL") and v["start_all"][0]["kwargs"] != before[k]])
+    b_off = stats([math.exp(lm(v["exit_all"]) - lm(v["before"])) for k, v in one.items()
+                   if not before[k].get("PDL") and "BLK_M" in before[k]
+                   and before[k].get("CLUSTER", 1) == 1])
+    b_on = stats([math.exp(lm(v["exit_all"]) - lm(v["before"])) for k, v in one.items()
+                  if before[k].get("PDL")])
+    two = cases(2)
+    for (M, N, K, dt), v in two.items():  # the kept rule's kernels are what this commits
+        assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == v["kept"][0]["kwargs"]
+    kept = [math.exp(lm(v["kept"]) - lm(v["before"])) for v in two.values()]
+    c = stats(kept)
+    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
+    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
+                                        (root / "README.md").read_text()))
+    for text in (src, readme):
+        assert f"start trigger on the {a[0]} cases of kernels built for N and K without PDL " \
+               f"ran {a[1]}x" in text, a
+        assert f"exit trigger on the {b_off[0]} cases without PDL {b_off[1]}x (geomean " \
+               f"{b_off[2]})" in text, b_off
+        assert f"on the {b_on[0]} with PDL {b_on[1]}x (geomean {b_on[2]}" in text, b_on
+        assert f"at its {c[0]} cases: geomean {c[2]}, behind at {c[3]}" in text, c

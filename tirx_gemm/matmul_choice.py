@@ -180,11 +180,31 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     a decode rule), swap-AB for few tokens and v10's ping-pong by their rules, and
     swap-AB stored by TMA where the model prefers the swapped problem
     (chooser.dp_swap_tile); v10 is also a candidate of the model in its band
-    (chooser.pingpong_band)."""
+    (chooser.pingpong_band). Every v12 pick but swap-AB's SPLIT_K=1 units is built for the
+    layer's N and K, and a one-CTA pick without PDL gets PDL with the exit trigger (the
+    notes below)."""
     step, kw = _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu)
     if step == TILE_MENU and kw.get("SPLIT_K") != 1:
         kw.pop("RUNTIME_NK", None)  # built for the layer's N and K (above _tile_kwargs)
+    if step == TILE_MENU and not kw.get("PDL") and kw.get("CLUSTER", 1) == 1:
+        kw.update(PDL=True, PDL_TRIGGER="exit")  # PDL_EXIT_NOTE
     return step, kw
+
+
+# PDL_EXIT_NOTE: a one-CTA v12 kernel the rules above leave without PDL (longer than
+# chooser.PDL_MAX_US, or a swap-AB unit grid larger than the SMs) takes PDL with
+# PDL_TRIGGER="exit": its CTAs wait in griddepcontrol.wait as every PDL kernel's do, but
+# never call launch_dependents, so the next kernel launches as this one's CTAs exit rather
+# than once they all started. Through matmul on the H200 against e05d09a, every suite and
+# off-suite (scripts/lab/issue32_xnk.json) shape whose kernel a variant changes
+# (results/lab/matmul_graph_h200_pdl.jsonl, CUDA graphs interleaved with torch, two passes,
+# both dtypes), call 1: the start trigger on the 39 cases of kernels built for N and K
+# without PDL ran 0.811-1.031x the package before (128x10240x8192 64x160 0.81; the 64-wide
+# tiles at 100-256 tokens all under 0.92), the exit trigger on the 65 cases without PDL
+# 0.990-1.038x (geomean 1.011), and the exit trigger in place of the start one on the 57
+# with PDL 0.874-1.085x (geomean 0.967: a short kernel's prologue no longer overlaps), so
+# those keep the start trigger; call 2, this rule against the package before at its 65
+# cases: geomean 1.007, behind at 14 (16x14336x4096 bf16 0.979, 256x5120x13824 0.98).
 
 
 def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):

@@ -37,7 +37,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
-              STREAM_K: bool = False, PDL: bool = False, SPLIT_K: int | None = None,
+              STREAM_K: bool = False, PDL: bool = False, PDL_TRIGGER: str = "start",
+              SPLIT_K: int | None = None,
               EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False,
               SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False,
               PAIR_ALONG: str = "M"):
@@ -57,8 +58,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     EPI_SPREAD: writeback a piece per K step. PREFETCH_MAPS: prefetch.tensormap of A's and
       B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA stores.
     SHIFT_LAST: a token tile reaching past M starts at M - its width (no zero-filled rows).
-    PDL (tirx_gemm/pdl.py): launched to overlap the previous kernel's tail; every thread
-      waits (griddepcontrol.wait) after the prologue (pairs too), then lets the next launch.
+    PDL (tirx_gemm/pdl.py): overlaps the previous kernel's tail; every thread waits after
+      the prologue (pairs too), then lets the next launch (PDL_TRIGGER="exit": as CTAs exit).
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
       v11's "spread" sum (each unit its 1/S of the tile, in split order); tiles x S <= SMs.
     Why: the tile count decides how many SMs work (1024^3: 32 of 132 with v9's 256x256
@@ -144,6 +145,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                              "L2_PROMO, A_HINT, B_HINT or PREFETCH_MAPS)")
         W.check_cluster_pool(SM_COUNT)
     P.check(PDL, CLUSTER, pairs=True)
+    if PDL_TRIGGER not in ("start", "exit") or (PDL_TRIGGER != "start" and not PDL):
+        raise ValueError(f"PDL_TRIGGER={PDL_TRIGGER!r}: 'start' (the default) or 'exit', the "
+                         f"latter with PDL=True only")
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
     if STREAM_K and (CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
@@ -500,7 +504,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if PDL:  # nothing above touched global memory: it overlapped the previous kernel
             # (a pair: after the cluster_sync, so the peer's barrier inits are published)
             P.wait()
-            P.launch_dependents()
+            if PDL_TRIGGER == "start":  # "exit": the next grid launches as this one's exit
+                P.launch_dependents()
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(

@@ -176,13 +176,11 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # interleaved timing's (both graphs warmed up, then replayed alternately; a shape's last
 # record, the second interleaved pass, is the one shown): README, "order bias". A run is
 # a file in results/lab/ and the fields its records must have: the last run times the
-# package before beside this one in the same file ("chooser": "old" / "new"; this run's
-# second call, "call": 2, times the committed rule over both suites)
-CHOOSER_RUN = ("matmul_graph_h200_nkswap.jsonl",
-               {"suite": "models", "chooser": "new", "call": 2, "shapes": "all"})
+# package before beside this one in the same file ("chooser": "old" / "new"); the s50 run
+# times this package alone, one pass
+CHOOSER_RUN = ("matmul_graph_h200_s50.jsonl", {"suite": "models", "chooser": "new"})
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
-HELDOUT_RUN = ("matmul_graph_h200_nkswap.jsonl",
-               {"suite": "heldout", "chooser": "new", "call": 2, "shapes": "all"})
+HELDOUT_RUN = ("matmul_graph_h200_s50.jsonl", {"suite": "heldout", "chooser": "new"})
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
