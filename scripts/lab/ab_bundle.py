@@ -1,15 +1,18 @@
 """One bundle for matmul as two checkouts choose it, so both packages can be timed from one
 carry: every kernel this checkout's matmul asks for over the given suites, plus every
 kernel the package at ``--before`` (a checkout of an earlier commit, e.g. a
-``git worktree``) asks for over them. The kernels are built by this checkout's steps, so
-the A/B is of the choice (matmul_choice, chooser), not of the builders: the script refuses
-when the two checkouts' steps/ differ. Extra kernels in a bundle are never asked for; each
-package finds its own.
+``git worktree``, or a copy with a lab variant of matmul_choice) asks for over them. Every
+kernel is built by this checkout's code, so the A/B is of the choice (matmul_choice,
+chooser), not of the builders: the script refuses when the two checkouts' steps/ differ
+(the same keywords could name other kernels there); the builders' helpers in tirx_gemm/
+are this checkout's too. Extra kernels in a bundle are never asked for; each package finds
+its own.
 
     python scripts/lab/ab_bundle.py --before /tmp/oldwt --out .gpu/ab-bfloat16 SUITE.json [...]
 
-(Issue 32 timed plain tiles built for their N and K with it against 5e16ba2, and
-swap-AB and pair kernels built for their N and K against 76def98.)
+(Issue 32 timed plain tiles built for their N and K with it against 5e16ba2, swap-AB and
+pair kernels built for their N and K against 76def98, and PDL's exit trigger against
+e05d09a: scripts/lab/h200_ab.sh runs such a bundle.)
 """
 from __future__ import annotations
 
