@@ -128,7 +128,9 @@ params.cache_clear = _clear  # scripts/fit_chooser.py after a refit
 # and without PDL): 1500x3840x1280 128x192 0.94 against 0.91-0.92 and 3152x768x3072 128x160
 # 0.92-0.93 against 0.90-0.92, but 128x6144x4096 64x96 0.84-0.86 against 0.95-0.97 and
 # 2304^3 128x176 0.82-0.84 against 0.85-0.86: no higher threshold is safe without a model
-# of which kernels PDL slows.
+# of which kernels PDL slows. Past it matmul gives a one-CTA kernel PDL with the exit
+# trigger instead (v12's PDL_TRIGGER="exit", matmul_choice's PDL_EXIT_NOTE: at most 2.1%
+# slower at a case, 0.7-1.1% faster in geomean); the prediction takes no saving for it.
 PDL_MAX_US = 16.0
 
 
