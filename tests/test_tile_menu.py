@@ -1296,3 +1296,14 @@ def test_pdl_exit_trigger_figures_are_computed_from_their_records():
                f"{b_off[2]})" in text, b_off
         assert f"on the {b_on[0]} with PDL {b_on[1]}x (geomean {b_on[2]}" in text, b_on
         assert f"at its {c[0]} cases: geomean {c[2]}, behind at {c[3]}" in text, c
+    # lesson v12's summary of the same cases: the exit trigger on kernels without PDL over
+    # both calls, and the start trigger's loss where it was replaced
+    lesson = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "", (
+        root / "steps" / "lessons" / "v12.md").read_text()))
+    off = [math.exp(lm(v["exit_all"]) - lm(v["before"])) for k, v in one.items()
+           if not before[k].get("PDL") and "BLK_M" in before[k]
+           and before[k].get("CLUSTER", 1) == 1] + kept
+    g1, g2 = (float(b_off[2]) - 1) * 100, (float(c[2]) - 1) * 100
+    assert (f"moved each between {(min(off) - 1) * 100:.1f}% and +{(max(off) - 1) * 100:.1f}% "
+            f"(geomean +{g1:.1f}% and +{g2:.1f}% in two calls)") in lesson
+    assert f"it lost up to {round((1 - float(b_on[1].split('-')[0])) * 100)}%" in lesson
