@@ -171,13 +171,12 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 
 
 # the CUDA-graph run of matmul over the suite the chooser table reads (scripts/lab/
-# matmul_graph_times.py via scripts/lab/h200_issue32_suite.sh), and torch.matmul's kernels
-# per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py). The run is the
-# interleaved timing's (both graphs warmed up, then replayed alternately; a shape's last
-# record, the second interleaved pass, is the one shown): README, "order bias". A run is
-# a file in results/lab/ and the fields its records must have: the last run times the
-# package before beside this one in the same file ("chooser": "old" / "new"); the s50 run
-# times this package alone, one pass
+# matmul_graph_times.py, here via scripts/lab/h200_ab.sh's FULL), and torch.matmul's
+# kernels per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py). The run
+# is the interleaved timing's (both graphs warmed up, then replayed alternately; a shape's
+# last record is the one shown, the second pass where a run has two): README, "order
+# bias". A run is a file in results/lab/ and the fields its records must have; the s50 run
+# times this package alone, one pass ("chooser": "new")
 CHOOSER_RUN = ("matmul_graph_h200_s50.jsonl", {"suite": "models", "chooser": "new"})
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
 HELDOUT_RUN = ("matmul_graph_h200_s50.jsonl", {"suite": "heldout", "chooser": "new"})
