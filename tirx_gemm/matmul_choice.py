@@ -31,8 +31,9 @@ SPLIT_K = "v11"
 RUNTIME_M_STEPS = {"sm_90a": frozenset({"v9", "v10", "v11", "v12"}),
                    "sm_100a": frozenset({"v9", "v11"})}
 NOMINAL_M = 128  # the M a runtime-M kernel is built, cached and exported at
-# v12 also takes N and K at run time (RUNTIME_NK): one kernel per menu tile and dtype
-# serves every shape; it is built at this N and K
+# v12 can also take N and K at run time (RUNTIME_NK: one kernel per tile and dtype serves
+# every shape, built at this N and K). step_kwargs asks for it; only swap-AB's SPLIT_K=1
+# units and the fused-epilogue kernels keep it (_choose_by_model drops it elsewhere)
 RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
 # steps whose one-CTA kernels matmul builds with PREFETCH_MAPS=True (the descriptors of the
 # operand loads prefetched at kernel entry; TVM 0.27 offers it on the one-CTA loads, not
