@@ -1307,3 +1307,73 @@ def test_pdl_exit_trigger_figures_are_computed_from_their_records():
     assert (f"moved each between {(min(off) - 1) * 100:.1f}% and +{(max(off) - 1) * 100:.1f}% "
             f"(geomean +{g1:.1f}% and +{g2:.1f}% in two calls)") in lesson
     assert f"it lost up to {round((1 - float(b_on[1].split('-')[0])) * 100)}%" in lesson
+
+
+def test_split_pdl_trigger_figures_are_computed_from_their_records():
+    """The figures matmul_choice's PDL_EXIT_NOTE and README quote for the K splits' PDL
+    trigger, recomputed from the H200 call's records (each case the mean of its passes' log
+    ratios, exit over start); the start side's kernels are what matmul picks today, the exit
+    side's the same kernels with PDL_TRIGGER="exit"."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    root = Path(__file__).parents[1]
+    rows = [json.loads(x) for x in (root / "results" / "lab"
+                                    / "matmul_graph_h200_splitpdl.jsonl").read_text().splitlines()
+            if x.strip()]
+    per: dict = {}
+    for r in rows:
+        per.setdefault((r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
+            r["chooser"], []).append(r)
+    shapes = json.loads((root / "scripts" / "lab" / "issue32_splitfam.json").read_text())
+    assert len(shapes["shapes"]) == 42 == len({k[:3] for k in per})
+    groups: dict = {"swap": [], "short": [], "long": []}
+    for (M, N, K, dt), v in per.items():
+        kw = v["start"][0]["kwargs"]
+        assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == kw and kw["SPLIT_K"] > 1
+        assert all(r["kwargs"] == {**kw, "PDL_TRIGGER": "exit"} for r in v["exit"])
+        assert len(v["start"]) == len(v["exit"]) == 2
+        gain = math.exp(sum(math.log(r["ratio"]) for r in v["exit"]) / 2
+                        - sum(math.log(r["ratio"]) for r in v["start"]) / 2)
+        if kw.get("SWAP_AB"):
+            groups["swap"].append(gain)
+        else:
+            t = chooser.predict_split(kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"], M, N, K)
+            groups["short" if t <= chooser.PDL_MAX_US else "long"].append(gain)
+
+    def stats(xs):
+        return (f"{len(xs)} cases {min(xs):.3f}-{max(xs):.3f}x (geomean "
+                f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}, behind at "
+                f"{sum(x < 1 for x in xs)}")
+
+    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
+    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
+                                        (root / "README.md").read_text())).replace("`", "")
+    for text in (src, readme):
+        assert f"swap-AB splits {stats(groups['swap'])}" in text, stats(groups["swap"])
+        assert f"PDL_MAX_US {stats(groups['short'])}" in text, stats(groups["short"])
+        assert f"the longer ones {stats(groups['long'])}" in text, stats(groups["long"])
+
+
+def test_cublas_fp16_kernels_quoted_in_readme_are_the_recorded_ones():
+    """README's stop-51 paragraph names the kernels cuBLAS ran per dtype at 128x256x32768
+    and 1000^3: they must be the ones results/lab/cublas_kernels_dtypes_h200.jsonl holds."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).parents[1]
+    rows = [json.loads(x) for x in (root / "results" / "lab" / "cublas_kernels_dtypes_h200.jsonl")
+            .read_text().splitlines() if x.strip()]
+    first = {(r["M"], r["N"], r["K"], r["dtype"]): r["kernels"][0].split(" x")[0] for r in rows}
+    readme = (root / "README.md").read_text()
+    para = readme[readme.index("**Why the fp16 misses remain"):]
+    para = para[:para.index("\n")]
+    for mnk in ((128, 256, 32768), (1000, 1000, 1000)):
+        fp16, bf16 = first[(*mnk, "float16")], first[(*mnk, "bfloat16")]
+        assert fp16 != bf16
+        assert f"`{fp16}`" in para and f"bf16's `{bf16}`" in para, (mnk, fp16, bf16)
+    assert first[(128, 128, 65536, "float16")].replace("hsh", "tst") == \
+        first[(128, 128, 65536, "bfloat16")]

@@ -206,6 +206,15 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
 # with PDL 0.874-1.085x (geomean 0.967: a short kernel's prologue no longer overlaps), so
 # those keep the start trigger; call 2, this rule against the package before at its 65
 # cases: geomean 1.007, behind at 14 (16x14336x4096 bf16 0.979, 256x5120x13824 0.98).
+# K splits (SPLIT_K > 1) keep the start trigger. Measured at 42 shapes where matmul splits K
+# (scripts/lab/issue32_splitfam.json, bf16, fp16 at 5 suite shapes of them; this package against
+# a lab variant giving every split the exit trigger, one H200 call, two passes,
+# results/lab/matmul_graph_h200_splitpdl.jsonl), the exit trigger ran: swap-AB splits 13
+# cases 0.935-0.992x (geomean 0.970, behind at 13); the other splits predicted within
+# chooser.PDL_MAX_US 20 cases 0.926-1.083x (geomean 0.974, behind at 15); the longer ones
+# 14 cases 0.990-1.096x (geomean 1.033, behind at 4, the 128x128 tiles split in 4 among them).
+# 128x128x65536 ran ahead and 128x256x32768 behind with the same 64x64 units of 32 K steps on
+# 128 CTAs: no term of the model separates them, so no rule was adopted.
 
 
 def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):

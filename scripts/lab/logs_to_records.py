@@ -38,10 +38,16 @@ _NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
 # scripts/lab/ncu_decode.sh's logs (issue 32): matmul's pick or torch.matmul at M x N x K
 # (decode: the decode shapes; mid: mid-size shapes of one or two waves, with the tensor pipes;
 # stalls: mid-size shapes with the tensor pipe's busy cycles per SM and the stall reasons;
-# m129: one kernel, matmul's 64x80 swapped, at 129 and 160 tokens on a 4096x4096 weight)
-_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid|stalls|m129)_(ours|torch)_(\d+)x(\d+)x(\d+)\.txt")
+# m129: one kernel, matmul's 64x80 swapped, at 129 and 160 tokens on a 4096x4096 weight;
+# split: the K-split shapes, scripts/lab/h200_splitprof.sh, with the dtype in the name and,
+# for torch, both kernels of its call: cuBLAS's split-K GEMM and its reduce kernel)
+_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid|stalls|m129|split)_(ours|torch)_(\d+)x(\d+)x"
+                              r"(\d+)(?:_(float16|bfloat16))?\.txt")
 _NCU_DEVICE = re.compile(r" on (NVIDIA [\w ]+?) \(cc")
-_NCU_KERNEL = re.compile(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\)", re.M)
+# a profiled launch's header: name (grid)x(block), then its sections up to the next header
+# (a name may hold spaces: "void cublasLt::splitKreduce_kernel<...>(...)")
+_NCU_KERNEL = re.compile(r"^  (\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\), Context",
+                         re.M)
 _NCU_METRICS = {"sm_ghz": r"SM Frequency\s+Ghz\s+([\d.]+)",
                 "duration_us": r"Duration\s+us\s+([\d.,]+)",
                 "l2_pct": r"L2 Cache Throughput\s+%\s+([\d.]+)",
@@ -122,21 +128,29 @@ def ncu_records() -> list[dict]:
             mnk = [int(m.group(1))] * 3
             gemm = "torch.matmul" if m.group(2) == "torch" else m.group(2)
         dev = _NCU_DEVICE.search(text)
-        kern = _need(_NCU_KERNEL.search(text), "kernel line", rel)
-        rec = {"source": rel,
-               "device": dev.group(1) if dev else "NVIDIA H200",
-               "device_named_by": "log" if dev else "file name (h200_)",
-               "gemm": gemm, "M": mnk[0], "N": mnk[1], "K": mnk[2],
-               "kernel": kern.group(1), "grid": [int(kern.group(i)) for i in (2, 3, 4)],
-               "threads": int(kern.group(5)),
-               "gpu_clocks": "unmodified" if _NCU_UNMODIFIED in text else "ncu default control"}
-        for key, pattern in _NCU_METRICS.items():
-            rec[key] = float(_need(re.search(pattern, text), key, rel).group(1).replace(",", ""))
-        for key, pattern in _NCU_OPTIONAL.items():
-            found = re.search(pattern, text)
-            if found:
-                rec[key] = float(found.group(1).replace(",", ""))
-        out.append(rec)
+        kernels = _need(list(_NCU_KERNEL.finditer(text)), "kernel line", rel)
+        for i, kern in enumerate(kernels):  # one record per profiled launch
+            section = text[kern.start():kernels[i + 1].start() if i + 1 < len(kernels) else None]
+            rec = {"source": rel,
+                   "device": dev.group(1) if dev else "NVIDIA H200",
+                   "device_named_by": "log" if dev else "file name (h200_)",
+                   "gemm": gemm, "M": mnk[0], "N": mnk[1], "K": mnk[2],
+                   "kernel": kern.group(1), "grid": [int(kern.group(i)) for i in (2, 3, 4)],
+                   "threads": int(kern.group(5)) * int(kern.group(6)) * int(kern.group(7)),
+                   "gpu_clocks": ("unmodified" if _NCU_UNMODIFIED in text
+                                  else "ncu default control")}
+            if decode and decode.group(5):
+                rec["dtype"] = decode.group(5)
+            if len(kernels) > 1:
+                rec["launch"] = i + 1  # its place among the call's profiled launches
+            for key, pattern in _NCU_METRICS.items():
+                rec[key] = float(_need(re.search(pattern, section), key, rel).group(1)
+                                 .replace(",", ""))
+            for key, pattern in _NCU_OPTIONAL.items():
+                found = re.search(pattern, section)
+                if found:
+                    rec[key] = float(found.group(1).replace(",", ""))
+            out.append(rec)
     return _need(out, "Nsight Compute log", NCU_GLOB)
 
 
