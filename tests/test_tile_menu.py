@@ -1377,3 +1377,72 @@ def test_cublas_fp16_kernels_quoted_in_readme_are_the_recorded_ones():
         assert f"`{fp16}`" in para and f"bf16's `{bf16}`" in para, (mnk, fp16, bf16)
     assert first[(128, 128, 65536, "float16")].replace("hsh", "tst") == \
         first[(128, 128, 65536, "bfloat16")]
+
+
+def test_tall_swap_split_rule_and_its_figures_follow_the_records():
+    """chooser's TALL_SPLIT note: each case of the two H200 calls (the package before
+    against a variant with no floor on a unit's K steps) is recomputed, grouped by the K
+    steps a unit keeps, and matched against the quoted figures; the committed rule picks the
+    variant's kernel exactly where a unit keeps TALL_SPLIT_MIN_K_STEPS or more, else the
+    kernel before."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    root = Path(__file__).parents[1]
+    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_tallsplit.jsonl")
+            .read_text().splitlines() if x.strip()]
+    per: dict = {}
+    for r in rows:
+        per.setdefault((r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
+            r["chooser"], []).append(r)
+    groups: dict = {"deep": [], "32": [], "short": [], "check": []}
+    for (M, N, K, dt), v in per.items():
+        tall, before = v["tall"][0]["kwargs"], v["before"][0]["kwargs"]
+        assert tall["BLK_M"] == 128 and tall["SWAP_AB"] and tall["SPLIT_K"] >= 3
+        steps = -(-K // chooser.BLK_K) // tall["SPLIT_K"]
+        now = mm.choose(M, N, K, dt, "sm_90a", 132)[1]
+        assert now == (tall if steps >= chooser.TALL_SPLIT_MIN_K_STEPS else before), (M, N, K)
+        gain = math.exp(sum(math.log(r["ratio"]) for r in v["tall"]) / len(v["tall"])
+                        - sum(math.log(r["ratio"]) for r in v["before"]) / len(v["before"]))
+        if v["tall"][0]["call"] == 3:  # the committed rule's check at token counts not run
+            groups["check"].append(gain)
+        else:
+            groups["deep" if steps >= 48 else "32" if steps >= 32 else "short"].append(gain)
+
+    def stats(xs):
+        return len(xs), f"{min(xs):.3f}-{max(xs):.3f}x", sum(x < 1 for x in xs)
+
+    deep, mid, short = stats(groups["deep"]), stats(groups["32"]), stats(groups["short"])
+    geo = math.exp(sum(map(math.log, groups["deep"])) / len(groups["deep"]))
+    check = stats(groups["check"])
+    cgeo = math.exp(sum(map(math.log, groups["check"])) / len(groups["check"]))
+    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "chooser.py").read_text())
+    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
+                                        (root / "README.md").read_text())).replace("`", "")
+    for text in (src, readme):
+        assert (f"at least 48 K steps a unit {deep[0]} cases {deep[1]} (geomean {geo:.3f}, "
+                f"behind at {deep[2]}") in text, (deep, geo)
+        assert f"with 32 steps {mid[0]} cases {mid[1]} (behind at {mid[2]})" in text, mid
+        assert f"with 24 or fewer {short[0]} cases {short[1]} (behind at {short[2]}" in text, short
+        assert (f"{check[0]} cases {check[1]} (geomean {cgeo:.3f}), behind at {check[2]}"
+                in text), (check, cgeo)
+    assert chooser.TALL_SPLIT_MIN_K_STEPS == 48
+
+
+def test_tall_swap_split_plans():
+    """Where the 128-row swap-AB split applies: a decode weight of more 64-row tiles than
+    half the SMs, S >= 3 units of at least TALL_SPLIT_MIN_K_STEPS K steps; elsewhere the
+    plans before it."""
+    from tirx_gemm import chooser
+    assert chooser.split_plan(64, 4608, 36864) == (128, 64, True, 3, None)
+    assert chooser.split_plan(1, 5120, 13824) == (128, 8, True, 3, None)
+    assert chooser.split_plan(96, 5120, 27648) == (128, 96, True, 3, None)
+    assert chooser.split_plan(64, 4608, 4608) is None          # 24 K steps a unit: persistent
+    assert chooser.split_plan(16, 4800, 1600) == (64, 16, True, 1, 8)   # the unit kernel
+    assert chooser.split_plan(1, 5120, 17920) == (64, 16, True, 1, 8)   # S would be 2
+    assert chooser.split_plan(1, 8192, 8192) == (64, 16, True, 1, 8)    # 64 tall tiles: S 2
+    assert chooser.split_plan(1, 4096, 4096) == (64, 8, True, 2, None)  # the 64-row split

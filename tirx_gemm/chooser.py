@@ -420,6 +420,27 @@ SWAP_SPLIT_ROWS = 64      # swap-AB split and non-persistent tiles: 64 weight ro
 SWAP_NP_MAX_M = 48        # the non-persistent swap-AB kernel up to this many tokens
 SWAP_NP_MIN_TOKENS = 16   # its token tile at least this wide (occupancy: see above)
 SWAP_NP_DEPTH = 8         # and its ring this deep
+# Decode on a weight of more 64-row tiles than half the SMs (N of about 4300-5600: 67-88
+# tiles) takes no 64-row split (two units a tile would not fit the SMs), so its kernel ran
+# 67-88 CTAs, one a tile, for 132 SMs. A swap-AB split of 128-row tiles in S >= 3 units puts
+# 1.5 times as many CTAs to work (4608 rows: 36 tiles x 3 = 108 CTAs against 72), where
+# each unit keeps at least TALL_SPLIT_MIN_K_STEPS K steps. Through matmul against the
+# package before, a lab variant with no floor on the K steps (two H200 calls, CUDA graphs
+# interleaved with torch, two passes, 1-96 tokens, bf16 and some fp16,
+# results/lab/matmul_graph_h200_tallsplit.jsonl): call 1 at six real weights
+# (scripts/lab/issue32_tallsplit.json: down projections of Gemma-2-27B, Qwen2.5-14B and
+# -32B, Falcon-7B's, GPT-2 XL's c_attn), call 2 at depths between them
+# (scripts/lab/issue32_tallgap.json). The split ran, per case (the mean of its passes' log
+# ratios), with at least 48 K steps a unit 44 cases 1.026-1.328x (geomean 1.110, behind at
+# 0; 64x4608x36864 bf16 0.79-0.80 -> 0.98 x torch); with 32 steps 8 cases 0.959-1.034x (behind
+# at 5); with 24 or fewer 28 cases 0.750-1.074x (behind at 16; GPT-2 XL's 4800x1600, 8
+# steps a unit, 0.75-0.89: the split's counts and slab reduction, not the weight's stream,
+# are most of a short unit's time). Call 3, this rule against the package before at the
+# three real weights' token counts the first two did not run (24, 40, 56, 72, 88 tokens:
+# other token tiles; scripts/lab/issue32_tallcheck.json, both dtypes): 30 cases
+# 1.071-1.368x (geomean 1.172), behind at 0.
+TALL_SPLIT_MIN_K_STEPS = 48
+TALL_SPLIT_MIN_GAIN = 1.5  # CTAs of the 128-row split over the 64-row grid's, at least
 
 
 # The split model (v12's SPLIT_K > 1: one wave of units, each a K range of a tile, then the
@@ -762,6 +783,13 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
         if 2 * tiles <= sm_count and split >= 2:
             tokens = next(t for t in SWAP_SPLIT_TILES if t >= swap[1])
             return SWAP_SPLIT_ROWS, tokens, True, split, None
+        if 2 * tiles > sm_count:  # the 64-row grid leaves SMs idle: 128-row tiles split
+            tall = _ceil_div(N, 2 * SWAP_SPLIT_ROWS)
+            split = split_count(min(sm_count // tall, k_tiles // TALL_SPLIT_MIN_K_STEPS,
+                                    SPLIT_MAX), k_tiles)
+            if split >= 2 and tall * split >= TALL_SPLIT_MIN_GAIN * min(tiles, sm_count):
+                tokens = next(t for t in SWAP_SPLIT_TILES if t >= swap[1])
+                return 2 * SWAP_SPLIT_ROWS, tokens, True, split, None
         if M <= SWAP_NP_MAX_M:
             return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1,
                     SWAP_NP_DEPTH)
