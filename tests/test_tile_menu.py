@@ -1446,3 +1446,49 @@ def test_tall_swap_split_plans():
     assert chooser.split_plan(1, 5120, 17920) == (64, 16, True, 1, 8)   # S would be 2
     assert chooser.split_plan(1, 8192, 8192) == (64, 16, True, 1, 8)    # 64 tall tiles: S 2
     assert chooser.split_plan(1, 4096, 4096) == (64, 8, True, 2, None)  # the 64-row split
+
+
+def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
+    """chooser's swap-AB stream-K note: the three H200 calls' cases recomputed (the mean of
+    each case's passes' log ratios, the variant over the package before, where the kernel
+    changed) and matched against the quoted figures; the committed rule picks the kernels
+    call 2's variant and call 3 ran, and the kernel before where its tail is not short."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    root = Path(__file__).parents[1]
+    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_swaptail.jsonl")
+            .read_text().splitlines() if x.strip()]
+    per: dict = {}
+    for r in rows:
+        per.setdefault((r["call"], r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
+            r["chooser"], []).append(r)
+
+    def lm(rs):
+        return sum(math.log(r["ratio"]) for r in rs) / len(rs)
+
+    def stats(call, label):
+        xs = [math.exp(lm(v[label]) - lm(v["before"])) for k, v in per.items()
+              if k[0] == call and v[label][0]["kwargs"] != v["before"][0]["kwargs"]]
+        return (f"{len(xs)} cases {min(xs):.3f}-{max(xs):.3f}x (geomean "
+                f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}, behind at "
+                f"{sum(x < 1 for x in xs)}")
+
+    for (call, M, N, K, dt), v in per.items():
+        if call == 1:
+            continue
+        now = mm.choose(M, N, K, dt, "sm_90a", 132)[1]
+        assert now == v["stream_k"][0]["kwargs"], (call, M, N, K)
+        assert now.get("STREAM_K", False) == chooser.swap_stream_k(M, N)
+        if call == 3:  # the committed package was "new" there: the kernel before had none
+            assert now["STREAM_K"] and not v["before"][0]["kwargs"].get("STREAM_K")
+    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "chooser.py").read_text())
+    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
+                                        (root / "README.md").read_text())).replace("`", "")
+    for text in (src, readme):
+        for call, label in ((1, "rows64"), (2, "stream_k"), (3, "stream_k")):
+            assert stats(call, label) in text, (call, stats(call, label))

@@ -564,6 +564,29 @@ def swap_pdl(M: int, N: int, K: int) -> bool:
     return hbm_floor(M, N, K) <= PDL_MAX_US
 
 
+# Stream-K over the persistent swap-AB kernel's tail (v12's STREAM_K with SWAP_AB, issue
+# 32): between SWAP_NP_MAX_M and SWAP_AB_TILES[-1] tokens, a wide weight's tiles can leave a
+# last wave under half full (Qwen2.5-7B's 18944-row up projection: 148 tiles of 128 rows, 16
+# in the second wave), which the weight's stream then crosses on 16 SMs. There the kernel
+# cuts the tail's tiles into K units over every CTA (tirx_gemm/streamk.py), as CUTLASS does
+# for a tail under half full. Through matmul against the package before (9d08ce2; H200, CUDA
+# graphs interleaved with torch, two passes, results/lab/matmul_graph_h200_swaptail.jsonl):
+# call 2 at 56-96 tokens on six wide weights (scripts/lab/issue32_swaptail.json) 30 cases
+# 0.969-1.096x (geomean 1.024, behind at 4); call 3, the rule as committed at five other
+# weights, Llama-3-70B's qkv among them (64-row tiles), and other token counts
+# (scripts/lab/issue32_swskcheck.json) 20 cases 0.976-1.219x (geomean 1.077, behind at 3,
+# all at Llama-2-7B's 22016x4096, 64 K steps). Call 1 tried 64-row tiles instead, whose last
+# wave is fuller, at call 2's shapes: 35 cases 0.933-1.070x (geomean 1.022, behind at 10),
+# ahead at 148-320 tiles of 128 rows, mixed at 448-576 (59136 rows 0.933-0.993, 57344
+# 0.974-1.022): not adopted.
+def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
+    """Whether the persistent swap-AB kernel (above SWAP_NP_MAX_M tokens, no split) runs
+    stream-K over its last wave: more tiles than SMs, and a last wave under half full."""
+    rows, tokens = swap_ab_tile(M, N, sm_count)
+    tiles = _ceil_div(N, rows) * _ceil_div(M, tokens)
+    return tiles > sm_count and 0 < tiles % sm_count < sm_count / 2
+
+
 def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bool:
     """Whether the non-persistent swap-AB kernel is built with PDL: its CTAs (64-row weight
     tiles by token tiles) fit one per SM."""

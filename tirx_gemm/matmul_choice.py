@@ -229,6 +229,9 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
               "SWAP_AB": True, "SHIFT_LAST": True}
         if chooser.swap_pdl(M, N, K):  # a short one: PDL, as for the model's short tiles
             kw["PDL"] = True
+        if chooser.swap_stream_k(M, N, pool):  # a last wave under half full: stream-K
+            kw["STREAM_K"] = True
+            del kw["SHIFT_LAST"]  # (STREAM_K takes none)
         return TILE_MENU, kw
     pingpong = _registered(PINGPONG, arch)
     if pingpong is not None and chooser.wants_pingpong(M, N, K, pool):
