@@ -532,7 +532,9 @@ def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
 # (results/lab/v12_swapsk_check_h200.jsonl): 1x11008x4096 0.82-0.83 against 0.82-0.85,
 # 24x12288x4096 0.80-0.81 against 0.87, 40x11008x4096 0.80-0.81 against 0.85-0.88. Two
 # CTAs sharing an SM pull more bytes than one, so the SM count per CTA is not what bounds a
-# bandwidth-bound grid; no rule was adopted, and the kernel stays a lab option.
+# bandwidth-bound grid; no rule was adopted against the non-persistent kernel (up to
+# SWAP_NP_MAX_M tokens). Past it the persistent swap-AB kernel takes stream-K over a short
+# last wave (swap_stream_k, below).
 
 
 # PDL on the non-persistent swap-AB kernel. With PDL the next kernel's CTAs launch while
@@ -582,8 +584,10 @@ def swap_pdl(M: int, N: int, K: int) -> bool:
 def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
     """Whether the persistent swap-AB kernel (above SWAP_NP_MAX_M tokens, no split) runs
     stream-K over its last wave: more tiles than SMs, and a last wave under half full."""
-    rows, tokens = swap_ab_tile(M, N, sm_count)
-    tiles = _ceil_div(N, rows) * _ceil_div(M, tokens)
+    swap = swap_ab_tile(M, N, sm_count)
+    if swap is None:  # past swap-AB's token tiles
+        return False
+    tiles = _ceil_div(N, swap[0]) * _ceil_div(M, swap[1])
     return tiles > sm_count and 0 < tiles % sm_count < sm_count / 2
 
 
