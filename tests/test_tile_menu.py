@@ -1,7 +1,46 @@
 """v12's tile menu builder: keywords that change its pipeline (issue 32), on the CPU."""
+import json
+import math
+import re
+from pathlib import Path
+
 import pytest
 
 from tirx_gemm import registry
+
+ROOT = Path(__file__).parents[1]
+
+
+# The helpers of the tests below that recompute quoted figures from H200 A/B records.
+def _lab_records(name: str) -> list[dict]:
+    """results/lab/<name>, one dict per JSON line."""
+    text = (ROOT / "results" / "lab" / name).read_text()
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def _mean_log_ratio(records) -> float:
+    """The mean of the records' log ratios to torch (a case's passes)."""
+    return sum(math.log(r["ratio"]) for r in records) / len(records)
+
+
+def _source_text(rel: str) -> str:
+    """A module's text with its comment lines joined, so a quoted sentence reads as one."""
+    return re.sub(r"\s*#\s*", " ", (ROOT / rel).read_text())
+
+
+def _readme_text(code: bool = True) -> str:
+    """README's prose with the rec markers removed and whitespace collapsed (code=False:
+    backticks removed too)."""
+    text = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "", (ROOT / "README.md").read_text()))
+    return text if code else text.replace("`", "")
+
+
+def _ab_summary(gains) -> str:
+    """How README and the chooser notes quote an A/B's cases: "N cases lo-hix (geomean g,
+    behind at b" (gains: the variant over the package before, per case)."""
+    return (f"{len(gains)} cases {min(gains):.3f}-{max(gains):.3f}x (geomean "
+            f"{math.exp(sum(map(math.log, gains)) / len(gains)):.3f}, behind at "
+            f"{sum(g < 1 for g in gains)}")
 
 
 def test_mma_lag_refusals_in_one_line():
@@ -1145,8 +1184,7 @@ def test_this_stops_rule_figures_are_computed_from_their_records():
             logs.append(sum(by[who][1]) / len(by[who][1]))
         return math.exp(sum(logs) / len(logs))
 
-    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
-                                        (root / "README.md").read_text()))
+    readme = _readme_text()
     assert 56 not in chooser.SWAP_SPLIT_TILES
     for dt, short in (("bfloat16", "bf16"), ("float16", "fp16")):
         g = split_rule_geomean("matmul_graph_h200_splitw.jsonl", "ratio", dt)
@@ -1159,7 +1197,7 @@ def test_this_stops_rule_figures_are_computed_from_their_records():
               if (r["suite"], r["chooser"], r["dtype"]) == (suite, who, dtype)]
         return math.exp(sum(xs) / len(xs))
 
-    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
+    src = _source_text("tirx_gemm/matmul_choice.py")
     for suite in ("models", "heldout"):
         old, new = ((" / ".join(f"{geo(suite, w, d):.3f}" for d in ("float16", "bfloat16")))
                     for w in ("old", "new"))
@@ -1181,8 +1219,7 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
     from tirx_gemm import matmul as mm
     from tirx_gemm import suite as S
     root = Path(__file__).parents[1]
-    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_nkswap.jsonl")
-            .read_text().splitlines() if x.strip()]
+    rows = _lab_records("matmul_graph_h200_nkswap.jsonl")
 
     def changed(call, who):
         per: dict = {}
@@ -1208,7 +1245,7 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
     def summary(cs):
         return len(cs), sum(d < 0 for _, _, d in cs), math.exp(sum(d for *_, d in cs) / len(cs))
 
-    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
+    src = _source_text("tirx_gemm/matmul_choice.py")
     one = changed(1, "tried")
     units = [c for c in one if c[1] == "swap_unit"]
     n, behind, g = summary(units)
@@ -1218,8 +1255,7 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
     assert rest1[:2] == rest2[:2]
     assert (f"at the {rest2[0]} cases whose kernel this changes, geomean {rest1[2]:.3f} and "
             f"{rest2[2]:.3f}, behind at {rest2[1]} of {rest2[0]} in each call") in src
-    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
-                                        (root / "README.md").read_text()))
+    readme = _readme_text()
     assert (f"At the {rest2[0]} cases whose kernel the kept rule changes (persistent swap-AB "
             f"tiles, swap-AB stored by TMA, the 1000³ pair) the geomean of new over old is "
             f"{rest1[2]:.3f} and {rest2[2]:.3f} in the two calls, behind at {rest2[1]} of "
@@ -1254,8 +1290,7 @@ def test_pdl_exit_trigger_figures_are_computed_from_their_records():
 
     from tirx_gemm import matmul as mm
     root = Path(__file__).parents[1]
-    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_pdl.jsonl")
-            .read_text().splitlines() if x.strip()]
+    rows = _lab_records("matmul_graph_h200_pdl.jsonl")
 
     def cases(call):
         per: dict = {}
@@ -1286,9 +1321,8 @@ def test_pdl_exit_trigger_figures_are_computed_from_their_records():
         assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == v["kept"][0]["kwargs"]
     kept = [math.exp(lm(v["kept"]) - lm(v["before"])) for v in two.values()]
     c = stats(kept)
-    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
-    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
-                                        (root / "README.md").read_text()))
+    src = _source_text("tirx_gemm/matmul_choice.py")
+    readme = _readme_text()
     for text in (src, readme):
         assert f"start trigger on the {a[0]} cases of kernels built for N and K without PDL " \
                f"ran {a[1]}x" in text, a
@@ -1314,22 +1348,13 @@ def test_split_pdl_trigger_figures_are_computed_from_their_records():
     trigger, recomputed from the H200 call's records (each case the mean of its passes' log
     ratios, exit over start); the start side's kernels are what matmul picks today, the exit
     side's the same kernels with PDL_TRIGGER="exit"."""
-    import json
-    import math
-    import re
-    from pathlib import Path
-
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
-    root = Path(__file__).parents[1]
-    rows = [json.loads(x) for x in (root / "results" / "lab"
-                                    / "matmul_graph_h200_splitpdl.jsonl").read_text().splitlines()
-            if x.strip()]
     per: dict = {}
-    for r in rows:
+    for r in _lab_records("matmul_graph_h200_splitpdl.jsonl"):
         per.setdefault((r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
             r["chooser"], []).append(r)
-    shapes = json.loads((root / "scripts" / "lab" / "issue32_splitfam.json").read_text())
+    shapes = json.loads((ROOT / "scripts" / "lab" / "issue32_splitfam.json").read_text())
     assert len(shapes["shapes"]) == 42 == len({k[:3] for k in per})
     groups: dict = {"swap": [], "short": [], "long": []}
     for (M, N, K, dt), v in per.items():
@@ -1337,38 +1362,25 @@ def test_split_pdl_trigger_figures_are_computed_from_their_records():
         assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == kw and kw["SPLIT_K"] > 1
         assert all(r["kwargs"] == {**kw, "PDL_TRIGGER": "exit"} for r in v["exit"])
         assert len(v["start"]) == len(v["exit"]) == 2
-        gain = math.exp(sum(math.log(r["ratio"]) for r in v["exit"]) / 2
-                        - sum(math.log(r["ratio"]) for r in v["start"]) / 2)
+        gain = math.exp(_mean_log_ratio(v["exit"]) - _mean_log_ratio(v["start"]))
         if kw.get("SWAP_AB"):
             groups["swap"].append(gain)
         else:
             t = chooser.predict_split(kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"], M, N, K)
             groups["short" if t <= chooser.PDL_MAX_US else "long"].append(gain)
-
-    def stats(xs):
-        return (f"{len(xs)} cases {min(xs):.3f}-{max(xs):.3f}x (geomean "
-                f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}, behind at "
-                f"{sum(x < 1 for x in xs)}")
-
-    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "matmul_choice.py").read_text())
-    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
-                                        (root / "README.md").read_text())).replace("`", "")
-    for text in (src, readme):
-        assert f"swap-AB splits {stats(groups['swap'])}" in text, stats(groups["swap"])
-        assert f"PDL_MAX_US {stats(groups['short'])}" in text, stats(groups["short"])
-        assert f"the longer ones {stats(groups['long'])}" in text, stats(groups["long"])
+    for text in (_source_text("tirx_gemm/matmul_choice.py"), _readme_text(code=False)):
+        swap, short, long = (_ab_summary(groups[g]) for g in ("swap", "short", "long"))
+        assert f"swap-AB splits {swap}" in text, swap
+        assert f"PDL_MAX_US {short}" in text, short
+        assert f"the longer ones {long}" in text, long
 
 
 def test_cublas_fp16_kernels_quoted_in_readme_are_the_recorded_ones():
     """README's stop-51 paragraph names the kernels cuBLAS ran per dtype at 128x256x32768
     and 1000^3: they must be the ones results/lab/cublas_kernels_dtypes_h200.jsonl holds."""
-    import json
-    from pathlib import Path
-    root = Path(__file__).parents[1]
-    rows = [json.loads(x) for x in (root / "results" / "lab" / "cublas_kernels_dtypes_h200.jsonl")
-            .read_text().splitlines() if x.strip()]
-    first = {(r["M"], r["N"], r["K"], r["dtype"]): r["kernels"][0].split(" x")[0] for r in rows}
-    readme = (root / "README.md").read_text()
+    first = {(r["M"], r["N"], r["K"], r["dtype"]): r["kernels"][0].split(" x")[0]
+             for r in _lab_records("cublas_kernels_dtypes_h200.jsonl")}
+    readme = (ROOT / "README.md").read_text()
     para = readme[readme.index("**Why the fp16 misses remain"):]
     para = para[:para.index("\n")]
     for mnk in ((128, 256, 32768), (1000, 1000, 1000)):
@@ -1380,23 +1392,15 @@ def test_cublas_fp16_kernels_quoted_in_readme_are_the_recorded_ones():
 
 
 def test_tall_swap_split_rule_and_its_figures_follow_the_records():
-    """chooser's TALL_SPLIT note: each case of the two H200 calls (the package before
-    against a variant with no floor on a unit's K steps) is recomputed, grouped by the K
-    steps a unit keeps, and matched against the quoted figures; the committed rule picks the
-    variant's kernel exactly where a unit keeps TALL_SPLIT_MIN_K_STEPS or more, else the
-    kernel before."""
-    import json
-    import math
-    import re
-    from pathlib import Path
-
+    """chooser's TALL_SPLIT note: each case of the three H200 calls (the package before
+    against a variant with no floor on a unit's K steps, then the committed rule's check) is
+    recomputed, grouped by the K steps a unit keeps, and matched against the quoted figures;
+    the committed rule picks the variant's kernel exactly where a unit keeps
+    TALL_SPLIT_MIN_K_STEPS or more, else the kernel before."""
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
-    root = Path(__file__).parents[1]
-    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_tallsplit.jsonl")
-            .read_text().splitlines() if x.strip()]
     per: dict = {}
-    for r in rows:
+    for r in _lab_records("matmul_graph_h200_tallsplit.jsonl"):
         per.setdefault((r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
             r["chooser"], []).append(r)
     groups: dict = {"deep": [], "32": [], "short": [], "check": []}
@@ -1406,30 +1410,17 @@ def test_tall_swap_split_rule_and_its_figures_follow_the_records():
         steps = -(-K // chooser.BLK_K) // tall["SPLIT_K"]
         now = mm.choose(M, N, K, dt, "sm_90a", 132)[1]
         assert now == (tall if steps >= chooser.TALL_SPLIT_MIN_K_STEPS else before), (M, N, K)
-        gain = math.exp(sum(math.log(r["ratio"]) for r in v["tall"]) / len(v["tall"])
-                        - sum(math.log(r["ratio"]) for r in v["before"]) / len(v["before"]))
+        gain = math.exp(_mean_log_ratio(v["tall"]) - _mean_log_ratio(v["before"]))
         if v["tall"][0]["call"] == 3:  # the committed rule's check at token counts not run
             groups["check"].append(gain)
         else:
             groups["deep" if steps >= 48 else "32" if steps >= 32 else "short"].append(gain)
-
-    def stats(xs):
-        return len(xs), f"{min(xs):.3f}-{max(xs):.3f}x", sum(x < 1 for x in xs)
-
-    deep, mid, short = stats(groups["deep"]), stats(groups["32"]), stats(groups["short"])
-    geo = math.exp(sum(map(math.log, groups["deep"])) / len(groups["deep"]))
-    check = stats(groups["check"])
-    cgeo = math.exp(sum(map(math.log, groups["check"])) / len(groups["check"]))
-    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "chooser.py").read_text())
-    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
-                                        (root / "README.md").read_text())).replace("`", "")
-    for text in (src, readme):
-        assert (f"at least 48 K steps a unit {deep[0]} cases {deep[1]} (geomean {geo:.3f}, "
-                f"behind at {deep[2]}") in text, (deep, geo)
-        assert f"with 32 steps {mid[0]} cases {mid[1]} (behind at {mid[2]})" in text, mid
-        assert f"with 24 or fewer {short[0]} cases {short[1]} (behind at {short[2]}" in text, short
-        assert (f"{check[0]} cases {check[1]} (geomean {cgeo:.3f}), behind at {check[2]}"
-                in text), (check, cgeo)
+    deep, mid, short, check = (_ab_summary(groups[g]) for g in ("deep", "32", "short", "check"))
+    for text in (_source_text("tirx_gemm/chooser.py"), _readme_text(code=False)):
+        assert f"at least 48 K steps a unit {deep}" in text, deep
+        assert f"with 32 steps {mid}" in text, mid
+        assert f"with 24 or fewer {short}" in text, short
+        assert f"both dtypes): {check}" in text, check
     assert chooser.TALL_SPLIT_MIN_K_STEPS == 48
 
 
@@ -1453,30 +1444,17 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
     each case's passes' log ratios, the variant over the package before, where the kernel
     changed) and matched against the quoted figures; the committed rule picks the kernels
     call 2's variant and call 3 ran, and the kernel before where its tail is not short."""
-    import json
-    import math
-    import re
-    from pathlib import Path
-
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
-    root = Path(__file__).parents[1]
-    rows = [json.loads(x) for x in (root / "results" / "lab" / "matmul_graph_h200_swaptail.jsonl")
-            .read_text().splitlines() if x.strip()]
     per: dict = {}
-    for r in rows:
+    for r in _lab_records("matmul_graph_h200_swaptail.jsonl"):
         per.setdefault((r["call"], r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
             r["chooser"], []).append(r)
 
-    def lm(rs):
-        return sum(math.log(r["ratio"]) for r in rs) / len(rs)
-
-    def stats(call, label):
-        xs = [math.exp(lm(v[label]) - lm(v["before"])) for k, v in per.items()
-              if k[0] == call and v[label][0]["kwargs"] != v["before"][0]["kwargs"]]
-        return (f"{len(xs)} cases {min(xs):.3f}-{max(xs):.3f}x (geomean "
-                f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}, behind at "
-                f"{sum(x < 1 for x in xs)}")
+    def summary(call, label):
+        return _ab_summary([math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v["before"]))
+                            for k, v in per.items() if k[0] == call
+                            and v[label][0]["kwargs"] != v["before"][0]["kwargs"]])
 
     for (call, M, N, K, dt), v in per.items():
         if call == 1:
@@ -1486,9 +1464,6 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
         assert now.get("STREAM_K", False) == chooser.swap_stream_k(M, N)
         if call == 3:  # the committed package was "new" there: the kernel before had none
             assert now["STREAM_K"] and not v["before"][0]["kwargs"].get("STREAM_K")
-    src = re.sub(r"\s*#\s*", " ", (root / "tirx_gemm" / "chooser.py").read_text())
-    readme = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
-                                        (root / "README.md").read_text())).replace("`", "")
-    for text in (src, readme):
+    for text in (_source_text("tirx_gemm/chooser.py"), _readme_text(code=False)):
         for call, label in ((1, "rows64"), (2, "stream_k"), (3, "stream_k")):
-            assert stats(call, label) in text, (call, stats(call, label))
+            assert summary(call, label) in text, (call, summary(call, label))

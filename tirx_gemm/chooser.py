@@ -432,13 +432,14 @@ SWAP_NP_DEPTH = 8         # and its ring this deep
 # -32B, Falcon-7B's, GPT-2 XL's c_attn), call 2 at depths between them
 # (scripts/lab/issue32_tallgap.json). The split ran, per case (the mean of its passes' log
 # ratios), with at least 48 K steps a unit 44 cases 1.026-1.328x (geomean 1.110, behind at
-# 0; 64x4608x36864 bf16 0.79-0.80 -> 0.98 x torch); with 32 steps 8 cases 0.959-1.034x (behind
-# at 5); with 24 or fewer 28 cases 0.750-1.074x (behind at 16; GPT-2 XL's 4800x1600, 8
-# steps a unit, 0.75-0.89: the split's counts and slab reduction, not the weight's stream,
+# 0; 64x4608x36864 bf16 0.79-0.80 -> 0.98 x torch); with 32 steps 8 cases 0.959-1.034x
+# (geomean 0.995, behind at 5); with 24 or fewer 28 cases 0.750-1.074x (geomean 0.959,
+# behind at 16; GPT-2 XL's 4800x1600, 8 steps a unit, 0.75-0.89: the split's counts and
+# slab reduction, not the weight's stream,
 # are most of a short unit's time). Call 3, this rule against the package before at the
 # three real weights' token counts the first two did not run (24, 40, 56, 72, 88 tokens:
 # other token tiles; scripts/lab/issue32_tallcheck.json, both dtypes): 30 cases
-# 1.071-1.368x (geomean 1.172), behind at 0.
+# 1.071-1.368x (geomean 1.172, behind at 0).
 TALL_SPLIT_MIN_K_STEPS = 48
 TALL_SPLIT_MIN_GAIN = 1.5  # CTAs of the 128-row split over the 64-row grid's, at least
 

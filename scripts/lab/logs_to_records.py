@@ -129,8 +129,8 @@ def ncu_records() -> list[dict]:
             gemm = "torch.matmul" if m.group(2) == "torch" else m.group(2)
         dev = _NCU_DEVICE.search(text)
         kernels = _need(list(_NCU_KERNEL.finditer(text)), "kernel line", rel)
-        for i, kern in enumerate(kernels):  # one record per profiled launch
-            section = text[kern.start():kernels[i + 1].start() if i + 1 < len(kernels) else None]
+        for n, kern in enumerate(kernels):  # one record per profiled launch
+            section = text[kern.start():kernels[n + 1].start() if n + 1 < len(kernels) else None]
             rec = {"source": rel,
                    "device": dev.group(1) if dev else "NVIDIA H200",
                    "device_named_by": "log" if dev else "file name (h200_)",
@@ -142,7 +142,7 @@ def ncu_records() -> list[dict]:
             if decode and decode.group(5):
                 rec["dtype"] = decode.group(5)
             if len(kernels) > 1:
-                rec["launch"] = i + 1  # its place among the call's profiled launches
+                rec["launch"] = n + 1  # its place among the call's profiled launches
             for key, pattern in _NCU_METRICS.items():
                 rec[key] = float(_need(re.search(pattern, section), key, rel).group(1)
                                  .replace(",", ""))
