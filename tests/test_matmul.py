@@ -148,11 +148,19 @@ def rt(step_id: str, arch: str) -> dict:
 
 @pytest.mark.parametrize("arch", registry.ARCHES)
 @pytest.mark.parametrize("mnk", [(8192, 28672, 4096), (4096, 4096, 4096), (8192, 8192, 28672)])
-def test_big_shapes_are_data_parallel_v9_on_the_whole_gpu(arch, mnk):
-    step, kw = mm.choose(*mnk, "float16", arch, SMS[arch])
-    assert (step, kw) == ("v9", {"SM_COUNT": SMS[arch], "RUNTIME_M": True})
-    step, kw = mm.choose(*mnk, "bfloat16", arch, SMS[arch])
-    assert (step, kw) == ("v9", {"dtype": "bfloat16", "SM_COUNT": SMS[arch], "RUNTIME_M": True})
+def test_big_shapes_are_data_parallel_on_the_whole_gpu(arch, mnk):
+    """sm_100a: v9 by tile count. sm_90a: the model's 128-row v12 tile (v9 takes its place
+    only when predicted more than chooser.V9_HANDICAP faster), persistent on the whole GPU,
+    M at run time, N and K at build time."""
+    for dtype in ("float16", "bfloat16"):
+        step, kw = mm.choose(*mnk, dtype, arch, SMS[arch])
+        dt = {"dtype": "bfloat16"} if dtype == "bfloat16" else {}
+        if arch == "sm_100a":
+            assert (step, kw) == ("v9", {**dt, "SM_COUNT": SMS[arch], "RUNTIME_M": True})
+            continue
+        assert step == "v12" and kw["BLK_M"] == 128 and kw["SM_COUNT"] == SMS[arch]
+        assert kw["RUNTIME_M"] is True and "RUNTIME_NK" not in kw and "SPLIT_K" not in kw
+        assert chooser.best(*mnk, SMS[arch]) == chooser.name(128, kw["BLK_N"])
 
 
 @pytest.mark.parametrize("arch", registry.ARCHES)
@@ -167,7 +175,10 @@ def test_choose_never_refuses_a_suite_shape(arch):
 
 
 def test_odd_sm_counts_round_down_to_whole_clusters():
-    assert mm.choose(8192, 8192, 8192, "float16", "sm_90a", 131) == ("v9", {"SM_COUNT": 130, "RUNTIME_M": True})
+    assert mm.choose(8192, 8192, 8192, "float16", "sm_100a", 147) == (
+        "v9", {"SM_COUNT": 146, "RUNTIME_M": True})
+    step, kw = mm.choose(8192, 8192, 8192, "float16", "sm_90a", 131)
+    assert step == "v12" and kw["SM_COUNT"] == 130  # the pool every pick shares
 
 
 @pytest.mark.parametrize("args, pattern", [
@@ -489,7 +500,7 @@ def test_loaded_kernels_size_their_workspace_from_their_step_and_grow_it(monkeyp
 @pytest.mark.parametrize("arch", registry.ARCHES)
 def test_runtime_m_kernels_are_built_once_for_every_m(arch):
     sms = SMS[arch]
-    kw = mm.choose(1000, 4096, 4096, "bfloat16", arch, sms)[1]  # v9 on both arches
+    kw = mm.choose(1000, 4096, 4096, "bfloat16", arch, sms)[1]  # v9 / v12's 128x256
     assert kw["RUNTIME_M"] is True
     assert mm.build_shape((1000, 4096, 4096), kw) == (mm.NOMINAL_M, 4096, 4096)
     assert mm.build_shape((1000, 4096, 4096), {"SM_COUNT": sms}) == (1000, 4096, 4096)
@@ -501,9 +512,10 @@ def test_runtime_m_kernels_are_built_once_for_every_m(arch):
         for M in {lo, (lo + hi) // 2, hi}:
             assert mm.choose(M, 4096, 4096, "bfloat16", arch, sms) == (step_id, kwargs)
     # M ranges (the swap rules switch tiles every 16 rows in places, swap-AB's token tiles
-    # every 8 up to 96) over a few dozen kernels: one swap-AB K split per split token tile
-    # (this layer's decode splits K), at most 22 others
-    assert len(vs) <= 72 and vs[-1][3] >= mm.VARIANTS_MAX_M
+    # every 8 up to 96, v12's widths past a thousand tokens every 128 rows as the waves
+    # fill) over a few dozen kernels: one swap-AB K split per split token tile (this layer's
+    # decode splits K), at most 22 others
+    assert len(vs) <= 96 and vs[-1][3] >= mm.VARIANTS_MAX_M
     kernels = {(s, tuple(sorted(k.items()))) for s, k, _, _ in vs}
     splits = {k for k in kernels
               if dict(k[1]).get("SWAP_AB") and dict(k[1]).get("SPLIT_K", 1) > 1}
@@ -607,7 +619,7 @@ def test_a_forced_v12_gets_a_v12_tile_where_the_model_ranks_v10_first():
 def test_a_plain_epilogue_is_the_plain_choice():
     plain = mm.choose(4096, 4096, 4096, "float16")
     assert mm.choose(4096, 4096, 4096, "float16", epilogue={"ACT": None}) == plain
-    assert plain[0] == "v9"
+    assert plain[0] == "v12" and "ACT" not in plain[1]
 
 
 def test_epilogues_are_refused_on_sm100a_in_one_line():

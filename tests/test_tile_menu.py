@@ -408,10 +408,9 @@ def test_readme_states_the_rules_as_the_code_has_them():
             f"tokens") in text
     assert f"ring holds fewer than {chooser.WIDE_SWAP_MIN_STAGES} stages" in text
     assert f"each a multiple of {chooser.WIDE_SWAP_STEP}" in text
-    # the rules this stop added: v9's margin, the 128-byte row rule for pairs, the count of
-    # measured candidates
-    assert (f"predicted more than {round(chooser.PREFER_V9_WITHIN * 100)}% faster "
-            f"(`chooser.PREFER_V9_WITHIN`") in text
+    # the rules this stop added: v9's handicap and v10's margin (both checked by
+    # test_v9_handicap_is_the_only_preference_v9_has), the 128-byte row rule for pairs, the
+    # count of measured candidates
     assert f"whole {chooser.ROW_ALIGN_BYTES}-byte lines" in text
     # v9 and v10 are not v12 entries
     assert f"{len(chooser.params()) - 2} entries measured" in text
@@ -696,7 +695,13 @@ def test_chooser_pdl_rule():
     assert chooser.uses_pdl(pick, 512, 512, 512)
     assert chooser.predict(pick, 512, 512, 512) == pytest.approx(
         chooser.predict(pick, 512, 512, 512, pdl=False) - chooser.pdl_saving())
-    assert "PDL" not in mm.choose(8192, 8192, 8192, "bfloat16", "sm_90a", 132)[1]
+    # a long one-CTA tile: no start trigger by this rule; PDL_EXIT_NOTE's exit trigger
+    step, kw = mm.choose(8192, 8192, 8192, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and not chooser.uses_pdl(chooser.best(8192, 8192, 8192), 8192, 8192,
+                                                     8192)
+    assert (kw["PDL"], kw["PDL_TRIGGER"]) == (True, "exit")
+    step, kw = mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132)  # v10's short-K rule
+    assert step == "v10" and "PDL" not in kw
     step, kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)  # a short pair
     assert step == "v12" and kw["CLUSTER"] == 2 and kw["PDL"] is True
     assert chooser.uses_pdl("64x128c2", 1000, 1000, 1000)
@@ -1085,8 +1090,7 @@ def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
             seen.add((step, kw.get("CLUSTER", 1), kw.get("SPLIT_K", 1) > 1,
                       kw.get("SWAP_AB", False), one))
     assert {("v12", 1, False, False, True), ("v12", 1, False, True, True),
-            ("v12", 2, False, False, False), ("v12", 1, True, True, False),
-            ("v9", 1, False, False, False)} <= seen, seen
+            ("v12", 2, False, False, False), ("v12", 1, True, True, False)} <= seen, seen
     step, kw = mc.choose(129, 4096, 4096, "bfloat16", "sm_90a", 132)
     assert step == "v12" and kw["SWAP_TMA"] and kw["SHIFT_LAST"]
     for step_id in ("v12", "v10"):
@@ -1467,3 +1471,109 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
     for text in (_source_text("tirx_gemm/chooser.py"), _readme_text(code=False)):
         for call, label in ((1, "rows64"), (2, "stream_k"), (3, "stream_k")):
             assert summary(call, label) in text, (call, summary(call, label))
+
+
+def _ab_cases(name: str) -> dict:
+    """{(call, M, N, K, dtype): {chooser label: [records]}} of an A/B records file."""
+    per: dict = {}
+    for r in _lab_records(name):
+        per.setdefault((r["call"], r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
+            r["chooser"], []).append(r)
+    return per
+
+
+def _ab_gains(per: dict, call: int, base: str, label: str) -> list[float]:
+    """Per case of ``call``: the variant ``label`` over ``base`` (the mean of each side's
+    passes' log ratios)."""
+    return [math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v[base]))
+            for k, v in per.items() if k[0] == call]
+
+
+def test_v9_handicap_rule_and_its_figures_follow_the_records():
+    """chooser.V9_HANDICAP (issue 32, stop 52): the three H200 calls' cases recomputed and
+    matched against the figures chooser.py and README quote; the committed rule picks, at
+    every case, the v12 kernel that ran in v9's place, where the package before ran v9."""
+    from tirx_gemm import matmul as mm
+    per = _ab_cases("matmul_graph_h200_v9handicap.jsonl")
+    assert {k[0] for k in per} == {1, 2, 3}
+    for (call, M, N, K, dt), v in per.items():
+        label = "within0" if call == 1 else "handicap"
+        assert v["before"][0]["step"] == "v9", (call, M, N, K, dt)
+        assert len(v["before"]) == len(v[label]) == 2  # two passes each
+        now = mm.choose(M, N, K, dt, "sm_90a", 132)
+        assert now == ("v12", v[label][0]["kwargs"]), (call, M, N, K, dt)
+    chooser_text, readme = _source_text("tirx_gemm/chooser.py"), _readme_text(code=False)
+    for call, label in ((1, "within0"), (2, "handicap"), (3, "handicap")):
+        summary = _ab_summary(_ab_gains(per, call, "before", label))
+        assert summary in chooser_text and summary in readme, (call, summary)
+    slowest = min((math.exp(_mean_log_ratio(v["handicap"]) - _mean_log_ratio(v["before"])), k)
+                  for k, v in per.items() if k[0] == 2)
+    _, (_, M, N, K, dt) = slowest
+    assert f"the slowest {M}x{N}x{K} ({'bf16' if dt == 'bfloat16' else 'fp16'}) at " \
+           f"{slowest[0]:.3f}" in readme
+
+
+def test_v9_handicap_is_the_only_preference_v9_has():
+    """v9 is picked only where it is predicted more than V9_HANDICAP faster than every v12
+    tile; v10 (in its band) keeps PREFER_PAIR_WITHIN. Both as README states them."""
+    from tirx_gemm import chooser
+    readme = _readme_text()
+    assert (f"predicted more than {round(chooser.V9_HANDICAP * 100)}% faster than every v12 "
+            f"tile (`chooser.V9_HANDICAP`") in readme
+    assert (f"predicted more than {round(chooser.PREFER_PAIR_WITHIN * 100)}% faster "
+            f"(`chooser.PREFER_PAIR_WITHIN`") in readme
+    # a shape where v9's fitted figure is the fastest, but by less than the handicap
+    found = 0
+    for M in (4096, 6144, 8192):
+        for N, K in ((4096, 4096), (6144, 4096), (28672, 4096), (8192, 28672)):
+            ranked = chooser.rank(M, N, K)
+            v9 = next(t for t, c in ranked if c == chooser.V9)
+            v12 = next(t for t, c in ranked if c not in (chooser.V9, chooser.V10))
+            pick = chooser.best(M, N, K)
+            assert (pick == chooser.V9) == (v9 * (1 + chooser.V9_HANDICAP) < v12), (M, N, K)
+            found += v9 < v12 and pick != chooser.V9
+    assert found  # the handicap changed a pick the fitted figures alone would give v9
+
+
+def test_v10_band_keeps_its_place_as_measured():
+    """The v10 band A/B (stop 52, not adopted): its figures as README quotes them, and
+    matmul still picks v10 at every case the variant moved to a v12 tile."""
+    from tirx_gemm import matmul as mm
+    per = _ab_cases("matmul_graph_h200_v10band.jsonl")
+    for (call, M, N, K, dt), v in per.items():
+        assert mm.choose(M, N, K, dt, "sm_90a", 132)[0] == "v10" == v["v10"][0]["step"]
+        assert v["v10handicap"][0]["step"] == "v12"
+    gains = _ab_gains(per, 4, "v10", "v10handicap")
+    assert _ab_summary(gains) in _readme_text(code=False)
+    assert f"ahead at {sum(g > 1 for g in gains)} cases only" in _readme_text(code=False)
+
+
+def test_stream_k_all_figures_follow_the_records_and_matmul_never_takes_it():
+    """v12's STREAM_K_ALL at 49-96 tokens (stop 52, not adopted): the two variants' figures
+    as README quotes them; matmul's picks at those shapes are the package's, without it."""
+    from tirx_gemm import matmul as mm
+    per = _ab_cases("matmul_graph_h200_skall.jsonl")
+    readme = _readme_text(code=False)
+    for label in ("stream_k_all", "stream_k_all_128"):
+        assert _ab_summary(_ab_gains(per, 1, "before", label)) in readme, label
+    for (call, M, N, K, dt), v in per.items():
+        now = mm.choose(M, N, K, dt, "sm_90a", 132)
+        assert now == (v["before"][0]["step"], v["before"][0]["kwargs"])
+        assert "STREAM_K_ALL" not in now[1]
+        assert any(r["kwargs"].get("STREAM_K_ALL") for r in v["stream_k_all_128"])
+
+
+def test_v9_handicap_kernel_count_as_quoted():
+    """README's count of what serves the models suite's layers over every M (bf16)."""
+    import json
+    from tirx_gemm import matmul as mm
+    suite = json.loads((ROOT / "tirx_gemm" / "suites" / "models.json").read_text())
+    layers = sorted({(s["N"], s["K"]) for s in suite["shapes"]})
+    ranges, kernels = 0, set()
+    for N, K in layers:
+        vs = mm.variants(N, K, "bfloat16")
+        ranges += len(vs)
+        kernels |= {(N, K, step, tuple(sorted(kw.items()))) for step, kw, _, _ in vs}
+    assert len(layers) == 27
+    assert (f"the models suite's {len(layers)} layers, bf16) matmul now serves {ranges} M "
+            f"ranges with {len(kernels)} kernels") in _readme_text()

@@ -8,7 +8,8 @@ chooser), not of the builders: the script refuses when the two checkouts' steps/
 are this checkout's too. Extra kernels in a bundle are never asked for; each package finds
 its own.
 
-    python scripts/lab/ab_bundle.py --before /tmp/oldwt --out .gpu/ab-bfloat16 SUITE.json [...]
+    python scripts/lab/ab_bundle.py --before /tmp/oldwt [--before /tmp/variant ...] \
+        --out .gpu/ab-bfloat16 SUITE.json [...]
 
 (Issue 32 timed plain tiles built for their N and K with it against 5e16ba2, swap-AB and
 pair kernels built for their N and K against 76def98, and PDL's exit trigger against
@@ -47,7 +48,7 @@ def _same_steps(before: Path) -> list[str]:
     return diffs
 
 
-def requests(suites, before: Path | None) -> list[tuple]:
+def requests(suites, before) -> list[tuple]:
     from tirx_gemm import registry
     from tirx_gemm import suite as S
     from tirx_gemm.matmul_choice import build_shape
@@ -62,7 +63,8 @@ def requests(suites, before: Path | None) -> list[tuple]:
     for path in suites:
         for step, mnk, kw in S.export_requests(S.load_suite(path), "matmul", "sm_90a", 132):
             add(step, mnk, kw)
-    if before is not None:
+    befores = [before] if isinstance(before, Path) else list(before or ())
+    for before in befores:
         dump = subprocess.run([sys.executable, "-c", _DUMP, *map(str, suites)], cwd=before,
                               env={"PYTHONPATH": str(before), "PATH": "/usr/bin:/bin"},
                               check=True, capture_output=True, text=True).stdout
@@ -76,15 +78,17 @@ def main(argv) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("suites", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--before", type=Path, help="a checkout of the package to compare with")
+    p.add_argument("--before", type=Path, action="append", default=[],
+                   help="a checkout of a package to compare with (repeatable: one bundle "
+                        "for them all)")
     a = p.parse_args(argv)
-    if a.before is not None:
-        diffs = _same_steps(a.before.resolve())
+    for before in a.before:
+        diffs = _same_steps(before.resolve())
         if diffs:
-            print(f"error: steps/ differ from {a.before}: {', '.join(diffs)}", file=sys.stderr)
+            print(f"error: steps/ differ from {before}: {', '.join(diffs)}", file=sys.stderr)
             return 2
     from tirx_gemm.compile import bundle
-    reqs = requests([s.resolve() for s in a.suites], a.before and a.before.resolve())
+    reqs = requests([s.resolve() for s in a.suites], [b.resolve() for b in a.before])
     print(f"{len(reqs)} kernels")
     bundle.export(reqs, a.out, ffi_wheel_python="3.12")
     return 0

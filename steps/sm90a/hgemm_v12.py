@@ -37,7 +37,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
               L2_PROMO: str | None = None, A_HINT: str | None = None,
               B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
-              STREAM_K: bool = False, PDL: bool = False, PDL_TRIGGER: str = "start",
+              STREAM_K: bool = False, STREAM_K_ALL: bool = False, PDL: bool = False,
+              PDL_TRIGGER: str = "start",
               SPLIT_K: int | None = None,
               EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False,
               SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False,
@@ -55,6 +56,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       M (PAIR_ALONG="N": along N), each loading half of the shared B (A) tile for both.
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut into K units of >= 8
       steps; the last unit to count sums the slabs in K order (SWAP_AB: swapped pieces).
+      STREAM_K_ALL: fewer tiles than CTAs are all cut so, however full their one wave.
     EPI_SPREAD: writeback a piece per K step. PREFETCH_MAPS: prefetch.tensormap of A's and
       B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA stores.
     SHIFT_LAST: a token tile reaching past M starts at M - its width (no zero-filled rows).
@@ -150,6 +152,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                          f"latter with PDL=True only")
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
+    if not isinstance(STREAM_K_ALL, bool) or (STREAM_K_ALL and not STREAM_K):
+        raise ValueError(f"STREAM_K_ALL={STREAM_K_ALL!r} must be True or False, True with "
+                         f"STREAM_K=True only")
     if STREAM_K and (CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
         raise ValueError("STREAM_K=True takes no CLUSTER=2, fused epilogue or MMA_LAG > 1 "
                          "(its pieces are plain one-CTA tiles of MMA_LAG=1)")
@@ -295,9 +300,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # STREAM_K (tirx_gemm/streamk.py): the plan from the shape, at build time or, with
     # RUNTIME_M / RUNTIME_NK, on the device; off at a static shape: v12's kernel as is
     RUNTIME = RUNTIME_M or RUNTIME_NK
-    OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
-    PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY) \
-        if STREAM_K else None
+    OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And, or_=T.Or)
+    PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY,
+                   STREAM_K_ALL) if STREAM_K else None
     SK_CODE = STREAM_K and PLAN.on is not False
     if SK_CODE:
         NUM_CTAS = SM_COUNT  # G: every CTA of the pool, each holds a unit
@@ -815,8 +820,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), dtype),
-                   WS: T.Buffer((SK.workspace_slabs(SM_COUNT), BLK_M * BLK_N), H.ACC_DTYPE),
-                   CNT: T.Buffer((SK.counters(SM_COUNT),), "int32")):
+                   WS: T.Buffer((SK.workspace_slabs(SM_COUNT, STREAM_K_ALL), BLK_M * BLK_N),
+                                H.ACC_DTYPE),
+                   CNT: T.Buffer((SK.counters(SM_COUNT, STREAM_K_ALL),), "int32")):
             gemm(A, B, D, None, WS, CNT)
     elif BIAS:
         @T.prim_func
