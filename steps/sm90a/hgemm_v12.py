@@ -54,9 +54,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
       RUNTIME_NK: M (N, K) at run time, one kernel for all. CLUSTER=2: v9's CTA pair along
       M (PAIR_ALONG="N": along N), each loading half of the shared B (A) tile for both.
-    STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut into K units of >= 8
-      steps; the last unit to count sums the slabs in K order (SWAP_AB: swapped pieces).
-      STREAM_K_ALL: fewer tiles than CTAs are all cut so, however full their one wave.
+    STREAM_K (tirx_gemm/streamk.py): a tail wave under half full (STREAM_K_ALL: or one wave of
+      any fill) cut in K units of >= 8 steps; the last to count sums them in K order (SWAP_AB ok).
     EPI_SPREAD: writeback a piece per K step. PREFETCH_MAPS: prefetch.tensormap of A's and
       B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA stores.
     SHIFT_LAST: a token tile reaching past M starts at M - its width (no zero-filled rows).
