@@ -175,11 +175,11 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
 # kernels per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py). The run
 # is the interleaved timing's (both graphs warmed up, then replayed alternately; a shape's
 # last record is the one shown, the second pass where a run has two): README, "order
-# bias". A run is a file in results/lab/ and the fields its records must have; the s50 run
-# times this package alone, one pass ("chooser": "new")
-CHOOSER_RUN = ("matmul_graph_h200_s50.jsonl", {"suite": "models", "chooser": "new"})
+# bias". A run is a file in results/lab/ and the fields its records must have; the s52 run
+# times this package ("chooser": "new") beside the one before ("old"), one pass
+CHOOSER_RUN = ("matmul_graph_h200_s52.jsonl", {"suite": "models", "chooser": "new"})
 # real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
-HELDOUT_RUN = ("matmul_graph_h200_s50.jsonl", {"suite": "heldout", "chooser": "new"})
+HELDOUT_RUN = ("matmul_graph_h200_s52.jsonl", {"suite": "heldout", "chooser": "new"})
 CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
 
 
