@@ -1577,3 +1577,20 @@ def test_v9_handicap_kernel_count_as_quoted():
     assert len(layers) == 27
     assert (f"the models suite's {len(layers)} layers, bf16) matmul now serves {ranges} M "
             f"ranges with {len(kernels)} kernels") in _readme_text()
+
+
+def test_mma_lag_at_49_96_tokens_figures_follow_the_records():
+    """The MMA_LAG 2 / 4 A/B at the mdec shapes (stop 52, not adopted): its figures as
+    README quotes them, over the cases whose kernel the variant changed; matmul's picks
+    there keep MMA_LAG at its default."""
+    from tirx_gemm import matmul as mm
+    per = _ab_cases("matmul_graph_h200_mdeclag.jsonl")
+    readme = _readme_text(code=False)
+    for label in ("mma_lag2", "mma_lag4"):
+        gains = [math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v["before"]))
+                 for v in per.values() if "MMA_LAG" in v[label][0]["kwargs"]]
+        assert len(gains) == 21 and _ab_summary(gains) in readme, label
+    for (call, M, N, K, dt), v in per.items():
+        assert mm.choose(M, N, K, dt, "sm_90a", 132) == (v["before"][0]["step"],
+                                                         v["before"][0]["kwargs"])
+        assert "MMA_LAG" not in v["before"][0]["kwargs"]
