@@ -176,11 +176,13 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
                     arch: str = "sm_90a"):
     """The extra operands of sm_90a v12 after D: none unless STREAM_K.
 
-    WS  (G + G // 2, BLK_M * BLK_N) float32 (STREAM_K_ALL: 2 G): slab u + j holds unit u's fp32 partial of
-        stream-K tile j, each consumer warpgroup's 64 rows at 64 * BLK_N * consumer, in
-        thread-major chunks of 4 (v11's order). Scratch: read only after written.
-    CNT (G,) int32 (STREAM_K_ALL: 2 G): arrivals per 64-row half of stream-K tile j (index j * BLK_M / 64 +
-        half). Zero at launch; the unit that counts last sets it back to zero.
+    WS  (G + G // 2, BLK_M * BLK_N) float32 (STREAM_K_ALL: 2 G slabs): slab u + j holds
+        unit u's fp32 partial of stream-K tile j, each consumer warpgroup's 64 rows at
+        64 * BLK_N * consumer, in thread-major chunks of 4 (v11's order). Scratch: read
+        only after written.
+    CNT (G,) int32 (STREAM_K_ALL: 2 G): arrivals per 64-row half of stream-K tile j (index
+        j * BLK_M / 64 + half). Zero at launch; the unit that counts last sets it back to
+        zero.
     Neither depends on M, N or K: one RUNTIME_M / RUNTIME_NK kernel's workspace serves
     every shape (G is SM_COUNT)."""
     kwargs = dict(kwargs or {})
