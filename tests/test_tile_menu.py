@@ -1594,3 +1594,20 @@ def test_mma_lag_at_49_96_tokens_figures_follow_the_records():
         assert mm.choose(M, N, K, dt, "sm_90a", 132) == (v["before"][0]["step"],
                                                          v["before"][0]["kwargs"])
         assert "MMA_LAG" not in v["before"][0]["kwargs"]
+
+
+def test_misaligned_pair_rule_recheck_figures_follow_the_records():
+    """The pair rule re-checked (stop 52): README's figures over the cases where the rule
+    makes a pair, and matmul still makes it there."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    per = _ab_cases("matmul_graph_h200_misk.jsonl")
+    gains = []
+    for (call, M, N, K, dt), v in per.items():
+        now = mm.choose(M, N, K, dt, "sm_90a", 132)
+        assert now == (v["pair"][0]["step"], v["pair"][0]["kwargs"])
+        if v["pair"][0]["kwargs"] != v["one_cta"][0]["kwargs"]:
+            assert chooser.misaligned_rows(K) and now[1]["CLUSTER"] == 2
+            assert "CLUSTER" not in v["one_cta"][0]["kwargs"]
+            gains.append(math.exp(_mean_log_ratio(v["one_cta"]) - _mean_log_ratio(v["pair"])))
+    assert len(gains) == 10 and _ab_summary(gains) in _readme_text(code=False)
