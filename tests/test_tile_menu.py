@@ -1611,3 +1611,19 @@ def test_misaligned_pair_rule_recheck_figures_follow_the_records():
             assert "CLUSTER" not in v["one_cta"][0]["kwargs"]
             gains.append(math.exp(_mean_log_ratio(v["one_cta"]) - _mean_log_ratio(v["pair"])))
     assert len(gains) == 10 and _ab_summary(gains) in _readme_text(code=False)
+
+
+def test_swap_pairs_at_49_96_tokens_figures_follow_the_records():
+    """Swap-AB pairs at the mdec shapes (stop 52, not adopted): README's figure over the
+    cases the variant changed; matmul's picks there stay one-CTA."""
+    from tirx_gemm import matmul as mm
+    per = _ab_cases("matmul_graph_h200_mdecpair.jsonl")
+    gains = []
+    for (call, M, N, K, dt), v in per.items():
+        now = mm.choose(M, N, K, dt, "sm_90a", 132)
+        assert now == (v["before"][0]["step"], v["before"][0]["kwargs"])
+        assert now[1].get("CLUSTER", 1) == 1
+        if v["pairs"][0]["kwargs"] != v["before"][0]["kwargs"]:
+            assert v["pairs"][0]["kwargs"]["CLUSTER"] == 2
+            gains.append(math.exp(_mean_log_ratio(v["pairs"]) - _mean_log_ratio(v["before"])))
+    assert len(gains) == 21 and _ab_summary(gains) in _readme_text(code=False)
