@@ -74,7 +74,7 @@ def test_tir_expressions_agree_with_python_ints(all_tiles):
     tvm = pytest.importorskip("tvm")
     from tvm.script import tirx as T
     from tvm.sym.analyzer import Analyzer
-    ops = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And, or_=T.Or)
+    ops = SK.tir_ops(T)
     tv, kv, uv, jv = (tvm.tirx.Var(n, "int32") for n in ("tiles", "kt", "u", "j"))
     g = 132
     p = SK.plan(tv, kv, g, ops, all_tiles)
@@ -140,7 +140,7 @@ def test_partially_static_plans():
     no stream-K code); a deep one leaves the decision to the device."""
     tvm = pytest.importorskip("tvm")
     from tvm.script import tirx as T
-    ops = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
+    ops = SK.tir_ops(T)
     tiles = tvm.tirx.Var("tiles", "int32")
     assert SK.plan(tiles, 15, 132, ops).on is False
     assert SK.plan(264, tvm.tirx.Var("kt", "int32"), 132, ops).on is False  # no tail
@@ -323,7 +323,7 @@ def test_all_tiles_plans_at_a_run_time_tile_count():
     a K is off in plain ints."""
     tvm = pytest.importorskip("tvm")
     from tvm.script import tirx as T
-    ops = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And, or_=T.Or)
+    ops = SK.tir_ops(T)
     tiles = tvm.tirx.Var("tiles", "int32")
     on = SK.plan(tiles, 64, 132, ops, all_tiles=True).on
     assert str(on) == "tiles % 132 > 0 and (2 * (tiles % 132) < 132 or tiles < 132)"

@@ -1443,6 +1443,24 @@ def test_tall_swap_split_plans():
     assert chooser.split_plan(1, 4096, 4096) == (64, 8, True, 2, None)  # the 64-row split
 
 
+def _ab_cases(name: str) -> dict:
+    """{(call, M, N, K, dtype): {chooser label: [records]}} of an A/B records file."""
+    per: dict = {}
+    for r in _lab_records(name):
+        per.setdefault((r["call"], r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
+            r["chooser"], []).append(r)
+    return per
+
+
+def _ab_gains(per: dict, call: int, base: str, label: str,
+              changed: bool = False) -> list[float]:
+    """Per case of ``call``: the variant ``label`` over ``base`` (the mean of each side's
+    passes' log ratios); ``changed``: only the cases whose kernel the variant changed."""
+    return [math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v[base]))
+            for k, v in per.items() if k[0] == call
+            and not (changed and v[label][0]["kwargs"] == v[base][0]["kwargs"])]
+
+
 def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
     """chooser's swap-AB stream-K note: the three H200 calls' cases recomputed (the mean of
     each case's passes' log ratios, the variant over the package before, where the kernel
@@ -1450,15 +1468,10 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
     call 2's variant and call 3 ran, and the kernel before where its tail is not short."""
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
-    per: dict = {}
-    for r in _lab_records("matmul_graph_h200_swaptail.jsonl"):
-        per.setdefault((r["call"], r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
-            r["chooser"], []).append(r)
+    per = _ab_cases("matmul_graph_h200_swaptail.jsonl")
 
     def summary(call, label):
-        return _ab_summary([math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v["before"]))
-                            for k, v in per.items() if k[0] == call
-                            and v[label][0]["kwargs"] != v["before"][0]["kwargs"]])
+        return _ab_summary(_ab_gains(per, call, "before", label, changed=True))
 
     for (call, M, N, K, dt), v in per.items():
         if call == 1:
@@ -1471,22 +1484,6 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
     for text in (_source_text("tirx_gemm/chooser.py"), _readme_text(code=False)):
         for call, label in ((1, "rows64"), (2, "stream_k"), (3, "stream_k")):
             assert summary(call, label) in text, (call, summary(call, label))
-
-
-def _ab_cases(name: str) -> dict:
-    """{(call, M, N, K, dtype): {chooser label: [records]}} of an A/B records file."""
-    per: dict = {}
-    for r in _lab_records(name):
-        per.setdefault((r["call"], r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
-            r["chooser"], []).append(r)
-    return per
-
-
-def _ab_gains(per: dict, call: int, base: str, label: str) -> list[float]:
-    """Per case of ``call``: the variant ``label`` over ``base`` (the mean of each side's
-    passes' log ratios)."""
-    return [math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v[base]))
-            for k, v in per.items() if k[0] == call]
 
 
 def test_v9_handicap_rule_and_its_figures_follow_the_records():
@@ -1533,6 +1530,25 @@ def test_v9_handicap_is_the_only_preference_v9_has():
             assert (pick == chooser.V9) == (v9 * (1 + chooser.V9_HANDICAP) < v12), (M, N, K)
             found += v9 < v12 and pick != chooser.V9
     assert found  # the handicap changed a pick the fitted figures alone would give v9
+
+
+def test_v9_handicap_as_the_bullet_and_the_lesson_state_it():
+    """The handicap's size and the lesson's wave arithmetic (6144x5120x3072), from the code."""
+    from tirx_gemm import chooser
+    pct = round(chooser.V9_HANDICAP * 100)
+    assert (f"v9's predicted time counts {pct}% more when `chooser.best` ranks it against "
+            f"v12's tiles, and a v12 tile within {pct}% takes its place") in _readme_text()
+    lesson = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "",
+                                        (ROOT / "steps/lessons/v12.md").read_text()))
+    assert f"counts v9's predicted time {pct}% higher" in lesson
+    M, N, K = 6144, 5120, 3072
+    _, v9_waves, v9_tiles = chooser.shape_terms(chooser.V9, M, N, K, 132)
+    _, waves, tiles = chooser.shape_terms("128x240", M, N, K, 132)
+    pairs = 132 // 2
+    assert v9_waves == 8 and waves == 8 and tiles == 8 * 132  # every wave of 128x240 full
+    assert (f"v9's {v9_tiles} tiles make {v9_tiles / pairs:.1f} waves on {pairs} pairs, the "
+            f"eighth a quarter full; 128x240 tiles make {tiles}, eight waves on 132 CTAs") in lesson
+    assert round(4 * (v9_tiles - 7 * pairs) / pairs) == 1  # "a quarter full"
 
 
 def test_v10_band_keeps_its_place_as_measured():
@@ -1587,8 +1603,9 @@ def test_mma_lag_at_49_96_tokens_figures_follow_the_records():
     per = _ab_cases("matmul_graph_h200_mdeclag.jsonl")
     readme = _readme_text(code=False)
     for label in ("mma_lag2", "mma_lag4"):
-        gains = [math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v["before"]))
-                 for v in per.values() if "MMA_LAG" in v[label][0]["kwargs"]]
+        assert all("MMA_LAG" in v[label][0]["kwargs"]
+                   for v in per.values() if v[label][0]["kwargs"] != v["before"][0]["kwargs"])
+        gains = _ab_gains(per, 1, "before", label, changed=True)
         assert len(gains) == 21 and _ab_summary(gains) in readme, label
     for (call, M, N, K, dt), v in per.items():
         assert mm.choose(M, N, K, dt, "sm_90a", 132) == (v["before"][0]["step"],
@@ -1602,14 +1619,13 @@ def test_misaligned_pair_rule_recheck_figures_follow_the_records():
     from tirx_gemm import chooser
     from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_misk.jsonl")
-    gains = []
     for (call, M, N, K, dt), v in per.items():
         now = mm.choose(M, N, K, dt, "sm_90a", 132)
         assert now == (v["pair"][0]["step"], v["pair"][0]["kwargs"])
         if v["pair"][0]["kwargs"] != v["one_cta"][0]["kwargs"]:
             assert chooser.misaligned_rows(K) and now[1]["CLUSTER"] == 2
             assert "CLUSTER" not in v["one_cta"][0]["kwargs"]
-            gains.append(math.exp(_mean_log_ratio(v["one_cta"]) - _mean_log_ratio(v["pair"])))
+    gains = _ab_gains(per, 1, "pair", "one_cta", changed=True)
     assert len(gains) == 10 and _ab_summary(gains) in _readme_text(code=False)
 
 
@@ -1618,12 +1634,11 @@ def test_swap_pairs_at_49_96_tokens_figures_follow_the_records():
     cases the variant changed; matmul's picks there stay one-CTA."""
     from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_mdecpair.jsonl")
-    gains = []
     for (call, M, N, K, dt), v in per.items():
         now = mm.choose(M, N, K, dt, "sm_90a", 132)
         assert now == (v["before"][0]["step"], v["before"][0]["kwargs"])
         assert now[1].get("CLUSTER", 1) == 1
         if v["pairs"][0]["kwargs"] != v["before"][0]["kwargs"]:
             assert v["pairs"][0]["kwargs"]["CLUSTER"] == 2
-            gains.append(math.exp(_mean_log_ratio(v["pairs"]) - _mean_log_ratio(v["before"])))
+    gains = _ab_gains(per, 1, "before", "pairs", changed=True)
     assert len(gains) == 21 and _ab_summary(gains) in _readme_text(code=False)

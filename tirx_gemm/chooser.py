@@ -827,17 +827,16 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
     swap = swap_ab_tile(M, N, sm_count)
     if swap is not None:
         tiles = _ceil_div(N, SWAP_SPLIT_ROWS)
+        tokens = next(t for t in SWAP_SPLIT_TILES if t >= swap[1])  # a split's token tile
         split = split_count(min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS, SPLIT_MAX),
                             k_tiles)
         if 2 * tiles <= sm_count and split >= 2:
-            tokens = next(t for t in SWAP_SPLIT_TILES if t >= swap[1])
             return SWAP_SPLIT_ROWS, tokens, True, split, None
         if 2 * tiles > sm_count:  # the 64-row grid leaves SMs idle: 128-row tiles split
             tall = _ceil_div(N, 2 * SWAP_SPLIT_ROWS)
             split = split_count(min(sm_count // tall, k_tiles // TALL_SPLIT_MIN_K_STEPS,
                                     SPLIT_MAX), k_tiles)
             if split >= 2 and tall * split >= TALL_SPLIT_MIN_GAIN * min(tiles, sm_count):
-                tokens = next(t for t in SWAP_SPLIT_TILES if t >= swap[1])
                 return 2 * SWAP_SPLIT_ROWS, tokens, True, split, None
         if M <= SWAP_NP_MAX_M:
             return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1,

@@ -50,11 +50,18 @@ class Ops:
     min: Callable
     max: Callable
     and_: Callable
-    or_: Callable | None = None  # only STREAM_K_ALL's plans need it
+    or_: Callable
 
 
 PY = Ops(select=lambda c, a, b: a if c else b, min=min, max=max,
          and_=lambda a, b: a and b, or_=lambda a, b: a or b)
+
+
+def tir_ops(T) -> Ops:
+    """The choosing operations as TIR expressions (``T``: ``tvm.script.tirx``, passed in so
+    that this module stays TVM-free): what both arches' v12 builders plan with when a size
+    is a run-time value."""
+    return Ops(select=T.Select, min=T.min, max=T.max, and_=T.And, or_=T.Or)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ def _same_steps(before: Path) -> list[str]:
     return diffs
 
 
-def requests(suites, before) -> list[tuple]:
+def requests(suites, befores) -> list[tuple]:
+    """Every kernel this checkout's matmul asks for over ``suites``, then every kernel each
+    checkout in ``befores`` asks for that is not among them yet."""
     from tirx_gemm import registry
     from tirx_gemm import suite as S
     from tirx_gemm.matmul_choice import build_shape
@@ -63,7 +65,6 @@ def requests(suites, before) -> list[tuple]:
     for path in suites:
         for step, mnk, kw in S.export_requests(S.load_suite(path), "matmul", "sm_90a", 132):
             add(step, mnk, kw)
-    befores = [before] if isinstance(before, Path) else list(before or ())
     for before in befores:
         dump = subprocess.run([sys.executable, "-c", _DUMP, *map(str, suites)], cwd=before,
                               env={"PYTHONPATH": str(before), "PATH": "/usr/bin:/bin"},

@@ -136,7 +136,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_N: int = 128,
         ROW_TILES = H.ceil_div(M, BLK_M)
     # STREAM_K (tirx_gemm/streamk.py): the plan from the tile and K-step counts, at build
     # time or (RUNTIME_M) on the device; off at a static shape: v12's kernel as is
-    OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
+    OPS = SK.tir_ops(T)
     PLAN = SK.plan(ROW_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME_M else SK.PY) \
         if STREAM_K else None
     SK_CODE = STREAM_K and PLAN.on is not False

@@ -299,7 +299,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # STREAM_K (tirx_gemm/streamk.py): the plan from the shape, at build time or, with
     # RUNTIME_M / RUNTIME_NK, on the device; off at a static shape: v12's kernel as is
     RUNTIME = RUNTIME_M or RUNTIME_NK
-    OPS = SK.Ops(select=T.Select, min=T.min, max=T.max, and_=T.And, or_=T.Or)
+    OPS = SK.tir_ops(T)
     PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY,
                    STREAM_K_ALL) if STREAM_K else None
     SK_CODE = STREAM_K and PLAN.on is not False
