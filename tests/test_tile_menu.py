@@ -144,7 +144,7 @@ def test_swap_ab_tiles_walk_n_with_the_mma_rows():
 def test_cluster_refusals_in_one_line():
     pytest.importorskip("tvm")
     step = registry.get("v12", "sm_90a")
-    with pytest.raises(ValueError, match="CLUSTER=3 must be 1 or 2"):
+    with pytest.raises(ValueError, match="CLUSTER=3 must be 1, 2 or 4"):
         step.build_primfunc(256, 256, 512, BLK_M=64, BLK_N=64, CLUSTER=3)
     with pytest.raises(ValueError, match="CLUSTER=2 needs BLK_N a multiple of 16"):
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, CLUSTER=2)
@@ -177,6 +177,47 @@ def test_cluster_pairs_share_b_by_multicast():
     assert "cta_mask" not in one and "cluster_sync" not in one
 
 
+@pytest.mark.parametrize("tokens,shares", [(64, (16, 16, 16, 16)), (72, (24, 24, 24, 0)),
+                                           (88, (24, 24, 24, 16)), (56, (16, 16, 16, 8))])
+def test_clusters_of_four_share_the_token_tile_in_whole_atoms(tokens, shares):
+    """CLUSTER=4 (swap-AB along the weight): each CTA loads its own weight tile and a share
+    of the token tile of whole 8-row swizzle atoms, multicast to all four (mask 0b1111);
+    the last nonempty share is what is left, a CTA past it loads its own tile only; the
+    empty barrier counts the four CTAs' consumers and every consumer releases a stage in
+    all four."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
+    func = hgemm_v12(tokens, 4608, 4096, BLK_M=64, BLK_N=tokens, SWAP_AB=True, CLUSTER=4,
+                     SM_COUNT=132, RUNTIME_M=True, PDL=True)
+    text = func.script()
+    shared = [ln for ln in text.splitlines() if "copy_async(" in ln and ", A[" in ln]
+    assert all("cta_mask=15" in ln for ln in shared) and shared
+    share = shares[0]
+    sizes = sorted({int(m) for ln in shared
+                    for m in re.findall(rf"rank \* {share}:rank \* {share} \+ (\d+)", ln)})
+    assert sizes == sorted({x for x in shares if x}), (sizes, shares)
+    assert sum(shares) == tokens and all(x % 8 == 0 for x in shares)
+    own = [ln for ln in text.splitlines() if "copy_async(" in ln and ", B[" in ln]
+    # one own-tile load per branch: one for even shares, one per kind of share otherwise
+    assert len(own) == (1 if len(set(shares)) == 1 else 3), own
+    assert "cta_id_in_cluster([4, 1])" in text and "cluster_sync" in text
+    assert "warp_id * 32 + lane_id < 4" in text  # a release in each of the four CTAs
+    from tirx_gemm import pdl
+    assert list(func.attrs["tirx.kernel_launch_params"]) == list(pdl.PAIR_LAUNCH_PARAMS)
+
+
+def test_cluster_of_four_refusals_in_one_line():
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    for kw, msg in (({"SM_COUNT": 130}, "SM_COUNT=130 is not a multiple of the cluster size 4"),
+                    ({"ACT": "relu"}, "CLUSTER=4 takes no fused epilogue"),
+                    ({"MMA_LAG": 2, "PIPE_DEPTH": 6}, "CLUSTER=4 runs with MMA_LAG=1"),
+                    ({"STREAM_K": True}, "STREAM_K=True takes no CLUSTER > 1")):
+        with pytest.raises(ValueError, match=msg) as e:
+            step.build_primfunc(72, 4608, 4096, BLK_M=64, BLK_N=72, CLUSTER=4, **kw)
+        assert "\n" not in str(e.value)
+
+
 def test_pairs_along_n_share_the_mma_a_tile_by_multicast():
     """PAIR_ALONG="N": the pair's CTAs take consecutive column blocks (rank picks the
     block), each loads its own B tile and half of the MMA's A tile multicast to both (the
@@ -199,7 +240,7 @@ def test_pairs_along_n_share_the_mma_a_tile_by_multicast():
         assert len(shared_load) == 1 and "cta_mask=3" in shared_load[0]
         assert f"Asmem[ring_stage, rank * {half}:rank * {half} + {half}, 0:64]" in shared_load[0]
         assert "cluster_sync" in text and "mapa.shared::cluster" in text
-    with pytest.raises(ValueError, match="PAIR_ALONG='N' places the CTAs of a pair"):
+    with pytest.raises(ValueError, match="PAIR_ALONG='N' places the CTAs of a cluster"):
         step.build_primfunc(256, 1024, 512, BLK_M=64, BLK_N=64, PAIR_ALONG="N")
     with pytest.raises(ValueError, match="PAIR_ALONG='K' must be 'M'"):
         step.build_primfunc(256, 1024, 512, BLK_M=64, BLK_N=64, CLUSTER=2, PAIR_ALONG="K")
@@ -637,8 +678,11 @@ def test_pdl_with_a_cluster_only_where_the_builder_opts_in():
             pdl.check(True, 2, **kw)
         assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="CLUSTER=4"):
-        pdl.check(True, 4, pairs=True)
+        pdl.check(True, 4)
+    with pytest.raises(ValueError, match="CLUSTER=8"):
+        pdl.check(True, 8, pairs=True)
     pdl.check(True, 2, pairs=True)
+    pdl.check(True, 4, pairs=True)
     pdl.check(False, 2)
     pair = hgemm_v12(128, 256, 256, BLK_M=64, BLK_N=128, CLUSTER=2, SM_COUNT=132, PDL=True)
     assert list(pair.attrs["tirx.kernel_launch_params"]) == list(pdl.PAIR_LAUNCH_PARAMS)
@@ -1413,7 +1457,8 @@ def test_tall_swap_split_rule_and_its_figures_follow_the_records():
         assert tall["BLK_M"] == 128 and tall["SWAP_AB"] and tall["SPLIT_K"] >= 3
         steps = -(-K // chooser.BLK_K) // tall["SPLIT_K"]
         now = mm.choose(M, N, K, dt, "sm_90a", 132)[1]
-        assert now == (tall if steps >= chooser.TALL_SPLIT_MIN_K_STEPS else before), (M, N, K)
+        want = tall if steps >= chooser.TALL_SPLIT_MIN_K_STEPS else before
+        assert now == want or _clustered_now(M, N, now, want), (M, N, K)
         gain = math.exp(_mean_log_ratio(v["tall"]) - _mean_log_ratio(v["before"]))
         if v["tall"][0]["call"] == 3:  # the committed rule's check at token counts not run
             groups["check"].append(gain)
@@ -1477,6 +1522,8 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
         if call == 1:
             continue
         now = mm.choose(M, N, K, dt, "sm_90a", 132)[1]
+        if _clustered_now(M, N, now, v["stream_k"][0]["kwargs"]):
+            continue  # the swap-AB cluster rule's since (stop 53)
         assert now == v["stream_k"][0]["kwargs"], (call, M, N, K)
         assert now.get("STREAM_K", False) == chooser.swap_stream_k(M, N)
         if call == 3:  # the committed package was "new" there: the kernel before had none
@@ -1567,14 +1614,12 @@ def test_v10_band_keeps_its_place_as_measured():
 def test_stream_k_all_figures_follow_the_records_and_matmul_never_takes_it():
     """v12's STREAM_K_ALL at 49-96 tokens (stop 52, not adopted): the two variants' figures
     as README quotes them; matmul's picks at those shapes are the package's, without it."""
-    from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_skall.jsonl")
     readme = _readme_text(code=False)
     for label in ("stream_k_all", "stream_k_all_128"):
         assert _ab_summary(_ab_gains(per, 1, "before", label)) in readme, label
     for (call, M, N, K, dt), v in per.items():
-        now = mm.choose(M, N, K, dt, "sm_90a", 132)
-        assert now == (v["before"][0]["step"], v["before"][0]["kwargs"])
+        now = _stop52_pick(M, N, K, dt, v["before"][0])
         assert "STREAM_K_ALL" not in now[1]
         assert any(r["kwargs"].get("STREAM_K_ALL") for r in v["stream_k_all_128"])
 
@@ -1595,11 +1640,33 @@ def test_v9_handicap_kernel_count_as_quoted():
             f"ranges with {len(kernels)} kernels") in _readme_text()
 
 
+def _clustered_now(M, N, now: dict, before: dict) -> bool:
+    """Whether matmul's kernel ``now`` at an earlier A/B's case is the swap-AB cluster
+    rule's (stop 53) in place of ``before``, the persistent swap-AB kernel that A/B ran:
+    clusters of four along the weight where chooser.swap_cluster_rows says so."""
+    from tirx_gemm import chooser
+    rows = chooser.swap_cluster_rows(M, N)
+    if rows is None:
+        return False
+    assert now["CLUSTER"] == chooser.SWAP_CLUSTER and now["BLK_M"] == rows, (M, N, now)
+    assert before.get("SWAP_AB") and "SPLIT_K" not in before, (M, N, before)
+    return True
+
+
+def _stop52_pick(M, N, K, dt, before: dict) -> tuple:
+    """matmul's pick at a case of stop 52's decode A/Bs: the kernel those calls ran as the
+    package's ("before"), or the swap-AB cluster rule's (:func:`_clustered_now`)."""
+    from tirx_gemm import matmul as mm
+    now = mm.choose(M, N, K, dt, "sm_90a", 132)
+    if not _clustered_now(M, N, now[1], before["kwargs"]):
+        assert now == (before["step"], before["kwargs"]), (M, N, K, dt)
+    return now
+
+
 def test_mma_lag_at_49_96_tokens_figures_follow_the_records():
     """The MMA_LAG 2 / 4 A/B at the mdec shapes (stop 52, not adopted): its figures as
     README quotes them, over the cases whose kernel the variant changed; matmul's picks
     there keep MMA_LAG at its default."""
-    from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_mdeclag.jsonl")
     readme = _readme_text(code=False)
     for label in ("mma_lag2", "mma_lag4"):
@@ -1608,9 +1675,7 @@ def test_mma_lag_at_49_96_tokens_figures_follow_the_records():
         gains = _ab_gains(per, 1, "before", label, changed=True)
         assert len(gains) == 21 and _ab_summary(gains) in readme, label
     for (call, M, N, K, dt), v in per.items():
-        assert mm.choose(M, N, K, dt, "sm_90a", 132) == (v["before"][0]["step"],
-                                                         v["before"][0]["kwargs"])
-        assert "MMA_LAG" not in v["before"][0]["kwargs"]
+        assert "MMA_LAG" not in _stop52_pick(M, N, K, dt, v["before"][0])[1]
 
 
 def test_misaligned_pair_rule_recheck_figures_follow_the_records():
@@ -1632,13 +1697,79 @@ def test_misaligned_pair_rule_recheck_figures_follow_the_records():
 def test_swap_pairs_at_49_96_tokens_figures_follow_the_records():
     """Swap-AB pairs at the mdec shapes (stop 52, not adopted): README's figure over the
     cases the variant changed; matmul's picks there stay one-CTA."""
-    from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_mdecpair.jsonl")
     for (call, M, N, K, dt), v in per.items():
-        now = mm.choose(M, N, K, dt, "sm_90a", 132)
-        assert now == (v["before"][0]["step"], v["before"][0]["kwargs"])
-        assert now[1].get("CLUSTER", 1) == 1
+        now = _stop52_pick(M, N, K, dt, v["before"][0])
+        assert now[1].get("CLUSTER", 1) != 2
         if v["pairs"][0]["kwargs"] != v["before"][0]["kwargs"]:
             assert v["pairs"][0]["kwargs"]["CLUSTER"] == 2
     gains = _ab_gains(per, 1, "before", "pairs", changed=True)
     assert len(gains) == 21 and _ab_summary(gains) in _readme_text(code=False)
+
+
+def test_swap_cluster_rule_follows_the_fill_and_the_residency():
+    """chooser.swap_cluster_rows: clusters of four only past SWAP_NP_MAX_M tokens and within
+    the token tiles, on a pool of whole clusters, where the one-CTA grid's last wave is at
+    most SWAP_CLUSTER_MAX_FILL full, with the smallest weight tile whose clusters the GPU
+    holds at once; matmul then builds that kernel (CLUSTER=4, no SHIFT_LAST, PREFETCH_MAPS
+    or STREAM_K, PDL with the start trigger only where a swap-AB kernel is short)."""
+    pytest.importorskip("tvm")
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    cdiv = chooser._ceil_div
+    assert chooser.swap_cluster_rows(48, 4608) is None
+    assert chooser.swap_cluster_rows(97, 4608) is None
+    assert chooser.swap_cluster_rows(72, 4608, 130) is None
+    seen = set()
+    for M in (49, 64, 72, 88, 96):
+        for N in range(1024, 32769, 256):
+            rows = chooser.swap_cluster_rows(M, N)
+            bm, bn = chooser.swap_ab_tile(M, N)
+            tiles = cdiv(N, bm) * cdiv(M, bn)
+            full = tiles / (cdiv(tiles, 132) * 132) <= chooser.SWAP_CLUSTER_MAX_FILL
+            fits = [r for r in (64, 128)
+                    if cdiv(N, r * chooser.SWAP_CLUSTER) <= chooser.SWAP_CLUSTER_MAX_CLUSTERS]
+            assert rows == (fits[0] if full and fits else None), (M, N)
+            seen.add(rows)
+    assert seen == {None, 64, 128}
+    step = registry.get("v12", "sm_90a")
+    for M, N, K in ((72, 4608, 4096), (88, 10240, 8192), (56, 5632, 2048)):
+        kind, kw = mm.choose(M, N, K, "bfloat16", "sm_90a", 132)
+        assert kind == "v12" and kw["CLUSTER"] == 4 and kw["SWAP_AB"] and kw["PDL"]
+        assert kw["BLK_M"] == chooser.swap_cluster_rows(M, N)
+        assert not {"SHIFT_LAST", "PREFETCH_MAPS", "STREAM_K"} & set(kw)
+        assert ("PDL_TRIGGER" in kw) != chooser.swap_pdl(M, N, K)
+        step.build_primfunc(M, N, K, **kw)
+        assert any(v[1].get("CLUSTER") == 4 and v[2] <= M <= v[3]
+                   for v in mm.variants(N, K, "bfloat16", max_m=128))
+
+
+def test_swap_cluster_rule_figures_follow_the_records():
+    """The clusters-of-four A/B (stop 53): both variants' figures over the 24 decode layers
+    and the rule's over the layers where it picks clusters, recomputed and matched against
+    README and chooser.py; at those layers matmul now picks the kernel the variant ran."""
+    from tirx_gemm import chooser
+    from tirx_gemm import matmul as mm
+    per = _ab_cases("matmul_graph_h200_c4.jsonl")
+    readme, chooser_text = _readme_text(code=False), _source_text("tirx_gemm/chooser.py")
+    for label in ("c4_rows64", "c4_rows128"):
+        gains = _ab_gains(per, 1, "before", label)
+        assert len(gains) == 24 and _ab_summary(gains) in readme, label
+    rule, mixed = [], []
+    for (call, M, N, K, dt), v in per.items():
+        rows = chooser.swap_cluster_rows(M, N)
+        label = {None: "before", 64: "c4_rows64", 128: "c4_rows128"}[rows]
+        mixed.append(_mean_log_ratio(v[label]))
+        now = mm.choose(M, N, K, dt, "sm_90a", 132)
+        assert now == (v[label][0]["step"], v[label][0]["kwargs"]), (M, N, K)
+        if rows is not None:
+            rule.append(math.exp(_mean_log_ratio(v[label]) - _mean_log_ratio(v["before"])))
+    assert len(rule) == 12
+    assert _ab_summary(rule) in readme and _ab_summary(rule) in chooser_text
+    assert f"the set's geomean goes from {_geomean_of(per, 'before'):.3f} to " \
+           f"{math.exp(sum(mixed) / len(mixed)):.3f}" in readme
+
+
+def _geomean_of(per: dict, label: str) -> float:
+    logs = [math.log(r["ratio"]) for v in per.values() for r in v[label]]
+    return math.exp(sum(logs) / len(logs))

@@ -613,6 +613,49 @@ def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
     return tiles > sm_count and 0 < tiles % sm_count < sm_count / 2
 
 
+# Clusters of four along the weight for the persistent swap-AB kernel (issue 32, stop 53;
+# v12's CLUSTER=4): four CTAs of consecutive weight tiles share one token tile, each
+# loading a share of it multicast to all four, so the token rows leave L2 once per four
+# tiles instead of once per tile. At 49-96 tokens a 64-row weight tile's stage holds as
+# many token rows as weight rows: half of what the SMs pull from L2 is the same tokens
+# again. cuBLAS runs these layers on 4x1 and 4x2 clusters (72x4608x4096: 64x72 tiles in
+# 4x1 clusters; results/logs/ncu/h200_mdec_*). Two things bound it:
+# - a cluster's CTAs share one GPC, and not every GPC holds a whole number of clusters of
+#   four: the grid's clusters must not outnumber what ran well at once
+#   (SWAP_CLUSTER_MAX_CLUSTERS: 28 did, 32 did not), so the 64-row weight tile if its
+#   clusters are that few, else the 128-row one;
+# - the one-CTA grid it replaces must leave SMs idle: its last wave at most
+#   SWAP_CLUSTER_MAX_FILL full. Where the one-CTA tiles fill the SMs, the weight's bytes
+#   bind and the lock-step of four CTAs costs more than the token re-reads save.
+# Measured through matmul (H200, bf16, CUDA graphs interleaved with torch, two passes, one
+# bundle; results/lab/matmul_graph_h200_c4.jsonl at scripts/lab/issue32_mdec.json), two lab
+# variants putting every persistent swap-AB pick at 49-96 tokens in clusters of four: with
+# 64-row tiles 72x4608x4096 0.79 -> 0.89, 64x4672x4544 0.78-0.79 -> 0.87 (one-CTA grids 55%
+# full), but 96x6144x4096 0.94-0.95 -> 0.89-0.90 (73%) and 8192-row weights 0.95-1.02 ->
+# 0.58-0.64 (32 clusters); with 128-row tiles 72x10240x8192 0.97-0.98 -> 1.20-1.22 and
+# 88x10240x8192 0.78-0.79 -> 0.97-0.99 (one-CTA grid 1.2 waves), but 8192-row weights
+# 0.84-0.91. Where this rule picks clusters, the variants' kernels ran 12 cases
+# 0.946-1.253x (geomean 1.085, behind at 2).
+SWAP_CLUSTER = 4
+SWAP_CLUSTER_MAX_FILL = 2 / 3
+SWAP_CLUSTER_MAX_CLUSTERS = 28
+
+
+def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
+    """The weight tile (64 or 128 rows) of the persistent swap-AB kernel run in clusters of
+    SWAP_CLUSTER along the weight, or None where it runs one CTA per tile: past
+    SWAP_NP_MAX_M tokens, a one-CTA grid whose last wave is at most SWAP_CLUSTER_MAX_FILL
+    full, and the smallest tile whose clusters the GPU holds at once."""
+    swap = swap_ab_tile(M, N, sm_count)
+    if swap is None or M <= SWAP_NP_MAX_M or sm_count % SWAP_CLUSTER:
+        return None
+    tiles = _ceil_div(N, swap[0]) * _ceil_div(M, swap[1])
+    if tiles / (_ceil_div(tiles, sm_count) * sm_count) > SWAP_CLUSTER_MAX_FILL:
+        return None
+    return next((rows for rows in (64, 128)
+                 if _ceil_div(N, rows * SWAP_CLUSTER) <= SWAP_CLUSTER_MAX_CLUSTERS), None)
+
+
 def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bool:
     """Whether the non-persistent swap-AB kernel is built with PDL: its CTAs (64-row weight
     tiles by token tiles) fit one per SM."""

@@ -229,7 +229,14 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
               "SWAP_AB": True, "SHIFT_LAST": True}
         if chooser.swap_pdl(M, N, K):  # a short one: PDL, as for the model's short tiles
             kw["PDL"] = True
-        if chooser.swap_stream_k(M, N, pool):  # a last wave under half full: stream-K
+        rows = chooser.swap_cluster_rows(M, N, pool)
+        if rows is not None:  # clusters along the weight share the token tile
+            for k in ("SHIFT_LAST", "PREFETCH_MAPS"):  # (a cluster takes neither)
+                kw.pop(k, None)
+            kw.update(BLK_M=rows, CLUSTER=chooser.SWAP_CLUSTER, PDL=True)
+            if not chooser.swap_pdl(M, N, K):
+                kw["PDL_TRIGGER"] = "exit"  # PDL_EXIT_NOTE
+        elif chooser.swap_stream_k(M, N, pool):  # a last wave under half full: stream-K
             kw["STREAM_K"] = True
             del kw["SHIFT_LAST"]  # (STREAM_K takes none)
         return TILE_MENU, kw

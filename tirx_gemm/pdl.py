@@ -44,23 +44,23 @@ PAIR_LAUNCH_PARAMS = ("clusterCtaIdx.x", "clusterCtaIdx.y", "blockIdx.x", "threa
 
 def check(pdl, cluster: int = 1, pairs: bool = False) -> None:
     """One-line refusals: PDL a bool, and no cluster with it unless the builder says its
-    pairs (CLUSTER=2) wait after their cluster-wide set-up (``pairs``; v12 does)."""
+    clusters (CLUSTER 2 or 4) wait after their cluster-wide set-up (``pairs``; v12 does)."""
     if not isinstance(pdl, bool):
         raise ValueError(f"PDL={pdl!r} must be True or False")
-    if pdl and cluster != 1 and not (pairs and cluster == 2):
+    if pdl and cluster != 1 and not (pairs and cluster in (2, 4)):
         raise ValueError(f"PDL=True with CLUSTER={cluster}: this builder takes programmatic "
                          "dependent launch for one-CTA kernels only; use CLUSTER=1")
 
 
 def with_launch(func, pdl: bool, cluster: int = 1):
-    """``func`` (a PrimFunc of a 1-D grid of one-CTA blocks, or of CTA pairs when ``cluster``
-    is 2, using dynamic shared memory) with the PDL launch attribute when ``pdl``; unchanged
-    otherwise."""
+    """``func`` (a PrimFunc of a 1-D grid of one-CTA blocks, or of clusters of ``cluster``
+    CTAs, 2 or 4: the same tags, using dynamic shared memory) with the PDL launch attribute
+    when ``pdl``; unchanged otherwise."""
     if not pdl:
         return func
-    if cluster not in (1, 2):
-        raise ValueError(f"cluster={cluster!r}: PDL launch params for 1 or 2 CTAs only")
-    params = PAIR_LAUNCH_PARAMS if cluster == 2 else LAUNCH_PARAMS
+    if cluster not in (1, 2, 4):
+        raise ValueError(f"cluster={cluster!r}: PDL launch params for 1, 2 or 4 CTAs only")
+    params = PAIR_LAUNCH_PARAMS if cluster > 1 else LAUNCH_PARAMS
     return func.with_attr("tirx.kernel_launch_params", list(params))
 
 

@@ -52,13 +52,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       epilogue; the last BLK_N % 64 columns by guarded 4-byte stores (TAIL_TMA: stmatrix to
       a staging tile of their width, one TMA store; one-CTA, no epilogue). min(tiles,
       SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
-      RUNTIME_NK: M (N, K) at run time, one kernel for all. CLUSTER=2: v9's CTA pair along
-      M (PAIR_ALONG="N": along N), each loading half of the shared B (A) tile for both.
+      RUNTIME_NK: M (N, K) at run time, one kernel for all. CLUSTER=2 (4): v9's CTA pair
+      (four CTAs) along M (PAIR_ALONG="N": N), each loading 8-row atoms of the shared B (A).
     STREAM_K (tirx_gemm/streamk.py): a tail wave under half full (STREAM_K_ALL: or one wave of
       any fill) cut in K units of >= 8 steps; the last to count sums them in K order (SWAP_AB ok).
     EPI_SPREAD: writeback a piece per K step. PREFETCH_MAPS: prefetch.tensormap of A's and
       B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA stores.
-    SHIFT_LAST: a token tile reaching past M starts at M - its width (no zero-filled rows).
+      SHIFT_LAST: a token tile reaching past M starts at M - its width (no zero-filled rows).
     PDL (tirx_gemm/pdl.py): overlaps the previous kernel's tail; every thread waits after
       the prologue (pairs too), then lets the next launch (PDL_TRIGGER="exit": as CTAs exit).
     SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
@@ -68,8 +68,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     Barriers: tma2mma and mma2tma, one H.Ring. Epilogue (tirx_gemm/epilogue.py): BIAS, ACT,
       OUT_DTYPE "float32", SWIGLU on the fp32 accumulators in registers before the pack.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
-      bfloat16; CLUSTER 1 or 2 (2: SM_COUNT even; no epilogue, MMA_LAG > 1 or TMA
-      hints; BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
+      bfloat16; CLUSTER 1, 2 or 4 (SM_COUNT a multiple; no epilogue, MMA_LAG > 1 or TMA
+      hints; 2: BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
       MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring
       plus staging within 227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
@@ -124,27 +124,30 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # m_st.. of the MMA's A: the tokens, or with SWAP_AB the weight's rows), each loading
     # BLK_M / 2 of its rows multicast to both (cuBLAS's 1x2 / 2x1 clusters along the
     # other dimension: results/lab/cublas_kernels*_h200.jsonl)
-    if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
-        raise ValueError(f"CLUSTER={CLUSTER!r} must be 1 or 2 (CTAs along M sharing B)")
+    # CLUSTER=4 (cuBLAS's 4x1 decode clusters): four CTAs share the tile, each loading
+    # SHARE rows of it (a multiple of 8: whole 1024-byte swizzle atoms), the last
+    # nonempty share what is left, and a CTA past it none (72 tokens: 24, 24, 24, 0)
+    if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2, 4):
+        raise ValueError(f"CLUSTER={CLUSTER!r} must be 1, 2 or 4 (CTAs along M sharing B)")
     if PAIR_ALONG not in ("M", "N"):
         raise ValueError(f"PAIR_ALONG={PAIR_ALONG!r} must be 'M' (the pair shares the MMA's "
                          "B tile) or 'N' (its A tile)")
-    if PAIR_ALONG == "N" and CLUSTER != 2:
-        raise ValueError("PAIR_ALONG='N' places the CTAs of a pair (CLUSTER=2)")
+    if PAIR_ALONG == "N" and CLUSTER == 1:
+        raise ValueError("PAIR_ALONG='N' places the CTAs of a cluster (CLUSTER 2 or 4)")
     ALONG_N = PAIR_ALONG == "N"
     CL_M, CL_N = (1, CLUSTER) if ALONG_N else (CLUSTER, 1)  # the pair's CTAs along M, N
-    if CLUSTER == 2:
-        if BLK_N % PAIR_N_STEP and not ALONG_N:
-            raise ValueError(f"CLUSTER=2 needs BLK_N a multiple of {PAIR_N_STEP} (each CTA "
-                             f"loads half of the shared tile, 8 rows at least), got "
-                             f"BLK_N={BLK_N}")
+    if CLUSTER == 2 and BLK_N % PAIR_N_STEP and not ALONG_N:
+        raise ValueError(f"CLUSTER=2 needs BLK_N a multiple of {PAIR_N_STEP} (each CTA "
+                         f"loads half of the shared tile, 8 rows at least), got "
+                         f"BLK_N={BLK_N}")
+    if CLUSTER > 1:
         if HAS_EPI:
-            raise ValueError(f"CLUSTER=2 takes no fused epilogue ({E.tag(epi)}): pairs have "
-                             "been checked on a GPU with plain stores only")
+            raise ValueError(f"CLUSTER={CLUSTER} takes no fused epilogue ({E.tag(epi)}): "
+                             "clusters have been checked on a GPU with plain stores only")
         if MMA_LAG != 1 or L2_PROMO or A_HINT or B_HINT or PREFETCH_MAPS:
-            raise ValueError("CLUSTER=2 runs with MMA_LAG=1 and TVM's TMA defaults (no "
-                             "L2_PROMO, A_HINT, B_HINT or PREFETCH_MAPS)")
-        W.check_cluster_pool(SM_COUNT)
+            raise ValueError(f"CLUSTER={CLUSTER} runs with MMA_LAG=1 and TVM's TMA defaults "
+                             "(no L2_PROMO, A_HINT, B_HINT or PREFETCH_MAPS)")
+        W.check_cluster_pool(SM_COUNT, CLUSTER)
     P.check(PDL, CLUSTER, pairs=True)
     if PDL_TRIGGER not in ("start", "exit") or (PDL_TRIGGER != "start" and not PDL):
         raise ValueError(f"PDL_TRIGGER={PDL_TRIGGER!r}: 'start' (the default) or 'exit', the "
@@ -155,12 +158,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         raise ValueError(f"STREAM_K_ALL={STREAM_K_ALL!r} must be True or False, True with "
                          f"STREAM_K=True only")
     if STREAM_K and (CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
-        raise ValueError("STREAM_K=True takes no CLUSTER=2, fused epilogue or MMA_LAG > 1 "
+        raise ValueError("STREAM_K=True takes no CLUSTER > 1, fused epilogue or MMA_LAG > 1 "
                          "(its pieces are plain one-CTA tiles of MMA_LAG=1)")
     if SPLIT_K is not None:
         H.check_positive_ints(SPLIT_K=SPLIT_K)
         if STREAM_K or CLUSTER != 1:
-            raise ValueError("SPLIT_K takes no STREAM_K or CLUSTER=2 (one CTA per unit)")
+            raise ValueError("SPLIT_K takes no STREAM_K or CLUSTER > 1 (one CTA per unit)")
         if SPLIT_K > 1 and RUNTIME_M and SPLIT_K % L2_GROUP == 0:
             # TVM 0.27's scheduler divides by its tail rows, S x tiles mod L2_GROUP, which
             # its simplifier then proves zero at a run-time M (a build error)
@@ -259,9 +262,15 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # the scheduler walks cluster tiles: CLUSTER row blocks (the last pair may reach past M:
     # both CTAs still take part, the second's loads zero-filled and its stores clipped)
     M_CTILES = (ROWS_DIM + CL_M * BLK_M - 1) // (CL_M * BLK_M)
-    # the shared tile's rows each CTA of a pair loads (a multiple of 8): the MMA's B tile's,
-    # or with PAIR_ALONG="N" its A tile's
-    PAIR_HALF = (BLK_M if ALONG_N else BLK_N) // CLUSTER
+    # the shared tile's rows each CTA of a cluster loads (a multiple of 8): the MMA's B
+    # tile's, or with PAIR_ALONG="N" its A tile's; a pair: half each. SHARES CTAs load
+    # some, the last of them LAST_SHARE rows (CLUSTER=4 at 72 rows: 24, 24, 24, none)
+    SHARED_ROWS = BLK_M if ALONG_N else BLK_N
+    PAIR_HALF = H.ceil_div(SHARED_ROWS, BLK_N_STEP * CLUSTER) * BLK_N_STEP
+    SHARES = H.ceil_div(SHARED_ROWS, PAIR_HALF)
+    LAST_SHARE = SHARED_ROWS - (SHARES - 1) * PAIR_HALF
+    OWN_ROWS = BLK_N if ALONG_N else BLK_M  # the CTA's own tile's rows
+    CLUSTER_MASK = (1 << CLUSTER) - 1  # a multicast reaches every CTA of the cluster
     TOK_BLK = BLK_N if SWAP_AB else BLK_M  # the token tile: D's rows (SWAP_AB: MMA columns)
 
     def tok_start(st):
@@ -437,9 +446,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     @T.inline
     def release(mma2tma, stage, tid_in_wg):
         # a consumer warpgroup's wgmmas are done reading `stage`: its empty barrier
-        # (CLUSTER=2: in both CTAs, whose multicasts write it)
-        if CLUSTER == 2:
-            W.release_stage_in_cluster(mma2tma, stage, tid_in_wg)
+        # (a cluster: in every CTA of it, whose multicasts write it)
+        if CLUSTER > 1:
+            W.release_stage_in_cluster(mma2tma, stage, tid_in_wg, CLUSTER)
         else:
             if tid_in_wg == 0:
                 mma2tma.arrive(stage)
@@ -449,8 +458,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     def gemm(A, B, D, bias, WS, CNT):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
-        if CLUSTER == 2:
-            rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the pair
+        if CLUSTER > 1:
+            rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the cluster
         else:
             rank = T.meta_var(0)
         rank_m = T.meta_var(0 if ALONG_N else rank)  # its row block in the pair's tile
@@ -501,7 +510,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
                 stages.init()
-        if CLUSTER == 2:  # the peer signals these barriers: publish the inits cluster-wide
+        if CLUSTER > 1:  # the peers signal these barriers: publish the inits cluster-wide
             W.publish_setup_cluster()
         else:
             W.publish_setup()
@@ -531,19 +540,37 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     n_st = T.meta_var(tok_start(n_blk) if SWAP_AB else n_blk)
                     for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        if CLUSTER == 2:  # own tile; own half of the shared one, multicast
-                            # to both: the MMA's B tile (along M) or its A tile (ALONG_N);
-                            # SWAP_AB: the MMA's A operand is B's rows, its B operand A's
-                            own_smem = T.meta_var(Bsmem if ALONG_N else Asmem)
-                            half_smem = T.meta_var(Asmem if ALONG_N else Bsmem)
-                            W.tma_load_multicast_b(
-                                own_smem[ring.stage, :, :],
-                                half_smem[ring.stage, rank * PAIR_HALF:(rank + 1) * PAIR_HALF, :],
-                                A if SWAP_AB == ALONG_N else B, B if SWAP_AB == ALONG_N else A,
-                                n_st if ALONG_N else m_st,
-                                (m_st if ALONG_N else n_st) + rank * PAIR_HALF,
-                                k_at(k_first, k) * BLK_K, BLK_N if ALONG_N else BLK_M, PAIR_HALF,
-                                BLK_K, BLK_M if ALONG_N else BLK_N, tma2mma.ptr(ring.stage))
+                        if CLUSTER > 1:  # own tile; own share of the shared one
+                            # (rows rank x PAIR_HALF.. of the MMA's B tile, along M, or of its
+                            # A tile, ALONG_N), multicast to every CTA of the cluster; SWAP_AB:
+                            # the MMA's A operand is B's rows, its B operand A's
+                            own_smem = T.meta_var((Bsmem if ALONG_N else Asmem)[ring.stage, :, :])
+                            shared = T.meta_var(Asmem if ALONG_N else Bsmem)
+                            at = T.meta_var(rank * PAIR_HALF)
+                            srcs = T.meta_var((A, B) if SWAP_AB == ALONG_N else (B, A))
+                            own_st = T.meta_var(n_st if ALONG_N else m_st)
+                            share_st = T.meta_var((m_st if ALONG_N else n_st) + at)
+                            k_st = T.meta_var(k_at(k_first, k) * BLK_K)
+                            if SHARES == CLUSTER and LAST_SHARE == PAIR_HALF:  # even shares
+                                W.tma_load_multicast_b(
+                                    own_smem, shared[ring.stage, at:at + PAIR_HALF, :], srcs[0],
+                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, PAIR_HALF, BLK_K,
+                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
+                            elif rank < SHARES - 1:
+                                W.tma_load_multicast_b(
+                                    own_smem, shared[ring.stage, at:at + PAIR_HALF, :], srcs[0],
+                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, PAIR_HALF, BLK_K,
+                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
+                            elif rank == SHARES - 1:  # the last nonempty share
+                                W.tma_load_multicast_b(
+                                    own_smem, shared[ring.stage, at:at + LAST_SHARE, :], srcs[0],
+                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, LAST_SHARE, BLK_K,
+                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
+                            else:  # past the shares: its own tile only (B_ROWS 0)
+                                W.tma_load_multicast_b(
+                                    own_smem, shared[ring.stage, 0:BLK_N_STEP, :], srcs[0],
+                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, 0, BLK_K,
+                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
                         elif SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, :, :], B, A, m_st, n_st,
@@ -803,9 +830,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             if tid_in_wg == 0:
                 H.store_wait(0)
 
-        if CLUSTER == 2:
-            # the peer multicasts into this CTA's SMEM and arrives on its barriers until it
-            # is done: neither CTA may exit (releasing its SMEM) before both are
+        if CLUSTER > 1:
+            # the peers multicast into this CTA's SMEM and arrive on its barriers until they
+            # are done: no CTA may exit (releasing its SMEM) before all are
             T.cuda.cluster_sync()
 
     if S > 1:

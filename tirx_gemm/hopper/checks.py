@@ -26,11 +26,11 @@ def check_ring_for_wait_one(PIPE_DEPTH: int) -> None:
                          "late, so a one-stage ring waits on itself; use PIPE_DEPTH >= 2")
 
 
-def check_cluster_pool(SM_COUNT: int) -> None:
-    """The persistent pool of a clustered step is made of whole clusters."""
-    if SM_COUNT % CLUSTER_SIZE != 0:
+def check_cluster_pool(SM_COUNT: int, size: int = CLUSTER_SIZE) -> None:
+    """The persistent pool of a clustered step is made of whole clusters of ``size``."""
+    if SM_COUNT % size != 0:
         raise ValueError(f"SM_COUNT={SM_COUNT} is not a multiple of the cluster size "
-                         f"{CLUSTER_SIZE}: the persistent pool is made of CTA pairs")
+                         f"{size}: the persistent pool is made of whole clusters")
 
 
 def check_reg_split(producer_regs: int, consumer_regs: int, num_consumers: int) -> None:

@@ -40,19 +40,22 @@ def publish_setup_cluster():
 
 @T.inline
 def tma_load_multicast_b(Asmem, Bsmem_half, A, B, m_st, nb_st, k_st, BLK_M, B_ROWS, BLK_K,
-                         BLK_N, bar):
+                         BLK_N, bar, mask=CLUSTER_MASK):
     # one thread per CTA: expect every byte that lands in THIS CTA's stage (own A tile +
     # the whole BLK_N-row B tile, half of it written by the peer's multicast), then load
     # the own A tile (unicast) and B rows [nb_st, nb_st + B_ROWS) multicast into the same
     # offset of both CTAs, completing on the barrier at the same offset in each. Boxes
     # that reach past A's or B's edge are zero-filled and still count all their bytes: a
-    # CTA whose rows all lie past M loads zeros, and its B half still feeds the peer
+    # CTA whose rows all lie past M loads zeros, and its B half still feeds the peer.
+    # `mask`: the cluster's CTAs (v12's clusters of 4: 0b1111); B_ROWS 0 (a CTA of such a
+    # cluster whose share of an uneven tile is empty): the own tile only
     TL.point(TL.TMA_ISSUE, k_st // BLK_K, TL.PRODUCER)
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((BLK_M + BLK_N) * BLK_K * ELEM_BYTES))
     Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + BLK_K], dispatch=H.TMA, mbar=bar)
-    Tx.copy_async(Bsmem_half, B[nb_st:nb_st + B_ROWS, k_st:k_st + BLK_K],
-                  dispatch=H.TMA, mbar=bar, cta_mask=CLUSTER_MASK)
+    if B_ROWS > 0:
+        Tx.copy_async(Bsmem_half, B[nb_st:nb_st + B_ROWS, k_st:k_st + BLK_K],
+                      dispatch=H.TMA, mbar=bar, cta_mask=mask)
 
 
 # mapa turns this CTA's shared address of a barrier into the address of the same barrier
@@ -73,11 +76,11 @@ __device__ __forceinline__ void tirx_gemm_arrive_cluster(void* bar, int cta) {
 
 
 @T.inline
-def release_stage_in_cluster(mma2tma, stage, tid_in_wg):
+def release_stage_in_cluster(mma2tma, stage, tid_in_wg, size=CLUSTER_SIZE):
     # one consumer warpgroup is done reading `stage` (after its wgmma.wait_group): threads
-    # 0 .. CLUSTER_SIZE-1 each arrive on the stage's empty barrier in CTA tid_in_wg, so the
+    # 0 .. size-1 each arrive on the stage's empty barrier in CTA tid_in_wg, so the
     # producer of every CTA whose multicast writes this stage learns it is free
-    if tid_in_wg < CLUSTER_SIZE:
+    if tid_in_wg < size:
         T.cuda.func_call("tirx_gemm_arrive_cluster", mma2tma.buf.ptr_to([stage]), tid_in_wg,
                          source_code=_ARRIVE_CLUSTER_SRC)
         TL.point(TL.RELEASE, stage)
