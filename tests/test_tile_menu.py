@@ -1757,6 +1757,8 @@ def test_swap_cluster_rule_figures_follow_the_records():
         assert len(gains) == 24 and _ab_summary(gains) in readme, label
     rule, mixed = [], []
     for (call, M, N, K, dt), v in per.items():
+        if call != 1:
+            continue
         rows = chooser.swap_cluster_rows(M, N)
         label = {None: "before", 64: "c4_rows64", 128: "c4_rows128"}[rows]
         mixed.append(_mean_log_ratio(v[label]))
@@ -1768,8 +1770,37 @@ def test_swap_cluster_rule_figures_follow_the_records():
     assert _ab_summary(rule) in readme and _ab_summary(rule) in chooser_text
     assert f"the set's geomean goes from {_geomean_of(per, 'before'):.3f} to " \
            f"{math.exp(sum(mixed) / len(mixed)):.3f}" in readme
+    # call 2: the rule as committed against the package before, at the mdec set again and
+    # at the check set of other models' layers (both dtypes), where the kernel changed
+    for name, count in (("issue32_c4check.json", 24), ("issue32_mdec.json", 12)):
+        sub = {k: v for k, v in per.items() if k[0] == 2
+               and v["cluster_rule"][0]["set"].endswith(name)}
+        gains = _ab_gains(sub, 2, "before", "cluster_rule", changed=True)
+        assert len(gains) == count and _ab_summary(gains) in readme, name
+        assert _ab_summary(gains) in chooser_text, name
+        for (_, M, N, K, dt), v in sub.items():
+            assert mm.choose(M, N, K, dt, "sm_90a", 132) == (v["cluster_rule"][0]["step"],
+                                                             v["cluster_rule"][0]["kwargs"])
 
 
-def _geomean_of(per: dict, label: str) -> float:
-    logs = [math.log(r["ratio"]) for v in per.values() for r in v[label]]
+def test_swap_cluster_cap_is_the_drivers_count():
+    """chooser.SWAP_CLUSTER_MAX_CLUSTERS is what the driver said the H200 holds at once of
+    clusters of four of both swap-AB cluster kernels (results/lab/cluster_occupancy_h200.jsonl),
+    and README and the lesson quote it with the SMs it covers."""
+    from tirx_gemm import chooser
+    rows = [r for r in _lab_records("cluster_occupancy_h200.jsonl")
+            if r["cluster"] == chooser.SWAP_CLUSTER]
+    assert len(rows) == 2 and {r["threads"] for r in rows} == {256, 384}
+    assert {r["max_active_clusters"] for r in rows} == {chooser.SWAP_CLUSTER_MAX_CLUSTERS}
+    ctas = chooser.SWAP_CLUSTER_MAX_CLUSTERS * chooser.SWAP_CLUSTER
+    assert all(r["device"] == "NVIDIA H200" and r["ctas"] == ctas for r in rows)
+    text = (f"holds {chooser.SWAP_CLUSTER_MAX_CLUSTERS} clusters of four at once, {ctas} of "
+            f"its 132 SMs")
+    assert text in _readme_text(code=False)
+    lesson = re.sub(r"\s+", " ", (ROOT / "steps/lessons/v12.md").read_text())
+    assert f"the H200 holds {chooser.SWAP_CLUSTER_MAX_CLUSTERS} at once, {ctas} of its 132 SMs" in lesson
+
+
+def _geomean_of(per: dict, label: str, call: int = 1) -> float:
+    logs = [math.log(r["ratio"]) for k, v in per.items() if k[0] == call for r in v[label]]
     return math.exp(sum(logs) / len(logs))

@@ -621,9 +621,11 @@ def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
 # again. cuBLAS runs these layers on 4x1 and 4x2 clusters (72x4608x4096: 64x72 tiles in
 # 4x1 clusters; results/logs/ncu/h200_mdec_*). Two things bound it:
 # - a cluster's CTAs share one GPC, and not every GPC holds a whole number of clusters of
-#   four: the grid's clusters must not outnumber what ran well at once
-#   (SWAP_CLUSTER_MAX_CLUSTERS: 28 did, 32 did not), so the 64-row weight tile if its
-#   clusters are that few, else the 128-row one;
+#   four: the H200 holds SWAP_CLUSTER_MAX_CLUSTERS = 30 of them at once, 120 of its 132
+#   SMs (the driver's count, cuOccupancyMaxActiveClusters, for both kernels' footprints:
+#   results/lab/cluster_occupancy_h200.jsonl, scripts/lab/cluster_occupancy.py). The grid's
+#   clusters with tiles must not outnumber them (28 ran well, 32 ran a second wave: below),
+#   so the 64-row weight tile if its clusters are that few, else the 128-row one;
 # - the one-CTA grid it replaces must leave SMs idle: its last wave at most
 #   SWAP_CLUSTER_MAX_FILL full. Where the one-CTA tiles fill the SMs, the weight's bytes
 #   bind and the lock-step of four CTAs costs more than the token re-reads save.
@@ -635,10 +637,13 @@ def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
 # 0.58-0.64 (32 clusters); with 128-row tiles 72x10240x8192 0.97-0.98 -> 1.20-1.22 and
 # 88x10240x8192 0.78-0.79 -> 0.97-0.99 (one-CTA grid 1.2 waves), but 8192-row weights
 # 0.84-0.91. Where this rule picks clusters, the variants' kernels ran 12 cases
-# 0.946-1.253x (geomean 1.085, behind at 2).
+# 0.946-1.253x (geomean 1.085, behind at 2). Then the rule against 6bb7121's matmul (a
+# second call, both dtypes at 16 layers off that set, scripts/lab/issue32_c4check.json):
+# there 24 cases 0.929-1.492x (geomean 1.191, behind at 4: 56-60 tokens on 64-row tiles);
+# at the mdec set again 12 cases 0.933-1.349x (geomean 1.087, behind at 3).
 SWAP_CLUSTER = 4
 SWAP_CLUSTER_MAX_FILL = 2 / 3
-SWAP_CLUSTER_MAX_CLUSTERS = 28
+SWAP_CLUSTER_MAX_CLUSTERS = 30
 
 
 def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:

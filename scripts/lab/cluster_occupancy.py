@@ -34,7 +34,6 @@ KERNELS = (
 )
 SIZES = (1, 2, 4, 8)
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 16
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 
 
@@ -100,8 +99,6 @@ def run(folder: Path, records: Path) -> int:
                                           meta["function"].encode()), "function")
         _check(cu, cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                          meta["smem_bytes"]), "smem attribute")
-        _check(cu, cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-                                         1), "cluster attribute")
         for size in SIZES:
             attr = _Attr(id=CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
             attr.value.clusterDim = _Dim(size, 1, 1)

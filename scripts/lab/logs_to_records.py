@@ -41,8 +41,9 @@ _NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
 # m129: one kernel, matmul's 64x80 swapped, at 129 and 160 tokens on a 4096x4096 weight;
 # split: the K-split shapes, scripts/lab/h200_splitprof.sh, with the dtype in the name and,
 # for torch, both kernels of its call: cuBLAS's split-K GEMM and its reduce kernel; mdec:
-# decode at 49-96 tokens on weights whose persistent swap-AB grid trails torch, stop 52)
-_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid|stalls|m129|split|mdec)_(ours|torch)_(\d+)x(\d+)x"
+# decode at 49-96 tokens on weights whose persistent swap-AB grid trails torch, stop 52; c4:
+# the same shapes, matmul's swap-AB kernel in clusters of four, stop 53)
+_NCU_DECODE_FILE = re.compile(r"h200_(?:decode|mid|stalls|m129|split|mdec|c4)_(ours|torch)_(\d+)x(\d+)x"
                               r"(\d+)(?:_(float16|bfloat16))?\.txt")
 _NCU_DEVICE = re.compile(r" on (NVIDIA [\w ]+?) \(cc")
 # a profiled launch's header: name (grid)x(block), then its sections up to the next header
