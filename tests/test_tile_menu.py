@@ -1804,3 +1804,21 @@ def test_swap_cluster_cap_is_the_drivers_count():
 def _geomean_of(per: dict, label: str, call: int = 1) -> float:
     logs = [math.log(r["ratio"]) for k, v in per.items() if k[0] == call for r in v[label]]
     return math.exp(sum(logs) / len(logs))
+
+
+def test_swap_clusters_change_no_suite_kernel_at_its_own_token_count():
+    """README: the clusters of four change no kernel of the models or held-out suites at
+    their own token counts, and of the fresh sample only 80x4608x4096."""
+    import json
+    from tirx_gemm import matmul as mm
+    changed = []
+    for path in ("tirx_gemm/suites/models.json", "tirx_gemm/suites/heldout.json",
+                 "scripts/lab/issue32_fresh.json"):
+        for e in json.loads((ROOT / path).read_text())["shapes"]:
+            for dt in ("float16", "bfloat16"):
+                if mm.choose(e["M"], e["N"], e["K"], dt, "sm_90a", 132)[1].get("CLUSTER") == 4:
+                    changed.append((path, e["M"], e["N"], e["K"]))
+    assert {c[1:] for c in changed} == {(80, 4608, 4096)}
+    assert all(c[0].endswith("issue32_fresh.json") for c in changed)
+    assert "Stop 53's clusters of four change no kernel of the models or held-out suites" \
+           in _readme_text()
