@@ -1799,6 +1799,8 @@ def test_swap_cluster_cap_is_the_drivers_count():
     assert text in _readme_text(code=False)
     lesson = re.sub(r"\s+", " ", (ROOT / "steps/lessons/v12.md").read_text())
     assert f"the H200 holds {chooser.SWAP_CLUSTER_MAX_CLUSTERS} at once, {ctas} of its 132 SMs" in lesson
+    assert chooser.SWAP_CLUSTER_MAX_FILL == 2 / 3
+    assert "the one-CTA grid's last wave is at most two-thirds full" in _readme_text()
 
 
 def _geomean_of(per: dict, label: str, call: int = 1) -> float:
