@@ -69,8 +69,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       OUT_DTYPE "float32", SWIGLU on the fp32 accumulators in registers before the pack.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
       bfloat16; CLUSTER 1, 2 or 4 (SM_COUNT a multiple; no epilogue, MMA_LAG > 1 or TMA
-      hints; 2: BLK_N a multiple of 16); STREAM_K: no CLUSTER=2, epilogue or
-      MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER=2 (S>1: no epilogue or RUNTIME_NK); ring
+      hints; 2: BLK_N a multiple of 16); STREAM_K: no CLUSTER > 1, epilogue or
+      MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER (S>1: no epilogue or RUNTIME_NK); ring
       plus staging within 227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
@@ -266,9 +266,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # tile's, or with PAIR_ALONG="N" its A tile's; a pair: half each. SHARES CTAs load
     # some, the last of them LAST_SHARE rows (CLUSTER=4 at 72 rows: 24, 24, 24, none)
     SHARED_ROWS = BLK_M if ALONG_N else BLK_N
-    PAIR_HALF = H.ceil_div(SHARED_ROWS, BLK_N_STEP * CLUSTER) * BLK_N_STEP
-    SHARES = H.ceil_div(SHARED_ROWS, PAIR_HALF)
-    LAST_SHARE = SHARED_ROWS - (SHARES - 1) * PAIR_HALF
+    SHARE = H.ceil_div(SHARED_ROWS, BLK_N_STEP * CLUSTER) * BLK_N_STEP
+    SHARES = H.ceil_div(SHARED_ROWS, SHARE)
+    LAST_SHARE = SHARED_ROWS - (SHARES - 1) * SHARE
     OWN_ROWS = BLK_N if ALONG_N else BLK_M  # the CTA's own tile's rows
     CLUSTER_MASK = (1 << CLUSTER) - 1  # a multicast reaches every CTA of the cluster
     TOK_BLK = BLK_N if SWAP_AB else BLK_M  # the token tile: D's rows (SWAP_AB: MMA columns)
@@ -541,25 +541,25 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         if CLUSTER > 1:  # own tile; own share of the shared one
-                            # (rows rank x PAIR_HALF.. of the MMA's B tile, along M, or of its
+                            # (rows rank x SHARE.. of the MMA's B tile, along M, or of its
                             # A tile, ALONG_N), multicast to every CTA of the cluster; SWAP_AB:
                             # the MMA's A operand is B's rows, its B operand A's
                             own_smem = T.meta_var((Bsmem if ALONG_N else Asmem)[ring.stage, :, :])
                             shared = T.meta_var(Asmem if ALONG_N else Bsmem)
-                            at = T.meta_var(rank * PAIR_HALF)
+                            at = T.meta_var(rank * SHARE)
                             srcs = T.meta_var((A, B) if SWAP_AB == ALONG_N else (B, A))
                             own_st = T.meta_var(n_st if ALONG_N else m_st)
                             share_st = T.meta_var((m_st if ALONG_N else n_st) + at)
                             k_st = T.meta_var(k_at(k_first, k) * BLK_K)
-                            if SHARES == CLUSTER and LAST_SHARE == PAIR_HALF:  # even shares
+                            if SHARES == CLUSTER and LAST_SHARE == SHARE:  # even shares
                                 W.tma_load_multicast_b(
-                                    own_smem, shared[ring.stage, at:at + PAIR_HALF, :], srcs[0],
-                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, PAIR_HALF, BLK_K,
+                                    own_smem, shared[ring.stage, at:at + SHARE, :], srcs[0],
+                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, SHARE, BLK_K,
                                     SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
                             elif rank < SHARES - 1:
                                 W.tma_load_multicast_b(
-                                    own_smem, shared[ring.stage, at:at + PAIR_HALF, :], srcs[0],
-                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, PAIR_HALF, BLK_K,
+                                    own_smem, shared[ring.stage, at:at + SHARE, :], srcs[0],
+                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, SHARE, BLK_K,
                                     SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
                             elif rank == SHARES - 1:  # the last nonempty share
                                 W.tma_load_multicast_b(
