@@ -1781,6 +1781,11 @@ def test_swap_cluster_rule_figures_follow_the_records():
         for (_, M, N, K, dt), v in sub.items():
             assert mm.choose(M, N, K, dt, "sm_90a", 132) == (v["cluster_rule"][0]["step"],
                                                              v["cluster_rule"][0]["kwargs"])
+    import json
+    check = json.loads((ROOT / "scripts/lab/issue32_c4check.json").read_text())["shapes"]
+    changed = sum(chooser.swap_cluster_rows(e["M"], e["N"]) is not None for e in check)
+    assert (f"at {len(check)} decode layers of other models" in readme
+            and f"the rule changes {changed} of them" in readme)
 
 
 def test_swap_cluster_cap_is_the_drivers_count():

@@ -638,7 +638,7 @@ def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
 # 88x10240x8192 0.78-0.79 -> 0.97-0.99 (one-CTA grid 1.2 waves), but 8192-row weights
 # 0.84-0.91. Where this rule picks clusters, the variants' kernels ran 12 cases
 # 0.946-1.253x (geomean 1.085, behind at 2). Then the rule against 6bb7121's matmul (a
-# second call, both dtypes at 16 layers off that set, scripts/lab/issue32_c4check.json):
+# second call, both dtypes at 28 layers off that set, scripts/lab/issue32_c4check.json):
 # there 24 cases 0.929-1.492x (geomean 1.191, behind at 4: 56-60 tokens on 64-row tiles);
 # at the mdec set again 12 cases 0.933-1.349x (geomean 1.087, behind at 3).
 SWAP_CLUSTER = 4
