@@ -650,7 +650,8 @@ def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
     """The weight tile (64 or 128 rows) of the persistent swap-AB kernel run in clusters of
     SWAP_CLUSTER along the weight, or None where it runs one CTA per tile: past
     SWAP_NP_MAX_M tokens, a one-CTA grid whose last wave is at most SWAP_CLUSTER_MAX_FILL
-    full, and the smallest tile whose clusters the GPU holds at once."""
+    full, and the smallest tile whose clusters the GPU holds at once. (matmul asks only
+    where it runs that kernel: no split_plan at the shape.)"""
     swap = swap_ab_tile(M, N, sm_count)
     if swap is None or M <= SWAP_NP_MAX_M or sm_count % SWAP_CLUSTER:
         return None
