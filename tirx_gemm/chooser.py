@@ -629,18 +629,16 @@ def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
 # - the one-CTA grid it replaces must leave SMs idle: its last wave at most
 #   SWAP_CLUSTER_MAX_FILL full. Where the one-CTA tiles fill the SMs, the weight's bytes
 #   bind and the lock-step of four CTAs costs more than the token re-reads save.
-# Measured through matmul (H200, bf16, CUDA graphs interleaved with torch, two passes, one
-# bundle; results/lab/matmul_graph_h200_c4.jsonl at scripts/lab/issue32_mdec.json), two lab
-# variants putting every persistent swap-AB pick at 49-96 tokens in clusters of four: with
-# 64-row tiles 72x4608x4096 0.79 -> 0.89, 64x4672x4544 0.78-0.79 -> 0.87 (one-CTA grids 55%
-# full), but 96x6144x4096 0.94-0.95 -> 0.89-0.90 (73%) and 8192-row weights 0.95-1.02 ->
-# 0.58-0.64 (32 clusters); with 128-row tiles 72x10240x8192 0.97-0.98 -> 1.20-1.22 and
-# 88x10240x8192 0.78-0.79 -> 0.97-0.99 (one-CTA grid 1.2 waves), but 8192-row weights
-# 0.84-0.91. Where this rule picks clusters, the variants' kernels ran 12 cases
-# 0.946-1.253x (geomean 1.085, behind at 2). Then the rule against 6bb7121's matmul (a
-# second call, both dtypes at 28 layers off that set, scripts/lab/issue32_c4check.json):
-# there 24 cases 0.929-1.492x (geomean 1.191, behind at 4: 56-60 tokens on 64-row tiles);
-# at the mdec set again 12 cases 0.933-1.349x (geomean 1.087, behind at 3).
+# Measured through matmul (H200, CUDA graphs interleaved with torch, two passes, one bundle;
+# results/lab/matmul_graph_h200_c4.jsonl; README's "Clusters of four along the weight" has
+# the per-layer figures): call 1, two lab variants putting every persistent swap-AB pick at
+# 49-96 tokens of scripts/lab/issue32_mdec.json in clusters of four (bf16); where this rule
+# picks clusters, their kernels ran 12 cases 0.946-1.253x (geomean 1.085, behind at 2), and
+# the variants lost where the one-CTA grid fills the SMs and past the clusters the GPU holds.
+# Call 2, the rule against 6bb7121's matmul, both dtypes at 28 layers off that set
+# (scripts/lab/issue32_c4check.json): 24 cases 0.929-1.492x (geomean 1.191, behind at 4:
+# 56-60 tokens on 64-row tiles); at the mdec set again 12 cases 0.933-1.349x (geomean
+# 1.087, behind at 3).
 SWAP_CLUSTER = 4
 SWAP_CLUSTER_MAX_FILL = 2 / 3
 SWAP_CLUSTER_MAX_CLUSTERS = 30

@@ -233,9 +233,9 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
         if rows is not None:  # clusters along the weight share the token tile
             for k in ("SHIFT_LAST", "PREFETCH_MAPS"):  # (a cluster takes neither)
                 kw.pop(k, None)
-            kw.update(BLK_M=rows, CLUSTER=chooser.SWAP_CLUSTER, PDL=True)
-            if not chooser.swap_pdl(M, N, K):
-                kw["PDL_TRIGGER"] = "exit"  # PDL_EXIT_NOTE
+            kw.update(BLK_M=rows, CLUSTER=chooser.SWAP_CLUSTER)
+            if not kw.get("PDL"):  # a long one (swap_pdl above): the exit trigger
+                kw.update(PDL=True, PDL_TRIGGER="exit")  # PDL_EXIT_NOTE
         elif chooser.swap_stream_k(M, N, pool):  # a last wave under half full: stream-K
             kw["STREAM_K"] = True
             del kw["SHIFT_LAST"]  # (STREAM_K takes none)

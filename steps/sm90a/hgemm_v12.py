@@ -551,12 +551,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                             own_st = T.meta_var(n_st if ALONG_N else m_st)
                             share_st = T.meta_var((m_st if ALONG_N else n_st) + at)
                             k_st = T.meta_var(k_at(k_first, k) * BLK_K)
-                            if SHARES == CLUSTER and LAST_SHARE == SHARE:  # even shares
-                                W.tma_load_multicast_b(
-                                    own_smem, shared[ring.stage, at:at + SHARE, :], srcs[0],
-                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, SHARE, BLK_K,
-                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
-                            elif rank < SHARES - 1:
+                            # even shares (a pair): no branch on the rank
+                            if (SHARES == CLUSTER and LAST_SHARE == SHARE) or rank < SHARES - 1:
                                 W.tma_load_multicast_b(
                                     own_smem, shared[ring.stage, at:at + SHARE, :], srcs[0],
                                     srcs[1], own_st, share_st, k_st, OWN_ROWS, SHARE, BLK_K,
