@@ -140,6 +140,26 @@ def test_no_pool_process_outlives_an_interrupted_build(cache, tmp_path, sig, cod
         assert not (cache / "builds").exists() or not list((cache / "builds").iterdir())
 
 
+def test_a_process_whose_parent_died_before_the_death_signal_was_armed_leaves():
+    """die_with_parent arms the parent-death signal and, given the pid that started the
+    process, leaves at once (128 + signal) when that pid is no longer the parent: a parent
+    that died between the fork and the arming would never send the signal (CI once kept a
+    SIGKILLed build's nvcc alive that way)."""
+    code = ("import ctypes, os, signal, sys\n"
+            "from tirx_gemm.compile.procs import die_with_parent\n"
+            "die_with_parent(int(sys.argv[1]), int(sys.argv[2]))\n"
+            "libc = ctypes.CDLL(None); sig = ctypes.c_int(-1)\n"
+            "libc.prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG\n"
+            "print(sig.value)\n")
+    for parent, sig, rc, out in ((os.getpid(), signal.SIGTERM, 0, str(int(signal.SIGTERM))),
+                                 (os.getpid(), signal.SIGKILL, 0, str(int(signal.SIGKILL))),
+                                 (1 if os.getpid() != 1 else 2, signal.SIGTERM, 143, ""),
+                                 (1 if os.getpid() != 1 else 2, signal.SIGKILL, 137, "")):
+        res = subprocess.run([sys.executable, "-c", code, str(parent), str(int(sig))],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert (res.returncode, res.stdout.strip()) == (rc, out), (parent, sig, res.stderr)
+
+
 # dotted below tirx_gemm: the build subpackage and the settings it reads
 BUILD_MODULES = ("compile.api", "compile.cache", "compile.cudalibs", "compile.doctor",
                  "compile.forkserver_entry", "compile.pipeline", "compile.pool", "compile.procs",

@@ -13,6 +13,7 @@ one behind. A worker that dies (a crash in TVM, say) fails its own build alone.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import multiprocessing
 import os
@@ -39,11 +40,17 @@ POOL_PRELOAD = ["tirx_gemm.compile.forkserver_entry", "tvm", "tvm_ffi", "tirx_ge
                 "tirx_gemm.helpers", "tirx_gemm.hopper"]
 
 
+_FORK_SERVER_PID = "_TIRX_GEMM_FORK_SERVER_PID"  # set in the fork server, read by its workers
+
+
 def prepare_fork_server() -> None:
     """In the fork server, before TVM is imported: die with the build server (waiting for
     the server's end of its pipe to close is not enough, as every worker holds a copy of that
-    end), and load the CUDA libraries the workers inherit."""
-    die_with_parent()
+    end), and load the CUDA libraries the workers inherit. The server leads the process
+    group, so its pid is the group's id; the workers learn this process's pid from the
+    environment they inherit."""
+    die_with_parent(os.getpgrp())
+    os.environ[_FORK_SERVER_PID] = str(os.getpid())
     ensure_libcuda()
 
 
@@ -64,7 +71,7 @@ def serve(jobs: list[dict], parallel: int):
                                  "sys.exit(server_main())"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=server_err,
                                 text=True, env=env, start_new_session=True,
-                                preexec_fn=die_with_parent)
+                                preexec_fn=functools.partial(die_with_parent, os.getpid()))
         seen = set()
         try:
             json.dump({"jobs": jobs, "parallel": parallel}, proc.stdin)
@@ -215,7 +222,8 @@ def _death_message(job: dict, exit_codes: dict) -> str:
 def _pool_worker_init() -> None:
     """In each pool worker: die with the fork server, and on SIGTERM (the server's group
     stopped, or the pool broken) kill the running tools before leaving."""
-    die_with_parent()
+    fork_server = os.environ.get(_FORK_SERVER_PID)
+    die_with_parent(int(fork_server) if fork_server else None)
     signal.signal(signal.SIGTERM, kill_tools_and_exit)
 
 

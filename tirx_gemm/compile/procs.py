@@ -8,6 +8,7 @@ Standard library only; imported by every other module of the build side.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -49,17 +50,17 @@ def _prctl_pdeathsig(sig: int) -> None:
         ctypes.CDLL(None).prctl(1, sig)  # 1 = PR_SET_PDEATHSIG
 
 
-def _tool_preexec() -> None:
-    """In the tool's process, before exec: die with the process that started it (Linux), so
-    not even a SIGKILLed build leaves a compiler running."""
-    _prctl_pdeathsig(signal.SIGKILL)
-
-
-def die_with_parent() -> None:
-    """The calling process gets SIGTERM when its parent dies (Linux): the build server when
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGTERM) -> None:
+    """The calling process gets ``sig`` when its parent dies (Linux): the build server when
     the process that started it does, the fork server with the server, a worker with the
-    fork server."""
-    _prctl_pdeathsig(signal.SIGTERM)
+    fork server, a tool (SIGKILL) with the process that ran it.
+
+    ``parent`` is the pid that started this process, when known: if it is no longer this
+    process's parent, it died before the signal was armed (between the fork and this call)
+    and the signal will never come, so this process leaves at once (exit 128 + sig)."""
+    _prctl_pdeathsig(sig)
+    if parent is not None and os.getppid() != parent:
+        os._exit(128 + sig)
 
 
 _ACTIVE_TOOLS: set[int] = set()  # process groups of this process's running tools
@@ -109,7 +110,9 @@ def run_tool(cmd: list, *, probe: bool = False, env: dict | None = None,
     try:
         proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True, preexec_fn=_tool_preexec)
+                                start_new_session=True,
+                                preexec_fn=functools.partial(die_with_parent, os.getpid(),
+                                                             signal.SIGKILL))
     except OSError as exc:
         raise BuildError(f"{name} could not be started: {exc.strerror or exc}") from None
     _ACTIVE_TOOLS.add(proc.pid)
