@@ -1829,3 +1829,29 @@ def test_swap_clusters_change_no_suite_kernel_at_its_own_token_count():
     assert all(c[0].endswith("issue32_fresh.json") for c in changed)
     assert "Stop 53's clusters of four change no kernel of the models or held-out suites" \
            in _readme_text()
+
+
+def test_the_prepared_lab_sets_meet_the_rules_they_test():
+    """The sets prepared for the next H200 call (stop 54) test what their descriptions say:
+    issue32_c4next.json, 64-row clusters of four at every layer, the 56-token tile at 52 and
+    56 tokens and the 64-token one at 62, on weights in no earlier decode set;
+    issue32_m128.json, one-CTA 64-row token tiles (no swap-AB, no split) at 97-128 tokens."""
+    import json
+    from tirx_gemm import matmul as mm
+    lab = ROOT / "scripts/lab"
+    nxt = json.loads((lab / "issue32_c4next.json").read_text())["shapes"]
+    earlier = {(e["N"], e["K"]) for name in ("mdec", "c4check")
+               for e in json.loads((lab / f"issue32_{name}.json").read_text())["shapes"]}
+    for e in nxt:
+        assert (e["N"], e["K"]) not in earlier, e
+        for dt in ("float16", "bfloat16"):
+            step, kw = mm.choose(e["M"], e["N"], e["K"], dt, "sm_90a", 132)
+            assert (step, kw["BLK_M"], kw.get("CLUSTER"), kw["SWAP_AB"]) == ("v12", 64, 4, True)
+            assert kw["BLK_N"] == (56 if e["M"] <= 56 else 64), e
+    assert {e["M"] for e in nxt} == {52, 56, 62}
+    for e in json.loads((lab / "issue32_m128.json").read_text())["shapes"]:
+        assert 96 < e["M"] <= 128
+        for dt in ("float16", "bfloat16"):
+            step, kw = mm.choose(e["M"], e["N"], e["K"], dt, "sm_90a", 132)
+            assert step == "v12" and kw["BLK_M"] == 64, e
+            assert not any(kw.get(k) for k in ("SWAP_AB", "SPLIT_K", "CLUSTER", "STREAM_K")), e
