@@ -1835,7 +1835,8 @@ def test_the_prepared_lab_sets_meet_the_rules_they_test():
     """The sets prepared for the next H200 call (stop 54) test what their descriptions say:
     issue32_c4next.json, 64-row clusters of four at every layer, the 56-token tile at 52 and
     56 tokens and the 64-token one at 62, on weights in no earlier decode set;
-    issue32_m128.json, one-CTA 64-row token tiles (no swap-AB, no split) at 97-128 tokens."""
+    issue32_m128.json, one-CTA 64-row token tiles (no swap-AB, no split) at 97-128 tokens;
+    issue32_c4mis.json, CTA pairs by the misaligned-row rule at every shape."""
     import json
     from tirx_gemm import matmul as mm
     lab = ROOT / "scripts/lab"
@@ -1855,3 +1856,9 @@ def test_the_prepared_lab_sets_meet_the_rules_they_test():
             step, kw = mm.choose(e["M"], e["N"], e["K"], dt, "sm_90a", 132)
             assert step == "v12" and kw["BLK_M"] == 64, e
             assert not any(kw.get(k) for k in ("SWAP_AB", "SPLIT_K", "CLUSTER", "STREAM_K")), e
+    from tirx_gemm import chooser
+    for e in json.loads((lab / "issue32_c4mis.json").read_text())["shapes"]:
+        assert chooser.misaligned_rows(e["K"]), e
+        for dt in ("float16", "bfloat16"):
+            step, kw = mm.choose(e["M"], e["N"], e["K"], dt, "sm_90a", 132)
+            assert step == "v12" and kw.get("CLUSTER") == 2, e
