@@ -603,14 +603,23 @@ def swap_pdl(M: int, N: int, K: int) -> bool:
 # wave is fuller, at call 2's shapes: 35 cases 0.933-1.070x (geomean 1.022, behind at 10),
 # ahead at 148-320 tiles of 128 rows, mixed at 448-576 (59136 rows 0.933-0.993, 57344
 # 0.974-1.022): not adopted.
+def swap_tiles(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
+    """The persistent swap-AB kernel's one-CTA tiles at M tokens (weight tiles by token
+    tiles, :func:`swap_ab_tile`), or None past swap-AB's token tiles."""
+    swap = swap_ab_tile(M, N, sm_count)
+    return None if swap is None else _ceil_div(N, swap[0]) * _ceil_div(M, swap[1])
+
+
+def last_wave_fill(tiles: int, sm_count: int = SMS_H200) -> float:
+    """How full the last wave of ``tiles`` one-CTA tiles on ``sm_count`` SMs is (0-1]."""
+    return tiles / (_ceil_div(tiles, sm_count) * sm_count)
+
+
 def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
     """Whether the persistent swap-AB kernel (above SWAP_NP_MAX_M tokens, no split) runs
     stream-K over its last wave: more tiles than SMs, and a last wave under half full."""
-    swap = swap_ab_tile(M, N, sm_count)
-    if swap is None:  # past swap-AB's token tiles
-        return False
-    tiles = _ceil_div(N, swap[0]) * _ceil_div(M, swap[1])
-    return tiles > sm_count and 0 < tiles % sm_count < sm_count / 2
+    tiles = swap_tiles(M, N, sm_count)
+    return tiles is not None and tiles > sm_count and 0 < tiles % sm_count < sm_count / 2
 
 
 # Clusters of four along the weight for the persistent swap-AB kernel (issue 32, stop 53;
@@ -650,11 +659,10 @@ def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
     SWAP_NP_MAX_M tokens, a one-CTA grid whose last wave is at most SWAP_CLUSTER_MAX_FILL
     full, and the smallest tile whose clusters the GPU holds at once. (matmul asks only
     where it runs that kernel: no split_plan at the shape.)"""
-    swap = swap_ab_tile(M, N, sm_count)
-    if swap is None or M <= SWAP_NP_MAX_M or sm_count % SWAP_CLUSTER:
+    tiles = swap_tiles(M, N, sm_count)
+    if tiles is None or M <= SWAP_NP_MAX_M or sm_count % SWAP_CLUSTER:
         return None
-    tiles = _ceil_div(N, swap[0]) * _ceil_div(M, swap[1])
-    if tiles / (_ceil_div(tiles, sm_count) * sm_count) > SWAP_CLUSTER_MAX_FILL:
+    if last_wave_fill(tiles, sm_count) > SWAP_CLUSTER_MAX_FILL:
         return None
     return next((rows for rows in (64, 128)
                  if _ceil_div(N, rows * SWAP_CLUSTER) <= SWAP_CLUSTER_MAX_CLUSTERS), None)

@@ -62,6 +62,7 @@ from tirx_gemm.matmul_choice import (  # noqa: F401
     PINGPONG, ROW_MULTIPLE, RUNTIME_M_STEPS, RUNTIME_NK_STEPS, SPLIT_K, SPLIT_MENU, TILE_MENU,
     V9_CLUSTER_TILE, V11_L2_GROUP, VARIANTS_MAX_M, _ceil_div, _check_problem, _choose_by_model,
     _choose_epilogue, _menu_split, _pool, _registered, _tile_kwargs, build_shape, choose,
+    explain,
     choose_epilogue_on, pick as _pick, runtime_m, step_kwargs, variants)
 # the checks of a call's tensors, reachable as tirx_gemm.matmul.<name> too
 from tirx_gemm.matmul_operands import (  # noqa: F401
@@ -69,7 +70,7 @@ from tirx_gemm.matmul_operands import (  # noqa: F401
     check_operands, epilogue_kwargs)
 
 __all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs",
-           "synchronize", "choose", "variants", "step_kwargs", "runtime_m",
+           "synchronize", "choose", "explain", "variants", "step_kwargs", "runtime_m",
            "build_shape", "bare_launch", "check_operands", "use_bundle", "bundle_path", "kernel_source",
            "clear_cache", "BUNDLE_ENV"]
 

@@ -13,7 +13,7 @@ from tirx_gemm import registry, spec, splitk
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.numerics import check_dtype
 
-__all__ = ["choose", "choose_epilogue_on", "variants", "step_kwargs", "runtime_m",
+__all__ = ["choose", "choose_epilogue_on", "explain", "variants", "step_kwargs", "runtime_m",
            "build_shape", "pick"]
 
 ROW_MULTIPLE = 8  # TMA: a row (K or N elements of 2 bytes) is a multiple of 16 bytes
@@ -122,7 +122,8 @@ def _pool(sm_count: int) -> int:
 
 
 def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
-           sm_count: int = spec.SM_COUNT["sm_90a"], epilogue: dict | None = None) -> tuple[str, dict]:
+           sm_count: int = spec.SM_COUNT["sm_90a"], epilogue: dict | None = None, *,
+           why: list | None = None) -> tuple[str, dict]:
     """The step and builder keywords that :func:`matmul` uses for an MxNxK GEMM of ``dtype``
     on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``.
 
@@ -153,29 +154,57 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     OUT_DTYPE, SWIGLU; N is the output's columns). Only v12 builds one, so such a call gets
     v12's fastest tile for the kernel's GEMM (SwiGLU: M x 2N x K), never v9 or v11, with the
     epilogue keywords added (only those that differ from the plain kernel).
+
+    ``why``: a list that gets one line per rule that decided, in the order they were asked
+    (what :func:`explain` returns); the choice is the same with or without it.
     """
+    why = [] if why is None else why
     _check_problem(M, N, K, dtype, arch, sm_count)
     epi = E.epilogue_kwargs(epilogue) if epilogue else {}
     if epi:
-        return _choose_epilogue(M, N, K, dtype, arch, sm_count, epi)
+        return _choose_epilogue(M, N, K, dtype, arch, sm_count, epi, why)
     menu = _registered(TILE_MENU, arch) if arch in MENU_ARCHES else None
     if menu is not None:
-        return _choose_by_model(M, N, K, dtype, arch, sm_count, menu)
+        return _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
     tiles = _ceil_div(M, tile_m) * _ceil_div(N, tile_n)
     clusters = max(1, sm_count // CLUSTER_SIZE)
     split_step = _registered(SPLIT_K, arch)
+    why.append(f"{arch} has no cost model yet: v9's {tile_m}x{tile_n} cluster tiles give "
+               f"{tiles} tiles for {clusters} clusters of {CLUSTER_SIZE} CTAs")
     if tiles < clusters and split_step is not None:
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
         if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
             variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
                                               variant.get("L2_GROUP", V11_L2_GROUP[arch]))
         if variant["SPLIT_K"] > 1:
+            why.append(f"fewer tiles than clusters: v11 splits K in {variant['SPLIT_K']} "
+                       "(splitk.choose_variant) to put the idle SMs to work")
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
+        why.append("fewer tiles than clusters, but K is too short to split "
+                   "(splitk.choose_variant): v9")
+    else:
+        why.append("every cluster gets a tile: v9, data-parallel")
     return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
 
 
-def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
+def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
+            sm_count: int | None = None, epilogue: dict | None = None) -> str:
+    """What :func:`choose` picks for an MxNxK GEMM and why, as text: the step and its
+    builder keywords on one line, then one line per rule that decided, in the order
+    choose asks them, with the figures that decided (tiles, waves, the model's predicted
+    microseconds). ``sm_count`` defaults to the arch's GPU (the H200's 132 SMs on sm_90a).
+    Pure Python, like choose; ``tirx-gemm choose M,N,K`` prints it."""
+    if sm_count is None:
+        sm_count = spec.SM_COUNT.get(arch, 0)  # an unknown arch: choose says so in one line
+    why: list[str] = []
+    step, kw = choose(M, N, K, dtype, arch, sm_count, epilogue, why=why)
+    keys = " ".join(f"{k}={v}" for k, v in kw.items() if k not in ("dtype", "SM_COUNT"))
+    head = f"{M}x{N}x{K} {dtype} on {arch} ({sm_count} SMs): {step} {keys}".rstrip()
+    return "\n".join([head] + [f"  - {w}" for w in why])
+
+
+def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list):
     """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu, v9 and v10, with v12's
     SPLIT_K where chooser.split_plan says (the split model beats the data-parallel one, or
     a decode rule), swap-AB for few tokens and v10's ping-pong by their rules, and
@@ -184,11 +213,16 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
     (chooser.pingpong_band). Every v12 pick but swap-AB's SPLIT_K=1 units is built for the
     layer's N and K, and a one-CTA pick without PDL gets PDL with the exit trigger (the
     notes below)."""
-    step, kw = _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu)
+    step, kw = _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why)
     if step == TILE_MENU and kw.get("SPLIT_K") != 1:
         kw.pop("RUNTIME_NK", None)  # built for the layer's N and K (above _tile_kwargs)
     if step == TILE_MENU and not kw.get("PDL") and kw.get("CLUSTER", 1) == 1:
         kw.update(PDL=True, PDL_TRIGGER="exit")  # PDL_EXIT_NOTE
+    if step == TILE_MENU and kw.get("PDL"):
+        why.append("programmatic dependent launch: " + (
+            "the exit trigger (the next kernel launches as this one's CTAs exit: a long "
+            "kernel, PDL_EXIT_NOTE)" if kw.get("PDL_TRIGGER") == "exit" else
+            "the start trigger (a short kernel: its prologue overlaps the kernel before)"))
     return step, kw
 
 
@@ -217,12 +251,17 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu):
 # 128 CTAs: no term of the model separates them, so no rule was adopted.
 
 
-def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
+def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why: list):
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
     plan = chooser.split_plan(M, N, K, pool)  # v12's SPLIT_K: a CTA per unit
+    if swap is not None:
+        why.append(f"{M} tokens <= {chooser.SWAP_AB_TILES[-1]}: swap-AB, the weight's {N} "
+                   f"rows are the MMA's M in {swap[0]}-row tiles and the tokens its N in a "
+                   f"{swap[1]}-wide tile (chooser.swap_ab_tile)")
     if plan is not None:
+        why.append(_split_reason(M, N, K, pool, plan))
         return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count, M, N)
     if swap is not None:
         kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0], "BLK_N": swap[1],
@@ -230,18 +269,34 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
         if chooser.swap_pdl(M, N, K):  # a short one: PDL, as for the model's short tiles
             kw["PDL"] = True
         rows = chooser.swap_cluster_rows(M, N, pool)
+        tiles = chooser.swap_tiles(M, N, pool)
         if rows is not None:  # clusters along the weight share the token tile
             for k in ("SHIFT_LAST", "PREFETCH_MAPS"):  # (a cluster takes neither)
                 kw.pop(k, None)
             kw.update(BLK_M=rows, CLUSTER=chooser.SWAP_CLUSTER)
             if not kw.get("PDL"):  # a long one (swap_pdl above): the exit trigger
                 kw.update(PDL=True, PDL_TRIGGER="exit")  # PDL_EXIT_NOTE
+            why.append(
+                f"its {tiles} one-CTA tiles leave the last wave on {pool} SMs "
+                f"{chooser.last_wave_fill(tiles, pool):.0%} full (at most "
+                f"{chooser.SWAP_CLUSTER_MAX_FILL:.0%}): clusters of {chooser.SWAP_CLUSTER} "
+                f"along the weight share the token tile, on {rows}-row tiles "
+                f"({_ceil_div(N, rows * chooser.SWAP_CLUSTER)} clusters, at most the "
+                f"{chooser.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds at once; "
+                "chooser.swap_cluster_rows)")
         elif chooser.swap_stream_k(M, N, pool):  # a last wave under half full: stream-K
             kw["STREAM_K"] = True
             del kw["SHIFT_LAST"]  # (STREAM_K takes none)
+            why.append(f"{tiles} tiles on {pool} SMs leave the last wave {tiles % pool} of "
+                       f"{pool}, under half: stream-K over it (chooser.swap_stream_k)")
+        else:
+            why.append(f"one CTA per tile, persistent: {tiles} tiles on {pool} SMs")
         return TILE_MENU, kw
     pingpong = _registered(PINGPONG, arch)
     if pingpong is not None and chooser.wants_pingpong(M, N, K, pool):
+        why.append(f"K={K} <= {chooser.PINGPONG_MAX_K} with at least one 128x128 tile per "
+                   "SM and no kernel short enough for PDL: v10's ping-pong hides each "
+                   "tile's epilogue under the other's mainloop (chooser.wants_pingpong)")
         return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
     dp_swap = chooser.dp_swap_tile(M, N, K, pool)  # the swapped problem fills a wave better
     if dp_swap is not None:
@@ -249,8 +304,15 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
               "SWAP_AB": True, "SWAP_TMA": True, "SHIFT_LAST": True}
         if chooser.uses_pdl(chooser.name(*dp_swap), N, chooser.dp_swap_rows(M), K, pool):
             kw["PDL"] = True
+        rows = chooser.dp_swap_rows(M)
+        why.append(f"the swapped problem ({N}x{rows}x{K}) on {chooser.name(*dp_swap)} tiles is "
+                   f"predicted {chooser.predict(chooser.name(*dp_swap), N, rows, K, pool):.1f} "
+                   f"us against {chooser.rank(M, N, K, pool)[0][0]:.1f} us for the best plain "
+                   f"tile (more than {chooser.DP_SWAP_MARGIN:.0%} faster): swap-AB stored by "
+                   "TMA (chooser.dp_swap_tile)")
         return TILE_MENU, kw
     pick = chooser.best(M, N, K, pool)
+    why.append(_model_reason(M, N, K, pool, pick))
     if pick == chooser.V9:
         return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
     if pick == chooser.V10 and pingpong is not None:  # its default 128x128 tiles
@@ -258,7 +320,44 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu):
     return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count, (M, N, K))
 
 
-def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
+def _split_reason(M, N, K, pool, plan) -> str:
+    """One line on chooser.split_plan's plan ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH)``."""
+    from tirx_gemm import chooser
+    bm, bn, swap, split, _ = plan
+    tiles = _ceil_div(N, bm) * _ceil_div(M, bn) if swap else _ceil_div(M, bm) * _ceil_div(N, bn)
+    if split == 1:
+        return (f"{M} tokens <= {chooser.SWAP_NP_MAX_M}: the non-persistent swap-AB kernel, "
+                f"one CTA per {bm}-row weight tile and {bn}-token tile ({tiles} CTAs; "
+                "chooser.split_plan)")
+    what = (f"swap-AB {bm}-row weight tile{'s' * (tiles > 1)} by {bn} tokens" if swap
+            else f"{bm}x{bn} tile{'s' * (tiles > 1)}")
+    t = chooser.predict_split(bm, bn, split, M, N, K)
+    model = (f": predicted {t:.1f} us against {chooser.rank(M, N, K, pool)[0][0]:.1f} us "
+             "data-parallel" if t is not None and not (swap and M <= chooser.SWAP_AB_TILES[-1])
+             else "")
+    return (f"K split in {split} (units of {_ceil_div(_ceil_div(K, chooser.BLK_K), split)} or "
+            f"fewer K steps) over {tiles} {what}, {tiles * split} CTAs on {pool} SMs{model} "
+            "(chooser.split_plan)")
+
+
+def _model_reason(M, N, K, pool, pick: str) -> str:
+    """One line on chooser.best's pick: the model's three fastest, and the pair rule."""
+    from tirx_gemm import chooser
+    top = ", ".join(f"{c} {t:.1f}" for t, c in chooser.rank(M, N, K, pool)[:3])
+    line = f"the cost model's fastest (us, chooser.rank): {top}"
+    if pick == chooser.V9 or chooser.V9 in [c for _, c in chooser.rank(M, N, K, pool)[:3]]:
+        line += f" (v9 counts {chooser.V9_HANDICAP:.0%} more against v12)"
+    if pick not in (chooser.V9, chooser.V10) and chooser.tile(pick)[2] > 1:
+        line += (f"; K={K}: rows of {K * 2} bytes are not whole {chooser.ROW_ALIGN_BYTES}-byte "
+                 f"lines, so the tile runs as a CTA pair, {pick} (the misaligned-row rule)")
+    if pick == chooser.V10:
+        line += (f" (K in v10's band, {chooser.PINGPONG_MAX_K + 1}-"
+                 f"{chooser.PINGPONG_BAND_MAX_K}, where v10 is a candidate and keeps its place "
+                 f"within {chooser.PREFER_PAIR_WITHIN:.0%} of the fastest)")
+    return line + f"; picked {pick}"
+
+
+def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict, why: list):
     menu = _registered(TILE_MENU, arch)
     if TILE_MENU not in EPILOGUE_STEPS.get(arch, ()) or menu is None:
         raise ValueError(f"a fused epilogue ({E.tag(epi)}) runs on sm_90a only (v12's tile "
@@ -266,9 +365,13 @@ def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict):
                          f"apply them with torch")
     from tirx_gemm import chooser
     if chooser.epilogue_step(M, E.kernel_n(N, epi), K, epi, _pool(sm_count)) == PINGPONG:
+        why.append(f"a fused epilogue ({E.tag(epi)}) on v10's ping-pong (chooser.epilogue_step)")
         return choose_epilogue_on(PINGPONG, M, N, K, dtype, arch, sm_count, epi)
     pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count),
                              chooser.EPILOGUE_TILE_STEP)
+    why.append(f"a fused epilogue ({E.tag(epi)}): only v12 builds it, on the model's fastest "
+               f"one-CTA tile {chooser.EPILOGUE_TILE_STEP}-wide steps allow, {pick} "
+               "(chooser.best_tile)")
     return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
 
 

@@ -9,8 +9,8 @@ Errors a user can cause (bad values, a missing or hung tool, a failed build) pri
 ``tirx-gemm: error: ...``, and exit 2; TIRX_GEMM_DEBUG=1 prints the traceback too.
 
 main() builds the parser from one module per group of subcommands, each exposing
-``register(sub)`` (its parsers, each bound to its handler): build.py (list, build, doctor,
-show), export.py (export), gpu.py (run, bench, regress, bundle), sim.py (sim), trace.py
+``register(sub)`` (its parsers, each bound to its handler): build.py (list, build, choose,
+doctor, show), export.py (export), gpu.py (run, bench, regress, bundle), sim.py (sim), trace.py
 (trace); common.py holds what they share. ``python -m tirx_gemm.cli`` runs main().
 """
 
@@ -83,6 +83,7 @@ commands:
   bench     check + time steps vs torch.matmul   tirx-gemm bench --arch sm_90a
   regress   GPU floors, or --cpu build checks    tirx-gemm regress --cpu
   bundle    check a bundle, its digest, wheels   tirx-gemm bundle build/bundle
+  choose    matmul's kernel for a shape, why     tirx-gemm choose 72,4608,4096
   doctor    the CUDA toolchain a build uses      tirx-gemm doctor
 
 `tirx-gemm COMMAND -h` lists and explains every option of that command;

@@ -1,4 +1,5 @@
-"""`tirx-gemm list|build|doctor|show`: the steps, and what a build of them is (no GPU)."""
+"""`tirx-gemm list|build|choose|doctor|show`: the steps, what a build of them is, and the
+kernel matmul picks for a shape (no GPU)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 from tirx_gemm import registry
 from tirx_gemm.cli.common import (_build_progress, _build_row, _build_table, _cache_note,
-                                  _positive_int, _shape_dtype, _steps_arg, add_step_args,
+                                  _mnk, _positive_int, _shape_dtype, _steps_arg, add_step_args,
                                   add_watchdog, build_legend, check_step_shape, get_step)
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.numerics import DTYPES
@@ -28,6 +29,17 @@ def register(sub) -> None:
     add_watchdog(sp)
     sp.set_defaults(fn=cmd_build)
 
+    sp = sub.add_parser("choose", help="the kernel tirx_gemm.matmul runs for a shape, and "
+                                       "why (no GPU, no TVM)")
+    sp.add_argument("mnk", type=_mnk, metavar="M,N,K", help="the GEMM: D[M,N] = A[M,K] @ B[N,K].T")
+    sp.add_argument("--dtype", choices=DTYPES, default=DTYPES[0],
+                    help=f"operand dtype (default {DTYPES[0]})")
+    sp.add_argument("--arch", default="sm_90a", choices=registry.ARCHES,
+                    help="the GPU's arch (default sm_90a: the H200 the cost model was fitted on)")
+    sp.add_argument("--sm-count", type=_positive_int, default=None,
+                    help="the GPU's SMs (default: the arch's, 132 on sm_90a)")
+    sp.set_defaults(fn=cmd_choose)
+
     sp = sub.add_parser("doctor", help="show the CUDA toolchain a build uses (paths, versions)")
     sp.set_defaults(fn=cmd_doctor)
 
@@ -40,6 +52,12 @@ def register(sub) -> None:
                     help="--cuda: the whole file (default: from the kernel on, without the "
                          "NVRTC/TVM prelude)")
     sp.set_defaults(fn=cmd_show)
+
+
+def cmd_choose(args) -> int:
+    from tirx_gemm.matmul_choice import explain
+    print(explain(*args.mnk, args.dtype, args.arch, args.sm_count))
+    return 0
 
 
 def cmd_list(args) -> int:

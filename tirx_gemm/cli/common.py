@@ -36,9 +36,11 @@ def _mnk(text: str) -> tuple[int, int, int]:
     try:
         parts = tuple(int(x) for x in text.replace("x", ",").split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--mnk wants M,N,K integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"wants M,N,K integers (e.g. 4096,4096,4096), "
+                                         f"got {text!r}") from None
     if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"--mnk wants three integers M,N,K, got {text!r}")
+        raise argparse.ArgumentTypeError(f"wants three integers M,N,K (e.g. 4096,4096,4096), "
+                                         f"got {text!r}")
     try:
         check_shape_limits(*parts)
     except ValueError as exc:

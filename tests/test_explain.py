@@ -1,0 +1,131 @@
+"""tirx_gemm.matmul.explain and `tirx-gemm choose M,N,K`: the kernel matmul picks for a shape
+and, one line each, the rules that decided it (pure Python: no GPU, no torch, no TVM)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from tirx_gemm import chooser, spec
+from tirx_gemm import matmul_choice as mc
+from tirx_gemm.numerics import DTYPES
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ("tirx_gemm/suites/models.json", "tirx_gemm/suites/heldout.json",
+        "scripts/lab/issue32_fresh.json", "scripts/lab/issue32_mdec.json",
+        "scripts/lab/issue32_c4check.json", "scripts/lab/issue32_misk.json",
+        "scripts/lab/issue32_dpswap.json", "scripts/lab/issue32_pingband.json")
+
+
+def _shapes() -> list[tuple[int, int, int]]:
+    out = set()
+    for path in SETS:
+        for e in json.loads((ROOT / path).read_text())["shapes"]:
+            out.add((e["M"], e["N"], e["K"]))
+    return sorted(out)
+
+
+def _expected_lines(step: str, kw: dict) -> list[str]:
+    """Phrases the explanation must hold for a pick with these keywords (the constants
+    quoted from the chooser, not written here)."""
+    want = []
+    if kw.get("SWAP_AB") and not kw.get("SWAP_TMA"):
+        want.append("swap-AB")
+    if kw.get("CLUSTER") == chooser.SWAP_CLUSTER:
+        want += [f"clusters of {chooser.SWAP_CLUSTER} along the weight",
+                 f"at most the {chooser.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds"]
+    if kw.get("STREAM_K"):
+        want.append("stream-K over it")
+    if kw.get("SPLIT_K", 1) > 1:
+        want.append(f"K split in {kw['SPLIT_K']} ")
+    if kw.get("SPLIT_K") == 1:
+        want.append("the non-persistent swap-AB kernel")
+    if kw.get("SWAP_TMA"):
+        want.append("swap-AB stored by TMA")
+    if kw.get("CLUSTER") == 2:
+        want.append("(the misaligned-row rule)")
+    if kw.get("PDL"):
+        want.append("the exit trigger" if kw.get("PDL_TRIGGER") == "exit" else "the start trigger")
+    if step == "v10":
+        want.append("v10")
+    return want
+
+
+def test_explaining_a_choice_does_not_change_it_and_names_every_rule_that_shaped_it():
+    """Over the suites and the lab sets, both arches and dtypes: choose with ``why`` picks
+    what choose without it does; the explanation's first line is the pick (step and every
+    keyword), and a line names each rule the keywords show (swap-AB, clusters, stream-K,
+    a K split, the non-persistent kernel, the TMA-stored swap, the pair rule, PDL's
+    trigger, v10)."""
+    checked = 0
+    for M, N, K in _shapes():
+        for dt in DTYPES:
+            for arch in ("sm_90a", "sm_100a"):
+                sm = spec.SM_COUNT[arch]
+                why: list[str] = []
+                step, kw = mc.choose(M, N, K, dt, arch, sm, why=why)
+                assert (step, kw) == mc.choose(M, N, K, dt, arch, sm)
+                text = mc.explain(M, N, K, dt, arch)
+                head, *lines = text.splitlines()
+                assert head.startswith(f"{M}x{N}x{K} {dt} on {arch} ({sm} SMs): {step}")
+                for k, v in kw.items():
+                    if k not in ("dtype", "SM_COUNT"):
+                        assert f" {k}={v}" in head, (head, k)
+                assert [ln[4:] for ln in lines] == why and why
+                body = "\n".join(why)
+                for phrase in (_expected_lines(step, kw) if arch == "sm_90a" else []):
+                    assert phrase in body, (M, N, K, dt, phrase, body)
+                if arch == "sm_100a":
+                    assert body.startswith("sm_100a has no cost model yet")
+                    assert ("v11 splits K in " in body) == (step == "v11")
+                    if step == "v11":
+                        assert f"v11 splits K in {kw['SPLIT_K']} " in body
+                checked += 1
+    assert checked > 400
+
+
+def test_the_model_line_quotes_the_models_own_figures():
+    """Where the cost model decides, its line lists chooser.rank's three fastest with their
+    predicted microseconds, and the pick."""
+    M, N, K = 2304, 2304, 2304
+    why: list[str] = []
+    step, kw = mc.choose(M, N, K, "float16", "sm_90a", 132, why=why)
+    top = chooser.rank(M, N, K, 132)[:3]
+    line = next(w for w in why if w.startswith("the cost model's fastest"))
+    assert all(f"{c} {t:.1f}" in line for t, c in top)
+    assert line.endswith(f"picked {chooser.best(M, N, K, 132)}")
+    assert (kw["BLK_M"], kw["BLK_N"]) == chooser.tile(chooser.best(M, N, K, 132))[:2]
+
+
+def test_the_cluster_line_gives_the_fill_and_the_cluster_count():
+    """72x4608x4096: 72 one-CTA tiles of 64 weight rows on 132 SMs, a last wave 55% full,
+    18 clusters of four."""
+    M, N, K = 72, 4608, 4096
+    text = mc.explain(M, N, K, "bfloat16")
+    tiles = chooser.swap_tiles(M, N, 132)
+    assert tiles == math.ceil(N / 64) * 1
+    assert f"its {tiles} one-CTA tiles leave the last wave on 132 SMs " \
+           f"{chooser.last_wave_fill(tiles, 132):.0%} full" in text
+    assert f"({math.ceil(N / (64 * chooser.SWAP_CLUSTER))} clusters," in text
+
+
+def test_tirx_gemm_choose_prints_the_explanation_and_refuses_in_one_line():
+    """`tirx-gemm choose` prints explain()'s text and imports neither torch nor TVM; a shape
+    no kernel takes and a malformed one end in one line, exit 2."""
+    code = ("import sys; from tirx_gemm.cli import main; rc = main(sys.argv[1:]); "
+            "print('torch' in sys.modules, 'tvm' in sys.modules); sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code, "choose", "72,4608,4096", "--dtype",
+                          "bfloat16"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    *shown, imports = res.stdout.strip().splitlines()
+    assert "\n".join(shown) == mc.explain(72, 4608, 4096, "bfloat16")
+    assert imports == "False False"
+    for args, message in ((["4096,4096,4095"], "tirx-gemm: error: K=4095 is not a multiple of 8"),
+                          (["1,2"], "wants three integers M,N,K")):
+        res = subprocess.run([sys.executable, "-m", "tirx_gemm.cli", "choose", *args],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert res.returncode == 2 and res.stdout == ""
+        assert len(res.stderr.strip().splitlines()) == 1 and message in res.stderr, res.stderr
