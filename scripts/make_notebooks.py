@@ -246,6 +246,13 @@ def _chooser_cells(step_id: str) -> list[tuple[str, str]]:
                "tuned. Its weak rows are the open part of issue 32 (torch.matmul's kernels "
                "were not profiled at these shapes)."),
         ("code", "nb.chooser_table(run=nb.HELDOUT_RUN)"),
+        ("md", "Why a row got its kernel: `matmul.explain` (the CLI's `tirx-gemm choose "
+               "M,N,K`) prints the pick and, one line per rule that decided it, the figures "
+               "it went by. Try your own shapes: a decode step clustered along the weight, "
+               "a deep K split, a mid-size square on the model's tile."),
+        ("code", "from tirx_gemm import matmul\n"
+                 "for mnk in ((72, 4608, 4096), (128, 128, 65536), (2304, 2304, 2304)):\n"
+                 "    print(matmul.explain(*mnk, \"bfloat16\"), end=\"\\n\\n\")"),
     ]
 
 

@@ -221,7 +221,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list):
     if step == TILE_MENU and kw.get("PDL"):
         why.append("programmatic dependent launch: " + (
             "the exit trigger (the next kernel launches as this one's CTAs exit: a long "
-            "kernel, PDL_EXIT_NOTE)" if kw.get("PDL_TRIGGER") == "exit" else
+            "kernel; matmul_choice.py's PDL_EXIT_NOTE)" if kw.get("PDL_TRIGGER") == "exit" else
             "the start trigger (a short kernel: its prologue overlaps the kernel before)"))
     return step, kw
 
