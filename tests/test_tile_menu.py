@@ -1839,7 +1839,10 @@ def test_the_prepared_lab_sets_meet_the_rules_they_test():
     issue32_c4mis.json, CTA pairs by the misaligned-row rule at every shape."""
     import json
     from tirx_gemm import matmul as mm
+    from tirx_gemm.suite import load_suite
     lab = ROOT / "scripts/lab"
+    for name in ("c4next", "m128", "c4mis"):  # what the H200 scripts load them with
+        assert "Decided before the run" in load_suite(str(lab / f"issue32_{name}.json")).description
     nxt = json.loads((lab / "issue32_c4next.json").read_text())["shapes"]
     earlier = {(e["N"], e["K"]) for name in ("mdec", "c4check")
                for e in json.loads((lab / f"issue32_{name}.json").read_text())["shapes"]}
