@@ -4,6 +4,7 @@ Every build runs in a fresh process; a build whose process dies fails alone, wit
 BuildError, while the other requests still build; the server, its fork server and its
 workers leave no process behind, whether the builds finish or are interrupted.
 """
+import json
 import os
 import re
 import signal
@@ -158,6 +159,38 @@ def test_a_process_whose_parent_died_before_the_death_signal_was_armed_leaves():
         res = subprocess.run([sys.executable, "-c", code, str(parent), str(int(sig))],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert (res.returncode, res.stdout.strip()) == (rc, out), (parent, sig, res.stderr)
+
+
+def test_pool_workers_check_their_parent_against_the_fork_server_pid():
+    """The chain's pids reach who checks them: a pool worker, forked by the fork server that
+    server_main's environment started, has that fork server as its parent, the same pid in
+    its environment (what die_with_parent compared), SIGTERM armed for its parent's death;
+    and run_tool's tools get SIGKILL armed."""
+    code = """if True:
+        import json, os, signal, sys
+        from concurrent.futures import ProcessPoolExecutor
+        import multiprocessing
+        from tirx_gemm.compile import pool, procs
+        os.environ[pool._SERVER_PID] = str(os.getpid())  # as server_main does
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(pool.POOL_PRELOAD[:1])
+        with ProcessPoolExecutor(1, mp_context=ctx, initializer=pool._pool_worker_init,
+                                 max_tasks_per_child=1) as ex:
+            got = [ex.submit(f, *a).result(timeout=120) for f, a in
+                   ((os.getppid, ()), (os.getenv, (pool._FORK_SERVER_PID,)),
+                    (procs.parent_death_signal, ()))]
+        tool = procs.run_tool([sys.executable, "-c",
+                               "from tirx_gemm.compile import procs; "
+                               "print(procs.parent_death_signal())"])
+        print(json.dumps([os.getpid(), *got, tool.stdout.strip()]))
+    """
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, start_new_session=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    me, ppid, env_pid, sig, tool_sig = json.loads(res.stdout.strip().splitlines()[-1])
+    assert ppid == int(env_pid) != me  # the worker's parent: the fork server, not the server
+    assert (sig, tool_sig) == (int(signal.SIGTERM), str(int(signal.SIGKILL)))
 
 
 # dotted below tirx_gemm: the build subpackage and the settings it reads

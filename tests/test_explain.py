@@ -29,26 +29,32 @@ def _shapes() -> list[tuple[int, int, int]]:
 
 
 def _expected_lines(step: str, kw: dict) -> list[str]:
-    """Phrases the explanation must hold for a pick with these keywords (the constants
-    quoted from the chooser, not written here)."""
+    """Phrases the explanation must hold for a pick with these keywords: the tile as built
+    and each rule the keywords show (the constants quoted from the chooser)."""
     want = []
-    if kw.get("SWAP_AB") and not kw.get("SWAP_TMA"):
-        want.append("swap-AB")
+    bm, bn, split = kw.get("BLK_M"), kw.get("BLK_N"), kw.get("SPLIT_K")
+    if kw.get("SWAP_AB") and not kw.get("SWAP_TMA") and split is None:
+        want.append(f"swap-AB, the weight's ")
+        want.append(f"in {bm}-row tiles and the tokens its N in a tile {bn} wide")
     if kw.get("CLUSTER") == chooser.SWAP_CLUSTER:
         want += [f"clusters of {chooser.SWAP_CLUSTER} along the weight",
                  f"at most the {chooser.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds"]
     if kw.get("STREAM_K"):
         want.append("stream-K over it")
-    if kw.get("SPLIT_K", 1) > 1:
-        want.append(f"K split in {kw['SPLIT_K']} ")
-    if kw.get("SPLIT_K") == 1:
-        want.append("the non-persistent swap-AB kernel")
+    if (split or 1) > 1:
+        want.append(f"K split in {split} ")
+        want.append(f"swap-AB {bm}-row weight" if kw.get("SWAP_AB") else f"{bm}x{bn} tile")
+    if split == 1:
+        want.append(f"the non-persistent swap-AB kernel, one CTA per {bm}-row weight tile and "
+                    f"{bn}-token tile")
     if kw.get("SWAP_TMA"):
         want.append("swap-AB stored by TMA")
     if kw.get("CLUSTER") == 2:
         want.append("(the misaligned-row rule)")
     if kw.get("PDL"):
-        want.append("the exit trigger" if kw.get("PDL_TRIGGER") == "exit" else "the start trigger")
+        want.append("PDL with the exit trigger" if kw.get("PDL_TRIGGER") == "exit"
+                    else "K splits keep it" if (split or 1) > 1
+                    else "fit one per SM" if split == 1 else "a short kernel")
     if step == "v10":
         want.append("v10")
     return want
@@ -78,6 +84,7 @@ def test_explaining_a_choice_does_not_change_it_and_names_every_rule_that_shaped
                 body = "\n".join(why)
                 for phrase in (_expected_lines(step, kw) if arch == "sm_90a" else []):
                     assert phrase in body, (M, N, K, dt, phrase, body)
+                assert ("PDL with the" in body) == bool(kw.get("PDL")), body
                 if arch == "sm_100a":
                     assert body.startswith("sm_100a has no cost model yet")
                     assert ("v11 splits K in " in body) == (step == "v11")
@@ -107,7 +114,7 @@ def test_the_cluster_line_gives_the_fill_and_the_cluster_count():
     text = mc.explain(M, N, K, "bfloat16")
     tiles = chooser.swap_tiles(M, N, 132)
     assert tiles == math.ceil(N / 64) * 1
-    assert f"its {tiles} one-CTA tiles leave the last wave on 132 SMs " \
+    assert f"one CTA per 64-row tile would make {tiles} tiles, the last wave on 132 SMs " \
            f"{chooser.last_wave_fill(tiles, 132):.0%} full" in text
     assert f"({math.ceil(N / (64 * chooser.SWAP_CLUSTER))} clusters," in text
 

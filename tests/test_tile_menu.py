@@ -1834,7 +1834,8 @@ def test_swap_clusters_change_no_suite_kernel_at_its_own_token_count():
 def test_the_prepared_lab_sets_meet_the_rules_they_test():
     """The sets prepared for the next H200 call (stop 54) test what their descriptions say:
     issue32_c4next.json, 64-row clusters of four at every layer, the 56-token tile at 52 and
-    56 tokens and the 64-token one at 62, on weights in no earlier decode set;
+    56 tokens and the 64-token one at 62, on weights outside the two sets the cluster rule
+    was built and checked on (mdec, c4check);
     issue32_m128.json, one-CTA 64-row token tiles (no swap-AB, no split) at 97-128 tokens;
     issue32_c4mis.json, CTA pairs by the misaligned-row rule at every shape."""
     import json

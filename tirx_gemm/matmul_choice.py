@@ -158,7 +158,6 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     ``why``: a list that gets one line per rule that decided, in the order they were asked
     (what :func:`explain` returns); the choice is the same with or without it.
     """
-    why = [] if why is None else why
     _check_problem(M, N, K, dtype, arch, sm_count)
     epi = E.epilogue_kwargs(epilogue) if epilogue else {}
     if epi:
@@ -170,21 +169,23 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     tiles = _ceil_div(M, tile_m) * _ceil_div(N, tile_n)
     clusters = max(1, sm_count // CLUSTER_SIZE)
     split_step = _registered(SPLIT_K, arch)
-    why.append(f"{arch} has no cost model yet: v9's {tile_m}x{tile_n} cluster tiles give "
-               f"{tiles} tiles for {clusters} clusters of {CLUSTER_SIZE} CTAs")
+    _say(why, lambda: f"{arch} has no cost model yet: v9's {tile_m}x{tile_n} cluster tiles "
+                      f"give {_count(tiles, 'tile')} for {_count(clusters, 'cluster')} of "
+                      f"{CLUSTER_SIZE} CTAs")
     if tiles < clusters and split_step is not None:
         variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
         if runtime_m(SPLIT_K, arch) and variant["SPLIT_K"] > 1:
             variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
                                               variant.get("L2_GROUP", V11_L2_GROUP[arch]))
         if variant["SPLIT_K"] > 1:
-            why.append(f"fewer tiles than clusters: v11 splits K in {variant['SPLIT_K']} "
-                       "(splitk.choose_variant) to put the idle SMs to work")
+            _say(why, lambda: f"fewer tiles than clusters: v11 splits K in "
+                              f"{variant['SPLIT_K']} (splitk.choose_variant) to put the idle "
+                              "SMs to work")
             return SPLIT_K, {**step_kwargs(split_step, dtype, sm_count), **variant}
-        why.append("fewer tiles than clusters, but K is too short to split "
-                   "(splitk.choose_variant): v9")
+        _say(why, lambda: "fewer tiles than clusters, but K is too short to split "
+                          "(splitk.choose_variant): v9")
     else:
-        why.append("every cluster gets a tile: v9, data-parallel")
+        _say(why, lambda: "every cluster gets a tile: v9, data-parallel")
     return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
 
 
@@ -200,11 +201,24 @@ def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a"
     why: list[str] = []
     step, kw = choose(M, N, K, dtype, arch, sm_count, epilogue, why=why)
     keys = " ".join(f"{k}={v}" for k, v in kw.items() if k not in ("dtype", "SM_COUNT"))
-    head = f"{M}x{N}x{K} {dtype} on {arch} ({sm_count} SMs): {step} {keys}".rstrip()
+    used = _pool(sm_count)
+    sms = f"{sm_count} SMs" + ("" if used == sm_count else f", {used} used")
+    head = f"{M}x{N}x{K} {dtype} on {arch} ({sms}): {step} {keys}".rstrip()
     return "\n".join([head] + [f"  - {w}" for w in why])
 
 
-def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list):
+def _say(why: list | None, text) -> None:
+    """Append ``text()`` to ``why`` when a caller asked for the reasons (the line is built
+    only then: choose runs without them on every first call of a shape)."""
+    if why is not None:
+        why.append(text())
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list | None):
     """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu, v9 and v10, with v12's
     SPLIT_K where chooser.split_plan says (the split model beats the data-parallel one, or
     a decode rule), swap-AB for few tokens and v10's ping-pong by their rules, and
@@ -219,11 +233,25 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list):
     if step == TILE_MENU and not kw.get("PDL") and kw.get("CLUSTER", 1) == 1:
         kw.update(PDL=True, PDL_TRIGGER="exit")  # PDL_EXIT_NOTE
     if step == TILE_MENU and kw.get("PDL"):
-        why.append("programmatic dependent launch: " + (
-            "the exit trigger (the next kernel launches as this one's CTAs exit: a long "
-            "kernel; matmul_choice.py's PDL_EXIT_NOTE)" if kw.get("PDL_TRIGGER") == "exit" else
-            "the start trigger (a short kernel: its prologue overlaps the kernel before)"))
+        _say(why, lambda: _pdl_reason(kw))
     return step, kw
+
+
+def _pdl_reason(kw: dict) -> str:
+    """One line on why a v12 kernel got programmatic dependent launch with its trigger."""
+    from tirx_gemm import chooser
+    if kw.get("PDL_TRIGGER") == "exit":
+        return ("PDL with the exit trigger: the rules leave this kernel without the start "
+                "trigger (a long kernel, or more CTAs than fit at once), so the next kernel "
+                "launches as its CTAs exit (matmul_choice.py's PDL_EXIT_NOTE)")
+    if kw.get("SPLIT_K", 1) > 1:
+        return "PDL with the start trigger: K splits keep it (chooser.py's notes on PDL)"
+    if kw.get("SPLIT_K") == 1:
+        return ("PDL with the start trigger: the non-persistent kernel's CTAs fit one per SM "
+                "(chooser.np_swap_pdl)")
+    return (f"PDL with the start trigger: a short kernel (at most chooser.PDL_MAX_US = "
+            f"{chooser.PDL_MAX_US:g} us by the model, or for swap-AB by its bytes at the HBM "
+            "rate), whose prologue overlaps the kernel before")
 
 
 # PDL_EXIT_NOTE: a one-CTA v12 kernel the rules above leave without PDL (longer than
@@ -251,17 +279,13 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list):
 # 128 CTAs: no term of the model separates them, so no rule was adopted.
 
 
-def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why: list):
+def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why: list | None):
     from tirx_gemm import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
     plan = chooser.split_plan(M, N, K, pool)  # v12's SPLIT_K: a CTA per unit
-    if swap is not None:
-        why.append(f"{M} tokens <= {chooser.SWAP_AB_TILES[-1]}: swap-AB, the weight's {N} "
-                   f"rows are the MMA's M in {swap[0]}-row tiles and the tokens its N in a "
-                   f"{swap[1]}-wide tile (chooser.swap_ab_tile)")
     if plan is not None:
-        why.append(_split_reason(M, N, K, pool, plan))
+        _say(why, lambda: _split_reason(M, N, K, pool, plan))
         return TILE_MENU, _split_kwargs(menu, plan, dtype, sm_count, M, N)
     if swap is not None:
         kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": swap[0], "BLK_N": swap[1],
@@ -269,34 +293,23 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why: list):
         if chooser.swap_pdl(M, N, K):  # a short one: PDL, as for the model's short tiles
             kw["PDL"] = True
         rows = chooser.swap_cluster_rows(M, N, pool)
-        tiles = chooser.swap_tiles(M, N, pool)
         if rows is not None:  # clusters along the weight share the token tile
             for k in ("SHIFT_LAST", "PREFETCH_MAPS"):  # (a cluster takes neither)
                 kw.pop(k, None)
             kw.update(BLK_M=rows, CLUSTER=chooser.SWAP_CLUSTER)
             if not kw.get("PDL"):  # a long one (swap_pdl above): the exit trigger
                 kw.update(PDL=True, PDL_TRIGGER="exit")  # PDL_EXIT_NOTE
-            why.append(
-                f"its {tiles} one-CTA tiles leave the last wave on {pool} SMs "
-                f"{chooser.last_wave_fill(tiles, pool):.0%} full (at most "
-                f"{chooser.SWAP_CLUSTER_MAX_FILL:.0%}): clusters of {chooser.SWAP_CLUSTER} "
-                f"along the weight share the token tile, on {rows}-row tiles "
-                f"({_ceil_div(N, rows * chooser.SWAP_CLUSTER)} clusters, at most the "
-                f"{chooser.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds at once; "
-                "chooser.swap_cluster_rows)")
         elif chooser.swap_stream_k(M, N, pool):  # a last wave under half full: stream-K
             kw["STREAM_K"] = True
             del kw["SHIFT_LAST"]  # (STREAM_K takes none)
-            why.append(f"{tiles} tiles on {pool} SMs leave the last wave {tiles % pool} of "
-                       f"{pool}, under half: stream-K over it (chooser.swap_stream_k)")
-        else:
-            why.append(f"one CTA per tile, persistent: {tiles} tiles on {pool} SMs")
+        _say(why, lambda: _swap_reason(M, N, pool, swap, kw))
         return TILE_MENU, kw
     pingpong = _registered(PINGPONG, arch)
     if pingpong is not None and chooser.wants_pingpong(M, N, K, pool):
-        why.append(f"K={K} <= {chooser.PINGPONG_MAX_K} with at least one 128x128 tile per "
-                   "SM and no kernel short enough for PDL: v10's ping-pong hides each "
-                   "tile's epilogue under the other's mainloop (chooser.wants_pingpong)")
+        _say(why, lambda: f"K={K} <= {chooser.PINGPONG_MAX_K} with at least one 128x128 "
+                          "tile per SM and no kernel short enough for PDL: v10's ping-pong "
+                          "hides each tile's epilogue under the other's mainloop "
+                          "(chooser.wants_pingpong)")
         return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
     dp_swap = chooser.dp_swap_tile(M, N, K, pool)  # the swapped problem fills a wave better
     if dp_swap is not None:
@@ -304,20 +317,49 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why: list):
               "SWAP_AB": True, "SWAP_TMA": True, "SHIFT_LAST": True}
         if chooser.uses_pdl(chooser.name(*dp_swap), N, chooser.dp_swap_rows(M), K, pool):
             kw["PDL"] = True
-        rows = chooser.dp_swap_rows(M)
-        why.append(f"the swapped problem ({N}x{rows}x{K}) on {chooser.name(*dp_swap)} tiles is "
-                   f"predicted {chooser.predict(chooser.name(*dp_swap), N, rows, K, pool):.1f} "
-                   f"us against {chooser.rank(M, N, K, pool)[0][0]:.1f} us for the best plain "
-                   f"tile (more than {chooser.DP_SWAP_MARGIN:.0%} faster): swap-AB stored by "
-                   "TMA (chooser.dp_swap_tile)")
+        _say(why, lambda: _dp_swap_reason(M, N, K, pool, dp_swap))
         return TILE_MENU, kw
     pick = chooser.best(M, N, K, pool)
-    why.append(_model_reason(M, N, K, pool, pick))
+    _say(why, lambda: _model_reason(M, N, K, pool, pick))
     if pick == chooser.V9:
         return DATA_PARALLEL, step_kwargs(registry.get(DATA_PARALLEL, arch), dtype, sm_count)
     if pick == chooser.V10 and pingpong is not None:  # its default 128x128 tiles
         return PINGPONG, step_kwargs(pingpong, dtype, sm_count)
     return TILE_MENU, _tile_kwargs(menu, pick, dtype, sm_count, (M, N, K))
+
+
+def _swap_reason(M, N, pool, swap, kw) -> str:
+    """One line on the persistent swap-AB kernel as built (``kw``): its tiles, and the
+    cluster or stream-K rule where one applies."""
+    from tirx_gemm import chooser
+    tiles = chooser.swap_tiles(M, N, pool)
+    line = (f"{_count(M, 'token')} <= {chooser.SWAP_AB_TILES[-1]}: swap-AB, the weight's {N} "
+            f"rows are the MMA's M in {kw['BLK_M']}-row tiles and the tokens its N in a tile "
+            f"{kw['BLK_N']} wide (chooser.swap_ab_tile); ")
+    if kw.get("CLUSTER"):
+        clusters = _ceil_div(N, kw["BLK_M"] * chooser.SWAP_CLUSTER)
+        return line + (
+            f"one CTA per {swap[0]}-row tile would make {_count(tiles, 'tile')}, the last "
+            f"wave on {pool} SMs {chooser.last_wave_fill(tiles, pool):.0%} full (at most "
+            f"{chooser.SWAP_CLUSTER_MAX_FILL:.0%}): clusters of {chooser.SWAP_CLUSTER} along "
+            f"the weight share the token tile ({_count(clusters, 'cluster')}, at most the "
+            f"{chooser.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds at once; "
+            "chooser.swap_cluster_rows)")
+    if kw.get("STREAM_K"):
+        return line + (f"{_count(tiles, 'tile')} on {pool} SMs leave the last wave "
+                       f"{tiles % pool} of {pool}, under half: stream-K over it "
+                       "(chooser.swap_stream_k)")
+    return line + f"one CTA per tile, persistent: {_count(tiles, 'tile')} on {pool} SMs"
+
+
+def _dp_swap_reason(M, N, K, pool, dp_swap) -> str:
+    from tirx_gemm import chooser
+    rows, cand = chooser.dp_swap_rows(M), chooser.name(*dp_swap)
+    t_plain, plain = chooser.rank(M, N, K, pool)[0]
+    return (f"the swapped problem ({N}x{rows}x{K}) on {cand} tiles is predicted "
+            f"{chooser.predict(cand, N, rows, K, pool):.1f} us against {t_plain:.1f} us for "
+            f"the best unswapped candidate, {plain} (more than {chooser.DP_SWAP_MARGIN:.0%} "
+            "faster): swap-AB stored by TMA (chooser.dp_swap_tile)")
 
 
 def _split_reason(M, N, K, pool, plan) -> str:
@@ -326,17 +368,18 @@ def _split_reason(M, N, K, pool, plan) -> str:
     bm, bn, swap, split, _ = plan
     tiles = _ceil_div(N, bm) * _ceil_div(M, bn) if swap else _ceil_div(M, bm) * _ceil_div(N, bn)
     if split == 1:
-        return (f"{M} tokens <= {chooser.SWAP_NP_MAX_M}: the non-persistent swap-AB kernel, "
-                f"one CTA per {bm}-row weight tile and {bn}-token tile ({tiles} CTAs; "
-                "chooser.split_plan)")
-    what = (f"swap-AB {bm}-row weight tile{'s' * (tiles > 1)} by {bn} tokens" if swap
-            else f"{bm}x{bn} tile{'s' * (tiles > 1)}")
+        return (f"{_count(M, 'token')} <= {chooser.SWAP_NP_MAX_M}: the non-persistent swap-AB "
+                f"kernel, one CTA per {bm}-row weight tile and {bn}-token tile "
+                f"({_count(tiles, 'CTA')}; chooser.split_plan)")
+    what = (f"swap-AB {bm}-row weight {'tile' if tiles == 1 else 'tiles'} by {bn} tokens"
+            if swap else f"{bm}x{bn} {'tile' if tiles == 1 else 'tiles'}")
     t = chooser.predict_split(bm, bn, split, M, N, K)
     model = (f": predicted {t:.1f} us against {chooser.rank(M, N, K, pool)[0][0]:.1f} us "
              "data-parallel" if t is not None and not (swap and M <= chooser.SWAP_AB_TILES[-1])
              else "")
     return (f"K split in {split} (units of {_ceil_div(_ceil_div(K, chooser.BLK_K), split)} or "
-            f"fewer K steps) over {tiles} {what}, {tiles * split} CTAs on {pool} SMs{model} "
+            f"fewer K steps) over {tiles} {what}, {_count(tiles * split, 'CTA')} on {pool} "
+            f"SMs{model} "
             "(chooser.split_plan)")
 
 
@@ -357,7 +400,7 @@ def _model_reason(M, N, K, pool, pick: str) -> str:
     return line + f"; picked {pick}"
 
 
-def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict, why: list):
+def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict, why: list | None):
     menu = _registered(TILE_MENU, arch)
     if TILE_MENU not in EPILOGUE_STEPS.get(arch, ()) or menu is None:
         raise ValueError(f"a fused epilogue ({E.tag(epi)}) runs on sm_90a only (v12's tile "
@@ -365,13 +408,14 @@ def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict, why: list):
                          f"apply them with torch")
     from tirx_gemm import chooser
     if chooser.epilogue_step(M, E.kernel_n(N, epi), K, epi, _pool(sm_count)) == PINGPONG:
-        why.append(f"a fused epilogue ({E.tag(epi)}) on v10's ping-pong (chooser.epilogue_step)")
+        _say(why, lambda: f"a fused epilogue ({E.tag(epi)}) on v10's ping-pong "
+                          "(chooser.epilogue_step)")
         return choose_epilogue_on(PINGPONG, M, N, K, dtype, arch, sm_count, epi)
     pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count),
                              chooser.EPILOGUE_TILE_STEP)
-    why.append(f"a fused epilogue ({E.tag(epi)}): only v12 builds it, on the model's fastest "
-               f"one-CTA tile {chooser.EPILOGUE_TILE_STEP}-wide steps allow, {pick} "
-               "(chooser.best_tile)")
+    _say(why, lambda: f"a fused epilogue ({E.tag(epi)}): only v12 builds it, on the model's "
+                      f"fastest one-CTA tile whose width is a multiple of "
+                      f"{chooser.EPILOGUE_TILE_STEP}, {pick} (chooser.best_tile)")
     return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
 
 

@@ -40,16 +40,21 @@ POOL_PRELOAD = ["tirx_gemm.compile.forkserver_entry", "tvm", "tvm_ffi", "tirx_ge
                 "tirx_gemm.helpers", "tirx_gemm.hopper"]
 
 
-_FORK_SERVER_PID = "_TIRX_GEMM_FORK_SERVER_PID"  # set in the fork server, read by its workers
+# the pids a process of the chain checks its parent against (procs.die_with_parent): the
+# server's, set by server_main for its fork server, and the fork server's, set there for
+# the workers it forks; serve() clears both from the server's environment
+_SERVER_PID = "_TIRX_GEMM_BUILD_SERVER_PID"
+_FORK_SERVER_PID = "_TIRX_GEMM_FORK_SERVER_PID"
 
 
 def prepare_fork_server() -> None:
     """In the fork server, before TVM is imported: die with the build server (waiting for
     the server's end of its pipe to close is not enough, as every worker holds a copy of that
-    end), and load the CUDA libraries the workers inherit. The server leads the process
-    group, so its pid is the group's id; the workers learn this process's pid from the
+    end), and load the CUDA libraries the workers inherit. The server's pid comes from the
+    environment it started this process with; the workers learn this process's pid from the
     environment they inherit."""
-    die_with_parent(os.getpgrp())
+    server = os.environ.get(_SERVER_PID)
+    die_with_parent(int(server) if server else None)
     os.environ[_FORK_SERVER_PID] = str(os.getpid())
     ensure_libcuda()
 
@@ -61,7 +66,7 @@ def serve(jobs: list[dict], parallel: int):
     """Run the build server on ``jobs``; yield (work dir, failure) as builds finish, where
     failure is None or why the server could not report the build. Closing the generator
     early (an exception or interrupt in the caller) stops the server's whole group."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in (_SERVER_PID, _FORK_SERVER_PID)}
     # the server must import this very package, whichever way it was made importable
     env["PYTHONPATH"] = os.pathsep.join([str(PKG_DIR.parent)] + (
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -128,6 +133,7 @@ def server_main() -> int:
     """Run the build requests read from stdin ({"jobs": [...], "parallel": n}) in a process
     pool; print each finished build's work dir as a JSON line on stdout."""
     req = json.load(sys.stdin)
+    os.environ[_SERVER_PID] = str(os.getpid())  # for the fork server (prepare_fork_server)
     # stdout is the channel to the caller; fd 1 becomes stderr for everything else, so the
     # fork server and the workers, which inherit it, cannot write into the channel
     report_to = os.fdopen(os.dup(1), "w")

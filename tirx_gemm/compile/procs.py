@@ -21,6 +21,7 @@ from tirx_gemm import settings
 
 __all__ = ["BuildError", "COLLECT_TIMEOUT_S", "PROBE_TIMEOUT_S", "TOOL_TIMEOUT_ENV",
            "TOOL_TIMEOUT_S", "die_with_parent", "kill_group", "kill_tools_and_exit",
+           "parent_death_signal",
            "run_tool", "sigterm_as_exit", "stop_group", "tool_timeout"]
 
 TOOL_TIMEOUT_ENV = "TIRX_GEMM_TOOL_TIMEOUT"
@@ -45,9 +46,24 @@ def tool_timeout(probe: bool = False) -> float:
     return settings.get(TOOL_TIMEOUT_ENV, default=PROBE_TIMEOUT_S if probe else TOOL_TIMEOUT_S)
 
 
+# libc's prctl, looked up at import: die_with_parent also runs in a forked child before exec
+# (a tool's preexec_fn), where loading anything could deadlock on a lock another thread of
+# the parent held at the fork (dlopen of the running program itself maps nothing new)
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+
+
 def _prctl_pdeathsig(sig: int) -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, sig)  # 1 = PR_SET_PDEATHSIG
+    if _PRCTL is not None:
+        _PRCTL(1, sig)  # 1 = PR_SET_PDEATHSIG
+
+
+def parent_death_signal() -> int:
+    """The signal this process gets when its parent dies (0: none; Linux, else 0)."""
+    if _PRCTL is None:
+        return 0
+    sig = ctypes.c_int(0)
+    _PRCTL(2, ctypes.byref(sig))  # 2 = PR_GET_PDEATHSIG
+    return sig.value
 
 
 def die_with_parent(parent: int | None = None, sig: int = signal.SIGTERM) -> None:
