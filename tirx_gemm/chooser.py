@@ -740,7 +740,8 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 # (geomean; results/lab/matmul_graph_h200_dpswap.jsonl), 8 at M not a multiple of 64
 # 0.99 against 0.88 (..._dpswap16.jsonl), 8 wide-weight ones 1.02 against 0.96
 # (..._dpswapw.jsonl); one loss, 4400x2304x768, where it displaced v10's ping-pong (1.01
-# against 1.08; the model does not see v10's hidden epilogue).
+# against 1.08; the model does not see v10's hidden epilogue; v10 runs there again since,
+# in its band, pingpong_band).
 DP_SWAP_MARGIN = 0.05
 DP_SWAP_TOKEN_STEP = 16  # SWAP_TMA's token tiles: one x4 stmatrix .trans per 16 tokens
 WIDE_SWAP_MAX_M = 512
