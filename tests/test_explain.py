@@ -136,3 +136,17 @@ def test_tirx_gemm_choose_prints_the_explanation_and_refuses_in_one_line():
                              capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert res.returncode == 2 and res.stdout == ""
         assert len(res.stderr.strip().splitlines()) == 1 and message in res.stderr, res.stderr
+
+
+def test_the_choose_arch_default_is_one_fact():
+    """`tirx-gemm choose`'s --arch default, explain()'s and the README's CLI line agree."""
+    import argparse
+    import inspect
+    import re
+    from tirx_gemm import cli
+    sub = next(a for a in cli.make_parser()._actions
+               if isinstance(a, argparse._SubParsersAction)).choices["choose"]
+    default = next(a.default for a in sub._actions if "--arch" in a.option_strings)
+    assert default == inspect.signature(mc.explain).parameters["arch"].default
+    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+    assert f"--arch defaults to {default})" in readme

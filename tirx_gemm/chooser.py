@@ -653,6 +653,11 @@ SWAP_CLUSTER_MAX_FILL = 2 / 3
 SWAP_CLUSTER_MAX_CLUSTERS = 30
 
 
+def swap_clusters(N: int, rows: int) -> int:
+    """Clusters of SWAP_CLUSTER CTAs along a weight of N rows in ``rows``-row tiles."""
+    return _ceil_div(N, rows * SWAP_CLUSTER)
+
+
 def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
     """The weight tile (64 or 128 rows) of the persistent swap-AB kernel run in clusters of
     SWAP_CLUSTER along the weight, or None where it runs one CTA per tile: past
@@ -665,7 +670,7 @@ def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
     if last_wave_fill(tiles, sm_count) > SWAP_CLUSTER_MAX_FILL:
         return None
     return next((rows for rows in (64, 128)
-                 if _ceil_div(N, rows * SWAP_CLUSTER) <= SWAP_CLUSTER_MAX_CLUSTERS), None)
+                 if swap_clusters(N, rows) <= SWAP_CLUSTER_MAX_CLUSTERS), None)
 
 
 def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bool:

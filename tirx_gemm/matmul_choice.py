@@ -337,7 +337,7 @@ def _swap_reason(M, N, pool, swap, kw) -> str:
             f"rows are the MMA's M in {kw['BLK_M']}-row tiles and the tokens its N in a tile "
             f"{kw['BLK_N']} wide (chooser.swap_ab_tile); ")
     if kw.get("CLUSTER"):
-        clusters = _ceil_div(N, kw["BLK_M"] * chooser.SWAP_CLUSTER)
+        clusters = chooser.swap_clusters(N, kw["BLK_M"])
         return line + (
             f"one CTA per {swap[0]}-row tile would make {_count(tiles, 'tile')}, the last "
             f"wave on {pool} SMs {chooser.last_wave_fill(tiles, pool):.0%} full (at most "
