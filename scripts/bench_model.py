@@ -68,7 +68,7 @@ def case_tokens(cases) -> list[int]:
 
 
 def suite_text(cases) -> str:
-    """A suite file (tirx_gemm/suite.py's format) with every (M, N, K) the block runs, for
+    """A suite file (tirx_gemm/op/suite.py's format) with every (M, N, K) the block runs, for
     `tirx-gemm export --suite FILE`: each (N, K) of linear_shapes() at each case's M."""
     entries, seen = [], set()
     for m in case_tokens(cases):

@@ -175,7 +175,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def suite_json(shapes, dtype: str, name: str, model: str, layer_of=None) -> str:
-    """A suite file (tirx_gemm/suite.py's format) listing ``shapes``, for `tirx-gemm export
+    """A suite file (tirx_gemm/op/suite.py's format) listing ``shapes``, for `tirx-gemm export
     --suite FILE`."""
     entries = [{"M": m, "N": n, "K": k, "model": model,
                 "layer": (layer_of(n, k) if layer_of else f"{n}x{k} weight"),

@@ -362,9 +362,9 @@ def write_pages(gen, readme: str, rev: str, when: str) -> None:
             section(readme, "Using it in a model"))
     except SystemExit:
         fills["matmul_model"] = ""
-    docs = _docstrings(ROOT / "tirx_gemm" / "matmul.py", ("matmul", "use_bundle"))
+    docs = _docstrings(ROOT / "tirx_gemm" / "op" / "matmul.py", ("matmul", "use_bundle"))
     # choose lives in matmul_choice.py (tirx_gemm.matmul.choose imports it from there)
-    docs[1:1] = _docstrings(ROOT / "tirx_gemm" / "matmul_choice.py", ("choose",))[1:]
+    docs[1:1] = _docstrings(ROOT / "tirx_gemm" / "op" / "choice.py", ("choose",))[1:]
     parts = []
     for title, doc in docs:
         if not doc:

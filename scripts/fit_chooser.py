@@ -1,6 +1,6 @@
-"""Fit tirx_gemm/chooser.py's cost model to the H200 records and write chooser_h200.json.
+"""Fit tirx_gemm/op/chooser.py's cost model to the H200 records and write chooser_h200.json.
 
-    python scripts/fit_chooser.py            # refit and write tirx_gemm/chooser_h200.json
+    python scripts/fit_chooser.py            # refit and write tirx_gemm/op/chooser_h200.json
     python scripts/fit_chooser.py --check    # exit 1 if the file differs from a refit
     python scripts/fit_chooser.py --report   # per suite shape: pick, predicted, measured
 
@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tirx_gemm import chooser  # noqa: E402
+from tirx_gemm.op import chooser  # noqa: E402
 
 # v12's sweeps in the order they ran: the one-CTA menu; CLUSTER=2 pairs beside it (the
 # one-CTA menu re-timed in the same run); the widths between the menu's
@@ -199,7 +199,7 @@ def fit(samples, sm_count: int = chooser.SMS_H200) -> dict:
 
 
 def document(cands: dict) -> dict:
-    return {"about": "tirx_gemm/chooser.py's cost model, fitted by scripts/fit_chooser.py "
+    return {"about": "tirx_gemm/op/chooser.py's cost model, fitted by scripts/fit_chooser.py "
                      "to results/lab/v12_sweep_h200.jsonl and the v9 records of "
                      "results/suites/nvidia-h200.jsonl (NVIDIA H200, bf16); per candidate "
                      "[s us per K step, e us per wave, f us fixed]; pdl_saving_us: the "

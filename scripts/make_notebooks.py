@@ -211,7 +211,7 @@ def _suite_cells(step_id: str, names: dict[str, str]) -> list[tuple[str, str]]:
                "stores, and tile counts are ceil-divisions. **Split-K** (this step): when the "
                "output tiles are fewer than the SMs, K is cut across CTAs and the partial "
                "sums reduced. `tirx_gemm.matmul` picks between them per shape; the public "
-               "shape suite (`tirx_gemm/suites/models.json`) lists the shapes and why each is "
+               "shape suite (`tirx_gemm/op/suites/models.json`) lists the shapes and why each is "
                "there. Below: what `matmul` would run for each, decided now from the shape "
                "alone."),
         ("code", "nb.suite_cases()"),
@@ -232,7 +232,7 @@ def _chooser_cells(step_id: str) -> list[tuple[str, str]]:
         return []
     return [
         ("md", "## The chooser over the shape suite: picked, predicted, measured\n\n"
-               "`tirx_gemm.matmul` picks a kernel per shape with `tirx_gemm/chooser.py`: a "
+               "`tirx_gemm.matmul` picks a kernel per shape with `tirx_gemm/op/chooser.py`: a "
                "cost model fitted to H200 sweeps of the menu, and rules beside it where "
                "the model has no term (swap-AB for few tokens, CTA pairs on misaligned K, "
                "ping-pong for a short K, `SPLIT_K` for few tiles with a deep K). Each row: "

@@ -80,8 +80,8 @@ def steps_and_shapes(records: list[dict]):
 
 def _with_suite_summary(text: str, results: Path) -> str:
     """The README with its shape-suite summary (between the suite markers, when present)
-    rendered from results/suites/*.jsonl by tirx_gemm.suite.render_summary."""
-    from tirx_gemm import suite
+    rendered from results/suites/*.jsonl by tirx_gemm.op.suite.render_summary."""
+    from tirx_gemm.op import suite
     a, b = text.find(suite.SUMMARY_BEGIN), text.find(suite.SUMMARY_END)
     if a < 0 and b < 0:
         return text

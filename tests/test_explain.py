@@ -9,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tirx_gemm import chooser, spec
-from tirx_gemm import matmul_choice as mc
+from tirx_gemm import spec
+
+from tirx_gemm.op import chooser
+from tirx_gemm.op import choice as mc
 from tirx_gemm.numerics import DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
-SETS = ("tirx_gemm/suites/models.json", "tirx_gemm/suites/heldout.json",
+SETS = ("tirx_gemm/op/suites/models.json", "tirx_gemm/op/suites/heldout.json",
         "scripts/lab/issue32_fresh.json", "scripts/lab/issue32_mdec.json",
         "scripts/lab/issue32_c4check.json", "scripts/lab/issue32_misk.json",
         "scripts/lab/issue32_dpswap.json", "scripts/lab/issue32_pingband.json")

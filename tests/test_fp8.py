@@ -14,7 +14,7 @@ import pytest
 from tirx_gemm import numerics, registry
 
 torch = pytest.importorskip("torch")
-fp8 = pytest.importorskip("tirx_gemm.fp8")
+fp8 = pytest.importorskip("tirx_gemm.op.fp8")
 
 ROOT = Path(__file__).resolve().parent.parent
 E4M3 = torch.float8_e4m3fn

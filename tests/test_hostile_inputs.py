@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import cli, suite
+from tirx_gemm import cli
+
+from tirx_gemm.op import suite
 from tirx_gemm.compile import bundle, cache
 from tirx_gemm.report import records, regress
 
@@ -93,7 +95,7 @@ def _suite_record(**change) -> dict:
     rec = {"step": "v9", "arch": "sm_90a", "M": 128, "N": 128, "K": 64, "device": "H200",
            "verified": True, "tflops": 10.0, "ratio_to_torch": 0.9,
            "timestamp": "2026-12-01T00:00:00+00:00",
-           "suite": {"name": "models", "file": "tirx_gemm/suites/models.json",
+           "suite": {"name": "models", "file": "tirx_gemm/op/suites/models.json",
                      "target": "matmul", "model": "m", "layer": "l", "dtype": "float16"}}
     rec.update(change)
     return rec
@@ -123,7 +125,7 @@ def test_a_good_suite_record_is_summarised(tmp_path):
 
 def test_suite_records_name_their_file_without_this_machines_path(tmp_path):
     fields = suite.suite_file_fields(suite.DEFAULT_SUITE)
-    assert fields["file"] == "tirx_gemm/suites/models.json"
+    assert fields["file"] == "tirx_gemm/op/suites/models.json"
     assert len(fields["file_sha256"]) == 64
     mine = tmp_path / "deep" / "my_suite.json"
     mine.parent.mkdir()

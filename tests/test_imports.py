@@ -107,7 +107,7 @@ def test_tangle_finder_finds_a_planted_cycle():
 
 
 def test_a_package_init_resolves_relative_imports_inside_the_package():
-    """``from .fp8 import x`` in hopper/__init__.py is hopper/fp8.py (not tirx_gemm/fp8.py),
+    """``from .fp8 import x`` in hopper/__init__.py is hopper/fp8.py (not tirx_gemm/op/fp8.py),
     ``from ..helpers import y`` is helpers.py."""
     deps = graph()["hopper"]
     assert {"hopper.fp8", "helpers"} <= deps and "fp8" not in deps, deps
@@ -136,9 +136,8 @@ LAYERS = (
     ("kernels", {"kernels"}),  # a kernel from a bundle (bundle format) or built (compile)
     ("run, report", {"run", "report"}),
     ("sim", {"sim"}),
-    ("matmul", {"matmul", "matmul_choice", "matmul_operands", "fp8"}),  # fp8: matmul_fp8
-    ("torch_op, nn", {"torch_op", "nn"}),
-    ("entry points", {"suite", "notebook", "cli", ""}),
+    ("op", {"op"}),  # matmul, its rules and operands, fp8, nn, the torch op, suites
+    ("entry points", {"notebook", "cli", "", "matmul", "nn", "torch_op"}),  # the public names
 )
 # within a layer of two: run and report must not import each other
 APART = {("run", "report"), ("report", "run")}
@@ -190,10 +189,10 @@ def test_contributing_names_the_layers_in_this_order():
 
 def compile_imports_of_the_run_side(g: dict[str, set[str]]) -> list[str]:
     """Every import of tirx_gemm/compile/ (any module of it) by a module under tirx_gemm/run/
-    or by tirx_gemm/matmul.py, lazy ones too: they read bundles through
+    or by tirx_gemm/op/matmul.py, lazy ones too: they read bundles through
     tirx_gemm/bundle_format.py (below both the exporter and the run side) and get a kernel
     built here only through tirx_gemm/kernels.py (kernel_for), the one bridge to compile/."""
-    readers = [m for m in g if m.split(".")[0] == "run" or m == "matmul"]
+    readers = [m for m in g if m.split(".")[0] == "run" or m == "op.matmul"]
     return [f"{a} imports {b}" for a in sorted(readers) for b in sorted(g[a])
             if b.split(".")[0] == "compile"]
 

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 import tirx_gemm
-from tirx_gemm import chooser, matmul as mm
+from tirx_gemm import matmul as mm
+from tirx_gemm.op import chooser
 from tirx_gemm import registry, spec, splitk
 
 ROOT = Path(__file__).resolve().parents[1]
-from tirx_gemm import suite
+from tirx_gemm.op import suite
 
 
 def ops(M=128, N=256, K=64, dtype=torch.float16):
@@ -33,7 +34,7 @@ def check(a, b, out=None):
 # --------------------------------------------------------------------------------------
 def test_importing_tirx_gemm_and_matmul_imports_neither_torch_nor_tvm():
     code = ("import sys, tirx_gemm; m = tirx_gemm.matmul; m.choose(128, 256, 64); "
-            "import tirx_gemm.suite as s; s.plan(s.load_suite(), 'matmul', 'sm_90a', 132); "
+            "import tirx_gemm.op.suite as s; s.plan(s.load_suite(), 'matmul', 'sm_90a', 132); "
             "bad = [x for x in ('torch', 'tvm') if x in sys.modules]; "
             "assert not bad, bad; print(callable(m))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -315,7 +316,7 @@ def test_the_hbm_floor_bounds_every_prediction_and_brings_the_model_closer():
     # the README and chooser.py quote the figures: they must be these
     import re
     readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
-    note = re.sub(r"[\s#]+", " ", (ROOT / "tirx_gemm/chooser.py").read_text())
+    note = re.sub(r"[\s#]+", " ", (ROOT / "tirx_gemm/op/chooser.py").read_text())
     errors = (f"{fit.model_error(samples, floor=False):.1%} to {fit.model_error(samples):.1%}")
     assert f"over the {len(samples)} swept kernels from {errors}" in readme
     assert f"Over the sweeps' {len(samples)} kernels the floor brings the model's RMS error " \
@@ -608,10 +609,10 @@ def test_an_epilogue_always_gets_a_v12_tile(mnk, epi):
 def test_a_forced_v12_gets_a_v12_tile_where_the_model_ranks_v10_first():
     # 8192x2304x768: in v10's band its ping-pong leads the ranking; step="v12" takes the
     # best v12 tile
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     assert chooser.rank(8192, 2304, 768)[0][1] == chooser.V10
-    from tirx_gemm import matmul_choice
-    st, kw = matmul_choice.pick(8192, 2304, 768, "bfloat16", "sm_90a", 132, "v12")
+    from tirx_gemm.op import choice
+    st, kw = choice.pick(8192, 2304, 768, "bfloat16", "sm_90a", 132, "v12")
     assert st.id == "v12" and (kw["BLK_M"], kw["BLK_N"]) == chooser.tile(next(
         c for _, c in chooser.rank(8192, 2304, 768) if c not in (chooser.V9, chooser.V10)))[:2]
 
@@ -793,7 +794,7 @@ def test_an_epilogue_can_be_forced_onto_v10_or_v12():
 
 
 def test_a_suite_with_epilogue_steps_exports_their_fused_and_plain_kernels(tmp_path):
-    path = ROOT / "tirx_gemm" / "suites" / "epilogue-v10.json"
+    path = ROOT / "tirx_gemm" / "op" / "suites" / "epilogue-v10.json"
     s = suite.load_suite(path)
     assert s.epilogue_steps == ("v10",)
     reqs = suite.export_requests(s, "matmul", "sm_90a", 132)

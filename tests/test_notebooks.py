@@ -261,7 +261,7 @@ def test_suite_plot_draws_recorded_ratios_only(tmp_path, monkeypatch):
     no record is not drawn."""
     from tirx_gemm import matmul
     from tirx_gemm.report import records
-    from tirx_gemm import suite
+    from tirx_gemm.op import suite
     from tirx_gemm import notebook as nb
     monkeypatch.setenv(nb.RESULTS_ENV, str(tmp_path))
     st = suite.load_suite()

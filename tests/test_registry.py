@@ -137,6 +137,7 @@ def test_matmul_v9_cluster_tiles_are_the_registrys():
 def test_split_k_and_chooser_tiles_are_the_registrys():
     """splitk.TILES and chooser.V10_TILE are copies (both modules are being changed
     elsewhere): they must agree with v11's and v10's registry tiles."""
-    from tirx_gemm import chooser, splitk
+    from tirx_gemm import splitk
+    from tirx_gemm.op import chooser
     assert splitk.TILES == {a: registry.get("v11", a).tile for a in splitk.TILES}
     assert chooser.V10_TILE == registry.get("v10", "sm_90a").tile[:2]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tirx_gemm import matmul, suite
+from tirx_gemm import matmul
+
+from tirx_gemm.op import suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,8 +53,8 @@ def test_the_packaged_suite_covers_the_models_and_edges(models):
 
 def test_the_suite_ships_as_package_data():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = data["tool"]["setuptools"]["package-data"]["tirx_gemm"]
-    rel = suite.DEFAULT_SUITE.relative_to(ROOT / "tirx_gemm")
+    patterns = data["tool"]["setuptools"]["package-data"]["tirx_gemm.op"]
+    rel = suite.DEFAULT_SUITE.relative_to(ROOT / "tirx_gemm" / "op")
     assert any(rel.match(p) for p in patterns), patterns
 
 

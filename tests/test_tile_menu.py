@@ -115,8 +115,9 @@ def test_swiglu_tiles_hold_whole_gate_up_group_pairs():
     line from the builder). matmul gives every fused epilogue such a tile, also where the
     model's best plain tile is an odd multiple of 8 (2304^3: 128x168), since those widths
     have not run with an epilogue on a GPU."""
-    from tirx_gemm import chooser, epilogue
-    from tirx_gemm import matmul_choice as mc
+    from tirx_gemm import epilogue
+    from tirx_gemm.op import chooser
+    from tirx_gemm.op import choice as mc
     assert chooser.EPILOGUE_TILE_STEP % epilogue.SWIGLU_TILE_STEP == 0
     assert chooser.best_tile(2304, 2304, 2304) == "128x168"
     for epi, n in (({"SWIGLU": True}, 1152), ({"ACT": "relu"}, 2304),
@@ -245,7 +246,7 @@ def test_pairs_along_n_share_the_mma_a_tile_by_multicast():
     with pytest.raises(ValueError, match="PAIR_ALONG='K' must be 'M'"):
         step.build_primfunc(256, 1024, 512, BLK_M=64, BLK_N=64, CLUSTER=2, PAIR_ALONG="K")
     # matmul never asks for it (behind its picks on the H200: README)
-    from tirx_gemm import matmul_choice as mc
+    from tirx_gemm.op import choice as mc
     for N, K in ((4096, 4096), (5120, 13824), (1000, 1000)):
         assert all("PAIR_ALONG" not in kw for _, kw, _, _ in
                    mc.variants(N, K, "bfloat16", "sm_90a", 132, max_m=1024))
@@ -255,7 +256,7 @@ def test_chooser_pairs_and_widths():
     """A pair is one tile of twice the rows on half the slots; pairs enter only where K's
     rows are not whole 128-byte lines (the measured case for them); every menu width the
     sweeps measured is a candidate."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert chooser.tile("64x128c2") == (64, 128, 2) and chooser.name(64, 128, 2) == "64x128c2"
     assert chooser.geometry("64x128c2", 132) == (128, 128, 66)
@@ -270,7 +271,7 @@ def test_chooser_pairs_and_widths():
 
 
 def test_chooser_swap_ab_rule():
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert chooser.swap_ab_tile(1, 8192, 132) == (64, 8)       # 64 tiles of 128: too few
     assert chooser.swap_ab_tile(16, 14336, 132) == (128, 16)   # 112 tiles of 128
@@ -332,7 +333,7 @@ def test_chooser_swap_ab_rule():
 def test_non_persistent_swap_ab_takes_pdl_only_where_its_ctas_fit_the_sms():
     """chooser.np_swap_pdl: with more CTAs than SMs PDL's early launch of the next kernel
     cost up to a fifth of the time in CUDA graphs (chooser.py's figures)."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     for mnk, pdl in (((8, 14336, 4096), False), ((2, 10240, 8192), False),
                      ((1, 8192, 8192), True), ((1, 4608, 3584), True)):
@@ -358,7 +359,7 @@ def test_decode_keeps_the_non_persistent_kernel_on_an_unbalanced_grid():
 
 
 def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     # with M at run time no split is a multiple of the build's L2 group (TVM would fold
     # the tile order's unreachable `% tail` into a division by zero), and tiles x S fits
@@ -379,7 +380,7 @@ def test_swap_ab_splits_past_decode():
     tokens a split may run swapped tiles holding the tokens in few pieces of a multiple of
     16; the measured picks (chooser.py's figures) and the ring rule that keeps 128x256
     units out."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert [chooser.wide_swap_tokens(m) for m in (97, 200, 208, 209, 256, 257, 333, 512)] \
         == [112, 208, 208, 224, 256, 144, 176, 256]
@@ -404,7 +405,7 @@ def test_ring_stages_is_the_depth_check_pipe_depth_allows():
     """spec.ring_stages (the builders' default depth and the chooser's WIDE_SWAP_MIN_STAGES
     test) is the deepest ring helpers.check_pipe_depth accepts."""
     pytest.importorskip("tvm")
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import helpers as H
     for stage, other in ((24576, 0), (43008, 0), (49152, 0), (38912, 32768), (40960, 16384)):
         depth = H.ring_stages(stage, other)
@@ -432,7 +433,7 @@ def test_readme_states_the_rules_as_the_code_has_them():
     import re
     from pathlib import Path
 
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     text = re.sub(r"\s+", " ", (Path(__file__).parents[1] / "README.md").read_text())
     tiles = chooser.SWAP_AB_TILES
     assert f"a token tile of {', '.join(map(str, tiles[:-1]))} or {tiles[-1]}" in text
@@ -576,7 +577,7 @@ def test_chooser_pingpong_rule():
     """v10 takes plain GEMMs with a short K whose 128x128 tiles give every SM one (the
     hidden epilogue the fitted model cannot see); mid squares, deep K and few tiles stay
     off it, and its fitted figures are a candidate of the model."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132) == (
         "v10", {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True})
@@ -602,7 +603,7 @@ def test_v10_is_the_models_candidate_in_its_band_in_v9s_place():
     to its measurements in the band only."""
     import json
     from pathlib import Path
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     top = chooser.PINGPONG_BAND_MAX_K
     assert chooser.PINGPONG_MAX_K < top
@@ -730,7 +731,7 @@ def test_chooser_pdl_rule():
     """PDL=True goes to a v12 kernel (one CTA or a pair) the model predicts under
     PDL_MAX_US, with the fitted saving taken off its prediction; never to v9, v10 or a fused
     epilogue."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert 0.3 < chooser.pdl_saving() < 1.5  # fitted: the median saving, microseconds
     step, kw = mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132)
@@ -793,7 +794,7 @@ def test_v12_prefetch_maps_adds_the_descriptor_prefetch():
 def test_matmul_prefetches_descriptors_on_one_cta_kernels_only():
     """matmul builds every one-CTA v12 kernel with PREFETCH_MAPS=True (measured on the H200:
     results/lab/v12_prefetch_h200.jsonl), its CTA pairs without (the builder refuses both)."""
-    from tirx_gemm import matmul_choice as mc
+    from tirx_gemm.op import choice as mc
     seen = set()
     for mnk in ((1, 4096, 4096), (77, 7168, 2048), (128, 256, 32768), (1024, 1024, 1024),
                 (2304, 2304, 2304), (1000, 1000, 1000)):
@@ -884,7 +885,7 @@ def test_tail_tma_stores_the_tail_by_one_box_of_its_width(bm, bn):
     pytest.importorskip("tvm")
     import re
 
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm.steps.sm90a.hgemm_v12 import hgemm_v12
     kw = dict(BLK_M=bm, BLK_N=bn, RUNTIME_M=True, RUNTIME_NK=True)
     texts = {tt: hgemm_v12(256, 768, 512, TAIL_TMA=tt, **kw).script() for tt in (False, True)}
@@ -920,7 +921,7 @@ def test_tail_tma_stores_the_tail_by_one_box_of_its_width(bm, bn):
 def test_chooser_tail_tma_rule():
     """matmul asks for TAIL_TMA on a one-CTA tile wider than 64 whose tail's staging tile
     leaves the ring as deep (chooser.tail_tma); never on pairs, swap-AB or splits."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert chooser.tail_tma(128, 240) and chooser.tail_tma(64, 96)
     assert chooser.tail_tma(128, 168) and chooser.tail_tma(128, 176)
@@ -951,7 +952,7 @@ def test_chooser_dp_swap_rule():
     swapped problem more than DP_SWAP_MARGIN faster; never at decode widths or a misaligned
     K; M counts in 16-row blocks (the token tiles' step), so variants serve every M with
     choose's pick."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert chooser.dp_swap_tile(6000, 768, 768) == (128, 144)
     # 3152 = 22 x 143.3: 6 x 22 = 132 swapped tiles; counted in 64-row blocks (3200) the
@@ -978,7 +979,7 @@ def test_dp_swap_rule_past_128_tokens():
     """The data-parallel swap-AB rule applies past DP_SWAP_MIN_M (128) tokens: where the
     model rates the swapped problem more than 5% faster at a few hundred tokens, matmul runs
     the swapped tile with SWAP_TMA, and variants serves every M of its 16-row blocks."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     assert chooser.DP_SWAP_MIN_M == 128
     assert chooser.dp_swap_tile(300, 8192, 8192) == (128, 160)
@@ -1000,7 +1001,7 @@ def test_readme_counts_for_the_tail_and_swap_rules_are_the_records():
     import json
     import re
     from pathlib import Path
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     root = Path(__file__).parents[1]
     text = re.sub(r"\s+", " ", re.sub(r"<!--.*?-->", "", (root / "README.md").read_text()))
 
@@ -1038,7 +1039,7 @@ def test_readme_counts_for_v10s_band_are_the_records():
     import json
     import re
     from pathlib import Path
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     root = Path(__file__).parents[1]
     lab = root / "results" / "lab"
     text = re.sub(r"<!--.*?-->", "", (root / "README.md").read_text())
@@ -1124,7 +1125,7 @@ def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
     """matmul's v12 picks with one CTA per tile and no K split (the plain tiles, swap-AB at
     decode, swap-AB stored by TMA, SPLIT_K=1) take SHIFT_LAST; pairs, K splits, v9 and
     v10 do not have it, nor does a fused epilogue."""
-    from tirx_gemm import matmul_choice as mc
+    from tirx_gemm.op import choice as mc
     seen = set()
     for N, K in ((4096, 4096), (1000, 1000), (14336, 4096), (256, 32768), (3584, 3584)):
         for step, kw, lo, hi in mc.variants(N, K, "bfloat16", "sm_90a", 132, max_m=4096):
@@ -1210,7 +1211,7 @@ def test_this_stops_rule_figures_are_computed_from_their_records():
     import re
     from pathlib import Path
 
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     root = Path(__file__).parents[1]
     lab = root / "results" / "lab"
@@ -1245,7 +1246,7 @@ def test_this_stops_rule_figures_are_computed_from_their_records():
               if (r["suite"], r["chooser"], r["dtype"]) == (suite, who, dtype)]
         return math.exp(sum(xs) / len(xs))
 
-    src = _source_text("tirx_gemm/matmul_choice.py")
+    src = _source_text("tirx_gemm/op/choice.py")
     for suite in ("models", "heldout"):
         old, new = ((" / ".join(f"{geo(suite, w, d):.3f}" for d in ("float16", "bfloat16")))
                     for w in ("old", "new"))
@@ -1265,7 +1266,7 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
     from pathlib import Path
 
     from tirx_gemm import matmul as mm
-    from tirx_gemm import suite as S
+    from tirx_gemm.op import suite as S
     root = Path(__file__).parents[1]
     rows = _lab_records("matmul_graph_h200_nkswap.jsonl")
 
@@ -1293,7 +1294,7 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
     def summary(cs):
         return len(cs), sum(d < 0 for _, _, d in cs), math.exp(sum(d for *_, d in cs) / len(cs))
 
-    src = _source_text("tirx_gemm/matmul_choice.py")
+    src = _source_text("tirx_gemm/op/choice.py")
     one = changed(1, "tried")
     units = [c for c in one if c[1] == "swap_unit"]
     n, behind, g = summary(units)
@@ -1319,7 +1320,7 @@ def test_static_nk_swap_and_pair_figures_are_computed_from_their_records():
                     for w in ("old", "new"))
         assert f"{name} {old} -> {new}" in src, (suite, old, new)
     # the bundle count quoted: every M of the models suite's layers, one dtype
-    models = S.load_suite(root / "tirx_gemm" / "suites" / "models.json")
+    models = S.load_suite(root / "tirx_gemm" / "op" / "suites" / "models.json")
     count = sum(1 for _, _, kw in S.export_requests(models, "matmul", "sm_90a", 132)
                 if kw.get("dtype", "float16") == "float16")
     assert f"bundle for every M holds {count} kernels per dtype" in src, count
@@ -1369,7 +1370,7 @@ def test_pdl_exit_trigger_figures_are_computed_from_their_records():
         assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == v["kept"][0]["kwargs"]
     kept = [math.exp(lm(v["kept"]) - lm(v["before"])) for v in two.values()]
     c = stats(kept)
-    src = _source_text("tirx_gemm/matmul_choice.py")
+    src = _source_text("tirx_gemm/op/choice.py")
     readme = _readme_text()
     for text in (src, readme):
         assert f"start trigger on the {a[0]} cases of kernels built for N and K without PDL " \
@@ -1396,7 +1397,7 @@ def test_split_pdl_trigger_figures_are_computed_from_their_records():
     trigger, recomputed from the H200 call's records (each case the mean of its passes' log
     ratios, exit over start); the start side's kernels are what matmul picks today, the exit
     side's the same kernels with PDL_TRIGGER="exit"."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     per: dict = {}
     for r in _lab_records("matmul_graph_h200_splitpdl.jsonl"):
@@ -1416,7 +1417,7 @@ def test_split_pdl_trigger_figures_are_computed_from_their_records():
         else:
             t = chooser.predict_split(kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"], M, N, K)
             groups["short" if t <= chooser.PDL_MAX_US else "long"].append(gain)
-    for text in (_source_text("tirx_gemm/matmul_choice.py"), _readme_text(code=False)):
+    for text in (_source_text("tirx_gemm/op/choice.py"), _readme_text(code=False)):
         swap, short, long = (_ab_summary(groups[g]) for g in ("swap", "short", "long"))
         assert f"swap-AB splits {swap}" in text, swap
         assert f"PDL_MAX_US {short}" in text, short
@@ -1445,7 +1446,7 @@ def test_tall_swap_split_rule_and_its_figures_follow_the_records():
     recomputed, grouped by the K steps a unit keeps, and matched against the quoted figures;
     the committed rule picks the variant's kernel exactly where a unit keeps
     TALL_SPLIT_MIN_K_STEPS or more, else the kernel before."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     per: dict = {}
     for r in _lab_records("matmul_graph_h200_tallsplit.jsonl"):
@@ -1465,7 +1466,7 @@ def test_tall_swap_split_rule_and_its_figures_follow_the_records():
         else:
             groups["deep" if steps >= 48 else "32" if steps >= 32 else "short"].append(gain)
     deep, mid, short, check = (_ab_summary(groups[g]) for g in ("deep", "32", "short", "check"))
-    for text in (_source_text("tirx_gemm/chooser.py"), _readme_text(code=False)):
+    for text in (_source_text("tirx_gemm/op/chooser.py"), _readme_text(code=False)):
         assert f"at least 48 K steps a unit {deep}" in text, deep
         assert f"with 32 steps {mid}" in text, mid
         assert f"with 24 or fewer {short}" in text, short
@@ -1477,7 +1478,7 @@ def test_tall_swap_split_plans():
     """Where the 128-row swap-AB split applies: a decode weight of more 64-row tiles than
     half the SMs, S >= 3 units of at least TALL_SPLIT_MIN_K_STEPS K steps; elsewhere the
     plans before it."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     assert chooser.split_plan(64, 4608, 36864) == (128, 64, True, 3, None)
     assert chooser.split_plan(1, 5120, 13824) == (128, 8, True, 3, None)
     assert chooser.split_plan(96, 5120, 27648) == (128, 96, True, 3, None)
@@ -1511,7 +1512,7 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
     each case's passes' log ratios, the variant over the package before, where the kernel
     changed) and matched against the quoted figures; the committed rule picks the kernels
     call 2's variant and call 3 ran, and the kernel before where its tail is not short."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_swaptail.jsonl")
 
@@ -1528,7 +1529,7 @@ def test_swap_stream_k_tail_rule_and_its_figures_follow_the_records():
         assert now.get("STREAM_K", False) == chooser.swap_stream_k(M, N)
         if call == 3:  # the committed package was "new" there: the kernel before had none
             assert now["STREAM_K"] and not v["before"][0]["kwargs"].get("STREAM_K")
-    for text in (_source_text("tirx_gemm/chooser.py"), _readme_text(code=False)):
+    for text in (_source_text("tirx_gemm/op/chooser.py"), _readme_text(code=False)):
         for call, label in ((1, "rows64"), (2, "stream_k"), (3, "stream_k")):
             assert summary(call, label) in text, (call, summary(call, label))
 
@@ -1546,7 +1547,7 @@ def test_v9_handicap_rule_and_its_figures_follow_the_records():
         assert len(v["before"]) == len(v[label]) == 2  # two passes each
         now = mm.choose(M, N, K, dt, "sm_90a", 132)
         assert now == ("v12", v[label][0]["kwargs"]), (call, M, N, K, dt)
-    chooser_text, readme = _source_text("tirx_gemm/chooser.py"), _readme_text(code=False)
+    chooser_text, readme = _source_text("tirx_gemm/op/chooser.py"), _readme_text(code=False)
     for call, label in ((1, "within0"), (2, "handicap"), (3, "handicap")):
         summary = _ab_summary(_ab_gains(per, call, "before", label))
         assert summary in chooser_text and summary in readme, (call, summary)
@@ -1560,7 +1561,7 @@ def test_v9_handicap_rule_and_its_figures_follow_the_records():
 def test_v9_handicap_is_the_only_preference_v9_has():
     """v9 is picked only where it is predicted more than V9_HANDICAP faster than every v12
     tile; v10 (in its band) keeps PREFER_PAIR_WITHIN. Both as README states them."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     readme = _readme_text()
     assert (f"predicted more than {round(chooser.V9_HANDICAP * 100)}% faster than every v12 "
             f"tile (`chooser.V9_HANDICAP`") in readme
@@ -1581,7 +1582,7 @@ def test_v9_handicap_is_the_only_preference_v9_has():
 
 def test_v9_handicap_as_the_bullet_and_the_lesson_state_it():
     """The handicap's size and the lesson's wave arithmetic (6144x5120x3072), from the code."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     pct = round(chooser.V9_HANDICAP * 100)
     assert (f"v9's predicted time counts {pct}% more when `chooser.best` ranks it against "
             f"v12's tiles, and a v12 tile within {pct}% takes its place") in _readme_text()
@@ -1628,7 +1629,7 @@ def test_v9_handicap_kernel_count_as_quoted():
     """README's count of what serves the models suite's layers over every M (bf16)."""
     import json
     from tirx_gemm import matmul as mm
-    suite = json.loads((ROOT / "tirx_gemm" / "suites" / "models.json").read_text())
+    suite = json.loads((ROOT / "tirx_gemm" / "op" / "suites" / "models.json").read_text())
     layers = sorted({(s["N"], s["K"]) for s in suite["shapes"]})
     ranges, kernels = 0, set()
     for N, K in layers:
@@ -1644,7 +1645,7 @@ def _clustered_now(M, N, now: dict, before: dict) -> bool:
     """Whether matmul's kernel ``now`` at an earlier A/B's case is the swap-AB cluster
     rule's (stop 53) in place of ``before``, the persistent swap-AB kernel that A/B ran:
     clusters of four along the weight where chooser.swap_cluster_rows says so."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     if now.get("CLUSTER") != chooser.SWAP_CLUSTER:
         return False
     assert now["BLK_M"] == chooser.swap_cluster_rows(M, N), (M, N, now)
@@ -1680,7 +1681,7 @@ def test_mma_lag_at_49_96_tokens_figures_follow_the_records():
 def test_misaligned_pair_rule_recheck_figures_follow_the_records():
     """The pair rule re-checked (stop 52): README's figures over the cases where the rule
     makes a pair, and matmul still makes it there."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_misk.jsonl")
     for (call, M, N, K, dt), v in per.items():
@@ -1713,7 +1714,7 @@ def test_swap_cluster_rule_follows_the_fill_and_the_residency():
     holds at once; matmul then builds that kernel (CLUSTER=4, no SHIFT_LAST, PREFETCH_MAPS
     or STREAM_K, PDL with the start trigger only where a swap-AB kernel is short)."""
     pytest.importorskip("tvm")
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     cdiv = chooser._ceil_div
     assert chooser.swap_cluster_rows(48, 4608) is None
@@ -1747,10 +1748,10 @@ def test_swap_cluster_rule_figures_follow_the_records():
     """The clusters-of-four A/B (stop 53): both variants' figures over the 24 decode layers
     and the rule's over the layers where it picks clusters, recomputed and matched against
     README and chooser.py; at those layers matmul now picks the kernel the variant ran."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     from tirx_gemm import matmul as mm
     per = _ab_cases("matmul_graph_h200_c4.jsonl")
-    readme, chooser_text = _readme_text(code=False), _source_text("tirx_gemm/chooser.py")
+    readme, chooser_text = _readme_text(code=False), _source_text("tirx_gemm/op/chooser.py")
     for label in ("c4_rows64", "c4_rows128"):
         gains = _ab_gains(per, 1, "before", label)
         assert len(gains) == 24 and _ab_summary(gains) in readme, label
@@ -1792,7 +1793,7 @@ def test_swap_cluster_cap_is_the_drivers_count():
     """chooser.SWAP_CLUSTER_MAX_CLUSTERS is what the driver said the H200 holds at once of
     clusters of four of both swap-AB cluster kernels (results/lab/cluster_occupancy_h200.jsonl),
     and README and the lesson quote it with the SMs it covers."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     rows = [r for r in _lab_records("cluster_occupancy_h200.jsonl")
             if r["cluster"] == chooser.SWAP_CLUSTER]
     assert len(rows) == 2 and {r["threads"] for r in rows} == {256, 384}
@@ -1819,7 +1820,7 @@ def test_swap_clusters_change_no_suite_kernel_at_its_own_token_count():
     import json
     from tirx_gemm import matmul as mm
     changed = []
-    for path in ("tirx_gemm/suites/models.json", "tirx_gemm/suites/heldout.json",
+    for path in ("tirx_gemm/op/suites/models.json", "tirx_gemm/op/suites/heldout.json",
                  "scripts/lab/issue32_fresh.json"):
         for e in json.loads((ROOT / path).read_text())["shapes"]:
             for dt in ("float16", "bfloat16"):
@@ -1840,7 +1841,7 @@ def test_the_prepared_lab_sets_meet_the_rules_they_test():
     issue32_c4mis.json, CTA pairs by the misaligned-row rule at every shape."""
     import json
     from tirx_gemm import matmul as mm
-    from tirx_gemm.suite import load_suite
+    from tirx_gemm.op.suite import load_suite
     lab = ROOT / "scripts/lab"
     for name in ("c4next", "m128", "c4mis"):  # what the H200 scripts load them with
         assert "Decided before the run" in load_suite(str(lab / f"issue32_{name}.json")).description
@@ -1860,7 +1861,7 @@ def test_the_prepared_lab_sets_meet_the_rules_they_test():
             step, kw = mm.choose(e["M"], e["N"], e["K"], dt, "sm_90a", 132)
             assert step == "v12" and kw["BLK_M"] == 64, e
             assert not any(kw.get(k) for k in ("SWAP_AB", "SPLIT_K", "CLUSTER", "STREAM_K")), e
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     for e in json.loads((lab / "issue32_c4mis.json").read_text())["shapes"]:
         assert chooser.misaligned_rows(e["K"]), e
         for dt in ("float16", "bfloat16"):

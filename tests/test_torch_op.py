@@ -178,13 +178,13 @@ def test_the_callable_module_is_not_traceable_so_the_docs_point_to_torch_op():
 
 def test_the_benchmarks_print_suites_that_export_reads(tmp_path):
     """scripts/bench_model.py --print-shapes and bench_overhead.py --print-suite write suite
-    files that tirx_gemm.suite loads and plans (what `tirx-gemm export --suite` does), with
+    files that tirx_gemm.op.suite loads and plans (what `tirx-gemm export --suite` does), with
     every (N, K) of tests/test_gpu_op.py, without a GPU."""
     import json
     import subprocess
     import sys
     from pathlib import Path
-    from tirx_gemm import suite
+    from tirx_gemm.op import suite
     root = Path(__file__).resolve().parent.parent
     for script, flag in (("bench_model.py", "--print-shapes"),
                          ("bench_overhead.py", "--print-suite")):

@@ -97,7 +97,7 @@ def test_the_split_model_keeps_its_plans_resident_and_rates_what_was_fitted():
     import math
     from pathlib import Path
 
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     for mnk in ((128, 128, 65536), (256, 256, 16384), (128, 4096, 14336), (96, 512, 65536)):
         t, bm, bn, s = chooser.best_split(*mnk)
         tiles = -(-mnk[0] // bm) * -(-mnk[1] // bn)
@@ -122,7 +122,7 @@ def test_the_split_model_keeps_its_plans_resident_and_rates_what_was_fitted():
 
 
 def test_split_count_prefers_a_divisor_of_the_k_steps():
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     assert chooser.split_count(33, 1024) == 32      # 1024 K steps: 32 units of 32
     assert chooser.split_count(66, 1024) == 64
     assert chooser.split_count(22, 192) == 16       # 12 each; 16 >= 22 / 2
@@ -134,5 +134,5 @@ def test_split_count_prefers_a_divisor_of_the_k_steps():
 def test_the_split_cap_is_the_spread_reductions():
     """chooser (a shared layer) may not import splitk (authoring): the cap is written in
     both, and this keeps them one fact."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     assert chooser.SPLIT_MAX == splitk.MAX_SPLIT_SPREAD

@@ -24,7 +24,7 @@ author.
 
 This module imports neither TVM nor torch nor tirx_gemm.compile: it sits below both the
 exporter (tirx_gemm/compile/bundle.py, which writes bundles) and the run side (tirx_gemm/run/
-and tirx_gemm/matmul.py, which read them).
+and tirx_gemm/op/matmul.py, which read them).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # run by the --before checkout's python: its export requests as JSON lines
 _DUMP = """
 import json, sys
-from tirx_gemm import suite as S
+from tirx_gemm.op import suite as S
 for path in sys.argv[1:]:
     for step, mnk, kw in S.export_requests(S.load_suite(path), "matmul", "sm_90a", 132):
         print(json.dumps([step.id, step.arch, list(mnk), kw]))
@@ -52,8 +52,8 @@ def requests(suites, befores) -> list[tuple]:
     """Every kernel this checkout's matmul asks for over ``suites``, then every kernel each
     checkout in ``befores`` asks for that is not among them yet."""
     from tirx_gemm import registry
-    from tirx_gemm import suite as S
-    from tirx_gemm.matmul_choice import build_shape
+    from tirx_gemm.op import suite as S
+    from tirx_gemm.op.choice import build_shape
     out, seen = [], set()
 
     def add(step, mnk, kw):

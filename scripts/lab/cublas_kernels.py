@@ -38,7 +38,7 @@ def main(argv) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--dtypes", default="bfloat16")
     a = p.parse_args(argv)
-    from tirx_gemm import suite as suites
+    from tirx_gemm.op import suite as suites
     from tirx_gemm.matmul import choose
     s = suites.load_suite(a.suite)
     dev = torch.cuda.get_device_name()

@@ -2,7 +2,7 @@
 API (tirx_gemm.matmul's bias / activation / out_dtype, tirx_gemm.swiglu), from a bundle.
 
 Made here (a build machine with TVM):
-    tirx-gemm export --suite tirx_gemm/suites/epilogue-h200.json --arch sm_90a \\
+    tirx-gemm export --suite tirx_gemm/op/suites/epilogue-h200.json --arch sm_90a \\
         --out .gpu/epilogue --ffi-wheel 3.12
 Run on the GPU host (torch, no TVM), from the checkout with .gpu/epilogue carried:
     python3 scripts/lab/epilogue_h200.py --bundle .gpu/epilogue --out $OUT/epilogue.jsonl
@@ -24,7 +24,7 @@ What it does, every result one JSON line in --out (and a progress line on stdout
 --plan-only (no GPU needed): resolve every kernel the run will call in the bundle, as an
 H200 (sm_90a, 132 SMs) would pick it, and print what is missing (exit 1 if anything is).
 
---v10 (with --suite tirx_gemm/suites/epilogue-v10.json; the bundle made by the two export
+--v10 (with --suite tirx_gemm/op/suites/epilogue-v10.json; the bundle made by the two export
 commands below): the ping-pong comparison instead of (a) and (b). Per shape one set of
 inputs and bias; every kernel is first checked once (its output poisoned with NaN, against
 the float64 reference under epilogue.tolerance), then timed only if it passed, all in one
@@ -34,11 +34,11 @@ step=...)``), then both plain kernels again (their drift across the shape's timi
 Records: "v10check" and "v10time" lines (ratios v10 fused / v12 fused, fused / plain of
 each step). Export (here, with TVM):
     rm -rf .gpu/epilogue
-    tirx-gemm export --suite tirx_gemm/suites/epilogue-h200.json --arch sm_90a \
+    tirx-gemm export --suite tirx_gemm/op/suites/epilogue-h200.json --arch sm_90a \
         --out .gpu/epilogue --ffi-wheel 3.12
-    tirx-gemm export --suite tirx_gemm/suites/epilogue-v10.json --arch sm_90a \
+    tirx-gemm export --suite tirx_gemm/op/suites/epilogue-v10.json --arch sm_90a \
         --out .gpu/epilogue --ffi-wheel 3.12
-Run: python3 scripts/lab/epilogue_h200.py --v10 --suite tirx_gemm/suites/epilogue-v10.json \
+Run: python3 scripts/lab/epilogue_h200.py --v10 --suite tirx_gemm/op/suites/epilogue-v10.json \
         --bundle .gpu/epilogue --out $OUT/epilogue_v10.jsonl
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 import tirx_gemm  # noqa: E402
 from tirx_gemm import epilogue as E  # noqa: E402
 from tirx_gemm import matmul as mm  # noqa: E402
-from tirx_gemm import suite as suites  # noqa: E402
+from tirx_gemm.op import suite as suites  # noqa: E402
 
 TORCH_ACT = {None: lambda x: x, "relu": F.relu, "gelu": F.gelu,
              "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
@@ -393,7 +393,7 @@ def plan_only(s, bundle, v10=False) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True)
-    ap.add_argument("--suite", default=str(ROOT / "tirx_gemm/suites/epilogue-h200.json"))
+    ap.add_argument("--suite", default=str(ROOT / "tirx_gemm/op/suites/epilogue-h200.json"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=270.0)
     ap.add_argument("--no-time", action="store_true")

@@ -16,7 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from tirx_gemm import fp8, registry
+from tirx_gemm import registry
+
+from tirx_gemm.op import fp8
 from tirx_gemm.compile import bundle
 
 

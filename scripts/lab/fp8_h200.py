@@ -6,7 +6,7 @@ On the GPU host (no TVM), from the checkout, with the bundle of scripts/lab/fp8_
       --out $OUT/fp8_h200.jsonl
 
 1. correctness: every configuration of tirx_gemm.matmul_fp8 (SCALE tensor / row / block,
-   fast_accum False / True) at the suite's shapes (tirx_gemm/suites/fp8.json) and at edge
+   fast_accum False / True) at the suite's shapes (tirx_gemm/op/suites/fp8.json) and at edge
    shapes (M and N off the tile grids, K a multiple of 16 only, odd and even numbers of
    128-K stages, one row), against the fp32 product of the dequantized inputs. The
    promoted modes (fast_accum False) are judged (kind "check", exit 1 on a failure) with
@@ -38,10 +38,12 @@ import time
 
 import torch
 
-from tirx_gemm import fp8, matmul, numerics
+from tirx_gemm import matmul, numerics
+
+from tirx_gemm.op import fp8
 from tirx_gemm.run.checking import compare
 from tirx_gemm.run.launcher import synchronize
-from tirx_gemm.suite import load_suite
+from tirx_gemm.op.suite import load_suite
 
 EDGES = ((1, 264, 80), (77, 136, 400), (300, 1000, 1008), (65, 4104, 2064),
          (129, 264, 4112), (1000, 1000, 1008), (2049, 384, 16384))

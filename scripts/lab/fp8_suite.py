@@ -1,6 +1,6 @@
 """The models suite in fp8 (issue 29: "the suite runs in fp8 too"), on a GPU host.
 
-For every shape of a suite file (default tirx_gemm/suites/models.json) that fp8 can take
+For every shape of a suite file (default tirx_gemm/op/suites/models.json) that fp8 can take
 (K a multiple of 16, N of 8): ``tirx_gemm.matmul_fp8`` with per-tensor and rowwise scales,
 promoted (the default), checked against the dequantized fp32 reference with the project's
 fp8 tolerance (D poisoned with NaN first); then timed in the same run, CUDA events, median
@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fp8_h200 as lab  # noqa: E402  (scripts/lab/fp8_h200.py)
 
-from tirx_gemm import fp8  # noqa: E402
+from tirx_gemm.op import fp8  # noqa: E402
 from tirx_gemm.matmul import use_bundle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", default=str(ROOT / "tirx_gemm" / "suites" / "models.json"))
+    ap.add_argument("--suite", default=str(ROOT / "tirx_gemm" / "op" / "suites" / "models.json"))
     ap.add_argument("--bundle", default=os.environ.get("TIRX_GEMM_BUNDLE", ".gpu/fp8"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)

@@ -2,8 +2,8 @@
 # The second H200 call for issues 28 and 29 (after call 1's findings: the epilogue's bias
 # loads moved before the last wgmma wait, v10's ping-pong epilogue; v13's promotion
 # overlapped with the next stage's wgmmas). From the checkout, bundles made here:
-#   tirx-gemm export --suite tirx_gemm/suites/epilogue-h200.json --arch sm_90a --out .gpu/epilogue --ffi-wheel 3.12
-#   tirx-gemm export --suite tirx_gemm/suites/epilogue-v10.json --arch sm_90a --out .gpu/epilogue --ffi-wheel 3.12
+#   tirx-gemm export --suite tirx_gemm/op/suites/epilogue-h200.json --arch sm_90a --out .gpu/epilogue --ffi-wheel 3.12
+#   tirx-gemm export --suite tirx_gemm/op/suites/epilogue-v10.json --arch sm_90a --out .gpu/epilogue --ffi-wheel 3.12
 #   python scripts/lab/fp8_export.py --out .gpu/fp8 --ffi-wheel 3.12
 # carry: .gpu/epilogue .gpu/fp8. On the GPU host: OUT=$OUT bash scripts/lab/h200_call2_28_29.sh
 set -uo pipefail
@@ -14,7 +14,7 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/epilogue/
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 TAILN=40 stage epilogue 120 python3 scripts/lab/epilogue_h200.py --bundle .gpu/epilogue --out "$OUT/epilogue.jsonl" --budget-s 100
-TAILN=40 stage epilogue_v10 150 python3 scripts/lab/epilogue_h200.py --v10 --suite tirx_gemm/suites/epilogue-v10.json --bundle .gpu/epilogue --out "$OUT/epilogue_v10.jsonl" --budget-s 130
+TAILN=40 stage epilogue_v10 150 python3 scripts/lab/epilogue_h200.py --v10 --suite tirx_gemm/op/suites/epilogue-v10.json --bundle .gpu/epilogue --out "$OUT/epilogue_v10.jsonl" --budget-s 130
 TAILN=60 stage fp8 130 python3 scripts/lab/fp8_h200.py --bundle .gpu/fp8 --budget-s 110 --out "$OUT/fp8_h200.jsonl"
 TAILN=30 stage fp8_suite 120 python3 scripts/lab/fp8_suite.py --bundle .gpu/fp8 --budget-s 85 --out "$OUT/fp8_suite.jsonl"
 exit 0

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The closing H200 call for issues 27 and 32 (one dtype per call: the bundle of one dtype
 # fits the 64 MiB carry). Here, with DT=bfloat16 or float16:
-#   python - (a copy of tirx_gemm/suites/models.json with "dtypes": [DT]) > .gpu/models-DT.json
-#   for s in .gpu/models-DT.json [tirx_gemm/suites/llama3-8b.json .gpu/overhead.json]; do
+#   python - (a copy of tirx_gemm/op/suites/models.json with "dtypes": [DT]) > .gpu/models-DT.json
+#   for s in .gpu/models-DT.json [tirx_gemm/op/suites/llama3-8b.json .gpu/overhead.json]; do
 #     tirx-gemm export --suite $s --arch sm_90a --out .gpu/DT --ffi-wheel 3.12; done
 # carry .gpu/DT and the suite copies; on the GPU host: OUT=$OUT bash scripts/lab/h200_final.sh DT
 # Everything lands in $OUT/final-DT.tgz (the call returns at most 8 files).

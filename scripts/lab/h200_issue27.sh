@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call for issue 27 (an op a model can call), from the checkout with bundles made
 # here (CPU, TVM) and carried in .gpu/:
-#   tirx-gemm export --suite tirx_gemm/suites/llama3-8b.json --arch sm_90a --out .gpu/llama --ffi-wheel 3.12
+#   tirx-gemm export --suite tirx_gemm/op/suites/llama3-8b.json --arch sm_90a --out .gpu/llama --ffi-wheel 3.12
 #   python scripts/bench_overhead.py --print-suite > /tmp/overhead.json
 #   tirx-gemm export --suite /tmp/overhead.json --arch sm_90a --out .gpu/overhead
 # carry: .gpu/llama .gpu/overhead. On the GPU host, from the repository root:
@@ -23,5 +23,5 @@ TIRX_GEMM_BUNDLE=.gpu/llama TAILN=6 stage runtime_m 90 python3 scripts/lab/runti
 TIRX_GEMM_BUNDLE=.gpu/llama TAILN=20 stage gpu_op 80 python3 -m pytest -m gpu tests/test_gpu_op.py -q -p no:cacheprovider
 TIRX_GEMM_BUNDLE=.gpu/overhead TAILN=30 stage overhead 90 python3 scripts/bench_overhead.py --out "$OUT/overhead.jsonl"
 TIRX_GEMM_BUNDLE=.gpu/llama TAILN=40 stage model 190 python3 scripts/bench_model.py --budget-s 150 --out "$OUT/model.jsonl"
-TAILN=30 stage suite 100 python3 -m tirx_gemm.cli bench --suite tirx_gemm/suites/llama3-8b.json --target matmul --arch sm_90a --bundle .gpu/llama --record --results "$OUT/results" -q
+TAILN=30 stage suite 100 python3 -m tirx_gemm.cli bench --suite tirx_gemm/op/suites/llama3-8b.json --target matmul --arch sm_90a --bundle .gpu/llama --record --results "$OUT/results" -q
 exit 0

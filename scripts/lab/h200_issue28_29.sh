@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call for issues 28 (fused epilogues) and 29 (fp8), from the checkout with bundles
 # made here (CPU, TVM) and carried in .gpu/:
-#   tirx-gemm export --suite tirx_gemm/suites/epilogue-h200.json --arch sm_90a --out .gpu/epilogue --ffi-wheel 3.12
+#   tirx-gemm export --suite tirx_gemm/op/suites/epilogue-h200.json --arch sm_90a --out .gpu/epilogue --ffi-wheel 3.12
 #   python scripts/lab/fp8_export.py --out .gpu/fp8 --ffi-wheel 3.12
 # carry: .gpu/epilogue .gpu/fp8. On the GPU host, from the repository root:
 #   OUT=$OUT bash scripts/lab/h200_issue28_29.sh

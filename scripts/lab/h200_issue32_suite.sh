@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Issue 32 on the H200: tirx_gemm.matmul over the models suite (the chooser with v12 tiles,
 # pairs, v10 and PDL), both dtypes, eager (cli bench, records) and as CUDA graphs.
-#   (copies of tirx_gemm/suites/models.json, one dtype each, every entry "all_m": false)
+#   (copies of tirx_gemm/op/suites/models.json, one dtype each, every entry "all_m": false)
 #   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/s3-DT --ffi-wheel 3.12
 # carry .gpu/s3-bfloat16 .gpu/s3-float16 .gpu/models-*.json; on the GPU host:
 #   OUT=$OUT bash scripts/lab/h200_issue32_suite.sh
 # SUITE_BUNDLE=sN picks .gpu/sN-DT; EXTRA=x5 also runs .gpu/extra-DT.json (shapes off the
 # suite, a check of the chooser's rules where they were not fitted) from .gpu/x5-DT;
 # EXTRA_SPEC=heldout runs .gpu/heldout-DT.json instead (real-model shapes never fitted:
-# tirx_gemm/suites/heldout.json, one dtype per copy, exported to .gpu/hN-DT).
+# tirx_gemm/op/suites/heldout.json, one dtype per copy, exported to .gpu/hN-DT).
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
 OUT=${OUT:-/tmp/out}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 32 on the H200: a v12 sweep (scripts/lab/v12_sweep.py), every entry at every shape
-# of tirx_gemm/suites/models.json (bf16), checked and timed against torch.mm in the same run.
+# of tirx_gemm/op/suites/models.json (bf16), checked and timed against torch.mm in the same run.
 #   cluster: v12 with CLUSTER=2 (a CTA pair along M sharing B by multicast) beside the
 #            one-CTA menu:  python scripts/lab/v12_sweep.py export --out .gpu/v12c --cluster
 #   widths:  the widths between the menu's (BLK_N 80..240, WIDTHS_MENU):

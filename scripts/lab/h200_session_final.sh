@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # This session's closing H200 calls (issues 27, 29, 32), from bundles exported here:
-#   (copies of tirx_gemm/suites/models.json, one dtype each, every entry "all_m": false)
+#   (copies of tirx_gemm/op/suites/models.json, one dtype each, every entry "all_m": false)
 #   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/s-DT --ffi-wheel 3.12
-#   tirx-gemm export --suite tirx_gemm/suites/llama3-8b.json --arch sm_90a --out .gpu/llama --ffi-wheel 3.12
+#   tirx-gemm export --suite tirx_gemm/op/suites/llama3-8b.json --arch sm_90a --out .gpu/llama --ffi-wheel 3.12
 # carry .gpu/s-bfloat16 .gpu/s-float16 .gpu/models-*.json .gpu/llama; on the GPU host:
 #   OUT=$OUT bash scripts/lab/h200_session_final.sh suites     (each dtype's suite; graphs)
 #   OUT=$OUT bash scripts/lab/h200_session_final.sh model      (the suite shapes whose choice

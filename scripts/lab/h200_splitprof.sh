@@ -46,7 +46,7 @@ else
 fi
 snap
 for suite in $([ "${CUBLAS:-1}" = 0 ] || echo models heldout); do
-  TAILN=2 stage "cublas_$suite" 120 python3 scripts/lab/cublas_kernels.py tirx_gemm/suites/$suite.json \
+  TAILN=2 stage "cublas_$suite" 120 python3 scripts/lab/cublas_kernels.py tirx_gemm/op/suites/$suite.json \
     --dtypes float16,bfloat16 --out "$W/cublas_kernels_${suite}.jsonl"
 done
 snap

@@ -40,7 +40,7 @@ def main(argv) -> int:
     args = p.parse_args(argv)
     import torch
     import tirx_gemm
-    from tirx_gemm import suite as suites
+    from tirx_gemm.op import suite as suites
     from tirx_gemm import settings
     from tirx_gemm.bundle_format import code_git_sha
     from tirx_gemm.gitinfo import git_sha

@@ -13,7 +13,7 @@ import torch
 
 import tirx_gemm
 from tirx_gemm import numerics
-from tirx_gemm import suite
+from tirx_gemm.op import suite
 
 
 def main(argv) -> int:

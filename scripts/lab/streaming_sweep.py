@@ -61,7 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from v12_sweep import _check, _graphs_interleaved, _inputs  # noqa: E402
 
-from tirx_gemm import chooser  # noqa: E402  (pure Python: matmul's tail rule)
+from tirx_gemm.op import chooser  # noqa: E402  (pure Python: matmul's tail rule)
 
 
 def with_shift_twins(kernels: dict) -> dict:
@@ -284,7 +284,8 @@ SETS = {"streaming": (SHAPES, KERNELS), "pairs": (PAIR_SHAPES, PAIR_KERNELS),
 
 
 def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
-    from tirx_gemm import matmul_choice, registry
+    from tirx_gemm import registry
+    from tirx_gemm.op import choice as matmul_choice
     from tirx_gemm.compile import bundle
     step = registry.get("v12", "sm_90a")
     reqs = []

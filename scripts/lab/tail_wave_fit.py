@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import fit_chooser as F  # noqa: E402
-from tirx_gemm import chooser  # noqa: E402
+from tirx_gemm.op import chooser  # noqa: E402
 
 
 def tail_terms(g: float, min_intensity: float = 0.0):
@@ -45,7 +45,7 @@ PLAIN = chooser.shape_terms
 # the public suite's and the held-out suite's shapes: where a refit changes chooser's
 # data-parallel tile (best_tile), measured in a sweep or not
 SHAPES = sorted({(e["M"], e["N"], e["K"]) for name in ("models", "heldout")
-                 for e in json.loads((ROOT / "tirx_gemm/suites" / f"{name}.json")
+                 for e in json.loads((ROOT / "tirx_gemm/op/suites" / f"{name}.json")
                                      .read_text())["shapes"]})
 
 

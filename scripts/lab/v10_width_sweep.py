@@ -39,7 +39,7 @@ def label(step: str, kw: dict) -> str:
 
 def export(out: str) -> None:
     sys.path.insert(0, ".")
-    from tirx_gemm import matmul_choice as mc
+    from tirx_gemm.op import choice as mc
     from tirx_gemm import registry
     from tirx_gemm.compile import bundle
     reqs = []

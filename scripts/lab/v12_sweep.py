@@ -6,7 +6,7 @@ v12 built with RUNTIME_M and RUNTIME_NK takes the whole shape at run time, so on
 
     python scripts/lab/v12_sweep.py export --out .gpu/v12 [--dtypes bfloat16] [--cluster]  # here
     python scripts/lab/v12_sweep.py run --bundle .gpu/v12 --out FILE.jsonl           # GPU host
-        [--suite tirx_gemm/suites/models.json] [--dtypes bfloat16] [--budget-s 300]
+        [--suite tirx_gemm/op/suites/models.json] [--dtypes bfloat16] [--budget-s 300]
 
 CTA pairs with PDL (`export --pairpdl`, issue 32): PAIR_PDL_MENU's tiles as one CTA with
 PDL, as a pair and as a pair with PDL, run over PAIR_PDL_SUITE (scripts/lab/h200_pairpdl.sh;
@@ -287,7 +287,7 @@ def _eager_time(fn_list):
 
 def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
     import torch
-    from tirx_gemm import suite as suites
+    from tirx_gemm.op import suite as suites
     from tirx_gemm.compile.bundle import load_manifest
     from tirx_gemm.run.loader import load_kernel
     from tirx_gemm.gitinfo import git_sha

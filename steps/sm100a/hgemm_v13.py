@@ -36,7 +36,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
 
     Changes from v9 (diff the two files):
       operands: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a torch
-        float8_e4m3fn tensor as ``t.view(torch.uint8)``, tirx_gemm.fp8); D is ``dtype``
+        float8_e4m3fn tensor as ``t.view(torch.uint8)``, tirx_gemm.op.fp8); D is ``dtype``
         (float16 default, or bfloat16); fp32 scales SA, SB follow D.
       stage: BLK_K = 128 (W.FP8_BLK_K): one 128-byte swizzle row of e4m3, so Asmem
         (PIPE_DEPTH, 2, 128, 128) and Bsmem (PIPE_DEPTH, 128, 128) are uint8 with v9's

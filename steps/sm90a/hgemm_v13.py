@@ -48,7 +48,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
     Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a
-      float8_e4m3fn tensor as ``t.view(torch.uint8)``; tirx_gemm.fp8). One wgmma is
+      float8_e4m3fn tensor as ``t.view(torch.uint8)``; tirx_gemm.op.fp8). One wgmma is
       m64nBLK_Nk32, a stage is BLK_K = 128 (4 wgmmas per consumer). Ring, producer, tile
       walk and overlapped epilogue are v12's; D is ``dtype`` (float16, bfloat16), fp32 acc.
     Scale contract (SCALE; fp32 scale_a, scale_b after D):

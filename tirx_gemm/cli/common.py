@@ -277,7 +277,7 @@ def add_watchdog(sp) -> None:
 def add_suite_args(sp) -> None:
     sp.add_argument("--suite", nargs="?", const="", default=None, metavar="FILE",
                     help="the shape suite (default: the packaged model shapes, "
-                         "tirx_gemm/suites/models.json), every shape in fp16 and bf16")
+                         "tirx_gemm/op/suites/models.json), every shape in fp16 and bf16")
     sp.add_argument("--target", default=None,
                     help="with --suite: 'matmul' (the step tirx_gemm.matmul picks per "
                          "shape) or a step id (default matmul)")

@@ -48,7 +48,7 @@ def cmd_export(args) -> int:
     bundle.check_out_dir(out)
     if args.suite is not None:  # the kernels `bench --suite` / tirx_gemm.matmul will ask for
         from tirx_gemm import splitk
-        from tirx_gemm import suite
+        from tirx_gemm.op import suite
         sms = args.num_sms or splitk.DEFAULT_SM_COUNT[args.arch]
         reqs = suite.export_requests(suite.load_suite(args.suite or None), args.target,
                                      args.arch, sms)

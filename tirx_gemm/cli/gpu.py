@@ -152,8 +152,8 @@ def cmd_bench(args) -> int:
 
 def _bench_suite(args) -> int:
     """`bench --suite [FILE] --target matmul|vN`: every suite shape in fp16 and bf16 against
-    torch.matmul in the same run (tirx_gemm.suite.bench_suite)."""
-    from tirx_gemm import suite
+    torch.matmul in the same run (tirx_gemm.op.suite.bench_suite)."""
+    from tirx_gemm.op import suite
     suite.load_suite(args.suite or None)  # a bad suite file fails before the GPU probe
     if args.target != suite.MATMUL:
         get_step(args.target, args.arch)

@@ -1,4 +1,4 @@
-"""The shape suite (tirx_gemm/suites/models.json): what matmul picks, and how it measured."""
+"""The shape suite (tirx_gemm/op/suites/models.json): what matmul picks, and how it measured."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def suite_cases(arch: str = "sm_90a", sm_count: int | None = None, path=None) ->
     """The shape suite (default: the packaged models.json), one row per shape, with the step
     and keywords ``tirx_gemm.matmul`` picks for it on a GPU of ``arch`` with ``sm_count``
     SMs (default: matmul.choose's, the H200's 132). Planning only: no GPU, no timing."""
-    from tirx_gemm import suite as S
+    from tirx_gemm.op import suite as S
     st = S.load_suite(path)
     n = sm_count or _default_sm_count()
     picks: dict = {}
@@ -65,7 +65,7 @@ def suite_ratios(before: str | None = None, after: str | None = None, path=None)
     case with at least one record: {"label", "shape", "dtype", "model", "before", "after"},
     each side the record or None. Nothing is estimated: no record, no row."""
     from tirx_gemm import matmul
-    from tirx_gemm import suite as S
+    from tirx_gemm.op import suite as S
     st = S.load_suite(path)
     before = before or matmul.DATA_PARALLEL
     after = after or S.MATMUL
@@ -94,7 +94,7 @@ def _ratio(rec) -> float | None:
 
 
 def _suite_text(data: dict) -> str:
-    from tirx_gemm import suite as S
+    from tirx_gemm.op import suite as S
     parts = []
     for dev, rows in data["devices"].items():
         def cell(rec):
@@ -194,7 +194,7 @@ def _lines(path) -> list[dict]:
 def _how_chosen(step_id: str, kw: dict) -> tuple[str, str | None]:
     """(the rule or "model" that picked ``step_id, kw``, the chooser candidate it predicts
     for, or None where the pick is a rule's with no fitted figures)."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     if step_id in (chooser.V9, chooser.V10):
         return ("model" if step_id == chooser.V9 else "ping-pong rule / model"), step_id
     if kw.get("SPLIT_K", 1) > 1:
@@ -227,7 +227,8 @@ def chooser_table(dtype: str = "bfloat16", run: str | tuple | None = None) -> Md
     pick has none), what it measured in the recorded CUDA-graph run (``CHOOSER_RUN``; a
     pick that has changed since that run is marked, its figure then being the older
     kernel's), and the kernel torch.matmul (cuBLAS) launched at the shape."""
-    from tirx_gemm import chooser, matmul
+    from tirx_gemm import matmul
+    from tirx_gemm.op import chooser
     run = run or CHOOSER_RUN
     name, where = run if isinstance(run, tuple) else (run, {})
     path = results_dir() / "lab" / name

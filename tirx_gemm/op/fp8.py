@@ -185,7 +185,7 @@ def choose_fp8(M: int, mode: str, fast_accum: bool, out_dtype: str = "bfloat16",
 def export_requests(sm_count: int = spec.SM_COUNT[ARCH], out_dtypes=("bfloat16",)):
     """Every (step, build shape, keywords) choose_fp8 can ask for: what a bundle for
     matmul_fp8 must hold (runtime-shape kernels: the build shape is nominal)."""
-    from tirx_gemm.matmul import build_shape
+    from tirx_gemm.op.matmul import build_shape
     step = registry.get(FP8_STEP, ARCH)
     seen, reqs = set(), []
     for odt in out_dtypes:
@@ -216,7 +216,7 @@ def lab_variants(sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
 
 def lab_variant_requests(sm_count: int = spec.SM_COUNT[ARCH]):
     """lab_variants as bundle requests (step, nominal build shape, keywords)."""
-    from tirx_gemm.matmul import build_shape
+    from tirx_gemm.op.matmul import build_shape
     step = registry.get(FP8_STEP, ARCH)
     return [(step, build_shape((kw["BLK_M"], 256, 256), kw), kw)
             for _, kw in lab_variants(sm_count)]
@@ -227,7 +227,7 @@ _kernels: dict = {}
 
 
 def _kernel(kwargs: dict, mnk):
-    from tirx_gemm.matmul import _Loaded, bundle_path, kernel_source
+    from tirx_gemm.op.matmul import _Loaded, bundle_path, kernel_source
     step = registry.get(FP8_STEP, ARCH)
     bundle = bundle_path()
     key = (tuple(sorted(kwargs.items())), str(bundle) if bundle else None)
@@ -262,7 +262,7 @@ def matmul_fp8(a, b, scale_a, scale_b, out_dtype=None, *, out=None, fast_accum: 
     Asynchronous like matmul (``sync=True`` waits through the hang guard).
     ``_kwargs`` (for the lab scripts): v13 builder keywords instead of choose_fp8's."""
     import torch
-    from tirx_gemm.matmul import _gpu_arch, synchronize
+    from tirx_gemm.op.matmul import _gpu_arch, synchronize
     if out_dtype is None:
         out_dtype = torch.bfloat16
     M, N, K, mode, odt = check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out)

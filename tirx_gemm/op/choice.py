@@ -42,7 +42,7 @@ RUNTIME_NK_STEPS = {"sm_90a": frozenset({"v12"})}
 PREFETCH_MAPS_STEPS = {"sm_90a": frozenset({"v12"})}
 NOMINAL_N, NOMINAL_K = 256, 256
 TILE_MENU = "v12"
-# arches whose v12 menu matmul chooses from: tirx_gemm.chooser is sm_90a's model (fitted to
+# arches whose v12 menu matmul chooses from: tirx_gemm.op.chooser is sm_90a's model (fitted to
 # H200 measurements, BLK_M 64 and swap-AB tiles among its picks); sm_100a's v12 (BLK_M 128
 # only, checked on NumSim, never timed) has no model yet, so matmul keeps v9 / v11 there
 MENU_ARCHES = frozenset({"sm_90a"})
@@ -219,7 +219,7 @@ def _count(n: int, word: str) -> str:
 
 
 def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list | None):
-    """sm_90a: tirx_gemm.chooser's cost model over v12's tile menu, v9 and v10, with v12's
+    """sm_90a: tirx_gemm.op.chooser's cost model over v12's tile menu, v9 and v10, with v12's
     SPLIT_K where chooser.split_plan says (the split model beats the data-parallel one, or
     a decode rule), swap-AB for few tokens and v10's ping-pong by their rules, and
     swap-AB stored by TMA where the model prefers the swapped problem
@@ -239,7 +239,7 @@ def _choose_by_model(M, N, K, dtype, arch, sm_count, menu, why: list | None):
 
 def _pdl_reason(kw: dict) -> str:
     """One line on why a v12 kernel got programmatic dependent launch with its trigger."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     if kw.get("PDL_TRIGGER") == "exit":
         return ("PDL with the exit trigger: the rules leave this kernel without the start "
                 "trigger (a long kernel, or more CTAs than fit at once), so the next kernel "
@@ -280,7 +280,7 @@ def _pdl_reason(kw: dict) -> str:
 
 
 def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why: list | None):
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     pool = _pool(sm_count)
     swap = chooser.swap_ab_tile(M, N, pool)  # few tokens: v12 with swap-AB
     plan = chooser.split_plan(M, N, K, pool)  # v12's SPLIT_K: a CTA per unit
@@ -331,7 +331,7 @@ def _choose_by_model_kw(M, N, K, dtype, arch, sm_count, menu, why: list | None):
 def _swap_reason(M, N, pool, swap, kw) -> str:
     """One line on the persistent swap-AB kernel as built (``kw``): its tiles, and the
     cluster or stream-K rule where one applies."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     tiles = chooser.swap_tiles(M, N, pool)
     line = (f"{_count(M, 'token')} <= {chooser.SWAP_AB_TILES[-1]}: swap-AB, the weight's {N} "
             f"rows are the MMA's M in {kw['BLK_M']}-row tiles and the tokens its N in a tile "
@@ -353,7 +353,7 @@ def _swap_reason(M, N, pool, swap, kw) -> str:
 
 
 def _dp_swap_reason(M, N, K, pool, dp_swap) -> str:
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     rows, cand = chooser.dp_swap_rows(M), chooser.name(*dp_swap)
     t_plain, plain = chooser.rank(M, N, K, pool)[0]
     return (f"the swapped problem ({N}x{rows}x{K}) on {cand} tiles is predicted "
@@ -364,7 +364,7 @@ def _dp_swap_reason(M, N, K, pool, dp_swap) -> str:
 
 def _split_reason(M, N, K, pool, plan) -> str:
     """One line on chooser.split_plan's plan ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH)``."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     bm, bn, swap, split, _ = plan
     tiles = _ceil_div(N, bm) * _ceil_div(M, bn) if swap else _ceil_div(M, bm) * _ceil_div(N, bn)
     if split == 1:
@@ -385,7 +385,7 @@ def _split_reason(M, N, K, pool, plan) -> str:
 
 def _model_reason(M, N, K, pool, pick: str) -> str:
     """One line on chooser.best's pick: the model's three fastest, and the pair rule."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     top = ", ".join(f"{c} {t:.1f}" for t, c in chooser.rank(M, N, K, pool)[:3])
     line = f"the cost model's fastest (us, chooser.rank): {top}"
     if pick == chooser.V9 or chooser.V9 in [c for _, c in chooser.rank(M, N, K, pool)[:3]]:
@@ -406,7 +406,7 @@ def _choose_epilogue(M, N, K, dtype, arch, sm_count, epi: dict, why: list | None
         raise ValueError(f"a fused epilogue ({E.tag(epi)}) runs on sm_90a only (v12's tile "
                          f"menu); on {arch} call matmul without bias/activation/out_dtype and "
                          f"apply them with torch")
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     if chooser.epilogue_step(M, E.kernel_n(N, epi), K, epi, _pool(sm_count)) == PINGPONG:
         _say(why, lambda: f"a fused epilogue ({E.tag(epi)}) on v10's ping-pong "
                           "(chooser.epilogue_step)")
@@ -430,12 +430,12 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
         raise ValueError(f"step={step_id!r} has no fused epilogue on {arch}: use step='v12' "
                          f"(every epilogue) or step='v10' (bias and activation), on sm_90a")
     if step_id == TILE_MENU:
-        from tirx_gemm import chooser
+        from tirx_gemm.op import chooser
         menu = registry.get(TILE_MENU, arch)
         pick = chooser.best_tile(M, E.kernel_n(N, epi), K, _pool(sm_count),
                                  chooser.EPILOGUE_TILE_STEP)
         return TILE_MENU, {**_tile_kwargs(menu, pick, dtype, sm_count), **epi}
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     extra = sorted(set(epi) - set(chooser.V10_KEYWORDS))
     if extra:
         raise ValueError(f"step='v10' takes bias and activation only, not {', '.join(extra)} "
@@ -451,7 +451,7 @@ def _split_kwargs(menu: registry.Step, plan: tuple, dtype: str, sm_count: int, M
     (splitk.l2_group_for); S = 1 keeps the run-time shape and its ring depth. S is the
     plan's own (tiles x S within the SMs at this M), not rounded to v11's SPLIT_MENU: it
     changes only over the few M blocks a split serves."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     bm, bn, swap, split, depth = plan
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn, "PDL": True}
     if split == 1 and swap and not chooser.np_swap_pdl(M, N, bn, _pool(sm_count)):
@@ -495,7 +495,7 @@ def _tile_kwargs(menu: registry.Step, pick: str, dtype: str, sm_count: int,
     where chooser.tail_tma (a one-CTA tile whose tail's staging costs no ring stage) and
     SHIFT_LAST=True on one-CTA tiles (a last token tile that would reach past M ends at M:
     TMA's zero fill of rows past M is slow)."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     bm, bn, cluster = chooser.tile(pick)
     kw = {**step_kwargs(menu, dtype, sm_count), "BLK_M": bm, "BLK_N": bn}
     if cluster > 1:
@@ -537,7 +537,7 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     # token tiles, chooser.dp_swap_rows), past each of swap-AB's token tiles (its kernel
     # changes with the smallest tile that holds M), and where the token tile of a swap-AB
     # split past decode grows (chooser.wide_swap_tokens: every 16 or 32 rows to 512)
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     wide = range(chooser.SWAP_AB_TILES[-1] + 2, min(chooser.WIDE_SWAP_MAX_M, last) + 1)
     step = chooser.DP_SWAP_TOKEN_STEP
     starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
@@ -569,7 +569,7 @@ def pick(M, N, K, dtype, arch, sm_count, step):
     st = registry.get(step, arch)
     kwargs = step_kwargs(st, dtype, sm_count)
     if st.id == TILE_MENU and arch in MENU_ARCHES:  # the model's best tile of the menu
-        from tirx_gemm import chooser
+        from tirx_gemm.op import chooser
         pick = next(c for _, c in chooser.rank(M, N, K, _pool(sm_count))
                     if c not in (chooser.V9, chooser.V10))
         return st, _tile_kwargs(st, pick, dtype, sm_count)

@@ -1,6 +1,6 @@
 """Shape suites: the GEMMs real models run, checked and timed against torch in one command.
 
-A suite is a JSON file (the packaged one: ``tirx_gemm/suites/models.json``)::
+A suite is a JSON file (the packaged one: ``tirx_gemm/op/suites/models.json``)::
 
     {"name": "models", "description": "...", "dtypes": ["float16", "bfloat16"],
      "shapes": [{"M": 128, "N": 6144, "K": 4096, "model": "Llama-3-8B",
@@ -42,7 +42,7 @@ from typing import Callable, NamedTuple
 
 from tirx_gemm import registry, spec
 from tirx_gemm.report import tables
-from tirx_gemm.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose,
+from tirx_gemm.op.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose,
                               choose_epilogue_on, step_kwargs,
                               variants)
 from tirx_gemm.numerics import DTYPES
@@ -207,7 +207,7 @@ def load_suite(path=None) -> Suite:
 
 
 def _epilogue_steps(value, where: str) -> tuple[str, ...]:
-    from tirx_gemm.matmul import EPILOGUE_STEPS
+    from tirx_gemm.op.matmul import EPILOGUE_STEPS
     known = sorted(set().union(*EPILOGUE_STEPS.values()))
     if not isinstance(value, list) or any(v not in known for v in value) \
             or len(set(value)) != len(value):
@@ -302,7 +302,7 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
 
 def _builds_epilogue(step_id: str, epi: dict) -> bool:
     """Whether ``step_id`` builds the epilogue ``epi`` (v10: BIAS and ACT only)."""
-    from tirx_gemm import chooser
+    from tirx_gemm.op import chooser
     if step_id == chooser.V10:
         return set(epi) <= set(chooser.V10_KEYWORDS)
     return True
@@ -375,7 +375,7 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
     from tirx_gemm.report import records as rec_io
     from tirx_gemm.run import runner
     from tirx_gemm.compile.api import BuildError
-    from tirx_gemm.matmul import kernel_source
+    from tirx_gemm.op.matmul import kernel_source
     suite = _as_suite(path)
     arch, why = device.gpu_arch()
     if arch is None:
@@ -434,7 +434,7 @@ def suite_file_fields(path) -> dict:
     import hashlib
     path = Path(path).resolve()
     try:
-        name = path.relative_to(Path(__file__).resolve().parents[1]).as_posix()
+        name = path.relative_to(Path(__file__).resolve().parents[2]).as_posix()
     except ValueError:
         name = path.name
     return {"file": name, "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}

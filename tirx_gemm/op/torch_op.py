@@ -1,0 +1,139 @@
+"""``torch.ops.tirx_gemm.matmul``: tirx_gemm.matmul as a PyTorch custom op.
+
+Importing this module registers the op ``tirx_gemm::matmul(Tensor a, Tensor b, str? step=None,
+Tensor? bias=None, str? activation=None, ScalarType? out_dtype=None) -> Tensor`` (the fused
+epilogue's arguments as in tirx_gemm.matmul.matmul; the fake returns ``(M, N)`` in
+``out_dtype`` or a's dtype after the bias and activation checks) and
+``tirx_gemm::swiglu(Tensor a, Tensor fused, ScalarType? out_dtype=None) -> Tensor``
+(tirx_gemm.matmul.swiglu over a fused gate/up weight; the fake returns ``(M, rows/2)``)
+with ``torch.library.custom_op``: its implementation is
+:func:`tirx_gemm.matmul.matmul` (``a @ b.T`` for 2-D CUDA fp16/bf16 tensors, asynchronous: it
+returns once the kernel is queued), and its fake (meta) implementation returns an empty
+``(M, N)`` tensor of ``a``'s dtype after the checks that need no data (tensor type, dtype,
+2-D, the shared K, N and K multiples of 8, contiguity), each a one-line TypeError or
+ValueError as in eager mode. With it, ``torch.compile(model, fullgraph=True)`` traces a model
+that calls :func:`matmul` without a graph break (the op is one node of the graph, run as is
+by inductor), ``torch.export`` exports it, and CUDA graphs (``torch.cuda.graph`` or
+``mode="reduce-overhead"``) capture its launch.
+
+**Two paths, one function.** The dispatcher of a custom op costs microseconds per call
+(measured by ``scripts/bench_overhead.py``), as much as the whole launch of a small GEMM. So
+:func:`matmul` here, the function models call, checks ``torch.compiler.is_compiling()``:
+
+* while torch.compile / torch.export traces it, it returns ``torch.ops.tirx_gemm.matmul(a,
+  b)``, so the graph holds the op (dynamo cannot trace the launch itself);
+* in eager mode (and inside ``torch.cuda.graph`` capture, which is eager) it calls
+  ``tirx_gemm.matmul.matmul(a, b)`` directly: the same kernel, checks and errors, without
+  the dispatcher.
+
+Both paths give the same result; call ``torch.ops.tirx_gemm.matmul`` (or :data:`OP`)
+yourself to force the dispatcher path. ``tirx_gemm.matmul(a, b)`` (the callable module) is
+the eager direct path; dynamo cannot call a module object, so code that torch.compile traces
+calls this module's :func:`matmul` or uses :class:`tirx_gemm.nn.Linear`.
+
+Not autograd-aware, like tirx_gemm.matmul: the op has no backward; inputs that require grad
+are refused while grad mode is on (tirx_gemm.nn.Linear falls back to torch's F.linear then).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from tirx_gemm import epilogue as E
+from tirx_gemm.op.matmul import check_bias, epilogue_kwargs
+from tirx_gemm.op.operands import check_layout
+from tirx_gemm.op.matmul import matmul as _matmul
+from tirx_gemm.op.matmul import swiglu as _swiglu
+
+__all__ = ["matmul", "swiglu", "OP", "SWIGLU_OP", "check_fake"]
+
+NAME = "tirx_gemm::matmul"
+SWIGLU_NAME = "tirx_gemm::swiglu"
+
+
+@torch.library.custom_op(NAME, mutates_args=())
+def _op(a: torch.Tensor, b: torch.Tensor, step: Optional[str] = None,
+        bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+        out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    if bias is None and activation is None and out_dtype is None:
+        return _matmul(a, b, step=step, sync=False)
+    return _matmul(a, b, bias, activation, out_dtype, step=step, sync=False)
+
+
+@torch.library.custom_op(SWIGLU_NAME, mutates_args=())
+def _swiglu_op(a: torch.Tensor, fused: torch.Tensor,
+               out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    return _swiglu(a, fused=fused, out_dtype=out_dtype, sync=False)
+
+
+def check_fake(a, b) -> None:
+    """The checks of tirx_gemm.matmul.check_operands that need no data and no device: one
+    line, TypeError for a type or dtype, ValueError for a shape or layout. Run by the fake
+    implementation, so a traced model fails where the eager one would."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if a.device != b.device:
+        raise ValueError(f"the operands are on {a.device} and {b.device}: put them on one GPU")
+    check_layout(a, b)
+
+
+def _result_dtype(a, bias, activation, out_dtype, swiglu=False):
+    """The output dtype of a call, after the epilogue arguments' checks (one line each)."""
+    epi = epilogue_kwargs(bias, activation, out_dtype, swiglu, str(a.dtype).removeprefix(
+        "torch."))
+    return torch.float32 if epi.get("OUT_DTYPE") == "float32" else a.dtype
+
+
+@_op.register_fake
+def _fake(a, b, step=None, bias=None, activation=None, out_dtype=None):
+    check_fake(a, b)
+    dt = _result_dtype(a, bias, activation, out_dtype)
+    if bias is not None:
+        check_bias(bias, b.shape[0], a.device)
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=dt)
+
+
+@_swiglu_op.register_fake
+def _swiglu_fake(a, fused, out_dtype=None):
+    check_fake(a, fused)
+    if fused.shape[0] % (2 * E.SWIGLU_GROUP):
+        raise ValueError(f"fused has {fused.shape[0]} rows: a fused gate/up weight "
+                         f"(fuse_gate_up) has 2N rows, N a multiple of {E.SWIGLU_GROUP}")
+    dt = _result_dtype(a, None, None, out_dtype, swiglu=True)
+    return a.new_empty((a.shape[0], fused.shape[0] // 2), dtype=dt)
+
+
+OP = torch.ops.tirx_gemm.matmul.default  # the op's overload, looked up once
+SWIGLU_OP = torch.ops.tirx_gemm.swiglu.default
+
+
+def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
+           step: str | None = None, out=None):
+    """``a @ b.T`` (``F.linear(a, b)`` without bias) for 2-D CUDA fp16/bf16 tensors, usable
+    in a model that torch.compile traces: the op ``torch.ops.tirx_gemm.matmul`` while tracing,
+    ``tirx_gemm.matmul.matmul`` directly in eager mode (see the module docstring).
+
+    ``step`` and ``out`` as in tirx_gemm.matmul.matmul; while tracing, ``out`` gets a copy of
+    the op's result (the op itself is functional). Asynchronous: returns once the kernel is
+    queued; ``tirx_gemm.matmul.synchronize()`` waits with the project's hang guard."""
+    if torch.compiler.is_compiling():
+        y = OP(a, b, step, bias, activation, out_dtype)
+        if out is None:
+            return y
+        out.copy_(y)
+        return out
+    if bias is None and activation is None and out_dtype is None:
+        return _matmul(a, b, step=step, out=out, sync=False)
+    return _matmul(a, b, bias, activation, out_dtype, step=step, out=out, sync=False)
+
+
+def swiglu(a, fused, *, out_dtype=None):
+    """``silu(a @ w_gate.T) * (a @ w_up.T)`` from the fused weight
+    (tirx_gemm.matmul.fuse_gate_up), usable under torch.compile like :func:`matmul`: the op
+    ``torch.ops.tirx_gemm.swiglu`` while tracing, tirx_gemm.matmul.swiglu in eager mode."""
+    if torch.compiler.is_compiling():
+        return SWIGLU_OP(a, fused, out_dtype)
+    return _swiglu(a, fused=fused, out_dtype=out_dtype, sync=False)
