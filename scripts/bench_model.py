@@ -25,7 +25,7 @@ cases left once it is spent. Kernels come from a bundle (TIRX_GEMM_BUNDLE) or a 
   TIRX_GEMM_BUNDLE=DIR python scripts/bench_model.py [--cases prefill:128,decode:8]
       [--reps 20] [--past 512] [--no-graph] [--no-record]
 
-Records (one JSON line per case and mode) are appended to results/op/model.jsonl.
+Records (one JSON line per case and mode) are appended to lab/model_layers_in_torch/records/model.jsonl.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN = 4096, 32, 8, 128, 14336
 ROPE_THETA, EPS = 500000.0, 1e-5
 PREFILL = (1, 128, 1000, 4096)
 DECODE = (1, 8, 64, 256)
-RESULTS = HERE.parent / "results" / "op"
+RESULTS = HERE.parent / "lab" / "model_layers_in_torch" / "records"
 
 
 def linear_shapes() -> dict[str, tuple[int, int]]:

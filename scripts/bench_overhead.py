@@ -28,7 +28,7 @@ or sm_100a and kernels: a bundle (TIRX_GEMM_BUNDLE=DIR, exported for these shape
       [--dtype bfloat16] [--calls 200] [--reps 15] [--graph-calls 50] [--no-record]
   python scripts/bench_overhead.py --print-suite > overhead_suite.json   # for the export
 
-Records (one JSON line per shape and mode) are appended to results/op/overhead.jsonl.
+Records (one JSON line per shape and mode) are appended to lab/model_layers_in_torch/records/overhead.jsonl.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO))
 
 DEFAULT_SHAPES = ("1x4096x4096,16x14336x4096,77x7168x2048,1x1024x4096,1x4096x14336,"
                   "128x6144x4096,1000x4096x4096,4096x4096x4096")
-RESULTS = REPO / "results" / "op"
+RESULTS = REPO / "lab" / "model_layers_in_torch" / "records"
 HANG_EXIT = 3
 
 

@@ -1,5 +1,5 @@
 """Build the tutorial's website: every notebook executed headless on this (CPU) machine, then
-rendered with mkdocs-material and mkdocs-jupyter into build/site/ (issue 33).
+rendered with mkdocs-material and mkdocs-jupyter into build/site/.
 
     python scripts/build_site.py [--out build/site] [--jobs 2] [--fresh] [--from-generator]
 
@@ -14,7 +14,7 @@ What it does, each stage printing a line per item and a heartbeat at least every
    executes all);
 2. writes the pages that are not notebooks into build/site-src/: the overview (path table
    and suite summary, from the registry and the recorded results), the results page and
-   the ``tirx_gemm.matmul`` page (its README section and docstrings), from the hand-written
+   the ``tirx_gemm.matmul`` page (its README sections and docstrings), from the hand-written
    texts in docs/pages/ and what the project generates;
 3. runs ``mkdocs build --strict`` with docs/mkdocs.yml plus the nav in the path's order.
 
@@ -306,6 +306,16 @@ def _docstrings(path: Path, names: tuple[str, ...]) -> list[tuple[str, str]]:
     return out
 
 
+def _defining(name: str) -> Path:
+    """The module of tirx_gemm/op/ that defines the top-level function ``name`` (read from
+    the source, nothing imported)."""
+    for path in sorted((ROOT / "tirx_gemm" / "op").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body):
+            return path
+    raise SystemExit(f"build_site: no module of tirx_gemm/op/ defines {name}()")
+
+
 def timelines_md() -> str:
     """Every recorded in-kernel timeline in results/timelines/, in step order: the Gantt
     chart and the first lines of its summary, which name the step, shape and GPU."""
@@ -354,7 +364,9 @@ def write_pages(gen, readme: str, rev: str, when: str) -> None:
                                "H200](assets/suite.png)")
     else:
         fills["suite_plot"] = str(suite)
-    fills["results"] = localise(section(readme, "Results"))
+    # the README's results section; its link to this very page becomes one to the full table
+    fills["results"] = localise(section(readme, "Results").replace(
+        "](docs/pages/results.md)", "](#every-step-at-every-shape)"))
     fills["timelines"] = timelines_md()
     fills["matmul_readme"] = localise(section(readme, "`tirx_gemm.matmul`"))
     try:  # the README's section on models (tirx_gemm.nn, patch), where it has one
@@ -363,8 +375,8 @@ def write_pages(gen, readme: str, rev: str, when: str) -> None:
     except SystemExit:
         fills["matmul_model"] = ""
     docs = _docstrings(ROOT / "tirx_gemm" / "op" / "matmul.py", ("matmul", "use_bundle"))
-    # choose lives in matmul_choice.py (tirx_gemm.matmul.choose imports it from there)
-    docs[1:1] = _docstrings(ROOT / "tirx_gemm" / "op" / "choice.py", ("choose",))[1:]
+    # choose lives in the op library's rule module (tirx_gemm.matmul.choose imports it)
+    docs[1:1] = _docstrings(_defining("choose"), ("choose",))[1:]
     parts = []
     for title, doc in docs:
         if not doc:

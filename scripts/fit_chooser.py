@@ -1,20 +1,20 @@
-"""Fit tirx_gemm/op/chooser.py's cost model to the H200 records and write chooser_h200.json.
+"""Fit tirx_gemm/op/cost_model.py's cost model to the H200 records and write chooser_h200.json.
 
     python scripts/fit_chooser.py            # refit and write tirx_gemm/op/chooser_h200.json
     python scripts/fit_chooser.py --check    # exit 1 if the file differs from a refit
     python scripts/fit_chooser.py --report   # per suite shape: pick, predicted, measured
 
-Inputs: results/lab/v12_sweep_h200.jsonl, v12_cluster_sweep_h200.jsonl (CLUSTER=2 pairs)
+Inputs: lab/cost_model_fit/records/v12_sweep_h200.jsonl, v12_cluster_sweep_h200.jsonl (CLUSTER=2 pairs)
 v12_widths_sweep_h200.jsonl (BLK_N between the menu's) and v12_widths8_sweep_h200.jsonl
 (BLK_N odd multiples of 8) (every entry at every suite shape,
 bf16, GPU time per call from CUDA-graph replays, torch.mm in the same run; where a shape
 was swept again, after a kernel change, the latest sweep counts) and the v9
 records of results/suites/nvidia-h200.jsonl (bf16, checked), each turned into a time on
 the sweep's scale as sweep_torch_time / (v9's ratio to torch in its own run); v10's
-ping-pong from results/lab/v10_suite_graph_h200.jsonl the same way and from
-results/lab/v12_shortk_h200.jsonl and v12_midk_h200.jsonl (its own s, e, f, fitted to its
+ping-pong from lab/cost_model_fit/records/v10_suite_graph_h200.jsonl the same way and from
+lab/cost_model_fit/records/v12_shortk_h200.jsonl and v12_midk_h200.jsonl (its own s, e, f, fitted to its
 times in chooser.pingpong_band only, where the model rates it).
-For each v12 entry: time = s * steps + e * waves + f (chooser.py's terms), weighted least
+For each v12 entry: time = s * steps + e * waves + f (cost_model.py's terms), weighted least
 squares on the relative error, coefficients kept non-negative. v9 takes e and f from
 v12's 128x256 and fits s alone.
 """
@@ -32,11 +32,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tirx_gemm.op import chooser  # noqa: E402
+from tirx_gemm.op import cost_model as chooser  # noqa: E402  (the model fitted here)
 
 # v12's sweeps in the order they ran: the one-CTA menu; CLUSTER=2 pairs beside it (the
 # one-CTA menu re-timed in the same run); the widths between the menu's
-SWEEPS = tuple(ROOT / "results/lab" / f for f in (
+SWEEPS = tuple(ROOT / "lab/cost_model_fit/records" / f for f in (
     "v12_sweep_h200.jsonl", "v12_cluster_sweep_h200.jsonl", "v12_widths_sweep_h200.jsonl",
     "v12_widths8_sweep_h200.jsonl"))
 SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
@@ -45,26 +45,26 @@ SUITE = ROOT / "results/suites/nvidia-h200.jsonl"
 # ranked 64x120 first at 8, 16 and 48 x 14336 x 4096 where it ran 10% slower than 64x112
 # (bandwidth-bound shapes that one (s, e, f) per tile cannot tell apart), and its picks
 # landed 1.024x from the fastest tile (geomean) against 1.016x without them
-# (results/lab/v12_widths8_sweep_h200.jsonl has their times)
+# (lab/cost_model_fit/records/v12_widths8_sweep_h200.jsonl has their times)
 OFF_MENU = frozenset({"64x72", "64x88", "64x104", "64x120"})
 # v10's ping-pong (plain) at the suite shapes as CUDA graphs beside torch.mm
-# (scripts/lab/h200_v10_sweep.sh): each time scaled to the sweep's torch time of the shape
-V10_SWEEP = ROOT / "results/lab/v10_suite_graph_h200.jsonl"
+# (lab/cost_model_fit/run_v10_suite_sweep.sh): each time scaled to the sweep's torch time of the shape
+V10_SWEEP = ROOT / "lab/cost_model_fit/records/v10_suite_graph_h200.jsonl"
 # v10 beside v9 and v12's 128-row tiles at a thousand tokens or more on a K of 640-2560
-# (scripts/lab/streaming_sweep.py --set shortk, both dtypes, two passes; bf16 read
+# (lab/tools/streaming_sweep.py --set shortk, both dtypes, two passes; bf16 read
 # here, GPU time per call from CUDA-graph replays): read for v10 alone, whose figures are
 # fitted in chooser.pingpong_band only; the other candidates keep the sweeps above (their
 # one-line fits would trade the large shapes' accuracy for these)
-SHORTK_SWEEP = ROOT / "results/lab/v12_shortk_h200.jsonl"
+SHORTK_SWEEP = ROOT / "lab/cost_model_fit/records/v12_shortk_h200.jsonl"
 # the same kernels at a K of 1536-2560 (--set midk, the same protocol): v10 alone
-MIDK_SWEEP = ROOT / "results/lab/v12_midk_h200.jsonl"
-# v12 with and without PDL=True (scripts/lab/v12_sweep.py export --pdl): the saving PDL
+MIDK_SWEEP = ROOT / "lab/cost_model_fit/records/v12_midk_h200.jsonl"
+# v12 with and without PDL=True (lab/tools/v12_sweep.py export --pdl): the saving PDL
 # brings a kernel under chooser.PDL_MAX_US, the median over those pairs
-PDL_SWEEP = ROOT / "results/lab/v12_pdl_sweep_h200.jsonl"
+PDL_SWEEP = ROOT / "lab/cost_model_fit/records/v12_pdl_sweep_h200.jsonl"
 
 
-# v12's SPLIT_K kernels (scripts/lab/v12_split_sweep.py): the split model's data
-SPLIT_SWEEP = ROOT / "results/lab/v12_split_h200.jsonl"
+# v12's SPLIT_K kernels (lab/cost_model_fit/v12_split_sweep.py): the split model's data
+SPLIT_SWEEP = ROOT / "lab/cost_model_fit/records/v12_split_h200.jsonl"
 
 
 def split_samples(path=SPLIT_SWEEP) -> list[tuple]:
@@ -199,13 +199,13 @@ def fit(samples, sm_count: int = chooser.SMS_H200) -> dict:
 
 
 def document(cands: dict) -> dict:
-    return {"about": "tirx_gemm/op/chooser.py's cost model, fitted by scripts/fit_chooser.py "
-                     "to results/lab/v12_sweep_h200.jsonl and the v9 records of "
+    return {"about": "tirx_gemm/op/cost_model.py's cost model, fitted by scripts/fit_chooser.py "
+                     "to lab/cost_model_fit/records/v12_sweep_h200.jsonl and the v9 records of "
                      "results/suites/nvidia-h200.jsonl (NVIDIA H200, bf16); per candidate "
                      "[s us per K step, e us per wave, f us fixed]; pdl_saving_us: the "
                      "median saving of PDL=True on v12 kernels under chooser.PDL_MAX_US "
-                     "(results/lab/v12_pdl_sweep_h200.jsonl); split: chooser.predict_split's "
-                     "figures, fitted to results/lab/v12_split_h200.jsonl",
+                     "(lab/cost_model_fit/records/v12_pdl_sweep_h200.jsonl); split: chooser.predict_split's "
+                     "figures, fitted to lab/cost_model_fit/records/v12_split_h200.jsonl",
             "device": "NVIDIA H200", "candidates": cands, "pdl_saving_us": pdl_saving(),
             "split": fit_split(split_samples())}
 

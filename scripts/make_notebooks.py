@@ -243,7 +243,7 @@ def _chooser_cells(step_id: str) -> list[tuple[str, str]]:
         ("md", "The same table over 21 real-model shapes that the chooser was never fitted "
                "or tuned on (Qwen2-7B, Phi-3-mini, Llama-2-13B, Llama-3-70B, ViT-B/16, "
                "Mixtral, Gemma-2-2B, Whisper): how its model and rules do where they were not "
-               "tuned. Its weak rows are the open part of issue 32 (torch.matmul's kernels "
+               "tuned. Its weak rows are still open (torch.matmul's kernels "
                "were not profiled at these shapes)."),
         ("code", "nb.chooser_table(run=nb.HELDOUT_RUN)"),
         ("md", "Why a row got its kernel: `matmul.explain` (the CLI's `tirx-gemm choose "

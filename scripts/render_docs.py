@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Fill the lessons' generated figures from their homes (issue 30: one home per fact).
+"""Fill the lessons' (and the lab's) generated figures from their homes (one home per fact).
 
     python scripts/render_docs.py [--check]
 
@@ -17,15 +17,16 @@ value (invisible when the Markdown is rendered, readable in the source):
   setmaxnreg_dec, setmaxnreg_inc, reg_cap (the register cap at the build's threads,
   64K / threads rounded down to 8).
 
-- a measured figure, ``<!-- rec:results/lab/v10_suite_graph_h200.jsonl M=4096,N=4096,K=512
+- a measured figure, ``<!-- rec:lab/cost_model_fit/records/v10_suite_graph_h200.jsonl M=4096,N=4096,K=512
   ratio .2f -->1.16<!-- /rec -->``: a field of the LAST record of that JSON-lines file
   whose keys equal the selectors (``key=value`` pairs, comma-separated; ``-`` for none),
   a dotted path into the record (``candidates.64x128p.ratio``), formatted by the Python
-  format spec. These also fill README.md: the figures its prose quotes from the H200
-  runs come from the records themselves. A selector's key may be a dotted path too
+  format spec. These also fill README.md and the lab's READMEs (lab/*/README.md): the
+  figures their prose quotes from the H200 runs come from the records themselves; a
+  marker's header may break over lines between its four fields. A selector's key may be a dotted path too
   (``build_kwargs.SWAP_AB=true``); its value is read as JSON where it parses (numbers,
   ``true``, ``false``, ``null``), else as a string; ``key!=value`` excludes, and
-  ``key^=prefix`` matches a string that starts so (``git_sha^=57362eb9``: one run); a
+  ``key^=prefix`` matches a string that starts so (``timestamp^=2026-12-01T04``: one run); a
   value is %-decoded (``impl=v13%20tensor``: a space). The field may be a quotient of two
   paths of the same record (``ms.plain/ms.fused``), and may start with an aggregate over
   EVERY matching record instead of the last one: ``min:``, ``max:``, ``median:``,
@@ -37,7 +38,10 @@ value (invisible when the Markdown is rendered, readable in the source):
   with ``us`` prints milliseconds as microseconds (``us.0f``: 0.1187 gives 119). A one-line JSON file
   is one record (the recorded timelines, ``results/timelines/*.json``).
 
-Without --check the lessons (and README.md) are rewritten in place. With --check nothing is written: the
+lab/README.md, the lab's index, is generated from the studies' READMEs (each one's title,
+"Question:" and "Decision:" paragraphs).
+
+Without --check the lessons (and README.md, the lab's READMEs and index) are rewritten in place. With --check nothing is written: the
 exit status is 1 when a lesson is stale (each stale file named), 2 when a marker cannot be
 filled (the reason named). A step card (a builder's docstring) holds no markers: it points
 at its lesson for a build figure.
@@ -64,8 +68,12 @@ EXPECTATIONS_PATH = ROOT / "goldens" / "expectations" / "build.json"
 
 COUNT = re.compile(r"<!-- count -->(.*?)<!-- /count -->")
 BUILD = re.compile(r"<!-- build:(\w+) (v\d+)@(sm_\w+) -->(.*?)<!-- /build -->")
-REC = re.compile(r"<!-- rec:(\S+) (\S+) (\S+) (\S+) -->(.*?)<!-- /rec -->", re.S)
+# the header's four fields may be split over lines (a long sentence breaks inside the comment,
+# where a reader of the rendered page sees nothing); the value stays on one line
+REC = re.compile(r"<!-- rec:(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*-->(.*?)<!-- /rec -->", re.S)
 README_PATH = ROOT / "README.md"
+LAB_DIR = ROOT / "lab"
+LAB_INDEX = LAB_DIR / "README.md"
 BUILD_FIELDS = ("smem_kib", "registers", "threads", "setmaxnreg_dec", "setmaxnreg_inc",
                 "reg_cap")
 
@@ -344,8 +352,8 @@ def _render_records(text: str, root: Path = ROOT) -> str:
         if not REC.match(text, m.start()):
             raise RenderError(f"rec marker: {m.group(0)!r} is not 'rec:PATH SELECTORS FIELD "
                               "FORMAT' (SELECTORS '-' for every record)")
-    return REC.sub(lambda m: (f"<!-- rec:{m.group(1)} {m.group(2)} {m.group(3)} {m.group(4)} -->"
-                              f"{record_figure(*m.group(1, 2, 3, 4), root=root)}<!-- /rec -->"),
+    return REC.sub(lambda m: (m.group(0)[:m.start(5) - m.start()]
+                              + f"{record_figure(*m.group(1, 2, 3, 4), root=root)}<!-- /rec -->"),
                    text)
 
 
@@ -354,7 +362,7 @@ def render_lesson(path: Path, expectations: dict | None = None) -> str:
     """The lesson at ``path`` (or README.md) with every marker filled from its home."""
     expectations = load_expectations() if expectations is None else expectations
     text = path.read_text(encoding="utf-8")
-    if path.resolve() == README_PATH.resolve():
+    if path.resolve() == README_PATH.resolve() or LAB_DIR.resolve() in path.resolve().parents:
         return _render_records(text)
     rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
     return _render_records(_render_build(_render_counts(path.stem, text, rel), expectations))
@@ -364,11 +372,59 @@ def load_expectations() -> dict:
     return json.loads(EXPECTATIONS_PATH.read_text(encoding="utf-8"))
 
 
+# --------------------------------------------------------------------------------------
+# the lab's index: generated from the studies' READMEs
+# --------------------------------------------------------------------------------------
+def study_parts(path: Path) -> dict:
+    """A study README's parts: its title (the first line, "# ..."), and the paragraphs that
+    start "Question:", "Command:" and "Decision:" (a paragraph ends at a blank line); a part
+    that is missing is absent from the dict."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    parts = {}
+    if lines and lines[0].startswith("# "):
+        parts["title"] = lines[0][2:].strip()
+    for para in re.split(r"\n\s*\n", "\n".join(lines)):
+        for key in ("Question", "Command", "Decision"):
+            if para.startswith(key + ":"):
+                parts[key.lower()] = " ".join(para[len(key) + 1:].split())
+    return parts
+
+
+def _wrapped(text: str, width: int = 200) -> list[str]:
+    import textwrap
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+
+
+def lab_index(root: Path = ROOT) -> str:
+    """lab/README.md: every study folder of lab/, its title, question and decision, as the
+    study's own README states them."""
+    out = ["# The lab", "",
+           "One folder per study, named by the question it asks. Each holds a README (the question, the shapes,",
+           "the command that reruns it, a table rendered from its records, the decision), its suites, scripts,",
+           "records and logs. This index is generated from those READMEs by `python scripts/render_docs.py`;",
+           "`--check` fails when it or a study's figures are stale.", ""]
+    for d in sorted(p for p in (root / "lab").iterdir() if p.is_dir()):
+        readme = d / "README.md"
+        parts = study_parts(readme) if readme.is_file() else {}
+        out += [f"## [{parts.get('title', d.name)}]({d.name}/README.md)", ""]
+        out += _wrapped(f"Question: {parts.get('question', '(no README)')}") + [""]
+        out += _wrapped(f"Decision: {parts.get('decision', '(no README)')}") + [""]
+    return "\n".join(out)
+
+
+def lab_readmes(root: Path = ROOT) -> list[Path]:
+    return sorted((root / "lab").glob("*/README.md"))
+
+
 def stale(expectations: dict | None = None) -> list[Path]:
-    """The lessons whose markers do not hold what their homes say."""
+    """The lessons (and README.md, the lab's READMEs and its index) whose generated parts do
+    not hold what their homes say."""
     expectations = load_expectations() if expectations is None else expectations
-    return [p for p in [*sorted(LESSONS_DIR.glob("v*.md")), README_PATH]
-            if render_lesson(p, expectations) != p.read_text(encoding="utf-8")]
+    out = [p for p in [*sorted(LESSONS_DIR.glob("v*.md")), README_PATH, *lab_readmes()]
+           if render_lesson(p, expectations) != p.read_text(encoding="utf-8")]
+    if not LAB_INDEX.is_file() or LAB_INDEX.read_text(encoding="utf-8") != lab_index():
+        out.append(LAB_INDEX)
+    return out
 
 
 def main(argv=None) -> int:
@@ -384,7 +440,8 @@ def main(argv=None) -> int:
                 print(f"stale: {p.relative_to(ROOT)} (run python scripts/render_docs.py)")
             return 1 if changed else 0
         for p in changed:
-            p.write_text(render_lesson(p, expectations), encoding="utf-8")
+            p.write_text(lab_index() if p == LAB_INDEX else render_lesson(p, expectations),
+                         encoding="utf-8")
             print(f"wrote {p.relative_to(ROOT)}")
     except RenderError as e:
         print(f"render_docs: {e}", file=sys.stderr)

@@ -4,7 +4,7 @@ For a GPU host: there the step notebooks check and time the step from an exporte
 (set TIRX_GEMM_BUNDLE) and skip the cells that need TVM's compiler, saying so.
 
     TIRX_GEMM_BUNDLE=build/bundle python scripts/run_notebook.py 07_warp_specialization \\
-        --out results/logs/h200_notebook_07.log [--executed OUT.ipynb]
+        --out lab/steps_on_h200/logs/h200_notebook_07.log [--executed OUT.ipynb]
 
 Exit 0 when every cell ran without an error; the log holds each cell's source and its
 text output (images are noted, not embedded).

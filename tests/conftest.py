@@ -85,7 +85,7 @@ _collecting: dict = {"progress": None}
 def _start_collection_heartbeat(config) -> None:
     """From the session's start to its first test result, pytest prints nothing while the
     tests are collected (each xdist worker imports torch and TVM: ~30 s on 2 cores): a
-    heartbeat line says so every 10 s (issue 31). Stopped by the first result."""
+    heartbeat line says so every 10 s. Stopped by the first result."""
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
     from tirx_gemm.progress import Progress

@@ -1,4 +1,4 @@
-"""Issue 12: the build worker pool (concurrent.futures over a multiprocessing fork server).
+"""The build worker pool (concurrent.futures over a multiprocessing fork server).
 
 Every build runs in a fresh process; a build whose process dies fails alone, with a clear
 BuildError, while the other requests still build; the server, its fork server and its

@@ -1,5 +1,5 @@
 """CLI smoke tests: what a user types, what they see, and the exit status; the guidance a
-newcomer on a CPU machine gets from each README command (issue 22)."""
+newcomer on a CPU machine gets from each README command."""
 import io
 import re
 import subprocess
@@ -124,7 +124,7 @@ def test_readme_results_table_is_current():
 
 
 # --------------------------------------------------------------------------------------
-# a newcomer's first hour (issue 22): the README's commands on a CPU machine
+# a newcomer's first hour: the README's commands on a CPU machine
 # --------------------------------------------------------------------------------------
 def _one_line(out):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
@@ -201,7 +201,7 @@ def test_progress_heartbeat_and_items_are_plain_lines():
 
 
 # --------------------------------------------------------------------------------------
-# the README's CLI block against the parser (issue 31)
+# the README's CLI block against the parser
 # --------------------------------------------------------------------------------------
 def _readme_cli_block() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -11,15 +11,14 @@ from pathlib import Path
 
 from tirx_gemm import spec
 
-from tirx_gemm.op import chooser
-from tirx_gemm.op import choice as mc
+from tirx_gemm.op import cost_model as cm, rules
 from tirx_gemm.numerics import DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ("tirx_gemm/op/suites/models.json", "tirx_gemm/op/suites/heldout.json",
-        "scripts/lab/issue32_fresh.json", "scripts/lab/issue32_mdec.json",
-        "scripts/lab/issue32_c4check.json", "scripts/lab/issue32_misk.json",
-        "scripts/lab/issue32_dpswap.json", "scripts/lab/issue32_pingband.json")
+        "lab/held_out_shapes/suites/fresh.json", "lab/stream_k_tail/suites/mdec.json",
+        "lab/cta_clusters/suites/c4check.json", "lab/cta_clusters/suites/misk.json",
+        "lab/swap_ab_tma_store/suites/dpswap.json", "lab/v10_ping_pong_band/suites/pingband.json")
 
 
 def _shapes() -> list[tuple[int, int, int]]:
@@ -32,15 +31,15 @@ def _shapes() -> list[tuple[int, int, int]]:
 
 def _expected_lines(step: str, kw: dict) -> list[str]:
     """Phrases the explanation must hold for a pick with these keywords: the tile as built
-    and each rule the keywords show (the constants quoted from the chooser)."""
+    and each rule the keywords show (the constants quoted from the rules)."""
     want = []
     bm, bn, split = kw.get("BLK_M"), kw.get("BLK_N"), kw.get("SPLIT_K")
     if kw.get("SWAP_AB") and not kw.get("SWAP_TMA") and split is None:
         want.append(f"swap-AB, the weight's ")
-        want.append(f"in {bm}-row tiles and the tokens its N in a tile {bn} wide")
-    if kw.get("CLUSTER") == chooser.SWAP_CLUSTER:
-        want += [f"clusters of {chooser.SWAP_CLUSTER} along the weight",
-                 f"at most the {chooser.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds"]
+        want.append(f"the tokens its N in a tile {bn} wide")
+    if kw.get("CLUSTER") == rules.SWAP_CLUSTER:
+        want += [f"clusters of {rules.SWAP_CLUSTER} along the weight",
+                 f"at most the {rules.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds"]
     if kw.get("STREAM_K"):
         want.append("stream-K over it")
     if (split or 1) > 1:
@@ -74,9 +73,9 @@ def test_explaining_a_choice_does_not_change_it_and_names_every_rule_that_shaped
             for arch in ("sm_90a", "sm_100a"):
                 sm = spec.SM_COUNT[arch]
                 why: list[str] = []
-                step, kw = mc.choose(M, N, K, dt, arch, sm, why=why)
-                assert (step, kw) == mc.choose(M, N, K, dt, arch, sm)
-                text = mc.explain(M, N, K, dt, arch)
+                step, kw = rules.choose(M, N, K, dt, arch, sm, why=why)
+                assert (step, kw) == rules.choose(M, N, K, dt, arch, sm)
+                text = rules.explain(M, N, K, dt, arch)
                 head, *lines = text.splitlines()
                 assert head.startswith(f"{M}x{N}x{K} {dt} on {arch} ({sm} SMs): {step}")
                 for k, v in kw.items():
@@ -97,28 +96,28 @@ def test_explaining_a_choice_does_not_change_it_and_names_every_rule_that_shaped
 
 
 def test_the_model_line_quotes_the_models_own_figures():
-    """Where the cost model decides, its line lists chooser.rank's three fastest with their
+    """Where the cost model decides, its line lists cm.rank's three fastest with their
     predicted microseconds, and the pick."""
     M, N, K = 2304, 2304, 2304
     why: list[str] = []
-    step, kw = mc.choose(M, N, K, "float16", "sm_90a", 132, why=why)
-    top = chooser.rank(M, N, K, 132)[:3]
+    step, kw = rules.choose(M, N, K, "float16", "sm_90a", 132, why=why)
+    top = cm.rank(M, N, K, 132)[:3]
     line = next(w for w in why if w.startswith("the cost model's fastest"))
     assert all(f"{c} {t:.1f}" in line for t, c in top)
-    assert line.endswith(f"picked {chooser.best(M, N, K, 132)}")
-    assert (kw["BLK_M"], kw["BLK_N"]) == chooser.tile(chooser.best(M, N, K, 132))[:2]
+    assert f"; picked {cm.best(M, N, K, 132)} [cost_model: lab/cost_model_fit]" in line
+    assert (kw["BLK_M"], kw["BLK_N"]) == cm.tile(cm.best(M, N, K, 132))[:2]
 
 
 def test_the_cluster_line_gives_the_fill_and_the_cluster_count():
     """72x4608x4096: 72 one-CTA tiles of 64 weight rows on 132 SMs, a last wave 55% full,
     18 clusters of four."""
     M, N, K = 72, 4608, 4096
-    text = mc.explain(M, N, K, "bfloat16")
-    tiles = chooser.swap_tiles(M, N, 132)
+    text = rules.explain(M, N, K, "bfloat16")
+    tiles = rules.swap_tiles(M, N, 132)
     assert tiles == math.ceil(N / 64) * 1
     assert f"one CTA per 64-row tile would make {tiles} tiles, the last wave on 132 SMs " \
-           f"{chooser.last_wave_fill(tiles, 132):.0%} full" in text
-    assert f"({math.ceil(N / (64 * chooser.SWAP_CLUSTER))} clusters," in text
+           f"{rules.last_wave_fill(tiles, 132):.0%} full" in text
+    assert f"({math.ceil(N / (64 * rules.SWAP_CLUSTER))} clusters," in text
 
 
 def test_tirx_gemm_choose_prints_the_explanation_and_refuses_in_one_line():
@@ -130,7 +129,7 @@ def test_tirx_gemm_choose_prints_the_explanation_and_refuses_in_one_line():
                           "bfloat16"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     *shown, imports = res.stdout.strip().splitlines()
-    assert "\n".join(shown) == mc.explain(72, 4608, 4096, "bfloat16")
+    assert "\n".join(shown) == rules.explain(72, 4608, 4096, "bfloat16")
     assert imports == "False False"
     for args, message in ((["4096,4096,4095"], "tirx-gemm: error: K=4095 is not a multiple of 8"),
                           (["1,2"], "wants three integers M,N,K")):
@@ -149,6 +148,6 @@ def test_the_choose_arch_default_is_one_fact():
     sub = next(a for a in cli.make_parser()._actions
                if isinstance(a, argparse._SubParsersAction)).choices["choose"]
     default = next(a.default for a in sub._actions if "--arch" in a.option_strings)
-    assert default == inspect.signature(mc.explain).parameters["arch"].default
+    assert default == inspect.signature(rules.explain).parameters["arch"].default
     readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
     assert f"--arch defaults to {default})" in readme

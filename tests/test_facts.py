@@ -1,7 +1,7 @@
-"""One home per fact (issue 20): every copy of a fact in prose is generated from its home or
+"""One home per fact: every copy of a fact in prose is generated from its home or
 checked against it here, so a drifted copy fails a test.
 
-- the README's path table: generated from tirx_gemm/registry.py (tables.path_table);
+- the README's path table: generated from tirx_gemm/registry.py (records.path_table);
 - published figures we did not measure (the book's and the article series' B200 TFLOP/s,
   fast.cu's): tirx_gemm/report/published.py;
 - shared memory per CTA and register figures (compiled counts, setmaxnreg splits, the
@@ -23,7 +23,7 @@ import pytest
 from tirx_gemm import registry
 from tirx_gemm.report import published
 from tirx_gemm.report.records import PATH_BEGIN, PATH_END, between_markers
-from tirx_gemm.report.tables import path_table
+from tirx_gemm.report.records import path_table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -48,7 +48,7 @@ def test_path_table_lists_every_step_once_with_each_arch_lesson():
     assert ids == sorted(set(ids), key=lambda i: int(i[1:]))
     for s in registry.STEPS:
         row = rows[ids.index(s.id)]
-        assert s.lesson.replace("|", "\\|") in row, (s.key, row)
+        assert s.idea in row, (s.key, row)
 
 
 # --------------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_smem_figures_in_lessons_and_cards_are_generated():
 
 
 def test_a_figure_that_wraps_across_a_line_is_still_checked():
-    # issue 30: "~160 KiB" at the end of a card line and "of SMEM" on the next slipped past
+    # "~160 KiB" at the end of a card line and "of SMEM" on the next slipped past
     # a line-by-line match; the same text must now be found, and fail against the 161 KiB built
     card = ROOT / "steps" / "sm100a" / "hgemm_v11.py"
     text = ("    one CTA per SM (all of TMEM and ~160 KiB\n"
@@ -511,17 +511,19 @@ def test_a_measured_figure_can_aggregate_and_select_by_path(tmp_path):
                                      "otherData.timing.plain_ms", ".1f", root=tmp_path) == "1.9"
 
 
-def test_readme_quotes_h200_figures_from_their_records():
-    """The README's chooser rules and stream-K paragraph quote their H200 figures through
-    rec markers (filled from results/ by render_docs), not typed by hand."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_readme_and_lab_quote_h200_figures_from_their_records():
+    """The README and the lab's studies (the rules' evidence, the stream-K, epilogue, fp8 and
+    model figures) quote their H200 figures through rec markers (filled from the records by
+    render_docs), not typed by hand."""
+    text = "\n".join(p.read_text(encoding="utf-8")
+                     for p in [ROOT / "README.md", *sorted((ROOT / "lab").glob("*/README.md"))])
     used = set(RENDER_DOCS.REC.findall(text))
     files = {m[0] for m in used}
-    assert {"results/lab/v10_suite_graph_h200.jsonl", "results/lab/v12_pdl_sweep_h200.jsonl",
-            "results/lab/v12_streamk_h200.jsonl", "results/lab/h200.jsonl",
-            "results/op/model.jsonl", "results/lab/epilogue_h200_call2.jsonl",
-            "results/lab/fp8_h200_call2.jsonl", "results/lab/fastcu_issue18_h200.jsonl",
-            "results/lab/ncu_h200.jsonl", "results/lab/watchdog_h200.jsonl"} <= files
+    assert {"lab/cost_model_fit/records/v10_suite_graph_h200.jsonl", "lab/cost_model_fit/records/v12_pdl_sweep_h200.jsonl",
+            "lab/stream_k_tail/records/v12_streamk_h200.jsonl", "lab/steps_on_h200/records/h200.jsonl",
+            "lab/model_layers_in_torch/records/model.jsonl", "lab/fused_epilogues/records/epilogue_h200_2.jsonl",
+            "lab/fp8_on_hopper/records/fp8_h200_2.jsonl", "lab/steps_on_h200/records/fastcu_h200.jsonl",
+            "lab/ncu_profiles/records/ncu_h200.jsonl", "lab/hang_guard/records/watchdog_h200.jsonl"} <= files
     assert len(used) >= 150
 
 
@@ -536,11 +538,11 @@ def test_generated_lesson_figures_are_fresh():
 
 
 def test_records_read_from_logs_are_fresh():
-    """scripts/lab/logs_to_records.py --check: the records of figures that exist only in H200
+    """lab/tools/logs_to_records.py --check: the records of figures that exist only in H200
     logs (fast.cu, Nsight Compute, notebook 07, the watchdog demo) hold what the logs say."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "scripts/lab/logs_to_records.py", "--check"],
+    out = subprocess.run([sys.executable, "lab/tools/logs_to_records.py", "--check"],
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -581,7 +583,7 @@ def _has(step_id: str, arch: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# step cards: what changed, the contract, why and the constraints, nothing more (issue 30)
+# step cards: what changed, the contract, why and the constraints, nothing more
 # --------------------------------------------------------------------------------------
 CARD_MAX_LINES = 30
 

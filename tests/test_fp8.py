@@ -2,7 +2,7 @@
 the numerics of the reference and tolerances, the builder's refusals, and two builds
 (the registry's canonical one and the block-scaled export kernel) whose SASS carries the
 fp8 wgmma; the sm_100a twin's refusals and one build whose SASS carries the f8f6f4
-tcgen05.mma (UTCQMMA). No GPU: correctness on the H200 is scripts/lab/fp8_h200.py's, on
+tcgen05.mma (UTCQMMA). No GPU: correctness on the H200 is lab/fp8_on_hopper/fp8_h200.py's, on
 sm_100a the simulation gate's (tests/test_sim.py, tirx-gemm sim v13)."""
 import importlib.util
 import sys
@@ -172,7 +172,7 @@ def test_tolerances_add_the_accumulation_allowance():
 
 
 def _emulator():
-    path = ROOT / "scripts" / "lab" / "fp8_promotion_error.py"
+    path = ROOT / "lab" / "fp8_on_hopper" / "fp8_promotion_error.py"
     spec = importlib.util.spec_from_file_location("fp8_promotion_error", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod

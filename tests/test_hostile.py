@@ -1,4 +1,4 @@
-"""Issue 21: trust nothing it did not make. Hostile inputs, each with its outcome asserted:
+"""Trust nothing it did not make. Hostile inputs, each with its outcome asserted:
 no traceback, no silent accept, no foreign code run, no data lost.
 
 Bundles (tampered, swapped between steps, symlinked, a `../` or absolute `lib`, a replaced or

@@ -1,5 +1,5 @@
 """Bundles pinned to a digest, wheels checked before pip sees them, and exports killed
-between their two renames recovered by the next one (issue 31). One real export of v1."""
+between their two renames recovered by the next one. One real export of v1."""
 import hashlib
 import json
 import os

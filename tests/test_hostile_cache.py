@@ -1,4 +1,4 @@
-"""Issue 21 items 2 and 3, as an attacker or an unlucky machine would try them: damaged,
+"""The build cache against what an attacker or an unlucky machine would try: damaged,
 swapped and foreign cache entries, work folders of builds that are gone or still running,
 a tool whose child holds its output open after a timeout, limits that would switch a time
 limit off, and a damaged stub libcuda. Each case asserts its outcome: refused with one line

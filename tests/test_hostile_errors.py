@@ -1,4 +1,4 @@
-"""Every run-side error is one line and exit 2 on every command (issue 31): no GPU of the
+"""Every run-side error is one line and exit 2 on every command: no GPU of the
 arch, TVM's runtime libraries missing, a kernel that faulted. The conditions are faked
 (monkeypatch), so these run on a CPU machine and a GPU host alike."""
 import sys

@@ -1,4 +1,4 @@
-"""Hostile inputs found by issue 31's probe: JSON nested past Python's recursion limit in
+"""Hostile inputs found by a probe: JSON nested past Python's recursion limit in
 every reader, a meta.json field of the wrong type, suite records that claim a check with a
 string, options that `--suite` would silently ignore, suite records naming this machine's
 paths. Each is refused in one line (or the cache entry rebuilt), never a traceback."""

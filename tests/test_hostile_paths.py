@@ -1,5 +1,5 @@
-"""Every module path and file name the package writes as a string names something that exists
-(issue 31): a module moved without its string following it must fail here, not silently
+"""Every module path and file name the package writes as a string names something that exists:
+a module moved without its string following it must fail here, not silently
 (the CLI's error lookup named tirx_gemm.device after it moved to run/, and the cache key
 skipped build/pipeline.py after it moved to compile/)."""
 import ast
@@ -147,7 +147,7 @@ def test_key_sources_exist_for_every_step():
 
 @pytest.mark.parametrize("arch,package", [("sm_90a", "hopper"), ("sm_100a", "blackwell")])
 def test_the_key_covers_every_module_of_the_arch_package(arch, package):
-    """hopper/ and blackwell/ are one module per job (issue 30): a module added there
+    """hopper/ and blackwell/ are one module per job: a module added there
     without joining KEY_SOURCES would leave that arch's builds cached on its old bytes."""
     listed = set(cache.KEY_SOURCES[arch])
     modules = {f"{package}/{p.name}" for p in (cache.PKG_DIR / package).glob("*.py")}

@@ -1,4 +1,4 @@
-"""NumSim from the repository alone (issue 31): cargo builds the engines from the crates
+"""NumSim from the repository alone: cargo builds the engines from the crates
 vendored in vendor/numsim (checked, unpacked once, refused when tampered), the heartbeat says
 "building NumSim engines" while cargo builds them, and a failure every case would repeat
 stops the run at the first case with one line and exit 2. No simulator needed: the engine

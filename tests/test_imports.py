@@ -1,4 +1,4 @@
-"""tirx_gemm's modules import each other without circles (issue 20): the graph of
+"""tirx_gemm's modules import each other without circles: the graph of
 ``tirx_gemm.X`` imports (at module level and inside functions alike: a lazy import is still a
 dependency) has no cycle."""
 import ast

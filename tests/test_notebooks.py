@@ -343,7 +343,7 @@ def test_measure_runs_where_a_gpu_of_the_arch_is_present(monkeypatch):
     assert calls == [("v1@sm_90a", registry.get("v1", "sm_90a").canonical, "some/bundle")]
     assert "measured here on NVIDIA H200" in text and "123.4" in text and "✓" in text
     assert "sm_100a" in text and "no sm_100a GPU here" in text
-    # the dtype has its own column (issue 31: fp16 and bf16 rows looked like duplicates);
+    # the dtype has its own column (without it fp16 and bf16 rows look like duplicates);
     # a record without one is from before bf16, so float16
     assert "| dtype |" in text and "| float16 |" in text
 

@@ -1,4 +1,4 @@
-"""The README's commands as a newcomer types them (issue 22): CI runs the same ones, their
+"""The README's commands as a newcomer types them: CI runs the same ones, their
 set-up installs only when something changed, and every step prints progress at least every
 10 s in plain lines. The CLI paths the commands reach (build --all's per-build lines and
 legend, sim's and run's guidance on a CPU machine) are tested in tests/test_cli.py."""
@@ -117,8 +117,8 @@ def test_setup_installs_once_then_only_when_something_changed(tmp_path):
 
 
 def test_the_readmes_two_commands_alternate_without_reinstalling(tmp_path):
-    """Issue 31: the main job's set-up (no extra) after the tests' (test extra + torch) found
-    the stamp "changed" and reinstalled, and back again. A request whose extras were
+    """The main job's set-up (no extra) after the tests' (test extra + torch) must not find
+    the stamp "changed" and reinstall, nor back again. A request whose extras were
     installed is served as it is; one that adds extras installs the union."""
     root = tmp_path / "checkout"
     root.mkdir()

@@ -11,12 +11,18 @@ from tirx_gemm.report.records import (
     BEGIN_MARKER,
     END_MARKER,
     NO_SM100_GPU,
+    PATH_BEGIN,
+    PATH_END,
+    SUMMARY_BEGIN,
+    SUMMARY_END,
     append_record,
     device_slug,
     latest_by_key,
     record_dtype,
     record_key,
     load_records,
+    path_cells,
+    render_summary,
     render_table,
     replace_between_markers,
     update_readme,
@@ -228,25 +234,56 @@ def test_replace_between_markers_errors():
         replace_between_markers(f"{END_MARKER}\n{BEGIN_MARKER}", "x")
 
 
+FRONT = f"""# tirx-gemm
+
+{PATH_BEGIN}
+old path
+{PATH_END}
+
+{SUMMARY_BEGIN}
+old summary
+{SUMMARY_END}
+"""
+
+
 def test_render_results_script(tmp_path):
+    """The README gets the path table and the summary, the results page the full table;
+    --check fails on either until they are written, then passes; broken markers: exit 2."""
     results = tmp_path / "results"
     append_record(rec(), results)
-    readme = tmp_path / "README.md"
-    readme.write_text(README)
+    readme, page = tmp_path / "README.md", tmp_path / "results.md"
+    readme.write_text(FRONT)
+    page.write_text(README)
     script = ROOT / "scripts" / "render_results.py"
-    base = [sys.executable, str(script), "--results", str(results), "--readme", str(readme)]
+    base = [sys.executable, str(script), "--results", str(results), "--readme", str(readme),
+            "--page", str(page)]
     r = subprocess.run(base + ["--check"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "stale" in r.stderr
     r = subprocess.run(base, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "old table" not in readme.read_text()
-    assert "| v1 | sm_90a |" in readme.read_text()
+    front, full = readme.read_text(), page.read_text()
+    assert "old table" not in full and "| v1 | sm_90a |" in full and "400.0 (0.55×) ✓" in full
+    assert "old path" not in front and "old summary" not in front
+    assert "| v1 | " in front and "0.55× at 4096³ (H200) |" in front  # the path table
+    assert "NVIDIA H200, 132 SMs" in front and "(results.md)" in front  # summary, link
+    assert "400.0" not in front  # the per-shape figures live on the page
     r = subprocess.run(base + ["--check"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    readme.write_text("no markers\n")
+    page.write_text("no markers\n")
     r = subprocess.run(base + ["--check"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
+    assert readme.read_text() == front
+
+
+def test_the_repository_readme_and_results_page_are_fresh():
+    """README's path table and summary and the site's full results table (every figure per
+    shape) are what the records give today."""
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "render_results.py"), "--check"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = (ROOT / "docs" / "pages" / "results.md").read_text(encoding="utf-8")
+    assert "TFLOP/s (× torch)" in page.split(BEGIN_MARKER)[1].split(END_MARKER)[0]
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "bad-record"])
@@ -289,7 +326,7 @@ def test_render_table_shows_the_latest_simulation_never_as_tflops():
     cells = [c.strip() for c in v4.strip("|").split("|")]
     assert cells[2] == NO_SM100_GPU
     # the latest revision's two cases passed; the older failing revision does not count
-    assert cells[3].startswith("✓ 2/2 cases correct, sync/race clean (2026-11-29, git abc1234def")
+    assert cells[3] == "✓ 2/2 cases correct, sync/race clean (2026-11-29)"  # a date, no hash
     assert cells[5] == "—"  # no TFLOP/s from a simulation
     v5 = next(ln for ln in md.splitlines() if ln.startswith("| v5 | sm_100a |"))
     assert "not simulated" in v5
@@ -329,3 +366,43 @@ def test_build_sim_and_run_records_share_one_step_at_a_shape():
     row = SimRow("v7", "sm_100a", 128, 128, 64, {})
     row.numsim = "correct"  # a simulation row is filled in as its checks run
     assert row.label == "v7@sm_100a 128x128x64" and row.dtype == "float16"
+
+
+class _Row:
+    def __init__(self, id, arch, fp8=False):
+        self.id, self.arch, self.fp8 = id, arch, fp8
+
+
+def test_path_cells_name_the_card_the_shape_and_the_verdict():
+    """sm_90a: the ratio at 4096³ where timed there (fp16, passed), else the largest timed
+    shape; a failed check or bf16 never counts; sm_100a: the NumSim verdict."""
+    steps = [_Row("v4", "sm_100a"), _Row("v4", "sm_90a"), _Row("v5", "sm_90a"),
+             _Row("v6", "sm_90a"), _Row("v13", "sm_90a", fp8=True)]
+    records = [rec(step="v4", ratio=0.72), rec(step="v4", M=8192, N=8192, K=8192, ratio=0.8),
+               rec(step="v5", M=128, N=128, K=64, ratio=0.3),
+               rec(step="v5", M=256, N=256, K=64, ratio=0.4),
+               rec(step="v5", M=8192, N=8192, K=8192, ratio=0.9, verified=False),
+               rec(step="v5", M=4096, N=4096, K=4096, ratio=0.95, dtype="bfloat16"),
+               rec(step="v13", ratio=1.5)]
+    cells = path_cells(steps, records, [_sim_rec(), _sim_rec(M=128)])
+    assert cells["v4"] == ("✓ 2/2 correct, sync/race clean", "0.72× at 4096³ (H200)")
+    assert cells["v5"] == ("no sm_100a step", "0.40× at 256×256×64 (H200)")
+    assert cells["v6"] == ("no sm_100a step", "not measured")
+    assert cells["v13"][1] == "1.50× at 4096³ (H200; fp8 vs fp16 torch)"
+    failing = path_cells(steps[:1], [], [_sim_rec(), _sim_rec(M=128, ok=False)])
+    assert failing["v4"] == ("✗ 1 of 2 failed", "no sm_90a step")
+
+
+def test_summary_and_full_table_are_short_dated_and_carry_no_commit():
+    records = [rec(git_sha="abc1234def0", driver_version="580.1", torch_version="2.11"),
+               rec(step="v2", ts="2026-05-03T10:00:00+00:00", git_sha="abc1234def0")]
+    summary = render_summary(records, [_sim_rec()], page="docs/pages/results.md")
+    full = render_table(records, STEPS, sim_records=[_sim_rec()])
+    assert "NVIDIA H200, 132 SMs" in summary and "2026-05-03" in summary
+    assert "NumSim, a CPU model of sm_100a | 1 | 1/1 cases ✓ | 2026-11-29" in summary
+    assert "[docs/pages/results.md](docs/pages/results.md)" in summary
+    for text in (summary, full):
+        assert "abc1234" not in text and "git " not in text
+    assert "latest run 2026-05-03" in full
+    assert all(len(line) <= 200 for line in summary.splitlines())
+    assert all(len(line) <= 200 for line in full.splitlines() if not line.startswith("|"))

@@ -50,7 +50,7 @@ def test_get_errors_are_clear():
     assert registry.get("4", "sm_100a").id == "v4"
 
 
-# --- each step's static facts, declared once in the registry (issue 30) ---
+# --- each step's static facts, declared once in the registry ---
 
 def _builder_def(step):
     import ast
@@ -135,9 +135,9 @@ def test_matmul_v9_cluster_tiles_are_the_registrys():
 
 
 def test_split_k_and_chooser_tiles_are_the_registrys():
-    """splitk.TILES and chooser.V10_TILE are copies (both modules are being changed
+    """splitk.TILES and cm.V10_TILE are copies (both modules are being changed
     elsewhere): they must agree with v11's and v10's registry tiles."""
     from tirx_gemm import splitk
-    from tirx_gemm.op import chooser
+    from tirx_gemm.op import cost_model as cm, rules
     assert splitk.TILES == {a: registry.get("v11", a).tile for a in splitk.TILES}
-    assert chooser.V10_TILE == registry.get("v10", "sm_90a").tile[:2]
+    assert cm.V10_TILE == registry.get("v10", "sm_90a").tile[:2]

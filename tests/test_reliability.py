@@ -1,4 +1,4 @@
-"""Issue 11: no hang, no traceback, no poisoned cache.
+"""No hang, no traceback, no poisoned cache.
 
 The build cache survives damage, moves and interrupted builds; every external tool has a
 time limit; a kernel that never completes is reported and the process exits (proved with

@@ -1,4 +1,4 @@
-"""tirx_gemm/settings.py is the one table of the environment settings (issue 30): every
+"""tirx_gemm/settings.py is the one table of the environment settings: every
 TIRX_GEMM_* name the package, the scripts or the tests use is declared there, CONTRIBUTING.md's
 table is rendered from it, and each kind of value is checked with a one-line error."""
 import re

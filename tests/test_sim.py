@@ -288,7 +288,7 @@ def test_run_case_without_workspace_passes_a_b_d_only(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------
-# the fused epilogue (issue 28): v9's cases, the operands and the compare of run_case
+# the fused epilogue: v9's cases, the operands and the compare of run_case
 # --------------------------------------------------------------------------------------
 def test_v9_sim_cases_cover_every_epilogue():
     """Each activation, each bias dtype, an fp32 output and SwiGLU in both dtypes, with M
@@ -507,7 +507,7 @@ def test_simulate_with_jobs_runs_the_first_case_alone_then_the_rest_in_a_pool(
 
 def test_simulate_prints_each_row_as_it_finishes_and_a_heartbeat_while_a_case_runs(
         monkeypatch, tmp_path):
-    """Issue 22: a long case (the first one builds NumSim's engines with cargo) is never
+    """A long case (the first one builds NumSim's engines with cargo) is never
     silent: a heartbeat line names the running case; each row prints as its case ends."""
     import io
     import re
@@ -534,7 +534,7 @@ def test_simulate_prints_each_row_as_it_finishes_and_a_heartbeat_while_a_case_ru
 
 
 # --------------------------------------------------------------------------------------
-# fp8 (v13, issue 29): e4m3 operands as bytes, scales after D, the dequantized reference
+# fp8 (v13): e4m3 operands as bytes, scales after D, the dequantized reference
 # --------------------------------------------------------------------------------------
 def _scaled_fp8_into_d(buffers, forget_scales=False):
     import numpy as np

@@ -1,4 +1,4 @@
-"""The website (issue 33), opened in a real browser: headless Chromium from the system's
+"""The website, opened in a real browser: headless Chromium from the system's
 packages, driven by Playwright, reading the site that ``python scripts/build_site.py`` built
 (build/site/, or ``$TIRX_GEMM_SITE``) through a local HTTP server on 127.0.0.1.
 

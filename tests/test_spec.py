@@ -1,4 +1,4 @@
-"""tirx_gemm/spec.py is the one home of the project's static facts (issue 30): the package
+"""tirx_gemm/spec.py is the one home of the project's static facts: the package
 reads them from there and writes none of them again; the copies that stay for teaching (a
 builder's ``SM_COUNT: int = 148`` keyword default) are checked against it here."""
 import inspect

@@ -69,15 +69,14 @@ def test_plan_is_off_when_the_tail_wave_is_at_least_half_full():
     assert SK.plan(1, 1024, 132).units == 128   # one tile of 1024 K steps: 128 units of 8
 
 
-@pytest.mark.parametrize("all_tiles", [False, True])
-def test_tir_expressions_agree_with_python_ints(all_tiles):
+def test_tir_expressions_agree_with_python_ints():
     tvm = pytest.importorskip("tvm")
     from tvm.script import tirx as T
     from tvm.sym.analyzer import Analyzer
     ops = SK.tir_ops(T)
     tv, kv, uv, jv = (tvm.tirx.Var(n, "int32") for n in ("tiles", "kt", "u", "j"))
     g = 132
-    p = SK.plan(tv, kv, g, ops, all_tiles)
+    p = SK.plan(tv, kv, g, ops)
     exprs = {"on": p.on, "dp": p.dp_tiles, "sk": p.sk_tiles, "U": p.units,
              "range": SK.unit_range(p, uv),
              "tiles_of_u": SK.unit_tiles(p, *SK.unit_range(p, uv)),
@@ -96,7 +95,7 @@ def test_tir_expressions_agree_with_python_ints(all_tiles):
 
     for tiles, kt in itertools.product((1, 5, 65, 80, 131, 133, 150, 197, 200, 264, 300),
                                        (8, 16, 77)):
-        q = SK.plan(tiles, kt, g, all_tiles=all_tiles)
+        q = SK.plan(tiles, kt, g)
         b = {tv: tiles, kv: kt}
         assert ev(exprs["on"], b) == int(bool(q.on))
         assert (ev(exprs["dp"], b), ev(exprs["sk"], b), ev(exprs["U"], b)) == \
@@ -200,8 +199,7 @@ def test_stream_k_refusals_in_one_line():
     pytest.importorskip("tvm")
     step = registry.get("v12", "sm_90a")
     for kw in ({"CLUSTER": 2}, {"ACT": "relu"},
-               {"BIAS": "float16"}, {"OUT_DTYPE": "float32"},
-               {"MMA_LAG": 2, "PIPE_DEPTH": 6}):
+               {"BIAS": "float16"}, {"OUT_DTYPE": "float32"}):
         with pytest.raises(ValueError, match="STREAM_K=True takes no") as exc:
             step.build_primfunc(1024, 1024, 1024, BLK_M=64, STREAM_K=True, **kw)
         assert "\n" not in str(exc.value)
@@ -210,7 +208,7 @@ def test_stream_k_refusals_in_one_line():
 
 
 def test_stream_k_takes_swap_ab_and_stores_its_sums_transposed():
-    """SWAP_AB with STREAM_K (chooser.swap_stream_k's decode kernel): the pieces load B's
+    """SWAP_AB with STREAM_K (rules.swap_stream_k's decode kernel): the pieces load B's
     rows as the MMA's A operand, and the reduced tile goes to D by the transposed stores
     (no TMA store, no packed tile), as the data-parallel swap-AB tiles do."""
     pytest.importorskip("tvm")
@@ -262,69 +260,3 @@ def test_workspace_follows_each_arch_default_pool():
         assert specs["WS"][0] == SK.workspace_slabs(g)
 
 
-# STREAM_K_ALL (all_tiles): a grid of fewer tiles than CTAs is all stream-K
-ALL_CASES = [(t, kt, g) for g in (2, 7, 16, 33, 132)
-             for t in sorted({1, 2, g // 2, g // 2 + 1, g - 1, g, g + 3, 2 * g + 1}) if t >= 1
-             for kt in (15, 16, 17, 64, 100, 257)]
-
-
-@pytest.mark.parametrize("tiles,kt,g", ALL_CASES)
-def test_all_tiles_plan_covers_every_iteration_once_in_fixed_slabs(tiles, kt, g):
-    p = SK.plan(tiles, kt, g, all_tiles=True)
-    tail = tiles % g
-    assert bool(p.on) == (tail > 0 and (2 * tail < g or tiles < g) and kt >= 16)
-    if tiles >= g:  # past one wave: the tail rule as without it
-        assert p == SK.plan(tiles, kt, g)
-    if not p.on:
-        return
-    assert p.sk_tiles == tail and p.dp_tiles + p.sk_tiles == tiles
-    assert p.units >= min(p.sk_tiles, p.iters // SK.MIN_UNIT_K_TILES)
-    seen, slabs = set(), set()
-    for u in range(p.units):
-        it0, it1 = SK.unit_range(p, u)
-        assert SK.MIN_UNIT_K_TILES <= it1 - it0 <= kt  # so a unit touches at most 2 tiles
-        t0, n = SK.unit_tiles(p, it0, it1)
-        assert n in (1, 2)
-        for j in range(t0, t0 + n):
-            k0, k1 = SK.piece_k_range(p, it0, it1, j)
-            seen.update((j, k) for k in range(k0, k1))
-            s = SK.slab(u, j)
-            assert s not in slabs and 0 <= s < SK.workspace_slabs(g, True)
-            slabs.add(s)
-            for h in range(2):
-                assert 0 <= SK.counter(j, h, 2) < SK.counters(g, True)
-    assert len(seen) == p.sk_tiles * kt
-    for j in range(p.sk_tiles):  # a tile's pieces: consecutive units, consecutive slabs
-        first, count = SK.tile_units(p, j)
-        assert count >= 1 and all(SK.unit_range(p, u)[0] < (j + 1) * kt
-                                  for u in range(first, first + count))
-
-
-def test_all_tiles_workspace_and_refusals():
-    step = registry.get("v12", "sm_90a")
-    kw = {"STREAM_K": True, "STREAM_K_ALL": True, "BLK_M": 128, "BLK_N": 88, "SM_COUNT": 132}
-    assert step.workspace_specs(88, 10240, 8192, kw) == (
-        ("WS", (264, 128 * 88), "float32"), ("CNT", (264,), "int32"))
-    pytest.importorskip("tvm")
-    with pytest.raises(ValueError, match="STREAM_K_ALL=True must be True or False, True with "
-                                         "STREAM_K=True only") as exc:
-        step.build_primfunc(88, 10240, 8192, STREAM_K_ALL=True)
-    assert "\n" not in str(exc.value)
-    on = step.build_primfunc(88, 10240, 8192, **kw, SWAP_AB=True).script()
-    assert 'WS: T.Buffer((264, 11264), "float32")' in on and "acq_rel" in on
-    # the same grid (80 tiles on 132 CTAs, 61% full) is off without it
-    off = step.build_primfunc(88, 10240, 8192, **{**kw, "STREAM_K_ALL": False},
-                              SWAP_AB=True).script()
-    assert "acq_rel" not in off
-
-
-def test_all_tiles_plans_at_a_run_time_tile_count():
-    """A run-time tile count (RUNTIME_M) leaves both conditions to the device; too shallow
-    a K is off in plain ints."""
-    tvm = pytest.importorskip("tvm")
-    from tvm.script import tirx as T
-    ops = SK.tir_ops(T)
-    tiles = tvm.tirx.Var("tiles", "int32")
-    on = SK.plan(tiles, 64, 132, ops, all_tiles=True).on
-    assert str(on) == "tiles % 132 > 0 and (2 * (tiles % 132) < 132 or tiles < 132)"
-    assert SK.plan(tiles, 15, 132, ops, all_tiles=True).on is False

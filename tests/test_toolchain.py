@@ -1,4 +1,4 @@
-"""Issue 13: the CUDA toolchain comes from the nvidia-* wheels that `pip install -e .`
+"""The CUDA toolchain comes from the nvidia-* wheels that `pip install -e .`
 installs; a system CUDA is used only with TIRX_GEMM_SYSTEM_CUDA=1; compiling needs no torch.
 
 The full proof (a fresh venv, every step built where no system CUDA is visible, the output

@@ -201,7 +201,7 @@ def test_the_benchmarks_print_suites_that_export_reads(tmp_path):
             assert {e.M for e in s.entries} == {1, 8, 64, 128, 256, 1000, 4096}
 
 
-# --- the fused epilogue's arguments (issue 28) ---------------------------------------------
+# --- the fused epilogue's arguments ------------------------------------------------------
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_fake_epilogue_shapes_and_dtypes(dtype):
     a, b = _meta(77, 64, dtype=dtype), _meta(40, 64, dtype=dtype)

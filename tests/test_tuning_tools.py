@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "lab" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "lab" / "steps_on_h200" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

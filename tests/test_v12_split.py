@@ -1,4 +1,4 @@
-"""sm_90a v12's SPLIT_K (issue 32): a CTA per unit; S > 1 with v11's spread reduction."""
+"""sm_90a v12's SPLIT_K: a CTA per unit; S > 1 with v11's spread reduction."""
 import pytest
 
 from tirx_gemm import registry, splitk
@@ -89,32 +89,32 @@ def test_band_partition_covers_each_chunk_once():
 
 
 def test_the_split_model_keeps_its_plans_resident_and_rates_what_was_fitted():
-    """chooser.best_split: one wave of units (tiles x S <= SMs) of at least
+    """cm.best_split: one wave of units (tiles x S <= SMs) of at least
     SPLIT_MIN_K_STEPS K steps; chooser_h200.json's fit is no worse than it says on the
-    sweep it came from (results/lab/v12_split_h200.jsonl), which scripts/fit_chooser.py
+    sweep it came from (lab/cost_model_fit/records/v12_split_h200.jsonl), which scripts/fit_chooser.py
     --check recomputes."""
     import json
     import math
     from pathlib import Path
 
-    from tirx_gemm.op import chooser
+    from tirx_gemm.op import cost_model as cm, rules
     for mnk in ((128, 128, 65536), (256, 256, 16384), (128, 4096, 14336), (96, 512, 65536)):
-        t, bm, bn, s = chooser.best_split(*mnk)
+        t, bm, bn, s = cm.best_split(*mnk)
         tiles = -(-mnk[0] // bm) * -(-mnk[1] // bn)
-        assert tiles * s <= 132 and -(-mnk[2] // 64) // s >= chooser.SPLIT_MIN_K_STEPS
-    assert chooser.best_split(4096, 4096, 4096) is None  # tiles fill the SMs: no split
-    fit = json.loads(chooser.PARAMS_FILE.read_text())["split"]
+        assert tiles * s <= 132 and -(-mnk[2] // 64) // s >= cm.SPLIT_MIN_K_STEPS
+    assert cm.best_split(4096, 4096, 4096) is None  # tiles fill the SMs: no split
+    fit = json.loads(cm.PARAMS_FILE.read_text())["split"]
     errs = []
     root = Path(__file__).resolve().parents[1]
-    for line in (root / "results/lab/v12_split_h200.jsonl").read_text().splitlines():
+    for line in (root / "lab/cost_model_fit/records/v12_split_h200.jsonl").read_text().splitlines():
         r = json.loads(line)
         for name, c in r["candidates"].items():
             if name.startswith("np") or not c.get("ok"):
                 continue
             tile, s = name.rsplit("s", 1)
-            bm, bn, _ = chooser.tile(tile.rstrip("w"))
+            bm, bn, _ = cm.tile(tile.rstrip("w"))
             if int(s) > 1:
-                p = chooser.predict_split(bm, bn, int(s), r["M"], r["N"], r["K"])
+                p = cm.predict_split(bm, bn, int(s), r["M"], r["N"], r["K"])
                 errs.append(p / (c["ms"] * 1e3) - 1)
     assert len(errs) == fit["kernels"]
     assert math.isclose(math.sqrt(sum(e * e for e in errs) / len(errs)), fit["rms_rel_err"],
@@ -122,17 +122,17 @@ def test_the_split_model_keeps_its_plans_resident_and_rates_what_was_fitted():
 
 
 def test_split_count_prefers_a_divisor_of_the_k_steps():
-    from tirx_gemm.op import chooser
-    assert chooser.split_count(33, 1024) == 32      # 1024 K steps: 32 units of 32
-    assert chooser.split_count(66, 1024) == 64
-    assert chooser.split_count(22, 192) == 16       # 12 each; 16 >= 22 / 2
-    assert chooser.split_count(13, 224) == 8        # 224 = 28 x 8; 8 >= 13 / 2
-    assert chooser.split_count(11, 13) == 11        # 13 is prime: no divisor >= 5.5
-    assert chooser.split_count(1, 64) == 1
+    from tirx_gemm.op import cost_model as cm, rules
+    assert cm.split_count(33, 1024) == 32      # 1024 K steps: 32 units of 32
+    assert cm.split_count(66, 1024) == 64
+    assert cm.split_count(22, 192) == 16       # 12 each; 16 >= 22 / 2
+    assert cm.split_count(13, 224) == 8        # 224 = 28 x 8; 8 >= 13 / 2
+    assert cm.split_count(11, 13) == 11        # 13 is prime: no divisor >= 5.5
+    assert cm.split_count(1, 64) == 1
 
 
 def test_the_split_cap_is_the_spread_reductions():
-    """chooser (a shared layer) may not import splitk (authoring): the cap is written in
+    """cost_model (a shared layer) may not import splitk (authoring): the cap is written in
     both, and this keeps them one fact."""
-    from tirx_gemm.op import chooser
-    assert chooser.SPLIT_MAX == splitk.MAX_SPLIT_SPREAD
+    from tirx_gemm.op import cost_model as cm, rules
+    assert cm.SPLIT_MAX == splitk.MAX_SPLIT_SPREAD

@@ -311,7 +311,7 @@ def code_git_sha(bundle: Path) -> str | None:
     """The git revision of the code a bundle's kernels were exported from (the manifest's
     ``git_sha``; "A+B" when its entries were exported at several). A record made from the
     bundle on another machine names this, not that machine's checkout: a device copy's git
-    state can be older than its files (the lab scripts under scripts/lab/ record it)."""
+    state can be older than its files (the lab scripts under lab/ record it)."""
     shas = list(dict.fromkeys(str(e.get("git_sha")) for e in load_manifest(bundle)
                               if e.get("git_sha")))
     return "+".join(shas) if shas else None

@@ -1,4 +1,4 @@
-"""The fused epilogue (issue 28): its keywords, numpy references and tolerances, in one place.
+"""The fused epilogue: its keywords, numpy references and tolerances, in one place.
 
 A GEMM kernel with an epilogue computes, per output element, from the fp32 accumulator
 ``acc = (A @ B.T)[m, n]`` (fp32 products and sums, as the tensor cores accumulate):

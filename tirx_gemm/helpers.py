@@ -420,7 +420,7 @@ def check_pipe_depth(PIPE_DEPTH: int, bytes_per_stage: int, other_bytes: int = 0
 
 
 # Loop annotation that keeps a K-loop rolled (`#pragma unroll 1`): nvcc would otherwise
-# unroll a 64-trip K-loop completely (256 MMA instructions, a 170 KB cubin, slow builds)
+# unroll a 64-trip K-loop completely (256 MMA instructions, a 170 KiB cubin, slow builds)
 # and SASS counts would depend on the shape.
 # The value is the boolean True (what TVM's own unroll=False emits); NumSim rejects 1.
 ROLLED = {"disable_unroll": True}

@@ -1,10 +1,14 @@
-"""Deliberately broken variants of sm_100a steps: proof that the simulation gate can fail.
+"""Deliberately broken variants of the steps: proof that the checks can fail.
 
 Each mutant is one small source edit of a step (or of the helpers or Blackwell verbs it
-uses) that plants a real protocol bug. ``tirx-gemm sim vN --mutant NAME`` simulates it,
-and the tests assert that the gate reports it (the expected verdicts are listed with each
-mutant). The ``ld2mma-64`` mutant is the lesson: its numbers come out right, only the
-checkers see the bug.
+uses) that plants a real protocol bug: a barrier phase or arrival count, a missing fence,
+wait or expect_tx, a relaxed atomic where the split-K and stream-K counters need acq_rel.
+The sm_100a mutants feed the simulation gate: ``tirx-gemm sim vN --mutant NAME`` simulates
+one, and the tests assert that the gate reports what its ``must_flag`` lists (NumSim's
+numbers, synccheck, racecheck). The one sm_90a mutant, ``producer-phase-0``, is for a GPU:
+a certain deadlock, which a watchdog build (helpers.set_watchdog) must turn into a trap
+naming the barrier (lab/hang_guard); the simulation gate refuses it. The ``ld2mma-64``
+mutant is the lesson: its numbers come out right, only the checkers see the bug.
 
 A mutant is built from a copy of the source written to a temporary folder (TVMScript
 parses a kernel from its source file), so the package itself is never modified. An edit
@@ -129,7 +133,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                           'T.ptx["atom.relaxed.gpu.global.add.s32"](old[0], counter,'),),
            must_flag=("race",), numbers_right=True,
            case=((128, 160, 1024), (("SM_COUNT", 4), ("BLK_N", 32), ("STREAM_K", True)))),
-    # v10 (CLC + double-buffered TMEM accumulator)
+    # v10 (CLC on v8's double-buffered TMEM accumulator)
     Mutant("acc-empty-no-wait", "v10",
            "the MMA warp does not wait on ld2mma ('accumulator empty') before a tile: with "
            "several tiles per pair it overwrites a TMEM buffer the epilogue is still reading",

@@ -301,14 +301,14 @@ def compare_np(out: np.ndarray, ref: np.ndarray, *, dtype: str = DEFAULT_DTYPE,
 # about 2**-14 * (2/3) * S/32 of the final rms (sum of sqrt(i) ~ (2/3) n**1.5); we allow
 # 2**-14 * S/32 (the 2/3 dropped: 1.5x slack), with S = K unpromoted, or the promotion
 # interval's 32 * PROMOTE products (the fp32 adds of the promotion are exact to 2**-24).
-# scripts/lab/fp8_promotion_error.py's emulation gives 3.2e-3 at K=4096 unpromoted (the
+# lab/fp8_on_hopper/fp8_promotion_error.py's emulation gives 3.2e-3 at K=4096 unpromoted (the
 # bound: 7.8e-3) and 1.2e-4 at PROMOTE=4 (the bound: 2.4e-4). The allowance is added to
 # rtol, atol_scale and max_rel_err.
 # The unpromoted (promote=0, fast accumulation) allowance is the emulation's bound only:
-# the H200 refuted it (results/lab/fp8_h200_call1.jsonl, issue 29: at K >= 2064 a few
+# the H200 refuted it (lab/fp8_on_hopper/records/fp8_h200_1.jsonl: at K >= 2064 a few
 # elements per million fell outside it, e.g. 37 of 16.7M at 4096^3, where the promoted
 # runs of the same shapes all passed). The 14-bit truncation model underestimates that
-# accumulator's error, so scripts/lab/fp8_h200.py records fast accumulation's error
+# accumulator's error, so lab/fp8_on_hopper/fp8_h200.py records fast accumulation's error
 # without judging it; the promoted allowance held on every H200 check.
 E4M3_MAX = 448.0
 FP8_SCALES = ("tensor", "row", "block")

@@ -28,7 +28,7 @@ cluster dimension (when the tags name a cluster) AND programmatic stream seriali
 the PDL tag is there), so a pair takes PDL too; a builder opts in per kernel shape
 (:func:`check`'s ``pairs``) once its wait covers the cluster's set-up. A kernel launched without
 the attribute runs its ``griddepcontrol.wait`` as a no-op. v12's pairs ran so on the H200,
-every run checked (results/lab/v12_pairpdl_h200.jsonl, scripts/lab/h200_pairpdl.sh).
+every run checked (lab/pdl_exit_trigger/records/v12_pairpdl_h200.jsonl, lab/pdl_exit_trigger/h200_pairpdl.sh).
 """
 from __future__ import annotations
 

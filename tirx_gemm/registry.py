@@ -61,6 +61,11 @@ class Step:
     cluster_tile: tuple[int, int] | None = None
 
     @property
+    def idea(self) -> str:
+        """The step's idea in a few words (IDEAS, shared by the arches): the path table's."""
+        return IDEAS[self.id]
+
+    @property
     def output_tile(self) -> tuple[int, int]:
         """The (M, N) of D one unit of the step's tile walk covers at default keywords."""
         return self.cluster_tile or self.tile[:2]
@@ -141,6 +146,24 @@ class Step:
 _GRID_TESTS = ((256, 384, 512), (1024, 2048, 512), (768, 1280, 960))
 _BENCH = ((4096, 4096, 4096), (8192, 8192, 8192))
 
+# Each step's idea in a few words (at most 60 characters; one per step, both arches): the
+# README's path table (records.path_table); the lesson line says it in full
+IDEAS = {
+    "v1": "one tile, one K block: a single MMA and its barrier",
+    "v2": "a K loop: accumulate over K tiles",
+    "v3": "a 2D grid: one CTA per output tile",
+    "v4": "TMA: bulk tile copies on an mbarrier, TMA-store epilogue",
+    "v5": "a multi-stage SMEM ring: load ahead while computing",
+    "v6": "a persistent kernel: a CTA pool walks the tiles",
+    "v7": "warp specialization: producer and consumers run at once",
+    "v8": "a CTA pair: 2-CTA MMA (sm_100a), TMA multicast (sm_90a)",
+    "v9": "two consumers (sm_100a), overlapped epilogue (sm_90a)",
+    "v10": "dynamic scheduling (sm_100a), ping-pong consumers (sm_90a)",
+    "v11": "split-K: each tile's K cut across CTAs, fixed-order sum",
+    "v12": "tile menu: the tile's shape picked per problem",
+    "v13": "fp8 (e4m3) operands, scaled in the kernel",
+}
+
 _LESSONS = {
     "v1": "single 128x128 tile, K=64: thread copies, one elected thread issues the MMA, mbarrier wait, accumulator -> registers -> GMEM",
     "v2": "K-loop: accumulate over K tiles; the mbarrier phase flips every iteration",
@@ -151,7 +174,7 @@ _LESSONS = {
     "v7": "warp specialization: TMA producer, MMA issuer and epilogue run concurrently, linked by full/empty barriers",
     "v8": "2-CTA MMA: a CTA pair issues one tcgen05.mma cta_group::2 over a 256x256 cluster tile; barriers signalled across the pair",
     "v9": "multiple consumers: two MMA warps into separate TMEM column ranges (all 512) share each staged B tile; two epilogue warpgroups",
-    "v10": "dynamic persistent scheduling: Cluster Launch Control hands each CTA pair its next tile, and the TMEM accumulator is double-buffered so the epilogue of tile t runs under the MMAs of tile t+1",
+    "v10": "dynamic persistent scheduling: Cluster Launch Control hands each CTA pair its next tile; v8's double-buffered TMEM accumulator, unchanged, still runs the epilogue of tile t under the MMAs of tile t+1",
     "v11": "split-K: few output tiles, so each tile's K range is cut across CTAs; every split stores an fp32 partial and counts itself (acq_rel atomic), the last to arrive sums all partials in split order (deterministic) and stores D; or (REDUCE=spread) every split waits for all and reduces its own band",
     "v12": "tile menu: BLK_N 16..256 (step 16) at BLK_M 128 in one builder, v7's warp-specialized kernel with a ring as deep as fits, 64-column chunks by TMA store and a narrow tail stored from registers, RUNTIME_M (one kernel for every M), SWAP_AB (tokens in the MMA's N) and STREAM_K (the tail wave's K steps in units, a fixed-order reduction); wave efficiency and bytes per flop pick the tile",
 }
@@ -287,7 +310,7 @@ _SIM_CASES = {
             ((200, 136, 200), (("SM_COUNT", 8), ("SPLIT_K", 2), ("REDUCE", "spread"))),
             ((256, 256, 640), (("SM_COUNT", 12), ("SPLIT_K", 3), ("REDUCE", "spread"),
                                ("dtype", "bfloat16"))),
-            # RUNTIME_M (issue 27: matmul's runtime-M kernel): M, the tile count and the
+            # RUNTIME_M (matmul's runtime-M kernel): M, the tile count and the
             # workspace extents bound at the call; 18 units on 12 CTAs ("last"), and the
             # spread reduction with every unit resident (4 edge tiles x 2 = 8 CTAs)
             ((300, 136, 640), (("RUNTIME_M", True), ("SM_COUNT", 12), ("SPLIT_K", 3))),
@@ -326,7 +349,7 @@ _SIM_CASES = {
 # loads and clipped stores, partial cluster tiles and ceil-divided tile counts
 BF16 = (("dtype", "bfloat16"),)
 _SIM_CASES = {k: v + ((v[0][0], v[0][1] + BF16),) for k, v in _SIM_CASES.items()}
-# v9's fused epilogue (issue 28, tirx_gemm.epilogue), one CTA pair: each activation once,
+# v9's fused epilogue (tirx_gemm.epilogue), one CTA pair: each activation once,
 # each bias dtype once, an fp32 output, SwiGLU in both dtypes (the bf16 one with an fp32
 # output, a tile half past the fused weight's 2N rows), M and N off the tile grid in most
 _EPI = (("SM_COUNT", 2),)

@@ -2,7 +2,7 @@
 
 No TVM, no torch, no numpy: builders, the registry, matmul, the run side, the simulator,
 records, scripts and tests all import these names instead of writing the values again
-(issue 30: adding a dtype touched ten files). A value here is a fact about the project or
+(before, adding a dtype touched ten files). A value here is a fact about the project or
 the hardware it targets, not a tunable; each says where it comes from.
 """
 
@@ -22,8 +22,8 @@ DEFAULT_DTYPE = "float16"
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "uint8": 1}
 
 # opt-in dynamic shared memory per CTA on sm_90 / sm_100 (the CUDA programming guide's
-# compute-capability table: 227 KB), and what a ring of operand stages may take of it
-# (barriers and alignment: helpers.check_pipe_depth keeps 1 KB for them)
+# compute-capability table: 227 KiB), and what a ring of operand stages may take of it
+# (barriers and alignment: helpers.check_pipe_depth keeps 1 KiB for them)
 SMEM_BYTES_MAX = 227 * 1024
 SMEM_RESERVED_BYTES = 1024
 

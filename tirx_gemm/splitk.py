@@ -45,7 +45,7 @@ from tirx_gemm import spec, streamk
 
 MAX_SPLIT = 16          # at most this many splits: the completing unit reads S slabs alone
 MIN_K_TILES = 4         # K steps (of BLK_K = 64) every split keeps at least
-# REDUCE="spread", retuned from the H200 (results/lab/h200.jsonl, scripts/lab/issue17_spread.json):
+# REDUCE="spread", retuned from the H200 (lab/steps_on_h200/records/h200.jsonl, lab/split_k_deep_k/suites/spread.json):
 # 256x256x16384 ran at 0.64x / 0.79x / 0.79x torch with 16 / 32 / 66 splits (32 = 8 K steps
 # each), 128x128x65536 at 0.53x / 0.46x with 64 / 132 splits: past ~8 K steps per split
 # and ~64 splits per tile the partials' traffic (S slabs written and read per tile) grows
@@ -180,8 +180,8 @@ def model_steps(k_tiles: int, split: int, reduce: str, arch: str = "sm_100a") ->
     return k_tiles / split + rc + rc * (split if reduce == "last" else 1)
 
 
-# sm_90a v11's tile width for a split (issue 32; H200, bf16, scripts/lab/issue32_splitk.json,
-# results/lab/issue32_splitk_h200.jsonl): a unit's time is its K loop at a per-stage cost
+# sm_90a v11's tile width for a split (H200, bf16, lab/split_k_deep_k/suites/splitk_depths.json,
+# lab/split_k_deep_k/records/splitk_h200.jsonl): a unit's time is its K loop at a per-stage cost
 # that barely depends on the stage's size, plus its slab (128 x BLK_N fp32, written and
 # read). With M >= 128 the A tile is all data and the split units are short (8-16 K steps),
 # so the slab traffic decides: 128x64 tiles ran 128x128x65536 at 0.91x torch (128x256:

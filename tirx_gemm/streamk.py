@@ -18,11 +18,6 @@ The plan, for ``tiles`` output tiles, ``k_tiles`` K steps of 64 and a pool of ``
   MIN_UNIT_K_TILES)`` units: unit u covers iterations ``[u*I//U, (u+1)*I//U)``, at least
   MIN_UNIT_K_TILES of them, and (``U >= 2 * sk_tiles``) at most ``ceil(k_tiles / 2)``, so
   it touches at most 2 tiles and every stream-K tile has at least 2 pieces.
-* ``all_tiles`` (the builder's ``STREAM_K_ALL``): a grid of fewer tiles than CTAs (one
-  wave, ``tail = tiles``) is stream-K too, however full that wave: every tile is cut into
-  units over the whole pool. Then ``U >= tiles`` (each unit at most ``k_tiles`` long, so
-  still at most 2 tiles), a tile may come from one unit alone, and the workspace holds
-  ``2 G`` slabs and ``2 G`` counters.
 * Tile j's pieces come from units ``first(j) .. last(j)`` in ascending K order. Unit u's
   piece of tile j goes to workspace slab ``u + j``: one slab per (unit, tile) pair (a
   later unit never covers an earlier tile), and a tile's pieces lie in consecutive
@@ -50,18 +45,17 @@ class Ops:
     min: Callable
     max: Callable
     and_: Callable
-    or_: Callable
 
 
 PY = Ops(select=lambda c, a, b: a if c else b, min=min, max=max,
-         and_=lambda a, b: a and b, or_=lambda a, b: a or b)
+         and_=lambda a, b: a and b)
 
 
 def tir_ops(T) -> Ops:
     """The choosing operations as TIR expressions (``T``: ``tvm.script.tirx``, passed in so
     that this module stays TVM-free): what both arches' v12 builders plan with when a size
     is a run-time value."""
-    return Ops(select=T.Select, min=T.min, max=T.max, and_=T.And, or_=T.Or)
+    return Ops(select=T.Select, min=T.min, max=T.max, and_=T.And)
 
 
 @dataclass(frozen=True)
@@ -79,24 +73,10 @@ def ceil_div(a, b):
     return (a + b - 1) // b
 
 
-def _either(a, b, ops: Ops):
-    """a or b, where each is a bool or a run-time condition."""
-    if a is True or b is True:
-        return True
-    if a is False:
-        return b
-    if b is False:
-        return a
-    return ops.or_(a, b)
-
-
-def plan(tiles, k_tiles, G, ops: Ops = PY, all_tiles: bool = False) -> Plan:
-    """The stream-K plan of ``tiles`` tiles of ``k_tiles`` K steps on ``G`` CTAs
-    (``all_tiles``: fewer tiles than CTAs are all stream-K, see above)."""
+def plan(tiles, k_tiles, G, ops: Ops = PY) -> Plan:
+    """The stream-K plan of ``tiles`` tiles of ``k_tiles`` K steps on ``G`` CTAs."""
     tail = tiles % G
     short = 2 * tail < G
-    if all_tiles:
-        short = _either(short, tiles < G, ops)
     conds = (tail > 0, short, k_tiles >= 2 * MIN_UNIT_K_TILES)
     if any(c is False for c in conds):  # off whatever the run-time values: plain ints
         return Plan(False, tiles, tiles, 0, 0, 0, k_tiles)
@@ -146,17 +126,15 @@ def slab(u, j):
     return u + j
 
 
-def workspace_slabs(G: int, all_tiles: bool = False) -> int:
-    """Slabs the workspace holds: slab(u, j) <= (U - 1) + (sk_tiles - 1) < G + G // 2
-    (all_tiles: sk_tiles < G, so < 2 G)."""
-    return 2 * G if all_tiles else G + G // 2
+def workspace_slabs(G: int) -> int:
+    """Slabs the workspace holds: slab(u, j) <= (U - 1) + (sk_tiles - 1) < G + G // 2."""
+    return G + G // 2
 
 
-def counters(G: int, all_tiles: bool = False) -> int:
+def counters(G: int) -> int:
     """Counters the workspace holds: one per 64-row half of a stream-K tile, sk_tiles * 2 <
-    G (BLK_M=64 uses the even ones' count, sk_tiles < G / 2; all_tiles: sk_tiles < G, so
-    2 G)."""
-    return 2 * G if all_tiles else G
+    G (BLK_M=64 uses the even ones' count, sk_tiles < G / 2)."""
+    return G
 
 
 def counter(j, half, halves):
@@ -183,11 +161,11 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
                     arch: str = "sm_90a"):
     """The extra operands of sm_90a v12 after D: none unless STREAM_K.
 
-    WS  (G + G // 2, BLK_M * BLK_N) float32 (STREAM_K_ALL: 2 G slabs): slab u + j holds
+    WS  (G + G // 2, BLK_M * BLK_N) float32: slab u + j holds
         unit u's fp32 partial of stream-K tile j, each consumer warpgroup's 64 rows at
         64 * BLK_N * consumer, in thread-major chunks of 4 (v11's order). Scratch: read
         only after written.
-    CNT (G,) int32 (STREAM_K_ALL: 2 G): arrivals per 64-row half of stream-K tile j (index
+    CNT (G,) int32: arrivals per 64-row half of stream-K tile j (index
         j * BLK_M / 64 + half). Zero at launch; the unit that counts last sets it back to
         zero.
     Neither depends on M, N or K: one RUNTIME_M / RUNTIME_NK kernel's workspace serves
@@ -196,9 +174,8 @@ def workspace_specs(M: int, N: int, K: int, kwargs: dict | None = None,
     if not kwargs.get("STREAM_K"):
         return ()
     bm, bn, g = _kw_tile(kwargs, arch)
-    every = bool(kwargs.get("STREAM_K_ALL"))
-    return (("WS", (workspace_slabs(g, every), bm * bn), "float32"),
-            ("CNT", (counters(g, every),), "int32"))
+    return (("WS", (workspace_slabs(g), bm * bn), "float32"),
+            ("CNT", (counters(g),), "int32"))
 
 
 def workspace_specs_sm100a(M: int, N: int, K: int, kwargs: dict | None = None):

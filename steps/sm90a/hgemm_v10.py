@@ -81,8 +81,8 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
         the turn to the other (bar.arrive on TURN + 1 - w, only if that one has a tile), and
         only then drains its wgmmas and stores the tile (v9's stmatrix + TMA store);
       * the producer loads tiles in the order they are taken; a stage is one tile's A and B
-        slice, 32 KB instead of 48 KB: PIPE_DEPTH 6;
-      * ORDER="group" (v9's L2 groups) or "snake"; BLK_M=64: a 64x256 tile (40 KB stages).
+        slice, 32 KiB instead of 48 KiB: PIPE_DEPTH 6;
+      * ORDER="group" (v9's L2 groups) or "snake"; BLK_M=64: a 64x256 tile (40 KiB stages).
       Cluster (2 CTAs, B multicast), producer and epilogue staging: v9's.
     Why: a warpgroup's whole epilogue runs under the other's mainloop instead of one or two
       K steps; half-size tiles pull 50% more L2 bytes per flop (H200 results: the lesson).
@@ -98,8 +98,8 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     Epilogue BIAS and ACT (tirx_gemm/epilogue.py): on each 64-row block right before its
       pack, under the other warpgroup's mainloop (matmul's use of it: the lesson).
     Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16; BLK_M 128 or
-      64; EPI_BUFS dividing BLK_N / 64; PIPE_DEPTH >= 2 stages plus 2 * EPI_BUFS * 8 KB of
-      staging within 227 KB; SM_COUNT even; ORDER "group" or "snake"; PRODUCER_REGS /
+      64; EPI_BUFS dividing BLK_N / 64; PIPE_DEPTH >= 2 stages plus 2 * EPI_BUFS * 8 KiB of
+      staging within 227 KiB; SM_COUNT even; ORDER "group" or "snake"; PRODUCER_REGS /
       CONSUMER_REGS multiples of 8 within 64K per CTA; RUNTIME_M as helpers.runtime_rows.
     Run: ``tirx-gemm run v10 --arch sm_90a --mnk 4096,4096,4096``.
     """
@@ -117,8 +117,8 @@ def hgemm_v10(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     PRODUCER = NUM_CONSUMERS               # the producer is the last warpgroup
     ACC_REGS = M_BLOCKS * BLK_N // 2       # fp32 accumulators per consumer thread (128)
     PACKED_REGS = BLK_N // 4               # 2 x 16-bit registers of one packed 64-row block
-    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB (8 KB for 64x256)
-    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 16 KB (32 KB): half loaded by the peer
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB (8 KiB for 64x256)
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 16 KiB (32 KiB): half loaded by the peer
     B_HALF = BLK_N // W.CLUSTER_SIZE
     EPI_CHUNKS = BLK_N // W.EPI_COLS       # 64-column TMA-store chunks per 64-row block
     EPI_BAR, TURN_BAR = 1, 3               # named barrier ids: + consumer index

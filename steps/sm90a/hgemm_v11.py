@@ -47,7 +47,7 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     SM_COUNT) but one warpgroup reads all slabs; "spread" reads ~1 slab half per unit but
     every unit must be resident: tiles x SPLIT_K <= SM_COUNT, one CTA per SM.
     Constraints: any M >= 1; N, K multiples of 8; float16 or bfloat16; 1 <= SPLIT_K <=
-      ceil(K/64); ring and staging within 227 KB; workspace (splitk.workspace_specs_sm90a)
+      ceil(K/64); ring and staging within 227 KiB; workspace (splitk.workspace_specs_sm90a)
       WS (SPLIT_K, tiles, 128*BLK_N) fp32 and CNT int32, zero at launch and at exit.
       Left out, SPLIT_K and REDUCE come from splitk.resolve_variant (matmul's rule);
       RUNTIME_M=True needs an explicit SPLIT_K and per-call workspace.
@@ -66,8 +66,8 @@ def hgemm_v11(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 
     # the 40/232 register split only for the 256-wide tile (128 accumulators per thread);
     # narrower tiles need none, and ptxas then sizes the kernel below what the split needs
     SPLIT_REGS = BLK_N > 128
-    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
-    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB at BLK_N = 256
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KiB at BLK_N = 256
     K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES, W.tile_bytes(BLK_M, BLK_N))

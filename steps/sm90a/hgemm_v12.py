@@ -23,7 +23,7 @@ BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 # takes 168-column tiles, not 176); a pair (CLUSTER=2) loads half of it per CTA: 16
 BLK_N_STEP, BLK_N_MAX, PAIR_N_STEP = 8, 256, 16
 # the default ring: as many stages as fit, at most this many. A decode tile's stage holds
-# little of B (64x16: 2 KB of its 10 KB; A's rows past M are zero-filled), so it takes many
+# little of B (64x16: 2 KiB of its 10 KiB; A's rows past M are zero-filled), so it takes many
 # stages to keep enough HBM reads in flight (cuBLAS runs 64x16 tiles with 16 stages)
 AUTO_DEPTH_MAX = 16
 SK_IN_FLIGHT = 8  # STREAM_K: slab chunks (4 floats) a reducing thread loads at once
@@ -34,44 +34,37 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
               RUNTIME_M: bool = False, RUNTIME_NK: bool = False, L2_GROUP: int = 8,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
-              OUT_DTYPE=None, SWIGLU: bool = False, MMA_LAG: int = 1,
-              L2_PROMO: str | None = None, A_HINT: str | None = None,
-              B_HINT: str | None = None, SWAP_AB: bool = False, CLUSTER: int = 1,
-              STREAM_K: bool = False, STREAM_K_ALL: bool = False, PDL: bool = False,
-              PDL_TRIGGER: str = "start",
-              SPLIT_K: int | None = None,
-              EPI_SPREAD: bool = False, PREFETCH_MAPS: bool = False,
-              SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False,
-              PAIR_ALONG: str = "M"):
+              OUT_DTYPE=None, SWIGLU: bool = False, SWAP_AB: bool = False, CLUSTER: int = 1,
+              STREAM_K: bool = False, PDL: bool = False, PDL_TRIGGER: str = "start",
+              SPLIT_K: int | None = None, PREFETCH_MAPS: bool = False,
+              SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False):
     """Step card -- v12, a tile menu.
 
-    Changes from v9/v10: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
-      warpgroup) or 128 (two), BLK_N a multiple of 8 in [8, 256] (one m64nBLK_Nk16 wgmma
-      per consumer and k16). One producer thread TMA-loads the CTA's A and B tiles into a
-      ring of PIPE_DEPTH stages (default: as many as fit, at most 16). v9's overlapped
-      epilogue; the last BLK_N % 64 columns by guarded 4-byte stores (TAIL_TMA: stmatrix to
-      a staging tile of their width, one TMA store; one-CTA, no epilogue). min(tiles,
-      SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order. RUNTIME_M /
-      RUNTIME_NK: M (N, K) at run time, one kernel for all. CLUSTER=2 (4): v9's CTA pair
-      (four CTAs) along M (PAIR_ALONG="N": N), each loading 8-row atoms of the shared B (A).
-    STREAM_K (tirx_gemm/streamk.py): a tail wave under half full (STREAM_K_ALL: or one wave of
-      any fill) cut in K units of >= 8 steps; the last to count sums them in K order (SWAP_AB ok).
-    EPI_SPREAD: writeback a piece per K step. PREFETCH_MAPS: prefetch.tensormap of A's and
-      B's maps. SWAP_TMA (SWAP_AB, BLK_N % 16 == 0, S = 1): stmatrix .trans + TMA stores.
-      SHIFT_LAST: a token tile reaching past M starts at M - its width (no zero-filled rows).
-    PDL (tirx_gemm/pdl.py): overlaps the previous kernel's tail; every thread waits after
-      the prologue (pairs too), then lets the next launch (PDL_TRIGGER="exit": as CTAs exit).
-    SPLIT_K=S: a CTA per unit (S x tiles CTAs, no walk; unit s = K range s of a tile). S>1:
-      v11's "spread" sum (each unit its 1/S of the tile, in split order); tiles x S <= SMs.
+    Changes from v9: the CTA tile BLK_M x BLK_N is a tunable: BLK_M 64 (one consumer
+      warpgroup) or 128 (two), BLK_N a multiple of 8 in [8, 256] (one m64nBLK_Nk16 wgmma per
+      consumer and k16); one producer thread TMA-loads A and B into a ring of PIPE_DEPTH
+      stages (default: as many as fit, at most 16). v9's overlapped epilogue; the last
+      BLK_N % 64 columns by guarded 4-byte stores (TAIL_TMA: one TMA store of their width).
+      min(tiles, SM_COUNT) persistent CTAs walk the tiles in v9's L2-grouped order.
+      RUNTIME_M / RUNTIME_NK: M (N, K) at run time. CLUSTER=2 (4): v9's CTA pair (four CTAs)
+      along M, each loading 8-row atoms of the shared B. SWAP_AB: the MMA's rows walk N and
+      its columns the tokens, D's transpose (SWAP_TMA: stmatrix .trans + TMA stores).
+    SPLIT_K=S: a CTA per unit (unit s = K range s of a tile); S>1: v11's "spread" sum.
+      STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut in K units of >= 8.
+    PDL (tirx_gemm/pdl.py): waits after the prologue, then lets the next launch
+      (PDL_TRIGGER="exit": as CTAs exit). PREFETCH_MAPS: prefetch.tensormap of A's and B's
+      maps. SHIFT_LAST: a token tile reaching past M starts at M - its width.
     Why: the tile count decides how many SMs work (1024^3: 32 of 132 with v9's 256x256
       pairs, 128 with 128x64); smaller tiles cost bytes per MAC, 2 x (1/BLK_M + 1/BLK_N).
+      The tile menu, swap-AB and the K split answer that count, picked per shape by matmul
+      from this one body: one step. Keywords it never picked are patches in their lab/ study.
     Barriers: tma2mma and mma2tma, one H.Ring. Epilogue (tirx_gemm/epilogue.py): BIAS, ACT,
       OUT_DTYPE "float32", SWIGLU on the fp32 accumulators in registers before the pack.
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
-      bfloat16; CLUSTER 1, 2 or 4 (SM_COUNT a multiple; no epilogue, MMA_LAG > 1 or TMA
-      hints; 2: BLK_N a multiple of 16); STREAM_K: no CLUSTER > 1, epilogue or
-      MMA_LAG > 1; SPLIT_K: no STREAM_K or CLUSTER (S>1: no epilogue or RUNTIME_NK); ring
-      plus staging within 227 KB; setmaxnreg only for BLK_M=128, BLK_N > 128.
+      bfloat16; CLUSTER 1, 2 or 4 (SM_COUNT a multiple; no epilogue or PREFETCH_MAPS; 2:
+      BLK_N a multiple of 16); STREAM_K: no CLUSTER > 1 or epilogue; SPLIT_K: no STREAM_K or
+      CLUSTER (S>1: no epilogue or RUNTIME_NK; tiles x S <= SMs); SWAP_TMA: BLK_N % 16 == 0,
+      S = 1; ring plus staging within 227 KiB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
@@ -99,11 +92,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         raise ValueError(f"TAIL_TMA={TAIL_TMA!r} must be True or False")
     if not isinstance(SHIFT_LAST, bool):
         raise ValueError(f"SHIFT_LAST={SHIFT_LAST!r} must be True or False")
-    if SWAP_TMA and (not SWAP_AB or STREAM_K or (SPLIT_K or 1) > 1 or EPI_SPREAD
-                     or BLK_N % 16):
+    if SWAP_TMA and (not SWAP_AB or STREAM_K or (SPLIT_K or 1) > 1 or BLK_N % 16):
         raise ValueError("SWAP_TMA=True stores a swap-AB tile (SWAP_AB=True) by TMA: BLK_N a "
-                         "multiple of 16 (an x4 stmatrix per 16 tokens), no STREAM_K, "
-                         "SPLIT_K > 1 or EPI_SPREAD")
+                         "multiple of 16 (an x4 stmatrix per 16 tokens), no STREAM_K or "
+                         "SPLIT_K > 1")
     # swap-AB: the MMA's rows walk N (B's rows) and its columns M (the tokens): D's
     # transpose, tile by tile. The token tile may be as narrow as wgmma's N of 8.
     if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
@@ -114,29 +106,18 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         raise ValueError(f"SWIGLU=True needs BLK_N a multiple of {E.SWIGLU_TILE_STEP} (whole "
                          f"gate/up group pairs), got BLK_N={BLK_N}")
     for name, flag in (("RUNTIME_M", RUNTIME_M), ("RUNTIME_NK", RUNTIME_NK),
-                       ("EPI_SPREAD", EPI_SPREAD), ("PREFETCH_MAPS", PREFETCH_MAPS)):
+                       ("PREFETCH_MAPS", PREFETCH_MAPS)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name}={flag!r} must be True or False")
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     # CLUSTER=2: two CTAs of consecutive BLK_M row blocks share the MMA's B tile (rows
-    # n_st.. of B), each TMA-loading half of it multicast to both (v9's pair). PAIR_ALONG="N":
-    # two CTAs of consecutive BLK_N column blocks share the MMA's A tile instead (rows
-    # m_st.. of the MMA's A: the tokens, or with SWAP_AB the weight's rows), each loading
-    # BLK_M / 2 of its rows multicast to both (cuBLAS's 1x2 / 2x1 clusters along the
-    # other dimension: results/lab/cublas_kernels*_h200.jsonl)
+    # n_st.. of B), each TMA-loading half of it multicast to both (v9's pair).
     # CLUSTER=4 (cuBLAS's 4x1 decode clusters): four CTAs share the tile, each loading
     # SHARE rows of it (a multiple of 8: whole 1024-byte swizzle atoms), the last
     # nonempty share what is left, and a CTA past it none (72 tokens: 24, 24, 24, 0)
     if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2, 4):
         raise ValueError(f"CLUSTER={CLUSTER!r} must be 1, 2 or 4 (CTAs along M sharing B)")
-    if PAIR_ALONG not in ("M", "N"):
-        raise ValueError(f"PAIR_ALONG={PAIR_ALONG!r} must be 'M' (the pair shares the MMA's "
-                         "B tile) or 'N' (its A tile)")
-    if PAIR_ALONG == "N" and CLUSTER == 1:
-        raise ValueError("PAIR_ALONG='N' places the CTAs of a cluster (CLUSTER 2 or 4)")
-    ALONG_N = PAIR_ALONG == "N"
-    CL_M, CL_N = (1, CLUSTER) if ALONG_N else (CLUSTER, 1)  # the pair's CTAs along M, N
-    if CLUSTER == 2 and BLK_N % PAIR_N_STEP and not ALONG_N:
+    if CLUSTER == 2 and BLK_N % PAIR_N_STEP:
         raise ValueError(f"CLUSTER=2 needs BLK_N a multiple of {PAIR_N_STEP} (each CTA "
                          f"loads half of the shared tile, 8 rows at least), got "
                          f"BLK_N={BLK_N}")
@@ -144,9 +125,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         if HAS_EPI:
             raise ValueError(f"CLUSTER={CLUSTER} takes no fused epilogue ({E.tag(epi)}): "
                              "clusters have been checked on a GPU with plain stores only")
-        if MMA_LAG != 1 or L2_PROMO or A_HINT or B_HINT or PREFETCH_MAPS:
-            raise ValueError(f"CLUSTER={CLUSTER} runs with MMA_LAG=1 and TVM's TMA defaults "
-                             "(no L2_PROMO, A_HINT, B_HINT or PREFETCH_MAPS)")
+        if PREFETCH_MAPS:
+            raise ValueError(f"CLUSTER={CLUSTER} runs with TVM's TMA defaults (no "
+                             "PREFETCH_MAPS)")
         W.check_cluster_pool(SM_COUNT, CLUSTER)
     P.check(PDL, CLUSTER, pairs=True)
     if PDL_TRIGGER not in ("start", "exit") or (PDL_TRIGGER != "start" and not PDL):
@@ -154,12 +135,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                          f"latter with PDL=True only")
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
-    if not isinstance(STREAM_K_ALL, bool) or (STREAM_K_ALL and not STREAM_K):
-        raise ValueError(f"STREAM_K_ALL={STREAM_K_ALL!r} must be True or False, True with "
-                         f"STREAM_K=True only")
-    if STREAM_K and (CLUSTER != 1 or HAS_EPI or MMA_LAG != 1):
-        raise ValueError("STREAM_K=True takes no CLUSTER > 1, fused epilogue or MMA_LAG > 1 "
-                         "(its pieces are plain one-CTA tiles of MMA_LAG=1)")
+    if STREAM_K and (CLUSTER != 1 or HAS_EPI):
+        raise ValueError("STREAM_K=True takes no CLUSTER > 1 or fused epilogue (its pieces "
+                         "are plain one-CTA tiles)")
     if SPLIT_K is not None:
         H.check_positive_ints(SPLIT_K=SPLIT_K)
         if STREAM_K or CLUSTER != 1:
@@ -185,21 +163,20 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     TMA_CHUNKS = OUT_N // W.EPI_COLS if PLAIN_STORE else 0
     TAIL_J = (OUT_N % W.EPI_COLS) // 8 if PLAIN_STORE else 0  # 8-column blocks: guarded
     # stores, or (TAIL_TMA) stmatrix into a tail staging tile and one TMA box
-    if TAIL_TMA and (not TAIL_J or EPI_SPREAD or STREAM_K or HAS_EPI or CLUSTER != 1):
+    if TAIL_TMA and (not TAIL_J or STREAM_K or HAS_EPI or CLUSTER != 1):
         raise ValueError(f"TAIL_TMA=True stores a plain tile's last BLK_N % 64 columns by TMA: "
                          f"it needs such a tail (16-bit D, no SWAP_AB or SPLIT_K > 1; "
-                         f"{OUT_N} output columns here) and no EPI_SPREAD, STREAM_K, fused "
-                         f"epilogue or CLUSTER=2 (checked on a GPU with plain one-CTA tiles)")
-    if SHIFT_LAST and (CLUSTER != 1 or STREAM_K or S > 1 or HAS_EPI or EPI_SPREAD):
+                         f"{OUT_N} output columns here) and no STREAM_K, fused epilogue or "
+                         f"CLUSTER=2 (checked on a GPU with plain one-CTA tiles)")
+    if SHIFT_LAST and (CLUSTER != 1 or STREAM_K or S > 1 or HAS_EPI):
         raise ValueError("SHIFT_LAST=True moves a data-parallel one-CTA tile's token rows: no "
-                         "CLUSTER=2, STREAM_K, SPLIT_K > 1, fused epilogue or EPI_SPREAD")
-    PIECES = TMA_CHUNKS + (1 if TAIL_J else 0)  # EPI_SPREAD: the writeback's K steps
+                         "CLUSTER=2, STREAM_K, SPLIT_K > 1 or fused epilogue")
     # SWAP_TMA: TMA stores of 64 tokens each, the last BLK_N % 64 tokens in one more
     T_STORES = H.ceil_div(BLK_N, W.EPI_COLS) if SWAP_TMA else 0
     # a staging tile is reused every EPI_BUFS chunks, also across tiles: EPI_BUFS divides
     EPI_BUFS = 2 if (T_STORES if SWAP_TMA else TMA_CHUNKS) % 2 == 0 else 1
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
-        if TMA_CHUNKS or SWAP_TMA else 0  # 8 KB per staging tile, none for a narrow tile
+        if TMA_CHUNKS or SWAP_TMA else 0  # 8 KiB per staging tile, none for a narrow tile
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
@@ -214,7 +191,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     STAGING += TAIL_BYTES if TAIL_TMA and not TAIL_SHARED else 0
     TAIL_SINCE = 0 if TAIL_SHARED else TMA_CHUNKS  # bulk groups that may still read then
     if PIPE_DEPTH is None:
-        # barriers and alignment take < 1 KB; check_pipe_depth keeps 1 KB for them
+        # barriers and alignment take < 1 KiB; check_pipe_depth keeps 1 KiB for them
         PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING))
         if SPLIT_K is not None and not RUNTIME_NK:
             # a CTA per unit loads no more than its K steps: a short unit's smaller ring
@@ -226,18 +203,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # byte 1024, A's stages then B's, the staging tiles after it)
     TAIL_AT = [1024 + PIPE_DEPTH * STAGE_BYTES + (c * EPI_BUFS + (TMA_CHUNKS - 1) % EPI_BUFS)
                * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) for c in range(NUM_CONSUMERS)]
-    # MMA_LAG: K steps of wgmmas a consumer leaves in flight before it waits (wait_group
-    # MMA_LAG); a stage goes back MMA_LAG steps after its wgmmas were issued. 1 waits for
-    # the previous step at every step: on narrow tiles (little work per stage) that wait,
-    # not the bytes, sets the pace. The ring must hold the MMA_LAG stages still being read
-    # and one to load into.
-    H.check_positive_ints(MMA_LAG=MMA_LAG)
-    # TMA settings of the operand loads (helpers.tma_hints; None: TVM's defaults)
-    A_HINTS = H.tma_hints(L2_PROMO, A_HINT, PREFETCH_MAPS)
-    B_HINTS = H.tma_hints(L2_PROMO, B_HINT, PREFETCH_MAPS)
-    if PIPE_DEPTH <= MMA_LAG:
-        raise ValueError(f"MMA_LAG={MMA_LAG} needs PIPE_DEPTH > {MMA_LAG} (the stages its "
-                         f"wgmmas still read, and one to load), got PIPE_DEPTH={PIPE_DEPTH}")
+    # TMA settings of both operands' loads (helpers.tma_hints): TVM's defaults, or with
+    # PREFETCH_MAPS a prefetch of their descriptors at entry
+    HINTS = H.tma_hints(prefetch_map=PREFETCH_MAPS)
     # the cap is 168 registers at 384 threads; a consumer of a tile wider than 128 columns
     # holds over 96 accumulator and packed values, so setmaxnreg moves the producer's
     # spare registers to the consumers. Narrower tiles need no split (and ptxas then
@@ -261,15 +229,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     M_TILES = (ROWS_DIM + BLK_M - 1) // BLK_M
     # the scheduler walks cluster tiles: CLUSTER row blocks (the last pair may reach past M:
     # both CTAs still take part, the second's loads zero-filled and its stores clipped)
-    M_CTILES = (ROWS_DIM + CL_M * BLK_M - 1) // (CL_M * BLK_M)
-    # the shared tile's rows each CTA of a cluster loads (a multiple of 8): the MMA's B
-    # tile's, or with PAIR_ALONG="N" its A tile's; a pair: half each. SHARES CTAs load
-    # some, the last of them LAST_SHARE rows (CLUSTER=4 at 72 rows: 24, 24, 24, none)
-    SHARED_ROWS = BLK_M if ALONG_N else BLK_N
-    SHARE = H.ceil_div(SHARED_ROWS, BLK_N_STEP * CLUSTER) * BLK_N_STEP
-    SHARES = H.ceil_div(SHARED_ROWS, SHARE)
-    LAST_SHARE = SHARED_ROWS - (SHARES - 1) * SHARE
-    OWN_ROWS = BLK_N if ALONG_N else BLK_M  # the CTA's own tile's rows
+    M_CTILES = (ROWS_DIM + CLUSTER * BLK_M - 1) // (CLUSTER * BLK_M)
+    # the MMA's B tile's rows each CTA of a cluster loads (a multiple of 8); a pair: half
+    # each. SHARES CTAs load some, the last of them LAST_SHARE rows (CLUSTER=4 at 72 rows:
+    # 24, 24, 24, none)
+    SHARE = H.ceil_div(BLK_N, BLK_N_STEP * CLUSTER) * BLK_N_STEP
+    SHARES = H.ceil_div(BLK_N, SHARE)
+    LAST_SHARE = BLK_N - (SHARES - 1) * SHARE
     CLUSTER_MASK = (1 << CLUSTER) - 1  # a multicast reaches every CTA of the cluster
     TOK_BLK = BLK_N if SWAP_AB else BLK_M  # the token tile: D's rows (SWAP_AB: MMA columns)
 
@@ -278,12 +244,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         # so that its TMA loads stay within A and no row is zero-filled
         return T.min(st, T.max(M_DIM - TOK_BLK, 0)) if SHIFT_LAST else st
     N_TILES = (COLS_DIM + BLK_N - 1) // BLK_N
-    N_CTILES = (COLS_DIM + CL_N * BLK_N - 1) // (CL_N * BLK_N)  # the pairs' column blocks
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
-    # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
+    # the previous tile's writeback runs once this many + 1 K steps of wgmmas are queued
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
-        min(SM_COUNT, M_CTILES * N_CTILES * CLUSTER)
+        min(SM_COUNT, M_CTILES * N_TILES * CLUSTER)
     if SPLIT_K is not None:  # a CTA per unit: the grid follows the shape, also at run time
         NUM_CTAS = S * M_TILES * N_TILES
     SPREAD = False
@@ -309,8 +274,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # RUNTIME_M / RUNTIME_NK, on the device; off at a static shape: v12's kernel as is
     RUNTIME = RUNTIME_M or RUNTIME_NK
     OPS = SK.tir_ops(T)
-    PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY,
-                   STREAM_K_ALL) if STREAM_K else None
+    PLAN = SK.plan(M_TILES * N_TILES, K_TILES, SM_COUNT, OPS if RUNTIME else SK.PY) \
+        if STREAM_K else None
     SK_CODE = STREAM_K and PLAN.on is not False
     if SK_CODE:
         NUM_CTAS = SM_COUNT  # G: every CTA of the pool, each holds a unit
@@ -412,14 +377,6 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                        S)
 
     @T.inline
-    def store_pieces(D, Dstage, packed, lo, hi, m_st, n_st, consumer, warp_id, lane_id,
-                     tid_in_wg):
-        # EPI_SPREAD: pieces lo <= c < hi of a packed tile's writeback
-        W.store_packed_pieces(D, Dstage, consumer, packed, lo, hi, m_st, n_st, TMA_CHUNKS,
-                              TAIL_J > 0, OUT_N // 8, M_DIM, N_DIM, EPI_BUFS, warp_id,
-                              lane_id, tid_in_wg, 1 + consumer)
-
-    @T.inline
     def store_tail(D, Dtail0, Dtail1, packed, m_st, n_st, consumer, warp_id, lane_id,
                    tid_in_wg):
         # a packed tile's last OUT_N % 64 columns: TAIL_TMA, one TMA box through the
@@ -462,8 +419,6 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the cluster
         else:
             rank = T.meta_var(0)
-        rank_m = T.meta_var(0 if ALONG_N else rank)  # its row block in the pair's tile
-        rank_n = T.meta_var(rank if ALONG_N else 0)  # ... or its column block
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -522,7 +477,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
 
         # every role walks the same tile sequence with its own copy of the scheduler state
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_CTILES,
+            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_TILES,
             num_clusters=NUM_CTAS // CLUSTER, l2_group_size=L2_GROUP)
         scheduler.init(bx // CLUSTER)
 
@@ -534,49 +489,49 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while walking(scheduler):
                     m_tile, k_first, k_count = T.meta_var(unit(scheduler))
-                    m_st = T.meta_var((m_tile * CL_M + rank_m) * BLK_M if SWAP_AB
-                                      else tok_start((m_tile * CL_M + rank_m) * BLK_M))
-                    n_blk = T.meta_var((scheduler.n_idx * CL_N + rank_n) * BLK_N)
+                    m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M if SWAP_AB
+                                      else tok_start((m_tile * CLUSTER + rank) * BLK_M))
+                    n_blk = T.meta_var(scheduler.n_idx * BLK_N)
                     n_st = T.meta_var(tok_start(n_blk) if SWAP_AB else n_blk)
                     for k in T.serial(k_count, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         if CLUSTER > 1:  # own tile; own share of the shared one
-                            # (rows rank x SHARE.. of the MMA's B tile, along M, or of its
-                            # A tile, ALONG_N), multicast to every CTA of the cluster; SWAP_AB:
-                            # the MMA's A operand is B's rows, its B operand A's
-                            own_smem = T.meta_var((Bsmem if ALONG_N else Asmem)[ring.stage, :, :])
-                            shared = T.meta_var(Asmem if ALONG_N else Bsmem)
+                            # (rows rank x SHARE.. of the MMA's B tile), multicast to every
+                            # CTA of the cluster; SWAP_AB: the MMA's A operand is B's rows,
+                            # its B operand A's
+                            own_smem = T.meta_var(Asmem[ring.stage, :, :])
+                            shared = T.meta_var(Bsmem)
                             at = T.meta_var(rank * SHARE)
-                            srcs = T.meta_var((A, B) if SWAP_AB == ALONG_N else (B, A))
-                            own_st = T.meta_var(n_st if ALONG_N else m_st)
-                            share_st = T.meta_var((m_st if ALONG_N else n_st) + at)
+                            srcs = T.meta_var((B, A) if SWAP_AB else (A, B))
+                            own_st = T.meta_var(m_st)
+                            share_st = T.meta_var(n_st + at)
                             k_st = T.meta_var(k_at(k_first, k) * BLK_K)
                             # even shares (a pair): no branch on the rank
                             if (SHARES == CLUSTER and LAST_SHARE == SHARE) or rank < SHARES - 1:
                                 W.tma_load_multicast_b(
                                     own_smem, shared[ring.stage, at:at + SHARE, :], srcs[0],
-                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, SHARE, BLK_K,
-                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
+                                    srcs[1], own_st, share_st, k_st, BLK_M, SHARE, BLK_K,
+                                    BLK_N, tma2mma.ptr(ring.stage), CLUSTER_MASK)
                             elif rank == SHARES - 1:  # the last nonempty share
                                 W.tma_load_multicast_b(
                                     own_smem, shared[ring.stage, at:at + LAST_SHARE, :], srcs[0],
-                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, LAST_SHARE, BLK_K,
-                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
+                                    srcs[1], own_st, share_st, k_st, BLK_M, LAST_SHARE, BLK_K,
+                                    BLK_N, tma2mma.ptr(ring.stage), CLUSTER_MASK)
                             else:  # past the shares: its own tile only (B_ROWS 0)
                                 W.tma_load_multicast_b(
                                     own_smem, shared[ring.stage, 0:BLK_N_STEP, :], srcs[0],
-                                    srcs[1], own_st, share_st, k_st, OWN_ROWS, 0, BLK_K,
-                                    SHARED_ROWS, tma2mma.ptr(ring.stage), CLUSTER_MASK)
+                                    srcs[1], own_st, share_st, k_st, BLK_M, 0, BLK_K,
+                                    BLK_N, tma2mma.ptr(ring.stage), CLUSTER_MASK)
                         elif SWAP_AB:  # the MMA's A operand is B's rows, its B operand A's
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, :, :], B, A, m_st, n_st,
                                              k_at(k_first, k) * BLK_K, BLK_M, BLK_N, BLK_K,
-                                             tma2mma.ptr(ring.stage), B_HINTS, A_HINTS)
+                                             tma2mma.ptr(ring.stage), HINTS, HINTS)
                         else:
                             H.tma_load_tiles(Asmem[ring.stage, :, :],
                                              Bsmem[ring.stage, :, :], A, B, m_st, n_st,
                                              k_at(k_first, k) * BLK_K, BLK_M, BLK_N, BLK_K,
-                                             tma2mma.ptr(ring.stage), A_HINTS, B_HINTS)
+                                             tma2mma.ptr(ring.stage), HINTS, HINTS)
                         ring.advance()
                     scheduler.next_tile()
                 if SK_CODE:
@@ -605,8 +560,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                                  tile.m_idx * BLK_M, tile.n_idx * BLK_N,
                                                  (sk_k0(it0, it1, j) + k) * BLK_K, BLK_M,
                                                  BLK_N, BLK_K, tma2mma.ptr(ring.stage),
-                                                 B_HINTS if SWAP_AB else A_HINTS,
-                                                 A_HINTS if SWAP_AB else B_HINTS)
+                                                 HINTS, HINTS)
                                 ring.advance()
 
         # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
@@ -629,10 +583,10 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             prev_n: T.int32 = 0
             while walking(scheduler):
                 m_tile, k_first, k_count = T.meta_var(unit(scheduler))
-                m_st = T.meta_var((m_tile * CL_M + rank_m) * BLK_M if SWAP_AB
-                                  else tok_start((m_tile * CL_M + rank_m) * BLK_M))
+                m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M if SWAP_AB
+                                  else tok_start((m_tile * CLUSTER + rank) * BLK_M))
                 # D's columns of this tile (SWAP_AB: its tokens, D's rows)
-                n_out = T.meta_var((scheduler.n_idx * CL_N + rank_n) * OUT_N)
+                n_out = T.meta_var(scheduler.n_idx * OUT_N)
                 n_st = T.meta_var(tok_start(n_out) if SWAP_AB else n_out)
                 for k in T.serial(k_count, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
@@ -645,16 +599,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                  k > 0, 1, BLK_N, dtype)
                     W.mma_commit()
-                    if EPI_SPREAD:
-                        if pending == 1:
-                            # --- writeback of the previous tile, piece c at step
-                            # EPI_AT + c, each behind that step's queued wgmmas ---
-                            store_pieces(D, Dstage if TMA_CHUNKS > 0 else None, packed,
-                                         k - EPI_AT, k - EPI_AT + 1, prev_m + row0, prev_n,
-                                         consumer, warp_id, lane_id, tid_in_wg)
-                            if k == EPI_AT + PIECES - 1:
-                                pending = 0
-                    elif k == EPI_AT:
+                    if k == EPI_AT:
                         if pending == 1:
                             # --- writeback of the previous tile, behind the queued wgmmas
                             # (they write acc; the epilogue reads only `packed`) ---
@@ -673,16 +618,11 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                                                                EPI_BUFS, warp_id, lane_id,
                                                                tid_in_wg, 1 + consumer)
                             pending = 0
-                    # slice k-MMA_LAG is done: its stage goes back to the producer
-                    W.mma_wait(MMA_LAG)
-                    if MMA_LAG == 1:
-                        if k > 0:
-                            release(mma2tma, held, tid_in_wg)
-                        held = ring.stage
-                    else:
-                        if k >= MMA_LAG:
-                            if tid_in_wg == 0:
-                                mma2tma.arrive((ring.stage + PIPE_DEPTH - MMA_LAG) % PIPE_DEPTH)
+                    # slice k-1 is done: its stage goes back to the producer
+                    W.mma_wait(1)
+                    if k > 0:
+                        release(mma2tma, held, tid_in_wg)
+                    held = ring.stage
                     ring.advance()
                 if HAS_BIAS:
                     # the bias loads go out before the last wait, in flight under the last
@@ -692,20 +632,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     W.load_bias_fragment(bvals, BLK_N, bias, n_st, N_DIM, lane_id)
                     W.fence_operands(bvals, BLK_N // 4)
                 W.mma_wait(0)  # the tile's last slice is done too
-                if EPI_SPREAD:
-                    if pending == 1:  # a unit of fewer K steps than pieces: the rest now
-                        store_pieces(D, Dstage if TMA_CHUNKS > 0 else None, packed,
-                                     k_count - EPI_AT, PIECES, prev_m + row0, prev_n,
-                                     consumer, warp_id, lane_id, tid_in_wg)
-                        pending = 0
-                if MMA_LAG == 1:
-                    release(mma2tma, held, tid_in_wg)
-                else:
-                    # the last min(MMA_LAG, K_TILES) slices' stages, most recent first
-                    for j in T.unroll(MMA_LAG):
-                        if j < k_count:
-                            if tid_in_wg == 0:
-                                mma2tma.arrive((ring.stage + PIPE_DEPTH - 1 - j) % PIPE_DEPTH)
+                release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
                 if S > 1:
                     split_fixup(D, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st,
@@ -842,9 +769,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), dtype),
-                   WS: T.Buffer((SK.workspace_slabs(SM_COUNT, STREAM_K_ALL), BLK_M * BLK_N),
-                                H.ACC_DTYPE),
-                   CNT: T.Buffer((SK.counters(SM_COUNT, STREAM_K_ALL),), "int32")):
+                   WS: T.Buffer((SK.workspace_slabs(SM_COUNT), BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((SK.counters(SM_COUNT),), "int32")):
             gemm(A, B, D, None, WS, CNT)
     elif BIAS:
         @T.prim_func

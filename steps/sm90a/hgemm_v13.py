@@ -73,7 +73,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256] ("block": 16-128); live
       accumulators within a 200-register budget (overlapped 3 x BLK_N / 2: BLK_N <= 128; serial
       BLK_N + BLK_N / 4: <= 160); PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH >= 2 within
-      227 KB; RUNTIME_M / RUNTIME_NK as v12.
+      227 KiB; RUNTIME_M / RUNTIME_NK as v12.
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024``; every SCALE: matmul_fp8.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage

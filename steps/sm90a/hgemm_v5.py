@@ -15,7 +15,7 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
 
     Changes from v4: layout: A/B SMEM gain a PIPE_DEPTH stage dimension (PIPE_DEPTH copies
     of the 128x64 slices), tma_bar becomes one barrier per stage; the wgmma descriptors
-    move by a whole stage (16 KB of A, 16 KB of B) per stage index. Dispatch changes only
+    move by a whole stage (16 KiB of A, 16 KiB of B) per stage index. Dispatch changes only
     in *when* thread 0 issues the TMA: it prefetches the first PIPE_DEPTH slices before the
     K-loop; slice k is read from stage k % PIPE_DEPTH, and as soon as every warp is past
     slice k's wait_group the stage is refilled with slice k + PIPE_DEPTH. Scope is v4's.
@@ -29,18 +29,18 @@ def hgemm_v5(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     a CTA is wgmma issue -> wait_group(0) -> CTA sync -> refill: each slice drains the
     tensor-core pipe before the next starts (v7 removes that). The default PIPE_DEPTH=2
     (97 KiB) keeps two CTAs per SM, so one CTA's drain is covered by the other's wgmmas;
-    PIPE_DEPTH=3 or 4 ran slower on an H200, because 130+ KB leaves one CTA per SM and
+    PIPE_DEPTH=3 or 4 ran slower on an H200, because 130+ KiB leaves one CTA per SM and
     deeper prefetch cannot cover the drain.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges: zero-filled loads,
     clipped stores; K_TILES = ceil(K/64), which may be fewer than PIPE_DEPTH); PIPE_DEPTH
-    >= 1 and the ring (32 KB per stage plus 32 KB Dsmem) must fit in 227 KB
+    >= 1 and the ring (32 KiB per stage plus 32 KiB Dsmem) must fit in 227 KiB
     (PIPE_DEPTH <= 6); dtype float16 or bfloat16.
     Run: ``tirx-gemm run v5 --arch sm_90a --mnk 4096,4096,4096``.
     """
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64            # wgmma is m64: the warpgroup issues 2 per k16 slice
     ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
-    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB: one stage of A; descriptors step by it
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB: one stage of A; descriptors step by it
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)

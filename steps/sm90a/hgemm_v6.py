@@ -39,8 +39,8 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     needs to give its warps long-running roles. CTAS_PER_SM=2 keeps v5's two CTAs per SM
     (one CTA's wgmma drain is covered by the other's wgmmas).
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
-    ceil(M/128) x ceil(N/128) tiles); PIPE_DEPTH >= 1 with 32 KB per stage plus 32 KB
-    Dsmem within 227 KB; CTAS_PER_SM such CTAs must fit in the 228 KB of
+    ceil(M/128) x ceil(N/128) tiles); PIPE_DEPTH >= 1 with 32 KiB per stage plus 32 KiB
+    Dsmem within 227 KiB; CTAS_PER_SM such CTAs must fit in the 228 KiB of
     one SM (PIPE_DEPTH <= 2 for 2 CTAs per SM); SM_COUNT, L2_GROUP >= 1 (the runner passes
     the device's SM count as SM_COUNT); dtype float16 or bfloat16.
     Run: ``tirx-gemm run v6 --arch sm_90a --mnk 4096,4096,4096``.
@@ -48,7 +48,7 @@ def hgemm_v6(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 2
     BLK_M, BLK_N, BLK_K = 128, 128, 64
     M_BLOCKS = BLK_M // 64            # wgmma is m64: the warpgroup issues 2 per k16 slice
     ACC_REGS = M_BLOCKS * BLK_N // 2  # fp32 accumulators per thread (128)
-    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB: one stage of A; descriptors step by it
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB: one stage of A; descriptors step by it
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)

@@ -28,7 +28,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         a CTA-wide barrier; each consumer stores its own 64x256 half through SMEM with one
         TMA bulk group (named barrier per warpgroup).
       The tile grows from 128x128 to 128x256 (BLK_N=256): each A slice feeds 256 columns,
-      so a K step moves 48 KB for 2 M multiply-adds instead of 32 KB for 1 M, and one
+      so a K step moves 48 KiB for 2 M multiply-adds instead of 32 KiB for 1 M, and one
       m64n256k16 does the work of two m64n128k16.
     Why: in v6 the tensor cores idle at every K step while a warpgroup drains its wgmmas
       (wait_group(0)), syncs the CTA and refills a stage; only the second CTA on the SM
@@ -38,7 +38,7 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
     Constraints: any M >= 1; N, K multiples of 8 (v4's TMA edges; the scheduler walks
       ceil(M/128) x ceil(N/256) tiles); dtype float16 or bfloat16;
-      2 <= PIPE_DEPTH (one stage stays with the wgmmas in flight) with 48 KB per stage plus 64 KB Dsmem within 227 KB (PIPE_DEPTH <= 3);
+      2 <= PIPE_DEPTH (one stage stays with the wgmmas in flight) with 48 KiB per stage plus 64 KiB Dsmem within 227 KiB (PIPE_DEPTH <= 3);
       SM_COUNT >= 1 (the runner passes the device's SM count).
     Run: ``tirx-gemm run v7 --arch sm_90a --mnk 4096,4096,4096``.
     """
@@ -47,8 +47,8 @@ def hgemm_v7(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     PRODUCER = NUM_CONSUMERS            # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2               # fp32 accumulators per consumer thread (128)
     PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
-    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
-    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KiB
     K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
     H.check_edge_shape(M, N, K, dtype)
     W.check_ring_for_wait_one(PIPE_DEPTH)

@@ -22,7 +22,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
       (cta_mask 0b11) into both CTAs' SMEM, completing bytes on the full barrier at the same
       offset in each. A stays per CTA.
       * tma2mma: one expect_tx per stage and CTA for everything that lands in this CTA
-        (A 16 KB + both B halves 32 KB): half of the B bytes are written by the peer's TMA.
+        (A 16 KiB + both B halves 32 KiB): half of the B bytes are written by the peer's TMA.
       * mma2tma: a stage is refilled only when the consumers of BOTH CTAs are done with it
         (this CTA's multicast writes the peer's SMEM): each consumer warpgroup arrives in
         both CTAs (remote arrive through mapa), so the count is 4.
@@ -31,13 +31,13 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         (its B half feeds the peer; its A loads are zeros, its stores write nothing).
       * setup and teardown are cluster-wide: a cluster barrier publishes the inits before
         the peer may signal them, another keeps each CTA alive until the peer is done.
-    Why: per CTA and K step 32 KB of TMA loads instead of 48 KB, and each B byte leaves L2
+    Why: per CTA and K step 32 KiB of TMA loads instead of 48 KiB, and each B byte leaves L2
       once per cluster. v7 is already near the tensor-core rate, so the gain is small
       (fast.cu reports +1-3% on an H100); the cost is lock-step (a slow CTA stalls its peer)
       and clusters that must fit a GPC. The lesson has what the H200 measured.
     Contracts/Barriers: see the comments at tma2mma and mma2tma.
     Constraints: any M >= 1; N, K multiples of 8; dtype float16 or bfloat16;
-      2 <= PIPE_DEPTH with 48 KB per stage plus 64 KB Dsmem within 227 KB
+      2 <= PIPE_DEPTH with 48 KiB per stage plus 64 KiB Dsmem within 227 KiB
       (PIPE_DEPTH <= 3); SM_COUNT even (the pool is made of CTA pairs).
     Run: ``tirx-gemm run v8 --arch sm_90a --mnk 4096,4096,4096``.
     """
@@ -46,8 +46,8 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread (128)
     PRODUCER_REGS, CONSUMER_REGS = 40, 232  # 128*40 + 256*232 <= 64K registers per SM
-    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
-    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KiB: half loaded here, half by the peer
     B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
 
     H.check_edge_shape(M, N, K, dtype)
@@ -75,7 +75,7 @@ def hgemm_v8(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 3
         # --- allocate ---
         pool = T.SMEMPool()
         # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
-        #   (arrive.expect_tx for all 48 KB landing here); the bytes are completed by this
+        #   (arrive.expect_tx for all 48 KiB landing here); the bytes are completed by this
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
         #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
         # mma2tma[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives

@@ -26,11 +26,11 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         accumulators are ignored, so they are reusable at once, no zero-fill);
       * once tile t+1's first EPI_AT + 1 K steps of wgmmas are queued, the warpgroup writes
         ``packed`` to SMEM with stmatrix (16 stmatrix.x4 per thread instead of v8's 64 4-byte
-        stores) and TMA-stores it in 64-column chunks through EPI_BUFS staging tiles of 8 KB
+        stores) and TMA-stores it in 64-column chunks through EPI_BUFS staging tiles of 8 KiB
         per warpgroup; a staging tile is reused only after the store that read it is done
         reading (cp.async.bulk.wait_group.read), nothing waits for GMEM;
-      * staging shrinks from v8's 64 KB to NUM_CONSUMERS * EPI_BUFS * 8 KB (32 KB): room
-        for a 4th 48 KB stage (PIPE_DEPTH=4), which v8's lock-stepped CTA pair needs.
+      * staging shrinks from v8's 64 KiB to NUM_CONSUMERS * EPI_BUFS * 8 KiB (32 KiB): room
+        for a 4th 48 KiB stage (PIPE_DEPTH=4), which v8's lock-stepped CTA pair needs.
       The cluster, barriers and roles are v8's.
     Why: v7/v8 lose the tensor cores for one epilogue per tile, a few percent of a tile's
       mainloop at 4096^3; here it hides behind up to two queued K steps, only partly (the
@@ -40,7 +40,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
       barrier (store_packed_tile).
     Constraints: any M >= 1; N, K multiples of 8 (a 64-column chunk wholly past N is stored
       as nothing); dtype float16 or bfloat16; EPI_BUFS 1, 2 or 4; 2 <= PIPE_DEPTH stages of
-      48 KB plus EPI_BUFS * 16 KB of staging within 227 KB (PIPE_DEPTH <= 4 with
+      48 KiB plus EPI_BUFS * 16 KiB of staging within 227 KiB (PIPE_DEPTH <= 4 with
       EPI_BUFS <= 2); SM_COUNT even; PRODUCER_REGS/CONSUMER_REGS (setmaxnreg, default v8's
       40/232) multiples of 8 within 64K registers per CTA; RUNTIME_M as
       helpers.runtime_rows.
@@ -50,8 +50,8 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
     NUM_CONSUMERS = BLK_M // W.WGMMA_M      # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread (128)
-    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KB
-    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KB: half loaded here, half by the peer
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KiB: half loaded here, half by the peer
     B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
     PACKED_REGS = ACC_REGS // 2               # 2 x 16-bit registers of a packed tile (64)
     EPI_CHUNKS = BLK_N // W.EPI_COLS            # 64-column TMA-store chunks per tile (4)
@@ -94,7 +94,7 @@ def hgemm_v9(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4
         # --- allocate ---
         pool = T.SMEMPool()
         # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
-        #   (arrive.expect_tx for all 48 KB landing here); the bytes are completed by this
+        #   (arrive.expect_tx for all 48 KiB landing here); the bytes are completed by this
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
         #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
         # mma2tma[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives

@@ -14,7 +14,7 @@ The pieces every sm_100a step needs live in this package once, one module per jo
 * ``cluster``: the 2-CTA (``cta_group::2``) forms of v8 / v9 (pair-wide TMEM, cluster
   setup, the pair's MMA, commit and TMA loads),
 * ``clc``: v10's Cluster Launch Control scheduler (``W.ClusterLaunchControl``),
-* ``fused``: the fused epilogue of issue 28 (bias, activation, SwiGLU in fp32) and
+* ``fused``: the fused epilogue (bias, activation, SwiGLU in fp32) and
   ``without_operand``,
 * ``fp8``: v13's e4m3 constants and scaled epilogue, MXFP8's block scale factors.
 Every name is re-exported here: a step imports ``from tirx_gemm import blackwell as W``

@@ -1,4 +1,4 @@
-"""v9's fused epilogue (issue 28): chunk sizes, exp-only activations, the bias/act/SwiGLU fill, without_operand."""
+"""v9's fused epilogue: chunk sizes, exp-only activations, the bias/act/SwiGLU fill, without_operand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tvm.tirx.layout import S, TileLayout, tid_in_wg
 from ..helpers import ACC_DTYPE
 
 
-# --- the fused epilogue (issue 28): bias, activation, SwiGLU, fp32 output ---
+# --- the fused epilogue: bias, activation, SwiGLU, fp32 output ---
 # The keywords and their numpy references live in tirx_gemm.epilogue (one home for both
 # arches); these verbs are where the tile sits when each operation runs on sm_100a:
 # TMEM --tcgen05.ld--> fp32 registers (one output row per thread) --bias, activation or

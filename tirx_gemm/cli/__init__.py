@@ -24,7 +24,7 @@ import traceback
 
 from tirx_gemm.cli import build, export, gpu, sim, trace
 from tirx_gemm.cli.common import suggest, way_on
-# names callers reach as tirx_gemm.cli.X (tests, scripts/benchmark.py, scripts/lab/)
+# names callers reach as tirx_gemm.cli.X (tests, scripts/benchmark.py, lab/)
 from tirx_gemm.cli.common import shape_breaks  # noqa: F401
 from tirx_gemm.cli.gpu import (BENCH_HEAD, _bench_row, cmd_bench, cmd_regress,  # noqa: F401
                                cmd_run, measure_plan)

@@ -55,7 +55,7 @@ def register(sub) -> None:
 
 
 def cmd_choose(args) -> int:
-    from tirx_gemm.op.choice import explain
+    from tirx_gemm.op.rules import explain
     print(explain(*args.mnk, args.dtype, args.arch, args.sm_count))
     return 0
 

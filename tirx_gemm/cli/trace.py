@@ -21,7 +21,9 @@ def register(sub) -> None:
                     "one). sm_100a has no timeline: its steps run only on NumSim, which has "
                     "no clock. Given a recorded .json instead of a step, draw its Gantt PNG "
                     "beside it (where matplotlib is installed; no GPU).")
-    p.add_argument("step", help="step id, v4 .. v10 (or a recorded trace .json: redraw its PNG)")
+    last = registry.all_steps("sm_90a")[-1].id  # sm_90a v4 on publish the set-up a trace needs
+    p.add_argument("step", help=f"step id, v4 .. {last} (or a recorded trace .json: redraw "
+                                "its PNG)")
     p.add_argument("--arch", default="sm_90a", choices=registry.ARCHES)
     p.add_argument("--mnk", type=_parse_mnk, default=None,
                    help="problem shape M,N,K (default: the step's canonical shape)")

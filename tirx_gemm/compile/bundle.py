@@ -9,7 +9,7 @@ into place), and verifies what it wrote before swapping it in.
 
 The reading names (verify, find, load_manifest, MANIFEST, ...) are imported here too, so
 ``from tirx_gemm.compile import bundle; bundle.find(...)`` keeps working for the lab scripts
-(scripts/lab/) that read bundles through this module.
+(lab/) that read bundles through this module.
 """
 
 from __future__ import annotations

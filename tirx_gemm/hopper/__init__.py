@@ -18,7 +18,7 @@ pieces every step needs live in this package once, one module per job:
   clipped at D's edges), the packed 16-bit stmatrix tiles of v9's overlapped epilogue,
   v12's narrow tails (guarded stores, or ``store_packed_tail``'s TMA box), fp32 and swap-AB
   stores,
-* ``fused``: bias, activation and SwiGLU on the fp32 fragment (issue 28),
+* ``fused``: bias, activation and SwiGLU on the fp32 fragment,
 * ``cluster``: v8/v9's CTA pairs (B multicast, cluster-wide setup, stage release),
 * ``fp8``: v13's e4m3 wgmma, loads, promotion and scales,
 * ``checks``: build-time checks (CTAs per SM, ring depth, register split, cluster pool).
@@ -66,7 +66,7 @@ from .stores import (  # noqa: F401
     _PACK_FN, _ST_GLOBAL_B32_SRC, _ST_GLOBAL_F32X2_SRC, EPI_COLS, pack_fragment,
     stmatrix_chunk, store_fragment, store_fragment_f32_guarded,
     store_fragment_transposed_guarded, store_packed_chunk, store_packed_guarded,
-    store_packed_pieces, store_packed_tail, stmatrix_tail,
+    store_packed_tail, stmatrix_tail,
     store_packed_tile, store_packed_tile_transposed, tma_store_tile)
 from .wgmma import (  # noqa: F401
     _FENCE_F32_SRC, _WGMMA_TYPE, DESC_K16_STEP, DESC_LBO, DESC_M64_STEP, DESC_SBO,
@@ -112,7 +112,6 @@ __all__ = [
     "store_packed_chunk",
     "publish_smem_writes",
     "store_packed_guarded",
-    "store_packed_pieces",
     "store_packed_tail",
     "stmatrix_tail",
     "load_bias_fragment",

@@ -1,4 +1,4 @@
-"""The fused epilogue in registers (issue 28): bias, activation and SwiGLU on the fp32 fragment, before the cast."""
+"""The fused epilogue in registers: bias, activation and SwiGLU on the fp32 fragment, before the cast."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from tvm.script import tirx as T
 
 from ..helpers import ACC_DTYPE
 
-# --- issue 28: the fused epilogue on the fp32 accumulator fragment, in registers, before
+# --- the fused epilogue on the fp32 accumulator fragment, in registers, before
 # the cast (the keywords, references and tolerances: tirx_gemm/epilogue.py). Each
 # activation is one device function of one fp32 value. The build passes --use_fast_math:
 # expf is then ex2.approx based (__expf, 2 + 1.16|x| ulp; written out below) and x / y

@@ -103,7 +103,7 @@ def store_packed_chunk(D, Dstage, wg, packed, m_st, n_st, c: int, bufs: int, war
                        lane_id, tid_in_wg, bar_id):
     """Warpgroup ``wg``: chunk ``c`` (columns [64c, 64c + 64)) of its packed fragment ->
     D[m_st:+64, n_st + 64c:+64] through staging tile Dstage[wg, c % bufs], one TMA store
-    (store_packed_tile's step; v12's EPI_SPREAD calls it one chunk per K step)."""
+    (store_packed_tile's step)."""
     if tid_in_wg == 0:
         T.ptx.cp.async_.bulk.wait_group.read(bufs - 1)
         TL.drain(TL.STORE, bufs - 1)
@@ -276,27 +276,6 @@ def store_packed_tail(D, Dtail, packed, m_st, n_st, j_first: int, j_end: int, si
         TL.begin(TL.STORE)
 
 
-@T.inline
-def store_packed_pieces(D, Dstage, wg, packed, lo, hi, m_st, n_st, tma_chunks: int,
-                        tail: bool, j_end: int, M, N, bufs: int, warp_id, lane_id, tid_in_wg,
-                        bar_id):
-    """Warpgroup ``wg``: pieces lo <= c < hi of its packed fragment's writeback, a tile
-    cut into ``tma_chunks`` 64-column TMA chunks (store_packed_chunk) and, with ``tail``,
-    one more piece: 8-column blocks [8 tma_chunks, j_end) by guarded stores. v12's
-    EPI_SPREAD calls it once per K step with a one-piece range."""
-    if tma_chunks > 0:
-        for c in T.unroll(tma_chunks):
-            if lo <= c and c < hi:
-                TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
-                store_packed_chunk(D, Dstage, wg, packed, m_st, n_st, c, bufs, warp_id,
-                                   lane_id, tid_in_wg, bar_id)
-                TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
-    if tail:
-        if lo <= tma_chunks and tma_chunks < hi:
-            TL.begin(TL.EPILOGUE, TL.tile_code(m_st, n_st))
-            store_packed_guarded(D, packed, m_st, n_st, tma_chunks * 8, j_end, M, N,
-                                 warp_id, lane_id)
-            TL.end(TL.EPILOGUE, TL.tile_code(m_st, n_st))
 
 
 _ST_GLOBAL_F32X2_SRC = """

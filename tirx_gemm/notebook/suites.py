@@ -170,17 +170,18 @@ def suite_plot(before: str | None = None, after: str | None = None, path=None):
     return Png(buf.getvalue(), text)
 
 
-# the CUDA-graph run of matmul over the suite the chooser table reads (scripts/lab/
-# matmul_graph_times.py, here via scripts/lab/h200_ab.sh's FULL), and torch.matmul's
-# kernels per suite shape as the profiler saw them (scripts/lab/cublas_kernels.py). The run
+# the CUDA-graph run of matmul over the suite the chooser table reads (lab/tools/
+# matmul_graph_times.py, here via lab/tools/h200_ab.sh's FULL), and torch.matmul's
+# kernels per suite shape as the profiler saw them (lab/cublas_kernels/cublas_kernels.py). The run
 # is the interleaved timing's (both graphs warmed up, then replayed alternately; a shape's
 # last record is the one shown, the second pass where a run has two): README, "order
-# bias". A run is a file in results/lab/ and the fields its records must have; the s52 run
+# bias". A run is a file under lab/ and the fields its records must have; this run
 # times this package ("chooser": "new") beside the one before ("old"), one pass
-CHOOSER_RUN = ("matmul_graph_h200_s52.jsonl", {"suite": "models", "chooser": "new"})
-# real-model shapes never used to fit or tune the chooser (.gpu/heldout-*.json of issue 32)
-HELDOUT_RUN = ("matmul_graph_h200_s52.jsonl", {"suite": "heldout", "chooser": "new"})
-CUBLAS_KERNELS = "cublas_kernels_h200.jsonl"
+CHOOSER_RUN = ("lab/models_suite_against_torch/records/matmul_graph_h200_15.jsonl", {"suite": "models", "chooser": "new"})
+# real-model shapes never used to fit or tune the chooser (the held-out suite,
+# tirx_gemm/op/suites/heldout.json)
+HELDOUT_RUN = ("lab/models_suite_against_torch/records/matmul_graph_h200_15.jsonl", {"suite": "heldout", "chooser": "new"})
+CUBLAS_KERNELS = "lab/cublas_kernels/records/cublas_kernels_h200.jsonl"
 
 
 def _lines(path) -> list[dict]:
@@ -194,7 +195,7 @@ def _lines(path) -> list[dict]:
 def _how_chosen(step_id: str, kw: dict) -> tuple[str, str | None]:
     """(the rule or "model" that picked ``step_id, kw``, the chooser candidate it predicts
     for, or None where the pick is a rule's with no fitted figures)."""
-    from tirx_gemm.op import chooser
+    from tirx_gemm.op import cost_model as chooser
     if step_id in (chooser.V9, chooser.V10):
         return ("model" if step_id == chooser.V9 else "ping-pong rule / model"), step_id
     if kw.get("SPLIT_K", 1) > 1:
@@ -228,14 +229,14 @@ def chooser_table(dtype: str = "bfloat16", run: str | tuple | None = None) -> Md
     pick that has changed since that run is marked, its figure then being the older
     kernel's), and the kernel torch.matmul (cuBLAS) launched at the shape."""
     from tirx_gemm import matmul
-    from tirx_gemm.op import chooser
+    from tirx_gemm.op import cost_model as chooser
     run = run or CHOOSER_RUN
     name, where = run if isinstance(run, tuple) else (run, {})
-    path = results_dir() / "lab" / name
+    path = results_dir().parent / name
     meas = {(r["M"], r["N"], r["K"]): r for r in _lines(path)
             if r.get("dtype") == dtype and r.get("ok")
             and all(r.get(k) == v for k, v in where.items())}
-    cub_path = results_dir() / "lab" / CUBLAS_KERNELS
+    cub_path = results_dir().parent / CUBLAS_KERNELS
     cub = {(r["M"], r["N"], r["K"]): r["kernels"] for r in _lines(cub_path)
            if r.get("dtype") == dtype}
     if not meas:

@@ -22,7 +22,7 @@ Conventions: torch._scaled_mm's where they fit.
   overlapped with the next stage's wgmmas); True keeps the whole K in the tensor core's
   accumulator (PROMOTE=0; per-tensor and rowwise only: block scaling always promotes).
   Fast accumulation is outside the project's tolerance at deep K, like torch's
-  use_fast_accum: measured on the H200 (results/lab/fp8_h200_call1.jsonl, issue 29),
+  use_fast_accum: measured on the H200 (lab/fp8_on_hopper/records/fp8_h200_1.jsonl),
   at K >= 2064 a few elements per million fall outside the tolerance derived from the
   14-bit accumulator emulation (37 of 16.7M at 4096^3, rel. error 2.1e-3 against 1.66e-3
   promoted; 230 of 67M at 8192^3), while every promoted check passed. It was 1.5-1.6x
@@ -39,7 +39,7 @@ Conventions: torch._scaled_mm's where they fit.
 
 The kernel comes from the build cache here or, on a GPU host without TVM, from a bundle
 (``tirx_gemm.matmul.use_bundle`` / ``$TIRX_GEMM_BUNDLE``), exactly as matmul's do;
-export one with ``scripts/lab/fp8_export.py``. Importing this module imports neither
+export one with ``lab/fp8_on_hopper/fp8_export.py``. Importing this module imports neither
 torch nor TVM.
 """
 
@@ -201,10 +201,10 @@ def export_requests(sm_count: int = spec.SM_COUNT[ARCH], out_dtypes=("bfloat16",
 
 
 def lab_variants(sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
-    """(name, v13 keywords) of the per-tensor bf16 kernels scripts/lab/fp8_h200.py times
-    next to choose_fp8's, to separate the promotion's cost from the tile's: call 1's
+    """(name, v13 keywords) of the per-tensor bf16 kernels lab/fp8_on_hopper/fp8_h200.py times
+    next to choose_fp8's, to separate the promotion's cost from the tile's: the
     serial promotion (128 x 128, PROMOTE_OVERLAP=False) and the 128 x 128 tile without
-    promotion; call 1's small-M tiles (64 x 128 promoted serially, for M <= 64)."""
+    promotion; the small-M tiles (64 x 128 promoted serially, for M <= 64)."""
     base = {"dtype": "bfloat16", "SCALE": "tensor", "RUNTIME_M": True, "RUNTIME_NK": True,
             "SM_COUNT": sm_count}
     return [("v13 tensor serial 128x128", {**base, "PROMOTE": 4, "PROMOTE_OVERLAP": False,

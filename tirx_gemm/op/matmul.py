@@ -32,15 +32,15 @@ Not autograd-aware: inputs that require grad are refused while grad mode is on. 
 runs on the stream apache-tvm-ffi uses for torch tensors (torch's current stream; CUDA
 graph capture records it).
 
-Fused epilogues (issue 28; the rules and references: tirx_gemm/epilogue.py):
+Fused epilogues (the rules and references: tirx_gemm/epilogue.py):
 ``matmul(a, b, bias=..., activation=..., out_dtype=...)`` computes
 ``act(a @ b.T + bias)`` in one kernel, on the fp32 accumulator before the cast, and
 :func:`swiglu` computes ``silu(a @ w_gate.T) * (a @ w_up.T)`` from one GEMM over the fused
 gate/up weight (:func:`fuse_gate_up`; fuse once per model and pass ``fused=``). v12
 (sm_90a's tile menu) builds every epilogue and v10 (ping-pong) BIAS and ACT; v9 and v11
 have none, so :func:`choose` routes a call with an epilogue to v12's best tile
-(``chooser.best_tile``), or to v10 where ``chooser.epilogue_step`` says so (only once
-``chooser.EPILOGUE_STEP`` is set to "v10"; off until measured). ``step="v10"`` or
+(``cost_model.best_tile``), or to v10 where ``rules.epilogue_step`` says so (only once
+``rules.EPILOGUE_STEP`` is set to "v10"; off until measured). ``step="v10"`` or
 ``step="v12"`` forces one of them; ``step="v9"`` with an epilogue is refused. On sm_100a matmul has no epilogue kernels yet (refused in one line).
 :func:`variants` takes the same ``epilogue`` (builder keywords) to list a layer's kernels.
 """
@@ -53,17 +53,18 @@ import types
 from pathlib import Path
 
 from tirx_gemm import epilogue as E
-from tirx_gemm import registry
+from tirx_gemm import registry, spec, splitk
 from tirx_gemm.kernels import kernel_for
 from tirx_gemm.numerics import DTYPES
+from tirx_gemm.op import cost_model as _cm
+from tirx_gemm.op import rules as _rules
 # the choice of step and keywords (pure Python), reachable as tirx_gemm.matmul.<name> too
-from tirx_gemm.op.choice import (  # noqa: F401
-    CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, M_BLOCK, NOMINAL_K, NOMINAL_M, NOMINAL_N,
+from tirx_gemm.op.keywords import (  # noqa: F401
+    CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, MENU_ARCHES, NOMINAL_K, NOMINAL_M, NOMINAL_N,
     PINGPONG, ROW_MULTIPLE, RUNTIME_M_STEPS, RUNTIME_NK_STEPS, SPLIT_K, SPLIT_MENU, TILE_MENU,
-    V9_CLUSTER_TILE, V11_L2_GROUP, VARIANTS_MAX_M, _ceil_div, _check_problem, _choose_by_model,
-    _choose_epilogue, _menu_split, _pool, _registered, _tile_kwargs, build_shape, choose,
-    explain,
-    choose_epilogue_on, pick as _pick, runtime_m, step_kwargs, variants)
+    V9_CLUSTER_TILE, V11_L2_GROUP, _ceil_div, _check_problem, _menu_split, _pool, _registered,
+    build_shape, runtime_m, step_kwargs)
+from tirx_gemm.op.rules import RULES, choose, choose_epilogue_on, explain  # noqa: F401
 # the checks of a call's tensors, reachable as tirx_gemm.matmul.<name> too
 from tirx_gemm.op.operands import (  # noqa: F401
     ALIGN_BYTES, _bias_dtype, _check_out, _dtype_name, _gpu_arch, _out_dtype_name, check_bias,
@@ -75,6 +76,68 @@ __all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs",
            "clear_cache", "BUNDLE_ENV"]
 
 BUNDLE_ENV = "TIRX_GEMM_BUNDLE"
+
+
+# --------------------------------------------------------------------------------------
+# a forced step, and every kernel a layer needs over all M (both walk rules.RULES)
+# --------------------------------------------------------------------------------------
+def _pick(M, N, K, dtype, arch, sm_count, step):
+    """(Step, builder keywords) of a call: :func:`choose`'s pick, or the forced ``step``
+    (``matmul(..., step=...)``) with its keywords, v12's tile and v11's split chosen here."""
+    if step is None:
+        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count)
+        return registry.get(step_id, arch), kwargs
+    st = registry.get(step, arch)
+    kwargs = step_kwargs(st, dtype, sm_count)
+    if st.id == TILE_MENU and arch in MENU_ARCHES:  # the model's best tile of the menu
+        best = next(c for _, c in _cm.rank(M, N, K, _pool(sm_count))
+                    if c not in (_cm.V9, _cm.V10))
+        bm, bn, _ = _cm.tile(best)
+        return st, {**kwargs, "BLK_M": bm, "BLK_N": bn}
+    if st.id == SPLIT_K and kwargs.get("RUNTIME_M"):
+        variant = splitk.choose_variant(M, N, K, _pool(sm_count), arch)
+        variant["SPLIT_K"] = _menu_split(variant["SPLIT_K"],
+                                         variant.get("L2_GROUP", V11_L2_GROUP[arch]))
+        kwargs = {**kwargs, **variant}
+    return st, kwargs
+
+
+VARIANTS_MAX_M = 16384  # variants() covers every M up to this (and v9's settled point)
+M_BLOCK = 64  # every tile height of every step divides 256 and is a multiple of 64
+
+
+def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
+             sm_count: int = spec.SM_COUNT["sm_90a"], max_m: int | None = None,
+             epilogue: dict | None = None) -> list[tuple[str, dict, int, int]]:
+    """Every (step_id, kwargs, first M, last M) that :func:`choose` picks for an Mx``N``x``K``
+    GEMM over M = 1 .. ``max_m`` (default: VARIANTS_MAX_M, or the M at which v9's cluster
+    tiles alone fill the GPU if that is larger), in order of M: what a bundle needs to serve
+    every token count of a layer (``tirx-gemm export --suite``). Every rule depends on M
+    only through tile counts, so one M per block decides the block: every 64 rows, every 16
+    past rules.DP_SWAP_MIN_M (swap-AB's TMA-stored token tiles), past each swap-AB token
+    tile, and where a swap-AB split's token tile grows (rules.wide_swap_token_tiles)."""
+    _check_problem(1, N, K, dtype, arch, sm_count)
+    tile_m, tile_n = V9_CLUSTER_TILE[arch]
+    clusters = max(1, sm_count // CLUSTER_SIZE)
+    settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
+    last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
+    r, out = _rules, []
+    wide = range(r.SWAP_AB_TILES[-1] + 2, min(r.WIDE_SWAP_MAX_M, last) + 1)
+    starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
+                    | {lo for lo in range(1, last + 1, r.DP_SWAP_TOKEN_STEP)
+                       if lo > r.DP_SWAP_MIN_M}
+                    | ({r.DP_SWAP_MIN_M + 1} if r.DP_SWAP_MIN_M < last else set())
+                    | {t + 1 for t in r.SWAP_AB_TILES if t < last}
+                    | {m for m in wide
+                       if r.wide_swap_token_tiles(m) != r.wide_swap_token_tiles(m - 1)})
+    for i, lo in enumerate(starts):
+        hi = (starts[i + 1] - 1) if i + 1 < len(starts) else last
+        step_id, kw = choose(lo, N, K, dtype, arch, sm_count, epilogue)
+        if out and out[-1][0] == step_id and out[-1][1] == kw:
+            out[-1][3] = hi
+        else:
+            out.append([step_id, kw, lo, hi])
+    return [tuple(v) for v in out]
 
 
 # --------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ torch is imported only inside the checks, so importing this module imports no to
 from __future__ import annotations
 
 from tirx_gemm import epilogue as E
-from tirx_gemm.op.choice import ROW_MULTIPLE, _ceil_div
+from tirx_gemm.op.keywords import ROW_MULTIPLE, _ceil_div
 from tirx_gemm.numerics import DTYPES
 
 ALIGN_BYTES = 16  # TMA and 16-byte vector copies: every operand's base address

@@ -302,9 +302,9 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
 
 def _builds_epilogue(step_id: str, epi: dict) -> bool:
     """Whether ``step_id`` builds the epilogue ``epi`` (v10: BIAS and ACT only)."""
-    from tirx_gemm.op import chooser
-    if step_id == chooser.V10:
-        return set(epi) <= set(chooser.V10_KEYWORDS)
+    from tirx_gemm.op import rules
+    if step_id == rules.PINGPONG:
+        return set(epi) <= set(rules.V10_KEYWORDS)
     return True
 
 

@@ -16,10 +16,10 @@ BOOK = ("the book this project's sm_100a track follows (its steps 1-9 on a B200 
         "its figures, never measured here)")
 SERIES = ("the seed's article series (the TIRx GEMM tutorial this project reproduces), "
           "its B200 figures at 4096^3")
-FAST_CU = ("fast.cu, an open H100 GEMM series (quoted in the sm_90a v8 card and the README "
-           "since issue 10; its text is not in this repository)")
+FAST_CU = ("fast.cu, an open H100 GEMM series (quoted in the sm_90a v8 card and the README; "
+           "its text is not in this repository)")
 TIRX_KERNELS = ("the TIRx kernel library (mlc-ai/TIRx-kernels): its fp16_bf16_gemm, a TIRx port "
-                "of ThunderKittens' B200 kernel, as issue 18 quotes its report; never measured "
+                "of ThunderKittens' B200 kernel, as quoted from its report; never measured "
                 "here")
 
 

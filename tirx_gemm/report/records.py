@@ -2,9 +2,10 @@
 
 One record is one run of one step at one shape on one GPU (the dict that runner.run_step
 returns). Records are appended, never edited, to ``results/<device-slug>.jsonl`` (one JSON
-object a line). The README results table is generated from them by :func:`render_table` and
-written between the ``<!-- results:begin -->`` / ``<!-- results:end -->`` markers by
-:func:`update_readme`. Nothing here parses printed output, and nothing here imports tvm or the
+object a line). The full results table is generated from them by :func:`render_table` and
+written between the ``<!-- results:begin -->`` / ``<!-- results:end -->`` markers of the
+site's results page (docs/pages/results.md); the README gets a short summary
+(:func:`render_summary`) and the path table's verdict cells (:func:`path_cells`). Nothing here parses printed output, and nothing here imports tvm or the
 step registry: the caller passes the list of steps in.
 """
 
@@ -15,6 +16,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -26,6 +28,10 @@ __all__ = [
     "END_MARKER",
     "PATH_BEGIN",
     "PATH_END",
+    "SUMMARY_BEGIN",
+    "SUMMARY_END",
+    "path_cells",
+    "render_summary",
     "between_markers",
     "NO_SM100_GPU",
     "NOT_MEASURED",
@@ -45,9 +51,14 @@ __all__ = [
 
 BEGIN_MARKER = "<!-- results:begin -->"
 END_MARKER = "<!-- results:end -->"
-# the README's path table, generated from tirx_gemm/registry.py (tables.path_table)
-PATH_BEGIN = "<!-- path:begin (generated from tirx_gemm/registry.py by scripts/render_results.py) -->"
+# the README's path table, from tirx_gemm/registry.py and the records (path_table, below)
+PATH_BEGIN = ("<!-- path:begin (generated from tirx_gemm/registry.py and results/ by "
+              "scripts/render_results.py) -->")
 PATH_END = "<!-- path:end -->"
+# the README's short summary of the records (render_summary); the full table (render_table)
+# sits between BEGIN_MARKER and END_MARKER on the site's results page, docs/pages/results.md
+SUMMARY_BEGIN = "<!-- results-summary:begin (generated from results/ by scripts/render_results.py) -->"
+SUMMARY_END = "<!-- results-summary:end -->"
 NO_SM100_GPU = "not measured: no sm_100a GPU available"
 NOT_MEASURED = "not measured"
 REQUIRED_KEYS = ("step", "arch", "M", "N", "K", "device")
@@ -315,7 +326,7 @@ def _sim_cell(step_id: str, arch: str, sim_records: Sequence[dict]) -> str:
         return "not simulated"
     newest = max(run, key=_when)
     ok = sum(1 for r in run if r.get("verified") is True)
-    when = f"{str(newest.get('timestamp', ''))[:10]}, git {str(newest.get('git_sha'))[:10]}"
+    when = str(newest.get('timestamp', ''))[:10]  # the run's date (its commit: the record)
     if ok == len(run):
         return f"✓ {ok}/{ok} cases {_claims(run)} ({when})"
     return f"✗ {len(run) - ok} of {len(run)} cases failed ({when})"
@@ -446,13 +457,101 @@ def render_table(records: Sequence[dict], steps: Sequence[tuple],
         for key, label in (("torch_version", "torch"), ("tvm_version", "tvm")):
             if r.get(key):
                 bits.append(f"{label} {r[key]}")
-        if r.get("git_sha"):
-            bits.append(f"git {str(r['git_sha'])[:10]}")
         ts = r.get("timestamp")
         if ts:
             bits.append(f"latest run {str(ts)[:10]}")
         notes.append(f"- {tables.cell(dev)}: " + ", ".join(bits))
+    notes = [textwrap.fill(n, 100, break_long_words=False, break_on_hyphens=False)
+             if not n.startswith("- ") else n for n in notes]
     return "\n".join([tables.markdown(header, rows)] + notes) + "\n"
+
+
+# --------------------------------------------------------------------------------------
+# the README's path table cells and results summary
+# --------------------------------------------------------------------------------------
+REPRESENTATIVE = (4096, 4096, 4096)  # the path table's shape where a step was timed there
+
+
+def _card(device: str) -> str:
+    """"NVIDIA H200" -> "H200": the card, named short."""
+    return re.sub(r"^NVIDIA\s+", "", str(device))
+
+
+def sim_verdict(step_id: str, sim_records: Sequence[dict]) -> str:
+    """A step's NumSim verdict in a few words: "✓ 6/6 correct, sync/race clean"."""
+    run = latest_sim_run(sim_records, step_id)
+    if not run:
+        return "not simulated"
+    ok = sum(1 for r in run if r.get("verified") is True)
+    if ok == len(run):
+        return f"✓ {ok}/{ok} {_claims(run)}"
+    return f"✗ {len(run) - ok} of {len(run)} failed"
+
+
+def torch_fraction(step_id: str, arch: str, records: Sequence[dict], fp8: bool = False) -> str:
+    """A step's ratio to torch.matmul at one shape: 4096³ where it passed its check and was
+    timed there in fp16, else its largest such shape: "0.99× at 4096³ (H200)"."""
+    timed = [r for r in latest_by_key(records).values()
+             if r["step"] == step_id and r["arch"] == arch and r.get("verified") is True
+             and r.get("ratio_to_torch") is not None and record_dtype(r) == DEFAULT_DTYPE]
+    if not timed:
+        return NOT_MEASURED
+
+    def rank(r):
+        shape = (int(r["M"]), int(r["N"]), int(r["K"]))
+        return (shape == REPRESENTATIVE, shape[0] * shape[1] * shape[2], _when(r))
+    r = max(timed, key=rank)
+    what = "; fp8 vs fp16 torch" if fp8 else ""
+    return (f"{r['ratio_to_torch']:.2f}× at {shape_label((r['M'], r['N'], r['K']))} "
+            f"({_card(r['device'])}{what})")
+
+
+def path_cells(steps: Sequence, records: Sequence[dict], sim_records: Sequence[dict]) -> dict:
+    """{step id: (sm_100a NumSim verdict, sm_90a × torch)} for registry rows (``id``,
+    ``arch``, optional ``fp8``); a step without a twin on an arch says so."""
+    out: dict[str, tuple[str, str]] = {}
+    for sid in dict.fromkeys(s.id for s in steps):
+        twins = {s.arch: s for s in steps if s.id == sid}
+        sm100 = sim_verdict(sid, sim_records) if SIM_ARCH in twins else "no sm_100a step"
+        sm90 = twins.get("sm_90a")
+        hopper = (torch_fraction(sid, "sm_90a", records, bool(getattr(sm90, "fp8", False)))
+                  if sm90 is not None else "no sm_90a step")
+        out[sid] = (sm100, hopper)
+    return out
+
+
+def render_summary(records: Sequence[dict], sim_records: Sequence[dict],
+                   page: str = "docs/pages/results.md") -> str:
+    """The README's results summary (markdown, every line short): per GPU and for NumSim,
+    which steps ran, how many checks passed and when; every figure lives on ``page``."""
+    latest = list(latest_by_key(records).values())
+    rows = []
+    for dev in sorted({r["device"] for r in latest}):
+        mine = [r for r in latest if r["device"] == dev]
+        newest = max(mine, key=_when)
+        steps = sorted({(r["step"], r["arch"]) for r in mine})
+        archs = ", ".join(sorted({a for _, a in steps}))
+        ok = sum(1 for r in mine if r.get("verified") is True)
+        timed = sum(1 for r in mine if r.get("tflops") is not None)
+        bits = [f"{newest['sm_count']} SMs" if newest.get("sm_count") else None,
+                f"driver {newest['driver_version']}" if newest.get("driver_version") else None,
+                f"torch {newest['torch_version']}" if newest.get("torch_version") else None]
+        where = tables.cell(dev) + "".join(f", {b}" for b in bits if b)
+        rows.append((f"{where} ({archs})", len(steps), f"{ok}/{len(mine)} ✓, {timed} timed",
+                     str(newest.get("timestamp", ""))[:10],
+                     "TFLOP/s and × torch.matmul per shape"))
+    sims = [r for r in sim_records if r.get("arch") == SIM_ARCH]
+    if sims:
+        runs = [latest_sim_run(sims, sid) for sid in sorted({r["step"] for r in sims})]
+        cases = [r for run in runs for r in run]
+        ok = sum(1 for r in cases if r.get("verified") is True)
+        rows.append((f"NumSim, a CPU model of {SIM_ARCH}", len(runs),
+                     f"{ok}/{len(cases)} cases ✓", str(max(cases, key=_when).get(
+                         "timestamp", ""))[:10], "correctness and synchronization, no speed"))
+    table = tables.markdown(("where it ran", "steps", "checks", "latest run", "what it shows"),
+                            rows)
+    return (table + f"\n\nEvery step at every shape, with each check and timing: the site's "
+            f"results page,\n[{page}]({page}), generated from the same records.\n")
 
 
 def replace_between_markers(text: str, table_md: str, begin: str = BEGIN_MARKER,
@@ -489,3 +588,25 @@ def update_readme(readme_path: str | os.PathLike, table_md: str) -> bool:
         return False
     path.write_text(new, encoding="utf-8")
     return True
+
+
+def _step_number(step_id: str) -> int:
+    digits = "".join(c for c in step_id if c.isdigit())
+    return int(digits) if digits else 0
+
+
+def path_table(steps, records=None, sim_records=None) -> str:
+    """The README's path table (markdown, no trailing newline): one row per step id in step
+    order: its idea (registry ``idea``), the sm_100a twin's NumSim verdict and the sm_90a
+    twin's ratio to torch.matmul at one shape, with its card (records.path_cells). The
+    records default to the repository's results/ (results/sim/ for NumSim)."""
+    if records is None or sim_records is None:
+        results = Path(__file__).resolve().parents[2] / "results"
+        records = load_records(results) if records is None else records
+        sim_records = load_records(results / "sim") if sim_records is None else sim_records
+    cells = path_cells(steps, records, sim_records)
+    ideas = {s.id: s.idea for s in steps}
+    rows = [(sid, ideas[sid]) + cells[sid]
+            for sid in sorted(cells, key=lambda i: (_step_number(i), i))]
+    return tables.markdown(("step", "idea", "sm_100a: NumSim (CPU model)",
+                     "sm_90a: × torch.matmul (cuBLAS)"), rows)

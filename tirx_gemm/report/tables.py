@@ -60,29 +60,3 @@ def text(header: Sequence[str], rows: Iterable[Sequence], align: str = "") -> st
 shape = shape_text  # (M, N, K) -> "MxNxK", the one formatter (tirx_gemm.stepshape)
 
 
-def _step_number(step_id: str) -> int:
-    digits = "".join(c for c in step_id if c.isdigit())
-    return int(digits) if digits else 0
-
-
-def path_table(steps) -> str:
-    """The README's path table (markdown, no trailing newline) from registry rows (anything
-    with ``id``, ``arch`` and ``lesson``): one row per step id in step order; the lesson once
-    when every arch states it alike, else each arch's own in the order the arches first
-    appear (the registry's: "sm_100a: ...; sm_90a: ...")."""
-    by_id: dict[str, list] = {}
-    arch_order: dict[str, int] = {}
-    for s in steps:
-        by_id.setdefault(s.id, []).append(s)
-        arch_order.setdefault(s.arch, len(arch_order))
-    rows = []
-    for step_id in sorted(by_id, key=lambda i: (_step_number(i), i)):
-        twins = by_id[step_id]
-        lessons = {s.lesson for s in twins}
-        if len(lessons) == 1:
-            lesson = twins[0].lesson
-        else:
-            lesson = "; ".join(f"{s.arch}: {s.lesson}" for s in
-                               sorted(twins, key=lambda s: arch_order[s.arch]))
-        rows.append((step_id, lesson))
-    return markdown(("step", "lesson (one contract changes)"), rows)

@@ -1,0 +1,515 @@
+"""matmul's rules on the CPU: what tirx_gemm.op.rules picks per shape and why (the cost
+model, swap-AB, K splits, ping-pong, clusters, PDL, tails), and that one list drives it."""
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from tirx_gemm import registry
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_swiglu_tiles_hold_whole_gate_up_group_pairs():
+    """SWIGLU's outputs are BLK_N / 2 columns in groups of 8: BLK_N a multiple of 16 (one
+    line from the builder). matmul gives every fused epilogue such a tile, also where the
+    model's best plain tile is an odd multiple of 8 (2304^3: 128x168), since those widths
+    have not run with an epilogue on a GPU."""
+    from tirx_gemm import epilogue
+    from tirx_gemm.op import cost_model as cm, rules
+    assert rules.EPILOGUE_TILE_STEP % epilogue.SWIGLU_TILE_STEP == 0
+    assert cm.best_tile(2304, 2304, 2304) == "128x168"
+    for epi, n in (({"SWIGLU": True}, 1152), ({"ACT": "relu"}, 2304),
+                   ({"OUT_DTYPE": "float32"}, 2304)):
+        step, kw = rules.choose(2304, n, 2304, "bfloat16", "sm_90a", 132, epilogue=epi)
+        assert step == "v12" and kw["BLK_N"] % rules.EPILOGUE_TILE_STEP == 0, (epi, kw)
+    pytest.importorskip("tvm")
+    step = registry.get("v12", "sm_90a")
+    with pytest.raises(ValueError, match="SWIGLU=True needs BLK_N a multiple of 16") as e:
+        step.build_primfunc(256, 2304, 512, BLK_M=128, BLK_N=168, SWIGLU=True)
+    assert "\n" not in str(e.value)
+
+
+def test_rule_pairs_and_widths():
+    """A pair is one tile of twice the rows on half the slots; pairs enter only where K's
+    rows are not whole 128-byte lines (the measured case for them); every menu width the
+    sweeps measured is a candidate."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert cm.tile("64x128c2") == (64, 128, 2) and cm.name(64, 128, 2) == "64x128c2"
+    assert cm.geometry("64x128c2", 132) == (128, 128, 66)
+    assert rules.misaligned_rows(1000) and not rules.misaligned_rows(1024)
+    assert all(not cm.clustered(c) or c in (cm.V9, cm.V10)
+               for _, c in cm.rank(1024, 1024, 1024))
+    assert cm.best(1000, 1000, 1000) == "64x128"  # the misaligned-row rule makes it a pair
+    assert mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]["CLUSTER"] == 2
+    assert "CLUSTER" not in mm.choose(1024, 1024, 1024, "bfloat16", "sm_90a", 132)[1]
+    assert {"128x144", "64x208", "64x112"} <= set(cm.params())
+
+
+def test_rule_swap_ab_rule():
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert rules.swap_ab_tile(1, 8192, 132) == (64, 8)       # 64 tiles of 128: too few
+    assert rules.swap_ab_tile(16, 14336, 132) == (128, 16)   # 112 tiles of 128
+    assert rules.swap_ab_tile(77, 7168, 132) == (64, 80)
+    assert rules.swap_ab_tile(97, 7168, 132) is None
+    # few 64-row weight tiles (N / 64 <= SMs / 2): swap-AB split in SMs // tiles
+    step, kw = mm.choose(1, 4096, 4096, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and (kw["BLK_M"], kw["BLK_N"]) == (64, 8)
+    assert kw["SPLIT_K"] == 2 and "RUNTIME_NK" not in kw
+    step, kw = mm.choose(32, 4096, 14336, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and kw["BLK_N"] == 32 and kw["SPLIT_K"] == 2
+    # many weight tiles, at most 48 tokens: the non-persistent kernel, token tile >= 16
+    step, kw = mm.choose(8, 14336, 4096, "bfloat16", "sm_90a", 132)
+    assert (kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"], kw["PIPE_DEPTH"]) == (64, 16, 1, 8)
+    assert kw["SWAP_AB"] and kw["RUNTIME_NK"]  # N and K at run time (rules.RULES' static_n_k)
+    # more tokens: the persistent swap-AB kernel of swap_ab_tile, with PDL when its bytes
+    # at the HBM rate are short (cm.hbm_floor <= PDL_MAX_US)
+    step, kw = mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)
+    assert (kw["BLK_M"], kw["BLK_N"]) == (64, 80) and "SPLIT_K" not in kw
+    assert kw["PDL"] is True and rules.swap_pdl(77, 7168, 2048)
+    assert cm.hbm_floor(77, 7168, 2048) <= cm.PDL_MAX_US
+    step, kw = mm.choose(64, 6144, 4096, "bfloat16", "sm_90a", 132)
+    assert kw["SWAP_AB"] and not rules.swap_pdl(64, 6144, 4096)
+    assert kw["PDL"] and kw["PDL_TRIGGER"] == "exit"  # no start trigger (rules.RULES' pdl_exit)
+    # persistent swap-AB tiles, swap-AB stored by TMA and pairs: built for N and K
+    assert "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    assert "RUNTIME_NK" not in mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)[1]
+    kw = mm.choose(3152, 768, 3072, "bfloat16", "sm_90a", 132)[1]
+    assert kw["SWAP_TMA"] and "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]
+    assert kw["CLUSTER"] == 2 and "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    assert cm.hbm_floor(64, 6144, 4096) > cm.PDL_MAX_US
+    # token tiles of every multiple of 8, as cuBLAS's: 37 tokens in 40, 70 in 72, 85 in 88
+    assert rules.SWAP_AB_TILES == tuple(range(8, 97, 8))
+    assert rules.swap_ab_tile(37, 14336, 132) == (128, 40)
+    assert rules.swap_ab_tile(70, 7168, 132) == (64, 72)
+    assert rules.swap_ab_tile(85, 7168, 132) == (64, 88)
+    assert mm.choose(37, 14336, 4096, "bfloat16", "sm_90a", 132)[1]["BLK_N"] == 40
+    # variants: one kernel per token tile below 97 rows, each named for its M range; a K
+    # split (4096x4096's decode) takes every one of them but 56 (behind 64 at S = 4 on the
+    # H200: lab/split_k_decode)
+    v = mm.variants(4096, 4096, "bfloat16", "sm_90a", 132, max_m=128)
+    swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
+    tiles = rules.SWAP_SPLIT_TILES
+    assert all(kw["SPLIT_K"] == 2 for _, kw, _, _ in v if kw.get("SWAP_AB"))
+    assert swaps == [(t, lo + 1, t) for lo, t in zip((0,) + tiles, tiles)]
+    assert tiles == tuple(t for t in rules.SWAP_AB_TILES if t != 56)
+    assert mm.choose(50, 4096, 4096, "bfloat16", "sm_90a", 132)[1]["BLK_N"] == 64
+    for m, width, split in ((70, 72, 2), (85, 88, 2), (87, 88, 4), (54, 64, 4)):
+        kw = mm.choose(m, 2048 if split == 4 else 4096, 8192 if split == 4 else 14336,
+                       "bfloat16", "sm_90a", 132)[1]
+        assert (kw["BLK_N"], kw["SPLIT_K"], kw["SWAP_AB"]) == (width, split, True), m
+    v = mm.variants(14336, 4096, "bfloat16", "sm_90a", 132, max_m=128)  # no K split
+    swaps = [(kw["BLK_N"], lo, hi) for _, kw, lo, hi in v if kw.get("SWAP_AB")]
+    assert swaps == [(16, 1, 16)] + [(t, t - 7, t) for t in range(24, 97, 8)]
+    assert all(kw.get("SPLIT_K", 1) == 1 for _, kw, _, _ in v)
+
+
+def test_non_persistent_swap_ab_takes_pdl_only_where_its_ctas_fit_the_sms():
+    """rules.np_swap_pdl: with more CTAs than SMs PDL's early launch of the next kernel
+    cost up to a fifth of the time in CUDA graphs (lab/split_k_decode)."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    for mnk, pdl in (((8, 14336, 4096), False), ((2, 10240, 8192), False),
+                     ((1, 8192, 8192), True), ((1, 4608, 3584), True)):
+        step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132)
+        assert kw["SPLIT_K"] == 1 and kw["SWAP_AB"], mnk
+        # PDL's early launch only where the CTAs fit; elsewhere the next kernel launches
+        # as these CTAs exit (PDL_TRIGGER="exit", rules.RULES' pdl_exit)
+        assert kw["PDL"] is True and kw.get("PDL_TRIGGER", "start") == (
+            "start" if pdl else "exit"), mnk
+        assert rules.np_swap_pdl(mnk[0], mnk[1], kw["BLK_N"]) is pdl
+    # the split kernels keep PDL
+    assert mm.choose(1, 4096, 4096, "bfloat16", "sm_90a", 132)[1]["PDL"] is True
+    assert mm.choose(256, 256, 16384, "bfloat16", "sm_90a", 132)[1]["PDL"] is True
+
+
+def test_decode_keeps_the_non_persistent_kernel_on_an_unbalanced_grid():
+    """Swap-AB with stream-K lost out of sample (lab/stream_k_tail): decode at up to 48
+    tokens with many weight tiles keeps the non-persistent swap-AB kernel, balanced or not."""
+    from tirx_gemm import matmul as mm
+    for mnk in ((2, 10240, 8192), (40, 11008, 4096), (1, 9216, 2304)):
+        step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132)
+        assert kw["SWAP_AB"] and kw["SPLIT_K"] == 1 and "STREAM_K" not in kw, mnk
+
+
+def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    # with M at run time no split is a multiple of the build's L2 group (TVM would fold
+    # the tile order's unreachable `% tail` into a division by zero), and tiles x S fits
+    for mnk in ((128, 128, 65536), (128, 256, 32768), (384, 128, 12288), (32, 4096, 14336),
+                (256, 256, 16384), (1, 4096, 4096), (48, 4096, 14336), (200, 3584, 18944),
+                (333, 4096, 14336), (97, 4096, 14336)):
+        step, kw = mm.choose(*mnk, "float16", "sm_90a", 132)
+        assert step == "v12" and kw["SPLIT_K"] > 1, mnk
+        assert kw["SPLIT_K"] % kw["L2_GROUP"]
+        rows, cols = (mnk[1], mnk[0]) if kw.get("SWAP_AB") else mnk[:2]
+        tiles = -(-rows // kw["BLK_M"]) * -(-cols // kw["BLK_N"])
+        assert tiles * kw["SPLIT_K"] <= 132, (mnk, kw)
+        assert -(-mnk[2] // 64) // kw["SPLIT_K"] >= cm.SPLIT_MIN_K_STEPS
+
+
+def test_swap_ab_splits_past_decode():
+    """rules.best_wide_swap_split: between the decode token tiles and WIDE_SWAP_MAX_M
+    tokens a split may run swapped tiles holding the tokens in few pieces of a multiple of
+    16; the measured picks (lab/split_k_decode) and the ring rule that keeps 128x256
+    units out."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert [rules.wide_swap_tokens(m) for m in (97, 200, 208, 209, 256, 257, 333, 512)] \
+        == [112, 208, 208, 224, 256, 144, 176, 256]
+    assert rules.wide_swap_tokens(256, 1) == 128
+    assert rules.wide_swap_token_tiles(256) == (256, 128)
+    assert cm.ring_stages(128, 208) == 5 and cm.ring_stages(128, 256) == 4
+    for mnk, tile in (((200, 3584, 18944), (128, 208, 4)), ((333, 4096, 14336), (128, 176, 2)),
+                      ((160, 4096, 14336), (128, 160, 4))):
+        step, kw = mm.choose(*mnk, "bfloat16", "sm_90a", 132)
+        assert step == "v12" and kw["SWAP_AB"] and kw["PDL"], (mnk, kw)
+        assert (kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"]) == tile, (mnk, kw)
+        assert "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    # a 128x256 unit is no candidate (4 stages): 256x5120x13824 stays data-parallel
+    assert rules.best_wide_swap_split(256, 5120, 13824) is None
+    assert "SPLIT_K" not in mm.choose(256, 5120, 13824, "bfloat16", "sm_90a", 132)[1]
+    # outside the range: decode's own rules, and no swapped split past 512 tokens
+    assert rules.best_wide_swap_split(96, 4096, 14336) is None
+    assert rules.best_wide_swap_split(513, 4096, 14336) is None
+
+
+def test_ring_stages_is_the_depth_check_pipe_depth_allows():
+    """spec.ring_stages (the builders' default depth and rules.WIDE_SWAP_MIN_STAGES
+    test) is the deepest ring helpers.check_pipe_depth accepts."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import helpers as H
+    for stage, other in ((24576, 0), (43008, 0), (49152, 0), (38912, 32768), (40960, 16384)):
+        depth = H.ring_stages(stage, other)
+        H.check_pipe_depth(depth, stage, other)
+        with pytest.raises(ValueError):
+            H.check_pipe_depth(depth + 1, stage, other)
+    assert cm.ring_stages(128, 208) == H.ring_stages((128 + 208) * 64 * 2)
+
+
+def test_variants_follow_the_swap_split_token_tiles():
+    """matmul.variants lists a kernel per token tile of the swap-AB splits: every M of the
+    range is served by the variant that choose picks for it."""
+    from tirx_gemm import matmul as mm
+    vs = mm.variants(4096, 14336, "bfloat16", "sm_90a", 132, max_m=640)
+    assert vs[0][2] == 1 and all(a[3] + 1 == b[2] for a, b in zip(vs, vs[1:]))
+    assert any(kw.get("SWAP_AB") and kw["BLK_N"] > 96 for _, kw, _, _ in vs)
+    for step_id, kw, lo, hi in vs:
+        for M in range(lo, hi + 1):
+            assert mm.choose(M, 4096, 14336, "bfloat16", "sm_90a", 132) == (step_id, kw), M
+
+
+def test_rule_pingpong_rule():
+    """v10 takes plain GEMMs with a short K whose 128x128 tiles give every SM one (the
+    hidden epilogue the fitted model cannot see); mid squares, deep K and few tiles stay
+    off it, and its fitted figures are a candidate of the model."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132) == (
+        "v10", {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True})
+    assert rules.wants_pingpong(4096, 4096, 512)
+    # short enough for PDL, which saves more than the ping-pong there: v12 with PDL
+    assert not rules.wants_pingpong(2048, 2048, 256)
+    step, kw = mm.choose(2048, 2048, 256, "float16", "sm_90a", 132)
+    assert step == "v12" and kw["PDL"] is True
+    assert mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132)[0] != "v10"      # 16 tiles
+    # past 512 the rule is off: v10 is the model's candidate in its band (below)
+    assert not rules.wants_pingpong(4096, 4096, 1024)
+    assert cm.rank(4096, 1024, 512)[0][0] <= cm.PDL_MAX_US
+    assert not rules.wants_pingpong(4096, 1024, 512)        # short: v12 with PDL
+    assert not rules.wants_pingpong(4096, 1024, 512, 264)   # 256 tiles on 264 SMs
+    assert rules.wants_pingpong(4096, 4096 + 128, 512)
+    assert cm.V10 in cm.params() and cm.clustered(cm.V10)
+
+
+def test_v10_is_the_models_candidate_in_its_band_in_v9s_place():
+    """Past the short-K rule, v10 is ranked by the model where K is at most
+    PINGPONG_BAND_MAX_K and its 128x128 tiles are at least as many as the SMs, and v9 is
+    not ranked there; outside the band it is the other way round. Its figures are fitted
+    to its measurements in the band only."""
+    import json
+    from pathlib import Path
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    top = cm.PINGPONG_BAND_MAX_K
+    assert cm.PINGPONG_MAX_K < top
+    ranked = lambda *s: {c for _, c in cm.rank(*s)}  # noqa: E731
+    for shape in ((8192, 2304, 768), (4096, 4096, top), (4096, 4096, cm.PINGPONG_MAX_K + 8)):
+        assert cm.pingpong_band(*shape)
+        assert cm.V10 in ranked(*shape) and cm.V9 not in ranked(*shape)
+    for shape in ((4096, 4096, top + 8), (4096, 4096, 4096), (4096, 4096, cm.PINGPONG_MAX_K),
+                  (1024, 2048, 1024)):  # past the band, deep, the rule's K, 128 tiles
+        assert not cm.pingpong_band(*shape)
+        assert cm.V10 not in ranked(*shape) and cm.V9 in ranked(*shape)
+    assert cm.pingpong_band(1024, 2048, 1024, 128)  # 128 tiles on 128 SMs
+    # matmul follows the ranking there (measured: lab/cost_model_fit/records/v12_shortk_h200.jsonl)
+    assert mm.choose(8192, 2304, 768, "bfloat16", "sm_90a", 132)[0] == "v10"
+    assert mm.choose(4096, 4096, top + 64, "bfloat16", "sm_90a", 132)[0] != "v10"
+    # the fit reads v10's times in the band only: a refit from the records gives its figures
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "fit_chooser", Path(__file__).parents[1] / "scripts" / "fit_chooser.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    samples, _ = fit.load()
+    v10 = [s for s in samples if s[0] == cm.V10]
+    inside = [s for s in v10 if cm.pingpong_band(*s[1:4])]
+    assert 15 <= len(inside) < len(v10)
+    assert fit.fit(inside)[cm.V10] == fit.fit(v10)[cm.V10] == \
+        json.loads(cm.PARAMS_FILE.read_text())["candidates"][cm.V10]
+    # with a fused epilogue matmul's v10 rule stays rules.epilogue_step's (EPILOGUE_STEP)
+    assert mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132,
+                     epilogue={"BIAS": "float16"})[0] == "v12"
+
+
+def test_rule_pdl_rule():
+    """PDL=True goes to a v12 kernel (one CTA or a pair) the model predicts under
+    PDL_MAX_US, with the fitted saving taken off its prediction; never to v9, v10 or a fused
+    epilogue."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert 0.3 < cm.pdl_saving() < 1.5  # fitted: the median saving, microseconds
+    step, kw = mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["PDL"] is True
+    pick = cm.best(512, 512, 512)
+    assert cm.uses_pdl(pick, 512, 512, 512)
+    assert cm.predict(pick, 512, 512, 512) == pytest.approx(
+        cm.predict(pick, 512, 512, 512, pdl=False) - cm.pdl_saving())
+    # a long one-CTA tile: no start trigger by this rule; pdl_exit's exit trigger
+    step, kw = mm.choose(8192, 8192, 8192, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and not cm.uses_pdl(cm.best(8192, 8192, 8192), 8192, 8192,
+                                                     8192)
+    assert (kw["PDL"], kw["PDL_TRIGGER"]) == (True, "exit")
+    step, kw = mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132)  # v10's short-K rule
+    assert step == "v10" and "PDL" not in kw
+    step, kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)  # a short pair
+    assert step == "v12" and kw["CLUSTER"] == 2 and kw["PDL"] is True
+    assert cm.uses_pdl("64x128c2", 1000, 1000, 1000)
+    assert not cm.uses_pdl("128x256c2", 4095, 4096, 4104)  # a long pair: predicted past
+    assert "PDL" not in mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132,
+                                  epilogue={"BIAS": "float16"})[1]
+    assert not cm.uses_pdl(cm.V9, 512, 512, 512)
+
+
+def test_matmul_prefetches_descriptors_on_one_cta_kernels_only():
+    """matmul builds every one-CTA v12 kernel with PREFETCH_MAPS=True (measured on the H200:
+    lab/static_n_k_builds/records/v12_prefetch_h200.jsonl), its CTA pairs without (the builder refuses both)."""
+    from tirx_gemm.op import rules
+    from tirx_gemm import matmul as mm
+    seen = set()
+    for mnk in ((1, 4096, 4096), (77, 7168, 2048), (128, 256, 32768), (1024, 1024, 1024),
+                (2304, 2304, 2304), (1000, 1000, 1000)):
+        step, kw = rules.choose(*mnk, "bfloat16", "sm_90a", 132)
+        if step != "v12":
+            continue
+        pair = kw.get("CLUSTER") == 2
+        seen.add(pair)
+        assert kw.get("PREFETCH_MAPS", False) is (not pair), (mnk, kw)
+    assert seen == {True, False}  # both kinds were picked above
+
+
+def test_rule_tail_tma_rule():
+    """matmul asks for TAIL_TMA on a one-CTA tile wider than 64 whose tail's staging tile
+    leaves the ring as deep (rules.tail_tma); never on pairs, swap-AB or splits."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert rules.tail_tma(128, 240) and rules.tail_tma(64, 96)
+    assert rules.tail_tma(128, 168) and rules.tail_tma(128, 176)
+    # a shared tail over the only staging tile of an odd chunk count: measured level or
+    # behind (lab/tail_tma_store/records/v12_tailshare_h200.jsonl), so element stores
+    assert not rules.tail_tma(64, 224) and not rules.tail_tma(128, 208)
+    assert not rules.tail_tma(128, 256) and not rules.tail_tma(64, 48)
+    # 128x168: 5 stages with element stores; a 40-column tail tile of its own per
+    # warpgroup would leave 4, so it lies over the last chunk's staging tile: 5
+    assert cm.ring_depth(128, 168) == cm.ring_depth(128, 168, True) == 5
+    assert cm.staging_bytes(128, 168, True) == cm.staging_bytes(128, 168)
+    assert cm.staging_bytes(128, 240, True) == cm.staging_bytes(128, 240) + 2 * 64 * 48 * 2
+    step, kw = mm.choose(2049, 3584, 3584, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and (kw["BLK_M"], kw["BLK_N"]) == (128, 240) and kw["TAIL_TMA"]
+    step, kw = mm.choose(2304, 2304, 2304, "bfloat16", "sm_90a", 132)
+    assert (kw["BLK_M"], kw["BLK_N"]) == (128, 168) and kw["TAIL_TMA"]
+    for mnk in ((1, 4096, 4096), (1000, 1000, 1000), (6000, 768, 768), (128, 256, 32768)):
+        assert "TAIL_TMA" not in mm.choose(*mnk, "bfloat16", "sm_90a", 132)[1], mnk
+    # the builder's constants, as the cost model has them
+    pytest.importorskip("tvm")
+    from tirx_gemm import hopper as W
+    from tirx_gemm.steps.sm90a import hgemm_v12 as v12
+    assert (cm.RING_DEPTH_MAX, cm.EPI_COLS) == (v12.AUTO_DEPTH_MAX, W.EPI_COLS)
+
+
+def test_rule_dp_swap_rule():
+    """Many tokens on a narrow weight: swap-AB with SWAP_TMA where the model predicts the
+    swapped problem more than DP_SWAP_MARGIN faster; never at decode widths or a misaligned
+    K; M counts in 16-row blocks (the token tiles' step), so variants serve every M with
+    choose's pick."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert rules.dp_swap_tile(6000, 768, 768) == (128, 144)
+    # 3152 = 22 x 143.3: 6 x 22 = 132 swapped tiles; counted in 64-row blocks (3200) the
+    # same tile would take 23 token tiles, two waves
+    assert rules.dp_swap_rows(3152) == 3152 and rules.dp_swap_rows(3153) == 3168
+    assert rules.dp_swap_tile(3152, 768, 768) == (128, 144)
+    assert rules.dp_swap_tile(96, 768, 768) is None
+    assert rules.dp_swap_tile(6000, 768, 1000) is None  # 2000-byte rows: the pair rule's
+    assert rules.dp_swap_tile(4096, 4096, 4096) is None
+    step, kw = mm.choose(6000, 768, 768, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and kw["SWAP_TMA"]
+    assert (kw["BLK_M"], kw["BLK_N"]) == (128, 144) and kw["RUNTIME_M"]
+    # the decode swap-AB kernels keep their element stores
+    for mnk in ((1, 4096, 4096), (8, 14336, 4096), (77, 7168, 2048)):
+        assert "SWAP_TMA" not in mm.choose(*mnk, "bfloat16", "sm_90a", 132)[1]
+    vs = mm.variants(768, 768, "bfloat16", "sm_90a", 132, max_m=3400)
+    assert any(kw.get("SWAP_TMA") for _, kw, _, _ in vs)
+    for step_id, kw, lo, hi in vs:
+        for M in range(lo, hi + 1):
+            assert mm.choose(M, 768, 768, "bfloat16", "sm_90a", 132) == (step_id, kw), M
+
+
+def test_dp_swap_rule_past_128_tokens():
+    """The data-parallel swap-AB rule applies past DP_SWAP_MIN_M (128) tokens: where the
+    model rates the swapped problem more than 5% faster at a few hundred tokens, matmul runs
+    the swapped tile with SWAP_TMA, and variants serves every M of its 16-row blocks."""
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    assert rules.DP_SWAP_MIN_M == 128
+    assert rules.dp_swap_tile(300, 8192, 8192) == (128, 160)
+    assert rules.dp_swap_tile(129, 15360, 5120) == (128, 144)
+    assert rules.dp_swap_tile(128, 15360, 5120) is None
+    step, kw = mm.choose(300, 8192, 8192, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_AB"] and kw["SWAP_TMA"] and kw["BLK_N"] == 160
+    vs = mm.variants(15360, 5120, "bfloat16", "sm_90a", 132, max_m=640)
+    assert any(kw.get("SWAP_TMA") and lo <= 200 for _, kw, lo, _ in vs)
+    for step_id, kw, lo, hi in vs:
+        for M in range(lo, hi + 1):
+            assert mm.choose(M, 15360, 5120, "bfloat16", "sm_90a", 132) == (step_id, kw), M
+
+
+def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
+    """matmul's v12 picks with one CTA per tile and no K split (the plain tiles, swap-AB at
+    decode, swap-AB stored by TMA, SPLIT_K=1) take SHIFT_LAST; pairs, K splits, v9 and
+    v10 do not have it, nor does a fused epilogue."""
+    from tirx_gemm.op import rules
+    from tirx_gemm import matmul as mm
+    seen = set()
+    for N, K in ((4096, 4096), (1000, 1000), (14336, 4096), (256, 32768), (3584, 3584)):
+        for step, kw, lo, hi in mm.variants(N, K, "bfloat16", "sm_90a", 132, max_m=4096):
+            one = (step == "v12" and kw.get("CLUSTER", 1) == 1
+                   and kw.get("SPLIT_K", 1) == 1)
+            assert kw.get("SHIFT_LAST", False) == one, (N, K, lo, hi, step, kw)
+            seen.add((step, kw.get("CLUSTER", 1), kw.get("SPLIT_K", 1) > 1,
+                      kw.get("SWAP_AB", False), one))
+    assert {("v12", 1, False, False, True), ("v12", 1, False, True, True),
+            ("v12", 2, False, False, False), ("v12", 1, True, True, False)} <= seen, seen
+    step, kw = rules.choose(129, 4096, 4096, "bfloat16", "sm_90a", 132)
+    assert step == "v12" and kw["SWAP_TMA"] and kw["SHIFT_LAST"]
+    for step_id in ("v12", "v10"):
+        kw = rules.choose_epilogue_on(step_id, 1000, 4096, 4096, "bfloat16", "sm_90a", 132,
+                                   {"BIAS": "float32"})[1]
+        assert "SHIFT_LAST" not in kw, (step_id, kw)
+    for mnk in ((129, 4096, 4096), (1000, 4096, 4096), (37, 14336, 4096)):
+        kw = rules.choose(*mnk, "bfloat16", "sm_90a", 132, epilogue={"BIAS": "float32"})[1]
+        assert "SHIFT_LAST" not in kw and kw["BIAS"] == "float32", (mnk, kw)
+
+
+def test_tall_swap_split_plans():
+    """Where the 128-row swap-AB split applies: a decode weight of more 64-row tiles than
+    half the SMs, S >= 3 units of at least TALL_SPLIT_MIN_K_STEPS K steps; elsewhere the
+    plans before it."""
+    from tirx_gemm.op import cost_model as cm, rules
+    assert rules.split_plan(64, 4608, 36864) == (128, 64, True, 3, None)
+    assert rules.split_plan(1, 5120, 13824) == (128, 8, True, 3, None)
+    assert rules.split_plan(96, 5120, 27648) == (128, 96, True, 3, None)
+    assert rules.split_plan(64, 4608, 4608) is None          # 24 K steps a unit: persistent
+    assert rules.split_plan(16, 4800, 1600) == (64, 16, True, 1, 8)   # the unit kernel
+    assert rules.split_plan(1, 5120, 17920) == (64, 16, True, 1, 8)   # S would be 2
+    assert rules.split_plan(1, 8192, 8192) == (64, 16, True, 1, 8)    # 64 tall tiles: S 2
+    assert rules.split_plan(1, 4096, 4096) == (64, 8, True, 2, None)  # the 64-row split
+
+
+def test_swap_cluster_rule_follows_the_fill_and_the_residency():
+    """rules.swap_cluster_rows: clusters of four only past SWAP_NP_MAX_M tokens and within
+    the token tiles, on a pool of whole clusters, where the one-CTA grid's last wave is at
+    most SWAP_CLUSTER_MAX_FILL full, with the smallest weight tile whose clusters the GPU
+    holds at once; matmul then builds that kernel (CLUSTER=4, no SHIFT_LAST, PREFETCH_MAPS
+    or STREAM_K, PDL with the start trigger only where a swap-AB kernel is short)."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.op import cost_model as cm, rules
+    from tirx_gemm import matmul as mm
+    cdiv = cm._ceil_div
+    assert rules.swap_cluster_rows(48, 4608) is None
+    assert rules.swap_cluster_rows(97, 4608) is None
+    assert rules.swap_cluster_rows(72, 4608, 130) is None
+    seen = set()
+    for M in (49, 64, 72, 88, 96):
+        for N in range(1024, 32769, 256):
+            rows = rules.swap_cluster_rows(M, N)
+            bm, bn = rules.swap_ab_tile(M, N)
+            tiles = cdiv(N, bm) * cdiv(M, bn)
+            full = tiles / (cdiv(tiles, 132) * 132) <= rules.SWAP_CLUSTER_MAX_FILL
+            fits = [r for r in (64, 128)
+                    if cdiv(N, r * rules.SWAP_CLUSTER) <= rules.SWAP_CLUSTER_MAX_CLUSTERS]
+            assert rows == (fits[0] if full and fits else None), (M, N)
+            seen.add(rows)
+    assert seen == {None, 64, 128}
+    step = registry.get("v12", "sm_90a")
+    for M, N, K in ((72, 4608, 4096), (88, 10240, 8192), (56, 5632, 2048)):
+        kind, kw = mm.choose(M, N, K, "bfloat16", "sm_90a", 132)
+        assert kind == "v12" and kw["CLUSTER"] == 4 and kw["SWAP_AB"] and kw["PDL"]
+        assert kw["BLK_M"] == rules.swap_cluster_rows(M, N)
+        assert not {"SHIFT_LAST", "PREFETCH_MAPS", "STREAM_K"} & set(kw)
+        assert ("PDL_TRIGGER" in kw) != rules.swap_pdl(M, N, K)
+        step.build_primfunc(M, N, K, **kw)
+        assert any(v[1].get("CLUSTER") == 4 and v[2] <= M <= v[3]
+                   for v in mm.variants(N, K, "bfloat16", max_m=128))
+
+
+
+def test_choose_explain_and_the_cli_all_walk_the_one_rule_list(monkeypatch, capsys):
+    """tirx_gemm.op.rules.RULES is the one list: a marker rule put first changes what
+    choose returns, what explain prints and what `tirx-gemm choose` prints."""
+    from tirx_gemm.cli import main
+    from tirx_gemm.op import rules
+    from tirx_gemm import matmul as mm
+    marker = rules.Rule("marker", rules.PICK, "cost_model_fit",
+                        lambda s, p: s.M == 4096,
+                        lambda s, p: rules.Plan("v9", {"MARKER": True}, "marker"),
+                        lambda s, p: "the marker rule picked it")
+    before = mm.choose(4096, 4096, 4096, "bfloat16")
+    monkeypatch.setattr(rules, "RULES", (marker,) + rules.RULES)
+    assert mm.choose(4096, 4096, 4096, "bfloat16") == ("v9", {"MARKER": True}) != before
+    text = mm.explain(4096, 4096, 4096, "bfloat16")
+    assert text.splitlines()[1] == "  - the marker rule picked it [marker: lab/cost_model_fit]"
+    assert main(["choose", "4096,4096,4096", "--dtype", "bfloat16"]) == 0
+    assert capsys.readouterr().out.strip() == text
+
+
+def test_every_rule_names_its_study_and_is_reachable():
+    """Each rule has a unique name, a kind, and a study folder that exists under lab/; a
+    walk over the suites and the decode / prefill range applies every rule at least once."""
+    import json
+    from tirx_gemm.op import rules
+    names = [r.name for r in rules.RULES]
+    assert len(set(names)) == len(names)
+    assert {r.kind for r in rules.RULES} == {rules.PICK, rules.ADJUST}
+    for r in rules.RULES:
+        assert (ROOT / "lab" / r.study).is_dir(), (r.name, r.study)
+    seen = set()
+    shapes = {(e["M"], e["N"], e["K"]) for name in ("models", "heldout")
+              for e in json.loads((ROOT / f"tirx_gemm/op/suites/{name}.json").read_text())["shapes"]}
+    shapes |= {(m, n, k) for m in (1, 8, 64, 72, 90, 200, 1000, 6000, 8192)
+               for n, k in ((4096, 4096), (768, 768), (2304, 768), (4096, 512), (22016, 4096),
+                            (1000, 1000), (128, 65536), (2304, 2304))}
+    for M, N, K in shapes:
+        for arch in ("sm_90a", "sm_100a"):
+            shape = rules.Shape(M, N, K, "bfloat16", arch, 132 if arch == "sm_90a" else 148, {})
+            seen |= {r.name for r, _ in rules.walk(shape)[1]}
+    epi = rules.Shape(1000, 4096, 4096, "bfloat16", "sm_90a", 132, {"BIAS": "float16"})
+    seen |= {r.name for r, _ in rules.walk(epi)[1]}
+    assert seen == set(names) - {"epilogue_on_v10"}  # EPILOGUE_STEP is "v12" (not measured)
