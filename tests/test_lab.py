@@ -119,3 +119,115 @@ def test_the_cost_model_fit_readme_quotes_the_models_error_and_floor_as_the_fit_
     plain = cm.predict("128x224", 128, 28672, 8192, pdl=False)
     bare = cm._predict_plain("128x224", 128, 28672, 8192, cm.SMS_H200)
     assert f"128x224: predicted {bare:.0f} µs without it and {plain:.0f} µs with it" in prose
+
+
+# ---- history labels in what a study says (the matcher is test_history_labels', by import)
+
+from test_history_labels import labels_in  # noqa: E402  (tests/ is on sys.path under pytest)
+
+_REC_HEADER = re.compile(r"<!-- rec:[^>]*-->")
+
+
+def _prose(text: str) -> str:
+    """A README with its rec markers' headers blanked (their selectors are data: the record
+    fields a figure is read from, e.g. a suite's name), line breaks kept."""
+    return _REC_HEADER.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def _patch_words(text: str) -> str:
+    """What a lab patch says in words: its header (the text before the first diff) and
+    the lines it adds."""
+    head, _, body = text.partition("\n--- a/")
+    if text.startswith(("--- a/", "diff --git")):
+        head, body = "", text
+    added = [line for line in body.split("\n") if line.startswith("+") and not line.startswith("+++")]
+    return "\n".join([head, *added])
+
+
+def _labels(text: str) -> dict[int, list[str]]:
+    return {n: found for n, line in enumerate(text.split("\n"), 1) if (found := labels_in(line))}
+
+
+def test_the_label_check_of_the_lab_fails_on_a_planted_label():
+    readme = ("Decision: adopted in issue 32 (stop 54).\n\nThe s13 bundles, against 6bb7121.\n"
+              "<!-- rec:lab/x/records/a.jsonl suite=fresh51,git_sha^=91c28c0f ratio .2f -->1.0<!-- /rec -->\n")
+    assert sorted(_labels(_prose(readme))) == [1, 3]
+    patch = ("Lab variant (issue 32, stop 54; not adopted): pairs.\n\n--- a/x.py\n+++ b/x.py\n"
+             "@@ -1 +1,2 @@\n a = 1\n+# LAB VARIANT (stop 54)\n")
+    words = _patch_words(patch)
+    assert "LAB VARIANT (stop 54)" in words and "issue 32" in words
+    assert len(_labels(words)) == 2
+    assert not _labels(_prose("clusters of four at 56 tokens (run on the H100, two passes)\n"))
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
+def test_a_study_readme_and_its_patches_carry_no_history_labels(study):
+    """History lives in commit messages: a study says what was compared, not in which issue,
+    stop, session, call or run (s13, h12, fresh51) or against which commit."""
+    hits = {}
+    readme = study / "README.md"
+    for n, found in _labels(_prose(readme.read_text(encoding="utf-8"))).items():
+        hits[f"{readme.relative_to(ROOT)}:{n}"] = found
+    for patch in sorted((study / "patches").glob("*.patch")):
+        for n, found in _labels(_patch_words(patch.read_text(encoding="utf-8"))).items():
+            hits[f"{patch.relative_to(ROOT)} (header or added line {n})"] = found
+    assert not hits, hits
+
+
+# ---- the lab-only keywords of v12: each a patch in its study, and the scripts say which
+
+def _lab_patches():
+    spec = importlib.util.spec_from_file_location("lab_patches", LAB / "tools" / "lab_patches.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+LAB_PATCHES = _lab_patches()
+
+
+def test_a_lab_only_keyword_is_not_in_the_builder_and_a_script_asking_for_it_names_its_patch():
+    have = LAB_PATCHES.builder_keywords()
+    assert {"BLK_M", "SWAP_AB", "CLUSTER", "SPLIT_K"} <= have
+    assert not set(LAB_PATCHES.PATCH_OF) & have, set(LAB_PATCHES.PATCH_OF) & have
+    with pytest.raises(SystemExit) as err:
+        LAB_PATCHES.require([{"BLK_M": 64}, {"BLK_M": 64, "MMA_LAG": 2}])
+    assert "lab/mma_lag_and_l2_hints/patches/mma_lag.patch" in str(err.value)
+    assert "\n" not in str(err.value)
+    LAB_PATCHES.require([{"BLK_M": 64, "CLUSTER": 2}])  # builder keywords: nothing to apply
+    out = subprocess.run([sys.executable, "lab/tools/h200_variants.py", "export",
+                          "lab/mma_lag_and_l2_hints/suites/mmalag.json", "--out", "/nonexistent/x"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode != 0 and "mma_lag.patch" in out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("keyword", sorted(LAB_PATCHES.PATCH_OF))
+def test_each_lab_patch_applies_and_puts_its_keyword_back(keyword, tmp_path):
+    patch = ROOT / LAB_PATCHES.PATCH_OF[keyword]
+    text = patch.read_text(encoding="utf-8")
+    for rel in re.findall(r"^--- a/(\S+)", text, re.M):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
+    out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, f"{patch.relative_to(ROOT)} no longer applies: {out.stderr}"
+    assert keyword in LAB_PATCHES.builder_keywords(tmp_path / "steps" / "sm90a" / "hgemm_v12.py")
+
+
+# ---- the H100 A/B runs of lab/cta_clusters
+
+def test_the_cluster_ab_tables_hold_what_the_records_and_the_run_log_give():
+    """lab/cta_clusters/ab_summary.py --check: the README's A/B tables are computed from the
+    records, and they agree with the summary the run printed."""
+    out = subprocess.run([sys.executable, "lab/cta_clusters/ab_summary.py", "--check"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_cluster_ab_section_quotes_each_suites_rule_as_stated_before_the_run():
+    import json
+    text = " ".join(re.sub(r"^> ", "", line) for line in
+                    (LAB / "cta_clusters" / "README.md").read_text(encoding="utf-8").split("\n"))
+    for name in ("c4next", "m128", "c4mis"):
+        desc = json.loads((LAB / "cta_clusters" / "suites" / f"{name}.json").read_text())["description"]
+        rule = desc[desc.index("Decided before the run:"):]
+        assert " ".join(rule.split()) in " ".join(text.split()), name

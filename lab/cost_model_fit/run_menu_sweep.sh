@@ -18,7 +18,7 @@ case "${1:-}" in
   widths) BUNDLE=.gpu/v12w ;;
   streamk) BUNDLE=.gpu/v12sk ;;
   pdl) BUNDLE=.gpu/v12p ;;
-  *) echo "usage: h200_issue32_sweep.sh cluster|widths|streamk|pdl"; exit 2 ;;
+  *) echo "usage: run_menu_sweep.sh cluster|widths|streamk|pdl"; exit 2 ;;
 esac
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $BUNDLE/wheels/*.whl || exit 3

@@ -17,6 +17,13 @@ checked against F.linear (tirx_gemm.numerics' rules), run twice and compared bit
 the counters zero after, then timed as CUDA-graph replays and eager back-to-back launches
 beside torch.mm in the same run (inputs rotated past the L2: v12_sweep._inputs). One JSON
 line per shape.
+
+Lab-only keywords: the ``--only`` suffixes ``l`` (L2_PROMO), ``c2n``/``c2nq`` (PAIR_ALONG="N"),
+``e`` (EPI_SPREAD) and ``mL`` (MMA_LAG) build keywords that left steps/sm90a/hgemm_v12.py;
+apply the study's patch first (lab/mma_lag_and_l2_hints/patches/tma_hints.patch,
+lab/cta_clusters/patches/pair_along_n.patch, lab/fused_epilogues/patches/epi_spread.patch,
+lab/mma_lag_and_l2_hints/patches/mma_lag.patch; lab/tools/lab_patches.py), else export stops
+with a one-line error naming it.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import lab_patches  # noqa: E402
 import v12_sweep as V  # noqa: E402  (the inputs, the check and the timers)
 
 # (BLK_M, BLK_N, SWAP_AB, PIPE_DEPTH): SPLIT_K=1, RUNTIME_M + RUNTIME_NK, PDL
@@ -189,6 +197,7 @@ def requests(dtypes, only: dict | None = None, pairs: bool = False):
 def export(out: Path, dtypes, only: dict | None = None, pairs: bool = False) -> int:
     from tirx_gemm.compile import bundle
     reqs = requests(dtypes, only, pairs)
+    lab_patches.require([kw for _, _, kw in reqs])
     print(f"{len(reqs)} kernels")
     bundle.export(reqs, out, ffi_wheel_python="3.12")
     return 0

@@ -1,5 +1,5 @@
 """Export the bundle of v13 kernels that tirx_gemm.matmul_fp8 and lab/fp8_on_hopper/fp8_h200.py
-load on the H200 (issue 29): every kernel fp8.choose_fp8 can pick (fp8.export_requests:
+load on the H200: every kernel fp8.choose_fp8 can pick (fp8.export_requests:
 SCALE tensor / row / block, fast_accum or not, BLK_M 64 / 128; RUNTIME_M and RUNTIME_NK,
 so they serve every shape), bf16 out, for a GPU of --num-sms SMs; the per-tensor
 variants fp8_h200.py times next to them (fp8.lab_variants: the first run's serial promotion and

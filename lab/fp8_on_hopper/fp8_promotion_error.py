@@ -1,4 +1,4 @@
-"""Emulate Hopper's fp8 wgmma accumulation and the promotion of partial sums (issue 29).
+"""Emulate Hopper's fp8 wgmma accumulation and the promotion of partial sums.
 
 No GPU: a numpy model. What it models, and where that comes from:
 - e4m3 inputs: randn rows quantized per tensor to float8_e4m3fn (ml_dtypes), scale =

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The CUDA-graph timing of matmul against torch.mm on the H200, both ways in one call:
-# "sequential" (torch's graph timed first, then matmul's: runs s4-s13, h7-h12) and
+# "sequential" (torch's graph timed first, then matmul's: the method of the earlier suite runs) and
 # "interleaved" (both replayed past the GPU's boost, then alternately: the default since),
 # over the models suite (bundle .gpu/$SUITE-DT), then the held-out suite (.gpu/$HELDOUT-DT)
 # interleaved. carry .gpu/call holding the bundles and the suites' one-dtype copies:
-#   SUITE=s13 HELDOUT=h12 OUT=$OUT bash lab/graph_timing_method/h200_graph_timing.sh
+#   SUITE=models HELDOUT=heldout OUT=$OUT bash lab/graph_timing_method/h200_graph_timing.sh
 # TIMINGS=interleaved times only the interleaved way; EAGER=1 adds `tirx-gemm bench` over the
 # models suite from the same bundles, one pass per dtype (CUDA events around each launch).
 # Everything comes back as $OUT/graph_timing.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)/stage.sh"
-S=${SUITE:-s13}
+S=${SUITE:-models}
 HO=${HELDOUT:-}
 lab_begin graph_timing .gpu/$S-bfloat16
 for pass in 1 2; do

@@ -13,6 +13,6 @@ WHL=$(ls .gpu/*/wheels/*.whl | head -1)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$WHL" || exit 3
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-TAILN=70 stage splitk "${SPLITK_S:-280}" python3 lab/tools/h200_variants.py run --bundle .gpu/i32 --records "$OUT/issue32_splitk.jsonl" --passes 2
-TAILN=45 stage mmalag "${MMALAG_S:-200}" python3 lab/tools/h200_variants.py run --bundle .gpu/i32b --records "$OUT/issue32_mmalag.jsonl" --passes 2
+TAILN=70 stage splitk "${SPLITK_S:-280}" python3 lab/tools/h200_variants.py run --bundle .gpu/i32 --records "$OUT/splitk_widths.jsonl" --passes 2
+TAILN=45 stage mmalag "${MMALAG_S:-200}" python3 lab/tools/h200_variants.py run --bundle .gpu/i32b --records "$OUT/mma_lag.jsonl" --passes 2
 exit 0

@@ -15,7 +15,7 @@
 #     bash lab/ncu_profiles/h200_splitprof.sh
 # an earlier run's decode profiles (lab/ncu_profiles/logs/ncu/h200_mdec_*) ran these ncu commands from the
 # device call's command line; to repeat them (then rename the logs):
-#   OUT=$OUT BUNDLE=.gpu/S52-bfloat16 DTYPE=bfloat16 TORCH_LAUNCHES=1 CUBLAS=0 \
+#   OUT=$OUT BUNDLE=.gpu/models-bfloat16 DTYPE=bfloat16 TORCH_LAUNCHES=1 CUBLAS=0 \
 #     SHAPES="72 4608 4096,88 10240 8192,64 8192 8192" bash lab/ncu_profiles/h200_splitprof.sh
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)/stage.sh"

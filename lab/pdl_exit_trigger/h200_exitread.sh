@@ -3,14 +3,14 @@
 # (SUITE_A, wait_group 0 at exit: every TMA store's write done) and after (SUITE_B,
 # wait_group.read 0: only their SMEM reads) in one call, both dtypes, eager (cli bench,
 # records) and CUDA graphs, then the graphs once more in the other order.
-#   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/sN-DT --ffi-wheel 3.12
+#   tirx-gemm export --suite .gpu/models-DT.json --arch sm_90a --out .gpu/NAME-DT --ffi-wheel 3.12
 # carry .gpu/$SUITE_A-* .gpu/$SUITE_B-* .gpu/models-*.json; on the GPU host:
-#   SUITE_A=s13 SUITE_B=s14 OUT=$OUT bash lab/pdl_exit_trigger/h200_exitread.sh
+#   SUITE_A=before SUITE_B=after OUT=$OUT bash lab/pdl_exit_trigger/h200_exitread.sh
 # Everything comes back as $OUT/exitread.tgz (the device returns at most 8 files).
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)/stage.sh"
-A=${SUITE_A:-s13}
-B=${SUITE_B:-s14}
+A=${SUITE_A:-before}
+B=${SUITE_B:-after}
 lab_begin exitread .gpu/$B-bfloat16  # snap after every stage: a cut-off call still brings the rest back
 for s in $A $B; do
   for dt in bfloat16 float16; do

@@ -6,13 +6,13 @@
 # held-out suite through matmul (CUDA graphs interleaved with torch, two passes) from the
 # bundles .gpu/$HELDOUT-DT. Here:
 #   python lab/tools/streaming_sweep.py export --set midm --dtypes bfloat16,float16 --out .gpu/midm
-#   tirx-gemm export --suite .gpu/heldout-DT.json --arch sm_90a --out .gpu/h14-DT --ffi-wheel 3.12
-# carry .gpu/call holding midm, h14-* and heldout-*.json; on the GPU host:
-#   HELDOUT=h14 OUT=$OUT bash lab/split_k_decode/h200_midm.sh
+#   tirx-gemm export --suite .gpu/heldout-DT.json --arch sm_90a --out .gpu/heldout-DT --ffi-wheel 3.12
+# carry .gpu/call holding midm, heldout-DT bundles and heldout-*.json; on the GPU host:
+#   HELDOUT=heldout OUT=$OUT bash lab/split_k_decode/h200_midm.sh
 # Everything comes back as $OUT/midm.tgz.
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)/stage.sh"
-HO=${HELDOUT:-h14}
+HO=${HELDOUT:-heldout}
 lab_begin midm .gpu/midm
 for pass in 1 2; do
   TAILN=22 stage midm$pass 150 python3 lab/tools/streaming_sweep.py run --set midm --bundle .gpu/midm --dtypes bfloat16,float16 --out "$W/midm.jsonl" --budget-s 140; snap

@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/dec/wheels/*.whl || exit 3
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TIRX_GEMM_KERNEL_TIMEOUT=20
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-TAILN=40 stage lab 200 python3 lab/tools/h200_variants.py run --bundle .gpu/dh --records "$OUT/issue32_deadhalf_h200.jsonl" --passes 3
+TAILN=40 stage lab 200 python3 lab/tools/h200_variants.py run --bundle .gpu/dh --records "$OUT/deadhalf_h200.jsonl" --passes 3
 TAILN=14 stage suite_decode 100 python3 -m tirx_gemm.cli bench --suite .gpu/models-decode.json --target matmul --arch sm_90a --bundle .gpu/dec --record --results "$OUT/results"
 TIRX_GEMM_BUNDLE=.gpu/dec TAILN=8 stage graph_decode 60 python3 lab/tools/matmul_graph_times.py .gpu/models-decode.json --out "$OUT/graph_decode.jsonl" --budget-s 50
 exit 0

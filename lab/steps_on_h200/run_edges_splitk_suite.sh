@@ -5,8 +5,8 @@
 #   .gpu/lab, .gpu/labk  lab variants (lab/steps_on_h200/suites/corners.json, lab/split_k_deep_k/suites/splitk_variants.json)
 #   .gpu/suite, .gpu/suite9  the shape suite for tirx_gemm.matmul's choice / for v9 alone
 # Each stage has its own time limit so that one slow or hung stage cannot take the others
-# with it; logs and records go to $OUT. Two calls: `h200_issue17.sh a` (checks, lab
-# variants) and `h200_issue17.sh b` (the suite, matmul, the benchmark shapes).
+# with it; logs and records go to $OUT. Two runs: `run_edges_splitk_suite.sh a` (checks, lab
+# variants) and `run_edges_splitk_suite.sh b` (the suite, matmul, the benchmark shapes).
 set -uo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)/stage.sh"
 G=$PWD/.gpu

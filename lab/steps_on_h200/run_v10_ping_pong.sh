@@ -36,7 +36,7 @@ if ! stage check_fp16 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shap
   TAILN=40 stage check_fp16_watchdog 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --watchdog-ms 2000 --bundle "$G/b10" -q
 fi
 stage check_bf16 90 python3 -m tirx_gemm.cli bench v10 --arch sm_90a --shapes all --no-time --dtype bfloat16 --bundle "$G/b10" $R -q
-TAILN=45 stage lab 240 python3 lab/tools/h200_variants.py run --bundle "$G/lab10" --records "$OUT/lab_issue18.jsonl" --passes 2
+TAILN=45 stage lab 240 python3 lab/tools/h200_variants.py run --bundle "$G/lab10" --records "$OUT/lab_v10_variants.jsonl" --passes 2
 TAILN=8 FASTCU_TIMEOUT_S=60 stage fastcu 90 python3 "$G/peers/fastcu/fastcu_bench.py" 4096x4096x4096 8192x8192x8192 4096x14336x4096
 ;;
 final1)  # round 2, part 1 (bundle .gpu/lab10f from lab/steps_on_h200/suites/v10_bench.json): v9 and v10

@@ -12,9 +12,9 @@
 #   OUT=$OUT bash lab/swap_ab_tma_store/h200_dpswap.sh
 # Other shape sets: NAME=dpswap16 NEW=dp16n OLD=dp16o (lab/swap_ab_tma_store/suites/dpswap16.json: where
 # counting M in 16-row blocks changes the rule's pick); NAME=dpswapw NEW=dpwn OLD=dpwo
-# (issue32_dpswapw.json: wide weights past 512 tokens). MODE=eager NAME=dpswape NEW=dpen OLD=dpeo:
-# the rule's shapes under 20 us (issue32_dpswape.json) timed eagerly by `tirx-gemm bench`.
-# NAME=tailtma NEW=ttn OLD=tto STAGE_S=70 (issue32_tailtma.json: where matmul's pick stores its
+# (lab/swap_ab_tma_store/suites/dpswapw.json: wide weights past 512 tokens). MODE=eager NAME=dpswape NEW=dpen OLD=dpeo:
+# the rule's shapes under 20 us (lab/swap_ab_tma_store/suites/dpswape.json) timed eagerly by `tirx-gemm bench`.
+# NAME=tailtma NEW=ttn OLD=tto STAGE_S=70 (lab/tail_tma_store/suites/tailtma.json: where matmul's pick stores its
 # tail by TMA, chooser.tail_tma). DTYPES (commas or spaces) picks the dtypes. Everything comes back as
 # $OUT/$NAME.tgz.
 set -uo pipefail

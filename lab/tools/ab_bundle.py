@@ -11,9 +11,9 @@ its own.
     python lab/tools/ab_bundle.py --before /tmp/oldwt [--before /tmp/variant ...] \
         --out .gpu/ab-bfloat16 SUITE.json [...]
 
-(Issue 32 timed plain tiles built for their N and K with it against 5e16ba2, swap-AB and
-pair kernels built for their N and K against 76def98, and PDL's exit trigger against
-e05d09a: lab/tools/h200_ab.sh runs such a bundle.)
+(Plain tiles built for their N and K, swap-AB and pair kernels built for their N and K, and
+PDL's exit trigger were each timed this way against the package before them, and the CTA
+cluster variants of lab/cta_clusters against theirs: lab/tools/h200_ab.sh runs such a bundle.)
 """
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """Lab work on the H200: check (and time) a list of step variants against torch in one run.
 
 A variant is a step, a shape, builder keywords (SM_COUNT, SPLIT_K, PIPE_DEPTH, ...) and a
-dtype, listed in a JSON spec (see scripts/lab/issue17_variants.json). The registry's
+dtype, listed in a JSON spec (e.g. lab/split_k_deep_k/suites/splitk_variants.json; a v12 variant
+with a keyword that left the builder, such as lab/mma_lag_and_l2_hints/suites/l2.json's L2_PROMO
+and B_HINT or mmalag.json's MMA_LAG, needs its study's patch applied first: export stops with a
+one-line error naming it, lab/tools/lab_patches.py). The registry's
 bundles hold one kernel per step, shape and dtype; a lab question (does a CTA pair with one
 CTA wholly past M still complete its barriers? which split count is fastest at
 256x256x16384?) needs others, so this script exports them here and runs them there:
@@ -24,6 +27,9 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lab_patches  # noqa: E402
 
 NUM_SMS = 132  # the H200
 
@@ -55,6 +61,7 @@ def export(spec: Path, out: Path) -> int:
     from tirx_gemm.compile import bundle
     variants = load_spec(spec)
     reqs = [(v["step"], v["shape"], v["kwargs"]) for v in variants]
+    lab_patches.require([kw for step, _, kw in reqs if step.id == "v12"])
     bundle.export(reqs, out, ffi_wheel_python="3.12")
     (out / "lab_spec.json").write_text(json.dumps(
         [{"step": v["step"].id, "arch": v["step"].arch, "shape": v["shape"],

@@ -33,7 +33,7 @@ _FASTCU_ROUNDS = re.compile(r"^#\s+rounds us: fastcu ([\d. ]+) \| torch ([\d. ]+
 # Nsight Compute's GPU Speed Of Light section, one launch per file
 NCU_GLOB = "lab/ncu_profiles/logs/ncu/h200_*.txt"
 _NCU_FILE = re.compile(r"h200_(\d+)_([a-z0-9]+)(?:_.*)?\.txt")
-# lab/ncu_profiles/ncu_decode.sh's logs (issue 32): matmul's pick or torch.matmul at M x N x K
+# lab/ncu_profiles/ncu_decode.sh's logs: matmul's pick or torch.matmul at M x N x K
 # (decode: the decode shapes; mid: mid-size shapes of one or two waves, with the tensor pipes;
 # stalls: mid-size shapes with the tensor pipe's busy cycles per SM and the stall reasons;
 # m129: one kernel, matmul's 64x80 swapped, at 129 and 160 tokens on a 4096x4096 weight;

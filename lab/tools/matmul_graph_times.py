@@ -13,7 +13,7 @@ torch / tirx (> 1: tirx_gemm faster); the geomean and minimum at the end.
 
 Timing (``--timing``): "interleaved" (the default, records ``"timing": "interleaved"``)
 replays both graphs for at least 200 ms, then each 7 times in alternating order, and takes
-the medians; "sequential" (runs s4-s13 and h7-h12) timed torch's graph first, then
+the medians; "sequential" (the earlier suite runs' method) timed torch's graph first, then
 matmul's, 5 replays each, which on the longest shapes put torch in the GPU's first-50-ms
 boost and matmul after it (v12_sweep._graphs_interleaved).
 """

@@ -1,4 +1,4 @@
-# Sourced by the H200 session scripts: `stage NAME SECONDS CMD...` runs CMD under a time
+# Sourced by the H200 run scripts: `stage NAME SECONDS CMD...` runs CMD under a time
 # limit with its output in $OUT/NAME.log, prints the log's last ${TAILN:-25} lines and the
 # exit status, and returns it; one slow or hung stage cannot take the others with it.
 stage() {

@@ -12,7 +12,9 @@ Sets (``--set``):
   streaming  weight-streaming shapes (M <= 128 tokens, a wide weight): matmul's 64-row picks
              there slow down more than torch's kernels once the GPU is settled (README,
              "order bias"); other tiles, two consumer warpgroups, more wgmma groups in
-             flight, pairs, swap-AB.
+             flight (64x96L2, 64x128L2: MMA_LAG=2, which left the builder: `git apply
+             lab/mma_lag_and_l2_hints/patches/mma_lag.patch` first, else export stops with a
+             one-line error naming it; lab/tools/lab_patches.py), pairs, swap-AB.
   pairs      a few hundred tokens on a wide weight with a deep K, and mid-size squares: the
              one-CTA tile against the CTA pair that shares its B tile by multicast
              (CLUSTER=2), which moves fewer bytes from L2 to the SMs per flop (cuBLAS runs
@@ -60,6 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from v12_sweep import _check, _graphs_interleaved, _inputs  # noqa: E402
+import lab_patches  # noqa: E402
 
 from tirx_gemm.op import rules as chooser  # noqa: E402  (pure Python: matmul's tail rule)
 
@@ -254,7 +257,7 @@ TOK8B_KERNELS = {f"{bm}x{bn}w{p}": {"BLK_M": bm, "BLK_N": bn, **_SW,
                                    (64, 56, "p"), (64, 64, "p"), (64, 88, "p"), (64, 96, "p"),
                                    (128, 88, ""), (128, 96, ""), (64, 88, ""), (64, 96, ""))}
 # the nk set: matmul's kernel at 256x5120x13824 (64x160, RUNTIME_NK, TAIL_TMA, PREFETCH_MAPS,
-# SHIFT_LAST) read 0.84-0.87 alternated with torch through matmul (h14-h16), while a 64x160
+# SHIFT_LAST) read 0.84-0.87 alternated with torch through matmul (three held-out runs), while a 64x160
 # built for that N and K without the three options read 0.95-0.96 alternated with torch in
 # the pair-along-N sweep (lab/cta_clusters/records/v12_pairn_h200.jsonl): the same tile with and without
 # each difference, at the shapes matmul gives 64x160, 64x224 and 64x96 ("RUNTIME_NK": False:
@@ -301,6 +304,7 @@ def export(out: Path, dtypes, kernels=KERNELS, shapes=SHAPES) -> int:
                          for N, K in sorted({(N, K) for _, N, K in shapes})]
             else:
                 reqs.append((built, (128, 256, 256), k))
+    lab_patches.require([k for built, _, k in reqs if built is step])
     bundle.export(reqs, out, ffi_wheel_python="3.12")
     return 0
 

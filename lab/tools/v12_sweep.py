@@ -8,7 +8,7 @@ v12 built with RUNTIME_M and RUNTIME_NK takes the whole shape at run time, so on
     python lab/tools/v12_sweep.py run --bundle .gpu/v12 --out FILE.jsonl           # GPU host
         [--suite tirx_gemm/op/suites/models.json] [--dtypes bfloat16] [--budget-s 300]
 
-CTA pairs with PDL (`export --pairpdl`, issue 32): PAIR_PDL_MENU's tiles as one CTA with
+CTA pairs with PDL (`export --pairpdl`): PAIR_PDL_MENU's tiles as one CTA with
 PDL, as a pair and as a pair with PDL, run over PAIR_PDL_SUITE (lab/pdl_exit_trigger/h200_pairpdl.sh;
 lab/pdl_exit_trigger/records/v12_pairpdl_h200.jsonl).
 
@@ -361,7 +361,7 @@ def run(bundle: Path, out: Path, suite_path, dtypes, budget_s: float) -> int:
 
 
 def run_streamk(bundle: Path, out: Path, dtypes, budget_s: float) -> int:
-    """Issue 32's stream-K check and timing on the GPU (see the module's docstring)."""
+    """The stream-K check and timing on the GPU (see the module's docstring)."""
     import torch
     from tirx_gemm import registry, streamk
     from tirx_gemm.compile.bundle import load_manifest
