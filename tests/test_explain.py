@@ -38,8 +38,11 @@ def _expected_lines(step: str, kw: dict) -> list[str]:
         want.append(f"swap-AB, the weight's ")
         want.append(f"the tokens its N in a tile {bn} wide")
     if kw.get("CLUSTER") == rules.SWAP_CLUSTER:
-        want += [f"clusters of {rules.SWAP_CLUSTER} along the weight",
+        along = "the weight" if kw.get("SWAP_AB") else "M share the B tile, on "
+        want += [f"clusters of {rules.SWAP_CLUSTER} along {along}",
                  f"at most the {rules.SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds"]
+    if kw.get("CLUSTER") == rules.SWAP_CLUSTER and not kw.get("SWAP_AB"):
+        want.append(f"on {bm}x{bn} (")
     if kw.get("STREAM_K"):
         want.append("stream-K over it")
     if (split or 1) > 1:
@@ -76,7 +79,8 @@ def test_explaining_a_choice_does_not_change_it_and_names_every_rule_that_shaped
                 step, kw = rules.choose(M, N, K, dt, arch, sm, why=why)
                 assert (step, kw) == rules.choose(M, N, K, dt, arch, sm)
                 text = rules.explain(M, N, K, dt, arch)
-                head, *lines = text.splitlines()
+                head, card, *lines = text.splitlines()
+                assert card == "  card: NVIDIA H200: 132 SMs, 60 MiB L2, 4.8 TB/s HBM (table)"
                 assert head.startswith(f"{M}x{N}x{K} {dt} on {arch} ({sm} SMs): {step}")
                 for k, v in kw.items():
                     if k not in ("dtype", "SM_COUNT"):

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from tirx_gemm import registry
 
@@ -43,8 +44,8 @@ def test_rule_pairs_and_widths():
     assert rules.misaligned_rows(1000) and not rules.misaligned_rows(1024)
     assert all(not cm.clustered(c) or c in (cm.V9, cm.V10)
                for _, c in cm.rank(1024, 1024, 1024))
-    assert cm.best(1000, 1000, 1000) == "64x128"  # the misaligned-row rule makes it a pair
-    assert mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]["CLUSTER"] == 2
+    assert cm.best(100, 1000, 2056) == "64x64"  # the misaligned-row rule makes it a pair
+    assert mm.choose(100, 1000, 2056, "bfloat16", "sm_90a", 132)[1]["CLUSTER"] == 2
     assert "CLUSTER" not in mm.choose(1024, 1024, 1024, "bfloat16", "sm_90a", 132)[1]
     assert {"128x144", "64x208", "64x112"} <= set(cm.params())
 
@@ -80,8 +81,10 @@ def test_rule_swap_ab_rule():
     assert "RUNTIME_NK" not in mm.choose(77, 7168, 2048, "bfloat16", "sm_90a", 132)[1]
     kw = mm.choose(3152, 768, 3072, "bfloat16", "sm_90a", 132)[1]
     assert kw["SWAP_TMA"] and "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
-    kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]
+    kw = mm.choose(100, 1000, 2056, "bfloat16", "sm_90a", 132)[1]
     assert kw["CLUSTER"] == 2 and "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
+    kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)[1]  # clusters along M
+    assert kw["CLUSTER"] == 4 and "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
     assert cm.hbm_floor(64, 6144, 4096) > cm.PDL_MAX_US
     # token tiles of every multiple of 8, as cuBLAS's: 37 tokens in 40, 70 in 72, 85 in 88
     assert rules.SWAP_AB_TILES == tuple(range(8, 97, 8))
@@ -289,9 +292,12 @@ def test_rule_pdl_rule():
     assert (kw["PDL"], kw["PDL_TRIGGER"]) == (True, "exit")
     step, kw = mm.choose(4096, 4096, 512, "bfloat16", "sm_90a", 132)  # v10's short-K rule
     assert step == "v10" and "PDL" not in kw
-    step, kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)  # a short pair
+    step, kw = mm.choose(100, 1000, 2056, "bfloat16", "sm_90a", 132)  # a short pair
     assert step == "v12" and kw["CLUSTER"] == 2 and kw["PDL"] is True
-    assert cm.uses_pdl("64x128c2", 1000, 1000, 1000)
+    assert cm.uses_pdl("64x64c2", 100, 1000, 2056)
+    step, kw = mm.choose(1000, 1000, 1000, "bfloat16", "sm_90a", 132)  # clusters along M:
+    assert kw["CLUSTER"] == 4 and kw["PDL"] is True  # as their one-CTA tile
+    assert cm.uses_pdl("64x144", 1000, 1000, 1000)
     assert not cm.uses_pdl("128x256c2", 4095, 4096, 4104)  # a long pair: predicted past
     assert "PDL" not in mm.choose(512, 512, 512, "bfloat16", "sm_90a", 132,
                                   epilogue={"BIAS": "float16"})[1]
@@ -300,16 +306,17 @@ def test_rule_pdl_rule():
 
 def test_matmul_prefetches_descriptors_on_one_cta_kernels_only():
     """matmul builds every one-CTA v12 kernel with PREFETCH_MAPS=True (measured on the H200:
-    lab/static_n_k_builds/records/v12_prefetch_h200.jsonl), its CTA pairs without (the builder refuses both)."""
+    lab/static_n_k_builds/records/v12_prefetch_h200.jsonl), its CTA pairs and clusters
+    without (the builder refuses both)."""
     from tirx_gemm.op import rules
     from tirx_gemm import matmul as mm
     seen = set()
     for mnk in ((1, 4096, 4096), (77, 7168, 2048), (128, 256, 32768), (1024, 1024, 1024),
-                (2304, 2304, 2304), (1000, 1000, 1000)):
+                (2304, 2304, 2304), (1000, 1000, 1000), (100, 1000, 2056)):
         step, kw = rules.choose(*mnk, "bfloat16", "sm_90a", 132)
         if step != "v12":
             continue
-        pair = kw.get("CLUSTER") == 2
+        pair = kw.get("CLUSTER", 1) > 1
         seen.add(pair)
         assert kw.get("PREFETCH_MAPS", False) is (not pair), (mnk, kw)
     assert seen == {True, False}  # both kinds were picked above
@@ -485,7 +492,7 @@ def test_choose_explain_and_the_cli_all_walk_the_one_rule_list(monkeypatch, caps
     monkeypatch.setattr(rules, "RULES", (marker,) + rules.RULES)
     assert mm.choose(4096, 4096, 4096, "bfloat16") == ("v9", {"MARKER": True}) != before
     text = mm.explain(4096, 4096, 4096, "bfloat16")
-    assert text.splitlines()[1] == "  - the marker rule picked it [marker: lab/cost_model_fit]"
+    assert text.splitlines()[2] == "  - the marker rule picked it [marker: lab/cost_model_fit]"
     assert main(["choose", "4096,4096,4096", "--dtype", "bfloat16"]) == 0
     assert capsys.readouterr().out.strip() == text
 
@@ -513,3 +520,106 @@ def test_every_rule_names_its_study_and_is_reachable():
     epi = rules.Shape(1000, 4096, 4096, "bfloat16", "sm_90a", 132, {"BIAS": "float16"})
     seen |= {r.name for r, _ in rules.walk(epi)[1]}
     assert seen == set(names) - {"epilogue_on_v10"}  # EPILOGUE_STEP is "v12" (not measured)
+
+
+C4MIS = [(s["M"], s["N"], s["K"]) for s in json.loads(
+    (ROOT / "lab/cta_clusters/suites/c4mis.json").read_text())["shapes"]]
+
+
+def test_misaligned_rows_run_clusters_of_four_along_m_where_they_fit():
+    """At a misaligned K, where the pair rule would pair CTAs, clusters of four along M share
+    the B tile instead (lab/cta_clusters, measured on an H100): the model's fastest one-CTA
+    tile with at least four row tiles whose clusters number at most the H200's 30, without
+    PREFETCH_MAPS, TAIL_TMA or SHIFT_LAST; the pairs stay where none fits or the SMs are not
+    a multiple of four; explain says why, with the figure and the card."""
+    from tirx_gemm.op import cost_model as cm, rules
+    for M, N, K in C4MIS:
+        for dtype in ("float16", "bfloat16"):
+            step, kw = rules.choose(M, N, K, dtype, "sm_90a", 132, card="h200")
+            cand = rules.misaligned_cluster_tile(M, N, K, 132)
+            bm, bn, _ = cm.tile(cand)
+            assert step == "v12" and (kw["BLK_M"], kw["BLK_N"], kw["CLUSTER"]) == (bm, bn, 4)
+            assert not {"PREFETCH_MAPS", "TAIL_TMA", "SHIFT_LAST", "RUNTIME_NK"} & set(kw)
+            assert -(-M // bm) >= 4 and rules.m_clusters(M, N, cand) <= 30
+            fits = [(cm.predict(c, M, N, K), c) for c in cm.params() if not cm.clustered(c)
+                    and -(-M // cm.tile(c)[0]) >= 4 and rules.m_clusters(M, N, c) <= 30]
+            assert min(fits)[1] == cand
+    assert rules.choose(1000, 1000, 1000, "float16", "sm_90a", 132)[1]["BLK_N"] == 144
+    # fewer than four row tiles of every fitting tile: the pair; 114 SMs: no clusters of four
+    assert rules.misaligned_cluster_tile(100, 1000, 2056, 132) is None
+    assert rules.choose(100, 1000, 2056, "float16", "sm_90a", 132)[1]["CLUSTER"] == 2
+    assert rules.misaligned_cluster_tile(1000, 1000, 1000, 114) is None
+    assert rules.choose(1000, 1024, 776, "float16", "sm_90a", 114)[1].get("CLUSTER") != 4
+    assert "CLUSTER" not in rules.choose(1024, 1024, 1024, "float16", "sm_90a", 132)[1]
+    text = rules.explain(1000, 1000, 1000, "bfloat16", card="h200")
+    line = next(x for x in text.splitlines() if "misaligned_rows_clusters" in x)
+    assert "clusters of 4 along M share the B tile, on 64x144" in line
+    assert "1.13x" in line and "on an H100" in line and "lab/cta_clusters]" in line
+
+
+def test_the_chooser_takes_the_cards_bandwidth_and_sms():
+    """tirx_gemm.op.cards: the H200 (the fitted card) scales the model's HBM rate by exactly
+    1, so its picks are the fitted model's; the H100's 3.35 TB/s against 4.8 raises every HBM
+    floor; explain says which card it assumed and where from; names are checked."""
+    from tirx_gemm.op import cards, cost_model as cm, rules
+    h100, h200 = cards.CARDS["h100"], cards.CARDS["h200"]
+    assert (h200.sms, h200.l2_bytes, h200.hbm_tb_s) == (132, 60 << 20, 4.8)
+    assert (h100.sms, h100.l2_bytes, h100.hbm_tb_s) == (132, 50 << 20, 3.35)
+    assert cards.bandwidth_scale(h200) == 1.0 and cards.resolve("H100") is h100
+    assert cards.for_arch("h100", "sm_90a", None) == (h100, 132)
+    assert cards.for_arch("h200", "sm_100a", None)[1] == 148
+    with pytest.raises(ValueError, match="card=.a100.: choose one of h200, h100, auto"):
+        rules.choose(64, 4096, 4096, card="a100")
+    floor = cm.hbm_floor(4096, 4096, 4096)
+    with cm.bandwidth_scale(cards.bandwidth_scale(h100)):
+        slower = cm.hbm_floor(4096, 4096, 4096)
+    fit = cm._document()["split"]
+    assert (slower - fit["f"]) == pytest.approx((floor - fit["f"]) * 4.8 / 3.35)
+    assert cm.hbm_floor(4096, 4096, 4096) == floor  # back to the fitted card's
+    grid = [(m, n, k) for m in (1, 7, 16, 33, 64, 100, 128, 300, 777, 1000, 2048, 6000)
+            for n, k in ((4096, 4096), (1000, 3000), (14336, 4096), (512, 24576), (2304, 768))]
+    changed = 0
+    for M, N, K in grid:
+        fitted = rules.choose(M, N, K, "bfloat16", "sm_90a", 132, card="h200")
+        assert fitted == rules.choose(M, N, K, "bfloat16", "sm_90a", 132, card=h200)
+        with cm.bandwidth_scale(1.0):  # the model as fitted, no card asked
+            assert rules.walk(rules.Shape(M, N, K, "bfloat16", "sm_90a", 132, {}))[0].kw \
+                == fitted[1]
+        changed += rules.choose(M, N, K, "bfloat16", "sm_90a", 132, card="h100") != fitted
+    assert changed  # the H100's slower HBM moves some memory-bound picks
+    text = rules.explain(64, 4096, 4096, "bfloat16", card="h100")
+    assert text.splitlines()[1] == ("  card: NVIDIA H100 80GB HBM3: 132 SMs, 50 MiB L2, "
+                                    "3.35 TB/s HBM (table)")
+    assert "card: NVIDIA H200: 132 SMs, 60 MiB L2, 4.8 TB/s" in rules.explain(64, 64, 64,
+                                                                             card="h200")
+
+
+def test_choose_and_explain_take_torch_dtypes_and_their_names():
+    """A torch dtype is taken by its name (one place: keywords.dtype_name), a string without
+    torch; anything else is still refused."""
+    from tirx_gemm.op import keywords, rules
+    assert rules.choose(1000, 1000, 1000, torch.bfloat16) \
+        == rules.choose(1000, 1000, 1000, "bfloat16")
+    assert rules.explain(64, 4096, 4096, torch.float16).startswith("64x4096x4096 float16 on")
+    assert keywords.dtype_name("bfloat16") == "bfloat16"
+    assert keywords.dtype_name(torch.float16) == "float16"
+    with pytest.raises(ValueError, match="float32"):
+        rules.choose(64, 64, 64, torch.float32)
+
+
+def test_the_default_card_is_the_fitted_one_even_with_a_gpu(monkeypatch):
+    """matmul asks for the kernels an exported bundle holds: with no card named, the chooser
+    takes the fitted card (the H200) whatever GPU torch sees; "auto" reads the GPU."""
+    import sys
+    import types
+
+    from tirx_gemm.op import cards
+    props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", multi_processor_count=132,
+                                  L2_cache_size=50 << 20)
+    cuda = types.SimpleNamespace(is_available=lambda: True, current_device=lambda: 0,
+                                 get_device_properties=lambda i: props)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert cards.resolve(None) is cards.CARDS["h200"]
+    auto = cards.resolve("auto")
+    assert (auto.name, auto.hbm_tb_s, auto.source) == (
+        "NVIDIA H100 80GB HBM3", 3.35, "device properties; bandwidth from the table")

@@ -12,6 +12,7 @@ from tirx_gemm.cli.common import (_build_progress, _build_row, _build_table, _ca
                                   add_watchdog, build_legend, check_step_shape, get_step)
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.numerics import DTYPES
+from tirx_gemm.op.cards import CARDS
 from tirx_gemm.progress import Progress
 
 
@@ -37,7 +38,10 @@ def register(sub) -> None:
     sp.add_argument("--arch", default="sm_90a", choices=registry.ARCHES,
                     help="the GPU's arch (default sm_90a: the H200 the cost model was fitted on)")
     sp.add_argument("--sm-count", type=_positive_int, default=None,
-                    help="the GPU's SMs (default: the arch's, 132 on sm_90a)")
+                    help="the GPU's SMs (default: the card's, 132 on sm_90a)")
+    sp.add_argument("--card", default=None, choices=sorted(CARDS) + ["auto"],
+                    help="the card whose bandwidth the cost model takes (default: h200, the "
+                         "card the model was fitted on; auto: the GPU present)")
     sp.set_defaults(fn=cmd_choose)
 
     sp = sub.add_parser("doctor", help="show the CUDA toolchain a build uses (paths, versions)")
@@ -56,7 +60,7 @@ def register(sub) -> None:
 
 def cmd_choose(args) -> int:
     from tirx_gemm.op.rules import explain
-    print(explain(*args.mnk, args.dtype, args.arch, args.sm_count))
+    print(explain(*args.mnk, args.dtype, args.arch, args.sm_count, card=args.card))
     return 0
 
 

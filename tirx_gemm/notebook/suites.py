@@ -11,10 +11,9 @@ from tirx_gemm.notebook.steps import _rel
 
 
 def _default_sm_count() -> int:
-    """The SM count ``matmul.choose`` plans for by default (the H200's)."""
-    import inspect
-    from tirx_gemm import matmul
-    return int(inspect.signature(matmul.choose).parameters["sm_count"].default)
+    """The SM count ``matmul.choose`` plans for by default (its default card's)."""
+    from tirx_gemm.op import cards
+    return cards.resolve(None).sms
 
 
 def _kw(kwargs: dict) -> str:
@@ -250,7 +249,9 @@ def chooser_table(dtype: str = "bfloat16", run: str | tuple | None = None) -> Md
             t = chooser.predict_split(bm, bn, split, M, N, K)
             pred = f"{t:.1f}" if t is not None else "-"
         else:
-            pred = f"{chooser.predict(cand, M, N, K):.1f}" if cand else "-"
+            # a cluster of four has no fitted figures: the rule ranks its one-CTA tile
+            pred = (f"{chooser.predict(cand, M, N, K):.1f}" if cand in chooser.params()
+                    else "-")
         same = r.get("step") == step_id and (r.get("kwargs") or {}) == kw
         got = f"{r['ms'] * 1e3:.1f}" + ("" if same else " (older pick)")
         rows.append([_shape((M, N, K)), f"{step_id} {_kw(kw)}", how, pred, got,

@@ -20,6 +20,8 @@ reduction of their fp32 slabs.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
@@ -69,7 +71,7 @@ _params_cache_clear = params.cache_clear
 def _clear() -> None:
     _document.cache_clear()
     _params_cache_clear()
-    rank.cache_clear()  # (defined below: a pure function of the figures and the shape)
+    _rank.cache_clear()  # (defined below: a pure function of the figures and the shape)
 
 
 params.cache_clear = _clear  # scripts/fit_chooser.py after a refit
@@ -111,6 +113,26 @@ def _predict_plain(cand: str, M: int, N: int, K: int, sm_count: int) -> float:
     return s * steps + e * waves + f
 
 
+# The card's HBM bandwidth over the fitted card's (tirx_gemm.op.cards): the model's one
+# explicit bandwidth term, the sustained HBM rate fitted on the H200, scales by it.
+_HBM_SCALE: ContextVar[float] = ContextVar("hbm_scale", default=1.0)
+
+
+@contextmanager
+def bandwidth_scale(scale: float):
+    """Within the block, the model's HBM rate is the fitted one times ``scale``."""
+    token = _HBM_SCALE.set(scale)
+    try:
+        yield
+    finally:
+        _HBM_SCALE.reset(token)
+
+
+def hbm_rate(fit: dict) -> float:
+    """The split fit's sustained HBM rate in TB/s on the card chosen for."""
+    return fit["hbm_tb_s"] * _HBM_SCALE.get()
+
+
 def hbm_floor(M: int, N: int, K: int, elem_bytes: int = 2) -> float:
     """The least time in microseconds of a data-parallel kernel at MxNxK: the split fit's
     fixed cost plus every operand byte once at its sustained HBM rate (0 without a split
@@ -118,7 +140,7 @@ def hbm_floor(M: int, N: int, K: int, elem_bytes: int = 2) -> float:
     fit = _document().get("split")
     if not fit:
         return 0.0
-    return fit["f"] + (M * K + N * K + M * N) * elem_bytes / 1e6 / fit["hbm_tb_s"]
+    return fit["f"] + (M * K + N * K + M * N) * elem_bytes / 1e6 / hbm_rate(fit)
 
 
 def uses_pdl(cand: str, M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
@@ -161,17 +183,24 @@ def pingpong_band(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     return PINGPONG_MAX_K < K <= PINGPONG_BAND_MAX_K and v10_tiles(M, N) >= sm_count
 
 
-@lru_cache(maxsize=1 << 16)
 def rank(M: int, N: int, K: int, sm_count: int = SMS_H200,
          pdl: bool = True) -> tuple[tuple[float, str], ...]:
     """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9 and
     v10 only on an even number of SMs; in :func:`pingpong_band` v10, elsewhere v9). The
     pairs enter by the misaligned-row rule alone (tirx_gemm.op.rules)."""
+    return _rank(M, N, K, sm_count, pdl, _HBM_SCALE.get())
+
+
+@lru_cache(maxsize=1 << 16)
+def _rank(M, N, K, sm_count, pdl, _scale) -> tuple[tuple[float, str], ...]:
     ranked = sorted((predict(c, M, N, K, sm_count, pdl), _predict_plain(c, M, N, K, sm_count), c)
                     for c in params()
                     if (c == V9 or c == V10) and (c == V10) == pingpong_band(M, N, K, sm_count)
                     and sm_count % 2 == 0 or not clustered(c))
     return tuple((t, c) for t, _, c in ranked)  # ties on the floor: least time without it
+
+
+rank.cache_clear = _rank.cache_clear  # (callers that refit or patch the figures clear it)
 
 
 # v9's figures were fitted beside v12 kernels slower than matmul now builds them: v9 counts
@@ -273,7 +302,7 @@ def predict_split(bm: int, bn: int, split: int, M: int, N: int, K: int) -> float
     if not fit:
         return None
     slab, hbm, unit = split_terms(bm, bn, split, M, N, K)
-    return fit["f"] + fit["r"] * slab + max(hbm / fit["hbm_tb_s"], fit["u"] * unit)
+    return fit["f"] + fit["r"] * slab + max(hbm / hbm_rate(fit), fit["u"] * unit)
 
 
 def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
@@ -291,3 +320,55 @@ def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
             if t is not None:
                 out.append((t, bm, bn, split))
     return min(out) if out else None
+
+
+# swap-AB splits past decode (tirx_gemm.op.rules' K-split rule): the tokens in the fewest
+# pieces (of at most 256, a multiple of 16) up to WIDE_SWAP_MAX_M; a unit needs a ring of
+# WIDE_SWAP_MIN_STAGES (lab/split_k_decode)
+WIDE_SWAP_MAX_M = 512
+WIDE_SWAP_STEP = 16
+WIDE_SWAP_ROWS = (64, 128)
+WIDE_SWAP_MIN_STAGES = 5
+
+
+def wide_swap_tokens(M: int, extra_pieces: int = 0) -> int:
+    """The token tile of a swap-AB split at M tokens: M cut into the fewest pieces of at
+    most 256 (plus ``extra_pieces``), each rounded up to WIDE_SWAP_STEP."""
+    pieces = _ceil_div(M, 256) + extra_pieces
+    return _ceil_div(_ceil_div(M, pieces), WIDE_SWAP_STEP) * WIDE_SWAP_STEP
+
+
+def wide_swap_token_tiles(M: int) -> tuple[int, ...]:
+    """The token tiles a swap-AB split past decode may take: the fewest pieces, or one more."""
+    return tuple(wide_swap_tokens(M, extra) for extra in (0, 1))
+
+
+def best_wide_swap_split(M: int, N: int, K: int, sm_count: int, decode_max_m: int):
+    """(predicted us, BLK_M, token tile, S) of the fastest swap-AB split the split model
+    sees past decode (``decode_max_m`` < M <= WIDE_SWAP_MAX_M tokens), or None outside."""
+    if not decode_max_m < M <= WIDE_SWAP_MAX_M:
+        return None
+    k_tiles = _ceil_div(K, BLK_K)
+    out = []
+    for tokens in wide_swap_token_tiles(M):
+        for bm in WIDE_SWAP_ROWS:
+            if ring_stages(bm, tokens) < WIDE_SWAP_MIN_STAGES:
+                continue
+            tiles = _ceil_div(N, bm) * _ceil_div(M, tokens)
+            split = split_count(min(sm_count // tiles, k_tiles // SPLIT_MIN_K_STEPS,
+                                    SPLIT_MAX), k_tiles)
+            if split >= 2:
+                t = predict_split(bm, tokens, split, M, N, K)
+                if t is not None:
+                    out.append((t, bm, tokens, split))
+    return min(out) if out else None
+
+
+def tail_tma(bm: int, bn: int) -> bool:
+    """Whether a plain one-CTA tile stores its last bn % 64 columns by TMA (TAIL_TMA): wider
+    than one chunk, and its tail has a staging tile of its own or lies over one of two the
+    chunks alternate (over an odd chunk's only tile it ran behind: lab/tail_tma_store)."""
+    if bn <= EPI_COLS or bn % EPI_COLS == 0:
+        return False
+    own = staging_bytes(bm, bn, True) > staging_bytes(bm, bn)
+    return own or (bn // EPI_COLS) % 2 == 0

@@ -48,7 +48,20 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def dtype_name(dtype) -> str:
+    """A dtype's name: a string as given, a torch dtype (torch.bfloat16) by its name, without
+    importing torch; anything else as given (the checks then refuse it)."""
+    if isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if type(dtype).__module__ == "torch" and text.startswith("torch."):
+        return text[len("torch."):]
+    return dtype
+
+
 def _check_problem(M, N, K, dtype, arch, sm_count) -> None:
+    if arch not in V9_CLUSTER_TILE:
+        raise ValueError(f"arch={arch!r}: matmul runs on {' or '.join(V9_CLUSTER_TILE)}")
     for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}={v!r} must be a positive int")
@@ -58,8 +71,6 @@ def _check_problem(M, N, K, dtype, arch, sm_count) -> None:
                              f"16-byte row strides ({ROW_MULTIPLE} fp16/bf16 elements); pad "
                              f"{name} with zeros to a multiple of {ROW_MULTIPLE}")
     check_dtype(dtype)
-    if arch not in V9_CLUSTER_TILE:
-        raise ValueError(f"arch={arch!r}: matmul runs on {' or '.join(V9_CLUSTER_TILE)}")
 
 
 def step_kwargs(step: registry.Step, dtype: str, sm_count: int | None) -> dict:

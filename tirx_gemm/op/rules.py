@@ -5,7 +5,7 @@ on the shape (and on the kernel picked so far), an effect that returns new build
 and a one-line why. :func:`choose` walks the list: the first "pick" rule that applies picks
 the step and its tile; every "adjust" rule after it that applies changes the keywords.
 :func:`explain` and ``tirx-gemm choose M,N,K`` print the same walk, one line per rule.
-Pure Python (no torch, no TVM); the predicted times come from tirx_gemm.op.cost_model.
+Pure Python (no TVM; torch only if imported, for the card); the predicted times come from tirx_gemm.op.cost_model.
 """
 
 from __future__ import annotations
@@ -15,19 +15,21 @@ from functools import cached_property
 from typing import Callable
 
 from tirx_gemm import epilogue as E
-from tirx_gemm import registry, spec, splitk
+from tirx_gemm import registry, splitk
+from tirx_gemm.op import cards
 from tirx_gemm.op import cost_model as cm
-from tirx_gemm.op.cost_model import BLK_K, SMS_H200, V9, V10, V12, _ceil_div, last_wave_fill
+from tirx_gemm.op.cost_model import (BLK_K, SMS_H200, V9, V10, V12, WIDE_SWAP_MAX_M,  # noqa: F401
+                                     WIDE_SWAP_MIN_STAGES, WIDE_SWAP_ROWS, WIDE_SWAP_STEP,
+                                     _ceil_div, last_wave_fill, tail_tma, wide_swap_token_tiles,
+                                     wide_swap_tokens)
 from tirx_gemm.op.keywords import (CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, MENU_ARCHES,
                                    PINGPONG, SPLIT_K, TILE_MENU, V9_CLUSTER_TILE, V11_L2_GROUP,
-                                   _check_problem, _menu_split, _pool, _registered, runtime_m,
-                                   step_kwargs)
+                                   _check_problem, _menu_split, _pool, _registered, dtype_name,
+                                   runtime_m, step_kwargs)
 
 __all__ = ["RULES", "Rule", "Plan", "Shape", "walk", "choose", "explain", "choose_epilogue_on"]
 
-# --------------------------------------------------------------------------------------
-# the rules' thresholds and tests (each names the study whose records decided it)
-# --------------------------------------------------------------------------------------
+# -- the rules' thresholds and tests (each names the study whose records decided it) ---
 # Swap-AB at few tokens: the weight's rows are the MMA's rows, the tokens its columns, in
 # the smallest token tile (a multiple of 8) that holds M; 128-row weight tiles when they
 # still fill SWAP_AB_TALL_SHARE of the SMs (lab/swap_ab_token_tiles).
@@ -46,12 +48,6 @@ TALL_SPLIT_MIN_GAIN = 1.5
 # a split must be predicted this much faster than the best data-parallel candidate (the
 # split fit's error is about 8%: lab/split_k_deep_k)
 SPLIT_MARGIN = 0.05
-# swap-AB splits past decode: the tokens in the fewest pieces (of at most 256, a multiple of
-# 16) up to WIDE_SWAP_MAX_M; a unit needs a ring of WIDE_SWAP_MIN_STAGES (lab/split_k_decode)
-WIDE_SWAP_MAX_M = 512
-WIDE_SWAP_STEP = 16
-WIDE_SWAP_ROWS = (64, 128)
-WIDE_SWAP_MIN_STAGES = 5
 # swap-AB stored by TMA past DP_SWAP_MIN_M tokens where the swapped problem is predicted
 # DP_SWAP_MARGIN faster; its token tiles step by 16 (lab/swap_ab_tma_store)
 DP_SWAP_MARGIN = 0.05
@@ -63,7 +59,9 @@ SWAP_CLUSTER = 4
 SWAP_CLUSTER_MAX_FILL = 2 / 3
 SWAP_CLUSTER_MAX_CLUSTERS = 30
 # misaligned K rows (not whole 128-byte lines) double the L2-to-SM traffic: a CTA pair halves
-# B's share of it (lab/cta_clusters)
+# B's share of it; clusters of SWAP_CLUSTER along M share the B tile instead where they fit
+# (at most SWAP_CLUSTER_MAX_CLUSTERS, SWAP_CLUSTER row tiles at least): geomean 1.129x the
+# pairs fp16, 1.131x bf16 at 12 misaligned-K shapes on an H100 (lab/cta_clusters)
 ROW_ALIGN_BYTES = 128
 # v10's ping-pong hides each tile's epilogue; with K <= PINGPONG_MAX_K by rule, past it by
 # the model (cost_model.pingpong_band: lab/v10_ping_pong_band)
@@ -168,37 +166,28 @@ def dp_swap_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> tuple[int,
     return bm, bn
 
 
-def wide_swap_tokens(M: int, extra_pieces: int = 0) -> int:
-    """The token tile of a swap-AB split at M tokens: M cut into the fewest pieces of at
-    most 256 (plus ``extra_pieces``), each rounded up to WIDE_SWAP_STEP."""
-    pieces = _ceil_div(M, 256) + extra_pieces
-    return _ceil_div(_ceil_div(M, pieces), WIDE_SWAP_STEP) * WIDE_SWAP_STEP
-
-
-def wide_swap_token_tiles(M: int) -> tuple[int, ...]:
-    """The token tiles a swap-AB split past decode may take: the fewest pieces, or one more."""
-    return tuple(wide_swap_tokens(M, extra) for extra in (0, 1))
-
-
 def best_wide_swap_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
-    """(predicted us, BLK_M, token tile, S) of the fastest swap-AB split the split model
-    sees past decode (up to WIDE_SWAP_MAX_M tokens), or None outside that range."""
-    if not SWAP_AB_TILES[-1] < M <= WIDE_SWAP_MAX_M:
+    """cost_model.best_wide_swap_split past the decode token tiles (SWAP_AB_TILES)."""
+    return cm.best_wide_swap_split(M, N, K, sm_count, SWAP_AB_TILES[-1])
+
+
+def misaligned_cluster_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str | None:
+    """The one-CTA tile ("BMxBN") that clusters of SWAP_CLUSTER along M run at a misaligned
+    K: the model's fastest with at least SWAP_CLUSTER row tiles and at most
+    SWAP_CLUSTER_MAX_CLUSTERS clusters; None where none fits or the SMs are not a multiple
+    of SWAP_CLUSTER."""
+    if sm_count % SWAP_CLUSTER:
         return None
-    k_tiles = _ceil_div(K, BLK_K)
-    out = []
-    for tokens in wide_swap_token_tiles(M):
-        for bm in WIDE_SWAP_ROWS:
-            if cm.ring_stages(bm, tokens) < WIDE_SWAP_MIN_STAGES:
-                continue
-            tiles = _ceil_div(N, bm) * _ceil_div(M, tokens)
-            split = cm.split_count(min(sm_count // tiles, k_tiles // cm.SPLIT_MIN_K_STEPS,
-                                       cm.SPLIT_MAX), k_tiles)
-            if split >= 2:
-                t = cm.predict_split(bm, tokens, split, M, N, K)
-                if t is not None:
-                    out.append((t, bm, tokens, split))
-    return min(out) if out else None
+    fits = [(cm.predict(c, M, N, K, _pool(sm_count)), c) for c in cm.params()
+            if not cm.clustered(c) and _ceil_div(M, cm.tile(c)[0]) >= SWAP_CLUSTER
+            and m_clusters(M, N, c) <= SWAP_CLUSTER_MAX_CLUSTERS]
+    return min(fits)[1] if fits else None
+
+
+def m_clusters(M: int, N: int, cand: str) -> int:
+    """Clusters of SWAP_CLUSTER CTAs along M of a one-CTA tile ``cand`` at MxN."""
+    bm, bn, _ = cm.tile(cand)
+    return _ceil_div(_ceil_div(M, bm), SWAP_CLUSTER) * _ceil_div(N, bn)
 
 
 def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
@@ -236,16 +225,6 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
     return bm, bn, swapped, split, None
 
 
-def tail_tma(bm: int, bn: int) -> bool:
-    """Whether a plain one-CTA tile stores its last bn % 64 columns by TMA (TAIL_TMA): wider
-    than one chunk, and its tail has a staging tile of its own or lies over one of two the
-    chunks alternate (over an odd chunk's only tile it ran behind: lab/tail_tma_store)."""
-    if bn <= cm.EPI_COLS or bn % cm.EPI_COLS == 0:
-        return False
-    own = cm.staging_bytes(bm, bn, True) > cm.staging_bytes(bm, bn)
-    return own or (bn // cm.EPI_COLS) % 2 == 0
-
-
 def epilogue_step(M: int, N: int, K: int, epi: dict, sm_count: int = SMS_H200,
                   setting: str | None = None) -> str:
     """The step ("v12" or "v10") of a fused epilogue ``epi`` (N the kernel's columns) under
@@ -260,9 +239,7 @@ def epilogue_step(M: int, N: int, K: int, epi: dict, sm_count: int = SMS_H200,
     return V10 if cm.v10_tiles(M, N) >= PINGPONG_MIN_TILES_PER_CTA * sm_count else V12
 
 
-# --------------------------------------------------------------------------------------
-# the shape, the kernel picked so far, a rule
-# --------------------------------------------------------------------------------------
+# -- the shape, the kernel picked so far, a rule ---------------------------------------
 @dataclass(frozen=True, eq=False)
 class Shape:
     """A GEMM call the rules look at; the tests they share are computed once."""
@@ -289,6 +266,10 @@ class Shape:
     @cached_property
     def split(self):
         return split_plan(self.M, self.N, self.K, self.pool) if self.menu else None
+
+    @cached_property
+    def m_cluster_tile(self) -> str | None:  # the misaligned-K clusters' tile (or None)
+        return misaligned_cluster_tile(self.M, self.N, self.K, self.sm_count)
 
     @cached_property
     def kernel_n(self) -> int:  # the kernel's GEMM columns (SwiGLU: gate and up)
@@ -352,9 +333,7 @@ def _plain_v12(s: Shape, p: Plan) -> bool:  # a v12 kernel of a plain GEMM (no e
     return not s.epi and p.step == TILE_MENU
 
 
-# --------------------------------------------------------------------------------------
-# the picks
-# --------------------------------------------------------------------------------------
+# -- the picks -------------------------------------------------------------------------
 def _epilogue_tile(s: Shape, by: str) -> Plan:
     pick = cm.best_tile(s.M, s.kernel_n, s.K, s.pool, EPILOGUE_TILE_STEP)
     bm, bn, _ = cm.tile(pick)
@@ -426,9 +405,7 @@ def _v9_why(s: Shape, p: Plan) -> str:
     return line + ": every cluster gets a tile, v9 data-parallel"
 
 
-# --------------------------------------------------------------------------------------
-# the adjustments
-# --------------------------------------------------------------------------------------
+# -- the adjustments -------------------------------------------------------------------
 def _pair_applies(s: Shape, p: Plan) -> bool:
     if p.by != "cost_model" or p.step != TILE_MENU or not misaligned_rows(s.K):
         return False
@@ -445,7 +422,9 @@ def _short_for_pdl(s: Shape, p: Plan) -> bool:
         return swap_pdl(M, N, K)
     if p.by == "swap_ab_tma_store":
         return cm.uses_pdl(cm.name(kw["BLK_M"], kw["BLK_N"]), N, dp_swap_rows(M), K, pool)
-    return cm.uses_pdl(cm.name(kw["BLK_M"], kw["BLK_N"], kw.get("CLUSTER", 1)), M, N, K, pool)
+    cluster = kw.get("CLUSTER", 1)  # clusters along M: as their one-CTA tile
+    return cm.uses_pdl(cm.name(kw["BLK_M"], kw["BLK_N"], cluster if cluster == 2 else 1),
+                       M, N, K, pool)
 
 
 def _pdl_why(s: Shape, p: Plan) -> str:
@@ -466,6 +445,16 @@ def _cluster_why(s: Shape, p: Plan) -> str:
             f"clusters of {SWAP_CLUSTER} along the weight share the token tile "
             f"({_count(swap_clusters(s.N, p.kw['BLK_M']), 'cluster')}, at most the "
             f"{SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds at once)")
+
+
+def _m_cluster_why(s: Shape, p: Plan) -> str:
+    cand = s.m_cluster_tile
+    return (f"K={s.K}: rows of {s.K * 2} bytes are not whole {ROW_ALIGN_BYTES}-byte lines: "
+            f"clusters of {SWAP_CLUSTER} along M share the B tile, on {cand} "
+            f"({cm.predict(cand, s.M, s.N, s.K, s.pool):.1f} us by the model, the fastest one-CTA"
+            f" tile with {_count(m_clusters(s.M, s.N, cand), 'cluster')}, at most the "
+            f"{SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds); in place of CTA pairs they ran "
+            "1.13x faster (geomean, fp16 and bf16, on an H100)")
 
 
 def _dp_swap_why(s: Shape, p: Plan) -> str:
@@ -520,7 +509,13 @@ RULES: tuple[Rule, ...] = (
     Rule("data_parallel_v9", PICK, "steps_on_h200",
          lambda s, p: True,
          lambda s, p: Plan(DATA_PARALLEL, s.base(DATA_PARALLEL), "data_parallel_v9"), _v9_why),
-    Rule("misaligned_rows_pair", ADJUST, "cta_clusters", _pair_applies,
+    Rule("misaligned_rows_clusters", ADJUST, "cta_clusters",
+         lambda s, p: _pair_applies(s, p) and s.m_cluster_tile is not None,
+         lambda s, p: p.but(drop=("PREFETCH_MAPS",), BLK_M=cm.tile(s.m_cluster_tile)[0],
+                            BLK_N=cm.tile(s.m_cluster_tile)[1], CLUSTER=SWAP_CLUSTER),
+         _m_cluster_why),
+    Rule("misaligned_rows_pair", ADJUST, "cta_clusters",
+         lambda s, p: _one_cta(p) and _pair_applies(s, p),
          lambda s, p: p.but(drop=("PREFETCH_MAPS",), CLUSTER=2),
          lambda s, p: (f"K={s.K}: rows of {s.K * 2} bytes are not whole {ROW_ALIGN_BYTES}-byte "
                        f"lines, so the tile runs as a CTA pair (the misaligned-row rule)")),
@@ -562,9 +557,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-# --------------------------------------------------------------------------------------
-# walking the rules
-# --------------------------------------------------------------------------------------
+# -- walking the rules -----------------------------------------------------------------
 def walk(shape: Shape) -> tuple[Plan, list[tuple[Rule, Plan]]]:
     """The kernel RULES give ``shape`` and each rule that applied with the plan it returned."""
     plan, applied = None, []
@@ -576,10 +569,13 @@ def walk(shape: Shape) -> tuple[Plan, list[tuple[Rule, Plan]]]:
 
 
 def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
-           sm_count: int = spec.SM_COUNT["sm_90a"], epilogue: dict | None = None, *,
-           why: list | None = None) -> tuple[str, dict]:
-    """The step and builder keywords that matmul uses for an MxNxK GEMM of ``dtype`` on a GPU
-    of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``, by walking :data:`RULES`.
+           sm_count: int | None = None, epilogue: dict | None = None, *,
+           why: list | None = None, card=None) -> tuple[str, dict]:
+    """The step and builder keywords that matmul uses for an MxNxK GEMM of ``dtype`` (a name
+    or a torch dtype) on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``, by
+    walking :data:`RULES`. ``card``: "h100", "h200" or a tirx_gemm.op.cards.Card; default
+    the GPU an imported torch sees, else the H200 the model was fitted on. Its HBM
+    bandwidth scales the model's; ``sm_count`` defaults to its SMs (sm_90a).
 
     On sm_90a the cost model (tirx_gemm.op.cost_model) ranks v12's tile menu, v9 and v10,
     with rules first for K splits, swap-AB at few tokens, v10's ping-pong at a short K and
@@ -596,6 +592,7 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
 
     ``why``: a list that gets each applied rule's line (what :func:`explain` prints).
     """
+    dtype, (card, sm_count) = dtype_name(dtype), cards.for_arch(card, arch, sm_count)
     _check_problem(M, N, K, dtype, arch, sm_count)
     epi = E.epilogue_kwargs(epilogue) if epilogue else {}
     if epi and (TILE_MENU not in EPILOGUE_STEPS.get(arch, ())
@@ -604,34 +601,37 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
                          f"menu); on {arch} call matmul without bias/activation/out_dtype and "
                          f"apply them with torch")
     shape = Shape(M, N, K, dtype, arch, sm_count, epi)
-    plan, applied = walk(shape)
-    if why is not None:
-        why.extend(f"{rule.why(shape, p)} [{rule.name}: lab/{rule.study}]" for rule, p in applied)
+    with cm.bandwidth_scale(cards.bandwidth_scale(card)):
+        plan, applied = walk(shape)
+        if why is not None:
+            why.extend(f"{rule.why(shape, p)} [{rule.name}: lab/{rule.study}]"
+                       for rule, p in applied)
     return plan.step, dict(plan.kw)
 
 
 def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
-            sm_count: int | None = None, epilogue: dict | None = None) -> str:
+            sm_count: int | None = None, epilogue: dict | None = None, *, card=None) -> str:
     """What :func:`choose` picks for an MxNxK GEMM and why, as text: the step and its builder
-    keywords on one line, then one line per rule of RULES that applied, in order, with the
-    figures that decided and the rule's name and study. ``sm_count`` defaults to the arch's
-    GPU (the H200's 132 SMs on sm_90a). ``tirx-gemm choose M,N,K`` prints it."""
-    if sm_count is None:
-        sm_count = spec.SM_COUNT.get(arch, 0)  # an unknown arch: choose says so in one line
+    keywords on one line, the card assumed and where its figures came from, then one line
+    per rule of RULES that applied, in order, with the figures that decided and the rule's
+    name and study. ``sm_count`` and ``card`` as in :func:`choose` (without a GPU: the
+    H200, 132 SMs on sm_90a). ``tirx-gemm choose M,N,K`` prints it."""
+    dtype, (card, sm_count) = dtype_name(dtype), cards.for_arch(card, arch, sm_count)
     why: list[str] = []
-    step, kw = choose(M, N, K, dtype, arch, sm_count, epilogue, why=why)
+    step, kw = choose(M, N, K, dtype, arch, sm_count, epilogue, why=why, card=card)
     keys = " ".join(f"{k}={v}" for k, v in kw.items() if k not in ("dtype", "SM_COUNT"))
     used = _pool(sm_count)
     sms = f"{sm_count} SMs" + ("" if used == sm_count else f", {used} used")
     head = f"{M}x{N}x{K} {dtype} on {arch} ({sms}): {step} {keys}".rstrip()
-    return "\n".join([head] + [f"  - {w}" for w in why])
+    return "\n".join([head, f"  card: {card.line()}"] + [f"  - {w}" for w in why])
 
 
 def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: str,
-                       sm_count: int, epilogue: dict) -> tuple[str, dict]:
+                       sm_count: int, epilogue: dict, *, card=None) -> tuple[str, dict]:
     """``(step_id, kwargs)`` of a fused epilogue forced onto ``step_id`` ("v12": its
     model-best tile, as :func:`choose` without the v10 rule; "v10": its default 128x128
     ping-pong tiles, BIAS / ACT only): what ``matmul(..., step=...)`` runs."""
+    dtype, (card, sm_count) = dtype_name(dtype), cards.for_arch(card, arch, sm_count)
     _check_problem(M, N, K, dtype, arch, sm_count)
     epi = E.epilogue_kwargs(epilogue or {})
     if arch not in EPILOGUE_STEPS or step_id not in EPILOGUE_STEPS[arch]:
@@ -639,7 +639,8 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
                          f"(every epilogue) or step='v10' (bias and activation), on sm_90a")
     shape = Shape(M, N, K, dtype, arch, sm_count, epi)
     if step_id == TILE_MENU:
-        plan = _epilogue_tile(shape, "forced")
+        with cm.bandwidth_scale(cards.bandwidth_scale(card)):
+            plan = _epilogue_tile(shape, "forced")
         return plan.step, dict(plan.kw)
     extra = sorted(set(epi) - set(V10_KEYWORDS))
     if extra:
