@@ -444,6 +444,21 @@ def run_mkdocs(cfg: Path) -> None:
         raise SystemExit(f"build_site: mkdocs build failed (exit {rc})")
 
 
+def results_read() -> tuple[Path, int]:
+    """(the results folder the notebooks read, $TIRX_GEMM_RESULTS or the checkout's
+    results/, and its number of records); a folder without records is refused: every table
+    and plot of the site would be empty."""
+    from tirx_gemm.notebook.results import results_dir
+    from tirx_gemm.report import records
+    folder = results_dir()
+    n = len(records.load_records(folder))
+    if not n:
+        raise ValueError(f"the results folder {folder} holds no records (*.jsonl): the "
+                         f"site's tables and plots would be empty; point $TIRX_GEMM_RESULTS "
+                         f"at a folder of records, or unset it for the checkout's results/")
+    return folder, n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(BUILD / "site"), help="the site (default build/site)")
@@ -456,6 +471,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error("--jobs must be at least 1")
+    try:
+        folder, n = results_read()
+    except ValueError as exc:
+        print(f"build_site: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"site: {n} records from {folder}", flush=True)
     for mod in ("mkdocs", "material", "mkdocs_jupyter", "nbclient", "ipykernel"):
         if importlib.util.find_spec(mod) is None:
             print(f"build_site: error: {mod} is not installed; install the docs extra: "

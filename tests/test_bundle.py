@@ -57,6 +57,25 @@ def test_find_and_its_errors(exported):
         bundle.find(Path(exported) / "runtime", v1, (128, 128, 64))
 
 
+def test_a_refused_or_malformed_digest_pin_is_not_reported_as_a_missing_kernel(
+        exported, monkeypatch):
+    """tirx_gemm.matmul tells "no such kernel: export it" (KernelNotInBundle) from a bundle
+    that must not be used: a pin that does not match, or is not a digest, is neither."""
+    from tirx_gemm import bundle_format
+    v1 = registry.get("v1", "sm_100a")
+    monkeypatch.setenv(bundle_format.EXPECT_SHA256_ENV, "ab" * 32)
+    with pytest.raises(bundle_format.BundleError, match=r"not the (ab)+ pinned by") as e:
+        bundle.find(exported, v1, (128, 128, 64))
+    assert not isinstance(e.value, bundle_format.KernelNotInBundle)
+    monkeypatch.setenv(bundle_format.EXPECT_SHA256_ENV, "abc")
+    with pytest.raises(ValueError, match=r"'abc' is not a sha256") as e:
+        bundle.find(exported, v1, (128, 128, 64))
+    assert not isinstance(e.value, bundle_format.KernelNotInBundle)
+    monkeypatch.delenv(bundle_format.EXPECT_SHA256_ENV)
+    with pytest.raises(bundle_format.KernelNotInBundle):
+        bundle.find(exported, v1, (256, 128, 64))
+
+
 def test_find_matches_the_dtype(exported):
     v1, v4 = registry.get("v1", "sm_100a"), registry.get("v4", "sm_90a")
     fp16 = bundle.find(exported, v1, (128, 128, 64))

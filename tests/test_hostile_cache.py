@@ -339,6 +339,34 @@ def test_a_detached_child_holding_the_output_does_not_extend_the_timeout(tmp_pat
     assert took < 0.5 + 1.0 + 2.0, f"run_tool took {took:.1f} s"
 
 
+def test_a_tool_that_finished_is_reported_finished_and_the_child_it_left_is_ended(
+        tmp_path, monkeypatch):
+    """The tool exits at once but leaves a child in a new session holding its stdout: the
+    report says the tool finished (not that it hung) and the child is ended."""
+    monkeypatch.setenv(procs.TOOL_TIMEOUT_ENV, "1")
+    monkeypatch.setattr(procs, "COLLECT_TIMEOUT_S", 1.0)
+    pid_file = tmp_path / "detached.pid"
+    tool = _script(tmp_path / "tool", f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 60' &\n"
+                   "while [ ! -s " + str(pid_file) + " ]; do sleep 0.05; done\nexit 0\n")
+    with pytest.raises(BuildError, match=r"^tool finished \(exit 0\), but a process it "
+                                         r"started kept its output open past 1 s; ended "
+                                         r"sleep \(pid \d+\)") as exc:
+        run_tool([tool])
+    pid = int(pid_file.read_text())
+    assert f"(pid {pid})" in str(exc.value)
+    for _ in range(100):  # SIGKILLed: gone (or a zombie of init) within moments
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ")[1].startswith("Z"):
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"the detached child {pid} was left running")
+
+
 BAD_SECONDS = ["inf", "1e400", "-1", "0", "nan", "soon", "-inf", "86401"]
 
 
@@ -424,3 +452,49 @@ def test_doctor_flags_a_damaged_stub(cache_dir):
     out = cli("doctor")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert f"warning:       libcuda: stub {stub} is damaged" in out.stdout, out.stdout
+
+
+# --------------------------------------------------------------------------------------
+# a full disk is named, not reported as a JSON error
+# --------------------------------------------------------------------------------------
+class _NoSpace:
+    f_bavail, f_frsize = 0, 4096
+
+
+def test_an_empty_error_report_on_a_full_disk_names_the_file_system_and_the_space(
+        tmp_path, monkeypatch):
+    from tirx_gemm.compile import cache, pool
+    monkeypatch.setenv("TIRX_GEMM_CACHE", str(tmp_path / "c"))
+    entry = tmp_path / "c" / "builds" / "0123"
+    entry.mkdir(parents=True)
+    (entry / "kernel.so").write_bytes(b"x" * 300_000)
+    work = tmp_path / "c" / "builds" / "4567.tmp"
+    work.mkdir()
+    (work / "error.json").write_text("")  # what a worker leaves when its write fails
+    monkeypatch.setattr(cache.os, "statvfs", lambda p: _NoSpace)
+    err = pool.job_error(work)
+    assert err["type"] == "BuildError"
+    msg = err["message"]
+    assert "Expecting value" not in msg and "\n" not in msg
+    assert f"(holding {work}) is full: 0.0 MiB free, a build needs about 0.3 MiB (the " \
+           "largest of the 1 builds in the cache)" in msg
+    assert msg.startswith("the file system at /")
+
+
+def test_an_empty_error_report_with_space_left_says_it_is_damaged(tmp_path, monkeypatch):
+    from tirx_gemm.compile import pool
+    monkeypatch.setenv("TIRX_GEMM_CACHE", str(tmp_path / "c"))
+    (tmp_path / "error.json").write_text("{")
+    assert pool.job_error(tmp_path)["message"] == (
+        f"the build failed, and its error report {tmp_path / 'error.json'} is empty or damaged")
+
+
+def test_the_cli_names_the_full_file_system_of_a_failed_write(tmp_path, monkeypatch):
+    import errno as _errno
+    from tirx_gemm import cli
+    from tirx_gemm.compile import cache
+    monkeypatch.setenv("TIRX_GEMM_CACHE", str(tmp_path / "c"))
+    monkeypatch.setattr(cache.os, "statvfs", lambda p: _NoSpace)
+    line = cli._one_line(OSError(_errno.ENOSPC, "No space left on device", str(tmp_path / "f")))
+    assert line.startswith(f"{tmp_path / 'f'}: No space left on device (the file system at /")
+    assert "is full: 0.0 MiB free" in line

@@ -245,3 +245,55 @@ def test_the_gate_picks_rustcs_level_per_step_and_leaves_the_users_alone():
         assert level == "3"
     assert env == {"NUMSIM_GENERATED_OPT_LEVEL": "3"}
     assert "yours" in env_mod.use_gate_opt_level(env)
+
+
+def test_an_unpacked_folder_without_its_stamp_is_unpacked_again(crates_cache):
+    """A stamp with the archive's digest is written last: a folder without it (an unpack
+    cut short, a damaged copy) is moved aside and unpacked again, not used."""
+    home = gate.unpack_crates()
+    dest = home.parent
+    assert (dest / environment.STAMP).read_text().strip() == gate.VENDOR_SHA256
+    (dest / environment.STAMP).unlink()
+    shutil.rmtree(dest / "cargo-vendor" / "pyo3-0.29.0")  # what a cut-short unpack lacks
+    assert gate.unpack_crates() == home
+    assert (dest / "cargo-vendor" / "pyo3-0.29.0" / "Cargo.toml").is_file()
+    assert (dest / environment.STAMP).is_file()
+    assert not [p for p in dest.parent.iterdir() if p.name.startswith(".")]
+
+
+CHECKSUM_LOG = ("NumSim Rust dependency build failed:\n"
+                "error: the listed checksum of `{path}` has changed:\n"
+                "expected: 0123\nactual:   4567\n\n"
+                "directory sources are not intended to be edited, if modifications are "
+                "required then it is recommended that `[patch]` is used with a forked copy "
+                "of the source\n")
+
+
+def test_a_cargo_checksum_failure_moves_the_crates_aside_and_unpacks_them_again(
+        crates_cache, monkeypatch):
+    monkeypatch.setattr(environment, "_harness_version", lambda: gate.HARNESS_VERSION)
+    gate.use_vendored_crates({})
+    monkeypatch.setenv("CARGO_HOME", environment._VENDORED_HOME["path"])
+    dest = gate.crates_dir()
+    edited = dest / "cargo-vendor" / "pyo3-0.29.0" / "Cargo.toml"
+    edited.write_text("edited")
+    line = gate.environment_failure(NumSimBuildError(CHECKSUM_LOG.format(path=edited)))
+    assert line == (f"cargo found a vendored crate's file changed ({edited}): the crates in "
+                    f"{dest} were damaged, so they were moved aside and unpacked again; run "
+                    f"again")
+    assert edited.read_text() != "edited"
+    assert not [p for p in dest.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_crates_that_cannot_be_moved_aside_name_the_folder_to_delete(crates_cache,
+                                                                     monkeypatch):
+    monkeypatch.setattr(environment, "_harness_version", lambda: gate.HARNESS_VERSION)
+    gate.use_vendored_crates({})
+    monkeypatch.setenv("CARGO_HOME", environment._VENDORED_HOME["path"])
+    dest = gate.crates_dir()
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(environment.os, "rename", refuse)
+    line = gate.environment_failure(NumSimBuildError(CHECKSUM_LOG.format(path="x/lib.rs")))
+    assert line.endswith(f"delete {dest}, then run again") and "\n" not in line

@@ -632,7 +632,10 @@ def test_variants_with_an_epilogue_list_v12_tiles_with_its_keywords():
     ({"bias": torch.zeros(255)}, ValueError, "expected (256,)"),
     ({"bias": torch.zeros(2, 128)}, ValueError, "expected (256,)"),
     ({"bias": torch.zeros(256, dtype=torch.int64)}, TypeError, "the fused bias takes"),
-    ({"bias": [0.0] * 256}, TypeError, "bias has dtype"),
+    ({"bias": [0.0] * 256}, TypeError, "bias must be a 1-D torch.Tensor of N values (or "
+                                       "None), got list"),
+    ({"bias": True}, TypeError, "bias must be a 1-D torch.Tensor of N values (or None), got "
+                                "bool"),
     ({"bias": torch.zeros(512)[::2]}, ValueError, "not contiguous"),
     ({"bias": torch.zeros(256, device="meta")}, ValueError, "bias is on meta"),
 ])

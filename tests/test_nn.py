@@ -297,3 +297,99 @@ def test_compile_traces_the_fused_bias_when_the_gpu_fuses(served, monkeypatch):
     assert not any(n.target in (torch.ops.aten.add.Tensor, torch.add)
                    or getattr(n.target, "__name__", "") == "add"
                    for n in graphs[0].graph.nodes if n.op == "call_function")
+
+
+# --------------------------------------------------------------------------------------
+# patch: all or nothing, layers it must not replace, hooks
+# --------------------------------------------------------------------------------------
+def test_patch_checks_every_layer_before_replacing_any(served, monkeypatch):
+    net = nn.Sequential(nn.Linear(16, 16, dtype=BF16), nn.Linear(16, 16, dtype=BF16))
+    first, second = net[0], net[1]
+    real = tnn._replacement
+
+    def failing(layer, strict):
+        if layer is second:
+            raise RuntimeError("checking the second layer failed")
+        return real(layer, strict)
+    monkeypatch.setattr(tnn, "_replacement", failing)
+    with pytest.raises(RuntimeError, match="second layer"):
+        tirx_gemm.patch(net)
+    assert net[0] is first and net[1] is second  # nothing replaced
+
+
+def test_patch_puts_the_old_layers_back_when_a_replacement_fails(served):
+    class Picky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(16, 16, dtype=BF16)
+            self.b = nn.Linear(16, 16, dtype=BF16)
+
+        def __setattr__(self, name, value):
+            if name == "b" and isinstance(value, tnn.Linear):
+                raise AttributeError("b cannot be replaced")
+            super().__setattr__(name, value)
+    net = Picky()
+    a, b = net.a, net.b
+    with pytest.raises(AttributeError, match="b cannot be replaced"):
+        tirx_gemm.patch(net)
+    assert net.a is a and net.b is b
+
+
+class Int8Param(nn.Parameter):
+    """A Parameter subclass, as quantization libraries wrap their weights."""
+
+
+def test_patch_keeps_reparametrized_quantized_and_extended_layers_with_why(served):
+    net = nn.Sequential(*[nn.Linear(16, 16, dtype=BF16) for _ in range(7)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.nn.utils.weight_norm(net[0])  # the old API: weight recomputed by a pre-hook
+    torch.nn.utils.parametrizations.weight_norm(net[1])
+    net[2].weight = Int8Param(net[2].weight.detach())
+    net[3].register_buffer("scale", torch.ones(1))
+    net[4].lora = nn.Linear(16, 4, bias=False, dtype=BF16)
+    net[5].register_load_state_dict_pre_hook(lambda *args: None)
+    report = tirx_gemm.patch(net)
+    kept = dict(report.kept)
+    assert "its weight is not a Parameter of the layer (weight_norm" in kept["0"]
+    assert "its weight is parametrized (torch.nn.utils.parametrize)" in kept["1"]
+    assert "its weight is a test_nn.Int8Param, not a plain torch.nn.Parameter" in kept["2"]
+    assert "it also holds buffer scale, which a replacement would drop" in kept["3"]
+    assert "it also holds submodule lora" in kept["4"]
+    assert "load_state_dict pre-hook" in kept["5"]
+    assert [name for name, _ in report.replaced] == ["6"] and type(net[6]) is tnn.Linear
+    assert not any(type(m) is tnn.Linear for m in net[:6])
+
+
+def test_patch_moves_every_hook_and_the_callers_handles_still_remove_them(served):
+    net = nn.Sequential(nn.Linear(16, 16, dtype=BF16))
+    seen = []
+    handles = [
+        net[0].register_forward_pre_hook(lambda m, args: seen.append(("pre", type(m)))),
+        net[0].register_forward_hook(lambda m, args, out: seen.append(("fwd", type(m)))),
+        net[0].register_full_backward_hook(lambda m, gi, go: seen.append(("bwd", type(m)))),
+        net[0].register_state_dict_post_hook(
+            lambda m, sd, prefix, meta: seen.append(("sd", type(m))))]
+    assert tirx_gemm.patch(net).replaced[0][0] == "0"
+    assert type(net[0]) is tnn.Linear
+    x = torch.randn(2, 16, dtype=BF16, requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="autograd"):
+        net(x).sum().backward()  # grad mode: torch's F.linear, and its backward
+    net.state_dict()
+    assert seen == [(k, tnn.Linear) for k in ("pre", "fwd", "bwd", "sd")]
+    for h in handles:
+        h.remove()
+    seen.clear()
+    with torch.no_grad():
+        net(x)
+    net.state_dict()
+    assert seen == []
+
+
+def test_a_sparse_input_falls_back_to_torch_before_any_data_pointer_is_read(served):
+    layer = tnn.Linear(16, 16, dtype=BF16).requires_grad_(False)
+    x = torch.randn(4, 16).to(BF16)
+    with pytest.warns(RuntimeWarning, match="input is a torch.sparse_coo tensor"):
+        y = layer(x.to_sparse())
+    assert torch.equal(y, nn.functional.linear(x.to_sparse(), layer.weight, layer.bias))
+    assert layer.fallbacks == 1 and served == []

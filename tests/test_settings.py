@@ -111,3 +111,44 @@ def test_env_seconds_keeps_its_callers_maximum(monkeypatch):
         settings.env_seconds("TIRX_GEMM_KERNEL_TIMEOUT", 60.0, maximum=3600.0)
     with pytest.raises(ValueError, match="not a setting"):
         settings.env_seconds("TIRX_GEMM_UNDECLARED", 1.0)
+
+
+def test_an_undeclared_tirx_gemm_variable_is_warned_about_once_with_did_you_mean(monkeypatch):
+    """A misspelt pin (TIRX_GEMM_BUNDLE_SHA) would pin nothing: it is named, with the
+    setting meant, once per process."""
+    monkeypatch.setattr(settings, "_warned_unknown", False)
+    monkeypatch.setenv("TIRX_GEMM_BUNDLE_SHA", "ab" * 32)
+    with pytest.warns(settings.UnknownSettingWarning,
+                      match=r"TIRX_GEMM_BUNDLE_SHA is set but is not a setting.*did you mean "
+                            r"TIRX_GEMM_BUNDLE_SHA256\?"):
+        settings.get("TIRX_GEMM_BUNDLE")
+    lines = []
+    assert settings.warn_unknown(report=lines.append) == [] and lines == []  # once
+
+
+def test_the_cli_warns_about_an_undeclared_variable_in_one_line(monkeypatch, capsys):
+    from tirx_gemm import cli
+    monkeypatch.setattr(settings, "_warned_unknown", False)
+    monkeypatch.setenv("TIRX_GEMM_KERNL_TIMEOUT", "5")
+    assert cli.main(["list"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("tirx-gemm: warning: TIRX_GEMM_KERNL_TIMEOUT is set but") \
+        and "did you mean TIRX_GEMM_KERNEL_TIMEOUT?" in err and err.count("\n") == 1
+
+
+def test_a_path_with_an_unknown_tilde_user_is_refused_not_made_a_literal_folder(tmp_path):
+    with pytest.raises(ValueError, match=r"^TIRX_GEMM_CACHE='~nosuchuser/c': there is no "
+                                         r"user 'nosuchuser'"):
+        settings.get("TIRX_GEMM_CACHE", environ={"TIRX_GEMM_CACHE": "~nosuchuser/c"})
+    got = settings.get("TIRX_GEMM_CACHE", environ={"TIRX_GEMM_CACHE": "~/c"})
+    assert got == Path.home() / "c"  # a quoted ~ is expanded as the shell would
+
+
+def test_the_table_piped_into_a_reader_that_stops_ends_without_a_traceback():
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-m", "tirx_gemm.settings"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # `| head` that has read what it wants
+    assert p.wait(timeout=60) == 0
+    assert p.stderr.read() == b""

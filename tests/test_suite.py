@@ -104,6 +104,22 @@ def test_bad_suites_are_refused_in_one_line_naming_the_entry(tmp_path, data, pat
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("entry, pattern", [
+    ({**GOOD, "M": 1 << 20, "N": 4096, "K": 4096},
+     r"entry 1 \(1048576x4096x4096\): .*M\*K=4294967296 elements exceeds 2\^31-1"),
+    ({**GOOD, "M": 1 << 16, "N": 24576, "K": 4096, "epilogues": [{"SWIGLU": True}]},
+     r"entry 1 \(65536x24576x4096\): .*M\*N=3221225472 elements exceeds .*fused weight"),
+])
+def test_an_entry_past_the_int32_shape_limits_is_refused_naming_file_and_entry(
+        tmp_path, entry, pattern):
+    """The limits build --mnk and choose hold a shape to, so that export --suite and bench
+    --suite refuse the entry on the build machine, not deep in a build or at run time."""
+    path = write(tmp_path, {"name": "x", "shapes": [GOOD, entry]})
+    with pytest.raises(ValueError, match=f"^suite {re.escape(str(path))}: {pattern}") as info:
+        suite.load_suite(path)
+    assert "\n" not in str(info.value)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(ValueError, match=r"suite .*nope.json: cannot read it"):
         suite.load_suite(tmp_path / "nope.json")
@@ -133,7 +149,7 @@ def test_plan_for_a_step_uses_it_everywhere(models):
                              else {"dtype": "bfloat16", "SM_COUNT": 132}) for it in items)
     assert all(it.kwargs == {"dtype": "bfloat16"} or it.kwargs == {}
                for it in suite.plan(models, "v5", "sm_100a", 148))
-    with pytest.raises(ValueError, match="no step 'v42' for sm_90a"):
+    with pytest.raises(ValueError, match="--target 'v42' is neither 'matmul' nor a step of sm_90a"):
         suite.plan(models, "v42", "sm_90a", 132)
     with pytest.raises(ValueError, match="sm_count=0 must be a positive int"):
         suite.plan(models, "matmul", "sm_90a", 0)

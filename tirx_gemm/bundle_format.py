@@ -200,7 +200,10 @@ def check_sha256_text(text: str, what: str = "--expect-sha256") -> str:
 
 
 def expected_sha256() -> str | None:
-    """The manifest digest the user pinned ($TIRX_GEMM_BUNDLE_SHA256), or None."""
+    """The manifest digest the user pinned ($TIRX_GEMM_BUNDLE_SHA256), or None. A misspelt
+    pin (an undeclared TIRX_GEMM_* name) is warned about, once per process."""
+    from tirx_gemm import settings
+    settings.warn_unknown()
     text = os.environ.get(EXPECT_SHA256_ENV)
     return check_sha256_text(text, f"${EXPECT_SHA256_ENV}") if text else None
 

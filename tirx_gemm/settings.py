@@ -11,15 +11,19 @@ tests/test_settings.py checks it and that no module reads an undeclared name).
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from tirx_gemm import spec
 
-__all__ = ["MAX_SECONDS", "SETTINGS", "Setting", "env_seconds", "get", "markdown_table"]
+__all__ = ["MAX_SECONDS", "SETTINGS", "Setting", "UnknownSettingWarning", "env_seconds", "get",
+           "markdown_table", "warn_unknown"]
 
 # the longest limit any wait of this project accepts from the environment: one day. A limit
 # is there to end a hang, so "never" (inf, or a number so large it overflows a timer) is
@@ -140,6 +144,44 @@ def _refuse(s: Setting, text: str) -> ValueError:
     return ValueError(f"{s.name}={text!r} must be {s.limits}")
 
 
+class UnknownSettingWarning(UserWarning):
+    """A ``TIRX_GEMM_*`` variable is set that no setting declares (a typo of one, most
+    likely: ``TIRX_GEMM_BUNDLE_SHA`` pins nothing)."""
+
+
+_warned_unknown = False
+
+
+def unknown_names(environ=None) -> list[str]:
+    """The ``TIRX_GEMM_*`` names set in ``environ`` (default: os.environ) that SETTINGS does
+    not declare, sorted."""
+    env = os.environ if environ is None else environ
+    return sorted(k for k in env if k.startswith("TIRX_GEMM_") and k not in TABLE)
+
+
+def warn_unknown(environ=None, report=None) -> list[str]:
+    """Warn, once per process, about every ``TIRX_GEMM_*`` variable set that SETTINGS does
+    not declare, with the closest declared name: a misspelt setting is otherwise ignored
+    without a word (a misspelt digest pin would pin nothing). Returns the names warned
+    about (empty after the first call). ``report`` (a callable taking the line) instead of
+    a UnknownSettingWarning: the CLI's ``tirx-gemm: warning: ...``."""
+    global _warned_unknown
+    if _warned_unknown:
+        return []
+    _warned_unknown = True
+    names = unknown_names(environ)
+    for name in names:
+        near = difflib.get_close_matches(name, list(TABLE), n=1, cutoff=0.6)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        line = (f"{name} is set but is not a setting of tirx-gemm, so it is ignored{hint}; "
+                "`python -m tirx_gemm.settings` lists the settings")
+        if report is not None:
+            report(line)
+        else:
+            warnings.warn(line, UnknownSettingWarning, stacklevel=3)
+    return names
+
+
 def parse(s: Setting, text: str, maximum: float | None = None):
     """``text`` (set, non-empty) as ``s``'s value, or the one-line ValueError."""
     if s.kind == "seconds":
@@ -170,7 +212,18 @@ def parse(s: Setting, text: str, maximum: float | None = None):
         if re.fullmatch(r"[0-9a-fA-F]{7,40}(-dirty)?", text.strip()):
             return text.strip()
         raise _refuse(s, text)
-    return Path(text)
+    return _path(s, text)
+
+
+def _path(s: Setting, text: str) -> Path:
+    """``text`` as a path, ``~`` and ``~user`` expanded the way a shell would; a ``~user``
+    that names no user is refused (it would become a folder literally named ``~user``)."""
+    path = Path(os.path.expanduser(text))
+    if str(path).startswith("~"):
+        user = text[1:].split("/", 1)[0]
+        raise ValueError(f"{s.name}={text!r}: there is no user {user!r} for ~{user} to "
+                         f"expand to; give the folder as a full path")
+    return path
 
 
 def get(name: str, environ=None, default=_UNSET):
@@ -178,6 +231,8 @@ def get(name: str, environ=None, default=_UNSET):
     checked against its limits; its default (or ``default``, where a caller has its own:
     a version probe's shorter limit) when unset or empty."""
     s = setting(name)
+    if environ is None:
+        warn_unknown()
     text = (os.environ if environ is None else environ).get(name)
     if not text:
         value = s.default if default is _UNSET else default
@@ -193,6 +248,7 @@ def env_seconds(name: str, default: float, maximum: float = MAX_SECONDS) -> floa
     one-line ValueError naming the variable and the range. ``name`` must be declared in
     SETTINGS (a reader that keeps its own default and maximum: run/launcher.py)."""
     s = setting(name)
+    warn_unknown()
     text = os.environ.get(name)
     return parse(s, text, maximum) if text else default
 
@@ -223,7 +279,10 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
     if not args.write:
-        print(markdown_table())
+        try:
+            print(markdown_table(), flush=True)
+        except BrokenPipeError:  # `| head` stopped reading: what it shows is all it wants
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     path = Path(__file__).resolve().parent.parent / "CONTRIBUTING.md"
     path.write_text(render_into(path.read_text(encoding="utf-8")), encoding="utf-8")

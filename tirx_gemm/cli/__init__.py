@@ -17,6 +17,7 @@ doctor, show), export.py (export), gpu.py (run, bench, regress, bundle), sim.py 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import sys
@@ -40,6 +41,12 @@ DEBUG_ENV = "TIRX_GEMM_DEBUG"
 class _Parser(argparse.ArgumentParser):
     """Usage mistakes in one line (``-h`` shows the usage), exit 2; a mistyped choice gets
     the closest valid one."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        # "-5,128,128" is a shape with a negative M (refused by the shape's own check, which
+        # says M must be positive), not an unknown option; argparse takes only "-5" as a number
+        self._negative_number_matcher = re.compile(r"^-\d+([.,x]-?\d*)*$|^-\d*\.\d+$")
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {_friendly(message)}\n")
@@ -92,6 +99,10 @@ commands:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from tirx_gemm import settings
+    # a misspelt TIRX_GEMM_* variable would be ignored without a word
+    settings.warn_unknown(report=lambda line: print(f"tirx-gemm: warning: {line}",
+                                                    file=sys.stderr))
     if not argv:  # a bare call asks what the tool does: the short help, exit 0
         print(SHORT_HELP)
         return 0
@@ -101,6 +112,7 @@ def main(argv=None) -> int:
     if getattr(args, "expect_sha256", None):  # every bundle this process verifies is pinned
         from tirx_gemm.bundle_format import EXPECT_SHA256_ENV, check_sha256_text
         try:
+            _bundle_given(args)
             os.environ[EXPECT_SHA256_ENV] = check_sha256_text(args.expect_sha256)
         except ValueError as exc:
             print(f"tirx-gemm: error: {exc}", file=sys.stderr)
@@ -112,6 +124,9 @@ def main(argv=None) -> int:
     from tirx_gemm.sim.environment import SimUnavailable
     try:
         return args.fn(args)
+    except BrokenPipeError:  # `| head` stopped reading: what it shows is all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, BuildError, OSError, SimUnavailable, *_runner_errors()) as exc:
         if _debug():
             traceback.print_exc()
@@ -120,6 +135,18 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _bundle_given(args) -> None:
+    """--expect-sha256 pins a bundle: without one (no --bundle, no $TIRX_GEMM_BUNDLE) the
+    kernels are built here and nothing would be checked against the digest."""
+    from tirx_gemm import settings
+    if args.cmd == "bundle" or getattr(args, "bundle", None) \
+            or settings.get("TIRX_GEMM_BUNDLE") is not None:
+        return
+    raise ValueError(f"--expect-sha256 pins the digest of a bundle, but no bundle is given: "
+                     f"add --bundle DIR (the bundle `tirx-gemm export` wrote), or drop "
+                     f"--expect-sha256 to build the kernels here")
 
 
 def _debug() -> bool:
@@ -174,4 +201,7 @@ def _one_line(exc: BaseException) -> str:
     first, _, rest = text.partition("\n")
     if isinstance(exc, OSError) and exc.strerror and exc.filename:
         first = f"{exc.filename}: {exc.strerror}"
+        if exc.errno == errno.ENOSPC:  # which file system, and how much a build needs
+            from tirx_gemm.compile.cache import disk_full
+            first += f" ({disk_full(exc.filename) or 'its file system is full'})"
     return first + "".join(f"\n    {line}" for line in rest.splitlines())

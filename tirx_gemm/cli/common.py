@@ -27,8 +27,12 @@ def get_step(step_id: str, arch: str) -> registry.Step:
     try:
         return registry.get(step_id, arch)
     except ValueError as exc:
-        ids = [s.id for s in registry.all_steps(arch)] if arch in registry.ARCHES else []
-        raise ValueError(f"{exc}{suggest(str(step_id).lower(), ids)}") from None
+        if arch not in registry.ARCHES:
+            raise
+        ids = [s.id for s in registry.all_steps(arch)]
+        # the id as typed (registry.get's message names it after its own normalising)
+        raise ValueError(f"no step {step_id!r} for {arch} (steps for {arch}: {', '.join(ids)})"
+                         f"{suggest(str(step_id).strip().lower(), ids)}") from None
 
 
 def _mnk(text: str) -> tuple[int, int, int]:

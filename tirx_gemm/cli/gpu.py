@@ -156,7 +156,7 @@ def _bench_suite(args) -> int:
     from tirx_gemm.op import suite
     suite.load_suite(args.suite or None)  # a bad suite file fails before the GPU probe
     if args.target != suite.MATMUL:
-        get_step(args.target, args.arch)
+        suite.target_step(args.target, args.arch)
     device, why = _device_or_reason(args.arch)
     if device is None:
         # the suite is a timing against torch.matmul: NumSim (sm_100a here) times nothing,
@@ -223,6 +223,11 @@ def cmd_regress(args) -> int:
 def _regress_cpu(args) -> int:
     from tirx_gemm.report import regress
     from tirx_gemm.compile.api import build_many
+    path = Path(args.expectations)
+    old = regress.load_expectations(path)  # a bad file is refused before any build or write
+    if old is None and not args.update:
+        print(f"no expectations file {path}: create it with `tirx-gemm regress --cpu --update`")
+        return 1
     steps = registry.all_steps(args.arch if args.arch_given else None)
     reqs = regress.cpu_requests(steps)
     prog, progress = _build_progress(len(reqs), args.quiet)
@@ -234,19 +239,13 @@ def _regress_cpu(args) -> int:
     if bad:
         return 1
     actual = regress.build_snapshot(res)
-    path = Path(args.expectations)
     if args.update:
-        old = json.loads(path.read_text()) if path.exists() else {}
-        old.update(actual)
+        old = {**(old or {}), **actual}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
         print(f"wrote {len(actual)} expectations to {path}")
         return 0
-    if not path.exists():
-        print(f"no expectations file {path}: create it with `tirx-gemm regress --cpu --update`")
-        return 1
-    expected = json.loads(path.read_text())
-    expected = {k: v for k, v in expected.items() if k in actual or not args.arch_given
+    expected = {k: v for k, v in old.items() if k in actual or not args.arch_given
                 or k.split("@")[1].startswith(args.arch + ":")}
     diff = regress.diff_snapshot(expected, actual)
     if diff:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tirx_gemm import registry, spec
+from tirx_gemm.cli.common import _mnk
 from tirx_gemm.report import timeline_files as TF
 from tirx_gemm.report import timeline_view as TV
 
@@ -25,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("step", help=f"step id, v4 .. {last} (or a recorded trace .json: redraw "
                                 "its PNG)")
     p.add_argument("--arch", default="sm_90a", choices=registry.ARCHES)
-    p.add_argument("--mnk", type=_parse_mnk, default=None,
+    p.add_argument("--mnk", type=_mnk, default=None,
                    help="problem shape M,N,K (default: the step's canonical shape)")
     p.add_argument("--dtype", default="float16", choices=spec.DTYPES)
     p.add_argument("--out", default=str(TF.TIMELINES_DIR),
@@ -41,11 +42,6 @@ def register(sub) -> None:
     p.add_argument("--no-timing", action="store_true",
                    help="skip timing the instrumented kernel against the plain one")
     p.set_defaults(fn=cmd_trace)
-
-
-def _parse_mnk(value):
-    from tirx_gemm.run.trace import _parse_mnk as parse
-    return parse(value)
 
 
 def cmd_trace(args) -> int:

@@ -28,8 +28,8 @@ import os
 
 from tirx_gemm import registry
 from tirx_gemm.compile.cache import (ARTEFACTS, BUILD_FORMAT, BuildResult, InvalidEntry, WorkFolder,
-                             cache_key, cache_root, count_prefix, install_entry, load_cached,
-                             read_entry, sweep_stale, verify_entry)
+                             cache_key, cache_root, count_prefix, disk_full, install_entry,
+                             load_cached, read_entry, sweep_stale, verify_entry)
 from tirx_gemm.compile.cudalibs import ensure_cudart, ensure_libcuda, ensure_stub
 from tirx_gemm.compile.doctor import toolchain_report
 from tirx_gemm.compile.pipeline import NVCC_FLAGS, parse_ptxas, sass_opcode_counts
@@ -196,5 +196,5 @@ def _finish(step: Step, job: dict, folder: WorkFolder, failure: str | None) -> B
             raise BuildError(f"{step.key} {shape}: {why}")
         return install_entry(folder, job["key"])
     except InvalidEntry as exc:
-        raise BuildError(f"{step.key} {shape}: the build produced an unusable result "
-                         f"({exc})") from None
+        raise BuildError(f"{step.key} {shape}: " + (disk_full(folder.path) or (
+            f"the build produced an unusable result ({exc})"))) from None

@@ -145,6 +145,55 @@ def builds_dir() -> Path:
     return cache_root() / "builds"
 
 
+def _mount_point(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def disk_full(path) -> str | None:
+    """"the file system at MOUNT (holding PATH) is full: ..." when the file system holding
+    ``path`` (or its nearest existing parent) has less free space than the largest build
+    entry in the cache needs (1 MiB while the cache holds none); else None."""
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    sizes = []
+    for entry in _listdir(builds_dir()):
+        if "." in entry:  # a work folder (KEY.random), not a finished build
+            continue
+        d = builds_dir() / entry
+        try:
+            sizes.append(sum(f.stat().st_size for f in d.iterdir() if f.is_file()))
+        except OSError:
+            continue
+    need = max(sizes, default=2**20)
+    if free >= need:
+        return None
+    basis = (f"the largest of the {len(sizes)} builds in the cache" if sizes else
+             "no build in the cache to measure")
+    return (f"the file system at {_mount_point(where)} (holding {path}) is full: "
+            f"{_mib(free)} free, a build needs about {_mib(need)} ({basis}); free some "
+            f"space there, or point $TIRX_GEMM_CACHE at another file system")
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 def cache_key(step: Step, M: int, N: int, K: int, kwargs: dict,
               watchdog_ms: int | None = None) -> str:
     h = hashlib.sha256()

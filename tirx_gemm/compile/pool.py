@@ -120,10 +120,20 @@ def _server_log(text: str) -> str:
 
 def job_error(work: Path) -> dict | None:
     """The error a build reported as data ({"type", "message"}), or None."""
+    path = Path(work) / "error.json"
     try:
-        return json.loads((work / "error.json").read_text())
+        err = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+    except (OSError, ValueError):  # empty or cut short: a full disk, most often
+        err = None
+    if isinstance(err, dict) and isinstance(err.get("type"), str) \
+            and isinstance(err.get("message"), str):
+        return err
+    from tirx_gemm.compile.cache import disk_full
+    return {"type": "BuildError",
+            "message": disk_full(work) or f"the build failed, and its error report {path} "
+                                          "is empty or damaged"}
 
 
 # ---------------------------------------------------------------------------------------

@@ -112,6 +112,38 @@ def _collect_after_kill(proc: subprocess.Popen) -> tuple[str, str]:
         return "", ""
 
 
+def end_pipe_holders(proc: subprocess.Popen) -> list[str]:
+    """SIGKILL every other process that holds ``proc``'s stdout or stderr pipe open (a child
+    that left the tool's process group, so killing the group missed it); "name (pid N)" of
+    each. Linux: read from /proc; elsewhere nothing is found."""
+    pipes = set()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None and not pipe.closed:
+            pipes.add(f"pipe:[{os.fstat(pipe.fileno()).st_ino}]")
+    ended = []
+    for pid in (int(d) for d in _listdir("/proc") if d.isdigit()):
+        if pid == os.getpid():
+            continue
+        try:
+            held = any(os.readlink(f"/proc/{pid}/fd/{fd}") in pipes
+                       for fd in os.listdir(f"/proc/{pid}/fd"))
+            if held:
+                with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+                    comm = f.read().strip()
+                os.kill(pid, signal.SIGKILL)
+                ended.append(f"{comm} (pid {pid})")
+        except OSError:  # gone meanwhile, or not ours to read or end
+            continue
+    return ended
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
 def run_tool(cmd: list, *, probe: bool = False, env: dict | None = None,
              name: str | None = None) -> subprocess.CompletedProcess:
     """Run an external tool with a time limit, capturing its output as text.
@@ -135,9 +167,16 @@ def run_tool(cmd: list, *, probe: bool = False, env: dict | None = None,
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
+        finished = proc.poll()  # the tool itself may have ended, a child holding its output
         kill_group(proc.pid)
+        left = end_pipe_holders(proc)
         _collect_after_kill(proc)
-        raise BuildError(f"{name} did not finish within {limit:g} s "
+        ended = (f"; ended {', '.join(left)}, which it left running" if left else "")
+        if finished is not None:
+            raise BuildError(f"{name} finished (exit {finished}), but a process it started "
+                             f"kept its output open past {limit:g} s{ended} "
+                             f"({TOOL_TIMEOUT_ENV} sets the limit in seconds)") from None
+        raise BuildError(f"{name} did not finish within {limit:g} s{ended} "
                          f"({TOOL_TIMEOUT_ENV} sets the limit in seconds)") from None
     except BaseException:
         kill_group(proc.pid)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import threading
 
 from tirx_gemm import numerics, registry, spec
+from tirx_gemm.op.operands import check_dense, check_no_overlap
 
 __all__ = ["matmul_fp8", "scale_mode", "check_fp8_operands", "choose_fp8", "export_requests",
            "FP8_STEP", "OUT_DTYPES", "lab_variants", "lab_variant_requests"]
@@ -99,6 +100,7 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
     for name, t in ops:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_dense(ops)
     if not isinstance(out_dtype, torch.dtype) or \
             str(out_dtype).removeprefix("torch.") not in OUT_DTYPES:
         raise TypeError(f"out_dtype={out_dtype!r}: matmul_fp8 returns torch.bfloat16 or "
@@ -161,6 +163,8 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
         if t.data_ptr() % 4:
             raise ValueError(f"{name}'s data pointer is not 4-byte aligned: pass "
                              f"{name}.clone()")
+    if out is not None:
+        check_no_overlap(out, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
     if torch.is_grad_enabled() and any(t.requires_grad for _, t in ops):
         raise ValueError("matmul_fp8 has no backward: call it under torch.no_grad() or "
                          "pass detached tensors")

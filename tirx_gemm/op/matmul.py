@@ -41,7 +41,8 @@ gate/up weight (:func:`fuse_gate_up`; fuse once per model and pass ``fused=``). 
 have none, so :func:`choose` routes a call with an epilogue to v12's best tile
 (``cost_model.best_tile``), or to v10 where ``rules.epilogue_step`` says so (only once
 ``rules.EPILOGUE_STEP`` is set to "v10"; off until measured). ``step="v10"`` or
-``step="v12"`` forces one of them; ``step="v9"`` with an epilogue is refused. On sm_100a matmul has no epilogue kernels yet (refused in one line).
+``step="v12"`` forces one of them; ``step="v9"`` with an epilogue is refused. On sm_100a
+matmul has no epilogue kernels yet (refused in one line).
 :func:`variants` takes the same ``epilogue`` (builder keywords) to list a layer's kernels.
 """
 
@@ -68,12 +69,13 @@ from tirx_gemm.op.rules import RULES, choose, choose_epilogue_on, explain  # noq
 # the checks of a call's tensors, reachable as tirx_gemm.matmul.<name> too
 from tirx_gemm.op.operands import (  # noqa: F401
     ALIGN_BYTES, _bias_dtype, _check_out, _dtype_name, _gpu_arch, _out_dtype_name, check_bias,
-    check_operands, epilogue_kwargs)
+    check_dense, check_gate_up, check_no_overlap, check_operands, epilogue_kwargs, mark_gate_up,
+    out_overlaps)
 
-__all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs",
+__all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs", "check_step",
            "synchronize", "choose", "explain", "variants", "step_kwargs", "runtime_m",
-           "build_shape", "bare_launch", "check_operands", "use_bundle", "bundle_path", "kernel_source",
-           "clear_cache", "BUNDLE_ENV"]
+           "build_shape", "bare_launch", "check_operands", "use_bundle", "bundle_path",
+           "kernel_source", "clear_cache", "BUNDLE_ENV"]
 
 BUNDLE_ENV = "TIRX_GEMM_BUNDLE"
 
@@ -81,6 +83,22 @@ BUNDLE_ENV = "TIRX_GEMM_BUNDLE"
 # --------------------------------------------------------------------------------------
 # a forced step, and every kernel a layer needs over all M (both walk rules.RULES)
 # --------------------------------------------------------------------------------------
+def check_step(step) -> None:
+    """A one-line TypeError / ValueError unless ``step`` is None or names a step of the
+    registry ("v9"; "V9" and "9" too, as registry.get reads them), on any arch."""
+    if step is None:
+        return
+    if not isinstance(step, str):
+        raise TypeError(f"step={step!r} is a {type(step).__name__}: pass a step id string "
+                        f"such as 'v9', or step=None for choose's pick")
+    sid = step.lower()
+    sid = sid if sid.startswith("v") else "v" + sid
+    ids = dict.fromkeys(s.id for s in registry.STEPS)
+    if sid not in ids:
+        raise ValueError(f"there is no step {step!r}: the steps are {', '.join(ids)} (or "
+                         f"step=None for choose's pick)")
+
+
 def _pick(M, N, K, dtype, arch, sm_count, step):
     """(Step, builder keywords) of a call: :func:`choose`'s pick, or the forced ``step``
     (``matmul(..., step=...)``) with its keywords, v12's tile and v11's split chosen here."""
@@ -201,9 +219,10 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
         lib, meta, _ = kernel_for(step, at, kwargs=dict(kwargs))
         meta["N"], meta["K"] = N, K
     else:
+        from tirx_gemm.bundle_format import KernelNotInBundle
         try:
             lib, meta, _ = kernel_for(step, at, Path(bundle), kwargs=dict(kwargs))
-        except ValueError as exc:
+        except KernelNotInBundle as exc:  # a refused digest pin or a bad bundle says so itself
             sm = kwargs.get(step.sm_count_kwarg) if step.sm_count_kwarg else None
             raise ValueError(
                 f"no kernel for {_describe(step, mnk, kwargs)} in bundle {bundle} ({exc}): "
@@ -300,8 +319,11 @@ def _fast_key(a, b, out, step):
         key = (a.shape, b.shape, a.dtype, a.get_device(), step)
     except (AttributeError, TypeError):
         return None
-    if (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1) or (
-            out is not None and out.data_ptr() & (ALIGN_BYTES - 1)):
+    try:  # a sparse tensor (or a non-tensor) has no data pointer: the full checks say so
+        if (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1) or (
+                out is not None and out.data_ptr() & (ALIGN_BYTES - 1)):
+            return None
+    except (RuntimeError, AttributeError, TypeError):
         return None
     if (a.requires_grad or b.requires_grad) and _torch.is_grad_enabled():
         return None
@@ -312,6 +334,7 @@ def _first_call(a, b, out, step, key):
     """Check everything (one-line errors), pick and load the kernel, remember the call."""
     global _torch
     import torch
+    check_step(step)
     M, N, K, dtype = check_operands(a, b, out)
     _torch = torch
     if M == 0:
@@ -381,7 +404,8 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
     ``a``: M x K (tokens x in-features); ``b``: N x K (out-features x in-features, a Linear
     weight); both one dtype, contiguous, 16-byte aligned, N and K multiples of 8, on an
     sm_90a or sm_100a GPU. Returns an M x N tensor of the same dtype (fp32 accumulation):
-    ``out`` when given (contiguous, same dtype and device), else a new one.
+    ``out`` when given (contiguous, same dtype and device, no byte shared with an input),
+    else a new one.
 
     Asynchronous, like every torch op: the call returns once the kernel is queued on the
     current CUDA stream (so CUDA graphs capture it), and a kernel failure surfaces at the
@@ -413,11 +437,17 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
         except (AttributeError, TypeError):
             key = None
         call = _calls.get(key) if key is not None else None
-        if (call is not None and not (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1)
-                and not ((a.requires_grad or b.requires_grad) and t.is_grad_enabled())
-                and (out is None or not out.data_ptr() & (ALIGN_BYTES - 1))):
+        try:  # a sparse tensor (or a non-tensor) has no data pointer: the full checks say so
+            lean = (call is not None and not (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1)
+                    and not ((a.requires_grad or b.requires_grad) and t.is_grad_enabled())
+                    and (out is None or not out.data_ptr() & (ALIGN_BYTES - 1)))
+        except (RuntimeError, AttributeError, TypeError):
+            lean = False
+        if lean:
             if out is None:
                 out = a.new_empty((key[0][0], key[1][0]))
+            elif out_overlaps(out, a, b):
+                check_no_overlap(out, a=a, b=b)
             try:
                 call.kernel(a, b, out, *call.workspace)
             except Exception as exc:
@@ -451,13 +481,19 @@ def _epilogue_call(a, b, bias, activation, out_dtype, swiglu: bool, step, out, s
     except (AttributeError, TypeError):
         key, call = None, None
     t = _torch
-    if call is not None and t is not None and not (
+    try:  # a sparse tensor (or a non-tensor) has no data pointer: the full checks say so
+        lean = call is not None and t is not None and not (
             a.data_ptr() | b.data_ptr() | (0 if bias is None else bias.data_ptr())
             | (0 if out is None else out.data_ptr())) & (ALIGN_BYTES - 1) \
             and not (t.is_grad_enabled() and (a.requires_grad or b.requires_grad or (
-                bias is not None and bias.requires_grad))):
+                bias is not None and bias.requires_grad)))
+    except (RuntimeError, AttributeError, TypeError):
+        lean = False
+    if lean:
         if out is None:
             out = a.new_empty(call.workspace[0], dtype=call.workspace[1])
+        elif out_overlaps(out, a, b, bias):
+            check_no_overlap(out, a=a, b=b, bias=bias)
         try:
             if bias is not None:
                 call.kernel(a, b, out, bias)
@@ -487,6 +523,7 @@ def _epilogue_checks(a, b, bias, activation, out_dtype, swiglu, out, *,
     res_dtype = torch.float32 if epi.get("OUT_DTYPE") == "float32" else a.dtype
     if out is not None:
         _check_out(out, M, N, res_dtype, a.device)
+        check_no_overlap(out, a=a, b=b, bias=bias)
     return M, N, K, dtype, epi, res_dtype
 
 
@@ -499,6 +536,7 @@ def _raise_launch(call, exc):
 def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, key):
     global _torch
     import torch
+    check_step(step)
     M, N, K, dtype, epi, res_dtype = _epilogue_checks(a, b, bias, activation, out_dtype,
                                                      swiglu, out)
     _torch = torch
@@ -539,7 +577,8 @@ def fuse_gate_up(w_gate, w_up):
     """The fused gate/up weight of a SwiGLU MLP, for :func:`swiglu` (``fused=``): w_gate and
     w_up (N x K each, one dtype and device, N a multiple of 8) interleaved in groups of
     8 rows (gate 0-7, up 0-7, gate 8-15, ...; tirx_gemm.epilogue.SWIGLU_GROUP), a new
-    contiguous (2N, K) tensor. Do it once per model (it copies both weights), not per call.
+    contiguous (2N, K) tensor, marked (operands.mark_gate_up: what survives a copy) so that
+    swiglu refuses any other ``fused=``. Do it once per model (it copies both weights).
     Its numpy twin: tirx_gemm.epilogue.interleave_gate_up_np."""
     import torch
     for name, w in (("w_gate", w_gate), ("w_up", w_up)):
@@ -555,8 +594,10 @@ def fuse_gate_up(w_gate, w_up):
     N, K = w_gate.shape
     E.check_swiglu_n(N)
     G = E.SWIGLU_GROUP
-    return torch.stack((w_gate.reshape(N // G, G, K), w_up.reshape(N // G, G, K)),
-                       dim=1).reshape(2 * N, K).contiguous()
+    fused = torch.stack((w_gate.reshape(N // G, G, K), w_up.reshape(N // G, G, K)),
+                        dim=1).reshape(2 * N, K).contiguous()
+    mark_gate_up(fused)
+    return fused
 
 
 def swiglu(a, w_gate=None, w_up=None, *, fused=None, out_dtype=None, out=None,
@@ -564,7 +605,9 @@ def swiglu(a, w_gate=None, w_up=None, *, fused=None, out_dtype=None, out=None,
     """``silu(a @ w_gate.T) * (a @ w_up.T)`` (a SwiGLU MLP's gate/up half) in one kernel:
     one GEMM over the fused weight, the silu and the product on the fp32 accumulators
     (v12 on sm_90a). Give ``w_gate`` and ``w_up`` (N x K each; fused here at every call,
-    a copy of both) or ``fused=fuse_gate_up(w_gate, w_up)`` made once. Returns M x N in
+    a copy of both) or ``fused=fuse_gate_up(w_gate, w_up)`` made once: ``fused=`` takes only
+    what fuse_gate_up marked (a concatenated [w_gate; w_up], a checkpoint's gate_up_proj, is
+    refused: ``w.chunk(2, dim=0)`` splits it). Returns M x N in
     the operands' dtype, or fp32 with ``out_dtype=torch.float32``."""
     if fused is None:
         if w_gate is None or w_up is None:
@@ -579,6 +622,7 @@ def swiglu(a, w_gate=None, w_up=None, *, fused=None, out_dtype=None, out=None,
                 and fused.shape[0] % (2 * E.SWIGLU_GROUP):
             raise ValueError(f"fused has {fused.shape[0]} rows: a fused gate/up weight "
                              f"(fuse_gate_up) has 2N rows, N a multiple of {E.SWIGLU_GROUP}")
+        check_gate_up(fused)
     return _epilogue_call(a, fused, None, None, out_dtype, True, None, out, sync)
 
 

@@ -26,9 +26,18 @@ kernels cannot serve; ``patch`` checks the arch when it replaces layers).
 ``patch(module)`` replaces, in place, every ``torch.nn.Linear`` of ``module`` that the kernels
 can serve by a ``Linear`` sharing its parameters (same tensors: no copy, state_dict
 unchanged), and leaves the rest to torch; it returns a :class:`Report` of the layers replaced
-and of each one kept, with why (``print(report)``). It replaces only exact
-``torch.nn.Linear`` instances: a subclass may have its own forward. Forward hooks and
-pre-hooks of a replaced layer move to its replacement.
+and of each one kept, with why (``print(report)``). All or nothing: every layer is checked
+and every replacement built before the first is put in place (and a failure while putting
+them in place puts the old layers back). It replaces only exact ``torch.nn.Linear``
+instances whose weight and bias are plain ``torch.nn.Parameter``s of the layer and which
+hold nothing else (no buffers, submodules or other parameters): a subclass may have its own
+forward, and a parametrized weight (torch.nn.utils.parametrize, the old weight_norm's
+recomputed ``weight``) or a quantized wrapper's parameter is not what the kernels should
+read; such a layer is kept, with the reason in the report. Hooks move with the layer: the
+replacement takes the old layer's hook dicts themselves (forward and pre-forward,
+backward, state_dict and load_state_dict hooks), so a handle the caller holds still removes
+its hook; hooks run with the replacement as their module. A layer with a load_state_dict
+pre-hook is kept (torch binds that hook to the layer, which a replacement would orphan).
 """
 
 from __future__ import annotations
@@ -102,6 +111,13 @@ def layer_refusal(layer: torch.nn.Linear) -> str | None:
     return None if why is None else f"weight is {why}"
 
 
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
+               "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+               "_load_state_dict_post_hooks")
+
+
 class Linear(torch.nn.Linear):
     """A torch.nn.Linear whose forward runs tirx_gemm's kernels when it can (see the module
     docstring): ``y = x @ weight.T (+ bias)``, the bias fused into the GEMM on sm_90a.
@@ -120,16 +136,17 @@ class Linear(torch.nn.Linear):
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear, *, strict: bool = False) -> "Linear":
         """A Linear sharing ``layer``'s parameters (the same tensors), training flag and
-        forward hooks."""
+        hooks (the same dicts: see the module docstring)."""
         new = cls(layer.in_features, layer.out_features, bias=layer.bias is not None,
                   device="meta", dtype=layer.weight.dtype, strict=strict)
         new.weight = layer.weight
         new.bias = layer.bias
         new.train(layer.training)
-        for hooks in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
-                      "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called"):
+        for hooks in _HOOK_DICTS:
             if hasattr(layer, hooks):
-                getattr(new, hooks).update(getattr(layer, hooks))
+                object.__setattr__(new, hooks, getattr(layer, hooks))
+        if hasattr(layer, "_is_full_backward_hook"):
+            new._is_full_backward_hook = layer._is_full_backward_hook
         return new
 
     def _refusal(self, x, w, b) -> str | None:
@@ -143,6 +160,8 @@ class Linear(torch.nn.Linear):
             return f"weight is {dt}: the kernels take float16 or bfloat16"
         if x.dtype is not dt:
             return f"input is {x.dtype} but the weight is {dt}"
+        if x.layout is not torch.strided:
+            return f"input is a {x.layout} tensor (the kernels take dense ones)"
         dev = x.get_device()
         if dev < 0 or dev != w.get_device():
             return f"input is on {x.device}, weight on {w.device}"
@@ -276,6 +295,7 @@ def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = Fals
     report = Report(module)
     done: dict = {}  # id(old layer) -> (replacement or None, the name it was first seen at)
     seen: set = set()
+    plan = []  # (parent, attr, old layer, new layer): put in place once all are checked
     todo = [("", None, "", module)]
     while todo:
         name, parent, attr, m = todo.pop(0)
@@ -289,10 +309,7 @@ def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = Fals
                 done[id(m)] = (new, name)
                 (report.kept if new is None else report.replaced).append((name, note))
             if new is not None:
-                if parent is None:
-                    report.module = new
-                else:
-                    setattr(parent, attr, new)
+                plan.append((parent, attr, m, new))
             continue
         if id(m) in seen:
             continue
@@ -302,15 +319,67 @@ def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = Fals
             if child is not None:
                 todo.append((f"{name}.{child_attr}" if name else child_attr, m, child_attr,
                              child))
+    _apply(plan, report)
     if verbose:
         print(report)
     return report
+
+
+def _apply(plan, report) -> None:
+    """Put every planned replacement in place, or, when one fails, put back those done and
+    re-raise: patch leaves the module whole or unchanged."""
+    done = []
+    try:
+        for parent, attr, old, new in plan:
+            if parent is None:
+                report.module = new
+            else:
+                setattr(parent, attr, new)
+            done.append((parent, attr, old))
+    except BaseException:
+        for parent, attr, old in reversed(done):
+            if parent is None:
+                report.module = old
+            else:
+                setattr(parent, attr, old)
+        raise
+
+
+def _not_plain(layer) -> str | None:
+    """Why ``layer``'s weight or bias is not a plain Parameter the kernels may read, or
+    what else it holds that a replacement would drop (one line), or None."""
+    from torch.nn.utils import parametrize
+    if parametrize.is_parametrized(layer):
+        names = ", ".join(layer.parametrizations.keys())
+        return (f"its {names} is parametrized (torch.nn.utils.parametrize): computed at each "
+                f"call, left as is")
+    params = layer._parameters
+    for name in ("weight", "bias"):
+        p = params.get(name)
+        if p is None and (name == "weight" or getattr(layer, name, None) is not None):
+            return (f"its {name} is not a Parameter of the layer (weight_norm or another "
+                    f"reparametrization computes it): left as is")
+        if p is not None and type(p) is not torch.nn.Parameter:
+            return (f"its {name} is a {type(p).__module__}.{type(p).__qualname__}, not a plain "
+                    f"torch.nn.Parameter (a quantized wrapper?): left as is")
+    extra = [f"parameter {k}" for k in params if k not in ("weight", "bias")]
+    extra += [f"buffer {k}" for k in layer._buffers] + [f"submodule {k}" for k in layer._modules]
+    if extra:
+        return f"it also holds {', '.join(extra)}, which a replacement would drop: left as is"
+    for hook in getattr(layer, "_load_state_dict_pre_hooks", {}).values():
+        if getattr(hook, "with_module", False):
+            return ("it has a load_state_dict pre-hook, which torch binds to the layer itself "
+                    "(a replacement would orphan it): left as is")
+    return None
 
 
 def _replacement(layer, strict: bool):
     """(new Linear, note) for a layer patch replaces, else (None, why it is kept)."""
     if isinstance(layer, Linear):
         return None, f"already a tirx_gemm.nn.Linear ({_describe(layer)})"
+    why = _not_plain(layer)
+    if why is not None:
+        return None, f"{_describe(layer)}: {why}"
     if type(layer) is not torch.nn.Linear:
         return None, (f"{type(layer).__module__}.{type(layer).__qualname__} subclasses "
                       f"nn.Linear: its forward may differ, left as is")

@@ -4,6 +4,8 @@ torch is imported only inside the checks, so importing this module imports no to
 
 from __future__ import annotations
 
+import weakref
+
 from tirx_gemm import epilogue as E
 from tirx_gemm.op.keywords import ROW_MULTIPLE, _ceil_div
 from tirx_gemm.numerics import DTYPES
@@ -25,6 +27,7 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
     for name, t in ops:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_dense(ops)
     if require_cuda:  # first: on a machine without a GPU no other advice can help
         off = [name for name, t in ops if t.device.type != "cuda"]
         if off and not torch.cuda.is_available():
@@ -43,10 +46,69 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
         if t.data_ptr() % ALIGN_BYTES:
             raise ValueError(f"{name}'s data pointer is not {ALIGN_BYTES}-byte aligned (a view "
                              f"at an odd offset?): TMA needs it; pass {name}.clone()")
+    if out is not None:
+        check_no_overlap(out, a=a, b=b)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         raise ValueError("matmul has no backward: call it under torch.no_grad() or "
                          "torch.inference_mode(), or pass detached tensors")
     return M, N, K, _dtype_name(a)
+
+
+def check_dense(ops) -> None:
+    """A one-line TypeError for a sparse (or other non-strided) tensor among ``ops``
+    [(name, tensor)]: run before anything reads a data pointer, which such a tensor lacks."""
+    for name, t in ops:
+        layout = getattr(t, "layout", None)
+        if layout is not None and str(layout) != "torch.strided":
+            raise TypeError(f"{name} is a {layout} tensor: the kernels take dense tensors; "
+                            f"pass {name}.to_dense()")
+
+
+def byte_range(t) -> tuple[int, int] | None:
+    """(first, last) address of the bytes ``t``'s elements occupy, strides and storage
+    offset included (``data_ptr`` is the first element's address), or None when empty."""
+    if t.numel() == 0:
+        return None
+    lo = hi = t.data_ptr()
+    size = t.element_size()
+    for n, s in zip(t.shape, t.stride()):
+        if s >= 0:
+            hi += (n - 1) * s * size
+        else:
+            lo += (n - 1) * s * size
+    return lo, hi + size - 1
+
+
+def check_no_overlap(out, **inputs) -> None:
+    """A one-line ValueError when the bytes ``out`` spans overlap those of an input
+    (``name=tensor``; None skipped): the kernel would write the result over what it is
+    still reading. Compares the byte ranges (:func:`byte_range`), so a view at another
+    offset of the same storage is caught, not only an equal data pointer."""
+    span = byte_range(out)
+    if span is None:
+        return
+    for name, t in inputs.items():
+        if t is None or t.device != out.device:
+            continue
+        other = byte_range(t)
+        if other is not None and other[0] <= span[1] and span[0] <= other[1]:
+            raise ValueError(f"out overlaps {name} in memory (out's bytes "
+                             f"{span[0]:#x}-{span[1]:#x}, {name}'s {other[0]:#x}-{other[1]:#x}):"
+                             f" the kernel would overwrite {name} while reading it; pass "
+                             f"out=None or a tensor of its own")
+
+
+def out_overlaps(out, a, b, bias=None) -> bool:
+    """Cheap test for the lean paths: whether out's bytes may overlap a's, b's or bias's,
+    taking each tensor as compact (what the kernel's host code lets through); where it
+    may, :func:`check_no_overlap` decides exactly."""
+    p, n = out.data_ptr(), out.nbytes
+    for t in (a, b, bias):
+        if t is not None:
+            q = t.data_ptr()
+            if q < p + n and p < q + t.nbytes:
+                return True
+    return False
 
 
 def check_layout(a, b, out=None) -> tuple[int, int, int]:
@@ -55,6 +117,7 @@ def check_layout(a, b, out=None) -> tuple[int, int, int]:
     ValueError. The eager call (check_operands) and the traced op's fake implementation
     (torch_op.check_fake) both run these, so a traced model fails where an eager one would."""
     ops = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
+    check_dense(ops)
     for name, t in ops:
         if _dtype_name(t) is None:
             raise TypeError(f"{name} has dtype {t.dtype}: matmul takes torch.float16 or "
@@ -135,6 +198,9 @@ def epilogue_kwargs(bias=None, activation=None, out_dtype=None, swiglu: bool = F
 
 
 def _bias_dtype(bias) -> str:
+    if not hasattr(bias, "dtype") or isinstance(bias, (bool, int, float, complex)):
+        raise TypeError(f"bias must be a 1-D torch.Tensor of N values (or None), got "
+                        f"{type(bias).__name__}")
     name = str(getattr(bias, "dtype", "")).removeprefix("torch.")
     if name not in E.BIAS_DTYPES:
         raise TypeError(f"bias has dtype {getattr(bias, 'dtype', type(bias).__name__)}: the "
@@ -175,3 +241,77 @@ def _check_out(out, M: int, N: int, dtype, device) -> None:
         raise ValueError(f"out is on {out.device} but the operands are on {device}")
     if not out.is_contiguous() or out.data_ptr() % ALIGN_BYTES:
         raise ValueError("out must be contiguous and 16-byte aligned: pass a fresh tensor")
+
+
+# --------------------------------------------------------------------------------------
+# the mark of a fused gate/up weight: swiglu(fused=) takes only what fuse_gate_up made
+# --------------------------------------------------------------------------------------
+GATE_UP_MARK = "_tirx_gemm_gate_up"  # attribute fuse_gate_up sets: the (2N, K) it made
+_gate_up_storages: dict = {}  # id(storage fuse_gate_up wrote) -> (weakref to it, (2N, K))
+_hooked = False  # whether the Parameter-registration hook that carries the mark is in place
+
+
+def mark_gate_up(t) -> None:
+    """Mark ``t``, just made by fuse_gate_up, as a fused gate/up weight. Two marks: an
+    attribute on the tensor (kept by ``.contiguous()``, ``requires_grad_``, deepcopy and
+    torch.save/load) and a weak registry of its storage, which recognizes what shares it
+    (``nn.Parameter(t)``, ``t.detach()``, full views). A Parameter made of it gets the
+    attribute when it is set on a module (a torch parameter-registration hook, installed by
+    the first call) or first passed to swiglu, and keeps it through the module's
+    ``.to()``/``.cuda()``/``.half()`` (they swap the Parameter's data, not the Parameter). A
+    copy of a bare tensor (``.to(other dtype or device)``, ``.clone()``) and a Parameter
+    replaced by ``load_state_dict(assign=True)`` carry no mark: fuse after moving."""
+    global _hooked
+    shape = tuple(t.shape)
+    setattr(t, GATE_UP_MARK, shape)
+    s = t.untyped_storage()
+    key = id(s)
+
+    def forget(ref, key=key):
+        if _gate_up_storages.get(key, (None,))[0] is ref:
+            del _gate_up_storages[key]
+    _gate_up_storages[key] = (weakref.ref(s, forget), shape)
+    if not _hooked:
+        from torch.nn.modules.module import register_module_parameter_registration_hook
+        register_module_parameter_registration_hook(_carry_mark)
+        _hooked = True
+
+
+def _carry_mark(module, name, param) -> None:
+    """Parameter-registration hook: a Parameter sharing fuse_gate_up's storage takes its
+    mark (the attribute), so that the module's ``.to()`` keeps it. Never raises."""
+    if param is not None and _gate_up_storages:
+        try:
+            _is_gate_up(param)
+        except Exception:  # noqa: BLE001 -- a hook must not break a module's construction
+            pass
+
+
+def _is_gate_up(t) -> bool:
+    """Whether ``t`` carries fuse_gate_up's mark for its shape, or shares a marked storage
+    whole (then it gets the attribute, the fast check next time)."""
+    shape = tuple(getattr(t, "shape", ()))
+    if getattr(t, GATE_UP_MARK, None) == shape:
+        return True
+    try:
+        s = t.untyped_storage()
+        ref, made = _gate_up_storages.get(id(s), (None, None))
+        if ref is not None and ref() is s and made == shape and t.storage_offset() == 0 \
+                and t.is_contiguous():
+            setattr(t, GATE_UP_MARK, shape)
+            return True
+    except (AttributeError, RuntimeError, TypeError):
+        pass
+    return False
+
+
+def check_gate_up(fused) -> None:
+    """A one-line ValueError unless ``fused`` carries fuse_gate_up's mark
+    (:func:`mark_gate_up`) for its shape: a concatenated [w_gate; w_up] (how fused
+    checkpoints store gate_up_proj) has the same shape and would give a wrong MLP."""
+    if not _is_gate_up(fused):
+        raise ValueError("fused= takes only what fuse_gate_up made (rows interleaved in groups "
+                         "of 8, not [w_gate; w_up]): pass fused=fuse_gate_up(w_gate, w_up) or "
+                         "w_gate=, w_up=; a concatenated weight splits as "
+                         "w_gate, w_up = w.chunk(2, dim=0); a fused weight copied by .to()/"
+                         ".clone() loses the mark: fuse after moving")

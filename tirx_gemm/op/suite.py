@@ -137,8 +137,26 @@ def _entry(raw, i: int, where: str, dtypes: tuple[str, ...]) -> Entry:
     all_m = raw.get("all_m", True)
     if not isinstance(all_m, bool):
         raise ValueError(f"{at}: all_m={all_m!r} must be true or false")
+    epilogues = _epilogues(raw.get("epilogues", []), at)
+    _check_limits(dims["M"], dims["N"], dims["K"], epilogues, at)
     return Entry(dims["M"], dims["N"], dims["K"], raw["model"].strip(), raw["layer"].strip(),
-                 raw["why"].strip(), own, _epilogues(raw.get("epilogues", []), at), all_m)
+                 raw["why"].strip(), own, epilogues, all_m)
+
+
+def _check_limits(M: int, N: int, K: int, epilogues: tuple, at: str) -> None:
+    """The limits ``build --mnk``, ``choose`` and the builds themselves hold a shape to
+    (compile.api.check_shape_limits: the int32 index math), on the build machine, before
+    any kernel of the suite is built; a SwiGLU entry's GEMM over the fused weight is
+    M x 2N x K."""
+    from tirx_gemm.compile.api import check_shape_limits
+    swiglu = any(dict(e).get("SWIGLU") for e in epilogues)
+    try:
+        check_shape_limits(M, N, K)
+        if swiglu:
+            check_shape_limits(M, 2 * N, K)
+    except ValueError as exc:
+        raise ValueError(f"{at}: {exc}" + (" (with SWIGLU, the GEMM over the fused weight "
+                                           "is M x 2N x K)" if swiglu else "")) from None
 
 
 def _epilogues(value, at: str) -> tuple:
@@ -220,6 +238,16 @@ def _as_suite(suite) -> Suite:
     return suite if isinstance(suite, Suite) else load_suite(suite)
 
 
+def target_step(target: str, arch: str) -> registry.Step:
+    """The step ``target`` names, or a one-line ValueError echoing it as typed."""
+    try:
+        return registry.get(str(target), arch)
+    except ValueError:
+        ids = ", ".join(s.id for s in registry.all_steps(arch))
+        raise ValueError(f"--target {target!r} is neither {MATMUL!r} nor a step of {arch} "
+                         f"({ids})") from None
+
+
 def plan(suite, target: str, arch: str, sm_count: int) -> list[Item]:
     """One Item (step, shape, kwargs, dtype) per case of ``suite`` (Suite.cases() order) on
     a GPU of ``arch`` with ``sm_count`` SMs. ``target`` "matmul": the step and keywords
@@ -231,7 +259,7 @@ def plan(suite, target: str, arch: str, sm_count: int) -> list[Item]:
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
         raise ValueError(f"sm_count={sm_count!r} must be a positive int (the SMs of the GPU "
                          "that will run the suite: 132 on an H200)")
-    fixed = None if target == MATMUL else registry.get(target, arch)
+    fixed = None if target == MATMUL else target_step(target, arch)
     items = []
     for e, dtype in suite.cases():
         if fixed is None:

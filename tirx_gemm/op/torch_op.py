@@ -116,8 +116,10 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
     in a model that torch.compile traces: the op ``torch.ops.tirx_gemm.matmul`` while tracing,
     ``tirx_gemm.matmul.matmul`` directly in eager mode (see the module docstring).
 
-    ``step`` and ``out`` as in tirx_gemm.matmul.matmul; while tracing, ``out`` gets a copy of
-    the op's result (the op itself is functional). Asynchronous: returns once the kernel is
+    ``step`` and ``out`` as in tirx_gemm.matmul.matmul (eagerly, an ``out`` overlapping an
+    input is refused there); while tracing, ``out`` gets a copy of the op's result (the op
+    itself is functional, so the copy lands after every input was read: fake tensors have no
+    addresses to compare). Asynchronous: returns once the kernel is
     queued; ``tirx_gemm.matmul.synchronize()`` waits with the project's hang guard."""
     if torch.compiler.is_compiling():
         y = OP(a, b, step, bias, activation, out_dtype)

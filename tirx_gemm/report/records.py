@@ -162,7 +162,7 @@ def record_problem(rec) -> str | None:
             return f"{k} must be a finite number >= 0 or null, got {v!r}"
     if rec.get("dtype") is not None and rec["dtype"] not in KNOWN_DTYPES:
         return f"dtype must be one of {', '.join(KNOWN_DTYPES)}, got {rec['dtype']!r}"
-    for k in ("kwargs", "build_kwargs"):
+    for k in ("kwargs", "build_kwargs", "clocks", "clocks_after_timing"):
         if rec.get(k) is not None and not isinstance(rec[k], dict):
             return f"{k} must be an object, got {rec[k]!r}"
     if rec.get("timestamp") is not None and not isinstance(rec["timestamp"], str):
@@ -223,6 +223,9 @@ def load_records(results_dir: str | os.PathLike = "results") -> list[dict]:
         return []
     records = []
     for path in sorted(d.glob("*.jsonl")):
+        if not path.is_file():
+            raise ValueError(f"{path}: not a records file (a folder, or not a plain file, "
+                             f"named *.jsonl): rename or remove it")
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 where = f"{path}:{lineno}"

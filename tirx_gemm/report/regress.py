@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from tirx_gemm.report import tables
+from tirx_gemm.report.jsonfile import load_object
 from tirx_gemm.registry import Step
 from tirx_gemm.compile.regbudget import launch_threads, setmaxnreg_split
 from tirx_gemm.compile.sass import KEY_SASS
@@ -59,13 +60,8 @@ def load_baseline(path: Path) -> dict | None:
     path = Path(path)
     if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a baseline file ({e})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: not a baseline file (it nests too deeply)") from None
-    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+    data = load_object(path, "a baseline file")
+    if not isinstance(data.get("entries"), dict):
         raise ValueError(f"{path}: not a baseline file (no 'entries' object)")
     for key, entry in data["entries"].items():
         tf = entry.get("tflops") if isinstance(entry, dict) else None
@@ -77,6 +73,50 @@ def load_baseline(path: Path) -> dict | None:
         if not _KEY.fullmatch(key):
             raise ValueError(f"{path}: entry {key!r} is not step@arch:MxNxK")
     return data
+
+
+_INT_FIELDS = ("registers", "smem_bytes", "spills")
+
+
+def load_expectations(path: Path) -> dict | None:
+    """The build expectations at ``path`` (None if there is none), checked entry by entry
+    against what :func:`build_snapshot` writes: a one-line ValueError naming the file and
+    the entry. `regress --cpu` (and its --update, before anything is written) reads it
+    before any build."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    fix = "; fix it, or delete it and run `tirx-gemm regress --cpu --update`"
+    data = load_object(path, "a build expectations file", fix)
+    for key, entry in data.items():
+        problem = _expectation_problem(key, entry)
+        if problem:
+            raise ValueError(f"{path}: entry {key!r} {problem}{fix}")
+    return data
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _expectation_problem(key: str, entry) -> str | None:
+    if not _KEY.fullmatch(key):
+        return "is not step@arch:MxNxK"
+    if not isinstance(entry, dict):
+        return f"is not an object ({entry!r:.60})"
+    bad = [f for f in _INT_FIELDS if not _count(entry.get(f))]
+    if bad:
+        return f"needs {', '.join(bad)} as counts >= 0"
+    if entry.get("threads") is not None and not _count(entry["threads"]):
+        return "has threads that is not a count"
+    split = entry.get("setmaxnreg")
+    if split is not None and not (isinstance(split, dict) and all(
+            isinstance(v, list) and all(map(_count, v)) for v in split.values())):
+        return "has setmaxnreg that is not {dec: [...], inc: [...]} of counts"
+    sass = entry.get("sass", {})
+    if not (isinstance(sass, dict) and all(map(_count, sass.values()))):
+        return "has sass that is not {opcode: count}"
+    return None
 
 
 def baseline_from_records(records: list[dict], device: dict) -> dict:

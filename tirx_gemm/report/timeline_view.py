@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 from pathlib import Path
@@ -278,11 +279,59 @@ def write_chrome_trace(tl: Timeline, path, meta: dict | None = None, *,
 
 
 def load_chrome_trace(path) -> dict:
-    """A trace written by :func:`write_chrome_trace`, checked to be one."""
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TimelineError(f"{path} is not a Chrome trace (no traceEvents list)")
+    """A trace written by :func:`write_chrome_trace`, checked to be one (what the Gantt
+    chart reads of it, field by field): a one-line TimelineError naming the file."""
+    from tirx_gemm.report.jsonfile import load_object
+    try:
+        data = load_object(path, "a Chrome trace")
+    except ValueError as exc:
+        raise TimelineError(str(exc)) from None
+    problem = trace_problem(data)
+    if problem:
+        raise TimelineError(f"{path}: not a Chrome trace of `tirx-gemm trace` ({problem})")
     return data
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def trace_problem(data: dict) -> str | None:
+    """What makes ``data`` unusable as a recorded trace, in a few words, or None."""
+    events = data.get("traceEvents")
+    if not isinstance(events, list):
+        return "no traceEvents list"
+    other = data.get("otherData", {})
+    if not isinstance(other, dict):
+        return "otherData is not an object"
+    for key in ("window_us",):
+        w = other.get(key)
+        if w is not None and not (isinstance(w, list) and len(w) == 2 and all(map(_num, w))):
+            return f"otherData.{key} is not two numbers"
+    if other.get("window_center_us") is not None and not _num(other["window_center_us"]):
+        return "otherData.window_center_us is not a number"
+    roles = other.get("roles")
+    if roles is not None and not (isinstance(roles, list)
+                                  and all(isinstance(r, str) for r in roles)):
+        return "otherData.roles is not a list of names"
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            return f"traceEvents[{i}] is not an object"
+        ph = e.get("ph")
+        if ph == "M" and e.get("name") == "process_name":
+            args = e.get("args")
+            if not (isinstance(args, dict) and isinstance(args.get("name"), str)):
+                return f"traceEvents[{i}] names a CTA without args.name"
+        if ph in ("M", "X", "i") and not all(isinstance(e.get(k), int)
+                                             and not isinstance(e.get(k), bool)
+                                             for k in ("pid", "tid")):
+            return f"traceEvents[{i}] lacks integer pid and tid"
+        if ph in ("X", "i"):
+            if not _num(e.get("ts")) or ("dur" in e and not (_num(e["dur"]) and e["dur"] >= 0)):
+                return f"traceEvents[{i}] lacks a number ts (and dur >= 0)"
+            if not isinstance(e.get("cat", ""), str):
+                return f"traceEvents[{i}] has a cat that is not a string"
+    return None
 
 
 

@@ -158,3 +158,16 @@ def _kernels(step, mnk, dtype: str, bundle, sm_count: int, *, timed: bool):
 
 
 __all__ = ["record_step", "record"]
+
+
+
+if __name__ == "__main__":
+    # the entry before `tirx-gemm trace` (`python -m tirx_gemm.run.trace png PATH`):
+    # say what replaced it (run/ does not import the command line above it)
+    _argv = sys.argv[1:]
+    _argv = _argv[1:] if _argv[:1] == ["png"] else _argv
+    print(f"tirx-gemm: error: `python -m tirx_gemm.run.trace` is now `tirx-gemm trace`: run "
+          f"`tirx-gemm trace {' '.join(_argv) or 'PATH'}` (PATH a recorded .json: its Gantt "
+          f"PNG is drawn beside it; a step id: record its timeline on this GPU)",
+          file=sys.stderr)
+    raise SystemExit(2)

@@ -11,6 +11,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from tirx_gemm import settings
@@ -56,8 +57,10 @@ def unpack_crates(archive: Path = VENDOR_ARCHIVE, digest: str = VENDOR_SHA256) -
     so a concurrent or killed unpack never leaves half a folder in use)."""
     dest = crates_dir() if digest == VENDOR_SHA256 else crates_dir().parent / digest[:16]
     home = dest / "cargo-home"
-    if (home / "config.toml").is_file():
+    if _stamp(dest) == digest:
         return home
+    if os.path.lexists(dest):  # no stamp: an unpack cut short, or older: unpack again
+        move_aside(dest)
     h = hashlib.sha256()
     with open(archive, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -78,14 +81,60 @@ def unpack_crates(archive: Path = VENDOR_ARCHIVE, digest: str = VENDOR_SHA256) -
             tar.extractall(tmp, filter="data")
         if not (tmp / "cargo-home" / "config.toml").is_file():
             raise SimEnvironmentError(f"{archive} holds no cargo-home/config.toml")
+        (tmp / STAMP).write_text(digest + "\n")  # last: a folder without it is unfinished
         try:
             os.rename(tmp, dest)
         except OSError:
-            if not (home / "config.toml").is_file():  # else a concurrent unpack won
+            if _stamp(dest) != digest:  # else a concurrent unpack won
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return home
+
+
+STAMP = "unpacked.sha256"  # the archive's digest, written last into an unpacked folder
+
+
+def _stamp(dest: Path) -> str | None:
+    try:
+        return (dest / STAMP).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def move_aside(dest: Path) -> None:
+    """Rename the unpacked folder ``dest`` out of the way and remove it (another process
+    still reading it keeps its renamed copy until it is done); a SimEnvironmentError naming
+    the folder to delete when it cannot be moved."""
+    aside = dest.parent / f".{dest.name}.damaged-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.rename(dest, aside)
+    except OSError as exc:
+        raise SimEnvironmentError(
+            f"the unpacked NumSim crates in {dest} are damaged and cannot be moved aside "
+            f"({exc.strerror or exc}): delete {dest}, then run again") from None
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+_CHECKSUM = re.compile(r"the listed checksum of `([^`]+)` has changed")
+
+
+def mend_crates(text: str) -> str | None:
+    """When cargo's failure ``text`` is a vendored crate whose files no longer match their
+    checksums (the unpacked folder edited or damaged): move that folder aside and unpack
+    the crates again; the line saying so (or naming the folder to delete). Else None."""
+    m = _CHECKSUM.search(text)
+    if not m or not vendored_home_in_use():
+        return None
+    dest = Path(_VENDORED_HOME["path"]).parent
+    try:
+        move_aside(dest)
+        unpack_crates()
+    except (SimEnvironmentError, OSError) as exc:
+        return (f"cargo found a vendored crate's file changed ({m.group(1)}), and the crates "
+                f"could not be unpacked again ({exc}): delete {dest}, then run again")
+    return (f"cargo found a vendored crate's file changed ({m.group(1)}): the crates in "
+            f"{dest} were damaged, so they were moved aside and unpacked again; run again")
 
 
 def use_vendored_crates(environ=None) -> str:
@@ -156,6 +205,9 @@ def environment_failure(exc: BaseException) -> str | None:
     lines = [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
     net = next((ln for ln in lines if _NETWORK.search(ln)), None)
     host = next((ln for ln in lines if "resolve host" in ln.lower()), None)
+    mended = mend_crates(text)
+    if mended:
+        return mended
     if net or host:
         cause = f"cargo could not fetch its crates ({(host or net)[:200]})"
         if vendored_home_in_use():
