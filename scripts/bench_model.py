@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A Llama-3-8B decoder block with torch's nn.Linear and with tirx_gemm (issue 27, item 5).
+"""A Llama-3-8B decoder block with torch's nn.Linear and with tirx_gemm.
 
 The block: RMSNorm, attention (q 4096->4096, k and v 4096->1024, o 4096->4096, no bias; 32
 query heads and 8 KV heads of 128, simple RoPE, F.scaled_dot_product_attention with GQA, a KV

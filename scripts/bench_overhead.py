@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-call cost of tirx_gemm.matmul against F.linear on the same tensors (issue 27, item 3).
+"""Per-call cost of tirx_gemm.matmul against F.linear on the same tensors.
 
 For each shape (bf16 by default: 1x4096x4096, 16x14336x4096, 77x7168x2048 and a few more)
 it times, interleaved in one process, the median over --reps bursts of --calls back-to-back

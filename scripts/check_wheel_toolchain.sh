@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proof for issue 13: a machine with Python and a C/C++ compiler needs nothing else.
+# Proof that a machine with Python and a C/C++ compiler needs nothing else.
 #
 #  1. a fresh venv gets the README install (`pip install -e .`): no torch, no system CUDA;
 #  2. in a mount namespace (unshare) where every /usr/local/cuda* folder is an empty mount,
