@@ -623,3 +623,12 @@ def test_the_default_card_is_the_fitted_one_even_with_a_gpu(monkeypatch):
     auto = cards.resolve("auto")
     assert (auto.name, auto.hbm_tb_s, auto.source) == (
         "NVIDIA H100 80GB HBM3", 3.35, "device properties; bandwidth from the table")
+
+
+def test_every_rule_is_named_in_its_studys_readme():
+    """A rule's study (``Rule.study``) and the study's README say the same thing: the README
+    names every rule that came from it, so its decision cannot drift from RULES."""
+    from tirx_gemm.op.rules import RULES
+    missing = [f"{r.name} (lab/{r.study}/README.md)" for r in RULES
+               if f"`{r.name}`" not in (ROOT / "lab" / r.study / "README.md").read_text()]
+    assert not missing, "rules their study's README does not name: " + ", ".join(missing)
