@@ -158,10 +158,13 @@ def main(argv=None) -> int:
     results = Path(args.results)
     try:
         if not results.is_dir():
-            raise ValueError(f"results folder {results} does not exist")
+            raise ValueError(f"results folder {results} does not exist: pass --results FOLDER, "
+                             f"a folder of *.jsonl records (tirx-gemm run --record)")
         records = load_records(results)
         if not records:
-            raise ValueError(f"no records in {results}/*.jsonl: nothing to render the table from")
+            raise ValueError(f"no records in {results}/*.jsonl: nothing to render the table "
+                             f"from; pass --results FOLDER, a folder of *.jsonl records "
+                             f"(tirx-gemm run --record)")
         # the sm_100a steps' CPU simulations (tirx-gemm sim --record); may be absent
         sim_records = load_records(results / "sim")
     except ValueError as e:

@@ -144,7 +144,7 @@ def test_tirx_gemm_choose_prints_the_explanation_and_refuses_in_one_line():
 
 
 def test_the_choose_arch_default_is_one_fact():
-    """`tirx-gemm choose`'s --arch default, explain()'s and the README's CLI line agree."""
+    """`tirx-gemm choose`'s --arch default, explain()'s and the CLI page's line agree."""
     import argparse
     import inspect
     import re
@@ -153,5 +153,31 @@ def test_the_choose_arch_default_is_one_fact():
                if isinstance(a, argparse._SubParsersAction)).choices["choose"]
     default = next(a.default for a in sub._actions if "--arch" in a.option_strings)
     assert default == inspect.signature(rules.explain).parameters["arch"].default
-    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+    readme = re.sub(r"\s+", " ", (ROOT / "docs" / "cli.md").read_text())
     assert f"--arch defaults to {default})" in readme
+
+
+def test_variants_takes_a_torch_dtype_as_choose_does():
+    """variants(N, K, dtype=torch.bfloat16) answered "dtype=torch.bfloat16 is not supported:
+    choose one of float16, bfloat16", which contradicts itself (choose/explain take it)."""
+    import torch
+    from tirx_gemm import matmul as mm
+    assert mm.variants(4096, 4096, dtype=torch.bfloat16, max_m=256) == \
+        mm.variants(4096, 4096, dtype="bfloat16", max_m=256)
+
+
+def test_an_epilogue_with_a_misspelt_or_foreign_key_is_refused_not_dropped():
+    """epilogue={'BAIS': 'float16'} used to pick (and variants to list) the plain kernel:
+    the misspelt key was dropped without a word."""
+    import pytest
+    from tirx_gemm import matmul as mm
+    for call in (lambda e: rules.choose(128, 4096, 4096, epilogue=e),
+                 lambda e: rules.explain(128, 4096, 4096, epilogue=e),
+                 lambda e: mm.variants(4096, 4096, max_m=64, epilogue=e)):
+        with pytest.raises(ValueError, match=r"^epilogue key 'BAIS' is not one of BIAS, ACT, "
+                                             r"OUT_DTYPE, SWIGLU \(did you mean 'BIAS'\?\)$"):
+            call({"BAIS": "float16"})
+        with pytest.raises(TypeError, match=r"^epilogue=\['relu'\] must be a dict"):
+            call(["relu"])
+    assert rules.choose(128, 4096, 4096, epilogue={"ACT": "relu"})[1]["ACT"] == "relu"
+    assert rules.choose(128, 4096, 4096, epilogue={}) == rules.choose(128, 4096, 4096)

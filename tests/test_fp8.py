@@ -37,8 +37,17 @@ def _check(*ops, out_dtype=torch.bfloat16, out=None):
 # ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("scale", ["tensor", "row", "block"])
 def test_scale_modes_are_read_from_the_shapes(scale):
-    M, N, K, mode, odt = _check(*_ops(77, 136, 400, scale))
-    assert (M, N, K, mode, odt) == (77, 136, 400, scale, "bfloat16")
+    K = 384 if scale == "block" else 400  # block scales cover whole 128-K blocks
+    M, N, K, mode, odt = _check(*_ops(77, 136, K, scale))
+    assert (M, N, K, mode, odt) == (77, 136, K, scale, "bfloat16")
+
+
+def test_block_scales_refuse_a_partial_k_block_in_one_line():
+    with pytest.raises(ValueError, match="K=400 with block scales: .*multiple of 128") as e:
+        _check(*_ops(77, 136, 400, "block"))
+    assert "\n" not in str(e.value)
+    for scale in ("tensor", "row"):  # a partial last block is fine where no block scale exists
+        assert _check(*_ops(77, 136, 400, scale))[3] == scale
 
 
 def test_one_element_scales_of_any_rank_are_per_tensor():
@@ -99,12 +108,15 @@ def test_cpu_tensors_are_refused_with_the_fix():
 def test_choose_and_export_cover_every_mode():
     reqs = fp8.export_requests()
     kws = [kw for _, _, kw in reqs]
-    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 10
+    # per mode and accumulation: the four small-M widths (promoted: those up to 64 also split
+    # 2, 4, 8) and the 128-row tile (block scales promote either way: one set)
+    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27
     for mode in numerics.FP8_SCALES:
         for fast in (False, True):
             for M in (1, 64, 65, 4096):
-                kw = fp8.choose_fp8(M, mode, fast)
-                assert kw in kws, kw
+                for N in (None, 576, 4096, 6144, 28672):
+                    kw = fp8.choose_fp8(M, mode, fast, N=N, K=7168)
+                    assert kw in kws, kw
                 assert kw["PROMOTE"] == (0 if fast and mode != "block" else 4)
     with pytest.raises(TypeError, match="fast_accum"):
         fp8.choose_fp8(1, "row", 1)
@@ -264,8 +276,9 @@ def test_block_build_promotes_with_setmaxnreg_and_few_scale_loads(builds):
 @pytest.mark.parametrize("mode", numerics.FP8_SCALES)
 def test_torch_quantize_matches_numerics_and_the_api_shapes(mode):
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((70, 400)).astype(np.float32)
-    w = rng.standard_normal((136, 400)).astype(np.float32)
+    K = 384 if mode == "block" else 400  # block scales cover whole 128-K blocks
+    x = rng.standard_normal((70, K)).astype(np.float32)
+    w = rng.standard_normal((136, K)).astype(np.float32)
     qa, sa = fp8.quantize(torch.from_numpy(x), mode, "a")
     qb, sb = fp8.quantize(torch.from_numpy(w), mode, "b")
     assert _check(qa, qb, sa, sb)[3] == mode  # the API reads the mode back
@@ -478,3 +491,79 @@ def test_sm100a_mx_operands_are_blocked_sf_atoms():
     assert 'SFA: T.Buffer(SFA_SHAPE, W.MX_SF_STORAGE)' in src
     with pytest.raises(ValueError, match="PIPE_DEPTH=9 needs"):  # SMEM, before TMEM's 8
         STEP100.builder()(256, 256, 256, SCALE="mx", PIPE_DEPTH=9)
+
+
+@pytest.mark.parametrize("width", fp8.SMALL_M_WIDTHS)
+def test_small_m_widths_issue_one_fp8_wgmma_of_that_width_without_spills(width):
+    """Each width the small-M rule picks (BLK_M 64) is one m64nWk32 wgmma per k32 step, in
+    every scale kind, with no spills (what matmul_fp8 runs at M <= 128)."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    reqs = [r for r in fp8.export_requests() if r[2]["BLK_M"] == 64 and r[2]["BLK_N"] == width
+            and r[2]["PROMOTE"] == 4]
+    assert {r[2]["SCALE"] for r in reqs} == set(numerics.FP8_SCALES)
+    for res in build_many(reqs):
+        if isinstance(res, Exception):
+            raise res
+        qg = {op: n for op, n in res.sass_counts.items() if op.startswith("QGMMA")}
+        assert set(qg) == {f"QGMMA.64x{width}x32.F32.E4M3.E4M3"}, qg
+        assert res.spill_stores == 0 and res.spill_loads == 0
+
+
+def test_the_small_m_rule_fills_the_sms_and_explains_itself():
+    assert fp8.choose_fp8(64, "block", False, N=576, K=7168)["SPLIT_K"] == 2  # 36 tiles
+    assert fp8.choose_fp8(64, "row", True, N=576, K=7168).get("SPLIT_K") is None  # unpromoted
+    assert "SPLIT_K" not in fp8.choose_fp8(16, "row", False, N=4096, K=14336)  # 128 tiles
+    assert "SPLIT_K=2 (2 units per tile" in fp8.explain_fp8(64, 576, 7168, "row")
+    assert fp8.small_m_width(1, 4096, 132) == 32     # 128 tiles: one per SM
+    assert fp8.small_m_width(1, 28672, 132) == 128   # wide N: 224 tiles of 128 already
+    assert fp8.small_m_width(64, 576, 132) == 16     # narrow N: the narrowest
+    text = fp8.explain_fp8(16, 4096, 14336, "block")
+    assert "BLK_N 32" in text and "128 tiles on 132 SMs" in text and "small_m_width" in text
+    assert "128-row tiles" in fp8.explain_fp8(2048, 4096, 4096)
+
+
+def test_split_k_builder_refusals():
+    pytest.importorskip("tvm")
+    build = STEP.builder()
+    with pytest.raises(ValueError, match="needs the overlapped promotion"):
+        build(256, 256, 4096, SPLIT_K=2, PROMOTE=0)
+    with pytest.raises(ValueError, match="SPLIT_K=8 with L2_GROUP=8: .*must not divide"):
+        build(256, 256, 4096, SPLIT_K=8, RUNTIME_M=True)
+    with pytest.raises(ValueError, match="2 pairs of 128-K stages, fewer than the splits"):
+        build(256, 256, 512, SPLIT_K=4, L2_GROUP=7)
+    with pytest.raises(ValueError, match="SPLIT_K=0 must be a positive int"):
+        build(256, 256, 512, SPLIT_K=0)
+
+
+def test_split_k_build_counts_with_one_atomic_and_takes_the_workspace():
+    """SPLIT_K (deep K at small M): the pick's tile with S units per tile, each publishing its
+    partial sums and counting them with one acq_rel atomic; the workspace is S slabs of the
+    tile per tile and a counter per 64-row half (fp8.workspace_specs)."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    _, kw = fp8.split_candidates(16, 4096, 14336, "block")[1]
+    assert kw["SPLIT_K"] == 4 and kw["L2_GROUP"] == 8 and kw["BLK_N"] == 32
+    (res,) = build_many([(STEP, (128, 256, 256), kw)])
+    if isinstance(res, Exception):
+        raise res
+    assert res.sass_counts.get("ATOMG.E.ADD.S32.STRONG.GPU") == 1
+    assert set(op for op in res.sass_counts if op.startswith("QGMMA")) == {
+        "QGMMA.64x32x32.F32.E4M3.E4M3"}
+    assert res.spill_stores == 0 and res.spill_loads == 0
+    assert fp8.workspace_specs(16, 4096, 14336, kw) == (
+        ("WS", (4, 128, 64 * 32), "float32"), ("CNT", (128,), "int32"))
+    assert fp8.workspace_specs(16, 4096, 14336, {**kw, "SPLIT_K": 1}) == ()
+    assert fp8.split_candidates(4096, 4096, 4096, "row") == []  # large M: no split offered
+
+
+def test_quantize_refuses_a_non_tensor_or_a_non_2d_input_in_one_line():
+    """fp8.quantize(None) ended in AttributeError, a 3-D x in 'too many values to unpack'."""
+    torch = pytest.importorskip("torch")
+    from tirx_gemm.op import fp8
+    with pytest.raises(TypeError, match="^x must be a torch.Tensor, got NoneType$"):
+        fp8.quantize(None, "tensor", "a")
+    with pytest.raises(ValueError, match=r"^x must be 2-D \(M x K\), got shape \(2, 4, 16\)"):
+        fp8.quantize(torch.randn(2, 4, 16), "row", "a")
+    q, s = fp8.quantize(torch.randn(4, 16), "row", "a")
+    assert q.shape == (4, 16) and s.shape == (4, 1)

@@ -176,6 +176,25 @@ def test_out_at_a_mount_point_is_refused_before_building(tmp_path, monkeypatch, 
     assert not list(mnt.iterdir())
 
 
+@pytest.mark.parametrize("out", ["/proc/tirx-gemm-nowhere/b", "/proc/b"])
+def test_out_where_no_folder_can_be_made_is_refused_before_building(out, capsys):
+    """The staging folder is made beside the bundle after every build: a place where no
+    folder can be made (here /proc, even for root) is refused first, in one line."""
+    rc = cli.main(["export", "v1", "--out", out])
+    _one_line(capsys, rc, "cannot make a folder in /proc")
+
+
+@pytest.mark.parametrize("pyver", ["2.7", "abc", "3", "312"])
+def test_an_ffi_wheel_version_that_is_no_python_is_refused_before_building(pyver, tmp_path,
+                                                                         capsys):
+    """pip download of the wheel runs after the builds: a bad PYVER is refused up front."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["export", "v1", "--ffi-wheel", pyver, "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"{pyver!r} is not a CPython version" in err, err
+    assert not (tmp_path / "b").exists()
+
+
 def test_the_gpu_host_hint_installs_the_checked_wheel():
     hint = cli.way_on("sm_90a", "v4")
     assert "pip install $(python -m tirx_gemm.cli bundle build/bundle --wheels)" in hint

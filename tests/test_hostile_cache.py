@@ -498,3 +498,28 @@ def test_the_cli_names_the_full_file_system_of_a_failed_write(tmp_path, monkeypa
     line = cli._one_line(OSError(_errno.ENOSPC, "No space left on device", str(tmp_path / "f")))
     assert line.startswith(f"{tmp_path / 'f'}: No space left on device (the file system at /")
     assert "is full: 0.0 MiB free" in line
+
+
+@pytest.mark.parametrize("where", ["file", "dangling", "proc"])
+def test_a_cache_root_that_cannot_be_a_folder_is_named_in_one_line(where, tmp_path,
+                                                                 monkeypatch, capsys):
+    """TIRX_GEMM_CACHE at a file, a dangling symlink or where no folder can be made (/proc,
+    even for root): the first build said "NotADirectoryError: .../stub/..." or "File
+    exists" (a traceback from the Python API); now one line names the setting."""
+    from tirx_gemm import cli
+    from tirx_gemm.kernels import kernel_for
+    root = {"file": tmp_path / "f", "dangling": tmp_path / "d",
+            "proc": Path("/proc/tirx-gemm-nowhere/c")}[where]
+    if where == "file":
+        root.write_text("x")
+    if where == "dangling":
+        root.symlink_to(tmp_path / "nowhere")
+    monkeypatch.setenv("TIRX_GEMM_CACHE", str(root))
+    with pytest.raises(ValueError, match=rf"^TIRX_GEMM_CACHE={re.escape(str(root))}: cannot "
+                                         r"hold the build cache \(.*\): point TIRX_GEMM_CACHE"):
+        kernel_for(registry.get("v1", "sm_100a"), (128, 128, 64))
+    rc = cli.main(["build", "v1", "--mnk", "128,128,64", "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "TIRX_GEMM_CACHE=" in err[0], err
+    if where == "file":
+        assert root.read_text() == "x"

@@ -128,3 +128,23 @@ def test_the_site_build_names_the_folder_it_reads(monkeypatch):
     monkeypatch.delenv("TIRX_GEMM_RESULTS", raising=False)
     folder, n = _build_site().results_read()
     assert folder == ROOT / "results" and n > 0
+
+
+def test_a_pipe_in_place_of_a_json_file_is_refused_not_waited_on(tmp_path):
+    """A FIFO named like a suite, expectations or trace file: reading it blocks until a
+    writer closes it (for ever, here); each reader refuses it in one line instead."""
+    import os
+    fifo = tmp_path / "suite.json"
+    os.mkfifo(fifo)
+    code = ("import sys\nfrom tirx_gemm.op import suite\nfrom tirx_gemm.report import jsonfile\n"
+            "for call in (lambda: suite.load_suite(sys.argv[1]),\n"
+            "             lambda: jsonfile.load_object(sys.argv[1], 'a baseline file')):\n"
+            "    try:\n        call()\n    except ValueError as exc:\n        print(exc)\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"reading the pipe {fifo} did not return in 60 s")
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(str(fifo) in ln and "not a regular file" in ln
+                                   for ln in lines), out.stdout + out.stderr

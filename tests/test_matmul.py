@@ -464,30 +464,6 @@ def test_without_tvm_or_bundle_the_error_says_how_to_get_kernels(monkeypatch):
         mm.kernel_source(registry.get("v9", "sm_90a"), (8, 8, 8), {"SM_COUNT": 132})
 
 
-def test_loaded_kernels_size_their_workspace_from_their_step_and_grow_it(monkeypatch):
-    """v11's workspace comes from the step's specs at the call's M; a runtime-M kernel's
-    grows with the largest M seen (every extent at least what the call needs)."""
-    from tirx_gemm.run import loader
-    monkeypatch.setattr(loader, "load_kernel", lambda lib: ("kernel", lib))
-    v11 = registry.get("v11", "sm_90a")
-    kw = {"SM_COUNT": 132, "SPLIT_K": 8, "REDUCE": "spread", "RUNTIME_M": True}
-    loaded = mm._Loaded(v11, "lib.so", {"kwargs": kw})
-    assert loaded.kernel == ("kernel", "lib.so") and loaded.runtime_m
-    cpu = torch.device("cpu")
-    small = loaded.workspace(100, 256, 16384, cpu)
-    want = v11.workspace_specs(100, 256, 16384, kw)
-    assert [tuple(t.shape) for t in small] == [shape for _, shape, _ in want]
-    assert all(int(t.abs().sum()) == 0 for t in small)  # zero-filled, as the kernel needs
-    assert loaded.workspace(50, 256, 16384, cpu) is small  # large enough: kept
-    big = loaded.workspace(1000, 256, 16384, cpu)
-    need = v11.workspace_specs(1000, 256, 16384, kw)
-    assert all(t.shape[i] >= n for t, (_, shape, _) in zip(big, need)
-               for i, n in enumerate(shape))
-    assert loaded.workspace(100, 256, 16384, cpu) is big  # never shrinks
-    v9 = mm._Loaded(registry.get("v9", "sm_90a"), "lib.so", {"kwargs": {"RUNTIME_M": True}})
-    assert v9.workspace(100, 256, 64, cpu) == ()
-
-
 @pytest.mark.parametrize("arch", registry.ARCHES)
 def test_runtime_m_kernels_are_built_once_for_every_m(arch):
     sms = SMS[arch]

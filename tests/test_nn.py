@@ -104,18 +104,22 @@ def test_served_call_flattens_adds_bias_and_keeps_shape(served):
     assert served[-1] == ((4, 32), (24, 32))
 
 
-def test_grad_mode_falls_back_for_autograd_and_no_grad_is_served(served):
+def test_grad_mode_trains_through_the_autograd_op_and_no_grad_is_served(served, monkeypatch):
+    from tirx_gemm.op import autograd as AG
+    routed = []
+    monkeypatch.setattr(AG, "linear", lambda x, w, b, fuse_bias: routed.append(
+        (tuple(x.shape), fuse_bias)) or torch.nn.functional.linear(x, w, b))
     lin = tnn.Linear(16, 8, dtype=BF16)  # parameters require grad, as nn.Linear's do
     x = torch.randn(4, 16, dtype=BF16)
-    with pytest.warns(RuntimeWarning, match="autograd records this call"):
-        y = lin(x)
-    y.float().sum().backward()  # torch's backward ran
-    assert lin.weight.grad is not None and lin.fallbacks == 1 and served == []
+    y = lin(x)
+    assert routed == [((4, 16), tnn.fuses_bias(x.device))] and lin.fallbacks == 0
+    y.float().sum().backward()
+    assert lin.weight.grad is not None and served == []
     with torch.no_grad():
         lin(x)
     with torch.inference_mode():
         lin(x)
-    assert len(served) == 2 and lin.fallbacks == 1
+    assert len(served) == 2 and lin.fallbacks == 0 and len(routed) == 1
 
 
 @pytest.mark.parametrize("make,words", [
@@ -233,10 +237,10 @@ def test_patch_on_cpu_keeps_everything_and_says_so(capsys):
     assert capsys.readouterr().out.strip() == str(report)
 
 
-def test_patch_notes_weights_that_require_grad(served):
+def test_patch_notes_weights_that_require_grad_train_on_the_kernels(served):
     net = nn.Sequential(nn.Linear(16, 16, dtype=BF16))
     report = tirx_gemm.patch(net)
-    assert "weight requires grad" in report.replaced[0][1]
+    assert "trainable: forward, dgrad and wgrad on the kernels" in report.replaced[0][1]
 
 
 def test_patch_of_a_bare_linear_returns_the_replacement(served):
@@ -373,8 +377,7 @@ def test_patch_moves_every_hook_and_the_callers_handles_still_remove_them(served
     assert tirx_gemm.patch(net).replaced[0][0] == "0"
     assert type(net[0]) is tnn.Linear
     x = torch.randn(2, 16, dtype=BF16, requires_grad=True)
-    with pytest.warns(RuntimeWarning, match="autograd"):
-        net(x).sum().backward()  # grad mode: torch's F.linear, and its backward
+    net(x).sum().backward()  # grad mode: the autograd op, forward and backward on the kernels
     net.state_dict()
     assert seen == [(k, tnn.Linear) for k in ("pre", "fwd", "bwd", "sd")]
     for h in handles:
@@ -393,3 +396,15 @@ def test_a_sparse_input_falls_back_to_torch_before_any_data_pointer_is_read(serv
         y = layer(x.to_sparse())
     assert torch.equal(y, nn.functional.linear(x.to_sparse(), layer.weight, layer.bias))
     assert layer.fallbacks == 1 and served == []
+
+
+def test_from_linear_and_use_bundle_refuse_what_they_do_not_take():
+    """Linear.from_linear(5) and from_linear(Conv1d) ended in AttributeError; use_bundle(5)
+    in pathlib's TypeError, use_bundle('') looked for a bundle in the current folder."""
+    for layer, kind in ((5, "int"), (nn.Conv1d(4, 4, 1), "Conv1d")):
+        with pytest.raises(TypeError, match=f"^from_linear takes a torch.nn.Linear, got {kind}$"):
+            tnn.Linear.from_linear(layer)
+    from tirx_gemm import matmul as mm
+    for path in (5, "", "  "):
+        with pytest.raises(TypeError, match="^use_bundle takes the path of a bundle folder"):
+            mm.use_bundle(path)

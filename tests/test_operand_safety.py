@@ -238,3 +238,73 @@ def test_a_non_tensor_out_or_b_of_a_remembered_shape_is_refused_not_a_traceback(
     with pytest.raises(TypeError, match="^b must be a torch.Tensor, got NoneType$"):
         mm.matmul(a, None, torch.zeros(N, dtype=F16))
     assert remembered == []
+
+
+def test_a_dtype_mismatch_says_what_to_pass():
+    """The mismatch messages named both dtypes and stopped there."""
+    from tirx_gemm.op import grouped
+    a, b = _ab()
+    with pytest.raises(TypeError, match=r"^out is torch.float16 but the result is "
+                                        r"torch.float32: pass out=None or an out of"):
+        mm._epilogue_checks(a, b, None, None, torch.float32, False,
+                            torch.empty(M, N, dtype=F16), require_cuda=False)
+    e4m3, one = torch.float8_e4m3fn, torch.ones((), dtype=torch.float32)
+    with pytest.raises(TypeError, match=r"but out_dtype is torch.bfloat16: pass "
+                                        r"out_dtype=torch.float16, or an out of"):
+        fp8.check_fp8_operands(torch.zeros(M, K).to(e4m3), torch.zeros(N, K).to(e4m3), one, one,
+                               torch.bfloat16, torch.empty(M, N, dtype=F16), require_cuda=False)
+    with pytest.raises(TypeError, match=r"must share one dtype \(b.to\(a.dtype\)\)$"):
+        grouped.check_grouped(a, torch.randn(4, K, N).bfloat16(),
+                              torch.tensor([16, 32, 48, 64], dtype=torch.int32),
+                              require_cuda=False)
+
+
+def test_an_out_that_requires_grad_is_refused_in_grad_mode():
+    """torch refuses an out= that requires grad; matmul handed it to the kernel, whose
+    launch failed on it ("launching ... failed: Can't export tensors that require
+    gradient"), a message that does not name out."""
+    a, b = _ab()
+    out = torch.empty(M, N, dtype=F16).requires_grad_()
+    for call in (lambda: mm.check_operands(a, b, out, require_cuda=False),
+                 lambda: mm._epilogue_checks(a, b, None, "relu", None, False, out,
+                                             require_cuda=False)):
+        with pytest.raises(ValueError, match=r"^out requires grad: .*pass out=None") as e:
+            call()
+        _one_line(e)
+    with torch.no_grad():
+        mm.check_operands(a, b, out, require_cuda=False)  # no graph to record: taken
+
+
+def test_a_nested_operand_is_refused_before_its_sizes_are_read():
+    """A nested tensor has the strided layout but no sizes: reading a.shape raised torch's
+    "Internal error: NestedTensorImpl doesn't support sizes. Please file an issue." """
+    a, b = _ab()
+    nested = torch.nested.nested_tensor([a[:3], a[:5]])
+    for call in (lambda: mm.check_operands(nested, b, require_cuda=False),
+                 lambda: torch_op.check_fake(nested, b),
+                 lambda: mm.matmul(nested, b), lambda: mm.matmul(nested, b, activation="relu")):
+        with pytest.raises(TypeError, match=r"^a is a nested tensor: .*to_padded_tensor\(0\)$"):
+            call()
+
+
+# --------------------------------------------------------------------------------------
+# operands past the int32 index math: refused before any kernel is picked or built
+# --------------------------------------------------------------------------------------
+def test_operands_past_the_int32_index_limit_are_refused_with_the_split():
+    """M*K, M*N or N*K past 2^31-1 elements: a runtime-M kernel's int32 offsets would wrap,
+    so matmul, its epilogue path, the traced op's checks and choose refuse it (build --mnk
+    and the suites already do). Meta tensors: the shapes without the memory."""
+    rows = 2**31 // K + 64
+    a = torch.empty(rows, K, dtype=F16, device="meta")
+    b = torch.empty(N, K, dtype=F16, device="meta")
+    for check in (lambda: operands.check_layout(a, b),
+                  lambda: torch_op.check_fake(a, b),
+                  lambda: mm.choose(rows, N, K),
+                  lambda: mm.explain(rows, N, K)):
+        with pytest.raises(ValueError, match=r"M\*K=\d+ elements exceeds 2\^31-1.*split a "
+                                             r"along M into calls of at most \d+ rows") as e:
+            check()
+        _one_line(e)
+    with pytest.raises(ValueError, match=r"N\*K=.*split b \(the weight\) along N"):
+        mm.choose(8, 2**31 // 4096 + 8, 4096)
+    mm.choose(2**31 // 4096 - 8, 4096, 4096)  # just under the limit: picked

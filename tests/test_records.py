@@ -307,6 +307,8 @@ def test_render_results_never_rewrites_the_readme_from_nothing(tmp_path, case):
     assert lines[0].endswith("README not changed")
     assert {"missing": "does not exist", "empty": "no records in",
             "bad-record": "nvidia-h200.jsonl:2: not UTF-8 text"}[case] in lines[0]
+    if case != "bad-record":  # a folder without records: say what to pass
+        assert "pass --results FOLDER, a folder of *.jsonl records" in lines[0]
 
 
 def _sim_rec(step="v4", ok=True, sha="abc1234def", ts="2026-11-29T12:00:00+00:00", M=256):

@@ -3,6 +3,8 @@ model, swap-AB, K splits, ping-pong, clusters, PDL, tails), and that one list dr
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -632,3 +634,60 @@ def test_every_rule_is_named_in_its_studys_readme():
     missing = [f"{r.name} (lab/{r.study}/README.md)" for r in RULES
                if f"`{r.name}`" not in (ROOT / "lab" / r.study / "README.md").read_text()]
     assert not missing, "rules their study's README does not name: " + ", ".join(missing)
+
+
+def test_misaligned_slowdowns_are_the_studys_figures():
+    """cost_model.MISALIGNED_SLOWDOWN is what lab/cost_model_error_classes/model_error.py
+    gives from the H200's records (the model / measured of aligned one-CTA kernels over that
+    of misaligned ones), to two places; the H100's records show the same order, one-CTA
+    tiles slowed far more than pairs."""
+    from tirx_gemm.op import cost_model as cm
+    study = ROOT / "lab" / "cost_model_error_classes" / "records"
+    for card in ("h200", "h100"):
+        groups = {(g["rows"], g["kind"]): g for g in map(json.loads, (
+            study / f"model_error_{card}.jsonl").read_text().splitlines())}
+        one, pair = (groups[("misaligned", k)]["slowdown"] for k in ("one_cta", "pair"))
+        assert one > pair > 1.0, card
+        if card == "h200":
+            assert cm.MISALIGNED_SLOWDOWN == {"one_cta": round(one, 2), "pair": round(pair, 2)}
+    for card in ("h200", "h100"):
+        out = subprocess.run([sys.executable, "lab/cost_model_error_classes/model_error.py",
+                              "--card", card, "--check"], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_misaligned_k_ranks_tiles_as_the_rules_run_them():
+    """At a K whose rows are not whole 128-byte lines, the pick rule misaligned_rows_model
+    ranks one-CTA tiles by the model times the one-CTA slowdown and tiles whose pair is in
+    the menu as that pair (times the pair slowdown), v9 with its handicap: 6000x1000x3000
+    runs 64x256 as a pair where the plain model took the one-CTA 128x200 (85.2 us on an
+    H100 against torch's 62.3); 5000^3 runs 128x192 as a pair, not the one-CTA 128x224; an
+    aligned K keeps the plain model's pick; where clusters of four fit, a pair's tile is
+    picked so that they run."""
+    from tirx_gemm.op import cost_model as cm, rules
+    step, kw = rules.choose(6000, 1000, 3000, "float16")
+    assert step == "v12" and (kw["BLK_M"], kw["BLK_N"], kw["CLUSTER"]) == (64, 256, 2)
+    step, kw = rules.choose(5000, 5000, 5000, "bfloat16")
+    assert (kw["BLK_M"], kw["BLK_N"], kw["CLUSTER"]) == (128, 192, 2)
+    step, kw = rules.choose(6000, 1000, 3072, "float16")
+    assert (kw["BLK_M"], kw["BLK_N"], kw.get("CLUSTER", 1)) == (128, 200, 1)
+    ranked = cm.rank_misaligned(6000, 1000, 3000)
+    t, cand, runs = ranked[0]
+    assert (cand, runs) == ("64x256", "64x256c2")
+    assert t == pytest.approx(cm.predict("64x256c2", 6000, 1000, 3000)
+                              * cm.MISALIGNED_SLOWDOWN["pair"])
+    one = next(r for r in ranked if r[1] == "128x200")
+    assert one[2] == "128x200" and one[0] == pytest.approx(
+        cm.predict("128x200", 6000, 1000, 3000) * cm.MISALIGNED_SLOWDOWN["one_cta"])
+    assert all(cm.clustered(r) and c != r for _, c, r in
+               cm.rank_misaligned(1500, 1000, 1000, 132, pairs_only=True))
+    step, kw = rules.choose(1500, 1000, 1000, "float16")
+    assert kw["CLUSTER"] == 4  # the one-CTA 64x208 it ran before, as clusters of four
+    text = rules.explain(6000, 1000, 3000)
+    line = next(x for x in text.splitlines() if "misaligned_rows_model" in x)
+    assert "1.29x" in line and "1.09x" in line and "64x256c2" in line
+    assert "lab/cost_model_error_classes]" in line
+    assert "misaligned_rows_model" not in rules.explain(6000, 1000, 3072)
+    out = subprocess.run([sys.executable, "lab/cost_model_error_classes/error_classes.py",
+                          "readme", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr  # the study's tables are its records'

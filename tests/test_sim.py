@@ -86,9 +86,10 @@ def test_persistent_cases_walk_several_tiles_and_both_ring_regimes(step):
         assert step.sm_count_kwarg in kw, f"{c.label}: a persistent case sets the CTA pool"
         walks |= tiles >= 2 * kw[step.sm_count_kwarg]
         depth = kw.get("PIPE_DEPTH", _default(step, "PIPE_DEPTH"))
-        if depth is None:  # v12: as many stages as fit the case's tile (its builder's rule)
+        if depth is None:  # v12, v14: as many stages as fit the case's tile (its builder's rule)
+            extra = {"E": kw.get("E", _default(step, "E"))} if step.grouped else {}
             depth = importlib.import_module(step.module).default_pipe_depth(
-                kw.get("BLK_N", _default(step, "BLK_N")))
+                kw.get("BLK_N", _default(step, "BLK_N")), **extra)
         k_tiles = -(-c.K // 64)
         fewer_k |= k_tiles < depth
         more_k |= k_tiles > depth and k_tiles % depth != 0

@@ -301,7 +301,7 @@ def test_v12_pair_with_pdl_builds_with_cluster_and_pdl_launch_tags():
         assert "__cluster_dims__" not in res.cuda_source
         assert ("griddepcontrol.wait" in res.cuda_source) == with_pdl
     src = built[0].cuda_source  # the pair waits after publishing its barrier inits
-    body = src[src.index("kernel_kernel(", src.index("__global__")):]
+    body = src[src.index("_kernel(", src.index("__global__")):]  # the kernel named by its step
     assert body.index("cluster_sync();") < body.index("griddepcontrol_wait();")
 
 
@@ -465,3 +465,69 @@ def test_shift_last_with_m_fixed_at_build_folds_the_start():
     assert "T.min(buffer_1 * 64, 136)" not in hgemm_v12(200, 768, 512, BLK_M=64,
                                                        BLK_N=96).script()
 
+
+
+def _menu_widths() -> dict[int, dict]:
+    """Every BLK_N matmul can build on sm_90a, with the keywords of one build of it: the
+    cost model's tile menu (one CTA and pairs) and the swap-AB token tiles (SWAP_AB, 64
+    weight rows); BLK_M 128 where the menu has the width only there."""
+    from tirx_gemm.op import cost_model as cm, rules
+    widths: dict[int, dict] = {}
+    for cand in cm.params():
+        if cand in (cm.V9, cm.V10):
+            continue
+        bm, bn, _ = cm.tile(cand)
+        if bn not in widths or bm < widths[bn]["BLK_M"]:
+            widths[bn] = {"BLK_M": bm, "BLK_N": bn}
+    for tokens in rules.SWAP_AB_TILES + rules.SWAP_SPLIT_TILES:
+        widths.setdefault(tokens, {"BLK_M": 64, "BLK_N": tokens, "SWAP_AB": True})
+    return dict(sorted(widths.items()))
+
+
+MENU_WIDTHS = _menu_widths()
+
+
+@pytest.fixture(scope="module")
+def menu_sass():
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    step = registry.get("v12", "sm_90a")
+    reqs = [(step, (128, 256, 256), {**kw, "SM_COUNT": 132, "RUNTIME_M": True,
+                                     "RUNTIME_NK": True}) for kw in MENU_WIDTHS.values()]
+    return dict(zip(MENU_WIDTHS, build_many(reqs)))
+
+
+def test_menu_widths_cover_the_narrow_instruction_widths():
+    """The widths tile-ai/tilelang#2928 saw split into narrower wgmmas are in the menu."""
+    assert {96, 112, 176} <= set(MENU_WIDTHS)
+    assert all(w % 8 == 0 and 8 <= w <= 256 for w in MENU_WIDTHS)
+
+
+def _wgmma_split(sass_counts: dict, width: int) -> str | None:
+    """Why a build of BLK_N = ``width`` does not issue one 64 x width x 16 wgmma per k16
+    step (HGMMA of other widths: a split; fewer than a stage's four k16 steps), or None."""
+    hgmma = {op: n for op, n in sass_counts.items() if op.startswith("HGMMA.")}
+    shapes = {op.split(".")[1] for op in hgmma}
+    if shapes != {f"64x{width}x16"}:
+        return f"BLK_N={width}: HGMMA {sorted(shapes)} in SASS, not 64x{width}x16 alone"
+    if sum(hgmma.values()) < 64 // 16:
+        return f"BLK_N={width}: {sum(hgmma.values())} HGMMA, fewer than a stage's k16 steps"
+    return None
+
+
+def test_the_wgmma_split_check_fails_on_a_planted_split():
+    """The check below names a width compiled as two narrower wgmmas (96 = 64 + 32)."""
+    split = {"HGMMA.64x64x16.F32": 8, "HGMMA.64x32x16.F32": 8, "STSM.16.M88.4": 4}
+    assert "64x32x16" in _wgmma_split(split, 96)
+    assert _wgmma_split({"HGMMA.64x96x16.F32": 8}, 96) is None
+
+
+@pytest.mark.parametrize("width", list(MENU_WIDTHS))
+def test_every_menu_width_issues_one_wgmma_per_k16_step(menu_sass, width):
+    """The SASS of each built width holds HGMMA of that width only (64 x BLK_N x 16), at
+    least one per k16 step of a BLK_K = 64 stage: a width compiled as narrower wgmmas
+    (the narrow-instruction trap) fails here."""
+    res = menu_sass[width]
+    if isinstance(res, Exception):
+        raise res
+    assert _wgmma_split(res.sass_counts, width) is None

@@ -3,9 +3,15 @@
 The lessons' kernels (fp16, bf16 and fp8 in, fp32 accumulate; sm_100a on NumSim, sm_90a on
 H100 and H200) are built by ``compile/``, run by ``run/``, simulated by ``sim/`` and reported
 by ``report/``; ``op/`` is what a PyTorch user calls: ``tirx_gemm.matmul``, its epilogues,
-``matmul_fp8``, ``nn.Linear`` and ``patch``, and the torch custom op.
+``matmul_fp8``, ``grouped_mm`` (mixture-of-experts), ``nn.Linear``, ``nn.Fp8Linear``,
+``nn.Experts``, ``patch`` and ``patch_moe``, the torch custom ops, and tensor-parallel layers
+(``tirx_gemm.op.parallel``).
 """
 __version__ = "0.1.0"
+
+
+# v14's grouped GEMM (tirx_gemm.op.grouped): one GEMM per expert, torch's grouped_mm conventions
+_GROUPED = frozenset({"grouped_mm", "grouped_swiglu", "fuse_gate_up_experts", "explain_grouped"})
 
 
 def __getattr__(name):
@@ -24,6 +30,12 @@ def __getattr__(name):
     if name == "fuse_gate_up":  # SwiGLU's interleaved weight
         from tirx_gemm.op.matmul import fuse_gate_up
         return fuse_gate_up
+    if name in _GROUPED:
+        from tirx_gemm.op import grouped
+        return getattr(grouped, name)
+    if name == "patch_moe":  # tirx_gemm.patch_moe(model): stacked experts -> tirx_gemm.nn.Experts
+        from tirx_gemm.op.moe import patch_moe
+        return patch_moe
     if name == "patch":  # tirx_gemm.patch(model): nn.Linear layers -> tirx_gemm.nn.Linear
         from tirx_gemm.nn import patch
         return patch

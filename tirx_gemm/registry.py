@@ -49,6 +49,9 @@ class Step:
     # fp8 steps (v13): A and B are e4m3 (uint8 operands), fp32 scales follow D; the run
     # side quantizes its 2-byte inputs for them (run.runner.Fp8Operands)
     fp8: bool = False
+    # grouped steps (v14): B is (E, N, K), the routing tensor (offs / counts) follows D; the
+    # sim and GPU checks build their operands with tirx_gemm.hopper.grouped's model
+    grouped: bool = False
     # the step this one changes (its card's "Changes from vN", its notebook's diff and SASS
     # comparison, scripts/diff_sizes.py); None for the first step. Declared once, in _BASES
     base: str | None = None
@@ -162,6 +165,8 @@ IDEAS = {
     "v11": "split-K: each tile's K cut across CTAs, fixed-order sum",
     "v12": "tile menu: the tile's shape picked per problem",
     "v13": "fp8 (e4m3) operands, scaled in the kernel",
+    "v14": "grouped GEMM: experts walked on the device, no host sync",
+    "v15": "operand layouts: MN-major A and B through TMA and the MMA descriptors",
 }
 
 _LESSONS = {
@@ -197,14 +202,15 @@ _LESSONS_SM90 = {
 # so no room for v10's double-buffered accumulator); v11 extends v7 on both arches (one
 # tile per split, no cluster); sm_90a v12 extends v9 (no cluster, the tile a tunable);
 # sm_100a v12 extends v7 (1-CTA, the tile a tunable); sm_100a v13 extends v9 (the 2-CTA
-# pair of v8 / v9, which v12 does not have), sm_90a v13 extends v12
+# pair of v8 / v9, which v12 does not have), sm_90a v13 extends v12; v14 extends v7 on both
+# arches (the grouped walk on the one-CTA warp-specialized kernel; v12's keywords carried over)
 _BASES = {
     "sm_100a": {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4", "v6": "v5",
                 "v7": "v6", "v8": "v7", "v9": "v8", "v10": "v8", "v11": "v7", "v12": "v7",
-                "v13": "v9"},
+                "v13": "v9", "v14": "v7", "v15": "v7"},
     "sm_90a": {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4", "v6": "v5",
                "v7": "v6", "v8": "v7", "v9": "v8", "v10": "v9", "v11": "v7", "v12": "v9",
-               "v13": "v12"},
+               "v13": "v12", "v14": "v7", "v15": "v9"},
 }
 # CTA tiles (BLK_M, BLK_N, BLK_K) at the builders' defaults, where not 128x128x64 (the
 # builders write theirs out, as the lesson; tests/test_registry.py checks they agree), and
@@ -212,13 +218,14 @@ _BASES = {
 _WIDE = (128, 256, 64)       # sm_90a v7-v9, v11: two 64-row wgmma consumers of 256 columns
 _FP8 = (128, 128, 128)       # v13: 128 e4m3 of K per 128-byte swizzle row
 _TILES = {("v13", "sm_100a"): _FP8, ("v7", "sm_90a"): _WIDE, ("v8", "sm_90a"): _WIDE,
-          ("v9", "sm_90a"): _WIDE, ("v11", "sm_90a"): _WIDE, ("v13", "sm_90a"): _FP8}
+          ("v9", "sm_90a"): _WIDE, ("v11", "sm_90a"): _WIDE, ("v13", "sm_90a"): _FP8,
+          ("v15", "sm_90a"): _WIDE}
 # sm_100a: the CTA pair's MMA is 256x256 (v9, v13: two consumers, 512x256); sm_90a: two
 # CTAs stacked in M (v10: 128x128 per consumer tile, so 256x128)
 _CLUSTER_TILES = {("v8", "sm_100a"): (256, 256), ("v9", "sm_100a"): (512, 256),
                   ("v10", "sm_100a"): (256, 256), ("v13", "sm_100a"): (512, 256),
                   ("v8", "sm_90a"): (256, 256), ("v9", "sm_90a"): (256, 256),
-                  ("v10", "sm_90a"): (256, 128)}
+                  ("v10", "sm_90a"): (256, 128), ("v15", "sm_90a"): (256, 256)}
 
 
 def _static_facts(step: Step) -> Step:
@@ -519,6 +526,64 @@ STEPS: list[Step] = [
                     ((256, 256, 512), (("SM_COUNT", 1), ("PIPE_DEPTH", 3),
                                        ("SCALE", "mx")))),
          fp8=True),
+    # v14 (sm_90a, grouped GEMM): B (E, N, K), the routing tensor (E,) after D; every store
+    # bounded by its expert's row end (no TMA store). Shapes: M rows (run time), N, K per expert
+    Step("v14", "sm_90a", "grouped GEMM (mixture of experts): E experts' GEMMs in one persistent launch, the walk over (expert, token tile, weight tile) computed on the device from offs / counts (no host sync, CUDA-graph replayable), zero-row experts cost nothing, stores bounded per expert; contiguous and masked layouts, swap-AB for decode",
+         "N, K multiples of 8; 1 <= E <= 256; LAYOUT contiguous|masked; BLK_M 64|128; BLK_N "
+         "a multiple of 8 in [8, 256]", (1024, 1024, 1024),
+         ((16, 14336, 4096), (512, 768, 2048), (1000, 1000, 1000)), ((4096, 14336, 4096),),
+         _EDGE_BAD, ("HGMMA", "WARPGROUP.ARRIVE", "UTMALDG", "SYNCS.ARRIVE",
+                     "HGMMA.64x128x16", "BAR.SYNC", "UTMALDG.3D"), ("UTMASTG", "STSM"),
+         sm_count_kwarg="SM_COUNT", grouped=True),
+    # v14 (sm_100a): the tcgen05 twin. Sim cases (routing: hopper.grouped.routing_rows, an empty
+    # expert each): contiguous, more units than CTAs, a partial K step; masked; swap-AB with N
+    # off the 128-row weight tile; bf16, one CTA walking every unit (phases wrap)
+    Step("v14", "sm_100a", "grouped GEMM (mixture of experts): the tcgen05 twin of sm_90a's v14, the walk over (expert, token tile, weight tile) computed on the device from offs / counts, every accumulator row stored only below its expert's row end; contiguous and masked layouts, swap-AB for decode",
+         "N, K multiples of 8; 1 <= E <= 256; LAYOUT contiguous|masked; BLK_N a multiple of "
+         "16 in [16, 256]", (1024, 1024, 1024),
+         ((16, 14336, 4096), (512, 768, 2048), (1000, 1000, 1000)), ((4096, 14336, 4096),),
+         _EDGE_BAD, ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK", "UTMALDG.3D", "BAR.SYNC"),
+         ("UTMASTG",), sm_count_kwarg="SM_COUNT", grouped=True,
+         sim_cases=(((300, 64, 160), (("E", 4), ("SM_COUNT", 2), ("PIPE_DEPTH", 2),
+                                      ("BLK_N", 32))),
+                    ((96, 48, 128), (("E", 3), ("LAYOUT", "masked"), ("SM_COUNT", 2),
+                                     ("BLK_N", 32))),
+                    ((40, 136, 64), (("E", 3), ("SWAP_AB", True), ("BLK_N", 16),
+                                     ("SM_COUNT", 2))),
+                    ((200, 32, 128), (("E", 5), ("SM_COUNT", 1), ("PIPE_DEPTH", 3),
+                                      ("BLK_N", 32), ("dtype", "bfloat16"))))),
+    # v15 (sm_90a, operand layouts): v9 with A_MAJOR / B_MAJOR "K" | "MN" (an MN-major
+    # operand is the transposed tensor, (K, M) or (K, N)); registry builds use K-major both
+    # (v9's kernel), the layout tests (tests/test_layout_step.py) build the other three
+    Step("v15", "sm_90a", "operand layouts: A and B K-major or MN-major (stored transposed) on v9's kernel; TMA loads an MN-major tile in boxes of 64 MN elements x 64 K rows, the wgmma descriptor's LBO / SBO describe that swizzled tile and the wgmma transpose bits say which operand lies which way: NN, NT, TN, TT without a copy",
+         _CLUSTER_TILED + "; M a multiple of 8 when A_MAJOR='MN'; any K when both are MN-major",
+         (4096, 4096, 4096),
+         _CLUSTER_TESTS, _BENCH, _CLUSTER_BAD,
+         ("HGMMA", "WARPGROUP.ARRIVE") + _TMA + ("USETMAXREG", "HGMMA.64x256x16", "STSM"),
+         ("LDG.E.128",), sm_count_kwarg="SM_COUNT"),
+    # v15 (sm_100a, operand layouts): v7's one-CTA warp-specialized kernel with A_MAJOR /
+    # B_MAJOR; the MMA's descriptors come from TIRx's tcgen05 lowering (transA / transB).
+    # Sim cases: each layout once: TT with 4 tiles on 2 CTAs and 3 K steps; NT (B MN-major)
+    # with M, N off the tile grid, a partial last K step and a 3-stage ring (4 K steps); TN (A
+    # MN-major) with 6 tiles on 2 CTAs (phases wrap across tiles); TT with K = 100 (not a
+    # multiple of 8: K is every operand's outer dimension, the last box zero-filled); NN
+    # (v7's kernel); TT in bf16
+    Step("v15", "sm_100a", "operand layouts: A and B K-major or MN-major (stored transposed) on v7's kernel; TMA loads an MN-major tile as it lies, in boxes of 64 MN elements, and the tcgen05 shared-memory and instruction descriptors (LBO / SBO, the a_major / b_major bits) say which way each operand lies: NN, NT, TN, TT without a copy",
+         "any M >= 1; N a multiple of 8 (TMA: 16-byte row strides); K a multiple of 8 when "
+         "an operand is K-major (any K when both are MN-major); M a multiple of 8 when "
+         "A_MAJOR='MN'",
+         (4096, 4096, 4096),
+         ((256, 384, 192), (1024, 2048, 512), (768, 1280, 960)) + _EDGE_TESTS, _BENCH,
+         ((128, 130, 64), (1, 12, 64)),  # K = 100 is a shape this step takes (both MN-major)
+         ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK") + _TMA + ("USETMAXREG",),
+         ("LDG.E.128",), sm_count_kwarg="SM_COUNT",
+         sim_cases=(((256, 256, 192), (("SM_COUNT", 2), ("A_MAJOR", "MN"), ("B_MAJOR", "MN"))),
+                    ((200, 136, 200), (("SM_COUNT", 2), ("B_MAJOR", "MN"), ("PIPE_DEPTH", 3))),
+                    ((384, 256, 128), (("SM_COUNT", 2), ("A_MAJOR", "MN"))),
+                    ((128, 256, 100), (("SM_COUNT", 2), ("A_MAJOR", "MN"), ("B_MAJOR", "MN"))),
+                    ((256, 256, 192), (("SM_COUNT", 2),)),
+                    ((256, 256, 192), (("SM_COUNT", 2), ("A_MAJOR", "MN"), ("B_MAJOR", "MN"),
+                                       ("dtype", "bfloat16"))))),
 ]
 
 

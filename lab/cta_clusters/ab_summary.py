@@ -1,4 +1,4 @@
-"""The A/B runs of CTA clusters on the H100, summarised from their records: per case, the gain
+"""The A/B runs of CTA clusters on each card, summarised from their records: per case, the gain
 is the geometric mean over the passes of (the base package's time / the variant's time), both
 timed as CUDA graphs interleaved with torch in the same pass (>1: the variant is faster); per
 group, the geometric mean of the cases' gains and how many are behind (gain under 1). The
@@ -7,8 +7,9 @@ decision rule each suite stated before the run (its description in suites/) is a
     python lab/cta_clusters/ab_summary.py           # write the tables into README.md
     python lab/cta_clusters/ab_summary.py --check   # fail if README.md or the log disagree
 
---check also reads the summary the run printed (logs/ab_h100/run.log) and fails when a
-group's cases, geomean or count behind differs from what the records give.
+--check also reads the summary each card's run printed (logs/ab_<card>/run.log) and fails when
+a group's cases, geomean or count behind differs from what the records give. A card's tables
+are README blocks ``ab_summary:<A/B>_<card>``; a card without records has none.
 """
 from __future__ import annotations
 
@@ -21,38 +22,52 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 README = HERE / "README.md"
-RUN_LOG = HERE / "logs" / "ab_h100" / "run.log"
-CARD = "NVIDIA H100 80GB HBM3"
+# card key: the device name its records carry (the run logs: logs/ab_<card>/run.log)
+CARDS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 
 
 def _dtype(dt):
     return lambda r: r["dtype"] == dt
 
 
-# name: (records, base package, variant package, [(group label, case filter)], rule)
+# name: (records of a card, base package, variant package, [(group label, case filter)])
 AB = {
-    "c4next": ("ab_c4next_h100.jsonl", "old", "new", [
+    "c4next": ("ab_c4next_{card}.jsonl", "old", "new", [
         ("float16", _dtype("float16")), ("bfloat16", _dtype("bfloat16")),
         ("56-token tile (52, 56 tokens)", lambda r: r["M"] in (52, 56)),
         ("64-token tile (62 tokens)", lambda r: r["M"] == 62),
         ("all", lambda r: True)]),
-    "m128": ("ab_m128_pairs_h100.jsonl", "new", "pairs", [
+    "m128": ("ab_m128_pairs_{card}.jsonl", "new", "pairs", [
         ("float16", _dtype("float16")), ("bfloat16", _dtype("bfloat16")),
         ("all", lambda r: True)]),
-    "c4mis": ("ab_c4mis_quads_h100.jsonl", "new", "quads", [
+    "c4mis": ("ab_c4mis_quads_{card}.jsonl", "new", "quads", [
         ("float16", _dtype("float16")), ("bfloat16", _dtype("bfloat16")),
         ("1000^3", lambda r: (r["M"], r["N"], r["K"]) == (1000, 1000, 1000)),
         ("all", lambda r: True)]),
 }
 
 
-def gains(name: str) -> dict:
-    """{(dtype, M, N, K): gain} of one A/B: the variant against the base, pass by pass."""
-    records, base, variant, _ = AB[name]
+def records(name: str, card: str) -> Path:
+    return HERE / "records" / AB[name][0].format(card=card)
+
+
+def run_log(card: str) -> Path:
+    return HERE / "logs" / f"ab_{card}" / "run.log"
+
+
+def cards_run() -> list[str]:
+    """The cards whose records of every A/B are here."""
+    return [c for c in CARDS if all(records(name, c).is_file() for name in AB)]
+
+
+def gains(name: str, card: str) -> dict:
+    """{(dtype, M, N, K): gain} of one A/B on one card: the variant against the base, pass by
+    pass."""
+    _, base, variant, _ = AB[name]
     times: dict = {}
-    for line in (HERE / "records" / records).read_text(encoding="utf-8").splitlines():
+    for line in records(name, card).read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
-        assert r["device"] == CARD and r["ok"], (records, r)
+        assert r["device"] == CARDS[card] and r["ok"], (name, card, r)
         times.setdefault((r["dtype"], r["M"], r["N"], r["K"]), {})[(r["package"], r["pass"])] = r["ms"]
     out = {}
     for case, t in times.items():
@@ -62,9 +77,9 @@ def gains(name: str) -> dict:
     return out
 
 
-def summary(name: str) -> list[tuple[str, int, float, int]]:
-    """[(group, cases, geomean gain, cases behind)] of one A/B."""
-    g = gains(name)
+def summary(name: str, card: str) -> list[tuple[str, int, float, int]]:
+    """[(group, cases, geomean gain, cases behind)] of one A/B on one card."""
+    g = gains(name, card)
     rows = []
     for label, keep in AB[name][3]:
         xs = [v for (dt, m, n, k), v in g.items() if keep({"dtype": dt, "M": m, "N": n, "K": k})]
@@ -72,9 +87,9 @@ def summary(name: str) -> list[tuple[str, int, float, int]]:
     return rows
 
 
-def decision(name: str) -> tuple[bool, str]:
-    """The rule the suite's description stated before the run, applied to the summary."""
-    s = {label: (n, gm, behind) for label, n, gm, behind in summary(name)}
+def decision(name: str, card: str) -> tuple[bool, str]:
+    """The rule the suite's description stated before the run, applied to one card's summary."""
+    s = {label: (n, gm, behind) for label, n, gm, behind in summary(name, card)}
     if name == "c4next":
         n, gm, behind = s["56-token tile (52, 56 tokens)"]
         keep = s["64-token tile (62 tokens)"][1]
@@ -86,20 +101,21 @@ def decision(name: str) -> tuple[bool, str]:
         return ok, (f"fp16 {s['float16'][1]:.3f}, bf16 {s['bfloat16'][1]:.3f} (needs >= 1.02 in each, "
                     f"at most a quarter behind: {s['float16'][2]}/{s['float16'][0]}, "
                     f"{s['bfloat16'][2]}/{s['bfloat16'][0]})")
-    g = gains(name)
+    g = gains(name, card)
     cube = {dt: g[(dt, 1000, 1000, 1000)] for dt in ("float16", "bfloat16")}
     ok = all(s[dt][1] >= 1.02 for dt in cube) and all(v > 1 for v in cube.values())
     return ok, (f"fp16 {s['float16'][1]:.3f}, bf16 {s['bfloat16'][1]:.3f} (needs >= 1.02 in each); "
                 f"1000^3 {cube['float16']:.3f} fp16, {cube['bfloat16']:.3f} bf16 (needs > 1 in both)")
 
 
-def table(name: str) -> str:
-    records, base, variant, _ = AB[name]
+def table(block: str) -> str:
+    name, card = block.rsplit("_", 1)
+    _, base, variant, _ = AB[name]
     lines = [f"Gain = {base} ms / {variant} ms per case (geomean over the passes; >1: `{variant}` faster), "
-             f"{CARD}, from `records/{records}`:", "",
+             f"{CARDS[card]}, from `records/{records(name, card).name}`:", "",
              "| cases | count | geomean gain | behind |", "|---|---|---|---|"]
-    lines += [f"| {label} | {n} | {gm:.3f} | {behind} |" for label, n, gm, behind in summary(name)]
-    ok, why = decision(name)
+    lines += [f"| {label} | {n} | {gm:.3f} | {behind} |" for label, n, gm, behind in summary(name, card)]
+    ok, why = decision(name, card)
     lines += ["", f"Rule applied: {why}: {'adopted' if ok else 'not adopted'}."]
     return "\n".join(lines)
 
@@ -112,10 +128,11 @@ def render(text: str) -> str:
                      text)
 
 
-def log_summary() -> dict:
-    """{(A/B, group): (cases, geomean, behind)} as the run printed them at the end of run.log."""
+def log_summary(card: str) -> dict:
+    """{(A/B, group): (cases, geomean, behind)} as the card's run printed them at the end of
+    its run.log."""
     out, name = {}, None
-    for line in RUN_LOG.read_text(encoding="utf-8").splitlines():
+    for line in run_log(card).read_text(encoding="utf-8").splitlines():
         m = re.match(r"== (\w+): gain = ", line)
         if m:
             name = m.group(1)
@@ -128,17 +145,20 @@ def log_summary() -> dict:
 
 def check() -> list[str]:
     errors = []
-    logged = log_summary()
-    for name in AB:
-        for label, n, gm, behind in summary(name):
-            want = logged.get((name, label))
-            got = (n, f"{gm:.3f}", behind)
-            if want != got:
-                errors.append(f"{name} {label}: records give {got}, run.log says {want}")
+    for card in cards_run():
+        logged = log_summary(card)
+        for name in AB:
+            for label, n, gm, behind in summary(name, card):
+                want = logged.get((name, label))
+                got = (n, f"{gm:.3f}", behind)
+                if want != got:
+                    errors.append(f"{name} {label} on {card}: records give {got}, "
+                                  f"{run_log(card).relative_to(HERE)} says {want}")
     text = README.read_text(encoding="utf-8")
     found = {m.group(1) for m in BLOCK.finditer(text)}
-    if found != set(AB):
-        errors.append(f"README.md has ab_summary blocks for {sorted(found)}, not {sorted(AB)}")
+    want = {f"{name}_{card}" for card in cards_run() for name in AB}
+    if found != want:
+        errors.append(f"README.md has ab_summary blocks for {sorted(found)}, not {sorted(want)}")
     if render(text) != text:
         errors.append("README.md's A/B tables are stale: run python lab/cta_clusters/ab_summary.py")
     return errors
@@ -153,8 +173,9 @@ def main(argv=None) -> int:
         print("\n".join(errors) or "ok: the A/B tables hold what the records and run.log give")
         return 1 if errors else 0
     README.write_text(render(README.read_text(encoding="utf-8")), encoding="utf-8")
-    for name in AB:
-        print(f"== {name}\n{table(name)}")
+    for card in cards_run():
+        for name in AB:
+            print(f"== {name} on {CARDS[card]}\n{table(f'{name}_{card}')}")
     return 0
 
 

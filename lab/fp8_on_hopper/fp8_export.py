@@ -1,14 +1,19 @@
-"""Export the bundle of v13 kernels that tirx_gemm.matmul_fp8 and lab/fp8_on_hopper/fp8_h200.py
-load on the H200: every kernel fp8.choose_fp8 can pick (fp8.export_requests:
-SCALE tensor / row / block, fast_accum or not, BLK_M 64 / 128; RUNTIME_M and RUNTIME_NK,
-so they serve every shape), bf16 out, for a GPU of --num-sms SMs; the per-tensor
-variants fp8_h200.py times next to them (fp8.lab_variants: the first run's serial promotion and
-the 128 x 128 tile without promotion); and, unless
---no-run-shapes, v13's registry builds at its GPU shapes (registry.gpu_shapes: canonical,
-tests, benchmarks; per-tensor scales, fp16 out, the builder's defaults), which
-`python -m tirx_gemm.cli run v13 --arch sm_90a --mnk M,N,K --bundle DIR` runs.
+"""Export the bundle of v13 kernels that tirx_gemm.matmul_fp8 and the fp8 study's scripts load on
+a Hopper GPU host.
 
-  .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8 [--ffi-wheel 3.12]
+Default: every kernel fp8.choose_fp8 can pick (fp8.export_requests: SCALE tensor / row / block,
+fast_accum or not, BLK_M 64 / 128; RUNTIME_M and RUNTIME_NK, so they serve every shape), bf16
+out, for a GPU of --num-sms SMs; the per-tensor variants fp8_h200.py times next to them
+(fp8.lab_variants); and, unless --no-run-shapes, v13's registry builds at its GPU shapes
+(registry.gpu_shapes), which `python -m tirx_gemm.cli run v13 --arch sm_90a --mnk M,N,K
+--bundle DIR` runs.
+
+With --suite FILE: the kernels `tirx-gemm bench --suite FILE` runs (suite.export_requests:
+the fp8 entries' picks over all M) and, with --candidates, the tile candidates fp8_suite_run.py
+times beside each pick (fp8.tile_candidates); --split-suite FILE adds the picks and K splits
+(fp8.split_candidates) of that suite's cases.
+
+  .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8/bundle [--suite FILE --candidates]
 """
 from __future__ import annotations
 
@@ -19,7 +24,32 @@ from pathlib import Path
 from tirx_gemm import registry
 
 from tirx_gemm.op import fp8
+from tirx_gemm.op import suite as suites
+from tirx_gemm.op.matmul import build_shape
 from tirx_gemm.compile import bundle
+
+
+def suite_requests(path, sms: int, candidates: bool, split_path=None):
+    s = suites.load_suite(path)
+    reqs = suites.export_requests(s, suites.MATMUL, fp8.ARCH, sms)
+    seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
+    step = registry.get(fp8.FP8_STEP, fp8.ARCH)
+
+    def add(cases, fn):
+        for e, dt, mode in cases:
+            for _, kw in fn(e.M, e.N, e.K, mode, dt, sms):
+                key = tuple(sorted(kw.items()))
+                if key not in seen:
+                    seen.add(key)
+                    reqs.append((step, build_shape(e.shape, kw), kw))
+    if candidates:
+        add(s.fp8_cases(), fp8.tile_candidates)
+    if split_path:
+        sp = suites.load_suite(split_path)
+        add(sp.fp8_cases(), lambda M, N, K, mode, dt, n: [(None, fp8.choose_fp8(
+            M, mode, False, dt, n, N=N, K=K))])
+        add(sp.fp8_cases(), fp8.split_candidates)
+    return reqs
 
 
 def main(argv=None) -> int:
@@ -28,18 +58,27 @@ def main(argv=None) -> int:
     ap.add_argument("--num-sms", type=int, default=132)
     ap.add_argument("--ffi-wheel", default="3.12", help="Python of the GPU host ('' for none)")
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--suite", default=None, help="a suite file with fp8 entries")
+    ap.add_argument("--candidates", action="store_true",
+                    help="--suite: also the tile candidates (fp8.tile_candidates)")
+    ap.add_argument("--split-suite", default=None,
+                    help="--suite: also the picks and K-split candidates of this suite's fp8 "
+                         "cases (fp8.split_candidates)")
     ap.add_argument("--no-run-shapes", action="store_true",
                     help="only matmul_fp8's kernels, not the registry shapes `run` takes")
     a = ap.parse_args(argv)
     out = Path(a.out)
     bundle.check_out_dir(out)
-    reqs = fp8.export_requests(a.num_sms)
-    seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
-    reqs += [r for r in fp8.lab_variant_requests(a.num_sms)
-             if tuple(sorted(r[2].items())) not in seen]
-    if not a.no_run_shapes:
-        step = registry.get(fp8.FP8_STEP, fp8.ARCH)
-        reqs += [(step, mnk, {}) for mnk in registry.gpu_shapes(step)]
+    if a.suite:
+        reqs = suite_requests(a.suite, a.num_sms, a.candidates, a.split_suite)
+    else:
+        reqs = fp8.export_requests(a.num_sms)
+        seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
+        reqs += [r for r in fp8.lab_variant_requests(a.num_sms)
+                 if tuple(sorted(r[2].items())) not in seen]
+        if not a.no_run_shapes:
+            step = registry.get(fp8.FP8_STEP, fp8.ARCH)
+            reqs += [(step, mnk, {}) for mnk in registry.gpu_shapes(step)]
     n = bundle.export(reqs, out, jobs=a.jobs, progress=True,
                       ffi_wheel_python=a.ffi_wheel or None)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

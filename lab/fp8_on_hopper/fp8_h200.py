@@ -118,7 +118,7 @@ def time_shape(M, N, K, dev, reps, warmup, flush, emit):
         fp8.matmul_fp8(qa, qb, sa, sb, out=out, fast_accum=fast)  # checks, loads the kernel
         # timed: the loaded kernel itself (matmul_fp8's Python checks would sit inside the
         # events of a small shape)
-        kern = fp8._kernel(fp8.choose_fp8(M, mode, fast), (M, N, K))
+        kern = fp8._kernel(fp8.choose_fp8(M, mode, fast), (M, N, K))[0]
         args = (qa.view(torch.uint8), qb.view(torch.uint8), out,
                 *fp8.kernel_scales(sa, sb, mode))
         cands.append((name, lambda kern=kern, args=args: kern(*args)))
@@ -127,7 +127,7 @@ def time_shape(M, N, K, dev, reps, warmup, flush, emit):
         if kw["BLK_M"] == 64 and M > SMALL_M:
             continue
         out = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
-        kern = fp8._kernel(kw, (M, N, K))
+        kern = fp8._kernel(kw, (M, N, K))[0]
         args = (qa.view(torch.uint8), qb.view(torch.uint8), out,
                 *fp8.kernel_scales(sa, sb, "tensor"))
         cands.append((name, lambda kern=kern, args=args: kern(*args)))

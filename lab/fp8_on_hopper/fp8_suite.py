@@ -85,7 +85,7 @@ def main(argv=None) -> int:
             b16 = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
             times = {}
             for fast in (False, True):
-                kern = fp8._kernel(fp8.choose_fp8(M, "tensor", fast), (M, N, K))
+                kern = fp8._kernel(fp8.choose_fp8(M, "tensor", fast), (M, N, K))[0]
                 kargs = (qa.view(torch.uint8), qb.view(torch.uint8), out,
                          *fp8.kernel_scales(sa, sb, "tensor"))
                 times[("v13", fast)] = lab.timed(lambda: kern(*kargs), args.reps, args.warmup,

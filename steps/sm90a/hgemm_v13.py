@@ -44,7 +44,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
               PROMOTE: int | None = None, BLK_M: int = 128, BLK_N: int = 128,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = False,
               RUNTIME_NK: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
-              CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None):
+              CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None,
+              SPLIT_K: int = 1, EARLY_SCALES: bool | None = None):
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
     Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a
@@ -55,25 +56,24 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       "tensor": (1,), (1,): D = (sa * sb) * (A @ B.T), in the epilogue;
       "row": (M,), (N,): D[m, n] = sa[m] * sb[n] * (A @ B.T)[m, n], in the epilogue;
       "block": (M, ceil(K/128)) per 1x128 of A, (ceil(N/128), ceil(K/128)) per 128x128 of
-        B, applied in the mainloop: each 128-K stage accumulates into ``tmp``, then
-        acc += tmp * sa * sb. TMA zero-fills a partial last K block.
-    Promotion (why): Hopper's fp8 wgmma keeps about 14 bits of its running sum (DeepSeek-V3
-      report, arXiv 2412.19437), so PROMOTE k32 wgmmas sum into ``tmp`` (scale-d 0 first)
-      before acc += tmp * factor in fp32 FMAs; a multiple of 4 (a stage boundary). Default 4
-      (accurate, as matmul_fp8's); PROMOTE=0: opt-in fast accumulation (errors: the lesson).
-    PROMOTE_OVERLAP (default True at PROMOTE=4): stage 2j into tmp0, 2j+1 into tmp1;
-      wait_group 1, promote tmp0 while tmp1's wgmmas run, wait_group 0, promote tmp1 (why
-      pairs: the lesson). K_TILES odd: the producer loads one more stage past K (zeros).
+        B, applied in the mainloop: acc += tmp * sa * sb per 128-K stage.
+    Promotion (why: Hopper's fp8 wgmma keeps about 14 bits of its sum, the lesson): PROMOTE
+      k32 wgmmas sum into ``tmp``, then acc += tmp * factor in fp32. Default 4; PROMOTE=0:
+      fast accumulation. PROMOTE_OVERLAP (default at 4): stages 2j, 2j+1 into tmp0, tmp1,
+      tmp0 promoted while tmp1's wgmmas run; odd K_TILES: one zero stage past K.
+    SPLIT_K=S > 1: S units per tile over the stage pairs; each publishes its fp32 tile to
+      WS[s, tile] and counts it on CNT; the last sums the slabs in split order, scales,
+      stores D. Operands WS (S, tiles, BLK_M * BLK_N) fp32, CNT (tiles * BLK_M / 64,) int32
+      after SB, CNT zero at launch. EARLY_SCALES: both stages' block scales loaded early.
     Contracts/Barriers: v12's: tma2mma counts 1 (expect_tx (BLK_M + BLK_N) x 128 bytes,
       a stage past K included), mma2tma counts BLK_M // 64; overlapped: stage 2j released
-      after wait_group 1, 2j+1 after wait_group 0 (``held`` walks the ring); serial: after
-      wait_group 0 at the promotion point.
+      after wait_group 1, 2j+1 after wait_group 0; serial: after wait_group 0.
     Constraints: any M >= 1; N a multiple of 8; K a multiple of 16; dtype float16 or
-      bfloat16; SCALE tensor | row | block; PROMOTE 0 or a multiple of 4 ("block": 4);
-      BLK_M 64 or 128; BLK_N a multiple of 16 in [16, 256] ("block": 16-128); live
-      accumulators within a 200-register budget (overlapped 3 x BLK_N / 2: BLK_N <= 128; serial
-      BLK_N + BLK_N / 4: <= 160); PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH >= 2 within
-      227 KiB; RUNTIME_M / RUNTIME_NK as v12.
+      bfloat16; PROMOTE 0 or a multiple of 4 ("block": 4); BLK_M 64 or 128; BLK_N a multiple
+      of 16 in [16, 256] ("block": 16-128); accumulators within the register budget
+      (overlapped: BLK_N <= 128; serial: <= 160); PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH
+      >= 2 within 227 KiB; RUNTIME_M / RUNTIME_NK as v12; SPLIT_K >= 1 (> 1:
+      PROMOTE_OVERLAP, an L2_GROUP that does not divide it, ceil(K_TILES / 2) >= SPLIT_K).
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024``; every SCALE: matmul_fp8.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
@@ -113,6 +113,22 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                          f"promotion promotes every stage; use PROMOTE=4 or "
                          f"PROMOTE_OVERLAP=False")
     PIPELINED = PROMOTE_OVERLAP
+    if EARLY_SCALES is None:
+        EARLY_SCALES = False
+    if not isinstance(EARLY_SCALES, bool):
+        raise ValueError(f"EARLY_SCALES={EARLY_SCALES!r} must be True or False")
+    if EARLY_SCALES and not (SCALE == "block" and PIPELINED):
+        raise ValueError("EARLY_SCALES=True is for SCALE='block' with the overlapped promotion")
+    EARLY = EARLY_SCALES
+    if isinstance(SPLIT_K, bool) or not isinstance(SPLIT_K, int) or SPLIT_K < 1:
+        raise ValueError(f"SPLIT_K={SPLIT_K!r} must be a positive int")
+    if SPLIT_K > 1 and not PIPELINED:
+        raise ValueError(f"SPLIT_K={SPLIT_K} needs the overlapped promotion (PROMOTE=4, "
+                         f"PROMOTE_OVERLAP): a unit is whole pairs of 128-K stages")
+    if SPLIT_K > 1 and SPLIT_K % L2_GROUP == 0:
+        raise ValueError(f"SPLIT_K={SPLIT_K} with L2_GROUP={L2_GROUP}: the scheduler's rows "
+                         f"fold by the group, which must not divide the split "
+                         f"(splitk.l2_group_for)")
     P_STAGES = PROMOTE // 4               # stages summed in tmp per promotion
     NUM_CONSUMERS = BLK_M // W.WGMMA_M
     PRODUCER = NUM_CONSUMERS
@@ -158,6 +174,28 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     KB_DIM = K_TILES                        # K blocks of the block scales
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else min(SM_COUNT, M_TILES * N_TILES)
+    S = SPLIT_K
+    K_PAIRS = (K_TILES + 1) // 2
+    if S > 1 and not RUNTIME_NK and K_PAIRS < S:
+        raise ValueError(f"SPLIT_K={S} at K={K}: {K_PAIRS} pairs of 128-K stages, fewer than "
+                         f"the splits")
+    if S > 1 and not (RUNTIME_M or RUNTIME_NK):
+        NUM_CTAS = min(SM_COUNT, S * M_TILES * N_TILES)
+    SPLIT_ROWS = S * M_TILES if S > 1 else M_TILES
+    HALF = W.WGMMA_M * BLK_N              # floats of one consumer's half of a slab
+    REDUCE_IN_FLIGHT = min(4, ACC_REGS // H.SPLITK_CHUNK)
+    TILES = M_TILES * N_TILES
+    WS_TILES = H.runtime_extent("WS_TILES") if RUNTIME_M or RUNTIME_NK else TILES
+    CNT_LEN = H.runtime_extent("CNT_LEN") if RUNTIME_M or RUNTIME_NK else TILES * NUM_CONSUMERS
+
+    def unit(scheduler):
+        # (tile row, first K stage, stages to load) of the scheduler's unit: SPLIT_K > 1
+        # walks S x M_TILES unit rows, row r is split r // M_TILES of tile row r % M_TILES
+        if S == 1:
+            return scheduler.m_idx, 0, K_LOADS
+        split = scheduler.m_idx // M_TILES
+        p0 = split * K_PAIRS // S
+        return scheduler.m_idx % M_TILES, 2 * p0, 2 * ((split + 1) * K_PAIRS // S - p0)
     SA_SHAPE, SB_SHAPE = scale_shapes(SCALE, M_DIM, N_DIM, K_DIM)
     IS_TENSOR, IS_ROW, IS_BLOCK = SCALE == "tensor", SCALE == "row", SCALE == "block"
 
@@ -165,11 +203,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
-    @T.prim_func
-    def kernel(A: T.Buffer((M_DIM, K_DIM), W.FP8_STORAGE),
-               B: T.Buffer((N_DIM, K_DIM), W.FP8_STORAGE),
-               D: T.Buffer((M_DIM, N_DIM), dtype),
-               SA: T.Buffer(SA_SHAPE, "float32"), SB: T.Buffer(SB_SHAPE, "float32")):
+    @T.inline
+    def gemm(A, B, D, SA, SB, WS, CNT):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
@@ -186,6 +221,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         #   phase 1 (every stage starts empty).
         stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
         tma2mma, mma2tma = stages.full, stages.empty
+        if S > 1:  # SPLIT_K: a consumer's count before its own
+            arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
@@ -201,7 +238,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         W.publish_setup()
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M_TILES, num_n_tiles=N_TILES, num_clusters=NUM_CTAS,
+            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_TILES, num_clusters=NUM_CTAS,
             l2_group_size=L2_GROUP)
         scheduler.init(bx)
 
@@ -211,12 +248,13 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
-                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                    m_tile, k0, n_loads = T.meta_var(unit(scheduler))
+                    m_st = T.meta_var(m_tile * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                    for k in T.serial(K_LOADS, annotations=H.ROLLED):
+                    for k in T.serial(n_loads, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         W.tma_load_fp8_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
-                                             A, B, m_st, n_st, k * BLK_K, BLK_M, BLK_N,
+                                             A, B, m_st, n_st, (k0 + k) * BLK_K, BLK_M, BLK_N,
                                              tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
@@ -233,6 +271,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             packed = T.alloc_local((PACKED_REGS,), "uint32")
             sav = T.alloc_local((2,), H.ACC_DTYPE)   # block scales of the fragment's rows
             sbv = T.alloc_local((2,), H.ACC_DTYPE)   # ... and of its (one or two) B blocks
+            sav1 = T.alloc_local((2 if EARLY else 1,), H.ACC_DTYPE)  # EARLY: the pair's
+            sbv1 = T.alloc_local((2 if EARLY else 1,), H.ACC_DTYPE)  # second stage's scales
             desc_a = T.alloc_local((1,), "uint64")
             desc_b = T.alloc_local((1,), "uint64")
             W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
@@ -243,8 +283,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
             prev_m: T.int32 = 0
             prev_n: T.int32 = 0
+            last: T.int32 = 1      # 1 when this unit stores its tile (SPLIT_K: the last one)
             while scheduler.valid():
-                m_st = T.meta_var(scheduler.m_idx * BLK_M)
+                m_tile, k0, n_loads = T.meta_var(unit(scheduler))
+                m_st = T.meta_var(m_tile * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 if PIPELINED:
                     # --- promoted mainloop, two stages per iteration: stage 2j into tmp0 and 2j+1
@@ -284,8 +326,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                                    BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
                         pending = 0
                     if IS_BLOCK:  # the scales of this K block
-                        W.load_block_scales(sav, sbv, SA, SB, 0, KB_DIM, m_st + row0, n_st,
+                        W.load_block_scales(sav, sbv, SA, SB, k0, KB_DIM, m_st + row0, n_st,
                                             BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                    if EARLY:  # and of the next, before any wait
+                        W.load_block_scales(sav1, sbv1, SA, SB, k0 + 1, KB_DIM, m_st + row0,
+                                            n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
                     W.mma_wait(1)
                     if tid_in_wg == 0:
                         mma2tma.arrive(held)
@@ -295,19 +340,21 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         W.promote_fragment_block(acc, tmp0, BLK_N, True, sav, sbv)
                     else:
                         W.promote_fragment(acc, tmp0, ACC_REGS, True, T.float32(1))
-                    if IS_BLOCK:  # the scales of this K block
-                        W.load_block_scales(sav, sbv, SA, SB, 1, KB_DIM, m_st + row0, n_st,
-                                            BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                    if IS_BLOCK and not EARLY:  # the scales of this K block
+                        W.load_block_scales(sav, sbv, SA, SB, k0 + 1, KB_DIM, m_st + row0,
+                                            n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
                     W.mma_wait(0)
                     if tid_in_wg == 0:
                         mma2tma.arrive(held)
                     held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                     W.fence_operands(tmp1, ACC_REGS)
-                    if IS_BLOCK:
+                    if EARLY:
+                        W.promote_fragment_block(acc, tmp1, BLK_N, False, sav1, sbv1)
+                    elif IS_BLOCK:
                         W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
                     else:
                         W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
-                    for j in T.serial(1, K_LOADS // 2, annotations=H.ROLLED):
+                    for j in T.serial(1, n_loads // 2, annotations=H.ROLLED):
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
                         W.mma_fence()
                         W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
@@ -325,8 +372,12 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         W.mma_commit()
                         ring.advance()
                         if IS_BLOCK:  # the scales of this K block
-                            W.load_block_scales(sav, sbv, SA, SB, 2 * j, KB_DIM, m_st + row0, n_st,
-                                                BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                            W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j, KB_DIM, m_st + row0,
+                                                n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                        if EARLY:  # and of the next, before any wait
+                            W.load_block_scales(sav1, sbv1, SA, SB, k0 + 2 * j + 1, KB_DIM,
+                                                m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
+                                                lane_id)
                         W.mma_wait(1)
                         if tid_in_wg == 0:
                             mma2tma.arrive(held)
@@ -336,15 +387,18 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                             W.promote_fragment_block(acc, tmp0, BLK_N, False, sav, sbv)
                         else:
                             W.promote_fragment(acc, tmp0, ACC_REGS, False, T.float32(1))
-                        if IS_BLOCK:  # the scales of this K block
-                            W.load_block_scales(sav, sbv, SA, SB, 2 * j + 1, KB_DIM, m_st + row0,
-                                                n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                        if IS_BLOCK and not EARLY:  # the scales of this K block
+                            W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j + 1, KB_DIM,
+                                                m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
+                                                lane_id)
                         W.mma_wait(0)
                         if tid_in_wg == 0:
                             mma2tma.arrive(held)
                         held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                         W.fence_operands(tmp1, ACC_REGS)
-                        if IS_BLOCK:
+                        if EARLY:
+                            W.promote_fragment_block(acc, tmp1, BLK_N, False, sav1, sbv1)
+                        elif IS_BLOCK:
                             W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
                         else:
                             W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
@@ -440,16 +494,36 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     if tid_in_wg == 0:
                         mma2tma.arrive(held)
                     W.fence_operands(acc, ACC_REGS)
-                # --- epilogue scales (tensor, row), then fp32 -> 2 x dtype ---
-                if IS_TENSOR:
-                    W.scale_fragment(acc, ACC_REGS, SA[0] * SB[0])
-                if IS_ROW:
-                    W.scale_fragment_rows_cols(acc, BLK_N, SA, SB, m_st + row0, n_st, M_DIM,
-                                               N_DIM, warp_id, lane_id)
-                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
-                pending = 1
-                prev_m = m_st
-                prev_n = n_st
+                if S > 1:
+                    # --- SPLIT_K: publish the unscaled partial half, count it; the unit
+                    # counted last sums every slab in split order and goes on to the
+                    # epilogue, the others to their next unit ---
+                    tile = T.meta_var(m_tile * N_TILES + scheduler.n_idx)
+                    cnt_i = T.meta_var(tile * NUM_CONSUMERS + consumer)
+                    H.splitk_publish(WS, scheduler.m_idx // M_TILES, tile, consumer * HALF,
+                                     acc, ACC_REGS, tid_in_wg)
+                    T.cuda.warpgroup_sync(1 + consumer)  # every slab store before the count
+                    if tid_in_wg == 0:
+                        H.splitk_count_arrival(arrivals, consumer, CNT.ptr_to([cnt_i]))
+                    T.cuda.warpgroup_sync(1 + consumer)  # the count (and acquire) to all
+                    last = 0
+                    if H.splitk_is_last(arrivals, consumer, S):
+                        H.splitk_reduce_slabs(WS, tile, consumer * HALF, acc, ACC_REGS, S,
+                                              REDUCE_IN_FLIGHT, tid_in_wg)
+                        if tid_in_wg == 0:  # every unit counted: zero for the next launch
+                            CNT[cnt_i] = 0
+                        last = 1
+                if last == 1:
+                    # --- epilogue scales (tensor, row), then fp32 -> 2 x dtype ---
+                    if IS_TENSOR:
+                        W.scale_fragment(acc, ACC_REGS, SA[0] * SB[0])
+                    if IS_ROW:
+                        W.scale_fragment_rows_cols(acc, BLK_N, SA, SB, m_st + row0, n_st,
+                                                   M_DIM, N_DIM, warp_id, lane_id)
+                    W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                    pending = 1
+                    prev_m = m_st
+                    prev_n = n_st
                 scheduler.next_tile()
 
             # --- writeback of the last tile, then every store must have completed ---
@@ -464,5 +538,22 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
+
+    if S > 1:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), W.FP8_STORAGE),
+                   B: T.Buffer((N_DIM, K_DIM), W.FP8_STORAGE),
+                   D: T.Buffer((M_DIM, N_DIM), dtype),
+                   SA: T.Buffer(SA_SHAPE, "float32"), SB: T.Buffer(SB_SHAPE, "float32"),
+                   WS: T.Buffer((S, WS_TILES, BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((CNT_LEN,), "int32")):
+            gemm(A, B, D, SA, SB, WS, CNT)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), W.FP8_STORAGE),
+                   B: T.Buffer((N_DIM, K_DIM), W.FP8_STORAGE),
+                   D: T.Buffer((M_DIM, N_DIM), dtype),
+                   SA: T.Buffer(SA_SHAPE, "float32"), SB: T.Buffer(SB_SHAPE, "float32")):
+            gemm(A, B, D, SA, SB, None, None)
 
     return kernel

@@ -21,7 +21,9 @@ FP8_BLK_K = 128                 # e4m3 elements in one 128-byte swizzle row
 FP8_STORAGE = "uint8"           # how the kernel's signature and SMEM hold e4m3 bits
 FP8_MMA_DTYPE = "float8_e4m3fn"  # what the tensor core is told the bytes are
 FP8_OUT_DTYPES = spec.DTYPES  # v13's out dtypes: the 16-bit ones
-FP8_SCALES = ("tensor", "row")  # sm_100a v13's scale modes (epilogue); no "block" yet
+# sm_100a v13's epilogue scale modes; block-scaled MXFP8 (UE8M0 per 1x32, applied by the tensor
+# core) is SCALE="mx" (hgemm_v13_mx); DeepSeek's 1x128 / 128x128 "block" scaling is sm_90a's only
+FP8_SCALES = ("tensor", "row")
 
 
 def fp8_scaled_chunk(row_scaled: bool, READ_N: int, out_dtype: str):

@@ -65,6 +65,8 @@ def shape_breaks(step: registry.Step, mnk) -> str | None:
     the registry's words, no builder, no TVM)."""
     dims = dict(zip("MNK", mnk))
     for clause in re.split(r";", step.constraints):
+        if " when " in clause:  # holds under a builder keyword the shape alone does not show
+            continue
         for m in _EQUAL.finditer(clause):
             names, n = re.findall(r"[MNK]", m.group(1)), int(m.group(2))
             if any(dims[d] != n for d in names):

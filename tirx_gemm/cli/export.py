@@ -9,6 +9,17 @@ from tirx_gemm.cli.common import (_positive_int, _shapes, _steps_arg, _suite_con
 from tirx_gemm.numerics import DTYPES
 
 
+def _python_version(text: str) -> str:
+    """--ffi-wheel's PYVER, checked before any build (pip download runs after them)."""
+    import re
+    m = re.fullmatch(r"3\.(\d{1,2})", text.strip())
+    if m is None or int(m.group(1)) < 9:
+        import argparse
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CPython version of the GPU "
+                                         f"host's python3 (3.9 or later, e.g. 3.12)")
+    return text.strip()
+
+
 def register(sub) -> None:
     sp = sub.add_parser("export", help="build + bundle kernels for a GPU host without TVM")
     add_step_args(sp)
@@ -19,7 +30,7 @@ def register(sub) -> None:
     sp.add_argument("--jobs", type=_positive_int, default=None)
     sp.add_argument("--num-sms", type=_positive_int, default=None,
                     help="SM count for persistent steps (default: the step's default)")
-    sp.add_argument("--ffi-wheel", metavar="PYVER", default=None,
+    sp.add_argument("--ffi-wheel", metavar="PYVER", default=None, type=_python_version,
                     help="also download the apache-tvm-ffi wheel for this Python (e.g. 3.12) "
                          "into the bundle, for a GPU host without network")
     sp.add_argument("--timeline", action="store_true",

@@ -61,7 +61,17 @@ def check_out_dir(out: Path) -> None:
             if not d.is_dir():
                 what = "it is a file" if d == out else f"{d} is a file"
                 raise ValueError(f"--out {out}: cannot make a bundle folder there ({what})")
-            return
+            break
+    # the export writes its staging folder beside the bundle: prove now, not after the
+    # builds, that a folder can be made in the nearest existing ancestor of out's parent
+    parent = out.absolute().parent
+    near = next((d for d in (parent, *parent.parents) if d.is_dir()), None)
+    if near is not None:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".tirx-gemm-probe-", dir=near))
+        except OSError as exc:
+            raise ValueError(f"--out {out}: cannot make a folder in {near} "
+                             f"({exc.strerror or exc}): export to a folder you can write") from None
 
 
 def _tvm_lib_dir() -> Path:

@@ -52,14 +52,17 @@ LOCK = "owner.lock"
 # a source silently left out of the key; tests/test_hostile_errors.py checks them all)
 KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell/__init__.py", "blackwell/tcgen05.py",
                            "blackwell/stores.py", "blackwell/cluster.py", "blackwell/clc.py",
-                           "blackwell/fused.py", "blackwell/fp8.py", "timeline.py",
+                           "blackwell/fused.py", "blackwell/fp8.py", "blackwell/grouped.py",
+                           "blackwell/layouts.py", "hopper/grouped.py", "hopper/layouts.py",
+                           "hopper/wgmma.py", "timeline.py",
                            "splitk.py", "streamk.py", "pdl.py", "epilogue.py", "spec.py", "numerics.py",
-                           "compile/pipeline.py", "compile/cudalibs.py"),
+                           "compile/pipeline.py", "compile/names.py", "compile/cudalibs.py"),
                "sm_90a": ("helpers.py", "hopper/__init__.py", "hopper/wgmma.py",
                           "hopper/stores.py", "hopper/fused.py", "hopper/cluster.py",
-                          "hopper/fp8.py", "hopper/checks.py", "timeline.py",
+                          "hopper/fp8.py", "hopper/checks.py", "hopper/grouped.py", "hopper/layouts.py",
+                          "timeline.py",
                           "splitk.py", "streamk.py", "pdl.py", "epilogue.py", "spec.py", "numerics.py",
-                          "compile/pipeline.py", "compile/cudalibs.py")}
+                          "compile/pipeline.py", "compile/names.py", "compile/cudalibs.py")}
 STALE_UNOWNED_S = 600  # a work folder without a lock file is a crash between two syscalls
 
 
@@ -136,9 +139,39 @@ class InvalidEntry(Exception):
     """A cache entry that must not be used (the message says why)."""
 
 
+_usable_roots: set = set()  # cache roots checked by cache_root in this process
+
+
 def cache_root() -> Path:
-    """$TIRX_GEMM_CACHE, else ~/.cache/tirx-gemm (tirx_gemm.settings)."""
-    return settings.get("TIRX_GEMM_CACHE")
+    """$TIRX_GEMM_CACHE, else ~/.cache/tirx-gemm (tirx_gemm.settings), checked once per
+    process to be a folder or a place one can be made: a one-line ValueError naming the
+    setting otherwise (a raw NotADirectoryError / FileExistsError of a path under it
+    reached the user from the first build)."""
+    root = settings.get("TIRX_GEMM_CACHE")
+    if root not in _usable_roots:
+        why = _unusable(Path(root))
+        if why:
+            raise ValueError(f"TIRX_GEMM_CACHE={root}: cannot hold the build cache ({why}): "
+                             f"point TIRX_GEMM_CACHE at a folder you can write, or unset it "
+                             f"for ~/.cache/tirx-gemm")
+        _usable_roots.add(root)
+    return root
+
+
+def _unusable(root: Path) -> str | None:
+    """Why no cache folder can be at ``root`` (no folder is made), or None."""
+    if os.path.lexists(root) and not root.exists():
+        return "a symlink to nothing"
+    if root.exists():
+        return None if root.is_dir() else "it is a file"
+    near = next((d for d in root.parents if os.path.lexists(d)), None)
+    if near is None or not near.is_dir():
+        return f"{near} is not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tirx-gemm-probe-", dir=near))
+    except OSError as exc:
+        return f"no folder can be made in {near}: {exc.strerror or exc}"
+    return None
 
 
 def builds_dir() -> Path:

@@ -4,25 +4,34 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from tirx_gemm.epilogue import gelu_constants  # shared: no TVM, numpy only
 from ..helpers import ACC_DTYPE
 
 # --- the fused epilogue on the fp32 accumulator fragment, in registers, before
 # the cast (the keywords, references and tolerances: tirx_gemm/epilogue.py). Each
 # activation is one device function of one fp32 value. The build passes --use_fast_math:
 # expf is then ex2.approx based (__expf, 2 + 1.16|x| ulp; written out below) and x / y
-# takes __fdividef (2 ulp; 0 once y > 2**126, where silu's true value is below 1e-36 anyway);
-# erff keeps its library form (2 ulp), but tanhf becomes tanh.approx.f32 (MUFU.TANH,
+# takes __fdividef (2 ulp; 0 once y > 2**126, where silu's true value is below 1e-36 anyway).
+# gelu's erf is Abramowitz-Stegun 7.1.26 (epilogue.GELU_ERF, folded by gelu_constants; its
+# error bound against float64 is in tirx_gemm/epilogue.py): branch-free, erfc's exp as one
+# exp2f (MUFU.EX2) and its reciprocal one MUFU.RCP, no erff; and
+# tanhf becomes tanh.approx.f32 (MUFU.TANH,
 # 2**-11 relative: as large as fp16's rounding), so gelu_tanh is written without tanh:
 # 0.5x(1 + tanh(y)) = x / (1 + exp(-2y)), exact algebra, the error of silu's form
+GELU_CONSTANTS = gelu_constants()
 _ACT_FN = {
     "relu": ("tirx_gemm_act_relu", """
 __device__ __forceinline__ float tirx_gemm_act_relu(float x) { return fmaxf(x, 0.0f); }
 """),
     "gelu": ("tirx_gemm_act_gelu", """
 __device__ __forceinline__ float tirx_gemm_act_gelu(float x) {
-  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  float w = fabsf(x);
+  float t = __fdividef(1.0f, fmaf(%.9ef, w, 1.0f));
+  float p = fmaf(fmaf(fmaf(fmaf(%.9ef, t, %.9ef), t, %.9ef), t, %.9ef), t, %.9ef) * t;
+  float q = p * exp2f(w * (w * -%.9ef));
+  return x * (x >= 0.0f ? 1.0f - q : q);
 }
-"""),
+""" % tuple(GELU_CONSTANTS[i] for i in (0, 5, 4, 3, 2, 1, 6))),
     "gelu_tanh": ("tirx_gemm_act_gelu_tanh", """
 __device__ __forceinline__ float tirx_gemm_act_gelu_tanh(float x) {
   float y = 0.79788456080286536f * (x + 0.044715f * x * x * x);

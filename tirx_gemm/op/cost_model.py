@@ -183,6 +183,28 @@ def pingpong_band(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     return PINGPONG_MAX_K < K <= PINGPONG_BAND_MAX_K and v10_tiles(M, N) >= sm_count
 
 
+# A K whose rows are not whole ROW_ALIGN_BYTES lines: every TMA box row straddles two L2
+# lines, which the fit (K a multiple of 64) never saw. Against the model's error at an aligned
+# K, one-CTA tiles ran MISALIGNED_SLOWDOWN["one_cta"] times slower and CTA pairs (B shared by
+# multicast, v9 and v10 too) MISALIGNED_SLOWDOWN["pair"] (the H200's plain v12 kernels:
+# lab/cost_model_error_classes, model_error.py). tirx_gemm.op.rules ranks by it at such a K.
+ROW_ALIGN_BYTES = 128
+MISALIGNED_SLOWDOWN = {"one_cta": 1.29, "pair": 1.09}
+
+
+def misaligned_rows(K: int, elem_bytes: int = 2) -> bool:
+    """Whether rows of K elements are not whole 128-byte lines (TMA boxes straddle)."""
+    return (K * elem_bytes) % ROW_ALIGN_BYTES != 0
+
+
+def misaligned_slowdown(cand: str, K: int) -> float:
+    """What the model's time of ``cand`` is multiplied by at this K (1.0 where K's rows are
+    whole lines)."""
+    if not misaligned_rows(K):
+        return 1.0
+    return MISALIGNED_SLOWDOWN["pair" if clustered(cand) else "one_cta"]
+
+
 def rank(M: int, N: int, K: int, sm_count: int = SMS_H200,
          pdl: bool = True) -> tuple[tuple[float, str], ...]:
     """Every candidate but v12's CTA pairs with its predicted time, fastest first (v9 and
@@ -221,6 +243,27 @@ def best(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str:
     if pair is not None and pair[0] <= top * (1 + PREFER_PAIR_WITHIN):
         pick = pair[1]
     return pick
+
+
+def rank_misaligned(M: int, N: int, K: int, sm_count: int = SMS_H200,
+                    pairs_only: bool = False) -> list[tuple[float, str, str]]:
+    """At a K whose rows are not whole lines: [(time, candidate, what runs)], fastest first,
+    by the model times misaligned_slowdown, where a one-CTA tile whose CTA pair is in the menu
+    is rated as that pair (the misaligned-row rules run it so: M past one tile, an even SM
+    count) and v9 with V9_HANDICAP; a candidate is "v9", "v10" or a one-CTA "BMxBN".
+    ``pairs_only``: the v12 tiles that run as pairs alone (where clusters of four take them)."""
+    out = []
+    for t, c in rank(M, N, K, sm_count):
+        runs = c
+        if c not in (V9, V10):
+            bm, bn, _ = tile(c)
+            pair = name(bm, bn, 2)
+            runs = pair if pair in params() and M > bm and sm_count % 2 == 0 else c
+            t = predict(runs, M, N, K, sm_count)
+        t *= misaligned_slowdown(runs, K) * (1 + V9_HANDICAP if c == V9 else 1)
+        if not pairs_only or (c != runs and c not in (V9, V10)):
+            out.append((t, c, runs))
+    return sorted(out)
 
 
 def best_tile(M: int, N: int, K: int, sm_count: int = SMS_H200, n_step: int = 1) -> str:

@@ -59,12 +59,30 @@ def dtype_name(dtype) -> str:
     return dtype
 
 
+INT32_MAX = 2**31 - 1  # the kernels' index math: int32 element offsets (compile.api)
+
+
+def check_index_limits(M: int, N: int, K: int) -> None:
+    """A one-line ValueError when an operand or the result of an MxNxK GEMM holds more than
+    2^31-1 elements, past the int32 element offsets of the kernels' index math (a runtime-M
+    kernel would compute wrong addresses, not fail): the same limit as ``build --mnk``
+    and the suites (compile.api.check_shape_limits), with the way to split the call."""
+    for name, v in (("M*K", M * K), ("M*N", M * N), ("N*K", N * K)):
+        if v > INT32_MAX:
+            split = (f"split b (the weight) along N into parts of at most "
+                     f"{INT32_MAX // K} rows" if name == "N*K" else
+                     f"split a along M into calls of at most {INT32_MAX // max(N, K)} rows")
+            raise ValueError(f"{M}x{N}x{K}: {name}={v} elements exceeds 2^31-1, the limit of "
+                             f"the kernels' int32 index math; {split}")
+
+
 def _check_problem(M, N, K, dtype, arch, sm_count) -> None:
     if arch not in V9_CLUSTER_TILE:
         raise ValueError(f"arch={arch!r}: matmul runs on {' or '.join(V9_CLUSTER_TILE)}")
     for name, v in (("M", M), ("N", N), ("K", K), ("sm_count", sm_count)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}={v!r} must be a positive int")
+    check_index_limits(M, N, K)
     for name, v in (("N", N), ("K", K)):
         if v % ROW_MULTIPLE:
             raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs "

@@ -15,8 +15,12 @@ How a call runs:
    processes) or, on a GPU host without TVM, read from a bundle made by ``tirx-gemm export``
    (:func:`use_bundle` or ``$TIRX_GEMM_BUNDLE``); the loaded kernel is kept for the process,
    keyed by step, arch, shape, keywords, bundle and device;
-4. it launches, asynchronously, into ``out`` or a fresh tensor; ``sync=True`` or
-   :func:`synchronize` waits through the host hang guard.
+4. it launches, asynchronously, on the current stream, into ``out`` or a fresh tensor;
+   ``sync=True`` or :func:`synchronize` waits through the host hang guard. A split-K or
+   stream-K kernel's workspace is one set per stream eagerly and fresh per call under
+   CUDA-graph capture (tirx_gemm.run.workspace), so streams, torch.cuda graphs sharing a
+   pool and torch.compile's reduce-overhead all hold what they use. Threads may call at once:
+   a kernel is loaded once per process under a lock.
 
 Steps 1-3 run on the first call of a (shape, dtype, device, step); the call is then
 remembered, and later calls of it check only what can change between calls and launch.
@@ -134,11 +138,14 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     only through tile counts, so one M per block decides the block: every 64 rows, every 16
     past rules.DP_SWAP_MIN_M (swap-AB's TMA-stored token tiles), past each swap-AB token
     tile, and where a swap-AB split's token tile grows (rules.wide_swap_token_tiles)."""
+    from tirx_gemm.op.keywords import INT32_MAX, dtype_name
+    dtype = dtype_name(dtype)  # torch.bfloat16 as well as "bfloat16", as choose takes it
     _check_problem(1, N, K, dtype, arch, sm_count)
     tile_m, tile_n = V9_CLUSTER_TILE[arch]
     clusters = max(1, sm_count // CLUSTER_SIZE)
     settled = tile_m * _ceil_div(clusters, _ceil_div(N, tile_n))  # tiles >= clusters from here
     last = max(settled, VARIANTS_MAX_M) if max_m is None else max_m
+    last = min(last, INT32_MAX // max(N, K))  # past it matmul refuses (int32 index math)
     r, out = _rules, []
     wide = range(r.SWAP_AB_TILES[-1] + 2, min(r.WIDE_SWAP_MAX_M, last) + 1)
     starts = sorted({lo for lo in range(1, last + 1, M_BLOCK)}
@@ -170,6 +177,9 @@ def use_bundle(path) -> None:
     """Read kernels from the bundle at ``path`` (``tirx-gemm export``) instead of building
     them; ``None`` goes back to ``$TIRX_GEMM_BUNDLE`` or, without it, building here."""
     global _bundle_override
+    if path is not None and (not isinstance(path, (str, Path)) or not str(path).strip()):
+        raise TypeError(f"use_bundle takes the path of a bundle folder (tirx-gemm export "
+                        f"--out), or None, got {path!r}")
     if path is not None:
         from tirx_gemm.bundle_format import load_manifest
         load_manifest(Path(path))  # not a bundle: say so now, not at the first call
@@ -239,42 +249,27 @@ def kernel_source(step: registry.Step, mnk, kwargs: dict, bundle=None) -> tuple[
 
 
 class _Loaded:
-    """One loaded kernel library, with its workspace operands per device.
-
-    A runtime-M kernel serves every M: its workspace (v11's partial-sum slabs and tile
-    counters, registry.Step.workspace_specs) is sized for the largest M seen on the device
-    and grown when a larger one comes (the kernel takes workspace extents at run time and
-    leaves the counters zero, so a larger buffer is as good as an exact one)."""
+    """One loaded kernel library, with its workspace operands (v11's and v12's split-K
+    partial sums and tile counters, stream-K's: registry.Step.workspace_specs): per device
+    and stream eagerly, fresh per call under CUDA-graph capture (tirx_gemm.run.workspace)."""
 
     def __init__(self, step: registry.Step, lib: Path, meta: dict):
         from tirx_gemm.run.loader import load_kernel
+        from tirx_gemm.run.workspace import Workspaces
         self.step = step
         self.meta = meta
         self.kwargs = dict(meta.get("kwargs") or {})
-        self.runtime_m = bool(self.kwargs.get("RUNTIME_M"))
         self.kernel = load_kernel(str(lib))
-        self._ws: dict = {}  # device index -> ((name, shape, dtype), ...), (tensor, ...)
+        self.ws = Workspaces(lambda M, N, K: step.workspace_specs(M, N, K, self.kwargs),
+                             bool(self.kwargs.get("RUNTIME_M")))
 
-    def workspace(self, M: int, N: int, K: int, device) -> tuple:
-        import torch
-        specs = self.step.workspace_specs(M, N, K, self.kwargs)
-        if not specs:
+    def workspace(self, M: int, N: int, K: int, device):
+        """() for a kernel without workspace operands, else the call's CallWorkspace."""
+        if not self.ws.any(M, N, K):
             return ()
-        held = self._ws.get(device.index)
-        if held is not None:
-            have = held[0]
-            fits = all(len(h[1]) == len(w[1]) and all(
-                x >= y if self.runtime_m else x == y for x, y in zip(h[1], w[1]))
-                for h, w in zip(have, specs))
-            if fits:
-                return held[1]
-            if self.runtime_m:  # grow: every extent the larger of the two
-                specs = tuple((w[0], tuple(max(x, y) for x, y in zip(h[1], w[1])), w[2])
-                              for h, w in zip(have, specs))
-        tensors = tuple(torch.zeros(shape, dtype=getattr(torch, dt), device=device)
-                        for _, shape, dt in specs)
-        self._ws[device.index] = (specs, tensors)
-        return tensors
+        from tirx_gemm.run.workspace import CallWorkspace
+        index = device.index if device.index is not None else _torch.cuda.current_device()
+        return CallWorkspace(self.ws, M, N, K, index)
 
 
 def _load(step: registry.Step, mnk, kwargs: dict) -> _Loaded:
@@ -284,6 +279,12 @@ def _load(step: registry.Step, mnk, kwargs: dict) -> _Loaded:
     with _lock:
         hit = _kernels.get(key)
         if hit is None:
+            from tirx_gemm.run.workspace import capturing
+            if capturing():  # CUDA refuses a module load inside a capture: say what to do
+                raise RuntimeError(
+                    f"{_describe(step, mnk, kwargs)} is not loaded yet, and CUDA cannot load a "
+                    f"kernel while the current stream captures a graph: call the op once with "
+                    f"this shape before capturing (torch.cuda.graph's warm-up on a side stream)")
             lib, meta = kernel_source(step, mnk, kwargs, bundle)
             hit = _kernels[key] = _Loaded(step, lib, meta)
     return hit
@@ -294,11 +295,12 @@ def _load(step: registry.Step, mnk, kwargs: dict) -> _Loaded:
 # --------------------------------------------------------------------------------------
 class _Call:
     """What a call of one (M, N, K, dtype, device, step) needs once validated: the kernel,
-    its workspace tensors and a label for errors."""
-    __slots__ = ("kernel", "workspace", "label")
+    its workspace (() or a run.workspace.CallWorkspace), a label for errors and the output's
+    shape (M, N)."""
+    __slots__ = ("kernel", "workspace", "label", "shape")
 
-    def __init__(self, kernel, workspace, label):
-        self.kernel, self.workspace, self.label = kernel, workspace, label
+    def __init__(self, kernel, workspace, label, shape=None):
+        self.kernel, self.workspace, self.label, self.shape = kernel, workspace, label, shape
 
 
 _calls: dict = {}
@@ -317,7 +319,7 @@ def _fast_key(a, b, out, step):
     check_operands for the one-line message."""
     try:
         key = (a.shape, b.shape, a.dtype, a.get_device(), step)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):  # a nested tensor: no sizes
         return None
     try:  # a sparse tensor (or a non-tensor) has no data pointer: the full checks say so
         if (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1) or (
@@ -343,7 +345,7 @@ def _first_call(a, b, out, step, key):
     st, kwargs = _pick(M, N, K, dtype, arch, sm_count, step)
     loaded = _load(st, (M, N, K), kwargs)
     call = _Call(loaded.kernel, loaded.workspace(M, N, K, a.device),
-                 f"{_describe(st, (M, N, K), kwargs)} at M={M}")
+                 f"{_describe(st, (M, N, K), kwargs)} at M={M}", (M, N))
     key = key if key is not None else _fast_key(a, b, out, step)
     if key is not None and a.is_cuda:
         if len(_calls) >= _CALLS_MAX:
@@ -353,8 +355,9 @@ def _first_call(a, b, out, step, key):
 
 
 def _launch(call: _Call, a, b, out, sync: bool) -> None:
+    ws = call.workspace
     try:
-        call.kernel(a, b, out, *call.workspace)
+        call.kernel(a, b, out, *(ws if ws.__class__ is tuple else ws.get()))
     except Exception as exc:
         _refused(call, a, b, out, exc)
     if sync:
@@ -380,7 +383,8 @@ def bare_launch(a, b, out):
     if call is None:
         matmul(a, b, out=out)
         call = _calls[_fast_key(a, b, out, None)]
-    kernel, workspace = call.kernel, call.workspace
+    ws = call.workspace
+    kernel, workspace = call.kernel, (ws if ws.__class__ is tuple else ws.get())
     return lambda: kernel(a, b, out, *workspace)
 
 
@@ -433,23 +437,23 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
     t = _torch
     if t is not None:
         try:
-            key = (a.shape, b.shape, a.dtype, a.get_device(), step)
-        except (AttributeError, TypeError):
-            key = None
-        call = _calls.get(key) if key is not None else None
+            call = _calls.get((a.shape, b.shape, a.dtype, a.get_device(), step))
+        except (AttributeError, TypeError, RuntimeError):  # a nested tensor: no sizes
+            call = None
         try:  # a sparse tensor (or a non-tensor) has no data pointer: the full checks say so
             lean = (call is not None and not (a.data_ptr() | b.data_ptr()) & (ALIGN_BYTES - 1)
-                    and not ((a.requires_grad or b.requires_grad) and t.is_grad_enabled())
+                    and not (t.is_grad_enabled() and (a.requires_grad or b.requires_grad))
                     and (out is None or not out.data_ptr() & (ALIGN_BYTES - 1)))
         except (RuntimeError, AttributeError, TypeError):
             lean = False
         if lean:
             if out is None:
-                out = a.new_empty((key[0][0], key[1][0]))
+                out = a.new_empty(call.shape)
             elif out_overlaps(out, a, b):
                 check_no_overlap(out, a=a, b=b)
+            ws = call.workspace
             try:
-                call.kernel(a, b, out, *call.workspace)
+                call.kernel(a, b, out, *(ws if ws.__class__ is tuple else ws.get()))
             except Exception as exc:
                 _refused(call, a, b, out, exc)
             if sync:
@@ -478,7 +482,7 @@ def _epilogue_call(a, b, bias, activation, out_dtype, swiglu: bool, step, out, s
                None if bias is None else (bias.dtype, bias.shape), activation, out_dtype,
                swiglu)
         call = _calls.get(key)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):  # a nested tensor: no sizes
         key, call = None, None
     t = _torch
     try:  # a sparse tensor (or a non-tensor) has no data pointer: the full checks say so

@@ -16,8 +16,10 @@ the layer's GPU was seen to be sm_90a (an eager call or ``patch`` probed it), el
 ``layer.fallbacks``, keeps the reason in ``layer.fallback_reason`` and warns once per reason
 (``warnings.warn``, so ``warnings.simplefilter("error")`` makes it loud). Falls back: a CPU or
 other-device input, a float32 input or weight (an fp32 model, or autocast to another dtype),
-a dtype that differs from the weight's, grad mode on with a weight or input that requires
-grad (training: torch's backward), features not a multiple of 8, a GPU older than sm_90a.
+a dtype that differs from the weight's, features not a multiple of 8, a GPU older than
+sm_90a. **Training**: with grad mode on and a tensor that requires grad, the call runs
+through ``tirx_gemm.op.autograd.linear`` (forward, dgrad and wgrad on the kernels, the bias
+gradient by torch), eagerly and while torch.compile traces.
 ``Linear(..., strict=True)`` raises a one-line ValueError instead of falling back. While
 torch.compile traces the forward, the fallback is traced as F.linear without counting or
 warning, and the GPU's arch is not probed (the op raises one line at run time on a GPU the
@@ -52,6 +54,9 @@ from tirx_gemm.op import torch_op
 from tirx_gemm.op.matmul import ROW_MULTIPLE, V9_CLUSTER_TILE
 
 __all__ = ["Linear", "patch", "Report", "layer_refusal", "fuses_bias"]
+# what the layers beside this one add to tirx_gemm.nn when they are imported (the public module
+# tirx_gemm.nn imports them): "fp8" -> tirx_gemm.op.fp8_nn.patch_fp8, which patch(fp8=...) calls
+EXTENSIONS: dict = {}
 
 _DTYPES = (torch.float16, torch.bfloat16)
 _served: dict = {}  # CUDA device index -> None (served) or why not, probed once per device
@@ -137,6 +142,8 @@ class Linear(torch.nn.Linear):
     def from_linear(cls, layer: torch.nn.Linear, *, strict: bool = False) -> "Linear":
         """A Linear sharing ``layer``'s parameters (the same tensors), training flag and
         hooks (the same dicts: see the module docstring)."""
+        if not isinstance(layer, torch.nn.Linear):
+            raise TypeError(f"from_linear takes a torch.nn.Linear, got {type(layer).__name__}")
         new = cls(layer.in_features, layer.out_features, bias=layer.bias is not None,
                   device="meta", dtype=layer.weight.dtype, strict=strict)
         new.weight = layer.weight
@@ -165,10 +172,6 @@ class Linear(torch.nn.Linear):
         dev = x.get_device()
         if dev < 0 or dev != w.get_device():
             return f"input is on {x.device}, weight on {w.device}"
-        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
-                b is not None and b.requires_grad)):
-            return ("autograd records this call (grad mode on, a tensor requires grad): run "
-                    "under torch.no_grad() or torch.inference_mode() to use tirx_gemm")
         k = self.in_features
         if x.shape[-1] != k:
             return f"input has {x.shape[-1]} features, the layer {k}"
@@ -192,9 +195,6 @@ class Linear(torch.nn.Linear):
             return "dtype"
         if not x.is_cuda or x.device != w.device:
             return "device"
-        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
-                b is not None and b.requires_grad)):
-            return "autograd"
         if (x.shape[-1] != self.in_features or self.in_features % ROW_MULTIPLE
                 or self.out_features % ROW_MULTIPLE):
             return "shape"
@@ -212,6 +212,10 @@ class Linear(torch.nn.Linear):
         why = self._refusal(x, w, b)
         if why is not None:
             return self._fallback(x, why)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
+                b is not None and b.requires_grad)):  # training: forward, dgrad, wgrad on the kernels
+            from tirx_gemm.op import autograd as AG
+            return AG.linear(x, w, b, fuse_bias=fuses_bias(x.device))
         if x.dim() == 2:
             a = x
             if not a.is_contiguous():
@@ -237,8 +241,12 @@ class Linear(torch.nn.Linear):
                 raise ValueError(f"tirx_gemm.nn.Linear({self.in_features}, "
                                  f"{self.out_features}) cannot run this call")
             return F.linear(x, self.weight, self.bias)
-        a = x.reshape(-1, self.in_features).contiguous()
         index = x.device.index if x.device.index is not None else 0
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad or (
+                self.bias is not None and self.bias.requires_grad)):
+            from tirx_gemm.op import autograd as AG  # the op's backward is registered
+            return AG.linear(x, self.weight, self.bias, fuse_bias=bool(_fused_bias.get(index)))
+        a = x.reshape(-1, self.in_features).contiguous()
         if self.bias is not None and _fused_bias.get(index):
             y = torch_op.OP(a, self.weight, None, self.bias)  # the bias in the epilogue
         else:
@@ -285,11 +293,19 @@ def _describe(layer) -> str:
             + (" +bias" if layer.bias is not None else ""))
 
 
-def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = False) -> Report:
+def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = False,
+          fp8: str | None = None) -> Report:
     """Replace every torch.nn.Linear of ``module`` that tirx_gemm can serve by a
     :class:`Linear` sharing its parameters; leave the others. Returns a :class:`Report`
     (printed with ``verbose``). A Linear shared by several parents is replaced once, by one
-    new layer. ``strict`` is passed to the new layers (raise instead of falling back)."""
+    new layer. ``strict`` is passed to the new layers (raise instead of falling back).
+    ``fp8="row"`` / ``"block"`` / ``"tensor"``: the layers become tirx_gemm.nn.Fp8Linear
+    instead, their weights quantized once with that scale kind (tirx_gemm.op.fp8_nn)."""
+    if fp8 is not None:
+        if "fp8" not in EXTENSIONS:
+            raise RuntimeError("patch(fp8=...) needs tirx_gemm.op.fp8_nn: import tirx_gemm.nn "
+                               "(the public module), which loads it")
+        return EXTENSIONS["fp8"](module, fp8, strict=strict, verbose=verbose)
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"patch takes a torch.nn.Module, got {type(module).__name__}")
     report = Report(module)
@@ -390,6 +406,6 @@ def _replacement(layer, strict: bool):
     if layer.bias is not None and fuses_bias(layer.weight.device):
         note += "; bias fused into the GEMM's epilogue"
     if layer.weight.requires_grad or (layer.bias is not None and layer.bias.requires_grad):
-        note += ("; weight requires grad: served under torch.no_grad()/inference_mode(), "
-                 "torch's F.linear while grad mode is on")
+        note += "; trainable: forward, dgrad and wgrad on the kernels (tirx_gemm.op.autograd)"
     return Linear.from_linear(layer, strict=strict), note
+

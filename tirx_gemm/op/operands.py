@@ -7,7 +7,7 @@ from __future__ import annotations
 import weakref
 
 from tirx_gemm import epilogue as E
-from tirx_gemm.op.keywords import ROW_MULTIPLE, _ceil_div
+from tirx_gemm.op.keywords import ROW_MULTIPLE, _ceil_div, check_index_limits
 from tirx_gemm.numerics import DTYPES
 
 ALIGN_BYTES = 16  # TMA and 16-byte vector copies: every operand's base address
@@ -51,13 +51,28 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         raise ValueError("matmul has no backward: call it under torch.no_grad() or "
                          "torch.inference_mode(), or pass detached tensors")
+    check_out_grad(out)
     return M, N, K, _dtype_name(a)
+
+
+def check_out_grad(out) -> None:
+    """A one-line ValueError for an ``out`` that requires grad while grad mode is on: the
+    kernel writes it with no record for autograd (torch refuses such an out= too), and the
+    GPU launch failed on it with DLPack's "Can't export tensors that require gradient"."""
+    import torch
+    if out is not None and out.requires_grad and torch.is_grad_enabled():
+        raise ValueError("out requires grad: matmul writes out= with no record for autograd; "
+                         "pass out=None (a fresh result), or run under torch.no_grad()")
 
 
 def check_dense(ops) -> None:
     """A one-line TypeError for a sparse (or other non-strided) tensor among ``ops``
     [(name, tensor)]: run before anything reads a data pointer, which such a tensor lacks."""
     for name, t in ops:
+        if getattr(t, "is_nested", False):  # strided layout, yet no sizes or data pointer
+            raise TypeError(f"{name} is a nested tensor: the kernels take dense 2-D tensors; "
+                            f"pass torch.cat(list({name}.unbind())) (its rows one after "
+                            f"another) or {name}.to_padded_tensor(0)")
         layout = getattr(t, "layout", None)
         if layout is not None and str(layout) != "torch.strided":
             raise TypeError(f"{name} is a {layout} tensor: the kernels take dense tensors; "
@@ -152,6 +167,7 @@ def check_layout(a, b, out=None) -> tuple[int, int, int]:
                              f"{rows} are {v} elements, and TMA needs row strides of a "
                              f"multiple of 16 bytes; pad {name} with zeros to "
                              f"{_ceil_div(v, ROW_MULTIPLE) * ROW_MULTIPLE}")
+    check_index_limits(M, N, K)
     return M, N, K
 
 
@@ -234,13 +250,15 @@ def _check_out(out, M: int, N: int, dtype, device) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if out.dtype != dtype:
-        raise TypeError(f"out is {out.dtype} but the result is {dtype}")
+        raise TypeError(f"out is {out.dtype} but the result is {dtype}: pass out=None or an "
+                        f"out of {dtype}")
     if tuple(out.shape) != (M, N):
         raise ValueError(f"out has shape {tuple(out.shape)}, expected ({M}, {N})")
     if out.device != device:
         raise ValueError(f"out is on {out.device} but the operands are on {device}")
     if not out.is_contiguous() or out.data_ptr() % ALIGN_BYTES:
         raise ValueError("out must be contiguous and 16-byte aligned: pass a fresh tensor")
+    check_out_grad(out)
 
 
 # --------------------------------------------------------------------------------------
@@ -251,7 +269,7 @@ _gate_up_storages: dict = {}  # id(storage fuse_gate_up wrote) -> (weakref to it
 _hooked = False  # whether the Parameter-registration hook that carries the mark is in place
 
 
-def mark_gate_up(t) -> None:
+def mark_gate_up(t):
     """Mark ``t``, just made by fuse_gate_up, as a fused gate/up weight. Two marks: an
     attribute on the tensor (kept by ``.contiguous()``, ``requires_grad_``, deepcopy and
     torch.save/load) and a weak registry of its storage, which recognizes what shares it
@@ -260,7 +278,8 @@ def mark_gate_up(t) -> None:
     the first call) or first passed to swiglu, and keeps it through the module's
     ``.to()``/``.cuda()``/``.half()`` (they swap the Parameter's data, not the Parameter). A
     copy of a bare tensor (``.to(other dtype or device)``, ``.clone()``) and a Parameter
-    replaced by ``load_state_dict(assign=True)`` carry no mark: fuse after moving."""
+    replaced by ``load_state_dict(assign=True)`` carry no mark: fuse after moving. Returns
+    ``t``."""
     global _hooked
     shape = tuple(t.shape)
     setattr(t, GATE_UP_MARK, shape)
@@ -275,6 +294,7 @@ def mark_gate_up(t) -> None:
         from torch.nn.modules.module import register_module_parameter_registration_hook
         register_module_parameter_registration_hook(_carry_mark)
         _hooked = True
+    return t
 
 
 def _carry_mark(module, name, param) -> None:
@@ -315,3 +335,15 @@ def check_gate_up(fused) -> None:
                          "w_gate=, w_up=; a concatenated weight splits as "
                          "w_gate, w_up = w.chunk(2, dim=0); a fused weight copied by .to()/"
                          ".clone() loses the mark: fuse after moving")
+
+
+def check_gate_up_experts(fused) -> None:
+    """check_gate_up for grouped_swiglu's (E, 2N, K) weight: only what
+    fuse_gate_up_experts marked (a checkpoint's concatenated gate_up_proj has its shape)."""
+    if not _is_gate_up(fused):
+        raise ValueError("fused takes only what fuse_gate_up_experts made (each expert's rows "
+                         "interleaved in groups of 8, not [w_gate; w_up]): pass "
+                         "fused=fuse_gate_up_experts(w_gate, w_up); a checkpoint's "
+                         "concatenated gate_up_proj (E, 2N, K) splits as "
+                         "w_gate, w_up = w.chunk(2, dim=1); a copy (.to()/.clone()) loses "
+                         "the mark: fuse after moving")

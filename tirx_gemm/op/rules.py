@@ -18,10 +18,10 @@ from tirx_gemm import epilogue as E
 from tirx_gemm import registry, splitk
 from tirx_gemm.op import cards
 from tirx_gemm.op import cost_model as cm
-from tirx_gemm.op.cost_model import (BLK_K, SMS_H200, V9, V10, V12, WIDE_SWAP_MAX_M,  # noqa: F401
-                                     WIDE_SWAP_MIN_STAGES, WIDE_SWAP_ROWS, WIDE_SWAP_STEP,
-                                     _ceil_div, last_wave_fill, tail_tma, wide_swap_token_tiles,
-                                     wide_swap_tokens)
+from tirx_gemm.op.cost_model import (BLK_K, ROW_ALIGN_BYTES, SMS_H200, V9, V10, V12,  # noqa: F401
+                                     WIDE_SWAP_MAX_M, WIDE_SWAP_MIN_STAGES, WIDE_SWAP_ROWS,
+                                     WIDE_SWAP_STEP, _ceil_div, last_wave_fill, misaligned_rows,
+                                     tail_tma, wide_swap_token_tiles, wide_swap_tokens)
 from tirx_gemm.op.keywords import (CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, MENU_ARCHES,
                                    PINGPONG, SPLIT_K, TILE_MENU, V9_CLUSTER_TILE, V11_L2_GROUP,
                                    _check_problem, _menu_split, _pool, _registered, dtype_name,
@@ -58,11 +58,10 @@ DP_SWAP_MIN_M = 128
 SWAP_CLUSTER = 4
 SWAP_CLUSTER_MAX_FILL = 2 / 3
 SWAP_CLUSTER_MAX_CLUSTERS = 30
-# misaligned K rows (not whole 128-byte lines) double the L2-to-SM traffic: a CTA pair halves
-# B's share of it; clusters of SWAP_CLUSTER along M share the B tile instead where they fit
-# (at most SWAP_CLUSTER_MAX_CLUSTERS, SWAP_CLUSTER row tiles at least): geomean 1.129x the
-# pairs fp16, 1.131x bf16 at 12 misaligned-K shapes on an H100 (lab/cta_clusters)
-ROW_ALIGN_BYTES = 128
+# misaligned K rows (not whole 128-byte lines, cost_model.misaligned_rows) double the L2-to-SM
+# traffic: a CTA pair halves B's share of it; clusters of SWAP_CLUSTER along M share the B tile
+# instead where they fit (at most SWAP_CLUSTER_MAX_CLUSTERS, SWAP_CLUSTER row tiles at least):
+# geomean 1.129x the pairs fp16, 1.131x bf16 at 12 misaligned-K shapes on an H100 (lab/cta_clusters)
 # v10's ping-pong hides each tile's epilogue; with K <= PINGPONG_MAX_K by rule, past it by
 # the model (cost_model.pingpong_band: lab/v10_ping_pong_band)
 PINGPONG_MAX_K = cm.PINGPONG_MAX_K
@@ -78,11 +77,6 @@ PINGPONG_MIN_TILES_PER_CTA = 2
 # multiples of 8 have run as plain kernels only)
 EPILOGUE_TILE_STEP = 16
 PDL_MAX_US = cm.PDL_MAX_US
-
-
-def misaligned_rows(K: int, elem_bytes: int = 2) -> bool:
-    """Whether rows of K elements are not whole 128-byte lines (TMA boxes straddle)."""
-    return (K * elem_bytes) % ROW_ALIGN_BYTES != 0
 
 
 def swap_ab_tile(M: int, N: int, sm_count: int = SMS_H200) -> tuple[int, int] | None:
@@ -102,8 +96,7 @@ def swap_tiles(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
 
 
 def swap_pdl(M: int, N: int, K: int) -> bool:
-    """Whether the persistent swap-AB kernel is short enough for PDL's start trigger: its
-    bytes at the HBM rate take at most PDL_MAX_US."""
+    """Whether the persistent swap-AB kernel's bytes at the HBM rate take <= PDL_MAX_US."""
     return cm.hbm_floor(M, N, K) <= PDL_MAX_US
 
 
@@ -114,24 +107,21 @@ def np_swap_pdl(M: int, N: int, token_tile: int, sm_count: int = SMS_H200) -> bo
 
 
 def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
-    """Whether the persistent swap-AB kernel runs stream-K over its last wave: more tiles
-    than SMs, and a last wave under half full."""
+    """Whether persistent swap-AB runs stream-K: more tiles than SMs, a last wave under half."""
     tiles = swap_tiles(M, N, sm_count)
     return tiles is not None and tiles > sm_count and 0 < tiles % sm_count < sm_count / 2
 
 
 def swap_clusters(N: int, rows: int) -> int:
-    """Clusters of SWAP_CLUSTER CTAs along a weight of N rows in ``rows``-row tiles."""
-    return _ceil_div(N, rows * SWAP_CLUSTER)
+    return _ceil_div(N, rows * SWAP_CLUSTER)  # clusters along a weight of N rows
 
 
 def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
     """The weight tile (64 or 128 rows) of the persistent swap-AB kernel in clusters of
     SWAP_CLUSTER along the weight, or None where it runs one CTA per tile."""
     tiles = swap_tiles(M, N, sm_count)
-    if tiles is None or M <= SWAP_NP_MAX_M or sm_count % SWAP_CLUSTER:
-        return None
-    if last_wave_fill(tiles, sm_count) > SWAP_CLUSTER_MAX_FILL:
+    if (tiles is None or M <= SWAP_NP_MAX_M or sm_count % SWAP_CLUSTER
+            or last_wave_fill(tiles, sm_count) > SWAP_CLUSTER_MAX_FILL):
         return None
     return next((rows for rows in (64, 128)
                  if swap_clusters(N, rows) <= SWAP_CLUSTER_MAX_CLUSTERS), None)
@@ -140,9 +130,8 @@ def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
 def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
     """Whether a plain GEMM goes to v10's ping-pong: K of at most PINGPONG_MAX_K, a 128x128
     tile per SM at least, and no kernel short enough for PDL (which saves more there)."""
-    if K > PINGPONG_MAX_K or cm.v10_tiles(M, N) < sm_count:
-        return False
-    return cm.rank(M, N, K, sm_count)[0][0] > PDL_MAX_US
+    return (K <= PINGPONG_MAX_K and cm.v10_tiles(M, N) >= sm_count
+            and cm.rank(M, N, K, sm_count)[0][0] > PDL_MAX_US)
 
 
 def dp_swap_rows(M: int) -> int:
@@ -371,8 +360,8 @@ def _swap_why(s: Shape, p: Plan) -> str:
             f"{s.pool} SMs")
 
 
-def _model(s: Shape, p) -> Plan:
-    pick = cm.best(s.M, s.N, s.K, s.pool)
+def _model(s: Shape, p, pick: str | None = None) -> Plan:
+    pick = pick or cm.best(s.M, s.N, s.K, s.pool)
     if pick == V9 or (pick == V10 and _registered(PINGPONG, s.arch) is not None):
         return Plan(pick, s.base(pick), "cost_model")
     bm, bn, _ = cm.tile(pick)
@@ -390,6 +379,18 @@ def _model_why(s: Shape, p: Plan) -> str:
         line += (f" (K in v10's band, {PINGPONG_MAX_K + 1}-{PINGPONG_BAND_MAX_K}, where v10 "
                  f"keeps its place within {cm.PREFER_PAIR_WITHIN:.0%} of the fastest)")
     return line + f"; picked {pick}"
+
+
+def _misaligned_ranks(s: Shape):  # where clusters of four fit, they take a pair's place
+    return cm.rank_misaligned(s.M, s.N, s.K, s.pool, s.m_cluster_tile is not None)
+
+
+def _misaligned_why(s: Shape, p: Plan) -> str:
+    top, (a, b), c4 = _misaligned_ranks(s)[:3], cm.MISALIGNED_SLOWDOWN.values(), s.m_cluster_tile
+    return (f"K={s.K}: rows of {s.K * 2} bytes are not whole {ROW_ALIGN_BYTES}-byte lines, unseen "
+            f"by the model's fit: one-CTA tiles count {a:g}x, CTA pairs and v9 {b:g}x"
+            f"{' (pairs only: clusters of four fit)' if c4 else ''} (us): "
+            + ", ".join(f"{r} {t:.1f}" for t, _, r in top) + f"; picked {top[0][1]}")
 
 
 def _v9_why(s: Shape, p: Plan) -> str:
@@ -500,6 +501,10 @@ RULES: tuple[Rule, ...] = (
          lambda s, p: s.menu is not None and dp_swap_tile(s.M, s.N, s.K, s.pool) is not None,
          lambda s, p: _v12(s, "swap_ab_tma_store", *dp_swap_tile(s.M, s.N, s.K, s.pool),
                            SWAP_AB=True, SWAP_TMA=True), _dp_swap_why),
+    Rule("misaligned_rows_model", PICK, "cost_model_error_classes",
+         lambda s, p: s.menu is not None and misaligned_rows(s.K) and s.pool % 2 == 0,
+         lambda s, p: _model(s, p, _misaligned_ranks(s)[0][1]),
+         _misaligned_why),
     Rule("cost_model", PICK, "cost_model_fit",
          lambda s, p: s.menu is not None, _model, _model_why),
     Rule("split_k_v11", PICK, "steps_on_h200",
@@ -573,28 +578,24 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
            why: list | None = None, card=None) -> tuple[str, dict]:
     """The step and builder keywords that matmul uses for an MxNxK GEMM of ``dtype`` (a name
     or a torch dtype) on a GPU of ``arch`` with ``sm_count`` SMs: ``(step_id, kwargs)``, by
-    walking :data:`RULES`. ``card``: "h100", "h200" or a tirx_gemm.op.cards.Card; default
-    the GPU an imported torch sees, else the H200 the model was fitted on. Its HBM
-    bandwidth scales the model's; ``sm_count`` defaults to its SMs (sm_90a).
+    walking :data:`RULES`. ``card``: "h100", "h200", "auto" (the GPU an imported torch sees)
+    or a tirx_gemm.op.cards.Card, default the H200 the model was fitted on; its HBM bandwidth
+    scales the model's; ``sm_count`` defaults to its SMs (sm_90a).
 
     On sm_90a the cost model (tirx_gemm.op.cost_model) ranks v12's tile menu, v9 and v10,
-    with rules first for K splits, swap-AB at few tokens, v10's ping-pong at a short K and
-    swap-AB stored by TMA, then rules that adjust the kernel picked (CTA pairs and clusters,
-    stream-K, TMA-stored tails, the last token tile, PDL). On sm_100a (no model yet): v9,
-    or v11's K split where v9's cluster tiles leave clusters idle.
-
-    bfloat16 adds ``{"dtype": "bfloat16"}``. Raises ValueError for a shape no step takes
-    (N or K not a multiple of 8), an unknown dtype or arch.
-
-    ``epilogue``: builder keywords of a fused epilogue (tirx_gemm.epilogue: BIAS, ACT,
-    OUT_DTYPE, SWIGLU; N is the output's columns): v12's fastest one-CTA tile for the
-    kernel's GEMM (SwiGLU: M x 2N x K), never v9 or v11, with the epilogue keywords added.
-
+    after rules for K splits, swap-AB, v10's ping-pong at a short K and swap-AB stored by TMA,
+    and (at a K of misaligned rows) with their slowdowns there; then rules adjust the kernel
+    picked (CTA pairs and clusters, stream-K, TMA-stored tails, the last token tile, PDL). On
+    sm_100a (no model yet): v9, or v11's K split where v9's cluster tiles leave clusters idle.
+    bfloat16 adds ``{"dtype": "bfloat16"}``. A ValueError for a shape no step takes (N or K
+    not a multiple of 8), an unknown dtype or arch. ``epilogue``: a fused epilogue's builder
+    keywords (tirx_gemm.epilogue; N is the output's columns): v12's fastest one-CTA tile for
+    the kernel's GEMM (SwiGLU: M x 2N x K), never v9 or v11, with the keywords added.
     ``why``: a list that gets each applied rule's line (what :func:`explain` prints).
     """
     dtype, (card, sm_count) = dtype_name(dtype), cards.for_arch(card, arch, sm_count)
     _check_problem(M, N, K, dtype, arch, sm_count)
-    epi = E.epilogue_kwargs(epilogue) if epilogue else {}
+    epi = E.epilogue_kwargs(E.check_epilogue_arg(epilogue)) if epilogue is not None else {}
     if epi and (TILE_MENU not in EPILOGUE_STEPS.get(arch, ())
                 or _registered(TILE_MENU, arch) is None):
         raise ValueError(f"a fused epilogue ({E.tag(epi)}) runs on sm_90a only (v12's tile "

@@ -54,9 +54,13 @@ DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "models.json"
 MATMUL = "matmul"  # the target that runs what tirx_gemm.matmul would run
 RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out of the README table
 
-_TOP_KEYS = {"name", "description", "dtypes", "shapes", "epilogue_steps"}
-_ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes", "epilogues", "all_m"}
+_TOP_KEYS = {"name", "description", "dtypes", "shapes", "epilogue_steps", "kind", "scales"}
+_ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes", "epilogues", "all_m", "kind",
+               "scales"}
 _TEXT_KEYS = ("model", "layer", "why")
+GEMM, FP8, GROUPED = "gemm", "fp8", "grouped"
+KINDS = (GEMM, FP8, GROUPED)
+FP8_SCALES = ("tensor", "row", "block")  # numerics.FP8_SCALES: matmul_fp8's scale kinds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +74,9 @@ class Entry:
     dtypes: tuple[str, ...]
     epilogues: tuple = ()  # ((keyword, value), ...) per epilogue, validated (tirx_gemm.epilogue)
     all_m: bool = True     # export: every token count of (N, K), not only M
+    kind: str = GEMM       # "gemm" (matmul), "fp8" (matmul_fp8) or "grouped" (op.grouped)
+    scales: tuple[str, ...] = ()  # fp8: the scale kinds it runs in (tensor, row, block)
+    raw: str = ""          # grouped: the entry as written (JSON), for grouped.suite_builds
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -89,8 +96,18 @@ class Suite:
     epilogue_steps: tuple[str, ...] = ()  # export: these steps' epilogue kernels too
 
     def cases(self) -> list[tuple[Entry, str]]:
-        """(entry, dtype) in file order, each entry's dtypes in order: what a run covers."""
-        return [(e, dt) for e in self.entries for dt in e.dtypes]
+        """(entry, dtype) of the plain GEMM entries in file order, each entry's dtypes in
+        order: what a matmul run covers (fp8 and grouped entries: fp8_cases, grouped)."""
+        return [(e, dt) for e in self.entries if e.kind == GEMM for dt in e.dtypes]
+
+    def fp8_cases(self) -> list[tuple[Entry, str, str]]:
+        """(entry, out dtype, scale kind) of the fp8 entries, in file order."""
+        return [(e, dt, sc) for e in self.entries if e.kind == FP8 for dt in e.dtypes
+                for sc in e.scales]
+
+    def grouped(self) -> list[Entry]:
+        """The grouped entries (tirx_gemm.op.grouped builds and runs them)."""
+        return [e for e in self.entries if e.kind == GROUPED]
 
 
 class Item(NamedTuple):
@@ -111,13 +128,46 @@ def _dtypes(value, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _entry(raw, i: int, where: str, dtypes: tuple[str, ...]) -> Entry:
+def _kind(value, at: str) -> str:
+    if value not in KINDS:
+        raise ValueError(f"{at}: kind={value!r} must be one of {', '.join(KINDS)}")
+    return value
+
+
+def _scales(value, at: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or any(v not in FP8_SCALES for v in value) \
+            or len(set(value)) != len(value):
+        raise ValueError(f"{at}: scales must be a non-empty list of distinct scale kinds "
+                         f"among {', '.join(FP8_SCALES)} (got {value!r})")
+    return tuple(value)
+
+
+def _grouped_entry(raw: dict, at: str, dtypes: tuple[str, ...]) -> Entry:
+    """A grouped entry: its source text checked here, the rest of its keys passed as written
+    to tirx_gemm.op.grouped.suite_builds (GO's hook, imported only when exporting)."""
+    for k in _TEXT_KEYS:
+        if not isinstance(raw.get(k), str) or not raw[k].strip():
+            raise ValueError(f"{at}: {k!r} must be a non-empty string (each entry names its "
+                             "source model and layer and why it is in the suite)")
+    dims = [raw.get(k) for k in ("M", "N", "K")]
+    M, N, K = (d if isinstance(d, int) and not isinstance(d, bool) else 0 for d in dims)
+    own = _dtypes(raw["dtypes"], at) if "dtypes" in raw else dtypes
+    raw = {**raw, "kind": GROUPED, "dtypes": list(own)}  # the suite's defaults made explicit
+    return Entry(M, N, K, raw["model"].strip(), raw["layer"].strip(), raw["why"].strip(), own,
+                 kind=GROUPED, raw=json.dumps(raw, sort_keys=True))
+
+
+def _entry(raw, i: int, where: str, dtypes: tuple[str, ...], kind: str = GEMM,
+           scales: tuple[str, ...] = FP8_SCALES) -> Entry:
     at = f"{where}: entry {i}"
     if not isinstance(raw, dict):
         raise ValueError(f"{at} must be a JSON object, got {type(raw).__name__}")
     dims = {k: raw.get(k) for k in ("M", "N", "K")}
     if all(isinstance(v, int) for v in dims.values()):
         at += f" ({dims['M']}x{dims['N']}x{dims['K']})"
+    kind = _kind(raw.get("kind", kind), at)
+    if kind == GROUPED:
+        return _grouped_entry(raw, at, dtypes)
     unknown = sorted(set(raw) - _ENTRY_KEYS)
     if unknown:
         raise ValueError(f"{at}: unknown key {unknown[0]!r} (an entry has "
@@ -139,8 +189,28 @@ def _entry(raw, i: int, where: str, dtypes: tuple[str, ...]) -> Entry:
         raise ValueError(f"{at}: all_m={all_m!r} must be true or false")
     epilogues = _epilogues(raw.get("epilogues", []), at)
     _check_limits(dims["M"], dims["N"], dims["K"], epilogues, at)
+    if kind == GEMM:
+        if "scales" in raw:
+            raise ValueError(f"{at}: scales are for fp8 entries (\"kind\": \"fp8\")")
+        return Entry(dims["M"], dims["N"], dims["K"], raw["model"].strip(),
+                     raw["layer"].strip(), raw["why"].strip(), own, epilogues, all_m)
+    if epilogues:
+        raise ValueError(f"{at}: an fp8 entry has no epilogues (matmul_fp8 fuses none)")
+    own_scales = _scales(raw["scales"], at) if "scales" in raw else scales
+    _check_fp8_entry(dims["N"], dims["K"], own_scales, at)
     return Entry(dims["M"], dims["N"], dims["K"], raw["model"].strip(), raw["layer"].strip(),
-                 raw["why"].strip(), own, epilogues, all_m)
+                 raw["why"].strip(), own, (), all_m, FP8, own_scales)
+
+
+def _check_fp8_entry(N: int, K: int, scales, at: str) -> None:
+    """What matmul_fp8 refuses of a shape, refused here before any build: K a multiple of
+    16 (16-byte rows of e4m3), of 128 with block scales (op.fp8.check_block_k)."""
+    from tirx_gemm.op import fp8
+    if K % fp8.K_MULTIPLE:
+        raise ValueError(f"{at}: K={K} is not a multiple of {fp8.K_MULTIPLE} (16-byte rows of "
+                         f"e4m3): matmul_fp8 cannot take it")
+    if "block" in scales and K % fp8.SCALE_BLOCK:
+        raise ValueError(f"{at}: K={K} with block scales: {fp8.block_k_rule()}")
 
 
 def _check_limits(M: int, N: int, K: int, epilogues: tuple, at: str) -> None:
@@ -191,6 +261,9 @@ def load_suite(path=None) -> Suite:
     is a one-line ValueError naming the file and the entry."""
     path = Path(path) if path is not None else DEFAULT_SUITE
     where = str(path)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # a dir: read_text says so
+        raise ValueError(f"suite {where}: not a regular file (a pipe or device is read "
+                         f"until it closes): pass a .json file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -212,13 +285,16 @@ def load_suite(path=None) -> Suite:
     if not isinstance(shapes, list) or not shapes:
         raise ValueError(f"suite {where}: 'shapes' must be a non-empty list of entries")
     dtypes = _dtypes(data["dtypes"], f"suite {where}") if "dtypes" in data else DTYPES
+    kind = _kind(data.get("kind", GEMM), f"suite {where}")
+    scales = _scales(data["scales"], f"suite {where}") if "scales" in data else FP8_SCALES
     entries, seen = [], {}
     for i, raw in enumerate(shapes):
-        e = _entry(raw, i, f"suite {where}", dtypes)
-        if e.shape in seen:
+        e = _entry(raw, i, f"suite {where}", dtypes, kind, scales)
+        key = (e.kind, e.raw or e.shape)
+        if key in seen:
             raise ValueError(f"suite {where}: entry {i} ({e.label}) repeats entry "
-                             f"{seen[e.shape]}: list each shape once")
-        seen[e.shape] = i
+                             f"{seen[key]}: list each shape once")
+        seen[key] = i
         entries.append(e)
     return Suite(name.strip(), str(data.get("description", "")), tuple(entries), path,
                  _epilogue_steps(data.get("epilogue_steps", []), f"suite {where}"))
@@ -325,7 +401,33 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
             # suite's own shapes (added above) are all such a bundle can hold of it
             if kwargs.get("RUNTIME_M"):
                 add(registry.get(step_id, arch), (NOMINAL_M, N, K), kwargs)
+    if suite.fp8_cases():  # matmul_fp8's kernels (run-time shapes: a few serve the suite)
+        from tirx_gemm.op import fp8
+        for step, shape, kwargs in fp8.suite_requests(suite.fp8_cases(), arch, sm_count):
+            add(step, shape, kwargs)
+    for e in suite.grouped():  # op.grouped's hook says what a grouped entry needs
+        for step, shape, kwargs in grouped_requests(e, arch, sm_count):
+            key = (step.key, shape, tuple(sorted(kwargs.items())))
+            if key not in seen:
+                seen.add(key)
+                out.append((step, shape, dict(kwargs)))
     return out
+
+
+def grouped_requests(entry: Entry, arch: str, sm_count: int) -> list[tuple]:
+    """(step, shape, keywords) of a grouped entry, from tirx_gemm.op.grouped.suite_builds
+    (imported here, lazily: a suite without grouped entries never needs it); the export's
+    arch and SM count unless the entry names its own."""
+    try:
+        from tirx_gemm.op import grouped
+    except ImportError as exc:
+        raise ValueError(f"entry {entry.model} {entry.layer}: grouped entries need "
+                         f"tirx_gemm.op.grouped ({exc})") from None
+    raw = {"arch": arch, "sm_count": sm_count, **json.loads(entry.raw)}
+    reqs = []
+    for step_id, mnk, kwargs in grouped.suite_builds(raw):
+        reqs.append((registry.get(step_id, arch), tuple(mnk), dict(kwargs)))
+    return reqs
 
 
 def _builds_epilogue(step_id: str, epi: dict) -> bool:
@@ -355,30 +457,48 @@ def summarize(records) -> dict:
     if not ratios:
         return {"n": 0, "geomean_ratio": None, "min_ratio": None, "min_case": None}
     worst, rec = min(ratios, key=lambda x: x[0])
-    dt = (rec.get("suite") or {}).get("dtype", "")
+    dt = _case_dtype(rec) if rec.get("suite") else ""
     return {"n": len(ratios),
             "geomean_ratio": math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios)),
             "min_ratio": worst,
             "min_case": f"{rec['M']}x{rec['N']}x{rec['K']} {dt}".strip()}
 
 
+def _case_dtype(r) -> str:
+    """The table's dtype column: the out dtype, and for fp8 records e4m3 and the scale kind."""
+    s = r.get("suite") or {}
+    return s.get("dtype", "?") + (f" e4m3 {s['scale']}" if s.get("scale") else "")
+
+
 def format_table(records, failed=()) -> str:
     """The suite's text table (one row per record, then one per case that could not run)
     and the summary line."""
     f = tables.fmt
-    rows = [[f"{r['M']}x{r['N']}x{r['K']}", (r.get("suite") or {}).get("dtype", "?"),
-             r["step"], _kw_text(r.get("build_kwargs") or {}),
+    rows = [[f"{r['M']}x{r['N']}x{r['K']}", _case_dtype(r), r["step"],
+             _kw_text(r.get("build_kwargs") or {}),
              "ok" if r.get("verified") else "FAIL", f(r.get("tflops"), ".1f"),
              f(r.get("torch_tflops"), ".1f"), f(r.get("ratio_to_torch"), ".3f")]
             for r in records]
     rows += [[f"{it.shape[0]}x{it.shape[1]}x{it.shape[2]}", it.dtype, it.step.id,
-              _kw_text(it.kwargs), f"NOT RUN: {why}"] for it, why in failed]
+              _kw_text(it.kwargs), f"NOT RUN: {why}"] if isinstance(it, Item)
+             else [str(it), "", "", "", f"NOT RUN: {why}"] for it, why in failed]
     s = summarize(records)
     line = (f"geomean ratio to torch {s['geomean_ratio']:.3f}, min {s['min_ratio']:.3f} "
             f"({s['min_case']}), over {s['n']} checked and timed case(s)"
             if s["n"] else "no case was checked and timed: no ratio to torch")
     if failed:
         line += f"; {len(failed)} case(s) not run"
+    for scale in FP8_SCALES:  # fp8: each scale kind against torch's same kind
+        part = [r for r in records if (r.get("suite") or {}).get("scale") == scale]
+        f8 = summarize(part)
+        if f8["n"]:
+            line += (f"\nfp8 {scale}: geomean x torch._scaled_mm {f8['geomean_ratio']:.3f}, "
+                     f"min {f8['min_ratio']:.3f} ({f8['min_case']}) over {f8['n']} case(s)")
+        big = [r["ratio_to_torch_tensor"] for r in part if r.get("verified") and r["M"] >= 2048
+               and r.get("ratio_to_torch_tensor")]
+        if big:
+            g = math.exp(sum(map(math.log, big)) / len(big))
+            line += f"; x torch per tensor at M >= 2048: geomean {g:.3f} over {len(big)}"
     return tables.text(HEAD, rows, "<<<<<>>>") + "\n" + line
 
 
@@ -429,6 +549,22 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
         recs.append(rec)
         if record:
             paths.add(str(rec_io.append_record(rec, Path(results_dir) / RECORDS_SUBDIR)))
+    if suite.fp8_cases():  # matmul_fp8 against torch._scaled_mm, same scale kind
+        from tirx_gemm.op import fp8_bench
+        from tirx_gemm.op.matmul import use_bundle
+        if bundle is not None:
+            use_bundle(bundle)
+        f_recs, f_failed = fp8_bench.bench_cases(suite, device_name=info["name"],
+                                                 sm_count=info["sm_count"], log=log,
+                                                 file_fields=suite_file_fields(suite.path))
+        for rec in f_recs:
+            recs.append(rec)
+            if record:
+                paths.add(str(rec_io.append_record(rec, Path(results_dir) / RECORDS_SUBDIR)))
+        failed += f_failed
+    for e in suite.grouped():
+        failed.append((f"grouped {e.model} {e.layer}", "grouped entries are timed by "
+                       "tirx_gemm.op.grouped's benchmark, not here"))
     table = format_table(recs, failed)
     log("\n" + table)
     log(f"device: {info['name']} ({arch}, {info['sm_count']} SMs); suite {suite.name}, "
@@ -450,7 +586,8 @@ def latest_runs(records) -> dict:
     out: dict = {}
     for r in records:
         s = r.get("suite") or {}
-        key = (r.get("device", "?"), s.get("target", "?"))
+        key = (r.get("device", "?"), s.get("target", "?") + (f" {s['scale']}" if s.get("scale")
+                                                             else ""))
         out.setdefault(key, {})[(r["M"], r["N"], r["K"], s.get("dtype", r.get("dtype")))] = r
     return out
 

@@ -6,7 +6,7 @@ epilogue's arguments as in tirx_gemm.matmul.matmul; the fake returns ``(M, N)`` 
 ``out_dtype`` or a's dtype after the bias and activation checks) and
 ``tirx_gemm::swiglu(Tensor a, Tensor fused, ScalarType? out_dtype=None) -> Tensor``
 (tirx_gemm.matmul.swiglu over a fused gate/up weight; the fake returns ``(M, rows/2)``)
-with ``torch.library.custom_op``: its implementation is
+with ``torch.library.Library`` (one Python kernel per call; see _LIB): its implementation is
 :func:`tirx_gemm.matmul.matmul` (``a @ b.T`` for 2-D CUDA fp16/bf16 tensors, asynchronous: it
 returns once the kernel is queued), and its fake (meta) implementation returns an empty
 ``(M, N)`` tensor of ``a``'s dtype after the checks that need no data (tensor type, dtype,
@@ -16,9 +16,10 @@ that calls :func:`matmul` without a graph break (the op is one node of the graph
 by inductor), ``torch.export`` exports it, and CUDA graphs (``torch.cuda.graph`` or
 ``mode="reduce-overhead"``) capture its launch.
 
-**Two paths, one function.** The dispatcher of a custom op costs microseconds per call
-(measured by ``scripts/bench_overhead.py``), as much as the whole launch of a small GEMM. So
-:func:`matmul` here, the function models call, checks ``torch.compiler.is_compiling()``:
+**Two paths, one function.** The dispatcher adds one boxed Python call per call (the op is
+registered with ``torch.library.Library``, not ``custom_op``, whose three Python kernels cost
+several times more; lab/serving_stacks measures both against F.linear). So :func:`matmul`
+here, the function models call, checks ``torch.compiler.is_compiling()``:
 
 * while torch.compile / torch.export traces it, it returns ``torch.ops.tirx_gemm.matmul(a,
   b)``, so the graph holds the op (dynamo cannot trace the launch itself);
@@ -53,19 +54,30 @@ NAME = "tirx_gemm::matmul"
 SWIGLU_NAME = "tirx_gemm::swiglu"
 
 
-@torch.library.custom_op(NAME, mutates_args=())
-def _op(a: torch.Tensor, b: torch.Tensor, step: Optional[str] = None,
-        bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
-        out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+# Registered with torch.library.Library, not torch.library.custom_op: custom_op wraps the
+# implementation in three Python kernels (autograd, ADInplaceOrView, the backend's aliasing
+# check), each a boxed call from the dispatcher; here the dispatcher makes one, to the
+# CompositeExplicitAutograd kernel below (every backend: a CPU tensor gets matmul's one-line
+# refusal), and autograd is torch's C++ fallback (the op has no backward; matmul refuses inputs
+# that require grad while grad mode is on). The fake (meta) kernels are register_fake's.
+_LIB = torch.library.Library("tirx_gemm", "DEF")
+_LIB.define("matmul(Tensor a, Tensor b, str? step=None, Tensor? bias=None, str? activation=None, "
+            "ScalarType? out_dtype=None) -> Tensor")
+_LIB.define("swiglu(Tensor a, Tensor fused, ScalarType? out_dtype=None) -> Tensor")
+
+
+def _op(a, b, step=None, bias=None, activation=None, out_dtype=None):
     if bias is None and activation is None and out_dtype is None:
         return _matmul(a, b, step=step, sync=False)
     return _matmul(a, b, bias, activation, out_dtype, step=step, sync=False)
 
 
-@torch.library.custom_op(SWIGLU_NAME, mutates_args=())
-def _swiglu_op(a: torch.Tensor, fused: torch.Tensor,
-               out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+def _swiglu_op(a, fused, out_dtype=None):
     return _swiglu(a, fused=fused, out_dtype=out_dtype, sync=False)
+
+
+_LIB.impl("matmul", _op, "CompositeExplicitAutograd")
+_LIB.impl("swiglu", _swiglu_op, "CompositeExplicitAutograd")
 
 
 def check_fake(a, b) -> None:
@@ -87,7 +99,7 @@ def _result_dtype(a, bias, activation, out_dtype, swiglu=False):
     return torch.float32 if epi.get("OUT_DTYPE") == "float32" else a.dtype
 
 
-@_op.register_fake
+@torch.library.register_fake(NAME, lib=_LIB)
 def _fake(a, b, step=None, bias=None, activation=None, out_dtype=None):
     check_fake(a, b)
     dt = _result_dtype(a, bias, activation, out_dtype)
@@ -96,7 +108,7 @@ def _fake(a, b, step=None, bias=None, activation=None, out_dtype=None):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=dt)
 
 
-@_swiglu_op.register_fake
+@torch.library.register_fake(SWIGLU_NAME, lib=_LIB)
 def _swiglu_fake(a, fused, out_dtype=None):
     check_fake(a, fused)
     if fused.shape[0] % (2 * E.SWIGLU_GROUP):
@@ -107,6 +119,7 @@ def _swiglu_fake(a, fused, out_dtype=None):
 
 
 OP = torch.ops.tirx_gemm.matmul.default  # the op's overload, looked up once
+_is_compiling = torch.compiler.is_compiling
 SWIGLU_OP = torch.ops.tirx_gemm.swiglu.default
 
 
@@ -121,7 +134,7 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
     itself is functional, so the copy lands after every input was read: fake tensors have no
     addresses to compare). Asynchronous: returns once the kernel is
     queued; ``tirx_gemm.matmul.synchronize()`` waits with the project's hang guard."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         y = OP(a, b, step, bias, activation, out_dtype)
         if out is None:
             return y
@@ -136,6 +149,7 @@ def swiglu(a, fused, *, out_dtype=None):
     """``silu(a @ w_gate.T) * (a @ w_up.T)`` from the fused weight
     (tirx_gemm.matmul.fuse_gate_up), usable under torch.compile like :func:`matmul`: the op
     ``torch.ops.tirx_gemm.swiglu`` while tracing, tirx_gemm.matmul.swiglu in eager mode."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return SWIGLU_OP(a, fused, out_dtype)
     return _swiglu(a, fused=fused, out_dtype=out_dtype, sync=False)
+

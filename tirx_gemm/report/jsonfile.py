@@ -17,10 +17,13 @@ def load_object(path, what: str, fix: str = "") -> dict:
     not JSON, nested too deeply for the parser, or not an object (a list, a string).
     OSError (a missing or unreadable file) passes through: it names the file itself."""
     path = Path(path)
-    raw = path.read_bytes()
 
     def refuse(why: str) -> ValueError:
         return ValueError(f"{path}: not {what} ({why}){fix}")
+
+    if path.exists() and not (path.is_file() or path.is_dir()):  # a dir: read_bytes says so
+        raise refuse("not a regular file: a pipe or device is read until it closes")
+    raw = path.read_bytes()
 
     try:
         text = raw.decode("utf-8")

@@ -98,12 +98,19 @@ def _run_case(case: SimCase, *, checks, seed: int, log, engine) -> SimRow:
     inputs = {kind: v[:3] for kind, v in full.items()}
     extras = {kind: v[3] for kind, v in full.items()}
     specs = workspace_specs(case)
+    kw = dict(case.kwargs)
 
     def operands(A, B, D, extra=None):
         """The kernel's arguments by name: A, B, a fresh copy of D, the epilogue's bias
         (when the case has BIAS), then each workspace operand
         (registry.Step.workspace_specs): counters zero-filled, scratch poisoned with NaN,
-        as the GPU check passes them."""
+        as the GPU check passes them. An MN-major operand (v15's A_MAJOR / B_MAJOR "MN")
+        is passed as the stored transpose the kernel reads; the check compares against
+        the untransposed A and B."""
+        if kw.get("A_MAJOR") == "MN":
+            A = np.ascontiguousarray(A.T)
+        if kw.get("B_MAJOR") == "MN":
+            B = np.ascontiguousarray(B.T)
         return {"A": A, "B": B, "D": D.copy(), **(extra or {}),
                 **make_workspace_np(specs, poison=True)}
 

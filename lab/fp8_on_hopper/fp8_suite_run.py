@@ -1,0 +1,77 @@
+"""On a Hopper GPU host: the fp8 cases of a suite (tirx_gemm.op.fp8_bench, what `tirx-gemm bench
+--suite` runs) with, per case, the tile candidates of fp8.tile_candidates timed beside the pick;
+one JSON line per case, then a summary line per scale kind.
+
+  TIRX_GEMM_BUNDLE=B python3 lab/fp8_on_hopper/fp8_suite_run.py SUITE --out F.jsonl \
+      [--candidates tiles|split|early] [--budget-s S]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+from tirx_gemm.op import fp8, fp8_bench
+from tirx_gemm.op import suite as suites
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("suite")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--candidates", choices=("tiles", "split", "early"), default=None,
+                    help="time beside each pick: the tile candidates (fp8.tile_candidates), "
+                         "its K splits (fp8.split_candidates) or, for block scales at large "
+                         "M, only the EARLY_SCALES=True tile")
+    ap.add_argument("--budget-s", type=float, default=None)
+    a = ap.parse_args(argv)
+    s = suites.load_suite(a.suite)
+    name = torch.cuda.get_device_name()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{name} ({sms} SMs), torch {torch.__version__}, suite {s.name}: "
+          f"{len(s.fp8_cases())} fp8 cases", flush=True)
+    def early(M, N, K, mode, dt, n):
+        return [c for c in fp8.tile_candidates(M, N, K, mode, dt, n) if "EARLY_SCALES" in c[1]]
+    pick = {"tiles": fp8.tile_candidates, "split": fp8.split_candidates,
+            "early": early}.get(a.candidates)
+    extra = (lambda M, N, K, mode: pick(M, N, K, mode, "bfloat16", sms)) if pick else None
+    t0 = time.time()
+    with open(a.out, "a", encoding="utf-8") as f:
+        def emit(rec):
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.flush()
+        recs, failed = fp8_bench.bench_cases(s, device_name=name, sm_count=sms, extra_fn=extra,
+                                             budget_s=a.budget_s, on_record=emit,
+                                             file_fields=suites.suite_file_fields(s.path),
+                                             log=lambda m: print(m, flush=True))
+        for label, why in failed:
+            f.write(json.dumps({"kind": "not_run", "case": label, "reason": why,
+                                "device": name}) + "\n")
+        for scale in suites.FP8_SCALES:
+            part = [r for r in recs if r["suite"]["scale"] == scale and r["verified"]
+                    and r.get("ratio_to_torch")]
+            if not part:
+                continue
+            rs = [r["ratio_to_torch"] for r in part]
+            summ = {"kind": "summary", "scale": scale, "device": name, "n": len(rs),
+                    "geomean_ratio_to_torch": math.exp(sum(map(math.log, rs)) / len(rs)),
+                    "min_ratio_to_torch": min(rs)}
+            big = [r["ratio_to_torch_tensor"] for r in part if r["M"] >= 2048
+                   and r.get("ratio_to_torch_tensor")]
+            if big:
+                summ["geomean_ratio_to_torch_tensor_m2048"] = \
+                    math.exp(sum(map(math.log, big)) / len(big))
+            f.write(json.dumps(summ) + "\n")
+            print(json.dumps(summ), flush=True)
+    bad = [r for r in recs if not r["verified"]]
+    print(f"done in {time.time() - t0:.0f} s: {len(recs)} cases, {len(bad)} failed checks, "
+          f"{len(failed)} not run", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

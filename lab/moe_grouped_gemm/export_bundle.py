@@ -1,0 +1,115 @@
+"""Export the v14 kernels the MoE study needs into a bundle (build machine, TVM).
+
+    python lab/moe_grouped_gemm/export_bundle.py \
+        --suite lab/moe_grouped_gemm/suites/moe_experts.json --dtypes bfloat16 --tests --out DIR
+
+--suite: every kernel tirx_gemm.op.grouped.suite_builds lists for the suite's grouped entries
+(one per tile the pick takes over the entry's token counts, M at run time); --tests: the
+kernels tests/test_gpu_grouped.py asks for (TEST_CALLS, its calls' rows, experts and shapes).
+--variants FILE: the tile variants bench_grouped.py --variants times at that file's cases.
+--list prints the requests without building. The export adds to the bundle (locked, atomic).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tirx_gemm import registry  # noqa: E402
+from tirx_gemm.op import grouped as G  # noqa: E402
+from tirx_gemm.op.keywords import NOMINAL_M  # noqa: E402
+
+# (rows, E, N, K, dtypes, layout) of tests/test_gpu_grouped.py's launches
+TEST_CALLS = (
+    [(r, 8, 1024, 512, ("bfloat16", "float16"), "contiguous") for r in (1, 7, 64, 333, 2048)]
+    + [(r, 128, 256, 128, ("bfloat16", "float16"), "contiguous")
+       for r in (1, 7, 64, 333, 2048)]
+    + [(r, 8, 1024, 512, ("bfloat16",), "contiguous") for r in (300, 256, 512, 128)]
+    + [(8 * 40, 8, 1024, 512, ("bfloat16",), "masked")]
+    # Experts: Mixtral-style (E 8, top-2, hidden 512, FFN 1024) at 1, 16, 64, 300 tokens
+    + [(t * 2, 8, 2048, 512, ("bfloat16",), "contiguous") for t in (1, 16, 64, 300)]
+    + [(t * 2, 8, 512, 1024, ("bfloat16",), "contiguous") for t in (1, 16, 64, 300)]
+    # Qwen3-MoE-style (E 32, top-4, hidden 512, FFN 256) at 1, 16, 300 tokens
+    + [(t * 4, 32, 512, 512, ("bfloat16",), "contiguous") for t in (1, 16, 300)]
+    + [(t * 4, 32, 512, 256, ("bfloat16",), "contiguous") for t in (1, 16, 300)])
+
+
+def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132):
+    """[(Step, (M, N, K), kwargs)] for the export, each once, in order."""
+    out, seen = [], set()
+
+    def add(step_id, mnk, kw):
+        key = (step_id, mnk, tuple(sorted(kw.items())))
+        if key not in seen:
+            seen.add(key)
+            out.append((registry.get(step_id, arch), mnk, dict(kw)))
+
+    if suite is not None:
+        data = json.loads(Path(suite).read_text())
+        for entry in data["shapes"]:
+            entry = {k: v for k, v in entry.items()}
+            entry["dtypes"] = list(dtypes or entry.get("dtypes") or data.get("dtypes"))
+            entry.update(arch=arch, sm_count=sm_count)
+            for step_id, mnk, kw in G.suite_builds(entry):
+                add(step_id, mnk, kw)
+    if tests:
+        for rows, E, N, K, dts, layout in TEST_CALLS:
+            for dt in dts:
+                if dtypes and dt not in dtypes:
+                    continue
+                step_id, kw = G.choose_grouped(rows, E, N, K, dt, layout, arch, sm_count)
+                add(step_id, (NOMINAL_M, N, K), kw)
+    return out
+
+
+def variant_requests(suite, variants, dtypes=("bfloat16",), arch="sm_90a", sm_count=132):
+    """The kernels of a tile-variants file (bench_grouped.py --variants): at each of its cases,
+    the pick's keywords with each variant's tile."""
+    data, cases = json.loads(Path(suite).read_text()), json.loads(Path(variants).read_text())
+    out = []
+    for entry in data["shapes"]:
+        for c in cases["cases"]:
+            if c["model"] != entry["model"] or not entry["layer"].startswith(c["layer"]):
+                continue
+            for dt in dtypes:
+                for t in c["tokens"]:
+                    _, kw = G.choose_grouped(t * entry["top_k"], entry["E"], entry["N"],
+                                             entry["K"], dt, "contiguous", arch, sm_count)
+                    base = {k: v for k, v in kw.items()
+                            if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP")}
+                    for v in c["variants"]:
+                        out.append((registry.get("v14", arch), (NOMINAL_M, entry["N"], entry["K"]),
+                                    {**base, **{k: x for k, x in v.items() if x is not False}}))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite")
+    ap.add_argument("--dtypes", nargs="*")
+    ap.add_argument("--tests", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / ".gpu" / "bundle"))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--variants", help="a tile-variants file: its kernels too (needs --suite)")
+    args = ap.parse_args(argv)
+    reqs = requests(args.suite, args.dtypes, args.tests)
+    if args.variants:
+        have = {(r[0].key, r[1], tuple(sorted(r[2].items()))) for r in reqs}
+        for r in variant_requests(args.suite, args.variants, tuple(args.dtypes or ("bfloat16",))):
+            if (r[0].key, r[1], tuple(sorted(r[2].items()))) not in have:
+                have.add((r[0].key, r[1], tuple(sorted(r[2].items()))))
+                reqs.append(r)
+    for step, mnk, kw in reqs:
+        print(step.key, "x".join(map(str, mnk)), kw, flush=True)
+    print(f"{len(reqs)} kernels", flush=True)
+    if args.list:
+        return 0
+    from tirx_gemm.compile.bundle import export
+    return export(reqs, Path(args.out), jobs=args.jobs)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""Greedy generation with transformers, patched (tirx_gemm.patch) against not patched, in one run.
+
+Models are built locally from their configs with random weights (no download; bf16 on the GPU):
+a Qwen2.5-0.5B-, a Llama-3.2-1B- and a Qwen2.5-7B-sized config. For each model, batch (1, 8, 32)
+and mode it generates --new-tokens (128) tokens greedily from a fixed prompt (--prompt-tokens
+token ids, the same for every row) and records tokens/s (batch x new tokens / wall time of
+generate), the prefill time (generate with one new token) and whether the patched run's token ids
+equal torch's (else the first differing step). Modes:
+
+  eager        the default dynamic cache, no compile
+  static       cache_implementation="static" with the forward's compile turned off (disable_compile)
+  compiled     cache_implementation="static": transformers compiles the decoding forward itself
+               (its CompileConfig: torch.compile(mode="reduce-overhead", fullgraph=True))
+
+The transformers package is a bench extra (not a core dependency). Kernels: a bundle exported for
+the models' layers (--print-suite writes the suite: the token counts of TOKENS):
+
+    python lab/serving_stacks/generate_bench.py --print-suite > generate_suite.json
+    tirx-gemm export --suite generate_suite.json --arch sm_90a --num-sms 132 --out B
+    TIRX_GEMM_BUNDLE=B python3 lab/serving_stacks/generate_bench.py --out F.jsonl [--models qwen0.5b]
+        [--batches 1,8,32] [--modes eager,static,compiled] [--budget-s 600]
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+# (family, hidden, intermediate, layers, heads, kv heads, vocab, tied embeddings)
+MODELS = {
+    "qwen0.5b": ("qwen2", 896, 4864, 24, 14, 2, 151936, True),
+    "llama1b": ("llama", 2048, 8192, 16, 32, 8, 128256, True),
+    "qwen7b": ("qwen2", 3584, 18944, 28, 28, 4, 152064, False),
+}
+
+
+def layer_shapes(name):
+    """(N, K, layer, bias) of every Linear of one decoder layer and the LM head."""
+    fam, h, inter, _, heads, kv, vocab, _ = MODELS[name]
+    d = h // heads
+    bias = fam == "qwen2"
+    return [(heads * d, h, "q_proj", bias), (kv * d, h, "k_proj / v_proj", bias),
+            (h, heads * d, "o_proj", False), (inter, h, "gate_proj / up_proj", False),
+            (h, inter, "down_proj", False), (vocab, h, "lm_head", False)]
+
+
+TOKENS = (1, 8, 32, 256, 1024)  # decode at batch 1, 8, 32; prefill of 32 tokens at batch 1, 8, 32
+
+
+def print_suite(models) -> None:
+    shapes = {}
+    for name in models:
+        for (N, K, layer, bias), M in ((s, M) for s in layer_shapes(name) for M in TOKENS):
+            e = shapes.setdefault((M, N, K), {
+                "M": M, "N": N, "K": K, "model": f"{name}-sized config", "layer": layer,
+                "why": "greedy generation's token counts (decode at batch 1, 8, 32; prefill "
+                       "of 32 tokens at each batch)", "all_m": False})
+            if layer not in e["layer"]:
+                e["layer"] += f"; {layer}"
+            if bias:
+                e["epilogues"] = [{"BIAS": "bfloat16"}]
+    shapes = list(shapes.values())
+    json.dump({"name": "generate", "description": "The Linear layers of the generation "
+               "benchmark's models (lab/serving_stacks/generate_bench.py), bf16, every M.",
+               "dtypes": ["bfloat16"], "shapes": shapes}, sys.stdout, indent=1)
+
+
+def build(name, torch):
+    import transformers as tf
+    fam, h, inter, layers, heads, kv, vocab, tied = MODELS[name]
+    cfg_cls, model_cls = ((tf.Qwen2Config, tf.Qwen2ForCausalLM) if fam == "qwen2"
+                          else (tf.LlamaConfig, tf.LlamaForCausalLM))
+    cfg = cfg_cls(hidden_size=h, intermediate_size=inter, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
+                  tie_word_embeddings=tied, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = model_cls(cfg).to(torch.bfloat16).eval()
+    return model
+
+
+def generate(model, ids, new, mode, torch):
+    kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+    if mode in ("static", "compiled"):
+        kw["cache_implementation"] = "static"
+    if mode == "static":
+        kw["disable_compile"] = True
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    torch.cuda.synchronize()
+    return out[:, ids.shape[1]:], time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--modes", default="eager,static,compiled")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--budget-s", type=float, default=600.0)
+    ap.add_argument("--print-suite", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    models = args.models.split(",")
+    if args.print_suite:
+        print_suite(models)
+        return 0
+    import copy
+    import torch
+    import transformers
+    import tirx_gemm
+    t0 = time.time()
+    p = torch.cuda.get_device_properties(0)
+    card = f"{p.name} ({p.multi_processor_count} SMs)"
+    print(card, "torch", torch.__version__, "transformers", transformers.__version__, flush=True)
+    out = open(args.out, "a") if args.out else None
+    for name in models:
+        ref = build(name, torch)
+        ours = copy.deepcopy(ref)
+        report = tirx_gemm.patch(ours)
+        print(f"{name}: {len(report.replaced)} layers patched, {len(report.kept)} kept", flush=True)
+        g = torch.Generator().manual_seed(1)
+        for batch in (int(b) for b in args.batches.split(",")):
+            ids = torch.randint(1, 1000, (1, args.prompt_tokens), generator=g).repeat(batch, 1)
+            ids = ids.to("cuda")
+            for mode in args.modes.split(","):
+                if time.time() - t0 > args.budget_s:
+                    print("budget spent", flush=True)
+                    return 0
+                rec = {"card": card, "torch": torch.__version__, "transformers":
+                       transformers.__version__, "model": name, "batch": batch, "mode": mode,
+                       "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens}
+                toks = {}
+                for who, model in (("torch", ref), ("tirx", ours)):
+                    generate(model, ids, 4, mode, torch)  # warm-up (and the compile)
+                    _, pre = generate(model, ids, 1, mode, torch)
+                    toks[who], wall = generate(model, ids, args.new_tokens, mode, torch)
+                    rec[f"{who}_tokens_per_s"] = round(batch * args.new_tokens / wall, 2)
+                    rec[f"{who}_prefill_ms"] = round(pre * 1e3, 3)
+                same = toks["torch"] == toks["tirx"]
+                rec["identical"] = bool(same.all())
+                diff = (~same).any(0).nonzero()
+                rec["first_divergence_step"] = int(diff[0]) if len(diff) else None
+                rec["speedup"] = round(rec["tirx_tokens_per_s"] / rec["torch_tokens_per_s"], 4)
+                print(json.dumps(rec), flush=True)
+                if out:
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+        del ref, ours
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

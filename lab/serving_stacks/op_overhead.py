@@ -1,0 +1,121 @@
+#!/usr/bin/env python
+"""Per-call host cost of tirx_gemm's call paths against F.linear, in one process, interleaved.
+
+For each shape (default 1x1024x1024 and 1x1024x2816, bf16: a decode GEMM, the second a split-K
+kernel with workspace operands) it runs round-robin bursts of --calls back-to-back calls of each
+path, --reps bursts each (median of >= 1000 calls per path), and reports per call: the host
+wall time to enqueue, the host CPU time (time.thread_time) to enqueue, and the end-to-end wall
+time (enqueue to GPU done). Paths:
+
+  F.linear            torch.nn.functional.linear(a, b): the target
+  direct              tirx_gemm.torch_op.matmul(a, b) eagerly (what tirx_gemm.nn.Linear calls)
+  dispatcher          torch.ops.tirx_gemm.matmul(a, b): the op through torch's dispatcher
+  custom_op           the same implementation registered with torch.library.custom_op (the
+                      registration the op had before; defined here, for comparison)
+  bare launch         the loaded kernel with prepared arguments, no checks, no allocation
+  new_empty           the output's allocation alone
+
+and the host memory a path keeps: Python's allocated blocks after 2000 more calls, minus before.
+
+  TIRX_GEMM_BUNDLE=DIR python lab/serving_stacks/op_overhead.py [--shapes 1x1024x1024,...]
+      [--calls 100] [--reps 15] [--out FILE.jsonl]
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="1x1024x1024,1x1024x2816")
+    p.add_argument("--calls", type=int, default=100)
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+    import tirx_gemm.matmul as mm
+    from tirx_gemm import torch_op
+
+    @torch.library.custom_op("tirx_serve_bench::matmul", mutates_args=())
+    def _custom(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return mm.matmul(a, b)
+
+    @_custom.register_fake
+    def _(a, b):
+        return a.new_empty((a.shape[0], b.shape[0]))
+
+    custom = torch.ops.tirx_serve_bench.matmul.default
+    dev = torch.cuda.get_device_properties(0)
+    card = f"{dev.name} ({dev.multi_processor_count} SMs)"
+    print(f"{card}, torch {torch.__version__}", flush=True)
+    out = open(args.out, "a") if args.out else None
+    for shape in args.shapes.split(","):
+        M, N, K = (int(x) for x in shape.split("x"))
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+        y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        mm.matmul(a, b, sync=True)
+        bare = mm.bare_launch(a, b, y)
+        paths = {
+            "F.linear": lambda: F.linear(a, b),
+            "direct": lambda: torch_op.matmul(a, b),
+            "dispatcher": lambda: torch_op.OP(a, b),
+            "custom_op": lambda: custom(a, b),
+            "bare launch": bare,
+            "new_empty": lambda: a.new_empty((M, N)),
+        }
+        for fn in paths.values():  # warm every path
+            for _ in range(50):
+                fn()
+        torch.cuda.synchronize()
+        times = {k: ([], [], []) for k in paths}
+        for _ in range(args.reps):
+            for name, fn in paths.items():
+                torch.cuda.synchronize()
+                c0, w0 = time.thread_time(), time.perf_counter()
+                for _ in range(args.calls):
+                    fn()
+                w1, c1 = time.perf_counter(), time.thread_time()
+                torch.cuda.synchronize()
+                w2 = time.perf_counter()
+                n = args.calls
+                times[name][0].append((w1 - w0) / n * 1e6)
+                times[name][1].append((c1 - c0) / n * 1e6)
+                times[name][2].append((w2 - w0) / n * 1e6)
+        kept = {}
+        for name, fn in paths.items():
+            before = sys.getallocatedblocks()
+            for _ in range(2000):
+                fn()
+            torch.cuda.synchronize()
+            kept[name] = sys.getallocatedblocks() - before
+        lin = statistics.median(times["F.linear"][1])
+        print(f"\n{M}x{N}x{K} bf16, {args.reps} bursts x {args.calls} calls, median per call (us)")
+        print(f"{'path':<12} {'enqueue wall':>12} {'enqueue CPU':>12} {'end-to-end':>11} "
+              f"{'CPU / F.linear':>15} {'blocks kept':>12}")
+        for name in paths:
+            ew, ec, e2e = (statistics.median(v) for v in times[name])
+            print(f"{name:<12} {ew:>12.2f} {ec:>12.2f} {e2e:>11.2f} {ec / lin:>15.2f} "
+                  f"{kept[name]:>12}")
+            if out:
+                out.write(json.dumps({"card": card, "torch": torch.__version__, "M": M, "N": N,
+                                      "K": K, "dtype": "bfloat16", "path": name,
+                                      "calls": args.calls * args.reps,
+                                      "enqueue_wall_us": round(ew, 3),
+                                      "enqueue_cpu_us": round(ec, 3),
+                                      "end_to_end_us": round(e2e, 3),
+                                      "python_blocks_kept_2000_calls": kept[name]}) + "\n")
+    if out:
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""Which kernels a piece of training code calls: replay it on the CPU and record every GEMM.
+
+``record(fn)`` runs ``fn()`` with a CPU reference kernel registered for the ops
+``tirx_gemm::matmul`` and ``tirx_gemm::swiglu`` (enabled only inside the call) that records
+each call (op, M, N, K, dtype, epilogue, step) and returns the product; autograd's backward
+runs through the same ops, so its GEMMs are recorded too. tirx_gemm.op.autograd is told
+the GPU is sm_90a (its forced backward step and fp32 outputs), as on the GPU host.
+``requests(calls)`` turns the records into bundle.export requests (step, build shape,
+kwargs), each once, with the step and keywords tirx_gemm.matmul would pick on an sm_90a GPU
+of ``sm_count`` SMs. Used by export_tests.py, curve.py and bench.py to export their bundles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+ARCH = "sm_90a"
+
+
+def _act(z, act):
+    if act is None:
+        return z
+    return {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[act](z)
+
+
+@contextlib.contextmanager
+def recording():
+    """Yield the list the calls are recorded into while the CPU reference kernels are on."""
+    from tirx_gemm.op import autograd as AG
+    from tirx_gemm.op import torch_op  # noqa: F401 (defines the ops)
+    calls = []
+
+    def mm(a, b, step=None, bias=None, activation=None, out_dtype=None):
+        calls.append(("matmul", a.shape[0], b.shape[0], a.shape[1], a.dtype,
+                      None if bias is None else bias.dtype, activation, out_dtype, step))
+        z = a.float() @ b.float().T + (0 if bias is None else bias.float())
+        return _act(z, activation).to(out_dtype or a.dtype)
+
+    def sw(a, fused, out_dtype=None):
+        calls.append(("swiglu", a.shape[0], fused.shape[0], a.shape[1], a.dtype, None, None,
+                      out_dtype, None))
+        v = fused.float().view(fused.shape[0] // 16, 2, 8, -1)
+        g, u = v[:, 0].reshape(-1, a.shape[1]), v[:, 1].reshape(-1, a.shape[1])
+        return (F.silu(a.float() @ g.T) * (a.float() @ u.T)).to(out_dtype or a.dtype)
+
+    lib = torch.library.Library("tirx_gemm", "IMPL")
+    lib.impl("matmul", mm, "CPU")
+    lib.impl("swiglu", sw, "CPU")
+    def layout(a_store, a_mn, b_store, b_mn):
+        rows_a, red = (a_store.shape[1], a_store.shape[0]) if a_mn else a_store.shape
+        rows_b = b_store.shape[1] if b_mn else b_store.shape[0]
+        calls.append(("layout", rows_a, rows_b, red, a_store.dtype, a_mn, b_mn, None, "v15"))
+        a = a_store.float().T if a_mn else a_store.float()
+        b = b_store.float().T if b_mn else b_store.float()
+        return (a @ b.T).to(a_store.dtype)
+
+    old_arch, old_layout = AG._arch, AG._gemm_layout
+    AG._arch = lambda device: ARCH
+    AG._gemm_layout = layout
+    try:
+        yield calls
+    finally:
+        AG._arch, AG._gemm_layout = old_arch, old_layout
+        lib._destroy()
+
+
+def requests(calls, sm_count: int = 132):
+    """bundle.export requests (step, build shape, kwargs) for the recorded calls, once each."""
+    from tirx_gemm import registry
+    from tirx_gemm.op.keywords import build_shape
+    from tirx_gemm.op.matmul import _pick
+    from tirx_gemm.op.operands import epilogue_kwargs
+    from tirx_gemm.op.rules import choose, choose_epilogue_on
+    out, seen = [], set()
+    for op, M, N, K, dt, bias_dt, act, out_dt, step in calls:
+        if M == 0:
+            continue
+        dtype = str(dt).removeprefix("torch.")
+        if op == "layout":  # v15: bias_dt, act hold a_mn, b_mn
+            out.extend(r for r in [layout_request(M, N, K, dtype, bias_dt, act, sm_count)]
+                       if _once(seen, r))
+            continue
+        bias = None if bias_dt is None else str(bias_dt).removeprefix("torch.")
+        epi = epilogue_kwargs(bias, act, out_dt, op == "swiglu", dtype)
+        N = N // 2 if op == "swiglu" else N  # matmul chooses for the output's columns
+        if any(v for v in epi.values()):
+            step_id, kw = (choose(M, N, K, dtype, ARCH, sm_count, epi) if step is None else
+                           choose_epilogue_on(step, M, N, K, dtype, ARCH, sm_count, epi))
+            st = registry.get(step_id, ARCH)
+        else:
+            st, kw = _pick(M, N, K, dtype, ARCH, sm_count, step)
+        r = (st, build_shape((M, N, K), kw), dict(kw))
+        if _once(seen, r):
+            out.append(r)
+    return out
+
+
+def _once(seen: set, req) -> bool:
+    key = (req[0].key, req[1], tuple(sorted(req[2].items())))
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def layout_request(M, N, K, dtype: str, a_mn: bool, b_mn: bool, sm_count: int = 132):
+    """The bundle request of v15's kernel for D (M x N) = A @ B.T over K, M at run time."""
+    from tirx_gemm import registry
+    from tirx_gemm.op.keywords import build_shape, step_kwargs
+    st = registry.get("v15", ARCH)
+    kw = {**step_kwargs(st, dtype, sm_count), "RUNTIME_M": True,
+          "A_MAJOR": "MN" if a_mn else "K", "B_MAJOR": "MN" if b_mn else "K"}
+    return st, build_shape((M, N, K), kw), kw

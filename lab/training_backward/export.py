@@ -1,0 +1,108 @@
+"""Export the bundle of the study's GPU runs, for sm_90a: the kernels of
+tests/test_gpu_autograd.py (its test bodies replayed on the CPU through calls.py's recording
+reference kernels; each test's own checks run too, against torch on the CPU), of curve.py
+(one training step replayed likewise), of tests/test_layout_step.py (its LAYOUT_CASES in
+the four layouts) and of bench.py (its GEMM list).
+
+    python lab/training_backward/export.py --out DIR [--what tests,layouts,curve,bench]
+                                           [--tokens 4096,16384]
+                                           [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import itertools
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+import calls as C  # noqa: E402
+
+
+def _test_module():
+    spec = importlib.util.spec_from_file_location("test_gpu_autograd",
+                                                  ROOT / "tests" / "test_gpu_autograd.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.DEVICE = "cpu"
+    mod._sync = lambda: None
+    return mod
+
+
+def replay(mod, only: str | None = None) -> list:
+    """Run every test body of ``mod`` on the CPU (or those whose name holds ``only``), each
+    parametrization; return the calls."""
+    from tirx_gemm.op import autograd as AG
+    AG.set_backward_step("v12")
+    try:
+        with C.recording() as rec:
+            for name, fn in inspect.getmembers(mod, inspect.isfunction):
+                if not name.startswith("test_") or (only and only not in name):
+                    continue
+                marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
+                grids = []
+                for m in marks:
+                    names = [n.strip() for n in m.args[0].split(",")]
+                    grids.append([dict(zip(names, v if len(names) > 1 else (v,)))
+                                  for v in m.args[1]])
+                for combo in itertools.product(*grids):
+                    kw = {k: v for d in combo for k, v in d.items()}
+                    fn(**kw)
+    finally:
+        AG.set_backward_step(None)
+    return rec
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--sm-count", type=int, default=132)
+    ap.add_argument("--dry-run", action="store_true", help="list the kernels, build nothing")
+    ap.add_argument("--what", default="tests,layouts,curve,bench",
+                    help="tests | TEST_NAME_PART (those GPU tests only), layouts, curve, bench")
+    ap.add_argument("--tokens", default=None, help="bench.py's token counts (default: all)")
+    args = ap.parse_args(argv)
+    what = args.what.split(",")
+    known = {"tests", "layouts", "curve", "bench"}
+    rec = replay(_test_module()) if "tests" in what else []
+    for part in set(what) - known:
+        rec += replay(_test_module(), only=part)
+    if "curve" in what:
+        import curve
+        rec += curve.record_calls()
+    reqs = C.requests(rec, args.sm_count)
+    seen: set = set()
+    reqs = [r for r in reqs if C._once(seen, r)]
+    if "layouts" in what:  # tests/test_layout_step.py's GPU cases
+        spec = importlib.util.spec_from_file_location("test_layout_step",
+                                                      ROOT / "tests" / "test_layout_step.py")
+        lay = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(lay)
+        for M, N, K, dtype in lay.LAYOUT_CASES:
+            for am, bm in lay.LAYOUTS:
+                r = C.layout_request(M, N, K, dtype, am == "MN", bm == "MN", args.sm_count)
+                if C._once(seen, r):
+                    reqs.append(r)
+    if "bench" in what:
+        import bench
+        tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else bench.TOKENS
+        reqs += [r for r in bench.requests(args.sm_count, tokens) if C._once(seen, r)]
+    print(f"{len(rec)} GEMM calls recorded, {len(reqs)} kernels")
+    for st, shape, kw in reqs:
+        print(f"  {st.key} {shape} {kw}")
+    if args.dry_run:
+        return 0
+    from tirx_gemm.compile import bundle
+    n = bundle.export(reqs, Path(args.out), progress=True)
+    print(f"exported {n} kernels to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

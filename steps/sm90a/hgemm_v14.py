@@ -1,0 +1,240 @@
+"""Step 14 (sm_90a): grouped GEMM -- one launch multiplies every expert's rows by its weights.
+
+Lesson: a mixture-of-experts layer is E small GEMMs of different M over stacked weights.
+The persistent scheduler walks (expert, token tile, weight tile) units whose count it
+computes on the device from the routing tensor, so the launch needs no host sync, fits in a
+CUDA graph, replays with new routing, and an expert without tokens costs nothing.
+"""
+
+import tvm
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
+
+BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
+BLK_N_STEP, BLK_N_MAX = 8, 256
+AUTO_DEPTH_MAX = 16           # v12's: a decode tile's stage is small, keep many in flight
+
+
+def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
+              LAYOUT: str = "contiguous", BLK_M: int = 128, BLK_N: int = 128,
+              PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = True,
+              GROUP: int = 8, SWAP_AB: bool = False, TMA_STORE: bool = False,
+              PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
+    """Step card -- v14, grouped GEMM (mixture of experts).
+
+    Changes from v7: D_e = A_e @ B[e].T for every expert e in one launch (B: (E, N, K),
+      K-major). The walk: every thread reads one expert's rows from the routing tensor
+      (W.scan_experts), the CTA scans the token-tile counts into prefix sums in shared
+      memory, and unit t = bx, bx + SM_COUNT, ... is found by binary search (W.tile_at):
+      (expert, token tile, weight tile), GROUP token tiles of one expert per weight column.
+      Producer and consumers compute the same walk. B[e]'s tile: a 3-D TMA box
+      (W.tma_load_unit). Stores: guarded 4-byte stores below the expert's row end
+      (W.store_packed_rows, behind the next unit's first wgmmas); v7's TMA store goes.
+      From v12 (its keywords): the tile menu, PIPE_DEPTH None, RUNTIME_M and swap-AB.
+    Base: v7 (v12 is a superset): its diff shows the walk with the least else around it
+      (why not a CTA pair: the lesson).
+    Layouts: LAYOUT="contiguous": (A (M, K) rows sorted by expert, B, D (M, N), offs int32
+      (E,) cumulative row ends: expert e owns rows [offs[e-1], offs[e]), offs[-1] = 0).
+      LAYOUT="masked": (A (E, M, K), B, D (E, M, N), counts int32 (E,)): expert e owns rows
+      [0, counts[e]) of A[e] and D[e]. Rows no expert owns are not written. M is the runtime
+      row count (RUNTIME_M=True); routing values are clamped to [0, M] in the kernel.
+    Loads: a token tile's box may read rows past its expert's end; those accumulator rows
+      are never stored (the lesson's bounds).
+    Decode (SWAP_AB=True): the MMA's rows walk the expert's weight rows, its columns the
+      tokens (BLK_N 8..64); D's transpose is stored element by element below the row end.
+    TMA_STORE=True (contiguous, no SWAP_AB, BLK_N % 64 == 0): a consumer's 64-row block
+      wholly inside its expert goes out by stmatrix + TMA store (W.store_packed_tile).
+    Barriers: v7's tma2mma / mma2tma ring (the comments at it); the scan's CTA barriers run
+      before the roles split.
+    Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256 (E_MAX); LAYOUT
+      contiguous or masked; BLK_M 64 or 128; BLK_N a multiple of 8 in [8, 256]; GROUP >= 1;
+      ring within 227 KiB.
+    Run: ``tirx-gemm build v14 --arch sm_90a``; the op is tirx_gemm's grouped_mm.
+    """
+    BLK_K = W.SWIZZLE_ROW_ELEMS
+    H.check_edge_shape(M, N, K, dtype)
+    if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
+        raise ValueError(f"E={E!r} must be an int in [1, {W.E_MAX}] (experts per launch: one "
+                         f"scanning thread per expert)")
+    if LAYOUT not in W.LAYOUTS:
+        raise ValueError(f"LAYOUT={LAYOUT!r} must be one of {', '.join(W.LAYOUTS)}")
+    if isinstance(BLK_M, bool) or BLK_M not in BLK_MS:
+        raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
+                         f"warpgroups of 64 rows)")
+    if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
+            or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
+        raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
+                         f"[{BLK_N_STEP}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
+    for name, flag in (("RUNTIME_M", RUNTIME_M), ("SWAP_AB", SWAP_AB), ("TMA_STORE", TMA_STORE)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}={flag!r} must be True or False")
+    H.check_positive_ints(SM_COUNT=SM_COUNT, GROUP=GROUP)
+    MASKED = LAYOUT == "masked"
+    if TMA_STORE and (SWAP_AB or MASKED or BLK_N % W.EPI_COLS):
+        raise ValueError(f"TMA_STORE=True stores whole 64x64 chunks of a plain contiguous tile: "
+                         f"no SWAP_AB, LAYOUT contiguous, BLK_N a multiple of {W.EPI_COLS}")
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M
+    PRODUCER = NUM_CONSUMERS
+    ACC_REGS = BLK_N // 2
+    PACKED_REGS = BLK_N // 4
+    # the token tile and the weight tile: D's rows and columns of one unit
+    TOK, W_BLK = (BLK_N, BLK_M) if SWAP_AB else (BLK_M, BLK_N)
+    W_TILES = H.ceil_div(N, W_BLK)
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
+    STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
+    SCAN_BYTES = (2 + W.BOUND_ROWS) * E * 4  # the scan's two rows and the experts' bounds
+    EPI_BUFS = 2 if (BLK_N // W.EPI_COLS) % 2 == 0 else 1  # TMA_STORE's staging tiles
+    STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
+        if TMA_STORE else 0
+    if PIPE_DEPTH is None:
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, SCAN_BYTES + STAGING))
+    W.check_ring_for_wait_one(PIPE_DEPTH)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, SCAN_BYTES + STAGING)
+    SPLIT_REGS = NUM_CONSUMERS > 1 and BLK_N > 128  # v12's rule
+    if SPLIT_REGS:
+        W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
+    K_TILES = H.ceil_div(K, BLK_K)
+    EPI_AT = min(1, K_TILES - 1)
+    M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
+    A_SHAPE = (E, M_DIM, K) if MASKED else (M_DIM, K)
+    D_SHAPE = (E, M_DIM, N) if MASKED else (M_DIM, N)
+
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    @T.inline
+    def store_unit(D, Dstage, packed, p, consumer, warp_id, lane_id, tid_in_wg):
+        # a consumer's packed 64-row block of unit p: bounded stores, or (TMA_STORE) a TMA
+        # store when the block lies wholly inside its expert's rows
+        row0 = T.meta_var(consumer * W.WGMMA_M)
+        if TMA_STORE:
+            if p[1] + row0 + W.WGMMA_M <= p[2]:
+                W.store_packed_tile(D, Dstage, consumer, packed, p[1] + row0, p[3], BLK_N,
+                                    EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
+            else:
+                W.store_packed_rows(D, p[0], packed, p[1] + row0, p[3], BLK_N, p[2], N,
+                                    warp_id, lane_id, MASKED)
+        else:
+            W.store_packed_rows(D, p[0], packed, p[1] + row0, p[3], BLK_N, p[2], N, warp_id,
+                                lane_id, MASKED)
+
+    @T.prim_func
+    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+               D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
+        T.device_entry()
+        bx = T.cta_id([SM_COUNT])
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx for
+        #   both boxes); the consumers' threads wait, from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives once its wgmmas have read
+        #   stage s; the producer waits from phase 1 (every stage starts empty).
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        if TMA_STORE:
+            Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
+                                           dtype, layout=D_layout))
+        else:
+            Dstage = T.meta_var(None)
+        scan = pool.alloc((2, E), "int32")                  # token tiles, prefix sums
+        bounds = pool.alloc((E, W.BOUND_ROWS), "int32")     # each expert's row start, end
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                stages.init()
+        W.publish_setup()
+
+        # --- the walk's length, on the device: thread e reads expert e's rows ---
+        W.scan_experts(scan, bounds, routing, wg_id * 128 + tid_in_wg, E, TOK, M_DIM, MASKED)
+        total = T.meta_var(scan[W.log2_ceil(E) % 2, E - 1] * W_TILES)
+        at = T.alloc_local((4,), "int32")  # (expert, token row, expert's row end, weight row)
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
+                           increase=False):
+            # --- load (producer): one thread, PIPE_DEPTH stages ahead, across units ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                t: T.int32 = bx
+                while t < total:
+                    W.tile_at(at, scan, bounds, t, E, TOK, W_TILES, W_BLK, GROUP)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "producer")
+                        W.tma_load_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :], A, B,
+                                        at, k * BLK_K, tma2mma.ptr(ring.stage), BLK_M, BLK_N,
+                                        BLK_K, SWAP_AB, MASKED)
+                        ring.advance()
+                    t = t + SM_COUNT
+
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
+                           regs=CONSUMER_REGS if SPLIT_REGS else None, increase=True):
+            consumer = T.meta_var(wg_id)  # owns MMA rows [64*consumer, 64*consumer + 64)
+            row0 = T.meta_var(consumer * W.WGMMA_M)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)
+            packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
+            prev = T.alloc_local((4,), "int32")  # where that tile goes (tile_at's fields)
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
+            pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
+            u: T.int32 = bx
+            while u < total:
+                W.tile_at(at, scan, bounds, u, E, TOK, W_TILES, W_BLK, GROUP)
+                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
+                    W.mma_fence()
+                    W.wgmma_tile(acc,
+                                 W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                 + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                 W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                 k > 0, 1, BLK_N, dtype)
+                    W.mma_commit()
+                    if k == EPI_AT:
+                        if pending == 1:
+                            # --- writeback of the previous unit behind the queued wgmmas,
+                            # its rows checked against its expert's row end ---
+                            store_unit(D, Dstage, packed, prev, consumer, warp_id, lane_id,
+                                       tid_in_wg)
+                            pending = 0
+                    W.mma_wait(1)
+                    if k > 0:
+                        if tid_in_wg == 0:
+                            mma2tma.arrive(held)
+                    held = ring.stage
+                    ring.advance()
+                W.mma_wait(0)
+                if tid_in_wg == 0:
+                    mma2tma.arrive(held)
+                W.fence_operands(acc, ACC_REGS)
+                if SWAP_AB:  # D's transpose: weight rows at[3].., tokens at[1]..
+                    W.store_transposed_rows(D, at[0], acc, at[3] + row0, at[1], BLK_N, at[2],
+                                            N, warp_id, lane_id, MASKED)
+                else:
+                    W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                    pending = 1
+                    for i in T.unroll(4):
+                        prev[i] = at[i]
+                u = u + SM_COUNT
+            if pending == 1:
+                store_unit(D, Dstage, packed, prev, consumer, warp_id, lane_id, tid_in_wg)
+            if TMA_STORE:
+                if tid_in_wg == 0:
+                    H.store_wait(0)  # every TMA store has read its staging tile
+
+    return kernel

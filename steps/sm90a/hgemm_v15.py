@@ -1,0 +1,221 @@
+"""Step 15 (sm_90a): operands in either major order, read by TMA and the wgmma descriptors.
+
+Lesson: an operand stored transposed (MN-major: A as (K, M), B as (K, N)) needs no copy: TMA
+loads it in boxes of 64 MN elements x 64 K rows, the descriptor's LBO and SBO describe the
+MN-major swizzled tile, and the wgmma's transpose bit tells the tensor core which way it lies.
+"""
+from tvm.script import tirx as T
+from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+
+from tirx_gemm import helpers as H
+from tirx_gemm import hopper as W
+
+
+def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K",
+              B_MAJOR: str = "K", PIPE_DEPTH: int = 4, EPI_BUFS: int = 2, SM_COUNT: int = 132,
+              L2_GROUP: int = 8, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
+              RUNTIME_M: bool = False):
+    """Step card -- v15, operand layouts.
+
+    Changes from v9: the kernel reads A and B in either major order (A_MAJOR, B_MAJOR in
+      {"K", "MN"}), so D = A @ B.T runs for the four layouts NN, NT, TN, TT without copying
+      an operand first (a training step's dgrad reads the weight transposed, its wgrad both
+      operands). An MN-major operand X is the transposed tensor, (K, rows) row-major:
+      * TMA: the stage tile of ``rows`` MN elements is loaded as rows / 64 boxes of 64 K rows
+        x 64 MN elements (one 128-byte swizzle row of MN elements each); the same bytes land
+        per stage, so the expect_tx counts, the ring and the multicast of B's halves (two
+        chunks of 64 rows each) are v9's;
+      * SMEM: rows / 64 chunks of 64 K rows x 128 B, each 8 KiB, 128B-swizzled as TMA wrote them;
+      * descriptor: SBO 1 KiB between 8-K-row groups (as K-major), LBO 8 KiB between the 64-
+        element MN chunks of one wgmma (m64n256: four), a k16 slice 2 KiB on instead of 32 B;
+      * wgmma: imm-trans-a / imm-trans-b = 1 for an MN-major operand (16-bit types only).
+      Everything else (roles, barriers, the overlapped epilogue, the cluster scheduler) is
+      v9's; a consumer's 64-row A block is 8 KiB on in both layouts.
+    Why: the backward pass of a Linear layer is two GEMMs on transposed operands (dgrad =
+      dY @ W reads W MN-major; wgrad = dY.T @ X reads both MN-major and reduces over the
+      tokens); without this a copy of each operand precedes every backward GEMM
+      (tirx_gemm.op.autograd measures what those copies cost).
+    Contracts/Barriers: v9's tma2mma and mma2tma, unchanged: an MN-major load issues its boxes
+      on the same barrier and the producer's single expect_tx covers them all.
+    Constraints: v9's, except: M a multiple of 8 when A_MAJOR="MN" (A's rows are then M
+      elements: TMA's 16-byte row stride; with RUNTIME_M the caller checks it); N a
+      multiple of 8; K a multiple of 8 while an operand is K-major, any K >= 1 when both
+      are MN-major (K is then the outer dimension: wgrad's token count needs no padding);
+      dtype float16 or bfloat16.
+    Run: ``tirx-gemm run v15 --arch sm_90a --mnk 4096,4096,4096`` (K-major both: v9's kernel).
+    """
+    BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M      # consumer warpgroups, 64 rows each
+    PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
+    ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread (128)
+    A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB
+    B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KiB: half loaded here, half by the peer
+    B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
+    PACKED_REGS = ACC_REGS // 2               # 2 x 16-bit registers of a packed tile (64)
+    EPI_CHUNKS = BLK_N // W.EPI_COLS            # 64-column TMA-store chunks per tile (4)
+
+    A_MN, B_MN = W.check_major("A_MAJOR", A_MAJOR), W.check_major("B_MAJOR", B_MAJOR)
+    W.check_layout_shape(M, N, K, dtype, A_MN, B_MN)  # K any when both are MN-major
+    M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
+    H.check_positive_ints(EPI_BUFS=EPI_BUFS)
+    if EPI_CHUNKS % EPI_BUFS:
+        # chunk c of every tile uses staging tile c % EPI_BUFS: with 3 of 4, the next tile's
+        # chunk 0 would rewrite tile 0 while the store of chunk 3 may still be reading it
+        raise ValueError(f"EPI_BUFS={EPI_BUFS} does not divide the {EPI_CHUNKS} 64-column "
+                         f"chunks of a {BLK_N}-column tile (use 1, 2 or 4)")
+    W.check_ring_for_wait_one(PIPE_DEPTH)
+    H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
+                       NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS))
+    H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
+    W.check_cluster_pool(SM_COUNT)
+    # setmaxnreg: 128 producer threads + 256 consumer threads within the SM's 64K registers
+    W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
+    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
+    NUM_CLUSTERS = SM_COUNT // W.CLUSTER_SIZE
+    # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
+    EPI_AT = min(1, K_TILES - 1)
+
+    A_SMEM = W.smem_shape(PIPE_DEPTH, BLK_M, BLK_K, A_MN)
+    B_SMEM = W.smem_shape(PIPE_DEPTH, BLK_N, BLK_K, B_MN)
+    A_layout = H.swizzled_layout(A_SMEM, dtype)
+    B_layout = H.swizzled_layout(B_SMEM, dtype)
+    A_LBO, A_SBO, A_K16 = W.desc_steps(A_MN)
+    B_LBO, B_SBO, B_K16 = W.desc_steps(B_MN)
+    # per consumer EPI_BUFS staging tiles of 64x64 (one TMA-store box each)
+    D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    @T.prim_func
+    def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+               B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+               D: T.Buffer((M, N), dtype)):
+        T.device_entry()
+        bx = T.cta_id([SM_COUNT])
+        rank, _unused = T.cta_id_in_cluster([W.CLUSTER_SIZE, 1])  # this CTA's place in the pair
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        # tma2mma[s]: this CTA's producer thread arrives once per load into stage s
+        #   (arrive.expect_tx for all 48 KiB landing here); the bytes are completed by this
+        #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
+        #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
+        #   (W.CLUSTER_SIZE * NUM_CONSUMERS = 4 arrivals, two of them remote) once its wgmmas
+        #   have finished reading stage s; this CTA's producer waits before refilling it
+        #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
+        #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1,
+                        "mma2tma", W.CLUSTER_SIZE * NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc(A_SMEM, dtype, layout=A_layout)
+        Bsmem = pool.alloc(B_SMEM, dtype, layout=B_layout)
+        Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype,
+                            layout=D_layout)
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                stages.init()
+        # the peer signals these barriers: publish the inits cluster-wide before anyone may
+        W.publish_setup_cluster()
+
+        # every role of both CTAs walks the same cluster-tile sequence (the last row of
+        # cluster tiles may reach past M: both CTAs still take part in it)
+        scheduler = ClusterPersistentScheduler2D(
+            "ts", num_m_tiles=H.ceil_div(M, W.CLUSTER_SIZE * BLK_M),
+            num_n_tiles=H.ceil_div(N, BLK_N), num_clusters=NUM_CLUSTERS,
+            l2_group_size=L2_GROUP)
+        scheduler.init(bx // W.CLUSTER_SIZE)
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
+            # --- load (producer): own A rows, own half of B multicast to both CTAs ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                while scheduler.valid():
+                    m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
+                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "producer")
+                        # each operand in its major order (hopper/layouts.py): own A tile
+                        # unicast, own B half multicast to both CTAs, one expect_tx for all
+                        W.expect_stage_bytes(tma2mma.ptr(ring.stage), BLK_M, BLK_N, BLK_K)
+                        W.tma_load_operand(Asmem, ring.stage, 0, A, m_st, k * BLK_K, BLK_M,
+                                           BLK_K, A_MN, tma2mma.ptr(ring.stage), 0)
+                        W.tma_load_operand(Bsmem, ring.stage, rank * B_HALF, B,
+                                           n_st + rank * B_HALF, k * BLK_K, B_HALF, BLK_K,
+                                           B_MN, tma2mma.ptr(ring.stage), W.CLUSTER_MASK)
+                        ring.advance()
+                    scheduler.next_tile()
+
+        # (a comparison, not the (start, stop) form, which 0.27.0.post1 cannot lower)
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True, regs=CONSUMER_REGS, increase=True):
+            consumer = T.meta_var(wg_id)  # owns rows [64*consumer, 64*consumer + 64)
+            row0 = T.meta_var(consumer * W.WGMMA_M)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers, not TMEM
+            packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            W.encode_desc_major(desc_a, Asmem.ptr_to([0] * len(A_SMEM)), A_LBO, A_SBO)
+            W.encode_desc_major(desc_b, Bsmem.ptr_to([0] * len(B_SMEM)), B_LBO, B_SBO)
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
+            pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
+            prev_m: T.int32 = 0    # where that tile goes
+            prev_n: T.int32 = 0
+            while scheduler.valid():
+                m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
+
+                    # --- compute: 4 k16 slices of m64n256k16, each operand's own k16 step
+                    # and transpose bit; k=0 overwrites (scale-d 0) ---
+                    W.mma_fence()
+                    W.wgmma_tile_major(acc,
+                                       W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                       + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                       W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                       k > 0, 1, BLK_N, dtype, A_K16, B_K16, int(A_MN),
+                                       int(B_MN))
+                    W.mma_commit()
+                    if k == EPI_AT:
+                        if pending == 1:
+                            # --- writeback of the previous tile, behind the queued wgmmas
+                            # (they write acc; the epilogue reads only `packed`) ---
+                            W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0,
+                                                prev_n, BLK_N, EPI_BUFS, warp_id, lane_id,
+                                                tid_in_wg, 1 + consumer)
+                            pending = 0
+                    # slice k-1 is done: its stage goes back to the producers of both CTAs
+                    W.mma_wait(1)
+                    if k > 0:
+                        W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
+                    held = ring.stage
+                    ring.advance()
+                W.mma_wait(0)  # the tile's last slice is done too
+                W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
+                W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
+                # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
+                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                pending = 1
+                prev_m = m_st
+                prev_n = n_st
+                scheduler.next_tile()
+
+            # --- writeback of the last tile, then every store must have completed ---
+            if pending == 1:
+                W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, BLK_N,
+                                    EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
+            if tid_in_wg == 0:
+                H.store_wait(0)
+
+        # --- free: the peer multicasts into this CTA's SMEM and arrives on its barriers
+        # until it is done; neither CTA may exit (and release its SMEM) before both are ---
+        T.cuda.cluster_sync()
+
+    return kernel

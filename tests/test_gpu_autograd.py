@@ -1,0 +1,162 @@
+"""The backward pass on the GPU (marked `gpu`): every gradient of tirx_gemm.op.autograd's
+matmul, linear and swiglu against torch's autograd on the same 16-bit tensors, over ragged
+token counts, both 16-bit dtypes, the bias, each fused activation, SwiGLU and the main_grad
+buffer.
+
+Tolerance: ``max|ours - torch| <= TOL * max|torch|`` per gradient (both accumulate in fp32 and
+round once to the 16-bit dtype; TOL as tests/test_gpu_op.py's). Every GEMM runs on v12 with N
+and K at run time (forward ``step="v12"``, autograd.set_backward_step("v12")), so a bundle
+of a few kernels serves every shape here: ``lab/training_backward/export_tests.py`` exports
+exactly the kernels these tests call (it replays them on the CPU and records each GEMM).
+
+Skipped without an sm_90a GPU, or without kernels (no TIRX_GEMM_BUNDLE and no TVM).
+"""
+import importlib.util
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+
+CAP = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+TOL = 2e-2
+TOKENS = (1, 7, 77, 333, 1000)  # ragged: wgrad's reduction dimension padded to 8 in the copy
+LAYERS = ((256, 512, True), (512, 256, False))  # (N, K, bias)
+DTYPES = (torch.bfloat16, torch.float16)
+ACTS = ("relu", "gelu", "gelu_tanh", "silu")
+DEVICE = "cuda"  # export_tests.py replays these tests' calls on the CPU
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    if CAP is None:
+        pytest.skip("no CUDA GPU visible")
+    if CAP != (9, 0):
+        pytest.skip(f"needs an sm_90a GPU (compute capability 9.0); this one is "
+                    f"{CAP[0]}.{CAP[1]}")
+    if not os.environ.get("TIRX_GEMM_BUNDLE") and importlib.util.find_spec("tvm") is None:
+        pytest.skip("no kernels: set TIRX_GEMM_BUNDLE or install TVM")
+    from tirx_gemm.op import autograd as AG
+    AG.set_backward_step("v12")
+    yield
+    AG.set_backward_step(None)
+
+
+def _leaves(*shapes, dtype, seed=0):
+    device = DEVICE
+    g = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(*s, generator=g, device=device, dtype=dtype).div_(s[-1] ** 0.25)
+            .requires_grad_() for s in shapes]
+
+
+def _twins(ts):
+    return [t.detach().clone().requires_grad_() for t in ts]
+
+
+def _close(name, got, want):
+    assert got is not None and got.shape == want.shape and got.dtype == want.dtype, name
+    err = (got.float() - want.float()).abs().max().item()
+    scale = want.float().abs().max().item()
+    assert err <= TOL * scale + 1e-6, f"{name}: max error {err:.3g} vs max |torch| {scale:.3g}"
+
+
+def _sync():
+    from tirx_gemm.matmul import synchronize
+    synchronize()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N,K,bias", LAYERS)
+@pytest.mark.parametrize("M", TOKENS)
+def test_linear_grads(M, N, K, bias, dtype):
+    from tirx_gemm.op import autograd as AG
+    shapes = [(M, K), (N, K)] + ([(N,)] if bias else [])
+    ours = _leaves(*shapes, dtype=dtype, seed=M)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    AG.linear(*ours[:2], ours[2] if bias else None, step="v12").backward(dy)
+    F.linear(*ref).backward(dy)
+    _sync()
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"{name} M={M}", o.grad, r.grad)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_activation_grads(act):
+    from tirx_gemm.op import autograd as AG
+    M, N, K = 77, 256, 512
+    ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=1)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+    AG.matmul(*ours, act, step="v12").backward(dy)
+    approx = "tanh" if act == "gelu_tanh" else "none"
+    z = F.linear(*ref)
+    {"relu": F.relu, "silu": F.silu}.get(act, lambda t: F.gelu(t, approximate=approx))(
+        z).backward(dy)
+    _sync()
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"{act} {name}", o.grad, r.grad)
+
+
+def test_swiglu_grads():
+    from tirx_gemm.op import autograd as AG
+    M, N, K = 77, 256, 512
+    from tirx_gemm.matmul import fuse_gate_up
+    a, w_gate, w_up = _leaves((M, K), (N, K), (N, K), dtype=torch.bfloat16, seed=2)
+    fused = fuse_gate_up(w_gate.detach(), w_up.detach()).requires_grad_()  # marked, a leaf
+    ra, rf = _twins((a, fused))
+    dy = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+    AG.swiglu(a, fused).backward(dy)
+    v = rf.view(N // 8, 2, 8, K)
+    g, u = v[:, 0].reshape(N, K), v[:, 1].reshape(N, K)
+    (F.silu(F.linear(ra, g)) * F.linear(ra, u)).backward(dy)
+    _sync()
+    _close("swiglu input", a.grad, ra.grad)
+    _close("swiglu fused weight", fused.grad, rf.grad)
+
+
+def test_main_grad_accumulates():
+    from tirx_gemm.op import autograd as AG
+    M, N, K = 333, 256, 512
+    x, w, b = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=3)
+    w.main_grad = torch.zeros(N, K, device=DEVICE)
+    for _ in range(2):
+        AG.linear(x, w, b, step="v12").sum().backward()
+    _sync()
+    assert w.grad is None
+    want = 2 * (torch.ones(M, N, device=DEVICE).T @ x.detach().float())
+    err = (w.main_grad - want).abs().max().item()
+    assert err <= 1e-3 * want.abs().max().item(), f"main_grad max error {err:.3g}"
+
+
+def test_deterministic():
+    from tirx_gemm.op import autograd as AG
+    M, N, K = 1000, 512, 256
+    grads = []
+    for _ in range(2):
+        x, w = _leaves((M, K), (N, K), dtype=torch.bfloat16, seed=4)
+        AG.linear(x, w, step="v12").square().sum().backward()
+        grads.append((x.grad, w.grad))
+    _sync()
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+@pytest.mark.parametrize("M", (7, 333))
+def test_layout_step_grads(M):
+    """dgrad and wgrad on v15, the weight and the tokens read transposed in place."""
+    from tirx_gemm.op import autograd as AG
+    N, K = 256, 512
+    ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=5 + M)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+    AG.set_layout_step("v15")
+    try:
+        AG.linear(*ours, step="v12").backward(dy)
+    finally:
+        AG.set_layout_step(None)
+    F.linear(*ref).backward(dy)
+    _sync()
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"v15 {name} M={M}", o.grad, r.grad)

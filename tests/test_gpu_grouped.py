@@ -1,0 +1,306 @@
+"""tirx_gemm.grouped_mm on a GPU (marked `gpu`): grouped correctness against torch (contiguous and
+masked, empty experts, one expert holding every row, bias and row scale), CUDA-graph replay
+with new routing, torch.compile(fullgraph=True), the refusals on CUDA tensors, and tirx_gemm
+Experts / patch_moe against a Mixtral-style and a Qwen3-MoE-style block (transformers' own
+when it is installed, else the CPU tests' copies of their structure).
+
+Skipped without a CUDA GPU of arch sm_90a; the tests that launch v14 skip when its kernels
+cannot be had (no bundle in TIRX_GEMM_BUNDLE and no TVM here, or a bundle without the kernel:
+the test says which). The op-side tests (refusals, routing checks, permute under capture)
+run without kernels. The shapes are lab/moe_grouped_gemm's small ones; its export script
+writes the bundle they need:
+
+    python lab/moe_grouped_gemm/export_bundle.py --tests --out DIR
+    TIRX_GEMM_BUNDLE=DIR python -m pytest -m gpu tests/test_gpu_grouped.py
+"""
+import importlib.util
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+
+CAP = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+BF16, FP16 = torch.bfloat16, torch.float16
+TOL = 2e-2  # max relative error against torch, fp32 accumulation both sides
+# (E, N, K) of the tests: 8 experts of a 1024x512 weight, and 128 small ones
+SHAPES = [(8, 1024, 512), (128, 256, 128)]
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    if CAP is None:
+        pytest.skip("no CUDA GPU visible")
+    if CAP != (9, 0):
+        pytest.skip(f"needs an sm_90a GPU (compute capability 9.0); this one is "
+                    f"{CAP[0]}.{CAP[1]}")
+
+
+@pytest.fixture
+def kernels():
+    from tirx_gemm import registry
+    try:
+        registry.get("v14", "sm_90a")
+    except ValueError as exc:
+        pytest.skip(f"no v14 step registered: {exc}")
+    if not os.environ.get("TIRX_GEMM_BUNDLE") and importlib.util.find_spec("tvm") is None:
+        pytest.skip("no kernels: set TIRX_GEMM_BUNDLE to a bundle (see the module docstring) "
+                    "or install TVM")
+
+
+def _sync():
+    from tirx_gemm.op.matmul import synchronize
+    synchronize()
+
+
+def _serve(fn):
+    """fn(), skipping the test when the bundle lacks the kernel it needs."""
+    try:
+        out = fn()
+        _sync()
+        return out
+    except ValueError as exc:
+        if "in bundle" in str(exc) or "no kernel" in str(exc):
+            pytest.skip(f"the bundle lacks a kernel: {str(exc).splitlines()[0]}")
+        raise
+
+
+def rel_err(got, want) -> float:
+    got, want = got.float(), want.float()
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-6))
+
+
+def routing(rows, E, seed=0, hot=None):
+    """Skewed counts of ``rows`` rows over E experts (some hot, some empty), as int32 offs."""
+    g = torch.Generator().manual_seed(seed)
+    if hot is not None:
+        counts = torch.zeros(E, dtype=torch.int64)
+        counts[hot] = rows
+    else:
+        p = torch.rand(E, generator=g) ** 4
+        p[torch.randperm(E, generator=g)[: E // 4]] = 0  # a quarter of the experts empty
+        counts = torch.distributions.Multinomial(rows, p / p.sum()).sample().long() \
+            if rows else torch.zeros(E, dtype=torch.int64)
+    return counts.cumsum(0).to(torch.int32).cuda()
+
+
+def operands(M, E, N, K, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", dtype=dtype, generator=g)
+    w = torch.randn(E, N, K, device="cuda", dtype=dtype, generator=g) / K ** 0.5
+    return a, w
+
+
+def reference(a, w, offs):
+    out, start = torch.zeros(a.shape[0], w.shape[1], device=a.device), 0
+    for e, end in enumerate(offs.tolist()):
+        out[start:end] = a[start:end].float() @ w[e].float().T
+        start = end
+    return out
+
+
+# -- op side: no kernel needed ------------------------------------------------------------
+def test_refusals_on_cuda_tensors():
+    from tirx_gemm.op.grouped import grouped_mm
+    a, w = operands(16, 8, 256, 128, BF16)
+    offs = routing(16, 8)
+    with pytest.raises(ValueError, match="offs is on cpu but a is on cuda"):
+        grouped_mm(a, w, offs.cpu())
+    with pytest.raises(TypeError, match="offs is torch.int64"):
+        grouped_mm(a, w, offs.long())
+    with pytest.raises(ValueError, match="a is on cpu"):
+        grouped_mm(a.cpu(), w.cpu(), offs.cpu())
+
+
+def test_routing_checks_under_the_setting(monkeypatch):
+    from tirx_gemm.op import grouped as G
+    if G.CHECK_ENV not in G.settings.TABLE:
+        pytest.skip(f"{G.CHECK_ENV} is not declared in tirx_gemm/settings.py yet")
+    a, w = operands(16, 8, 256, 128, BF16)
+    bad = torch.tensor([2, 9, 4, 16, 16, 16, 16, 16], dtype=torch.int32, device="cuda")
+    monkeypatch.setenv(G.CHECK_ENV, "1")
+    with pytest.raises(ValueError, match=r"offs decreases at expert 2"):
+        G.grouped_mm(a, w, bad)
+
+
+def test_permute_captures_in_a_graph():
+    """The MoE forward's permute reads nothing on the host: it captures and replays."""
+    from tirx_gemm.op import moe
+    idx = torch.randint(0, 8, (64, 2), device="cuda")
+    moe.permute(idx, 8)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        order, offs = moe.permute(idx, 8)
+    idx.copy_(torch.randint(0, 8, (64, 2), device="cuda"))
+    g.replay()
+    torch.cuda.synchronize()
+    want = torch.bincount(idx.reshape(-1), minlength=8).cumsum(0)
+    assert offs.tolist() == want.tolist()
+    assert torch.equal(idx.reshape(-1)[order], idx.reshape(-1).sort(stable=True).values)
+
+
+# -- the kernel ---------------------------------------------------------------------------
+@pytest.mark.parametrize("E,N,K", SHAPES, ids=[f"E{e}_{n}x{k}" for e, n, k in SHAPES])
+@pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
+def test_contiguous_matches_torch(kernels, E, N, K, dtype):
+    from tirx_gemm.op.grouped import grouped_mm
+    for rows in (1, 7, 64, 333, 2048):
+        a, w = operands(rows, E, N, K, dtype, seed=rows)
+        offs = routing(rows, E, seed=rows)
+        got = _serve(lambda: grouped_mm(a, w.transpose(1, 2), offs))
+        assert rel_err(got, reference(a, w, offs)) < TOL, f"rows={rows}"
+
+
+@pytest.mark.parametrize("case", ["empty", "one_expert_all", "rows_past_offs"])
+def test_edge_routings(kernels, case):
+    from tirx_gemm.op.grouped import grouped_mm
+    E, N, K = SHAPES[0]
+    a, w = operands(300, E, N, K, BF16)
+    if case == "empty":
+        offs = torch.zeros(E, dtype=torch.int32, device="cuda")
+    elif case == "one_expert_all":
+        offs = routing(300, E, hot=5)
+    else:
+        offs = routing(200, E)  # rows 200..299 belong to no expert
+    out = torch.full((300, N), float("nan"), dtype=BF16, device="cuda")
+    _serve(lambda: grouped_mm(a, w, offs, out=out))
+    end = int(offs[-1])
+    if end:
+        assert rel_err(out[:end], reference(a[:end], w, offs)) < TOL
+    assert out[end:].isnan().all(), "rows past offs[-1] were written"
+
+
+def test_masked_matches_torch(kernels):
+    from tirx_gemm.op.grouped import grouped_mm
+    E, N, K = SHAPES[0]
+    a = torch.randn(E, 40, K, device="cuda", dtype=BF16)
+    w = torch.randn(E, N, K, device="cuda", dtype=BF16) / K ** 0.5
+    counts = torch.tensor([0, 40, 3, 17, 0, 1, 40, 8], dtype=torch.int32, device="cuda")
+    out = torch.full((E, 40, N), float("nan"), dtype=BF16, device="cuda")
+    _serve(lambda: grouped_mm(a, w, counts=counts, layout="masked", out=out))
+    for e, c in enumerate(counts.tolist()):
+        if c:
+            assert rel_err(out[e, :c], a[e, :c].float() @ w[e].float().T) < TOL
+        assert out[e, c:].isnan().all(), f"expert {e}: rows past counts were written"
+
+
+def test_bias_and_scale(kernels):
+    from tirx_gemm.op.grouped import grouped_mm
+    E, N, K = SHAPES[0]
+    a, w = operands(256, E, N, K, BF16)
+    offs = routing(256, E)
+    bias = torch.randn(E, N, device="cuda", dtype=BF16)
+    scale = torch.rand(256, device="cuda")
+    got = _serve(lambda: grouped_mm(a, w, offs, bias=bias, scale=scale))
+    owner = torch.searchsorted(offs, torch.arange(256, device="cuda", dtype=torch.int32),
+                               right=True)
+    want = (reference(a, w, offs) + bias.float()[owner]) * scale[:, None]
+    assert rel_err(got, want) < TOL
+
+
+def test_graph_replay_follows_new_routing(kernels):
+    from tirx_gemm.op.grouped import grouped_mm
+    E, N, K = SHAPES[0]
+    a, w = operands(512, E, N, K, BF16)
+    offs = routing(512, E, seed=1)
+    out = _serve(lambda: grouped_mm(a, w, offs))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        grouped_mm(a, w, offs, out=out)
+    for seed in (2, 3, 4):
+        offs.copy_(routing(512, E, seed=seed))
+        g.replay()
+        _sync()
+        assert rel_err(out[: int(offs[-1])], reference(a, w, offs)[: int(offs[-1])]) < TOL
+
+
+def test_compile_fullgraph(kernels):
+    from tirx_gemm.op import moe
+    E, N, K = SHAPES[0]
+    a, w = operands(128, E, N, K, BF16)
+    offs = routing(128, E)
+    want = _serve(lambda: moe.grouped_mm(a, w.transpose(1, 2), offs))
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, w, o: moe.grouped_mm(a, w.transpose(1, 2), o) + 1,
+                      fullgraph=True)
+    got = f(a, w, offs)
+    _sync()
+    assert rel_err(got - 1, want) < TOL
+
+
+# -- Experts and patch_moe -------------------------------------------------------------------
+def _blocks():
+    """(name, builder) of a Mixtral-style and a Qwen3-MoE-style block in bf16 on the GPU:
+    transformers' classes from a config with random weights where transformers is here."""
+    out = []
+    try:
+        from transformers import MixtralConfig, Qwen3MoeConfig
+        from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+        def hf(cls, cfg):
+            def build():
+                torch.manual_seed(0)
+                block = cls(cfg)
+                for p in block.parameters():
+                    torch.nn.init.normal_(p, std=0.05)
+                return block.to("cuda", BF16).eval()
+            return build
+        out += [("hf_mixtral", hf(MixtralSparseMoeBlock, MixtralConfig(
+                    hidden_size=512, intermediate_size=1024, num_local_experts=8,
+                    num_experts_per_tok=2))),
+                ("hf_qwen3moe", hf(Qwen3MoeSparseMoeBlock, Qwen3MoeConfig(
+                    hidden_size=512, moe_intermediate_size=256, num_experts=32,
+                    num_experts_per_tok=4, norm_topk_prob=False)))]
+    except ImportError:
+        pass
+    from test_grouped_op import SparseMoeBlock
+
+    def own(*args):
+        def build():
+            torch.manual_seed(0)
+            return SparseMoeBlock(*args).to("cuda", BF16)
+        return build
+    out += [("mixtral_like", own(8, 512, 1024, 2, True)),
+            ("qwen3moe_like", own(32, 512, 256, 4, False))]
+    return out
+
+
+@pytest.mark.parametrize("name,build", _blocks(), ids=[n for n, _ in _blocks()])
+def test_patch_moe_within_bf16_tolerance(kernels, name, build):
+    from tirx_gemm.op import moe
+    block = build()
+    for tokens in (1, 16, 300):
+        x = torch.randn(1, tokens, 512, device="cuda", dtype=BF16)
+        with torch.no_grad():
+            want = block(x)
+            want = want[0] if isinstance(want, tuple) else want
+            fresh = build()
+            report = moe.patch_moe(fresh)
+            assert report.replaced, str(report)
+            got = _serve(lambda: fresh(x))
+            got = got[0] if isinstance(got, tuple) else got
+        assert rel_err(got, want) < TOL, f"{name} at {tokens} tokens"
+        assert all(m.fallbacks == 0 for m in fresh.modules() if isinstance(m, moe.Experts))
+
+
+def test_experts_capture_and_replay(kernels):
+    """The whole MoE MLP (permute, two grouped launches, unpermute) in one CUDA graph."""
+    from tirx_gemm.op import moe
+    from test_grouped_op import SparseMoeBlock
+    block = SparseMoeBlock(8, 512, 1024, 2, True).to("cuda", BF16)
+    moe.patch_moe(block)
+    x = torch.randn(1, 64, 512, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        y = _serve(lambda: block(x))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = block(x)
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        _sync()
+        ref = SparseMoeBlock(8, 512, 1024, 2, True).to("cuda", BF16)
+        ref.load_state_dict(block.state_dict())
+        assert rel_err(y, ref(x)) < TOL

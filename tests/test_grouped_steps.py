@@ -1,0 +1,170 @@
+"""v14 (grouped GEMM) on the CPU: the tile walk against a Python model, the builders' one-line
+refusals, what the builds compile to (SASS promises of the registry rows), and (where
+tirx-harness NumSim is installed) the sm_100a twin simulated with racecheck and synccheck on
+its registry cases. Correctness on silicon: .gpu/gk's check, lab/moe_grouped_gemm."""
+import math
+import random
+
+import pytest
+
+from tirx_gemm import registry
+
+pytest.importorskip("tvm")
+from tirx_gemm.hopper import grouped as G  # noqa: E402 (TVM needed: device verbs beside it)
+
+
+def kernel_walk(rows, tok: int, w_tiles: int, w_blk: int, group: int):
+    """The units as the kernel computes them, one unit index at a time: scan_experts'
+    inclusive prefix of token tiles, tile_at's binary search and raster (truncating
+    division on non-negative values), written out in Python line by line."""
+    E = len(rows)
+    mt = [(max(r, 0) + tok - 1) // tok for r in rows]
+    incl = [sum(mt[:e + 1]) for e in range(E)]
+    starts = [sum(rows[:e]) for e in range(E)]
+    total = incl[-1] * w_tiles
+    out = []
+    for t in range(total):
+        g = t // w_tiles
+        e = 0
+        for s in range(G.log2_ceil(E) + 1):
+            step = 1 << (G.log2_ceil(E) - s)
+            if e + step <= E and incl[e + step - 1] <= g:
+                e += step
+        first_tile = incl[e - 1] if e > 0 else 0
+        u = t - first_tile * w_tiles
+        first = u // (group * w_tiles) * group
+        inside = min(group, incl[e] - first_tile - first)
+        within = u - first * w_tiles
+        out.append((e, starts[e] + (first + within % inside) * tok, within // inside * w_blk))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_walk_covers_every_unit_once_and_skips_empty_experts(seed):
+    rng = random.Random(seed)
+    E = rng.choice([1, 3, 8, 13, 128])
+    rows = [rng.choice([0, 0, 1, 7, 64, 129, 300]) for _ in range(E)]
+    tok, w_tiles, group = rng.choice([8, 64, 128]), rng.choice([1, 3, 7]), rng.choice([1, 4, 8])
+    model = G.python_walk(rows, tok, w_tiles, group)
+    want = {(e, m, n) for e, r in enumerate(rows) for m in range(math.ceil(r / tok))
+            for n in range(w_tiles)}
+    assert len(model) == len(want) and set(model) == want  # each unit exactly once
+    assert all(rows[e] > 0 for e, _, _ in model)             # no unit of an empty expert
+    assert [e for e, _, _ in model] == sorted(e for e, _, _ in model)  # expert-major
+    starts = [sum(rows[:e]) for e in range(E)]
+    kern = kernel_walk(rows, tok, w_tiles, 16, group)
+    assert kern == [(e, starts[e] + m * tok, n * 16) for e, m, n in model]
+
+
+def test_walk_groups_token_tiles_per_weight_column():
+    # 20 token tiles of one expert, 3 weight columns, GROUP 8: tiles 0-7 walk column 0,
+    # then column 1, ...; the last group (tiles 16-19) has 4
+    walk = G.python_walk([20 * 64], 64, 3, 8)
+    assert walk[:9] == [(0, m, 0) for m in range(8)] + [(0, 0, 1)]
+    assert walk[-4:] == [(0, m, 2) for m in range(16, 20)]
+
+
+def test_host_model_check_flags_stray_rows():
+    import numpy as np
+    A, B, D, x = G.grouped_inputs_np(100, 16, 64, {"E": 3}, "int", 1, "float16")
+    R = x["routing"]
+    assert R[1] == R[0] and R[-1] < 100  # an empty expert; rows past the last end
+    start = 0
+    for e in range(3):
+        D[start:R[e]] = (A[start:R[e]].astype(np.float32) @ B[e].astype(np.float32).T)
+        start = R[e]
+    assert G.grouped_check_np(D, A, B, R, {"E": 3}, "float16", "int").ok
+    D[-1, 0] = 0
+    bad = G.grouped_check_np(D, A, B, R, {"E": 3}, "float16", "int")
+    assert not bad.ok and "no expert owns" in bad.summary()
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_refusals_in_one_line(arch):
+    step = registry.get("v14", arch)
+    for kw, msg in ((dict(E=0), "E=0 must be an int in \\[1, 256\\]"),
+                    (dict(E=257), "E=257 must be an int in \\[1, 256\\]"),
+                    (dict(LAYOUT="ragged"), "LAYOUT='ragged' must be one of contiguous, masked"),
+                    (dict(BLK_N=12), "BLK_N=12 must be a multiple of"),
+                    (dict(GROUP=0), "GROUP"),
+                    (dict(SWAP_AB=1), "SWAP_AB=1 must be True or False")):
+        with pytest.raises(ValueError, match=msg):
+            step.build_primfunc(256, 256, 512, **kw)
+    with pytest.raises(ValueError):
+        step.build_primfunc(256, 130, 512)  # N not a multiple of 8
+    if arch == "sm_90a":
+        with pytest.raises(ValueError, match="TMA_STORE=True stores whole 64x64 chunks"):
+            step.build_primfunc(256, 256, 512, TMA_STORE=True, LAYOUT="masked")
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_operands_and_3d_weight_boxes(arch):
+    step = registry.get("v14", arch)
+    text = step.build_primfunc(512, 256, 512, E=6, LAYOUT="masked").script()
+    sig = next(ln for ln in text.splitlines() if "def kernel" in ln)
+    assert 'A: T.Buffer((6, "M", 512)' in sig and "B: T.Buffer((6, 256, 512)" in sig
+    assert "D: T.Buffer((6, M, 256)" in sig and 'routing: T.Buffer((6,), "int32")' in sig
+    # A's token box and B's weight box are both 3-D (bounded per expert in masked)
+    loads = [ln for ln in text.splitlines() if "copy_async(" in ln and "smem" in ln]
+    assert any(", A[at[0], at[1]:" in ln for ln in loads), loads
+    assert any(", B[at[0], at[3]:" in ln for ln in loads), loads
+
+
+SASS_CASES = {
+    "sm_90a": [dict(), dict(LAYOUT="masked", dtype="bfloat16"),
+               dict(SWAP_AB=True, BLK_M=64, BLK_N=16), dict(BLK_M=64, BLK_N=64, E=128),
+               dict(BLK_N=256, TMA_STORE=True)],
+    "sm_100a": [dict(), dict(LAYOUT="masked", BLK_N=64), dict(SWAP_AB=True, BLK_N=16)],
+}
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_builds_keep_the_sass_promises(arch):
+    """Every keyword family builds without spills and keeps the registry row's promises:
+    TMA loads with a 3-D box (B[e]); no TMA store (every store bounded per expert) unless
+    TMA_STORE asks for it on 64-row blocks wholly inside their expert."""
+    from tirx_gemm.compile.api import build
+    step = registry.get("v14", arch)
+    for kw in SASS_CASES[arch]:
+        r = build("v14", 1024, 1024, 1024, arch=arch, **kw)
+        ops = r.sass_counts
+        assert r.spill_stores == 0 and r.spill_loads == 0, kw
+        assert "UTMALDG.3D" in ops, kw
+        # TMA_STORE: full 64-row blocks by stmatrix + TMA store; otherwise no TMA store
+        assert any(k.startswith("UTMASTG") for k in ops) == bool(kw.get("TMA_STORE")), kw
+        if not kw:  # the registry build: every promise of the row
+            for p in step.sass_expect:
+                assert any(k.startswith(p) for k in ops), (p, sorted(ops))
+            for p in step.sass_forbid:
+                assert not any(k.startswith(p) for k in ops), (p, sorted(ops))
+
+
+# --- NumSim (sm_100a), where tirx-harness is installed -------------------------------------
+def _numsim_reason():
+    from tirx_gemm.sim import gate
+    return gate.unavailable_reason()
+
+
+_why = _numsim_reason()
+
+
+@pytest.mark.skipif(_why is not None, reason=f"simulation skipped: {_why}")
+@pytest.mark.parametrize("case", registry.get("v14", "sm_100a").sim_cases,
+                         ids=lambda c: "x".join(map(str, c[0])) + "-" + "-".join(
+                             f"{k}{v}" for k, v in c[1]))
+def test_sm100a_twin_is_numsim_clean(case):
+    from tirx_harness.numsim import Engine, transpile
+    from tirx_harness.numsim.checkers import racecheck, synccheck
+    (M, N, K), kw = case
+    kw = dict(kw)
+    dtype = kw.get("dtype", "float16")
+    func = registry.get("v14", "sm_100a").build_primfunc(M, N, K, **kw)
+    A, B, D, extra = G.grouped_inputs_np(M, N, K, kw, "random", 0, dtype)
+    ops = {"A": A, "B": B, "D": D, **extra}
+    res = Engine(max_workers="auto").run(transpile(func), {**ops, "D": D.copy()})
+    cmp = G.grouped_check_np(res.outputs["D"], A, B, extra["routing"], kw, dtype, "random")
+    assert res.verdict == "clean", res.diagnostics
+    assert cmp.ok, cmp.summary()
+    for check in (synccheck, racecheck):
+        rep = check(func, {**ops, "D": D.copy()})
+        assert rep.verdict == "clean", rep.format()

@@ -1,0 +1,241 @@
+"""The op inside serving stacks, on the CPU: kernel names that say what ran (compile/names.py,
+the build pipeline's global symbol) and where workspace operands live under streams and CUDA
+graphs (run/workspace.py: per stream eagerly, allocated aside from the calling thread; fresh
+per call while capturing). The GPU half is tests/test_serving_gpu.py."""
+import re
+import threading
+
+import pytest
+import torch
+
+from tirx_gemm import registry
+from tirx_gemm.compile.names import kernel_name, kernel_symbol
+from tirx_gemm.run import workspace as W
+
+V12 = registry.get("v12", "sm_90a")
+V9 = registry.get("v9", "sm_90a")
+
+
+def test_kernel_name_says_step_dtype_tile_swap_split_and_epilogue():
+    kw = {"dtype": "bfloat16", "BLK_M": 128, "BLK_N": 192, "SWAP_AB": True, "SPLIT_K": 2,
+          "RUNTIME_M": True, "PDL": True, "SM_COUNT": 132}
+    epi = {"BIAS": "bfloat16", "ACT": "silu"}
+    assert kernel_name(V12, kw, epilogue=epi) == "tirx_v12_bf16_m128n192_swap_split2_bias_silu"
+    assert kernel_symbol(V12, kw, epilogue=epi).endswith("_bias_silu_kernel")
+    assert kernel_name(V9, {}) == "tirx_v9_f16_m128n256"  # the step's default tile, fp16
+    assert kernel_name("v12", {"BLK_M": 64, "BLK_N": 8}, "torch.bfloat16") \
+        == "tirx_v12_bf16_m64n8"
+    assert kernel_name(V12, {"STREAM_K": True, "BLK_M": 128, "BLK_N": 128}) \
+        == "tirx_v12_f16_m128n128_streamk"
+    assert kernel_name(V12, {"ACT": "gelu_tanh", "OUT_DTYPE": "float32", "BLK_M": 64,
+                             "BLK_N": 64}) == "tirx_v12_f16_m64n64_gelutanh_f32out"
+    assert kernel_name(V12, {"SWIGLU": True, "BLK_M": 64, "BLK_N": 64, "dtype": "bfloat16"}) \
+        == "tirx_v12_bf16_m64n64_swiglu"
+    assert kernel_name(V12, {"SPLIT_K": 1, "BLK_M": 64, "BLK_N": 64}) == "tirx_v12_f16_m64n64"
+
+
+def test_every_kernel_matmul_picks_has_a_distinct_c_identifier():
+    """Over the picks of a few layers' every token count, a name is a C identifier, and two
+    picks whose tile, swap, split or epilogue differ never share it."""
+    from tirx_gemm import matmul as mm
+    seen = {}
+    for N, K in ((1536, 1024), (1024, 2816), (4096, 4096), (14336, 4096)):
+        for epi in (None, {"BIAS": "bfloat16", "ACT": "gelu"}):
+            for step, kw, _, _ in mm.variants(N, K, "bfloat16", max_m=2048, epilogue=epi):
+                name = kernel_name(registry.get(step, "sm_90a"), kw)
+                assert re.fullmatch(r"[a-z][a-z0-9_]*", name), name
+                what = (step, kw.get("BLK_M"), kw.get("BLK_N"), bool(kw.get("SWAP_AB")),
+                        kw.get("SPLIT_K") or 1, bool(kw.get("STREAM_K")), kw.get("BIAS"),
+                        kw.get("ACT"))
+                assert seen.setdefault(name, what) == what, name
+
+
+def test_a_build_exports_its_kernel_under_its_name():
+    """The pipeline's global symbol: the CUDA kernel is kernel_symbol(...), the library's
+    entry stays main (TVM's __tvm_ffi_main alias), so loading is unchanged."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build
+    kw = {"dtype": "bfloat16", "SM_COUNT": 132, "RUNTIME_M": True, "BLK_M": 64, "BLK_N": 8,
+          "SWAP_AB": True, "SPLIT_K": 2, "L2_GROUP": 8}
+    r = build("v12", 128, 1536, 1024, arch="sm_90a", **kw)
+    sym = kernel_symbol(V12, kw)
+    assert sym == "tirx_v12_bf16_m64n8_swap_split2_kernel"
+    assert re.search(rf"__global__ void __launch_bounds__\(\d+\) {sym}\(", r.cuda_source)
+    assert "kernel_kernel" not in r.cuda_source
+    lib = r.lib_path.read_bytes()
+    assert b"__tvm_ffi_main" in lib and sym.encode() in r.lib_path.with_name(
+        "kernel.cubin").read_bytes()
+    assert r.smem_bytes  # read from the host code's launch of the renamed kernel
+
+
+# --------------------------------------------------------------------------------------
+# workspaces: the policy of run/workspace.py with the CUDA calls replaced by CPU stand-ins
+# --------------------------------------------------------------------------------------
+class _Stream:
+    def __init__(self, ptr):
+        self.cuda_stream = ptr
+
+
+@pytest.fixture
+def cpu_cuda(monkeypatch):
+    """Streams and zero-fills on the CPU: the current stream is state["stream"], capture is
+    state["capturing"]; every zero-fill records the thread that made it."""
+    state = {"stream": 7, "capturing": False, "threads": []}
+    monkeypatch.setattr(W, "_current_stream", lambda index: _Stream(state["stream"]))
+    monkeypatch.setattr(W, "_raw_stream", lambda index: state["stream"])
+    monkeypatch.setattr(W, "_capturing", lambda: state["capturing"])
+
+    def zeros_on(specs, index, stream):
+        state["threads"].append(threading.get_ident())
+        return tuple(torch.zeros(shape, dtype=getattr(torch, dt)) for _, shape, dt in specs)
+    monkeypatch.setattr(W, "_zeros_on", zeros_on)
+    monkeypatch.setattr(W, "_device", lambda index: torch.device("cpu"))
+    monkeypatch.setattr(W, "_torch", torch)
+    return state
+
+
+def _v11():
+    kw = {"SM_COUNT": 132, "SPLIT_K": 8, "REDUCE": "spread", "RUNTIME_M": True}
+    step = registry.get("v11", "sm_90a")
+    return step, kw, W.Workspaces(lambda M, N, K: step.workspace_specs(M, N, K, kw), True)
+
+
+def test_a_stream_keeps_one_zeroed_set_made_off_the_calling_thread_and_grown(cpu_cuda):
+    step, kw, ws = _v11()
+    small = ws.persistent(100, 256, 16384, 0)
+    want = step.workspace_specs(100, 256, 16384, kw)
+    assert [tuple(t.shape) for t in small] == [shape for _, shape, _ in want]
+    assert all(int(t.abs().sum()) == 0 for t in small)
+    assert cpu_cuda["threads"] and threading.get_ident() not in cpu_cuda["threads"]
+    assert ws.persistent(50, 256, 16384, 0) is small  # large enough: kept
+    big = ws.persistent(1000, 256, 16384, 0)
+    need = step.workspace_specs(1000, 256, 16384, kw)
+    assert all(t.shape[i] >= n for t, (_, shape, _) in zip(big, need)
+               for i, n in enumerate(shape))
+    assert ws.persistent(100, 256, 16384, 0) is big  # never shrinks
+
+
+def test_two_streams_never_share_a_set(cpu_cuda):
+    _, _, ws = _v11()
+    first = ws.persistent(100, 256, 16384, 0)
+    cpu_cuda["stream"] = 9
+    other = ws.persistent(100, 256, 16384, 0)
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(first, other))
+    call = W.CallWorkspace(ws, 100, 256, 16384, 0)
+    assert call.get() is other
+    cpu_cuda["stream"] = 7
+    assert call.get() is first and set(call.by_stream) == {7, 9}
+
+
+def test_while_capturing_every_call_gets_fresh_buffers_counters_zero(cpu_cuda):
+    _, _, ws = _v11()
+    call = W.CallWorkspace(ws, 100, 256, 16384, 0)
+    eager = call.get()
+    made = len(cpu_cuda["threads"])
+    cpu_cuda["capturing"] = True
+    one, two = call.get(), call.get()
+    assert one is not two and one is not eager and len(cpu_cuda["threads"]) == made
+    cnt = [t for t in one if not t.is_floating_point()]
+    assert cnt and all(int(t.abs().sum()) == 0 for t in cnt)
+    assert set(call.by_stream) == {7}  # nothing kept from a capture
+
+
+def test_a_kernel_without_workspace_passes_nothing():
+    from tirx_gemm import matmul as mm
+    ws = W.Workspaces(lambda M, N, K: V9.workspace_specs(M, N, K, {"RUNTIME_M": True}), True)
+    assert not ws.any(100, 256, 64)
+    loaded = mm._Loaded.__new__(mm._Loaded)
+    loaded.ws = ws
+    assert loaded.workspace(100, 256, 64, torch.device("cuda", 0)) == ()
+
+
+def test_aside_runs_on_another_thread_and_raises_there_errors_here():
+    assert W.aside(threading.get_ident) != threading.get_ident()
+    with pytest.raises(ZeroDivisionError):
+        W.aside(lambda: 1 // 0)
+
+
+# --------------------------------------------------------------------------------------
+# the dispatcher path: one Python kernel, the op's contract checked by opcheck
+# --------------------------------------------------------------------------------------
+def test_the_op_passes_opcheck_with_a_stand_in_kernel(monkeypatch):
+    """Schema, fake tensors and AOT dispatch of torch.ops.tirx_gemm.matmul / swiglu, with
+    tirx_gemm.matmul replaced by a CPU stand-in (the registration is what is checked)."""
+    from tirx_gemm import torch_op
+    monkeypatch.setattr(torch_op, "_matmul", lambda a, b, *rest, step=None, sync=False: a @ b.T)
+    monkeypatch.setattr(torch_op, "_swiglu", lambda a, fused, out_dtype=None, sync=False:
+                        (a @ fused.T)[:, ::2].contiguous())
+    bf = torch.bfloat16
+    a, b = torch.randn(16, 64, dtype=bf), torch.randn(32, 64, dtype=bf)
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch_op.OP, (a, b), test_utils=utils)
+    torch.library.opcheck(torch_op.SWIGLU_OP, (a, b), test_utils=utils)
+
+
+def test_the_dispatcher_calls_one_python_kernel(monkeypatch):
+    """torch.ops.tirx_gemm.matmul reaches the implementation through one Python frame of
+    torch_op (no custom_op wrappers: autograd is torch's C++ fallback)."""
+    import inspect
+    from tirx_gemm import torch_op
+    seen = []
+
+    def stand_in(a, b, *rest, step=None, sync=False):
+        seen.append([f.function for f in inspect.stack()[1:4]])
+        return a @ b.T
+    monkeypatch.setattr(torch_op, "_matmul", stand_in)
+    a, b = torch.randn(4, 16), torch.randn(8, 16)
+    torch.testing.assert_close(torch_op.OP(a, b), a @ b.T)
+    assert seen[0][0] == "_op" and "autograd_impl" not in seen[0] \
+        and "backend_impl" not in seen[0], seen
+
+
+# --------------------------------------------------------------------------------------
+# a kernel built for one card is refused on another
+# --------------------------------------------------------------------------------------
+def test_a_bundle_for_another_cards_sm_count_is_refused_with_the_export_to_run(tmp_path):
+    """A bundle exported for 132 SMs asked for the kernel a 114-SM H100 PCIe needs: one line
+    naming the kernel, the bundle, and the export command with --num-sms 114."""
+    from tirx_gemm import matmul as mm
+    from tirx_gemm.compile.bundle import export
+    pytest.importorskip("tvm")
+    step_id, kw = mm.choose(1, 1024, 2816, "bfloat16", "sm_90a", 132)
+    st = registry.get(step_id, "sm_90a")
+    bundle = tmp_path / "b"
+    export([(st, mm.build_shape((1, 1024, 2816), kw), kw)], bundle, progress=False)
+    lib, _ = mm.kernel_source(st, (1, 1024, 2816), kw, bundle)  # its own card: served
+    assert lib.is_file()
+    other = mm.choose(1, 1024, 2816, "bfloat16", "sm_90a", 114)[1]
+    with pytest.raises(ValueError) as info:
+        mm.kernel_source(st, (1, 1024, 2816), other, bundle)
+    msg = str(info.value)
+    assert "\n" not in msg and "SM_COUNT=114" in msg and "--num-sms 114" in msg, msg
+
+
+def test_a_first_load_inside_a_capture_is_refused_with_what_to_do(monkeypatch):
+    from tirx_gemm import matmul as mm
+    monkeypatch.setattr(W, "_capturing", lambda: True)
+    monkeypatch.setattr(mm, "kernel_source", lambda *a: pytest.fail("no load while capturing"))
+    step_id, kw = mm.choose(1, 1024, 2816, "bfloat16", "sm_90a", 132)
+    with pytest.raises(RuntimeError) as info:
+        mm._load(registry.get(step_id, "sm_90a"), (1, 1024, 2816), kw)
+    msg = str(info.value)
+    assert "\n" not in msg and "captures a graph" in msg and "before capturing" in msg
+
+
+def test_a_remembered_call_keeps_nothing_on_the_host(monkeypatch):
+    """The lean path (a remembered call; the kernel replaced by a stand-in) and the dispatcher
+    path leave Python's allocated blocks where they were after thousands of calls."""
+    import sys
+    from tirx_gemm import torch_op
+    from tirx_gemm.op import matmul as M
+    a, b = torch.randn(1, 64, dtype=torch.bfloat16), torch.randn(32, 64, dtype=torch.bfloat16)
+    monkeypatch.setattr(M, "_torch", torch)
+    monkeypatch.setitem(M._calls, (a.shape, b.shape, a.dtype, a.get_device(), None),
+                        M._Call(lambda *args: None, (), "stand-in", (1, 32)))
+    for fn in (lambda: torch_op.matmul(a, b), lambda: torch_op.OP(a, b)):
+        for _ in range(500):
+            fn()
+        before = sys.getallocatedblocks()
+        for _ in range(5000):
+            fn()
+        assert sys.getallocatedblocks() - before < 50

@@ -1,0 +1,258 @@
+"""Grouped GEMM (v14): the device-side tile walk over (expert, token tile, weight tile) and
+the per-expert guarded stores.
+
+The walk is computed in the kernel from the routing tensor (``offs`` or ``counts``) that the
+launch reads from global memory: no host sync, so one launch is CUDA-graph capturable and a
+replay picks up new routing written into the same tensor.
+
+* ``scan_experts``: every thread of the CTA (before the roles split) takes part; thread e
+  reads expert e's row range, writes its bounds to shared memory and its token-tile count,
+  and a Hillis-Steele scan (log2(E) rounds, a CTA barrier each) turns the counts into
+  inclusive prefix sums. An expert with no rows has no tiles.
+* ``tile_at``: a unit index t of the walk -> (expert, token-tile start, expert's row end,
+  weight-tile start): a binary search of the prefix sums for the expert, then a grouped
+  raster inside it (GROUP token tiles walk a weight column before the next column), so the
+  expert's weight tile is read from HBM once per GROUP token tiles.
+* ``store_packed_rows`` / ``store_transposed_rows``: the tile's rows (D's rows) are written
+  only below the expert's row end, so no tile writes another expert's rows.
+"""
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+
+E_MAX = 256       # experts per launch: one scanning thread per expert (256 threads at least)
+LAYOUTS = ("contiguous", "masked")
+BOUND_ROWS = 3    # shared-memory words per expert: row start, row end, spare (alignment)
+
+
+def log2_ceil(n: int) -> int:
+    """Rounds of the scan (and steps of the binary search) for n experts."""
+    return max(1, (n - 1).bit_length())
+
+
+def python_walk(rows, tok: int, w_tiles: int, group: int):
+    """The walk as tile_at computes it, in Python (tests and the lesson): rows[e] tokens of
+    expert e -> [(expert, token tile of the expert, weight tile)] in unit order."""
+    mt = [(max(r, 0) + tok - 1) // tok for r in rows]
+    out = []
+    for e, n in enumerate(mt):
+        for u in range(n * w_tiles):
+            first = u // (group * w_tiles) * group
+            inside = min(group, n - first)
+            within = u - first * w_tiles
+            out.append((e, first + within % inside, within // inside))
+    return out
+
+
+@T.inline
+def scan_experts(scan, bounds, R, e, E: int, TOK: int, M, masked: bool):
+    """One thread (e = its index in the CTA; threads with e >= E only join the barriers).
+    scan (2, E) int32: round r reads row r % 2 and writes the other; the inclusive prefix
+    of token tiles ends in row log2_ceil(E) % 2. bounds (E, 3): row start and end of expert e
+    (contiguous: rows [offs[e-1], offs[e]) of A and D, clamped to [0, M]; masked: rows
+    [0, counts[e]) of A[e] and D[e], clamped to [0, M])."""
+    if e < E:
+        if masked:
+            bounds[e, 0] = 0
+            bounds[e, 1] = T.min(T.max(R[e], 0), M)
+        else:
+            bounds[e, 0] = T.min(T.max(T.if_then_else(e > 0, R[T.max(e - 1, 0)], 0), 0), M)
+            bounds[e, 1] = T.min(T.max(R[e], 0), M)
+        scan[0, e] = (T.max(bounds[e, 1] - bounds[e, 0], 0) + TOK - 1) // TOK
+    T.cuda.cta_sync()
+    for r in T.unroll(log2_ceil(E)):
+        if e < E:
+            scan[(r + 1) % 2, e] = scan[r % 2, e] + T.if_then_else(
+                e >= (1 << r), scan[r % 2, T.max(e - (1 << r), 0)], 0)
+        T.cuda.cta_sync()
+
+
+@T.inline
+def tile_at(at, scan, bounds, t, E: int, TOK: int, W_TILES: int, W_BLK: int, GROUP: int):
+    """at (4,) int32 <- (expert, first token row of the tile, the expert's row end, first
+    weight row of the tile) of unit t (t < the walk's length, scan's last prefix x W_TILES).
+    Every quotient is of non-negative values: truncating division, no sign fix-ups."""
+    LAST = T.meta_var(log2_ceil(E) % 2)
+    g: T.int32 = T.truncdiv(t, W_TILES)  # the unit's token tile, counted over all experts
+    e: T.int32 = 0  # the binary search: how many experts end at or before token tile g
+    for s in T.unroll(log2_ceil(E) + 1):
+        step = T.meta_var(1 << (log2_ceil(E) - s))
+        if e + step <= E:
+            if scan[LAST, e + step - 1] <= g:
+                e = e + step
+    first_tile: T.int32 = T.if_then_else(e > 0, scan[LAST, T.max(e - 1, 0)], 0)
+    u: T.int32 = t - first_tile * W_TILES  # the unit inside the expert
+    first: T.int32 = T.truncdiv(u, GROUP * W_TILES) * GROUP  # its group's first token tile
+    inside: T.int32 = T.min(GROUP, scan[LAST, e] - first_tile - first)  # token tiles in it
+    within: T.int32 = u - first * W_TILES
+    at[0] = e
+    at[1] = bounds[e, 0] + (first + T.truncmod(within, inside)) * TOK
+    at[2] = bounds[e, 1]
+    at[3] = T.truncdiv(within, inside) * W_BLK
+
+
+@T.inline
+def tma_load_unit(Asmem, Bsmem, A, B, at, k_st, bar, MMA_M: int, MMA_N: int, BLK_K: int,
+                  swap: bool, masked: bool):
+    """One thread: the stage's byte count on ``bar``, then unit ``at``'s two boxes at K k_st
+    into the MMA's A tile (MMA_M rows) and B tile (MMA_N rows): the token rows A[at[1]..]
+    (masked: A[at[0], at[1]..], a 3-D box) and the expert's weight rows B[at[0], at[3]..] (a
+    3-D box, bounded per expert); ``swap``: the weight rows are the MMA's A tile."""
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+        bar, T.uint32((MMA_M + MMA_N) * BLK_K * 2))
+    if swap:
+        Tx.copy_async(Asmem, B[at[0], at[3]:at[3] + MMA_M, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+        if masked:
+            Tx.copy_async(Bsmem, A[at[0], at[1]:at[1] + MMA_N, k_st:k_st + BLK_K],
+                          dispatch="tma_explicit", mbar=bar)
+        else:
+            Tx.copy_async(Bsmem, A[at[1]:at[1] + MMA_N, k_st:k_st + BLK_K],
+                          dispatch="tma_explicit", mbar=bar)
+    else:
+        if masked:
+            Tx.copy_async(Asmem, A[at[0], at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
+                          dispatch="tma_explicit", mbar=bar)
+        else:
+            Tx.copy_async(Asmem, A[at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
+                          dispatch="tma_explicit", mbar=bar)
+        Tx.copy_async(Bsmem, B[at[0], at[3]:at[3] + MMA_N, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+
+
+_ST_B32_SRC = """
+__device__ __forceinline__ void tirx_gemm_grouped_st_b32(void* p, unsigned int v) {
+  *reinterpret_cast<unsigned int*>(p) = v;
+}
+"""
+
+
+@T.inline
+def store_packed_rows(D, e, packed, m_st, n_st, n: int, row_end, N, warp_id, lane_id,
+                      masked: bool):
+    """Warpgroup: its packed 64 x n fragment (packed[2j+h]: row 16w + l//4 + 8h, columns
+    8j + 2(l%4) + {0, 1}) -> D rows m_st.. (masked: D[e]), one 4-byte store per column pair,
+    only rows below the expert's row_end and columns below N."""
+    for h in T.unroll(2):
+        row = T.meta_var(m_st + warp_id * 16 + lane_id // 4 + 8 * h)
+        if row < row_end:
+            for j in T.unroll(n // 8):
+                col = T.meta_var(n_st + 8 * j + 2 * (lane_id % 4))
+                if col < N:
+                    if masked:
+                        T.cuda.func_call("tirx_gemm_grouped_st_b32", D.ptr_to([e, row, col]),
+                                         packed[2 * j + h], source_code=_ST_B32_SRC)
+                    else:
+                        T.cuda.func_call("tirx_gemm_grouped_st_b32", D.ptr_to([row, col]),
+                                         packed[2 * j + h], source_code=_ST_B32_SRC)
+
+
+@T.inline
+def store_transposed_rows(D, e, acc, w_st, tok_st, n: int, row_end, N, warp_id, lane_id,
+                          masked: bool):
+    """Warpgroup, swap-AB: its fp32 64 x n fragment holds D's transpose (fragment rows are
+    weight rows = D's columns w_st.., fragment columns are tokens = D's rows tok_st..);
+    element (r, c) -> D[tok_st + c, w_st + r] in D's dtype, only tokens below row_end."""
+    val = T.alloc_local((1,), D.dtype)
+    for h in T.unroll(2):
+        r = T.meta_var(w_st + warp_id * 16 + lane_id // 4 + 8 * h)
+        if r < N:
+            for j in T.unroll(n // 8):
+                for x in T.unroll(2):
+                    c = T.meta_var(tok_st + 8 * j + 2 * (lane_id % 4) + x)
+                    if c < row_end:
+                        val[0] = T.Cast(D.dtype, acc[4 * j + 2 * h + x])
+                        if masked:
+                            D[e, c, r] = val[0]
+                        else:
+                            D[c, r] = val[0]
+
+
+# --- the host-side model (numpy; no torch): routing, operands and the per-expert check that
+# the simulator's cases and the CPU tests use (the GPU check does the same with torch) ---
+def routing_rows(E: int, M: int, layout: str, seed: int) -> list[int]:
+    """A ragged routing of E experts over M rows: expert 1 (when E > 1) empty, expert 0
+    holding at least one row, the rest drawn from the seed. Contiguous: the rows sum to
+    less than M when M > 1 (the last rows belong to no expert); masked: each count <= M."""
+    import numpy as np
+    rng = np.random.default_rng(int(seed))
+    if layout == "masked":
+        rows = [int(x) for x in rng.integers(0, M + 1, E)]
+    else:
+        cuts = sorted(int(x) for x in rng.integers(0, max(M - 1, 1), E - 1))
+        ends = cuts + [max(M - 1, 1)]
+        rows = [ends[0]] + [b - a for a, b in zip(ends, ends[1:])]
+    if E > 1:
+        rows[0] += rows[1] if layout == "contiguous" else 0
+        rows[1] = 0
+    rows[0] = max(rows[0], 1)
+    return rows
+
+
+def routing_tensor_np(rows, layout: str):
+    """The kernel's routing operand: offs (cumulative ends) or counts, int32 (E,)."""
+    import numpy as np
+    r = np.asarray(rows, dtype=np.int32)
+    return np.cumsum(r).astype(np.int32) if layout == "contiguous" else r
+
+
+def grouped_inputs_np(M: int, N: int, K: int, kwargs: dict, kind: str, seed: int,
+                      dtype: str):
+    """(A, B, D, {"routing": routing}) of a grouped case: numerics' inputs per expert (B (E, N, K),
+    A (M, K) or (E, M, K)), D all NaN, the routing of routing_rows."""
+    import numpy as np
+    from tirx_gemm import numerics
+    E, layout = int(kwargs.get("E", 8)), kwargs.get("LAYOUT", "contiguous")
+    rows = routing_rows(E, M, layout, seed)
+    As, Bs = [], []
+    for e in range(E if layout == "masked" else 1):
+        a, _, _ = numerics.make_inputs_np(M, 8, K, kind, seed * 1000 + e, dtype)
+        As.append(a)
+    for e in range(E):
+        _, b, _ = numerics.make_inputs_np(8, N, K, kind, seed * 1000 + 500 + e, dtype)
+        Bs.append(b)
+    A = np.stack(As) if layout == "masked" else As[0]
+    B = np.stack(Bs)
+    D = np.full((E, M, N) if layout == "masked" else (M, N), np.nan,
+                dtype=numerics.np_dtype(dtype))
+    return A, B, D, {"routing": routing_tensor_np(rows, layout)}
+
+
+class GroupedCompare:
+    """numerics.compare_np over the rows the experts own, plus the rows nobody owns: those
+    must still hold D's NaN (never written)."""
+
+    def __init__(self, inner, stray: int, owned: int):
+        self.inner, self.stray, self.owned = inner, stray, owned
+        self.ok = inner.ok and stray == 0
+        self.rel_frobenius_error = inner.rel_frobenius_error
+
+    def summary(self) -> str:
+        extra = f"; {self.stray} element(s) written in rows no expert owns" if self.stray else ""
+        return f"{self.inner.summary()} ({self.owned} owned rows){extra}"
+
+
+def grouped_check_np(out, A, B, R, kwargs: dict, dtype: str, kind: str) -> GroupedCompare:
+    """Compare a grouped output with the per-expert fp32 reference (numerics' rules)."""
+    import numpy as np
+    from tirx_gemm import numerics
+    layout = kwargs.get("LAYOUT", "contiguous")
+    out = np.asarray(out, dtype=np.float32)
+    got, ref = [], []
+    owned = np.zeros(out.shape[:-1], dtype=bool)
+    start = 0
+    for e in range(B.shape[0]):
+        if layout == "masked":
+            r = int(R[e])
+            got.append(out[e, :r])
+            ref.append(numerics.reference_np(A[e, :r], B[e]))
+            owned[e, :r] = True
+        else:
+            end = int(R[e])
+            got.append(out[start:end])
+            ref.append(numerics.reference_np(A[start:end], B[e]))
+            owned[start:end] = True
+            start = end
+    stray = int(np.count_nonzero(~np.isnan(out[~owned])))
+    inner = numerics.compare_np(np.concatenate(got), np.concatenate(ref), dtype=dtype,
+                                exact=kind == "int")
+    return GroupedCompare(inner, stray, int(owned.sum()))

@@ -1,0 +1,402 @@
+"""Autograd for ``torch.ops.tirx_gemm.matmul`` and ``torch.ops.tirx_gemm.swiglu``: the backward pass
+on the steps' kernels.
+
+Importing this module registers, by op name (``torch.library.register_autograd``), a backward
+for the two custom ops of tirx_gemm.op.torch_op, and gives :func:`matmul` and :func:`linear`:
+the differentiable calls a training model makes (they go through the op when autograd records
+the call, and straight to the kernel otherwise, as torch_op.matmul does).
+
+For ``y = act(a @ b.T + bias)`` (a: M x K tokens x in-features, b: N x K, a Linear weight) and
+the incoming gradient ``dy`` (M x N), with ``dz = dy * act'(z)``:
+
+* **dgrad** ``da = dz @ b`` (M x K) runs as ``matmul(dz, b.T)``;
+* **wgrad** ``db = dz.T @ a`` (N x K) runs as ``matmul(dz.T, a.T)``: its reduction dimension is
+  the token count M, accumulated in fp32 by the kernel (a split over tokens, where the chooser
+  picks v11, reduces in a fixed order: no atomics, the same bits on every run);
+* **bias** ``dbias = dz.sum(0)`` (torch's reduction, fp32 accumulation, deterministic).
+
+**Layouts: by copy, or read in place by v15.** matmul's kernels read K-major operands only
+(each row of A and B contiguous along the reduction dimension). ``b.T`` for dgrad, ``dz.T``
+and ``a.T`` for wgrad are not: by default each is made K-major by one copy
+(``.t().contiguous()``), and wgrad's reduction dimension, the token count, is padded with
+zero columns to a multiple of 8 in the same copy (TMA's 16-byte rows). For a layer of N x K
+with M tokens the copies move 2*(N*K + M*N + M*K) bytes more than the GEMMs read (2-byte
+dtypes); ``lab/training_backward/`` measures their share of the backward's time. With
+:data:`LAYOUT_STEP` = "v15" (:func:`set_layout_step`; sm_90a) dgrad and wgrad run on the
+operand-layout step instead, which reads ``b``, ``dz`` and ``a`` as they are (MN-major
+operands: steps/sm90a/hgemm_v15.py): no copy and no padding (a partial last K step is
+zero-filled by TMA). v15 has no fp32 output, so a ``main_grad`` wgrad keeps the copy path.
+:func:`matmul_layouts` is the same kernel for any caller: ``a @ b.T`` with each operand
+row-major or a transposed view (NN, NT, TN, TT), no copy.
+
+**Fused epilogues.** With ``activation`` the backward recomputes the pre-activation
+``z = a @ b.T + bias`` in fp32 (one more GEMM, bias fused; relu needs none: its mask is
+``y > 0``), then ``dz = dy * act'(z)`` in torch. SwiGLU recomputes the fused gate/up GEMM in
+fp32 and forms the interleaved ``dz`` of the fused weight (tirx_gemm.epilogue's groups of
+8 rows), so the gradient of ``fused`` comes out in the fused layout (unfuse it with
+``w.view(N // 8, 2, 8, K)``). ``out_dtype=torch.float32``: the fp32 ``dy`` is rounded to the
+operands' dtype before the GEMMs (their inputs are 16-bit).
+
+**The ``main_grad`` pattern.** A weight (or bias) with an attribute ``main_grad`` (an fp32
+tensor of its shape on its device, e.g. a distributed optimizer's gradient buffer) gets its
+gradient computed with an fp32 output and added in place into ``main_grad``
+(``main_grad += dz.T @ a``, in the order of the backward calls); the op then returns no
+gradient for it (``.grad`` stays None), as Megatron-style gradient accumulation fusion does.
+On sm_100a, where matmul has no fp32-output kernels yet, the product is rounded to the
+operands' dtype before the add.
+
+Refused, one line each: double backward (``create_graph=True``: the backward is not itself
+differentiable; use torch.nn.functional.linear for higher-order gradients), float8 operands
+that require grad (v13's e4m3 GEMM has no backward: quantize a detached copy and keep the
+16-bit master weight for training), a ``main_grad`` that is not fp32 or not of the weight's
+shape and device.
+
+Which kernels: :data:`BACKWARD_STEP` (None: the chooser's pick for each backward GEMM, as
+for a forward call; "v12" on sm_90a: the tile menu built with N and K at run time, one kernel
+per tile serves every layer and token count, what the bundled GPU tests use).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tirx_gemm import epilogue as E
+from tirx_gemm.op import torch_op
+from tirx_gemm.op.keywords import ROW_MULTIPLE
+
+__all__ = ["matmul", "linear", "swiglu", "BACKWARD_STEP", "set_backward_step", "LAYOUT_STEP",
+           "set_layout_step", "matmul_layouts",
+           "check_trainable", "layout_copy_bytes"]
+
+BACKWARD_STEP: str | None = None  # the step of the backward GEMMs (None: choose's pick)
+LAYOUT_STEP: str | None = None  # "v15": dgrad and wgrad read transposed operands in place
+_STEP_ARCHES = {"v12": "sm_90a"}  # a forced step, on the arch that has it
+_FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                         "float8_e5m2fnuz") if hasattr(torch, n))
+
+
+def set_backward_step(step: str | None) -> None:
+    """The step of every backward GEMM from now on: None (choose's pick) or "v12" (sm_90a's
+    tile menu with N and K at run time; elsewhere choose's pick)."""
+    global BACKWARD_STEP
+    if step is not None and step not in _STEP_ARCHES:
+        raise ValueError(f"backward step {step!r}: None (the chooser's pick) or one of "
+                         f"{', '.join(_STEP_ARCHES)}")
+    BACKWARD_STEP = step
+
+
+def set_layout_step(step: str | None) -> None:
+    """None (layout copies, the default) or "v15" (sm_90a: transposed operands read in
+    place by the operand-layout step; elsewhere the copies)."""
+    global LAYOUT_STEP
+    if step not in (None, "v15"):
+        raise ValueError(f"layout step {step!r}: None (copies) or 'v15'")
+    LAYOUT_STEP = step
+
+
+def _layout_kernel(dtype, rows_a: int, rows_b: int, red: int, a_mn: bool, b_mn: bool, device):
+    """v15's kernel for D (rows_a x rows_b) = A @ B.T over ``red``, each operand K- or
+    MN-major; M (rows_a) at run time. From the build cache or the bundle, as matmul's."""
+    from tirx_gemm import registry
+    from tirx_gemm.op import matmul as MM
+    from tirx_gemm.op.operands import _gpu_arch
+    arch, sm_count = _gpu_arch(device)
+    st = registry.get("v15", arch)
+    kw = {**MM.step_kwargs(st, str(dtype).removeprefix("torch."), sm_count),
+          "RUNTIME_M": True, "A_MAJOR": "MN" if a_mn else "K", "B_MAJOR": "MN" if b_mn else "K"}
+    return MM._load(st, (rows_a, rows_b, red), kw).kernel
+
+
+def _gemm_layout(a_store, a_mn: bool, b_store, b_mn: bool):
+    """``A @ B.T`` on v15 with A, B given as stored: a K-major operand as (rows, red), an
+    MN-major one as (red, rows) (the tensor whose transpose the GEMM reads)."""
+    rows_a, red = (a_store.shape[1], a_store.shape[0]) if a_mn else a_store.shape
+    rows_b = b_store.shape[1] if b_mn else b_store.shape[0]
+    for name, t, mn, rows in (("a", a_store, a_mn, rows_a), ("b", b_store, b_mn, rows_b)):
+        if not t.is_contiguous() or t.data_ptr() % 16 or (mn and rows % ROW_MULTIPLE):
+            raise ValueError(f"v15's {name} ({tuple(t.shape)}, strides {t.stride()}) must be "
+                             f"contiguous, 16-byte aligned and, MN-major, have rows a multiple "
+                             f"of {ROW_MULTIPLE}: use the layout copies (set_layout_step(None))")
+    kernel = _layout_kernel(a_store.dtype, rows_a, rows_b, red, a_mn, b_mn, a_store.device)
+    out = a_store.new_empty((rows_a, rows_b))
+    kernel(a_store, b_store, out)
+    return out
+
+
+def matmul_layouts(a, b):
+    """``a @ b.T`` for a (M x K) and b (N x K) each either row-major or the transposed view of
+    a row-major tensor (``t.T`` with t (K, M) contiguous): the four layouts NN, NT, TN, TT,
+    read as they lie by v15 on sm_90a (no copy). A one-line error names an operand the
+    kernels cannot read as it is (strided in both dimensions, misaligned) and the way out."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise ValueError(f"{name} must be a 2-D torch.Tensor")
+    if a.shape[1] != b.shape[1] or a.dtype != b.dtype:
+        raise ValueError(f"a is {tuple(a.shape)} {a.dtype}, b {tuple(b.shape)} {b.dtype}: "
+                         f"a @ b.T needs one K and one dtype")
+    stores = []
+    for name, t in (("a", a), ("b", b)):
+        if t.is_contiguous():
+            stores.append((t, False))
+        elif t.t().is_contiguous():
+            stores.append((t.t(), True))  # the row-major tensor the view transposes
+        else:
+            raise ValueError(f"{name} has strides {t.stride()}: neither row-major nor the "
+                             f"transpose of a row-major tensor; pass {name}.contiguous()")
+    (sa, a_mn), (sb, b_mn) = stores
+    if _arch(a.device) != "sm_90a":
+        raise ValueError(f"matmul_layouts runs v15 on sm_90a; on {a.device} make the "
+                         f"transposed operands row-major (.contiguous()) for tirx_gemm.matmul")
+    return _gemm_layout(sa, a_mn, sb, b_mn)
+
+
+def _layout_in_place(device) -> bool:
+    return LAYOUT_STEP == "v15" and _arch(device) == "sm_90a"
+
+
+def _arch(device) -> str | None:
+    if device.type != "cuda":
+        return None
+    from tirx_gemm.op.operands import _gpu_arch
+    return _gpu_arch(device)[0]
+
+
+def _step(device) -> str | None:
+    if BACKWARD_STEP is None:
+        return None
+    return BACKWARD_STEP if _arch(device) == _STEP_ARCHES[BACKWARD_STEP] else None
+
+
+def _fp32_out(device) -> bool:
+    """Whether matmul can write an fp32 product on ``device`` (v12's OUT_DTYPE, sm_90a; the
+    CPU reference kernel of the tests takes it too)."""
+    return device.type != "cuda" or _arch(device) == "sm_90a"
+
+
+def _gemm(x, w, out_dtype=None, bias=None):
+    """``x @ w.T`` on the kernels (x, w K-major), fp32 out where asked and possible."""
+    if out_dtype is torch.float32 and not _fp32_out(x.device):
+        out_dtype = None
+    return torch_op.OP(x, w, _step(x.device), bias, None, out_dtype)
+
+
+def _k_major_t(x, pad_rows_to: int = 1):
+    """``x.T`` (R x C -> C x R) as a new K-major (contiguous) tensor, its R columns padded
+    with zeros to a multiple of ``pad_rows_to``: the layout copy of the module docstring."""
+    R, C = x.shape
+    Rp = -(-R // pad_rows_to) * pad_rows_to
+    if Rp == R:
+        return x.t().contiguous()
+    out = x.new_empty((C, Rp))
+    out[:, R:].zero_()
+    out[:, :R].copy_(x.t())
+    return out
+
+
+def layout_copy_bytes(M: int, N: int, K: int, elem_bytes: int = 2) -> int:
+    """Bytes the layout copies of one backward of an M x N x K layer read and write:
+    b.T (N*K), dz.T (M*N) and a.T (M*K, tokens padded to a multiple of 8), each read and
+    written once."""
+    Mp = -(-M // ROW_MULTIPLE) * ROW_MULTIPLE
+    return 2 * elem_bytes * (N * K + Mp * N + Mp * K)
+
+
+def _main_grad(p):
+    """``p.main_grad`` when ``p`` has one (checked: fp32, p's shape and device), else None."""
+    mg = getattr(p, "main_grad", None) if p is not None else None
+    if mg is None:
+        return None
+    if not isinstance(mg, torch.Tensor) or mg.dtype != torch.float32 \
+            or mg.shape != p.shape or mg.device != p.device:
+        what = (f"{mg.dtype} {tuple(mg.shape)} on {mg.device}" if isinstance(mg, torch.Tensor)
+                else type(mg).__name__)
+        raise ValueError(f"main_grad is {what}: the gradient buffer must be a float32 tensor "
+                         f"of the parameter's shape {tuple(p.shape)} on {p.device}")
+    return mg
+
+
+def _act_grad(act: str, z):
+    """act'(z) in fp32 for tirx_gemm.epilogue's activations (z fp32)."""
+    if act == "relu":
+        return (z > 0).to(z.dtype)
+    if act == "gelu":
+        cdf = 0.5 * (1.0 + torch.erf(z * (1.0 / math.sqrt(2.0))))
+        return cdf + z * torch.exp(-0.5 * z * z) * (1.0 / math.sqrt(2.0 * math.pi))
+    if act == "gelu_tanh":
+        c = math.sqrt(2.0 / math.pi)
+        t = torch.tanh(c * (z + 0.044715 * z ** 3))
+        return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * z * z)
+    if act == "silu":
+        s = torch.sigmoid(z)
+        return s * (1.0 + z * (1.0 - s))
+    raise ValueError(f"activation {act!r} has no gradient here: one of {E.ACTIVATIONS}")
+
+
+def _no_double_backward(what: str) -> None:
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{what} has no double backward (create_graph=True or a gradient "
+                           f"of a gradient): its backward is not differentiable; use "
+                           f"torch.nn.functional.linear where higher-order gradients are needed")
+
+
+def _dgrad(dz, b):
+    """dz @ b (M x K): b read MN-major in place by v15, or from a K-major copy of b.T."""
+    if dz.shape[0] and _layout_in_place(dz.device):
+        return _gemm_layout(dz, False, b, True)
+    return _gemm(dz, _k_major_t(b))
+
+
+def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool):
+    """(db, dbias) from dz (M x N, a's dtype, contiguous): wgrad on the kernels, fp32
+    accumulation over the tokens, into ``main_grad`` in place where the parameter has one."""
+    db = dbias = None
+    if needs_b:
+        mg = _main_grad(b)
+        if dz.shape[0] == 0:
+            db = None if mg is not None else torch.zeros_like(b)
+        elif mg is None and _layout_in_place(dz.device):
+            db = _gemm_layout(dz, True, a, True)  # dz.T @ a, both read transposed
+        else:
+            dzt = _k_major_t(dz, ROW_MULTIPLE)   # N x Mp
+            at = _k_major_t(a, ROW_MULTIPLE)     # K x Mp
+            if mg is not None:
+                mg.add_(_gemm(dzt, at, torch.float32))
+            else:
+                db = _gemm(dzt, at)
+    if needs_bias:
+        mg = _main_grad(bias)
+        g = dz.sum(0, dtype=torch.float32)
+        if mg is not None:
+            mg.add_(g)
+        else:
+            dbias = g.to(bias.dtype)
+    return db, dbias
+
+
+# --------------------------------------------------------------------------------------
+# tirx_gemm::matmul(a, b, step, bias, activation, out_dtype)
+# --------------------------------------------------------------------------------------
+def _setup_matmul(ctx, inputs, output):
+    a, b, _step_arg, bias, activation, out_dtype = inputs
+    ctx.activation = activation
+    ctx.needs = (a.requires_grad, b.requires_grad, bias is not None and bias.requires_grad)
+    ctx.save_for_backward(a, b, bias, output if activation == "relu" else None)
+
+
+def _backward_matmul(ctx, dy):
+    _no_double_backward("tirx_gemm.matmul")
+    a, b, bias, y = ctx.saved_tensors
+    needs_a, needs_b, needs_bias = ctx.needs
+    dz = dy.to(a.dtype)
+    act = ctx.activation
+    if act == "relu":
+        dz = dz * (y > 0)
+    elif act is not None:
+        z = _gemm(a, b, torch.float32, bias) if a.shape[0] else dy.float()
+        dz = (dy.float() * _act_grad(act, z)).to(a.dtype)
+    dz = dz.contiguous()
+    da = _dgrad(dz, b) if needs_a else None
+    db, dbias = _weight_grads(dz, a, b, bias, needs_b, needs_bias)
+    return da, db, None, dbias, None, None
+
+
+# --------------------------------------------------------------------------------------
+# tirx_gemm::swiglu(a, fused, out_dtype): silu(a @ gate.T) * (a @ up.T), fused interleaved
+# --------------------------------------------------------------------------------------
+def _setup_swiglu(ctx, inputs, output):
+    a, fused = inputs[:2]
+    ctx.needs = (a.requires_grad, fused.requires_grad)
+    ctx.save_for_backward(a, fused)
+
+
+def _backward_swiglu(ctx, dy):
+    _no_double_backward("torch.ops.tirx_gemm.swiglu")
+    a, fused = ctx.saved_tensors
+    needs_a, needs_w = ctx.needs
+    M, N = dy.shape
+    G = E.SWIGLU_GROUP
+    if M:
+        acc = _gemm(a, fused, torch.float32).view(M, N // G, 2, G)  # interleaved gate/up
+    else:
+        acc = dy.new_zeros((0, N // G, 2, G), dtype=torch.float32)
+    g, u = acc[:, :, 0], acc[:, :, 1]
+    s = torch.sigmoid(g)
+    d = dy.float().view(M, N // G, G)
+    dg = d * u * s * (1.0 + g * (1.0 - s))
+    du = d * g * s
+    dz = torch.stack((dg, du), dim=2).reshape(M, 2 * N).to(a.dtype)
+    da = _dgrad(dz, fused) if needs_a else None
+    dw, _ = _weight_grads(dz, a, fused, None, needs_w, False)
+    return da, dw, None
+
+
+torch.library.register_autograd(torch_op.NAME, _backward_matmul, setup_context=_setup_matmul)
+torch.library.register_autograd(torch_op.SWIGLU_NAME, _backward_swiglu,
+                                setup_context=_setup_swiglu)
+
+
+# --------------------------------------------------------------------------------------
+# the calls a training model makes
+# --------------------------------------------------------------------------------------
+def check_trainable(**tensors) -> None:
+    """A one-line TypeError for a float8 tensor (``name=tensor``) that requires grad while
+    grad mode is on: the e4m3 GEMM has no backward."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.dtype in _FP8 and t.requires_grad:
+            raise TypeError(f"{name} is {t.dtype} and requires grad: tirx_gemm's float8 GEMM "
+                            f"has no backward; quantize {name}.detach() and train the 16-bit "
+                            f"master copy")
+
+
+def _records(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
+           step: str | None = None):
+    """``act(a @ b.T + bias)`` as tirx_gemm.torch_op.matmul, differentiable: while autograd
+    records the call (grad mode on, an operand requires grad) it runs through the op
+    ``torch.ops.tirx_gemm.matmul``, whose backward this module registers; otherwise the
+    kernel directly. Arguments and errors as tirx_gemm.matmul.matmul's."""
+    check_trainable(a=a, b=b, bias=bias)
+    if _records(a, b, bias) or torch.compiler.is_compiling():
+        return torch_op.OP(a, b, step, bias, activation, out_dtype)
+    return torch_op.matmul(a, b, bias, activation, out_dtype, step=step)
+
+
+def swiglu(a, fused, *, out_dtype=None):
+    """tirx_gemm.torch_op.swiglu, differentiable (the gradient of ``fused`` in its fused,
+    interleaved layout)."""
+    check_trainable(a=a, fused=fused)
+    if _records(a, fused) or torch.compiler.is_compiling():
+        return torch_op.SWIGLU_OP(a, fused, out_dtype)
+    return torch_op.swiglu(a, fused, out_dtype=out_dtype)
+
+
+def linear(x, weight, bias=None, *, step: str | None = None, fuse_bias: bool = True):
+    """``F.linear(x, weight, bias)`` on the kernels, differentiable: x's leading dimensions
+    flattened to the GEMM's M (a copy when x's layout needs one), the bias fused into the
+    epilogue where ``fuse_bias`` and the GPU has the epilogue kernels (sm_90a), else added
+    by torch after the GEMM."""
+    check_trainable(input=x, weight=weight, bias=bias)
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D (out_features x in_features), got shape "
+                         f"{tuple(weight.shape)}")
+    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"input has shape {tuple(x.shape)}: its last dimension must be the "
+                         f"weight's in_features {weight.shape[1]}")
+    a = x.reshape(-1, weight.shape[1])
+    if torch.compiler.is_compiling():  # no data pointers while tracing: the op checks them
+        a = a.contiguous()
+    elif not a.is_contiguous() or a.data_ptr() % 16:
+        a = a.contiguous() if not a.is_contiguous() else a.clone()
+    fused = bias is not None and fuse_bias and _fp32_out(a.device)
+    y = matmul(a, weight, bias if fused else None, step=step)
+    if bias is not None and not fused:
+        y = y + bias
+    return y.view(*x.shape[:-1], weight.shape[0])

@@ -1,0 +1,650 @@
+"""``tirx_gemm.grouped_mm``: one GEMM per expert in one launch (step v14), in torch's conventions.
+
+``grouped_mm(a, b, offs)`` is ``torch.nn.functional.grouped_mm(a, b, offs=offs)`` for fp16 and
+bf16 CUDA tensors: a (M, K) holds the rows of every expert one after the other (sorted by
+expert), ``offs`` (E,) int32 their cumulative ends (expert e owns rows ``offs[e-1]:offs[e]``,
+``offs[-1]`` read as 0), and the result (M, N) holds ``a[rows of e] @ b[e]`` in each expert's
+rows. The weights come as torch takes them, ``b`` (E, K, N), which for a model's stacked
+weights is a transposed view of an (E, N, K) tensor (``w.transpose(1, 2)``): K-major
+underneath, as the kernel reads it, so no copy. An (E, N, K) tensor (the Linear convention,
+one ``out x in`` weight per expert) is taken too where its shape cannot be read as (E, K, N)
+(with N == K it is read as torch reads it: pass ``w.transpose(1, 2)``). A ``b`` whose K is
+not its innermost dimension in memory (an N-major (E, K, N), gpt-oss's layout) is copied
+into K-major at every call: transpose it once (``w.transpose(1, 2).contiguous()``) and pass
+the transposed view instead.
+
+``grouped_mm(a, b, counts=counts, layout="masked")``: a (E, T, K), a fixed buffer of T rows
+per expert (decode), ``counts`` (E,) int32 the rows each expert holds (rows ``0:counts[e]`` of
+``a[e]``); the result (E, T, N). ``counts=None`` with a 3-D ``a`` is torch's batched form:
+every row of every expert. Experts with no rows cost nothing.
+
+Rows the call does not own -- a's rows at or past ``offs[-1]``, rows of ``a[e]`` at or past
+``counts[e]`` -- are neither read into any result nor written: those rows of the result hold
+whatever the fresh tensor (or ``out``) held, as in torch's grouped_mm. The kernel reads
+``offs`` and ``counts`` on the GPU (no host sync, no ``.item()``), so a call is CUDA-graph
+capturable and a replay follows new routing.
+
+Epilogue arguments: ``bias`` (E, N) one row per expert, or (N,) shared, added to each
+expert's rows; ``scale`` (M,) (masked: (E, T)) float32 or the operands' dtype, multiplying
+each result row after the bias (a top-k routing weight on the down projection's rows);
+``out_dtype`` None or the operands' dtype (torch's grouped_mm refuses float32 too). v14 has
+no fused epilogue yet (:data:`KERNEL_EPILOGUE`), so bias and scale are applied with torch ops
+after the launch (one rounding more than a fused epilogue), and :func:`grouped_swiglu` takes
+the SwiGLU of the gate/up output with torch ops. The routing is never read on the host.
+
+The contract, checked before any launch, one line each: a, b tensors of one dtype (float16 or
+bfloat16) on one CUDA GPU; a 2-D with ``offs`` or 3-D with ``counts``; b 3-D with a's K; E at
+most :data:`E_MAX`; N and K multiples of 8; offs and counts 1-D int32 of E elements on a's
+device; a contiguous, every base address 16-byte aligned. What would need a sync is the
+caller's contract -- offs non-decreasing, ``0 <= offs[e] <= M``, ``0 <= counts[e] <= T`` --
+and is checked too (a sync per call) with ``TIRX_GEMM_CHECK=1`` (skipped while a CUDA graph
+is being captured).
+
+The kernel: :func:`choose_grouped` picks v14's tile from the tokens per expert, estimated on
+the host as rows / E (narrow tiles at decode, wide at prefill), and :func:`explain_grouped`
+says why. One kernel per (E, N, K, dtype, layout, tile) serves every M (M at run time), from
+the build cache or a bundle; :func:`suite_builds` lists what a suite entry of kind "grouped"
+needs (``tirx-gemm export --suite``). Importing this module imports neither torch nor TVM.
+The custom op ``torch.ops.tirx_gemm.grouped_mm`` and ``tirx_gemm.nn.Experts`` live in
+tirx_gemm/op/moe.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from tirx_gemm import epilogue as EPI
+from tirx_gemm import registry, settings, spec
+from tirx_gemm.kernels import dtype_kwargs
+from tirx_gemm.numerics import DTYPES, check_dtype
+from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
+from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
+                                   check_no_overlap, mark_gate_up)
+
+__all__ = ["grouped_mm", "grouped_swiglu", "fuse_gate_up_experts", "choose_grouped",
+           "explain_grouped", "grouped_variants", "suite_builds", "check_grouped", "check_grouped_shapes",
+           "Problem", "GROUPED_STEP", "LAYOUTS", "E_MAX", "CHECK_ENV"]
+
+GROUPED_STEP = "v14"
+LAYOUTS = ("contiguous", "masked")
+E_MAX = 256  # the experts one kernel takes (DeepSeek-V3's 256)
+CHECK_ENV = "TIRX_GEMM_CHECK"
+# the tile menu (v14's builder: BLK_M 64 | 128, BLK_N 8..256 by 8, SWAP_AB): at most
+# DECODE_TOKENS tokens per expert, swap-AB -- the weight's rows are the MMA's M (BLK_M: 128
+# where those tiles still give every SM DECODE_TALL_WAVES units, else 64), the expert's tokens
+# its N in a token tile (BLK_N) of TOKEN_TILES holding twice the mean tokens per expert
+# (skewed routing leaves hot experts above the mean); past it the wide 128x256 tile,
+# 128x128 where N is under 256 or the wide tiles would not fill the SMs
+DECODE_TOKENS = 64
+TOKEN_TILES, TOKEN_TILE_SKEW = (8, 16, 32, 64), 2
+DECODE_TALL_WAVES = 2
+WIDE_TILE = (128, 256)
+WIDE_SMALL_TILE = (128, 128)
+KERNEL_EPILOGUE: frozenset = frozenset()  # epilogue keywords v14's builder takes (none yet)
+ENTRY_KEYS = {"kind", "model", "layer", "why", "E", "top_k", "N", "K", "tokens", "layout",
+              "dtypes", "arch", "sm_count", "all_m"}
+
+
+# --------------------------------------------------------------------------------------
+# the pick: v14's tile from the tokens per expert (no torch)
+# --------------------------------------------------------------------------------------
+def _check_numbers(rows, E, N, K, dtype, layout, arch, sm_count) -> None:
+    if arch not in spec.SM_COUNT:  # first: an unknown arch has no SM count to default to
+        raise ValueError(f"arch={arch!r}: the grouped kernel runs on {' or '.join(spec.SM_COUNT)}")
+    for name, v in (("rows", rows), ("E", E), ("N", N), ("K", K), ("sm_count", sm_count)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "rows" else 1):
+            kind = "non-negative" if name == "rows" else "positive"
+            raise ValueError(f"{name}={v!r} must be a {kind} int")
+    if E > E_MAX:
+        raise ValueError(f"E={E} experts: the grouped kernel takes at most E_MAX={E_MAX}; split "
+                         f"the experts into groups of at most {E_MAX} (one call each)")
+    for name, v in (("N", N), ("K", K)):
+        if v % ROW_MULTIPLE:
+            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs 16-byte "
+                             f"rows; pad {name} with zeros to {_ceil_div(v, 8) * 8}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: choose {' or '.join(map(repr, LAYOUTS))}")
+    check_dtype(dtype)
+
+
+def _tile(rows: int, E: int, N: int, pool: int) -> tuple[dict, list[str]]:
+    """(tile keywords, why lines) for ``rows`` rows over E experts of N columns."""
+    per = rows / E
+    active = max(1, min(E, rows))  # a row belongs to one expert: at most `rows` have work
+    if per <= DECODE_TOKENS:
+        tok = next((t for t in TOKEN_TILES if t >= TOKEN_TILE_SKEW * per), TOKEN_TILES[-1])
+        tall = active * _ceil_div(N, 128) >= DECODE_TALL_WAVES * pool
+        rows_w = 128 if tall else 64
+        why = [f"{rows} rows over {E} experts: ~{per:.3g} tokens per expert <= "
+               f"{DECODE_TOKENS}: swap-AB, the weight's rows the MMA's M, the tokens its N in "
+               f"a {tok}-token tile (the first of {TOKEN_TILES} that holds {TOKEN_TILE_SKEW}x the "
+               f"mean: hot experts sit above it)",
+               f"up to {active} active experts x {_ceil_div(N, rows_w)} weight tiles of "
+               f"{rows_w} rows" + (f" (128-row tiles give every one of {pool} SMs "
+                                   f"{DECODE_TALL_WAVES} units or more)" if tall else
+                                   f" (128-row tiles would give {pool} SMs fewer than "
+                                   f"{DECODE_TALL_WAVES} units each)")]
+        return {"BLK_M": rows_w, "BLK_N": tok, "SWAP_AB": True}, why
+    wide = N >= WIDE_TILE[1]
+    tiles = active * _ceil_div(int(per), WIDE_TILE[0]) * _ceil_div(N, WIDE_TILE[1])
+    if wide and tiles >= pool:
+        return ({"BLK_M": WIDE_TILE[0], "BLK_N": WIDE_TILE[1]},
+                [f"~{per:.3g} tokens per expert > {DECODE_TOKENS}: the wide "
+                 f"{WIDE_TILE[0]}x{WIDE_TILE[1]} tile (~{tiles} tiles fill {pool} SMs)"])
+    reason = (f"N={N} < {WIDE_TILE[1]}" if not wide else
+              f"~{tiles} {WIDE_TILE[0]}x{WIDE_TILE[1]} tiles < {pool} SMs")
+    return ({"BLK_M": WIDE_SMALL_TILE[0], "BLK_N": WIDE_SMALL_TILE[1]},
+            [f"~{per:.3g} tokens per expert > {DECODE_TOKENS}: the "
+             f"{WIDE_SMALL_TILE[0]}x{WIDE_SMALL_TILE[1]} tile ({reason})"])
+
+
+def choose_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
+                   layout: str = "contiguous", arch: str = "sm_90a",
+                   sm_count: int | None = None, *, why: list | None = None) -> tuple[str, dict]:
+    """``(step_id, builder keywords)`` of the grouped GEMM of ``rows`` rows (contiguous: a's
+    rows; masked: E x the buffer's rows per expert) over E experts of N x K weights. The
+    tokens per expert are estimated as rows / E (the routing stays on the GPU). ``why``: a
+    list that gets the reasons (what :func:`explain_grouped` prints)."""
+    dtype = dtype_name(dtype)
+    sm_count = spec.SM_COUNT.get(arch, 0) if sm_count is None else sm_count
+    _check_numbers(rows, E, N, K, dtype, layout, arch, sm_count)
+    pool = _pool(sm_count)
+    if arch == "sm_100a":  # the tcgen05 twin: 128 token rows, no swap-AB (NumSim only)
+        wide = rows / E > DECODE_TOKENS and N >= WIDE_TILE[1]
+        tile = {"BLK_N": WIDE_TILE[1] if wide else WIDE_SMALL_TILE[1]}
+        why_n = ("the wide tile" if wide else
+                 f"at most {DECODE_TOKENS} tokens per expert or N < {WIDE_TILE[1]}")
+        lines = [f"sm_100a's twin: BLK_M is 128 (the tcgen05 tile), BLK_N {tile['BLK_N']} "
+                 f"({why_n})"]
+    else:
+        tile, lines = _tile(rows, E, N, pool)
+    if why is not None:
+        why.extend(lines)
+    return GROUPED_STEP, {**dtype_kwargs(dtype), "E": E, "LAYOUT": layout, **tile,
+                          "SM_COUNT": pool, "RUNTIME_M": True}
+
+
+def explain_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
+                    layout: str = "contiguous", arch: str = "sm_90a",
+                    sm_count: int | None = None) -> str:
+    """What :func:`choose_grouped` picks and why: the kernel on one line, then the reasons
+    (and what the op applies with torch ops, the epilogues v14 does not fuse yet)."""
+    why: list[str] = []
+    step, kw = choose_grouped(rows, E, N, K, dtype, layout, arch, sm_count, why=why)
+    keys = " ".join(f"{k}={v}" for k, v in kw.items() if k not in ("dtype", "RUNTIME_M"))
+    head = (f"{rows} rows x {E} experts of {N}x{K} {dtype_name(dtype)}, {layout}, on {arch}: "
+            f"{step} {keys} (M at run time: one kernel serves every token count)")
+    fused = ", ".join(sorted(KERNEL_EPILOGUE)) or "none"
+    tail = (f"fused epilogues of {step}: {fused}; bias, scale and SwiGLU are applied with torch "
+            f"ops after the launch")
+    return "\n".join([head] + [f"  - {w}" for w in why] + [f"  - {tail}"])
+
+
+def grouped_variants(E: int, N: int, K: int, top_k: int = 1, dtype="float16",
+                     layout: str = "contiguous", arch: str = "sm_90a",
+                     sm_count: int | None = None, max_tokens: int = 16384):
+    """Every ``(step_id, kwargs, first tokens, last tokens)`` that :func:`choose_grouped`
+    picks for a layer of E experts (N x K weights, ``top_k`` experts per token) over
+    1 .. ``max_tokens`` tokens, in order: what a bundle needs to serve every token count."""
+    out = []
+    for t in range(1, max_tokens + 1):
+        rows = t * top_k if layout == "contiguous" else E * t
+        step, kw = choose_grouped(rows, E, N, K, dtype, layout, arch, sm_count)
+        if out and out[-1][0] == step and out[-1][1] == kw:
+            out[-1][3] = t
+        else:
+            out.append([step, kw, t, t])
+    return [tuple(v) for v in out]
+
+
+def suite_builds(entry: dict) -> list[tuple[str, tuple[int, int, int], dict]]:
+    """The kernels a suite entry of kind "grouped" needs, each once: ``(step id, (M, N, K)
+    to build, builder keywords)``. The entry: ``{"kind": "grouped", "E": 8, "top_k": 2,
+    "N": 28672, "K": 4096, "tokens": [1, 16, ...], "layout": "contiguous",
+    "dtypes": ["bfloat16"], "arch": "sm_90a", "sm_count": 132}`` (top_k, layout, dtypes,
+    arch and sm_count optional: 1, contiguous, both dtypes, sm_90a, the arch's SMs; model,
+    layer and why are text). Contiguous: rows = tokens x top_k; masked: a buffer of
+    ``tokens`` rows per expert (any routing fits it), rows = E x tokens. ``"all_m": true``
+    adds every kernel of 1 .. max(tokens) tokens (:func:`grouped_variants`)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"a grouped suite entry must be a JSON object, got "
+                         f"{type(entry).__name__}")
+    at = f"grouped entry {entry.get('model', '')!s} {entry.get('layer', '')!s}".rstrip()
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        raise ValueError(f"{at}: unknown key {unknown[0]!r} (a grouped entry has "
+                         f"{', '.join(sorted(ENTRY_KEYS))})")
+    if entry.get("kind") != "grouped":
+        raise ValueError(f"{at}: kind={entry.get('kind')!r}, expected 'grouped'")
+    for k in ("E", "N", "K", "tokens"):
+        if k not in entry:
+            raise ValueError(f"{at}: {k!r} is missing")
+    tokens = entry["tokens"]
+    tokens = [tokens] if isinstance(tokens, int) and not isinstance(tokens, bool) else tokens
+    if not isinstance(tokens, list) or not tokens or any(
+            isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in tokens):
+        raise ValueError(f"{at}: tokens={entry['tokens']!r} must be a positive int or a "
+                         f"non-empty list of them")
+    E, top_k = entry["E"], entry.get("top_k", 1)
+    if isinstance(E, bool) or not isinstance(E, int) or E < 1:
+        raise ValueError(f"{at}: E={E!r} must be a positive int")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= E:
+        raise ValueError(f"{at}: top_k={top_k!r} must be an int from 1 to E={E}")
+    dtypes = entry.get("dtypes", list(DTYPES))
+    if not isinstance(dtypes, list) or not dtypes or any(d not in DTYPES for d in dtypes):
+        raise ValueError(f"{at}: dtypes={dtypes!r} must be a non-empty list of "
+                         f"{', '.join(DTYPES)}")
+    layout, arch = entry.get("layout", "contiguous"), entry.get("arch", "sm_90a")
+    sm_count = entry.get("sm_count")
+    all_m = entry.get("all_m", False)
+    if not isinstance(all_m, bool):
+        raise ValueError(f"{at}: all_m={all_m!r} must be true or false")
+    if all_m:
+        tokens = sorted(set(tokens) | {v[2] for dt in dtypes for v in grouped_variants(
+            E, entry["N"], entry["K"], top_k, dt, layout, arch, sm_count, max(tokens))})
+    out, seen = [], set()
+    for dt in dtypes:
+        for t in tokens:
+            # masked: a buffer of `tokens` rows per expert (what any routing fits), E of them
+            rows = t * top_k if layout == "contiguous" else E * t
+            try:
+                step, kw = choose_grouped(rows, E, entry["N"], entry["K"], dt, layout, arch,
+                                          sm_count)
+            except ValueError as exc:
+                raise ValueError(f"{at}: {exc}") from None
+            key = (step, tuple(sorted(kw.items())))
+            if key not in seen:
+                seen.add(key)
+                out.append((step, (NOMINAL_M, entry["N"], entry["K"]), kw))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# the checks of a call's tensors, one line each
+# --------------------------------------------------------------------------------------
+class Problem(NamedTuple):
+    layout: str     # "contiguous" or "masked"
+    M: int          # contiguous: a's rows; masked: the rows per expert of the buffer
+    N: int
+    K: int
+    E: int
+    dtype: str
+    weight: object  # b as (E, N, K): K-major when copy is False
+    copy: bool      # b's K is not innermost in memory: the call copies it
+    out_shape: tuple
+
+
+def _name(t) -> str | None:
+    n = str(getattr(t, "dtype", "")).removeprefix("torch.")
+    return n if n in DTYPES else None
+
+
+def check_grouped_shapes(a, b, offs=None, counts=None, layout=None, bias=None, scale=None,
+                         out_dtype=None) -> Problem:
+    """The checks that need neither data nor a device (types, dtypes, ranks, shapes, the
+    weights' orientation), each a one-line TypeError / ValueError: run by the eager call and
+    by the custom op's fake implementation, so a traced model fails where an eager one would."""
+    import torch
+    named = [("a", a), ("b", b)] + [(n, t) for n, t in (("offs", offs), ("counts", counts),
+                                                       ("bias", bias), ("scale", scale))
+                                    if t is not None]
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor{'' if name in 'ab' else ' or None'},"
+                            f" got {type(t).__name__}")
+    check_dense(named)
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: choose {' or '.join(map(repr, LAYOUTS))} (or None:"
+                         f" contiguous for a 2-D a, masked for a 3-D a)")
+    if a.dim() not in (2, 3):
+        raise ValueError(f"a must be 2-D (rows of every expert, with offs) or 3-D (E, T, K, with "
+                         f"counts), got shape {tuple(a.shape)}")
+    layout = layout or ("contiguous" if a.dim() == 2 else "masked")
+    if layout == "contiguous":
+        if a.dim() != 2:
+            raise ValueError(f"layout='contiguous' takes a 2-D a (rows sorted by expert), got "
+                             f"shape {tuple(a.shape)}; a 3-D a is layout='masked'")
+        if counts is not None:
+            raise ValueError("counts= goes with layout='masked' (a 3-D a); a 2-D a takes offs=")
+        if offs is None:
+            raise ValueError("a 2-D a needs offs=: an int32 tensor of each expert's cumulative "
+                             "row end (torch's grouped_mm convention)")
+    else:
+        if a.dim() != 3:
+            raise ValueError(f"layout='masked' takes a 3-D a (E, T, K), got shape "
+                             f"{tuple(a.shape)}")
+        if offs is not None:
+            raise ValueError("offs= goes with a 2-D a (layout='contiguous'); a 3-D a takes "
+                             "counts= (or none: every row)")
+    if b.dim() != 3:
+        raise ValueError(f"b must be 3-D, one weight per expert: (E, K, N) as torch's "
+                         f"grouped_mm takes it, or (E, N, K); got shape {tuple(b.shape)}")
+    if _name(a) is None:
+        raise TypeError(f"a has dtype {a.dtype}: grouped_mm takes torch.float16 or "
+                        f"torch.bfloat16")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a is {a.dtype} but b is {b.dtype}: the operands must share one "
+                        f"dtype (b.to(a.dtype))")
+    K, E = a.shape[-1], b.shape[0]
+    if b.shape[1] == K:
+        weight = b.transpose(1, 2)  # torch's (E, K, N): its (E, N, K) view
+    elif b.shape[2] == K:
+        weight = b  # the Linear convention: (E, N, K)
+    else:
+        raise ValueError(f"a has K={K} columns but b is {tuple(b.shape)}: b must be (E, K, N) "
+                         f"(torch's grouped_mm) or (E, N, K) (one out x in weight per expert)")
+    N = weight.shape[1]
+    if E < 1:
+        raise ValueError("b has 0 experts")
+    if E > E_MAX:
+        raise ValueError(f"b has E={E} experts: the grouped kernel takes at most E_MAX={E_MAX}; "
+                         f"split the experts into groups of at most {E_MAX}, one call each")
+    for name, v in (("K", K), ("N", N)):
+        if v % ROW_MULTIPLE:
+            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs 16-byte "
+                             f"rows; pad {name} with zeros to {_ceil_div(v, 8) * 8}")
+    index = offs if offs is not None else counts
+    if index is not None:
+        name = "offs" if offs is not None else "counts"
+        if index.dtype != torch.int32:
+            raise TypeError(f"{name} is {index.dtype}: pass {name}.to(torch.int32) (int32, as "
+                            f"torch's grouped_mm takes offs)")
+        if index.dim() != 1 or index.shape[0] != E:
+            raise ValueError(f"{name} has shape {tuple(index.shape)}, expected ({E},): one "
+                             f"{'cumulative row end' if name == 'offs' else 'row count'} per "
+                             f"expert (b has {E})")
+    if layout == "masked" and a.shape[0] != E:
+        raise ValueError(f"a is {tuple(a.shape)} but b has {E} experts: a masked a is (E, T, K)")
+    M = a.shape[-2]
+    out_shape = (M, N) if layout == "contiguous" else (E, M, N)
+    if bias is not None:
+        if _name(bias) is None and bias.dtype != torch.float32:
+            raise TypeError(f"bias has dtype {bias.dtype}: take float16, bfloat16 or float32")
+        if tuple(bias.shape) not in ((E, N), (N,)):
+            raise ValueError(f"bias has shape {tuple(bias.shape)}, expected ({E}, {N}) (one row "
+                             f"per expert) or ({N},) (shared)")
+    if scale is not None:
+        want = (M,) if layout == "contiguous" else (E, M)
+        if scale.dtype not in (torch.float32, a.dtype):
+            raise TypeError(f"scale has dtype {scale.dtype}: take torch.float32 or {a.dtype}")
+        if tuple(scale.shape) != want:
+            raise ValueError(f"scale has shape {tuple(scale.shape)}, expected {want}: one "
+                             f"weight per row of the result")
+    if out_dtype is not None and out_dtype != a.dtype:
+        raise ValueError(f"out_dtype={out_dtype}: the grouped kernel returns the operands' dtype "
+                         f"({a.dtype}); pass None (float32 output is not built yet)")
+    copy = not weight.is_contiguous()  # K-major (E, N, K) underneath: no copy
+    return Problem(layout, M, N, K, E, _name(a), weight, copy, out_shape)
+
+
+def check_grouped(a, b, offs=None, counts=None, layout=None, bias=None, scale=None,
+                  out_dtype=None, out=None, *, require_cuda: bool = True) -> Problem:
+    """Every check of a call that needs no sync (one line each): :func:`check_grouped_shapes`,
+    then devices, layout in memory, alignment, ``out`` and autograd. ``require_cuda=False``
+    skips the device checks (tests on CPU tensors)."""
+    import torch
+    p = check_grouped_shapes(a, b, offs, counts, layout, bias, scale, out_dtype)
+    ops = [(n, t) for n, t in (("a", a), ("b", b), ("offs", offs), ("counts", counts),
+                               ("bias", bias), ("scale", scale), ("out", out)) if t is not None]
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+        check_dense([("out", out)])
+    if require_cuda:
+        off = [n for n, t in ops if t.device.type != "cuda"]
+        if off and not torch.cuda.is_available():
+            raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
+                             f"CUDA GPU: tirx_gemm.grouped_mm runs on an sm_90a GPU; here use "
+                             f"torch.nn.functional.grouped_mm")
+        if a.device.type != "cuda":
+            raise ValueError(f"a is on {a.device}: grouped_mm runs on a CUDA GPU (a.cuda())")
+    for n, t in ops:
+        if t.device != a.device:
+            raise ValueError(f"{n} is on {t.device} but a is on {a.device}: put every "
+                             f"operand on one GPU ({n}.to(a.device))")
+    if not a.is_contiguous():
+        raise ValueError(f"a is not contiguous (strides {a.stride()}): pass a.contiguous()")
+    for n, t in (("offs", offs), ("counts", counts), ("bias", bias), ("scale", scale)):
+        if t is not None and not t.is_contiguous():
+            raise ValueError(f"{n} is not contiguous (strides {t.stride()}): pass "
+                             f"{n}.contiguous()")
+    if out is not None:
+        if out.dtype != a.dtype or tuple(out.shape) != p.out_shape:
+            raise ValueError(f"out is {tuple(out.shape)} {out.dtype}, expected {p.out_shape} "
+                             f"{a.dtype}")
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous: pass a fresh tensor")
+    aligned = [("a", a), ("out", out)] + ([] if p.copy else [("b", p.weight)])
+    for n, t in aligned:
+        if t is not None and t.data_ptr() % ALIGN_BYTES:
+            raise ValueError(f"{n}'s data pointer is not {ALIGN_BYTES}-byte aligned (a view at an "
+                             f"odd offset?): TMA needs it; pass {n}.clone()")
+    if out is not None:
+        check_no_overlap(out, a=a, b=b, offs=offs, counts=counts, bias=bias, scale=scale)
+    if torch.is_grad_enabled() and any(t.requires_grad for _, t in ops):
+        raise ValueError("grouped_mm has no backward: call it under torch.no_grad() or "
+                         "torch.inference_mode(), or pass detached tensors")
+    return p
+
+
+def _checking() -> bool:
+    """Whether TIRX_GEMM_CHECK asks for the checks that sync (off while the setting is not
+    declared in tirx_gemm/settings.py, as tirx_gemm.op.fp8 reads it)."""
+    return CHECK_ENV in settings.TABLE and bool(settings.get(CHECK_ENV))
+
+
+def check_routing(p: Problem, offs=None, counts=None) -> None:
+    """The checks that read offs / counts (a sync), one-line ValueErrors: what
+    ``TIRX_GEMM_CHECK=1`` adds before each launch."""
+    import torch
+    if offs is not None:
+        o = offs.detach().to("cpu", torch.int64)
+        prev = torch.cat([o.new_zeros(1), o[:-1]])
+        bad = (o < prev).nonzero()
+        if o.numel() and int(o[0]) < 0:
+            raise ValueError(f"offs[0]={int(o[0])} is negative: offs are cumulative row ends, "
+                             f"0 <= offs[0] <= ... <= offs[-1] <= {p.M} (a's rows)")
+        if bad.numel():
+            e = int(bad[0])
+            raise ValueError(f"offs decreases at expert {e} (offs[{e - 1}]={int(o[e - 1])} > "
+                             f"offs[{e}]={int(o[e])}): offs are cumulative row ends, "
+                             f"non-decreasing (torch.cumsum of the counts)")
+        if o.numel() and int(o[-1]) > p.M:
+            raise ValueError(f"offs[-1]={int(o[-1])} is past a's {p.M} rows: the last expert "
+                             f"would read rows that do not exist")
+    if counts is not None:
+        c = counts.detach().to("cpu", torch.int64)
+        bad = ((c < 0) | (c > p.M)).nonzero()
+        if bad.numel():
+            e = int(bad[0])
+            raise ValueError(f"counts[{e}]={int(c[e])} is outside 0..{p.M} (the rows per expert "
+                             f"of a, shape {(p.E, p.M, p.K)})")
+
+
+# --------------------------------------------------------------------------------------
+# kernels: built here or read from a bundle (matmul's resolver), loaded once per process
+# --------------------------------------------------------------------------------------
+_lock = threading.Lock()
+_kernels: dict = {}
+_calls: dict = {}
+_CALLS_MAX = 1 << 12
+
+
+def _gpu(device) -> tuple[str, int]:
+    from tirx_gemm.op.operands import _gpu_arch
+    return _gpu_arch(device)
+
+
+def _load(step_id: str, arch: str, N: int, K: int, kwargs: dict):
+    """The loaded kernel (its ``main``) of v14 at (N, K) with ``kwargs``: from the bundle
+    matmul reads ($TIRX_GEMM_BUNDLE or use_bundle), else built here."""
+    from tirx_gemm.op import matmul as mm
+    bundle = mm.bundle_path()
+    key = (step_id, arch, N, K, tuple(sorted(kwargs.items())), str(bundle) if bundle else None)
+    with _lock:
+        hit = _kernels.get(key)
+        if hit is None:
+            from tirx_gemm.run.loader import load_kernel
+            step = registry.get(step_id, arch)
+            lib, _ = mm.kernel_source(step, (NOMINAL_M, N, K), kwargs, bundle)
+            hit = _kernels[key] = (load_kernel(str(lib)),
+                                   f"{step.key} MxNxK=Mx{N}x{K} ({kwargs})")
+    return hit
+
+
+def clear_cache() -> None:
+    """Forget the loaded grouped kernels and remembered calls (after changing the bundle)."""
+    with _lock:
+        _kernels.clear()
+        _calls.clear()
+
+
+def _index(p: Problem, offs, counts, a):
+    """The offs / counts operand of the launch (masked with counts=None: every row)."""
+    if p.layout == "contiguous":
+        return offs
+    if counts is not None:
+        return counts
+    import torch
+    return torch.full((p.E,), p.M, dtype=torch.int32, device=a.device)
+
+
+def _epilogue(p: Problem, out, offs, bias, scale):
+    """bias then scale on the result rows with torch ops (v14 fuses neither yet)."""
+    import torch
+    if bias is not None:
+        if bias.dim() == 1:
+            out.add_(bias)
+        elif p.layout == "masked":
+            out.add_(bias.unsqueeze(1))
+        else:  # each row's expert, found on the GPU (rows past offs[-1] take no bias)
+            rows = torch.arange(p.M, dtype=torch.int32, device=out.device)
+            owner = torch.searchsorted(offs, rows, right=True)
+            table = torch.cat([bias, bias.new_zeros(1, p.N)])
+            out.add_(table.index_select(0, owner))
+    if scale is not None:
+        out.mul_(scale.unsqueeze(-1))
+    return out
+
+
+def grouped_mm(a, b, offs=None, *, counts=None, layout: str | None = None, bias=None,
+               scale=None, out_dtype=None, out=None, sync: bool = False):
+    """One GEMM per expert in one launch: ``torch.nn.functional.grouped_mm(a, b, offs=offs)``
+    for 2-D ``a`` (rows sorted by expert, ``offs`` int32 cumulative ends), or the masked
+    layout (3-D ``a`` (E, T, K), ``counts`` int32 rows per expert). ``b``: (E, K, N) as torch
+    takes it (a transposed view of stacked (E, N, K) weights: no copy) or (E, N, K). ``bias``
+    (E, N) or (N,), ``scale`` one value per result row, ``out_dtype`` None or a's dtype,
+    ``out`` a tensor to write into. Asynchronous like every torch op (``sync=True`` waits
+    through the hang guard). See the module docstring for the contract and the checks."""
+    import torch
+    key = None
+    try:
+        key = (layout, a.shape, b.shape, b.stride(), a.dtype, a.get_device(),
+               offs is None, counts is None,
+               None if bias is None else (bias.shape, bias.dtype),
+               None if scale is None else (scale.shape, scale.dtype), out_dtype)
+        call = _calls.get(key)
+    except (AttributeError, TypeError, RuntimeError):
+        call = None
+    checking = _checking()
+    if call is not None and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)) \
+            and not (a.data_ptr() | (0 if out is None else out.data_ptr())) & (ALIGN_BYTES - 1) \
+            and (out is None or out.shape == call[1].out_shape) and not checking:
+        p = call[1]
+    else:
+        p = check_grouped(a, b, offs, counts, layout, bias, scale, out_dtype, out)
+        call = None
+    if checking and not torch.cuda.is_current_stream_capturing():
+        check_routing(p, offs, counts)
+    if out is None:
+        out = a.new_empty(p.out_shape)
+    elif call is not None:
+        check_no_overlap(out, a=a, b=b, offs=offs, counts=counts, bias=bias, scale=scale)
+    if p.M == 0 or out.numel() == 0:
+        return out
+    if call is None:
+        arch, sm_count = _gpu(a.device)
+        rows = p.M if p.layout == "contiguous" else p.E * p.M
+        step_id, kwargs = choose_grouped(rows, p.E, p.N, p.K, p.dtype, p.layout, arch, sm_count)
+        kernel, label = _load(step_id, arch, p.N, p.K, kwargs)
+        call = (kernel, p, label)
+        if key is not None and a.is_cuda:
+            if len(_calls) >= _CALLS_MAX:
+                _calls.clear()
+            _calls[key] = call
+    kernel, _, label = call
+    weight = b.transpose(1, 2) if b.shape[1] == p.K else b
+    if p.copy or not weight.is_contiguous():
+        weight = weight.contiguous()  # an N-major b: copied at every call (module docstring)
+    try:
+        kernel(a, weight, out, _index(p, offs, counts, a))
+    except Exception as exc:  # the kernel's host code refused an operand: say which
+        check_grouped(a, b, offs, counts, layout, bias, scale, out_dtype, out)
+        from tirx_gemm.run.errors import KernelLaunchError
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise KernelLaunchError(f"launching {label} failed: {first}") from exc
+    _epilogue(p, out, offs, bias, scale)
+    if sync:
+        from tirx_gemm.op.matmul import synchronize
+        synchronize(a.device, what=label)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# SwiGLU over stacked gate/up weights (fuse_gate_up's layout rule, per expert)
+# --------------------------------------------------------------------------------------
+def fuse_gate_up_experts(w_gate, w_up):
+    """The fused gate/up weight of E experts: w_gate and w_up (E, N, K) each, interleaved per
+    expert in groups of 8 rows as tirx_gemm.matmul.fuse_gate_up does for one weight (gate
+    0-7, up 0-7, gate 8-15, ...): a new contiguous (E, 2N, K) tensor for
+    :func:`grouped_swiglu`. A checkpoint's concatenated ``gate_up_proj`` (E, 2N, K) splits as
+    ``w.chunk(2, dim=1)``. Do it once per model (it copies both)."""
+    import torch
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if not isinstance(w, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(w).__name__}")
+        if w.dim() != 3:
+            raise ValueError(f"{name} must be 3-D (E, N, K), got shape {tuple(w.shape)}")
+    if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype or \
+            w_gate.device != w_up.device:
+        raise ValueError(f"w_gate ({tuple(w_gate.shape)}, {w_gate.dtype}) and w_up "
+                         f"({tuple(w_up.shape)}, {w_up.dtype}) must share shape, dtype, device")
+    E, N, K = w_gate.shape
+    EPI.check_swiglu_n(N)
+    G = EPI.SWIGLU_GROUP
+    return mark_gate_up(torch.stack((w_gate.reshape(E, N // G, G, K),  # for grouped_swiglu
+                                     w_up.reshape(E, N // G, G, K)), dim=2).reshape(E, 2 * N, K)
+                        .contiguous())
+
+
+def swiglu_rows(h, interleaved: bool = True):
+    """``silu(gate) * up`` of a gate/up result h (..., 2N), in fp32, rounded once to h's
+    dtype: interleaved in groups of 8 columns (:func:`fuse_gate_up_experts`) or, with
+    ``interleaved=False``, [gate | up] halves (a checkpoint's concatenated gate_up_proj)."""
+    import torch.nn.functional as F
+    n2 = h.shape[-1]
+    if interleaved:
+        g = h.unflatten(-1, (n2 // (2 * EPI.SWIGLU_GROUP), 2, EPI.SWIGLU_GROUP))
+        gate, up = g.select(-2, 0).flatten(-2), g.select(-2, 1).flatten(-2)
+    else:
+        gate, up = h.chunk(2, dim=-1)
+    return (F.silu(gate.float()) * up.float()).to(h.dtype)
+
+
+def grouped_swiglu(a, fused, offs=None, *, counts=None, layout: str | None = None,
+                   sync: bool = False):
+    """``silu(a @ w_gate[e].T) * (a @ w_up[e].T)`` per expert over the fused weight
+    ``fused`` (E, 2N, K) of :func:`fuse_gate_up_experts`: the result (M, N) (masked:
+    (E, T, N)). v14 does not fuse SwiGLU yet: one grouped GEMM over the fused weight, then
+    the SwiGLU with torch ops in fp32 (one rounding of the gate/up result more than a fused
+    epilogue). ``fused`` is read as (E, N, K) weights (the Linear convention)."""
+    import torch
+    if not isinstance(fused, torch.Tensor) or fused.dim() != 3:
+        raise ValueError("fused must be the 3-D (E, 2N, K) tensor fuse_gate_up_experts made")
+    if fused.shape[1] % (2 * EPI.SWIGLU_GROUP):
+        raise ValueError(f"fused has {fused.shape[1]} rows per expert: a fused gate/up weight "
+                         f"has 2N rows, N a multiple of {EPI.SWIGLU_GROUP}")
+    check_gate_up_experts(fused)
+    h = grouped_mm(a, fused.transpose(1, 2), offs, counts=counts, layout=layout, sync=sync)
+    return swiglu_rows(h)
