@@ -340,7 +340,7 @@ def test_render_table_shows_the_latest_simulation_never_as_tflops():
 
 
 # --------------------------------------------------------------------------------------
-# one typed record for a step at a shape (issue 20)
+# one typed record for a step at a shape
 # --------------------------------------------------------------------------------------
 def test_build_sim_and_run_records_share_one_step_at_a_shape():
     """cache.BuildResult, sim.SimRow and launcher.BuildMeta declare step, arch, M, N, K once

@@ -575,10 +575,15 @@ with torch.no_grad():
     y = l(xt)
 ok(close(y, F.linear(xt.float(), l.weight.float(), l.bias.float())), 'values')
 """,
-        "linear_grad_mode_falls_back": """
+        "linear_grad_mode_trains_on_the_kernels": """
+from tirx_gemm.op import autograd as AG
+routed = []
+real = AG.linear
+AG.linear = lambda *a, **k: routed.append(1) or real(*a, **k)
 l = tnn.Linear(K, N).half()
 y = l(x)
-ok(l.fallbacks == 1 and 'autograd' in (l.fallback_reason or ''), f'reason {l.fallback_reason}')
+AG.linear = real
+ok(l.fallbacks == 0 and routed == [1] and y.requires_grad, f'fallbacks {l.fallbacks} routed {routed}')
 """,
     }
     for w, code in works.items():
