@@ -107,9 +107,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TIRX_GEMM_DEBUG", "flag", False,
             "the CLI prints the traceback under its one-line error"),
     Setting("TIRX_GEMM_CHECK", "flag", False,
-            "checks that need a device sync before a launch: matmul_fp8's scales finite and > 0; "
-            "grouped_mm's offs non-decreasing within the rows and counts within 0..max_tokens "
-            "(skipped during CUDA-graph capture)"),
+            "checks needing a device sync: fp8 scales, grouped offs and counts (not in a capture)"),
     Setting("TIRX_GEMM_GIT_SHA", "revision", None,
             "the revision records name as their code (git_sha) instead of the checkout's "
             "git state: for a copy whose .git is not its files' (a GPU host's copy)"),
