@@ -149,13 +149,15 @@ def _labels(text: str) -> dict[int, list[str]]:
 
 
 def test_the_label_check_of_the_lab_fails_on_a_planted_label():
-    readme = ("Decision: adopted in issue 32 (stop 54).\n\nThe s13 bundles, against 6bb7121.\n"
+    # the planted labels are assembled here, so this file itself carries none
+    issue, stop = "issue" + " 32", "stop" + " 54"
+    readme = (f"Decision: adopted in {issue} ({stop}).\n\nThe s13 bundles, against 6bb7121.\n"
               "<!-- rec:lab/x/records/a.jsonl suite=fresh51,git_sha^=91c28c0f ratio .2f -->1.0<!-- /rec -->\n")
     assert sorted(_labels(_prose(readme))) == [1, 3]
-    patch = ("Lab variant (issue 32, stop 54; not adopted): pairs.\n\n--- a/x.py\n+++ b/x.py\n"
-             "@@ -1 +1,2 @@\n a = 1\n+# LAB VARIANT (stop 54)\n")
+    patch = (f"Lab variant ({issue}, {stop}; not adopted): pairs.\n\n--- a/x.py\n+++ b/x.py\n"
+             f"@@ -1 +1,2 @@\n a = 1\n+# LAB VARIANT ({stop})\n")
     words = _patch_words(patch)
-    assert "LAB VARIANT (stop 54)" in words and "issue 32" in words
+    assert f"LAB VARIANT ({stop})" in words and issue in words
     assert len(_labels(words)) == 2
     assert not _labels(_prose("clusters of four at 56 tokens (run on the H100, two passes)\n"))
 

@@ -17,10 +17,23 @@ BLK_N_STEP, BLK_N_MAX = 16, 256  # tcgen05.mma cta_group::1, M = 128: N % 16 == 
 READ_MAX = 64  # accumulator columns per tcgen05.ld
 
 
+BLK_M, BLK_K = 128, 64  # the weight (or token) tile's rows; K per stage (one 128-byte row)
+
+
+def stage_bytes(BLK_N: int) -> int:
+    """One ring stage: the 128-row and BLK_N-row tiles, BLK_K deep."""
+    return (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES
+
+
+def scan_bytes(E: int) -> int:
+    """The shared memory of the experts' scan: its two rows and the experts' bounds."""
+    return (2 + W.BOUND_ROWS) * E * 4
+
+
 def default_pipe_depth(BLK_N: int = 128, E: int = 8) -> int:
-    """The ring depth hgemm_v14 takes when PIPE_DEPTH is None: as many stages of the 128-row
-    and BLK_N-row 64-deep tiles as fit the shared memory beside the experts' scan."""
-    return H.ring_stages((128 + BLK_N) * 64 * H.ELEM_BYTES, (2 + W.BOUND_ROWS) * E * 4)
+    """The ring depth hgemm_v14 takes when PIPE_DEPTH is None: as many stages as fit the
+    shared memory beside the experts' scan."""
+    return H.ring_stages(stage_bytes(BLK_N), scan_bytes(E))
 
 
 def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
@@ -56,7 +69,6 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       contiguous or masked; BLK_N a multiple of 16 in [16, 256]; GROUP >= 1.
     Run: ``tirx-gemm build v14``; NumSim: the cases of tests/test_grouped_steps.py.
     """
-    BLK_M, BLK_K = 128, 64
     ACC_STAGES, ACC_COLS = 2, W.TMEM_COLS // 2  # accumulator a at TMEM column 256 * a
     H.check_edge_shape(M, N, K, dtype)
     if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
@@ -76,8 +88,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     READ = min(READ_MAX, BLK_N & -BLK_N)  # 16, 32 or 64 columns: divides BLK_N
     TOK, W_BLK = (BLK_N, BLK_M) if SWAP_AB else (BLK_M, BLK_N)  # D's rows, columns per unit
     W_TILES = H.ceil_div(N, W_BLK)
-    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES
-    SCAN_BYTES = (2 + W.BOUND_ROWS) * E * 4  # the scan's two rows and the experts' bounds
+    STAGE_BYTES, SCAN_BYTES = stage_bytes(BLK_N), scan_bytes(E)
     if PIPE_DEPTH is None:
         PIPE_DEPTH = default_pipe_depth(BLK_N, E)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, SCAN_BYTES)
