@@ -62,9 +62,12 @@ def _builder_def(step):
 
 def _written_tile(step) -> dict:
     """BLK_M, BLK_N, BLK_K as the builder writes them: keyword defaults, then the first
-    top-level assignments it can evaluate (a name like W.FP8_BLK_K is left out)."""
+    top-level assignments of its body, then the module's own constants, as far as they
+    evaluate (a name like W.FP8_BLK_K is left out)."""
     import ast
+    from pathlib import Path
     fn = _builder_def(step)
+    module = ast.parse(Path(step.source_file).read_text(encoding="utf-8"))
     env: dict = {}
     args = fn.args.args + fn.args.kwonlyargs
     defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults) \
@@ -72,7 +75,7 @@ def _written_tile(step) -> dict:
     for a, d in zip(args, defaults):
         if a.arg.startswith("BLK_") and isinstance(d, ast.Constant):
             env[a.arg] = d.value
-    for node in fn.body:
+    for node in [*fn.body, *module.body]:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         t, v = node.targets[0], node.value
