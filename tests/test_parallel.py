@@ -133,3 +133,21 @@ def test_a_shard_that_is_no_linear_or_heads_that_do_not_fit_are_refused_in_one_l
                                          r"head_dim = 21"):
         P.ParallelAttentionProjections(col(16), col(8), col(8), row, heads=3, kv_heads=1,
                                        head_dim=7)
+
+
+def test_a_failing_shard_names_its_rank(monkeypatch):
+    monkeypatch.setattr(P, "world", lambda group=None: (1, 2))
+    col = P.ColumnParallelLinear.from_linear(torch.nn.Linear(32, 64))
+    with pytest.raises((ValueError, RuntimeError), match=r"^rank 1 of 2: ColumnParallelLinear: "):
+        col(torch.randn(3, 16))  # 16 input features where the shard takes 32
+    row = P.RowParallelLinear.from_linear(torch.nn.Linear(64, 32))
+    with pytest.raises((ValueError, RuntimeError), match=r"^rank 1 of 2: RowParallelLinear: "):
+        row(torch.randn(3, 8))
+
+
+def test_an_input_on_another_device_than_the_shard_is_refused(monkeypatch):
+    monkeypatch.setattr(P, "world", lambda group=None: (0, 2))
+    col = P.ColumnParallelLinear.from_linear(torch.nn.Linear(32, 64))
+    with pytest.raises(ValueError, match=r"rank 0 of 2: ColumnParallelLinear got its input on meta "
+                                         r"but its shard is on cpu.*set_device"):
+        col(torch.empty(3, 32, device="meta"))

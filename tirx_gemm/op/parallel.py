@@ -42,6 +42,30 @@ def world(group=None) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
+def _on_rank(group, who: str, layer, x):
+    """``layer(x)``, with any error it raises naming this rank when the layer runs split over
+    several (under torchrun every process prints its own traceback: the rank says which
+    shard failed). An input on another device than the shard's weight is refused first:
+    each process must work on its own GPU (``torch.cuda.set_device(local_rank)`` before it
+    builds its layers)."""
+    rank, size = world(group)
+    w = layer.weight
+    if isinstance(x, torch.Tensor) and x.device != w.device:
+        raise ValueError(f"rank {rank} of {size}: {who} got its input on {x.device} but its shard "
+                         f"is on {w.device}: move the input, or call torch.cuda.set_device("
+                         "local_rank) before building the layers")
+    if size == 1:
+        return layer(x)
+    try:
+        return layer(x)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        try:
+            named = type(exc)(f"rank {rank} of {size}: {who}: {exc}")
+        except Exception:  # an exception type that takes other arguments: keep it as is
+            raise exc
+        raise named from exc
+
+
 def _check_local(local, who: str) -> None:
     """A one-line TypeError unless ``local`` is this rank's shard, a torch.nn.Linear (the
     layer failed at its first forward with "'int' object is not callable")."""
@@ -130,7 +154,7 @@ class ColumnParallelLinear(torch.nn.Module):
                    group=group, gather_output=gather_output)
 
     def forward(self, x):
-        y = self.local(x)
+        y = _on_rank(self.group, "ColumnParallelLinear", self.local, x)
         _, size = world(self.group)
         if not self.gather_output or size == 1:
             return y
@@ -165,7 +189,7 @@ class RowParallelLinear(torch.nn.Module):
         if not self.input_is_parallel and size > 1:
             k = self.local.in_features
             x = x[..., rank * k:(rank + 1) * k]
-        y = self.local(x)
+        y = _on_rank(self.group, "RowParallelLinear", self.local, x)
         if size > 1:
             dist.all_reduce(y, group=self.group)
         return y if self.bias is None else y + self.bias
