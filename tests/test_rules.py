@@ -685,7 +685,8 @@ def test_a_misaligned_k_ranks_tiles_as_the_rules_run_them():
     assert kw["CLUSTER"] == 4  # the one-CTA 64x208 it ran before, as clusters of four
     text = rules.explain(6000, 1000, 3000)
     line = next(x for x in text.splitlines() if "misaligned_rows_model" in x)
-    assert "1.29x" in line and "1.09x" in line and "64x256c2" in line
+    slow = cm.MISALIGNED_SLOWDOWN
+    assert f"{slow['one_cta']:.2f}x" in line and f"{slow['pair']:.2f}x" in line and "64x256c2" in line
     assert "lab/cost_model_error_classes]" in line
     assert "misaligned_rows_model" not in rules.explain(6000, 1000, 3072)
     out = subprocess.run([sys.executable, "lab/cost_model_error_classes/error_classes.py",

@@ -136,3 +136,13 @@ def test_the_split_cap_is_the_spread_reductions():
     both, and this keeps them one fact."""
     from tirx_gemm.op import cost_model as cm, rules
     assert cm.SPLIT_MAX == splitk.MAX_SPLIT_SPREAD
+
+
+def test_a_split_kernel_met_at_an_m_whose_units_cannot_all_be_resident_is_refused():
+    # built with M at run time, a K-split kernel sized for few tokens meets 333 of them:
+    # 6 x 32 tiles x 4 splits cannot all be resident on 132 SMs, and the spread reduction
+    # would wait forever (it hung on an H200); sizing its workspace refuses it instead
+    kw = {"BLK_M": 64, "BLK_N": 128, "SPLIT_K": 4, "SM_COUNT": 132, "RUNTIME_M": True}
+    with pytest.raises(ValueError, match=r"768 units, more than its 132 resident CTAs"):
+        splitk.workspace_specs_v12(333, 4096, 14336, kw)
+    assert splitk.workspace_specs_v12(32, 4096, 14336, kw)[1] == ("CNT", (2 * 32,), "int32")

@@ -318,6 +318,13 @@ def workspace_specs_v12(M: int, N: int, K: int, kwargs: dict | None = None):
         return streamk.workspace_specs(M, N, K, kwargs)
     bm, bn = kwargs.get("BLK_M") or 128, kwargs.get("BLK_N") or 128
     tiles = v12_tiles(M, N, kwargs)
+    sm_count = kwargs.get("SM_COUNT")
+    if sm_count and tiles * split > sm_count:  # a kernel with M at run time meets other Ms
+        raise ValueError(
+            f"v12 SPLIT_K={split} at {M}x{N}x{K}: {tiles} tiles x {split} splits = "
+            f"{tiles * split} units, more than its {sm_count} resident CTAs, so a unit would "
+            "wait forever for a split that never starts (check_spread); at this M use a smaller "
+            "split, or let tirx_gemm.matmul pick")
     return (("WS", (split, tiles, bm * bn), "float32"),
             ("CNT", (2 * tiles * (bm // 64),), "int32"))
 

@@ -189,7 +189,7 @@ def pingpong_band(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
 # multicast, v9 and v10 too) MISALIGNED_SLOWDOWN["pair"] (the H200's plain v12 kernels:
 # lab/cost_model_error_classes, model_error.py). tirx_gemm.op.rules ranks by it at such a K.
 ROW_ALIGN_BYTES = 128
-MISALIGNED_SLOWDOWN = {"one_cta": 1.29, "pair": 1.09}
+MISALIGNED_SLOWDOWN = {"one_cta": 1.33, "pair": 1.07}
 
 
 def misaligned_rows(K: int, elem_bytes: int = 2) -> bool:
