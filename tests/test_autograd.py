@@ -218,12 +218,10 @@ def test_reference_kernel_off_outside_the_fixture():
                                                                          dtype=torch.bfloat16))
 
 
-def test_layout_step_reads_the_operands_in_place(cpu_kernels, monkeypatch):
-    """With set_layout_step("v15") on sm_90a, dgrad reads b and wgrad reads dz and a as they
-    are stored (MN-major, no copy, tokens unpadded); the gradients are unchanged."""
-    seen = []
-
-    def fake_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device):
+def _fake_layout_kernel(monkeypatch, seen):
+    """autograd's v15 kernel replaced by a CPU product that records its operands, the GPU
+    said to be sm_90a."""
+    def fake_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device, tune=None):
         def run(a, b, out):
             seen.append((a_mn, b_mn, tuple(a.shape), tuple(b.shape), a.data_ptr(), b.data_ptr()))
             out.copy_((a.T if a_mn else a) @ (b.T if b_mn else b).T)
@@ -231,12 +229,16 @@ def test_layout_step_reads_the_operands_in_place(cpu_kernels, monkeypatch):
 
     monkeypatch.setattr(AG, "_layout_kernel", fake_kernel)
     monkeypatch.setattr(AG, "_arch", lambda device: "sm_90a")
+
+
+def test_layout_step_reads_the_operands_in_place(cpu_kernels, monkeypatch):
+    """By default on sm_90a, dgrad reads b and wgrad reads dz and a as they are stored
+    (MN-major on v15, no copy, tokens unpadded); the gradients are unchanged."""
+    seen = []
+    _fake_layout_kernel(monkeypatch, seen)
+    assert AG.LAYOUT_STEP == "v15"
     a, b = _rand(13, 16), _rand(24, 16, seed=1)
-    AG.set_layout_step("v15")
-    try:
-        torch_op.OP(a, b).pow(2).sum().backward()
-    finally:
-        AG.set_layout_step(None)
+    torch_op.OP(a, b).pow(2).sum().backward()
     assert [s[:4] for s in seen] == [(False, True, (13, 24), (24, 16)),   # dgrad: dz, b
                                      (True, True, (13, 24), (13, 16))]    # wgrad: dz, a
     assert seen[0][5] == b.data_ptr() and seen[1][5] == a.data_ptr()     # no copies
@@ -276,7 +278,7 @@ def test_matmul_layouts_reads_transposed_views(monkeypatch):
     """NN, NT, TN, TT: a transposed view goes to v15 as the row-major tensor it views."""
     seen = []
 
-    def fake_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device):
+    def fake_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device, tune=None):
         def run(a, b, out):
             seen.append((a_mn, b_mn, a.data_ptr(), b.data_ptr()))
             out.copy_((a.T if a_mn else a) @ (b.T if b_mn else b).T)
@@ -305,3 +307,57 @@ def test_matmul_layouts_refuses_what_it_cannot_read(monkeypatch):
     monkeypatch.setattr(AG, "_arch", lambda device: None)
     with pytest.raises(ValueError, match="matmul_layouts runs v15 on sm_90a"):
         AG.matmul_layouts(torch.randn(8, 16), torch.randn(8, 16))
+
+
+def test_layout_step_off_copies(cpu_kernels, monkeypatch):
+    """set_layout_step(None): the K-major copies on sm_90a too, no v15 call."""
+    seen = []
+    _fake_layout_kernel(monkeypatch, seen)
+    a, b = _rand(13, 16), _rand(24, 16, seed=1)
+    AG.set_layout_step(None)
+    try:
+        torch_op.OP(a, b).sum().backward()
+    finally:
+        AG.set_layout_step("v15")
+    assert seen == [] and len(CALLS) == 3  # forward, dgrad and wgrad through matmul
+
+
+def test_layout_readable():
+    """What v15 reads in place (else the GEMM takes the copy path): contiguous, 16-byte
+    aligned, rows of a multiple of 8 elements."""
+    t = torch.zeros(16, 24, dtype=torch.bfloat16)
+    assert AG._layout_readable(t)
+    assert not AG._layout_readable(t.t())                                 # strided
+    assert not AG._layout_readable(torch.zeros(16, 12, dtype=torch.bfloat16))  # 24-byte rows
+    assert not AG._layout_readable(t.view(-1)[1:97].view(4, 24))          # 2 bytes on
+
+
+def test_main_grad_wgrad_copies_dgrad_in_place(cpu_kernels, monkeypatch):
+    """A main_grad weight: wgrad on the copy path (fp32 out, added in place), dgrad on v15."""
+    seen = []
+    _fake_layout_kernel(monkeypatch, seen)
+    a, b = _rand(13, 16), _rand(24, 16, seed=1)
+    b.main_grad = torch.zeros(24, 16, dtype=torch.float32)
+    torch_op.OP(a, b).pow(2).sum().backward()
+    assert [s[:2] for s in seen] == [(False, True)] and b.grad is None
+    ref = [t.detach().clone().requires_grad_() for t in (a, b)]
+    F.linear(*ref).pow(2).sum().backward()
+    torch.testing.assert_close(b.main_grad, ref[1].grad.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_layout_kwargs_and_shape():
+    """The backward's v15 builds: LAYOUT_TUNE over the step's defaults, and for wgrad (both
+    MN-major) the token count at run time, built and found at the nominal K; an explicit
+    tune is taken as given ({}: the lesson's)."""
+    from tirx_gemm import registry
+    from tirx_gemm.op.keywords import NOMINAL_K
+    st = registry.get("v15", "sm_90a")
+    dgrad = AG.layout_kwargs(st, "bfloat16", 132, False, True)
+    assert dgrad["B_MAJOR"] == "MN" and dgrad["RUNTIME_M"] and "RUNTIME_K" not in dgrad
+    assert all(dgrad[k] == v for k, v in AG.LAYOUT_TUNE.items())
+    assert AG.layout_shape(256, 512, 1000, dgrad) == (256, 512, 1000)
+    wgrad = AG.layout_kwargs(st, "bfloat16", 132, True, True)
+    assert wgrad["RUNTIME_K"] and AG.layout_shape(256, 512, 1000, wgrad) == (256, 512, NOMINAL_K)
+    lesson = AG.layout_kwargs(st, "bfloat16", 132, True, True, {})
+    assert "CLUSTER" not in lesson and AG.layout_shape(256, 512, 1000, lesson) == (256, 512, 1000)
+    assert AG.layout_kwargs(st, "bfloat16", 132, False, True, {"RUNTIME_K": True})["RUNTIME_K"]

@@ -4,10 +4,12 @@ token counts, both 16-bit dtypes, the bias, each fused activation, SwiGLU and th
 buffer.
 
 Tolerance: ``max|ours - torch| <= TOL * max|torch|`` per gradient (both accumulate in fp32 and
-round once to the 16-bit dtype; TOL as tests/test_gpu_op.py's). Every GEMM runs on v12 with N
-and K at run time (forward ``step="v12"``, autograd.set_backward_step("v12")), so a bundle
-of a few kernels serves every shape here: ``lab/training_backward/export_tests.py`` exports
-exactly the kernels these tests call (it replays them on the CPU and records each GEMM).
+round once to the 16-bit dtype; TOL as tests/test_gpu_op.py's). The backward's default path:
+dgrad and wgrad on v15 reading the transposed operands in place (autograd.layout_kwargs' builds),
+every other GEMM (forward, fp32 recomputes, a main_grad wgrad) on v12 with N and K at run time
+(``step="v12"``, autograd.set_backward_step("v12")); test_copy_path_grads runs the layout
+copies instead. ``lab/training_backward/export.py`` exports exactly the kernels these tests
+call (it replays them on the CPU and records each GEMM).
 
 Skipped without an sm_90a GPU, or without kernels (no TIRX_GEMM_BUNDLE and no TVM).
 """
@@ -144,19 +146,20 @@ def test_deterministic():
 
 
 @pytest.mark.parametrize("M", (7, 333))
-def test_layout_step_grads(M):
-    """dgrad and wgrad on v15, the weight and the tokens read transposed in place."""
+def test_copy_path_grads(M):
+    """dgrad and wgrad on v12 from K-major copies of the weight and the tokens (the path
+    off sm_90a and for operands v15 cannot read in place)."""
     from tirx_gemm.op import autograd as AG
     N, K = 256, 512
     ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=5 + M)
     ref = _twins(ours)
     dy = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
-    AG.set_layout_step("v15")
+    AG.set_layout_step(None)
     try:
         AG.linear(*ours, step="v12").backward(dy)
     finally:
-        AG.set_layout_step(None)
+        AG.set_layout_step("v15")
     F.linear(*ref).backward(dy)
     _sync()
     for name, o, r in zip(("input", "weight", "bias"), ours, ref):
-        _close(f"v15 {name} M={M}", o.grad, r.grad)
+        _close(f"copies {name} M={M}", o.grad, r.grad)

@@ -21,6 +21,8 @@ LAYOUTS = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN"))
 # step (A MN-major needs M % 8 == 0); a deep, ragged K (wgrad's token count)
 LAYOUT_CASES = ((512, 768, 320, "bfloat16"), (296, 264, 200, "bfloat16"),
                 (256, 512, 1000, "bfloat16"), (512, 768, 320, "float16"))
+RUNTIME_K_TOKENS = (1, 7, 64, 333, 1000, 4096)  # one RUNTIME_K kernel (512 x 768) serves all
+RUNTIME_K_FEATURES = (8, 64, 320, 4104)  # A K-major: its rows are K, a multiple of 8
 
 
 def _builder():
@@ -70,6 +72,43 @@ def test_layout_builds(a_major, b_major):
     assert boxes == (1 + (a_major == "MN"), 1 + (b_major == "MN"))
 
 
+@pytest.mark.parametrize("a_major,b_major", (("K", "MN"), ("MN", "MN")))
+def test_one_cta_build(a_major, b_major):
+    """CLUSTER=1, PDL (the backward's build): no multicast (each CTA loads its whole 256-row B
+    tile, four 64-row boxes MN-major), one HGMMA per k16 step of a 64-wide K tile per
+    consumer, the PDL wait in the kernel."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build
+    r = build("v15", 512, 512, 320, arch="sm_90a", A_MAJOR=a_major, B_MAJOR=b_major,
+              SM_COUNT=4, dtype="bfloat16", CLUSTER=1, PDL=True)
+    assert r.spill_stores == 0 and r.spill_loads == 0
+    assert r.sass_counts.get("HGMMA.64x256x16.F32.BF16", 0) == 4
+    assert r.sass_counts.get("UTMALDG.2D.MULTICAST", 0) == 0
+    assert r.sass_counts.get("UTMALDG.2D", 0) == (1 + (a_major == "MN")) + 4
+    assert "griddepcontrol.wait" in r.cuda_path.read_text()
+
+
+def test_runtime_k_build():
+    """RUNTIME_K: K is a kernel argument, the K loop as before (one HGMMA per k16 step)."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build
+    r = build("v15", 512, 768, 64, arch="sm_90a", A_MAJOR="MN", B_MAJOR="MN", SM_COUNT=4,
+              dtype="bfloat16", CLUSTER=1, PDL=True, RUNTIME_K=True)
+    assert r.spill_stores == 0 and r.spill_loads == 0
+    assert r.sass_counts.get("HGMMA.64x256x16.F32.BF16", 0) == 4
+    assert "int K" in r.cuda_path.read_text()
+
+
+def test_cluster_and_pdl_refused():
+    """CLUSTER is 1 or 2; PDL only for one-CTA kernels."""
+    pytest.importorskip("tvm")
+    hgemm_v15 = _builder()
+    with pytest.raises(ValueError, match="CLUSTER=4 must be 2"):
+        hgemm_v15(512, 512, 320, CLUSTER=4)
+    with pytest.raises(ValueError, match="PDL=True with CLUSTER=2"):
+        hgemm_v15(512, 512, 320, PDL=True)
+
+
 @pytest.mark.parametrize("a_major,b_major", LAYOUTS[1:])
 def test_sm100a_layout_builds(a_major, b_major):
     """The sm_100a twin compiles in each layout: tcgen05.mma (UTCHMMA), one TMA box per
@@ -109,10 +148,15 @@ def _gpu_or_skip():
     return torch
 
 
+# v15's builds on the GPU: the lesson's (v9's CTA pair) and the backward's (autograd.LAYOUT_TUNE)
+TUNES = {"pair": {}, "backward": None}
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("tune", TUNES)
 @pytest.mark.parametrize("case", LAYOUT_CASES, ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("a_major,b_major", LAYOUTS)
-def test_layout_against_torch(case, a_major, b_major):
+def test_layout_against_torch(case, a_major, b_major, tune):
     torch = _gpu_or_skip()
     from tirx_gemm.matmul import synchronize
     from tirx_gemm.op import autograd as AG
@@ -123,8 +167,30 @@ def test_layout_against_torch(case, a_major, b_major):
     b = torch.randn(N, K, device="cuda", dtype=dt, generator=g)
     a_store = a.t().contiguous() if a_major == "MN" else a
     b_store = b.t().contiguous() if b_major == "MN" else b
-    d = AG._gemm_layout(a_store, a_major == "MN", b_store, b_major == "MN")
+    d = AG._gemm_layout(a_store, a_major == "MN", b_store, b_major == "MN", TUNES[tune])
     synchronize()
     ref = a.float() @ b.float().T
     err = (d.float() - ref).abs().max().item()
     assert err <= 2e-2 * ref.abs().max().item(), f"max error {err:.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_major", ("MN", "K"))
+def test_runtime_k_serves_every_token_count(a_major):
+    """RUNTIME_K (B MN-major; A MN-major as wgrad's, K-major as dgrad's): one kernel, K read
+    from the operands at each call (MN/MN: ragged token counts, a partial last K step)."""
+    torch = _gpu_or_skip()
+    from tirx_gemm.matmul import synchronize
+    from tirx_gemm.op import autograd as AG
+    tune = {**AG.LAYOUT_TUNE, "RUNTIME_K": True}
+    M, N = 512, 768
+    for K in RUNTIME_K_TOKENS if a_major == "MN" else RUNTIME_K_FEATURES:
+        g = torch.Generator(device="cuda").manual_seed(K)
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
+        b_store = torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=g)
+        a_store = a.t().contiguous() if a_major == "MN" else a
+        d = AG._gemm_layout(a_store, a_major == "MN", b_store, True, tune)
+        synchronize()
+        ref = a.float() @ b_store.float()
+        err = (d.float() - ref).abs().max().item()
+        assert err <= 2e-2 * ref.abs().max().item(), f"K={K}: max error {err:.3g}"

@@ -50,10 +50,10 @@ def recording():
     lib = torch.library.Library("tirx_gemm", "IMPL")
     lib.impl("matmul", mm, "CPU")
     lib.impl("swiglu", sw, "CPU")
-    def layout(a_store, a_mn, b_store, b_mn):
+    def layout(a_store, a_mn, b_store, b_mn, tune=None):
         rows_a, red = (a_store.shape[1], a_store.shape[0]) if a_mn else a_store.shape
         rows_b = b_store.shape[1] if b_mn else b_store.shape[0]
-        calls.append(("layout", rows_a, rows_b, red, a_store.dtype, a_mn, b_mn, None, "v15"))
+        calls.append(("layout", rows_a, rows_b, red, a_store.dtype, a_mn, b_mn, tune, "v15"))
         a = a_store.float().T if a_mn else a_store.float()
         b = b_store.float().T if b_mn else b_store.float()
         return (a @ b.T).to(a_store.dtype)
@@ -80,9 +80,9 @@ def requests(calls, sm_count: int = 132):
         if M == 0:
             continue
         dtype = str(dt).removeprefix("torch.")
-        if op == "layout":  # v15: bias_dt, act hold a_mn, b_mn
-            out.extend(r for r in [layout_request(M, N, K, dtype, bias_dt, act, sm_count)]
-                       if _once(seen, r))
+        if op == "layout":  # v15: bias_dt, act, out_dt hold a_mn, b_mn, tune
+            out.extend(r for r in [layout_request(M, N, K, dtype, bias_dt, act, sm_count,
+                                                  out_dt)] if _once(seen, r))
             continue
         bias = None if bias_dt is None else str(bias_dt).removeprefix("torch.")
         epi = epilogue_kwargs(bias, act, out_dt, op == "swiglu", dtype)
@@ -107,11 +107,13 @@ def _once(seen: set, req) -> bool:
     return True
 
 
-def layout_request(M, N, K, dtype: str, a_mn: bool, b_mn: bool, sm_count: int = 132):
-    """The bundle request of v15's kernel for D (M x N) = A @ B.T over K, M at run time."""
+def layout_request(M, N, K, dtype: str, a_mn: bool, b_mn: bool, sm_count: int = 132,
+                   tune: dict | None = None):
+    """The bundle request of v15's kernel for D (M x N) = A @ B.T over K, M at run time,
+    built with autograd.layout_kwargs' ``tune`` (None: the backward's LAYOUT_TUNE)."""
     from tirx_gemm import registry
-    from tirx_gemm.op.keywords import build_shape, step_kwargs
+    from tirx_gemm.op import autograd as AG
+    from tirx_gemm.op.keywords import build_shape
     st = registry.get("v15", ARCH)
-    kw = {**step_kwargs(st, dtype, sm_count), "RUNTIME_M": True,
-          "A_MAJOR": "MN" if a_mn else "K", "B_MAJOR": "MN" if b_mn else "K"}
-    return st, build_shape((M, N, K), kw), kw
+    kw = AG.layout_kwargs(st, dtype, sm_count, a_mn, b_mn, tune)
+    return st, build_shape(AG.layout_shape(M, N, K, kw), kw), kw

@@ -85,10 +85,17 @@ def main(argv=None) -> int:
         lay = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(lay)
         for M, N, K, dtype in lay.LAYOUT_CASES:
-            for am, bm in lay.LAYOUTS:
-                r = C.layout_request(M, N, K, dtype, am == "MN", bm == "MN", args.sm_count)
+            for (am, bm), tune in itertools.product(lay.LAYOUTS, lay.TUNES.values()):
+                r = C.layout_request(M, N, K, dtype, am == "MN", bm == "MN", args.sm_count,
+                                     tune)
                 if C._once(seen, r):
                     reqs.append(r)
+        from tirx_gemm.op import autograd as AG
+        for a_mn in (True, False):  # its RUNTIME_K test: A MN-major (wgrad), K-major (dgrad)
+            rk = C.layout_request(512, 768, 64, "bfloat16", a_mn, True, args.sm_count,
+                                  {**AG.LAYOUT_TUNE, "RUNTIME_K": True})
+            if C._once(seen, rk):
+                reqs.append(rk)
     if "bench" in what:
         import bench
         tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else bench.TOKENS

@@ -1,6 +1,7 @@
 """Print bench.py's records as one table: per layer and token count, torch time / ours for the
-whole block (forward + backward), for wgrad alone, with the layout copies' share of our
-backward, and the same with v15 where recorded; then the geomean per gemm.
+forward, the whole block (forward + backward) on the copy path and on v15, each backward GEMM
+on v15's builds and on v12 (kernels alone), with the layout copies' share of the copy
+path's backward; then the geomean (and the least) per gemm.
 
     python lab/training_backward/summarize.py records/bench_h100.jsonl
 """
@@ -18,9 +19,11 @@ def main(path: str) -> int:
     by = defaultdict(dict)
     for r in recs:
         by[(r["card"], r["model"], r["layer"], r["M"])][r["gemm"]] = r
-    print("| card | model | layer | M | block | wgrad | copies / bwd | block v15 | wgrad v15 | "
-          "TFLOP/s block (ours / torch) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    cols = ("fwd", "block", "block_v15", "dgrad_v15", "wgrad_v15", "dgrad_v15rk", "wgrad_v15rk",
+            "dgrad_v15pair", "wgrad_v15pair", "dgrad_v15kk", "dgrad", "wgrad")
+    print("| card | model | layer | M | " + " | ".join(cols) + " | copies / bwd | "
+          "TFLOP/s block v15 (ours / torch) |")
+    print("|---|---|---|---|" + "---|" * len(cols) + "---|---|")
     ratios = defaultdict(list)
     for (card, model, layer, M), g in by.items():
         def ratio(name):
@@ -30,11 +33,10 @@ def main(path: str) -> int:
             ratios[name].append(r["ratio"])
             return f"{r['ratio']:.3f}"
         share = g.get("copies", {}).get("share_of_bwd")
-        blk = g.get("block", {})
-        print(f"| {card} | {model} | {layer} | {M} | {ratio('block')} | {ratio('wgrad')} | "
-              f"{'-' if share is None else f'{share:.1%}'} | {ratio('block_v15')} | "
-              f"{ratio('wgrad_v15')} | {blk.get('tflops_tirx', '-')} / "
-              f"{blk.get('tflops_torch', '-')} |")
+        blk = g.get("block_v15", {})
+        print(f"| {card} | {model} | {layer} | {M} | " + " | ".join(ratio(c) for c in cols)
+              + f" | {'-' if share is None else f'{share:.1%}'} | "
+              f"{blk.get('tflops_tirx', '-')} / {blk.get('tflops_torch', '-')} |")
     print()
     for name, xs in sorted(ratios.items()):
         gm = math.exp(sum(math.log(x) for x in xs) / len(xs))

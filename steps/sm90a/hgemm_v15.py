@@ -10,12 +10,14 @@ from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
+from tirx_gemm import pdl as P
 
 
 def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K",
               B_MAJOR: str = "K", PIPE_DEPTH: int = 4, EPI_BUFS: int = 2, SM_COUNT: int = 132,
               L2_GROUP: int = 8, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
-              RUNTIME_M: bool = False):
+              RUNTIME_M: bool = False, CLUSTER: int = 2, PDL: bool = False,
+              RUNTIME_K: bool = False):
     """Step card -- v15, operand layouts.
 
     Changes from v9: the kernel reads A and B in either major order (A_MAJOR, B_MAJOR in
@@ -32,17 +34,25 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
       * wgmma: imm-trans-a / imm-trans-b = 1 for an MN-major operand (16-bit types only).
       Everything else (roles, barriers, the overlapped epilogue, the cluster scheduler) is
       v9's; a consumer's 64-row A block is 8 KiB on in both layouts.
+    Speed options (v12's, for the backward GEMMs; off by default so the lesson is v9 + the
+      layout): CLUSTER=1 drops v9's CTA pair (each CTA loads its whole B tile, unicast, and
+      releases a stage to its own producer only: no CTA waits on its peer's consumers);
+      PDL=True (tirx_gemm/pdl.py, one-CTA kernels) waits after the barrier set-up, so the
+      prologue overlaps the previous kernel's tail, and lets the next launch as CTAs exit.
+      RUNTIME_K=True: K at run time (bound from the operands' shapes), so one wgrad kernel
+      serves every token count; a K-major operand's rows are then K elements, a multiple of
+      8 the caller checks (TMA's 16-byte row stride).
     Why: the backward pass of a Linear layer is two GEMMs on transposed operands (dgrad =
       dY @ W reads W MN-major; wgrad = dY.T @ X reads both MN-major and reduces over the
       tokens); without this a copy of each operand precedes every backward GEMM
       (tirx_gemm.op.autograd measures what those copies cost).
     Contracts/Barriers: v9's tma2mma and mma2tma, unchanged: an MN-major load issues its boxes
       on the same barrier and the producer's single expect_tx covers them all.
-    Constraints: v9's, except: M a multiple of 8 when A_MAJOR="MN" (A's rows are then M
-      elements: TMA's 16-byte row stride; with RUNTIME_M the caller checks it); N a
-      multiple of 8; K a multiple of 8 while an operand is K-major, any K >= 1 when both
-      are MN-major (K is then the outer dimension: wgrad's token count needs no padding);
-      dtype float16 or bfloat16.
+    Constraints: v9's (CLUSTER 1 or 2; PDL with CLUSTER=1), except: M a multiple of 8 when
+      A_MAJOR="MN" (A's rows are then M elements: TMA's 16-byte row stride; with RUNTIME_M
+      the caller checks it); N a multiple of 8; K a multiple of 8 while an operand is
+      K-major, any K >= 1 when both are MN-major (K is then the outer dimension: wgrad's
+      token count needs no padding); dtype float16 or bfloat16.
     Run: ``tirx-gemm run v15 --arch sm_90a --mnk 4096,4096,4096`` (K-major both: v9's kernel).
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
@@ -51,13 +61,20 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     ACC_REGS = BLK_N // 2                 # fp32 accumulators per consumer thread (128)
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)  # 16 KiB
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)  # 32 KiB: half loaded here, half by the peer
-    B_HALF = BLK_N // W.CLUSTER_SIZE            # B rows each CTA loads and multicasts (128)
+    if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
+        raise ValueError(f"CLUSTER={CLUSTER!r} must be 2 (v9's CTA pair sharing B) or 1 (one CTA)")
+    P.check(PDL, CLUSTER)
+    B_HALF = BLK_N // CLUSTER                   # B rows each CTA loads (a pair: and multicasts)
+    B_MASK = W.CLUSTER_MASK if CLUSTER > 1 else 0  # multicast to both CTAs, or unicast
     PACKED_REGS = ACC_REGS // 2               # 2 x 16-bit registers of a packed tile (64)
     EPI_CHUNKS = BLK_N // W.EPI_COLS            # 64-column TMA-store chunks per tile (4)
 
     A_MN, B_MN = W.check_major("A_MAJOR", A_MAJOR), W.check_major("B_MAJOR", B_MAJOR)
     W.check_layout_shape(M, N, K, dtype, A_MN, B_MN)  # K any when both are MN-major
     M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
+    if not isinstance(RUNTIME_K, bool):
+        raise ValueError(f"RUNTIME_K={RUNTIME_K!r} must be True or False")
+    K = H.runtime_extent("K") if RUNTIME_K else K  # RUNTIME_K: bound from A's shape
     H.check_positive_ints(EPI_BUFS=EPI_BUFS)
     if EPI_CHUNKS % EPI_BUFS:
         # chunk c of every tile uses staging tile c % EPI_BUFS: with 3 of 4, the next tile's
@@ -68,13 +85,14 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
                        NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
-    W.check_cluster_pool(SM_COUNT)
+    if CLUSTER > 1:
+        W.check_cluster_pool(SM_COUNT)
     # setmaxnreg: 128 producer threads + 256 consumer threads within the SM's 64K registers
     W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
-    K_TILES = H.ceil_div(K, BLK_K)    # the last K tile is zero-filled past K
-    NUM_CLUSTERS = SM_COUNT // W.CLUSTER_SIZE
+    K_TILES = (K + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
+    NUM_CLUSTERS = SM_COUNT // CLUSTER
     # the previous tile's epilogue runs once this many + 1 K steps of wgmmas are queued
-    EPI_AT = min(1, K_TILES - 1)
+    EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_K else min(1, K_TILES - 1)
 
     A_SMEM = W.smem_shape(PIPE_DEPTH, BLK_M, BLK_K, A_MN)
     B_SMEM = W.smem_shape(PIPE_DEPTH, BLK_N, BLK_K, B_MN)
@@ -85,13 +103,26 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     # per consumer EPI_BUFS staging tiles of 64x64 (one TMA-store box each)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
+    @T.inline
+    def release(mma2tma, stage, tid_in_wg):
+        # a consumer warpgroup's wgmmas are done reading `stage`: its empty barrier (a pair:
+        # in both CTAs, whose multicasts write it)
+        if CLUSTER > 1:
+            W.release_stage_in_cluster(mma2tma, stage, tid_in_wg)
+        else:
+            if tid_in_wg == 0:
+                mma2tma.arrive(stage)
+
     @T.prim_func
     def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
                B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
                D: T.Buffer((M, N), dtype)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
-        rank, _unused = T.cta_id_in_cluster([W.CLUSTER_SIZE, 1])  # this CTA's place in the pair
+        if CLUSTER > 1:
+            rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the pair
+        else:
+            rank = T.meta_var(0)
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # 0, 1: consumers; 2: producer
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -103,12 +134,12 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
         #   CTA's TMA (A, own B half) and by the PEER's multicast (the other B half). All
         #   256 consumer threads of this CTA wait. Initial phase 0; consumers wait from 0.
         # mma2tma[s]: thread 0 of each consumer warpgroup of BOTH CTAs arrives
-        #   (W.CLUSTER_SIZE * NUM_CONSUMERS = 4 arrivals, two of them remote) once its wgmmas
+        #   (CLUSTER * NUM_CONSUMERS: a pair 4, two of them remote; one CTA 2) once its wgmmas
         #   have finished reading stage s; this CTA's producer waits before refilling it
         #   (its multicast writes both CTAs' stage s). Initial phase 0; the producer waits
         #   from phase 1, which a fresh barrier counts as complete: every stage starts empty.
         stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1,
-                        "mma2tma", W.CLUSTER_SIZE * NUM_CONSUMERS)
+                        "mma2tma", CLUSTER * NUM_CONSUMERS)
         tma2mma, mma2tma = stages.full, stages.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc(A_SMEM, dtype, layout=A_layout)
@@ -121,23 +152,27 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
                 stages.init()
-        # the peer signals these barriers: publish the inits cluster-wide before anyone may
-        W.publish_setup_cluster()
+        if CLUSTER > 1:  # the peer signals these barriers: publish the inits cluster-wide
+            W.publish_setup_cluster()
+        else:
+            W.publish_setup()
+        if PDL:  # nothing above touched global memory: it overlapped the previous kernel
+            P.wait()
 
         # every role of both CTAs walks the same cluster-tile sequence (the last row of
         # cluster tiles may reach past M: both CTAs still take part in it)
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=H.ceil_div(M, W.CLUSTER_SIZE * BLK_M),
+            "ts", num_m_tiles=H.ceil_div(M, CLUSTER * BLK_M),
             num_n_tiles=H.ceil_div(N, BLK_N), num_clusters=NUM_CLUSTERS,
             l2_group_size=L2_GROUP)
-        scheduler.init(bx // W.CLUSTER_SIZE)
+        scheduler.init(bx // CLUSTER)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS, increase=False):
             # --- load (producer): own A rows, own half of B multicast to both CTAs ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
-                    m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
+                    m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
@@ -148,7 +183,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                                            BLK_K, A_MN, tma2mma.ptr(ring.stage), 0)
                         W.tma_load_operand(Bsmem, ring.stage, rank * B_HALF, B,
                                            n_st + rank * B_HALF, k * BLK_K, B_HALF, BLK_K,
-                                           B_MN, tma2mma.ptr(ring.stage), W.CLUSTER_MASK)
+                                           B_MN, tma2mma.ptr(ring.stage), B_MASK)
                         ring.advance()
                     scheduler.next_tile()
 
@@ -168,7 +203,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             prev_m: T.int32 = 0    # where that tile goes
             prev_n: T.int32 = 0
             while scheduler.valid():
-                m_st = T.meta_var((scheduler.m_idx * W.CLUSTER_SIZE + rank) * BLK_M)
+                m_st = T.meta_var((scheduler.m_idx * CLUSTER + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
@@ -194,11 +229,11 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                     # slice k-1 is done: its stage goes back to the producers of both CTAs
                     W.mma_wait(1)
                     if k > 0:
-                        W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
+                        release(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
                 W.mma_wait(0)  # the tile's last slice is done too
-                W.release_stage_in_cluster(mma2tma, held, tid_in_wg)
+                release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
                 # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
                 W.pack_fragment(packed, acc, PACKED_REGS, dtype)
@@ -214,8 +249,9 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             if tid_in_wg == 0:
                 H.store_wait(0)
 
-        # --- free: the peer multicasts into this CTA's SMEM and arrives on its barriers
-        # until it is done; neither CTA may exit (and release its SMEM) before both are ---
-        T.cuda.cluster_sync()
+        if CLUSTER > 1:
+            # --- free: the peer multicasts into this CTA's SMEM and arrives on its barriers
+            # until it is done; neither CTA may exit (and release its SMEM) before both are ---
+            T.cuda.cluster_sync()
 
-    return kernel
+    return P.with_launch(kernel, PDL, CLUSTER)

@@ -15,17 +15,24 @@ the incoming gradient ``dy`` (M x N), with ``dz = dy * act'(z)``:
   picks v11, reduces in a fixed order: no atomics, the same bits on every run);
 * **bias** ``dbias = dz.sum(0)`` (torch's reduction, fp32 accumulation, deterministic).
 
-**Layouts: by copy, or read in place by v15.** matmul's kernels read K-major operands only
-(each row of A and B contiguous along the reduction dimension). ``b.T`` for dgrad, ``dz.T``
-and ``a.T`` for wgrad are not: by default each is made K-major by one copy
-(``.t().contiguous()``), and wgrad's reduction dimension, the token count, is padded with
-zero columns to a multiple of 8 in the same copy (TMA's 16-byte rows). For a layer of N x K
-with M tokens the copies move 2*(N*K + M*N + M*K) bytes more than the GEMMs read (2-byte
-dtypes); ``lab/training_backward/`` measures their share of the backward's time. With
-:data:`LAYOUT_STEP` = "v15" (:func:`set_layout_step`; sm_90a) dgrad and wgrad run on the
-operand-layout step instead, which reads ``b``, ``dz`` and ``a`` as they are (MN-major
-operands: steps/sm90a/hgemm_v15.py): no copy and no padding (a partial last K step is
-zero-filled by TMA). v15 has no fp32 output, so a ``main_grad`` wgrad keeps the copy path.
+**Layouts: read in place by v15 (the default on sm_90a), or by copy.** matmul's kernels read
+K-major operands only (each row of A and B contiguous along the reduction dimension).
+``b.T`` for dgrad, ``dz.T`` and ``a.T`` for wgrad are not. On sm_90a (:data:`LAYOUT_STEP` =
+"v15", the default) dgrad and wgrad run on the operand-layout step, which reads ``b``, ``dz``
+and ``a`` as they are (MN-major operands: steps/sm90a/hgemm_v15.py): no copy and no padding
+(a partial last K step is zero-filled by TMA). Why the default, per GEMM: a layout copy
+costs more than v15's gap to v12 in every measured case, for dgrad too, where only the
+weight (N x K) is copied -- torch's transposing copy runs far below the HBM bandwidth
+(``lab/training_backward/`` has the H200 figures: block, per GEMM, and the copies' share).
+v15 is built for the backward with :data:`LAYOUT_TUNE` (one CTA per tile instead of v9's
+pair, and PDL), and wgrad with the token count at run time (RUNTIME_K: one kernel per layer,
+not per token count): the builds that study measured fastest. The copy path (:func:`set_layout_step`
+(None); elsewhere than sm_90a; an operand v15 cannot read as it lies: not contiguous,
+misaligned, an MN-major row count not a multiple of 8) makes each operand K-major with one
+``.t().contiguous()``, wgrad's reduction dimension (the token count) padded with zero columns
+to a multiple of 8 in the same copy (TMA's 16-byte rows): 2*(N*K + M*N + M*K) bytes more than
+the GEMMs read (2-byte dtypes). v15 has no fp32 output, so a ``main_grad`` wgrad keeps the
+copy path (dgrad stays on v15).
 :func:`matmul_layouts` is the same kernel for any caller: ``a @ b.T`` with each operand
 row-major or a transposed view (NN, NT, TN, TT), no copy.
 
@@ -67,11 +74,16 @@ from tirx_gemm.op import torch_op
 from tirx_gemm.op.keywords import ROW_MULTIPLE
 
 __all__ = ["matmul", "linear", "swiglu", "BACKWARD_STEP", "set_backward_step", "LAYOUT_STEP",
-           "set_layout_step", "matmul_layouts",
+           "LAYOUT_TUNE", "WGRAD_RUNTIME_K", "set_layout_step", "matmul_layouts",
+           "layout_kwargs", "layout_shape",
            "check_trainable", "layout_copy_bytes"]
 
 BACKWARD_STEP: str | None = None  # the step of the backward GEMMs (None: choose's pick)
-LAYOUT_STEP: str | None = None  # "v15": dgrad and wgrad read transposed operands in place
+LAYOUT_STEP: str | None = "v15"  # sm_90a: dgrad and wgrad read transposed operands in place
+# v15's keywords for the backward GEMMs: one CTA per tile (v12's choice at these shapes) and PDL;
+# wgrad (both operands MN-major) also takes K, the token count, at run time (WGRAD_RUNTIME_K)
+LAYOUT_TUNE: dict = {"CLUSTER": 1, "PDL": True}
+WGRAD_RUNTIME_K = True
 _STEP_ARCHES = {"v12": "sm_90a"}  # a forced step, on the arch that has it
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
                                          "float8_e5m2fnuz") if hasattr(torch, n))
@@ -88,38 +100,84 @@ def set_backward_step(step: str | None) -> None:
 
 
 def set_layout_step(step: str | None) -> None:
-    """None (layout copies, the default) or "v15" (sm_90a: transposed operands read in
-    place by the operand-layout step; elsewhere the copies)."""
+    """"v15" (the default: on sm_90a transposed operands are read in place by the
+    operand-layout step; elsewhere the copies) or None (the layout copies everywhere)."""
     global LAYOUT_STEP
     if step not in (None, "v15"):
         raise ValueError(f"layout step {step!r}: None (copies) or 'v15'")
     LAYOUT_STEP = step
 
 
-def _layout_kernel(dtype, rows_a: int, rows_b: int, red: int, a_mn: bool, b_mn: bool, device):
+def layout_kwargs(step, dtype: str, sm_count: int, a_mn: bool, b_mn: bool,
+                  tune: dict | None = None) -> dict:
+    """v15's build keywords for one layout: the step's defaults, M at run time, the two
+    majors and ``tune`` (None: the backward's, :data:`LAYOUT_TUNE`, plus RUNTIME_K where both
+    operands are MN-major (wgrad) and :data:`WGRAD_RUNTIME_K`; a dict: those keywords, {} the
+    lesson's build)."""
+    from tirx_gemm.op.keywords import step_kwargs
+    return {**step_kwargs(step, dtype, sm_count), "RUNTIME_M": True,
+            "A_MAJOR": "MN" if a_mn else "K", "B_MAJOR": "MN" if b_mn else "K",
+            **_tune(tune, a_mn, b_mn)}
+
+
+def _tune(tune: dict | None, a_mn: bool, b_mn: bool) -> dict:
+    if tune is not None:
+        return tune
+    return {**LAYOUT_TUNE, "RUNTIME_K": True} if a_mn and b_mn and WGRAD_RUNTIME_K \
+        else LAYOUT_TUNE
+
+
+def layout_shape(rows_a: int, rows_b: int, red: int, kw: dict) -> tuple[int, int, int]:
+    """The (M, N, K) a v15 kernel is built and found at: K nominal for a RUNTIME_K build
+    (one kernel serves every K), else as called."""
+    from tirx_gemm.op.keywords import NOMINAL_K
+    return (rows_a, rows_b, NOMINAL_K if kw.get("RUNTIME_K") else red)
+
+
+_layout_kernels: dict = {}  # (shape, majors, dtype, device, tune, bundle) -> kernel
+
+
+def _layout_kernel(dtype, rows_a: int, rows_b: int, red: int, a_mn: bool, b_mn: bool, device,
+                   tune: dict | None = None):
     """v15's kernel for D (rows_a x rows_b) = A @ B.T over ``red``, each operand K- or
-    MN-major; M (rows_a) at run time. From the build cache or the bundle, as matmul's."""
-    from tirx_gemm import registry
+    MN-major; M (rows_a) at run time. From the build cache or the bundle, as matmul's, and
+    kept here by its key (a call's host work is then one dict look-up)."""
     from tirx_gemm.op import matmul as MM
-    from tirx_gemm.op.operands import _gpu_arch
-    arch, sm_count = _gpu_arch(device)
-    st = registry.get("v15", arch)
-    kw = {**MM.step_kwargs(st, str(dtype).removeprefix("torch."), sm_count),
-          "RUNTIME_M": True, "A_MAJOR": "MN" if a_mn else "K", "B_MAJOR": "MN" if b_mn else "K"}
-    return MM._load(st, (rows_a, rows_b, red), kw).kernel
+    t = _tune(tune, a_mn, b_mn)
+    key = (rows_b, None if t.get("RUNTIME_K") else red, a_mn, b_mn, dtype, device,
+           tuple(sorted(t.items())), MM.bundle_path())
+    hit = _layout_kernels.get(key)
+    if hit is None:
+        from tirx_gemm import registry
+        from tirx_gemm.op.operands import _gpu_arch
+        arch, sm_count = _gpu_arch(device)
+        st = registry.get("v15", arch)
+        kw = layout_kwargs(st, str(dtype).removeprefix("torch."), sm_count, a_mn, b_mn, tune)
+        hit = _layout_kernels[key] = MM._load(st, layout_shape(rows_a, rows_b, red, kw), kw).kernel
+    return hit
 
 
-def _gemm_layout(a_store, a_mn: bool, b_store, b_mn: bool):
+def _layout_readable(t) -> bool:
+    """Whether v15 reads ``t`` (an operand as stored, 2-D) in place: contiguous, 16-byte
+    aligned, rows of a multiple of 8 elements (TMA's 16-byte row rule: an MN-major operand's
+    rows are its M or N extent, a K-major one's K, checked here for a RUNTIME_K build)."""
+    return t.is_contiguous() and t.data_ptr() % 16 == 0 and t.shape[-1] % ROW_MULTIPLE == 0
+
+
+def _gemm_layout(a_store, a_mn: bool, b_store, b_mn: bool, tune: dict | None = None):
     """``A @ B.T`` on v15 with A, B given as stored: a K-major operand as (rows, red), an
-    MN-major one as (red, rows) (the tensor whose transpose the GEMM reads)."""
+    MN-major one as (red, rows) (the tensor whose transpose the GEMM reads); ``tune``:
+    layout_kwargs'."""
     rows_a, red = (a_store.shape[1], a_store.shape[0]) if a_mn else a_store.shape
     rows_b = b_store.shape[1] if b_mn else b_store.shape[0]
-    for name, t, mn, rows in (("a", a_store, a_mn, rows_a), ("b", b_store, b_mn, rows_b)):
-        if not t.is_contiguous() or t.data_ptr() % 16 or (mn and rows % ROW_MULTIPLE):
+    for name, t in (("a", a_store), ("b", b_store)):
+        if not _layout_readable(t):
             raise ValueError(f"v15's {name} ({tuple(t.shape)}, strides {t.stride()}) must be "
-                             f"contiguous, 16-byte aligned and, MN-major, have rows a multiple "
-                             f"of {ROW_MULTIPLE}: use the layout copies (set_layout_step(None))")
-    kernel = _layout_kernel(a_store.dtype, rows_a, rows_b, red, a_mn, b_mn, a_store.device)
+                             f"contiguous, 16-byte aligned and have rows of a multiple of "
+                             f"{ROW_MULTIPLE} elements: use the layout copies "
+                             f"(set_layout_step(None))")
+    kernel = _layout_kernel(a_store.dtype, rows_a, rows_b, red, a_mn, b_mn, a_store.device,
+                            tune)
     out = a_store.new_empty((rows_a, rows_b))
     kernel(a_store, b_store, out)
     return out
@@ -243,7 +301,8 @@ def _no_double_backward(what: str) -> None:
 
 def _dgrad(dz, b):
     """dz @ b (M x K): b read MN-major in place by v15, or from a K-major copy of b.T."""
-    if dz.shape[0] and _layout_in_place(dz.device):
+    if dz.shape[0] and _layout_in_place(dz.device) and _layout_readable(b) \
+            and _layout_readable(dz):
         return _gemm_layout(dz, False, b, True)
     return _gemm(dz, _k_major_t(b))
 
@@ -256,7 +315,8 @@ def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool):
         mg = _main_grad(b)
         if dz.shape[0] == 0:
             db = None if mg is not None else torch.zeros_like(b)
-        elif mg is None and _layout_in_place(dz.device):
+        elif mg is None and _layout_in_place(dz.device) and _layout_readable(dz) \
+                and _layout_readable(a):
             db = _gemm_layout(dz, True, a, True)  # dz.T @ a, both read transposed
         else:
             dzt = _k_major_t(dz, ROW_MULTIPLE)   # N x Mp
