@@ -102,6 +102,12 @@ def test_served_call_flattens_adds_bias_and_keeps_shape(served):
     xt = torch.randn(32, 4, dtype=BF16).t()  # a transposed view: copied, then served
     torch.testing.assert_close(ours(xt), ref(xt), atol=2e-2, rtol=2e-2)
     assert served[-1] == ((4, 32), (24, 32))
+    # the last position of each row of a batch (transformers' lm_head input at decode):
+    # reshape gives a strided view, made compact before the kernel
+    h = torch.randn(8, 5, 32, dtype=BF16)[:, -1:, :]
+    assert not h.reshape(-1, 32).is_contiguous()
+    torch.testing.assert_close(ours(h), ref(h), atol=2e-2, rtol=2e-2)
+    assert served[-1] == ((8, 32), (24, 32)) and ours(h).shape == (8, 1, 24)
 
 
 def test_grad_mode_trains_through_the_autograd_op_and_no_grad_is_served(served, monkeypatch):

@@ -6,13 +6,18 @@ x 1024 family): every path is checked once against float32 torch, then timed, in
 median of --reps CUDA-graph replays of --calls back-to-back calls (CUDA events; the host's launch
 cost out of the figure) and the same eagerly. Paths: tirx fused erf (``matmul(a, w, bias, "gelu")``),
 tirx fused tanh (``"gelu_tanh"``), tirx plain v12 (``step="v12"``: the fused kernel's tile without
-the epilogue), torch unfused erf (``F.gelu(F.linear(a, w, bias))``), torch unfused tanh
+the epilogue), the same three on v10's ping-pong (``step="v10"``: each warpgroup's epilogue runs under
+the other's mainloop), tirx deferred erf / tanh (matmul's v12 kernel built with EPI_DEFER=True: the
+activation on the packed 16-bit tile, a quarter per K step of the next tile, under its wgmmas), torch
+unfused erf (``F.gelu(F.linear(a, w, bias))``), torch unfused tanh
 (``approximate="tanh"``), torch addmm_act (cuBLASLt GELU_BIAS) and torch linear (``F.linear`` with
-the bias: the GEMM with no activation). One JSON line per (M, path, mode) in --out; the ratios
+the bias: the GEMM with no activation). One JSON line per (M, path, mode) in --out, then one "summary" line per (M, mode) with every path's
+median (``us``: path -> microseconds); the ratios
 (torch / tirx: the targets are >= 1.05 against unfused and >= 1.0 against addmm_act) are printed.
 
 Made here (TVM): tirx-gemm export --suite lab/fused_epilogues/suites/gelu_tokens.json --arch sm_90a
-    --num-sms 132 --out B
+    --num-sms 132 --out B, and the variants (v10's, v12 EPI_DEFER's): python
+    lab/fused_epilogues/export_gelu_variants.py B
 Run on the GPU host: TIRX_GEMM_BUNDLE=B python3 lab/fused_epilogues/gelu_vs_cublaslt.py --out F.jsonl
 """
 import argparse
@@ -33,6 +38,16 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--budget-s", type=float, default=60.0)
+    ap.add_argument("--variants", default="v10,deferred",
+                    help="comma list of the extra paths: v10 (v10's ping-pong), deferred (v12 "
+                         "EPI_DEFER, lab/fused_epilogues/patches/epi_defer.patch applied), approx "
+                         "(v12 ACT_APPROX: gelu with one tanh.approx, patches/act_approx.patch), "
+                         "decompose (matmul's v12 tile with the bias alone, bias + relu, gelu "
+                         "without the bias)")
+    ap.add_argument("--clock-probe-ms", type=float, default=0,
+                    help="after the first M's timing, replay each path's graph for this long in "
+                         "turn and write its wall window (time.time()) to --out, for an SM clock "
+                         "sampler running beside (nvidia-smi --query-gpu=timestamp,clocks.sm,...)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -54,15 +69,57 @@ def main() -> int:
         w = (torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5).contiguous()
         bias = torch.randn(N, device="cuda", dtype=bf, generator=g) * 0.5
         wt = w.t()
+
+        def on_gelu_tile(epi, extra=None):  # matmul's v12 kernel for bias + gelu, with `epi`
+            from tirx_gemm import registry
+            from tirx_gemm import epilogue as E
+            from tirx_gemm.op.rules import choose
+            step, kw = choose(M, N, K, "bfloat16", "sm_90a", p.multi_processor_count,
+                              {"BIAS": "bfloat16", "ACT": "gelu"})
+            kw = {k: v for k, v in kw.items() if k not in E.KEYWORDS}
+            kern = mm._load(registry.get(step, "sm_90a"), (M, N, K),
+                            {**kw, **epi, **(extra or {})}).kernel
+            y = torch.empty(M, N, device="cuda", dtype=bf)
+            if epi.get("BIAS"):
+                return lambda: (kern(a, w, y, bias), y)[1]
+            return lambda: (kern(a, w, y), y)[1]
+
+        def deferred(act):  # matmul's v12 kernel for this call, built with EPI_DEFER=True
+            return on_gelu_tile({"BIAS": "bfloat16", "ACT": act}, {"EPI_DEFER": True})
         paths = {
             "tirx fused erf": lambda: mm.matmul(a, w, bias, "gelu"),
             "tirx fused tanh": lambda: mm.matmul(a, w, bias, "gelu_tanh"),
             "tirx plain v12": lambda: mm.matmul(a, w, step="v12"),
+            "tirx v10 fused erf": lambda: mm.matmul(a, w, bias, "gelu", step="v10"),
+            "tirx v10 fused tanh": lambda: mm.matmul(a, w, bias, "gelu_tanh", step="v10"),
+            "tirx plain v10": lambda: mm.matmul(a, w, step="v10"),
             "torch unfused erf": lambda: F.gelu(F.linear(a, w, bias)),
             "torch unfused tanh": lambda: F.gelu(F.linear(a, w, bias), approximate="tanh"),
             "torch addmm_act": lambda: torch._addmm_activation(bias, a, wt, use_gelu=True),
             "torch linear": lambda: F.linear(a, w, bias),
         }
+        variants = args.variants.split(",")
+        if "v10" not in variants:
+            for name in ("tirx v10 fused erf", "tirx v10 fused tanh", "tirx plain v10"):
+                del paths[name]
+        extra = {}
+        if "deferred" in variants:
+            extra["tirx deferred erf"] = lambda: deferred("gelu")
+            extra["tirx deferred tanh"] = lambda: deferred("gelu_tanh")
+        if "approx" in variants:
+            extra["tirx approx erf"] = lambda: on_gelu_tile({"BIAS": "bfloat16", "ACT": "gelu"},
+                                                            {"ACT_APPROX": True})
+            extra["tirx approx tanh"] = lambda: on_gelu_tile(
+                {"BIAS": "bfloat16", "ACT": "gelu_tanh"}, {"ACT_APPROX": True})
+        if "decompose" in variants:
+            extra["tirx bias only"] = lambda: on_gelu_tile({"BIAS": "bfloat16"})
+            extra["tirx bias relu"] = lambda: on_gelu_tile({"BIAS": "bfloat16", "ACT": "relu"})
+            extra["tirx gelu no bias"] = lambda: on_gelu_tile({"ACT": "gelu"})
+        for name, make in extra.items():
+            try:
+                paths[name] = make()
+            except (ValueError, RuntimeError, TypeError) as exc:  # not in the bundle: not run
+                print(f"  {name}: not run ({str(exc).splitlines()[0][:160]})", flush=True)
         ref = F.linear(a.float(), w.float(), bias.float())
         refs = {"erf": F.gelu(ref), "tanh": F.gelu(ref, approximate="tanh")}
         errs = {}
@@ -70,7 +127,7 @@ def main() -> int:
             try:
                 y = fn()
                 mm.synchronize()
-            except ValueError as exc:  # a kernel the bundle lacks: said, and the path dropped
+            except (ValueError, RuntimeError) as exc:  # a kernel the bundle lacks: said, dropped
                 print(f"  {name}: not run ({str(exc).splitlines()[0][:160]})", flush=True)
                 del paths[name]
                 continue
@@ -119,13 +176,43 @@ def main() -> int:
                                           "calls": args.calls, "reps": args.reps}) + "\n")
         for mode in ("graph", "eager"):
             for form, unfused in (("erf", "torch unfused erf"), ("tanh", "torch unfused tanh")):
-                if (f"tirx fused {form}", mode) not in med or ("tirx plain v12", mode) not in med:
-                    continue
-                ours = med[(f"tirx fused {form}", mode)]
-                print(f"  {mode} {form}: unfused / tirx {med[(unfused, mode)] / ours:.3f}, "
-                      f"addmm_act / tirx {med[('torch addmm_act', mode)] / ours:.3f}, "
-                      f"tirx / plain v12 {ours / med[('tirx plain v12', mode)]:.3f}")
-        if out:
+                for step, fused in (("v12", f"tirx fused {form}"), ("v12", f"tirx deferred {form}"),
+                                    ("v12", f"tirx approx {form}"), ("v10", f"tirx v10 fused {form}")):
+                    plain = f"tirx plain {step}"
+                    if (fused, mode) not in med or (plain, mode) not in med:
+                        continue
+                    ours = med[(fused, mode)]
+                    print(f"  {mode} {fused[5:]}: unfused / tirx {med[(unfused, mode)] / ours:.3f}, "
+                          f"addmm_act / tirx {med[('torch addmm_act', mode)] / ours:.3f}, "
+                          f"tirx / plain {step} {ours / med[(plain, mode)]:.3f}")
+            for name in ("tirx bias only", "tirx bias relu", "tirx gelu no bias"):
+                if (name, mode) in med and ("tirx plain v12", mode) in med:
+                    print(f"  {mode} {name[5:]}: tirx / plain v12 "
+                          f"{med[(name, mode)] / med[('tirx plain v12', mode)]:.3f}")
+        if args.clock_probe_ms and M == int(args.tokens.split(",")[0]):
+            for name, gr in graphs.items():
+                t_start, n = time.time(), 0
+                while (time.time() - t_start) * 1e3 < args.clock_probe_ms:
+                    for _ in range(20):
+                        gr.replay()
+                    torch.cuda.synchronize()
+                    n += 20 * args.calls
+                t_end = time.time()
+                print(f"  clock probe {name}: {t_start:.3f} to {t_end:.3f}, "
+                      f"{(t_end - t_start) / n * 1e6:.2f} us per call", flush=True)
+                if out:
+                    out.write(json.dumps({"card": card, "kind": "clock_probe", "M": M, "N": N,
+                                          "K": K, "path": name, "t_start": round(t_start, 3),
+                                          "t_end": round(t_end, 3), "calls": n,
+                                          "local_start": time.strftime(
+                                              "%Y/%m/%d %H:%M:%S", time.localtime(t_start))
+                                          + f".{int(t_start * 1000) % 1000:03d}",
+                                          "us": round((t_end - t_start) / n * 1e6, 3)}) + "\n")
+        if out:  # one line per mode with every path's median: READMEs quote its quotients
+            for mode in ("graph", "eager"):
+                out.write(json.dumps({"card": card, "torch": torch.__version__, "kind": "summary",
+                                      "M": M, "N": N, "K": K, "dtype": "bfloat16", "mode": mode,
+                                      "us": {n: round(med[(n, mode)], 3) for n in paths}}) + "\n")
             out.flush()
     return 0
 

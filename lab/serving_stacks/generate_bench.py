@@ -5,7 +5,14 @@ a Qwen2.5-0.5B-, a Llama-3.2-1B- and a Qwen2.5-7B-sized config. For each model, 
 and mode it generates --new-tokens (128) tokens greedily from a fixed prompt (--prompt-tokens
 token ids, the same for every row) and records tokens/s (batch x new tokens / wall time of
 generate), the prefill time (generate with one new token) and whether the patched run's token ids
-equal torch's (else the first differing step). Modes:
+equal torch's (else the first differing step). Each timed generate runs --reps times per model,
+the two models alternating and the order flipping each repeat (torch, tirx, then tirx, torch, ...)
+after both were warmed up (torch's warm-up as long as a timed run, so that what is set up once per
+sequence length, shared by both models, is not charged to the first one), so neither side is always first; the record keeps every run's tokens/s
+(``*_runs``, in run order) and their median. --layers N builds the configs with N decoder layers
+instead of the model's count (the record says so); --compiled-layers N only for the compiled mode,
+whose compile time grows with the layer count, so that it fits a short budget.
+Modes:
 
   eager        the default dynamic cache, no compile
   static       cache_implementation="static" with the forward's compile turned off (disable_compile)
@@ -18,7 +25,8 @@ the models' layers (--print-suite writes the suite: the token counts of TOKENS):
     python lab/serving_stacks/generate_bench.py --print-suite > generate_suite.json
     tirx-gemm export --suite generate_suite.json --arch sm_90a --num-sms 132 --out B
     TIRX_GEMM_BUNDLE=B python3 lab/serving_stacks/generate_bench.py --out F.jsonl [--models qwen0.5b]
-        [--batches 1,8,32] [--modes eager,static,compiled] [--budget-s 600]
+        [--batches 1,8,32] [--modes eager,static,compiled] [--reps 2] [--layers N]
+        [--compiled-layers 4] [--compiled-batches 1] [--budget-s 600]
 """
 import argparse
 import json
@@ -67,9 +75,10 @@ def print_suite(models) -> None:
                "dtypes": ["bfloat16"], "shapes": shapes}, sys.stdout, indent=1)
 
 
-def build(name, torch):
+def build(name, torch, layers=None):
     import transformers as tf
-    fam, h, inter, layers, heads, kv, vocab, tied = MODELS[name]
+    fam, h, inter, full, heads, kv, vocab, tied = MODELS[name]
+    layers = layers or full
     cfg_cls, model_cls = ((tf.Qwen2Config, tf.Qwen2ForCausalLM) if fam == "qwen2"
                           else (tf.LlamaConfig, tf.LlamaForCausalLM))
     cfg = cfg_cls(hidden_size=h, intermediate_size=inter, num_hidden_layers=layers,
@@ -101,6 +110,12 @@ def main() -> int:
     ap.add_argument("--modes", default="eager,static,compiled")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--compiled-layers", type=int, default=None,
+                    help="the decoder layers of the compiled mode's models (default: --layers)")
+    ap.add_argument("--compiled-batches", default=None,
+                    help="the batches of the compiled mode (default: --batches)")
     ap.add_argument("--budget-s", type=float, default=600.0)
     ap.add_argument("--print-suite", action="store_true")
     ap.add_argument("--out", default=None)
@@ -110,6 +125,7 @@ def main() -> int:
         print_suite(models)
         return 0
     import copy
+    import statistics
     import torch
     import transformers
     import tirx_gemm
@@ -118,39 +134,79 @@ def main() -> int:
     card = f"{p.name} ({p.multi_processor_count} SMs)"
     print(card, "torch", torch.__version__, "transformers", transformers.__version__, flush=True)
     out = open(args.out, "a") if args.out else None
+    modes = args.modes.split(",")
+    batches = [int(b) for b in args.batches.split(",")]
+    compiled_batches = ([int(b) for b in args.compiled_batches.split(",")]
+                        if args.compiled_batches else batches)
+    last = 0.0
     for name in models:
-        ref = build(name, torch)
-        ours = copy.deepcopy(ref)
-        report = tirx_gemm.patch(ours)
-        print(f"{name}: {len(report.replaced)} layers patched, {len(report.kept)} kept", flush=True)
+        built = {}
+
+        def models_of(layers):  # (torch's, patched) at this layer count, built once
+            if layers not in built:
+                built.clear()  # one pair on the GPU at a time
+                torch.cuda.empty_cache()
+                ref = build(name, torch, layers)
+                ours = copy.deepcopy(ref)
+                report = tirx_gemm.patch(ours)
+                print(f"{name} ({ref.config.num_hidden_layers} layers): {len(report.replaced)} "
+                      f"layers patched, {len(report.kept)} kept; attention "
+                      f"{getattr(ref.config, '_attn_implementation', None)}, cuDNN SDPA "
+                      f"{torch.backends.cuda.cudnn_sdp_enabled()}", flush=True)
+                built[layers] = (ref, ours)
+            return built[layers]
         g = torch.Generator().manual_seed(1)
-        for batch in (int(b) for b in args.batches.split(",")):
-            ids = torch.randint(1, 1000, (1, args.prompt_tokens), generator=g).repeat(batch, 1)
-            ids = ids.to("cuda")
-            for mode in args.modes.split(","):
-                if time.time() - t0 > args.budget_s:
-                    print("budget spent", flush=True)
-                    return 0
+        prompt = torch.randint(1, 1000, (1, args.prompt_tokens), generator=g)
+        for mode in modes:
+            ref, ours = models_of(args.compiled_layers if mode == "compiled" and
+                                  args.compiled_layers else args.layers)
+            layers = ref.config.num_hidden_layers
+            for batch in (compiled_batches if mode == "compiled" else batches):
+                if time.time() - t0 + last > args.budget_s:  # the last one's time as a guess
+                    print(f"budget: {mode} batch {batch} not run ({time.time() - t0:.0f} s spent,"
+                          f" the last one took {last:.0f} s)", flush=True)
+                    continue
+                start = time.time()
+                ids = prompt.repeat(batch, 1).to("cuda")
                 rec = {"card": card, "torch": torch.__version__, "transformers":
-                       transformers.__version__, "model": name, "batch": batch, "mode": mode,
-                       "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens}
-                toks = {}
-                for who, model in (("torch", ref), ("tirx", ours)):
-                    generate(model, ids, 4, mode, torch)  # warm-up (and the compile)
-                    _, pre = generate(model, ids, 1, mode, torch)
-                    toks[who], wall = generate(model, ids, args.new_tokens, mode, torch)
-                    rec[f"{who}_tokens_per_s"] = round(batch * args.new_tokens / wall, 2)
-                    rec[f"{who}_prefill_ms"] = round(pre * 1e3, 3)
+                       transformers.__version__, "model": name, "layers": layers,
+                       "full_layers": MODELS[name][3], "batch": batch, "mode": mode,
+                       "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens,
+                       "reps": args.reps}
+                pair = {"torch": ref, "tirx": ours}
+                # warm-up (and the compile) of both first; torch's as long as a timed run:
+                # what is set up once per sequence length for both models (attention plans,
+                # lazily loaded kernels) is then not charged to whichever model runs first
+                for who, n in (("torch", args.new_tokens), ("tirx", 4)):
+                    w0 = time.perf_counter()
+                    generate(pair[who], ids, n, mode, torch)
+                    rec[f"{who}_warmup_s"] = round(time.perf_counter() - w0, 3)
+                    print(f"  {mode} batch {batch}: {who} warmed up in {rec[f'{who}_warmup_s']} s",
+                          flush=True)
+                toks, runs, pre = {}, {"torch": [], "tirx": []}, {"torch": [], "tirx": []}
+                for r in range(args.reps):
+                    order = ("torch", "tirx") if r % 2 == 0 else ("tirx", "torch")
+                    for who in order:
+                        pre[who].append(generate(pair[who], ids, 1, mode, torch)[1])
+                    for who in order:
+                        toks[who], wall = generate(pair[who], ids, args.new_tokens, mode, torch)
+                        runs[who].append(round(batch * args.new_tokens / wall, 2))
+                for who in ("torch", "tirx"):
+                    rec[f"{who}_tokens_per_s_runs"] = runs[who]
+                    rec[f"{who}_tokens_per_s"] = round(statistics.median(runs[who]), 2)
+                    rec[f"{who}_prefill_ms"] = round(statistics.median(pre[who]) * 1e3, 3)
                 same = toks["torch"] == toks["tirx"]
                 rec["identical"] = bool(same.all())
                 diff = (~same).any(0).nonzero()
                 rec["first_divergence_step"] = int(diff[0]) if len(diff) else None
                 rec["speedup"] = round(rec["tirx_tokens_per_s"] / rec["torch_tokens_per_s"], 4)
+                rec["elapsed_s"] = round(time.time() - t0, 1)
+                last = time.time() - start
                 print(json.dumps(rec), flush=True)
                 if out:
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
-        del ref, ours
+        built.clear()
         torch.cuda.empty_cache()
     return 0
 

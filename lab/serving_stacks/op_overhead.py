@@ -9,9 +9,15 @@ time (enqueue to GPU done). Paths:
 
   F.linear            torch.nn.functional.linear(a, b): the target
   direct              tirx_gemm.torch_op.matmul(a, b) eagerly (what tirx_gemm.nn.Linear calls)
-  dispatcher          torch.ops.tirx_gemm.matmul(a, b): the op through torch's dispatcher
-  custom_op           the same implementation registered with torch.library.custom_op (the
-                      registration the op had before; defined here, for comparison)
+  dispatcher          torch.ops.tirx_gemm.matmul(a, b): the op through torch's dispatcher, its
+                      backward registered with torch_op.register_autograd
+  register_autograd   the same op definition with its backward registered by
+                      torch.library.register_autograd (torch's Python autograd kernel in front
+                      of every call: the registration the op had before; defined here)
+  custom_op           the same implementation registered with torch.library.custom_op (defined
+                      here, for comparison)
+  F.linear inference_mode    F.linear and the dispatcher path with each burst inside
+  dispatcher inference_mode  torch.inference_mode() (autograd's dispatch keys excluded: a serving loop)
   bare launch         the loaded kernel with prepared arguments, no checks, no allocation
   new_empty           the output's allocation alone
 
@@ -21,6 +27,7 @@ and the host memory a path keeps: Python's allocated blocks after 2000 more call
       [--calls 100] [--reps 15] [--out FILE.jsonl]
 """
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -52,6 +59,17 @@ def main() -> int:
         return a.new_empty((a.shape[0], b.shape[0]))
 
     custom = torch.ops.tirx_serve_bench.matmul.default
+    from tirx_gemm.op import autograd as AG
+    lib = torch.library.Library("tirx_serve_bench", "FRAGMENT")
+    lib.define(str(torch_op.OP._schema).replace("tirx_gemm::matmul", "matmul_ra"))
+    lib.impl("matmul_ra", torch_op._op, "CompositeExplicitAutograd")
+    torch.library.register_autograd("tirx_serve_bench::matmul_ra", AG._backward_matmul,
+                                    setup_context=AG._setup_matmul, lib=lib)
+    with_torch_autograd = torch.ops.tirx_serve_bench.matmul_ra.default
+    if "torch_op.register_autograd" not in Path(AG.__file__).read_text():
+        torch_op.register_autograd(torch_op.NAME, AG._backward_matmul, setup_context=AG._setup_matmul)
+        print("the op's backward registered here with torch_op.register_autograd "
+              "(tirx_gemm.op.autograd uses torch.library.register_autograd)", flush=True)
     dev = torch.cuda.get_device_properties(0)
     card = f"{dev.name} ({dev.multi_processor_count} SMs)"
     print(f"{card}, torch {torch.__version__}", flush=True)
@@ -67,10 +85,16 @@ def main() -> int:
             "F.linear": lambda: F.linear(a, b),
             "direct": lambda: torch_op.matmul(a, b),
             "dispatcher": lambda: torch_op.OP(a, b),
+            "register_autograd": lambda: with_torch_autograd(a, b),
             "custom_op": lambda: custom(a, b),
+            "F.linear inference_mode": lambda: F.linear(a, b),
+            "dispatcher inference_mode": lambda: torch_op.OP(a, b),
             "bare launch": bare,
             "new_empty": lambda: a.new_empty((M, N)),
         }
+        # the two "inference_mode" paths run their bursts inside torch.inference_mode() (autograd's
+        # keys excluded: what a serving loop under inference_mode calls)
+        contexts = {n: torch.inference_mode for n in paths if n.endswith(" inference_mode")}
         for fn in paths.values():  # warm every path
             for _ in range(50):
                 fn()
@@ -79,10 +103,11 @@ def main() -> int:
         for _ in range(args.reps):
             for name, fn in paths.items():
                 torch.cuda.synchronize()
-                c0, w0 = time.thread_time(), time.perf_counter()
-                for _ in range(args.calls):
-                    fn()
-                w1, c1 = time.perf_counter(), time.thread_time()
+                with contexts.get(name, contextlib.nullcontext)():
+                    c0, w0 = time.thread_time(), time.perf_counter()
+                    for _ in range(args.calls):
+                        fn()
+                    w1, c1 = time.perf_counter(), time.thread_time()
                 torch.cuda.synchronize()
                 w2 = time.perf_counter()
                 n = args.calls
@@ -92,17 +117,18 @@ def main() -> int:
         kept = {}
         for name, fn in paths.items():
             before = sys.getallocatedblocks()
-            for _ in range(2000):
-                fn()
+            with contexts.get(name, contextlib.nullcontext)():
+                for _ in range(2000):
+                    fn()
             torch.cuda.synchronize()
             kept[name] = sys.getallocatedblocks() - before
         lin = statistics.median(times["F.linear"][1])
         print(f"\n{M}x{N}x{K} bf16, {args.reps} bursts x {args.calls} calls, median per call (us)")
-        print(f"{'path':<12} {'enqueue wall':>12} {'enqueue CPU':>12} {'end-to-end':>11} "
+        print(f"{'path':<26} {'enqueue wall':>12} {'enqueue CPU':>12} {'end-to-end':>11} "
               f"{'CPU / F.linear':>15} {'blocks kept':>12}")
         for name in paths:
             ew, ec, e2e = (statistics.median(v) for v in times[name])
-            print(f"{name:<12} {ew:>12.2f} {ec:>12.2f} {e2e:>11.2f} {ec / lin:>15.2f} "
+            print(f"{name:<26} {ew:>12.2f} {ec:>12.2f} {e2e:>11.2f} {ec / lin:>15.2f} "
                   f"{kept[name]:>12}")
             if out:
                 out.write(json.dumps({"card": card, "torch": torch.__version__, "M": M, "N": N,

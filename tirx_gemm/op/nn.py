@@ -216,12 +216,9 @@ class Linear(torch.nn.Linear):
                 b is not None and b.requires_grad)):  # training: forward, dgrad, wgrad on the kernels
             from tirx_gemm.op import autograd as AG
             return AG.linear(x, w, b, fuse_bias=fuses_bias(x.device))
-        if x.dim() == 2:
-            a = x
-            if not a.is_contiguous():
-                a = a.contiguous()
-        else:
-            a = x.reshape(-1, self.in_features)  # a copy when x's layout needs one
+        a = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        if not a.is_contiguous():  # reshape may give a strided view (a slice of rows, e.g.
+            a = a.contiguous()     # transformers' lm_head input at decode): rows made compact
         if a.data_ptr() & 15:
             a = a.clone()  # a view at an odd offset: TMA needs 16-byte aligned rows
         # eager: the kernel directly, no dispatcher (tirx_gemm.torch_op's docstring)

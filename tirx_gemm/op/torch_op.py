@@ -32,8 +32,11 @@ yourself to force the dispatcher path. ``tirx_gemm.matmul(a, b)`` (the callable 
 the eager direct path; dynamo cannot call a module object, so code that torch.compile traces
 calls this module's :func:`matmul` or uses :class:`tirx_gemm.nn.Linear`.
 
-Not autograd-aware, like tirx_gemm.matmul: the op has no backward; inputs that require grad
-are refused while grad mode is on (tirx_gemm.nn.Linear falls back to torch's F.linear then).
+The backward is tirx_gemm.op.autograd's, registered with torch.library.register_autograd, which
+puts a second boxed Python call in front of every call. :func:`register_autograd` keeps a call
+that records no gradient at one; lab/serving_stacks measures both, and it stays opt-in until a
+GPU host has run it (it is checked on CPUs only). This module's eager :func:`matmul`, like
+tirx_gemm.matmul, refuses inputs that require grad while grad mode is on.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from tirx_gemm.op.operands import check_layout
 from tirx_gemm.op.matmul import matmul as _matmul
 from tirx_gemm.op.matmul import swiglu as _swiglu
 
-__all__ = ["matmul", "swiglu", "OP", "SWIGLU_OP", "check_fake"]
+__all__ = ["matmul", "swiglu", "OP", "SWIGLU_OP", "check_fake", "register_autograd"]
 
 NAME = "tirx_gemm::matmul"
 SWIGLU_NAME = "tirx_gemm::swiglu"
@@ -121,6 +124,81 @@ def _swiglu_fake(a, fused, out_dtype=None):
 OP = torch.ops.tirx_gemm.matmul.default  # the op's overload, looked up once
 _is_compiling = torch.compiler.is_compiling
 SWIGLU_OP = torch.ops.tirx_gemm.swiglu.default
+
+
+# A backward registered with torch.library.register_autograd puts torch's Python autograd kernel
+# in front of the op: every call, gradient or not, then runs it and redispatches into the op's
+# kernel, a second boxed Python call (about 5 us on a 2-core host, 9 on a GPU host). The kernel
+# register_autograd below answers a call that records no gradient itself: where the next kernel
+# after autograd would be the op's own implementation (plain CUDA tensors: no tensor subclass,
+# fake tensor, mode or functionalization in the key set, and no kernel registered for the op at
+# CUDA itself; decided once per key set, so a CUDA kernel registered after the first call is
+# not seen) it runs that implementation directly; every other call takes torch's generated one.
+def _matmul_kernel(generated, plain, direct):
+    """The Autograd kernel of tirx_gemm::matmul (see register_autograd): ``plain`` maps a key
+    set's raw bits to whether the op's own kernel comes next after autograd (``direct``
+    decides a key set not seen before)."""
+    grad_on = torch._C.is_grad_enabled
+
+    def kernel(keyset, a, b, step=None, bias=None, activation=None, out_dtype=None):
+        if (plain.get(keyset.raw_repr()) or direct(keyset)) and not (grad_on() and (
+                a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))):
+            if bias is None and activation is None and out_dtype is None:
+                return _matmul(a, b, step=step, sync=False)
+            return _matmul(a, b, bias, activation, out_dtype, step=step, sync=False)
+        return generated(keyset, a, b, step, bias, activation, out_dtype)
+    return kernel
+
+
+def _swiglu_kernel(generated, plain, direct):
+    """The Autograd kernel of tirx_gemm::swiglu (see register_autograd)."""
+    grad_on = torch._C.is_grad_enabled
+
+    def kernel(keyset, a, fused, out_dtype=None):
+        if (plain.get(keyset.raw_repr()) or direct(keyset)) and not (grad_on() and (a.requires_grad or fused.requires_grad)):
+            return _swiglu(a, fused=fused, out_dtype=out_dtype, sync=False)
+        return generated(keyset, a, fused, out_dtype)
+    return kernel
+
+
+_KERNELS = {NAME: (OP, _matmul_kernel), SWIGLU_NAME: (SWIGLU_OP, _swiglu_kernel)}
+# where the op's own implementation (the CompositeExplicitAutograd kernel) serves the call; a
+# kernel registered for the op at that key itself (a test's CPU reference kernel) is honoured
+_BACKEND_KEYS = (torch._C.DispatchKey.CUDA,)
+
+
+def register_autograd(name: str, backward, *, setup_context) -> None:
+    """``torch.library.register_autograd(name, backward, setup_context=...)`` for this module's
+    ops (:data:`NAME`, :data:`SWIGLU_NAME`), with the op's per-call cost kept where no gradient
+    is recorded (grad mode off or no input requiring grad, plain tensors): the same backward
+    and setup_context, the same results. On a torch without the pieces the fast path needs,
+    it is torch.library.register_autograd itself."""
+    if name not in _KERNELS:
+        raise ValueError(f"register_autograd: {name!r} is not one of {sorted(_KERNELS)}")
+    op, make = _KERNELS[name]
+    C = torch._C
+    try:
+        from torch._library.autograd import Info, make_autograd_impl
+        after = C._after_autograd_keyset
+        C.DispatchKeySet.raw_repr  # noqa: B018 (present on every torch this runs on)
+    except (ImportError, AttributeError):
+        torch.library.register_autograd(name, backward, setup_context=setup_context, lib=_LIB)
+        return
+    plain: dict = {}  # key set (raw) -> whether the op's own kernel comes next after autograd
+
+    def direct(keyset) -> bool:  # a key set not seen before (or one that is not plain)
+        raw = keyset.raw_repr()
+        if raw not in plain:
+            key = (keyset & after).highestPriorityTypeId()
+            plain[raw] = key in _BACKEND_KEYS and not C._dispatch_has_kernel_for_dispatch_key(
+                name, key.name)
+        return plain[raw]
+
+    kernel = make(make_autograd_impl(op, Info(backward, setup_context)), plain, direct)
+    try:  # replaces an earlier registration (torch.library.register_autograd's, or this one's)
+        _LIB.impl(name.split("::")[1], kernel, "Autograd", with_keyset=True, allow_override=True)
+    except TypeError:  # a torch whose Library.impl has no allow_override: it always replaces
+        _LIB.impl(name.split("::")[1], kernel, "Autograd", with_keyset=True)
 
 
 def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
