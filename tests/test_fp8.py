@@ -109,12 +109,13 @@ def test_choose_and_export_cover_every_mode():
     reqs = fp8.export_requests()
     kws = [kw for _, _, kw in reqs]
     # per mode and accumulation: the four small-M widths (promoted: those up to 64 also split
-    # 2, 4, 8) and the 128-row tile (block scales promote either way: one set)
-    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27
+    # 2, 4, 8), the 128-row tile (block scales promote either way: one set) and, promoted,
+    # mid_m_tile's 128 x 64
+    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27 + 3
     for mode in numerics.FP8_SCALES:
         for fast in (False, True):
-            for M in (1, 64, 65, 4096):
-                for N in (None, 576, 4096, 6144, 28672):
+            for M in (1, 9, 16, 17, 64, 65, 512, 4096):
+                for N in (None, 576, 1536, 4096, 6144, 28672):
                     kw = fp8.choose_fp8(M, mode, fast, N=N, K=7168)
                     assert kw in kws, kw
                 assert kw["PROMOTE"] == (0 if fast and mode != "block" else 4)
@@ -520,7 +521,46 @@ def test_the_small_m_rule_fills_the_sms_and_explains_itself():
     assert fp8.small_m_width(64, 576, 132) == 16     # narrow N: the narrowest
     text = fp8.explain_fp8(16, 4096, 14336, "block")
     assert "BLK_N 32" in text and "128 tiles on 132 SMs" in text and "small_m_width" in text
-    assert "128-row tiles" in fp8.explain_fp8(2048, 4096, 4096)
+    assert "BLK 128x128, the fewest waves" in fp8.explain_fp8(2048, 4096, 4096)
+    assert "128-row tiles, BLK_N 256" in fp8.explain_fp8(2048, 4096, 4096, fast_accum=True)
+
+
+def test_a_thin_a_kernel_is_refused_for_a_larger_m_before_launch(monkeypatch):
+    """v13's A_ROWS (thin A stages, a lab keyword choose_fp8 does not pick): its rows past
+    A_ROWS would be another stage's bytes, so matmul_fp8 refuses a larger M before any launch."""
+    monkeypatch.setattr("tirx_gemm.op.matmul._gpu_arch", lambda device: ("sm_90a", 132))
+    monkeypatch.setattr(fp8, "check_fp8_operands",
+                        lambda a, b, sa, sb, odt, out: (32, 256, 256, "row", "bfloat16"))
+    kw = {**fp8.choose_fp8(8, "row", False, N=256, K=256), "A_ROWS": 8}
+    assert "A_ROWS" not in fp8.choose_fp8(1, "row", False, N=8192, K=28672)
+    with pytest.raises(ValueError, match="^A_ROWS=8 serves M <= 8, not M=32$"):
+        fp8.matmul_fp8(*(torch.empty(1),) * 4, out=torch.empty(1), _kwargs=kw)
+
+
+def test_thin_a_builder_refusals():
+    pytest.importorskip("tvm")
+    build = STEP.builder()
+    with pytest.raises(ValueError, match="A_ROWS is 8, 16 or 32 with BLK_M=64"):
+        build(128, 256, 1024, BLK_M=128, A_ROWS=16)
+    with pytest.raises(ValueError, match="A_ROWS=16 loads 16 rows of A per tile: M=40"):
+        build(40, 256, 1024, BLK_M=64, BLK_N=64, A_ROWS=16)
+    with pytest.raises(ValueError, match="reads 56 rows past the A ring"):
+        build(8, 16, 1024, BLK_M=64, BLK_N=16, A_ROWS=8, PIPE_DEPTH=2)
+
+
+def test_the_mid_m_rule_narrows_the_tile_only_where_128x128_tiles_leave_sms_idle():
+    """mid_m_tile (M > 128, promoted): fewest waves x rows loaded per stage; the two shapes
+    it was fit on (H200: 64 x 64 and 128 x 64 ran 1.85x and 1.37x faster than 128 x 128)
+    and shapes whose 128 x 128 tiles fill the SMs, which keep it."""
+    def tile(M, N, mode="tensor", fast=False):
+        kw = fp8.choose_fp8(M, mode, fast, N=N, K=7168)
+        return kw["BLK_M"], kw["BLK_N"]
+    assert tile(512, 576) == tile(512, 576, "block") == (64, 64)   # 20 tiles of 128 x 128
+    assert tile(512, 1536) == tile(512, 1536, "row") == (128, 64)  # 48
+    for M, N in ((512, 4096), (2048, 1536), (512, 10240), (8192, 8192), (3000, 3072)):
+        assert tile(M, N) == (128, 128), (M, N)
+    assert tile(512, 576, "tensor", True) == (128, 256)  # fast accumulation: unchanged
+    assert "mid_m_tile" in fp8.explain_fp8(512, 576, 7168, "row")
 
 
 def test_split_k_builder_refusals():

@@ -4,14 +4,14 @@ a Hopper GPU host.
 Default: every kernel fp8.choose_fp8 can pick (fp8.export_requests: SCALE tensor / row / block,
 fast_accum or not, BLK_M 64 / 128; RUNTIME_M and RUNTIME_NK, so they serve every shape), bf16
 out, for a GPU of --num-sms SMs; the per-tensor variants fp8_h200.py times next to them
-(fp8.lab_variants); and, unless --no-run-shapes, v13's registry builds at its GPU shapes
-(registry.gpu_shapes), which `python -m tirx_gemm.cli run v13 --arch sm_90a --mnk M,N,K
+(fp8_lab_variants.lab_variants); and, unless --no-run-shapes, v13's registry builds at its GPU
+shapes (registry.gpu_shapes), which `python -m tirx_gemm.cli run v13 --arch sm_90a --mnk M,N,K
 --bundle DIR` runs.
 
 With --suite FILE: the kernels `tirx-gemm bench --suite FILE` runs (suite.export_requests:
 the fp8 entries' picks over all M) and, with --candidates, the tile candidates fp8_suite_run.py
 times beside each pick (fp8.tile_candidates); --split-suite FILE adds the picks and K splits
-(fp8.split_candidates) of that suite's cases.
+(fp8.split_candidates) of that suite's cases. With --probe: the variants fp8_probe.py times.
 
   .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8/bundle [--suite FILE --candidates]
 """
@@ -27,6 +27,8 @@ from tirx_gemm.op import fp8
 from tirx_gemm.op import suite as suites
 from tirx_gemm.op.matmul import build_shape
 from tirx_gemm.compile import bundle
+
+from fp8_lab_variants import lab_variant_requests, lab_variants  # noqa: E402,F401 (this folder)
 
 
 def suite_requests(path, sms: int, candidates: bool, split_path=None):
@@ -64,17 +66,23 @@ def main(argv=None) -> int:
     ap.add_argument("--split-suite", default=None,
                     help="--suite: also the picks and K-split candidates of this suite's fp8 "
                          "cases (fp8.split_candidates)")
+    ap.add_argument("--probe", action="store_true",
+                    help="only the variants fp8_probe.py times beside the picks")
     ap.add_argument("--no-run-shapes", action="store_true",
                     help="only matmul_fp8's kernels, not the registry shapes `run` takes")
     a = ap.parse_args(argv)
     out = Path(a.out)
     bundle.check_out_dir(out)
-    if a.suite:
+    if a.probe:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from fp8_probe import probe_requests
+        reqs = probe_requests(a.num_sms)
+    elif a.suite:
         reqs = suite_requests(a.suite, a.num_sms, a.candidates, a.split_suite)
     else:
         reqs = fp8.export_requests(a.num_sms)
         seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
-        reqs += [r for r in fp8.lab_variant_requests(a.num_sms)
+        reqs += [r for r in lab_variant_requests(a.num_sms)
                  if tuple(sorted(r[2].items())) not in seen]
         if not a.no_run_shapes:
             step = registry.get(fp8.FP8_STEP, fp8.ARCH)

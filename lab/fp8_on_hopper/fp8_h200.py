@@ -19,8 +19,8 @@ On the GPU host (no TVM), from the checkout, with the bundle of lab/fp8_on_hoppe
    --reps launches, L2 flushed before each (a 256 MiB memset outside the timed events):
    v13 tensor / row (fast_accum False and True) and block, torch._scaled_mm per-tensor
    and rowwise (use_fast_accum False and True: the same accumulation contracts), and
-   torch.matmul in bf16; and per tensor, fp8.lab_variants: the first run's serial promotion
-   (128 x 128, and 64 x 128 where M <= 128) and the 128 x 128 tile without promotion,
+   torch.matmul in bf16; and per tensor, fp8_lab_variants.lab_variants: the first run's serial
+   promotion (128 x 128, and 64 x 128 where M <= 128) and the 128 x 128 tile without promotion,
    which separate the promotion's cost from the tile's. Every wait goes through the
    project's hang guard (TIRX_GEMM_KERNEL_TIMEOUT, run.launcher.synchronize).
 Writes one JSON line per check and per timing to --out, and prints progress and, per
@@ -39,6 +39,8 @@ import time
 import torch
 
 from tirx_gemm import matmul, numerics
+
+from fp8_lab_variants import lab_variants  # this folder (the script's own)
 
 from tirx_gemm.op import fp8
 from tirx_gemm.run.checking import compare
@@ -123,7 +125,7 @@ def time_shape(M, N, K, dev, reps, warmup, flush, emit):
                 *fp8.kernel_scales(sa, sb, mode))
         cands.append((name, lambda kern=kern, args=args: kern(*args)))
     qa, qb, sa, sb = make_inputs(M, N, K, "tensor", 7, dev)
-    for name, kw in fp8.lab_variants():
+    for name, kw in lab_variants():
         if kw["BLK_M"] == 64 and M > SMALL_M:
             continue
         out = torch.empty(M, N, dtype=torch.bfloat16, device=dev)

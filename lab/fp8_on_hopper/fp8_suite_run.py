@@ -3,7 +3,7 @@
 one JSON line per case, then a summary line per scale kind.
 
   TIRX_GEMM_BUNDLE=B python3 lab/fp8_on_hopper/fp8_suite_run.py SUITE --out F.jsonl \
-      [--candidates tiles|split|early] [--budget-s S]
+      [--candidates tiles|split|early|previous ...] [--budget-s S]
 """
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--candidates", choices=("tiles", "split", "early"), default=None,
-                    help="time beside each pick: the tile candidates (fp8.tile_candidates), "
-                         "its K splits (fp8.split_candidates) or, for block scales at large "
-                         "M, only the EARLY_SCALES=True tile")
+    ap.add_argument("--candidates", choices=("tiles", "split", "early", "previous"), nargs="+",
+                    default=(), help="time beside each pick: the tile candidates "
+                    "(fp8.tile_candidates), its K splits (fp8.split_candidates), for block "
+                    "scales at large M the EARLY_SCALES=True tile (early), the pick before "
+                    "the mid-M rule (mid_m_tile) where it changed it (previous); several may "
+                    "be named")
     ap.add_argument("--budget-s", type=float, default=None)
     a = ap.parse_args(argv)
     s = suites.load_suite(a.suite)
@@ -36,9 +38,17 @@ def main(argv=None) -> int:
           f"{len(s.fp8_cases())} fp8 cases", flush=True)
     def early(M, N, K, mode, dt, n):
         return [c for c in fp8.tile_candidates(M, N, K, mode, dt, n) if "EARLY_SCALES" in c[1]]
-    pick = {"tiles": fp8.tile_candidates, "split": fp8.split_candidates,
-            "early": early}.get(a.candidates)
-    extra = (lambda M, N, K, mode: pick(M, N, K, mode, "bfloat16", sms)) if pick else None
+    def previous(M, N, K, mode, dt, n):
+        # "previous": the pick before the mid-M rule (128 x 128 at M > 128), one name so that
+        # a record's candidates.previous can be aggregated
+        kw = fp8.choose_fp8(M, mode, False, dt, n, N=N, K=K)
+        if M > fp8.SMALL_M and (kw["BLK_M"], kw["BLK_N"]) != (128, 128):
+            return [("previous", {**kw, "BLK_M": 128, "BLK_N": 128})]
+        return []
+    fns = [{"tiles": fp8.tile_candidates, "split": fp8.split_candidates, "early": early,
+            "previous": previous}[c] for c in a.candidates]
+    extra = (lambda M, N, K, mode: [c for fn in fns for c in fn(M, N, K, mode, "bfloat16", sms)]) \
+        if fns else None
     t0 = time.time()
     with open(a.out, "a", encoding="utf-8") as f:
         def emit(rec):

@@ -16,6 +16,7 @@ from tirx_gemm import numerics
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 16, 256
 AUTO_DEPTH_MAX = 16
+THIN_A_DEPTH_MAX = 32         # A_ROWS < BLK_M: stages of B alone, as many as fit up to this
 SCALES = ("tensor", "row", "block")
 SCALE_BLOCK = 128             # block scaling: 1x128 blocks of A, 128x128 blocks of B
 # block scaling reads one scale of B per 128 columns: a tile must lie in one block of B
@@ -45,7 +46,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = False,
               RUNTIME_NK: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
               CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None,
-              SPLIT_K: int = 1, EARLY_SCALES: bool | None = None):
+              SPLIT_K: int = 1, EARLY_SCALES: bool | None = None, A_ROWS: int | None = None):
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
     Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a
@@ -65,7 +66,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       WS[s, tile] and counts it on CNT; the last sums the slabs in split order, scales,
       stores D. Operands WS (S, tiles, BLK_M * BLK_N) fp32, CNT (tiles * BLK_M / 64,) int32
       after SB, CNT zero at launch. EARLY_SCALES: both stages' block scales loaded early.
-    Contracts/Barriers: v12's: tma2mma counts 1 (expect_tx (BLK_M + BLK_N) x 128 bytes,
+    A_ROWS (BLK_M 64; 8|16|32), M <= A_ROWS: thin A stages (the lesson; unpicked, not yet run).
+    Contracts/Barriers: v12's: tma2mma counts 1 (expect_tx (A_ROWS + BLK_N) x 128 bytes,
       a stage past K included), mma2tma counts BLK_M // 64; overlapped: stage 2j released
       after wait_group 1, 2j+1 after wait_group 0; serial: after wait_group 0.
     Constraints: any M >= 1; N a multiple of 8; K a multiple of 16; dtype float16 or
@@ -120,6 +122,14 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     if EARLY_SCALES and not (SCALE == "block" and PIPELINED):
         raise ValueError("EARLY_SCALES=True is for SCALE='block' with the overlapped promotion")
     EARLY = EARLY_SCALES
+    if A_ROWS is None:
+        A_ROWS = BLK_M
+    if A_ROWS != BLK_M and (BLK_M != 64 or A_ROWS not in (8, 16, 32)):
+        raise ValueError(f"A_ROWS={A_ROWS!r} with BLK_M={BLK_M}: A_ROWS is 8, 16 or 32 with "
+                         f"BLK_M=64 (one consumer), or BLK_M")
+    if A_ROWS < BLK_M and not RUNTIME_M and M > A_ROWS:
+        raise ValueError(f"A_ROWS={A_ROWS} loads {A_ROWS} rows of A per tile: M={M} needs "
+                         f"M <= A_ROWS")
     if isinstance(SPLIT_K, bool) or not isinstance(SPLIT_K, int) or SPLIT_K < 1:
         raise ValueError(f"SPLIT_K={SPLIT_K!r} must be a positive int")
     if SPLIT_K > 1 and not PIPELINED:
@@ -150,13 +160,18 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     EPI_BUFS = 2 if TMA_CHUNKS % 2 == 0 else 1
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
         if TMA_CHUNKS else 0
-    A_STAGE_BYTES = W.fp8_tile_bytes(BLK_M)
+    A_STAGE_BYTES = W.fp8_tile_bytes(A_ROWS)
     B_STAGE_BYTES = W.fp8_tile_bytes(BLK_N)
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
-    if PIPE_DEPTH is None:
-        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING))
+    if PIPE_DEPTH is None:  # thin A stages (A_ROWS < BLK_M): a deeper ring of B
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX if A_ROWS == BLK_M else THIN_A_DEPTH_MAX,
+                         H.ring_stages(STAGE_BYTES, STAGING))
     W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
+    if A_ROWS < BLK_M and PIPE_DEPTH * B_STAGE_BYTES < W.fp8_tile_bytes(BLK_M - A_ROWS):
+        raise ValueError(f"A_ROWS={A_ROWS}: the last stage's wgmma reads "
+                         f"{BLK_M - A_ROWS} rows past the A ring, inside the B ring, which "
+                         f"is smaller; use a deeper ring or a wider BLK_N")
     # setmaxnreg when a consumer thread holds more than 96 accumulator and packed values
     SPLIT_REGS = NUM_CONSUMERS > 1 and \
         (PROMOTED_LIVE if PROMOTED else ACC_REGS + PACKED_REGS) > 96
@@ -199,7 +214,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     SA_SHAPE, SB_SHAPE = scale_shapes(SCALE, M_DIM, N_DIM, K_DIM)
     IS_TENSOR, IS_ROW, IS_BLOCK = SCALE == "tensor", SCALE == "row", SCALE == "block"
 
-    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE)
+    A_layout = H.swizzled_layout((PIPE_DEPTH, A_ROWS, BLK_K), W.FP8_STORAGE)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
@@ -214,7 +229,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         # --- allocate ---
         pool = T.SMEMPool()
         # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx
-        #   of the (BLK_M + BLK_N) x 128-byte box pair, zero-filled edges included); every
+        #   of the (A_ROWS + BLK_N) x 128-byte box pair, zero-filled edges included); every
         #   consumer thread waits. Initial phase 0; consumers wait from phase 0.
         # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
         #   once its wgmmas have finished reading stage s; the producer waits from
@@ -224,7 +239,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         if S > 1:  # SPLIT_K: a consumer's count before its own
             arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
+        Asmem = pool.alloc((PIPE_DEPTH, A_ROWS, BLK_K), W.FP8_STORAGE, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
         if TMA_CHUNKS > 0:
             Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
@@ -254,7 +269,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     for k in T.serial(n_loads, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         W.tma_load_fp8_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
-                                             A, B, m_st, n_st, (k0 + k) * BLK_K, BLK_M, BLK_N,
+                                             A, B, m_st, n_st, (k0 + k) * BLK_K, A_ROWS, BLK_N,
                                              tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()

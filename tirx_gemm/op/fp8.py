@@ -37,13 +37,13 @@ Conventions: torch._scaled_mm's where they fit.
   consumer warpgroup, and the width W of SMALL_M_WIDTHS (128, 64, 32, 16: one m64nWk32
   wgmma per k32 step) whose busiest CTA streams the fewest columns of b, a fixed cost per
   tile counted as TILE_COST_COLUMNS columns (:func:`small_m_width`: at 1x4096x4096, 128
-  tiles of width 32 on 132 SMs); else BLK_M 128 x BLK_N 128, or 256 for fast_accum
-  without block scaling (an unpromoted 128x256 tile fits the registers; the overlapped
-  promotion's acc + two partial sums fit up to BLK_N 128). One kernel per (mode,
+  tiles of width 32 on 132 SMs); else promoted :func:`mid_m_tile` (128 x 128
+  unless its tiles leave SMs idle that 128 x 64 or 64 x 64 fill), or 128 x 256 for
+  fast_accum without block scaling (an unpromoted 128x256 tile fits the registers; the
+  overlapped promotion's acc + two partial sums fit up to BLK_N 128). One kernel per (mode,
   fast_accum, tile, out dtype) serves every shape: v13 is built with RUNTIME_M and
-  RUNTIME_NK, so a bundle holds 52 kernels per out dtype (:func:`export_requests`: the
-  small-M widths, those up to 64 also with SPLIT_K), and a suite's fp8 entries need only their picks
-  (:func:`suite_requests`).
+  RUNTIME_NK, so a bundle holds 55 kernels per out dtype (:func:`export_requests`), and a
+  suite's fp8 entries need only their picks (:func:`suite_requests`).
 * deep K at small M (:func:`split_k`): where even the narrowest tiles leave more than half
   the SMs idle, SPLIT_K = S units per tile each sum whole pairs of 128-K stages; the unit
   counted last adds the S partial tiles in split order (deterministic) and applies the
@@ -73,7 +73,7 @@ from tirx_gemm.op.operands import check_dense, check_no_overlap
 
 __all__ = ["matmul_fp8", "scale_mode", "check_fp8_operands", "choose_fp8", "explain_fp8",
            "small_m_width", "variants", "suite_requests", "tile_candidates", "export_requests",
-           "FP8_STEP", "OUT_DTYPES", "lab_variants", "lab_variant_requests"]
+           "FP8_STEP", "OUT_DTYPES"]
 
 FP8_STEP = "v13"
 ARCH = "sm_90a"
@@ -254,6 +254,8 @@ def _choose(M, mode, fast_accum, out_dtype, sm_count, N, K, why: list) -> dict:
         blk_m, blk_n = 64, small_m_width(M, N, sm_count, why)
         if promote and N is not None and K is not None:
             split = split_k(M, N, K, blk_n, sm_count, why)
+    elif promote and N is not None:
+        blk_m, blk_n = mid_m_tile(M, N, sm_count, why)
     else:
         blk_m, blk_n = 128, (256 if promote == 0 else 128)
         acc = "unpromoted" if promote == 0 else "promoted"
@@ -286,6 +288,23 @@ def split_k(M: int, N: int, K: int, blk_n: int, sm_count: int, why: list | None 
 
 SPLITS = (2, 4, 8)
 SPLIT_WIDTH_MAX = 64  # widths SPLIT_K is built for (block scales at 128 wide spill with it)
+MID_M_TILES = ((128, 128), (128, 64), (64, 64))  # promoted tiles at M > SMALL_M, widest first
+
+
+def mid_m_tile(M: int, N: int, sm_count: int, why: list | None = None) -> tuple[int, int]:
+    """(BLK_M, BLK_N) of a promoted call at M > SMALL_M: of MID_M_TILES, the fewest waves of
+    tiles times the rows a tile loads per stage (BLK_M + BLK_N: these shapes wait on loads);
+    ties go to the wider. 128 x 128 unless its tiles leave SMs idle that a narrower tile's
+    fill: on an H200, 512x576x7168 ran 1.84x faster at 64 x 64 (20 tiles of 128 x 128), and
+    512x1536x7168 1.38x at 128 x 64 (lab/fp8_on_hopper/records/fp8_probe_h200.jsonl)."""
+    cost = {t: _ceil_div(_ceil_div(M, t[0]) * _ceil_div(N, t[1]), sm_count) * sum(t)
+            for t in MID_M_TILES}
+    best = min(MID_M_TILES, key=lambda t: cost[t])  # min keeps the first (widest) of a tie
+    if why is not None:
+        why.append(f"M={M} > {SMALL_M}: BLK {best[0]}x{best[1]}, the fewest waves x rows loaded "
+                   f"per stage among {', '.join(f'{a}x{b}' for a, b in MID_M_TILES)} "
+                   f"(mid_m_tile)")
+    return best
 
 
 # small M (one or two 64-row tiles): a wgmma m64nWk32 per k32 step, W from SMALL_M_WIDTHS,
@@ -387,7 +406,10 @@ def export_requests(sm_count: int = spec.SM_COUNT[ARCH], out_dtypes=("bfloat16",
                     from tirx_gemm import splitk
                     kws += [{**small, "BLK_N": w, "SPLIT_K": S, "L2_GROUP": splitk.l2_group_for(S)}
                             for w in SMALL_M_WIDTHS if w <= SPLIT_WIDTH_MAX for S in SPLITS]
-                for kw in kws + [choose_fp8(SMALL_M + 1, mode, fast, odt, sm_count)]:
+                big = choose_fp8(SMALL_M + 1, mode, fast, odt, sm_count)
+                if big["PROMOTE"]:  # and the narrower mid-M tiles (mid_m_tile)
+                    kws += [{**big, "BLK_M": bm, "BLK_N": bn} for bm, bn in MID_M_TILES]
+                for kw in kws + [big]:
                     key = tuple(sorted(kw.items()))
                     if key not in seen:
                         seen.add(key)
@@ -438,28 +460,6 @@ def split_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat
     return out + [(f"v13 {pick['BLK_M']}x{pick['BLK_N']} split{S}",
                    {**plain, "SPLIT_K": S, "L2_GROUP": splitk.l2_group_for(S)})
                   for S in SPLITS if pairs >= S and S != pick.get("SPLIT_K")]
-
-
-def lab_variants(sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
-    """(name, v13 keywords) of the per-tensor bf16 kernels lab/fp8_on_hopper/fp8_h200.py times
-    next to choose_fp8's, to separate the promotion's cost from the tile's: the
-    serial promotion (128 x 128, PROMOTE_OVERLAP=False) and the 128 x 128 tile without
-    promotion; the small-M tiles (64 x 128 promoted serially, for M <= 64)."""
-    base = {"dtype": "bfloat16", "SCALE": "tensor", "RUNTIME_M": True, "RUNTIME_NK": True,
-            "SM_COUNT": sm_count}
-    return [("v13 tensor serial 128x128", {**base, "PROMOTE": 4, "PROMOTE_OVERLAP": False,
-                                           "BLK_M": 128, "BLK_N": 128}),
-            ("v13 tensor fast 128x128", {**base, "PROMOTE": 0, "BLK_M": 128, "BLK_N": 128}),
-            ("v13 tensor serial 64x128", {**base, "PROMOTE": 4, "PROMOTE_OVERLAP": False,
-                                          "BLK_M": 64, "BLK_N": 128})]
-
-
-def lab_variant_requests(sm_count: int = spec.SM_COUNT[ARCH]):
-    """lab_variants as bundle requests (step, nominal build shape, keywords)."""
-    from tirx_gemm.op.matmul import build_shape
-    step = registry.get(FP8_STEP, ARCH)
-    return [(step, build_shape((kw["BLK_M"], 256, 256), kw), kw)
-            for _, kw in lab_variants(sm_count)]
 
 
 _lock = threading.Lock()
@@ -538,6 +538,8 @@ def matmul_fp8(a, b, scale_a, scale_b, out_dtype=None, *, out=None, fast_accum: 
         out = torch.empty((M, N), dtype=out_dtype, device=a.device)
     if M == 0:
         return out
+    if M > kw.get("A_ROWS", M):  # v13's thin A stages (lab keywords): rows past A_ROWS unloaded
+        raise ValueError(f"A_ROWS={kw['A_ROWS']} serves M <= {kw['A_ROWS']}, not M={M}")
     split = kw.get("SPLIT_K") or 1
     if split > 1 and _ceil_div(_ceil_div(K, SCALE_BLOCK), 2) < split:
         raise ValueError(f"SPLIT_K={split} at K={K}: each split needs a pair of 128-K stages "

@@ -17,11 +17,14 @@ Make one with ``Fp8Linear.from_linear(layer, scale="row")`` (quantizes the weigh
 kind read from the scale's shape; bf16/fp16 scales are widened to fp32 once).
 
 forward(x): the activations are quantized by torch ops (amax per token or per 1x128 block,
-divide, cast to e4m3: one fused kernel under torch.compile, a few in eager mode; their time
-is part of the layer's), then ``tirx_gemm.matmul_fp8`` (the custom op
-``torch.ops.tirx_gemm.matmul_fp8`` while torch.compile traces: a fake implementation gives
-its shape, so ``fullgraph=True`` holds, and CUDA graphs capture both paths), then the bias
-is added. Leading dimensions are flattened as F.linear does. Where the kernels cannot run
+scale, cast to e4m3; their time is part of the layer's), then ``tirx_gemm.matmul_fp8``, then
+the bias is added. While torch.compile traces, those three steps are one custom op,
+``torch.ops.tirx_gemm.fp8_linear`` (a fake implementation gives its shape, so
+``fullgraph=True`` holds; CUDA graphs capture both paths): inductor would otherwise fuse the
+quantization with the ops before it and skip their bf16 roundings (and the product's before
+the e4m3 cast), which moves values across e4m3 steps, so compiled and eager results differed
+by about 2% relative. As one op, the layer computes the same thing in both modes. Leading
+dimensions are flattened as F.linear does. Where the kernels cannot run
 (no sm_90a GPU, grad mode with a bias that requires grad, ...), it computes
 ``F.linear(x, dequantized weight, bias)`` in x's dtype instead (no activation quantization),
 counted in ``fallbacks`` with one warning per reason; ``strict=True`` raises instead.
@@ -44,11 +47,13 @@ import torch.nn.functional as F
 from tirx_gemm.op import fp8
 from tirx_gemm.op import nn as _nn
 
-__all__ = ["Fp8Linear", "patch_fp8", "quantize_activation", "matmul_fp8", "OP", "LAYER_SCALES"]
+__all__ = ["Fp8Linear", "patch_fp8", "quantize_activation", "matmul_fp8", "OP", "LAYER_OP",
+           "LAYER_SCALES"]
 
 LAYER_SCALES = ("row", "block", "tensor")
 E4M3 = torch.float8_e4m3fn
 NAME = "tirx_gemm::matmul_fp8"
+LAYER_NAME = "tirx_gemm::fp8_linear"
 
 
 @torch.library.custom_op(NAME, mutates_args=())
@@ -88,6 +93,41 @@ def check_fake(a, b, scale_a, scale_b, out_dtype) -> None:
     mode = fp8.scale_mode(scale_a.shape, scale_b.shape, M, N, K)
     if mode == "block" and K % fp8.SCALE_BLOCK:
         raise ValueError(f"K={K} with block scales: {fp8.block_k_rule()}")
+
+
+@torch.library.custom_op(LAYER_NAME, mutates_args=())
+def _layer_op(x: torch.Tensor, weight: torch.Tensor, scale_b: torch.Tensor,
+              bias: Optional[torch.Tensor], scale: str, out_dtype: torch.dtype) -> torch.Tensor:
+    return layer_product(x, weight, scale_b, bias, scale, out_dtype)
+
+
+@_layer_op.register_fake
+def _layer_fake(x, weight, scale_b, bias, scale, out_dtype):
+    _check_scale_kind(scale)
+    if x.dim() != 2 or x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"x must be 2-D bf16, fp16 or fp32 activations, got {x.dtype} "
+                         f"{tuple(x.shape)}")
+    M, K = x.shape
+    if scale == "block" and K % fp8.SCALE_BLOCK:
+        raise ValueError(f"K={K} with block scales: {fp8.block_k_rule()}")
+    sa = {"row": (M, 1), "block": (M, K // fp8.SCALE_BLOCK), "tensor": (1,)}[scale]
+    check_fake(x.new_empty((M, K), dtype=E4M3), weight, x.new_empty(sa, dtype=torch.float32),
+               scale_b, out_dtype)
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"bias has shape {tuple(bias.shape)}, expected ({weight.shape[0]},)")
+    return x.new_empty((M, weight.shape[0]), dtype=out_dtype)
+
+
+LAYER_OP = torch.ops.tirx_gemm.fp8_linear.default
+
+
+def layer_product(x2d, weight, scale_b, bias, scale: str, out_dtype):
+    """An Fp8Linear's product on 2-D activations: quantize them (quantize_activation), the
+    scaled GEMM, the bias. The custom op LAYER_OP runs exactly this, so compiled and eager
+    layers compute the same thing."""
+    qa, sa = quantize_activation(x2d, scale)
+    y = fp8.matmul_fp8(qa, weight, sa, scale_b, out_dtype)
+    return y if bias is None else y + bias
 
 
 def matmul_fp8(a, b, scale_a, scale_b, out_dtype=None):
@@ -276,12 +316,10 @@ class Fp8Linear(torch.nn.Module):
         return self._gemm(x)
 
     def _gemm(self, x):
-        a = x.reshape(-1, self.in_features)
-        qa, sa = quantize_activation(a, self.scale)
-        y = matmul_fp8(qa, self.weight, sa, _kernel_scale(self.weight_scale, self.scale),
-                       self.out_dtype)
-        if self.bias is not None:
-            y = y + self.bias
+        args = (x.reshape(-1, self.in_features), self.weight,
+                _kernel_scale(self.weight_scale, self.scale), self.bias, self.scale,
+                self.out_dtype)
+        y = LAYER_OP(*args) if torch.compiler.is_compiling() else layer_product(*args)
         return y.view(*x.shape[:-1], self.out_features)
 
     def _fallback(self, x, why: str):
