@@ -1,8 +1,9 @@
 """tirx_gemm.grouped_mm on a GPU (marked `gpu`): grouped correctness against torch (contiguous and
-masked, empty experts, one expert holding every row, bias and row scale), CUDA-graph replay
+masked, empty experts, one expert holding every row, bias, row scale and SwiGLU -- fused in
+v14's epilogue, launched directly and through the op -- and split stores), CUDA-graph replay
 with new routing, torch.compile(fullgraph=True), the refusals on CUDA tensors, and tirx_gemm
-Experts / patch_moe against a Mixtral-style and a Qwen3-MoE-style block (transformers' own
-when it is installed, else the CPU tests' copies of their structure).
+Experts / patch_moe against a Mixtral-style and a Qwen3-MoE-style block (transformers' own when
+it is installed, else the CPU tests' copies of their structure).
 
 Skipped without a CUDA GPU of arch sm_90a; the tests that launch v14 skip when its kernels
 cannot be had (no bundle in TIRX_GEMM_BUNDLE and no TVM here, or a bundle without the kernel:
@@ -186,8 +187,12 @@ def test_masked_matches_torch(kernels):
         assert out[e, c:].isnan().all(), f"expert {e}: rows past counts were written"
 
 
-def test_bias_and_scale(kernels):
-    from tirx_gemm.op.grouped import grouped_mm
+@pytest.mark.parametrize("fused", [False, True], ids=["torch_epilogue", "fused"])
+def test_bias_and_scale(kernels, fused, monkeypatch):
+    from tirx_gemm.op import grouped_epilogue as GE
+    from tirx_gemm.op.grouped import clear_cache, grouped_mm
+    monkeypatch.setattr(GE, "ENABLED", fused)
+    clear_cache()
     E, N, K = SHAPES[0]
     a, w = operands(256, E, N, K, BF16)
     offs = routing(256, E)
@@ -198,6 +203,94 @@ def test_bias_and_scale(kernels):
                                right=True)
     want = (reference(a, w, offs) + bias.float()[owner]) * scale[:, None]
     assert rel_err(got, want) < TOL
+
+
+# v14's fused epilogue (ROW_SCALE, BIAS, SWIGLU) and split stores (STORE_STEPS), each launched
+# directly at (E, N, K) = SHAPES[0], bf16: (name, layout, the tile's and epilogue's keywords).
+# lab/moe_grouped_gemm/export_bundle.py --tests exports these.
+FUSED_CASES = [
+    ("tile", "contiguous", dict(BLK_M=128, BLK_N=128, ROW_SCALE=True, BIAS=True)),
+    ("swap", "contiguous", dict(BLK_M=64, BLK_N=16, SWAP_AB=True, ROW_SCALE=True, BIAS=True)),
+    ("masked", "masked", dict(BLK_M=128, BLK_N=128, ROW_SCALE=True, BIAS=True)),
+    ("masked_swap", "masked", dict(BLK_M=64, BLK_N=16, SWAP_AB=True, ROW_SCALE=True, BIAS=True)),
+    ("split_stores", "contiguous", dict(BLK_M=128, BLK_N=256, STORE_STEPS=4)),
+    ("split_stores_fused", "contiguous", dict(BLK_M=128, BLK_N=256, STORE_STEPS=4,
+                                              ROW_SCALE=True)),
+    ("swiglu_halves", "contiguous", dict(BLK_M=128, BLK_N=256, SWIGLU="halves")),
+    ("swiglu_interleaved", "contiguous", dict(BLK_M=128, BLK_N=128, SWIGLU="interleaved",
+                                              STORE_STEPS=2)),
+    ("swiglu_halves_masked", "masked", dict(BLK_M=128, BLK_N=128, SWIGLU="halves")),
+]
+FUSED_ROWS = 333  # a's rows (contiguous) or rows per expert (masked): partial tiles
+
+
+def fused_kernel_keywords(layout, tile, sm_count=132):
+    """The v14 keywords of a FUSED_CASES case: the op's base keywords with the case's."""
+    from tirx_gemm.op.grouped import choose_grouped
+    E, N, K = SHAPES[0]
+    _, kw = choose_grouped(FUSED_ROWS, E, N, K, "bfloat16", layout, "sm_90a", sm_count)
+    kw = {k: v for k, v in kw.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP")}
+    return {**kw, **tile}
+
+
+def fused_reference(acc, kw, bias_e, scale_rows):
+    """What v14's epilogue makes of an expert's fp32 rows ``acc``: bias, scale, or SwiGLU."""
+    if kw.get("SWIGLU") == "halves":
+        gate, up = acc.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    if kw.get("SWIGLU") == "interleaved":
+        g = acc.unflatten(-1, (-1, 2, 8))
+        return (F.silu(g[:, :, 0]) * g[:, :, 1]).flatten(-2)
+    if kw.get("BIAS"):
+        acc = acc + bias_e.float()
+    if kw.get("ROW_SCALE"):
+        acc = acc * scale_rows[:, None]
+    return acc
+
+
+@pytest.mark.parametrize("name,layout,tile", FUSED_CASES, ids=[c[0] for c in FUSED_CASES])
+def test_fused_epilogue_kernels(kernels, name, layout, tile):
+    """The kernel itself against fp32 torch: D = (A_e @ B_e^T + bias[e]) * scale[row], or
+    silu(gate) * up (SWIGLU, D N/2 wide); rows no expert owns stay untouched (NaN)."""
+    from tirx_gemm.op import grouped as G
+    from tirx_gemm.op.operands import _gpu_arch
+    E, N, K = SHAPES[0]
+    M, ND = FUSED_ROWS, N // 2 if tile.get("SWIGLU") else N
+    kw = fused_kernel_keywords(layout, tile, _gpu_arch(torch.device("cuda"))[1])
+    kernel = _serve(lambda: G._load("v14", "sm_90a", N, K, kw)[0])
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = torch.randn(E, N, K, device="cuda", dtype=BF16, generator=g) / K ** 0.5
+    bias = torch.randn(E, N, device="cuda", dtype=BF16, generator=g)
+    ops_of = lambda scale: ([scale] * bool(kw.get("ROW_SCALE"))  # noqa: E731
+                            + [bias] * bool(kw.get("BIAS")))
+    if layout == "contiguous":
+        a = torch.randn(M, K, device="cuda", dtype=BF16, generator=g)
+        offs = routing(M - 20, E, seed=3)  # the last 20 rows belong to no expert
+        scale = torch.rand(M, device="cuda", generator=g) + 0.5
+        out = torch.full((M, ND), float("nan"), device="cuda", dtype=BF16)
+        _serve(lambda: kernel(a, w, out, offs, *ops_of(scale)))
+        start = 0
+        for e, end in enumerate(offs.tolist()):
+            if end > start:
+                want = fused_reference(a[start:end].float() @ w[e].float().T, kw, bias[e],
+                                       scale[start:end])
+                assert rel_err(out[start:end], want) < TOL, (name, e)
+            start = end
+        assert out[start:].isnan().all(), f"{name}: rows past offs[-1] were written"
+    else:
+        a = torch.randn(E, M, K, device="cuda", dtype=BF16, generator=g)
+        counts = torch.tensor([M, 0, 1, 17, M - 1, 64, 65, 200], dtype=torch.int32,
+                              device="cuda")
+        scale = torch.rand(E, M, device="cuda", generator=g) + 0.5
+        out = torch.full((E, M, ND), float("nan"), device="cuda", dtype=BF16)
+        _serve(lambda: kernel(a, w, out, counts, *ops_of(scale)))
+        for e in range(E):
+            c = int(counts[e])
+            if c:
+                want = fused_reference(a[e, :c].float() @ w[e].float().T, kw, bias[e],
+                                       scale[e, :c])
+                assert rel_err(out[e, :c], want) < TOL, (name, e)
+            assert out[e, c:].isnan().all(), f"{name}: expert {e}'s rows past counts written"
 
 
 def test_graph_replay_follows_new_routing(kernels):
@@ -268,8 +361,13 @@ def _blocks():
     return out
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["torch_epilogues", "fused"])
 @pytest.mark.parametrize("name,build", _blocks(), ids=[n for n, _ in _blocks()])
-def test_patch_moe_within_bf16_tolerance(kernels, name, build):
+def test_patch_moe_within_bf16_tolerance(kernels, name, build, fused, monkeypatch):
+    from tirx_gemm.op import grouped as G, grouped_epilogue as GE, grouped_swiglu as GS
+    monkeypatch.setattr(GE, "ENABLED", fused)  # SwiGLU and the row scale in v14's epilogue
+    G.clear_cache()
+    GS._calls.clear()
     from tirx_gemm.op import moe
     block = build()
     for tokens in (1, 16, 300):

@@ -32,30 +32,66 @@ def _reference(a, w_t, offs):
     return out
 
 
-def _fake_kernel(calls):
-    """A stand-in for v14's launch on CPU tensors: D_e = A_e @ B[e].T, per the contract."""
-    def kernel(A, B, D, index):
+def _fake_kernel(calls, kwargs=None):
+    """A stand-in for v14's launch on CPU tensors, per the contract: D_e = A_e @ B[e].T, and
+    with the epilogue keywords (operands after routing: scale, then bias) D_e = (A_e @ B[e].T
+    + bias[e]) * scale[rows of e] in fp32, one rounding; scale float32 (M,) or masked (E, M),
+    bias (E, N) in D's dtype."""
+    kw = kwargs or {}
+
+    def kernel(A, B, D, index, *extra):
         calls.append((tuple(A.shape), tuple(B.shape), B.is_contiguous(), index.dtype))
         assert B.is_contiguous() and index.dtype == torch.int32
+        assert len(extra) == bool(kw.get("ROW_SCALE")) + bool(kw.get("BIAS"))
+        scale = extra[0] if kw.get("ROW_SCALE") else None
+        bias = extra[-1] if kw.get("BIAS") else None
+        if scale is not None:
+            assert scale.dtype == torch.float32 and scale.is_contiguous()
+            assert tuple(scale.shape) == tuple(D.shape[:-1])
+        if bias is not None:
+            assert bias.dtype == D.dtype and tuple(bias.shape) == (B.shape[0], B.shape[1])
+
+        def rows(e, lo, hi, a):
+            acc = a.float() @ B[e].float().T
+            if kw.get("SWIGLU") == "halves":  # gate rows [0, N/2), up rows [N/2, N)
+                gate, up = acc.chunk(2, dim=-1)
+                return (F.silu(gate) * up).to(D.dtype)
+            if kw.get("SWIGLU") == "interleaved":  # 8 gate rows, 8 up rows, ...
+                g = acc.unflatten(-1, (-1, 2, 8))
+                return (F.silu(g[:, :, 0]) * g[:, :, 1]).flatten(-2).to(D.dtype)
+            if bias is not None:
+                acc = acc + bias[e].float()
+            if scale is not None:
+                acc = acc * (scale[lo:hi] if A.dim() == 2 else scale[e, lo:hi])[:, None]
+            return acc.to(D.dtype)
         if A.dim() == 2:
             start = 0
             for e, end in enumerate(index.tolist()):
-                D[start:end] = (A[start:end].float() @ B[e].float().T).to(D.dtype)
+                D[start:end] = rows(e, start, end, A[start:end])
                 start = end
         else:
             for e, c in enumerate(index.tolist()):
-                D[e, :c] = (A[e, :c].float() @ B[e].float().T).to(D.dtype)
+                D[e, :c] = rows(e, 0, c, A[e, :c])
     return kernel
+
+
+class _Calls(list):
+    """The stand-in's launches (a list) and, in ``loads``, the keywords of each kernel load."""
 
 
 @pytest.fixture
 def cpu_launch(monkeypatch):
     """grouped_mm's plumbing on CPU: the device checks off, the kernel a torch stand-in."""
-    calls = []
+    calls = _Calls()
     monkeypatch.setattr(G, "check_grouped", functools.partial(G.check_grouped,
                                                               require_cuda=False))
     monkeypatch.setattr(G, "_gpu", lambda device: ("sm_90a", 132))
-    monkeypatch.setattr(G, "_load", lambda *a, **k: (_fake_kernel(calls), "v14 stand-in"))
+    calls.loads = []  # the keywords each load asked for
+
+    def load(step_id, arch, N, K, kwargs):
+        calls.loads.append(dict(kwargs))
+        return _fake_kernel(calls, kwargs), "v14 stand-in"
+    monkeypatch.setattr(G, "_load", load)
     G.clear_cache()
     yield calls
     G.clear_cache()
@@ -194,6 +230,100 @@ def test_plumbing_bias_scale_masked(cpu_launch):
         assert out[e, c:].isnan().all()  # rows past counts[e] are not written
     full = G.grouped_mm(am, w)  # 3-D x 3-D without counts: torch's batched form
     torch.testing.assert_close(full, F.grouped_mm(am, w.transpose(1, 2)), atol=3e-2, rtol=3e-2)
+
+
+@pytest.fixture
+def fused_on(monkeypatch):
+    """The fused epilogues opted in (grouped_epilogue.ENABLED; off by default)."""
+    from tirx_gemm.op import grouped_epilogue as GE
+    monkeypatch.setattr(GE, "ENABLED", True)
+
+
+def test_fused_epilogues_are_off_by_default(cpu_launch):
+    """Until the fused kernels run on a GPU: bias, scale and SwiGLU take the plain kernel."""
+    from tirx_gemm.op import grouped_epilogue as GE
+    from tirx_gemm.op import grouped_swiglu as GS
+    assert GE.ENABLED is False
+    a, w, offs = _operands()
+    G.grouped_mm(a, w, offs, bias=torch.randn(4, 16).to(BF16), scale=torch.rand(10))
+    GS._calls.clear()
+    big = torch.randn(300, 32).to(BF16)
+    GS.swiglu_mm(big, torch.randn(2, 32, 32).to(BF16), torch.tensor([100, 300],
+                                                                   dtype=torch.int32))
+    assert all(not (set(k) & {"ROW_SCALE", "BIAS", "SWIGLU"}) for k in cpu_launch.loads)
+    assert "BIAS, ROW_SCALE (off: grouped_epilogue.ENABLED)" in G.explain_grouped(
+        10, 4, 16, 32, "bfloat16")
+
+
+def test_bias_and_scale_fused_on_sm90a(cpu_launch, fused_on):
+    """bias in a's dtype and a scale: one launch of the fused kernel (ROW_SCALE, BIAS; scale
+    passed as float32, a shared (N,) bias expanded to (E, N)); a float32 bias: the plain kernel
+    and torch ops after it, bias first, so the scale is not fused either."""
+    a, w, offs = _operands()
+    owner = torch.tensor([0, 0, 0, 2, 2, 2, 2, 2, 3, 3])
+    ref = _reference(a, w.transpose(1, 2), offs)
+    scale = torch.rand(10).to(BF16)
+    for bias, rows in ((torch.randn(4, 16).to(BF16), lambda b: b.float()[owner]),
+                       (torch.randn(16).to(BF16), lambda b: b.float())):
+        G.clear_cache()
+        cpu_launch.loads.clear()
+        got = G.grouped_mm(a, w, offs, bias=bias, scale=scale)
+        assert [(k.get("ROW_SCALE"), k.get("BIAS")) for k in cpu_launch.loads] == [(True, True)]
+        torch.testing.assert_close(got.float(), (ref + rows(bias)) * scale.float()[:, None],
+                                   atol=3e-2, rtol=3e-2)
+    G.clear_cache()
+    cpu_launch.loads.clear()
+    bias32 = torch.randn(4, 16)
+    got = G.grouped_mm(a, w, offs, bias=bias32, scale=scale)
+    assert [("ROW_SCALE" in k, "BIAS" in k) for k in cpu_launch.loads] == [(False, False)]
+    torch.testing.assert_close(got.float(), (ref + bias32[owner]) * scale.float()[:, None],
+                               atol=3e-2, rtol=3e-2)
+    assert "fused epilogues of v14 on sm_90a: BIAS, ROW_SCALE;" in G.explain_grouped(
+        10, 4, 16, 32, "bfloat16")
+    assert "fused epilogues of v14 on sm_100a: none" in G.explain_grouped(
+        10, 4, 16, 32, "bfloat16", arch="sm_100a")
+
+
+def test_fused_kernel_missing_falls_back_unfused(cpu_launch, fused_on, monkeypatch):
+    """A fused kernel the bundle lacks (no TVM to build it): the plain kernel, then torch ops."""
+    plain = G._load
+
+    def load(step_id, arch, N, K, kwargs):
+        if "ROW_SCALE" in kwargs:
+            raise ValueError("no kernel for v14 in bundle B (not exported)")
+        return plain(step_id, arch, N, K, kwargs)
+    monkeypatch.setattr(G, "_load", load)
+    a, w, offs = _operands()
+    scale = torch.rand(10)
+    got = G.grouped_mm(a, w, offs, scale=scale)
+    ref = _reference(a, w.transpose(1, 2), offs) * scale[:, None]
+    torch.testing.assert_close(got.float(), ref, atol=3e-2, rtol=3e-2)
+    assert [("ROW_SCALE" in k) for k in cpu_launch.loads] == [False]
+
+
+@pytest.mark.parametrize("gate_up", ["halves", "interleaved"])
+def test_swiglu_fused_past_decode(cpu_launch, fused_on, gate_up):
+    """Past DECODE_TOKENS tokens per expert on sm_90a: one launch of the SWIGLU kernel writing
+    (M, I); at decode (swap-AB): grouped_mm, then swiglu_rows. Both match the reference."""
+    from tirx_gemm.op import grouped_swiglu as GS
+    g = torch.Generator().manual_seed(4)
+    E, I, K = 2, 16, 32
+    wg, wu = (torch.randn(E, I, K, generator=g).to(BF16) for _ in range(2))
+    w = (torch.cat([wg, wu], dim=1) if gate_up == "halves" else G.fuse_gate_up_experts(wg, wu))
+    for M, fused in ((300, True), (6, False)):
+        GS._calls.clear()
+        cpu_launch.loads.clear()
+        a = torch.randn(M, K, generator=g).to(BF16)
+        offs = torch.tensor([M // 3, M], dtype=torch.int32)
+        got = GS.swiglu_mm(a, w.transpose(1, 2), offs, gate_up=gate_up)
+        want = F.silu(_reference(a, wg.transpose(1, 2), offs)) * _reference(
+            a, wu.transpose(1, 2), offs)
+        assert got.shape == (M, I)
+        torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
+        assert [k.get("SWIGLU") for k in cpu_launch.loads] == (
+            [gate_up] if fused else [None])
+    with pytest.raises(ValueError, match="gate_up='rows'"):
+        GS.swiglu_mm(a, w.transpose(1, 2), offs, gate_up="rows")
 
 
 def test_swiglu_interleaved(cpu_launch):

@@ -95,6 +95,57 @@ def test_refusals_in_one_line(arch):
     if arch == "sm_90a":
         with pytest.raises(ValueError, match="TMA_STORE=True stores whole 64x64 chunks"):
             step.build_primfunc(256, 256, 512, TMA_STORE=True, LAYOUT="masked")
+        for kw in (dict(STORE_STEPS=3), dict(STORE_STEPS=2, TMA_STORE=True),
+                   dict(STORE_STEPS=2, SWAP_AB=True, BLK_N=16)):
+            with pytest.raises(ValueError, match=f"STORE_STEPS={kw['STORE_STEPS']} splits"):
+                step.build_primfunc(256, 256, 512, **kw)
+        with pytest.raises(ValueError, match="STORE_STEPS"):
+            step.build_primfunc(256, 256, 512, STORE_STEPS=0)
+        with pytest.raises(ValueError, match="ROW_SCALE=1 must be True or False"):
+            step.build_primfunc(256, 256, 512, ROW_SCALE=1)
+        with pytest.raises(ValueError, match="SWIGLU='gelu' must be None, 'halves' or"):
+            step.build_primfunc(256, 256, 512, SWIGLU="gelu")
+        for kw in (dict(SWAP_AB=True, BLK_N=16), dict(ROW_SCALE=True), dict(BIAS=True),
+                   dict(BLK_N=136)):
+            with pytest.raises(ValueError, match="SWIGLU='halves' pairs gate and up"):
+                step.build_primfunc(256, 256, 512, SWIGLU="halves", **kw)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_fused_epilogue_operands_sm90a(layout):
+    """ROW_SCALE and BIAS add their operands after routing, in that order: scale float32 with
+    one value per row of D, bias (E, N) in D's dtype; the epilogue reads them clamped."""
+    step = registry.get("v14", "sm_90a")
+    rows = '6, M' if layout == "masked" else 'M'
+    for kw, extra in ((dict(ROW_SCALE=True, BIAS=True),
+                       [f'scale: T.Buffer(({rows}' + (',)' if layout != "masked" else ')'),
+                        'bias: T.Buffer((6, 256), "bfloat16")']),
+                      (dict(ROW_SCALE=True), ["scale: T.Buffer"]),
+                      (dict(BIAS=True), ['bias: T.Buffer((6, 256), "bfloat16")'])):
+        text = step.build_primfunc(512, 256, 512, E=6, LAYOUT=layout, dtype="bfloat16",
+                                   **kw).script()
+        sig = next(ln for ln in text.splitlines() if "def kernel" in ln)
+        assert sig.index("routing:") < min(sig.index(x.split(":")[0] + ":") for x in extra)
+        for x in extra:
+            assert x in sig, (x, sig)
+        assert ("scale" in sig) == bool(kw.get("ROW_SCALE")) and ("bias:" in sig) == bool(
+            kw.get("BIAS"))
+        assert '"float32"' in sig if kw.get("ROW_SCALE") else True
+
+
+@pytest.mark.parametrize("gate_up", ["halves", "interleaved"])
+def test_swiglu_output_and_boxes(gate_up):
+    """SWIGLU: D is N/2 wide; "halves" loads each weight tile as two boxes of BLK_N/2 rows (gate
+    at the tile's row, up N/2 rows further), "interleaved" as one box."""
+    step = registry.get("v14", "sm_90a")
+    text = step.build_primfunc(512, 256, 512, SWIGLU=gate_up).script()
+    sig = next(ln for ln in text.splitlines() if "def kernel" in ln)
+    assert "D: T.Buffer((M, 128)" in sig and "B: T.Buffer((8, 256, 512)" in sig
+    loads = [ln for ln in text.splitlines() if "copy_async(" in ln and ", B[" in ln]
+    if gate_up == "halves":
+        assert len(loads) == 2 and any("B[at[0], 128 + at[3]" in ln for ln in loads), loads
+    else:
+        assert len(loads) == 1, loads
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
@@ -113,7 +164,11 @@ def test_operands_and_3d_weight_boxes(arch):
 SASS_CASES = {
     "sm_90a": [dict(), dict(LAYOUT="masked", dtype="bfloat16"),
                dict(SWAP_AB=True, BLK_M=64, BLK_N=16), dict(BLK_M=64, BLK_N=64, E=128),
-               dict(BLK_N=256, TMA_STORE=True)],
+               dict(BLK_N=256, TMA_STORE=True), dict(BLK_N=256, STORE_STEPS=4),
+               dict(BLK_N=256, ROW_SCALE=True, BIAS=True, dtype="bfloat16"),
+               dict(SWAP_AB=True, BLK_M=64, BLK_N=16, ROW_SCALE=True, BIAS=True,
+                    LAYOUT="masked"),
+               dict(BLK_N=256, SWIGLU="halves"), dict(SWIGLU="interleaved", STORE_STEPS=2)],
     "sm_100a": [dict(), dict(LAYOUT="masked", BLK_N=64), dict(SWAP_AB=True, BLK_N=16)],
 }
 

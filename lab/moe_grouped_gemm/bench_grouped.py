@@ -39,6 +39,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from export_bundle import variant_keywords  # noqa: E402 (no torch, no TVM)
 
 CEILING = 795.0  # TFLOP/s: torch.matmul's best bf16 shape on an H100 and an H200
 WORK_MS = 2.0    # the work per graph replay the launch count aims at
@@ -117,8 +119,11 @@ def torch_grouped_why(dtype) -> str | None:
 
 
 def variant_name(v: dict) -> str:
-    return (f"{v['BLK_M']}x{v['BLK_N']}" + (" swap" if v.get("SWAP_AB") else "")
-            + (f" group {v['GROUP']}" if "GROUP" in v else ""))
+    tile = (f"{v['BLK_M']}x{v['BLK_N']}" if "BLK_M" in v or "BLK_N" in v else "pick")
+    return (tile + (" swap" if v.get("SWAP_AB") else "")
+            + (f" group {v['GROUP']}" if "GROUP" in v else "")
+            + (f" stores over {v['STORE_STEPS']} steps" if v.get("STORE_STEPS", 1) > 1 else "")
+            + (" tma store" if v.get("TMA_STORE") else ""))
 
 
 def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
@@ -158,10 +163,9 @@ def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
         fns["tirx"] = [lambda i=i: grouped_mm(a, w_t, offs[i % 3], out=outs["tirx"])
                        for i in range(L)]
     variant_errors = {}
-    for v in variants if tirx else ():  # the pick's base keywords with another tile
+    for v in variants if tirx else ():  # the pick's keywords with the variant's
         from tirx_gemm.op import grouped as G
-        kw = {k: x for k, x in kernel.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP")}
-        kw.update({k: x for k, x in v.items() if x is not False})
+        kw = variant_keywords(kernel, v)  # export_bundle's: what the export built
         name = "variant:" + variant_name(v)
         try:
             vk, _ = G._load("v14", "sm_90a", N, K, kw)

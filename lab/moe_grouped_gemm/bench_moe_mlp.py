@@ -10,7 +10,8 @@ experts, a loop over the experts hit). The same input runs through the block as 
 loop over experts: a host sync to find them) and through the patched block (routing, permute,
 two grouped launches, unpermute, no sync): both eagerly (CUDA events around the forward,
 median of 7 after 3 warm-ups) and the patched one under a CUDA graph as well. The outputs are
-compared first (max relative error). A record per (model, tokens).
+compared first (max relative error). A record per (model, tokens), saying whether the patched
+block's SwiGLU (gate/up) and row scale (down) ran fused in v14's epilogue or as torch ops.
 """
 import argparse
 import json
@@ -139,7 +140,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", nargs="*", type=int, default=[1, 16, 4096])
     ap.add_argument("--models", nargs="*", default=list(CONFIGS))
     ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--fused", action="store_true", help="opt in to v14's fused SwiGLU and row "
+                    "scale (tirx_gemm.op.grouped_epilogue.ENABLED)")
     args = ap.parse_args(argv)
+    from tirx_gemm.op import grouped as G, grouped_epilogue as GE, grouped_swiglu as GS
+    GE.ENABLED = args.fused
     from tirx_gemm.op.moe import patch_moe
     t0 = time.monotonic()
     for key in args.models:
@@ -154,12 +159,17 @@ def main(argv=None) -> int:
             x = torch.randn(1, T, CONFIGS[key][3], device="cuda", dtype=torch.bfloat16)
             impl = getattr(getattr(hf.experts, "config", None), "_experts_implementation", None)
             rec = {"model": CONFIGS[key][0], "block": source, "experts_implementation": impl,
-                   "tokens": T, "dtype": "bfloat16",
+                   "tokens": T, "dtype": "bfloat16", "fused_enabled": args.fused,
                    "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "swapped": report.replaced}
+            G._calls.clear()
+            GS._calls.clear()
             try:
                 with torch.no_grad():
                     want, got = _out(hf(x)).float(), _out(ours(x)).float()
+                # which epilogues ran fused in v14 (grouped_epilogue, grouped_swiglu)
+                rec["fused_swiglu"] = any(k is not None for k in GS._calls.values())
+                rec["fused_row_scale"] = any(c[3].get("ROW_SCALE") for c in G._calls.values())
                     rec["rel_err"] = float((got - want).abs().max() / want.abs().max())
                     rec["ms_module"] = eager_ms(lambda: hf(x))
                     rec["ms_patched_eager"] = eager_ms(lambda: ours(x))

@@ -5,7 +5,9 @@
 
 --suite: every kernel tirx_gemm.op.grouped.suite_builds lists for the suite's grouped entries
 (one per tile the pick takes over the entry's token counts, M at run time); --tests: the
-kernels tests/test_gpu_grouped.py asks for (TEST_CALLS, its calls' rows, experts and shapes).
+kernels tests/test_gpu_grouped.py asks for (TEST_CALLS, its calls' rows, experts and shapes;
+FUSED_CALLS and SWIGLU_CALLS, the calls with a fused epilogue; its FUSED_CASES, launched
+directly).
 --variants FILE: the tile variants bench_grouped.py --variants times at that file's cases.
 --list prints the requests without building. The export adds to the bundle (locked, atomic).
 """
@@ -36,6 +38,32 @@ TEST_CALLS = (
     + [(t * 4, 32, 512, 256, ("bfloat16",), "contiguous") for t in (1, 16, 300)])
 
 
+# (rows, E, N, K, epilogue keywords) of the fused calls: the op's bias-and-scale test, the
+# Experts tests' down projections (the row scale), the MoE block bench's down projections
+FUSED_CALLS = (
+    [(256, 8, 1024, 512, {"ROW_SCALE": True, "BIAS": True})]
+    + [(t * 2, 8, 512, 1024, {"ROW_SCALE": True}) for t in (1, 16, 64, 300)]
+    + [(t * 4, 32, 512, 256, {"ROW_SCALE": True}) for t in (1, 16, 300)]
+    + [(t * 2, 8, 4096, 14336, {"ROW_SCALE": True}) for t in (1, 16, 4096)]
+    + [(t * 8, 128, 2048, 768, {"ROW_SCALE": True}) for t in (1, 16, 4096)])
+# (rows, E, 2I, K) of the gate/up calls with SwiGLU fused ("halves": Experts' gate_up_proj)
+# where the pick is a wide tile: the Experts tests' and the MoE block bench's
+SWIGLU_CALLS = ([(t * 2, 8, 2048, 512) for t in (64, 300)] + [(4096 * 2, 8, 28672, 4096)]
+                + [(4096 * 8, 128, 1536, 2048)])
+
+
+def fused_test_cases():
+    """tests/test_gpu_grouped.py's FUSED_CASES as (N, K, keywords): the kernels it launches."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_grouped", ROOT / "tests" /
+                                                  "test_gpu_grouped.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "tests"))  # the test module imports its CPU twin
+    spec.loader.exec_module(mod)
+    E, N, K = mod.SHAPES[0]
+    return [(N, K, mod.fused_kernel_keywords(layout, tile)) for _, layout, tile in mod.FUSED_CASES]
+
+
 def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132):
     """[(Step, (M, N, K), kwargs)] for the export, each once, in order."""
     out, seen = [], set()
@@ -61,12 +89,37 @@ def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132):
                     continue
                 step_id, kw = G.choose_grouped(rows, E, N, K, dt, layout, arch, sm_count)
                 add(step_id, (NOMINAL_M, N, K), kw)
+        for rows, E, N, K, epi in FUSED_CALLS:
+            if dtypes and "bfloat16" not in dtypes:
+                continue
+            step_id, kw = G.choose_grouped(rows, E, N, K, "bfloat16", "contiguous", arch,
+                                           sm_count)
+            add(step_id, (NOMINAL_M, N, K), {**kw, **epi})
+        from tirx_gemm.op.grouped_swiglu import swiglu_plan
+        for rows, E, N2, K in SWIGLU_CALLS:
+            if dtypes and "bfloat16" not in dtypes:
+                continue
+            step_id, kw = swiglu_plan(rows, E, N2, K, "bfloat16", "contiguous", arch, sm_count,
+                                      "halves")
+            if step_id is not None:
+                add(step_id, (NOMINAL_M, N2, K), kw)
+        for N, K, kw in fused_test_cases():
+            add("v14", (NOMINAL_M, N, K), kw)
     return out
+
+
+def variant_keywords(pick: dict, v: dict) -> dict:
+    """A variant's kernel keywords (bench_grouped.py times what this builds): the pick's with
+    the variant's on top; a variant naming a tile (BLK_M or BLK_N) replaces the pick's tile
+    keywords, one without keeps the pick's tile."""
+    drop = ("BLK_M", "BLK_N", "SWAP_AB", "GROUP") if ("BLK_M" in v or "BLK_N" in v) else ()
+    return {**{k: x for k, x in pick.items() if k not in drop},
+            **{k: x for k, x in v.items() if x is not False}}
 
 
 def variant_requests(suite, variants, dtypes=("bfloat16",), arch="sm_90a", sm_count=132):
     """The kernels of a tile-variants file (bench_grouped.py --variants): at each of its cases,
-    the pick's keywords with each variant's tile."""
+    the pick's keywords with each variant's (variant_keywords)."""
     data, cases = json.loads(Path(suite).read_text()), json.loads(Path(variants).read_text())
     out = []
     for entry in data["shapes"]:
@@ -77,11 +130,9 @@ def variant_requests(suite, variants, dtypes=("bfloat16",), arch="sm_90a", sm_co
                 for t in c["tokens"]:
                     _, kw = G.choose_grouped(t * entry["top_k"], entry["E"], entry["N"],
                                              entry["K"], dt, "contiguous", arch, sm_count)
-                    base = {k: v for k, v in kw.items()
-                            if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP")}
                     for v in c["variants"]:
                         out.append((registry.get("v14", arch), (NOMINAL_M, entry["N"], entry["K"]),
-                                    {**base, **{k: x for k, x in v.items() if x is not False}}))
+                                    variant_keywords(kw, v)))
     return out
 
 

@@ -22,36 +22,36 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
               LAYOUT: str = "contiguous", BLK_M: int = 128, BLK_N: int = 128,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = True,
               GROUP: int = 8, SWAP_AB: bool = False, TMA_STORE: bool = False,
+              STORE_STEPS: int = 1, ROW_SCALE: bool = False, BIAS: bool = False,
+              SWIGLU: str | None = None,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
     """Step card -- v14, grouped GEMM (mixture of experts).
 
-    Changes from v7: D_e = A_e @ B[e].T for every expert e in one launch (B: (E, N, K),
-      K-major). The walk: every thread reads one expert's rows from the routing tensor
-      (W.scan_experts), the CTA scans the token-tile counts into prefix sums in shared
-      memory, and unit t = bx, bx + SM_COUNT, ... is found by binary search (W.tile_at):
-      (expert, token tile, weight tile), GROUP token tiles of one expert per weight column.
-      Producer and consumers compute the same walk. B[e]'s tile: a 3-D TMA box
-      (W.tma_load_unit). Stores: guarded 4-byte stores below the expert's row end
-      (W.store_packed_rows, behind the next unit's first wgmmas); v7's TMA store goes.
-      From v12 (its keywords): the tile menu, PIPE_DEPTH None, RUNTIME_M and swap-AB.
-    Base: v7 (v12 is a superset): its diff shows the walk with the least else around it
-      (why not a CTA pair: the lesson).
-    Layouts: LAYOUT="contiguous": (A (M, K) rows sorted by expert, B, D (M, N), offs int32
-      (E,) cumulative row ends: expert e owns rows [offs[e-1], offs[e]), offs[-1] = 0).
-      LAYOUT="masked": (A (E, M, K), B, D (E, M, N), counts int32 (E,)): expert e owns rows
-      [0, counts[e]) of A[e] and D[e]. Rows no expert owns are not written. M is the runtime
-      row count (RUNTIME_M=True); routing values are clamped to [0, M] in the kernel.
-    Loads: a token tile's box may read rows past its expert's end; those accumulator rows
-      are never stored (the lesson's bounds).
-    Decode (SWAP_AB=True): the MMA's rows walk the expert's weight rows, its columns the
-      tokens (BLK_N 8..64); D's transpose is stored element by element below the row end.
-    TMA_STORE=True (contiguous, no SWAP_AB, BLK_N % 64 == 0): a consumer's 64-row block
-      wholly inside its expert goes out by stmatrix + TMA store (W.store_packed_tile).
-    Barriers: v7's tma2mma / mma2tma ring (the comments at it); the scan's CTA barriers run
-      before the roles split.
-    Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256 (E_MAX); LAYOUT
-      contiguous or masked; BLK_M 64 or 128; BLK_N a multiple of 8 in [8, 256]; GROUP >= 1;
-      ring within 227 KiB.
+    Changes from v7: D_e = A_e @ B[e].T for every expert e in one launch (B (E, N, K),
+      K-major). Every thread reads one expert's rows from the routing tensor (W.scan_experts),
+      the CTA scans the token-tile counts into prefix sums in shared memory, and unit t = bx,
+      bx + SM_COUNT, ... is found by binary search (W.tile_at): (expert, token tile, weight
+      tile), GROUP token tiles per weight column. B[e]'s tile: a 3-D TMA box. Stores: guarded
+      4-byte stores below the expert's row end, behind the next unit's first wgmmas (v7's TMA
+      store goes). From v12: the tile menu, PIPE_DEPTH None, RUNTIME_M and swap-AB.
+    Base: v7 (v12 is a superset): the walk with the least else around it (lesson: no CTA pair).
+    Layouts: "contiguous": A (M, K) rows sorted by expert, D (M, N), offs int32 (E,)
+      cumulative row ends; "masked": A (E, M, K), D (E, M, N), counts int32 (E,). Rows no
+      expert owns are not written; M at run time; routing clamped to [0, M] in the kernel.
+    Loads: a token box may read rows past its expert's end; those rows are never stored.
+    SWAP_AB=True (decode): MMA rows walk weight rows, columns tokens; D's transpose stored.
+    TMA_STORE=True: 64-row blocks wholly inside their expert go out by stmatrix + TMA store.
+    STORE_STEPS=S: the guarded stores split by columns over the next unit's first S K steps.
+    Epilogue, fp32 before the one rounding: BIAS=True adds bias (E, N) (D's dtype);
+      ROW_SCALE=True multiplies D's rows by scale (M,) float32 (masked (E, M)); operands
+      (A, B, D, routing[, scale][, bias]). SWIGLU="halves" | "interleaved": B[e] a fused
+      gate/up weight of N rows, D (M, N/2) = silu(gate) * up ("halves": gate rows [0, N/2),
+      up [N/2, N), two boxes per tile; "interleaved": 8 gate rows, 8 up rows, ...).
+    Barriers: v7's tma2mma / mma2tma ring; the scan's CTA barriers run before the roles split.
+    Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; BLK_M 64 | 128;
+      BLK_N a multiple of 8 in [8, 256]; TMA_STORE, STORE_STEPS, SWIGLU on plain (not swap-AB)
+      tiles; SWIGLU without TMA_STORE, BIAS, ROW_SCALE, N and BLK_N multiples of 16;
+      GROUP >= 1; ring within 227 KiB.
     Run: ``tirx-gemm build v14 --arch sm_90a``; the op is tirx_gemm's grouped_mm.
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS
@@ -68,21 +68,37 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
         raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
                          f"[{BLK_N_STEP}, {BLK_N_MAX}] (wgmma m64nNk16: N <= 256)")
-    for name, flag in (("RUNTIME_M", RUNTIME_M), ("SWAP_AB", SWAP_AB), ("TMA_STORE", TMA_STORE)):
+    for name, flag in (("RUNTIME_M", RUNTIME_M), ("SWAP_AB", SWAP_AB), ("TMA_STORE", TMA_STORE),
+                       ("ROW_SCALE", ROW_SCALE), ("BIAS", BIAS)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name}={flag!r} must be True or False")
-    H.check_positive_ints(SM_COUNT=SM_COUNT, GROUP=GROUP)
+    H.check_positive_ints(SM_COUNT=SM_COUNT, GROUP=GROUP, STORE_STEPS=STORE_STEPS)
     MASKED = LAYOUT == "masked"
     if TMA_STORE and (SWAP_AB or MASKED or BLK_N % W.EPI_COLS):
         raise ValueError(f"TMA_STORE=True stores whole 64x64 chunks of a plain contiguous tile: "
                          f"no SWAP_AB, LAYOUT contiguous, BLK_N a multiple of {W.EPI_COLS}")
+    if STORE_STEPS > 1 and (TMA_STORE or SWAP_AB or (BLK_N // (16 if SWIGLU else 8))
+                            % STORE_STEPS):
+        raise ValueError(f"STORE_STEPS={STORE_STEPS} splits the guarded stores of a plain tile "
+                         f"by 8-column blocks: no TMA_STORE, no SWAP_AB, BLK_N / 8 a multiple "
+                         f"of it")
+    if SWIGLU not in (None, "halves", "interleaved"):
+        raise ValueError(f"SWIGLU={SWIGLU!r} must be None, 'halves' or 'interleaved'")
+    if SWIGLU and (SWAP_AB or TMA_STORE or ROW_SCALE or BIAS or BLK_N % 16 or N % 16):
+        raise ValueError(f"SWIGLU={SWIGLU!r} pairs gate and up columns of a plain tile: no "
+                         f"SWAP_AB, TMA_STORE, ROW_SCALE or BIAS; BLK_N={BLK_N} and N={N} "
+                         f"multiples of 16")
     NUM_CONSUMERS = BLK_M // W.WGMMA_M
     PRODUCER = NUM_CONSUMERS
     ACC_REGS = BLK_N // 2
     PACKED_REGS = BLK_N // 4
     # the token tile and the weight tile: D's rows and columns of one unit
     TOK, W_BLK = (BLK_N, BLK_M) if SWAP_AB else (BLK_M, BLK_N)
-    W_TILES = H.ceil_div(N, W_BLK)
+    HALVES, FUSE_SWIGLU = SWIGLU == "halves", SWIGLU is not None
+    if HALVES:  # a unit's weight tile: BLK_N/2 gate rows at at[3], as many up rows at +N/2
+        W_BLK = BLK_N // 2
+    W_TILES = H.ceil_div(N // 2 if HALVES else N, W_BLK)
+    OUT_N, N_D = (BLK_N // 2, N // 2) if SWIGLU else (BLK_N, N)  # D's tile width and columns
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
@@ -99,13 +115,24 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
         W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
     K_TILES = H.ceil_div(K, BLK_K)
     EPI_AT = min(1, K_TILES - 1)
+    # part c of the previous unit's stores (8-column blocks [c*J/S, (c+1)*J/S)) at K step
+    # min(EPI_AT + c, K_TILES - 1): parts past the unit's last K step share that step
+    LAST_PART_AT = min(EPI_AT + STORE_STEPS - 1, K_TILES - 1)
+    PART_COLS = OUT_N // STORE_STEPS
     M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
     A_SHAPE = (E, M_DIM, K) if MASKED else (M_DIM, K)
-    D_SHAPE = (E, M_DIM, N) if MASKED else (M_DIM, N)
+    D_SHAPE = (E, M_DIM, N_D) if MASKED else (M_DIM, N_D)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
+
+    @T.inline
+    def store_part(D, packed, p, consumer, warp_id, lane_id, c: int):
+        # part c of a consumer's packed 64-row block of unit p (STORE_STEPS > 1): the
+        # bounded stores of its 8-column blocks [c * PART_COLS / 8, ...)
+        W.store_packed_rows(D, p[0], packed, p[1] + consumer * W.WGMMA_M, p[3], PART_COLS,
+                            p[2], N_D, warp_id, lane_id, MASKED, c * PART_COLS // 8)
 
     @T.inline
     def store_unit(D, Dstage, packed, p, consumer, warp_id, lane_id, tid_in_wg):
@@ -118,14 +145,14 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                                     EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
             else:
                 W.store_packed_rows(D, p[0], packed, p[1] + row0, p[3], BLK_N, p[2], N,
-                                    warp_id, lane_id, MASKED)
+                                    warp_id, lane_id, MASKED, 0)
         else:
-            W.store_packed_rows(D, p[0], packed, p[1] + row0, p[3], BLK_N, p[2], N, warp_id,
-                                lane_id, MASKED)
+            W.store_packed_rows(D, p[0], packed, p[1] + row0, p[3], OUT_N, p[2], N_D, warp_id,
+                                lane_id, MASKED, 0)
 
-    @T.prim_func
-    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-               D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
+    @T.inline
+    def body(A, B, D, routing, S, Bias):
+        # the kernel; S (ROW_SCALE) and Bias (BIAS) are None where not asked for
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
@@ -173,9 +200,14 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                     W.tile_at(at, scan, bounds, t, E, TOK, W_TILES, W_BLK, GROUP)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        W.tma_load_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :], A, B,
-                                        at, k * BLK_K, tma2mma.ptr(ring.stage), BLK_M, BLK_N,
-                                        BLK_K, SWAP_AB, MASKED)
+                        if HALVES:
+                            W.tma_load_gate_up(Asmem, Bsmem, ring.stage, A, B, at, k * BLK_K,
+                                               tma2mma.ptr(ring.stage), BLK_M, BLK_N // 2,
+                                               BLK_K, N // 2, MASKED)
+                        else:
+                            W.tma_load_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                            A, B, at, k * BLK_K, tma2mma.ptr(ring.stage),
+                                            BLK_M, BLK_N, BLK_K, SWAP_AB, MASKED)
                         ring.advance()
                     t = t + SM_COUNT
 
@@ -205,12 +237,20 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                                  W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                  k > 0, 1, BLK_N, dtype)
                     W.mma_commit()
-                    if k == EPI_AT:
-                        if pending == 1:
-                            # --- writeback of the previous unit behind the queued wgmmas,
-                            # its rows checked against its expert's row end ---
-                            store_unit(D, Dstage, packed, prev, consumer, warp_id, lane_id,
-                                       tid_in_wg)
+                    if STORE_STEPS == 1:
+                        if k == EPI_AT:
+                            if pending == 1:
+                                # --- writeback of the previous unit behind the queued
+                                # wgmmas, its rows checked against its expert's row end ---
+                                store_unit(D, Dstage, packed, prev, consumer, warp_id, lane_id,
+                                           tid_in_wg)
+                                pending = 0
+                    else:
+                        for c in T.unroll(STORE_STEPS):  # one part per K step
+                            if k == T.min(EPI_AT + c, K_TILES - 1):
+                                if pending == 1:
+                                    store_part(D, packed, prev, consumer, warp_id, lane_id, c)
+                        if k == LAST_PART_AT:
                             pending = 0
                     W.mma_wait(1)
                     if k > 0:
@@ -222,19 +262,52 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                 if tid_in_wg == 0:
                     mma2tma.arrive(held)
                 W.fence_operands(acc, ACC_REGS)
+                if ROW_SCALE or BIAS:  # fp32, before the one rounding
+                    W.apply_row_epilogue(acc, S, Bias, at[0], at[3 if SWAP_AB else 1] + row0,
+                                         at[1 if SWAP_AB else 3], BLK_N, at[2], N, warp_id,
+                                         lane_id, MASKED, SWAP_AB)
                 if SWAP_AB:  # D's transpose: weight rows at[3].., tokens at[1]..
                     W.store_transposed_rows(D, at[0], acc, at[3] + row0, at[1], BLK_N, at[2],
                                             N, warp_id, lane_id, MASKED)
                 else:
-                    W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                    if FUSE_SWIGLU:  # acc[: BLK_N / 2] <- silu(gate) * up, D's columns
+                        W.swiglu_fragment(acc, BLK_N, HALVES)
+                    W.pack_fragment(packed, acc, OUT_N // 4, dtype)
                     pending = 1
                     for i in T.unroll(4):
                         prev[i] = at[i]
+                    if FUSE_SWIGLU and not HALVES:
+                        prev[3] = at[3] // 2  # D's first column of the unit
                 u = u + SM_COUNT
             if pending == 1:
                 store_unit(D, Dstage, packed, prev, consumer, warp_id, lane_id, tid_in_wg)
             if TMA_STORE:
                 if tid_in_wg == 0:
                     H.store_wait(0)  # every TMA store has read its staging tile
+
+    S_SHAPE = (E, M_DIM) if MASKED else (M_DIM,)
+    if ROW_SCALE and BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+                   scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype)):
+            body(A, B, D, routing, scale, bias)
+    elif ROW_SCALE:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+                   scale: T.Buffer(S_SHAPE, "float32")):
+            body(A, B, D, routing, scale, None)
+    elif BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+                   bias: T.Buffer((E, N), dtype)):
+            body(A, B, D, routing, None, bias)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
+            body(A, B, D, routing, None, None)
 
     return kernel

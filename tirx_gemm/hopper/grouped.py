@@ -119,6 +119,44 @@ def tma_load_unit(Asmem, Bsmem, A, B, at, k_st, bar, MMA_M: int, MMA_N: int, BLK
                       dispatch="tma_explicit", mbar=bar)
 
 
+@T.inline
+def tma_load_gate_up(Asmem, Bsmem, stage, A, B, at, k_st, bar, MMA_M: int, HALF: int,
+                     BLK_K: int, N_HALF: int, masked: bool):
+    """One thread, SWIGLU="halves": the stage's byte count on ``bar``, the token box as
+    tma_load_unit loads it, and the expert's weight tile as two boxes of HALF rows: gate rows
+    B[at[0], at[3]..] into Bsmem rows [0, HALF), up rows B[at[0], N_HALF + at[3]..] into
+    [HALF, 2 HALF) (HALF a multiple of 8: each box starts on a swizzle atom). A gate box
+    reaching past N_HALF reads up rows, and an up box past B's rows is zero-filled: columns
+    of D past N_HALF, never stored."""
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+        bar, T.uint32((MMA_M + 2 * HALF) * BLK_K * 2))
+    if masked:
+        Tx.copy_async(Asmem[stage, :, :], A[at[0], at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    else:
+        Tx.copy_async(Asmem[stage, :, :], A[at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    Tx.copy_async(Bsmem[stage, 0:HALF, :], B[at[0], at[3]:at[3] + HALF, k_st:k_st + BLK_K],
+                  dispatch="tma_explicit", mbar=bar)
+    Tx.copy_async(Bsmem[stage, HALF:2 * HALF, :],
+                  B[at[0], N_HALF + at[3]:N_HALF + at[3] + HALF, k_st:k_st + BLK_K],
+                  dispatch="tma_explicit", mbar=bar)
+
+
+@T.inline
+def swiglu_fragment(acc, n: int, halves: bool):
+    """Warpgroup: its fp32 64 x n fragment of gate and up columns -> acc[: n/2] (pack_fragment's
+    layout, n/2 wide) = silu(gate) * up, in place (each write reads indices at or after it).
+    8-column block j of the result pairs gate block j with up block j + n/16 ("halves": the
+    tile's first n/2 columns are gate, the rest up) or gate block 2j with up block 2j + 1
+    (interleaved in groups of 8)."""
+    for j in T.unroll(n // 16):
+        for i in T.unroll(4):
+            g = T.meta_var(acc[4 * j + i] if halves else acc[8 * j + i])
+            u = T.meta_var(acc[4 * (j + n // 16) + i] if halves else acc[8 * j + 4 + i])
+            acc[4 * j + i] = g / (T.float32(1) + T.exp(-g)) * u
+
+
 _ST_B32_SRC = """
 __device__ __forceinline__ void tirx_gemm_grouped_st_b32(void* p, unsigned int v) {
   *reinterpret_cast<unsigned int*>(p) = v;
@@ -128,14 +166,16 @@ __device__ __forceinline__ void tirx_gemm_grouped_st_b32(void* p, unsigned int v
 
 @T.inline
 def store_packed_rows(D, e, packed, m_st, n_st, n: int, row_end, N, warp_id, lane_id,
-                      masked: bool):
-    """Warpgroup: its packed 64 x n fragment (packed[2j+h]: row 16w + l//4 + 8h, columns
-    8j + 2(l%4) + {0, 1}) -> D rows m_st.. (masked: D[e]), one 4-byte store per column pair,
-    only rows below the expert's row_end and columns below N."""
+                      masked: bool, j0: int):
+    """Warpgroup: 8-column blocks [j0, j0 + n/8) of its packed 64-row fragment (packed[2j+h]:
+    row 16w + l//4 + 8h, columns 8j + 2(l%4) + {0, 1}) -> D rows m_st.. (masked: D[e]),
+    columns n_st + 8j.., one 4-byte store per column pair, only rows below the expert's
+    row_end and columns below N (j0 = 0, n the tile's width: the whole fragment)."""
     for h in T.unroll(2):
         row = T.meta_var(m_st + warp_id * 16 + lane_id // 4 + 8 * h)
         if row < row_end:
-            for j in T.unroll(n // 8):
+            for jj in T.unroll(n // 8):
+                j = T.meta_var(j0 + jj)
                 col = T.meta_var(n_st + 8 * j + 2 * (lane_id % 4))
                 if col < N:
                     if masked:
@@ -144,6 +184,33 @@ def store_packed_rows(D, e, packed, m_st, n_st, n: int, row_end, N, warp_id, lan
                     else:
                         T.cuda.func_call("tirx_gemm_grouped_st_b32", D.ptr_to([row, col]),
                                          packed[2 * j + h], source_code=_ST_B32_SRC)
+
+
+@T.inline
+def apply_row_epilogue(acc, scale, bias, e, m_st, n_st, n: int, row_end, N, warp_id, lane_id,
+                       masked: bool, swap: bool):
+    """Warpgroup, before packing: its fp32 64 x n fragment (pack_fragment's layout, acc[4j+2h+x]
+    at fragment row 16w + l//4 + 8h, column 8j + 2(l%4) + x) <- (acc + bias[e, D's column]) x
+    scale[D's row], in fp32 (one rounding, at the pack). D's rows: m_st + fragment row, its
+    columns n_st + fragment column; ``swap`` (D's transpose): D's rows n_st + fragment column
+    (tokens), its columns m_st + fragment row (weight rows). ``scale``: (M,) float32 or masked
+    (E, M); ``bias``: (E, N) in D's dtype; either may be None (not applied). Reads are clamped
+    inside [.., row_end) and [.., N): rows and columns past them are never stored."""
+    for h in T.unroll(2):
+        fr = T.meta_var(m_st + warp_id * 16 + lane_id // 4 + 8 * h)
+        for j in T.unroll(n // 8):
+            for x in T.unroll(2):
+                fc = T.meta_var(n_st + 8 * j + 2 * (lane_id % 4) + x)
+                row = T.meta_var(fc if swap else fr)
+                col = T.meta_var(fr if swap else fc)
+                i = T.meta_var(4 * j + 2 * h + x)
+                if bias is not None:
+                    acc[i] = acc[i] + T.Cast("float32", bias[e, T.min(col, N - 1)])
+                if scale is not None:
+                    if masked:
+                        acc[i] = acc[i] * scale[e, T.min(row, row_end - 1)]
+                    else:
+                        acc[i] = acc[i] * scale[T.min(row, row_end - 1)]
 
 
 @T.inline

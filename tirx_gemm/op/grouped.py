@@ -27,10 +27,11 @@ capturable and a replay follows new routing.
 Epilogue arguments: ``bias`` (E, N) one row per expert, or (N,) shared, added to each
 expert's rows; ``scale`` (M,) (masked: (E, T)) float32 or the operands' dtype, multiplying
 each result row after the bias (a top-k routing weight on the down projection's rows);
-``out_dtype`` None or the operands' dtype (torch's grouped_mm refuses float32 too). v14 has
-no fused epilogue yet (:data:`KERNEL_EPILOGUE`), so bias and scale are applied with torch ops
-after the launch (one rounding more than a fused epilogue), and :func:`grouped_swiglu` takes
-the SwiGLU of the gate/up output with torch ops. The routing is never read on the host.
+``out_dtype`` None or the operands' dtype (torch's grouped_mm refuses float32 too). On
+sm_90a v14 can fuse bias and scale (:data:`KERNEL_EPILOGUE`, in fp32 before the one rounding;
+opt-in until run on a GPU: grouped_epilogue.ENABLED); otherwise, or where the fused kernel
+cannot be had, they are torch ops after the launch (tirx_gemm/op/grouped_epilogue.py). :func:`grouped_swiglu` takes the SwiGLU
+of the gate/up output with torch ops. The routing is never read on the host.
 
 The contract, checked before any launch, one line each: a, b tensors of one dtype (float16 or
 bfloat16) on one CUDA GPU; a 2-D with ``offs`` or 3-D with ``counts``; b 3-D with a's K; E at
@@ -58,6 +59,7 @@ from tirx_gemm import epilogue as EPI
 from tirx_gemm import registry, settings, spec
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
+from tirx_gemm.op import grouped_epilogue as GE
 from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
 from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
                                    check_no_overlap, mark_gate_up)
@@ -81,7 +83,7 @@ TOKEN_TILES, TOKEN_TILE_SKEW = (8, 16, 32, 64), 2
 DECODE_TALL_WAVES = 2
 WIDE_TILE = (128, 256)
 WIDE_SMALL_TILE = (128, 128)
-KERNEL_EPILOGUE: frozenset = frozenset()  # epilogue keywords v14's builder takes (none yet)
+KERNEL_EPILOGUE = frozenset(GE.FUSED_KEYWORDS)  # v14 sm_90a's epilogue keywords
 ENTRY_KEYS = {"kind", "model", "layer", "why", "E", "top_k", "N", "K", "tokens", "layout",
               "dtypes", "arch", "sm_count", "all_m"}
 
@@ -175,9 +177,9 @@ def explain_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
     keys = " ".join(f"{k}={v}" for k, v in kw.items() if k not in ("dtype", "RUNTIME_M"))
     head = (f"{rows} rows x {E} experts of {N}x{K} {dtype_name(dtype)}, {layout}, on {arch}: "
             f"{step} {keys} (M at run time: one kernel serves every token count)")
-    fused = ", ".join(sorted(KERNEL_EPILOGUE)) or "none"
-    tail = (f"fused epilogues of {step}: {fused}; bias, scale and SwiGLU are applied with torch "
-            f"ops after the launch")
+    fused = (", ".join(sorted(KERNEL_EPILOGUE)) + ("" if GE.ENABLED else " (off: grouped_epilogue"
+             ".ENABLED)") if arch in GE.FUSED_ARCHS else "none")
+    tail = f"fused epilogues of {step} on {arch}: {fused}; the rest with torch ops after the launch"
     return "\n".join([head] + [f"  - {w}" for w in why] + [f"  - {tail}"])
 
 
@@ -510,22 +512,16 @@ def _index(p: Problem, offs, counts, a):
     return torch.full((p.E,), p.M, dtype=torch.int32, device=a.device)
 
 
-def _epilogue(p: Problem, out, offs, bias, scale):
-    """bias then scale on the result rows with torch ops (v14 fuses neither yet)."""
-    import torch
-    if bias is not None:
-        if bias.dim() == 1:
-            out.add_(bias)
-        elif p.layout == "masked":
-            out.add_(bias.unsqueeze(1))
-        else:  # each row's expert, found on the GPU (rows past offs[-1] take no bias)
-            rows = torch.arange(p.M, dtype=torch.int32, device=out.device)
-            owner = torch.searchsorted(offs, rows, right=True)
-            table = torch.cat([bias, bias.new_zeros(1, p.N)])
-            out.add_(table.index_select(0, owner))
-    if scale is not None:
-        out.mul_(scale.unsqueeze(-1))
-    return out
+def _load_fused(step_id, arch, p: Problem, kwargs, bias, scale):
+    """(kernel, label, fused keywords): the fused epilogue's kernel where it can be had, else
+    the plain one (grouped_epilogue's module docstring)."""
+    fused = GE.fused_keywords(arch, p.dtype, bias, scale) if GE.ENABLED else {}
+    if fused:
+        try:
+            return (*_load(step_id, arch, p.N, p.K, {**kwargs, **fused}), fused)
+        except (ValueError, RuntimeError):  # not in the bundle and no TVM here: unfused
+            pass
+    return (*_load(step_id, arch, p.N, p.K, kwargs), {})
 
 
 def grouped_mm(a, b, offs=None, *, counts=None, layout: str | None = None, bias=None,
@@ -567,24 +563,25 @@ def grouped_mm(a, b, offs=None, *, counts=None, layout: str | None = None, bias=
         arch, sm_count = _gpu(a.device)
         rows = p.M if p.layout == "contiguous" else p.E * p.M
         step_id, kwargs = choose_grouped(rows, p.E, p.N, p.K, p.dtype, p.layout, arch, sm_count)
-        kernel, label = _load(step_id, arch, p.N, p.K, kwargs)
-        call = (kernel, p, label)
+        kernel, label, fused = _load_fused(step_id, arch, p, kwargs, bias, scale)
+        call = (kernel, p, label, fused)
         if key is not None and a.is_cuda:
             if len(_calls) >= _CALLS_MAX:
                 _calls.clear()
             _calls[key] = call
-    kernel, _, label = call
+    kernel, _, label, fused = call
     weight = b.transpose(1, 2) if b.shape[1] == p.K else b
     if p.copy or not weight.is_contiguous():
         weight = weight.contiguous()  # an N-major b: copied at every call (module docstring)
     try:
-        kernel(a, weight, out, _index(p, offs, counts, a))
+        kernel(a, weight, out, _index(p, offs, counts, a),
+               *GE.kernel_operands(p, fused, bias, scale))
     except Exception as exc:  # the kernel's host code refused an operand: say which
         check_grouped(a, b, offs, counts, layout, bias, scale, out_dtype, out)
         from tirx_gemm.run.errors import KernelLaunchError
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise KernelLaunchError(f"launching {label} failed: {first}") from exc
-    _epilogue(p, out, offs, bias, scale)
+    GE.torch_epilogue(p, out, offs, bias, scale, fused)
     if sync:
         from tirx_gemm.op.matmul import synchronize
         synchronize(a.device, what=label)
@@ -636,9 +633,9 @@ def grouped_swiglu(a, fused, offs=None, *, counts=None, layout: str | None = Non
                    sync: bool = False):
     """``silu(a @ w_gate[e].T) * (a @ w_up[e].T)`` per expert over the fused weight
     ``fused`` (E, 2N, K) of :func:`fuse_gate_up_experts`: the result (M, N) (masked:
-    (E, T, N)). v14 does not fuse SwiGLU yet: one grouped GEMM over the fused weight, then
-    the SwiGLU with torch ops in fp32 (one rounding of the gate/up result more than a fused
-    epilogue). ``fused`` is read as (E, N, K) weights (the Linear convention)."""
+    (E, T, N)): one launch with SwiGLU in v14's epilogue where the pick is a wide tile on
+    sm_90a, else a grouped GEMM then the SwiGLU with torch ops in fp32
+    (tirx_gemm/op/grouped_swiglu.py). ``fused`` is read as (E, N, K) weights."""
     import torch
     if not isinstance(fused, torch.Tensor) or fused.dim() != 3:
         raise ValueError("fused must be the 3-D (E, 2N, K) tensor fuse_gate_up_experts made")
@@ -646,5 +643,6 @@ def grouped_swiglu(a, fused, offs=None, *, counts=None, layout: str | None = Non
         raise ValueError(f"fused has {fused.shape[1]} rows per expert: a fused gate/up weight "
                          f"has 2N rows, N a multiple of {EPI.SWIGLU_GROUP}")
     check_gate_up_experts(fused)
-    h = grouped_mm(a, fused.transpose(1, 2), offs, counts=counts, layout=layout, sync=sync)
-    return swiglu_rows(h)
+    from tirx_gemm.op.grouped_swiglu import swiglu_mm
+    return swiglu_mm(a, fused.transpose(1, 2), offs, counts=counts, layout=layout,
+                     gate_up="interleaved", sync=sync)

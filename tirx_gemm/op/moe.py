@@ -20,9 +20,11 @@ an MoE MLP as two grouped launches and torch ops, never reading the routing on t
 1. permute: the T*k (token, slot) pairs sorted by expert (a stable argsort), each expert's
    row count by ``scatter_add_`` and their cumulative ends (``offs``, int32) by ``cumsum``;
    the rows of the activations gathered in that order (``index_select``);
-2. gate/up: ``grouped_mm(rows, gate_up_proj)`` (M = T*k, N = 2I), then ``silu(gate) * up``
-   in fp32 with torch ops (v14 fuses no SwiGLU yet);
-3. down: ``grouped_mm(h, down_proj, scale=weights)``, each row times its top-k weight;
+2. gate/up: ``silu(gate) * up`` of ``rows @ gate_up_proj`` (M = T*k, N = 2I): with the fused
+   epilogues on (grouped_epilogue.ENABLED), on sm_90a past decode one launch with SwiGLU in
+   v14's epilogue (grouped_swiglu), else ``grouped_mm`` then the SwiGLU in fp32 with torch ops;
+3. down: ``grouped_mm(h, down_proj, scale=weights)``, each row times its top-k weight (float32;
+   with the fused epilogues on, in the kernel's epilogue before the one rounding);
 4. unpermute: the rows scattered back to (token, slot) order and summed over the k slots in
    fp32 (deterministic, no atomics).
 
@@ -51,6 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from tirx_gemm.op import grouped as G
+from tirx_gemm.op import grouped_swiglu as GS
 
 __all__ = ["grouped_mm", "OP", "Experts", "patch_moe", "MoEReport", "permute", "unpermute"]
 
@@ -259,9 +262,11 @@ class Experts(torch.nn.Module):
         w_rows = top_k_weights.reshape(-1).index_select(0, order)
         gate_up_t, down_t = self.gate_up_proj.transpose(1, 2), self.down_proj.transpose(1, 2)
         if why is None:
-            h = grouped_mm(rows, gate_up_t, offs)
-            h = G.swiglu_rows(h, interleaved=False)
-            y = grouped_mm(h, down_t, offs, scale=w_rows.to(x.dtype))
+            if torch.compiler.is_compiling():  # the custom op, then SwiGLU with torch ops
+                h = G.swiglu_rows(grouped_mm(rows, gate_up_t, offs), interleaved=False)
+            else:  # one launch with SwiGLU in v14's epilogue where on and had (grouped_swiglu)
+                h = GS.swiglu_mm(rows, gate_up_t, offs, gate_up="halves")
+            y = grouped_mm(h, down_t, offs, scale=w_rows.float())  # fused on sm_90a
         else:
             h = _torch_grouped(rows, gate_up_t, offs)
             gate, up = h.chunk(2, dim=-1)

@@ -1,0 +1,90 @@
+"""SwiGLU fused into the grouped gate/up GEMM: ``silu(a @ gate[e].T) * (a @ up[e].T)`` per expert.
+
+:func:`swiglu_mm` takes a fused gate/up weight ``b`` of 2I rows per expert -- "halves" (gate rows
+[0, I), up rows [I, 2I): transformers' stacked ``gate_up_proj``) or "interleaved" (groups of 8
+gate rows, then 8 up rows: :func:`tirx_gemm.op.grouped.fuse_gate_up_experts`) -- as
+``grouped_mm`` takes ``b`` ((E, K, 2I) or (E, 2I, K)), with its ``offs`` / ``counts``, and
+returns the (M, I) (masked: (E, T, I)) result. With grouped_epilogue.ENABLED on (opt-in until
+the fused kernels run on a GPU), on sm_90a where the pick is a wide tile (more than grouped's
+DECODE_TOKENS tokens per expert), one launch of v14 with ``SWIGLU`` computes it in the epilogue
+in fp32 and writes only the I columns (the 2I-wide gate/up result never reaches memory).
+Elsewhere -- fused epilogues off; swap-AB tiles at decode, where the result is a few rows; the
+sm_100a twin; a fused kernel the bundle lacks with no TVM to build it; autograd recording --
+it is ``grouped_mm`` then :func:`tirx_gemm.op.grouped.swiglu_rows` (fp32, one rounding more).
+:func:`swiglu_plan` says which. The checks are grouped_mm's, one line each, before any launch.
+"""
+
+from __future__ import annotations
+
+GATE_UP = ("halves", "interleaved")
+FUSED_ARCHS = ("sm_90a",)
+_calls: dict = {}
+_CALLS_MAX = 1 << 10
+
+
+def swiglu_plan(rows: int, E: int, N2: int, K: int, dtype: str, layout: str, arch: str,
+                sm_count: int | None, gate_up: str):
+    """(step, keywords with SWIGLU) of the fused launch for a gate/up of N2 = 2I rows per expert,
+    or (None, why not) where the call runs unfused."""
+    from tirx_gemm.op import grouped as G
+    if gate_up not in GATE_UP:
+        raise ValueError(f"gate_up={gate_up!r}: choose {' or '.join(map(repr, GATE_UP))}")
+    if N2 % 16:
+        raise ValueError(f"the gate/up weight has {N2} rows per expert: 2I with I a multiple "
+                         f"of 8")
+    step, kw = G.choose_grouped(rows, E, N2, K, dtype, layout, arch, sm_count)
+    if arch not in FUSED_ARCHS:
+        return None, f"{arch}: SwiGLU is fused on {', '.join(FUSED_ARCHS)} only"
+    if kw.get("SWAP_AB"):
+        return None, "swap-AB tile (decode): grouped_mm, then SwiGLU with torch ops"
+    return step, {**kw, "SWIGLU": gate_up}
+
+
+def _unfused(a, b, offs, counts, layout, gate_up, sync):
+    from tirx_gemm.op import grouped as G
+    h = G.grouped_mm(a, b, offs, counts=counts, layout=layout, sync=sync)
+    return G.swiglu_rows(h, interleaved=gate_up == "interleaved")
+
+
+def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
+              gate_up: str = "halves", sync: bool = False):
+    """``silu(gate) * up`` of the grouped GEMM of ``a`` by the fused gate/up weight ``b``
+    (module docstring). Asynchronous; no host sync."""
+    import torch
+    from tirx_gemm.op import grouped as G
+    if gate_up not in GATE_UP:
+        raise ValueError(f"gate_up={gate_up!r}: choose {' or '.join(map(repr, GATE_UP))}")
+    from tirx_gemm.op import grouped_epilogue as GE
+    if not GE.ENABLED or torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _unfused(a, b, offs, counts, layout, gate_up, sync)  # grouped_mm says why not
+    key = (layout, a.shape, b.shape, b.stride(), a.dtype, a.get_device(), offs is None,
+           counts is None, gate_up)
+    call = _calls.get(key)
+    p = G.check_grouped(a, b, offs, counts, layout)
+    if p.M == 0:
+        return _unfused(a, b, offs, counts, layout, gate_up, sync)
+    if call is None:
+        arch, sm_count = G._gpu(a.device)
+        rows = p.M if p.layout == "contiguous" else p.E * p.M
+        step, kw = swiglu_plan(rows, p.E, p.N, p.K, p.dtype, p.layout, arch, sm_count, gate_up)
+        kernel = None
+        if step is not None:
+            try:
+                kernel, _ = G._load(step, arch, p.N, p.K, kw)
+            except (ValueError, RuntimeError):  # not in the bundle and no TVM here
+                kernel = None
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
+        call = _calls[key] = kernel
+    if call is None:
+        return _unfused(a, b, offs, counts, layout, gate_up, sync)
+    half = p.N // 2
+    out = a.new_empty((p.M, half) if p.layout == "contiguous" else (p.E, p.M, half))
+    if G._checking() and not torch.cuda.is_current_stream_capturing():
+        G.check_routing(p, offs, counts)
+    weight = p.weight if not p.copy and p.weight.is_contiguous() else p.weight.contiguous()
+    call(a, weight, out, G._index(p, offs, counts, a))
+    if sync:
+        from tirx_gemm.op.matmul import synchronize
+        synchronize(a.device, what="v14 SWIGLU")
+    return out
