@@ -16,7 +16,7 @@ from tirx_gemm import pdl as P
 def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K",
               B_MAJOR: str = "K", PIPE_DEPTH: int = 4, EPI_BUFS: int = 2, SM_COUNT: int = 132,
               L2_GROUP: int = 8, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
-              RUNTIME_M: bool = False, CLUSTER: int = 2, PDL: bool = False,
+              RUNTIME_M: bool = False, CLUSTER: int = W.CLUSTER_SIZE, PDL: bool = False,
               RUNTIME_K: bool = False):
     """Step card -- v15, operand layouts.
 
@@ -32,16 +32,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
       * descriptor: SBO 1 KiB between 8-K-row groups (as K-major), LBO 8 KiB between the 64-
         element MN chunks of one wgmma (m64n256: four), a k16 slice 2 KiB on instead of 32 B;
       * wgmma: imm-trans-a / imm-trans-b = 1 for an MN-major operand (16-bit types only).
-      Everything else (roles, barriers, the overlapped epilogue, the cluster scheduler) is
-      v9's; a consumer's 64-row A block is 8 KiB on in both layouts.
-    Speed options (v12's, for the backward GEMMs; off by default so the lesson is v9 + the
-      layout): CLUSTER=1 drops v9's CTA pair (each CTA loads its whole B tile, unicast, and
-      releases a stage to its own producer only: no CTA waits on its peer's consumers);
-      PDL=True (tirx_gemm/pdl.py, one-CTA kernels) waits after the barrier set-up, so the
-      prologue overlaps the previous kernel's tail, and lets the next launch as CTAs exit.
-      RUNTIME_K=True: K at run time (bound from the operands' shapes), so one wgrad kernel
-      serves every token count; a K-major operand's rows are then K elements, a multiple of
-      8 the caller checks (TMA's 16-byte row stride).
+      Everything else (roles, barriers, the epilogue, the scheduler) is v9's.
+    Speed options (v12's, off by default so the lesson is v9 + the layout): CLUSTER=1 (no CTA
+      pair), PDL=True, RUNTIME_K=True (K at run time: one wgrad kernel for every token count,
+      K-major rows a multiple of 8 the caller checks); the lesson's backward section says why.
     Why: the backward pass of a Linear layer is two GEMMs on transposed operands (dgrad =
       dY @ W reads W MN-major; wgrad = dY.T @ X reads both MN-major and reduces over the
       tokens); without this a copy of each operand precedes every backward GEMM
