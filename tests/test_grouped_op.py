@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tirx_gemm.op import grouped as G
+from tirx_gemm.op import grouped_swiglu as GS
 from tirx_gemm.op import moe
 
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -332,7 +333,7 @@ def test_swiglu_interleaved(cpu_launch):
     wg, wu = (torch.randn(4, 16, 32, generator=g).to(BF16) for _ in range(2))
     fused = G.fuse_gate_up_experts(wg, wu)
     assert fused.shape == (4, 32, 32)
-    got = G.grouped_swiglu(a, fused, offs)
+    got = GS.grouped_swiglu(a, fused, offs)
     want = F.silu(_reference(a, wg.transpose(1, 2), offs)) * _reference(a, wu.transpose(1, 2),
                                                                         offs)
     torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
@@ -347,10 +348,10 @@ def test_swiglu_refuses_a_concatenated_gate_up_weight(cpu_launch):
     for unmarked in (torch.cat([wg, wu], dim=1), G.fuse_gate_up_experts(wg, wu).clone()):
         with pytest.raises(ValueError, match=r"fuse_gate_up_experts\(w_gate, w_up\).*"
                                              r"w\.chunk\(2, dim=1\)") as info:
-            G.grouped_swiglu(a, unmarked, offs)
+            GS.grouped_swiglu(a, unmarked, offs)
         assert "\n" not in str(info.value)
     assert cpu_launch == []  # refused before any launch
-    G.grouped_swiglu(a, G.fuse_gate_up_experts(wg, wu), offs)  # what it made passes
+    GS.grouped_swiglu(a, G.fuse_gate_up_experts(wg, wu), offs)  # what it made passes
 
 
 # -- the pick ----------------------------------------------------------------------------

@@ -30,6 +30,9 @@ def __getattr__(name):
     if name == "fuse_gate_up":  # SwiGLU's interleaved weight
         from tirx_gemm.op.matmul import fuse_gate_up
         return fuse_gate_up
+    if name == "grouped_swiglu":  # SwiGLU over a fused gate/up of stacked experts
+        from tirx_gemm.op.grouped_swiglu import grouped_swiglu
+        return grouped_swiglu
     if name in _GROUPED:
         from tirx_gemm.op import grouped
         return getattr(grouped, name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from catalogue import HEAD, py
 
-GROUPED_HEAD = HEAD + """from tirx_gemm.op import grouped as G
+GROUPED_HEAD = HEAD + """from tirx_gemm.op import grouped as G, grouped_swiglu as GS
 E, T = 4, 16
 offs = torch.tensor([16, 40, 40, 64], dtype=torch.int32)
 w = torch.randn(E, N, K).half() / 8          # stacked (E, N, K) Linear weights
@@ -79,10 +79,10 @@ GROUPED = [
     ("fuse_mismatch", "G.fuse_gate_up_experts(w, w[:, :64])", "error", ["w_up"]),
     ("fuse_n_12", "G.fuse_gate_up_experts(w[:, :12], w[:, :12])", "error", ["12"]),
     ("swiglu_concatenated", "wg, wu = torch.randn(E, N, K).half() / 8, torch.randn(E, N, K).half() / 8\n"
-                            "G.grouped_swiglu(a, torch.cat([wg, wu], dim=1), offs)", "error",
+                            "GS.grouped_swiglu(a, torch.cat([wg, wu], dim=1), offs)", "error",
      ["fuse_gate_up_experts"]),
-    ("swiglu_2d_fused", "G.grouped_swiglu(a, b, offs)", "error", ["fused"]),
-    ("swiglu_odd_rows", "G.grouped_swiglu(a, torch.randn(E, 24, K).half(), offs)", "error",
+    ("swiglu_2d_fused", "GS.grouped_swiglu(a, b, offs)", "error", ["fused"]),
+    ("swiglu_odd_rows", "GS.grouped_swiglu(a, torch.randn(E, 24, K).half(), offs)", "error",
      ["24"]),
     ("choose_rows_negative", "G.choose_grouped(-1, 8, 4096, 4096)", "error", ["-1"]),
     ("choose_e_0", "G.choose_grouped(128, 0, 4096, 4096)", "error", ["E"]),
@@ -118,7 +118,7 @@ GROUPED_WORKS = {
               "    ok(close(y[e, :n], a.view(E, T, K)[e, :n].float() @ w[e].float().T), "
               "f'expert {e}')",
     "swiglu_fused": "wg, wu = torch.randn(E, N, K).half() / 8, torch.randn(E, N, K).half() / 8\n"
-                    "y = G.grouped_swiglu(a, G.fuse_gate_up_experts(wg, wu), offs)\n"
+                    "y = GS.grouped_swiglu(a, G.fuse_gate_up_experts(wg, wu), offs)\n"
                     "r = F.silu(ref_grouped(a, wg, offs)) * ref_grouped(a, wu, offs)\n"
                     "ok(close(y, r), 'SwiGLU values')",
 }

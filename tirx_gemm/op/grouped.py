@@ -64,7 +64,7 @@ from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dty
 from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
                                    check_no_overlap, mark_gate_up)
 
-__all__ = ["grouped_mm", "grouped_swiglu", "fuse_gate_up_experts", "choose_grouped",
+__all__ = ["grouped_mm", "fuse_gate_up_experts", "choose_grouped",
            "explain_grouped", "grouped_variants", "suite_builds", "check_grouped", "check_grouped_shapes",
            "Problem", "GROUPED_STEP", "LAYOUTS", "E_MAX", "CHECK_ENV"]
 
@@ -627,22 +627,3 @@ def swiglu_rows(h, interleaved: bool = True):
     else:
         gate, up = h.chunk(2, dim=-1)
     return (F.silu(gate.float()) * up.float()).to(h.dtype)
-
-
-def grouped_swiglu(a, fused, offs=None, *, counts=None, layout: str | None = None,
-                   sync: bool = False):
-    """``silu(a @ w_gate[e].T) * (a @ w_up[e].T)`` per expert over the fused weight
-    ``fused`` (E, 2N, K) of :func:`fuse_gate_up_experts`: the result (M, N) (masked:
-    (E, T, N)): one launch with SwiGLU in v14's epilogue where the pick is a wide tile on
-    sm_90a, else a grouped GEMM then the SwiGLU with torch ops in fp32
-    (tirx_gemm/op/grouped_swiglu.py). ``fused`` is read as (E, N, K) weights."""
-    import torch
-    if not isinstance(fused, torch.Tensor) or fused.dim() != 3:
-        raise ValueError("fused must be the 3-D (E, 2N, K) tensor fuse_gate_up_experts made")
-    if fused.shape[1] % (2 * EPI.SWIGLU_GROUP):
-        raise ValueError(f"fused has {fused.shape[1]} rows per expert: a fused gate/up weight "
-                         f"has 2N rows, N a multiple of {EPI.SWIGLU_GROUP}")
-    check_gate_up_experts(fused)
-    from tirx_gemm.op.grouped_swiglu import swiglu_mm
-    return swiglu_mm(a, fused.transpose(1, 2), offs, counts=counts, layout=layout,
-                     gate_up="interleaved", sync=sync)

@@ -88,3 +88,23 @@ def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
         from tirx_gemm.op.matmul import synchronize
         synchronize(a.device, what="v14 SWIGLU")
     return out
+
+
+def grouped_swiglu(a, fused, offs=None, *, counts=None, layout: str | None = None,
+                   sync: bool = False):
+    """``silu(a @ w_gate[e].T) * (a @ w_up[e].T)`` per expert over the fused weight
+    ``fused`` (E, 2N, K) of :func:`fuse_gate_up_experts`: the result (M, N) (masked:
+    (E, T, N)): one launch with SwiGLU in v14's epilogue where the pick is a wide tile on
+    sm_90a, else a grouped GEMM then the SwiGLU with torch ops in fp32
+    (:func:`swiglu_mm`). ``fused`` is read as (E, N, K) weights."""
+    import torch
+    from tirx_gemm import epilogue as EPI
+    from tirx_gemm.op import grouped as G
+    if not isinstance(fused, torch.Tensor) or fused.dim() != 3:
+        raise ValueError("fused must be the 3-D (E, 2N, K) tensor fuse_gate_up_experts made")
+    if fused.shape[1] % (2 * EPI.SWIGLU_GROUP):
+        raise ValueError(f"fused has {fused.shape[1]} rows per expert: a fused gate/up weight "
+                         f"has 2N rows, N a multiple of {EPI.SWIGLU_GROUP}")
+    G.check_gate_up_experts(fused)
+    return swiglu_mm(a, fused.transpose(1, 2), offs, counts=counts, layout=layout,
+                     gate_up="interleaved", sync=sync)
