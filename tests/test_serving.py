@@ -172,40 +172,40 @@ def test_the_op_passes_opcheck_with_a_stand_in_kernel(monkeypatch):
     torch.library.opcheck(torch_op.SWIGLU_OP, (a, b), test_utils=utils)
 
 
-def test_the_dispatcher_calls_one_python_kernel(monkeypatch):
+_ONE_KERNEL = r"""
+import inspect, sys, torch
+from tirx_gemm import torch_op
+from tirx_gemm.op import autograd as AG
+# CPU tensors stand in for CUDA ones: CPU counted as the op's backend, the opt-in registration
+torch_op._BACKEND_KEYS = (torch._C.DispatchKey.CPU,)
+torch_op.register_autograd(torch_op.NAME, AG._backward_matmul, setup_context=AG._setup_matmul)
+seen = []
+def stand_in(a, b, *rest, step=None, sync=False):
+    seen.append([(f.function, f.filename) for f in inspect.stack()[1:]])
+    return a @ b.T
+torch_op._matmul = stand_in
+a, b = torch.randn(4, 16), torch.randn(8, 16)
+torch.testing.assert_close(torch_op.OP(a, b), a @ b.T)
+frames = seen[0]
+assert frames[0][0] == "kernel" and frames[0][1].endswith("torch_op.py"), frames[:3]
+# then OpOverload.__call__ and this script: one frame of torch_op, no other Python kernel
+assert frames[1][0] == "__call__" and frames[2][1] == "<string>", frames[:3]
+assert not [f for f in frames if "_library" in f[1] or f[0] in ("redispatch", "backend_impl")]
+print("one kernel")
+"""
+
+
+def test_the_dispatcher_calls_one_python_kernel():
     """torch.ops.tirx_gemm.matmul reaches the implementation through one Python frame of
-    torch_op: no custom_op wrappers, and with the backward registered (tirx_gemm.op.autograd,
-    through torch_op.register_autograd) a call that records no gradient skips torch's
-    generated autograd kernel and its redispatch."""
-    from tirx_gemm import torch_op
-    from tirx_gemm.op import autograd as AG
-    # CPU tensors stand in for CUDA ones (CPU counted as the op's backend for this test, with a
-    # fresh registration; registered again without it afterwards)
-    monkeypatch.setattr(torch_op, "_BACKEND_KEYS", (torch._C.DispatchKey.CPU,))
-    torch_op.register_autograd(torch_op.NAME, AG._backward_matmul, setup_context=AG._setup_matmul)
-    try:
-        _call_through_the_dispatcher(monkeypatch, torch_op)
-    finally:
-        monkeypatch.undo()
-        torch_op.register_autograd(torch_op.NAME, AG._backward_matmul,
-                                   setup_context=AG._setup_matmul)
-
-
-def _call_through_the_dispatcher(monkeypatch, torch_op):
-    import inspect
-    seen = []
-
-    def stand_in(a, b, *rest, step=None, sync=False):
-        seen.append([(f.function, f.filename) for f in inspect.stack()[1:]])
-        return a @ b.T
-    monkeypatch.setattr(torch_op, "_matmul", stand_in)
-    a, b = torch.randn(4, 16), torch.randn(8, 16)
-    torch.testing.assert_close(torch_op.OP(a, b), a @ b.T)
-    frames = seen[0]
-    assert frames[0][0] == "kernel" and frames[0][1].endswith("torch_op.py"), frames[:3]
-    # then OpOverload.__call__ and the test: one frame of torch_op, no other Python kernel
-    assert frames[1][0] == "__call__" and frames[2][1] == __file__, frames[:3]
-    assert not [f for f in frames if "_library" in f[1] or f[0] in ("redispatch", "backend_impl")]
+    torch_op: no custom_op wrappers, and with the backward registered through
+    torch_op.register_autograd (opt-in) a call that records no gradient skips torch's
+    generated autograd kernel and its redispatch. In its own process: the registration it
+    makes stays out of the other tests' op."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _ONE_KERNEL], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "one kernel" in out.stdout, out.stdout + out.stderr
 
 
 # --------------------------------------------------------------------------------------
@@ -255,6 +255,8 @@ def test_a_remembered_call_keeps_nothing_on_the_host(monkeypatch):
         for _ in range(500):
             fn()
         before = sys.getallocatedblocks()
-        for _ in range(5000):
+        for _ in range(20000):
             fn()
-        assert sys.getallocatedblocks() - before < 50
+        # a block kept per call would be 20000; the bar is one per 100 calls (a one-off cache
+        # entry made while the loop runs is not a leak)
+        assert sys.getallocatedblocks() - before < 200
