@@ -924,3 +924,31 @@ def test_the_prepared_lab_sets_meet_the_rules_they_test():
             assert step == "v12" and kw.get("CLUSTER") == 2, e
             assert mm.choose(e["M"], e["N"], e["K"], dt, "sm_90a", 132)[1].get("CLUSTER") in (2, 4)
 
+
+
+def test_the_h200_error_class_figures_are_computed_from_their_records():
+    """The public suite's kernel-time geomean and lowest case that the README quotes, and the
+    misaligned-row rule's A/B gains that its study quotes, from the H200 records."""
+    rec = ROOT / "lab" / "cost_model_error_classes" / "records"
+    rows = [json.loads(x) for x in (rec / "public_suite_h200.jsonl").read_text().splitlines()]
+    ratios = [(r["candidates"][r["pick"]]["ratio"], r) for r in rows]
+    g = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+    low, r = min(ratios, key=lambda t: t[0])
+    dt = {"bfloat16": "bf16", "float16": "fp16"}[r["dtype"]]
+    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert (f"the same {len(ratios)} cases gave a geomean of {g:.3f} and a lowest case of "
+            f"{low:.3f} ({r['M']}x{r['N']}x{r['K']} {dt})") in readme
+    gains = []
+    for line in (rec / "error_classes_h200.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        c = r["candidates"]
+        before = [k for k, v in c.items() if "before" in v["specs"]]
+        if before and before[0] != r["pick"]:
+            gains.append(c[before[0]]["ms"] / c[r["pick"]]["ms"])
+    g = math.exp(sum(map(math.log, gains)) / len(gains))
+    study = re.sub(r"\s+", " ", (ROOT / "lab" / "cost_model_error_classes" / "README.md")
+                   .read_text(encoding="utf-8"))
+    assert (f"Over the {len(gains)} cases where `misaligned_rows_model` changes the kernel" in study
+            and f"geomean {g:.3f}, none behind" in study and min(gains) >= 1.0)
+    for x in gains:
+        assert f"{x:.3f}" in study, x
