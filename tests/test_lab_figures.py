@@ -926,11 +926,12 @@ def test_the_prepared_lab_sets_meet_the_rules_they_test():
 
 
 
-def test_the_h200_error_class_figures_are_computed_from_their_records():
+@pytest.mark.parametrize("card", ["h200", "h100"])
+def test_the_error_class_figures_are_computed_from_their_records(card):
     """The public suite's kernel-time geomean and lowest case that the README quotes, and the
-    misaligned-row rule's A/B gains that its study quotes, from the H200 records."""
+    misaligned-row rule's A/B gains that its study quotes, from each card's records."""
     rec = ROOT / "lab" / "cost_model_error_classes" / "records"
-    rows = [json.loads(x) for x in (rec / "public_suite_h200.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (rec / f"public_suite_{card}.jsonl").read_text().splitlines()]
     ratios = [(r["candidates"][r["pick"]]["ratio"], r) for r in rows]
     g = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
     low, r = min(ratios, key=lambda t: t[0])
@@ -939,7 +940,7 @@ def test_the_h200_error_class_figures_are_computed_from_their_records():
     assert (f"the same {len(ratios)} cases gave a geomean of {g:.3f} and a lowest case of "
             f"{low:.3f} ({r['M']}x{r['N']}x{r['K']} {dt})") in readme
     gains = []
-    for line in (rec / "error_classes_h200.jsonl").read_text().splitlines():
+    for line in (rec / f"error_classes_{card}.jsonl").read_text().splitlines():
         r = json.loads(line)
         c = r["candidates"]
         before = [k for k, v in c.items() if "before" in v["specs"]]
