@@ -19,7 +19,7 @@ catalogue = importlib.import_module("catalogue")
 SUBSET = [
     "matmul.operands.a_float32", "matmul.operands.k_mismatch", "matmul.operands.a_sparse_coo",
     "matmul.operands.a_odd_offset", "matmul.operands.bf16", "matmul.operands.m_0",
-    "torch_op.operands.a_transposed", "epilogue.operands.a_requires_grad",
+    "torch_op.operands.a_transposed_m_300", "matmul.operands.ab_transposed", "epilogue.operands.a_requires_grad",
     "matmul.keywords.bias_true", "matmul.keywords.act_upper", "matmul.keywords.step_v99",
     "matmul.keywords.out_same_as_a", "matmul.keywords.bias_fp16", "matmul.overlap.epilogue",
     "matmul.keywords.out_dtype_fp32",

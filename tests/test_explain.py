@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tirx_gemm import spec
+from tirx_gemm import registry, spec
+from tirx_gemm.compile.names import kernel_symbol
 
 from tirx_gemm.op import cost_model as cm, rules
 from tirx_gemm.numerics import DTYPES
@@ -79,7 +80,9 @@ def test_explaining_a_choice_does_not_change_it_and_names_every_rule_that_shaped
                 step, kw = rules.choose(M, N, K, dt, arch, sm, why=why)
                 assert (step, kw) == rules.choose(M, N, K, dt, arch, sm)
                 text = rules.explain(M, N, K, dt, arch)
-                head, card, *lines = text.splitlines()
+                head, kernel, card, *lines = text.splitlines()
+                assert kernel == f"  kernel: {kernel_symbol(registry.get(step, arch), kw)}"
+                assert "kernel_kernel" not in kernel and step in kernel
                 assert card == "  card: NVIDIA H200: 132 SMs, 60 MiB L2, 4.8 TB/s HBM (table)"
                 assert head.startswith(f"{M}x{N}x{K} {dt} on {arch} ({sm} SMs): {step}")
                 for k, v in kw.items():
@@ -133,7 +136,9 @@ def test_tirx_gemm_choose_prints_the_explanation_and_refuses_in_one_line():
                           "bfloat16"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     *shown, imports = res.stdout.strip().splitlines()
-    assert "\n".join(shown) == rules.explain(72, 4608, 4096, "bfloat16")
+    from tirx_gemm.op import layouts  # rules.explain's text and a last line naming the layout
+    assert "\n".join(shown) == layouts.explain(72, 4608, 4096, "bfloat16")
+    assert "\n".join(shown).startswith(rules.explain(72, 4608, 4096, "bfloat16") + "\n  layout: NN")
     assert imports == "False False"
     for args, message in ((["4096,4096,4095"], "tirx-gemm: error: K=4095 is not a multiple of 8"),
                           (["1,2"], "wants three integers M,N,K")):

@@ -590,7 +590,7 @@ def test_the_chooser_takes_the_cards_bandwidth_and_sms():
         changed += rules.choose(M, N, K, "bfloat16", "sm_90a", 132, card="h100") != fitted
     assert changed  # the H100's slower HBM moves some memory-bound picks
     text = rules.explain(64, 4096, 4096, "bfloat16", card="h100")
-    assert text.splitlines()[1] == ("  card: NVIDIA H100 80GB HBM3: 132 SMs, 50 MiB L2, "
+    assert text.splitlines()[2] == ("  card: NVIDIA H100 80GB HBM3: 132 SMs, 50 MiB L2, "
                                     "3.35 TB/s HBM (table)")
     assert "card: NVIDIA H200: 132 SMs, 60 MiB L2, 4.8 TB/s" in rules.explain(64, 64, 64,
                                                                              card="h200")

@@ -153,6 +153,13 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "(only a cluster's second request shows it: the cancel-path run catches it)",
            blackwell_edits=(("clc.py", "        self.empty.wait(0, self.free.phase, role)\n", ""),),
            must_flag=("numsim",)),
+    Mutant("mx-sf-copy-one-cta", "v13",
+           "CTA 0 copies the MXFP8 scale factors SMEM -> TMEM with tcgen05.cp.cta_group::1: CTA 1's "
+           "TMEM never gets its SFs, yet the pair's block-scaled MMA reads them there",
+           blackwell_edits=(("fp8.py", "    Tx.copy_async(sf_tmem, sf_smem, cta_group=2)\n",
+                             "    Tx.copy_async(sf_tmem, sf_smem, cta_group=1)\n"),),
+           must_flag=("numsim", "race"),
+           case=((512, 256, 512), (("SM_COUNT", 2), ("PIPE_DEPTH", 3), ("SCALE", "mx")))),
 )}
 
 

@@ -143,6 +143,15 @@ def emulate(arch="sm_90a", sms=132):
     mm._epilogue_checks.__kwdefaults__["require_cuda"] = False
     _fp8.check_fp8_operands.__kwdefaults__["require_cuda"] = False
     mm._gpu_arch = lambda dev: (arch, sms)
+    from tirx_gemm.op import layouts as _lay  # transposed views: v15 in place (sm_90a)
+    _lay._arch_of.__kwdefaults__["require_cuda"] = False
+
+    def v15_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device, tune=None):
+        def kernel(a, b, out):
+            a2, b2 = (a.T if a_mn else a), (b.T if b_mn else b)
+            out.copy_((a2.float() @ b2.float().T).to(out.dtype))
+        return kernel
+    mm.v15_kernel = v15_kernel
     mm.synchronize = lambda *a, **k: None
     torch.cuda.is_current_stream_capturing = lambda: False  # no capture on the stand-in
     try:  # a CUDA-graph capture probe: a CPU-only torch has no such thing to ask

@@ -42,6 +42,9 @@ def register(sub) -> None:
     sp.add_argument("--card", default=None, choices=sorted(CARDS) + ["auto"],
                     help="the card whose bandwidth the cost model takes (default: h200, the "
                          "card the model was fitted on; auto: the GPU present)")
+    sp.add_argument("--layout", default="NN", choices=("NN", "NT", "TN", "TT"),
+                    help="a's and b's layout: N row-major (K-major), T the transposed view of a "
+                         "row-major tensor (v15 reads it in place on sm_90a; default NN)")
     sp.set_defaults(fn=cmd_choose)
 
     sp = sub.add_parser("doctor", help="show the CUDA toolchain a build uses (paths, versions)")
@@ -59,8 +62,9 @@ def register(sub) -> None:
 
 
 def cmd_choose(args) -> int:
-    from tirx_gemm.op.rules import explain
-    print(explain(*args.mnk, args.dtype, args.arch, args.sm_count, card=args.card))
+    from tirx_gemm.op.layouts import explain
+    print(explain(*args.mnk, args.dtype, args.arch, args.sm_count, card=args.card,
+                  layout=args.layout))
     return 0
 
 

@@ -612,11 +612,9 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
 
 def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
             sm_count: int | None = None, epilogue: dict | None = None, *, card=None) -> str:
-    """What :func:`choose` picks for an MxNxK GEMM and why, as text: the step and its builder
-    keywords on one line, the card assumed and where its figures came from, then one line
-    per rule of RULES that applied, in order, with the figures that decided and the rule's
-    name and study. ``sm_count`` and ``card`` as in :func:`choose` (without a GPU: the
-    H200, 132 SMs on sm_90a). ``tirx-gemm choose M,N,K`` prints it."""
+    """:func:`choose`'s pick for MxNxK and why, as text: step and keywords, the kernel's name as
+    profilers show it, the card assumed, then each rule of RULES that applied, in order, with
+    the figures that decided and its study (``tirx-gemm choose`` prints it)."""
     dtype, (card, sm_count) = dtype_name(dtype), cards.for_arch(card, arch, sm_count)
     why: list[str] = []
     step, kw = choose(M, N, K, dtype, arch, sm_count, epilogue, why=why, card=card)
@@ -624,7 +622,9 @@ def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a"
     used = _pool(sm_count)
     sms = f"{sm_count} SMs" + ("" if used == sm_count else f", {used} used")
     head = f"{M}x{N}x{K} {dtype} on {arch} ({sms}): {step} {keys}".rstrip()
-    return "\n".join([head, f"  card: {card.line()}"] + [f"  - {w}" for w in why])
+    from tirx_gemm.compile.names import kernel_symbol  # pure Python: no TVM
+    return "\n".join([head, f"  kernel: {kernel_symbol(registry.get(step, arch), kw)}",
+                      f"  card: {card.line()}"] + [f"  - {w}" for w in why])
 
 
 def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: str,
