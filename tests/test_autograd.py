@@ -274,41 +274,6 @@ def test_compiled_training_step(cpu_kernels):
         torch.testing.assert_close(got, t.grad)
 
 
-def test_matmul_layouts_reads_transposed_views(monkeypatch):
-    """NN, NT, TN, TT: a transposed view goes to v15 as the row-major tensor it views."""
-    seen = []
-
-    def fake_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device, tune=None):
-        def run(a, b, out):
-            seen.append((a_mn, b_mn, a.data_ptr(), b.data_ptr()))
-            out.copy_((a.T if a_mn else a) @ (b.T if b_mn else b).T)
-        return run
-
-    monkeypatch.setattr(AG, "_layout_kernel", fake_kernel)
-    monkeypatch.setattr(AG, "_arch", lambda device: "sm_90a")
-    at, bt = torch.randn(16, 24), torch.randn(16, 8)      # stored (K, M), (K, N)
-    a, b = at.t(), bt.t()                                 # views: (M, K), (N, K)
-    for x, y, want in ((a.contiguous(), b.contiguous(), (False, False)),
-                       (a.contiguous(), b, (False, True)), (a, b.contiguous(), (True, False)),
-                       (a, b, (True, True))):
-        torch.testing.assert_close(AG.matmul_layouts(x, y), a @ b.T)
-        assert seen[-1][:2] == want
-    assert seen[-1][2:] == (at.data_ptr(), bt.data_ptr())  # read in place, no copy
-
-
-def test_matmul_layouts_refuses_what_it_cannot_read(monkeypatch):
-    monkeypatch.setattr(AG, "_arch", lambda device: "sm_90a")
-    strided = torch.randn(16, 32)[:, ::2]
-    with pytest.raises(ValueError, match=r"a has strides \(32, 2\): neither row-major nor the "
-                                         r"transpose of a row-major tensor; pass a.contiguous"):
-        AG.matmul_layouts(strided, torch.randn(8, 16))
-    with pytest.raises(ValueError, match="a @ b.T needs one K and one dtype"):
-        AG.matmul_layouts(torch.randn(8, 16), torch.randn(8, 24))
-    monkeypatch.setattr(AG, "_arch", lambda device: None)
-    with pytest.raises(ValueError, match="matmul_layouts runs v15 on sm_90a"):
-        AG.matmul_layouts(torch.randn(8, 16), torch.randn(8, 16))
-
-
 def test_layout_step_off_copies(cpu_kernels, monkeypatch):
     """set_layout_step(None): the K-major copies on sm_90a too, no v15 call."""
     seen = []
@@ -361,3 +326,33 @@ def test_layout_kwargs_and_shape():
     lesson = AG.layout_kwargs(st, "bfloat16", 132, True, True, {})
     assert "CLUSTER" not in lesson and AG.layout_shape(256, 512, 1000, lesson) == (256, 512, 1000)
     assert AG.layout_kwargs(st, "bfloat16", 132, False, True, {"RUNTIME_K": True})["RUNTIME_K"]
+
+
+def test_compiled_training_step_reads_the_operands_in_place(cpu_kernels, monkeypatch):
+    """torch.compile(fullgraph=True) of a training step on sm_90a (said to be): the traced
+    backward runs dgrad and wgrad through the op tirx_gemm::layout_mm (v15 in place, a graph
+    node each) where eager calls the kernel; the gradients equal eager's and torch's."""
+    seen = []
+    _fake_layout_kernel(monkeypatch, seen)
+    nodes = []
+    real = AG.LAYOUT_OP
+    monkeypatch.setattr(AG, "LAYOUT_OP", lambda *a: nodes.append(a[2:]) or real(*a))
+    bf = torch.bfloat16
+    w = torch.randn(24, 16, dtype=bf, requires_grad=True)
+    x = torch.randn(13, 16, dtype=bf, requires_grad=True)
+
+    def step(x):
+        return AG.linear(x, w).float().square().sum()
+
+    torch.compile(step, fullgraph=True, backend="aot_eager")(x).backward()
+    assert nodes == [(False, True), (True, True)]  # dgrad (b MN-major), wgrad (both)
+    assert [s[:2] for s in seen] == [(False, True), (True, True)]  # the op ran v15
+    compiled = [t.grad.clone() for t in (x, w)]
+    for t in (x, w):
+        t.grad = None
+    step(x).backward()
+    ref = [t.detach().clone().requires_grad_() for t in (x, w)]
+    F.linear(*ref).float().square().sum().backward()
+    for got, t, r in zip(compiled, (x, w), ref):
+        torch.testing.assert_close(got, t.grad)
+        torch.testing.assert_close(got, r.grad, atol=0.1, rtol=2e-2)

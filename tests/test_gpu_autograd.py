@@ -163,3 +163,56 @@ def test_copy_path_grads(M):
     _sync()
     for name, o, r in zip(("input", "weight", "bias"), ours, ref):
         _close(f"copies {name} M={M}", o.grad, r.grad)
+
+
+# tirx_gemm.matmul on transposed views: (M, N, K); TN and TT need M % 8 == 0, TT takes any K
+MATMUL_LAYOUT_CASES = ((1000, 512, 256), (64, 256, 512), (256, 512, 333))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("M,N,K", MATMUL_LAYOUT_CASES)
+def test_matmul_layouts(M, N, K, dtype):
+    """``tirx_gemm.matmul(a, b)`` with a and b row-major (NN) or transposed views (NT, TN,
+    TT): v15 reads the views in place (the NN call's kernel, remembered first for these
+    shapes, refuses them and the call goes to v15); each against torch at TOL, with out=."""
+    import tirx_gemm
+    from tirx_gemm.op import layouts as L
+    g = torch.Generator(device=DEVICE).manual_seed(M + N + K)
+    at = torch.randn(K, M, generator=g, device=DEVICE, dtype=dtype)  # stored (K, M)
+    bt = torch.randn(K, N, generator=g, device=DEVICE, dtype=dtype)  # stored (K, N)
+    a_rm, b_rm = at.t().contiguous(), bt.t().contiguous()
+    want = (a_rm.float() @ b_rm.float().T).to(dtype)
+    for lay in L.LAYOUTS if K % 8 == 0 else ("TT",):
+        a = at.t() if lay[0] == "T" else a_rm
+        b = bt.t() if lay[1] == "T" else b_rm
+        assert L.layout_of(a, b) == lay
+        for _ in range(2):  # the first call of a layout, then the one after it
+            got = tirx_gemm.matmul(a, b)
+        out = torch.full((M, N), float("nan"), device=DEVICE, dtype=dtype)
+        tirx_gemm.matmul(a, b, out=out, sync=True)
+        _close(f"{lay} {M}x{N}x{K}", got, want)
+        _close(f"{lay} {M}x{N}x{K} out=", out, want)
+
+
+@pytest.mark.parametrize("backend", ("aot_eager", "inductor"))
+def test_compiled_training_step(backend):
+    """torch.compile(fullgraph=True) of a Linear's training step: the forward's op and the
+    traced backward's (dgrad and wgrad on tirx_gemm::layout_mm, v15 in place); the loss and
+    every gradient against torch's at TOL."""
+    from tirx_gemm.op import autograd as AG
+    M, N, K = 77, 256, 512
+    ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=6)
+    ref = _twins(ours)
+
+    def step(x, w, b):
+        return AG.linear(x, w, b, step="v12").float().square().sum()
+
+    torch._dynamo.reset()
+    loss = torch.compile(step, fullgraph=True, backend=backend)(*ours)
+    loss.backward()
+    want = F.linear(*ref).float().square().sum()
+    want.backward()
+    _sync()
+    assert abs(loss.item() - want.item()) <= TOL * abs(want.item())
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"compiled {backend} {name}", o.grad, r.grad)

@@ -783,3 +783,127 @@ def test_a_suite_with_epilogue_steps_exports_their_fused_and_plain_kernels(tmp_p
     with pytest.raises(ValueError, match="'epilogue_steps' must be a list") as e:
         suite.load_suite(bad)
     assert "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------------------
+# transposed views (NT, TN, TT): v15 in place on sm_90a (tirx_gemm.op.layouts)
+# --------------------------------------------------------------------------------------
+def _fake_sm90a(monkeypatch, seen):
+    """The GPU said to be sm_90a, v15's kernel a CPU product recording what it was given."""
+    from tirx_gemm.op import layouts as L, matmul as M
+
+    def fake_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device, tune=None):
+        def run(a, b, out):
+            seen.append(((rows_a, rows_b, red), a_mn, b_mn, a.data_ptr(), b.data_ptr()))
+            out.copy_(((a.T if a_mn else a).float() @ (b.T if b_mn else b).float().T)
+                      .to(out.dtype))
+        return run
+
+    monkeypatch.setattr(M, "v15_kernel", fake_kernel)
+    monkeypatch.setattr(L, "_arch_of", lambda ops, probe: "sm_90a")
+
+
+@pytest.mark.parametrize("layout", ("NT", "TN", "TT"))
+def test_transposed_views_run_v15_on_the_tensors_as_they_lie(monkeypatch, layout):
+    from tirx_gemm.op import layouts as L
+    seen = []
+    _fake_sm90a(monkeypatch, seen)
+    M, N, K = 24, 16, 40
+    st = {"a": torch.randn(K, M).bfloat16(), "b": torch.randn(K, N).bfloat16()}  # T: stored
+    rm = {"a": torch.randn(M, K).bfloat16(), "b": torch.randn(N, K).bfloat16()}  # N
+    a = st["a"].t() if layout[0] == "T" else rm["a"]
+    b = st["b"].t() if layout[1] == "T" else rm["b"]
+    assert L.layout_of(a, b) == layout and L.has_transposed(a, b)
+    want = (a.float() @ b.float().T).bfloat16()
+    torch.testing.assert_close(mm.matmul(a, b), want)
+    (mnk, a_mn, b_mn, pa, pb), = seen
+    assert mnk == (M, N, K) and (a_mn, b_mn) == (layout[0] == "T", layout[1] == "T")
+    assert (pa, pb) == (a.data_ptr(), b.data_ptr())  # the views' own storage: no copy
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    assert mm.matmul(a, b, out=out, step="v15") is out
+    torch.testing.assert_close(out, want)
+    if layout[1] == "T":  # no rows: a (0, K) is row-major whatever it views
+        assert mm.matmul(a[:0], b).shape == (0, N) and len(seen) == 2
+
+
+def test_layout_of_names_each_operand():
+    from tirx_gemm.op import layouts as L
+    a, b = torch.randn(16, 8), torch.randn(24, 8)
+    assert [L.layout_of(x, y) for x, y in ((a, b), (a, b.T.contiguous().T),
+                                           (a.T.contiguous().T, b))] == ["NN", "NT", "TN"]
+    assert L.layout_of(a[:, ::2], b) is None and not L.has_transposed(a[:, ::2], b)
+    assert not L.has_transposed(a, b) and not L.has_transposed("a", None)
+
+
+def _refusal(pattern, fn):
+    with pytest.raises((ValueError, TypeError), match=pattern) as e:
+        fn()
+    assert "\n" not in str(e.value)
+
+
+def test_transposed_views_are_refused_in_one_line_where_nothing_reads_them(monkeypatch):
+    from tirx_gemm.op import layouts as L
+    _fake_sm90a(monkeypatch, [])
+    bf = torch.bfloat16
+    at, b = torch.randn(40, 24).to(bf), torch.randn(16, 40).to(bf)  # a = at.T: TN
+    _refusal(r"step='v9' reads K-major operands and a is transposed \(layout TN\): pass "
+             r"step=None .* or a.contiguous\(\)", lambda: mm.matmul(at.T, b, step="v9"))
+    _refusal(r"a is a transposed view of a 40 x 300 tensor: its rows are M=300 .* "
+             r"a.contiguous\(\)", lambda: mm.matmul(torch.randn(40, 300).to(bf).T, b))
+    _refusal(r"K=36 is not a multiple of 8: b is row-major, .* \(TT takes any K\)",
+             lambda: mm.matmul(at[:36].T, b[:, :36].contiguous()))
+    _refusal(r"b has strides \(5, 80\): neither row-major nor the transpose",
+             lambda: mm.matmul(at.T, torch.randn(40, 80).to(bf).T[::5]))
+    grad = at.clone().requires_grad_()
+    _refusal("matmul has no backward", lambda: mm.matmul(grad.T, b))
+    _refusal(r"a is a transposed view \(layout TN\): the fused epilogues \(v12\) read K-major "
+             r".* pass a.contiguous\(\), or call matmul\(a, b\)",
+             lambda: mm.matmul(at.T, b, activation="relu"))
+    _refusal(r"b is a transposed view \(layout NT\): the fused epilogues",
+             lambda: mm.matmul(at.T.contiguous(), b.T.contiguous().T, bias=torch.zeros(16)))
+    monkeypatch.setattr(L, "_arch_of", lambda ops, probe: "sm_100a")
+    _refusal(r"a and b are transposed views \(layout TT\): on sm_100a matmul reads K-major "
+             r"operands only .* pass a.contiguous\(\) and b.contiguous\(\)",
+             lambda: mm.matmul(at.T, b.T.contiguous().T))
+    monkeypatch.undo()
+    _refusal(r"a, b on cpu and this machine has no CUDA GPU .* use torch.nn.functional.linear",
+             lambda: mm.matmul(at.T, b))
+
+
+def test_explain_says_the_layout_and_what_runs():
+    text = mm.explain(4096, 4096, 4096, "bfloat16")
+    assert text.startswith(rules.explain(4096, 4096, 4096, "bfloat16"))
+    assert text.splitlines()[-1].startswith("  layout: NN (a and b row-major, K-major")
+    for lay, majors in (("NT", "A_MAJOR=K B_MAJOR=MN"), ("TN", "A_MAJOR=MN B_MAJOR=K"),
+                        ("TT", "A_MAJOR=MN B_MAJOR=MN")):
+        head, card, *why = mm.explain(8192, 4096, 4096, "bfloat16", layout=lay).splitlines()
+        assert head.startswith(f"8192x4096x4096 bfloat16 on sm_90a (132 SMs), layout {lay}: "
+                               f"v15 RUNTIME_M=True {majors} CLUSTER=1 PDL=True")
+        assert ("RUNTIME_K=True" in head) == (lay == "TT") and card.startswith("  card: ")
+        assert f"layout {lay}: " in why[0] and "read in place by v15" in why[0]
+    assert "layout TT" in mm.explain(4096, 4096, 333, layout="TT")  # any K for TT
+    from tirx_gemm.op import layouts as L
+    assert L.choose(4096, 4096, 4096, "bfloat16") == mm.choose(4096, 4096, 4096, "bfloat16")
+    assert L.choose(4096, 4096, 4096, "bfloat16", layout="TN") == (
+        "v15", L.kwargs_for("TN", "bfloat16"))
+    _refusal("on sm_100a matmul reads K-major operands only",
+             lambda: mm.explain(4096, 4096, 4096, arch="sm_100a", layout="NT"))
+    _refusal("layout 'NX': one of NN, NT, TN, TT", lambda: mm.explain(64, 64, 64, layout="NX"))
+
+
+def test_suite_layouts_give_v15_requests_on_sm90a_only():
+    """A suite entry's "layouts" (tirx_gemm.op.layouts.suite_layouts) become v15's export
+    requests at the builds matmul loads for those views: M at run time; TT K at run time too."""
+    from tirx_gemm.op import layouts as L
+    assert L.suite_layouts(["TT", "NT", "TT"], "x") == ("TT", "NT")
+    for bad in (["NN"], [], "TT", ["TX"]):
+        _refusal(r"x: layouts=.* must be a non-empty list of NT, TN, TT",
+                 lambda: L.suite_layouts(bad, "x"))
+    reqs = L.suite_requests(4096, 4096, 1000, "bfloat16", ("NT", "TT"), "sm_90a", 132)
+    assert [(st.id, shape, kw["A_MAJOR"], kw["B_MAJOR"], kw.get("RUNTIME_K")) for st, shape, kw
+            in reqs] == [("v15", (mm.NOMINAL_M, 4096, 1000), "K", "MN", None),
+                         ("v15", (mm.NOMINAL_M, 4096, mm.NOMINAL_K), "MN", "MN", True)]
+    assert all(kw == L.kwargs_for(lay, "bfloat16") for (_, _, kw), lay in zip(reqs, ("NT", "TT")))
+    assert L.suite_requests(4096, 4096, 1000, "bfloat16", ("NT",), "sm_100a", 148) == []
+    _refusal("a is a transposed view of a 1000 x 300 tensor",
+             lambda: L.suite_requests(300, 4096, 1000, "bfloat16", ("TN",), "sm_90a", 132))

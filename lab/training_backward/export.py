@@ -35,6 +35,26 @@ def _test_module():
     return mod
 
 
+# not replayed on the CPU: test_matmul_layouts calls tirx_gemm.matmul (matmul_layout_requests);
+# test_compiled_training_step calls test_linear_grads' kernels (its M=77 bf16 bias layer)
+NOT_REPLAYED = ("test_matmul_layouts", "test_compiled_training_step")
+
+
+def matmul_layout_requests(mod, sm_count: int, seen: set) -> list:
+    """The kernels of ``mod.test_matmul_layouts``: matmul's pick for NN, v15's for NT, TN,
+    TT (tirx_gemm.op.layouts), each MATMUL_LAYOUT_CASES shape in both dtypes."""
+    from tirx_gemm.op import layouts as L
+    reqs = []
+    for (M, N, K), dt in itertools.product(mod.MATMUL_LAYOUT_CASES, mod.DTYPES):
+        dtype = str(dt).removeprefix("torch.")
+        for lay in L.LAYOUTS if K % 8 == 0 else ("TT",):
+            rs = (C.requests([("matmul", M, N, K, dt, None, None, None, None)], sm_count)
+                  if lay == "NN" else
+                  [C.layout_request(M, N, K, dtype, lay[0] == "T", lay[1] == "T", sm_count)])
+            reqs += [r for r in rs if C._once(seen, r)]
+    return reqs
+
+
 def replay(mod, only: str | None = None) -> list:
     """Run every test body of ``mod`` on the CPU (or those whose name holds ``only``), each
     parametrization; return the calls."""
@@ -43,7 +63,8 @@ def replay(mod, only: str | None = None) -> list:
     try:
         with C.recording() as rec:
             for name, fn in inspect.getmembers(mod, inspect.isfunction):
-                if not name.startswith("test_") or (only and only not in name):
+                if not name.startswith("test_") or (only and only not in name) \
+                        or name in NOT_REPLAYED:
                     continue
                 marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
                 grids = []
@@ -64,12 +85,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--sm-count", type=int, default=132)
     ap.add_argument("--dry-run", action="store_true", help="list the kernels, build nothing")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel builds (default 1)")
     ap.add_argument("--what", default="tests,layouts,curve,bench",
-                    help="tests | TEST_NAME_PART (those GPU tests only), layouts, curve, bench")
+                    help="tests | TEST_NAME_PART (those GPU tests only), matmul_layouts, "
+                         "layouts, curve, bench")
     ap.add_argument("--tokens", default=None, help="bench.py's token counts (default: all)")
     args = ap.parse_args(argv)
     what = args.what.split(",")
-    known = {"tests", "layouts", "curve", "bench"}
+    known = {"tests", "layouts", "curve", "bench", "matmul_layouts"}
     rec = replay(_test_module()) if "tests" in what else []
     for part in set(what) - known:
         rec += replay(_test_module(), only=part)
@@ -79,6 +102,8 @@ def main(argv=None) -> int:
     reqs = C.requests(rec, args.sm_count)
     seen: set = set()
     reqs = [r for r in reqs if C._once(seen, r)]
+    if "tests" in what or "matmul_layouts" in what:
+        reqs += matmul_layout_requests(_test_module(), args.sm_count, seen)
     if "layouts" in what:  # tests/test_layout_step.py's GPU cases
         spec = importlib.util.spec_from_file_location("test_layout_step",
                                                       ROOT / "tests" / "test_layout_step.py")
@@ -106,7 +131,7 @@ def main(argv=None) -> int:
     if args.dry_run:
         return 0
     from tirx_gemm.compile import bundle
-    n = bundle.export(reqs, Path(args.out), progress=True)
+    n = bundle.export(reqs, Path(args.out), jobs=args.jobs, progress=True)
     print(f"exported {n} kernels to {args.out}")
     return 0
 

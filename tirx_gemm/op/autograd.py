@@ -26,15 +26,18 @@ weight (N x K) is copied -- torch's transposing copy runs far below the HBM band
 (``lab/training_backward/`` has the H200 figures: block, per GEMM, and the copies' share).
 v15 is built for the backward with :data:`LAYOUT_TUNE` (one CTA per tile instead of v9's
 pair, and PDL), and wgrad with the token count at run time (RUNTIME_K: one kernel per layer,
-not per token count): the builds that study measured fastest. The copy path (:func:`set_layout_step`
-(None); elsewhere than sm_90a; an operand v15 cannot read as it lies: not contiguous,
-misaligned, an MN-major row count not a multiple of 8) makes each operand K-major with one
+not per token count; faster on the H200, slower on the H100, kept for the one kernel), dgrad
+with K fixed (DGRAD_RUNTIME_K off: slower with it on the H100). The copy path
+(:func:`set_layout_step` (None); elsewhere than sm_90a; an operand v15 cannot read as it
+lies: not contiguous, misaligned, an MN-major row count not a multiple of 8) makes each
+operand K-major with one
 ``.t().contiguous()``, wgrad's reduction dimension (the token count) padded with zero columns
 to a multiple of 8 in the same copy (TMA's 16-byte rows): 2*(N*K + M*N + M*K) bytes more than
 the GEMMs read (2-byte dtypes). v15 has no fp32 output, so a ``main_grad`` wgrad keeps the
 copy path (dgrad stays on v15).
-:func:`matmul_layouts` is the same kernel for any caller: ``a @ b.T`` with each operand
-row-major or a transposed view (NN, NT, TN, TT), no copy.
+``tirx_gemm.matmul(a, b)`` runs the same kernels for any caller whose a or b is a transposed
+view (NT, TN, TT; tirx_gemm.op.layouts), and a compiled training step keeps them (the traced
+backward calls them through the op ``torch.ops.tirx_gemm.layout_mm``, defined here).
 
 **Fused epilogues.** With ``activation`` the backward recomputes the pre-activation
 ``z = a @ b.T + bias`` in fp32 (one more GEMM, bias fused; relu needs none: its mask is
@@ -74,16 +77,16 @@ from tirx_gemm.op import torch_op
 from tirx_gemm.op.keywords import ROW_MULTIPLE
 
 __all__ = ["matmul", "linear", "swiglu", "BACKWARD_STEP", "set_backward_step", "LAYOUT_STEP",
-           "LAYOUT_TUNE", "WGRAD_RUNTIME_K", "set_layout_step", "matmul_layouts",
+           "LAYOUT_TUNE", "WGRAD_RUNTIME_K", "DGRAD_RUNTIME_K", "set_layout_step",
            "layout_kwargs", "layout_shape",
            "check_trainable", "layout_copy_bytes"]
 
 BACKWARD_STEP: str | None = None  # the step of the backward GEMMs (None: choose's pick)
 LAYOUT_STEP: str | None = "v15"  # sm_90a: dgrad and wgrad read transposed operands in place
-# v15's keywords for the backward GEMMs: one CTA per tile (v12's choice at these shapes) and PDL;
-# wgrad (both operands MN-major) also takes K, the token count, at run time (WGRAD_RUNTIME_K)
-LAYOUT_TUNE: dict = {"CLUSTER": 1, "PDL": True}
-WGRAD_RUNTIME_K = True
+# v15's builds and kernels (LAYOUT_TUNE, WGRAD_RUNTIME_K, layout_kwargs, layout_shape, the
+# kernel cache) live in tirx_gemm.op.layouts, which tirx_gemm.matmul's transposed calls share
+from tirx_gemm.op.layouts import (DGRAD_RUNTIME_K, LAYOUT_TUNE, WGRAD_RUNTIME_K,  # noqa: E402,F401
+                                  _layout_kernels, _tune, layout_kwargs, layout_shape)
 _STEP_ARCHES = {"v12": "sm_90a"}  # a forced step, on the arch that has it
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
                                          "float8_e5m2fnuz") if hasattr(torch, n))
@@ -108,60 +111,28 @@ def set_layout_step(step: str | None) -> None:
     LAYOUT_STEP = step
 
 
-def layout_kwargs(step, dtype: str, sm_count: int, a_mn: bool, b_mn: bool,
-                  tune: dict | None = None) -> dict:
-    """v15's build keywords for one layout: the step's defaults, M at run time, the two
-    majors and ``tune`` (None: the backward's, :data:`LAYOUT_TUNE`, plus RUNTIME_K where both
-    operands are MN-major (wgrad) and :data:`WGRAD_RUNTIME_K`; a dict: those keywords, {} the
-    lesson's build)."""
-    from tirx_gemm.op.keywords import step_kwargs
-    return {**step_kwargs(step, dtype, sm_count), "RUNTIME_M": True,
-            "A_MAJOR": "MN" if a_mn else "K", "B_MAJOR": "MN" if b_mn else "K",
-            **_tune(tune, a_mn, b_mn)}
-
-
-def _tune(tune: dict | None, a_mn: bool, b_mn: bool) -> dict:
-    if tune is not None:
-        return tune
-    return {**LAYOUT_TUNE, "RUNTIME_K": True} if a_mn and b_mn and WGRAD_RUNTIME_K \
-        else LAYOUT_TUNE
-
-
-def layout_shape(rows_a: int, rows_b: int, red: int, kw: dict) -> tuple[int, int, int]:
-    """The (M, N, K) a v15 kernel is built and found at: K nominal for a RUNTIME_K build
-    (one kernel serves every K), else as called."""
-    from tirx_gemm.op.keywords import NOMINAL_K
-    return (rows_a, rows_b, NOMINAL_K if kw.get("RUNTIME_K") else red)
-
-
-_layout_kernels: dict = {}  # (shape, majors, dtype, device, tune, bundle) -> kernel
-
-
 def _layout_kernel(dtype, rows_a: int, rows_b: int, red: int, a_mn: bool, b_mn: bool, device,
                    tune: dict | None = None):
     """v15's kernel for D (rows_a x rows_b) = A @ B.T over ``red``, each operand K- or
-    MN-major; M (rows_a) at run time. From the build cache or the bundle, as matmul's, and
-    kept here by its key (a call's host work is then one dict look-up)."""
+    MN-major, as tirx_gemm.matmul loads it (matmul.v15_kernel: one cache for both)."""
     from tirx_gemm.op import matmul as MM
-    t = _tune(tune, a_mn, b_mn)
-    key = (rows_b, None if t.get("RUNTIME_K") else red, a_mn, b_mn, dtype, device,
-           tuple(sorted(t.items())), MM.bundle_path())
-    hit = _layout_kernels.get(key)
-    if hit is None:
-        from tirx_gemm import registry
-        from tirx_gemm.op.operands import _gpu_arch
-        arch, sm_count = _gpu_arch(device)
-        st = registry.get("v15", arch)
-        kw = layout_kwargs(st, str(dtype).removeprefix("torch."), sm_count, a_mn, b_mn, tune)
-        hit = _layout_kernels[key] = MM._load(st, layout_shape(rows_a, rows_b, red, kw), kw).kernel
-    return hit
+    return MM.v15_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device, tune)
 
 
 def _layout_readable(t) -> bool:
     """Whether v15 reads ``t`` (an operand as stored, 2-D) in place: contiguous, 16-byte
     aligned, rows of a multiple of 8 elements (TMA's 16-byte row rule: an MN-major operand's
     rows are its M or N extent, a K-major one's K, checked here for a RUNTIME_K build)."""
-    return t.is_contiguous() and t.data_ptr() % 16 == 0 and t.shape[-1] % ROW_MULTIPLE == 0
+    return t.is_contiguous() and t.shape[-1] % ROW_MULTIPLE == 0 and (
+        _traced(t) or t.data_ptr() % 16 == 0)  # traced: no data pointer
+
+
+def _traced(t) -> bool:
+    """Whether ``t`` is being traced (torch.compile, AOTAutograd's fake tensors): no data."""
+    if torch.compiler.is_compiling():
+        return True
+    from torch._subclasses.fake_tensor import is_fake
+    return is_fake(t)
 
 
 def _gemm_layout(a_store, a_mn: bool, b_store, b_mn: bool, tune: dict | None = None):
@@ -183,37 +154,11 @@ def _gemm_layout(a_store, a_mn: bool, b_store, b_mn: bool, tune: dict | None = N
     return out
 
 
-def matmul_layouts(a, b):
-    """``a @ b.T`` for a (M x K) and b (N x K) each either row-major or the transposed view of
-    a row-major tensor (``t.T`` with t (K, M) contiguous): the four layouts NN, NT, TN, TT,
-    read as they lie by v15 on sm_90a (no copy). A one-line error names an operand the
-    kernels cannot read as it is (strided in both dimensions, misaligned) and the way out."""
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D torch.Tensor")
-    if a.shape[1] != b.shape[1] or a.dtype != b.dtype:
-        raise ValueError(f"a is {tuple(a.shape)} {a.dtype}, b {tuple(b.shape)} {b.dtype}: "
-                         f"a @ b.T needs one K and one dtype")
-    stores = []
-    for name, t in (("a", a), ("b", b)):
-        if t.is_contiguous():
-            stores.append((t, False))
-        elif t.t().is_contiguous():
-            stores.append((t.t(), True))  # the row-major tensor the view transposes
-        else:
-            raise ValueError(f"{name} has strides {t.stride()}: neither row-major nor the "
-                             f"transpose of a row-major tensor; pass {name}.contiguous()")
-    (sa, a_mn), (sb, b_mn) = stores
-    if _arch(a.device) != "sm_90a":
-        raise ValueError(f"matmul_layouts runs v15 on sm_90a; on {a.device} make the "
-                         f"transposed operands row-major (.contiguous()) for tirx_gemm.matmul")
-    return _gemm_layout(sa, a_mn, sb, b_mn)
-
-
 def _layout_in_place(device) -> bool:
     return LAYOUT_STEP == "v15" and _arch(device) == "sm_90a"
 
 
+@torch.compiler.assume_constant_result  # dynamo asks the GPU once while tracing
 def _arch(device) -> str | None:
     if device.type != "cuda":
         return None
@@ -299,11 +244,19 @@ def _no_double_backward(what: str) -> None:
                            f"torch.nn.functional.linear where higher-order gradients are needed")
 
 
+def _in_place(a_store, a_mn: bool, b_store, b_mn: bool):
+    """v15 on the stored operands: the kernel directly, or the op :data:`LAYOUT_OP` while
+    torch.compile traces the backward (fake tensors: a graph node, not a launch)."""
+    if _traced(a_store):
+        return LAYOUT_OP(a_store, b_store, a_mn, b_mn)
+    return _gemm_layout(a_store, a_mn, b_store, b_mn)
+
+
 def _dgrad(dz, b):
     """dz @ b (M x K): b read MN-major in place by v15, or from a K-major copy of b.T."""
     if dz.shape[0] and _layout_in_place(dz.device) and _layout_readable(b) \
             and _layout_readable(dz):
-        return _gemm_layout(dz, False, b, True)
+        return _in_place(dz, False, b, True)
     return _gemm(dz, _k_major_t(b))
 
 
@@ -317,7 +270,7 @@ def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool):
             db = None if mg is not None else torch.zeros_like(b)
         elif mg is None and _layout_in_place(dz.device) and _layout_readable(dz) \
                 and _layout_readable(a):
-            db = _gemm_layout(dz, True, a, True)  # dz.T @ a, both read transposed
+            db = _in_place(dz, True, a, True)  # dz.T @ a, both read transposed
         else:
             dzt = _k_major_t(dz, ROW_MULTIPLE)   # N x Mp
             at = _k_major_t(a, ROW_MULTIPLE)     # K x Mp
@@ -392,6 +345,28 @@ def _backward_swiglu(ctx, dy):
     return da, dw, None
 
 
+# --------------------------------------------------------------------------------------
+# tirx_gemm::layout_mm(a, b, a_mn, b_mn): v15 on operands as stored, for the traced backward
+# --------------------------------------------------------------------------------------
+# AOTAutograd traces the backward with fake tensors: a direct kernel call there has no data
+# and becomes no node, so under tracing dgrad and wgrad call this op (one node each; its fake
+# kernel gives the shape) and a compiled training step keeps v15 in place. No backward.
+_LIB = torch.library.Library("tirx_gemm", "FRAGMENT")
+_LIB.define("layout_mm(Tensor a, Tensor b, bool a_mn, bool b_mn) -> Tensor")
+_LIB.impl("layout_mm", lambda a, b, a_mn, b_mn: _gemm_layout(a, a_mn, b, b_mn),
+          "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("tirx_gemm::layout_mm", lib=_LIB)
+def _layout_mm_fake(a, b, a_mn, b_mn):
+    red_a, red_b = (a.shape[0] if a_mn else a.shape[1]), (b.shape[0] if b_mn else b.shape[1])
+    if red_a != red_b or a.dtype != b.dtype or a.device != b.device:
+        raise ValueError(f"layout_mm: a {tuple(a.shape)} and b {tuple(b.shape)} (MN-major: "
+                         f"{a_mn}, {b_mn}) need one K, dtype and device")
+    return a.new_empty((a.shape[1] if a_mn else a.shape[0], b.shape[1] if b_mn else b.shape[0]))
+
+
+LAYOUT_OP = torch.ops.tirx_gemm.layout_mm.default
 torch.library.register_autograd(torch_op.NAME, _backward_matmul, setup_context=_setup_matmul)
 torch.library.register_autograd(torch_op.SWIGLU_NAME, _backward_swiglu,
                                 setup_context=_setup_swiglu)

@@ -29,6 +29,10 @@ on NumSim): one kernel per (step, keywords, dtype, N, K) serves every token coun
 :func:`variants` lists what a layer's (N, K) needs over all M, which is what
 ``tirx-gemm export --suite`` puts in a bundle.
 
+Operand layouts (tirx_gemm.op.layouts): a or b may be the transposed view of a row-major
+tensor (NT, TN, TT); on sm_90a v15 reads it in place, no copy, and :func:`explain` takes
+``layout=``; elsewhere, or with a fused epilogue, a one-line error names the operand.
+
 The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 ``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
 :func:`choose` and the suite planning (tirx_gemm.op.suite) run on a build machine without torch.
@@ -69,12 +73,15 @@ from tirx_gemm.op.keywords import (  # noqa: F401
     PINGPONG, ROW_MULTIPLE, RUNTIME_M_STEPS, RUNTIME_NK_STEPS, SPLIT_K, SPLIT_MENU, TILE_MENU,
     V9_CLUSTER_TILE, V11_L2_GROUP, _ceil_div, _check_problem, _menu_split, _pool, _registered,
     build_shape, runtime_m, step_kwargs)
-from tirx_gemm.op.rules import RULES, choose, choose_epilogue_on, explain  # noqa: F401
+from tirx_gemm.op.rules import RULES, choose, choose_epilogue_on  # noqa: F401
 # the checks of a call's tensors, reachable as tirx_gemm.matmul.<name> too
 from tirx_gemm.op.operands import (  # noqa: F401
     ALIGN_BYTES, _bias_dtype, _check_out, _dtype_name, _gpu_arch, _out_dtype_name, check_bias,
-    check_dense, check_gate_up, check_no_overlap, check_operands, epilogue_kwargs, mark_gate_up,
-    out_overlaps)
+    check_dense, check_gate_up, check_no_overlap, check_operands, check_step, epilogue_kwargs,
+    fuse_gate_up, mark_gate_up, out_overlaps)
+# transposed operands (NN, NT, TN, TT): v15 in place on sm_90a, and the layout-aware explain
+from tirx_gemm.op import layouts as _layouts
+from tirx_gemm.op.layouts import explain  # noqa: F401
 
 __all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs", "check_step",
            "synchronize", "choose", "explain", "variants", "step_kwargs", "runtime_m",
@@ -87,22 +94,6 @@ BUNDLE_ENV = "TIRX_GEMM_BUNDLE"
 # --------------------------------------------------------------------------------------
 # a forced step, and every kernel a layer needs over all M (both walk rules.RULES)
 # --------------------------------------------------------------------------------------
-def check_step(step) -> None:
-    """A one-line TypeError / ValueError unless ``step`` is None or names a step of the
-    registry ("v9"; "V9" and "9" too, as registry.get reads them), on any arch."""
-    if step is None:
-        return
-    if not isinstance(step, str):
-        raise TypeError(f"step={step!r} is a {type(step).__name__}: pass a step id string "
-                        f"such as 'v9', or step=None for choose's pick")
-    sid = step.lower()
-    sid = sid if sid.startswith("v") else "v" + sid
-    ids = dict.fromkeys(s.id for s in registry.STEPS)
-    if sid not in ids:
-        raise ValueError(f"there is no step {step!r}: the steps are {', '.join(ids)} (or "
-                         f"step=None for choose's pick)")
-
-
 def _pick(M, N, K, dtype, arch, sm_count, step):
     """(Step, builder keywords) of a call: :func:`choose`'s pick, or the forced ``step``
     (``matmul(..., step=...)``) with its keywords, v12's tile and v11's split chosen here."""
@@ -407,9 +398,10 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
 
     ``a``: M x K (tokens x in-features); ``b``: N x K (out-features x in-features, a Linear
     weight); both one dtype, contiguous, 16-byte aligned, N and K multiples of 8, on an
-    sm_90a or sm_100a GPU. Returns an M x N tensor of the same dtype (fp32 accumulation):
-    ``out`` when given (contiguous, same dtype and device, no byte shared with an input),
-    else a new one.
+    sm_90a or sm_100a GPU (on sm_90a either may be a transposed view instead:
+    tirx_gemm.op.layouts runs it on v15 in place). Returns an M x N tensor of the same
+    dtype (fp32 accumulation): ``out`` when given (contiguous, same dtype and device, no
+    byte shared with an input), else a new one.
 
     Asynchronous, like every torch op: the call returns once the kernel is queued on the
     current CUDA stream (so CUDA graphs capture it), and a kernel failure surfaces at the
@@ -455,10 +447,14 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
             try:
                 call.kernel(a, b, out, *(ws if ws.__class__ is tuple else ws.get()))
             except Exception as exc:
+                if _layouts.has_transposed(a, b):  # the kernel's host code refused the view
+                    return _transposed(a, b, out, step, sync)
                 _refused(call, a, b, out, exc)
             if sync:
                 synchronize(a.device, what=call.label)
             return out
+    if _layouts.has_transposed(a, b):  # NT, TN, TT: v15 reads the views in place (sm_90a)
+        return _transposed(a, b, out, step, sync)
     key = _fast_key(a, b, out, step) if t is not None else None
     call = _first_call(a, b, out, step, key)
     if call is None:  # M == 0
@@ -467,6 +463,21 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
         out = a.new_empty((a.shape[0], b.shape[0]))
     _launch(call, a, b, out, sync)
     return out
+
+
+def _transposed(a, b, out, step, sync: bool):
+    """a or b a transposed view (NT, TN, TT): v15 in place (tirx_gemm.op.layouts)."""
+    out = _layouts.matmul(a, b, out=out, step=step, probe=_gpu_arch, kernel=v15_kernel)
+    if sync:
+        synchronize(a.device, what="tirx_gemm.matmul on v15 (a transposed view)")
+    return out
+
+
+def v15_kernel(dtype, rows_a: int, rows_b: int, red: int, a_mn: bool, b_mn: bool, device,
+               tune: dict | None = None):
+    """v15's kernel for a layout (tirx_gemm.op.layouts.layout_kernel), loaded as matmul's."""
+    return _layouts.layout_kernel(dtype, rows_a, rows_b, red, a_mn, b_mn, device, tune,
+                                  load=_load, probe=_gpu_arch, bundle=bundle_path())
 
 
 # --------------------------------------------------------------------------------------
@@ -517,6 +528,7 @@ def _epilogue_checks(a, b, bias, activation, out_dtype, swiglu, out, *,
     """Every check of an epilogue call (one line each): (M, N, K, dtype, epi, out dtype).
     ``require_cuda=False`` skips the device checks (tests on CPU tensors)."""
     import torch
+    _layouts.refuse_epilogue(a, b)  # v15 reads transposed views, but has no epilogue
     M, NB, K, dtype = check_operands(a, b, require_cuda=require_cuda)
     epi = epilogue_kwargs(bias, activation, out_dtype, swiglu, dtype)
     N = NB // 2 if swiglu else NB
@@ -575,33 +587,6 @@ def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, 
     if sync:
         synchronize(a.device, what=call.label)
     return out
-
-
-def fuse_gate_up(w_gate, w_up):
-    """The fused gate/up weight of a SwiGLU MLP, for :func:`swiglu` (``fused=``): w_gate and
-    w_up (N x K each, one dtype and device, N a multiple of 8) interleaved in groups of
-    8 rows (gate 0-7, up 0-7, gate 8-15, ...; tirx_gemm.epilogue.SWIGLU_GROUP), a new
-    contiguous (2N, K) tensor, marked (operands.mark_gate_up: what survives a copy) so that
-    swiglu refuses any other ``fused=``. Do it once per model (it copies both weights).
-    Its numpy twin: tirx_gemm.epilogue.interleave_gate_up_np."""
-    import torch
-    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
-        if not isinstance(w, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(w).__name__}")
-        if w.dim() != 2:
-            raise ValueError(f"{name} must be 2-D (N x K), got shape {tuple(w.shape)}")
-    if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype \
-            or w_gate.device != w_up.device:
-        raise ValueError(f"w_gate ({tuple(w_gate.shape)}, {w_gate.dtype}, {w_gate.device}) and "
-                         f"w_up ({tuple(w_up.shape)}, {w_up.dtype}, {w_up.device}) must have "
-                         f"one shape, dtype and device")
-    N, K = w_gate.shape
-    E.check_swiglu_n(N)
-    G = E.SWIGLU_GROUP
-    fused = torch.stack((w_gate.reshape(N // G, G, K), w_up.reshape(N // G, G, K)),
-                        dim=1).reshape(2 * N, K).contiguous()
-    mark_gate_up(fused)
-    return fused
 
 
 def swiglu(a, w_gate=None, w_up=None, *, fused=None, out_dtype=None, out=None,

@@ -29,18 +29,7 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     check_dense(ops)
     if require_cuda:  # first: on a machine without a GPU no other advice can help
-        off = [name for name, t in ops if t.device.type != "cuda"]
-        if off and not torch.cuda.is_available():
-            raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
-                             f"CUDA GPU (torch {torch.__version__}): tirx_gemm.matmul runs on "
-                             "an sm_90a or sm_100a GPU; here use torch.nn.functional.linear")
-        for name, t in ops:
-            if t.device.type != "cuda":
-                raise ValueError(f"{name} is on {t.device}: matmul runs on a CUDA GPU "
-                                 f"({name}.cuda())")
-        devices = sorted({str(t.device) for _, t in ops})
-        if len(devices) > 1:
-            raise ValueError(f"the operands are on {', '.join(devices)}: put them on one GPU")
+        check_devices(ops)
     M, N, K = check_layout(a, b, out)
     for name, t in ops:
         if t.data_ptr() % ALIGN_BYTES:
@@ -53,6 +42,40 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
                          "torch.inference_mode(), or pass detached tensors")
     check_out_grad(out)
     return M, N, K, _dtype_name(a)
+
+
+def check_devices(ops) -> None:
+    """One-line ValueErrors for ``ops`` [(name, tensor)] not all on one CUDA GPU."""
+    import torch
+    off = [name for name, t in ops if t.device.type != "cuda"]
+    if off and not torch.cuda.is_available():
+        raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
+                         f"CUDA GPU (torch {torch.__version__}): tirx_gemm.matmul runs on "
+                         "an sm_90a or sm_100a GPU; here use torch.nn.functional.linear")
+    for name, t in ops:
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}: matmul runs on a CUDA GPU "
+                             f"({name}.cuda())")
+    devices = sorted({str(t.device) for _, t in ops})
+    if len(devices) > 1:
+        raise ValueError(f"the operands are on {', '.join(devices)}: put them on one GPU")
+
+
+def check_step(step) -> None:
+    """A one-line TypeError / ValueError unless ``step`` is None or names a step of the
+    registry ("v9"; "V9" and "9" too, as registry.get reads them), on any arch."""
+    if step is None:
+        return
+    if not isinstance(step, str):
+        raise TypeError(f"step={step!r} is a {type(step).__name__}: pass a step id string "
+                        f"such as 'v9', or step=None for choose's pick")
+    sid = step.lower()
+    sid = sid if sid.startswith("v") else "v" + sid
+    from tirx_gemm import registry
+    ids = dict.fromkeys(s.id for s in registry.STEPS)
+    if sid not in ids:
+        raise ValueError(f"there is no step {step!r}: the steps are {', '.join(ids)} (or "
+                         f"step=None for choose's pick)")
 
 
 def check_out_grad(out) -> None:
@@ -347,3 +370,30 @@ def check_gate_up_experts(fused) -> None:
                          "concatenated gate_up_proj (E, 2N, K) splits as "
                          "w_gate, w_up = w.chunk(2, dim=1); a copy (.to()/.clone()) loses "
                          "the mark: fuse after moving")
+
+
+def fuse_gate_up(w_gate, w_up):
+    """The fused gate/up weight of a SwiGLU MLP, for :func:`swiglu` (``fused=``): w_gate and
+    w_up (N x K each, one dtype and device, N a multiple of 8) interleaved in groups of
+    8 rows (gate 0-7, up 0-7, gate 8-15, ...; tirx_gemm.epilogue.SWIGLU_GROUP), a new
+    contiguous (2N, K) tensor, marked (operands.mark_gate_up: what survives a copy) so that
+    swiglu refuses any other ``fused=``. Do it once per model (it copies both weights).
+    Its numpy twin: tirx_gemm.epilogue.interleave_gate_up_np."""
+    import torch
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if not isinstance(w, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(w).__name__}")
+        if w.dim() != 2:
+            raise ValueError(f"{name} must be 2-D (N x K), got shape {tuple(w.shape)}")
+    if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype \
+            or w_gate.device != w_up.device:
+        raise ValueError(f"w_gate ({tuple(w_gate.shape)}, {w_gate.dtype}, {w_gate.device}) and "
+                         f"w_up ({tuple(w_up.shape)}, {w_up.dtype}, {w_up.device}) must have "
+                         f"one shape, dtype and device")
+    N, K = w_gate.shape
+    E.check_swiglu_n(N)
+    G = E.SWIGLU_GROUP
+    fused = torch.stack((w_gate.reshape(N // G, G, K), w_up.reshape(N // G, G, K)),
+                        dim=1).reshape(2 * N, K).contiguous()
+    mark_gate_up(fused)
+    return fused
