@@ -110,8 +110,8 @@ def test_choose_and_export_cover_every_mode():
     kws = [kw for _, _, kw in reqs]
     # per mode and accumulation: the four small-M widths (promoted: those up to 64 also split
     # 2, 4, 8), the 128-row tile (block scales promote either way: one set) and, promoted,
-    # mid_m_tile's 128 x 64
-    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27 + 3
+    # mid_m_tile's 128 x 64; per tensor promoted, each width with thin A stages of 8 and 16
+    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27 + 3 + 8
     for mode in numerics.FP8_SCALES:
         for fast in (False, True):
             for M in (1, 9, 16, 17, 64, 65, 512, 4096):
@@ -121,6 +121,20 @@ def test_choose_and_export_cover_every_mode():
                 assert kw["PROMOTE"] == (0 if fast and mode != "block" else 4)
     with pytest.raises(TypeError, match="fast_accum"):
         fp8.choose_fp8(1, "row", 1)
+
+
+def test_thin_a_stages_are_picked_per_tensor_at_m_up_to_16_only():
+    """Thin A (A_ROWS) ran 1.07-1.26x the full-A pick per tensor on an H100 (lab/fp8_on_hopper);
+    the kinds and the K split it was not measured with keep full A stages."""
+    for M, rows in ((1, 8), (8, 8), (9, 16), (16, 16), (17, None), (64, None)):
+        kw = fp8.choose_fp8(M, "tensor", False, N=8192, K=28672)
+        assert kw.get("A_ROWS") == rows, (M, kw)
+        for mode in ("row", "block"):
+            assert "A_ROWS" not in fp8.choose_fp8(M, mode, False, N=8192, K=28672)
+    assert "A_ROWS" not in fp8.choose_fp8(1, "tensor", True, N=8192, K=28672)  # fast accum
+    split = fp8.choose_fp8(1, "tensor", False, N=576, K=7168)
+    assert split["SPLIT_K"] > 1 and "A_ROWS" not in split
+    assert "A_ROWS=8 (a stage loads 8 rows of A" in fp8.explain_fp8(1, 8192, 28672)
 
 
 def test_kernel_scales_are_views_of_the_callers():
@@ -470,15 +484,19 @@ def build100_mx():
     return res
 
 
-def test_sm100a_mx_build_issues_block_scaled_mma_and_tcgen05_cp(build100_mx):
+def test_sm100a_mx_build_issues_block_scaled_pair_mma_and_tcgen05_cp(build100_mx):
     from tirx_gemm.compile.api import count_prefix
     src, counts = build100_mx.cuda_source, build100_mx.sass_counts
-    assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X" in src
-    assert "tcgen05.cp.cta_group::1.32x128b.warpx4" in src  # SFs SMEM -> TMEM
+    assert "tcgen05.mma.cta_group::2.kind::mxf8f6f4.block_scale.scale_vec::1X" in src
+    assert "tcgen05.cp.cta_group::2.32x128b.warpx4" in src  # both CTAs' SFs SMEM -> TMEM
+    assert "cta_group::1" not in src  # the pair's forms only (alloc, MMA, cp, commit)
     assert "kind::f8f6f4" not in src  # no unscaled fp8 MMA
-    assert count_prefix(counts, "UTCQMMA") == 4, counts  # 4 of K = 32 per 128-K stage
-    assert count_prefix(counts, "UTCCP") == 2, counts    # one cp per operand per stage
+    assert counts.get("UTCQMMA.2CTA") == 4, counts  # 4 of K = 32 per 128-K stage
+    # a cp per 128-row atom per stage: SFA's one, SFB's two (the MMA's joint N = 256)
+    assert count_prefix(counts, "UTCCP") == counts.get("UTCCP.T.S.2CTA.4x32dp128bit") == 3
     assert count_prefix(counts, "UTCHMMA") == 0, counts
+    # per stage, per CTA: A, B, the SFA atom and two SFB atoms, all TMA on CTA 0's barrier
+    assert counts.get("UTMALDG.2D.2CTA") == 5, counts
     assert build100_mx.spill_stores == 0 and build100_mx.spill_loads == 0
 
 
@@ -490,8 +508,11 @@ def test_sm100a_mx_operands_are_blocked_sf_atoms():
     assert numerics.mx_block_sf_np(np.zeros((300, 13), np.uint8), 400).shape == sa
     src = Path(STEP100.source_file).read_text()
     assert 'SFA: T.Buffer(SFA_SHAPE, W.MX_SF_STORAGE)' in src
-    with pytest.raises(ValueError, match="PIPE_DEPTH=9 needs"):  # SMEM, before TMEM's 8
-        STEP100.builder()(256, 256, 256, SCALE="mx", PIPE_DEPTH=9)
+    with pytest.raises(ValueError, match="PIPE_DEPTH=6 needs"):  # 5 stages of 33.5 KiB fit
+        STEP100.builder()(256, 256, 256, SCALE="mx", PIPE_DEPTH=6)
+    STEP100.builder()(256, 256, 256, SCALE="mx", PIPE_DEPTH=5)
+    with pytest.raises(ValueError, match="SM_COUNT=3 is not a multiple of the cluster size"):
+        STEP100.builder()(256, 256, 256, SCALE="mx", SM_COUNT=3)  # the pair's CTAs
 
 
 @pytest.mark.parametrize("width", fp8.SMALL_M_WIDTHS)

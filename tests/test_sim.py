@@ -558,10 +558,13 @@ def test_v13_sim_cases_cover_both_scales_and_the_edges():
     assert {dict(c.kwargs).get("SCALE", "tensor") for c in cases} == {"tensor", "row", "mx"}
     # M and N off the 512 x 256 cluster tile, a partial last 128-K stage
     assert any(c.M % 512 and c.N % 256 and c.K % 128 for c in cases)
-    # MXFP8 (v7's 1-CTA skeleton, 128 x 128 tiles): M and N off the tile, a partial last
-    # K stage and scale-factor block
-    assert any(dict(c.kwargs).get("SCALE") == "mx" and c.M % 128 and c.N % 128 and c.K % 128
-               for c in cases)
+    # MXFP8 (v8's CTA pair, 256 x 256 tiles): M and N off the tile, a partial last K stage
+    # and scale-factor block, more than one pair; and a pair walking several tiles
+    mx = [c for c in cases if dict(c.kwargs).get("SCALE") == "mx"]
+    assert all(dict(c.kwargs)["SM_COUNT"] % 2 == 0 for c in mx)
+    assert any(c.M % 256 and c.N % 256 and c.K % 128 and dict(c.kwargs)["SM_COUNT"] > 2
+               for c in mx)
+    assert any(-(-c.M // 256) * -(-c.N // 256) > dict(c.kwargs)["SM_COUNT"] // 2 for c in mx)
 
 
 @pytest.mark.parametrize("scale", ["tensor", "row"])

@@ -473,8 +473,9 @@ def fp8_from_bytes_np(b: np.ndarray) -> np.ndarray:
 # A UE8M0 scale factor is a biased power-of-two exponent byte e: 2**(e - 127), e in
 # [0, 254] (255 is NaN). Per row of A (M x K) and of B (N x K), block j covers K elements
 # [32 j, 32 j + 32): A_real[m, k] = e4m3(A)[m, k] * 2**(sfa[m, k // 32] - 127), B likewise,
-# and D = A_real @ B_real.T, the products summed in fp32 (the tensor core applies the
-# scales). The kernel reads the SFs in the hardware's blocked order (mx_block_sf_np).
+# and D = A_real @ B_real.T, the products summed in fp32 by the tensor core (which applies
+# the scales); reference_mx_np sums them in float64. The kernel reads the SFs in the
+# hardware's blocked order (mx_block_sf_np).
 MX_SF_VEC = 32
 MX_SF_BIAS = 127
 MX_SF_ROWS, MX_SF_KB = 128, 4  # one blocked atom: 128 rows x 4 SFs (one 128-K stage)
@@ -532,12 +533,13 @@ def make_mx_inputs_np(M: int, N: int, K: int, seed: int, out_dtype: str = "bfloa
 
 def reference_mx_np(Aq: np.ndarray, Bq: np.ndarray, sfa: np.ndarray,
                     sfb: np.ndarray) -> np.ndarray:
-    """The fp32 reference: (e4m3(A) * 2**(sfa - 127)) @ (e4m3(B) * 2**(sfb - 127)).T, the
-    scales expanded along K per 32 elements, the products summed in fp32."""
+    """The float64 reference: (e4m3(A) * 2**(sfa - 127)) @ (e4m3(B) * 2**(sfb - 127)).T,
+    the scales expanded along K per 32 elements. Every dequantized operand and product is
+    exact in float64 (a 4-bit mantissa times a power of two), so only the sum rounds."""
     K = Aq.shape[1]
-    A = Aq.astype(np.float32) * mx_scales_np(sfa, K)
-    B = Bq.astype(np.float32) * mx_scales_np(sfb, K)
-    return (A @ B.T).astype(np.float32)
+    A = Aq.astype(np.float64) * mx_scales_np(sfa, K).astype(np.float64)
+    B = Bq.astype(np.float64) * mx_scales_np(sfb, K).astype(np.float64)
+    return A @ B.T
 
 
 def mx_block_sf_np(sf: np.ndarray, K: int) -> np.ndarray:

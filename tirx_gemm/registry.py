@@ -504,12 +504,14 @@ STEPS: list[Step] = [
     # scales with M, N off the tile grid and a partial last K stage (K = 400 = 3 x 128 +
     # 16), two cluster tiles for one pair, 8 stages over a ring of 3 (phases wrap across
     # tiles); bf16 output, per-row, one K stage (fewer than the ring's 4). SCALE="mx"
-    # (block-scaled MXFP8 on v7's 1-CTA skeleton): M, N off the 128 x 128 tile, a partial
-    # last K stage and SF block (K = 400), 6 tiles over 2 CTAs, 4 stages over a ring of 2;
-    # one CTA walking 4 tiles, 4 stages over a ring of 3 (phases and SF slots wrap)
+    # (block-scaled MXFP8 on v8's CTA pair, one accumulator): M, N off the 256 x 256 tile
+    # (CTA 1's rows and the second B row block wholly past the edge on the last tiles: zero
+    # SF atoms), a partial last K stage and SF block (K = 400), 4 tiles over 2 pairs, 4
+    # stages over a ring of 2; one pair walking 2 tiles, 4 stages over a ring of 3 (phases,
+    # SF slots and the accumulator's phase wrap)
     Step("v13", "sm_100a", "fp8 (e4m3): tcgen05.mma kind::f8f6f4 on v9's skeleton, 128 e4m3 of K per 128-byte swizzle row, fp32 accumulation in TMEM (no promotion on Blackwell), per-tensor / per-row scales in the epilogue",
          "any M >= 1; N a multiple of 8, K a multiple of 16 (TMA: 16-byte rows of 2-byte D "
-         "and 1-byte A, B); SCALE tensor|row; SM_COUNT even",
+         "and 1-byte A, B); SCALE tensor|row|mx; SM_COUNT even",
          (4096, 4096, 4096),
          ((1024, 2048, 512), (1, 264, 80), (1000, 1000, 1008), (300, 136, 400)), _BENCH,
          ((128, 130, 64), (128, 128, 100), (128, 128, 24), (0, 256, 64)),
@@ -521,9 +523,9 @@ STEPS: list[Step] = [
                                        ("SCALE", "row"))),
                     ((512, 256, 128), (("SM_COUNT", 2), ("SCALE", "row"),
                                        ("dtype", "bfloat16"))),
-                    ((300, 264, 400), (("SM_COUNT", 2), ("PIPE_DEPTH", 2),
+                    ((300, 264, 400), (("SM_COUNT", 4), ("PIPE_DEPTH", 2),
                                        ("SCALE", "mx"), ("dtype", "bfloat16"))),
-                    ((256, 256, 512), (("SM_COUNT", 1), ("PIPE_DEPTH", 3),
+                    ((512, 256, 512), (("SM_COUNT", 2), ("PIPE_DEPTH", 3),
                                        ("SCALE", "mx")))),
          fp8=True),
     # v14 (sm_90a, grouped GEMM): B (E, N, K), the routing tensor (E,) after D; every store

@@ -8,10 +8,11 @@ out, for a GPU of --num-sms SMs; the per-tensor variants fp8_h200.py times next 
 shapes (registry.gpu_shapes), which `python -m tirx_gemm.cli run v13 --arch sm_90a --mnk M,N,K
 --bundle DIR` runs.
 
-With --suite FILE: the kernels `tirx-gemm bench --suite FILE` runs (suite.export_requests:
+With --suite FILE [FILE ...]: the kernels `tirx-gemm bench --suite FILE` runs (suite.export_requests:
 the fp8 entries' picks over all M) and, with --candidates, the tile candidates fp8_suite_run.py
 times beside each pick (fp8.tile_candidates); --split-suite FILE adds the picks and K splits
-(fp8.split_candidates) of that suite's cases. With --probe: the variants fp8_probe.py times.
+(fp8.split_candidates) of that suite's cases, --thin the other A stages of each pick at M <= 16
+(fp8_lab_variants.thin_candidates). With --probe: the variants fp8_probe.py times.
 
   .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8/bundle [--suite FILE --candidates]
 """
@@ -28,10 +29,10 @@ from tirx_gemm.op import suite as suites
 from tirx_gemm.op.matmul import build_shape
 from tirx_gemm.compile import bundle
 
-from fp8_lab_variants import lab_variant_requests, lab_variants  # noqa: E402,F401 (this folder)
+from fp8_lab_variants import lab_variant_requests, lab_variants, thin_candidates  # noqa: E402,F401 (this folder)
 
 
-def suite_requests(path, sms: int, candidates: bool, split_path=None):
+def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool = False):
     s = suites.load_suite(path)
     reqs = suites.export_requests(s, suites.MATMUL, fp8.ARCH, sms)
     seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
@@ -46,6 +47,8 @@ def suite_requests(path, sms: int, candidates: bool, split_path=None):
                     reqs.append((step, build_shape(e.shape, kw), kw))
     if candidates:
         add(s.fp8_cases(), fp8.tile_candidates)
+    if thin:
+        add(s.fp8_cases(), thin_candidates)
     if split_path:
         sp = suites.load_suite(split_path)
         add(sp.fp8_cases(), lambda M, N, K, mode, dt, n: [(None, fp8.choose_fp8(
@@ -60,9 +63,13 @@ def main(argv=None) -> int:
     ap.add_argument("--num-sms", type=int, default=132)
     ap.add_argument("--ffi-wheel", default="3.12", help="Python of the GPU host ('' for none)")
     ap.add_argument("--jobs", type=int, default=None)
-    ap.add_argument("--suite", default=None, help="a suite file with fp8 entries")
+    ap.add_argument("--suite", nargs="+", default=None,
+                    help="suite files with fp8 entries (their kernels together)")
     ap.add_argument("--candidates", action="store_true",
                     help="--suite: also the tile candidates (fp8.tile_candidates)")
+    ap.add_argument("--thin", action="store_true",
+                    help="--suite: also the other A stages of each pick at M <= 16 "
+                         "(fp8_lab_variants.thin_candidates)")
     ap.add_argument("--split-suite", default=None,
                     help="--suite: also the picks and K-split candidates of this suite's fp8 "
                          "cases (fp8.split_candidates)")
@@ -78,7 +85,12 @@ def main(argv=None) -> int:
         from fp8_probe import probe_requests
         reqs = probe_requests(a.num_sms)
     elif a.suite:
-        reqs = suite_requests(a.suite, a.num_sms, a.candidates, a.split_suite)
+        reqs, seen = [], set()
+        for path in a.suite:
+            for r in suite_requests(path, a.num_sms, a.candidates, a.split_suite, a.thin):
+                if tuple(sorted(r[2].items())) not in seen:
+                    seen.add(tuple(sorted(r[2].items())))
+                    reqs.append(r)
     else:
         reqs = fp8.export_requests(a.num_sms)
         seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}

@@ -26,3 +26,18 @@ def lab_variant_requests(sm_count: int = spec.SM_COUNT[ARCH]):
     step = registry.get(FP8_STEP, ARCH)
     return [(step, build_shape((kw["BLK_M"], 256, 256), kw), kw)
             for _, kw in lab_variants(sm_count)]
+
+
+def thin_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat16",
+                    sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
+    """(name, v13 keywords) timed beside choose_fp8's pick at M <= 16 (fp8_suite_run.py
+    --candidates thin): the pick with full A stages where it took thin ones (A_ROWS), and
+    with thin A stages where it did not (the scale kinds thin A was not yet measured in);
+    none for a K-split pick (thin A is not picked with a split)."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
+    if M > max(fp8.THIN_A_ROWS) or "SPLIT_K" in kw:
+        return []
+    if "A_ROWS" in kw:
+        return [("full A", {k: v for k, v in kw.items() if k != "A_ROWS"})]
+    return [("thin A", {**kw, "A_ROWS": next(r for r in fp8.THIN_A_ROWS if M <= r)})]

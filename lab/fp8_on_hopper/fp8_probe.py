@@ -7,7 +7,7 @@ CUDA graphs, inputs rotated past the L2, the variants checked against the pick f
   flight), "serial" (PROMOTE_OVERLAP=False: wait_group 0 after every stage); if the time
   follows the loads in flight and not the waits, the mainloop waits on memory. Then what might
   put more loads in flight: "thin A" (M <= 16: v13's A_ROWS 8 or 16, more stages of B in the
-  same shared memory), "2/SM" and "2/SM half" (a grid of twice the SMs, a 6-stage ring, at
+  same shared memory; "full A" where choose_fp8 picks thin A), "2/SM" and "2/SM half" (a grid of twice the SMs, a 6-stage ring, at
   most 64 wide, and half that width: two CTAs share an SM).
 * M > 128 with fewer 128 x 128 tiles than half the SMs, in every scale kind (--small-only:
   none): of 128 x 128 (the tile before mid_m_tile), 128 x 64 and 64 x 64 those the pick is
@@ -42,7 +42,9 @@ def variants(M: int, N: int, K: int, mode: str = "tensor", sms: int = SMS):
     if M <= fp8.SMALL_M:
         w = min(pick["BLK_N"], TWO_PER_SM_BLK_N_MAX)
         two = {**pick, "SM_COUNT": 2 * sms, "PIPE_DEPTH": TWO_PER_SM_DEPTH}
-        thin = [("thin A", {**pick, "A_ROWS": 8 if M <= 8 else 16})] if M <= 16 else []
+        full = {k: v for k, v in pick.items() if k != "A_ROWS"}  # choose_fp8 picks thin A
+        thin = [("full A", full)] if "A_ROWS" in pick else \
+            [("thin A", {**pick, "A_ROWS": 8 if M <= 8 else 16})] if M <= 16 else []
         return thin + [("fast", {**pick, "PROMOTE": 0}), ("depth 4", {**pick, "PIPE_DEPTH": 4}),
                        ("serial", {**pick, "PROMOTE_OVERLAP": False}),
                        ("2/SM", {**two, "BLK_N": w}),

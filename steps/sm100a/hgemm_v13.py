@@ -7,7 +7,6 @@ back to real units in the epilogue. On Blackwell the tensor core accumulates fp8
 in fp32, so there is no promotion to teach here: that is the sm_90a twin's lesson.
 """
 from tvm.script import tirx as T
-from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
@@ -56,7 +55,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     Barriers, roles, scheduler, edges: v9's (see its card): tma2mma counts 1 + both CTAs'
       bytes (expect_tx of 2 x 48 KiB), mma2tma 2, mma2ld 1, ld2mma 256.
     SCALE="mx": block-scaled MXFP8 (kind::mxf8f6f4.block_scale, UE8M0 scale factors in
-      TMEM) is a separate builder on v7's 1-CTA skeleton (hgemm_v13_mx, its card): v9's
+      TMEM) is a separate builder on v8's one-consumer pair (hgemm_v13_mx, its card): v9's
       two accumulators fill all 512 TMEM columns, leaving none for scale factors.
     Constraints: any M >= 1; N a multiple of 8 (16-byte rows of 2-byte D); K a multiple of
       16 (16-byte rows of 1-byte A and B; TMA zero-fills the last 128-K stage); dtype
@@ -218,46 +217,55 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
 
 def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int = 4,
                  SM_COUNT: int = 148):
-    """Step card -- v13 SCALE="mx" (sm_100a): block-scaled MXFP8 on v7's skeleton.
+    """Step card -- v13 SCALE="mx" (sm_100a): block-scaled MXFP8 on v8's CTA pair.
 
     Contract: A (M x K), B (N x K) e4m3 as uint8, K-major; SFA, SFB: one UE8M0 byte e per
       32 elements of K per row of A / of B (value 2**(e - 127)), passed in the hardware's
       blocked order (numerics.mx_block_sf_np: 512-byte atoms of 128 rows x 4 SFs, padded
       with e = 127); D[m, n] = sum_k A[m,k] 2**(sfa[m,k//32]-127) B[n,k] 2**(sfb[n,k//32]-127)
       in fp32, rounded once to ``dtype``.
-    MMA: tcgen05.mma kind::mxf8f6f4.block_scale (scale_vec::1X, one SF per K = 32 MMA):
-      the tensor core applies the scales; no epilogue scaling.
-    Data path per stage: TMA brings A, B (128 x 128 bytes each) and the two 512-byte SF
-      atoms on one byte-counted barrier; the MMA thread copies the atoms SMEM -> TMEM
-      (tcgen05.cp 32x128b.warpx4, into a PIPE_DEPTH-deep SF ring of 4 TMEM columns a
-      stage per operand), then issues 4 block-scaled MMAs that read them; its commit
-      frees the stage (SMEM and the SF slot: the next cp into slot s follows the wait
-      for stage s's new bytes, which follows that commit).
-    Why v7's skeleton, not v9's: v9's two 256 x 256 accumulators fill all 512 TMEM columns;
-      here one CTA (cta_group::1), a 128 x 128 tile and v7's double-buffered accumulator
-      (2 x 128 columns) leave room for the SF rings (2 x PIPE_DEPTH x 4 columns).
-    Roles, barriers, scheduler, epilogue: v7's (tma2mma counts 1 + the stage's bytes).
+    MMA: tcgen05.mma.cta_group::2 kind::mxf8f6f4.block_scale (scale_vec::1X, one SF per
+      K = 32 MMA) over v8's 256 x 256 cluster tile: CTA 0 issues it, the tensor cores
+      read A and B from both CTAs' SMEM and apply the scales; no epilogue scaling.
+    What the pair changes for the scale factors: each CTA's TMEM must hold the SFs of its
+      own 128 rows of A (SFA: one atom a stage, 4 columns) and of B by the MMA's joint N
+      (SFB: all 256 rows, the same copy in both CTAs: two atoms a stage, 8 columns). So
+      each CTA's producer loads, per stage, its A and B slices, its SFA atom and both SFB
+      atoms, all counted on CTA 0's tma2mma (expect_tx of both CTAs' bytes); CTA 0's MMA
+      thread then issues tcgen05.cp.cta_group::2 (32x128b.warpx4 per atom), which copies
+      each CTA's staged atoms at those SMEM offsets into that CTA's TMEM, before the
+      stage's 4 MMAs. Its multicast commit frees the stage and the SF slot in both CTAs
+      (the next cp into slot s follows the wait for stage s's new bytes, which follows
+      that commit).
+    TMEM: the pair's accumulator is 256 columns, the SF rings PIPE_DEPTH x (4 + 8)
+      columns after it; v8's second accumulator would take the remaining 256, so this
+      step has one (ACC_STAGES = 1): the MMA waits for both epilogues to drain it.
+    Roles, barriers, scheduler, edges, epilogue: v8's (its card), one accumulator stage.
+      A CTA whose rows lie past M, or a pair tile whose second B row block lies past N,
+      loads zero-filled atoms (counted in full); their outputs lie past D and are dropped.
     Constraints: any M >= 1; N a multiple of 8; K a multiple of 16 (a partial SF block's
       missing elements are TMA zero-fill); dtype float16 or bfloat16; PIPE_DEPTH >= 1
-      within SMEM (the TMEM SF rings hold 8).
+      within SMEM; SM_COUNT even (CTAs come in pairs).
     """
-    BLK_M, BLK_N, BLK_K = 128, 128, W.FP8_BLK_K
-    ACC_STAGES = 2  # 2 x 128 fp32 columns of the 512 in TMEM
+    CTA_PAIR = W.CTA_PAIR
+    BLK_M, BLK_N, BLK_K = 128, 128, W.FP8_BLK_K  # per CTA
+    MMA_M, MMA_N = CTA_PAIR * BLK_M, CTA_PAIR * BLK_N  # the cluster tile, 256 x 256
+    ACC_STAGES = 1  # one 256-column accumulator: the SF rings take the rest of TMEM
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)
-    M_BLOCKS, N_BLOCKS = H.ceil_div(M, BLK_M), H.ceil_div(N, BLK_N)
     SF_BOX_R = W.MX_SF_BOX[0]  # 4 rows of 128 bytes: one 512-byte SF atom
-    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K + 2 * W.MX_SF_ATOM_BYTES
+    # what one CTA loads per stage: A and B slices, its SFA atom, both SFB atoms
+    STAGE_BYTES = (BLK_M + BLK_N) * BLK_K + (1 + CTA_PAIR) * W.MX_SF_ATOM_BYTES
     dtype = H.check_fp8_contract(M, N, K, dtype)
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, BLK_M * BLK_N * H.ELEM_BYTES)
-    if PIPE_DEPTH > 8:
-        raise ValueError(f"PIPE_DEPTH={PIPE_DEPTH}: SCALE='mx' keeps at most 8 stages of "
-                         f"scale factors in TMEM")
-    H.check_positive_ints(SM_COUNT=SM_COUNT)
+    W.check_even_sm_count(SM_COUNT)
     SFA_SHAPE, SFB_SHAPE = scale_shapes("mx", M, N, K)
-    SF_COL = ACC_STAGES * BLK_N  # the SF rings follow the accumulators in TMEM
-    SF_RING_COLS = 8 * W.MX_SF_K  # 32 columns reserved per operand (8 stages x 4)
-    SF_SMEM_LAYOUT = W.mx_sf_layouts(PIPE_DEPTH)[0]
+    # the SF rings follow the accumulator in TMEM: 256 + 12 x PIPE_DEPTH columns, within the
+    # 512 for any ring SMEM allows (at most 5 stages of 33.5 KiB)
+    SFA_COL = ACC_STAGES * MMA_N
+    SFB_COL = SFA_COL + PIPE_DEPTH * W.mx_sf_cols(BLK_M)
+    SFA_SMEM_LAYOUT = W.mx_sf_layouts(PIPE_DEPTH, BLK_M)[0]
+    SFB_SMEM_LAYOUT = W.mx_sf_layouts(PIPE_DEPTH, MMA_N)[0]
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
@@ -270,16 +278,18 @@ def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int
                SFB: T.Buffer(SFB_SHAPE, W.MX_SF_STORAGE)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
+        rank, _unused = T.cta_id_in_cluster([CTA_PAIR, 1])  # this CTA's place in the pair
         wg_id = T.warpgroup_id([2])
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
 
+        # --- allocate ---
         pool = T.SMEMPool()
         tmem_addr = pool.alloc((1,), "uint32")
-        # v7's two rings: tma2mma 1 (expect_tx) + the bytes, mma2tma 1 (commit); mma2ld 1
-        # (commit), ld2mma 128 (every epilogue thread)
+        # v8's counts: tma2mma 1 (CTA 0's expect_tx) + both CTAs' bytes; mma2tma, mma2ld 1
+        # (one multicast commit); ld2mma 2 x 128 (every epilogue thread of the pair)
         stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", 1)
-        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", 128)
+        accs = H.Ring(pool, ACC_STAGES, "mma2ld", 1, "ld2mma", CTA_PAIR * 128)
         tma2mma, mma2tma = stages.full, stages.empty
         mma2ld, ld2mma = accs.full, accs.empty
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
@@ -287,103 +297,122 @@ def hgemm_v13_mx(M: int, N: int, K: int, dtype: str = "float16", PIPE_DEPTH: int
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
         Dsmem = pool.alloc((BLK_M, BLK_N), dtype, layout=D_layout)
         SFAsmem = pool.alloc((PIPE_DEPTH, SF_BOX_R, 128), W.MX_SF_STORAGE)
-        SFBsmem = pool.alloc((PIPE_DEPTH, SF_BOX_R, 128), W.MX_SF_STORAGE)
+        SFBsmem = pool.alloc((PIPE_DEPTH, CTA_PAIR * SF_BOX_R, 128), W.MX_SF_STORAGE)
         pool.commit()
         Asmem8 = Asmem.view(W.FP8_MMA_DTYPE)
         Bsmem8 = Bsmem.view(W.FP8_MMA_DTYPE)
-        # tcgen05.cp's view of the staged atoms: (stage, row, SF of K) e8m0
-        SFAview = SFAsmem.view(W.MX_SF_DTYPE).view(PIPE_DEPTH, W.MX_SF_ROWS, W.MX_SF_K,
-                                                   layout=SF_SMEM_LAYOUT)
-        SFBview = SFBsmem.view(W.MX_SF_DTYPE).view(PIPE_DEPTH, W.MX_SF_ROWS, W.MX_SF_K,
-                                                   layout=SF_SMEM_LAYOUT)
+        # tcgen05.cp's view of the staged atoms: (stage, row, SF of K) e8m0; B's 256 rows
+        SFAview = SFAsmem.view(W.MX_SF_DTYPE).view(PIPE_DEPTH, BLK_M, W.MX_SF_K,
+                                                   layout=SFA_SMEM_LAYOUT)
+        SFBview = SFBsmem.view(W.MX_SF_DTYPE).view(PIPE_DEPTH, MMA_N, W.MX_SF_K,
+                                                   layout=SFB_SMEM_LAYOUT)
 
         if wg_id == 0:
             if warp_id == 0:
                 if lane_id == 0:
                     stages.init()
                     accs.init()
-                W.tmem_alloc(tmem_addr)
-        W.publish_setup()
+                W.tmem_alloc_pair(tmem_addr)
+        W.publish_setup_cluster()
         tmem = W.tmem_accumulator()
-        sfa_t = W.mx_sf_tmem(SF_COL, PIPE_DEPTH)
-        sfb_t = W.mx_sf_tmem(SF_COL + SF_RING_COLS, PIPE_DEPTH)
+        sfa_t = W.mx_sf_tmem(SFA_COL, PIPE_DEPTH, BLK_M)
+        sfb_t = W.mx_sf_tmem(SFB_COL, PIPE_DEPTH, MMA_N)
+        # CTA 0's copies of the two barriers the whole pair signals
+        tma2mma_cta0 = tma2mma.in_cta(0)
+        ld2mma_cta0 = ld2mma.in_cta(0)
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=M_BLOCKS, num_n_tiles=N_BLOCKS, num_clusters=SM_COUNT,
-            l2_group_size=8)
-        scheduler.init(bx)
+            "ts", num_m_tiles=H.ceil_div(M, MMA_M), num_n_tiles=H.ceil_div(N, MMA_N),
+            num_clusters=SM_COUNT // CTA_PAIR, l2_group_size=8)
+        scheduler.init(bx // CTA_PAIR)
 
         with WarpgroupRole(wg_id, 1, regs=PRODUCER_REGS, increase=False):
             if warp_id == 3:
-                # --- load: A, B and the two SF atoms of each stage on one barrier ---
+                # --- load (producer, both CTAs): this CTA's A and B slices, its SFA atom
+                # and BOTH SFB atoms of the pair's 256 B rows, bytes counted on CTA 0 ---
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
-                    m_st = T.meta_var(scheduler.m_idx * BLK_M)
-                    n_st = T.meta_var(scheduler.n_idx * BLK_N)
-                    sfa_r = T.meta_var(scheduler.m_idx * K_TILES * SF_BOX_R)
-                    sfb_r = T.meta_var(scheduler.n_idx * K_TILES * SF_BOX_R)
+                    m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + rank) * BLK_M)
+                    n_st = T.meta_var((scheduler.n_idx * CTA_PAIR + rank) * BLK_N)
+                    sfa_r = T.meta_var((scheduler.m_idx * CTA_PAIR + rank) * K_TILES
+                                       * SF_BOX_R)
+                    sfb_r = T.meta_var(scheduler.n_idx * CTA_PAIR * K_TILES * SF_BOX_R)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "TMA producer")
                         if T.cuda.elect_sync():
-                            tma2mma.arrive_expect_tx(ring.stage, STAGE_BYTES)
-                            bar = T.meta_var(tma2mma.ptr(ring.stage))
-                            Tx.copy_async(Asmem[ring.stage, :, :],
-                                          A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K],
-                                          dispatch=H.TMA, mbar=bar)
-                            Tx.copy_async(Bsmem[ring.stage, :, :],
-                                          B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K],
-                                          dispatch=H.TMA, mbar=bar)
-                            Tx.copy_async(SFAsmem[ring.stage, :, :],
-                                          SFA[sfa_r + k * SF_BOX_R:sfa_r + (k + 1) * SF_BOX_R, :],
-                                          dispatch=H.TMA, mbar=bar)
-                            Tx.copy_async(SFBsmem[ring.stage, :, :],
-                                          SFB[sfb_r + k * SF_BOX_R:sfb_r + (k + 1) * SF_BOX_R, :],
-                                          dispatch=H.TMA, mbar=bar)
+                            if rank == 0:
+                                tma2mma.arrive_expect_tx(ring.stage, CTA_PAIR * STAGE_BYTES)
+                            bar = T.meta_var(tma2mma_cta0.ptr(ring.stage))
+                            W.tma_load_pair(Asmem[ring.stage, :, :],
+                                            A[m_st:m_st + BLK_M, k * BLK_K:(k + 1) * BLK_K], bar)
+                            W.tma_load_pair(Bsmem[ring.stage, :, :],
+                                            B[n_st:n_st + BLK_N, k * BLK_K:(k + 1) * BLK_K], bar)
+                            W.tma_load_pair(SFAsmem[ring.stage, :, :],
+                                            SFA[sfa_r + k * SF_BOX_R:sfa_r + (k + 1) * SF_BOX_R, :],
+                                            bar)
+                            for h in T.unroll(CTA_PAIR):  # B row blocks 2n and 2n + 1
+                                r = T.meta_var(sfb_r + (h * K_TILES + k) * SF_BOX_R)
+                                W.tma_load_pair(
+                                    SFBsmem[ring.stage, h * SF_BOX_R:(h + 1) * SF_BOX_R, :],
+                                    SFB[r:r + SF_BOX_R, :], bar)
                         ring.advance()
                     scheduler.next_tile()
             elif warp_id == 0:
-                # --- MMA: SFs SMEM -> TMEM (tcgen05.cp), then 4 block-scaled MMAs ---
-                ring = PipelineState(PIPE_DEPTH, 0)
-                acc = PipelineState(ACC_STAGES, 1)
-                while scheduler.valid():
-                    ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
-                    W.tcgen05_fence_after_sync()
-                    for k in T.serial(K_TILES, annotations=H.ROLLED):
-                        tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                if rank == 0:
+                    # --- compute (MMA issuer, CTA 0 only): both CTAs' SFs SMEM -> TMEM
+                    # (tcgen05.cp.cta_group::2), then 4 block-scaled 256 x 256 MMAs ---
+                    ring = PipelineState(PIPE_DEPTH, 0)
+                    acc = PipelineState(ACC_STAGES, 1)
+                    while scheduler.valid():
+                        # both CTAs' epilogues must have drained the accumulator
+                        ld2mma.wait(acc.stage, acc.phase, "MMA issuer")
                         W.tcgen05_fence_after_sync()
+                        for k in T.serial(K_TILES, annotations=H.ROLLED):
+                            tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
+                            W.tcgen05_fence_after_sync()
+                            if T.cuda.elect_sync():
+                                W.mx_sf_to_tmem_pair(sfa_t[ring.stage, :, :],
+                                                     SFAview[ring.stage, :, :])
+                                W.mx_sf_to_tmem_pair(sfb_t[ring.stage, :, :],
+                                                     SFBview[ring.stage, :, :])
+                                W.mma_tile_mx_pair(tmem, acc.stage * MMA_N,
+                                                   Asmem8[ring.stage, :, :],
+                                                   Bsmem8[ring.stage, :, :],
+                                                   sfa_t[ring.stage, :, :],
+                                                   sfb_t[ring.stage, :, :], MMA_N, k != 0)
+                                # stage s (SMEM and SF slot) is free in both CTAs once
+                                # these copies and MMAs are done
+                                W.mma_commit_pair(mma2tma.ptr(ring.stage))
+                            ring.advance()
                         if T.cuda.elect_sync():
-                            W.mx_sf_to_tmem(sfa_t[ring.stage, :, :], SFAview[ring.stage, :, :])
-                            W.mx_sf_to_tmem(sfb_t[ring.stage, :, :], SFBview[ring.stage, :, :])
-                            W.mma_tile_mx(tmem, acc.stage * BLK_N, Asmem8[ring.stage, :, :],
-                                          Bsmem8[ring.stage, :, :], sfa_t[ring.stage, :, :],
-                                          sfb_t[ring.stage, :, :], BLK_N, k != 0)
-                            W.mma_commit(mma2tma.ptr(ring.stage))
-                        ring.advance()
-                    if T.cuda.elect_sync():
-                        W.mma_commit(mma2ld.ptr(acc.stage))
-                    acc.advance()
-                    scheduler.next_tile()
+                            W.mma_commit_pair(mma2ld.ptr(acc.stage))
+                        acc.advance()
+                        scheduler.next_tile()
 
         with WarpgroupRole(wg_id, 0, regs=EPILOGUE_REGS, increase=True):
-            # --- epilogue: v7's (the scales were applied by the MMA) ---
+            # --- writeback (epilogue, both CTAs): v8's, this CTA's 128 rows x 256 columns
+            # in two 128-column chunks (the MMA applied the scales) ---
             acc = PipelineState(ACC_STAGES, 0)
             tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
             while scheduler.valid():
-                m_st = T.meta_var(scheduler.m_idx * BLK_M)
-                n_st = T.meta_var(scheduler.n_idx * BLK_N)
+                m_st = T.meta_var((scheduler.m_idx * CTA_PAIR + rank) * BLK_M)
+                n_st = T.meta_var(scheduler.n_idx * MMA_N)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                Dreg = T.alloc_local((BLK_N,), dtype)
-                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg)
+                for c in T.unroll(MMA_N // BLK_N):
+                    Dreg_out = T.alloc_local((BLK_N,), dtype)
+                    W.tmem_to_registers(tmem, acc.stage * MMA_N + c * BLK_N, BLK_N, Dreg_out)
+                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st + c * BLK_N, BLK_M,
+                                         BLK_N, tid_in_wg, 1)
                 W.tcgen05_fence_before_sync()
-                ld2mma.arrive(acc.stage)
-                W.store_tile_via_tma(Dreg, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
+                ld2mma_cta0.arrive_remote(acc.stage)
                 acc.advance()
                 scheduler.next_tile()
 
-        W.tcgen05_cta_sync()
+        # --- free: the peer's MMA and arrivals touch this CTA until both are done ---
+        W.tcgen05_cluster_sync()
         if wg_id == 0:
             if warp_id == 0:
-                W.tmem_free(tmem_addr)
+                W.tmem_free_pair(tmem_addr)
 
     return kernel

@@ -66,7 +66,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       WS[s, tile] and counts it on CNT; the last sums the slabs in split order, scales,
       stores D. Operands WS (S, tiles, BLK_M * BLK_N) fp32, CNT (tiles * BLK_M / 64,) int32
       after SB, CNT zero at launch. EARLY_SCALES: both stages' block scales loaded early.
-    A_ROWS (BLK_M 64; 8|16|32), M <= A_ROWS: thin A stages (the lesson; unpicked, not yet run).
+    A_ROWS (BLK_M 64; 8|16|32), M <= A_ROWS: thin A stages (the lesson; picked at M <= 16).
     Contracts/Barriers: v12's: tma2mma counts 1 (expect_tx (A_ROWS + BLK_N) x 128 bytes,
       a stage past K included), mma2tma counts BLK_M // 64; overlapped: stage 2j released
       after wait_group 1, 2j+1 after wait_group 0; serial: after wait_group 0.

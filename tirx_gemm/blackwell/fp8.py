@@ -22,7 +22,8 @@ FP8_STORAGE = "uint8"           # how the kernel's signature and SMEM hold e4m3 
 FP8_MMA_DTYPE = "float8_e4m3fn"  # what the tensor core is told the bytes are
 FP8_OUT_DTYPES = spec.DTYPES  # v13's out dtypes: the 16-bit ones
 # sm_100a v13's epilogue scale modes; block-scaled MXFP8 (UE8M0 per 1x32, applied by the tensor
-# core) is SCALE="mx" (hgemm_v13_mx); DeepSeek's 1x128 / 128x128 "block" scaling is sm_90a's only
+# core, on a CTA pair) is SCALE="mx" (hgemm_v13_mx); DeepSeek's 1x128 / 128x128 "block"
+# scaling is sm_90a's only
 FP8_SCALES = ("tensor", "row")
 
 
@@ -71,6 +72,8 @@ def fp8_scaled_chunk(row_scaled: bool, READ_N: int, out_dtype: str):
 # 128 rows (r = 32 i + l, i < 4, l < 32) and 4 SFs of K (j < 4, one stage of 128 e4m3),
 # byte l * 16 + i * 4 + j, 512 bytes; tcgen05.cp 32x128b.warpx4 copies lane l's 16 bytes
 # into all four 32-lane quarters of TMEM, and the MMA takes quarter i's SFs from byte i.
+# On a CTA pair (cta_group::2, M = 256, N = 256) each CTA's TMEM holds the SFs of its own
+# 128 rows of A and of all 256 rows of B (the MMA's joint N), so B's SFs are two atoms.
 MX_SF_VEC = 32                    # e4m3 elements of K per scale factor
 MX_SF_STORAGE = "uint8"           # how GMEM and SMEM hold the e8m0 bytes (TMA copies bytes)
 MX_SF_DTYPE = "float8_e8m0fnu"    # what tcgen05.cp / the MMA are told the bytes are
@@ -88,31 +91,40 @@ def mx_sf_gmem_shape(rows: int, K: int) -> tuple[int, int]:
     return (rb * kb * MX_SF_BOX[0], MX_SF_BOX[1])
 
 
-def mx_sf_layouts(pipe_depth: int):
-    """(SMEM layout of a (pipe_depth, 128, 4) e8m0 view of the staged atoms, TMEM layout
-    of a (pipe_depth, 128, 4) SF ring): TVM's tcgen05 block-scaled layouts for one SF per
-    MMA (sf_per_mma=1, mxf8f6f4 with K = 32)."""
+def mx_sf_cols(rows: int = MX_SF_ROWS) -> int:
+    """TMEM columns one stage of SFs of ``rows`` rows takes: a 32-bit column holds the 4
+    SFs of one 32-row group in each 32-lane quarter (4 for 128 rows, 8 for 256)."""
+    return rows // 32
+
+
+def mx_sf_layouts(pipe_depth: int, rows: int = MX_SF_ROWS):
+    """(SMEM layout of a (pipe_depth, rows, 4) e8m0 view of the staged atoms, TMEM layout
+    of a (pipe_depth, rows, 4) SF ring): TVM's tcgen05 block-scaled layouts for one SF per
+    MMA (sf_per_mma=1, mxf8f6f4 with K = 32); rows a multiple of 128 (one atom each)."""
     from tvm.backend.cuda.tile_primitive.gemm_async.tcgen05 import sf_smem_layout, sf_tmem_layout
-    return (sf_smem_layout(MX_SF_ROWS, MX_SF_K, 1, pipe_depth=pipe_depth),
-            sf_tmem_layout(MX_SF_ROWS, MX_SF_K, 1, pipe_depth=pipe_depth))
+    return (sf_smem_layout(rows, MX_SF_K, 1, pipe_depth=pipe_depth),
+            sf_tmem_layout(rows, MX_SF_K, 1, pipe_depth=pipe_depth))
 
 
-def mx_sf_tmem(col: int, pipe_depth: int):
-    """A (pipe_depth, 128, 4) e8m0 SF ring in TMEM from 32-bit column ``col`` (4 columns
-    per stage: 128 rows x 4 SFs, 32 lanes x 4 bytes per column, replicated per quarter)."""
-    return T.decl_buffer((pipe_depth, MX_SF_ROWS, MX_SF_K), MX_SF_DTYPE, scope="tmem",
-                         allocated_addr=col, layout=mx_sf_layouts(pipe_depth)[1])
+def mx_sf_tmem(col: int, pipe_depth: int, rows: int = MX_SF_ROWS):
+    """A (pipe_depth, rows, 4) e8m0 SF ring in TMEM from 32-bit column ``col``
+    (mx_sf_cols(rows) columns per stage: 32 lanes x 4 bytes per column, replicated in
+    each 32-lane quarter)."""
+    return T.decl_buffer((pipe_depth, rows, MX_SF_K), MX_SF_DTYPE, scope="tmem",
+                         allocated_addr=col, layout=mx_sf_layouts(pipe_depth, rows)[1])
 
 
 @T.inline
-def mx_sf_to_tmem(sf_tmem, sf_smem):
-    # one thread: tcgen05.cp of one stage's 128 x 4 SFs, SMEM -> TMEM (asynchronous; a
+def mx_sf_to_tmem_pair(sf_tmem, sf_smem):
+    # one thread of CTA 0: tcgen05.cp.cta_group::2 of one stage's SFs, each CTA's SMEM at
+    # these offsets into that CTA's TMEM (32x128b.warpx4 per 128-row atom; asynchronous: a
     # later tcgen05.mma of the same thread sees it, and tcgen05.commit tracks it)
-    Tx.copy_async(sf_tmem, sf_smem)
+    Tx.copy_async(sf_tmem, sf_smem, cta_group=2)
 
 
 @T.inline
-def mma_tile_mx(tmem, col, Asmem, Bsmem, SFA, SFB, BLK_N, accum):
-    # as mma_tile_at, block-scaled: kind::mxf8f6f4.block_scale with UE8M0 SFs from TMEM
-    Tx.gemm_async(tmem[:, col:col + BLK_N], Asmem, Bsmem, SFA, SFB, accum=accum,
-                  dispatch="tcgen05", cta_group=1)
+def mma_tile_mx_pair(tmem, col, Asmem, Bsmem, SFA, SFB, MMA_N, accum):
+    # as mma_tile_pair, block-scaled: kind::mxf8f6f4.block_scale, M = 256 (128 rows from
+    # each CTA), N = MMA_N, UE8M0 SFs from each CTA's TMEM (SFA its own rows, SFB all MMA_N)
+    Tx.gemm_async(tmem[:, col:col + MMA_N], Asmem, Bsmem, SFA, SFB, accum=accum,
+                  dispatch="tcgen05", cta_group=2)

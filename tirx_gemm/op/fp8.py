@@ -59,8 +59,8 @@ one with ``tirx-gemm export --suite tirx_gemm/op/suites/fp8-models.json --arch s
 (fp8 entries of a suite: "kind": "fp8", "scales": [...]) and time it with ``tirx-gemm
 bench --suite`` (tirx_gemm.op.fp8_bench). The layer: tirx_gemm.op.fp8_nn (Fp8Linear,
 patch_fp8, the custom op). On sm_100a, v13 builds e4m3 kind::f8f6f4 with tensor or row
-scales and MXFP8 (kind::mxf8f6f4.block_scale, UE8M0 scales in TMEM, one CTA), checked on
-NumSim only; matmul_fp8 does not serve them. Importing this module imports neither torch
+scales and MXFP8 (kind::mxf8f6f4.block_scale, UE8M0 scales in TMEM, on a CTA pair), checked
+on NumSim only; matmul_fp8 does not serve them. Importing this module imports neither torch
 nor TVM.
 """
 
@@ -250,10 +250,12 @@ def _choose(M, mode, fast_accum, out_dtype, sm_count, N, K, why: list) -> dict:
     why.append("promoted accumulation (PROMOTE=4: fp32 every 128 K)" if promote else
                "fast accumulation (PROMOTE=0: the tensor core's accumulator for all of K)")
     split = 1
+    rows = None
     if M <= SMALL_M:
         blk_m, blk_n = 64, small_m_width(M, N, sm_count, why)
         if promote and N is not None and K is not None:
             split = split_k(M, N, K, blk_n, sm_count, why)
+        rows = thin_a_rows(M, mode, promote, split, why)
     elif promote and N is not None:
         blk_m, blk_n = mid_m_tile(M, N, sm_count, why)
     else:
@@ -266,7 +268,27 @@ def _choose(M, mode, fast_accum, out_dtype, sm_count, N, K, why: list) -> dict:
     if split > 1:
         from tirx_gemm import splitk
         kw.update(SPLIT_K=split, L2_GROUP=splitk.l2_group_for(split))
+    if rows:
+        kw["A_ROWS"] = rows
     return kw
+
+
+# thin A stages (v13's A_ROWS) at M <= 16: 8 or 16 rows of A a stage, so more B stages fit; per
+# tensor (promoted, unsplit) 1.07-1.26x full A on an H100; rowwise gained < 2% at some shapes,
+# block lost at some: full A there (lab/fp8_on_hopper)
+THIN_A_ROWS = (8, 16)
+THIN_A_SCALES = ("tensor",)
+
+
+def thin_a_rows(M: int, mode: str, promote: int, split: int, why: list | None = None):
+    """A_ROWS of a small-M pick: the fewest of THIN_A_ROWS that hold M rows, or None."""
+    rows = next((r for r in THIN_A_ROWS if M <= r), None)
+    if rows is None or mode not in THIN_A_SCALES or not promote or split > 1:
+        return None
+    if why is not None:
+        why.append(f"M={M} <= {rows}: A_ROWS={rows} (a stage loads {rows} rows of A, so "
+                   f"the ring holds more stages of B; lab/fp8_on_hopper)")
+    return rows
 
 
 def split_k(M: int, N: int, K: int, blk_n: int, sm_count: int, why: list | None = None) -> int:
@@ -400,8 +422,11 @@ def export_requests(sm_count: int = spec.SM_COUNT[ARCH], out_dtypes=("bfloat16",
     for odt in out_dtypes:
         for mode in numerics.FP8_SCALES:
             for fast in (False, True):
-                small = choose_fp8(1, mode, fast, odt, sm_count)  # every width the rule picks
+                small = choose_fp8(SMALL_M, mode, fast, odt, sm_count)  # every width it picks
                 kws = [{**small, "BLK_N": w} for w in SMALL_M_WIDTHS]
+                if thin_a_rows(1, mode, small["PROMOTE"], 1):  # and its thin A stages
+                    kws += [{**small, "BLK_N": w, "A_ROWS": r} for w in SMALL_M_WIDTHS
+                            for r in THIN_A_ROWS]
                 if small["PROMOTE"]:  # and every split of each (split_k)
                     from tirx_gemm import splitk
                     kws += [{**small, "BLK_N": w, "SPLIT_K": S, "L2_GROUP": splitk.l2_group_for(S)}
@@ -530,7 +555,7 @@ def matmul_fp8(a, b, scale_a, scale_b, out_dtype=None, *, out=None, fast_accum: 
     if arch != ARCH:
         raise ValueError(f"matmul_fp8 runs on sm_90a (Hopper) only: this GPU is {arch}; "
                          f"sm_100a's v13 (e4m3 kind::f8f6f4 with tensor or row scales, and "
-                         f"MXFP8 kind::mxf8f6f4.block_scale on one CTA) is built and checked "
+                         f"MXFP8 kind::mxf8f6f4.block_scale on a CTA pair) is built and checked "
                          f"on NumSim only, not served by matmul_fp8 yet; use torch._scaled_mm")
     kw = dict(_kwargs) if _kwargs is not None else choose_fp8(M, mode, fast_accum, odt, sms,
                                                               N=N, K=K)

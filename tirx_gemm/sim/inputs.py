@@ -98,7 +98,7 @@ def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
         from tirx_gemm.hopper.grouped import grouped_check_np
         return grouped_check_np(out, A, B, extra["routing"], dict(case.kwargs), case.dtype, kind)
     kw = dict(case.kwargs)
-    if case.step.fp8 and kw.get("SCALE") == "mx":  # 2**(sf - 127) per 32 of K, fp32 sums
+    if case.step.fp8 and kw.get("SCALE") == "mx":  # 2**(sf - 127) per 32 of K, float64 sums
         ref = numerics.reference_mx_np(
             numerics.fp8_from_bytes_np(A), numerics.fp8_from_bytes_np(B),
             numerics.mx_unblock_sf_np(extra["SFA"], case.M, case.K),
