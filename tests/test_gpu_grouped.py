@@ -220,6 +220,9 @@ FUSED_CASES = [
     ("swiglu_interleaved", "contiguous", dict(BLK_M=128, BLK_N=128, SWIGLU="interleaved",
                                               STORE_STEPS=2)),
     ("swiglu_halves_masked", "masked", dict(BLK_M=128, BLK_N=128, SWIGLU="halves")),
+    ("tma_store", "contiguous", dict(BLK_M=128, BLK_N=256, TMA_STORE=True)),
+    ("tma_store_fused", "contiguous", dict(BLK_M=128, BLK_N=256, TMA_STORE=True, ROW_SCALE=True,
+                                           BIAS=True)),
 ]
 FUSED_ROWS = 333  # a's rows (contiguous) or rows per expert (masked): partial tiles
 
@@ -229,7 +232,8 @@ def fused_kernel_keywords(layout, tile, sm_count=132):
     from tirx_gemm.op.grouped import choose_grouped
     E, N, K = SHAPES[0]
     _, kw = choose_grouped(FUSED_ROWS, E, N, K, "bfloat16", layout, "sm_90a", sm_count)
-    kw = {k: v for k, v in kw.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP")}
+    kw = {k: v for k, v in kw.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP",
+                                                   "TMA_STORE")}
     return {**kw, **tile}
 
 
@@ -402,3 +406,70 @@ def test_experts_capture_and_replay(kernels):
         ref = SparseMoeBlock(8, 512, 1024, 2, True).to("cuda", BF16)
         ref.load_state_dict(block.state_dict())
         assert rel_err(y, ref(x)) < TOL
+
+
+# -- fp8 with DeepGEMM's block scales (v14 FP8_BLOCK) -------------------------------------
+# (E, N, K, rows, hot expert or None, out dtype): 64- and 128-row tiles, an N inside one 128
+# block and across two with a partial tile, an odd number of 128-K blocks (one stage past K)
+FP8_CASES = ([(8, 1024, 512, r, None, BF16) for r in (7, 333, 2048)]
+             + [(8, 1024, 512, 300, 3, BF16), (8, 1024, 512, 2048, None, FP16)]
+             + [(4, 200, 384, r, None, BF16) for r in (9, 1000)])
+
+
+def fp8_operands(rows, E, N, K, seed=0):
+    """(a_q, scale_a, w_q, scale_b, a dequantized fp32, w dequantized fp32)."""
+    from tirx_gemm.op.grouped_fp8 import quantize_experts, quantize_rows
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(rows, K, device="cuda", generator=g)
+    a[:, ::37] *= 30  # outlier channels: the 1x128 scales differ along K
+    w = torch.randn(E, N, K, device="cuda", generator=g) / K ** 0.5
+    qa, sa = quantize_rows(a)
+    qw, sw = quantize_experts(w)
+    deq_a = (qa.float().reshape(rows, -1, 128) * sa[:, :, None]).reshape(rows, K)
+    full = sw.repeat_interleave(128, dim=1)[:, :N].repeat_interleave(128, dim=2)
+    return qa, sa, qw, sw, deq_a, qw.float() * full
+
+
+@pytest.mark.parametrize("E,N,K,rows,hot,odt", FP8_CASES,
+                         ids=[f"E{c[0]}_{c[1]}x{c[2]}_r{c[3]}" + ("_hot" if c[4] is not None
+                                                                  else "")
+                              + ("_fp16" if c[5] == FP16 else "") for c in FP8_CASES])
+def test_fp8_block_scales_match_dequantized_fp32(kernels, E, N, K, rows, hot, odt):
+    """grouped_mm on e4m3 operands with 1x128 / 128x128 scales against the fp32 product of the
+    dequantized operands, per expert; empty experts and rows past offs[-1] left unwritten."""
+    import tirx_gemm
+    qa, sa, qw, sw, deq_a, deq_w = fp8_operands(rows + 5, E, N, K, seed=rows)
+    offs = routing(rows, E, seed=rows, hot=hot)  # a quarter of the experts empty (or one hot)
+    out = torch.full((rows + 5, N), float("nan"), dtype=odt, device="cuda")
+    _serve(lambda: tirx_gemm.grouped_mm(qa, qw.transpose(1, 2), offs, scale_a=sa, scale_b=sw,
+                                        out_dtype=odt, out=out))
+    assert rel_err(out[:rows], reference(deq_a[:rows], deq_w, offs)) < TOL
+    assert out[rows:].isnan().all(), "rows past offs[-1] were written"
+
+
+def test_fp8_masked_matches_dequantized_fp32(kernels):
+    """The masked layout: a (E, T, K), counts, scale_a (E, T, K/128); rows past counts unwritten."""
+    import tirx_gemm
+    E, T, (_, N, K) = 8, 40, SHAPES[0]
+    qa, sa, qw, sw, deq_a, deq_w = fp8_operands(E * T, E, N, K, seed=5)
+    qa, sa, deq_a = qa.reshape(E, T, K), sa.reshape(E, T, -1), deq_a.reshape(E, T, K)
+    counts = torch.tensor([0, 40, 3, 17, 0, 1, 40, 8], dtype=torch.int32, device="cuda")
+    out = torch.full((E, T, N), float("nan"), dtype=BF16, device="cuda")
+    _serve(lambda: tirx_gemm.grouped_mm(qa, qw, counts=counts, scale_a=sa, scale_b=sw, out=out))
+    for e, c in enumerate(counts.tolist()):
+        if c:
+            assert rel_err(out[e, :c], deq_a[e, :c] @ deq_w[e].T) < TOL, f"expert {e}"
+        assert out[e, c:].isnan().all(), f"expert {e}: rows past counts were written"
+
+
+def test_fp8_refusals_on_cuda_tensors():
+    from tirx_gemm.op.grouped import grouped_mm
+    qa, sa, qw, sw, _, _ = fp8_operands(16, 4, 256, 256)
+    offs = routing(16, 4)
+    with pytest.raises(ValueError, match=r"scale_b has shape \(4, 2, 1\), expected \(4, 2, 2\)"):
+        grouped_mm(qa, qw, offs, scale_a=sa, scale_b=sw[:, :, :1].contiguous())
+    with pytest.raises(TypeError, match="block scales are torch.float32"):
+        grouped_mm(qa, qw, offs, scale_a=sa.half(), scale_b=sw)
+    with pytest.raises(ValueError, match="K=192 is not a multiple of 128"):
+        grouped_mm(qa[:, :192].contiguous(), qw[:, :, :192].contiguous(), offs,
+                   scale_a=sa, scale_b=sw)

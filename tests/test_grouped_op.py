@@ -235,16 +235,20 @@ def test_plumbing_bias_scale_masked(cpu_launch):
 
 @pytest.fixture
 def fused_on(monkeypatch):
-    """The fused epilogues opted in (grouped_epilogue.ENABLED; off by default)."""
+    """The fused epilogues on (grouped_epilogue.ENABLED, the default; set here so that a test
+    does not depend on it)."""
     from tirx_gemm.op import grouped_epilogue as GE
     monkeypatch.setattr(GE, "ENABLED", True)
 
 
-def test_fused_epilogues_are_off_by_default(cpu_launch):
-    """Until the fused kernels run on a GPU: bias, scale and SwiGLU take the plain kernel."""
+def test_fused_epilogues_are_on_by_default_and_can_be_turned_off(cpu_launch, monkeypatch):
+    """On by default (their GPU tests pass); ENABLED = False: bias, scale and SwiGLU take the
+    plain kernel."""
     from tirx_gemm.op import grouped_epilogue as GE
     from tirx_gemm.op import grouped_swiglu as GS
-    assert GE.ENABLED is False
+    assert GE.ENABLED is True
+    assert "BIAS, ROW_SCALE;" in G.explain_grouped(10, 4, 16, 32, "bfloat16")
+    monkeypatch.setattr(GE, "ENABLED", False)
     a, w, offs = _operands()
     G.grouped_mm(a, w, offs, bias=torch.randn(4, 16).to(BF16), scale=torch.rand(10))
     GS._calls.clear()

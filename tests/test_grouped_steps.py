@@ -166,9 +166,12 @@ SASS_CASES = {
                dict(SWAP_AB=True, BLK_M=64, BLK_N=16), dict(BLK_M=64, BLK_N=64, E=128),
                dict(BLK_N=256, TMA_STORE=True), dict(BLK_N=256, STORE_STEPS=4),
                dict(BLK_N=256, ROW_SCALE=True, BIAS=True, dtype="bfloat16"),
+               dict(BLK_N=256, TMA_STORE=True, ROW_SCALE=True, BIAS=True, dtype="bfloat16"),
                dict(SWAP_AB=True, BLK_M=64, BLK_N=16, ROW_SCALE=True, BIAS=True,
                     LAYOUT="masked"),
-               dict(BLK_N=256, SWIGLU="halves"), dict(SWIGLU="interleaved", STORE_STEPS=2)],
+               dict(BLK_N=256, SWIGLU="halves"), dict(SWIGLU="interleaved", STORE_STEPS=2),
+               dict(FP8_BLOCK=True, dtype="bfloat16"), dict(FP8_BLOCK=True, BLK_M=64, E=128,
+                                                                      LAYOUT="masked")],
     "sm_100a": [dict(), dict(LAYOUT="masked", BLK_N=64), dict(SWAP_AB=True, BLK_N=16)],
 }
 
@@ -187,6 +190,11 @@ def test_builds_keep_the_sass_promises(arch):
         assert "UTMALDG.3D" in ops, kw
         # TMA_STORE: full 64-row blocks by stmatrix + TMA store; otherwise no TMA store
         assert any(k.startswith("UTMASTG") for k in ops) == bool(kw.get("TMA_STORE")), kw
+        # FP8_BLOCK: e4m3 wgmmas (QGMMA), k32, over the whole tile width; no 16-bit HGMMA
+        if kw.get("FP8_BLOCK"):
+            assert any(k.startswith(f"QGMMA.64x{kw.get('BLK_N', 128)}x32.F32.E4M3.E4M3")
+                       for k in ops), sorted(ops)
+            assert not any(k.startswith("HGMMA") for k in ops), sorted(ops)
         if not kw:  # the registry build: every promise of the row
             for p in step.sass_expect:
                 assert any(k.startswith(p) for k in ops), (p, sorted(ops))

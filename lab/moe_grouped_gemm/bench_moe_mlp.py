@@ -140,8 +140,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", nargs="*", type=int, default=[1, 16, 4096])
     ap.add_argument("--models", nargs="*", default=list(CONFIGS))
     ap.add_argument("--budget-s", type=float, default=1e9)
-    ap.add_argument("--fused", action="store_true", help="opt in to v14's fused SwiGLU and row "
-                    "scale (tirx_gemm.op.grouped_epilogue.ENABLED)")
+    ap.add_argument("--fused", action="store_true", help="v14's fused SwiGLU and row scale "
+                    "(tirx_gemm.op.grouped_epilogue.ENABLED, the op's default); without it the "
+                    "bench turns them off: torch ops after the launches")
     args = ap.parse_args(argv)
     from tirx_gemm.op import grouped as G, grouped_epilogue as GE, grouped_swiglu as GS
     GE.ENABLED = args.fused
@@ -167,9 +168,10 @@ def main(argv=None) -> int:
             try:
                 with torch.no_grad():
                     want, got = _out(hf(x)).float(), _out(ours(x)).float()
-                # which epilogues ran fused in v14 (grouped_epilogue, grouped_swiglu)
-                rec["fused_swiglu"] = any(k is not None for k in GS._calls.values())
-                rec["fused_row_scale"] = any(c[3].get("ROW_SCALE") for c in G._calls.values())
+                    # which epilogues ran fused in v14 (grouped_epilogue, grouped_swiglu)
+                    rec["fused_swiglu"] = any(k is not None for k in GS._calls.values())
+                    rec["fused_row_scale"] = any(c[3].get("ROW_SCALE")
+                                                 for c in G._calls.values())
                     rec["rel_err"] = float((got - want).abs().max() / want.abs().max())
                     rec["ms_module"] = eager_ms(lambda: hf(x))
                     rec["ms_patched_eager"] = eager_ms(lambda: ours(x))

@@ -9,6 +9,8 @@ kernels tests/test_gpu_grouped.py asks for (TEST_CALLS, its calls' rows, experts
 FUSED_CALLS and SWIGLU_CALLS, the calls with a fused epilogue; its FUSED_CASES, launched
 directly).
 --variants FILE: the tile variants bench_grouped.py --variants times at that file's cases.
+--fp8: the fp8 kernels (v14 FP8_BLOCK) of tests/test_gpu_grouped.py's FP8_CASES and of
+bench_grouped_fp8.py's default layers and token counts (FP8_TEST_CALLS, FP8_BENCH).
 --list prints the requests without building. The export adds to the bundle (locked, atomic).
 """
 import argparse
@@ -52,6 +54,30 @@ SWIGLU_CALLS = ([(t * 2, 8, 2048, 512) for t in (64, 300)] + [(4096 * 2, 8, 2867
                 + [(4096 * 8, 128, 1536, 2048)])
 
 
+# (rows, E, N, K, out dtype, layout) of the fp8 tests' launches (contiguous: a has rows + 5
+# rows, 5 unowned; masked: E x 40 rows)
+FP8_TEST_CALLS = ([(r + 5, 8, 1024, 512, "bfloat16", "contiguous") for r in (7, 333, 2048, 300)]
+                  + [(2048 + 5, 8, 1024, 512, "float16", "contiguous")]
+                  + [(r + 5, 4, 200, 384, "bfloat16", "contiguous") for r in (9, 1000)]
+                  + [(8 * 40, 8, 1024, 512, "bfloat16", "masked")])
+# bench_grouped_fp8.py's defaults: these models' layers of the suite at these token counts
+FP8_BENCH = {"models": ("Mixtral-8x7B", "Qwen3-30B-A3B"), "tokens": (16, 4096)}
+
+
+def fp8_requests(suite, arch="sm_90a", sm_count=132):
+    """[(step id, (M, N, K), kwargs)] of the fp8 tests and bench (each once)."""
+    from tirx_gemm.op import grouped_fp8 as GF
+    out = []
+    for rows, E, N, K, odt, layout in FP8_TEST_CALLS:
+        step, kw = GF.choose_grouped_fp8(rows, E, N, K, odt, sm_count, layout=layout)
+        out.append((step, (NOMINAL_M, N, K), kw))
+    for entry in json.loads(Path(suite).read_text())["shapes"]:
+        if entry["model"] in FP8_BENCH["models"]:
+            out += GF.fp8_builds(entry["E"], entry["N"], entry["K"], FP8_BENCH["tokens"],
+                                 entry["top_k"], ("bfloat16",), sm_count)
+    return out
+
+
 def fused_test_cases():
     """tests/test_gpu_grouped.py's FUSED_CASES as (N, K, keywords): the kernels it launches."""
     import importlib.util
@@ -64,7 +90,7 @@ def fused_test_cases():
     return [(N, K, mod.fused_kernel_keywords(layout, tile)) for _, layout, tile in mod.FUSED_CASES]
 
 
-def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132):
+def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132, fp8=False):
     """[(Step, (M, N, K), kwargs)] for the export, each once, in order."""
     out, seen = [], set()
 
@@ -105,6 +131,10 @@ def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132):
                 add(step_id, (NOMINAL_M, N2, K), kw)
         for N, K, kw in fused_test_cases():
             add("v14", (NOMINAL_M, N, K), kw)
+    if fp8:
+        default = ROOT / "lab" / "moe_grouped_gemm" / "suites" / "moe_experts.json"
+        for step_id, mnk, kw in fp8_requests(suite or default, arch, sm_count):
+            add(step_id, mnk, kw)
     return out
 
 
@@ -144,9 +174,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / ".gpu" / "bundle"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--fp8", action="store_true", help="the fp8 kernels (FP8_TEST_CALLS, FP8_BENCH)")
     ap.add_argument("--variants", help="a tile-variants file: its kernels too (needs --suite)")
     args = ap.parse_args(argv)
-    reqs = requests(args.suite, args.dtypes, args.tests)
+    reqs = requests(args.suite, args.dtypes, args.tests, fp8=args.fp8)
     if args.variants:
         have = {(r[0].key, r[1], tuple(sorted(r[2].items()))) for r in reqs}
         for r in variant_requests(args.suite, args.variants, tuple(args.dtypes or ("bfloat16",))):

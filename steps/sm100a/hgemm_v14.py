@@ -67,6 +67,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                  waits from phase 1. The scan's CTA barriers run before the roles split.
     Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; LAYOUT
       contiguous or masked; BLK_N a multiple of 16 in [16, 256]; GROUP >= 1.
+    FP8: no twin of sm_90a's FP8_BLOCK here (v13's MXFP8 block-scaled MMA has no grouped form).
     Run: ``tirx-gemm build v14``; NumSim: the cases of tests/test_grouped_steps.py.
     """
     ACC_STAGES, ACC_COLS = 2, W.TMEM_COLS // 2  # accumulator a at TMEM column 256 * a

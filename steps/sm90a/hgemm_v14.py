@@ -23,7 +23,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = True,
               GROUP: int = 8, SWAP_AB: bool = False, TMA_STORE: bool = False,
               STORE_STEPS: int = 1, ROW_SCALE: bool = False, BIAS: bool = False,
-              SWIGLU: str | None = None,
+              SWIGLU: str | None = None, FP8_BLOCK: bool = False,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
     """Step card -- v14, grouped GEMM (mixture of experts).
 
@@ -47,6 +47,8 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       (A, B, D, routing[, scale][, bias]). SWIGLU="halves" | "interleaved": B[e] a fused
       gate/up weight of N rows, D (M, N/2) = silu(gate) * up ("halves": gate rows [0, N/2),
       up [N/2, N), two boxes per tile; "interleaved": 8 gate rows, 8 up rows, ...).
+    FP8_BLOCK=True (hgemm_v14_fp8_block): e4m3 A, B (uint8), DeepGEMM's block scales SA (M or
+      E*M, K/128), SB (E*ceil(N/128), K/128) after routing, promoted per 128-K stage as v13.
     Barriers: v7's tma2mma / mma2tma ring; the scan's CTA barriers run before the roles split.
     Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; BLK_M 64 | 128;
       BLK_N a multiple of 8 in [8, 256]; TMA_STORE, STORE_STEPS, SWIGLU on plain (not swap-AB)
@@ -54,6 +56,16 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       GROUP >= 1; ring within 227 KiB.
     Run: ``tirx-gemm build v14 --arch sm_90a``; the op is tirx_gemm's grouped_mm.
     """
+    if not isinstance(FP8_BLOCK, bool):
+        raise ValueError(f"FP8_BLOCK={FP8_BLOCK!r} must be True or False")
+    if FP8_BLOCK:
+        if SWAP_AB or TMA_STORE or STORE_STEPS != 1 or ROW_SCALE or BIAS or SWIGLU:
+            raise ValueError("FP8_BLOCK=True is built for plain tiles only: no SWAP_AB, "
+                             "TMA_STORE, STORE_STEPS, ROW_SCALE, BIAS or SWIGLU")
+        if LAYOUT not in W.LAYOUTS:
+            raise ValueError(f"LAYOUT={LAYOUT!r} must be one of {', '.join(W.LAYOUTS)}")
+        return hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH,
+                                   SM_COUNT, RUNTIME_M, GROUP, PRODUCER_REGS, CONSUMER_REGS)
     BLK_K = W.SWIZZLE_ROW_ELEMS
     H.check_edge_shape(M, N, K, dtype)
     if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
@@ -309,5 +321,208 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
         def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
                    D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
             body(A, B, D, routing, None, None)
+
+    return kernel
+
+
+# --- FP8_BLOCK=True: the same walk over e4m3 operands with DeepGEMM's block scales ---------
+FP8_BLK_NS = (16, 32, 64, 128)  # a tile inside one 128-row block of B; acc, tmp0, tmp1 fit
+
+
+def hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH, SM_COUNT,
+                        RUNTIME_M, GROUP, PRODUCER_REGS, CONSUMER_REGS):
+    """v14 with FP8_BLOCK=True (the step card's line): v14's scan, walk and bounded stores
+    around v13's block-scaled mainloop. A stage is 128 e4m3 of K (one 128-byte swizzle row);
+    stages go in pairs, 2j into tmp0 and 2j + 1 into tmp1, and each is promoted into the fp32
+    acc as acc += tmp * SA[row, kb] * SB[e * NB + n_st / 128, kb] (W.load_block_scales,
+    W.promote_fragment_block: v13's verbs) while the other's wgmmas run. An odd K / 128 loads
+    one stage past K (zero-filled, its scales read 0). Operands (A, B, D, routing, SA, SB);
+    masked: A (E, M, K), D (E, M, N), SA (E * M, K/128) (expert e's rows from e * M)."""
+    BLK_K = W.FP8_BLK_K
+    dtype = H.check_fp8_contract(M, N, K, dtype)
+    if K % BLK_K:
+        raise ValueError(f"K={K} is not a multiple of {BLK_K}: FP8_BLOCK scales A per 1x{BLK_K} "
+                         f"and B per {BLK_K}x{BLK_K} block along K")
+    if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
+        raise ValueError(f"E={E!r} must be an int in [1, {W.E_MAX}] (experts per launch: one "
+                         f"scanning thread per expert)")
+    if isinstance(BLK_M, bool) or BLK_M not in BLK_MS:
+        raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
+                         f"warpgroups of 64 rows)")
+    if isinstance(BLK_N, bool) or BLK_N not in FP8_BLK_NS:
+        raise ValueError(f"BLK_N={BLK_N!r} with FP8_BLOCK: one of {FP8_BLK_NS} (a tile inside "
+                         f"one 128-row block of B; acc, tmp0, tmp1 within the registers)")
+    if not isinstance(RUNTIME_M, bool):
+        raise ValueError(f"RUNTIME_M={RUNTIME_M!r} must be True or False")
+    H.check_positive_ints(SM_COUNT=SM_COUNT, GROUP=GROUP)
+    NUM_CONSUMERS = BLK_M // W.WGMMA_M
+    PRODUCER = NUM_CONSUMERS
+    ACC_REGS = BLK_N // 2
+    PACKED_REGS = BLK_N // 4
+    A_STAGE_BYTES = W.fp8_tile_bytes(BLK_M)
+    B_STAGE_BYTES = W.fp8_tile_bytes(BLK_N)
+    STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
+    SCAN_BYTES = (2 + W.BOUND_ROWS) * E * 4
+    if PIPE_DEPTH is None:
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, SCAN_BYTES))
+    W.check_ring_for_wait_one(PIPE_DEPTH)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, SCAN_BYTES)
+    SPLIT_REGS = NUM_CONSUMERS > 1 and 3 * ACC_REGS > 96  # v13's rule for the promoted tiles
+    if SPLIT_REGS:
+        W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
+    W_TILES = H.ceil_div(N, BLK_N)
+    KB = K // BLK_K                      # K blocks of the scales
+    PAIRS = (KB + 1) // 2                # stage pairs per unit (odd KB: one stage past K)
+    NB = H.ceil_div(N, BLK_K)            # 128-row blocks of one expert's B
+    SB_ROWS = E * NB
+    MASKED = LAYOUT == "masked"
+    M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
+    A_SHAPE = (E, M_DIM, K) if MASKED else (M_DIM, K)
+    D_SHAPE = (E, M_DIM, N) if MASKED else (M_DIM, N)
+    # SA's rows: masked, expert e's at e * M (the (E, M, K/128) scales flattened by the caller)
+    SA_ROWS = H.runtime_extent("SA_ROWS") if MASKED else M_DIM
+    A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE)
+    B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
+
+    def sa_row(at):
+        # SA's row of the unit's first token row
+        return at[0] * M_DIM + at[1] if MASKED else at[1]
+
+    @T.inline
+    def stage_pair(acc, tmp0, tmp1, sav, sbv, SA, SB, at, kb, first, held, ring, tma2mma,
+                   mma2tma, desc_a, desc_b, consumer, row0, warp_id, lane_id, tid_in_wg):
+        # the wgmmas of stages kb (tmp0) and kb + 1 (tmp1) are queued; each is promoted once
+        # done (wait_group 1, then 0) and its stage released
+        W.load_block_scales(sav, sbv, SA, SB, kb, KB, sa_row(at) + row0,
+                            at[0] * NB * BLK_K + at[3], BLK_N, SA_ROWS, SB_ROWS * BLK_K, warp_id,
+                            lane_id)
+        W.mma_wait(1)
+        if tid_in_wg == 0:
+            mma2tma.arrive(held)
+        W.fence_operands(tmp0, ACC_REGS)
+        W.promote_fragment_block(acc, tmp0, BLK_N, first, sav, sbv)
+        W.load_block_scales(sav, sbv, SA, SB, kb + 1, KB, sa_row(at) + row0,
+                            at[0] * NB * BLK_K + at[3], BLK_N, SA_ROWS, SB_ROWS * BLK_K,
+                            warp_id, lane_id)
+        W.mma_wait(0)
+        if tid_in_wg == 0:
+            mma2tma.arrive(T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1))
+        W.fence_operands(tmp1, ACC_REGS)
+        W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
+
+    @T.inline
+    def queue_stage(tmp, ring, tma2mma, desc_a, desc_b, consumer):
+        # the 4 k32 wgmmas of the next stage into tmp (overwritten), one commit group
+        tma2mma.wait(ring.stage, ring.phase, "consumer")
+        W.mma_fence()
+        W.wgmma_fp8_tile(tmp, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES), False, 1, BLK_N)
+        W.mma_commit()
+        ring.advance()
+
+    @T.inline
+    def queue_pair(tmp0, tmp1, ring, tma2mma, desc_a, desc_b, consumer):
+        queue_stage(tmp0, ring, tma2mma, desc_a, desc_b, consumer)
+        queue_stage(tmp1, ring, tma2mma, desc_a, desc_b, consumer)
+
+    @T.prim_func
+    def kernel(A: T.Buffer(A_SHAPE, W.FP8_STORAGE), B: T.Buffer((E, N, K), W.FP8_STORAGE),
+               D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+               SA: T.Buffer((SA_ROWS, KB), "float32"), SB: T.Buffer((SB_ROWS, KB), "float32")):
+        T.device_entry()
+        bx = T.cta_id([SM_COUNT])
+        wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
+        warp_id = T.warp_id_in_wg([4])
+        lane_id = T.lane_id([32])
+
+        # --- allocate ---
+        pool = T.SMEMPool()
+        # tma2mma[s]: the producer thread arrives once per load into stage s (expect_tx of
+        #   (BLK_M + BLK_N) x 128 bytes); the consumers' threads wait, from phase 0.
+        # mma2tma[s]: thread 0 of each consumer warpgroup arrives once its wgmmas have read
+        #   stage s and its partial sum is promoted; the producer waits from phase 1.
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        tma2mma, mma2tma = stages.full, stages.empty
+        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
+        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
+        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
+        scan = pool.alloc((2, E), "int32")
+        bounds = pool.alloc((E, W.BOUND_ROWS), "int32")
+        pool.commit()
+
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        if wg_id == PRODUCER:
+            if tid_in_wg == 0:
+                stages.init()
+        W.publish_setup()
+
+        # --- the walk's length, on the device (v14's) ---
+        W.scan_experts(scan, bounds, routing, wg_id * 128 + tid_in_wg, E, BLK_M, M_DIM, MASKED)
+        total = T.meta_var(scan[W.log2_ceil(E) % 2, E - 1] * W_TILES)
+        at = T.alloc_local((4,), "int32")
+
+        with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
+                           increase=False):
+            # --- load (producer): 2 x PAIRS stages per unit ---
+            if tid_in_wg == 0:
+                ring = PipelineState(PIPE_DEPTH, 1)
+                t: T.int32 = bx
+                while t < total:
+                    W.tile_at(at, scan, bounds, t, E, BLK_M, W_TILES, BLK_N, GROUP)
+                    for k in T.serial(2 * PAIRS, annotations=H.ROLLED):
+                        mma2tma.wait(ring.stage, ring.phase, "producer")
+                        W.tma_load_fp8_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                                            A, B, at, k * BLK_K, tma2mma.ptr(ring.stage),
+                                            BLK_M, BLK_N, BLK_K, MASKED)
+                        ring.advance()
+                    t = t + SM_COUNT
+
+        with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
+                           regs=CONSUMER_REGS if SPLIT_REGS else None, increase=True):
+            consumer = T.meta_var(wg_id)
+            row0 = T.meta_var(consumer * W.WGMMA_M)
+            acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)
+            tmp0 = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)
+            tmp1 = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)
+            packed = T.alloc_local((PACKED_REGS,), "uint32")
+            sav = T.alloc_local((2,), H.ACC_DTYPE)
+            sbv = T.alloc_local((2,), H.ACC_DTYPE)
+            prev = T.alloc_local((4,), "int32")
+            desc_a = T.alloc_local((1,), "uint64")
+            desc_b = T.alloc_local((1,), "uint64")
+            W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
+            W.encode_desc(desc_b, Bsmem.ptr_to([0, 0, 0]))
+            ring = PipelineState(PIPE_DEPTH, 0)
+            held: T.int32 = 0     # the oldest stage not yet released
+            pending: T.int32 = 0  # 1 while `packed` holds a tile not yet stored
+            u: T.int32 = bx
+            while u < total:
+                W.tile_at(at, scan, bounds, u, E, BLK_M, W_TILES, BLK_N, GROUP)
+                # --- the first pair, peeled: the previous unit's bounded stores go behind
+                # its wgmmas (`packed` dies before the loop, where acc, tmp0, tmp1 are live) ---
+                held = ring.stage
+                queue_pair(tmp0, tmp1, ring, tma2mma, desc_a, desc_b, consumer)
+                if pending == 1:
+                    W.store_packed_rows(D, prev[0], packed, prev[1] + row0, prev[3], BLK_N,
+                                        prev[2], N, warp_id, lane_id, MASKED, 0)
+                    pending = 0
+                stage_pair(acc, tmp0, tmp1, sav, sbv, SA, SB, at, 0, True, held, ring,
+                           tma2mma, mma2tma, desc_a, desc_b, consumer, row0, warp_id, lane_id,
+                           tid_in_wg)
+                for j in T.serial(1, PAIRS, annotations=H.ROLLED):
+                    held = ring.stage
+                    queue_pair(tmp0, tmp1, ring, tma2mma, desc_a, desc_b, consumer)
+                    stage_pair(acc, tmp0, tmp1, sav, sbv, SA, SB, at, 2 * j, False, held,
+                               ring, tma2mma, mma2tma, desc_a, desc_b, consumer, row0,
+                               warp_id, lane_id, tid_in_wg)
+                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                pending = 1
+                for i in T.unroll(4):
+                    prev[i] = at[i]
+                u = u + SM_COUNT
+            if pending == 1:
+                W.store_packed_rows(D, prev[0], packed, prev[1] + row0, prev[3], BLK_N, prev[2],
+                                    N, warp_id, lane_id, MASKED, 0)
 
     return kernel

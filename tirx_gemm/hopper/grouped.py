@@ -120,6 +120,24 @@ def tma_load_unit(Asmem, Bsmem, A, B, at, k_st, bar, MMA_M: int, MMA_N: int, BLK
 
 
 @T.inline
+def tma_load_fp8_unit(Asmem, Bsmem, A, B, at, k_st, bar, BLK_M: int, BLK_N: int, BLK_K: int,
+                      masked: bool):
+    """One thread, FP8_BLOCK (one byte per element): the stage's byte count on ``bar``
+    ((BLK_M + BLK_N) x BLK_K, a box past K zero-filled and counted), then unit ``at``'s token
+    rows A[at[1].., k_st..] (masked: A[at[0], at[1].., k_st..]) and its expert's weight rows
+    B[at[0], at[3].., k_st..]."""
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, T.uint32((BLK_M + BLK_N) * BLK_K))
+    if masked:
+        Tx.copy_async(Asmem, A[at[0], at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    else:
+        Tx.copy_async(Asmem, A[at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    Tx.copy_async(Bsmem, B[at[0], at[3]:at[3] + BLK_N, k_st:k_st + BLK_K],
+                  dispatch="tma_explicit", mbar=bar)
+
+
+@T.inline
 def tma_load_gate_up(Asmem, Bsmem, stage, A, B, at, k_st, bar, MMA_M: int, HALF: int,
                      BLK_K: int, N_HALF: int, masked: bool):
     """One thread, SWIGLU="halves": the stage's byte count on ``bar``, the token box as

@@ -28,8 +28,8 @@ Epilogue arguments: ``bias`` (E, N) one row per expert, or (N,) shared, added to
 expert's rows; ``scale`` (M,) (masked: (E, T)) float32 or the operands' dtype, multiplying
 each result row after the bias (a top-k routing weight on the down projection's rows);
 ``out_dtype`` None or the operands' dtype (torch's grouped_mm refuses float32 too). On
-sm_90a v14 can fuse bias and scale (:data:`KERNEL_EPILOGUE`, in fp32 before the one rounding;
-opt-in until run on a GPU: grouped_epilogue.ENABLED); otherwise, or where the fused kernel
+sm_90a v14 fuses bias and scale (:data:`KERNEL_EPILOGUE`, in fp32 before the one rounding;
+on unless grouped_epilogue.ENABLED is set False); otherwise, or where the fused kernel
 cannot be had, they are torch ops after the launch (tirx_gemm/op/grouped_epilogue.py). :func:`grouped_swiglu` takes the SwiGLU
 of the gate/up output with torch ops. The routing is never read on the host.
 
@@ -161,6 +161,11 @@ def choose_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
                  f"({why_n})"]
     else:
         tile, lines = _tile(rows, E, N, pool)
+        if layout == "contiguous" and tile.get("BLK_N") == WIDE_TILE[1]:  # lab/moe_grouped_gemm
+            tile["TMA_STORE"] = True
+            lines.append("TMA_STORE: 64-row blocks inside their expert go out by TMA store "
+                         "(faster than guarded stores at every 128x256 case timed: "
+                         "lab/moe_grouped_gemm)")
     if why is not None:
         why.extend(lines)
     return GROUPED_STEP, {**dtype_kwargs(dtype), "E": E, "LAYOUT": layout, **tile,
@@ -500,6 +505,8 @@ def clear_cache() -> None:
     with _lock:
         _kernels.clear()
         _calls.clear()
+    from tirx_gemm.op.grouped_fp8 import clear_cache as clear_fp8
+    clear_fp8()
 
 
 def _index(p: Problem, offs, counts, a):
@@ -525,15 +532,22 @@ def _load_fused(step_id, arch, p: Problem, kwargs, bias, scale):
 
 
 def grouped_mm(a, b, offs=None, *, counts=None, layout: str | None = None, bias=None,
-               scale=None, out_dtype=None, out=None, sync: bool = False):
+               scale=None, out_dtype=None, out=None, sync: bool = False, scale_a=None,
+               scale_b=None):
     """One GEMM per expert in one launch: ``torch.nn.functional.grouped_mm(a, b, offs=offs)``
     for 2-D ``a`` (rows sorted by expert, ``offs`` int32 cumulative ends), or the masked
     layout (3-D ``a`` (E, T, K), ``counts`` int32 rows per expert). ``b``: (E, K, N) as torch
     takes it (a transposed view of stacked (E, N, K) weights: no copy) or (E, N, K). ``bias``
     (E, N) or (N,), ``scale`` one value per result row, ``out_dtype`` None or a's dtype,
     ``out`` a tensor to write into. Asynchronous like every torch op (``sync=True`` waits
-    through the hang guard). See the module docstring for the contract and the checks."""
+    through the hang guard). See the module docstring for the contract and the checks.
+    float8_e4m3fn a, b with block scales ``scale_a``, ``scale_b``: tirx_gemm/op/grouped_fp8.py."""
     import torch
+    if scale_a is not None or scale_b is not None or "float8" in str(getattr(a, "dtype", "")):
+        from tirx_gemm.op.grouped_fp8 import grouped_mm_fp8
+        return grouped_mm_fp8(a, b, offs, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
+                              out=out, counts=counts, layout=layout, bias=bias, scale=scale,
+                              sync=sync)
     key = None
     try:
         key = (layout, a.shape, b.shape, b.stride(), a.dtype, a.get_device(),

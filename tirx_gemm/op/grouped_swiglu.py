@@ -4,8 +4,8 @@
 [0, I), up rows [I, 2I): transformers' stacked ``gate_up_proj``) or "interleaved" (groups of 8
 gate rows, then 8 up rows: :func:`tirx_gemm.op.grouped.fuse_gate_up_experts`) -- as
 ``grouped_mm`` takes ``b`` ((E, K, 2I) or (E, 2I, K)), with its ``offs`` / ``counts``, and
-returns the (M, I) (masked: (E, T, I)) result. With grouped_epilogue.ENABLED on (opt-in until
-the fused kernels run on a GPU), on sm_90a where the pick is a wide tile (more than grouped's
+returns the (M, I) (masked: (E, T, I)) result. With grouped_epilogue.ENABLED on (the
+default), on sm_90a where the pick is a wide tile (more than grouped's
 DECODE_TOKENS tokens per expert), one launch of v14 with ``SWIGLU`` computes it in the epilogue
 in fp32 and writes only the I columns (the 2I-wide gate/up result never reaches memory).
 Elsewhere -- fused epilogues off; swap-AB tiles at decode, where the result is a few rows; the
@@ -37,6 +37,7 @@ def swiglu_plan(rows: int, E: int, N2: int, K: int, dtype: str, layout: str, arc
         return None, f"{arch}: SwiGLU is fused on {', '.join(FUSED_ARCHS)} only"
     if kw.get("SWAP_AB"):
         return None, "swap-AB tile (decode): grouped_mm, then SwiGLU with torch ops"
+    kw = {k: v for k, v in kw.items() if k != "TMA_STORE"}  # SWIGLU stores N/2 columns guarded
     return step, {**kw, "SWIGLU": gate_up}
 
 
