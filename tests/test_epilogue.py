@@ -295,3 +295,46 @@ def test_the_kernels_gelu_erf_is_within_its_stated_bound_of_float64():
     from tirx_gemm.hopper.fused import _ACT_FN
     src = _ACT_FN["gelu"][1]
     assert "erff" not in src and all(f"{c:.9e}f" in src for c in E.gelu_constants())
+
+
+def _lab_script(name):
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "lab" / "fused_epilogues" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_gelu_error_sweep_covers_every_bf16_input_and_rounding_is_its_floor():
+    """lab/fused_epilogues/gelu_error_sweep.py: every finite bfloat16 value in [-10, 10] once,
+    and the exact result rounded to bfloat16 errs by at most one half-ulp (the floor a path is
+    read against); a result one ulp off reads as two."""
+    import torch
+    sweep = _lab_script("gelu_error_sweep")
+    v = sweep.bf16_values()
+    assert len(v) == len(torch.unique(v)) and v.min() == -10 and v.max() == 10
+    assert torch.equal(v.to(torch.bfloat16).double(), v)  # each one a bfloat16 value
+    for form in ("erf", "tanh"):
+        want = sweep.gelu64(v, form)
+        _, _, half_ulps, _ = sweep.errors(want.to(torch.bfloat16).double(), want)
+        assert 0.99 < half_ulps <= 1.0
+        y = torch.tensor([3.0], dtype=torch.float64)  # [2, 4): ulp 2^-6
+        assert sweep.errors(y + 2.0 ** -6, y)[2] == 2.0
+
+
+def test_clock_windows_takes_each_windows_samples_after_it_settles():
+    """lab/fused_epilogues/clock_windows.py: nvidia-smi samples (host local time) inside a
+    clock-probe window, its first 20% left out, give the window's median SM clock and power."""
+    clocks = _lab_script("clock_windows")
+    lines = ["timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], t",
+             "2026/12/06 04:55:00.950, 1980 MHz, 2619 MHz, 300.00 W, 40",
+             "2026/12/06 04:55:01.010, 1900 MHz, 2619 MHz, 500.00 W, 40",
+             "2026/12/06 04:55:01.100, 1755 MHz, 2619 MHz, 690.00 W, 45",
+             "2026/12/06 04:55:01.200, 1745 MHz, 2619 MHz, 700.00 W, 46",
+             "2026/12/06 04:55:01.300, 1980 MHz, 2619 MHz, 310.00 W, 46"]
+    probe = {"card": "c", "kind": "clock_probe", "M": 8192, "N": 4096, "K": 1024, "path": "p",
+             "t_start": 100.0, "t_end": 100.25, "calls": 10, "us": 130.0,
+             "local_start": "2026/12/06 04:55:01.000"}
+    (row,) = clocks.windows([probe, {"kind": "summary"}], clocks.parse_samples(lines))
+    assert row["samples"] == 2 and row["sm_mhz"] == 1750 and row["power_w"] == 695

@@ -11,7 +11,11 @@ after both were warmed up (torch's warm-up as long as a timed run, so that what 
 sequence length, shared by both models, is not charged to the first one), so neither side is always first; the record keeps every run's tokens/s
 (``*_runs``, in run order) and their median. --layers N builds the configs with N decoder layers
 instead of the model's count (the record says so); --compiled-layers N only for the compiled mode,
-whose compile time grows with the layer count, so that it fits a short budget.
+whose compile time grows with the layer count, so that it fits a short budget. --no-cudnn-sdp turns
+cuDNN's attention off for both models (the record's ``cudnn_sdp``); ``tirx_fallbacks`` counts the
+patched model's calls that ran F.linear instead of a kernel (tirx_gemm.nn.Linear's ``fallbacks``);
+``*_graphs_compiled`` and ``*_cudagraph_skips`` what dynamo compiled and the inductor's CUDA-graph
+skips during each model's warm-up.
 Modes:
 
   eager        the default dynamic cache, no compile
@@ -116,6 +120,9 @@ def main() -> int:
                     help="the decoder layers of the compiled mode's models (default: --layers)")
     ap.add_argument("--compiled-batches", default=None,
                     help="the batches of the compiled mode (default: --batches)")
+    ap.add_argument("--no-cudnn-sdp", action="store_true",
+                    help="cuDNN's attention off for both models (torch.backends.cuda."
+                         "enable_cudnn_sdp(False)); the record's cudnn_sdp says which ran")
     ap.add_argument("--budget-s", type=float, default=600.0)
     ap.add_argument("--print-suite", action="store_true")
     ap.add_argument("--out", default=None)
@@ -128,8 +135,14 @@ def main() -> int:
     import statistics
     import torch
     import transformers
+    from torch._dynamo.utils import counters
     import tirx_gemm
+
+    def cudagraph_skips() -> int:  # what the inductor counted as CUDA-graph skips so far
+        return sum(v for k, v in counters["inductor"].items() if "cudagraph_skip" in k)
     t0 = time.time()
+    if args.no_cudnn_sdp:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     p = torch.cuda.get_device_properties(0)
     card = f"{p.name} ({p.multi_processor_count} SMs)"
     print(card, "torch", torch.__version__, "transformers", transformers.__version__, flush=True)
@@ -172,17 +185,23 @@ def main() -> int:
                        transformers.__version__, "model": name, "layers": layers,
                        "full_layers": MODELS[name][3], "batch": batch, "mode": mode,
                        "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens,
-                       "reps": args.reps}
+                       "reps": args.reps,
+                       "cudnn_sdp": torch.backends.cuda.cudnn_sdp_enabled()}
                 pair = {"torch": ref, "tirx": ours}
                 # warm-up (and the compile) of both first; torch's as long as a timed run:
                 # what is set up once per sequence length for both models (attention plans,
                 # lazily loaded kernels) is then not charged to whichever model runs first
+                # (graphs: what dynamo compiled meanwhile, 0 where nothing was compiled; cudagraph skips:
+                # the inductor's count of decoding steps CUDA graphs could not capture)
                 for who, n in (("torch", args.new_tokens), ("tirx", 4)):
-                    w0 = time.perf_counter()
+                    w0, g0 = time.perf_counter(), counters["stats"]["unique_graphs"]
+                    s0 = cudagraph_skips()
                     generate(pair[who], ids, n, mode, torch)
                     rec[f"{who}_warmup_s"] = round(time.perf_counter() - w0, 3)
-                    print(f"  {mode} batch {batch}: {who} warmed up in {rec[f'{who}_warmup_s']} s",
-                          flush=True)
+                    rec[f"{who}_graphs_compiled"] = counters["stats"]["unique_graphs"] - g0
+                    rec[f"{who}_cudagraph_skips"] = cudagraph_skips() - s0
+                    print(f"  {mode} batch {batch}: {who} warmed up in {rec[f'{who}_warmup_s']} s"
+                          f" ({rec[f'{who}_graphs_compiled']} graphs compiled)", flush=True)
                 toks, runs, pre = {}, {"torch": [], "tirx": []}, {"torch": [], "tirx": []}
                 for r in range(args.reps):
                     order = ("torch", "tirx") if r % 2 == 0 else ("tirx", "torch")
@@ -200,6 +219,9 @@ def main() -> int:
                 diff = (~same).any(0).nonzero()
                 rec["first_divergence_step"] = int(diff[0]) if len(diff) else None
                 rec["speedup"] = round(rec["tirx_tokens_per_s"] / rec["torch_tokens_per_s"], 4)
+                # calls the kernels could not serve, run by F.linear instead (tirx_gemm.nn.Linear);
+                # while torch.compile traces, a fallback is traced as F.linear and not counted
+                rec["tirx_fallbacks"] = sum(getattr(m, "fallbacks", 0) for m in ours.modules())
                 rec["elapsed_s"] = round(time.time() - t0, 1)
                 last = time.time() - start
                 print(json.dumps(rec), flush=True)

@@ -95,10 +95,13 @@ def main() -> int:
         # the two "inference_mode" paths run their bursts inside torch.inference_mode() (autograd's
         # keys excluded: what a serving loop under inference_mode calls)
         contexts = {n: torch.inference_mode for n in paths if n.endswith(" inference_mode")}
-        for fn in paths.values():  # warm every path
-            for _ in range(50):
-                fn()
-        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for name, fn in paths.items():  # warm every path (its time printed: a stop says where)
+            with contexts.get(name, contextlib.nullcontext)():
+                for _ in range(50):
+                    fn()
+            torch.cuda.synchronize()
+            print(f"  {M}x{N}x{K} {name}: warmed up at {time.perf_counter() - t0:.2f} s", flush=True)
         times = {k: ([], [], []) for k in paths}
         for _ in range(args.reps):
             for name, fn in paths.items():

@@ -34,9 +34,9 @@ calls this module's :func:`matmul` or uses :class:`tirx_gemm.nn.Linear`.
 
 The backward is tirx_gemm.op.autograd's, registered with torch.library.register_autograd, which
 puts a second boxed Python call in front of every call. :func:`register_autograd` keeps a call
-that records no gradient at one; lab/serving_stacks measures both, and it stays opt-in until a
-GPU host has run it (it is checked on CPUs only). This module's eager :func:`matmul`, like
-tirx_gemm.matmul, refuses inputs that require grad while grad mode is on.
+that records no gradient at one (lab/serving_stacks measures both on a GPU host); it is opt-in
+until tirx_gemm.op.autograd registers through it. This module's
+eager :func:`matmul`, like tirx_gemm.matmul, refuses inputs that require grad while grad mode is on.
 """
 
 from __future__ import annotations
