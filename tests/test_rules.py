@@ -494,7 +494,7 @@ def test_choose_explain_and_the_cli_all_walk_the_one_rule_list(monkeypatch, caps
     monkeypatch.setattr(rules, "RULES", (marker,) + rules.RULES)
     assert mm.choose(4096, 4096, 4096, "bfloat16") == ("v9", {"MARKER": True}) != before
     text = mm.explain(4096, 4096, 4096, "bfloat16")
-    assert text.splitlines()[2] == "  - the marker rule picked it [marker: lab/cost_model_fit]"
+    assert text.splitlines()[3] == "  - the marker rule picked it [marker: lab/cost_model_fit]"
     assert main(["choose", "4096,4096,4096", "--dtype", "bfloat16"]) == 0
     assert capsys.readouterr().out.strip() == text
 

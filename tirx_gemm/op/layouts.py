@@ -155,10 +155,11 @@ def check_shape(M: int, N: int, K: int, layout: str, arch: str = ARCH,
                          f"or pass both operands transposed (TT takes any K)")
 
 
-def kwargs_for(layout: str, dtype: str = "float16", sm_count: int = 132) -> dict:
+def kwargs_for(layout: str, dtype: str = "float16", sm_count: int | None = None) -> dict:
     """v15's builder keywords for ``layout`` (not NN): :func:`layout_kwargs` with the
     backward's build, so matmul and the backward share kernels."""
-    from tirx_gemm import registry
+    from tirx_gemm import registry, spec
+    sm_count = spec.SM_COUNT[ARCH] if sm_count is None else sm_count
     return layout_kwargs(registry.get(STEP, ARCH), dtype, sm_count, layout[0] == "T",
                          layout[1] == "T")
 
