@@ -60,6 +60,8 @@ from tirx_gemm import registry, settings, spec
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 from tirx_gemm.op import grouped_epilogue as GE
+from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
+from tirx_gemm.op import grouped_kernels as GK
 from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
 from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
                                    check_no_overlap, mark_gate_up)
@@ -472,41 +474,16 @@ def check_routing(p: Problem, offs=None, counts=None) -> None:
 # --------------------------------------------------------------------------------------
 # kernels: built here or read from a bundle (matmul's resolver), loaded once per process
 # --------------------------------------------------------------------------------------
-_lock = threading.Lock()
-_kernels: dict = {}
+_lock = threading.Lock()  # guards _calls; the kernels' own cache is op/grouped_kernels.py's
 _calls: dict = {}
 _CALLS_MAX = 1 << 12
-
-
-def _gpu(device) -> tuple[str, int]:
-    from tirx_gemm.op.operands import _gpu_arch
-    return _gpu_arch(device)
-
-
-def _load(step_id: str, arch: str, N: int, K: int, kwargs: dict):
-    """The loaded kernel (its ``main``) of v14 at (N, K) with ``kwargs``: from the bundle
-    matmul reads ($TIRX_GEMM_BUNDLE or use_bundle), else built here."""
-    from tirx_gemm.op import matmul as mm
-    bundle = mm.bundle_path()
-    key = (step_id, arch, N, K, tuple(sorted(kwargs.items())), str(bundle) if bundle else None)
-    with _lock:
-        hit = _kernels.get(key)
-        if hit is None:
-            from tirx_gemm.run.loader import load_kernel
-            step = registry.get(step_id, arch)
-            lib, _ = mm.kernel_source(step, (NOMINAL_M, N, K), kwargs, bundle)
-            hit = _kernels[key] = (load_kernel(str(lib)),
-                                   f"{step.key} MxNxK=Mx{N}x{K} ({kwargs})")
-    return hit
 
 
 def clear_cache() -> None:
     """Forget the loaded grouped kernels and remembered calls (after changing the bundle)."""
     with _lock:
-        _kernels.clear()
         _calls.clear()
-    from tirx_gemm.op.grouped_fp8 import clear_cache as clear_fp8
-    clear_fp8()
+    GK.clear()
 
 
 def _index(p: Problem, offs, counts, a):

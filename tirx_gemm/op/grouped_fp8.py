@@ -23,10 +23,10 @@ v14 twin is 16-bit; v13 has MXFP8 on NumSim, no grouped form).
 
 from __future__ import annotations
 
-import threading
-
-from tirx_gemm import numerics, registry, spec
+from tirx_gemm import numerics, spec
 from tirx_gemm.kernels import dtype_kwargs
+from tirx_gemm.op import grouped_kernels as GK
+from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
 from tirx_gemm.op.keywords import NOMINAL_M, _ceil_div, _pool
 
 __all__ = ["grouped_mm_fp8", "choose_grouped_fp8", "check_grouped_fp8", "fp8_builds",
@@ -164,35 +164,9 @@ def check_grouped_fp8(a, b, offs=None, scale_a=None, scale_b=None, out_dtype=Non
     return layout, M, N, K, E, weight, odt
 
 
-_lock = threading.Lock()
-_kernels: dict = {}
-
-
-def _gpu(device) -> tuple[str, int]:
-    from tirx_gemm.op.operands import _gpu_arch
-    return _gpu_arch(device)
-
-
-def _load(step_id: str, arch: str, N: int, K: int, kwargs: dict):
-    """(the loaded kernel, its label): from the bundle matmul reads, else built here (grouped's
-    loader, kept apart: tirx_gemm.op.grouped imports this module)."""
-    from tirx_gemm.op import matmul as mm
-    bundle = mm.bundle_path()
-    key = (step_id, arch, N, K, tuple(sorted(kwargs.items())), str(bundle) if bundle else None)
-    with _lock:
-        hit = _kernels.get(key)
-        if hit is None:
-            from tirx_gemm.run.loader import load_kernel
-            step = registry.get(step_id, arch)
-            lib, _ = mm.kernel_source(step, (NOMINAL_M, N, K), kwargs, bundle)
-            hit = _kernels[key] = (load_kernel(str(lib)), f"{step.key} MxNxK=Mx{N}x{K} ({kwargs})")
-    return hit
-
-
 def clear_cache() -> None:
-    """Forget the loaded fp8 grouped kernels (grouped.clear_cache calls it)."""
-    with _lock:
-        _kernels.clear()
+    """Forget the loaded grouped kernels, fp8 ones included (op/grouped_kernels.py's cache)."""
+    GK.clear()
 
 
 def grouped_mm_fp8(a, b, offs=None, *, scale_a=None, scale_b=None, out_dtype=None, out=None,
