@@ -284,3 +284,27 @@ def test_readme_summary_takes_each_cases_latest_record(tmp_path):
     assert "| 2.000 / 0.500 / 1.260 |" in matmul and "3/3 checked" in matmul
     assert "0.500 (1x8x8 bfloat16)" in matmul
     assert "| v9 | 1/1" in text
+
+
+def test_an_entry_s_transposed_layouts_add_v15_s_kernels_on_sm_90a(tmp_path):
+    """"layouts": ["NT", "TT"] on a gemm entry: the export carries v15's kernels for those
+    views (A and B majors as the layout says) on sm_90a and nothing more on sm_100a; a bad
+    layout or one on an fp8 entry is refused in one line naming the entry."""
+    entry = {"M": 4096, "N": 4096, "K": 4096, "model": "m", "layer": "l", "why": "w"}
+    base = {"name": "t", "description": "d", "dtypes": ["bfloat16"]}
+    plain = suite.load_suite(write(tmp_path, {**base, "shapes": [entry]}))
+    laid = suite.load_suite(write(tmp_path, {**base, "shapes": [{**entry,
+                                                                 "layouts": ["NT", "TT"]}]}))
+    assert laid.entries[0].layouts == ("NT", "TT") and plain.entries[0].layouts == ()
+    extra = [(st.id, kw["A_MAJOR"], kw["B_MAJOR"]) for st, _, kw in
+             suite.export_requests(laid, "matmul", "sm_90a", 132) if st.id == "v15"]
+    assert extra == [("v15", "K", "MN"), ("v15", "MN", "MN")]
+    assert not [st for st, _, _ in suite.export_requests(plain, "matmul", "sm_90a", 132)
+                if st.id == "v15"]
+    assert len(suite.export_requests(laid, "matmul", "sm_100a", 148)) == \
+        len(suite.export_requests(plain, "matmul", "sm_100a", 148))
+    with pytest.raises(ValueError, match=r"entry 0 .*layouts=\['NN'\] must be"):
+        suite.load_suite(write(tmp_path, {**base, "shapes": [{**entry, "layouts": ["NN"]}]}))
+    fp8 = {**entry, "kind": "fp8", "scales": ["tensor"], "layouts": ["NT"]}
+    with pytest.raises(ValueError, match="layouts are for gemm entries"):
+        suite.load_suite(write(tmp_path, {**base, "shapes": [fp8]}))

@@ -19,7 +19,8 @@ plain kernel of the same tile as each entry's fused one (``matmul(..., step="v12
 it: the baseline that isolates an epilogue's cost) and, for SwiGLU, matmul's plain kernel of
 the GEMM over the fused weight (M x 2N x K). ``"all_m": false`` on an entry keeps
 its kernels to its own M (a lab suite of exact shapes; the default true adds every token
-count of its N, K). The benchmark (:func:`plan`) runs the plain GEMM of each entry.
+count of its N, K); ``"layouts": ["NT", "TN", "TT"]`` adds v15's kernels for those
+transposed views (sm_90a). The benchmark (:func:`plan`) runs the plain GEMM of each entry.
 A top-level ``"epilogue_steps": ["v10"]`` (steps of matmul.EPILOGUE_STEPS) adds, for each
 entry's epilogue that step builds, its fused kernel and its plain kernel
 (``matmul(..., step="v10")`` with and without the epilogue; a lab comparison of steps).
@@ -42,6 +43,7 @@ from typing import Callable, NamedTuple
 
 from tirx_gemm import registry, spec
 from tirx_gemm.report import tables
+from tirx_gemm.op import layouts as _layouts
 from tirx_gemm.op.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose,
                               choose_epilogue_on, step_kwargs,
                               variants)
@@ -56,7 +58,7 @@ RECORDS_SUBDIR = "suites"  # suite records: results/suites/<device>.jsonl, out o
 
 _TOP_KEYS = {"name", "description", "dtypes", "shapes", "epilogue_steps", "kind", "scales"}
 _ENTRY_KEYS = {"M", "N", "K", "model", "layer", "why", "dtypes", "epilogues", "all_m", "kind",
-               "scales"}
+               "scales", "layouts"}
 _TEXT_KEYS = ("model", "layer", "why")
 GEMM, FP8, GROUPED = "gemm", "fp8", "grouped"
 KINDS = (GEMM, FP8, GROUPED)
@@ -77,6 +79,7 @@ class Entry:
     kind: str = GEMM       # "gemm" (matmul), "fp8" (matmul_fp8) or "grouped" (op.grouped)
     scales: tuple[str, ...] = ()  # fp8: the scale kinds it runs in (tensor, row, block)
     raw: str = ""          # grouped: the entry as written (JSON), for grouped.suite_builds
+    layouts: tuple[str, ...] = ()  # gemm: transposed layouts (op.layouts), v15's kernels too
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -192,8 +195,12 @@ def _entry(raw, i: int, where: str, dtypes: tuple[str, ...], kind: str = GEMM,
     if kind == GEMM:
         if "scales" in raw:
             raise ValueError(f"{at}: scales are for fp8 entries (\"kind\": \"fp8\")")
+        lays = _layouts.suite_layouts(raw["layouts"], at) if "layouts" in raw else ()
         return Entry(dims["M"], dims["N"], dims["K"], raw["model"].strip(),
-                     raw["layer"].strip(), raw["why"].strip(), own, epilogues, all_m)
+                     raw["layer"].strip(), raw["why"].strip(), own, epilogues, all_m,
+                     layouts=lays)
+    if "layouts" in raw:
+        raise ValueError(f"{at}: layouts are for gemm entries")
     if epilogues:
         raise ValueError(f"{at}: an fp8 entry has no epilogues (matmul_fp8 fuses none)")
     own_scales = _scales(raw["scales"], at) if "scales" in raw else scales
@@ -401,6 +408,11 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
             # suite's own shapes (added above) are all such a bundle can hold of it
             if kwargs.get("RUNTIME_M"):
                 add(registry.get(step_id, arch), (NOMINAL_M, N, K), kwargs)
+    if target == MATMUL:  # transposed layouts: v15 reads them in place (tirx_gemm.op.layouts)
+        for e, dtype in suite.cases():
+            for step, shape, kwargs in _layouts.suite_requests(e.M, e.N, e.K, dtype, e.layouts,
+                                                               arch, sm_count):
+                add(step, shape, kwargs)
     if suite.fp8_cases():  # matmul_fp8's kernels (run-time shapes: a few serve the suite)
         from tirx_gemm.op import fp8
         for step, shape, kwargs in fp8.suite_requests(suite.fp8_cases(), arch, sm_count):
