@@ -953,3 +953,22 @@ def test_the_error_class_figures_are_computed_from_their_records(card):
             and f"geomean {g:.3f}, none behind" in study and min(gains) >= 1.0)
     for x in gains:
         assert f"{x:.3f}" in study, x
+
+
+def test_the_h100_card_ab_figures_are_computed_from_their_records():
+    """The card A/B's geomean and count behind that the study quotes (the default pick's time
+    over the H100 card's, where they differ) from its records."""
+    study = re.sub(r"\s+", " ", (ROOT / "lab" / "cost_model_error_classes" / "README.md")
+                   .read_text(encoding="utf-8"))
+    rec = ROOT / "lab" / "cost_model_error_classes" / "records" / "card_ab_h100.jsonl"
+    gains = []
+    for line in rec.read_text().splitlines():
+        r = json.loads(line)
+        c = r["candidates"]
+        card = next(k for k, v in c.items() if "card:h100" in v["specs"])
+        if card != r["pick"]:
+            gains.append(c[r["pick"]]["ms"] / c[card]["ms"])
+    g = math.exp(sum(map(math.log, gains)) / len(gains))
+    behind = sum(x < 1.0 for x in gains)
+    assert (f"has a geomean of {g:.3f} with {behind} of the {len(gains)} cases behind"
+            in study), (g, behind, len(gains))
