@@ -176,7 +176,7 @@ _ONE_KERNEL = r"""
 import inspect, sys, torch
 from tirx_gemm import torch_op
 from tirx_gemm.op import autograd as AG
-# CPU tensors stand in for CUDA ones: CPU counted as the op's backend, the opt-in registration
+# CPU tensors stand in for CUDA ones: CPU counted as the op's backend, registered again with it
 torch_op._BACKEND_KEYS = (torch._C.DispatchKey.CPU,)
 torch_op.register_autograd(torch_op.NAME, AG._backward_matmul, setup_context=AG._setup_matmul)
 seen = []
@@ -198,7 +198,7 @@ print("one kernel")
 def test_the_dispatcher_calls_one_python_kernel():
     """torch.ops.tirx_gemm.matmul reaches the implementation through one Python frame of
     torch_op: no custom_op wrappers, and with the backward registered through
-    torch_op.register_autograd (opt-in) a call that records no gradient skips torch's
+    torch_op.register_autograd (the library's registration) a call that records no gradient skips torch's
     generated autograd kernel and its redispatch. In its own process: the registration it
     makes stays out of the other tests' op."""
     import subprocess

@@ -176,7 +176,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from tirx_gemm import torch_op
 from tirx_gemm.op import autograd as AG
 BF16 = torch.bfloat16
-# CPU tensors stand in for CUDA ones: CPU counted as the op's backend, the opt-in registration
+# CPU tensors stand in for CUDA ones: CPU counted as the op's backend, registered again with it
 torch_op._BACKEND_KEYS = (torch._C.DispatchKey.CPU,)
 torch_op.register_autograd(torch_op.NAME, AG._backward_matmul, setup_context=AG._setup_matmul)
 calls = []
@@ -214,8 +214,8 @@ print("one kernel or a node")
 
 
 def test_a_call_without_gradient_runs_one_python_kernel_and_one_with_gradient_records_it():
-    """With the backward registered through torch_op.register_autograd (opt-in; the library
-    registers it with torch.library.register_autograd): a call that records no gradient runs
+    """With the backward registered through torch_op.register_autograd (as
+    tirx_gemm.op.autograd registers it): a call that records no gradient runs
     the implementation straight from the autograd key (torch's generated autograd kernel and
     its redispatch never run); a call with an input that requires grad goes through the
     generated kernel and records a node for backward. In its own process, so the
@@ -332,3 +332,13 @@ def test_eager_epilogue_calls_pass_the_arguments(monkeypatch):
                                                                "sync": False})
     assert torch_op.swiglu(a, b) == "s"
     assert seen[-1] == ("sw", {"fused": b, "out_dtype": None, "sync": False})
+
+
+def test_the_library_registers_the_backward_through_the_fast_path():
+    """Importing tirx_gemm.op.autograd installs torch_op's Autograd kernel for both ops (a call
+    that records no gradient runs one Python kernel), not torch.library's generated one."""
+    from tirx_gemm.op import autograd  # noqa: F401 (registers)
+    for name in (torch_op.NAME, torch_op.SWIGLU_NAME):
+        active = [line for line in torch._C._dispatch_dump(name).splitlines()
+                  if line.startswith("Autograd[alias]:")]
+        assert active and "tirx_gemm/op/torch_op.py" in active[0].replace("\\", "/"), active

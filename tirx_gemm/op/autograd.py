@@ -1,7 +1,7 @@
 """Autograd for ``torch.ops.tirx_gemm.matmul`` and ``torch.ops.tirx_gemm.swiglu``: the backward pass
 on the steps' kernels.
 
-Importing this module registers, by op name (``torch.library.register_autograd``), a backward
+Importing this module registers, by op name (``torch_op.register_autograd``), a backward
 for the two custom ops of tirx_gemm.op.torch_op, and gives :func:`matmul` and :func:`linear`:
 the differentiable calls a training model makes (they go through the op when autograd records
 the call, and straight to the kernel otherwise, as torch_op.matmul does).
@@ -367,9 +367,8 @@ def _layout_mm_fake(a, b, a_mn, b_mn):
 
 
 LAYOUT_OP = torch.ops.tirx_gemm.layout_mm.default
-torch.library.register_autograd(torch_op.NAME, _backward_matmul, setup_context=_setup_matmul)
-torch.library.register_autograd(torch_op.SWIGLU_NAME, _backward_swiglu,
-                                setup_context=_setup_swiglu)
+torch_op.register_autograd(torch_op.NAME, _backward_matmul, setup_context=_setup_matmul)
+torch_op.register_autograd(torch_op.SWIGLU_NAME, _backward_swiglu, setup_context=_setup_swiglu)
 
 
 # --------------------------------------------------------------------------------------

@@ -32,10 +32,9 @@ yourself to force the dispatcher path. ``tirx_gemm.matmul(a, b)`` (the callable 
 the eager direct path; dynamo cannot call a module object, so code that torch.compile traces
 calls this module's :func:`matmul` or uses :class:`tirx_gemm.nn.Linear`.
 
-The backward is tirx_gemm.op.autograd's, registered with torch.library.register_autograd, which
-puts a second boxed Python call in front of every call. :func:`register_autograd` keeps a call
-that records no gradient at one (lab/serving_stacks measures both on a GPU host); it is opt-in
-until tirx_gemm.op.autograd registers through it. This module's
+The backward is tirx_gemm.op.autograd's, registered through :func:`register_autograd`: a call
+that records no gradient costs one boxed Python call, not the two of torch.library.register_autograd
+(lab/serving_stacks measures both on a GPU host). This module's
 eager :func:`matmul`, like tirx_gemm.matmul, refuses inputs that require grad while grad mode is on.
 """
 
