@@ -692,3 +692,37 @@ def test_a_misaligned_k_ranks_tiles_as_the_rules_run_them():
     out = subprocess.run([sys.executable, "lab/cost_model_error_classes/error_classes.py",
                           "readme", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr  # the study's tables are its records'
+
+
+def test_the_h100_card_runs_short_two_way_decode_splits_unsplit():
+    """On the H100 a split in two at up to 48 tokens keeps units of at least 48 K steps, else
+    the non-persistent swap-AB kernel runs (lab/split_k_decode); the H200's picks stay."""
+    from tirx_gemm.op import cards, rules
+    pair = cards.CARDS["h100"].decode_pair_min_k_steps
+    assert rules.split_plan(5, 4096, 4096, 132, pair) == (64, 16, True, 1, rules.SWAP_NP_DEPTH)
+    assert rules.split_plan(5, 4096, 4096) == (64, 8, True, 2, None)           # the H200: 32 steps
+    assert rules.split_plan(2, 4096, 14336, 132, pair) == (64, 8, True, 2, None)  # 112 steps
+    assert rules.split_plan(5, 1024, 4096, 132, pair)[3] == 8                  # k/v: stays
+    assert rules.split_plan(53, 4096, 3584, 132, pair)[3] == 2                 # past 48 tokens
+    _, kw = rules.choose(5, 4096, 4096, "bfloat16", card="h100")
+    assert kw["SPLIT_K"] == 1 and kw["PIPE_DEPTH"] == rules.SWAP_NP_DEPTH
+    for mnk in ((5, 4096, 4096), (45, 2816, 2048), (2, 4096, 14336), (5, 1024, 4096)):
+        assert rules.choose(*mnk, "bfloat16") == rules.choose(*mnk, "bfloat16", card="h200")
+
+
+def test_the_h100_decode_split_verdict_is_computed_from_its_records():
+    """decode_cards.py verdict gives the per-case record the README quotes, and the H100's
+    rule moves exactly the cases marked pair_short, each of which ran faster without the split."""
+    from tirx_gemm.op import rules
+    sys.path.insert(0, str(ROOT / "lab" / "split_k_decode"))
+    import decode_cards
+    rows = decode_cards.verdict_rows([ROOT / "lab/split_k_decode/records/decode_cards_h100.jsonl"])
+    kept = [json.loads(x) for x in (ROOT / "lab/split_k_decode/records/"
+                                    "decode_cards_verdict_h100.jsonl").read_text().splitlines()]
+    assert rows == kept
+    moved = {(r["M"], r["N"], r["K"]) for r in rows
+             if rules.choose(r["M"], r["N"], r["K"], r["dtype"], card="h100")
+             != rules.choose(r["M"], r["N"], r["K"], r["dtype"])}
+    short = {(r["M"], r["N"], r["K"]) for r in rows if r["pair_short"]}
+    assert moved == short and len(short) == 7
+    assert all(r["fallback_gain"] < 1 for r in rows if r["pair_short"])

@@ -24,6 +24,9 @@ class Card:
     l2_bytes: int
     hbm_tb_s: float
     source: str = "table"
+    # the K steps a unit of a two-way decode split holds at least, at up to
+    # rules.SWAP_NP_MAX_M tokens (fewer: the non-persistent swap-AB kernel; lab/split_k_decode)
+    decode_pair_min_k_steps: int = 8
 
     def line(self) -> str:
         return (f"{self.name}: {self.sms} SMs, {self.l2_bytes / MIB:g} MiB L2, "
@@ -35,7 +38,7 @@ class Card:
 # H200's 4.8, and 50 MB of L2
 CARDS = {
     "h200": Card("NVIDIA H200", 132, 60 * MIB, 4.8),
-    "h100": Card("NVIDIA H100 80GB HBM3", 132, 50 * MIB, 3.35),
+    "h100": Card("NVIDIA H100 80GB HBM3", 132, 50 * MIB, 3.35, decode_pair_min_k_steps=48),
 }
 FITTED_ON = "h200"  # the card the cost model's figures were fitted on (chooser_h200.json)
 
@@ -57,7 +60,8 @@ def from_device(index: int | None = None) -> Card | None:
     bandwidth = (known or CARDS[FITTED_ON]).hbm_tb_s
     source = ("device properties; bandwidth from the table" if known else
               f"device properties; bandwidth unknown, {CARDS[FITTED_ON].name}'s assumed")
-    return Card(props.name, props.multi_processor_count, props.L2_cache_size, bandwidth, source)
+    return Card(props.name, props.multi_processor_count, props.L2_cache_size, bandwidth, source,
+                (known or CARDS[FITTED_ON]).decode_pair_min_k_steps)
 
 
 def resolve(card: str | Card | None = None) -> Card:

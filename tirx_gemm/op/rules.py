@@ -179,9 +179,10 @@ def m_clusters(M: int, N: int, cand: str) -> int:
     return _ceil_div(_ceil_div(M, bm), SWAP_CLUSTER) * _ceil_div(N, bn)
 
 
-def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
+def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200, pair_min_steps: int = 8):
     """v12's SPLIT_K plan, or None: ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH or None)``, S = 1
-    being the non-persistent swap-AB kernel. Every plan keeps tiles x S <= sm_count."""
+    being the non-persistent swap-AB kernel. Every plan keeps tiles x S <= sm_count; a split in
+    two at <= SWAP_NP_MAX_M tokens, units of ``pair_min_steps`` K steps (the card's) or more."""
     k_tiles = _ceil_div(K, BLK_K)
     swap = swap_ab_tile(M, N, sm_count)
     if swap is not None:  # decode: swap-AB splits, or the non-persistent kernel
@@ -189,7 +190,8 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
         tokens = next(t for t in SWAP_SPLIT_TILES if t >= swap[1])
         split = cm.split_count(min(sm_count // tiles, k_tiles // cm.SPLIT_MIN_K_STEPS,
                                    cm.SPLIT_MAX), k_tiles)
-        if 2 * tiles <= sm_count and split >= 2:
+        short = split == 2 and M <= SWAP_NP_MAX_M and _ceil_div(k_tiles, 2) < pair_min_steps
+        if 2 * tiles <= sm_count and split >= 2 and not short:
             return SWAP_SPLIT_ROWS, tokens, True, split, None
         if 2 * tiles > sm_count:  # the 64-row grid leaves SMs idle: 128-row tiles split
             tall = _ceil_div(N, 2 * SWAP_SPLIT_ROWS)
@@ -198,8 +200,7 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200):
             if split >= 2 and tall * split >= TALL_SPLIT_MIN_GAIN * min(tiles, sm_count):
                 return 2 * SWAP_SPLIT_ROWS, tokens, True, split, None
         if M <= SWAP_NP_MAX_M:
-            return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1,
-                    SWAP_NP_DEPTH)
+            return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1, SWAP_NP_DEPTH)
         return None
     # the split model against the data-parallel one (what the rest of the rules go by)
     picks = [(p, swapped) for p, swapped in ((cm.best_split(M, N, K, sm_count), False),
@@ -239,6 +240,7 @@ class Shape:
     arch: str
     sm_count: int
     epi: dict  # fused-epilogue builder keywords (tirx_gemm.epilogue), {} for a plain GEMM
+    card: cards.Card = cards.CARDS[cards.FITTED_ON]
 
     @cached_property
     def pool(self) -> int:
@@ -254,7 +256,8 @@ class Shape:
 
     @cached_property
     def split(self):
-        return split_plan(self.M, self.N, self.K, self.pool) if self.menu else None
+        pair = self.card.decode_pair_min_k_steps
+        return split_plan(self.M, self.N, self.K, self.pool, pair) if self.menu else None
 
     @cached_property
     def m_cluster_tile(self) -> str | None:  # the misaligned-K clusters' tile (or None)
@@ -503,16 +506,13 @@ RULES: tuple[Rule, ...] = (
                            SWAP_AB=True, SWAP_TMA=True), _dp_swap_why),
     Rule("misaligned_rows_model", PICK, "cost_model_error_classes",
          lambda s, p: s.menu is not None and misaligned_rows(s.K) and s.pool % 2 == 0,
-         lambda s, p: _model(s, p, _misaligned_ranks(s)[0][1]),
-         _misaligned_why),
+         lambda s, p: _model(s, p, _misaligned_ranks(s)[0][1]), _misaligned_why),
     Rule("cost_model", PICK, "cost_model_fit",
          lambda s, p: s.menu is not None, _model, _model_why),
-    Rule("split_k_v11", PICK, "steps_on_h200",
-         lambda s, p: s.v11_variant is not None,
+    Rule("split_k_v11", PICK, "steps_on_h200", lambda s, p: s.v11_variant is not None,
          lambda s, p: Plan(SPLIT_K, {**s.base(SPLIT_K), **s.v11_variant}, "split_k_v11"),
          _v9_why),
-    Rule("data_parallel_v9", PICK, "steps_on_h200",
-         lambda s, p: True,
+    Rule("data_parallel_v9", PICK, "steps_on_h200", lambda s, p: True,
          lambda s, p: Plan(DATA_PARALLEL, s.base(DATA_PARALLEL), "data_parallel_v9"), _v9_why),
     Rule("misaligned_rows_clusters", ADJUST, "cta_clusters",
          lambda s, p: _pair_applies(s, p) and s.m_cluster_tile is not None,
@@ -601,7 +601,7 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
         raise ValueError(f"a fused epilogue ({E.tag(epi)}) runs on sm_90a only (v12's tile "
                          f"menu); on {arch} call matmul without bias/activation/out_dtype and "
                          f"apply them with torch")
-    shape = Shape(M, N, K, dtype, arch, sm_count, epi)
+    shape = Shape(M, N, K, dtype, arch, sm_count, epi, card)
     with cm.bandwidth_scale(cards.bandwidth_scale(card)):
         plan, applied = walk(shape)
         if why is not None:
@@ -638,7 +638,7 @@ def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: s
     if arch not in EPILOGUE_STEPS or step_id not in EPILOGUE_STEPS[arch]:
         raise ValueError(f"step={step_id!r} has no fused epilogue on {arch}: use step='v12' "
                          f"(every epilogue) or step='v10' (bias and activation), on sm_90a")
-    shape = Shape(M, N, K, dtype, arch, sm_count, epi)
+    shape = Shape(M, N, K, dtype, arch, sm_count, epi, card)
     if step_id == TILE_MENU:
         with cm.bandwidth_scale(cards.bandwidth_scale(card)):
             plan = _epilogue_tile(shape, "forced")
