@@ -102,6 +102,40 @@ def test_activation_grads(act):
         _close(f"{act} {name}", o.grad, r.grad)
 
 
+# the fused activation gradient (tirx_gemm.op.act_grad: v15's ACT_GRAD): (act, dtype, bias)
+FUSED_ACT_CASES = (("gelu", torch.bfloat16, True), ("gelu_tanh", torch.bfloat16, True),
+                   ("silu", torch.bfloat16, True), ("gelu", torch.float16, False),
+                   ("gelu_tanh", torch.float16, False), ("silu", torch.float16, False))
+
+
+@pytest.mark.parametrize("act,dtype,bias", FUSED_ACT_CASES, ids=str)
+@pytest.mark.parametrize("M", (1, 77, 500))
+def test_fused_act_grad(M, act, dtype, bias):
+    """The backward of act(a @ b.T + bias) with dz = dy * act'(z) formed in the recompute's
+    epilogue (one kernel, ragged M: rows past M neither read nor stored); every gradient
+    against torch's at TOL, and the fused kernel is the one that ran."""
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import autograd as AG
+    N, K = 256, 512
+    ours = _leaves(*[(M, K), (N, K)] + ([(N,)] if bias else []), dtype=dtype, seed=M + 11)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    ran = []
+    real = AGR.kernel  # the fused kernel's loader: what it was asked for
+    AGR.kernel = lambda *a: ran.append(a[:1] + a[4:6]) or real(*a)
+    try:
+        AG.matmul(ours[0], ours[1], ours[2] if bias else None, act, step="v12").backward(dy)
+    finally:
+        AGR.kernel = real
+    approx = "tanh" if act == "gelu_tanh" else "none"
+    z = F.linear(*ref)
+    (F.silu(z) if act == "silu" else F.gelu(z, approximate=approx)).backward(dy)
+    _sync()
+    assert ran == [(dtype, act, bias)]
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"fused {act} {name} M={M}", o.grad, r.grad)
+
+
 def test_swiglu_grads():
     from tirx_gemm.op import autograd as AG
     M, N, K = 77, 256, 512
@@ -117,6 +151,35 @@ def test_swiglu_grads():
     _sync()
     _close("swiglu input", a.grad, ra.grad)
     _close("swiglu fused weight", fused.grad, rf.grad)
+
+
+@pytest.mark.parametrize("M", (7, 500))
+def test_fused_swiglu_grad(M):
+    """SwiGLU's backward with d gate and d up formed in the fused gate/up GEMM's epilogue (v15
+    ACT_GRAD="swiglu"; test_swiglu_grads covers M=77): ragged M, both gradients against
+    torch's at TOL, and the fused kernel is the one that ran."""
+    from tirx_gemm.matmul import fuse_gate_up
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import autograd as AG
+    N, K = 256, 512
+    a, w_gate, w_up = _leaves((M, K), (N, K), (N, K), dtype=torch.bfloat16, seed=M + 9)
+    fused = fuse_gate_up(w_gate.detach(), w_up.detach()).requires_grad_()
+    ra, rf = _twins((a, fused))
+    dy = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+    ran = []
+    real = AGR.kernel
+    AGR.kernel = lambda *args: ran.append(args[4]) or real(*args)
+    try:
+        AG.swiglu(a, fused).backward(dy)
+    finally:
+        AGR.kernel = real
+    v = rf.view(N // 8, 2, 8, K)
+    (F.silu(F.linear(ra, v[:, 0].reshape(N, K))) * F.linear(ra, v[:, 1].reshape(N, K))
+     ).backward(dy)
+    _sync()
+    assert ran == ["swiglu"]
+    _close(f"fused swiglu input M={M}", a.grad, ra.grad)
+    _close(f"fused swiglu weight M={M}", fused.grad, rf.grad)
 
 
 def test_main_grad_accumulates():
@@ -192,6 +255,80 @@ def test_matmul_layouts(M, N, K, dtype):
         tirx_gemm.matmul(a, b, out=out, sync=True)
         _close(f"{lay} {M}x{N}x{K}", got, want)
         _close(f"{lay} {M}x{N}x{K} out=", out, want)
+
+
+@pytest.mark.parametrize("act,dtype,bias", FUSED_ACT_CASES, ids=str)
+@pytest.mark.parametrize("M", (77, 500))
+def test_fused_act_grad_prefetch(M, act, dtype, bias):
+    """The lab variant ACT_GRAD_PREFETCH (act_grad.PREFETCH: dy's loads issued before the
+    tile's last wgmma wait): every gradient against torch's at TOL, ragged M."""
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import autograd as AG
+    N, K = 256, 512
+    ours = _leaves(*[(M, K), (N, K)] + ([(N,)] if bias else []), dtype=dtype, seed=M + 3)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    AGR.PREFETCH = True
+    try:
+        AG.matmul(ours[0], ours[1], ours[2] if bias else None, act, step="v12").backward(dy)
+    finally:
+        AGR.PREFETCH = False
+    approx = "tanh" if act == "gelu_tanh" else "none"
+    z = F.linear(*ref)
+    (F.silu(z) if act == "silu" else F.gelu(z, approximate=approx)).backward(dy)
+    _sync()
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"prefetch {act} {name} M={M}", o.grad, r.grad)
+
+
+def test_compiled_training_step_fused_act_grad():
+    """torch.compile(fullgraph=True, aot_eager) of a step with gelu: the traced backward forms
+    dz through tirx_gemm::act_grad_mm (the fused kernel as a graph node); loss and every
+    gradient against torch's at TOL (test_activation_grads' layer: its kernels)."""
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import autograd as AG
+    M, N, K = 77, 256, 512
+    ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=1)
+    ref = _twins(ours)
+    nodes = []
+    real = AGR.OP
+    AGR.OP = lambda *a: nodes.append(a[-1]) or real(*a)
+    try:
+        torch._dynamo.reset()
+        loss = torch.compile(lambda x, w, b: AG.matmul(x, w, b, "gelu", step="v12").float()
+                             .square().sum(), fullgraph=True, backend="aot_eager")(*ours)
+        loss.backward()
+    finally:
+        AGR.OP = real
+    want = F.gelu(F.linear(*ref)).float().square().sum()
+    want.backward()
+    _sync()
+    assert nodes == ["gelu"]
+    assert abs(loss.item() - want.item()) <= TOL * abs(want.item())
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"compiled fused gelu {name}", o.grad, r.grad)
+
+
+def test_compiled_op_on_a_transposed_view():
+    """torch.compile (aot_eager, fullgraph) of torch_op.matmul on views (NT: w.T of a
+    row-major (K, N) weight; TN: x.T): the fake takes them and v15 reads them in place, as
+    eager tirx_gemm.matmul does; against torch at TOL."""
+    from tirx_gemm.op import torch_op
+    M, N, K = MATMUL_LAYOUT_CASES[0]
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    x = torch.randn(M, K, generator=g, device=DEVICE, dtype=torch.bfloat16)
+    xt = torch.randn(K, M, generator=g, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(K, N, generator=g, device=DEVICE, dtype=torch.bfloat16)  # stored (K, N)
+    torch._dynamo.reset()
+    nt = torch.compile(lambda x, w: torch_op.matmul(x, w.t()), backend="aot_eager",
+                       fullgraph=True)
+    tn = torch.compile(lambda xt, w: torch_op.matmul(xt.t(), w.t().contiguous()),
+                       backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        got_nt, got_tn = nt(x, w), tn(xt, w)
+    _sync()
+    _close("compiled NT", got_nt, (x.float() @ w.float()).to(torch.bfloat16))
+    _close("compiled TN", got_tn, (xt.t().float() @ w.float()).to(torch.bfloat16))
 
 
 @pytest.mark.parametrize("backend", ("aot_eager", "inductor"))

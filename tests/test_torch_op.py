@@ -48,7 +48,9 @@ BAD = [
     ("K", lambda: (_meta(4, 16), _meta(8, 24)), ValueError, "same number of columns K"),
     ("N", lambda: (_meta(4, 16), _meta(12, 16)), ValueError, "N=12 is not a multiple of 8"),
     ("K8", lambda: (_meta(4, 12), _meta(8, 12)), ValueError, "K=12 is not a multiple of 8"),
-    ("strided", lambda: (_meta(16, 4).t(), _meta(8, 16)), ValueError, "not contiguous"),
+    ("strided", lambda: (_meta(16, 32)[:, ::2], _meta(8, 16)), ValueError, "not contiguous"),
+    ("view M", lambda: (_meta(16, 4).t(), _meta(8, 16)), ValueError,
+     "rows are M=4 elements, not a multiple of 8"),
 ]
 
 
@@ -64,12 +66,69 @@ def test_fake_checks_are_the_eager_checks():
     check_operands(require_cuda=False) is the eager check without the device)."""
     from tirx_gemm.matmul import check_operands
     for name, make, exc, _ in BAD:
-        a, b = (torch.empty(t.shape, dtype=t.dtype).as_strided(t.shape, t.stride())
-                for t in make())
+        a, b = (torch.empty(1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())),
+                            dtype=t.dtype).as_strided(t.shape, t.stride()) for t in make())
         with pytest.raises(exc):
             check_operands(a, b, require_cuda=False)
         with pytest.raises(exc):
             torch_op.check_fake(a, b)
+
+
+@pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
+def test_fake_impl_takes_transposed_views(layout):
+    """A transposed view (x.T of a row-major x) passes the fake as eager tirx_gemm.matmul
+    takes it (v15 reads it in place): the (M, N) result, contiguous; TT with any K."""
+    M, N, K = 24, 16, 40 if layout != "TT" else 36
+    a = _meta(K, M).t() if layout[0] == "T" else _meta(M, K)
+    b = _meta(K, N).t() if layout[1] == "T" else _meta(N, K)
+    d = torch_op.OP(a, b)
+    assert tuple(d.shape) == (M, N) and d.is_contiguous()
+    assert tuple(torch_op.OP(a, b, "v15").shape) == (M, N)
+
+
+VIEW_BAD = [
+    ("epilogue", lambda: torch_op.OP(_meta(16, 24), _meta(24, 8).t(), None, None, "relu"),
+     "the fused epilogues (v12) read K-major operands"),
+    ("swiglu", lambda: torch_op.SWIGLU_OP(_meta(16, 24), _meta(24, 32).t()),
+     "the fused epilogues (v12) read K-major operands"),
+    ("step", lambda: torch_op.OP(_meta(16, 24), _meta(24, 8).t(), "v12"),
+     "step='v12' reads K-major operands and b is transposed"),
+    ("K", lambda: torch_op.OP(_meta(20, 12), _meta(12, 8).t()),
+     "K=12 is not a multiple of 8: a is row-major"),
+    ("dtype", lambda: torch_op.OP(_meta(16, 24, dtype=FP16), _meta(16, 8).t()),
+     "must share one dtype"),
+]
+
+
+@pytest.mark.parametrize("name,call,words", VIEW_BAD, ids=[b[0] for b in VIEW_BAD])
+def test_fake_impl_refuses_a_view_in_one_line(name, call, words):
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_compiled_call_on_a_transposed_view():
+    """torch.compile (aot_eager, fullgraph) of a call on w.T: the fake takes the view, the op
+    gets it as it lies (a CPU reference kernel records the strides) and the result is torch's."""
+    seen = []
+
+    def ref(a, b, step=None, bias=None, activation=None, out_dtype=None):
+        seen.append((a.stride(), b.stride()))
+        return (a.float() @ b.float().T).to(a.dtype)
+
+    lib = torch.library.Library("tirx_gemm", "IMPL")
+    lib.impl("matmul", ref, "CPU")
+    try:
+        x = torch.randn(24, 40, dtype=BF16)
+        w = torch.randn(40, 16, dtype=BF16)  # stored (K, N): the call reads w.T, N x K
+        torch._dynamo.reset()
+        fn = torch.compile(lambda x, w: torch_op.matmul(x, w.t()), backend="aot_eager",
+                           fullgraph=True)
+        y = fn(x, w)
+    finally:
+        lib._destroy()
+    assert seen == [((40, 1), (1, 16))]  # b reached the op transposed: no copy
+    torch.testing.assert_close(y, (x.float() @ w.float()).to(BF16))
 
 
 def test_eager_cpu_call_is_one_line():

@@ -58,13 +58,24 @@ def recording():
         b = b_store.float().T if b_mn else b_store.float()
         return (a @ b.T).to(a_store.dtype)
 
-    old_arch, old_layout = AG._arch, AG._gemm_layout
+    def act_grad(dtype, M, N, K, act, bias, device):  # tirx_gemm.op.act_grad's fused kernel
+        calls.append(("act_grad", M, N, K, dtype, bias, act, None,
+                      "v15_prefetch" if AGR.PREFETCH else "v15"))
+
+        def run(a, b, out, dy_words, *bias_words):
+            out.copy_(AGR.reference(a, b, dy_words.view(dtype),
+                                    bias_words[0].view(dtype) if bias_words else None, act))
+        return run
+
+    from tirx_gemm.op import act_grad as AGR
+    old_arch, old_layout, old_act_grad = AG._arch, AG._gemm_layout, AGR.kernel
     AG._arch = lambda device: ARCH
     AG._gemm_layout = layout
+    AGR.kernel = act_grad
     try:
         yield calls
     finally:
-        AG._arch, AG._gemm_layout = old_arch, old_layout
+        AG._arch, AG._gemm_layout, AGR.kernel = old_arch, old_layout, old_act_grad
         lib._destroy()
 
 
@@ -80,6 +91,11 @@ def requests(calls, sm_count: int = 132):
         if M == 0:
             continue
         dtype = str(dt).removeprefix("torch.")
+        if op == "act_grad":  # v15 with ACT_GRAD: bias_dt holds whether there is a bias, step
+            from tirx_gemm.op import act_grad as AGR  # "v15" or "v15_prefetch"
+            out.extend(r for r in [AGR.request(M, N, K, dtype, act, bias_dt, sm_count, ARCH,
+                                               step == "v15_prefetch")] if _once(seen, r))
+            continue
         if op == "layout":  # v15: bias_dt, act, out_dt hold a_mn, b_mn, tune
             out.extend(r for r in [layout_request(M, N, K, dtype, bias_dt, act, sm_count,
                                                   out_dt)] if _once(seen, r))

@@ -2,9 +2,10 @@
 tests/test_gpu_autograd.py (its test bodies replayed on the CPU through calls.py's recording
 reference kernels; each test's own checks run too, against torch on the CPU), of curve.py
 (one training step replayed likewise), of tests/test_layout_step.py (its LAYOUT_CASES in
-the four layouts) and of bench.py (its GEMM list).
+the four layouts), of bench.py (its GEMM list) and of bench_act_grad.py.
 
-    python lab/training_backward/export.py --out DIR [--what tests,layouts,curve,bench]
+    python lab/training_backward/export.py --out DIR
+                                           [--what tests,layouts,curve,bench,bench_act_grad]
                                            [--tokens 4096,16384]
                                            [--dry-run]
 """
@@ -36,8 +37,12 @@ def _test_module():
 
 
 # not replayed on the CPU: test_matmul_layouts calls tirx_gemm.matmul (matmul_layout_requests);
-# test_compiled_training_step calls test_linear_grads' kernels (its M=77 bf16 bias layer)
-NOT_REPLAYED = ("test_matmul_layouts", "test_compiled_training_step")
+# test_compiled_training_step calls test_linear_grads' kernels (its M=77 bf16 bias layer);
+# test_compiled_op_on_a_transposed_view test_matmul_layouts' (NT and TN, its first case, bf16);
+# test_compiled_training_step_fused_act_grad test_activation_grads' (gelu, M=77)
+NOT_REPLAYED = ("test_matmul_layouts", "test_compiled_training_step",
+                "test_compiled_op_on_a_transposed_view",
+                "test_compiled_training_step_fused_act_grad")
 
 
 def matmul_layout_requests(mod, sm_count: int, seen: set) -> list:
@@ -88,11 +93,11 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="parallel builds (default 1)")
     ap.add_argument("--what", default="tests,layouts,curve,bench",
                     help="tests | TEST_NAME_PART (those GPU tests only), matmul_layouts, "
-                         "layouts, curve, bench")
+                         "layouts, curve, bench, bench_act_grad")
     ap.add_argument("--tokens", default=None, help="bench.py's token counts (default: all)")
     args = ap.parse_args(argv)
     what = args.what.split(",")
-    known = {"tests", "layouts", "curve", "bench", "matmul_layouts"}
+    known = {"tests", "layouts", "curve", "bench", "matmul_layouts", "bench_act_grad"}
     rec = replay(_test_module()) if "tests" in what else []
     for part in set(what) - known:
         rec += replay(_test_module(), only=part)
@@ -125,6 +130,11 @@ def main(argv=None) -> int:
         import bench
         tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else bench.TOKENS
         reqs += [r for r in bench.requests(args.sm_count, tokens) if C._once(seen, r)]
+    if "bench_act_grad" in what:
+        import bench_act_grad
+        tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else \
+            bench_act_grad.TOKENS
+        reqs += [r for r in bench_act_grad.requests(args.sm_count, tokens) if C._once(seen, r)]
     print(f"{len(rec)} GEMM calls recorded, {len(reqs)} kernels")
     for st, shape, kw in reqs:
         print(f"  {st.key} {shape} {kw}")

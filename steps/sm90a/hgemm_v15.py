@@ -8,8 +8,10 @@ from tvm.script import tirx as T
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
+from tirx_gemm import epilogue as E
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
+from tirx_gemm.hopper import layouts as HL
 from tirx_gemm import pdl as P
 
 
@@ -17,7 +19,8 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
               B_MAJOR: str = "K", PIPE_DEPTH: int = 4, EPI_BUFS: int = 2, SM_COUNT: int = 132,
               L2_GROUP: int = 8, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
               RUNTIME_M: bool = False, CLUSTER: int = W.CLUSTER_SIZE, PDL: bool = False,
-              RUNTIME_K: bool = False):
+              RUNTIME_K: bool = False, ACT_GRAD=None, BIAS=False,
+              ACT_GRAD_PREFETCH: bool = False):
     """Step card -- v15, operand layouts.
 
     Changes from v9: the kernel reads A and B in either major order (A_MAJOR, B_MAJOR in
@@ -36,17 +39,17 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     Speed options (v12's, off by default so the lesson is v9 + the layout): CLUSTER=1 (no CTA
       pair), PDL=True, RUNTIME_K=True (K at run time: one wgrad kernel for every token count,
       K-major rows a multiple of 8 the caller checks); the lesson's backward section says why.
-    Why: the backward pass of a Linear layer is two GEMMs on transposed operands (dgrad =
-      dY @ W reads W MN-major; wgrad = dY.T @ X reads both MN-major and reduces over the
-      tokens); without this a copy of each operand precedes every backward GEMM
-      (tirx_gemm.op.autograd measures what those copies cost).
-    Contracts/Barriers: v9's tma2mma and mma2tma, unchanged: an MN-major load issues its boxes
-      on the same barrier and the producer's single expect_tx covers them all.
+    Why: a Linear's backward is two GEMMs on transposed operands (dgrad = dY @ W reads W
+      MN-major; wgrad = dY.T @ X reads both, reducing over tokens); without this a copy of
+      each operand precedes every backward GEMM (tirx_gemm.op.autograd measures the copies).
+    Contracts/Barriers: v9's tma2mma and mma2tma; one expect_tx covers an MN-major load's boxes.
     Constraints: v9's (CLUSTER 1 or 2; PDL with CLUSTER=1), except: M a multiple of 8 when
       A_MAJOR="MN" (A's rows are then M elements: TMA's 16-byte row stride; with RUNTIME_M
       the caller checks it); N a multiple of 8; K a multiple of 8 while an operand is
       K-major, any K >= 1 when both are MN-major (K is then the outer dimension: wgrad's
       token count needs no padding); dtype float16 or bfloat16.
+    ACT_GRAD (gelu, gelu_tanh, silu, swiglu; off; BIAS False or dtype): D = DY * act'(A @ B.T
+      + bias), operands A, B, D, DY, bias (int32 views); ACT_GRAD_PREFETCH: see the lesson.
     Run: ``tirx-gemm run v15 --arch sm_90a --mnk 4096,4096,4096`` (K-major both: v9's kernel).
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
@@ -64,6 +67,16 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     EPI_CHUNKS = BLK_N // W.EPI_COLS            # 64-column TMA-store chunks per tile (4)
 
     A_MN, B_MN = W.check_major("A_MAJOR", A_MAJOR), W.check_major("B_MAJOR", B_MAJOR)
+    HL.check_act_grad(ACT_GRAD, A_MN, B_MN)
+    if ACT_GRAD == HL.SWIGLU_GRAD and (BIAS or ACT_GRAD_PREFETCH or N % E.SWIGLU_TILE_STEP):
+        raise ValueError(f"ACT_GRAD='swiglu' (B the fused gate/up weight, N = {N} its rows: a "
+                         f"multiple of {E.SWIGLU_TILE_STEP}) takes no BIAS or ACT_GRAD_PREFETCH")
+    if not isinstance(ACT_GRAD_PREFETCH, bool) or (ACT_GRAD_PREFETCH and ACT_GRAD is None):
+        raise ValueError(f"ACT_GRAD_PREFETCH={ACT_GRAD_PREFETCH!r}: True or False, True only "
+                         f"with ACT_GRAD")
+    if BIAS and (ACT_GRAD is None or BIAS != dtype):
+        raise ValueError(f"BIAS={BIAS!r}: v15 takes a bias only with ACT_GRAD, in the "
+                         f"operands' dtype ({dtype!r})")
     W.check_layout_shape(M, N, K, dtype, A_MN, B_MN)  # K any when both are MN-major
     M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
     if not isinstance(RUNTIME_K, bool):
@@ -107,10 +120,9 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             if tid_in_wg == 0:
                 mma2tma.arrive(stage)
 
-    @T.prim_func
-    def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
-               B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
-               D: T.Buffer((M, N), dtype)):
+    # the kernel body; DY and bias are None without ACT_GRAD and BIAS (no such operands)
+    @T.inline
+    def gemm(A, B, D, DY, bias):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         if CLUSTER > 1:
@@ -226,11 +238,22 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                         release(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
+                if ACT_GRAD_PREFETCH:  # dy's words in flight under the last wgmmas
+                    HL.load_dy_words(packed, BLK_N, DY, m_st + row0, n_st, M, N, warp_id,
+                                     lane_id)
                 W.mma_wait(0)  # the tile's last slice is done too
                 release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
                 # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
-                W.pack_fragment(packed, acc, PACKED_REGS, dtype)
+                if ACT_GRAD == HL.SWIGLU_GRAD:  # dg, du of the fused gate/up product
+                    HL.epilogue_swiglu_grad(packed, acc, BLK_N, DY, dtype, m_st + row0, n_st,
+                                            M, N, warp_id, lane_id)
+                elif ACT_GRAD is not None:  # dz = dy * act'(acc + bias), packed as it goes
+                    HL.epilogue_act_grad(packed, acc, BLK_N, DY, bias, ACT_GRAD, dtype,
+                                         m_st + row0, n_st, M, N, warp_id, lane_id,
+                                         ACT_GRAD_PREFETCH)
+                else:
+                    W.pack_fragment(packed, acc, PACKED_REGS, dtype)
                 pending = 1
                 prev_m = m_st
                 prev_n = n_st
@@ -247,5 +270,26 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             # --- free: the peer multicasts into this CTA's SMEM and arrives on its barriers
             # until it is done; neither CTA may exit (and release its SMEM) before both are ---
             T.cuda.cluster_sync()
+
+    if ACT_GRAD is not None and BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+                   B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+                   D: T.Buffer((M, N), dtype), DY: T.Buffer((M, N // 2), "int32"),
+                   bias: T.Buffer((N // 2,), "int32")):
+            gemm(A, B, D, DY, bias)
+    elif ACT_GRAD is not None:  # SwiGLU's dy has N / 2 columns: N / 4 words a row
+        @T.prim_func
+        def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+                   B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+                   D: T.Buffer((M, N), dtype),
+                   DY: T.Buffer((M, N // (4 if ACT_GRAD == HL.SWIGLU_GRAD else 2)), "int32")):
+            gemm(A, B, D, DY, None)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+                   B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+                   D: T.Buffer((M, N), dtype)):
+            gemm(A, B, D, None, None)
 
     return P.with_launch(kernel, PDL, CLUSTER)

@@ -30,6 +30,8 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
 from .. import helpers as H
+from ..epilogue import gelu_constants  # numpy only
+from ..helpers import ACC_DTYPE
 from .. import timeline as TL
 from .wgmma import (DESC_K16_STEP, DESC_LBO, DESC_M64_STEP, DESC_SBO, ELEM_BYTES,
                     SWIZZLE_128B, SWIZZLE_ROW_ELEMS, WGMMA_K, wgmma_name)
@@ -151,3 +153,213 @@ def expect_stage_bytes(bar, ROWS_A: int, ROWS_B: int, BLK_K: int):
     # zero-filled box's bytes too), whichever the major order
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((ROWS_A + ROWS_B) * BLK_K * ELEM_BYTES))
+
+
+# --- the activation gradient in the epilogue (v15's ACT_GRAD, a training step's backward) ---
+# For y = act(a @ b.T + bias), the backward needs dz = dy * act'(z) at z = a @ b.T + bias. v15
+# built with ACT_GRAD recomputes z in its accumulators (A = a, B = b, both K-major) and, in the
+# epilogue, loads dy at each accumulator's place, forms dz in fp32 registers and packs it in
+# the operands' dtype: one kernel instead of a GEMM writing z in fp32 and elementwise passes.
+# dy and the bias come as 32-bit words of two 16-bit neighbours (int32 views: DY (M, N/2),
+# bias (N/2,)): a thread's accumulator pair (columns 2(l%4), +1 of an 8-column block) is one
+# word, so 64 loads a tile instead of 128, unpacked in the device function below.
+# act' uses the forward epilogue's arithmetic (hopper/fused.py, --use_fast_math): gelu's Phi
+# is its Abramowitz-Stegun erfc (epilogue.gelu_constants), whose exp2 term is exp(-x*x/2),
+# the same factor the normal density phi needs; gelu_tanh and silu through a logistic s.
+ACT_GRADS = ("gelu", "gelu_tanh", "silu")
+_GC = gelu_constants()
+_DACT_SRC = {
+    "gelu": """
+  float w = fabsf(x);
+  float t = __fdividef(1.0f, fmaf(%.9ef, w, 1.0f));
+  float p = fmaf(fmaf(fmaf(fmaf(%.9ef, t, %.9ef), t, %.9ef), t, %.9ef), t, %.9ef) * t;
+  float g = exp2f(w * (w * -%.9ef));
+  float q = p * g;
+  return dy * fmaf(x * g, 0.398942280401432678f, x >= 0.0f ? 1.0f - q : q);
+""" % tuple(_GC[i] for i in (0, 5, 4, 3, 2, 1, 6)),
+    "gelu_tanh": """
+  float x2 = x * x;
+  float y = 0.79788456080286536f * (x + 0.044715f * x2 * x);
+  float s = __fdividef(1.0f, 1.0f + __expf(-2.0f * y));
+  float dydx = 0.79788456080286536f * fmaf(0.134145f, x2, 1.0f);
+  return dy * fmaf(2.0f * x * s * (1.0f - s), dydx, s);
+""",
+    "silu": """
+  float s = __fdividef(1.0f, 1.0f + __expf(-x));
+  return dy * s * fmaf(x, 1.0f - s, 1.0f);
+""",
+}
+_PAIR = {"float16": ("__half2", "__half22float2", "__floats2half2_rn"),
+         "bfloat16": ("__nv_bfloat162", "__bfloat1622float2", "__floats2bfloat162_rn")}
+
+
+def act_grad_fn(act: str, dtype: str) -> tuple[str, str]:
+    """(name, CUDA source) of the device function dz2 = f(acc0, acc1, bias2, dy2): two
+    neighbouring accumulators, the words holding their bias and dy values (two ``dtype``
+    each), the packed word of dy * act'(acc + bias) for both."""
+    if act not in ACT_GRADS:
+        raise ValueError(f"no activation gradient for {act!r}: one of {', '.join(ACT_GRADS)}")
+    H.check_dtype(dtype)
+    pair, to_f2, from_f2 = _PAIR[dtype]
+    name = f"tirx_gemm_dact_{act}_{dtype}"
+    src = f"""
+__device__ __forceinline__ float {name}_1(float x, float dy) {{{_DACT_SRC[act]}}}
+__device__ __forceinline__ unsigned int {name}(float a0, float a1, int b2, int dy2) {{
+  float2 b = {to_f2}(*reinterpret_cast<{pair}*>(&b2));
+  float2 d = {to_f2}(*reinterpret_cast<{pair}*>(&dy2));
+  {pair} v = {from_f2}({name}_1(a0 + b.x, d.x), {name}_1(a1 + b.y, d.y));
+  return *reinterpret_cast<unsigned int*>(&v);
+}}
+"""
+    return name, src
+
+
+_ACT_GRAD_FN = {(act, dt): act_grad_fn(act, dt) for act in ACT_GRADS for dt in _PAIR}
+
+# SwiGLU (ACT_GRAD="swiglu"): B is the fused gate/up weight (epilogue.SWIGLU_GROUP rows of gate,
+# then of up, ...), so 8-column block 2t of a fragment holds gate values g and block 2t+1 the
+# up values u of the same 8 outputs, at the same places (hopper/fused.py's pairing). With
+# y = silu(g) * u: dg = dy * u * silu'(g), du = dy * silu(g); D (M x 2N, interleaved as the
+# fused weight's rows) gets dg at g's columns and du at u's, and dy (M x N) is read as words of
+# two outputs: the word of outputs 8t + 2(l%4), +1 of a fragment is one word for both.
+SWIGLU_GRAD = "swiglu"
+
+
+def swiglu_grad_fns(dtype: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """((name, source) of dg2 = f(g0, g1, u0, u1, dy2), (name, source) of du2 = f(g0, g1,
+    dy2)): the packed words of a pair's gate and up gradients."""
+    H.check_dtype(dtype)
+    pair, to_f2, from_f2 = _PAIR[dtype]
+    sig = "__device__ __forceinline__ float"
+    common = f"""
+{sig} tirx_gemm_swiglu_s(float g) {{ return __fdividef(1.0f, 1.0f + __expf(-g)); }}
+"""
+    dg = f"tirx_gemm_dswiglu_gate_{dtype}"
+    du = f"tirx_gemm_dswiglu_up_{dtype}"
+    src_g = common.replace("tirx_gemm_swiglu_s", f"{dg}_s") + f"""
+__device__ __forceinline__ unsigned int {dg}(float g0, float g1, float u0, float u1, int dy2) {{
+  float2 d = {to_f2}(*reinterpret_cast<{pair}*>(&dy2));
+  float s0 = {dg}_s(g0), s1 = {dg}_s(g1);
+  {pair} v = {from_f2}(d.x * u0 * s0 * fmaf(g0, 1.0f - s0, 1.0f),
+                        d.y * u1 * s1 * fmaf(g1, 1.0f - s1, 1.0f));
+  return *reinterpret_cast<unsigned int*>(&v);
+}}
+"""
+    src_u = common.replace("tirx_gemm_swiglu_s", f"{du}_s") + f"""
+__device__ __forceinline__ unsigned int {du}(float g0, float g1, int dy2) {{
+  float2 d = {to_f2}(*reinterpret_cast<{pair}*>(&dy2));
+  {pair} v = {from_f2}(d.x * g0 * {du}_s(g0), d.y * g1 * {du}_s(g1));
+  return *reinterpret_cast<unsigned int*>(&v);
+}}
+"""
+    return (dg, src_g), (du, src_u)
+
+
+_SWIGLU_GRAD_FN = {dt: swiglu_grad_fns(dt) for dt in _PAIR}
+
+
+def check_act_grad(act, a_mn: bool, b_mn: bool) -> None:
+    """ACT_GRAD: None or one of :data:`ACT_GRADS`, with both operands K-major (the forward's
+    a and b as saved); a one-line ValueError otherwise."""
+    if act is None:
+        return
+    if act not in ACT_GRADS + (SWIGLU_GRAD,):
+        raise ValueError(f"ACT_GRAD={act!r} must be None or one of {', '.join(ACT_GRADS)}, "
+                         f"{SWIGLU_GRAD!r} (relu's gradient needs no GEMM: its mask is y > 0)")
+    if a_mn or b_mn:
+        raise ValueError("ACT_GRAD recomputes the forward's a @ b.T: A_MAJOR and B_MAJOR "
+                         "must be 'K'")
+
+
+_FENCE_U32_SRC = """
+__device__ __forceinline__ void tirx_gemm_fence_u32(unsigned int& reg) {
+  asm volatile("" : "+r"(reg) :: "memory");
+}
+"""
+
+
+@T.inline
+def load_dy_words(packed, n: int, DY2, row0, col0, M, N, warp_id, lane_id):
+    """packed[2j+h] <- the dy word of accumulator pair (4j+2h, +1) (epilogue_act_grad's
+    places; 0 past M or N), then a fence on each: the loads are issued here, before the tile's
+    last wgmma wait, and complete under those wgmmas (ACT_GRAD_PREFETCH). ``packed`` is free:
+    the previous tile was stored from it earlier in the K loop."""
+    for j in T.unroll(n // 8):
+        w = T.meta_var((col0 + 8 * j) // 2 + lane_id % 4)
+        for h in T.unroll(2):
+            row = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
+            packed[2 * j + h] = T.if_then_else(T.And(row < M, w * 2 < N),
+                                               T.Cast("uint32", DY2[row, w]), T.uint32(0))
+    for i in T.unroll(n // 4):
+        T.cuda.func_call("tirx_gemm_fence_u32", packed[i], source_code=_FENCE_U32_SRC)
+
+
+@T.inline
+def epilogue_act_grad(packed, acc, n: int, DY2, bias2, act, dtype, row0, col0, M, N, warp_id,
+                      lane_id, prefetched: bool = False):
+    """packed[2j+h] <- the two ``dtype`` values DY[r, c + e] * act'(acc[4j+2h+e] + bias[c + e])
+    (e = 0, 1) of a 64 x n fragment whose first row is ``row0`` and first column ``col0``
+    (wgmma's fragment: r = row0 + 16w + l//4 + 8h, c = col0 + 8j + 2(l%4)); DY2, bias2: the
+    int32 views (two values a word); 0 past M or N (never stored). ``bias2`` None: z is the
+    accumulator. ``prefetched``: the dy words are in ``packed`` already (load_dy_words).
+    Replaces stores.pack_fragment."""
+    for j in T.unroll(n // 8):
+        w = T.meta_var((col0 + 8 * j) // 2 + lane_id % 4)  # the word of columns c, c + 1
+        for h in T.unroll(2):
+            row = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
+            a0 = T.meta_var(acc[4 * j + 2 * h])
+            a1 = T.meta_var(acc[4 * j + 2 * h + 1])
+            if prefetched:
+                if bias2 is not None:
+                    packed[2 * j + h] = T.cuda.func_call(
+                        _ACT_GRAD_FN[act, dtype][0], a0, a1,
+                        T.if_then_else(w * 2 < N, bias2[w], T.int32(0)),
+                        T.Cast("int32", packed[2 * j + h]),
+                        source_code=_ACT_GRAD_FN[act, dtype][1], return_type="uint32")
+                else:
+                    packed[2 * j + h] = T.cuda.func_call(
+                        _ACT_GRAD_FN[act, dtype][0], a0, a1, T.int32(0),
+                        T.Cast("int32", packed[2 * j + h]),
+                        source_code=_ACT_GRAD_FN[act, dtype][1], return_type="uint32")
+            elif bias2 is not None:
+                packed[2 * j + h] = T.if_then_else(
+                    T.And(row < M, w * 2 < N),
+                    T.cuda.func_call(_ACT_GRAD_FN[act, dtype][0], a0, a1, bias2[w], DY2[row, w],
+                                     source_code=_ACT_GRAD_FN[act, dtype][1],
+                                     return_type="uint32"),
+                    T.uint32(0))
+            else:
+                packed[2 * j + h] = T.if_then_else(
+                    T.And(row < M, w * 2 < N),
+                    T.cuda.func_call(_ACT_GRAD_FN[act, dtype][0], a0, a1, T.int32(0),
+                                     DY2[row, w], source_code=_ACT_GRAD_FN[act, dtype][1],
+                                     return_type="uint32"),
+                    T.uint32(0))
+
+
+@T.inline
+def epilogue_swiglu_grad(packed, acc, n: int, DY2, dtype, row0, col0, M, N, warp_id, lane_id):
+    """SwiGLU's gradient over a 64 x n fragment of the fused gate/up product (n a multiple of
+    16; ``col0``, ``N``: in D's 2N columns; DY2: dy's int32 view, (M, N/4) words):
+    packed[2(2t)+h] <- dg of the pair (acc[8t+2h], acc[8t+2h+1]), packed[2(2t+1)+h] <- du of
+    (acc[8t+4+2h], +1), from the dy word of outputs col0/2 + 8t + 2(l%4), +1; 0 past M or N
+    (never stored). Replaces stores.pack_fragment."""
+    for t in T.unroll(n // 16):
+        w = T.meta_var((col0 // 2 + 8 * t) // 2 + lane_id % 4)  # dy's word of this pair
+        for h in T.unroll(2):
+            row = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
+            g0 = T.meta_var(acc[8 * t + 2 * h])
+            g1 = T.meta_var(acc[8 * t + 2 * h + 1])
+            packed[4 * t + h] = T.if_then_else(
+                T.And(row < M, w * 4 < N),
+                T.cuda.func_call(_SWIGLU_GRAD_FN[dtype][0][0], g0, g1, acc[8 * t + 4 + 2 * h],
+                                 acc[8 * t + 5 + 2 * h], DY2[row, w],
+                                 source_code=_SWIGLU_GRAD_FN[dtype][0][1],
+                                 return_type="uint32"),
+                T.uint32(0))
+            packed[4 * t + 2 + h] = T.if_then_else(
+                T.And(row < M, w * 4 < N),
+                T.cuda.func_call(_SWIGLU_GRAD_FN[dtype][1][0], g0, g1, DY2[row, w],
+                                 source_code=_SWIGLU_GRAD_FN[dtype][1][1],
+                                 return_type="uint32"),
+                T.uint32(0))

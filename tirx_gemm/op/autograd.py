@@ -39,12 +39,15 @@ copy path (dgrad stays on v15).
 view (NT, TN, TT; tirx_gemm.op.layouts), and a compiled training step keeps them (the traced
 backward calls them through the op ``torch.ops.tirx_gemm.layout_mm``, defined here).
 
-**Fused epilogues.** With ``activation`` the backward recomputes the pre-activation
-``z = a @ b.T + bias`` in fp32 (one more GEMM, bias fused; relu needs none: its mask is
-``y > 0``), then ``dz = dy * act'(z)`` in torch. SwiGLU recomputes the fused gate/up GEMM in
-fp32 and forms the interleaved ``dz`` of the fused weight (tirx_gemm.epilogue's groups of
-8 rows), so the gradient of ``fused`` comes out in the fused layout (unfuse it with
-``w.view(N // 8, 2, 8, K)``). ``out_dtype=torch.float32``: the fp32 ``dy`` is rounded to the
+**Fused epilogues.** With ``activation`` (gelu, gelu_tanh, silu) the backward recomputes the
+pre-activation ``z = a @ b.T + bias``; on sm_90a one kernel does that and forms ``dz = dy *
+act'(z)`` in its epilogue, stored in the operands' dtype (tirx_gemm.op.act_grad: dy and bias
+in the operands' dtype, not traced); elsewhere the GEMM writes ``z`` in fp32 (bias fused)
+and torch forms ``dz``. relu needs no GEMM: its mask is ``y > 0``. SwiGLU forms the
+interleaved ``dz`` of the fused weight (tirx_gemm.epilogue's groups of 8 rows) the same way:
+in the fused gate/up GEMM's epilogue on sm_90a, else from that GEMM in fp32 and torch; so the
+gradient of ``fused`` comes out in the fused layout (unfuse it with ``w.view(N // 8, 2, 8,
+K)``). ``out_dtype=torch.float32``: the fp32 ``dy`` is rounded to the
 operands' dtype before the GEMMs (their inputs are 16-bit).
 
 **The ``main_grad`` pattern.** A weight (or bias) with an attribute ``main_grad`` (an fp32
@@ -73,6 +76,7 @@ import math
 import torch
 
 from tirx_gemm import epilogue as E
+from tirx_gemm.op import act_grad as _AG
 from tirx_gemm.op import torch_op
 from tirx_gemm.op.keywords import ROW_MULTIPLE
 
@@ -298,6 +302,30 @@ def _setup_matmul(ctx, inputs, output):
     ctx.save_for_backward(a, b, bias, output if activation == "relu" else None)
 
 
+def act_dz_unfused(a, b, dy, bias, act):
+    """dz = dy * act'(a @ b.T + bias) without the fused kernel: the GEMM writes z in fp32, torch
+    forms act'(z) and the product (a's dtype)."""
+    z = _gemm(a, b, torch.float32, bias) if a.shape[0] else dy.float()
+    return (dy.float() * _act_grad(act, z)).to(a.dtype)
+
+
+def swiglu_dz_unfused(a, fused, dy):
+    """SwiGLU's interleaved dz (M x 2N, a's dtype) without the fused kernel: the fused
+    gate/up GEMM in fp32, then torch."""
+    M, N = dy.shape
+    G = E.SWIGLU_GROUP
+    if M:
+        acc = _gemm(a, fused, torch.float32).view(M, N // G, 2, G)  # interleaved gate/up
+    else:
+        acc = dy.new_zeros((0, N // G, 2, G), dtype=torch.float32)
+    g, u = acc[:, :, 0], acc[:, :, 1]
+    s = torch.sigmoid(g)
+    d = dy.float().view(M, N // G, G)
+    dg = d * u * s * (1.0 + g * (1.0 - s))
+    du = d * g * s
+    return torch.stack((dg, du), dim=2).reshape(M, 2 * N).to(a.dtype)
+
+
 def _backward_matmul(ctx, dy):
     _no_double_backward("tirx_gemm.matmul")
     a, b, bias, y = ctx.saved_tensors
@@ -307,8 +335,9 @@ def _backward_matmul(ctx, dy):
     if act == "relu":
         dz = dz * (y > 0)
     elif act is not None:
-        z = _gemm(a, b, torch.float32, bias) if a.shape[0] else dy.float()
-        dz = (dy.float() * _act_grad(act, z)).to(a.dtype)
+        dz = _AG.dz(a, b, dy, bias, act, _arch(a.device), _traced(a))  # one kernel on sm_90a
+        if dz is None:
+            dz = act_dz_unfused(a, b, dy, bias, act)
     dz = dz.contiguous()
     da = _dgrad(dz, b) if needs_a else None
     db, dbias = _weight_grads(dz, a, b, bias, needs_b, needs_bias)
@@ -328,18 +357,9 @@ def _backward_swiglu(ctx, dy):
     _no_double_backward("torch.ops.tirx_gemm.swiglu")
     a, fused = ctx.saved_tensors
     needs_a, needs_w = ctx.needs
-    M, N = dy.shape
-    G = E.SWIGLU_GROUP
-    if M:
-        acc = _gemm(a, fused, torch.float32).view(M, N // G, 2, G)  # interleaved gate/up
-    else:
-        acc = dy.new_zeros((0, N // G, 2, G), dtype=torch.float32)
-    g, u = acc[:, :, 0], acc[:, :, 1]
-    s = torch.sigmoid(g)
-    d = dy.float().view(M, N // G, G)
-    dg = d * u * s * (1.0 + g * (1.0 - s))
-    du = d * g * s
-    dz = torch.stack((dg, du), dim=2).reshape(M, 2 * N).to(a.dtype)
+    dz = _AG.dz(a, fused, dy, None, _AG.SWIGLU, _arch(a.device), _traced(a))  # one kernel
+    if dz is None:
+        dz = swiglu_dz_unfused(a, fused, dy)
     da = _dgrad(dz, fused) if needs_a else None
     dw, _ = _weight_grads(dz, a, fused, None, needs_w, False)
     return da, dw, None

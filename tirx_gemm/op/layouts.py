@@ -29,7 +29,8 @@ from __future__ import annotations
 from tirx_gemm.op.keywords import ROW_MULTIPLE
 
 __all__ = ["LAYOUTS", "STEP", "layout_of", "has_transposed", "check_shape", "matmul",
-           "choose", "explain", "kwargs_for", "refuse_epilogue", "suite_layouts", "suite_requests",
+           "choose", "explain", "kwargs_for", "refuse_epilogue", "check_view_step",
+           "suite_layouts", "suite_requests",
            "LAYOUT_TUNE", "WGRAD_RUNTIME_K", "DGRAD_RUNTIME_K", "layout_kwargs", "layout_shape",
            "layout_kernel"]
 
@@ -164,6 +165,15 @@ def kwargs_for(layout: str, dtype: str = "float16", sm_count: int | None = None)
                          layout[1] == "T")
 
 
+def check_view_step(step, lay: str) -> None:
+    """A forced ``step`` other than v15 with a transposed view (layout ``lay``): one line."""
+    if step is not None and step.lower().lstrip("v") != STEP[1:]:
+        t = " and ".join(n for n, c in zip("ab", lay) if c == "T")
+        raise ValueError(f"step={step!r} reads K-major operands and {t} is transposed "
+                         f"(layout {lay}): pass step=None (v15 reads it in place) or "
+                         f"{t.replace(' and ', '.contiguous() and ')}.contiguous()")
+
+
 def refuse_epilogue(a, b) -> None:
     """matmul's epilogue calls: a one-line ValueError when a or b is a transposed view."""
     if has_transposed(a, b):
@@ -208,11 +218,7 @@ def _checks(a, b, out, step, probe):
                              f"transpose of a row-major tensor; pass {name}.contiguous()")
         lay += m
     O.check_step(step)
-    if step is not None and step.lower().lstrip("v") != STEP[1:]:
-        t = " and ".join(n for n, c in zip("ab", lay) if c == "T")
-        raise ValueError(f"step={step!r} reads K-major operands and {t} is transposed "
-                         f"(layout {lay}): pass step=None (v15 reads it in place) or "
-                         f"{t.replace(' and ', '.contiguous() and ')}.contiguous()")
+    check_view_step(step, lay)
     arch = _arch_of(ops, probe)
     check_shape(M, N, K, lay, arch)
     O.check_index_limits(M, N, K)

@@ -46,7 +46,8 @@ import torch
 
 from tirx_gemm import epilogue as E
 from tirx_gemm.op.matmul import check_bias, epilogue_kwargs
-from tirx_gemm.op.operands import check_layout
+from tirx_gemm.op import layouts as _layouts
+from tirx_gemm.op.operands import _dtype_name, _gpu_arch, check_layout
 from tirx_gemm.op.matmul import matmul as _matmul
 from tirx_gemm.op.matmul import swiglu as _swiglu
 
@@ -82,16 +83,45 @@ _LIB.impl("matmul", _op, "CompositeExplicitAutograd")
 _LIB.impl("swiglu", _swiglu_op, "CompositeExplicitAutograd")
 
 
-def check_fake(a, b) -> None:
+def check_fake(a, b, epilogue: bool = False, step: str | None = None) -> None:
     """The checks of tirx_gemm.matmul.check_operands that need no data and no device: one
     line, TypeError for a type or dtype, ValueError for a shape or layout. Run by the fake
-    implementation, so a traced model fails where the eager one would."""
+    implementation, so a traced model fails where the eager one would. A transposed view (a
+    or b ``x.T`` of a row-major x: NT, TN, TT) passes where eager tirx_gemm.matmul takes it
+    (tirx_gemm.op.layouts: v15 reads it in place on sm_90a), unless ``epilogue`` (the fused
+    epilogues and swiglu read K-major operands only; so does a forced ``step`` but v15)."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if a.device != b.device:
         raise ValueError(f"the operands are on {a.device} and {b.device}: put them on one GPU")
-    check_layout(a, b)
+    if _layouts.has_transposed(a, b) and _layouts.layout_of(a, b) is not None:
+        _check_view(a, b, epilogue)
+        _layouts.check_view_step(step, _layouts.layout_of(a, b))
+    else:
+        check_layout(a, b)
+
+
+def _check_view(a, b, epilogue: bool) -> None:
+    """check_layout's checks for a call with a transposed view: dtype, rank and K as there,
+    then the layout's own rule (layouts.check_shape: TMA's row rule per operand, no epilogue,
+    sm_90a: the arch of a visible GPU, else the one that reads views)."""
+    for name, t in (("a", a), ("b", b)):
+        if _dtype_name(t) is None:
+            raise TypeError(f"{name} has dtype {t.dtype}: matmul takes torch.float16 or "
+                            f"torch.bfloat16 (convert with {name}.half() or {name}.bfloat16())")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a is {a.dtype} but b is {b.dtype}: the operands (and out) must "
+                        f"share one dtype")
+    (M, K), (N, Kb) = a.shape, b.shape  # both 2-D: layout_of found a layout
+    if Kb != K:
+        raise ValueError(f"a is {M}x{K} but b is {N}x{Kb}: matmul computes a @ b.T, so both "
+                         f"need the same number of columns K")
+    arch = _layouts.ARCH
+    if a.device.type == "cuda" and torch.cuda.is_available():
+        arch = _gpu_arch(a.device)[0]
+    _layouts.check_shape(M, N, K, _layouts.layout_of(a, b), arch,
+                         {"epilogue": True} if epilogue else None)
 
 
 def _result_dtype(a, bias, activation, out_dtype, swiglu=False):
@@ -103,7 +133,7 @@ def _result_dtype(a, bias, activation, out_dtype, swiglu=False):
 
 @torch.library.register_fake(NAME, lib=_LIB)
 def _fake(a, b, step=None, bias=None, activation=None, out_dtype=None):
-    check_fake(a, b)
+    check_fake(a, b, bias is not None or activation is not None or out_dtype is not None, step)
     dt = _result_dtype(a, bias, activation, out_dtype)
     if bias is not None:
         check_bias(bias, b.shape[0], a.device)
@@ -112,7 +142,7 @@ def _fake(a, b, step=None, bias=None, activation=None, out_dtype=None):
 
 @torch.library.register_fake(SWIGLU_NAME, lib=_LIB)
 def _swiglu_fake(a, fused, out_dtype=None):
-    check_fake(a, fused)
+    check_fake(a, fused, epilogue=True)
     if fused.shape[0] % (2 * E.SWIGLU_GROUP):
         raise ValueError(f"fused has {fused.shape[0]} rows: a fused gate/up weight "
                          f"(fuse_gate_up) has 2N rows, N a multiple of {E.SWIGLU_GROUP}")

@@ -1,0 +1,216 @@
+"""The activation gradient of a Linear with gelu, silu or SwiGLU, fused into one kernel or not.
+
+For y = act(x @ w.T) at the up projections of Llama-3-8B's and Qwen2.5-7B's MLPs (as a
+non-gated MLP would run them), and for SwiGLU (tirx_gemm::swiglu, y = silu(x @ gate.T) *
+(x @ up.T) from the fused gate/up weight) at their gate/up projections, 4096 to 16384
+tokens, bf16, in one run on one card:
+
+* ``dz_fused``: dz = dy * act'(x @ w.T) by v15 with ACT_GRAD (tirx_gemm.op.act_grad): the
+  recompute GEMM, dy loaded and dz formed in its epilogue, dz stored in bf16;
+* ``dz_prefetch``: the same kernel built with ACT_GRAD_PREFETCH (dy's loads issued before the
+  tile's last wgmma wait, so they complete under those wgmmas; act.PREFETCH);
+* ``dz_unfused``: what the backward ran before: the recompute GEMM writing z in fp32 (the
+  chooser's kernel), then torch's elementwise act'(z) and dy * act'(z), rounded to bf16
+  (autograd.act_dz_unfused; SwiGLU: autograd.swiglu_dz_unfused);
+  the same inputs, the results compared (max error <= 2e-2 of max |unfused|);
+* ``fwdbwd_fused``, ``fwdbwd_unfused``: forward and backward through tirx_gemm.op.autograd
+  (y = act(x @ w.T), then dx and dw: the three backward kernels with the fused dz, or the
+  recompute + elementwise + the same dgrad and wgrad), act.ENABLED switched between them;
+  ``fwdbwd_torch``: torch's F.linear + activation, forward and backward.
+
+dz_* are timed in CUDA graphs (GRAPH_CALLS calls a graph, the median of REPS replays: GPU
+time), fwdbwd_* with back-to-back calls between CUDA events (autograd's host work included
+where it is longer than the GPU's), as bench.py. Records: one JSON line per (layer, act, M,
+what) with ms, the method, TFLOP/s (2MNK for dz, 6MNK for fwdbwd), ``speedup`` (unfused /
+fused time) on the fused and prefetch rows and ``vs_torch`` (torch's fwdbwd time / this one)
+on the fwdbwd_fused and fwdbwd_unfused rows; a case that fails leaves a ``what: "error"`` row.
+
+    python lab/training_backward/bench_act_grad.py --out records/act_grad.jsonl [--budget-s 60]
+    python lab/training_backward/bench_act_grad.py --requests   # the kernels, for the bundle
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+LAYERS = (("llama3_8b", "up", 14336, 4096), ("qwen2.5_7b", "up", 18944, 3584))
+ACTS = ("gelu", "silu")
+# SwiGLU: the fused gate/up weight (2 x intermediate rows), tirx_gemm::swiglu's backward
+SWIGLU_LAYERS = (("llama3_8b", "gate_up", 28672, 4096), ("qwen2.5_7b", "gate_up", 37888, 3584))
+TOKENS = (4096, 8192, 16384)
+
+
+def cases(tokens=TOKENS):
+    for M in tokens:
+        for model, layer, N, K in LAYERS:
+            for act in ACTS:
+                yield model, layer, act, M, N, K
+        for model, layer, N, K in SWIGLU_LAYERS:
+            yield model, layer, "swiglu", M, N, K
+
+
+def requests(sm_count: int = 132, tokens=TOKENS) -> list:
+    """The kernels the run calls: the forward with the activation, the fp32 recompute, the
+    fused kernel, dgrad and wgrad on v15 (autograd's builds), as calls.requests names them."""
+    import torch
+
+    import calls as C
+    bf = torch.bfloat16
+    rec = []
+    for _model, _layer, act, M, N, K in cases(tokens):
+        fwd = (("swiglu", M, N, K, bf, None, None, None, None) if act == "swiglu" else
+               ("matmul", M, N, K, bf, None, act, None, None))
+        rec += [fwd, ("matmul", M, N, K, bf, None, None, torch.float32, None),
+                ("act_grad", M, N, K, bf, False, act, None, "v15")]
+        if act != "swiglu":
+            rec.append(("act_grad", M, N, K, bf, False, act, None, "v15_prefetch"))
+        rec += [
+                ("layout", M, K, N, bf, False, True, None, "v15"),
+                ("layout", N, K, M, bf, True, True, None, "v15")]
+    return C.requests(rec, sm_count)
+
+
+def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
+    import torch
+    import torch.nn.functional as F
+
+    import bench as B
+    from tirx_gemm.matmul import fuse_gate_up
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import autograd as AG
+    card = torch.cuda.get_device_name(0)
+    date = datetime.date.today().isoformat()
+    t_end = time.monotonic() + budget_s
+    bf = torch.bfloat16
+    torch_act = {"gelu": F.gelu, "silu": F.silu}
+    n = 0
+    with out.open("a") as f:
+        for model, layer, act, M, N, K in cases(tokens):
+            if time.monotonic() > t_end:
+                print(f"budget spent: stopped before {model} {layer} {act} M={M}")
+                break
+            try:
+                g = torch.Generator(device="cuda").manual_seed(M + N + K)
+                x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
+                w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
+                sw = act == "swiglu"  # w: the fused gate/up weight, dy: M x N/2
+                if sw:  # tirx_gemm::swiglu takes only a weight fuse_gate_up made (marked)
+                    w = fuse_gate_up(w[:N // 2], w[N // 2:])
+                dy = torch.randn(M, N // 2 if sw else N, device="cuda", dtype=bf, generator=g)
+                arch = AG._arch(x.device)
+
+                def fused():
+                    return AGR.dz(x, w, dy, None, act, arch)
+
+                def unfused():
+                    return (AG.swiglu_dz_unfused(x, w, dy) if sw else
+                            AG.act_dz_unfused(x, w, dy, None, act))
+
+                got = fused()
+                if got is None:
+                    raise RuntimeError("the fused kernel does not apply here (not sm_90a?)")
+                B._check(f"{layer} {act} M={M} dz", got, unfused())
+                del got
+                times, how = {}, {}
+                for name, fn in (("dz_fused", fused), ("dz_unfused", unfused)):
+                    times[name], how[name] = B._time(fn, torch)
+                AGR.PREFETCH = not sw  # no SwiGLU build of the variant
+                try:  # the variant: checked first, not timed where it fails
+                    if not sw:
+                        B._check(f"{layer} {act} M={M} dz prefetch", fused(), unfused())
+                        times["dz_prefetch"], how["dz_prefetch"] = B._time(fused, torch)
+                except Exception as e:  # noqa: BLE001 (printed; the other rows stand)
+                    print(f"  prefetch FAILED: {type(e).__name__}: {str(e)[:200]}")
+                finally:
+                    AGR.PREFETCH = False
+                # (a detached copy of the fused weight would lose fuse_gate_up's mark)
+                xs, ws = x.detach().requires_grad_(), (w.requires_grad_() if sw else
+                                                       w.detach().requires_grad_())
+
+                def step():
+                    (AG.swiglu(xs, ws) if sw else AG.matmul(xs, ws, None, act)).backward(dy)
+
+                def torch_step():
+                    y = F.linear(xs, ws)
+                    if sw:
+                        v = y.view(M, N // 16, 2, 8)
+                        y = F.silu(v[:, :, 0]) * v[:, :, 1]
+                    else:
+                        y = torch_act[act](y)
+                    y.reshape(M, -1).backward(dy)
+
+                for name, on in (("fwdbwd_fused", True), ("fwdbwd_unfused", False)):
+                    AGR.set_enabled(on)
+                    try:
+                        times[name] = B._time_events(step, torch, B.GRAPH_CALLS)
+                    finally:
+                        AGR.set_enabled(True)
+                    how[name] = "events"
+                times["fwdbwd_torch"] = B._time_events(torch_step, torch, B.GRAPH_CALLS)
+                how["fwdbwd_torch"] = "events"
+                for what, ms in times.items():
+                    flop = (2 if what.startswith("dz") else 6) * M * N * K  # N: the weight's rows
+                    rec = {"date": date, "card": card, "model": model, "layer": layer, "act": act,
+                           "M": M, "N": N, "K": K, "dtype": "bfloat16", "what": what,
+                           "timing": how[what], "ms": round(ms, 4),
+                           "tflops": round(flop / ms / 1e9, 1)}
+                    if what.endswith("_fused") or what == "dz_prefetch":
+                        base = "dz_unfused" if what == "dz_prefetch" else what.replace("fused",
+                                                                                       "unfused")
+                        rec["speedup"] = round(times[base] / ms, 3)
+                    if what in ("fwdbwd_fused", "fwdbwd_unfused"):
+                        rec["vs_torch"] = round(times["fwdbwd_torch"] / ms, 3)
+                    f.write(json.dumps(rec) + "\n")
+                    f.flush()
+                speedup = times["dz_unfused"] / times["dz_fused"]
+                pf = times.get("dz_prefetch")
+                print(f"{model} {layer} {act} M={M}: dz fused {times['dz_fused']:.3f} ms "
+                      f"(prefetch {pf if pf is None else round(pf, 3)}) vs "
+                      f"unfused {times['dz_unfused']:.3f} ms (x{speedup:.2f}); "
+                      f"fwd+bwd fused {times['fwdbwd_fused']:.3f} vs unfused "
+                      f"{times['fwdbwd_unfused']:.3f} vs torch {times['fwdbwd_torch']:.3f} ms",
+                      flush=True)
+            except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
+                print(f"{model} {layer} {act} M={M} FAILED: {type(e).__name__}: {str(e)[:300]}",
+                      flush=True)
+                f.write(json.dumps({"date": date, "card": card, "model": model, "layer": layer,
+                                    "act": act, "M": M, "N": N, "K": K, "what": "error",
+                                    "error": f"{type(e).__name__}: {str(e)[:300]}"}) + "\n")
+                f.flush()
+                torch.cuda.empty_cache()
+                continue
+            n += 1
+            del x, w, dy, xs, ws
+            torch.cuda.empty_cache()
+    return n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--tokens", default=None, help="comma-separated (default: all)")
+    ap.add_argument("--requests", action="store_true", help="print the kernels and exit")
+    args = ap.parse_args(argv)
+    tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else TOKENS
+    if args.requests:
+        for st, shape, kw in requests(tokens=tokens):
+            print(st.key, shape, kw)
+        return 0
+    if args.out is None:
+        ap.error("--out is required")
+    n = run(args.out, args.budget_s, tokens)
+    print(f"{n} cases recorded in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
