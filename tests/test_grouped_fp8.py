@@ -58,6 +58,31 @@ def test_refusals_in_one_line(bad, err, match):
     assert "\n" not in str(info.value)
 
 
+def test_routing_of_the_wrong_layout_is_refused_with_the_way_out():
+    qa, sa, qw, sw = operands()
+    offs = torch.tensor([10, 10, 25, 40], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"counts= does not go with a 2-D a: pass offs= with a "
+                                         r"2-D a \(contiguous\) or counts= with a 3-D a"):
+        G.grouped_mm(qa, qw.transpose(1, 2), counts=offs, scale_a=sa, scale_b=sw)
+    a3, sa3 = qa.view(4, 10, 384)[:3], sa.view(4, 10, 3)[:3]
+    with pytest.raises(ValueError, match=r"a is \(3, 10, 384\) but b has 4 experts: a masked a "
+                                         r"must be \(4, T, K\)"):
+        G.grouped_mm(a3, qw.transpose(1, 2), counts=offs, scale_a=sa3, scale_b=sw)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((-1, 8, 4096, 4096), "rows=-1 must be a non-negative int"),
+    ((128, 0, 4096, 4096), "E=0 must be a positive int"),
+    ((128, 300, 4096, 4096), "E=300, .*E in \\[1, 256\\]"),
+    ((128, 8, 4096, 200), "K=200, .*K a multiple of 128"),
+    ((128, 8, 12, 256), "N=12, .*N a multiple of 8"),
+    ((128, 8, 4096, 4096, "float32"), "out_dtype='float32'"),
+])
+def test_choose_refuses_what_no_kernel_takes(args, match):
+    with pytest.raises(ValueError, match=match):
+        GF.choose_grouped_fp8(*args)
+
+
 def test_cpu_tensors_are_refused_after_the_shape_checks():
     qa, sa, qw, sw = operands()
     offs = torch.tensor([10, 10, 25, 40], dtype=torch.int32)
@@ -176,3 +201,53 @@ def test_masked_launch_operands_follow_the_kernel_contract(monkeypatch):
         torch.testing.assert_close(out[e, :c].float(), deq_a[e, :c] @ deq_w[e].T, rtol=1e-2,
                                    atol=1e-2)
         assert out[e, c:].isnan().all()
+
+
+# -- the custom op (torch.ops.tirx_gemm.grouped_mm) on fp8 --------------------------------
+def test_fake_shapes_and_checks_of_the_fp8_op():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tirx_gemm.op import moe
+    qa, sa, qw, sw = operands()
+    offs = torch.tensor([10, 10, 25, 40], dtype=torch.int32)
+    qm, sm, sw2 = qa.view(4, 10, 384), sa.view(4, 10, 3), sw[:, :, :2].contiguous()
+    with FakeTensorMode() as mode:
+        fa, fsa, fw, fsw, fo, fm, fsm, fsw2 = (mode.from_tensor(t) for t in (
+            qa, sa, qw, sw, offs, qm, sm, sw2))
+        out = moe.OP(fa, fw.transpose(1, 2), fo, None, None, None, None, None, fsa, fsw)
+        assert out.shape == (40, 200) and out.dtype == torch.bfloat16
+        out = moe.OP(fa, fw, fo, None, None, None, None, torch.float16, fsa, fsw)
+        assert out.shape == (40, 200) and out.dtype == torch.float16
+        out = moe.OP(fm, fw, None, fo, "masked", None, None, None, fsm, fsw)
+        assert out.shape == (4, 10, 200)
+        with pytest.raises(ValueError, match=r"scale_b has shape \(4, 2, 2\), expected"):
+            moe.OP(fa, fw, fo, None, None, None, None, None, fsa, fsw2)
+
+
+def test_compile_fullgraph_traces_the_fp8_op(monkeypatch):
+    """torch.compile(fullgraph=True) over moe.grouped_mm with fp8 operands: the op in the
+    graph, its eager call given scale_a and scale_b (here a stand-in of the dequantized
+    product on the CPU)."""
+    from tirx_gemm.op import moe
+    qa, sa, qw, sw = operands()
+    offs = torch.tensor([10, 10, 25, 40], dtype=torch.int32)
+    seen = []
+
+    def eager(a, b, offs=None, scale_a=None, scale_b=None, **kw):
+        seen.append((scale_a is not None, scale_b is not None, kw.get("out_dtype")))
+        deq_a, deq_w = dequantized(a, scale_a, b.transpose(1, 2), scale_b)
+        out, start = torch.zeros(a.shape[0], deq_w.shape[1]), 0
+        for e, end in enumerate(offs.tolist()):
+            out[start:end] = deq_a[start:end] @ deq_w[e].T
+            start = end
+        return out.to(torch.bfloat16)
+
+    monkeypatch.setattr(moe, "_eager", eager)
+
+    def f(a, w, offs, sa, sw):
+        return moe.grouped_mm(a, w.transpose(1, 2), offs, scale_a=sa, scale_b=sw) * 2
+
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True, backend="eager")(qa, qw, offs, sa, sw)
+    torch.testing.assert_close(got, f(qa, qw, offs, sa, sw))
+    assert seen and all(s[:2] == (True, True) for s in seen)

@@ -1,5 +1,5 @@
-"""The catalogue's cases for the op library's newer parts: grouped GEMM (op/grouped.py), the
-MoE layer (op/moe.py), fp8 layers (op/fp8_nn.py) and tensor-parallel layers (op/parallel.py).
+"""The catalogue's cases for the op library's newer parts: grouped GEMM (op/grouped.py) and its
+fp8 form (op/grouped_fp8.py: e4m3 operands with block scales), the MoE layer (op/moe.py), fp8 layers (op/fp8_nn.py) and tensor-parallel layers (op/parallel.py).
 The same classes of input as the core catalogue: wrong types, dtypes, shapes, layouts,
 keywords, an overlapping ``out``, a fused weight of the wrong layout, and valid calls whose
 answer is compared with torch."""
@@ -7,12 +7,7 @@ from __future__ import annotations
 
 from catalogue import HEAD, py
 
-GROUPED_HEAD = HEAD + """from tirx_gemm.op import grouped as G, grouped_swiglu as GS
-E, T = 4, 16
-offs = torch.tensor([16, 40, 40, 64], dtype=torch.int32)
-w = torch.randn(E, N, K).half() / 8          # stacked (E, N, K) Linear weights
-bt = w.transpose(1, 2)                      # torch's (E, K, N) view
-def ref_grouped(a, w, offs):
+REF_GROUPED = """def ref_grouped(a, w, offs):
     out = torch.zeros(a.shape[0], w.shape[1])
     start = 0
     for e in range(w.shape[0]):
@@ -21,6 +16,13 @@ def ref_grouped(a, w, offs):
         start = end
     return out
 """
+
+GROUPED_HEAD = HEAD + """from tirx_gemm.op import grouped as G, grouped_swiglu as GS
+E, T = 4, 16
+offs = torch.tensor([16, 40, 40, 64], dtype=torch.int32)
+w = torch.randn(E, N, K).half() / 8          # stacked (E, N, K) Linear weights
+bt = w.transpose(1, 2)                      # torch's (E, K, N) view
+""" + REF_GROUPED
 
 GROUPED = [
     ("a_none", "G.grouped_mm(None, bt, offs)", "error", ["a"]),
@@ -121,6 +123,93 @@ GROUPED_WORKS = {
                     "y = GS.grouped_swiglu(a, G.fuse_gate_up_experts(wg, wu), offs)\n"
                     "r = F.silu(ref_grouped(a, wg, offs)) * ref_grouped(a, wu, offs)\n"
                     "ok(close(y, r), 'SwiGLU values')",
+}
+
+GROUPED_FP8_HEAD = HEAD + """from tirx_gemm.op import grouped as G, grouped_fp8 as GF
+E, T, K8, N8 = 4, 16, 256, 128
+offs = torch.tensor([16, 40, 40, 64], dtype=torch.int32)
+qa, sa = GF.quantize_rows(torch.randn(M, K8))           # e4m3 (M, K8), scales (M, K8/128)
+qw, sw = GF.quantize_experts(torch.randn(E, N8, K8) / 16)  # (E, N8, K8), (E, 1, K8/128)
+bt = qw.transpose(1, 2)                                 # torch's (E, K, N) view
+def deq(qa, sa, qw, sw):
+    a = (qa.float().reshape(qa.shape[0], -1, 128) * sa[:, :, None]).reshape(qa.shape)
+    full = sw.repeat_interleave(128, 1)[:, :qw.shape[1]].repeat_interleave(128, 2)
+    return a, qw.float() * full
+""" + REF_GROUPED
+
+# fp8 grouped_mm's refusals: each before any launch, one line naming the operand and the way out
+GROUPED_FP8 = [
+    ("k_192", "G.grouped_mm(qa[:, :192].contiguous(), qw[:, :, :192].contiguous().transpose(1, 2), "
+              "offs, scale_a=sa, scale_b=sw)", "error", ["K=192", "128"]),
+    ("scale_a_missing", "G.grouped_mm(qa, bt, offs, scale_b=sw)", "error", ["scale_a"]),
+    ("scale_b_missing", "G.grouped_mm(qa, bt, offs, scale_a=sa)", "error", ["scale_b"]),
+    ("scale_a_half", "G.grouped_mm(qa, bt, offs, scale_a=sa.half(), scale_b=sw)", "error",
+     ["scale_a", "float32"]),
+    ("scale_a_rows", "G.grouped_mm(qa, bt, offs, scale_a=sa[:63].contiguous(), scale_b=sw)",
+     "error", ["scale_a", "(64, 2)"]),
+    ("scale_a_per_tensor", "G.grouped_mm(qa, bt, offs, scale_a=torch.ones(()), scale_b=sw)",
+     "error", ["scale_a", "(64, 2)"]),
+    ("scale_b_short", "G.grouped_mm(qa, bt, offs, scale_a=sa, scale_b=sw[:, :, :1].contiguous())",
+     "error", ["scale_b", "(4, 1, 2)"]),
+    ("scale_a_strided", "G.grouped_mm(qa, bt, offs, scale_a=sa.t().contiguous().t(), "
+                        "scale_b=sw)", "error", ["scale_a", "contiguous"]),
+    ("b_bf16", "G.grouped_mm(qa, bt.bfloat16(), offs, scale_a=sa, scale_b=sw)", "error",
+     ["b", "bfloat16"]),
+    ("a_e5m2", "G.grouped_mm(qa.float().to(torch.float8_e5m2), bt, offs, scale_a=sa, "
+               "scale_b=sw)", "error", ["float8_e5m2", "float8_e4m3fn"]),
+    ("a_fp16_with_scales", "G.grouped_mm(qa.half(), bt, offs, scale_a=sa, scale_b=sw)", "error",
+     ["float16", "float8_e4m3fn"]),
+    ("b_list", "G.grouped_mm(qa, [qw], offs, scale_a=sa, scale_b=sw)", "error", ["b", "list"]),
+    ("offs_int64", "G.grouped_mm(qa, bt, offs.long(), scale_a=sa, scale_b=sw)", "error",
+     ["offs", "int64"]),
+    ("offs_missing", "G.grouped_mm(qa, bt, scale_a=sa, scale_b=sw)", "error", ["offs"]),
+    ("offs_wrong_len", "G.grouped_mm(qa, bt, offs[:3], scale_a=sa, scale_b=sw)", "error",
+     ["offs", "(3,)"]),
+    ("counts_with_2d_a", "G.grouped_mm(qa, bt, counts=offs, scale_a=sa, scale_b=sw)", "error",
+     ["counts"]),
+    ("masked_2d_a", "G.grouped_mm(qa, bt, counts=offs, layout='masked', scale_a=sa, "
+                    "scale_b=sw)", "error", ["3-D", "masked"]),
+    ("masked_experts_mismatch", "G.grouped_mm(qa.view(E, T, K8)[:3], bt, counts=offs, "
+                                "scale_a=sa.view(E, T, 2)[:3], scale_b=sw)", "error",
+     ["4 experts"]),
+    ("layout_bogus", "G.grouped_mm(qa, bt, offs, layout='ragged', scale_a=sa, scale_b=sw)",
+     "error", ["ragged"]),
+    ("k_mismatch", "G.grouped_mm(qa, torch.zeros(E, 384, N8).to(torch.float8_e4m3fn), offs, "
+                   "scale_a=sa, scale_b=sw)", "error", ["K=256"]),
+    ("e_300", "G.grouped_mm(qa, torch.zeros(300, K8, 8).to(torch.float8_e4m3fn), offs, "
+              "scale_a=sa, scale_b=sw)", "error", ["300"]),
+    ("n_12", "G.grouped_mm(qa, torch.zeros(E, K8, 12).to(torch.float8_e4m3fn), offs, "
+             "scale_a=sa, scale_b=sw)", "error", ["N=12"]),
+    ("a_strided", "G.grouped_mm(qa.view(torch.uint8).t().contiguous().t()"
+                  ".view(torch.float8_e4m3fn), bt, offs, scale_a=sa, scale_b=sw)", "error",
+     ["a.contiguous()"]),
+    ("bias", "G.grouped_mm(qa, bt, offs, scale_a=sa, scale_b=sw, bias=torch.zeros(E, N8))",
+     "error", ["bias"]),
+    ("row_scale", "G.grouped_mm(qa, bt, offs, scale_a=sa, scale_b=sw, scale=torch.ones(M))",
+     "error", ["scale="]),
+    ("out_dtype_fp32", "G.grouped_mm(qa, bt, offs, scale_a=sa, scale_b=sw, "
+                       "out_dtype=torch.float32)", "error", ["float32"]),
+    ("out_wrong_shape", "G.grouped_mm(qa, bt, offs, scale_a=sa, scale_b=sw, "
+                        "out=torch.empty(M, N8 + 8, dtype=torch.bfloat16))", "error", ["out"]),
+    ("scale_requires_grad", "G.grouped_mm(qa, bt, offs, scale_a=sa.requires_grad_(), "
+                            "scale_b=sw)", "error", ["no_grad"]),
+    ("choose_rows_negative", "GF.choose_grouped_fp8(-1, 8, 4096, 4096)", "error", ["-1"]),
+    ("choose_k_200", "GF.choose_grouped_fp8(128, 8, 4096, 200)", "error", ["K=200"]),
+]
+
+GROUPED_FP8_WORKS = {
+    "contiguous": "y = G.grouped_mm(qa, bt, offs, scale_a=sa, scale_b=sw)\n"
+                  "a, w = deq(qa, sa, qw, sw)\nok(close(y, ref_grouped(a, w, offs)), 'values')",
+    "linear_convention": "y = G.grouped_mm(qa, qw, offs, scale_a=sa, scale_b=sw, "
+                         "out_dtype=torch.float16)\na, w = deq(qa, sa, qw, sw)\n"
+                         "ok(y.dtype == torch.float16, str(y.dtype))\n"
+                         "ok(close(y, ref_grouped(a, w, offs)), 'values of an (E, N, K) b')",
+    "masked": "c = torch.tensor([16, 3, 0, 9], dtype=torch.int32)\n"
+              "y = G.grouped_mm(qa.view(E, T, K8), bt, counts=c, scale_a=sa.view(E, T, 2), "
+              "scale_b=sw)\na, w = deq(qa, sa, qw, sw)\na = a.view(E, T, K8)\n"
+              "for e in range(E):\n"
+              "    n = int(c[e])\n"
+              "    ok(close(y[e, :n], a[e, :n] @ w[e].T), f'expert {e}')",
 }
 
 MOE_HEAD = HEAD + """from tirx_gemm.op import moe
@@ -278,6 +367,10 @@ def cases():
            for w, c, e, n in GROUPED]
     out += [py(f"grouped.works.{w}", "grouped GEMM", GROUPED_HEAD + c + "\n", "work")
             for w, c in GROUPED_WORKS.items()]
+    out += [py(f"grouped_fp8.{w}", "fp8 grouped GEMM", GROUPED_FP8_HEAD + c + "\n", e, n)
+            for w, c, e, n in GROUPED_FP8]
+    out += [py(f"grouped_fp8.works.{w}", "fp8 grouped GEMM", GROUPED_FP8_HEAD + c + "\n", "work")
+            for w, c in GROUPED_FP8_WORKS.items()]
     out += [py(f"moe.{w}", "MoE layer", MOE_HEAD + c + "\n", e, n, emulate=True)
             for w, c, e, n in MOE]
     out += [py(f"moe.works.{w}", "MoE layer", MOE_HEAD + c, "work") for w, c in MOE_WORKS.items()]

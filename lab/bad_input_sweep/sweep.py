@@ -217,21 +217,51 @@ def emulate(arch="sm_90a", sms=132):
         return
     _g.check_grouped.__kwdefaults__["require_cuda"] = False
     _g._gpu = lambda dev: (arch, sms)
+    def per_expert(a, w, out, index, scale=None, bias=None):
+        # w: (E, N, K); index: offs (2-D a) or counts (3-D a); v14's epilogue in fp32, one
+        # rounding: (a_e @ w[e].T + bias[e]) * scale[row]
+        def rows(e, a_e, s_e):
+            acc = a_e.float() @ w[e].float().T
+            if bias is not None:
+                acc = acc + bias[e].float()
+            if s_e is not None:
+                acc = acc * s_e.float()[:, None]
+            return acc.to(out.dtype)
+        if a.dim() == 2:
+            start = 0
+            for e in range(w.shape[0]):
+                end = int(index[e])
+                if end > start:
+                    out[start:end] = rows(e, a[start:end],
+                                          None if scale is None else scale[start:end])
+                start = max(start, end)
+        else:
+            for e in range(w.shape[0]):
+                c = int(index[e])
+                out[e, :c] = rows(e, a[e, :c], None if scale is None else scale[e, :c])
     def grouped_load(step_id, arch_, N, K, kwargs):
-        def kernel(a, w, out, index):  # w: (E, N, K); index: offs (2-D a) or counts (3-D a)
-            if a.dim() == 2:
-                start = 0
-                for e in range(w.shape[0]):
-                    end = int(index[e])
-                    if end > start:
-                        out[start:end] = (a[start:end].float() @ w[e].float().T).to(out.dtype)
-                    start = max(start, end)
-            else:
-                for e in range(w.shape[0]):
-                    c = int(index[e])
-                    out[e, :c] = (a[e, :c].float() @ w[e].float().T).to(out.dtype)
+        def kernel(a, w, out, index, *epi):  # epi: [scale][, bias], v14's ROW_SCALE, BIAS
+            epi = list(epi)
+            scale = epi.pop(0) if kwargs.get("ROW_SCALE") else None
+            bias = epi.pop(0) if kwargs.get("BIAS") else None
+            per_expert(a, w, out, index, scale, bias)
         return kernel, "stand-in v14"
     _g._load = grouped_load
+    try:
+        from tirx_gemm.op import grouped_fp8 as _gf
+    except ImportError:
+        return
+    _gf.check_grouped_fp8.__kwdefaults__["require_cuda"] = False
+    _gf._gpu = lambda dev: (arch, sms)
+    def grouped_fp8_load(step_id, arch_, N, K, kwargs):
+        def kernel(a, w, out, index, sa, sb):  # v14 FP8_BLOCK: uint8 bytes, flattened scales
+            E = w.shape[0]; KB = K // 128; NB = (N + 127) // 128
+            wf = w.view(torch.float8_e4m3fn).float() * sb.view(E, NB, KB).repeat_interleave(
+                128, 1)[:, :N].repeat_interleave(128, 2)
+            af = a.reshape(-1, K).view(torch.float8_e4m3fn).float() * sa.repeat_interleave(128, 1)
+            per_expert(af.view(a.shape), wf, out, index)
+        return kernel, "stand-in v14 fp8"
+    _gf._load = grouped_fp8_load
 
 def _main():
 {body}
@@ -324,7 +354,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(1)
 import tirx_gemm.op.matmul, tirx_gemm.op.torch_op, tirx_gemm.op.nn, tirx_gemm.op.fp8
-for extra in ("autograd", "grouped", "moe", "fp8_nn"):
+for extra in ("autograd", "grouped", "grouped_fp8", "moe", "fp8_nn"):
     try:
         __import__("tirx_gemm.op." + extra)
     except Exception:
@@ -608,6 +638,7 @@ def main(argv=None) -> int:
                     f.write(json.dumps(rec) + "\n")
     counts = summary(records)
     line = {"kind": "summary", "catalogue": args.catalogue, "cases": len(records), **counts,
+            **({"only": args.only} if args.only else {}), **({"ids": args.ids} if args.ids else {}),
             "timestamp": stamp, "card": CARD, "python": platform.python_version()}
     print(json.dumps(line))
     if args.summary:

@@ -1,7 +1,7 @@
 """Time a whole MoE MLP block: transformers' module against the same module after patch_moe.
 
     python lab/moe_grouped_gemm/bench_moe_mlp.py --out records/FILE.jsonl [--tokens 1 16 4096]
-        [--models mixtral qwen3moe] [--budget-s S]
+        [--models mixtral qwen3moe] [--budget-s S] [--peers grouped_mm batched_mm]
 
 The blocks are transformers' MixtralSparseMoeBlock (E 8, top-2, hidden 4096, FFN 14336) and
 Qwen3MoeSparseMoeBlock (E 128, top-8, hidden 2048, FFN 768), built from a config with random
@@ -12,6 +12,15 @@ two grouped launches, unpermute, no sync): both eagerly (CUDA events around the 
 median of 7 after 3 warm-ups) and the patched one under a CUDA graph as well. The outputs are
 compared first (max relative error). A record per (model, tokens), saying whether the patched
 block's SwiGLU (gate/up) and row scale (down) ran fused in v14's epilogue or as torch ops.
+
+Two transformers peers. A block built on its own from a config has
+``config._experts_implementation`` None, and transformers then runs the experts' own forward:
+the Python loop over the experts hit (``ms_module``). A model built through PreTrainedModel
+gets "grouped_mm" by default where torch has it (transformers 5.x, ``ExpertsInterface``):
+sort, one ``torch.nn.functional.grouped_mm`` per projection, no host sync. With
+``--peers grouped_mm`` (the default) the same block runs that way too, eager and under a CUDA
+graph (``ms_grouped_mm_eager``, ``ms_grouped_mm_graph``, ``rel_err_grouped_mm`` against the
+loop), and ``speedup_vs_grouped_mm_graph`` is its graphed time over the patched block's.
 """
 import argparse
 import json
@@ -134,12 +143,40 @@ def graph_ms(fn, reps=7):
     return eager_ms(g.replay, warm=3, reps=reps)
 
 
+def time_peer(hf, x, want, peer, rec):
+    """transformers' block with ``config._experts_implementation = peer`` (its
+    ExpertsInterface), eager and graphed, into rec as ``*_<peer>*`` fields; put back after.
+    A block without that setting (a copy of the structure, an older transformers) or a peer
+    that fails gets ``<peer>_note`` instead."""
+    cfg = getattr(hf.experts, "config", None)
+    if cfg is None or not hasattr(cfg, "_experts_implementation"):
+        rec[f"{peer}_note"] = "this block has no experts_implementation setting"
+        return
+    before = cfg._experts_implementation
+    try:
+        cfg._experts_implementation = peer
+        with torch.no_grad():
+            got = _out(hf(x)).float()
+            rec[f"rel_err_{peer}"] = float((got - want).abs().max() / want.abs().max())
+            rec[f"ms_{peer}_eager"] = eager_ms(lambda: hf(x))
+            rec[f"speedup_vs_{peer}_eager"] = rec[f"ms_{peer}_eager"] / rec["ms_patched_eager"]
+            rec[f"ms_{peer}_graph"] = graph_ms(lambda: hf(x))
+            rec[f"speedup_vs_{peer}_graph"] = rec[f"ms_{peer}_graph"] / rec["ms_patched_graph"]
+    except Exception as exc:  # noqa: BLE001 -- recorded beside the loop's figures
+        rec[f"{peer}_note"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    finally:
+        cfg._experts_implementation = before
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", nargs="*", type=int, default=[1, 16, 4096])
     ap.add_argument("--models", nargs="*", default=list(CONFIGS))
     ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--peers", nargs="*", default=["grouped_mm"],
+                    help="transformers experts implementations timed beside its loop "
+                         "(ExpertsInterface names, e.g. grouped_mm batched_mm; none: the loop only)")
     ap.add_argument("--fused", action="store_true", help="v14's fused SwiGLU and row scale "
                     "(tirx_gemm.op.grouped_epilogue.ENABLED, the op's default); without it the "
                     "bench turns them off: torch ops after the launches")
@@ -178,6 +215,8 @@ def main(argv=None) -> int:
                     rec["ms_patched_graph"] = graph_ms(lambda: ours(x))
                 rec["speedup_eager"] = rec["ms_module"] / rec["ms_patched_eager"]
                 rec["speedup_graph"] = rec["ms_module"] / rec["ms_patched_graph"]
+                for peer in args.peers:
+                    time_peer(hf, x, want, peer, rec)
             except Exception as exc:  # noqa: BLE001 -- recorded, the next case runs
                 rec["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             with open(args.out, "a") as f:

@@ -18,6 +18,18 @@ BLK_N_STEP, BLK_N_MAX = 8, 256
 AUTO_DEPTH_MAX = 16           # v12's: a decode tile's stage is small, keep many in flight
 
 
+def check_walk(E, LAYOUT, BLK_M):
+    """The walk's own constraints, both kernels (16-bit and FP8_BLOCK): E, LAYOUT, BLK_M."""
+    if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
+        raise ValueError(f"E={E!r} must be an int in [1, {W.E_MAX}] (experts per launch: one "
+                         f"scanning thread per expert)")
+    if LAYOUT not in W.LAYOUTS:
+        raise ValueError(f"LAYOUT={LAYOUT!r} must be one of {', '.join(W.LAYOUTS)}")
+    if isinstance(BLK_M, bool) or BLK_M not in BLK_MS:
+        raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
+                         f"warpgroups of 64 rows)")
+
+
 def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
               LAYOUT: str = "contiguous", BLK_M: int = 128, BLK_N: int = 128,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = True,
@@ -62,20 +74,11 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
         if SWAP_AB or TMA_STORE or STORE_STEPS != 1 or ROW_SCALE or BIAS or SWIGLU:
             raise ValueError("FP8_BLOCK=True is built for plain tiles only: no SWAP_AB, "
                              "TMA_STORE, STORE_STEPS, ROW_SCALE, BIAS or SWIGLU")
-        if LAYOUT not in W.LAYOUTS:
-            raise ValueError(f"LAYOUT={LAYOUT!r} must be one of {', '.join(W.LAYOUTS)}")
         return hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH,
                                    SM_COUNT, RUNTIME_M, GROUP, PRODUCER_REGS, CONSUMER_REGS)
     BLK_K = W.SWIZZLE_ROW_ELEMS
     H.check_edge_shape(M, N, K, dtype)
-    if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
-        raise ValueError(f"E={E!r} must be an int in [1, {W.E_MAX}] (experts per launch: one "
-                         f"scanning thread per expert)")
-    if LAYOUT not in W.LAYOUTS:
-        raise ValueError(f"LAYOUT={LAYOUT!r} must be one of {', '.join(W.LAYOUTS)}")
-    if isinstance(BLK_M, bool) or BLK_M not in BLK_MS:
-        raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
-                         f"warpgroups of 64 rows)")
+    check_walk(E, LAYOUT, BLK_M)
     if isinstance(BLK_N, bool) or not isinstance(BLK_N, int) or BLK_N % BLK_N_STEP \
             or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
         raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
@@ -179,27 +182,20 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
         #   stage s; the producer waits from phase 1 (every stage starts empty).
         stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
         tma2mma, mma2tma = stages.full, stages.empty
-        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
+        Asmem, Bsmem = W.walk_stages(pool, PIPE_DEPTH, BLK_M, BLK_N, BLK_K, dtype, A_layout,
+                                     B_layout)
         if TMA_STORE:
             Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
                                            dtype, layout=D_layout))
         else:
             Dstage = T.meta_var(None)
-        scan = pool.alloc((2, E), "int32")                  # token tiles, prefix sums
-        bounds = pool.alloc((E, W.BOUND_ROWS), "int32")     # each expert's row start, end
-        pool.commit()
-
-        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        if wg_id == PRODUCER:
-            if tid_in_wg == 0:
-                stages.init()
-        W.publish_setup()
+        scan, bounds = W.walk_tables(pool, E)
 
         # --- the walk's length, on the device: thread e reads expert e's rows ---
-        W.scan_experts(scan, bounds, routing, wg_id * 128 + tid_in_wg, E, TOK, M_DIM, MASKED)
-        total = T.meta_var(scan[W.log2_ceil(E) % 2, E - 1] * W_TILES)
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        W.start_walk(stages, scan, bounds, routing, wg_id, tid_in_wg, PRODUCER, E, TOK, M_DIM,
+                     MASKED)
+        total = T.meta_var(W.walk_length(scan, E, W_TILES))
         at = T.alloc_local((4,), "int32")  # (expert, token row, expert's row end, weight row)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
@@ -343,12 +339,7 @@ def hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH, SM_
     if K % BLK_K:
         raise ValueError(f"K={K} is not a multiple of {BLK_K}: FP8_BLOCK scales A per 1x{BLK_K} "
                          f"and B per {BLK_K}x{BLK_K} block along K")
-    if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
-        raise ValueError(f"E={E!r} must be an int in [1, {W.E_MAX}] (experts per launch: one "
-                         f"scanning thread per expert)")
-    if isinstance(BLK_M, bool) or BLK_M not in BLK_MS:
-        raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
-                         f"warpgroups of 64 rows)")
+    check_walk(E, LAYOUT, BLK_M)
     if isinstance(BLK_N, bool) or BLK_N not in FP8_BLK_NS:
         raise ValueError(f"BLK_N={BLK_N!r} with FP8_BLOCK: one of {FP8_BLK_NS} (a tile inside "
                          f"one 128-row block of B; acc, tmp0, tmp1 within the registers)")
@@ -411,20 +402,12 @@ def hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH, SM_
         W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
 
     @T.inline
-    def queue_stage(tmp, ring, tma2mma, desc_a, desc_b, consumer):
-        # the 4 k32 wgmmas of the next stage into tmp (overwritten), one commit group
-        tma2mma.wait(ring.stage, ring.phase, "consumer")
-        W.mma_fence()
-        W.wgmma_fp8_tile(tmp, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES), False, 1, BLK_N)
-        W.mma_commit()
-        ring.advance()
-
-    @T.inline
     def queue_pair(tmp0, tmp1, ring, tma2mma, desc_a, desc_b, consumer):
-        queue_stage(tmp0, ring, tma2mma, desc_a, desc_b, consumer)
-        queue_stage(tmp1, ring, tma2mma, desc_a, desc_b, consumer)
+        # the next two stages' wgmmas into tmp0 and tmp1, a commit group each
+        W.queue_fp8_stage(tmp0, ring, tma2mma, desc_a, desc_b, consumer, A_STAGE_BYTES,
+                          B_STAGE_BYTES, BLK_N)
+        W.queue_fp8_stage(tmp1, ring, tma2mma, desc_a, desc_b, consumer, A_STAGE_BYTES,
+                          B_STAGE_BYTES, BLK_N)
 
     @T.prim_func
     def kernel(A: T.Buffer(A_SHAPE, W.FP8_STORAGE), B: T.Buffer((E, N, K), W.FP8_STORAGE),
@@ -444,22 +427,15 @@ def hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH, SM_
         #   stage s and its partial sum is promoted; the producer waits from phase 1.
         stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
         tma2mma, mma2tma = stages.full, stages.empty
-        pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
-        Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), W.FP8_STORAGE, layout=A_layout)
-        Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE, layout=B_layout)
-        scan = pool.alloc((2, E), "int32")
-        bounds = pool.alloc((E, W.BOUND_ROWS), "int32")
-        pool.commit()
-
-        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        if wg_id == PRODUCER:
-            if tid_in_wg == 0:
-                stages.init()
-        W.publish_setup()
+        Asmem, Bsmem = W.walk_stages(pool, PIPE_DEPTH, BLK_M, BLK_N, BLK_K, W.FP8_STORAGE,
+                                     A_layout, B_layout)
+        scan, bounds = W.walk_tables(pool, E)
 
         # --- the walk's length, on the device (v14's) ---
-        W.scan_experts(scan, bounds, routing, wg_id * 128 + tid_in_wg, E, BLK_M, M_DIM, MASKED)
-        total = T.meta_var(scan[W.log2_ceil(E) % 2, E - 1] * W_TILES)
+        tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
+        W.start_walk(stages, scan, bounds, routing, wg_id, tid_in_wg, PRODUCER, E, BLK_M, M_DIM,
+                     MASKED)
+        total = T.meta_var(W.walk_length(scan, E, W_TILES))
         at = T.alloc_local((4,), "int32")
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,

@@ -15,9 +15,16 @@ replay picks up new routing written into the same tensor.
   expert's weight tile is read from HBM once per GROUP token tiles.
 * ``store_packed_rows`` / ``store_transposed_rows``: the tile's rows (D's rows) are written
   only below the expert's row end, so no tile writes another expert's rows.
+* ``walk_stages``, ``walk_tables``, ``start_walk``, ``walk_length``: the set-up both v14
+  kernels (16-bit and FP8_BLOCK) share: the ring's tiles, the scan's tables, the barrier
+  init and the scan, the walk's length; ``queue_fp8_stage``: one e4m3 stage's
+  wgmmas into a promotion tile (v13's pipelined mainloop issues the same).
 """
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
+
+from .fp8 import wgmma_fp8_tile
+from .wgmma import DESC_M64_STEP, desc_advance, mma_commit, mma_fence, publish_setup
 
 E_MAX = 256       # experts per launch: one scanning thread per expert (256 threads at least)
 LAYOUTS = ("contiguous", "masked")
@@ -88,6 +95,60 @@ def tile_at(at, scan, bounds, t, E: int, TOK: int, W_TILES: int, W_BLK: int, GRO
     at[1] = bounds[e, 0] + (first + T.truncmod(within, inside)) * TOK
     at[2] = bounds[e, 1]
     at[3] = T.truncdiv(within, inside) * W_BLK
+
+
+def walk_stages(pool, depth: int, blk_m: int, blk_n: int, blk_k: int, storage, a_layout,
+                b_layout):
+    """(Asmem, Bsmem), plain Python called in the kernel body right after the ring's
+    barriers: the A (depth, blk_m, blk_k) and B (depth, blk_n, blk_k) stages from byte 1024
+    (swizzled tiles need 1024-byte alignment). What the kernel adds (staging tiles, the
+    scan's tables) follows in the same pool."""
+    pool.move_base_to(1024)
+    Asmem = pool.alloc((depth, blk_m, blk_k), storage, layout=a_layout)
+    Bsmem = pool.alloc((depth, blk_n, blk_k), storage, layout=b_layout)
+    return Asmem, Bsmem
+
+
+def walk_tables(pool, E: int):
+    """(scan, bounds), plain Python: the scan's token tiles and prefix sums (2, E) and each
+    expert's row start and end (E, BOUND_ROWS), int32, the pool's last allocations (it is
+    committed here)."""
+    scan = pool.alloc((2, E), "int32")
+    bounds = pool.alloc((E, BOUND_ROWS), "int32")
+    pool.commit()
+    return scan, bounds
+
+
+@T.inline
+def start_walk(stages, scan, bounds, R, wg_id, tid_in_wg, producer: int, E: int, TOK: int, M,
+               masked: bool):
+    """Every thread, before the roles split: the producer's thread 0 inits the ring, the
+    setup is published, and the CTA scans the routing tensor R (scan_experts)."""
+    if wg_id == producer:
+        if tid_in_wg == 0:
+            stages.init()
+    publish_setup()
+    scan_experts(scan, bounds, R, wg_id * 128 + tid_in_wg, E, TOK, M, masked)
+
+
+def walk_length(scan, E: int, w_tiles: int):
+    """The walk's length (units): the last prefix of token tiles x weight tiles."""
+    return scan[log2_ceil(E) % 2, E - 1] * w_tiles
+
+
+@T.inline
+def queue_fp8_stage(tmp, ring, full, desc_a, desc_b, consumer, a_stage_bytes: int,
+                    b_stage_bytes: int, n: int):
+    """A consumer warpgroup: wait for the ring's next stage (``full``, its tma2mma), queue its
+    4 k32 e4m3 wgmmas into ``tmp`` (overwritten: a promotion tile) as one commit group, and
+    step the ring. ``consumer`` picks the 64-row block of A."""
+    full.wait(ring.stage, ring.phase, "consumer")
+    mma_fence()
+    wgmma_fp8_tile(tmp, desc_advance(desc_a[0], ring.stage * a_stage_bytes)
+                   + T.Cast("uint64", consumer * DESC_M64_STEP),
+                   desc_advance(desc_b[0], ring.stage * b_stage_bytes), False, 1, n)
+    mma_commit()
+    ring.advance()
 
 
 @T.inline

@@ -16,8 +16,9 @@ the tensor core into fp32 with their two scales (v13's promotion). The result is
 The masked layout (DeepGEMM's ``m_grouped_fp8_gemm_nt_masked``): ``a`` (E, T, K), ``counts``
 (E,) int32 (None: every row), ``scale_a`` (E, T, K/128); the result (E, T, N).
 
-Not built here: bias, scale and SwiGLU on fp8, the torch custom op (eager only), sm_100a (its
-v14 twin is 16-bit; v13 has MXFP8 on NumSim, no grouped form).
+The torch custom op (``torch.ops.tirx_gemm.grouped_mm``, op/moe.py) carries ``scale_a`` and
+``scale_b``, so torch.compile traces an fp8 call too. Not built here: bias, scale and SwiGLU on
+fp8, sm_100a (its v14 twin is 16-bit; v13 has MXFP8 on NumSim, no grouped form).
 :func:`quantize_rows` and :func:`quantize_experts` make such operands from real tensors.
 """
 
@@ -51,6 +52,17 @@ def choose_grouped_fp8(rows: int, E: int, N: int, K: int, out_dtype="bfloat16",
     DECODE_TOKENS, else 128; BLK_N 128 (one 128-row block of B per tile), or the narrowest of
     16..64 that holds a smaller N."""
     sm_count = spec.SM_COUNT[ARCH] if sm_count is None else sm_count
+    for name, v in (("rows", rows), ("E", E), ("N", N), ("K", K), ("sm_count", sm_count)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "rows" else 1):
+            kind = "non-negative" if name == "rows" else "positive"
+            raise ValueError(f"{name}={v!r} must be a {kind} int")
+    out_dtype = str(out_dtype).removeprefix("torch.")
+    if E > 256 or N % 8 or K % SCALE_BLOCK or out_dtype not in OUT_DTYPES \
+            or layout not in ("contiguous", "masked"):
+        raise ValueError(f"E={E}, N={N}, K={K}, out_dtype={out_dtype!r}, layout={layout!r}: fp8 "
+                         f"grouped_mm takes E in [1, 256], N a multiple of 8, K a multiple of "
+                         f"{SCALE_BLOCK}, out_dtype one of {OUT_DTYPES}, layout 'contiguous' or "
+                         f"'masked'")
     per = rows / max(E, 1)
     blk_m = 64 if per <= DECODE_TOKENS else 128
     blk_n = next((w for w in (16, 32, 64) if N <= w), 128)
@@ -102,14 +114,17 @@ def check_grouped_fp8(a, b, offs=None, scale_a=None, scale_b=None, out_dtype=Non
     index, iname = (counts, "counts") if masked else (offs, "offs")
     other = offs if masked else counts
     if other is not None:
-        raise ValueError("offs= goes with a 2-D a (contiguous), counts= with a 3-D a (masked)")
+        raise ValueError(f"{'offs' if masked else 'counts'}= does not go with a "
+                         f"{'3-D' if masked else '2-D'} a: pass offs= with a 2-D a (contiguous) "
+                         f"or counts= with a 3-D a (masked)")
     if index is None and not masked:
         raise ValueError("a 2-D a needs offs=: int32 cumulative row ends, one per expert")
     if index is not None and not isinstance(index, torch.Tensor):
         raise TypeError(f"{iname} must be a torch.Tensor, got {type(index).__name__}")
     M, K, E = a.shape[-2], a.shape[-1], b.shape[0]
     if masked and a.shape[0] != E:
-        raise ValueError(f"a is {tuple(a.shape)} but b has {E} experts: a masked a is (E, T, K)")
+        raise ValueError(f"a is {tuple(a.shape)} but b has {E} experts: a masked a must be "
+                         f"({E}, T, K), one block of T rows per expert")
     if b.shape[1] == K:
         weight = b.transpose(1, 2)
     elif b.shape[2] == K:

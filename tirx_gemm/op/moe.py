@@ -3,9 +3,11 @@
 
 Importing this module registers ``tirx_gemm::grouped_mm(Tensor a, Tensor b, Tensor? offs=None,
 Tensor? counts=None, str? layout=None, Tensor? bias=None, Tensor? scale=None, ScalarType?
-out_dtype=None) -> Tensor`` with ``torch.library.custom_op``: its implementation is
-tirx_gemm.op.grouped.grouped_mm (asynchronous, no host sync), its fake implementation
-returns the empty result after the checks that need no data (grouped.check_grouped_shapes),
+out_dtype=None, Tensor? scale_a=None, Tensor? scale_b=None) -> Tensor`` with
+``torch.library.custom_op``: its implementation is tirx_gemm.op.grouped.grouped_mm
+(asynchronous, no host sync; float8_e4m3fn operands with their block scales ``scale_a``,
+``scale_b``: op/grouped_fp8.py), its fake implementation returns the empty result after the
+checks that need no data (grouped.check_grouped_shapes, grouped_fp8.check_grouped_fp8),
 so ``torch.compile(model, fullgraph=True)`` traces a model that calls :func:`grouped_mm`
 without a graph break and CUDA graphs capture its launch. As in tirx_gemm.torch_op,
 :func:`grouped_mm` calls the op while torch.compile traces and the function directly in eager
@@ -65,9 +67,11 @@ _DTYPES = (torch.float16, torch.bfloat16)
 def _op(a: torch.Tensor, b: torch.Tensor, offs: Optional[torch.Tensor] = None,
         counts: Optional[torch.Tensor] = None, layout: Optional[str] = None,
         bias: Optional[torch.Tensor] = None, scale: Optional[torch.Tensor] = None,
-        out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        out_dtype: Optional[torch.dtype] = None, scale_a: Optional[torch.Tensor] = None,
+        scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    fp8 = {} if scale_a is None and scale_b is None else {"scale_a": scale_a, "scale_b": scale_b}
     return _eager(a, b, offs, counts=counts, layout=layout, bias=bias, scale=scale,
-                  out_dtype=out_dtype)
+                  out_dtype=out_dtype, **fp8)
 
 
 def _eager(a, b, offs=None, **kw):
@@ -76,7 +80,14 @@ def _eager(a, b, offs=None, **kw):
 
 
 @_op.register_fake
-def _fake(a, b, offs=None, counts=None, layout=None, bias=None, scale=None, out_dtype=None):
+def _fake(a, b, offs=None, counts=None, layout=None, bias=None, scale=None, out_dtype=None,
+          scale_a=None, scale_b=None):
+    if scale_a is not None or scale_b is not None or "float8" in str(a.dtype):
+        from tirx_gemm.op.grouped_fp8 import check_grouped_fp8
+        layout, M, N, _, E, _, odt = check_grouped_fp8(
+            a, b, offs, scale_a, scale_b, out_dtype, counts=counts, layout=layout, bias=bias,
+            scale=scale, require_cuda=False)
+        return a.new_empty((E, M, N) if layout == "masked" else (M, N), dtype=odt)
     p = G.check_grouped_shapes(a, b, offs, counts, layout, bias, scale, out_dtype)
     return a.new_empty(p.out_shape)
 
@@ -85,13 +96,15 @@ OP = torch.ops.tirx_gemm.grouped_mm.default
 
 
 def grouped_mm(a, b, offs=None, *, counts=None, layout=None, bias=None, scale=None,
-               out_dtype=None):
+               out_dtype=None, scale_a=None, scale_b=None):
     """tirx_gemm.op.grouped.grouped_mm, usable in a model that torch.compile traces: the op
-    ``torch.ops.tirx_gemm.grouped_mm`` while tracing, the function directly in eager mode."""
+    ``torch.ops.tirx_gemm.grouped_mm`` while tracing, the function directly in eager mode
+    (fp8 with ``scale_a``, ``scale_b`` too)."""
     if torch.compiler.is_compiling():
-        return OP(a, b, offs, counts, layout, bias, scale, out_dtype)
+        return OP(a, b, offs, counts, layout, bias, scale, out_dtype, scale_a, scale_b)
+    fp8 = {} if scale_a is None and scale_b is None else {"scale_a": scale_a, "scale_b": scale_b}
     return _eager(a, b, offs, counts=counts, layout=layout, bias=bias, scale=scale,
-                  out_dtype=out_dtype)
+                  out_dtype=out_dtype, **fp8)
 
 
 # --------------------------------------------------------------------------------------
