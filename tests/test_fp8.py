@@ -569,6 +569,71 @@ def test_thin_a_builder_refusals():
         build(8, 16, 1024, BLK_M=64, BLK_N=16, A_ROWS=8, PIPE_DEPTH=2)
 
 
+def test_cta_pair_builder_refusals():
+    pytest.importorskip("tvm")
+    build = STEP.builder()
+    with pytest.raises(ValueError, match="CLUSTER=4 must be 1 or 2"):
+        build(256, 256, 1024, CLUSTER=4)
+    with pytest.raises(ValueError, match="CLUSTER=2 takes SPLIT_K=1 and full A stages"):
+        build(256, 256, 4096, BLK_M=64, BLK_N=64, SPLIT_K=2, L2_GROUP=7, CLUSTER=2)
+    with pytest.raises(ValueError, match="CLUSTER=2 takes SPLIT_K=1 and full A stages"):
+        build(8, 256, 1024, BLK_M=64, BLK_N=64, A_ROWS=8, CLUSTER=2)
+    with pytest.raises(ValueError, match="SM_COUNT=131 is not a multiple of the cluster size 2"):
+        build(256, 256, 1024, SM_COUNT=131, CLUSTER=2)
+
+
+def test_cta_pair_loads_half_of_b_each_multicast_and_releases_in_both():
+    """CLUSTER=2 (the lab's pair): each CTA loads its own A tile and half of the B tile,
+    multicast to both (mask 3); the empty barrier counts both CTAs' consumers (remote arrives
+    through mapa), the setup is published cluster-wide and the kernel ends on a cluster
+    barrier; CLUSTER=1 has none of it."""
+    pytest.importorskip("tvm")
+    kw = dict(BLK_M=128, BLK_N=128, RUNTIME_M=True, RUNTIME_NK=True, SCALE="block")
+    text = STEP.build_primfunc(1000, 1024, 1024, CLUSTER=2, **kw).script()
+    loads = [ln for ln in text.splitlines() if "copy_async(" in ln and "mbar=" in ln]
+    assert len(loads) == 2, loads
+    a_load, b_load = sorted(loads, key=lambda ln: "Bsmem" in ln)
+    assert "cta_mask" not in a_load and " * 2 + rank) * 128" in a_load
+    assert "cta_mask=3" in b_load and "rank * 64:rank * 64 + 64" in b_load
+    assert "mapa.shared::cluster" in text and "cluster_sync" in text
+    assert 'T.ptx.fence("mbarrier_init", "release", "cluster", "")' in text
+    empty = [ln for ln in text.splitlines() if "stages_empty_buf" in ln and '"init"' in ln]
+    assert len(empty) == 1 and "T.uint32(4)" in empty[0], empty  # 2 CTAs x 2 consumers
+    one = STEP.build_primfunc(1000, 1024, 1024, **kw).script()
+    assert "cta_mask" not in one and "cluster_sync" not in one and "mapa" not in one
+
+
+def test_cta_pair_build_multicasts_without_spills():
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    kw = {**fp8.choose_fp8(4096, "tensor", False, N=4096, K=4096), "CLUSTER": 2}
+    (res,) = build_many([(STEP, (256, 256, 256), kw)])
+    if isinstance(res, Exception):
+        raise res
+    c = res.sass_counts
+    assert c.get("UTMALDG.2D.MULTICAST") == 1 and c.get("UTMALDG.2D") == 1, c
+    assert c.get("UCGABAR_ARV", 0) > 0 and c.get("UCGABAR_WAIT", 0) > 0, c
+    assert c.get("QGMMA.64x128x32.F32.E4M3.E4M3", 0) > 0
+    assert res.spill_stores == 0 and res.spill_loads == 0
+
+
+def test_the_pair_candidates_are_the_128_row_pick_on_a_pair_above_small_m():
+    """The A/B's candidates (lab/fp8_on_hopper/fp8_lab_variants.cluster_candidates): the pick
+    plus CLUSTER=2 where the pick is a 128-row tile at M > 128; none at small M (64-row
+    tiles, splits, thin A) or on an odd SM count (the pool is whole pairs)."""
+    path = ROOT / "lab" / "fp8_on_hopper" / "fp8_lab_variants.py"
+    spec = importlib.util.spec_from_file_location("fp8_lab_variants", path)
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    for mode in numerics.FP8_SCALES:
+        pick = fp8.choose_fp8(8192, mode, False, N=8192, K=28672)
+        assert lab.cluster_candidates(8192, 8192, 28672, mode) == [("pair", {**pick, "CLUSTER": 2})]
+        assert lab.cluster_candidates(16, 4096, 14336, mode) == []
+        assert lab.cluster_candidates(8192, 8192, 28672, mode, sm_count=131) == []
+        assert lab.pair_check_kwargs(mode)[1] == {**lab.pair_check_kwargs(mode)[0], "CLUSTER": 2}
+    assert lab.cluster_candidates(512, 576, 7168, "tensor") == []  # mid_m_tile: 64 x 64
+
+
 def test_the_mid_m_rule_narrows_the_tile_only_where_128x128_tiles_leave_sms_idle():
     """mid_m_tile (M > 128, promoted): fewest waves x rows loaded per stage; the two shapes
     it was fit on (H200: 64 x 64 and 128 x 64 ran 1.85x and 1.37x faster than 128 x 128)

@@ -29,8 +29,8 @@ SM100A_ISSUE = {"tma_load_tiles", "tma_load_unit", "tma_load_pair", "tma_load_op
                 "mma_tile_at", "mma_tile_pair", "mma_tile_major", "mma_commit", "mma_commit_pair",
                 "tma_store_swizzled"}
 SM90A_ISSUE = {"tma_load_tiles", "tma_load_unit", "tma_load_operand", "tma_load_fp8_tiles",
-               "tma_load_multicast_b", "tma_store_tile", "copy_async", "commit_group", "wait_group",
-               "read"}
+               "tma_load_fp8_multicast_b", "tma_load_multicast_b", "tma_store_tile", "copy_async",
+               "commit_group", "wait_group", "read"}
 CLC_PTX = "clusterlaunchcontrol.try_cancel"
 
 

@@ -12,7 +12,8 @@ With --suite FILE [FILE ...]: the kernels `tirx-gemm bench --suite FILE` runs (s
 the fp8 entries' picks over all M) and, with --candidates, the tile candidates fp8_suite_run.py
 times beside each pick (fp8.tile_candidates); --split-suite FILE adds the picks and K splits
 (fp8.split_candidates) of that suite's cases, --thin the other A stages of each pick at M <= 16
-(fp8_lab_variants.thin_candidates). With --probe: the variants fp8_probe.py times.
+(fp8_lab_variants.thin_candidates), --cluster the pick on a CTA pair at M > 128
+(fp8_lab_variants.cluster_candidates) and the pairs fp8_pair_check.py runs. With --probe: the variants fp8_probe.py times.
 
   .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8/bundle [--suite FILE --candidates]
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from tirx_gemm import registry
 
@@ -29,10 +31,12 @@ from tirx_gemm.op import suite as suites
 from tirx_gemm.op.matmul import build_shape
 from tirx_gemm.compile import bundle
 
-from fp8_lab_variants import lab_variant_requests, lab_variants, thin_candidates  # noqa: E402,F401 (this folder)
+from fp8_lab_variants import (cluster_candidates, lab_variant_requests, lab_variants,  # noqa: E402,F401
+                              pair_check_kwargs, thin_candidates)  # (this folder)
 
 
-def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool = False):
+def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool = False,
+                   cluster: bool = False):
     s = suites.load_suite(path)
     reqs = suites.export_requests(s, suites.MATMUL, fp8.ARCH, sms)
     seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
@@ -49,6 +53,11 @@ def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool
         add(s.fp8_cases(), fp8.tile_candidates)
     if thin:
         add(s.fp8_cases(), thin_candidates)
+    if cluster:
+        add(s.fp8_cases(), cluster_candidates)
+        at = SimpleNamespace(M=4096, N=4096, K=4096, shape=(4096, 4096, 4096))
+        add([(at, "bfloat16", m) for m in fp8.numerics.FP8_SCALES],
+            lambda M, N, K, mode, dt, n: [(None, kw) for kw in pair_check_kwargs(mode, n)])
     if split_path:
         sp = suites.load_suite(split_path)
         add(sp.fp8_cases(), lambda M, N, K, mode, dt, n: [(None, fp8.choose_fp8(
@@ -70,6 +79,9 @@ def main(argv=None) -> int:
     ap.add_argument("--thin", action="store_true",
                     help="--suite: also the other A stages of each pick at M <= 16 "
                          "(fp8_lab_variants.thin_candidates)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="--suite: also the pick on a CTA pair at M > 128 "
+                         "(fp8_lab_variants.cluster_candidates) and fp8_pair_check.py's kernels")
     ap.add_argument("--split-suite", default=None,
                     help="--suite: also the picks and K-split candidates of this suite's fp8 "
                          "cases (fp8.split_candidates)")
@@ -87,7 +99,8 @@ def main(argv=None) -> int:
     elif a.suite:
         reqs, seen = [], set()
         for path in a.suite:
-            for r in suite_requests(path, a.num_sms, a.candidates, a.split_suite, a.thin):
+            for r in suite_requests(path, a.num_sms, a.candidates, a.split_suite, a.thin,
+                                    a.cluster):
                 if tuple(sorted(r[2].items())) not in seen:
                     seen.add(tuple(sorted(r[2].items())))
                     reqs.append(r)

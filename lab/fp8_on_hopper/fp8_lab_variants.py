@@ -41,3 +41,23 @@ def thin_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat1
     if "A_ROWS" in kw:
         return [("full A", {k: v for k, v in kw.items() if k != "A_ROWS"})]
     return [("thin A", {**kw, "A_ROWS": next(r for r in fp8.THIN_A_ROWS if M <= r)})]
+
+
+def cluster_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat16",
+                       sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
+    """(name, v13 keywords) timed beside choose_fp8's pick at M > 128 (fp8_suite_run.py
+    --candidates cluster): the pick's 128-row tile on a CTA pair along M (v13's CLUSTER=2: each
+    CTA loads half of the shared weight tile, multicast to both); none for other picks."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
+    if M <= fp8.SMALL_M or kw["BLK_M"] != 128 or "SPLIT_K" in kw or sm_count % 2:
+        return []
+    return [("pair", {**kw, "CLUSTER": 2})]
+
+
+def pair_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[dict, dict]:
+    """(the 128 x 128 pick of a scale kind, the same on a CTA pair): what fp8_pair_check.py runs
+    at its edge shapes (runtime-shape kernels: one pair serves every shape)."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(4096, mode, False, "bfloat16", sm_count, N=4096, K=4096)
+    return kw, {**kw, "CLUSTER": 2}

@@ -46,7 +46,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = False,
               RUNTIME_NK: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
               CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None,
-              SPLIT_K: int = 1, EARLY_SCALES: bool | None = None, A_ROWS: int | None = None):
+              SPLIT_K: int = 1, EARLY_SCALES: bool | None = None, A_ROWS: int | None = None,
+              CLUSTER: int = 1):
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
     Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a
@@ -58,15 +59,14 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       "row": (M,), (N,): D[m, n] = sa[m] * sb[n] * (A @ B.T)[m, n], in the epilogue;
       "block": (M, ceil(K/128)) per 1x128 of A, (ceil(N/128), ceil(K/128)) per 128x128 of
         B, applied in the mainloop: acc += tmp * sa * sb per 128-K stage.
-    Promotion (why: Hopper's fp8 wgmma keeps about 14 bits of its sum, the lesson): PROMOTE
-      k32 wgmmas sum into ``tmp``, then acc += tmp * factor in fp32. Default 4; PROMOTE=0:
-      fast accumulation. PROMOTE_OVERLAP (default at 4): stages 2j, 2j+1 into tmp0, tmp1,
-      tmp0 promoted while tmp1's wgmmas run; odd K_TILES: one zero stage past K.
-    SPLIT_K=S > 1: S units per tile over the stage pairs; each publishes its fp32 tile to
-      WS[s, tile] and counts it on CNT; the last sums the slabs in split order, scales,
-      stores D. Operands WS (S, tiles, BLK_M * BLK_N) fp32, CNT (tiles * BLK_M / 64,) int32
-      after SB, CNT zero at launch. EARLY_SCALES: both stages' block scales loaded early.
+    Promotion (fp8 wgmma keeps ~14 bits of its sum): PROMOTE k32 wgmmas sum into ``tmp``, then
+      acc += tmp * factor in fp32 (default 4; 0: fast). PROMOTE_OVERLAP (default at 4): stages
+      2j, 2j+1 into tmp0, tmp1, one promoted while the other's wgmmas run (odd K: a zero stage).
+    SPLIT_K=S > 1: S units per tile; each publishes its fp32 tile to WS[s, tile] (WS: (S,
+      tiles, BLK_M * BLK_N) fp32 after SB) and counts it on CNT ((tiles * BLK_M / 64,) int32,
+      zero at launch); the last sums them in split order, scales, stores D. EARLY_SCALES.
     A_ROWS (BLK_M 64; 8|16|32), M <= A_ROWS: thin A stages (the lesson; picked at M <= 16).
+    CLUSTER=2: v12's CTA pair along M, B's halves multicast (not picked: slower on an H100).
     Contracts/Barriers: v12's: tma2mma counts 1 (expect_tx (A_ROWS + BLK_N) x 128 bytes,
       a stage past K included), mma2tma counts BLK_M // 64; overlapped: stage 2j released
       after wait_group 1, 2j+1 after wait_group 0; serial: after wait_group 0.
@@ -75,7 +75,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       of 16 in [16, 256] ("block": 16-128); accumulators within the register budget
       (overlapped: BLK_N <= 128; serial: <= 160); PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH
       >= 2 within 227 KiB; RUNTIME_M / RUNTIME_NK as v12; SPLIT_K >= 1 (> 1:
-      PROMOTE_OVERLAP, an L2_GROUP that does not divide it, ceil(K_TILES / 2) >= SPLIT_K).
+      PROMOTE_OVERLAP, an L2_GROUP that does not divide it, ceil(K_TILES / 2) >= SPLIT_K);
+      CLUSTER 1 or 2 (2: SPLIT_K 1, full A stages, SM_COUNT even).
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024``; every SCALE: matmul_fp8.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
@@ -132,6 +133,13 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                          f"M <= A_ROWS")
     if isinstance(SPLIT_K, bool) or not isinstance(SPLIT_K, int) or SPLIT_K < 1:
         raise ValueError(f"SPLIT_K={SPLIT_K!r} must be a positive int")
+    if isinstance(CLUSTER, bool) or CLUSTER not in (1, 2):
+        raise ValueError(f"CLUSTER={CLUSTER!r} must be 1 or 2 (a CTA pair along M sharing B)")
+    if CLUSTER > 1:
+        if SPLIT_K > 1 or A_ROWS < BLK_M:
+            raise ValueError(f"CLUSTER={CLUSTER} takes SPLIT_K=1 and full A stages (A_ROWS = "
+                             f"BLK_M): a pair shares whole tiles of B")
+        W.check_cluster_pool(SM_COUNT, CLUSTER)
     if SPLIT_K > 1 and not PIPELINED:
         raise ValueError(f"SPLIT_K={SPLIT_K} needs the overlapped promotion (PROMOTE=4, "
                          f"PROMOTE_OVERLAP): a unit is whole pairs of 128-K stages")
@@ -181,6 +189,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     N_DIM = tvm.tirx.Var("N", "int32") if RUNTIME_NK else N
     K_DIM = tvm.tirx.Var("K", "int32") if RUNTIME_NK else K
     M_TILES = (M_DIM + BLK_M - 1) // BLK_M
+    # CLUSTER=2: the scheduler walks pairs of row blocks (the last pair may reach past M: both
+    # CTAs take part, the second's A loads zero-filled and its stores clipped)
+    M_CTILES = (M_DIM + CLUSTER * BLK_M - 1) // (CLUSTER * BLK_M)
+    B_SHARE = BLK_N // CLUSTER             # rows of the B tile each CTA loads (a multiple of 8)
     N_TILES = (N_DIM + BLK_N - 1) // BLK_N
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
     # the pipelined promotion consumes stages in pairs: an odd K_TILES loads one more,
@@ -188,7 +200,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     K_LOADS = (K_TILES + 1) // 2 * 2 if PIPELINED else K_TILES
     KB_DIM = K_TILES                        # K blocks of the block scales
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
-    NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else min(SM_COUNT, M_TILES * N_TILES)
+    NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
+        min(SM_COUNT, M_CTILES * N_TILES * CLUSTER)
     S = SPLIT_K
     K_PAIRS = (K_TILES + 1) // 2
     if S > 1 and not RUNTIME_NK and K_PAIRS < S:
@@ -196,7 +209,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                          f"the splits")
     if S > 1 and not (RUNTIME_M or RUNTIME_NK):
         NUM_CTAS = min(SM_COUNT, S * M_TILES * N_TILES)
-    SPLIT_ROWS = S * M_TILES if S > 1 else M_TILES
+    SPLIT_ROWS = S * M_TILES if S > 1 else M_CTILES
     HALF = W.WGMMA_M * BLK_N              # floats of one consumer's half of a slab
     REDUCE_IN_FLIGHT = min(4, ACC_REGS // H.SPLITK_CHUNK)
     TILES = M_TILES * N_TILES
@@ -219,9 +232,23 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
 
     @T.inline
+    def release(mma2tma, stage, tid_in_wg):
+        # a consumer warpgroup's wgmmas are done reading `stage`: its empty barrier (a pair:
+        # in both CTAs, whose multicasts write it)
+        if CLUSTER > 1:
+            W.release_stage_in_cluster(mma2tma, stage, tid_in_wg, CLUSTER)
+        else:
+            if tid_in_wg == 0:
+                mma2tma.arrive(stage)
+
+    @T.inline
     def gemm(A, B, D, SA, SB, WS, CNT):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
+        if CLUSTER > 1:
+            rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the pair
+        else:
+            rank = T.meta_var(0)
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -234,7 +261,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         # mma2tma[s]: thread 0 of each consumer warpgroup arrives (NUM_CONSUMERS arrivals)
         #   once its wgmmas have finished reading stage s; the producer waits from
         #   phase 1 (every stage starts empty).
-        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", CLUSTER * NUM_CONSUMERS)
         tma2mma, mma2tma = stages.full, stages.empty
         if S > 1:  # SPLIT_K: a consumer's count before its own
             arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
@@ -250,12 +277,15 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
                 stages.init()
-        W.publish_setup()
+        if CLUSTER > 1:  # the peer signals these barriers: publish the inits cluster-wide
+            W.publish_setup_cluster()
+        else:
+            W.publish_setup()
 
         scheduler = ClusterPersistentScheduler2D(
-            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_TILES, num_clusters=NUM_CTAS,
+            "ts", num_m_tiles=SPLIT_ROWS, num_n_tiles=N_TILES, num_clusters=NUM_CTAS // CLUSTER,
             l2_group_size=L2_GROUP)
-        scheduler.init(bx)
+        scheduler.init(bx // CLUSTER)
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
                            increase=False):
@@ -264,13 +294,21 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                 ring = PipelineState(PIPE_DEPTH, 1)
                 while scheduler.valid():
                     m_tile, k0, n_loads = T.meta_var(unit(scheduler))
-                    m_st = T.meta_var(m_tile * BLK_M)
+                    m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M)
                     n_st = T.meta_var(scheduler.n_idx * BLK_N)
                     for k in T.serial(n_loads, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        W.tma_load_fp8_tiles(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
-                                             A, B, m_st, n_st, (k0 + k) * BLK_K, A_ROWS, BLK_N,
-                                             tma2mma.ptr(ring.stage))
+                        if CLUSTER > 1:  # own A tile; own half of the B tile, multicast
+                            at = T.meta_var(rank * B_SHARE)
+                            W.tma_load_fp8_multicast_b(
+                                Asmem[ring.stage, :, :], Bsmem[ring.stage, at:at + B_SHARE, :],
+                                A, B, m_st, n_st + at, (k0 + k) * BLK_K, A_ROWS, B_SHARE, BLK_N,
+                                tma2mma.ptr(ring.stage), (1 << CLUSTER) - 1)
+                        else:
+                            W.tma_load_fp8_tiles(Asmem[ring.stage, :, :],
+                                                 Bsmem[ring.stage, :, :], A, B, m_st, n_st,
+                                                 (k0 + k) * BLK_K, A_ROWS, BLK_N,
+                                                 tma2mma.ptr(ring.stage))
                         ring.advance()
                     scheduler.next_tile()
 
@@ -301,7 +339,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             last: T.int32 = 1      # 1 when this unit stores its tile (SPLIT_K: the last one)
             while scheduler.valid():
                 m_tile, k0, n_loads = T.meta_var(unit(scheduler))
-                m_st = T.meta_var(m_tile * BLK_M)
+                m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 if PIPELINED:
                     # --- promoted mainloop, two stages per iteration: stage 2j into tmp0 and 2j+1
@@ -347,8 +385,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         W.load_block_scales(sav1, sbv1, SA, SB, k0 + 1, KB_DIM, m_st + row0,
                                             n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
                     W.mma_wait(1)
-                    if tid_in_wg == 0:
-                        mma2tma.arrive(held)
+                    release(mma2tma, held, tid_in_wg)
                     held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                     W.fence_operands(tmp0, ACC_REGS)
                     if IS_BLOCK:
@@ -359,8 +396,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         W.load_block_scales(sav, sbv, SA, SB, k0 + 1, KB_DIM, m_st + row0,
                                             n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
                     W.mma_wait(0)
-                    if tid_in_wg == 0:
-                        mma2tma.arrive(held)
+                    release(mma2tma, held, tid_in_wg)
                     held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                     W.fence_operands(tmp1, ACC_REGS)
                     if EARLY:
@@ -394,8 +430,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                                 m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
                                                 lane_id)
                         W.mma_wait(1)
-                        if tid_in_wg == 0:
-                            mma2tma.arrive(held)
+                        release(mma2tma, held, tid_in_wg)
                         held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                         W.fence_operands(tmp0, ACC_REGS)
                         if IS_BLOCK:
@@ -407,8 +442,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                                 m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
                                                 lane_id)
                         W.mma_wait(0)
-                        if tid_in_wg == 0:
-                            mma2tma.arrive(held)
+                        release(mma2tma, held, tid_in_wg)
                         held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                         W.fence_operands(tmp1, ACC_REGS)
                         if EARLY:
@@ -453,7 +487,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                                     n_st, BLK_N, M_DIM, N_DIM, warp_id,
                                                     lane_id)
                             W.mma_wait(0)
-                            if tid_in_wg == 0:
+                            if CLUSTER > 1:
+                                if holding == 1:
+                                    release(mma2tma, held, tid_in_wg)
+                                release(mma2tma, ring.stage, tid_in_wg)
+                            elif tid_in_wg == 0:
                                 if holding == 1:
                                     mma2tma.arrive(held)
                                 mma2tma.arrive(ring.stage)
@@ -466,7 +504,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                                    T.float32(1))
                         else:
                             W.mma_wait(1)
-                            if tid_in_wg == 0:
+                            if CLUSTER > 1:
+                                if holding == 1:
+                                    release(mma2tma, held, tid_in_wg)
+                            elif tid_in_wg == 0:
                                 if holding == 1:
                                     mma2tma.arrive(held)
                             held = ring.stage
@@ -501,13 +542,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         # v12's release: slice k-1 is done, its stage goes back
                         W.mma_wait(1)
                         if k > 0:
-                            if tid_in_wg == 0:
-                                mma2tma.arrive(held)
+                            release(mma2tma, held, tid_in_wg)
                         held = ring.stage
                         ring.advance()
                     W.mma_wait(0)  # the tile's last slice is done too
-                    if tid_in_wg == 0:
-                        mma2tma.arrive(held)
+                    release(mma2tma, held, tid_in_wg)
                     W.fence_operands(acc, ACC_REGS)
                 if S > 1:
                     # --- SPLIT_K: publish the unscaled partial half, count it; the unit
@@ -553,6 +592,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
+
+        if CLUSTER > 1:
+            # the peer multicasts into this CTA's SMEM and arrives on its barriers until it is
+            # done: neither CTA may exit (releasing its SMEM) before both are
+            T.cuda.cluster_sync()
 
     if S > 1:
         @T.prim_func

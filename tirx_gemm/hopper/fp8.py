@@ -62,6 +62,22 @@ def tma_load_fp8_tiles(Asmem, Bsmem, A, B, m_st, n_st, k_st, BLK_M, BLK_N, bar):
 
 
 @T.inline
+def tma_load_fp8_multicast_b(Asmem, Bsmem_half, A, B, m_st, nb_st, k_st, BLK_M, B_ROWS,
+                             BLK_N, bar, mask):
+    # one thread per CTA of a pair (v13's CLUSTER=2): expect every byte that lands in THIS
+    # CTA's stage ((BLK_M + BLK_N) x 128: its own A tile and the whole B tile, the peer's
+    # half written by its multicast), load the own A tile, and B rows [nb_st, nb_st + B_ROWS)
+    # multicast into the same offset of both CTAs (cluster.tma_load_multicast_b for e4m3)
+    TL.point(TL.TMA_ISSUE, k_st // FP8_BLK_K, TL.PRODUCER)
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+        bar, T.uint32((BLK_M + BLK_N) * FP8_BLK_K))
+    Tx.copy_async(Asmem, A[m_st:m_st + BLK_M, k_st:k_st + FP8_BLK_K], dispatch=H.TMA,
+                  mbar=bar)
+    Tx.copy_async(Bsmem_half, B[nb_st:nb_st + B_ROWS, k_st:k_st + FP8_BLK_K], dispatch=H.TMA,
+                  mbar=bar, cta_mask=mask)
+
+
+@T.inline
 def promote_fragment(acc, tmp, count: int, first, factor):
     """acc <- (first ? 0 : acc) + tmp * factor, per register (the promotion of a partial
     sum of the limited-precision fp8 accumulation into the fp32 accumulator). ``factor``

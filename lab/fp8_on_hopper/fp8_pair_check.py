@@ -1,0 +1,67 @@
+"""On a Hopper GPU host: v13's CTA pair (CLUSTER=2) checked before it is timed, per scale kind, at
+edge shapes (an odd number of 128-row tiles, so the last pair's second CTA lies wholly past M; N
+and K off the tile; M just past the small-M rule's 128): the pair and the pick it pairs against
+torch's dequantized product (fp8_bench.check), and the pair against the pick element by element
+(the same sums in the same order: expected to agree exactly, reported as pair_equals_pick). One
+JSON line per (shape, kind); the exit status is 1 if any pick or pair is outside the tolerance.
+
+  TIRX_GEMM_BUNDLE=B python3 lab/fp8_on_hopper/fp8_pair_check.py --out F.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from tirx_gemm import numerics
+from tirx_gemm.op import fp8, fp8_bench
+
+from fp8_lab_variants import pair_check_kwargs  # this folder (sys.path[0])
+
+# (M, N, K): 33 row tiles (17 pairs, the last half past M), N and K off the tile (9 K stages:
+# the overlapped promotion's zero stage), two row tiles (one pair) at M just over 128
+SHAPES = ((4200, 4096, 1024), (2100, 1000, 1152), (129, 264, 384), (4096, 4096, 4096))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    name = torch.cuda.get_device_name()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    bad = 0
+    with open(a.out, "a", encoding="utf-8") as f:
+        for M, N, K in SHAPES:
+            for mode in numerics.FP8_SCALES:
+                pick, pair = pair_check_kwargs(mode, sms)
+                inputs = fp8_bench.make_inputs(M, N, K, mode, 3)
+                rec = {"kind": "pair_check", "M": M, "N": N, "K": K, "scale": mode,
+                       "device": name, "pick_kwargs": pick, "pair_kwargs": pair}
+                try:
+                    for tag, kw in (("pick", pick), ("pair", pair)):
+                        ok, rel, why = fp8_bench.check(M, N, K, mode, torch.bfloat16, kw, 3,
+                                                       inputs=inputs)
+                        rec.update({f"{tag}_ok": ok, f"{tag}_rel_err": rel, f"{tag}_why": why})
+                    want = fp8.matmul_fp8(*inputs, _kwargs=pick, out_dtype=torch.bfloat16)
+                    got = fp8.matmul_fp8(*inputs, _kwargs=pair, out_dtype=torch.bfloat16)
+                    torch.cuda.synchronize()
+                    rec["pair_equals_pick"] = bool(torch.equal(got, want))
+                    rec["max_abs_diff"] = float((got.float() - want.float()).abs().max())
+                except Exception as exc:  # noqa: BLE001 - a launch error is this case's result
+                    rec["error"] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                # ok: both within the fp8 tolerance; pair_equals_pick is reported beside it
+                rec["ok"] = bool(rec.get("pick_ok") and rec.get("pair_ok"))
+                bad += not rec["ok"]
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
+                f.flush()
+                print(f"{M}x{N}x{K} {mode}: {'ok' if rec['ok'] else 'FAILED'} "
+                      f"(pair rel {rec.get('pair_rel_err')}, equal {rec.get('pair_equals_pick')}"
+                      f"{', ' + rec['error'] if 'error' in rec else ''})", flush=True)
+    print(f"pair check: {bad} failed", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
