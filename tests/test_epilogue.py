@@ -259,6 +259,45 @@ def test_v12_refuses_bad_epilogue_keywords_in_one_line(kw, words):
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("kw, words", [
+    ({"BIAS_SMEM": True}, "it needs BIAS"),
+    ({"BIAS_SMEM": True, "ACT": "gelu"}, "it needs BIAS"),
+    ({"BIAS_SMEM": 1, "BIAS": "bfloat16"}, "BIAS_SMEM=1 must be True or False"),
+])
+def test_v12_bias_smem_refuses_without_a_bias_in_one_line(kw, words):
+    from steps.sm90a.hgemm_v12 import hgemm_v12
+    with pytest.raises(ValueError) as e:
+        hgemm_v12(128, 256, 256, **kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_v12_bias_smem_stages_the_bias_in_shared_memory():
+    """BIAS_SMEM=True at matmul's 128x256 bias + gelu tile: no spills, the ring as deep as
+    without it (the two fp32 bias buffers fit beside it), the consumers read the bias with one
+    LDS.64 per 8-column block (BLK_N/8 = 32 per thread and tile) instead of 64 16-bit global
+    loads, and the only 16-bit global loads left are the producer warp's (BLK_N/32 = 8 per
+    lane and tile)."""
+    from tirx_gemm import registry
+    from tirx_gemm.compile.api import build_many
+    v12 = registry.get("v12", "sm_90a")
+    kw = {"dtype": "bfloat16", "RUNTIME_M": True, "RUNTIME_NK": True, "PREFETCH_MAPS": True,
+          "BLK_M": 128, "BLK_N": 256, "BIAS": "bfloat16", "ACT": "gelu"}
+    regs, smem = build_many([(v12, (128, 256, 256), kw),
+                             (v12, (128, 256, 256), {**kw, "BIAS_SMEM": True})])
+    for r in (regs, smem):
+        assert r.spill_stores == 0 and r.spill_loads == 0, r.kwargs
+    s = smem.sass_counts
+    assert s.get("LDS.64") == 256 // 8 and not any(op.startswith("LDS.") and op != "LDS.64"
+                                                    for op in s), s
+    ldg = sum(n for op, n in s.items() if op.startswith("LDG.E.U16"))
+    ldg_regs = sum(n for op, n in regs.sass_counts.items() if op.startswith("LDG.E.U16"))
+    assert (ldg, ldg_regs) == (256 // 32, 256 // 4)
+    # each consumer warp: its reads, a __syncwarp, then lane 0 frees the buffer
+    assert "tvm_builtin_cuda_warp_sync();" in smem.cuda_path.read_text()
+    # the same ring: the two bias buffers (2 x 256 fp32) take what the default depth leaves
+    assert smem.smem_bytes - regs.smem_bytes == 2 * 256 * 4
+
+
 def test_v12_swiglu_needs_n_a_multiple_of_the_group():
     from steps.sm90a.hgemm_v12 import hgemm_v12
     with pytest.raises(ValueError, match="multiple of 8"):

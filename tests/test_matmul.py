@@ -693,7 +693,7 @@ def test_suite_entries_list_their_epilogues_and_export_adds_their_kernels(tmp_pa
         kn = 28672 if "SWIGLU" in epi else 14336
         st, plain = mm._pick(1000, kn, 4096, "bfloat16", "sm_90a", 132, "v12")
         assert ("v12", tuple(sorted(plain.items()))) in have
-        assert {k: v for k, v in kw.items() if k not in E.KEYWORDS} == plain
+        assert {k: v for k, v in kw.items() if k not in E.WITH_EPILOGUE} == plain
     # all_m false: only the entry's own M (a lab suite of exact shapes)
     data["shapes"][0]["all_m"] = False
     p.write_text(json.dumps(data))

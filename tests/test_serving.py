@@ -32,6 +32,10 @@ def test_kernel_name_says_step_dtype_tile_swap_split_and_epilogue():
     assert kernel_name(V12, {"SWIGLU": True, "BLK_M": 64, "BLK_N": 64, "dtype": "bfloat16"}) \
         == "tirx_v12_bf16_m64n64_swiglu"
     assert kernel_name(V12, {"SPLIT_K": 1, "BLK_M": 64, "BLK_N": 64}) == "tirx_v12_f16_m64n64"
+    # the bias staged in shared memory (BIAS_SMEM) is another kernel than the register path's
+    assert kernel_name(V12, {"BLK_M": 128, "BLK_N": 256, "BIAS_SMEM": True, "dtype": "bfloat16"},
+                       epilogue={"BIAS": "bfloat16", "ACT": "gelu"}) \
+        == "tirx_v12_bf16_m128n256_smembias_gelu"
 
 
 def test_every_kernel_matmul_picks_has_a_distinct_c_identifier():
@@ -260,3 +264,25 @@ def test_a_remembered_call_keeps_nothing_on_the_host(monkeypatch):
         # a block kept per call would be 20000; the bar is one per 100 calls (a one-off cache
         # entry made while the loop runs is not a leak)
         assert sys.getallocatedblocks() - before < 200
+
+
+def test_the_generation_profile_counts_gpu_work_its_idle_gaps_and_graph_launches():
+    """lab/serving_stacks/generate_bench.py --profile-tokens: a decode step's profile summary
+    from (device, start us, duration us, name) events; GPU work on one stream, so the idle
+    time is the span minus the busy time, and the host's graph launches are counted."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "lab" / "serving_stacks" / "generate_bench.py"
+    spec = importlib.util.spec_from_file_location("generate_bench", path)
+    gb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gb)
+    GPU, CPU = "cuda", "cpu"
+    raw = [(CPU, 0.0, 4.0, "cudaGraphLaunch"), (GPU, 10.0, 5.0, "tirx_v12_bf16_m64n16"),
+           (GPU, 18.0, 2.0, "rmsnorm"), (CPU, 20.0, 3.0, "cudaGraphLaunch"),
+           (GPU, 30.0, 5.0, "tirx_v12_bf16_m64n16"), (CPU, 31.0, 1.0, "aten::mm")]
+    s = gb.summarize_events(raw, GPU, top=1)
+    assert (s["kernels"], s["kernel_busy_us"], s["kernel_span_us"], s["gpu_idle_us"]) \
+        == (3, 12.0, 25.0, 13.0)
+    assert (s["graph_launches"], s["graph_launch_cpu_us"]) == (2, 7.0)
+    assert s["top_kernels"] == [{"name": "tirx_v12_bf16_m64n16", "count": 2, "us": 10.0}]
+    assert gb.summarize_events([], GPU)["kernels"] == 0

@@ -84,6 +84,9 @@ SWIGLU_GROUP = 8           # rows of gate, then of up, per group of the fused we
 SWIGLU_TILE_STEP = 2 * SWIGLU_GROUP  # a SWIGLU tile's BLK_N: whole gate/up group pairs
 KEYWORDS = ("BIAS", "ACT", "OUT_DTYPE", "SWIGLU")
 PLAIN = {"BIAS": False, "ACT": None, "OUT_DTYPE": None, "SWIGLU": False}
+# with KEYWORDS, what a kernel of an epilogue may carry beyond it: how v12 stages the bias
+# (BIAS_SMEM), not what the epilogue computes; a plain kernel of the same tile drops both
+WITH_EPILOGUE = KEYWORDS + ("BIAS_SMEM",)
 
 # max |f'(x)| over the reals: relu 1; gelu 1.129 (at x = 1.414..., erf form) and gelu_tanh
 # 1.129 too; silu 1.0998 (at x = 2.3994); identity 1. SwiGLU's output silu(g)*u moves by

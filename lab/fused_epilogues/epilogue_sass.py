@@ -8,7 +8,11 @@ accumulator elements each consumer thread finishes per tile (BLK_N/2): the epilo
 instruction count per element. Also where the bias loads sit relative to the tile's final
 wgmma wait (wait_group 0): how many global loads come before it and after it.
 
-    .venv/bin/python lab/fused_epilogues/epilogue_sass.py [--tile 128x256] [--v10] [--json FILE]
+    .venv/bin/python lab/fused_epilogues/epilogue_sass.py [--tile 128x256] [--v10] [--bias-smem]
+        [--json FILE]
+
+--bias-smem adds each bias case built with BIAS_SMEM=True (the bias staged in shared memory by the
+producer's second warp; the consumers read it with LDS instead of holding it in registers).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 CASES = [{}, {"BIAS": "bfloat16"}, {"ACT": "relu", "BIAS": "bfloat16"},
          {"ACT": "silu", "BIAS": "bfloat16"}, {"ACT": "gelu", "BIAS": "bfloat16"},
          {"ACT": "gelu_tanh", "BIAS": "bfloat16"}]
-ARITH = ("MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "LDG", "F2FP", "PRMT",
+ARITH = ("LDS", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "LDG", "F2FP", "PRMT",
          "SHF", "LOP3", "IMAD", "ISETP", "SEL", "FCHK", "CALL", "BSSY", "BRA", "STL", "LDL")
 
 
@@ -54,6 +58,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tile", default="128x256")
     ap.add_argument("--v10", action="store_true", help="also v10 (ping-pong) builds")
+    ap.add_argument("--bias-smem", action="store_true",
+                    help="also each bias case with BIAS_SMEM=True (v12 only)")
     ap.add_argument("--json", help="write the table as JSON here")
     args = ap.parse_args(argv)
     bm, bn = (int(x) for x in args.tile.split("x"))
@@ -64,6 +70,9 @@ def main(argv=None) -> int:
     base = {"dtype": "bfloat16", "RUNTIME_M": True, "RUNTIME_NK": True, "SM_COUNT": 132,
             "BLK_M": bm, "BLK_N": bn}
     reqs = [(v12, (1024, 1024, 1024), {**base, **c}) for c in CASES]
+    if args.bias_smem:
+        reqs += [(v12, (1024, 1024, 1024), {**base, **c, "BIAS_SMEM": True})
+                 for c in CASES if c.get("BIAS")]
     if args.v10:
         v10 = registry.get("v10", "sm_90a")
         b10 = {"dtype": "bfloat16", "RUNTIME_M": True, "SM_COUNT": 132}
@@ -82,7 +91,8 @@ def main(argv=None) -> int:
         p = plain.get(step.id, {})
         delta = {k: g.get(k, 0) - p.get(k, 0) for k in sorted(set(g) | set(p))
                  if any(k.startswith(a) for a in ARITH) and g.get(k, 0) != p.get(k, 0)}
-        row = {"step": step.id, "epilogue": E.tag(kw), "registers": r.registers,
+        name = E.tag(kw) + ("+bias_smem" if kw.get("BIAS_SMEM") else "")
+        row = {"step": step.id, "epilogue": name, "registers": r.registers,
                "spill_stores": r.spill_stores, "spill_loads": r.spill_loads,
                "stack": r.stack_bytes, "delta_vs_plain": delta,
                "per_element": {k: round(v / per, 2) for k, v in delta.items()},

@@ -5,11 +5,14 @@ The suite (suites/gelu_tokens.json) exports matmul's picks, v12 for a fused epil
 also times the same epilogues on v10's ping-pong (``matmul(..., step="v10")``; its kernels take M at run
 time: one kernel per activation serves every token count of the 4096 x 1024 layer) and on matmul's v12
 tile with EPI_DEFER=True (the activation on the packed tile, under the next tile's wgmmas) and with
-ACT_APPROX=True (gelu with one tanh.approx), one kernel per activation and tile of --tokens.
+ACT_APPROX=True (gelu with one tanh.approx), one kernel per activation and tile of --tokens;
+--variants bias_smem instead: matmul's v12 tile for each activation and for the bias alone, with
+BIAS_SMEM=True (the bias staged in shared memory) and the bias alone without it (no patch needed);
+approx_smem: ACT_APPROX and BIAS_SMEM together (act_approx.patch applied).
 
     git apply lab/fused_epilogues/patches/epi_defer.patch lab/fused_epilogues/patches/act_approx.patch
     python lab/fused_epilogues/export_gelu_variants.py BUNDLE [--tokens 512,2048,8192] [--num-sms 132]
-        [--ffi-wheel 3.12]
+        [--ffi-wheel 3.12] [--variants v10,defer,approx | --variants bias_smem]
 """
 import argparse
 import sys
@@ -28,20 +31,35 @@ def main() -> int:
     ap.add_argument("--tokens", default="512,2048,8192")
     ap.add_argument("--num-sms", type=int, default=132)
     ap.add_argument("--ffi-wheel", default=None)
+    ap.add_argument("--variants", default="v10,defer,approx",
+                    help="comma list: v10, defer (EPI_DEFER), approx (ACT_APPROX), bias_smem, "
+                         "approx_smem (ACT_APPROX and BIAS_SMEM)")
     args = ap.parse_args()
     from tirx_gemm import registry
     from tirx_gemm.compile.bundle import export
     from tirx_gemm.op.matmul import build_shape
     from tirx_gemm.op.rules import choose, choose_epilogue_on
+    from tirx_gemm import epilogue as E
+    variants = set(args.variants.split(","))
     reqs, seen = [], set()
     for act in ("gelu", "gelu_tanh"):
         epi = {"BIAS": "bfloat16", "ACT": act}
         picks = [choose_epilogue_on("v10", 8192, args.n, args.k, "bfloat16", "sm_90a",
-                                    args.num_sms, epi)]
+                                    args.num_sms, epi)] if "v10" in variants else []
         for M in (int(m) for m in args.tokens.split(",")):
             step, kw = choose(M, args.n, args.k, "bfloat16", "sm_90a", args.num_sms, epi)
-            picks.append((step, {**kw, "EPI_DEFER": True}))
-            picks.append((step, {**kw, "ACT_APPROX": True}))
+            if "defer" in variants:
+                picks.append((step, {**kw, "EPI_DEFER": True}))
+            if "approx" in variants:
+                picks.append((step, {**kw, "ACT_APPROX": True}))
+            if "approx_smem" in variants:  # both: patches/act_approx.patch applied
+                picks.append((step, {**kw, "ACT_APPROX": True, "BIAS_SMEM": True}))
+            if "bias_smem" in variants:  # (the tile's kernel without it: the suite's)
+                tile = {k: v for k, v in kw.items() if k not in E.WITH_EPILOGUE}
+                picks.append((step, {**kw, "BIAS_SMEM": True}))
+                if act == "gelu":  # the bias alone, with and without
+                    picks.append((step, {**tile, "BIAS": "bfloat16"}))
+                    picks.append((step, {**tile, "BIAS": "bfloat16", "BIAS_SMEM": True}))
         for step, kw in picks:
             shape = build_shape((8192, args.n, args.k), kw)
             key = (step, shape, tuple(sorted(kw.items())))

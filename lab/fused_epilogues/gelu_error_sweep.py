@@ -90,7 +90,7 @@ def main() -> int:
     def approx(act):
         step, kw = choose(M, N, K, "bfloat16", "sm_90a", p.multi_processor_count,
                           {"BIAS": "bfloat16", "ACT": act})
-        kw = {k: v for k, v in kw.items() if k not in E.KEYWORDS}
+        kw = {k: v for k, v in kw.items() if k not in E.WITH_EPILOGUE}
         kern = mm._load(registry.get(step, "sm_90a"), (M, N, K),
                         {**kw, "BIAS": "bfloat16", "ACT": act, "ACT_APPROX": True}).kernel
         y = torch.empty(M, N, device="cuda", dtype=bf)

@@ -43,7 +43,10 @@ def main() -> int:
                          "EPI_DEFER, lab/fused_epilogues/patches/epi_defer.patch applied), approx "
                          "(v12 ACT_APPROX: gelu with one tanh.approx, patches/act_approx.patch), "
                          "decompose (matmul's v12 tile with the bias alone, bias + relu, gelu "
-                         "without the bias)")
+                         "without the bias), bias_smem (matmul's v12 tile built with BIAS_SMEM=True: "
+                         "the bias staged in shared memory by a producer warp; erf, tanh and the bias "
+                         "alone, beside the same kernels without it called the same way), "
+                         "approx_smem (ACT_APPROX and BIAS_SMEM together, act_approx.patch)")
     ap.add_argument("--clock-probe-ms", type=float, default=0,
                     help="after the first M's timing, replay each path's graph for this long in "
                          "turn and write its wall window (time.time()) to --out, for an SM clock "
@@ -76,7 +79,7 @@ def main() -> int:
             from tirx_gemm.op.rules import choose
             step, kw = choose(M, N, K, "bfloat16", "sm_90a", p.multi_processor_count,
                               {"BIAS": "bfloat16", "ACT": "gelu"})
-            kw = {k: v for k, v in kw.items() if k not in E.KEYWORDS}
+            kw = {k: v for k, v in kw.items() if k not in E.WITH_EPILOGUE}
             kern = mm._load(registry.get(step, "sm_90a"), (M, N, K),
                             {**kw, **epi, **(extra or {})}).kernel
             y = torch.empty(M, N, device="cuda", dtype=bf)
@@ -111,6 +114,18 @@ def main() -> int:
                                                             {"ACT_APPROX": True})
             extra["tirx approx tanh"] = lambda: on_gelu_tile(
                 {"BIAS": "bfloat16", "ACT": "gelu_tanh"}, {"ACT_APPROX": True})
+        if "bias_smem" in variants:  # A/B: the same tile, called the same way, with and without
+            for form, act in (("erf", "gelu"), ("tanh", "gelu_tanh")):
+                epi = {"BIAS": "bfloat16", "ACT": act}
+                extra[f"tirx direct {form}"] = lambda epi=epi: on_gelu_tile(epi)
+                extra[f"tirx smem {form}"] = lambda epi=epi: on_gelu_tile(epi, {"BIAS_SMEM": True})
+            extra["tirx bias only"] = lambda: on_gelu_tile({"BIAS": "bfloat16"})
+            extra["tirx smem bias only"] = lambda: on_gelu_tile({"BIAS": "bfloat16"},
+                                                                {"BIAS_SMEM": True})
+        if "approx_smem" in variants:  # ACT_APPROX's one-MUFU gelu with the bias in shared memory
+            for form, act in (("erf", "gelu"), ("tanh", "gelu_tanh")):
+                extra[f"tirx approx smem {form}"] = lambda act=act: on_gelu_tile(
+                    {"BIAS": "bfloat16", "ACT": act}, {"ACT_APPROX": True, "BIAS_SMEM": True})
         if "decompose" in variants:
             extra["tirx bias only"] = lambda: on_gelu_tile({"BIAS": "bfloat16"})
             extra["tirx bias relu"] = lambda: on_gelu_tile({"BIAS": "bfloat16", "ACT": "relu"})
@@ -177,7 +192,9 @@ def main() -> int:
         for mode in ("graph", "eager"):
             for form, unfused in (("erf", "torch unfused erf"), ("tanh", "torch unfused tanh")):
                 for step, fused in (("v12", f"tirx fused {form}"), ("v12", f"tirx deferred {form}"),
-                                    ("v12", f"tirx approx {form}"), ("v10", f"tirx v10 fused {form}")):
+                                    ("v12", f"tirx approx {form}"), ("v12", f"tirx smem {form}"),
+                                    ("v12", f"tirx approx smem {form}"),
+                                    ("v10", f"tirx v10 fused {form}")):
                     plain = f"tirx plain {step}"
                     if (fused, mode) not in med or (plain, mode) not in med:
                         continue
@@ -185,7 +202,14 @@ def main() -> int:
                     print(f"  {mode} {fused[5:]}: unfused / tirx {med[(unfused, mode)] / ours:.3f}, "
                           f"addmm_act / tirx {med[('torch addmm_act', mode)] / ours:.3f}, "
                           f"tirx / plain {step} {ours / med[(plain, mode)]:.3f}")
-            for name in ("tirx bias only", "tirx bias relu", "tirx gelu no bias"):
+            for form in ("erf", "tanh"):
+                smem, base = (f"tirx smem {form}", mode), (f"tirx direct {form}", mode)
+                if smem in med and base in med:
+                    print(f"  {mode} smem {form}: smem / direct {med[smem] / med[base]:.3f}, "
+                          f"addmm_act / smem {med[('torch addmm_act', mode)] / med[smem]:.3f}, "
+                          f"unfused / smem {med[(f'torch unfused {form}', mode)] / med[smem]:.3f}")
+            for name in ("tirx bias only", "tirx smem bias only", "tirx bias relu",
+                         "tirx gelu no bias"):
                 if (name, mode) in med and ("tirx plain v12", mode) in med:
                     print(f"  {mode} {name[5:]}: tirx / plain v12 "
                           f"{med[(name, mode)] / med[('tirx plain v12', mode)]:.3f}")

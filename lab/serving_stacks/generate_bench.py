@@ -15,7 +15,10 @@ whose compile time grows with the layer count, so that it fits a short budget. -
 cuDNN's attention off for both models (the record's ``cudnn_sdp``); ``tirx_fallbacks`` counts the
 patched model's calls that ran F.linear instead of a kernel (tirx_gemm.nn.Linear's ``fallbacks``);
 ``*_graphs_compiled`` and ``*_cudagraph_skips`` what dynamo compiled and the inductor's CUDA-graph
-skips during each model's warm-up.
+skips during each model's warm-up. --profile-tokens N: after a mode's timed runs, one more generate of N
+new tokens per model under torch.profiler; a ``kind: profile`` record per model gives the GPU kernels
+(count, busy time, the span from the first kernel's start to the last one's end, so span - busy = the
+GPU's idle gaps), cudaGraphLaunch calls on the host, and the kernels that took the most time.
 Modes:
 
   eager        the default dynamic cache, no compile
@@ -107,6 +110,48 @@ def generate(model, ids, new, mode, torch):
     return out[:, ids.shape[1]:], time.perf_counter() - t
 
 
+def profile_generate(model, ids, new, mode, torch, top=12) -> dict:
+    """One generate of ``new`` tokens under torch.profiler: its GPU kernels and host launches."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _, wall = generate(model, ids, new, mode, torch)
+    cuda = torch.autograd.DeviceType.CUDA
+    try:  # kineto's raw list: every GPU activity (kernels, copies, sets) and runtime call
+        raw = [(e.device_type(), e.start_ns() / 1e3, e.duration_ns() / 1e3, e.name())
+               for e in prof.profiler.kineto_results.events()]
+    except AttributeError:  # (another torch's profiler: its parsed events)
+        raw = [(e.device_type, e.time_range.start, e.time_range.elapsed_us(), e.name)
+               for e in prof.events()]
+    return {"wall_ms": round(wall * 1e3, 3), **summarize_events(raw, cuda, top)}
+
+
+def summarize_events(raw, cuda, top=12) -> dict:
+    """(device type, start us, duration us, name) events -> the GPU activities' count, busy
+    time (their durations summed: one stream, no overlap), span (first start to last end),
+    idle = span - busy, the host's cudaGraphLaunch calls and their CPU time, and the ``top``
+    activity names by total time."""
+    kernels, graph_launches, launch_us = [], 0, 0.0
+    for dev, start, dur, name in raw:
+        if dev == cuda:
+            kernels.append((start, start + dur, name))
+        elif name == "cudaGraphLaunch":
+            graph_launches += 1
+            launch_us += dur
+    kernels.sort()
+    busy = sum(b - a for a, b, _ in kernels)
+    span = (kernels[-1][1] - kernels[0][0]) if kernels else 0.0
+    by_name: dict = {}
+    for a, b, n in kernels:
+        c, t = by_name.get(n, (0, 0.0))
+        by_name[n] = (c + 1, t + b - a)
+    heavy = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"kernels": len(kernels), "kernel_busy_us": round(busy, 1),
+            "kernel_span_us": round(span, 1), "gpu_idle_us": round(span - busy, 1),
+            "graph_launches": graph_launches, "graph_launch_cpu_us": round(launch_us, 1),
+            "top_kernels": [{"name": n[:160], "count": c, "us": round(t, 1)}
+                            for n, (c, t) in heavy]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -124,6 +169,9 @@ def main() -> int:
                     help="cuDNN's attention off for both models (torch.backends.cuda."
                          "enable_cudnn_sdp(False)); the record's cudnn_sdp says which ran")
     ap.add_argument("--budget-s", type=float, default=600.0)
+    ap.add_argument("--profile-tokens", type=int, default=0,
+                    help="after each mode's timed runs, profile one generate of this many new "
+                         "tokens per model (a kind=profile record each; 0: none)")
     ap.add_argument("--print-suite", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -228,6 +276,18 @@ def main() -> int:
                 if out:
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
+                if args.profile_tokens > 0:
+                    for who in ("torch", "tirx"):
+                        prof = {k: rec[k] for k in ("card", "torch", "transformers", "model",
+                                                    "layers", "batch", "mode", "cudnn_sdp")}
+                        prof.update({"kind": "profile", "who": who,
+                                     "new_tokens": args.profile_tokens},
+                                    **profile_generate(pair[who], ids, args.profile_tokens,
+                                                       mode, torch))
+                        print(json.dumps(prof), flush=True)
+                        if out:
+                            out.write(json.dumps(prof) + "\n")
+                            out.flush()
         built.clear()
         torch.cuda.empty_cache()
     return 0

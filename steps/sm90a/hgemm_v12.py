@@ -34,6 +34,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
               RUNTIME_M: bool = False, RUNTIME_NK: bool = False, L2_GROUP: int = 8,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
+              BIAS_SMEM: bool = False,
               OUT_DTYPE=None, SWIGLU: bool = False, SWAP_AB: bool = False, CLUSTER: int = 1,
               STREAM_K: bool = False, PDL: bool = False, PDL_TRIGGER: str = "start",
               SPLIT_K: int | None = None, PREFETCH_MAPS: bool = False,
@@ -66,6 +67,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       CLUSTER (S>1: no epilogue or RUNTIME_NK; tiles x S <= SMs); SWAP_TMA: BLK_N % 16 == 0,
       S = 1; ring plus staging within 227 KiB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
+    BIAS_SMEM: a producer warp stages each tile's bias in smem (ring bias_full / bias_empty).
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
     H.check_edge_shape(M, N, K, dtype)
@@ -78,6 +80,14 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     SWIGLU_ON = epi["SWIGLU"]
     BIAS_ACT = bool(epi["BIAS"]) or epi["ACT"] is not None
     HAS_BIAS = bool(epi["BIAS"])  # a Python bool: the kernel body branches on it
+    if not isinstance(BIAS_SMEM, bool):
+        raise ValueError(f"BIAS_SMEM={BIAS_SMEM!r} must be True or False")
+    if BIAS_SMEM and not HAS_BIAS:
+        raise ValueError("BIAS_SMEM=True stages the bias in shared memory: it needs BIAS (the "
+                         "bias dtype)")
+    # BIAS_SMEM: its own epilogue reads the bias from shared memory (the consumers' code
+    # below), so the register path's bias loads and bias + activation are off
+    HAS_BIAS, BIAS_ACT = HAS_BIAS and not BIAS_SMEM, BIAS_ACT and not BIAS_SMEM
     if SWAP_AB and HAS_EPI:
         raise ValueError(f"SWAP_AB=True takes no fused epilogue ({E.tag(epi)}): its tiles "
                          "hold D's transpose and store it element by element")
@@ -180,6 +190,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
     STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES
+    # BIAS_SMEM: BIAS_BUFS tiles' bias values, fp32, after the staging tiles
+    BIAS_BUFS = 2
+    BIAS_BYTES = BIAS_BUFS * BLK_N * 4 if BIAS_SMEM else 0
     # TAIL_TMA: a 64 x TAIL_COLS staging tile per consumer, of its own unless that would
     # cost the default ring a stage; then (TAIL_SHARED) it lies over the consumer's staging
     # tile of the last chunk, written once that chunk's store has read it
@@ -192,13 +205,13 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     TAIL_SINCE = 0 if TAIL_SHARED else TMA_CHUNKS  # bulk groups that may still read then
     if PIPE_DEPTH is None:
         # barriers and alignment take < 1 KiB; check_pipe_depth keeps 1 KiB for them
-        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING))
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, STAGING + BIAS_BYTES))
         if SPLIT_K is not None and not RUNTIME_NK:
             # a CTA per unit loads no more than its K steps: a short unit's smaller ring
             # lets several CTAs share an SM (one's epilogue under another's loads)
             PIPE_DEPTH = max(2, min(PIPE_DEPTH, H.ceil_div(H.ceil_div(K, BLK_K), S)))
     W.check_ring_for_wait_one(PIPE_DEPTH)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING + BIAS_BYTES)
     # TAIL_SHARED: the byte offsets of Dstage[c, (TMA_CHUNKS - 1) % EPI_BUFS] (the ring from
     # byte 1024, A's stages then B's, the staging tiles after it)
     TAIL_AT = [1024 + PIPE_DEPTH * STAGE_BYTES + (c * EPI_BUFS + (TMA_CHUNKS - 1) % EPI_BUFS)
@@ -439,6 +452,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
         tma2mma, mma2tma = stages.full, stages.empty
         if SK_CODE or S > 1:  # a half's count before ours
             arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
+        if BIAS_SMEM:
+            # bias_full[b]: the producer's second warp, all 32 lanes, once buffer b holds the
+            #   tile's bias; bias_empty[b]: lane 0 of each consumer warp once it has read it
+            #   (initial phases as tma2mma / mma2tma: every buffer starts empty)
+            bias_ring = T.meta_var(H.Ring(pool, BIAS_BUFS, "bias_full", 32, "bias_empty",
+                                          NUM_CONSUMERS * 4))
         pool.move_base_to(1024)  # swizzled tiles need 1024-byte alignment
         Asmem = pool.alloc((PIPE_DEPTH, BLK_M, BLK_K), dtype, layout=A_layout)
         Bsmem = pool.alloc((PIPE_DEPTH, BLK_N, BLK_K), dtype, layout=B_layout)
@@ -459,12 +478,16 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             Dtail1 = T.meta_var(pool.alloc((W.WGMMA_M, TAIL_COLS), dtype))
         else:
             Dtail1 = T.meta_var(None)
+        if BIAS_SMEM:  # (no TAIL_TMA with an epilogue: nothing above moved the base back)
+            Bias_s = T.meta_var(pool.alloc((BIAS_BUFS, BLK_N), H.ACC_DTYPE))
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
                 stages.init()
+                if BIAS_SMEM:
+                    bias_ring.init()
         if CLUSTER > 1:  # the peers signal these barriers: publish the inits cluster-wide
             W.publish_setup_cluster()
         else:
@@ -484,6 +507,19 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
 
         with WarpgroupRole(wg_id, PRODUCER, regs=PRODUCER_REGS if SPLIT_REGS else None,
                            increase=False):
+            if BIAS_SMEM:
+                # --- bias (producer's second warp): each tile's bias into a shared buffer,
+                # one tile ahead at most, the tiles in the consumers' order ---
+                if warp_id == 1:
+                    bring = PipelineState(BIAS_BUFS, 1)
+                    while walking(scheduler):
+                        bias_ring.empty.wait(bring.stage, bring.phase, "producer")
+                        W.load_bias_tile_smem(Bias_s, bring.stage, BLK_N, bias,
+                                              scheduler.n_idx * BLK_N, N_DIM, lane_id)
+                        bias_ring.full.arrive(bring.stage)  # each lane: its stores before
+                        bring.advance()
+                        scheduler.next_tile()
+
             # --- load (producer): one thread, PIPE_DEPTH slices ahead, across tiles ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
@@ -572,6 +608,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
             if HAS_BIAS:  # this tile's bias values, fp32: 2 per 8-column block
                 bvals = T.meta_var(T.alloc_local((BLK_N // 4,), H.ACC_DTYPE))
+            if BIAS_SMEM:
+                bring = PipelineState(BIAS_BUFS, 0)
             desc_a = T.alloc_local((1,), "uint64")
             desc_b = T.alloc_local((1,), "uint64")
             W.encode_desc(desc_a, Asmem.ptr_to([0, 0, 0]))
@@ -637,6 +675,16 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 if S > 1:
                     split_fixup(D, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st,
                                 consumer, tid_in_wg)
+                if BIAS_SMEM:
+                    # --- the fused epilogue, the tile's bias from its shared buffer; then
+                    # the buffer goes back to the producer's bias warp ---
+                    bias_ring.full.wait(bring.stage, bring.phase, "consumer")
+                    W.epilogue_bias_act_smem(acc, BLK_N, Bias_s, bring.stage, lane_id,
+                                             epi["ACT"])
+                    T.cuda.warp_sync()  # the warp's reads are done before lane 0 says so
+                    if lane_id == 0:
+                        bias_ring.empty.arrive(bring.stage)
+                    bring.advance()
                 if HAS_EPI:
                     # --- the fused epilogue, on the fp32 accumulators, before the cast ---
                     if SWIGLU_ON:

@@ -33,7 +33,8 @@ def kernel_name(step, kwargs: dict | None = None, dtype: str | None = None,
     """The global symbol of the kernel ``step`` (a registry.Step, or a step id such as "v12")
     builds with builder keywords ``kwargs``: ``tirx_<step>_<dtype>_m<BLK_M>n<BLK_N>`` then, when
     set, ``swap`` (SWAP_AB), ``split<S>`` (SPLIT_K > 1), ``streamk``, the epilogue (``bias``,
-    the activation, ``swiglu``, ``f32out``) and ``timeline`` for an instrumented build.
+    or ``smembias`` with v12's BIAS_SMEM, the activation, ``swiglu``, ``f32out``) and
+    ``timeline`` for an instrumented build.
 
     ``dtype``: the operand dtype when ``kwargs`` has none ("dtype" in kwargs wins; float16 by
     default). ``epilogue``: fused-epilogue keywords (BIAS, ACT, OUT_DTYPE, SWIGLU) merged over
@@ -55,7 +56,7 @@ def kernel_name(step, kwargs: dict | None = None, dtype: str | None = None,
     if kw.get("STREAM_K"):
         parts.append("streamk")
     if kw.get("BIAS"):
-        parts.append("bias")
+        parts.append("smembias" if kw.get("BIAS_SMEM") else "bias")
     act = kw.get("ACT")
     if act:
         parts.append(_ACTS.get(act, _word(act)))

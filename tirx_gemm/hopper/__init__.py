@@ -60,8 +60,8 @@ from .cluster import (  # noqa: F401
 from .fp8 import (  # noqa: F401
     FP8_BLK_K, FP8_OUT_DTYPES, FP8_STORAGE, FP8_WGMMA_K, fp8_tile_bytes, load_block_scales,
     promote_fragment, promote_fragment_block, scale_fragment, scale_fragment_rows_cols,
-    tma_load_fp8_tiles, wgmma_fp8_name, wgmma_fp8_tile)
-from .grouped import (E_MAX, LAYOUTS, BOUND_ROWS, log2_ceil, scan_experts, tile_at, tma_load_unit, store_packed_rows, store_transposed_rows, apply_row_epilogue, tma_load_gate_up, swiglu_fragment, tma_load_fp8_unit)  # noqa: F401,E501
+    tma_load_fp8_multicast_b, tma_load_fp8_tiles, wgmma_fp8_name, wgmma_fp8_tile)
+from .grouped import (E_MAX, LAYOUTS, BOUND_ROWS, log2_ceil, scan_experts, tile_at, tma_load_unit, store_packed_rows, store_transposed_rows, apply_row_epilogue, tma_load_gate_up, swiglu_fragment, tma_load_fp8_unit, walk_stages, walk_tables, start_walk, walk_length, queue_fp8_stage)  # noqa: F401,E501
 from .fused import _ACT_FN, epilogue_bias_act, epilogue_swiglu, load_bias_fragment  # noqa: F401
 from .layouts import (MAJORS, MN_CHUNK, check_layout_shape, check_major, check_mn_rows, desc_steps, encode_desc_major, expect_stage_bytes, gmem_shape, smem_shape, tma_load_operand, wgmma_tile_major)  # noqa: F401,E501
 from .stores import (  # noqa: F401
@@ -76,6 +76,7 @@ from .wgmma import (  # noqa: F401
     SWIZZLE_ROW_ELEMS, WGMMA_K, WGMMA_M, _publish_setup, desc_advance, encode_desc,
     fence_operands, mma_commit, mma_fence, mma_wait, publish_setup, publish_smem_writes,
     tile_bytes, wgmma_name, wgmma_tile)
+from .fused import epilogue_bias_act_smem, load_bias_tile_smem  # noqa: F401 (v12's BIAS_SMEM)
 
 # the list the single hopper.py built, in its order
 __all__ = [
@@ -118,6 +119,8 @@ __all__ = [
     "stmatrix_tail",
     "load_bias_fragment",
     "epilogue_bias_act",
+    "load_bias_tile_smem",
+    "epilogue_bias_act_smem",
     "epilogue_swiglu",
     "store_fragment_f32_guarded",
     "store_fragment_transposed_guarded",
@@ -132,6 +135,7 @@ __all__ = [
     "promote_fragment_block",
     "scale_fragment",
     "scale_fragment_rows_cols",
+    "tma_load_fp8_multicast_b",
     "tma_load_fp8_tiles",
     "wgmma_fp8_name",
     "wgmma_fp8_tile",

@@ -81,6 +81,39 @@ def epilogue_bias_act(acc, n: int, bvals, act):
 
 
 @T.inline
+def load_bias_tile_smem(bias_s, stage, n: int, bias, col0, N, lane_id):
+    """bias_s[stage, c] <- bias[col0 + c] as fp32 (0 past N), c < n: one warp (lane l takes
+    c = 32i + l) copies a tile's bias into a shared buffer the consumers' epilogue reads
+    (BIAS_SMEM: loaded once per tile by a producer warp, ahead of the tile's last wgmmas)."""
+    for i in T.unroll(n // 32):
+        col = T.meta_var(col0 + 32 * i + lane_id)
+        bias_s[stage, 32 * i + lane_id] = T.if_then_else(col < N, T.Cast(ACC_DTYPE, bias[col]),
+                                                         T.float32(0))
+    if n % 32 > 0:  # the last n % 32 columns (n a multiple of 8)
+        if lane_id < n % 32:
+            col = T.meta_var(col0 + n // 32 * 32 + lane_id)
+            bias_s[stage, n // 32 * 32 + lane_id] = T.if_then_else(
+                col < N, T.Cast(ACC_DTYPE, bias[col]), T.float32(0))
+
+
+@T.inline
+def epilogue_bias_act_smem(acc, n: int, bias_s, stage, lane_id, act):
+    """:func:`epilogue_bias_act` with the bias values read from the shared buffer
+    ``bias_s[stage, :]`` (:func:`load_bias_tile_smem`), column 8j + 2(l%4) + e of the
+    fragment: no bias registers live across the tile's last wgmma wait."""
+    for j in T.unroll(n // 8):
+        for e in T.unroll(2):
+            for h in T.unroll(2):
+                b = T.meta_var(bias_s[stage, 8 * j + 2 * (lane_id % 4) + e])
+                if act is not None:
+                    acc[4 * j + 2 * h + e] = T.cuda.func_call(
+                        _ACT_FN[act][0], acc[4 * j + 2 * h + e] + b,
+                        source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
+                else:
+                    acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] + b
+
+
+@T.inline
 def epilogue_swiglu(acc, n: int):
     """SwiGLU on a 64 x n fragment of the fused gate/up weight (groups of 8 columns: gate,
     up, gate, ...; epilogue.SWIGLU_GROUP): 8-column block 2t holds the gate and block 2t+1

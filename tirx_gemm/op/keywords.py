@@ -134,3 +134,18 @@ def _pool(sm_count: int) -> int:
 
 def _registered(step_id: str, arch: str) -> registry.Step | None:
     return next((s for s in registry.all_steps(arch) if s.id == step_id), None)
+
+
+# The bias staged in shared memory by a producer warp (v12's BIAS_SMEM): 0.91-0.93x the register
+# path's time for bias + gelu / gelu_tanh at 128 x 128 and 128 x 256 on an H100, the same bits
+# (lab/fused_epilogues); the epilogues and tiles it was checked and timed at (silu spills at
+# 128 x 256; relu, fp32 D and the decode tiles were not timed).
+BIAS_SMEM_ACTS = (None, "gelu", "gelu_tanh")
+BIAS_SMEM_MIN_BLK_N = 128
+
+
+def bias_smem(epi: dict, blk_n: int) -> dict:
+    """{"BIAS_SMEM": True} for a v12 bias epilogue it was measured for, else {}."""
+    on = (bool(epi.get("BIAS")) and epi.get("ACT") in BIAS_SMEM_ACTS
+          and not epi.get("OUT_DTYPE") and not epi.get("SWIGLU") and blk_n >= BIAS_SMEM_MIN_BLK_N)
+    return {"BIAS_SMEM": True} if on else {}

@@ -24,7 +24,7 @@ from tirx_gemm.op.cost_model import (BLK_K, ROW_ALIGN_BYTES, SMS_H200, V9, V10, 
                                      tail_tma, wide_swap_token_tiles, wide_swap_tokens)
 from tirx_gemm.op.keywords import (CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, MENU_ARCHES,
                                    PINGPONG, SPLIT_K, TILE_MENU, V9_CLUSTER_TILE, V11_L2_GROUP,
-                                   _check_problem, _menu_split, _pool, _registered, dtype_name,
+                                   _check_problem, _menu_split, _pool, _registered, bias_smem, dtype_name,
                                    runtime_m, step_kwargs)
 
 __all__ = ["RULES", "Rule", "Plan", "Shape", "walk", "choose", "explain", "choose_epilogue_on"]
@@ -329,7 +329,7 @@ def _plain_v12(s: Shape, p: Plan) -> bool:  # a v12 kernel of a plain GEMM (no e
 def _epilogue_tile(s: Shape, by: str) -> Plan:
     pick = cm.best_tile(s.M, s.kernel_n, s.K, s.pool, EPILOGUE_TILE_STEP)
     bm, bn, _ = cm.tile(pick)
-    return _v12(s, by, bm, bn, **s.epi)
+    return _v12(s, by, bm, bn, **s.epi, **bias_smem(s.epi, bn))
 
 
 def _split(s: Shape, p) -> Plan:

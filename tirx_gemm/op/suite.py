@@ -384,7 +384,7 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
                 step = registry.get(step_id, arch)
                 add(step, e.shape, kwargs)
                 # v12's plain kernel of the same tile: matmul(..., step="v12") at the GEMM
-                plain = {k: v for k, v in kwargs.items() if k not in E.KEYWORDS}
+                plain = {k: v for k, v in kwargs.items() if k not in E.WITH_EPILOGUE}
                 kn = E.kernel_n(e.N, dict(epi))
                 add(step, (e.M, kn, e.K), plain)
                 if kn != e.N:  # SwiGLU: matmul's plain GEMM over the fused weight too
@@ -400,7 +400,7 @@ def export_requests(suite, target: str, arch: str, sm_count: int) -> list[tuple]
                     o_step = registry.get(o_id, arch)
                     add(o_step, e.shape, o_kw)
                     add(o_step, (e.M, kn, e.K),
-                        {k: v for k, v in o_kw.items() if k not in E.KEYWORDS})
+                        {k: v for k, v in o_kw.items() if k not in E.WITH_EPILOGUE})
     for N, K, dtype, epi in dict.fromkeys(layers):
         for step_id, kwargs, _, _ in variants(N, K, dtype, arch, sm_count,
                                               epilogue=dict(epi) or None):
