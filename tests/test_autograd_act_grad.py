@@ -201,7 +201,8 @@ def test_act_grad_op_fake_refuses_in_one_line():
 
 def test_act_grad_kwargs_and_request():
     """The build: v15's backward keywords (one CTA, PDL, M at run time, K fixed), K-major both,
-    ACT_GRAD, BIAS only with a bias (the operands' dtype)."""
+    ACT_GRAD, BIAS only with a bias (the operands' dtype); ACT_GRAD_PREFETCH by default for
+    gelu, gelu_tanh and silu, never for SwiGLU (v15 refuses it there)."""
     from tirx_gemm import registry
     st, shape, kw = AGR.request(4096, 14336, 4096, "bfloat16", "silu", False)
     assert st is registry.get("v15", "sm_90a") and shape[1:] == (14336, 4096)
@@ -209,9 +210,12 @@ def test_act_grad_kwargs_and_request():
     assert (kw["A_MAJOR"], kw["B_MAJOR"], kw["RUNTIME_M"], kw["CLUSTER"], kw["PDL"]) == \
         ("K", "K", True, 1, True)
     assert AGR.request(77, 64, 32, "float16", "gelu", True)[2]["BIAS"] == "float16"
-    assert "ACT_GRAD_PREFETCH" not in kw
-    assert AGR.request(77, 64, 32, "float16", "gelu", True, prefetch=True)[2][
-        "ACT_GRAD_PREFETCH"] is True
+    assert AGR.PREFETCH is True and kw["ACT_GRAD_PREFETCH"] is True
+    assert "ACT_GRAD_PREFETCH" not in AGR.request(77, 64, 32, "float16", "gelu", True,
+                                                  prefetch=False)[2]
+    for prefetch in (None, True):
+        sw = AGR.request(4096, 28672, 4096, "bfloat16", AGR.SWIGLU, False, prefetch=prefetch)[2]
+        assert sw["ACT_GRAD"] == "swiglu" and "ACT_GRAD_PREFETCH" not in sw
     with pytest.raises(TypeError, match="True or False"):
         AGR.set_enabled("yes")
 

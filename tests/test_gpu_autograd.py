@@ -112,8 +112,9 @@ FUSED_ACT_CASES = (("gelu", torch.bfloat16, True), ("gelu_tanh", torch.bfloat16,
 @pytest.mark.parametrize("M", (1, 77, 500))
 def test_fused_act_grad(M, act, dtype, bias):
     """The backward of act(a @ b.T + bias) with dz = dy * act'(z) formed in the recompute's
-    epilogue (one kernel, ragged M: rows past M neither read nor stored); every gradient
-    against torch's at TOL, and the fused kernel is the one that ran."""
+    epilogue (one kernel, ragged M: rows past M neither read nor stored; the default build,
+    with ACT_GRAD_PREFETCH); every gradient against torch's at TOL, and the fused kernel is
+    the one that ran."""
     from tirx_gemm.op import act_grad as AGR
     from tirx_gemm.op import autograd as AG
     N, K = 256, 512
@@ -259,26 +260,27 @@ def test_matmul_layouts(M, N, K, dtype):
 
 @pytest.mark.parametrize("act,dtype,bias", FUSED_ACT_CASES, ids=str)
 @pytest.mark.parametrize("M", (77, 500))
-def test_fused_act_grad_prefetch(M, act, dtype, bias):
-    """The lab variant ACT_GRAD_PREFETCH (act_grad.PREFETCH: dy's loads issued before the
-    tile's last wgmma wait): every gradient against torch's at TOL, ragged M."""
+def test_fused_act_grad_without_prefetch(M, act, dtype, bias):
+    """The build without ACT_GRAD_PREFETCH (act_grad.PREFETCH off: dy loaded after the tile's
+    last wgmma wait; test_fused_act_grad runs the default, with it): every gradient against
+    torch's at TOL, ragged M."""
     from tirx_gemm.op import act_grad as AGR
     from tirx_gemm.op import autograd as AG
     N, K = 256, 512
     ours = _leaves(*[(M, K), (N, K)] + ([(N,)] if bias else []), dtype=dtype, seed=M + 3)
     ref = _twins(ours)
     dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
-    AGR.PREFETCH = True
+    default, AGR.PREFETCH = AGR.PREFETCH, False
     try:
         AG.matmul(ours[0], ours[1], ours[2] if bias else None, act, step="v12").backward(dy)
     finally:
-        AGR.PREFETCH = False
+        AGR.PREFETCH = default
     approx = "tanh" if act == "gelu_tanh" else "none"
     z = F.linear(*ref)
     (F.silu(z) if act == "silu" else F.gelu(z, approximate=approx)).backward(dy)
     _sync()
     for name, o, r in zip(("input", "weight", "bias"), ours, ref):
-        _close(f"prefetch {act} {name} M={M}", o.grad, r.grad)
+        _close(f"without prefetch {act} {name} M={M}", o.grad, r.grad)
 
 
 def test_compiled_training_step_fused_act_grad():

@@ -5,17 +5,20 @@ non-gated MLP would run them), and for SwiGLU (tirx_gemm::swiglu, y = silu(x @ g
 (x @ up.T) from the fused gate/up weight) at their gate/up projections, 4096 to 16384
 tokens, bf16, in one run on one card:
 
-* ``dz_fused``: dz = dy * act'(x @ w.T) by v15 with ACT_GRAD (tirx_gemm.op.act_grad): the
-  recompute GEMM, dy loaded and dz formed in its epilogue, dz stored in bf16;
+* ``dz_fused``: dz = dy * act'(x @ w.T) by v15 with ACT_GRAD (tirx_gemm.op.act_grad) built
+  without ACT_GRAD_PREFETCH: the recompute GEMM, dy loaded and dz formed in its epilogue, dz
+  stored in bf16;
 * ``dz_prefetch``: the same kernel built with ACT_GRAD_PREFETCH (dy's loads issued before the
-  tile's last wgmma wait, so they complete under those wgmmas; act.PREFETCH);
+  tile's last wgmma wait, so they complete under those wgmmas; act_grad.PREFETCH, the default
+  for gelu and silu; SwiGLU has no such build);
 * ``dz_unfused``: what the backward ran before: the recompute GEMM writing z in fp32 (the
   chooser's kernel), then torch's elementwise act'(z) and dy * act'(z), rounded to bf16
   (autograd.act_dz_unfused; SwiGLU: autograd.swiglu_dz_unfused);
   the same inputs, the results compared (max error <= 2e-2 of max |unfused|);
 * ``fwdbwd_fused``, ``fwdbwd_unfused``: forward and backward through tirx_gemm.op.autograd
   (y = act(x @ w.T), then dx and dw: the three backward kernels with the fused dz, or the
-  recompute + elementwise + the same dgrad and wgrad), act.ENABLED switched between them;
+  recompute + elementwise + the same dgrad and wgrad), act_grad.ENABLED switched between them,
+  the fused dz as act_grad.PREFETCH picks (``act_grad_prefetch`` in the record);
   ``fwdbwd_torch``: torch's F.linear + activation, forward and backward.
 
 dz_* are timed in CUDA graphs (GRAPH_CALLS calls a graph, the median of REPS replays: GPU
@@ -91,6 +94,7 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
     t_end = time.monotonic() + budget_s
     bf = torch.bfloat16
     torch_act = {"gelu": F.gelu, "silu": F.silu}
+    default = AGR.PREFETCH
     n = 0
     with out.open("a") as f:
         for model, layer, act, M, N, K in cases(tokens):
@@ -110,27 +114,34 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
                 def fused():
                     return AGR.dz(x, w, dy, None, act, arch)
 
+                def plain():  # the build without ACT_GRAD_PREFETCH
+                    AGR.PREFETCH = False
+                    try:
+                        return fused()
+                    finally:
+                        AGR.PREFETCH = default
+
                 def unfused():
                     return (AG.swiglu_dz_unfused(x, w, dy) if sw else
                             AG.act_dz_unfused(x, w, dy, None, act))
 
-                got = fused()
+                got = plain()
                 if got is None:
                     raise RuntimeError("the fused kernel does not apply here (not sm_90a?)")
                 B._check(f"{layer} {act} M={M} dz", got, unfused())
                 del got
                 times, how = {}, {}
-                for name, fn in (("dz_fused", fused), ("dz_unfused", unfused)):
+                for name, fn in (("dz_fused", plain), ("dz_unfused", unfused)):
                     times[name], how[name] = B._time(fn, torch)
-                AGR.PREFETCH = not sw  # no SwiGLU build of the variant
-                try:  # the variant: checked first, not timed where it fails
-                    if not sw:
+                if not sw:  # the prefetch build (none for SwiGLU): checked first, not timed
+                    AGR.PREFETCH = True  # where it fails
+                    try:
                         B._check(f"{layer} {act} M={M} dz prefetch", fused(), unfused())
                         times["dz_prefetch"], how["dz_prefetch"] = B._time(fused, torch)
-                except Exception as e:  # noqa: BLE001 (printed; the other rows stand)
-                    print(f"  prefetch FAILED: {type(e).__name__}: {str(e)[:200]}")
-                finally:
-                    AGR.PREFETCH = False
+                    except Exception as e:  # noqa: BLE001 (printed; the other rows stand)
+                        print(f"  prefetch FAILED: {type(e).__name__}: {str(e)[:200]}")
+                    finally:
+                        AGR.PREFETCH = default
                 # (a detached copy of the fused weight would lose fuse_gate_up's mark)
                 xs, ws = x.detach().requires_grad_(), (w.requires_grad_() if sw else
                                                        w.detach().requires_grad_())
@@ -168,6 +179,8 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
                         rec["speedup"] = round(times[base] / ms, 3)
                     if what in ("fwdbwd_fused", "fwdbwd_unfused"):
                         rec["vs_torch"] = round(times["fwdbwd_torch"] / ms, 3)
+                    if what == "fwdbwd_fused":
+                        rec["act_grad_prefetch"] = default and not sw
                     f.write(json.dumps(rec) + "\n")
                     f.flush()
                 speedup = times["dz_unfused"] / times["dz_fused"]

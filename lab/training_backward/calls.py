@@ -60,7 +60,7 @@ def recording():
 
     def act_grad(dtype, M, N, K, act, bias, device):  # tirx_gemm.op.act_grad's fused kernel
         calls.append(("act_grad", M, N, K, dtype, bias, act, None,
-                      "v15_prefetch" if AGR.PREFETCH else "v15"))
+                      "v15_prefetch" if AGR.PREFETCH and act in AGR.ACTS else "v15"))
 
         def run(a, b, out, dy_words, *bias_words):
             out.copy_(AGR.reference(a, b, dy_words.view(dtype),

@@ -17,7 +17,9 @@ kernel cannot read), and the caller keeps the GEMM + elementwise path. A dy the 
 read as it lies (strided, as loss.sum()'s expanded ones) is copied first. A compiled training
 step keeps the fused kernel: the traced backward calls it through the op
 ``torch.ops.tirx_gemm.act_grad_mm`` (:data:`OP`). :data:`ENABLED` turns
-it off everywhere (the A/B of lab/training_backward).
+it off everywhere (the A/B of lab/training_backward). :data:`PREFETCH` (on): gelu, gelu_tanh
+and silu load dy before the tile's last wgmma wait (v15's ``ACT_GRAD_PREFETCH``), the
+decision of lab/training_backward; SwiGLU's build loads it after.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ __all__ = ["ENABLED", "ACTS", "SWIGLU", "OP", "set_enabled", "kwargs", "request"
            "dz", "kernel", "reference"]
 
 ENABLED = True
-PREFETCH = False  # v15's ACT_GRAD_PREFETCH (dy loaded under the last wgmmas): a lab variant
+PREFETCH = True  # v15's ACT_GRAD_PREFETCH (dy loaded under the last wgmmas) for ACTS, not SwiGLU
 ACTS = ("gelu", "gelu_tanh", "silu")  # hopper/layouts.ACT_GRADS (that module imports TVM)
 SWIGLU = "swiglu"  # act for tirx_gemm::swiglu's backward: b the fused gate/up weight
 _DTYPES = (torch.float16, torch.bfloat16)
@@ -48,12 +50,13 @@ def kwargs(step, dtype: str, sm_count: int, act: str, bias: bool,
     """v15's build keywords for the fused activation gradient: the backward's build
     (layouts.layout_kwargs with LAYOUT_TUNE, both operands K-major, M at run time), K fixed,
     ``ACT_GRAD`` and, with a bias, ``BIAS`` = the operands' dtype; ``ACT_GRAD_PREFETCH``
-    where ``prefetch`` (None: :data:`PREFETCH`)."""
+    where ``prefetch`` (None: :data:`PREFETCH`) and ``act`` is one of :data:`ACTS` (v15 has
+    no SwiGLU build of it)."""
     from tirx_gemm.op.layouts import LAYOUT_TUNE, layout_kwargs
     kw = {**layout_kwargs(step, dtype, sm_count, False, False, LAYOUT_TUNE), "ACT_GRAD": act}
     if bias:
         kw["BIAS"] = dtype
-    if PREFETCH if prefetch is None else prefetch:
+    if act in ACTS and (PREFETCH if prefetch is None else prefetch):
         kw["ACT_GRAD_PREFETCH"] = True
     return kw
 
