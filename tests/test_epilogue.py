@@ -361,6 +361,22 @@ def test_the_gelu_error_sweep_covers_every_bf16_input_and_rounding_is_its_floor(
         y = torch.tensor([3.0], dtype=torch.float64)  # [2, 4): ulp 2^-6
         assert sweep.errors(y + 2.0 ** -6, y)[2] == 2.0
 
+def test_the_form_gap_is_the_tanh_forms_distance_from_the_erf_gelu():
+    """gelu_error_sweep.py --form-gap: the tanh form against the erf form's float64 gelu, the
+    record the study's README reads (records/gelu_form_gap_cpu.jsonl) as the script gives it."""
+    import json
+    sweep = _lab_script("gelu_error_sweep")
+    recs = sweep.form_gap_records()
+    assert [r["path"] for r in recs] == ["tanh form vs erf", "bf16 tanh form vs erf"]
+    exact, rounded = recs
+    assert exact["max_err_half_ulps_gelu_1e-3"] > 50 and exact["max_abs_err"] < 1e-3
+    assert rounded["max_abs_err"] > exact["max_abs_err"]  # bf16's rounding near |gelu| 2.7 on top
+    path = Path(__file__).resolve().parents[1] / "lab/fused_epilogues/records/gelu_form_gap_cpu.jsonl"
+    stored = [json.loads(line) for line in path.read_text().splitlines()]
+    keep = ("path", "max_abs_err", "x_at_max_abs", "max_err_half_ulps_gelu_1e-3", "x_at_max_half_ulps")
+    assert [{k: r[k] for k in keep} for r in stored] == [{k: r[k] for k in keep} for r in recs]
+
+
 
 def test_clock_windows_takes_each_windows_samples_after_it_settles():
     """lab/fused_epilogues/clock_windows.py: nvidia-smi samples (host local time) inside a

@@ -13,7 +13,12 @@ gelu_vs_cublaslt.py: tirx fused erf / tanh (matmul's), tirx approx erf / tanh (A
 bundle has them), torch unfused erf / tanh (bf16 F.gelu of the bf16 GEMM), torch addmm_act (tanh
 form), each form against its own float64 reference.
 
+``--form-gap`` (CPU, no GPU or bundle): the same figures for the tanh form itself (float64, and
+rounded to bfloat16) against the erf form's float64 reference: how far a gelu_tanh stands from
+F.gelu's erf gelu, the yardstick for an approximate erf gelu.
+
     TIRX_GEMM_BUNDLE=B python3 lab/fused_epilogues/gelu_error_sweep.py [--m 2048] [--out F.jsonl]
+    python lab/fused_epilogues/gelu_error_sweep.py --form-gap [--out F.jsonl]
 """
 import argparse
 import json
@@ -62,13 +67,43 @@ def torch_where(cond, a, b):
     return torch.where(cond, a, torch.as_tensor(b, dtype=a.dtype))
 
 
+def record(card, torch_version, name, form, got, want, xs):
+    """One sweep record: ``got`` against ``want`` over the inputs ``xs`` (flat float64)."""
+    ab, i, ulp, j = errors(got, want)
+    return {"card": card, "torch": torch_version, "kind": "error_sweep", "path": name,
+            "form": form, "inputs": len(xs), "range": [-10, 10], "max_abs_err": ab,
+            "x_at_max_abs": float(xs[i]), "max_err_half_ulps_gelu_1e-3": round(ulp, 3),
+            "x_at_max_half_ulps": float(xs[j])}
+
+
+def form_gap_records():
+    """The tanh form (float64, then rounded to bfloat16) against the erf form's float64
+    gelu over every bfloat16 input in [-10, 10] (CPU)."""
+    import torch
+    xs = bf16_values()
+    erf, tanh = gelu64(xs, "erf"), gelu64(xs, "tanh")
+    return [record("CPU, float64", torch.__version__, name, "erf", got, erf, xs)
+            for name, got in (("tanh form vs erf", tanh),
+                              ("bf16 tanh form vs erf", tanh.to(torch.bfloat16).double()))]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--m", type=int, default=2048)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--k", type=int, default=1024)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--form-gap", action="store_true",
+                    help="CPU only: the tanh form against the erf form's float64 gelu")
     args = ap.parse_args()
+    if args.form_gap:
+        recs = form_gap_records()
+        for rec in recs:
+            print(json.dumps(rec), flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.writelines(json.dumps(rec) + "\n" for rec in recs)
+        return 0
     import torch
     import torch.nn.functional as F
     import tirx_gemm.matmul as mm
@@ -119,13 +154,11 @@ def main() -> int:
             print(f"  {name}: not run ({str(exc).splitlines()[0][:160]})", flush=True)
             continue
         rows.append((name, form, y.double()))
+    xs = x.flatten().cpu()
     for name, form, got in rows:
-        ab, i, ulp, j = errors(got.flatten().cpu(), want[form].flatten().cpu())
-        xs = x.flatten().cpu()
-        rec = {"card": card, "torch": torch.__version__, "kind": "error_sweep", "path": name,
-               "form": form, "inputs": len(vals), "range": [-10, 10], "max_abs_err": ab,
-               "x_at_max_abs": float(xs[i]), "max_err_half_ulps_gelu_1e-3": round(ulp, 3),
-               "x_at_max_half_ulps": float(xs[j])}
+        rec = record(card, torch.__version__, name, form, got.flatten().cpu(),
+                     want[form].flatten().cpu(), xs)
+        rec["inputs"] = len(vals)
         print(json.dumps(rec), flush=True)
         if out:
             out.write(json.dumps(rec) + "\n")
