@@ -30,7 +30,7 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
 from .. import helpers as H
-from ..epilogue import gelu_constants  # numpy only
+from tirx_gemm.epilogue import gelu_constants  # shared: no TVM, numpy only
 from ..helpers import ACC_DTYPE
 from .. import timeline as TL
 from .wgmma import (DESC_K16_STEP, DESC_LBO, DESC_M64_STEP, DESC_SBO, ELEM_BYTES,
