@@ -726,3 +726,13 @@ def test_the_h100_decode_split_verdict_is_computed_from_its_records():
     short = {(r["M"], r["N"], r["K"]) for r in rows if r["pair_short"]}
     assert moved == short and len(short) == 7
     assert all(r["fallback_gain"] < 1 for r in rows if r["pair_short"])
+
+
+def test_the_cards_decode_split_floors_are_the_rules_own_constants():
+    """cards.py writes its decode-split floors as numbers (it imports no chooser module): the
+    default (the H200, whose picks the per-card rule must leave as they were) is the cost
+    model's floor for any split, and the H100's is the 128-row split's floor it was set to."""
+    from tirx_gemm.op import cards, cost_model as cm, rules
+    assert cards.Card.decode_pair_min_k_steps == cm.SPLIT_MIN_K_STEPS
+    assert cards.CARDS["h200"].decode_pair_min_k_steps == cm.SPLIT_MIN_K_STEPS
+    assert cards.CARDS["h100"].decode_pair_min_k_steps == rules.TALL_SPLIT_MIN_K_STEPS
