@@ -21,7 +21,7 @@ value (invisible when the Markdown is rendered, readable in the source):
   ratio .2f -->1.16<!-- /rec -->``: a field of the LAST record of that JSON-lines file
   whose keys equal the selectors (``key=value`` pairs, comma-separated; ``-`` for none),
   a dotted path into the record (``candidates.64x128p.ratio``), formatted by the Python
-  format spec. These also fill README.md and the lab's READMEs (lab/*/README.md): the
+  format spec. These also fill README.md, the guides in docs/*.md and the lab's READMEs (lab/*/README.md): the
   figures their prose quotes from the H200 runs come from the records themselves; a
   marker's header may break over lines between its four fields. A selector's key may be a dotted path too
   (``build_kwargs.SWAP_AB=true``); its value is read as JSON where it parses (numbers,
@@ -72,6 +72,7 @@ BUILD = re.compile(r"<!-- build:(\w+) (v\d+)@(sm_\w+) -->(.*?)<!-- /build -->")
 # where a reader of the rendered page sees nothing); the value stays on one line
 REC = re.compile(r"<!-- rec:(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*-->(.*?)<!-- /rec -->", re.S)
 README_PATH = ROOT / "README.md"
+DOCS_DIR = ROOT / "docs"
 LAB_DIR = ROOT / "lab"
 LAB_INDEX = LAB_DIR / "README.md"
 BUILD_FIELDS = ("smem_kib", "registers", "threads", "setmaxnreg_dec", "setmaxnreg_inc",
@@ -362,7 +363,8 @@ def render_lesson(path: Path, expectations: dict | None = None) -> str:
     """The lesson at ``path`` (or README.md) with every marker filled from its home."""
     expectations = load_expectations() if expectations is None else expectations
     text = path.read_text(encoding="utf-8")
-    if path.resolve() == README_PATH.resolve() or LAB_DIR.resolve() in path.resolve().parents:
+    if (path.resolve() == README_PATH.resolve() or LAB_DIR.resolve() in path.resolve().parents
+            or path.resolve().parent == DOCS_DIR.resolve()):
         return _render_records(text)
     rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
     return _render_records(_render_build(_render_counts(path.stem, text, rel), expectations))
@@ -420,7 +422,8 @@ def stale(expectations: dict | None = None) -> list[Path]:
     """The lessons (and README.md, the lab's READMEs and its index) whose generated parts do
     not hold what their homes say."""
     expectations = load_expectations() if expectations is None else expectations
-    out = [p for p in [*sorted(LESSONS_DIR.glob("v*.md")), README_PATH, *lab_readmes()]
+    out = [p for p in [*sorted(LESSONS_DIR.glob("v*.md")), README_PATH, *sorted(DOCS_DIR.glob("*.md")),
+                       *lab_readmes()]
            if render_lesson(p, expectations) != p.read_text(encoding="utf-8")]
     if not LAB_INDEX.is_file() or LAB_INDEX.read_text(encoding="utf-8") != lab_index():
         out.append(LAB_INDEX)

@@ -19,9 +19,10 @@ def _lab_records(name: str) -> list[dict]:
 
 
 def _docs(_root=None) -> str:
-    """The prose these figures are quoted in: README.md and every study's README under lab/
-    (the rules' evidence moved there), each rec marker's header on one line."""
-    paths = [ROOT / "README.md", *sorted((ROOT / "lab").glob("*/README.md"))]
+    """The prose these figures are quoted in: README.md, the guides in docs/, and every study's
+    README under lab/ (the rules' evidence moved there), each rec marker's header on one line."""
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "lab").glob("*/README.md"))]
     text = "\n\n".join(p.read_text() for p in paths)
     return re.sub(r"<!-- rec:[^>]*-->", lambda m: " ".join(m.group(0).split()), text)
 
