@@ -51,7 +51,8 @@ def _close(got, want, tol=2e-2):
 @pytest.fixture
 def stand_in(monkeypatch):
     """The matmul op's CPU reference, the GPU said to be sm_90a, the fused kernel's stand-in
-    (v15's layout GEMMs left to the copies: LAYOUT_STEP None)."""
+    (v15's layout GEMMs left to the copies: LAYOUT_STEP None), the forward that keeps z off
+    (the recompute path these tests are about; tests/test_autograd_act_save.py has the other)."""
     GEMMS.clear()
     FUSED.clear()
     lib = torch.library.Library("tirx_gemm", "IMPL")
@@ -59,6 +60,7 @@ def stand_in(monkeypatch):
     monkeypatch.setattr(AG, "_arch", lambda device: "sm_90a")
     monkeypatch.setattr(AGR, "kernel", _fake_kernel)
     monkeypatch.setattr(AG, "LAYOUT_STEP", None)
+    monkeypatch.setattr(AG._AS, "ENABLED", False)
     try:
         yield
     finally:

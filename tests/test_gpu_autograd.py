@@ -110,6 +110,45 @@ FUSED_ACT_CASES = (("gelu", torch.bfloat16, True), ("gelu_tanh", torch.bfloat16,
 
 @pytest.mark.parametrize("act,dtype,bias", FUSED_ACT_CASES, ids=str)
 @pytest.mark.parametrize("M", (1, 77, 500))
+def test_act_save_grads(M, act, dtype, bias):
+    """The forward that keeps z (tirx_gemm.op.act_save: v15's ACT_SAVE writes y = act(z) and z
+    from one accumulator; no forced step, so autograd takes it) and the elementwise backward
+    from z: y and every gradient against torch's at TOL, ragged M, and the save kernel (not the
+    recompute) is the one that ran."""
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import act_save as AS
+    from tirx_gemm.op import autograd as AG
+    N, K = 256, 512
+    ours = _leaves(*[(M, K), (N, K)] + ([(N,)] if bias else []), dtype=dtype, seed=M + 17)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    saved, recomputed = [], []
+    real_op, real_dz = AS.OP, AGR.dz
+    AS.OP = lambda *a: saved.append(a[-1]) or real_op(*a)
+    AGR.dz = lambda *a, **k: recomputed.append(1) or real_dz(*a, **k)
+    try:
+        y = AG.matmul(ours[0], ours[1], ours[2] if bias else None, act)
+        y.backward(dy)
+    finally:
+        AS.OP, AGR.dz = real_op, real_dz
+    approx = "tanh" if act == "gelu_tanh" else "none"
+    z = F.linear(*ref)
+    want = F.silu(z) if act == "silu" else F.gelu(z, approximate=approx)
+    want.backward(dy)
+    _sync()
+    if DEVICE == "cuda":  # (the CPU replay of lab/training_backward/export.py: any path)
+        assert saved == [act] and recomputed == [], (saved, recomputed)
+        with torch.no_grad():  # the kept z itself: a @ b.T + bias in the operands' dtype
+            _, z_kept = AS.forward(*[t.detach() for t in ours[:2]],
+                                   ours[2].detach() if bias else None, act)
+        _close(f"save {act} z M={M}", z_kept, z.detach())
+    _close(f"save {act} y M={M}", y.detach(), want.detach())
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"save {act} {name} M={M}", o.grad, r.grad)
+
+
+@pytest.mark.parametrize("act,dtype,bias", FUSED_ACT_CASES, ids=str)
+@pytest.mark.parametrize("M", (1, 77, 500))
 def test_fused_act_grad(M, act, dtype, bias):
     """The backward of act(a @ b.T + bias) with dz = dy * act'(z) formed in the recompute's
     epilogue (one kernel, ragged M: rows past M neither read nor stored; the default build,

@@ -19,7 +19,11 @@ tokens, bf16, in one run on one card:
   (y = act(x @ w.T), then dx and dw: the three backward kernels with the fused dz, or the
   recompute + elementwise + the same dgrad and wgrad), act_grad.ENABLED switched between them,
   the fused dz as act_grad.PREFETCH picks (``act_grad_prefetch`` in the record);
-  ``fwdbwd_torch``: torch's F.linear + activation, forward and backward.
+  ``fwdbwd_torch``: torch's F.linear + activation, forward and backward; the forward that
+  keeps z (tirx_gemm.op.act_save) is off in these arms;
+* ``--save`` (run_save): forward + backward with the saved pre-activation (``fwdbwd_save``:
+  v15's ACT_SAVE forward, torch's elementwise act backward, dgrad and wgrad on v15) against
+  the recompute (``fwdbwd_fused``) and torch, and the forwards alone, gelu and silu only.
 
 dz_* are timed in CUDA graphs (GRAPH_CALLS calls a graph, the median of REPS replays: GPU
 time), fwdbwd_* with back-to-back calls between CUDA events (autograd's host work included
@@ -29,6 +33,7 @@ fused time) on the fused and prefetch rows and ``vs_torch`` (torch's fwdbwd time
 on the fwdbwd_fused and fwdbwd_unfused rows; a case that fails leaves a ``what: "error"`` row.
 
     python lab/training_backward/bench_act_grad.py --out records/act_grad.jsonl [--budget-s 60]
+    python lab/training_backward/bench_act_grad.py --save --out records/act_save.jsonl
     python lab/training_backward/bench_act_grad.py --requests   # the kernels, for the bundle
 """
 
@@ -81,6 +86,27 @@ def requests(sm_count: int = 132, tokens=TOKENS) -> list:
     return C.requests(rec, sm_count)
 
 
+SAVE_PAIR_TUNE: dict = {}  # act_save.TUNE of the fwd_save_pair arm: v15's CTA pair (v9's build)
+# the GPU tests of the saved pre-activation (tests/test_gpu_autograd.py: test_act_save_grads)
+SAVE_TEST_LAYER = (256, 512)
+SAVE_TEST_CASES = (("gelu", "bfloat16", True), ("gelu_tanh", "bfloat16", True),
+                   ("silu", "bfloat16", True), ("gelu", "float16", False),
+                   ("gelu_tanh", "float16", False), ("silu", "float16", False))
+
+
+def save_requests(sm_count: int = 132) -> list:
+    """The v15 ACT_SAVE kernels (tirx_gemm.op.act_save, M at run time): the GPU tests' and
+    the ``--save`` run's (gelu, silu at LAYERS, bf16, no bias); the backward's dgrad and
+    wgrad kernels are :func:`requests`' and the tests' own."""
+    from tirx_gemm.op import act_save as AS
+    N, K = SAVE_TEST_LAYER
+    reqs = [AS.request(4096, N, K, dt, act, bias, sm_count) for act, dt, bias in SAVE_TEST_CASES]
+    reqs += [AS.request(4096, N, K, "bfloat16", act, False, sm_count, tune=tune)
+             for _model, _layer, N, K in LAYERS for act in ACTS
+             for tune in (None, SAVE_PAIR_TUNE)]
+    return reqs
+
+
 def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
     import torch
     import torch.nn.functional as F
@@ -88,6 +114,7 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
     import bench as B
     from tirx_gemm.matmul import fuse_gate_up
     from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import act_save as AS
     from tirx_gemm.op import autograd as AG
     card = torch.cuda.get_device_name(0)
     date = datetime.date.today().isoformat()
@@ -160,10 +187,12 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
 
                 for name, on in (("fwdbwd_fused", True), ("fwdbwd_unfused", False)):
                     AGR.set_enabled(on)
+                    AS.set_enabled(False)  # the recompute (run_save times the saved z)
                     try:
                         times[name] = B._time_events(step, torch, B.GRAPH_CALLS)
                     finally:
                         AGR.set_enabled(True)
+                        AS.set_enabled(True)
                     how[name] = "events"
                 times["fwdbwd_torch"] = B._time_events(torch_step, torch, B.GRAPH_CALLS)
                 how["fwdbwd_torch"] = "events"
@@ -206,12 +235,135 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
     return n
 
 
+def run_save(out: Path, budget_s: float, tokens=TOKENS) -> int:
+    """``--save``: forward + backward with the saved pre-activation against the recompute path
+    and torch, gelu and silu at LAYERS (bf16, no bias), CUDA events as run()'s fwdbwd rows:
+
+    * ``fwdbwd_save``: tirx_gemm.op.autograd's default where the save kernel is found (v15's
+      ACT_SAVE forward writing y and z, torch's elementwise act backward, dgrad and wgrad on v15);
+    * ``fwdbwd_fused``: the same with act_save off (the recompute with dz in its epilogue, the
+      build act_grad.PREFETCH picks: the previous default);
+    * ``fwdbwd_torch``: F.linear + activation, forward and backward;
+    * ``fwd_save``, ``fwd_infer``, ``fwd_torch``: the forward alone (with grad recorded: the save
+      kernel; without: the inference kernel, y only; torch's GEMM + activation with grad);
+      ``fwd_save_pair``: the save kernel built on v15's CTA pair (act_save.TUNE = {}), y checked.
+
+    Each case first checks dx and dw of fwdbwd_save against torch's (TOL of max |torch|).
+    Records: ms, TFLOP/s (6MNK fwdbwd, 2MNK fwd), ``vs_torch`` (torch's time / this one) on the
+    tirx rows of each kind, ``speedup`` (fwdbwd_fused / fwdbwd_save) on fwdbwd_save."""
+    import torch
+    import torch.nn.functional as F
+
+    import bench as B
+    from tirx_gemm.op import act_save as AS
+    from tirx_gemm.op import autograd as AG
+    card = torch.cuda.get_device_name(0)
+    date = datetime.date.today().isoformat()
+    t_end = time.monotonic() + budget_s
+    bf = torch.bfloat16
+    torch_act = {"gelu": F.gelu, "silu": F.silu}
+    n = 0
+    with out.open("a") as f:
+        for M in tokens:
+            for model, layer, N, K in LAYERS:
+                for act in ACTS:
+                    if time.monotonic() > t_end:
+                        print(f"budget spent: stopped before {model} {layer} {act} M={M}")
+                        return n
+                    try:
+                        g = torch.Generator(device="cuda").manual_seed(M + N + K)
+                        x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
+                        w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
+                        dy = torch.randn(M, N, device="cuda", dtype=bf, generator=g)
+                        xs, ws = x.requires_grad_(), w.requires_grad_()
+                        if not AS.applies(xs, ws, None, act, None, AG._arch(xs.device)):
+                            raise RuntimeError("the save kernel does not apply here")
+
+                        def step():
+                            AG.matmul(xs, ws, None, act).backward(dy)
+
+                        def torch_step():
+                            torch_act[act](F.linear(xs, ws)).backward(dy)
+
+                        step()
+                        got = (xs.grad.clone(), ws.grad.clone())
+                        xs.grad = ws.grad = None
+                        torch_step()
+                        B._check(f"{layer} {act} M={M} dx", got[0], xs.grad)
+                        B._check(f"{layer} {act} M={M} dw", got[1], ws.grad)
+                        del got
+                        times = {"fwdbwd_save": B._time_events(step, torch, B.GRAPH_CALLS)}
+                        AS.set_enabled(False)
+                        try:
+                            times["fwdbwd_fused"] = B._time_events(step, torch, B.GRAPH_CALLS)
+                        finally:
+                            AS.set_enabled(True)
+                        times["fwdbwd_torch"] = B._time_events(torch_step, torch, B.GRAPH_CALLS)
+                        times["fwd_save"] = B._time_events(
+                            lambda: AG.matmul(xs, ws, None, act), torch, B.GRAPH_CALLS)
+
+                        def infer():
+                            with torch.no_grad():
+                                AG.matmul(xs, ws, None, act)
+                        times["fwd_infer"] = B._time_events(infer, torch, B.GRAPH_CALLS)
+                        times["fwd_torch"] = B._time_events(
+                            lambda: torch_act[act](F.linear(xs, ws)), torch, B.GRAPH_CALLS)
+                        AS.TUNE = SAVE_PAIR_TUNE  # the same forward on v15's CTA pair
+                        try:
+                            if not AS.applies(xs, ws, None, act, None, AG._arch(xs.device)):
+                                raise RuntimeError("the CTA-pair save kernel is not loaded")
+                            B._check(f"{layer} {act} M={M} y pair", AG.matmul(xs, ws, None, act),
+                                     torch_act[act](F.linear(xs, ws)))
+                            times["fwd_save_pair"] = B._time_events(
+                                lambda: AG.matmul(xs, ws, None, act), torch, B.GRAPH_CALLS)
+                        except Exception as e:  # noqa: BLE001 (printed; the other rows stand)
+                            print(f"  fwd_save_pair FAILED: {type(e).__name__}: {str(e)[:200]}")
+                        finally:
+                            AS.TUNE = None
+                        xs.grad = ws.grad = None
+                    except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
+                        print(f"{model} {layer} {act} M={M} FAILED: {type(e).__name__}: "
+                              f"{str(e)[:300]}", flush=True)
+                        f.write(json.dumps({"date": date, "card": card, "model": model,
+                                            "layer": layer, "act": act, "M": M, "N": N, "K": K,
+                                            "what": "error", "error":
+                                            f"{type(e).__name__}: {str(e)[:300]}"}) + "\n")
+                        f.flush()
+                        torch.cuda.empty_cache()
+                        continue
+                    for what, ms in times.items():
+                        flop = (6 if what.startswith("fwdbwd") else 2) * M * N * K
+                        rec = {"date": date, "card": card, "model": model, "layer": layer,
+                               "act": act, "M": M, "N": N, "K": K, "dtype": "bfloat16",
+                               "what": what, "timing": "events", "ms": round(ms, 4),
+                               "tflops": round(flop / ms / 1e9, 1)}
+                        kind = what.split("_")[0]
+                        if not what.endswith("_torch"):
+                            rec["vs_torch"] = round(times[f"{kind}_torch"] / ms, 3)
+                        if what == "fwdbwd_save":
+                            rec["speedup"] = round(times["fwdbwd_fused"] / ms, 3)
+                        f.write(json.dumps(rec) + "\n")
+                        f.flush()
+                    ratio = times["fwdbwd_torch"] / times["fwdbwd_save"]
+                    print(f"{model} {layer} {act} M={M}: fwd+bwd save {times['fwdbwd_save']:.3f}"
+                          f" recompute {times['fwdbwd_fused']:.3f} torch "
+                          f"{times['fwdbwd_torch']:.3f} ms (x{ratio:.3f} torch); "
+                          f"fwd save {times['fwd_save']:.3f} infer "
+                          f"{times['fwd_infer']:.3f} torch {times['fwd_torch']:.3f} ms", flush=True)
+                    n += 1
+                    del x, w, dy, xs, ws
+                    torch.cuda.empty_cache()
+    return n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--tokens", default=None, help="comma-separated (default: all)")
     ap.add_argument("--requests", action="store_true", help="print the kernels and exit")
+    ap.add_argument("--save", action="store_true",
+                    help="forward + backward with the saved pre-activation (run_save) only")
     args = ap.parse_args(argv)
     tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else TOKENS
     if args.requests:
@@ -220,7 +372,7 @@ def main(argv=None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required")
-    n = run(args.out, args.budget_s, tokens)
+    n = (run_save if args.save else run)(args.out, args.budget_s, tokens)
     print(f"{n} cases recorded in {args.out}")
     return 0
 

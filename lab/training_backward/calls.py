@@ -1,9 +1,9 @@
 """Which kernels a piece of training code calls: replay it on the CPU and record every GEMM.
 
 ``record(fn)`` runs ``fn()`` with a CPU reference kernel registered for the ops
-``tirx_gemm::matmul`` and ``tirx_gemm::swiglu`` (enabled only inside the call) that records
-each call (op, M, N, K, dtype, epilogue, step) and returns the product; autograd's backward
-runs through the same ops, so its GEMMs are recorded too. tirx_gemm.op.autograd is told
+``tirx_gemm::matmul``, ``tirx_gemm::swiglu`` and ``tirx_gemm::act_save_mm`` (enabled only
+inside the call) that records each call (op, M, N, K, dtype, epilogue, step) and returns the
+product; autograd's backward runs through the same ops, so its GEMMs are recorded too. tirx_gemm.op.autograd is told
 the GPU is sm_90a (its forced backward step and fp32 outputs), as on the GPU host.
 ``requests(calls)`` turns the records into bundle.export requests (step, build shape,
 kwargs), each once, with the step and keywords tirx_gemm.matmul would pick on an sm_90a GPU
@@ -67,15 +67,27 @@ def recording():
                                     bias_words[0].view(dtype) if bias_words else None, act))
         return run
 
+    def act_save(dtype, M, N, K, act, bias, device):  # tirx_gemm.op.act_save's forward kernel
+        calls.append(("act_save", M, N, K, dtype, bias, act, None, "v15"))
+
+        def run(a, b, y, z, *bias_words):
+            z.copy_(a.float() @ b.float().T + (bias_words[0].view(dtype).float()
+                                                if bias_words else 0))
+            y.copy_(_act(z.float(), act))
+        return run
+
     from tirx_gemm.op import act_grad as AGR
-    old_arch, old_layout, old_act_grad = AG._arch, AG._gemm_layout, AGR.kernel
+    from tirx_gemm.op import act_save as AS
+    lib.impl("act_save_mm", AS._run, "CPU")
+    old = AG._arch, AG._gemm_layout, AGR.kernel, AS.kernel
     AG._arch = lambda device: ARCH
     AG._gemm_layout = layout
     AGR.kernel = act_grad
+    AS.kernel = act_save
     try:
         yield calls
     finally:
-        AG._arch, AG._gemm_layout, AGR.kernel = old_arch, old_layout, old_act_grad
+        AG._arch, AG._gemm_layout, AGR.kernel, AS.kernel = old
         lib._destroy()
 
 
@@ -95,6 +107,11 @@ def requests(calls, sm_count: int = 132):
             from tirx_gemm.op import act_grad as AGR  # "v15" or "v15_prefetch"
             out.extend(r for r in [AGR.request(M, N, K, dtype, act, bias_dt, sm_count, ARCH,
                                                step == "v15_prefetch")] if _once(seen, r))
+            continue
+        if op == "act_save":  # v15 with ACT_SAVE: bias_dt holds whether there is a bias
+            from tirx_gemm.op import act_save as AS
+            out.extend(r for r in [AS.request(M, N, K, dtype, act, bias_dt, sm_count, ARCH)]
+                       if _once(seen, r))
             continue
         if op == "layout":  # v15: bias_dt, act, out_dt hold a_mn, b_mn, tune
             out.extend(r for r in [layout_request(M, N, K, dtype, bias_dt, act, sm_count,

@@ -5,7 +5,7 @@ reference kernels; each test's own checks run too, against torch on the CPU), of
 the four layouts), of bench.py (its GEMM list) and of bench_act_grad.py.
 
     python lab/training_backward/export.py --out DIR
-                                           [--what tests,layouts,curve,bench,bench_act_grad]
+                                           [--what tests,layouts,curve,bench,bench_act_grad,act_save]
                                            [--tokens 4096,16384]
                                            [--dry-run]
 """
@@ -93,11 +93,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="parallel builds (default 1)")
     ap.add_argument("--what", default="tests,layouts,curve,bench",
                     help="tests | TEST_NAME_PART (those GPU tests only), matmul_layouts, "
-                         "layouts, curve, bench, bench_act_grad")
+                         "layouts, curve, bench, bench_act_grad, act_save")
     ap.add_argument("--tokens", default=None, help="bench.py's token counts (default: all)")
     args = ap.parse_args(argv)
     what = args.what.split(",")
-    known = {"tests", "layouts", "curve", "bench", "matmul_layouts", "bench_act_grad"}
+    known = {"tests", "layouts", "curve", "bench", "matmul_layouts", "bench_act_grad",
+             "act_save"}
     rec = replay(_test_module()) if "tests" in what else []
     for part in set(what) - known:
         rec += replay(_test_module(), only=part)
@@ -135,6 +136,9 @@ def main(argv=None) -> int:
         tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else \
             bench_act_grad.TOKENS
         reqs += [r for r in bench_act_grad.requests(args.sm_count, tokens) if C._once(seen, r)]
+    if "act_save" in what:  # v15's ACT_SAVE forwards: the GPU tests' and bench_act_grad's
+        import bench_act_grad
+        reqs += [r for r in bench_act_grad.save_requests(args.sm_count) if C._once(seen, r)]
     print(f"{len(rec)} GEMM calls recorded, {len(reqs)} kernels")
     for st, shape, kw in reqs:
         print(f"  {st.key} {shape} {kw}")

@@ -20,7 +20,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
               L2_GROUP: int = 8, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
               RUNTIME_M: bool = False, CLUSTER: int = W.CLUSTER_SIZE, PDL: bool = False,
               RUNTIME_K: bool = False, ACT_GRAD=None, BIAS=False,
-              ACT_GRAD_PREFETCH: bool = False):
+              ACT_GRAD_PREFETCH: bool = False, ACT_SAVE=None):
     """Step card -- v15, operand layouts.
 
     Changes from v9: the kernel reads A and B in either major order (A_MAJOR, B_MAJOR in
@@ -36,20 +36,20 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
         element MN chunks of one wgmma (m64n256: four), a k16 slice 2 KiB on instead of 32 B;
       * wgmma: imm-trans-a / imm-trans-b = 1 for an MN-major operand (16-bit types only).
       Everything else (roles, barriers, the epilogue, the scheduler) is v9's.
-    Speed options (v12's, off by default so the lesson is v9 + the layout): CLUSTER=1 (no CTA
-      pair), PDL=True, RUNTIME_K=True (K at run time: one wgrad kernel for every token count,
-      K-major rows a multiple of 8 the caller checks); the lesson's backward section says why.
-    Why: a Linear's backward is two GEMMs on transposed operands (dgrad = dY @ W reads W
-      MN-major; wgrad = dY.T @ X reads both, reducing over tokens); without this a copy of
-      each operand precedes every backward GEMM (tirx_gemm.op.autograd measures the copies).
-    Contracts/Barriers: v9's tma2mma and mma2tma; one expect_tx covers an MN-major load's boxes.
+    Speed options (v12's, off by default so the lesson is v9 + the layout): CLUSTER=1, PDL=True,
+      RUNTIME_K=True (one wgrad kernel for every token count); the lesson says why.
+    Why: a Linear's backward is two GEMMs on transposed operands (dgrad = dY @ W, wgrad =
+      dY.T @ X); without this a copy of each operand precedes every backward GEMM.
+    Contracts/Barriers: v9's; one expect_tx covers an MN-major load's boxes.
     Constraints: v9's (CLUSTER 1 or 2; PDL with CLUSTER=1), except: M a multiple of 8 when
       A_MAJOR="MN" (A's rows are then M elements: TMA's 16-byte row stride; with RUNTIME_M
       the caller checks it); N a multiple of 8; K a multiple of 8 while an operand is
       K-major, any K >= 1 when both are MN-major (K is then the outer dimension: wgrad's
       token count needs no padding); dtype float16 or bfloat16.
-    ACT_GRAD (gelu, gelu_tanh, silu, swiglu; off; BIAS False or dtype): D = DY * act'(A @ B.T
-      + bias), operands A, B, D, DY, bias (int32 views); ACT_GRAD_PREFETCH: see the lesson.
+    Training options (off; K-major A, B; BIAS False or dtype, an int32 view; see the lesson):
+      ACT_GRAD (gelu, gelu_tanh, silu, swiglu): D = DY * act'(A @ B.T + bias), operands A, B,
+      D, DY, bias; ACT_GRAD_PREFETCH. ACT_SAVE (relu, gelu, gelu_tanh, silu): the forward that
+      keeps its pre-activation, D = act(z), Z = z = A @ B.T + bias from one accumulator.
     Run: ``tirx-gemm run v15 --arch sm_90a --mnk 4096,4096,4096`` (K-major both: v9's kernel).
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
@@ -74,9 +74,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     if not isinstance(ACT_GRAD_PREFETCH, bool) or (ACT_GRAD_PREFETCH and ACT_GRAD is None):
         raise ValueError(f"ACT_GRAD_PREFETCH={ACT_GRAD_PREFETCH!r}: True or False, True only "
                          f"with ACT_GRAD")
-    if BIAS and (ACT_GRAD is None or BIAS != dtype):
-        raise ValueError(f"BIAS={BIAS!r}: v15 takes a bias only with ACT_GRAD, in the "
-                         f"operands' dtype ({dtype!r})")
+    HL.check_act_save(ACT_SAVE, ACT_GRAD, A_MN, B_MN)
+    if BIAS and ((ACT_GRAD is None and ACT_SAVE is None) or BIAS != dtype):
+        raise ValueError(f"BIAS={BIAS!r}: v15 takes a bias only with ACT_GRAD or ACT_SAVE, in "
+                         f"the operands' dtype ({dtype!r})")
     W.check_layout_shape(M, N, K, dtype, A_MN, B_MN)  # K any when both are MN-major
     M = H.runtime_rows(M, RUNTIME_M)  # RUNTIME_M: one kernel for every M (A.shape[0])
     if not isinstance(RUNTIME_K, bool):
@@ -120,9 +121,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             if tid_in_wg == 0:
                 mma2tma.arrive(stage)
 
-    # the kernel body; DY and bias are None without ACT_GRAD and BIAS (no such operands)
+    # the kernel body; DY and bias are None without ACT_GRAD and BIAS (no such operands), Z
+    # without ACT_SAVE
     @T.inline
-    def gemm(A, B, D, DY, bias):
+    def gemm(A, B, D, DY, bias, Z=None):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         if CLUSTER > 1:
@@ -252,6 +254,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                     HL.epilogue_act_grad(packed, acc, BLK_N, DY, bias, ACT_GRAD, dtype,
                                          m_st + row0, n_st, M, N, warp_id, lane_id,
                                          ACT_GRAD_PREFETCH)
+                elif ACT_SAVE is not None:  # z = acc + bias stored now, act(z) packed for D
+                    HL.epilogue_act_save(Z, Dstage, consumer, packed, acc, BLK_N, bias,
+                                         ACT_SAVE, dtype, m_st + row0, n_st, N, EPI_BUFS,
+                                         warp_id, lane_id, tid_in_wg, 1 + consumer)
                 else:
                     W.pack_fragment(packed, acc, PACKED_REGS, dtype)
                 pending = 1
@@ -271,7 +277,20 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             # until it is done; neither CTA may exit (and release its SMEM) before both are ---
             T.cuda.cluster_sync()
 
-    if ACT_GRAD is not None and BIAS:
+    if ACT_SAVE is not None and BIAS:  # Z: the pre-activation, beside D = act(Z)
+        @T.prim_func
+        def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+                   B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+                   D: T.Buffer((M, N), dtype), Z: T.Buffer((M, N), dtype),
+                   bias: T.Buffer((N // 2,), "int32")):
+            gemm(A, B, D, None, bias, Z)
+    elif ACT_SAVE is not None:
+        @T.prim_func
+        def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+                   B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+                   D: T.Buffer((M, N), dtype), Z: T.Buffer((M, N), dtype)):
+            gemm(A, B, D, None, None, Z)
+    elif ACT_GRAD is not None and BIAS:
         @T.prim_func
         def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
                    B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),

@@ -33,6 +33,8 @@ from .. import helpers as H
 from tirx_gemm.epilogue import gelu_constants  # shared: no TVM, numpy only
 from ..helpers import ACC_DTYPE
 from .. import timeline as TL
+from .fused import epilogue_bias_act  # (read only: the forward epilogue's activations)
+from .stores import pack_fragment, store_packed_tile
 from .wgmma import (DESC_K16_STEP, DESC_LBO, DESC_M64_STEP, DESC_SBO, ELEM_BYTES,
                     SWIZZLE_128B, SWIZZLE_ROW_ELEMS, WGMMA_K, wgmma_name)
 
@@ -363,3 +365,75 @@ def epilogue_swiglu_grad(packed, acc, n: int, DY2, dtype, row0, col0, M, N, warp
                                  source_code=_SWIGLU_GRAD_FN[dtype][1][1],
                                  return_type="uint32"),
                 T.uint32(0))
+
+
+# --- the forward that keeps its pre-activation (v15's ACT_SAVE, a training step's forward) ---
+# torch's Linear + activation keeps z = x @ W.T + b for the backward, which is then elementwise:
+# dz = dy * act'(z). ACT_SAVE stores z beside y = act(z), both from the same accumulators: the
+# bias is added in fp32, z packed and TMA-stored through the staging tiles at once, then
+# act(z) (the forward epilogue's device functions, hopper/fused.py) packed into the same
+# registers for the overlapped store of D. One packed array: Z's store is not overlapped.
+ACT_SAVES = ("relu", "gelu", "gelu_tanh", "silu")
+
+
+def check_act_save(act, act_grad, a_mn: bool, b_mn: bool) -> None:
+    """ACT_SAVE: None or one of :data:`ACT_SAVES`, without ACT_GRAD, both operands K-major; a
+    one-line ValueError otherwise."""
+    if act is None:
+        return
+    if act not in ACT_SAVES:
+        raise ValueError(f"ACT_SAVE={act!r} must be None or one of {', '.join(ACT_SAVES)}")
+    if act_grad is not None:
+        raise ValueError(f"ACT_SAVE={act!r} is a forward, ACT_GRAD={act_grad!r} a backward: "
+                         f"one kernel takes one of them")
+    if a_mn or b_mn:
+        raise ValueError("ACT_SAVE is a Linear's forward: A_MAJOR and B_MAJOR must be 'K'")
+
+
+def _word_fns(dtype: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """((name, source), (name, source)): the low and the high ``dtype`` value of a 32-bit
+    word, as fp32."""
+    pair, to_f2, _ = _PAIR[dtype]
+    return tuple((f"tirx_gemm_word_{half}_{dtype}", f"""
+__device__ __forceinline__ float tirx_gemm_word_{half}_{dtype}(int w) {{
+  return {to_f2}(*reinterpret_cast<{pair}*>(&w)).{xy};
+}}
+""") for half, xy in (("lo", "x"), ("hi", "y")))
+
+
+_WORD_FN = {dt: _word_fns(dt) for dt in _PAIR}
+
+
+@T.inline
+def add_bias_words(acc, n: int, bias2, col0, N, lane_id, dtype):
+    """acc[4j+2h+e] += bias[col0 + 8j + 2(l%4) + e] over a 64 x n fragment, the bias read
+    as 32-bit words of two ``dtype`` values (``bias2``, (N/2,) int32; 0 past N): one word per
+    8-column block, shared by both rows h."""
+    bw = T.alloc_local((2,), ACC_DTYPE)
+    for j in T.unroll(n // 8):
+        w = T.meta_var((col0 + 8 * j) // 2 + lane_id % 4)
+        bw[0] = T.if_then_else(w * 2 < N, T.cuda.func_call(
+            _WORD_FN[dtype][0][0], bias2[w], source_code=_WORD_FN[dtype][0][1],
+            return_type=ACC_DTYPE), T.float32(0))
+        bw[1] = T.if_then_else(w * 2 < N, T.cuda.func_call(
+            _WORD_FN[dtype][1][0], bias2[w], source_code=_WORD_FN[dtype][1][1],
+            return_type=ACC_DTYPE), T.float32(0))
+        for h in T.unroll(2):
+            for e in T.unroll(2):
+                acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] + bw[e]
+
+
+@T.inline
+def epilogue_act_save(Z, Dstage, wg, packed, acc, n: int, bias2, act, dtype, row0, col0, N,
+                      bufs: int, warp_id, lane_id, tid_in_wg, bar_id):
+    """Warpgroup ``wg``, a finished 64 x n fragment at (row0, col0): acc <- acc + bias
+    (``bias2`` None: none), packed <- z, z TMA-stored to Z[row0:+64, col0:+n] through the
+    staging tiles (stores.store_packed_tile: rows past M, columns past N clipped), then acc <-
+    act(z) and packed <- act(z), for the caller's store of D. Replaces stores.pack_fragment."""
+    if bias2 is not None:
+        add_bias_words(acc, n, bias2, col0, N, lane_id, dtype)
+    pack_fragment(packed, acc, n // 2, dtype)
+    store_packed_tile(Z, Dstage, wg, packed, row0, col0, n, bufs, warp_id, lane_id, tid_in_wg,
+                      bar_id)
+    epilogue_bias_act(acc, n, None, act)
+    pack_fragment(packed, acc, n // 2, dtype)

@@ -39,11 +39,15 @@ copy path (dgrad stays on v15).
 view (NT, TN, TT; tirx_gemm.op.layouts), and a compiled training step keeps them (the traced
 backward calls them through the op ``torch.ops.tirx_gemm.layout_mm``, defined here).
 
-**Fused epilogues.** With ``activation`` (gelu, gelu_tanh, silu) the backward recomputes the
-pre-activation ``z = a @ b.T + bias``; on sm_90a one kernel does that and forms ``dz = dy *
-act'(z)`` in its epilogue, stored in the operands' dtype (tirx_gemm.op.act_grad: dy and bias
-in the operands' dtype, not traced); elsewhere the GEMM writes ``z`` in fp32 (bias fused)
-and torch forms ``dz``. relu needs no GEMM: its mask is ``y > 0``. SwiGLU forms the
+**Fused epilogues.** With ``activation`` (gelu, gelu_tanh, silu) on sm_90a the recorded forward
+keeps the pre-activation ``z = a @ b.T + bias``: one kernel writes ``y = act(z)`` and ``z``
+(tirx_gemm.op.act_save; **z costs one M x N tensor in the operands' dtype, as torch's Linear +
+activation keeps**) and the backward forms ``dz = dy * act'(z)`` elementwise (torch's own
+activation backward), then dgrad and wgrad as below. Where that kernel is not found (a bundle
+without it), under torch.compile, or with an fp32 output, the backward recomputes ``z``: on
+sm_90a one kernel does that and forms ``dz`` in its epilogue, stored in the operands' dtype
+(tirx_gemm.op.act_grad: dy and bias in the operands' dtype); elsewhere the GEMM writes ``z``
+in fp32 (bias fused) and torch forms ``dz``. relu needs no GEMM: its mask is ``y > 0``. SwiGLU forms the
 interleaved ``dz`` of the fused weight (tirx_gemm.epilogue's groups of 8 rows) the same way:
 in the fused gate/up GEMM's epilogue on sm_90a, else from that GEMM in fp32 and torch; so the
 gradient of ``fused`` comes out in the fused layout (unfuse it with ``w.view(N // 8, 2, 8,
@@ -77,6 +81,7 @@ import torch
 
 from tirx_gemm import epilogue as E
 from tirx_gemm.op import act_grad as _AG
+from tirx_gemm.op import act_save as _AS
 from tirx_gemm.op import torch_op
 from tirx_gemm.op.keywords import ROW_MULTIPLE
 
@@ -345,6 +350,26 @@ def _backward_matmul(ctx, dy):
 
 
 # --------------------------------------------------------------------------------------
+# tirx_gemm::act_save_mm(a, b, bias, act) -> (y, z): the forward that keeps z (op.act_save)
+# --------------------------------------------------------------------------------------
+def _setup_act_save(ctx, inputs, output):
+    a, b, bias, act = inputs
+    ctx.activation = act
+    ctx.needs = (a.requires_grad, b.requires_grad, bias is not None and bias.requires_grad)
+    ctx.save_for_backward(a, b, bias, output[1])  # z: one M x N tensor, as torch keeps
+
+
+def _backward_act_save(ctx, dy, _dz_of_z):
+    _no_double_backward("tirx_gemm.matmul")
+    a, b, bias, z = ctx.saved_tensors
+    needs_a, needs_b, needs_bias = ctx.needs
+    dz = _AS.dz(dy, z, ctx.activation).contiguous()  # elementwise: no recompute GEMM
+    da = _dgrad(dz, b) if needs_a else None
+    db, dbias = _weight_grads(dz, a, b, bias, needs_b, needs_bias)
+    return da, db, dbias, None
+
+
+# --------------------------------------------------------------------------------------
 # tirx_gemm::swiglu(a, fused, out_dtype): silu(a @ gate.T) * (a @ up.T), fused interleaved
 # --------------------------------------------------------------------------------------
 def _setup_swiglu(ctx, inputs, output):
@@ -389,6 +414,8 @@ def _layout_mm_fake(a, b, a_mn, b_mn):
 LAYOUT_OP = torch.ops.tirx_gemm.layout_mm.default
 torch_op.register_autograd(torch_op.NAME, _backward_matmul, setup_context=_setup_matmul)
 torch_op.register_autograd(torch_op.SWIGLU_NAME, _backward_swiglu, setup_context=_setup_swiglu)
+torch.library.register_autograd("tirx_gemm::act_save_mm", _backward_act_save,
+                                setup_context=_setup_act_save, lib=_AS._LIB)
 
 
 # --------------------------------------------------------------------------------------
@@ -419,6 +446,10 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
     kernel directly. Arguments and errors as tirx_gemm.matmul.matmul's."""
     check_trainable(a=a, b=b, bias=bias)
     if _records(a, b, bias) or torch.compiler.is_compiling():
+        if activation in _AS.ACTS and step is None and not torch.compiler.is_compiling() \
+                and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) \
+                and _AS.applies(a, b, bias, activation, out_dtype, _arch(a.device)):
+            return _AS.forward(a, b, bias, activation)[0]  # keeps z: an elementwise backward
         return torch_op.OP(a, b, step, bias, activation, out_dtype)
     return torch_op.matmul(a, b, bias, activation, out_dtype, step=step)
 
