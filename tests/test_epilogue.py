@@ -298,6 +298,88 @@ def test_v12_bias_smem_stages_the_bias_in_shared_memory():
     assert smem.smem_bytes - regs.smem_bytes == 2 * 256 * 4
 
 
+BF = {"dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"ACT_APPROX": True, "BIAS": "bfloat16", "ACT": "gelu", **BF}, "the erf gelu stays exact"),
+    ({"ACT_APPROX": True, "ACT": "gelu_tanh"}, "a bfloat16 D"),
+    ({"ACT_APPROX": True, "ACT": "gelu_tanh", "OUT_DTYPE": "float32", **BF}, "D float32"),
+    ({"ACT_APPROX": True, "BIAS": "bfloat16", **BF}, "ACT=None"),
+    ({"ACT_APPROX": 1, "ACT": "gelu_tanh", **BF}, "ACT_APPROX=1 must be True or False"),
+])
+def test_v12_act_approx_refuses_in_one_line(kw, words):
+    from steps.sm90a.hgemm_v12 import hgemm_v12
+    with pytest.raises(ValueError) as e:
+        hgemm_v12(128, 256, 256, **kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_v12_act_approx_computes_gelu_tanh_with_one_mufu():
+    """ACT_APPROX=True at matmul's 128x256 bias + gelu_tanh tile, with and without BIAS_SMEM:
+    no spills; per value one MUFU.TANH (and no MUFU.EX2 / MUFU.RCP), where the exact form
+    takes an ex2 and a reciprocal; the device function is tanh.approx.f32 of x(A + Bx^2)."""
+    from tirx_gemm import registry
+    from tirx_gemm.compile.api import build_many
+    v12 = registry.get("v12", "sm_90a")
+    kw = {"dtype": "bfloat16", "RUNTIME_M": True, "RUNTIME_NK": True, "PREFETCH_MAPS": True,
+          "BLK_M": 128, "BLK_N": 256, "BIAS": "bfloat16", "ACT": "gelu_tanh"}
+    exact, approx, smem = build_many([(v12, (128, 256, 256), kw),
+                                      (v12, (128, 256, 256), {**kw, "ACT_APPROX": True}),
+                                      (v12, (128, 256, 256), {**kw, "ACT_APPROX": True,
+                                                              "BIAS_SMEM": True})])
+    values = 256 // 2  # fp32 accumulators per consumer thread
+    ex = exact.sass_counts
+    assert ex.get("MUFU.EX2") == values and ex.get("MUFU.RCP", 0) >= values
+    assert not ex.get("MUFU.TANH")
+    for r in (approx, smem):
+        assert r.spill_stores == 0 and r.spill_loads == 0, r.kwargs
+        s = r.sass_counts  # (the reciprocals left are the set-up's, not the epilogue's)
+        assert s.get("MUFU.TANH") == values and not s.get("MUFU.EX2"), s
+        assert s.get("MUFU.RCP", 0) <= ex["MUFU.RCP"] - values + 2, s  # BIAS_SMEM's warp: 2
+        assert "tanh.approx.f32" in r.cuda_path.read_text()
+
+
+def test_act_approx_is_picked_for_bf16_gelu_tanh_at_the_timed_tiles_only():
+    from tirx_gemm.op import keywords as KW
+    bias, bare = {"BIAS": "bfloat16", "ACT": "gelu_tanh"}, {"ACT": "gelu_tanh"}
+    for epi in (bias, bare):
+        assert KW.act_approx(epi, 128, "bfloat16") == {"ACT_APPROX": True}
+        assert KW.act_approx(epi, 256, "bfloat16") == {"ACT_APPROX": True}
+        assert KW.act_approx(epi, 64, "bfloat16") == {}  # decode tiles: not timed
+        assert KW.act_approx(epi, 256, "float16") == {}  # 2**-11 is fp16's rounding
+        assert KW.act_approx({**epi, "OUT_DTYPE": "float32"}, 256, "bfloat16") == {}
+    for act in ("gelu", "relu", "silu", None):  # the erf gelu stays exact
+        assert KW.act_approx({"BIAS": "bfloat16", "ACT": act}, 256, "bfloat16") == {}
+    assert KW.epilogue_picks(bias, 256, "bfloat16") == {"BIAS_SMEM": True, "ACT_APPROX": True}
+    assert KW.epilogue_picks(bare, 256, "bfloat16") == {"ACT_APPROX": True}
+    line = KW.epilogue_picks_why({**bias, "BIAS_SMEM": True, "ACT_APPROX": True})
+    assert "BIAS_SMEM" in line and "gelu_tanh with one MUFU (ACT_APPROX)" in line
+    assert KW.epilogue_picks_why(bias) == ""
+    from tirx_gemm.compile.names import kernel_name
+    assert kernel_name("v12", {"BLK_M": 128, "BLK_N": 256, "dtype": "bfloat16", **bias,
+                               "BIAS_SMEM": True, "ACT_APPROX": True}) \
+        == "tirx_v12_bf16_m128n256_smembias_gelutanh_approx"
+
+
+def test_the_erf_form_patch_applies_and_adds_gelu_to_the_approx_forms(tmp_path):
+    """lab/fused_epilogues/patches/act_approx.patch (the erf form, opt-in) still applies and
+    puts gelu beside gelu_tanh in epilogue.APPROX_ACTS, with its device function."""
+    import re
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    patch = root / "lab" / "fused_epilogues" / "patches" / "act_approx.patch"
+    text = patch.read_text(encoding="utf-8")
+    for rel in re.findall(r"^--- a/(\S+)", text, re.M):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((root / rel).read_bytes())
+    out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert 'APPROX_ACTS = ("gelu_tanh", "gelu")' in (tmp_path / "tirx_gemm/epilogue.py").read_text()
+    assert '_ACT_FN["gelu_approx"]' in (tmp_path / "tirx_gemm/hopper/fused.py").read_text()
+    assert E.APPROX_ACTS == ("gelu_tanh",)
+
+
 def test_v12_swiglu_needs_n_a_multiple_of_the_group():
     from steps.sm90a.hgemm_v12 import hgemm_v12
     with pytest.raises(ValueError, match="multiple of 8"):

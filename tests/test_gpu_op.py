@@ -181,3 +181,34 @@ def test_patch_on_a_small_model():
         got = _serve(lambda: model(x))
     assert rel_err(got, want) < TOL
     assert sum(getattr(m, "fallbacks", 0) for m in model.modules()) == 0
+
+
+# gelu_tanh's one-MUFU epilogue (v12 ACT_APPROX), matmul's pick for a bf16 gelu_tanh at 128 x 128
+# and 128 x 256 tiles: 4096 x 1024 layers at 512 tokens (128 x 128), 1000 (a ragged last row
+# block) and 2048 (128 x 256)
+APPROX_MS = (512, 1000, 2048)
+
+
+@pytest.mark.parametrize("bias", (True, False), ids=("bias", "no_bias"))
+@pytest.mark.parametrize("M", APPROX_MS)
+def test_gelu_tanh_runs_the_one_mufu_epilogue_within_tolerance_of_torch(M, bias):
+    """matmul(a, w, bias, "gelu_tanh") in bf16 runs v12 with ACT_APPROX (the kernel name says
+    ``gelutanh_approx``), and its result is within the fused epilogue's tolerance of float64
+    F.gelu(approximate="tanh") (epilogue.compare_np) and within TOL of torch's own bf16 path."""
+    import tirx_gemm.matmul as mm
+    from tirx_gemm import epilogue as E
+    from tirx_gemm.op.rules import explain
+    N, K = 4096, 1024
+    a, w = _operands(M, N, K, BF16, seed=M + bias)
+    b = (torch.randn(N, device="cuda", dtype=BF16) * 0.5) if bias else None
+    epi = {"ACT": "gelu_tanh", **({"BIAS": "bfloat16"} if bias else {})}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kernel = explain(M, N, K, "bfloat16", "sm_90a", sms, epi).splitlines()[1]
+    assert kernel.endswith("_gelutanh_approx_kernel"), kernel
+    got = _serve(lambda: mm.matmul(a, w, b, "gelu_tanh"))
+    z = a.double() @ w.double().t() + (b.double() if bias else 0)
+    ref = F.gelu(z, approximate="tanh")
+    res = E.compare_np(got.float().cpu().numpy(), ref.float().cpu().numpy(), epi, "bfloat16", K=K)
+    assert res.ok, f"{kernel.split()[-1]} M={M}: {res.reason}"
+    want = F.gelu(F.linear(a, w, b), approximate="tanh")
+    assert rel_err(got, want) < TOL, f"M={M}: {rel_err(got, want):.3g} against torch's bf16"

@@ -85,8 +85,17 @@ SWIGLU_TILE_STEP = 2 * SWIGLU_GROUP  # a SWIGLU tile's BLK_N: whole gate/up grou
 KEYWORDS = ("BIAS", "ACT", "OUT_DTYPE", "SWIGLU")
 PLAIN = {"BIAS": False, "ACT": None, "OUT_DTYPE": None, "SWIGLU": False}
 # with KEYWORDS, what a kernel of an epilogue may carry beyond it: how v12 stages the bias
-# (BIAS_SMEM), not what the epilogue computes; a plain kernel of the same tile drops both
-WITH_EPILOGUE = KEYWORDS + ("BIAS_SMEM",)
+# (BIAS_SMEM) and computes its activation (ACT_APPROX); a plain kernel of the same tile drops them
+WITH_EPILOGUE = KEYWORDS + ("BIAS_SMEM", "ACT_APPROX")
+# v12's ACT_APPROX: the activations it computes with one MUFU (tanh.approx.f32), bfloat16 D only.
+# gelu_tanh's is as accurate as cuBLASLt's epilogue over every bf16 input (lab/fused_epilogues);
+# the erf gelu stays exact (its one-MUFU form is a tanh-form gelu in accuracy: a lab patch)
+APPROX_ACTS = ("gelu_tanh",)
+
+
+def approx_act(act: str) -> str:
+    """The name of ``act``'s one-MUFU device function (hopper/fused.py), for ACT_APPROX."""
+    return f"{act}_approx"
 
 # max |f'(x)| over the reals: relu 1; gelu 1.129 (at x = 1.414..., erf form) and gelu_tanh
 # 1.129 too; silu 1.0998 (at x = 2.3994); identity 1. SwiGLU's output silu(g)*u moves by

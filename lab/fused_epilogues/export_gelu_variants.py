@@ -8,7 +8,9 @@ tile with EPI_DEFER=True (the activation on the packed tile, under the next tile
 ACT_APPROX=True (gelu with one tanh.approx), one kernel per activation and tile of --tokens;
 --variants bias_smem instead: matmul's v12 tile for each activation and for the bias alone, with
 BIAS_SMEM=True (the bias staged in shared memory) and the bias alone without it (no patch needed);
-approx_smem: ACT_APPROX and BIAS_SMEM together (act_approx.patch applied).
+approx_smem: ACT_APPROX and BIAS_SMEM together. ACT_APPROX's tanh form (gelu_tanh) is a builder keyword;
+its erf form (gelu) needs act_approx.patch applied (epilogue.APPROX_ACTS then names both). no_bias: gelu_tanh
+without a bias on matmul's tile for it, exact and with ACT_APPROX.
 
     git apply lab/fused_epilogues/patches/epi_defer.patch lab/fused_epilogues/patches/act_approx.patch
     python lab/fused_epilogues/export_gelu_variants.py BUNDLE [--tokens 512,2048,8192] [--num-sms 132]
@@ -33,7 +35,7 @@ def main() -> int:
     ap.add_argument("--ffi-wheel", default=None)
     ap.add_argument("--variants", default="v10,defer,approx",
                     help="comma list: v10, defer (EPI_DEFER), approx (ACT_APPROX), bias_smem, "
-                         "approx_smem (ACT_APPROX and BIAS_SMEM)")
+                         "approx_smem (ACT_APPROX and BIAS_SMEM), no_bias (gelu_tanh, no bias)")
     args = ap.parse_args()
     from tirx_gemm import registry
     from tirx_gemm.compile.bundle import export
@@ -50,13 +52,19 @@ def main() -> int:
             step, kw = choose(M, args.n, args.k, "bfloat16", "sm_90a", args.num_sms, epi)
             if "defer" in variants:
                 picks.append((step, {**kw, "EPI_DEFER": True}))
-            if "approx" in variants:
-                picks.append((step, {**kw, "ACT_APPROX": True}))
-            if "approx_smem" in variants:  # both: patches/act_approx.patch applied
-                picks.append((step, {**kw, "ACT_APPROX": True, "BIAS_SMEM": True}))
+            tile = {k: v for k, v in kw.items() if k not in E.WITH_EPILOGUE}
+            if "approx" in variants and act in E.APPROX_ACTS:
+                picks.append((step, {**tile, **epi, "ACT_APPROX": True}))
+            if "approx_smem" in variants and act in E.APPROX_ACTS:
+                picks.append((step, {**tile, **epi, "ACT_APPROX": True, "BIAS_SMEM": True}))
+            if "no_bias" in variants and act in E.APPROX_ACTS:
+                step_nb, kw_nb = choose(M, args.n, args.k, "bfloat16", "sm_90a", args.num_sms,
+                                        {"ACT": act})
+                tile_nb = {k: v for k, v in kw_nb.items() if k not in E.WITH_EPILOGUE}
+                picks.append((step_nb, {**tile_nb, "ACT": act}))
+                picks.append((step_nb, {**tile_nb, "ACT": act, "ACT_APPROX": True}))
             if "bias_smem" in variants:  # (the tile's kernel without it: the suite's)
-                tile = {k: v for k, v in kw.items() if k not in E.WITH_EPILOGUE}
-                picks.append((step, {**kw, "BIAS_SMEM": True}))
+                picks.append((step, {**tile, **epi, "BIAS_SMEM": True}))
                 if act == "gelu":  # the bias alone, with and without
                     picks.append((step, {**tile, "BIAS": "bfloat16"}))
                     picks.append((step, {**tile, "BIAS": "bfloat16", "BIAS_SMEM": True}))

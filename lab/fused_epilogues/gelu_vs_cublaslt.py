@@ -46,7 +46,10 @@ def main() -> int:
                          "without the bias), bias_smem (matmul's v12 tile built with BIAS_SMEM=True: "
                          "the bias staged in shared memory by a producer warp; erf, tanh and the bias "
                          "alone, beside the same kernels without it called the same way), "
-                         "approx_smem (ACT_APPROX and BIAS_SMEM together, act_approx.patch)")
+                         "approx_smem (ACT_APPROX and BIAS_SMEM together), no_bias (gelu_tanh "
+                         "without a bias on matmul's tile for it: exact, ACT_APPROX, torch unfused). "
+                         "ACT_APPROX's erf form runs only with act_approx.patch applied "
+                         "(epilogue.APPROX_ACTS)")
     ap.add_argument("--clock-probe-ms", type=float, default=0,
                     help="after the first M's timing, replay each path's graph for this long in "
                          "turn and write its wall window (time.time()) to --out, for an SM clock "
@@ -56,6 +59,8 @@ def main() -> int:
     import torch
     import torch.nn.functional as F
     import tirx_gemm.matmul as mm
+    from tirx_gemm import epilogue as E
+    from tirx_gemm.op.rules import explain
 
     t0 = time.time()
     p = torch.cuda.get_device_properties(0)
@@ -73,12 +78,12 @@ def main() -> int:
         bias = torch.randn(N, device="cuda", dtype=bf, generator=g) * 0.5
         wt = w.t()
 
-        def on_gelu_tile(epi, extra=None):  # matmul's v12 kernel for bias + gelu, with `epi`
+        def on_gelu_tile(epi, extra=None, tile_of=None):  # matmul's v12 tile for bias + gelu
+            # (or for the epilogue tile_of), built with `epi` and `extra`
             from tirx_gemm import registry
-            from tirx_gemm import epilogue as E
             from tirx_gemm.op.rules import choose
             step, kw = choose(M, N, K, "bfloat16", "sm_90a", p.multi_processor_count,
-                              {"BIAS": "bfloat16", "ACT": "gelu"})
+                              tile_of or {"BIAS": "bfloat16", "ACT": "gelu"})
             kw = {k: v for k, v in kw.items() if k not in E.WITH_EPILOGUE}
             kern = mm._load(registry.get(step, "sm_90a"), (M, N, K),
                             {**kw, **epi, **(extra or {})}).kernel
@@ -109,11 +114,11 @@ def main() -> int:
         if "deferred" in variants:
             extra["tirx deferred erf"] = lambda: deferred("gelu")
             extra["tirx deferred tanh"] = lambda: deferred("gelu_tanh")
+        forms = [(f, a) for f, a in (("erf", "gelu"), ("tanh", "gelu_tanh")) if a in E.APPROX_ACTS]
         if "approx" in variants:
-            extra["tirx approx erf"] = lambda: on_gelu_tile({"BIAS": "bfloat16", "ACT": "gelu"},
-                                                            {"ACT_APPROX": True})
-            extra["tirx approx tanh"] = lambda: on_gelu_tile(
-                {"BIAS": "bfloat16", "ACT": "gelu_tanh"}, {"ACT_APPROX": True})
+            for form, act in forms:
+                extra[f"tirx approx {form}"] = lambda act=act: on_gelu_tile(
+                    {"BIAS": "bfloat16", "ACT": act}, {"ACT_APPROX": True})
         if "bias_smem" in variants:  # A/B: the same tile, called the same way, with and without
             for form, act in (("erf", "gelu"), ("tanh", "gelu_tanh")):
                 epi = {"BIAS": "bfloat16", "ACT": act}
@@ -123,20 +128,37 @@ def main() -> int:
             extra["tirx smem bias only"] = lambda: on_gelu_tile({"BIAS": "bfloat16"},
                                                                 {"BIAS_SMEM": True})
         if "approx_smem" in variants:  # ACT_APPROX's one-MUFU gelu with the bias in shared memory
-            for form, act in (("erf", "gelu"), ("tanh", "gelu_tanh")):
+            for form, act in forms:
                 extra[f"tirx approx smem {form}"] = lambda act=act: on_gelu_tile(
                     {"BIAS": "bfloat16", "ACT": act}, {"ACT_APPROX": True, "BIAS_SMEM": True})
         if "decompose" in variants:
             extra["tirx bias only"] = lambda: on_gelu_tile({"BIAS": "bfloat16"})
             extra["tirx bias relu"] = lambda: on_gelu_tile({"BIAS": "bfloat16", "ACT": "relu"})
             extra["tirx gelu no bias"] = lambda: on_gelu_tile({"ACT": "gelu"})
+        if "no_bias" in variants:  # gelu_tanh without a bias, on matmul's tile for it
+            nb = {"ACT": "gelu_tanh"}
+            extra["tirx tanh no bias"] = lambda: on_gelu_tile(nb, tile_of=nb)
+            extra["tirx approx tanh no bias"] = lambda: on_gelu_tile(nb, {"ACT_APPROX": True},
+                                                                     tile_of=nb)
+            extra["torch unfused tanh no bias"] = lambda: lambda: F.gelu(F.linear(a, w),
+                                                                        approximate="tanh")
+            extra["tirx fused tanh no bias"] = lambda: lambda: mm.matmul(a, w, None, "gelu_tanh")
         for name, make in extra.items():
             try:
                 paths[name] = make()
             except (ValueError, RuntimeError, TypeError) as exc:  # not in the bundle: not run
                 print(f"  {name}: not run ({str(exc).splitlines()[0][:160]})", flush=True)
         ref = F.linear(a.float(), w.float(), bias.float())
-        refs = {"erf": F.gelu(ref), "tanh": F.gelu(ref, approximate="tanh")}
+        refs = {"erf": F.gelu(ref), "tanh": F.gelu(ref, approximate="tanh"),
+                "tanh no bias": F.gelu(F.linear(a.float(), w.float()), approximate="tanh")}
+        for epi in ({"BIAS": "bfloat16", "ACT": "gelu"}, {"BIAS": "bfloat16", "ACT": "gelu_tanh"},
+                    {"ACT": "gelu_tanh"}):  # what matmul's own paths ran (its pick, by name)
+            pick = explain(M, N, K, "bfloat16", "sm_90a", p.multi_processor_count, epi)
+            kernel = pick.splitlines()[1].split()[-1]
+            print(f"  matmul's pick for {E.tag(epi)}: {kernel}", flush=True)
+            if out:
+                out.write(json.dumps({"card": card, "kind": "pick", "M": M, "N": N, "K": K,
+                                      "epilogue": E.tag(epi), "kernel": kernel}) + "\n")
         errs = {}
         for name, fn in list(paths.items()):
             try:
@@ -147,7 +169,9 @@ def main() -> int:
                 del paths[name]
                 continue
             form = "erf" if "erf" in name else "tanh" if ("tanh" in name or "addmm" in name) else None
-            if form:
+            if form and name.endswith("no bias"):
+                form += " no bias"
+            if form in refs:
                 errs[name] = float((y.float() - refs[form]).abs().max() / refs[form].abs().max())
         graphs = {}
         side = torch.cuda.Stream()
@@ -203,16 +227,25 @@ def main() -> int:
                           f"addmm_act / tirx {med[('torch addmm_act', mode)] / ours:.3f}, "
                           f"tirx / plain {step} {ours / med[(plain, mode)]:.3f}")
             for form in ("erf", "tanh"):
+                for fast in (f"tirx approx smem {form}", f"tirx approx {form}"):
+                    if (fast, mode) in med and (f"tirx smem {form}", mode) in med:
+                        print(f"  {mode} {fast[5:]}: / smem {form} "
+                              f"{med[(fast, mode)] / med[(f'tirx smem {form}', mode)]:.3f}, "
+                              f"addmm_act / it {med[('torch addmm_act', mode)] / med[(fast, mode)]:.3f}")
                 smem, base = (f"tirx smem {form}", mode), (f"tirx direct {form}", mode)
                 if smem in med and base in med:
                     print(f"  {mode} smem {form}: smem / direct {med[smem] / med[base]:.3f}, "
                           f"addmm_act / smem {med[('torch addmm_act', mode)] / med[smem]:.3f}, "
                           f"unfused / smem {med[(f'torch unfused {form}', mode)] / med[smem]:.3f}")
             for name in ("tirx bias only", "tirx smem bias only", "tirx bias relu",
-                         "tirx gelu no bias"):
+                         "tirx gelu no bias", "tirx tanh no bias", "tirx approx tanh no bias"):
                 if (name, mode) in med and ("tirx plain v12", mode) in med:
                     print(f"  {mode} {name[5:]}: tirx / plain v12 "
                           f"{med[(name, mode)] / med[('tirx plain v12', mode)]:.3f}")
+            nb = ("tirx approx tanh no bias", mode), ("tirx tanh no bias", mode)
+            if all(k in med for k in nb) and ("torch unfused tanh no bias", mode) in med:
+                print(f"  {mode} no bias: approx / exact {med[nb[0]] / med[nb[1]]:.3f}, torch unfused / "
+                      f"approx {med[('torch unfused tanh no bias', mode)] / med[nb[0]]:.3f}")
         if args.clock_probe_ms and M == int(args.tokens.split(",")[0]):
             for name, gr in graphs.items():
                 t_start, n = time.time(), 0

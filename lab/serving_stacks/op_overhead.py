@@ -21,6 +21,15 @@ time (enqueue to GPU done). Paths:
   bare launch         the loaded kernel with prepared arguments, no checks, no allocation
   new_empty           the output's allocation alone
 
+and, with --decompose, what the dispatcher path's extra over `direct` is made of (ops defined here,
+each with the op's schema and a Python kernel at the Autograd key, as torch_op registers it):
+
+  dispatcher .default._op   the op's C++ callable, without the OpOverloadPacket Python wrapper
+  boxed no-op               a Python kernel (with the key set) that returns `a`: the boxed call alone
+  boxed no-op no keyset     the same without the key set argument
+  boxed no-op 2 args        the same with a (Tensor a, Tensor b) schema: what the optional arguments cost
+  boxed new tensor          the no-op returning a.new_empty((M, N)): a fresh tensor back through the box
+
 and the host memory a path keeps: Python's allocated blocks after 2000 more calls, minus before.
 
   TIRX_GEMM_BUNDLE=DIR python lab/serving_stacks/op_overhead.py [--shapes 1x1024x1024,...]
@@ -43,6 +52,8 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=100)
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--out", default=None)
+    p.add_argument("--decompose", action="store_true",
+                   help="also the boxed-call paths that split the dispatcher's extra cost")
     args = p.parse_args()
 
     import torch
@@ -70,6 +81,17 @@ def main() -> int:
         torch_op.register_autograd(torch_op.NAME, AG._backward_matmul, setup_context=AG._setup_matmul)
         print("the op's backward registered here with torch_op.register_autograd "
               "(tirx_gemm.op.autograd uses torch.library.register_autograd)", flush=True)
+    schema = str(torch_op.OP._schema).split("::matmul", 1)[1]  # "(Tensor a, ...) -> Tensor"
+    for name, sch in (("box_ks", schema), ("box_noks", schema), ("box_new", schema),
+                      ("box_2", "(Tensor a, Tensor b) -> Tensor")):
+        lib.define(name + sch)
+    new_shape = [None]  # (M, N) of the shape being timed
+    lib.impl("box_ks", lambda ks, a, b, *rest: a, "Autograd", with_keyset=True)
+    lib.impl("box_noks", lambda a, b, *rest: a, "Autograd")
+    lib.impl("box_new", lambda ks, a, b, *rest: a.new_empty(new_shape[0]), "Autograd",
+             with_keyset=True)
+    lib.impl("box_2", lambda a, b: a, "Autograd")
+    box = torch.ops.tirx_serve_bench
     dev = torch.cuda.get_device_properties(0)
     card = f"{dev.name} ({dev.multi_processor_count} SMs)"
     print(f"{card}, torch {torch.__version__}", flush=True)
@@ -92,6 +114,15 @@ def main() -> int:
             "bare launch": bare,
             "new_empty": lambda: a.new_empty((M, N)),
         }
+        if args.decompose:
+            new_shape[0] = (M, N)
+            paths.update({
+                "dispatcher .default._op": (lambda f=torch_op.OP._op: f(a, b)),
+                "boxed no-op": lambda: box.box_ks(a, b),
+                "boxed no-op no keyset": lambda: box.box_noks(a, b),
+                "boxed no-op 2 args": lambda: box.box_2(a, b),
+                "boxed new tensor": lambda: box.box_new(a, b),
+            })
         # the two "inference_mode" paths run their bursts inside torch.inference_mode() (autograd's
         # keys excluded: what a serving loop under inference_mode calls)
         contexts = {n: torch.inference_mode for n in paths if n.endswith(" inference_mode")}

@@ -34,6 +34,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BLK_N: int = 128, PIPE_DEPTH: int | None = None, SM_COUNT: int = 132,
               RUNTIME_M: bool = False, RUNTIME_NK: bool = False, L2_GROUP: int = 8,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232, BIAS=False, ACT=None,
+              ACT_APPROX: bool = False,
               BIAS_SMEM: bool = False,
               OUT_DTYPE=None, SWIGLU: bool = False, SWAP_AB: bool = False, CLUSTER: int = 1,
               STREAM_K: bool = False, PDL: bool = False, PDL_TRIGGER: str = "start",
@@ -68,6 +69,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       S = 1; ring plus staging within 227 KiB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     BIAS_SMEM: a producer warp stages each tile's bias in smem (ring bias_full / bias_empty).
+    ACT_APPROX: gelu_tanh with one MUFU (tanh.approx), bfloat16 D only (lab/fused_epilogues).
     """
     BLK_K = W.SWIZZLE_ROW_ELEMS          # 64: one 128-byte swizzle row of K per stage
     H.check_edge_shape(M, N, K, dtype)
@@ -88,6 +90,14 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     # BIAS_SMEM: its own epilogue reads the bias from shared memory (the consumers' code
     # below), so the register path's bias loads and bias + activation are off
     HAS_BIAS, BIAS_ACT = HAS_BIAS and not BIAS_SMEM, BIAS_ACT and not BIAS_SMEM
+    if not isinstance(ACT_APPROX, bool):
+        raise ValueError(f"ACT_APPROX={ACT_APPROX!r} must be True or False")
+    if ACT_APPROX and (epi["ACT"] not in E.APPROX_ACTS or D_DTYPE != "bfloat16"):
+        raise ValueError(f"ACT_APPROX=True takes ACT {' or '.join(map(repr, E.APPROX_ACTS))} "
+                         f"and a bfloat16 D, got ACT={epi['ACT']!r}, D {D_DTYPE} (tanh.approx's "
+                         f"2**-11 is under bfloat16's rounding only; the erf gelu stays exact)")
+    # the activation's device function: ACT_APPROX's one-MUFU form (hopper/fused.py)
+    ACT_FN = E.approx_act(epi["ACT"]) if ACT_APPROX else epi["ACT"]
     if SWAP_AB and HAS_EPI:
         raise ValueError(f"SWAP_AB=True takes no fused epilogue ({E.tag(epi)}): its tiles "
                          "hold D's transpose and store it element by element")
@@ -680,7 +690,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     # the buffer goes back to the producer's bias warp ---
                     bias_ring.full.wait(bring.stage, bring.phase, "consumer")
                     W.epilogue_bias_act_smem(acc, BLK_N, Bias_s, bring.stage, lane_id,
-                                             epi["ACT"])
+                                             ACT_FN)
                     T.cuda.warp_sync()  # the warp's reads are done before lane 0 says so
                     if lane_id == 0:
                         bias_ring.empty.arrive(bring.stage)
@@ -691,7 +701,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                         W.epilogue_swiglu(acc, BLK_N)
                     if BIAS_ACT:
                         W.epilogue_bias_act(acc, BLK_N, bvals if HAS_BIAS else None,
-                                            epi["ACT"])
+                                            ACT_FN)
                 if S > 1:
                     pass  # D was stored by the reduction
                 elif SWAP_TMA:

@@ -33,7 +33,8 @@ def kernel_name(step, kwargs: dict | None = None, dtype: str | None = None,
     """The global symbol of the kernel ``step`` (a registry.Step, or a step id such as "v12")
     builds with builder keywords ``kwargs``: ``tirx_<step>_<dtype>_m<BLK_M>n<BLK_N>`` then, when
     set, ``swap`` (SWAP_AB), ``split<S>`` (SPLIT_K > 1), ``streamk``, the epilogue (``bias``,
-    or ``smembias`` with v12's BIAS_SMEM, the activation, ``swiglu``, ``f32out``) and
+    or ``smembias`` with v12's BIAS_SMEM, the activation, ``approx`` with ACT_APPROX, ``swiglu``,
+    ``f32out``) and
     ``timeline`` for an instrumented build.
 
     ``dtype``: the operand dtype when ``kwargs`` has none ("dtype" in kwargs wins; float16 by
@@ -60,6 +61,8 @@ def kernel_name(step, kwargs: dict | None = None, dtype: str | None = None,
     act = kw.get("ACT")
     if act:
         parts.append(_ACTS.get(act, _word(act)))
+        if kw.get("ACT_APPROX"):
+            parts.append("approx")
     if kw.get("SWIGLU"):
         parts.append("swiglu")
     if kw.get("OUT_DTYPE"):

@@ -44,6 +44,21 @@ __device__ __forceinline__ float tirx_gemm_act_silu(float x) {
 }
 """),
 }
+# ACT_APPROX (v12, bf16 D; epilogue.APPROX_ACTS): gelu with one MUFU, 0.5x(1 + tanh.approx(y)),
+# y = x(A + Bx^2); tanh.approx.f32 errs by up to 2**-11 relative to tanh (its error over every
+# bf16 input against float64: lab/fused_epilogues, the gelu error sweep)
+_GELU_APPROX = """
+__device__ __forceinline__ float %s(float x) {
+  float y = x * fmaf(%.9ef, x * x, %.9ef);
+  float t;
+  asm("tanh.approx.f32 %%0, %%1;" : "=f"(t) : "f"(y));
+  float h = 0.5f * x;
+  return fmaf(h, t, h);
+}
+"""
+GELU_TANH_AB = (0.79788456080286536 * 0.044715, 0.79788456080286536)  # (B, A): sqrt(2/pi)
+_ACT_FN["gelu_tanh_approx"] = ("tirx_gemm_act_gelu_tanh_approx", _GELU_APPROX % (
+    ("tirx_gemm_act_gelu_tanh_approx",) + GELU_TANH_AB))
 
 
 @T.inline

@@ -149,3 +149,34 @@ def bias_smem(epi: dict, blk_n: int) -> dict:
     on = (bool(epi.get("BIAS")) and epi.get("ACT") in BIAS_SMEM_ACTS
           and not epi.get("OUT_DTYPE") and not epi.get("SWIGLU") and blk_n >= BIAS_SMEM_MIN_BLK_N)
     return {"BIAS_SMEM": True} if on else {}
+
+
+# gelu_tanh with one MUFU (v12's ACT_APPROX): as accurate as cuBLASLt's epilogue over every bf16
+# input and faster than the exact form at the tiles lab/fused_epilogues timed (its figures live
+# there), with and without a bias; bfloat16 D only (tanh.approx's 2**-11 is under its rounding).
+# The erf gelu stays exact. Narrower (decode) tiles were not timed.
+ACT_APPROX_ACTS = ("gelu_tanh",)
+ACT_APPROX_MIN_BLK_N = 128
+
+
+def act_approx(epi: dict, blk_n: int, dtype: str) -> dict:
+    """{"ACT_APPROX": True} for a v12 bfloat16 epilogue whose activation it was measured for,
+    else {}."""
+    on = (epi.get("ACT") in ACT_APPROX_ACTS and dtype_name(dtype) == "bfloat16"
+          and not epi.get("OUT_DTYPE") and not epi.get("SWIGLU") and blk_n >= ACT_APPROX_MIN_BLK_N)
+    return {"ACT_APPROX": True} if on else {}
+
+
+def epilogue_picks(epi: dict, blk_n: int, dtype: str) -> dict:
+    """The v12 keywords of how an epilogue runs at a BLK_N-wide tile (:func:`bias_smem`,
+    :func:`act_approx`), beside what it computes (``epi``)."""
+    return {**bias_smem(epi, blk_n), **act_approx(epi, blk_n, dtype)}
+
+
+def epilogue_picks_why(kw: dict) -> str:
+    """What :func:`epilogue_picks` added to a plan's keywords ``kw``, as the end of the epilogue
+    rule's line in ``explain`` (empty when it added nothing)."""
+    said = [text for key, text in (("BIAS_SMEM", "the bias staged in shared memory (BIAS_SMEM)"),
+                                   ("ACT_APPROX", f"{kw.get('ACT')} with one MUFU (ACT_APPROX)"))
+            if kw.get(key)]
+    return f"; {' and '.join(said)}, as measured in lab/fused_epilogues" if said else ""

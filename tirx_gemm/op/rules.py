@@ -24,8 +24,8 @@ from tirx_gemm.op.cost_model import (BLK_K, ROW_ALIGN_BYTES, SMS_H200, V9, V10, 
                                      tail_tma, wide_swap_token_tiles, wide_swap_tokens)
 from tirx_gemm.op.keywords import (CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, MENU_ARCHES,
                                    PINGPONG, SPLIT_K, TILE_MENU, V9_CLUSTER_TILE, V11_L2_GROUP,
-                                   _check_problem, _menu_split, _pool, _registered, bias_smem, dtype_name,
-                                   runtime_m, step_kwargs)
+                                   _check_problem, _menu_split, _pool, _registered, dtype_name, epilogue_picks,
+                                   epilogue_picks_why, runtime_m, step_kwargs)
 
 __all__ = ["RULES", "Rule", "Plan", "Shape", "walk", "choose", "explain", "choose_epilogue_on"]
 
@@ -329,7 +329,7 @@ def _plain_v12(s: Shape, p: Plan) -> bool:  # a v12 kernel of a plain GEMM (no e
 def _epilogue_tile(s: Shape, by: str) -> Plan:
     pick = cm.best_tile(s.M, s.kernel_n, s.K, s.pool, EPILOGUE_TILE_STEP)
     bm, bn, _ = cm.tile(pick)
-    return _v12(s, by, bm, bn, **s.epi, **bias_smem(s.epi, bn))
+    return _v12(s, by, bm, bn, **s.epi, **epilogue_picks(s.epi, bn, s.dtype))
 
 
 def _split(s: Shape, p) -> Plan:
@@ -485,7 +485,7 @@ RULES: tuple[Rule, ...] = (
          lambda s, p: _epilogue_tile(s, "epilogue_on_v12"),
          lambda s, p: (f"a fused epilogue ({E.tag(s.epi)}): only v12 builds it, on the model's "
                        f"fastest one-CTA tile whose width is a multiple of "
-                       f"{EPILOGUE_TILE_STEP}, {p.kw['BLK_M']}x{p.kw['BLK_N']}")),
+                       f"{EPILOGUE_TILE_STEP}, {p.kw['BLK_M']}x{p.kw['BLK_N']}{epilogue_picks_why(p.kw)}")),
     Rule("k_split_decode", PICK, "split_k_decode",
          lambda s, p: s.split is not None and s.split[2], _split, _split_why),
     Rule("k_split_deep_k", PICK, "split_k_deep_k",
