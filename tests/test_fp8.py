@@ -693,3 +693,91 @@ def test_quantize_refuses_a_non_tensor_or_a_non_2d_input_in_one_line():
         fp8.quantize(torch.randn(2, 4, 16), "row", "a")
     q, s = fp8.quantize(torch.randn(4, 16), "row", "a")
     assert q.shape == (4, 16) and s.shape == (4, 1)
+
+
+def _lab_module(name):
+    path = ROOT / "lab" / "fp8_on_hopper" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(path.parent))
+    return mod
+
+
+def test_stagger_builder_refusals():
+    pytest.importorskip("tvm")
+    build = STEP.builder()
+    with pytest.raises(ValueError, match="STAGGER=1 must be True or False"):
+        build(256, 256, 1024, STAGGER=1)
+    for kw in ({"BLK_M": 64, "BLK_N": 64}, {"PROMOTE_OVERLAP": False},
+               {"SPLIT_K": 2, "L2_GROUP": 7}, {"SCALE": "block", "EARLY_SCALES": True},
+               {"PROMOTE": 0}, {"CLUSTER": 2}):
+        with pytest.raises(ValueError, match="STAGGER=True offsets the second consumer"):
+            build(256, 256, 4096, STAGGER=True, **kw)
+
+
+def test_stagger_offsets_only_the_second_consumer():
+    """STAGGER=True (the lab's candidate): consumer 1 runs its own copy of the overlapped mainloop (a
+    single stage, the pairs, a single stage: twice the wgmma sites, behind a branch on the warpgroup);
+    STAGGER=False is the pick's TIR unchanged."""
+    pytest.importorskip("tvm")
+    for mode in numerics.FP8_SCALES:
+        kw = fp8.choose_fp8(4096, mode, False, N=4096, K=4096)
+        plain = STEP.build_primfunc(1000, 1024, 1024, **kw).script()
+        assert STEP.build_primfunc(1000, 1024, 1024, STAGGER=False, **kw).script() == plain
+        stag = STEP.build_primfunc(1000, 1024, 1024, STAGGER=True, **kw).script()
+        site = 'T.ptx.wgmma("commit_group"'
+        assert stag.count(site) == 2 * plain.count(site) > 0
+        assert "if wg_id == 1:" in stag and "if wg_id == 1:" not in plain
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_stagger_build_issues_twice_the_wgmma_sites_without_spills(mode):
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    base = fp8.choose_fp8(4096, mode, False, N=4096, K=4096)
+    pick, stag = build_many([(STEP, (256, 256, 256), base),
+                             (STEP, (256, 256, 256), {**base, "STAGGER": True})])
+    for res in (pick, stag):
+        if isinstance(res, Exception):
+            raise res
+    q = "QGMMA.64x128x32.F32.E4M3.E4M3"
+    assert stag.sass_counts.get(q) == 2 * pick.sass_counts.get(q, 0) > 0
+    assert stag.spill_stores == 0 and stag.spill_loads == 0
+
+
+def test_the_promotion_candidates_are_the_stagger_and_the_isolating_variants():
+    lab = _lab_module("fp8_lab_variants")
+    for mode in numerics.FP8_SCALES:
+        pick = fp8.choose_fp8(8192, mode, False, N=8192, K=28672)
+        got = dict(lab.promotion_candidates(8192, 8192, 28672, mode))
+        assert got["stagger"] == {**pick, "STAGGER": True}
+        assert len(got) == (5 if mode == "tensor" else 1)
+        assert lab.promotion_candidates(16, 4096, 14336, mode) == []
+        assert lab.stagger_check_kwargs(mode)[1] == {**lab.stagger_check_kwargs(mode)[0], "STAGGER": True}
+    got = dict(lab.promotion_candidates(8192, 8192, 28672, "tensor"))
+    assert got["no promotion"]["PROMOTE"] == 0 and got["no promotion 128x256"]["BLK_N"] == 256
+    assert got["serial every 2nd stage"]["PROMOTE"] == 8
+    assert not got["serial every stage"]["PROMOTE_OVERLAP"]
+
+
+def _case(scale, gain, file="a.json", verified=True):
+    return {"kind": "fp8_case", "M": 4096, "N": 4096, "K": 4096, "verified": verified, "tflops": 900.0,
+            "device": "NVIDIA H100", "ratio_to_torch": 0.8, "suite": {"scale": scale, "file": file, "name": "s"},
+            "candidates": {"stagger": {"ms": 1.0, "ratio_to_pick": gain}}}
+
+
+def test_the_stagger_rule_needs_the_geomean_the_floor_and_every_check():
+    summ = _lab_module("fp8_stagger_summary")
+    ok = [{"kind": "stagger_check", "scale": "tensor", "ok": True, "stagger_equals_pick": True}]
+    verdict = lambda checks, cases: [r for r in summ.summarize(checks, cases)  # noqa: E731
+                                     if r["set"] == "all"][0]["adopt"]
+    assert verdict(ok, [_case("tensor", 1.05), _case("tensor", 1.04, "b.json")])
+    assert not verdict(ok, [_case("tensor", 1.02), _case("tensor", 1.03)])       # geomean < 1.03
+    assert not verdict(ok, [_case("tensor", 1.20), _case("tensor", 0.97)])       # a case < 0.98
+    assert not verdict([{**ok[0], "stagger_equals_pick": False}], [_case("tensor", 1.1)])
+    assert not verdict(ok, [_case("tensor", 1.1), _case("tensor", 1.1, verified=False)])  # untimed
+    assert not verdict([], [_case("tensor", 1.1)])

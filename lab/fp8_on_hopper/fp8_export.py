@@ -13,7 +13,11 @@ the fp8 entries' picks over all M) and, with --candidates, the tile candidates f
 times beside each pick (fp8.tile_candidates); --split-suite FILE adds the picks and K splits
 (fp8.split_candidates) of that suite's cases, --thin the other A stages of each pick at M <= 16
 (fp8_lab_variants.thin_candidates), --cluster the pick on a CTA pair at M > 128
-(fp8_lab_variants.cluster_candidates) and the pairs fp8_pair_check.py runs. With --probe: the variants fp8_probe.py times.
+(fp8_lab_variants.cluster_candidates) and the pairs fp8_pair_check.py runs, --promotion (with
+the picks of the suite's own cases only, not of every M) the staggered pick and the promotion's
+isolating variants at M > 128 (fp8_lab_variants.promotion_candidates), the kernels
+`fp8_pair_check.py --variant stagger` runs and fp8_trace.py's instrumented builds. With --probe:
+the variants fp8_probe.py times.
 
   .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8/bundle [--suite FILE --candidates]
 """
@@ -32,15 +36,22 @@ from tirx_gemm.op.matmul import build_shape
 from tirx_gemm.compile import bundle
 
 from fp8_lab_variants import (cluster_candidates, lab_variant_requests, lab_variants,  # noqa: E402,F401
-                              pair_check_kwargs, thin_candidates)  # (this folder)
+                              pair_check_kwargs, promotion_candidates, stagger_check_kwargs,
+                              thin_candidates)  # (this folder)
 
 
 def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool = False,
-                   cluster: bool = False):
+                   cluster: bool = False, promotion: bool = False):
     s = suites.load_suite(path)
-    reqs = suites.export_requests(s, suites.MATMUL, fp8.ARCH, sms)
-    seen = {tuple(sorted(kw.items())) for _, _, kw in reqs}
     step = registry.get(fp8.FP8_STEP, fp8.ARCH)
+    if promotion:  # only the picks of the suite's own cases (a smaller bundle)
+        reqs = [(step, build_shape(e.shape, kw), kw) for e, dt, mode in s.fp8_cases()
+                for kw in [fp8.choose_fp8(e.M, mode, False, dt, sms, N=e.N, K=e.K)]]
+    else:
+        reqs = suites.export_requests(s, suites.MATMUL, fp8.ARCH, sms)
+    seen = set()
+    reqs = [r for r in reqs if not (tuple(sorted(r[2].items())) in seen
+                                    or seen.add(tuple(sorted(r[2].items()))))]
 
     def add(cases, fn):
         for e, dt, mode in cases:
@@ -58,6 +69,17 @@ def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool
         at = SimpleNamespace(M=4096, N=4096, K=4096, shape=(4096, 4096, 4096))
         add([(at, "bfloat16", m) for m in fp8.numerics.FP8_SCALES],
             lambda M, N, K, mode, dt, n: [(None, kw) for kw in pair_check_kwargs(mode, n)])
+    if promotion:
+        add(s.fp8_cases(), promotion_candidates)
+        at = SimpleNamespace(M=4096, N=4096, K=4096, shape=(4096, 4096, 4096))
+        add([(at, "bfloat16", m) for m in fp8.numerics.FP8_SCALES],
+            lambda M, N, K, mode, dt, n: [(None, kw) for kw in stagger_check_kwargs(mode, n)])
+        from fp8_trace import trace_requests
+        for r in trace_requests(sms):
+            key = tuple(sorted(r[2].items()))
+            if key not in seen:
+                seen.add(key)
+                reqs.append(r)
     if split_path:
         sp = suites.load_suite(split_path)
         add(sp.fp8_cases(), lambda M, N, K, mode, dt, n: [(None, fp8.choose_fp8(
@@ -82,6 +104,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster", action="store_true",
                     help="--suite: also the pick on a CTA pair at M > 128 "
                          "(fp8_lab_variants.cluster_candidates) and fp8_pair_check.py's kernels")
+    ap.add_argument("--promotion", action="store_true",
+                    help="--suite: also the staggered pick and the promotion's isolating variants "
+                         "at M > 128 (fp8_lab_variants.promotion_candidates), the stagger check's "
+                         "kernels and fp8_trace.py's instrumented builds")
     ap.add_argument("--split-suite", default=None,
                     help="--suite: also the picks and K-split candidates of this suite's fp8 "
                          "cases (fp8.split_candidates)")
@@ -100,7 +126,7 @@ def main(argv=None) -> int:
         reqs, seen = [], set()
         for path in a.suite:
             for r in suite_requests(path, a.num_sms, a.candidates, a.split_suite, a.thin,
-                                    a.cluster):
+                                    a.cluster, a.promotion):
                 if tuple(sorted(r[2].items())) not in seen:
                     seen.add(tuple(sorted(r[2].items())))
                     reqs.append(r)

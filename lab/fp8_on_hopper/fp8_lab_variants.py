@@ -61,3 +61,34 @@ def pair_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[d
     from tirx_gemm.op import fp8
     kw = fp8.choose_fp8(4096, mode, False, "bfloat16", sm_count, N=4096, K=4096)
     return kw, {**kw, "CLUSTER": 2}
+
+
+def promotion_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat16",
+                         sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
+    """(name, v13 keywords) timed beside choose_fp8's 128 x 128 pick at M > 128 (fp8_suite_run.py
+    --candidates promotion): the candidate, the pick with its second consumer's stage pairs offset by one
+    (STAGGER: the two warpgroups drain the tensor core at different stages); per tensor also the variants
+    that isolate the promotion's cost: no promotion (PROMOTE=0, 128 x 128 and 128 x 256), the serial
+    promotion every stage (PROMOTE=4) and every second stage (PROMOTE=8, half the FFMA). With
+    FP8_SKIP_STAGGER=1 in the environment (its check failed) the staggered pick is left out."""
+    import os
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
+    if M <= fp8.SMALL_M or (kw["BLK_M"], kw["BLK_N"]) != (128, 128) or "SPLIT_K" in kw:
+        return []
+    skip = os.environ.get("FP8_SKIP_STAGGER") == "1"
+    out = [] if skip else [("stagger", {**kw, "STAGGER": True})]
+    if mode == "tensor":
+        out += [("no promotion", {**kw, "PROMOTE": 0}),
+                ("no promotion 128x256", {**kw, "PROMOTE": 0, "BLK_N": 256}),
+                ("serial every stage", {**kw, "PROMOTE_OVERLAP": False}),
+                ("serial every 2nd stage", {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": False})]
+    return out
+
+
+def stagger_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[dict, dict]:
+    """(the 128 x 128 pick of a scale kind, the same with STAGGER): what the stagger check runs at its
+    edge shapes (fp8_pair_check.py --variant stagger)."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(4096, mode, False, "bfloat16", sm_count, N=4096, K=4096)
+    return kw, {**kw, "STAGGER": True}

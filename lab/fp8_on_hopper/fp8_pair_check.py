@@ -5,7 +5,11 @@ torch's dequantized product (fp8_bench.check), and the pair against the pick ele
 (the same sums in the same order: expected to agree exactly, reported as pair_equals_pick). One
 JSON line per (shape, kind); the exit status is 1 if any pick or pair is outside the tolerance.
 
-  TIRX_GEMM_BUNDLE=B python3 lab/fp8_on_hopper/fp8_pair_check.py --out F.jsonl
+  TIRX_GEMM_BUNDLE=B python3 lab/fp8_on_hopper/fp8_pair_check.py --out F.jsonl [--variant stagger]
+
+--variant stagger: the same check of the pick with STAGGER=True (its second consumer's stage pairs offset by
+one; the same sums in the same order, so equal to the pick), records of kind "stagger_check", with one more
+shape of a single K stage (the offset consumer's first and last stages are the same pair).
 """
 from __future__ import annotations
 
@@ -18,48 +22,53 @@ import torch
 from tirx_gemm import numerics
 from tirx_gemm.op import fp8, fp8_bench
 
-from fp8_lab_variants import pair_check_kwargs  # this folder (sys.path[0])
+from fp8_lab_variants import pair_check_kwargs, stagger_check_kwargs  # this folder (sys.path[0])
 
 # (M, N, K): 33 row tiles (17 pairs, the last half past M), N and K off the tile (9 K stages:
 # the overlapped promotion's zero stage), two row tiles (one pair) at M just over 128
 SHAPES = ((4200, 4096, 1024), (2100, 1000, 1152), (129, 264, 384), (4096, 4096, 4096))
+STAGGER_SHAPES = SHAPES[:3] + ((300, 520, 128),) + SHAPES[3:]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", choices=("pair", "stagger"), default="pair")
     a = ap.parse_args(argv)
+    kwargs_of, shapes, kind = (pair_check_kwargs, SHAPES, "pair_check") if a.variant == "pair" \
+        else (stagger_check_kwargs, STAGGER_SHAPES, "stagger_check")
     name = torch.cuda.get_device_name()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bad = 0
     with open(a.out, "a", encoding="utf-8") as f:
-        for M, N, K in SHAPES:
+        for M, N, K in shapes:
             for mode in numerics.FP8_SCALES:
-                pick, pair = pair_check_kwargs(mode, sms)
+                pick, pair = kwargs_of(mode, sms)
                 inputs = fp8_bench.make_inputs(M, N, K, mode, 3)
-                rec = {"kind": "pair_check", "M": M, "N": N, "K": K, "scale": mode,
-                       "device": name, "pick_kwargs": pick, "pair_kwargs": pair}
+                rec = {"kind": kind, "M": M, "N": N, "K": K, "scale": mode,
+                       "device": name, "pick_kwargs": pick, f"{a.variant}_kwargs": pair}
                 try:
-                    for tag, kw in (("pick", pick), ("pair", pair)):
+                    for tag, kw in (("pick", pick), (a.variant, pair)):
                         ok, rel, why = fp8_bench.check(M, N, K, mode, torch.bfloat16, kw, 3,
                                                        inputs=inputs)
                         rec.update({f"{tag}_ok": ok, f"{tag}_rel_err": rel, f"{tag}_why": why})
                     want = fp8.matmul_fp8(*inputs, _kwargs=pick, out_dtype=torch.bfloat16)
                     got = fp8.matmul_fp8(*inputs, _kwargs=pair, out_dtype=torch.bfloat16)
                     torch.cuda.synchronize()
-                    rec["pair_equals_pick"] = bool(torch.equal(got, want))
+                    rec[f"{a.variant}_equals_pick"] = bool(torch.equal(got, want))
                     rec["max_abs_diff"] = float((got.float() - want.float()).abs().max())
                 except Exception as exc:  # noqa: BLE001 - a launch error is this case's result
                     rec["error"] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
                 # ok: both within the fp8 tolerance; pair_equals_pick is reported beside it
-                rec["ok"] = bool(rec.get("pick_ok") and rec.get("pair_ok"))
+                rec["ok"] = bool(rec.get("pick_ok") and rec.get(f"{a.variant}_ok"))
                 bad += not rec["ok"]
                 f.write(json.dumps(rec, sort_keys=True) + "\n")
                 f.flush()
                 print(f"{M}x{N}x{K} {mode}: {'ok' if rec['ok'] else 'FAILED'} "
-                      f"(pair rel {rec.get('pair_rel_err')}, equal {rec.get('pair_equals_pick')}"
+                      f"({a.variant} rel {rec.get(a.variant + '_rel_err')}, equal "
+                      f"{rec.get(a.variant + '_equals_pick')}"
                       f"{', ' + rec['error'] if 'error' in rec else ''})", flush=True)
-    print(f"pair check: {bad} failed", flush=True)
+    print(f"{a.variant} check: {bad} failed", flush=True)
     return 1 if bad else 0
 
 
