@@ -223,6 +223,14 @@ FUSED_CASES = [
     ("tma_store", "contiguous", dict(BLK_M=128, BLK_N=256, TMA_STORE=True)),
     ("tma_store_fused", "contiguous", dict(BLK_M=128, BLK_N=256, TMA_STORE=True, ROW_SCALE=True,
                                            BIAS=True)),
+    ("half_wide_tma_store", "contiguous", dict(BLK_M=64, BLK_N=256, TMA_STORE=True)),
+    ("half_wide_tma_store_fused", "contiguous", dict(BLK_M=64, BLK_N=256, TMA_STORE=True,
+                                                     ROW_SCALE=True, BIAS=True)),
+    ("half_wide_swiglu_halves", "contiguous", dict(BLK_M=64, BLK_N=256, SWIGLU="halves")),
+    ("swap_swiglu_halves", "contiguous", dict(BLK_M=128, BLK_N=16, SWAP_AB=True,
+                                              SWIGLU="halves")),
+    ("swap_swiglu_halves_masked", "masked", dict(BLK_M=64, BLK_N=8, SWAP_AB=True,
+                                                 SWIGLU="halves")),
 ]
 FUSED_ROWS = 333  # a's rows (contiguous) or rows per expert (masked): partial tiles
 

@@ -331,6 +331,31 @@ def test_swiglu_fused_past_decode(cpu_launch, fused_on, gate_up):
         GS.swiglu_mm(a, w.transpose(1, 2), offs, gate_up="rows")
 
 
+@pytest.mark.parametrize("gate_up", ["halves", "interleaved"])
+def test_swiglu_fused_at_decode_with_swap_fused(cpu_launch, fused_on, gate_up, monkeypatch):
+    """grouped_swiglu.SWAP_FUSED on: at decode (swap-AB) a "halves" gate/up is one launch of
+    the swap-AB SWIGLU kernel writing (M, I); "interleaved" stays grouped_mm, then
+    swiglu_rows. The flag is part of the remembered call: turning it off takes effect."""
+    from tirx_gemm.op import grouped_swiglu as GS
+    g = torch.Generator().manual_seed(5)
+    E, I, K, M = 2, 16, 32, 6
+    wg, wu = (torch.randn(E, I, K, generator=g).to(BF16) for _ in range(2))
+    w = (torch.cat([wg, wu], dim=1) if gate_up == "halves" else G.fuse_gate_up_experts(wg, wu))
+    a = torch.randn(M, K, generator=g).to(BF16)
+    offs = torch.tensor([M // 3, M], dtype=torch.int32)
+    want = F.silu(_reference(a, wg.transpose(1, 2), offs)) * _reference(
+        a, wu.transpose(1, 2), offs)
+    GS._calls.clear()
+    for on in (True, False):
+        monkeypatch.setattr(GS, "SWAP_FUSED", on)
+        cpu_launch.loads.clear()
+        got = GS.swiglu_mm(a, w.transpose(1, 2), offs, gate_up=gate_up)
+        torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
+        fused = on and gate_up == "halves"
+        assert [(k.get("SWIGLU"), k.get("SWAP_AB")) for k in cpu_launch.loads] == (
+            [("halves", True)] if fused else [(None, True)])
+
+
 def test_swiglu_interleaved(cpu_launch):
     a, _, offs = _operands()
     g = torch.Generator().manual_seed(3)
@@ -545,6 +570,42 @@ def test_permute_unpermute():
     assert idx.reshape(-1)[order].tolist() == [0, 0, 1, 2, 2, 2]
     rows = torch.arange(6.0)[order].unsqueeze(1)  # row r holds its pair's flat index
     assert moe.unpermute(rows, order, 3, 2).squeeze(1).tolist() == [1.0, 5.0, 9.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_permute_offs_are_the_counts_cumsum_for_every_id_dtype(dtype):
+    """offs by searchsorted of 0..E-1 in the sorted ids equal the counts' cumsum, and order is
+    the stable argsort, whatever integer dtype the ids come in (E 200 past int8's range)."""
+    g = torch.Generator().manual_seed(3)
+    for T, k in ((1, 8), (16, 2), (300, 6)):
+        idx = torch.randint(0, 100, (T, k), generator=g).to(dtype)
+        order, offs = moe.permute(idx, 200)
+        flat = idx.reshape(-1).long()
+        assert offs.dtype == torch.int32
+        assert torch.equal(offs, torch.bincount(flat, minlength=200).cumsum(0).int())
+        assert torch.equal(order, torch.argsort(flat, stable=True))
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32])
+def test_swiglu_rows_and_unpermute_round_once(dtype):
+    """swiglu_rows (three launches) and unpermute (fp32 accumulation, no fp32 copy) give what
+    the fp32 reference rounded once gives, bit for bit, and never write their input."""
+    g = torch.Generator().manual_seed(4)
+    h = (torch.randn(3, 16, 64, generator=g) * 4).to(dtype)
+    before = h.clone()
+    for interleaved in (True, False):
+        if interleaved:
+            grp = h.unflatten(-1, (4, 2, 8))
+            gate, up = grp.select(-2, 0).flatten(-2), grp.select(-2, 1).flatten(-2)
+        else:
+            gate, up = h.chunk(2, dim=-1)
+        want = (F.silu(gate.float()) * up.float()).to(dtype)
+        assert torch.equal(G.swiglu_rows(h, interleaved=interleaved), want)
+        assert torch.equal(h, before)
+    rows, order = h.reshape(48, 64), torch.randperm(48, generator=g)
+    back = torch.empty_like(rows).index_copy_(0, order, rows)
+    want = back.view(6, 8, 64).float().sum(1).to(dtype)
+    assert torch.equal(moe.unpermute(rows, order, 6, 8), want)
 
 
 def test_a_routing_of_the_wrong_kind_is_refused_in_one_line():

@@ -105,10 +105,12 @@ def test_refusals_in_one_line(arch):
             step.build_primfunc(256, 256, 512, ROW_SCALE=1)
         with pytest.raises(ValueError, match="SWIGLU='gelu' must be None, 'halves' or"):
             step.build_primfunc(256, 256, 512, SWIGLU="gelu")
-        for kw in (dict(SWAP_AB=True, BLK_N=16), dict(ROW_SCALE=True), dict(BIAS=True),
-                   dict(BLK_N=136)):
+        for kw in (dict(SWAP_AB=True, BLK_N=16, ROW_SCALE=True), dict(ROW_SCALE=True),
+                   dict(BIAS=True), dict(BLK_N=136)):
             with pytest.raises(ValueError, match="SWIGLU='halves' pairs gate and up"):
                 step.build_primfunc(256, 256, 512, SWIGLU="halves", **kw)
+        with pytest.raises(ValueError, match="SWIGLU='interleaved' pairs gate and up"):
+            step.build_primfunc(256, 256, 512, SWIGLU="interleaved", SWAP_AB=True, BLK_N=16)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "masked"])
@@ -146,6 +148,25 @@ def test_swiglu_output_and_boxes(gate_up):
         assert len(loads) == 2 and any("B[at[0], 128 + at[3]" in ln for ln in loads), loads
     else:
         assert len(loads) == 1, loads
+
+
+def test_swap_ab_swiglu_loads_gate_and_up_rows_in_8_row_boxes():
+    """SWIGLU="halves" on a swap-AB tile: D N/2 wide; the weight tile (the MMA's A) as BLK_M/16
+    groups of an 8-row gate box and the same features' 8-row up box N/2 rows further;
+    "interleaved" on a swap-AB tile is refused in one line."""
+    step = registry.get("v14", "sm_90a")
+    text = step.build_primfunc(512, 256, 512, SWIGLU="halves", SWAP_AB=True, BLK_M=64,
+                               BLK_N=16).script()
+    sig = next(ln for ln in text.splitlines() if "def kernel" in ln)
+    assert "D: T.Buffer((M, 128)" in sig and "B: T.Buffer((8, 256, 512)" in sig
+    loads = [ln for ln in text.splitlines() if "copy_async(" in ln and ", B[" in ln]
+    assert any("Asmem[ring_stage, 16 * q:16 * q + 8" in ln and "B[at[0], at[3] + 8 * q" in ln
+               for ln in loads), loads
+    assert any("B[at[0], 128 + at[3] + 8 * q" in ln for ln in loads), loads
+    assert "for q in T.unroll(4)" in text
+    with pytest.raises(ValueError, match="halves") as info:
+        step.build_primfunc(512, 256, 512, SWIGLU="interleaved", SWAP_AB=True, BLK_N=16)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])

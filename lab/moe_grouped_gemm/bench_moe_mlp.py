@@ -21,6 +21,9 @@ sort, one ``torch.nn.functional.grouped_mm`` per projection, no host sync. With
 ``--peers grouped_mm`` (the default) the same block runs that way too, eager and under a CUDA
 graph (``ms_grouped_mm_eager``, ``ms_grouped_mm_graph``, ``rel_err_grouped_mm`` against the
 loop), and ``speedup_vs_grouped_mm_graph`` is its graphed time over the patched block's.
+``--swap-swiglu`` times the patched block a second time with SwiGLU fused on the swap-AB decode
+tiles (grouped_swiglu.SWAP_FUSED): ``ms_swap_swiglu_eager``, ``ms_swap_swiglu_graph``,
+``rel_err_swap_swiglu``, ``speedup_vs_<peer>_<mode>_swap_swiglu``.
 """
 import argparse
 import json
@@ -168,6 +171,30 @@ def time_peer(hf, x, want, peer, rec):
         cfg._experts_implementation = before
 
 
+def time_swap_swiglu(ours, x, want, rec):
+    """The patched block again with grouped_swiglu.SWAP_FUSED on (SwiGLU in the epilogue of the
+    swap-AB gate/up tiles at decode), eager and graphed, into rec as ``*_swap_swiglu*``
+    fields; put back after. A failure is recorded as ``swap_swiglu_note``."""
+    from tirx_gemm.op import grouped as G, grouped_swiglu as GS
+    before = GS.SWAP_FUSED
+    try:
+        GS.SWAP_FUSED = True
+        G._calls.clear()
+        GS._calls.clear()
+        with torch.no_grad():
+            got = _out(ours(x)).float()
+            rec["fused_swiglu_swap_swiglu"] = any(k is not None for k in GS._calls.values())
+            rec["rel_err_swap_swiglu"] = float((got - want).abs().max() / want.abs().max())
+            rec["ms_swap_swiglu_eager"] = eager_ms(lambda: ours(x))
+            rec["ms_swap_swiglu_graph"] = graph_ms(lambda: ours(x))
+    except Exception as exc:  # noqa: BLE001 -- recorded beside the default path's figures
+        rec["swap_swiglu_note"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    finally:
+        GS.SWAP_FUSED = before
+        G._calls.clear()
+        GS._calls.clear()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -180,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fused", action="store_true", help="v14's fused SwiGLU and row scale "
                     "(tirx_gemm.op.grouped_epilogue.ENABLED, the op's default); without it the "
                     "bench turns them off: torch ops after the launches")
+    ap.add_argument("--swap-swiglu", action="store_true", help="also time the patched block "
+                    "with grouped_swiglu.SWAP_FUSED on (SwiGLU fused on the swap-AB decode tiles)")
     args = ap.parse_args(argv)
     from tirx_gemm.op import grouped as G, grouped_epilogue as GE, grouped_swiglu as GS
     GE.ENABLED = args.fused
@@ -215,8 +244,14 @@ def main(argv=None) -> int:
                     rec["ms_patched_graph"] = graph_ms(lambda: ours(x))
                 rec["speedup_eager"] = rec["ms_module"] / rec["ms_patched_eager"]
                 rec["speedup_graph"] = rec["ms_module"] / rec["ms_patched_graph"]
+                if args.swap_swiglu:
+                    time_swap_swiglu(ours, x, want, rec)
                 for peer in args.peers:
                     time_peer(hf, x, want, peer, rec)
+                    for mode in ("eager", "graph") if "ms_swap_swiglu_graph" in rec else ():
+                        if f"ms_{peer}_{mode}" in rec:
+                            rec[f"speedup_vs_{peer}_{mode}_swap_swiglu"] = \
+                                rec[f"ms_{peer}_{mode}"] / rec[f"ms_swap_swiglu_{mode}"]
             except Exception as exc:  # noqa: BLE001 -- recorded, the next case runs
                 rec["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             with open(args.out, "a") as f:

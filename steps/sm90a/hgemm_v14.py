@@ -46,7 +46,6 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       tile), GROUP token tiles per weight column. B[e]'s tile: a 3-D TMA box. Stores: guarded
       4-byte stores below the expert's row end, behind the next unit's first wgmmas (v7's TMA
       store goes). From v12: the tile menu, PIPE_DEPTH None, RUNTIME_M and swap-AB.
-    Base: v7 (v12 is a superset): the walk with the least else around it (lesson: no CTA pair).
     Layouts: "contiguous": A (M, K) rows sorted by expert, D (M, N), offs int32 (E,)
       cumulative row ends; "masked": A (E, M, K), D (E, M, N), counts int32 (E,). Rows no
       expert owns are not written; M at run time; routing clamped to [0, M] in the kernel.
@@ -58,14 +57,15 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       ROW_SCALE=True multiplies D's rows by scale (M,) float32 (masked (E, M)); operands
       (A, B, D, routing[, scale][, bias]). SWIGLU="halves" | "interleaved": B[e] a fused
       gate/up weight of N rows, D (M, N/2) = silu(gate) * up ("halves": gate rows [0, N/2),
-      up [N/2, N), two boxes per tile; "interleaved": 8 gate rows, 8 up rows, ...).
+      up [N/2, N), two boxes per tile; "interleaved": 8 gate rows, 8 up rows, ...); "halves"
+      on swap-AB: 8-row boxes, 8 gate then 8 up rows, a feature's pair 8 fragment rows apart.
     FP8_BLOCK=True (hgemm_v14_fp8_block): e4m3 A, B (uint8), DeepGEMM's block scales SA (M or
       E*M, K/128), SB (E*ceil(N/128), K/128) after routing, promoted per 128-K stage as v13.
     Barriers: v7's tma2mma / mma2tma ring; the scan's CTA barriers run before the roles split.
     Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; BLK_M 64 | 128;
-      BLK_N a multiple of 8 in [8, 256]; TMA_STORE, STORE_STEPS, SWIGLU on plain (not swap-AB)
-      tiles; SWIGLU without TMA_STORE, BIAS, ROW_SCALE, N and BLK_N multiples of 16;
-      GROUP >= 1; ring within 227 KiB.
+      BLK_N a multiple of 8 in [8, 256]; TMA_STORE, STORE_STEPS on plain (not swap-AB) tiles,
+      SWIGLU too but "halves"; SWIGLU without TMA_STORE, BIAS, ROW_SCALE, N (a plain tile's
+      BLK_N) a multiple of 16; GROUP >= 1; ring within 227 KiB.
     Run: ``tirx-gemm build v14 --arch sm_90a``; the op is tirx_gemm's grouped_mm.
     """
     if not isinstance(FP8_BLOCK, bool):
@@ -99,10 +99,12 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                          f"of it")
     if SWIGLU not in (None, "halves", "interleaved"):
         raise ValueError(f"SWIGLU={SWIGLU!r} must be None, 'halves' or 'interleaved'")
-    if SWIGLU and (SWAP_AB or TMA_STORE or ROW_SCALE or BIAS or BLK_N % 16 or N % 16):
-        raise ValueError(f"SWIGLU={SWIGLU!r} pairs gate and up columns of a plain tile: no "
-                         f"SWAP_AB, TMA_STORE, ROW_SCALE or BIAS; BLK_N={BLK_N} and N={N} "
-                         f"multiples of 16")
+    if SWIGLU and (SWAP_AB and SWIGLU != "halves" or TMA_STORE or ROW_SCALE or BIAS
+                   or (BLK_N % 16 and not SWAP_AB) or N % 16):
+        raise ValueError(f"SWIGLU={SWIGLU!r} pairs gate and up columns of a plain tile, or "
+                         f"(\"halves\" only) gate and up rows of a swap-AB tile: no TMA_STORE, "
+                         f"ROW_SCALE or BIAS; N={N} (and a plain tile's BLK_N={BLK_N}) multiples "
+                         f"of 16")
     NUM_CONSUMERS = BLK_M // W.WGMMA_M
     PRODUCER = NUM_CONSUMERS
     ACC_REGS = BLK_N // 2
@@ -110,8 +112,8 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     # the token tile and the weight tile: D's rows and columns of one unit
     TOK, W_BLK = (BLK_N, BLK_M) if SWAP_AB else (BLK_M, BLK_N)
     HALVES, FUSE_SWIGLU = SWIGLU == "halves", SWIGLU is not None
-    if HALVES:  # a unit's weight tile: BLK_N/2 gate rows at at[3], as many up rows at +N/2
-        W_BLK = BLK_N // 2
+    if HALVES:  # a unit's weight tile: W_BLK/2 gate rows at at[3], as many up rows at +N/2
+        W_BLK = W_BLK // 2
     W_TILES = H.ceil_div(N // 2 if HALVES else N, W_BLK)
     OUT_N, N_D = (BLK_N // 2, N // 2) if SWIGLU else (BLK_N, N)  # D's tile width and columns
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
@@ -208,7 +210,11 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                     W.tile_at(at, scan, bounds, t, E, TOK, W_TILES, W_BLK, GROUP)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
-                        if HALVES:
+                        if HALVES and SWAP_AB:  # 16-row groups: 8 gate rows, their 8 up rows
+                            W.tma_load_gate_up_swap(Asmem, Bsmem, ring.stage, A, B, at,
+                                                    k * BLK_K, tma2mma.ptr(ring.stage), BLK_M,
+                                                    BLK_N, BLK_K, N // 2, MASKED)
+                        elif HALVES:
                             W.tma_load_gate_up(Asmem, Bsmem, ring.stage, A, B, at, k * BLK_K,
                                                tma2mma.ptr(ring.stage), BLK_M, BLK_N // 2,
                                                BLK_K, N // 2, MASKED)
@@ -274,7 +280,11 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                     W.apply_row_epilogue(acc, S, Bias, at[0], at[3 if SWAP_AB else 1] + row0,
                                          at[1 if SWAP_AB else 3], BLK_N, at[2], N, warp_id,
                                          lane_id, MASKED, SWAP_AB)
-                if SWAP_AB:  # D's transpose: weight rows at[3].., tokens at[1]..
+                if SWAP_AB and FUSE_SWIGLU:  # features at[3] + 32 * consumer.., in fp32
+                    W.store_transposed_swiglu(D, at[0], acc, at[3] + consumer * (W.WGMMA_M // 2),
+                                              at[1], BLK_N, at[2], N // 2, warp_id, lane_id,
+                                              MASKED)
+                elif SWAP_AB:  # D's transpose: weight rows at[3].., tokens at[1]..
                     W.store_transposed_rows(D, at[0], acc, at[3] + row0, at[1], BLK_N, at[2],
                                             N, warp_id, lane_id, MASKED)
                 else:

@@ -14,7 +14,9 @@ replay picks up new routing written into the same tensor.
   raster inside it (GROUP token tiles walk a weight column before the next column), so the
   expert's weight tile is read from HBM once per GROUP token tiles.
 * ``store_packed_rows`` / ``store_transposed_rows``: the tile's rows (D's rows) are written
-  only below the expert's row end, so no tile writes another expert's rows.
+  only below the expert's row end, so no tile writes another expert's rows;
+  ``tma_load_gate_up_swap`` / ``store_transposed_swiglu``: SwiGLU on a swap-AB tile (decode),
+  gate and up rows of a feature 8 rows apart in one thread's fragment.
 * ``walk_stages``, ``walk_tables``, ``start_walk``, ``walk_length``: the set-up both v14
   kernels (16-bit and FP8_BLOCK) share: the ring's tiles, the scan's tables, the barrier
   init and the scan, the walk's length; ``queue_fp8_stage``: one e4m3 stage's
@@ -220,6 +222,56 @@ def tma_load_gate_up(Asmem, Bsmem, stage, A, B, at, k_st, bar, MMA_M: int, HALF:
     Tx.copy_async(Bsmem[stage, HALF:2 * HALF, :],
                   B[at[0], N_HALF + at[3]:N_HALF + at[3] + HALF, k_st:k_st + BLK_K],
                   dispatch="tma_explicit", mbar=bar)
+
+
+@T.inline
+def tma_load_gate_up_swap(Asmem, Bsmem, stage, A, B, at, k_st, bar, BLK_M: int, TOK: int,
+                          BLK_K: int, N_HALF: int, masked: bool):
+    """One thread, SWIGLU="halves" on a swap-AB tile: the stage's byte count on ``bar``, the
+    token box into Bsmem (as tma_load_unit's swap-AB branch), and the weight tile (the MMA's
+    A, BLK_M rows = BLK_M/2 features from at[3]) as 8-row boxes: 16-row group q holds gate
+    rows B[at[0], at[3] + 8q ..] in its first 8 rows and the same features' up rows
+    B[at[0], N_HALF + at[3] + 8q ..] in the next 8, so each accumulator thread holds a
+    feature's gate (row r) and up (row r + 8) side by side (store_transposed_swiglu). A gate
+    box past N_HALF reads up rows, an up box past B's rows is zero-filled: features past
+    N_HALF, never stored."""
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, T.uint32((BLK_M + TOK) * BLK_K * 2))
+    if masked:
+        Tx.copy_async(Bsmem[stage, :, :], A[at[0], at[1]:at[1] + TOK, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    else:
+        Tx.copy_async(Bsmem[stage, :, :], A[at[1]:at[1] + TOK, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    for q in T.unroll(BLK_M // 16):
+        Tx.copy_async(Asmem[stage, 16 * q:16 * q + 8, :],
+                      B[at[0], at[3] + 8 * q:at[3] + 8 * q + 8, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+        Tx.copy_async(Asmem[stage, 16 * q + 8:16 * q + 16, :],
+                      B[at[0], N_HALF + at[3] + 8 * q:N_HALF + at[3] + 8 * q + 8,
+                        k_st:k_st + BLK_K], dispatch="tma_explicit", mbar=bar)
+
+
+@T.inline
+def store_transposed_swiglu(D, e, acc, f_st, tok_st, n: int, row_end, N_HALF, warp_id,
+                            lane_id, masked: bool):
+    """Warpgroup, swap-AB with SWIGLU="halves" (tma_load_gate_up_swap's weight rows): its fp32
+    64 x n fragment holds, in warp w's rows, 8 features' gate rows (h = 0) and up rows (h = 1);
+    feature f_st + 8w + l//4 of token tok_st + c <- silu(gate) * up, in fp32, one rounding,
+    stored as D[token, feature] (D N_HALF wide), only features below N_HALF and tokens below
+    row_end."""
+    val = T.alloc_local((1,), D.dtype)
+    f = T.meta_var(f_st + warp_id * 8 + lane_id // 4)
+    if f < N_HALF:
+        for j in T.unroll(n // 8):
+            for x in T.unroll(2):
+                c = T.meta_var(tok_st + 8 * j + 2 * (lane_id % 4) + x)
+                if c < row_end:
+                    g = T.meta_var(acc[4 * j + x])
+                    val[0] = T.Cast(D.dtype, g / (T.float32(1) + T.exp(-g)) * acc[4 * j + 2 + x])
+                    if masked:
+                        D[e, c, f] = val[0]
+                    else:
+                        D[c, f] = val[0]
 
 
 @T.inline

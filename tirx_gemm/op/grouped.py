@@ -79,7 +79,8 @@ CHECK_ENV = "TIRX_GEMM_CHECK"
 # where those tiles still give every SM DECODE_TALL_WAVES units, else 64), the expert's tokens
 # its N in a token tile (BLK_N) of TOKEN_TILES holding twice the mean tokens per expert
 # (skewed routing leaves hot experts above the mean); past it the wide 128x256 tile,
-# 128x128 where N is under 256 or the wide tiles would not fill the SMs
+# 128x128 where N is under 256 or the wide tiles would not fill the SMs (64x256, finer token
+# tiles for the last wave, lost at 7 of 8 cases timed: lab/moe_grouped_gemm)
 DECODE_TOKENS = 64
 TOKEN_TILES, TOKEN_TILE_SKEW = (8, 16, 32, 64), 2
 DECODE_TALL_WAVES = 2
@@ -610,6 +611,7 @@ def swiglu_rows(h, interleaved: bool = True):
     """``silu(gate) * up`` of a gate/up result h (..., 2N), in fp32, rounded once to h's
     dtype: interleaved in groups of 8 columns (:func:`fuse_gate_up_experts`) or, with
     ``interleaved=False``, [gate | up] halves (a checkpoint's concatenated gate_up_proj)."""
+    import torch
     import torch.nn.functional as F
     n2 = h.shape[-1]
     if interleaved:
@@ -617,4 +619,7 @@ def swiglu_rows(h, interleaved: bool = True):
         gate, up = g.select(-2, 0).flatten(-2), g.select(-2, 1).flatten(-2)
     else:
         gate, up = h.chunk(2, dim=-1)
-    return (F.silu(gate.float()) * up.float()).to(h.dtype)
+    gf = gate.float()
+    act = F.silu(gf, inplace=gf is not gate)  # in place on gate's fp32 copy (never on h)
+    out = torch.empty(up.shape, dtype=h.dtype, device=h.device)
+    return torch.mul(act, up, out=out)  # in fp32 (up read exactly), rounded once into out

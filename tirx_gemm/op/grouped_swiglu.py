@@ -8,8 +8,9 @@ returns the (M, I) (masked: (E, T, I)) result. With grouped_epilogue.ENABLED on 
 default), on sm_90a where the pick is a wide tile (more than grouped's
 DECODE_TOKENS tokens per expert), one launch of v14 with ``SWIGLU`` computes it in the epilogue
 in fp32 and writes only the I columns (the 2I-wide gate/up result never reaches memory).
-Elsewhere -- fused epilogues off; swap-AB tiles at decode, where the result is a few rows; the
-sm_100a twin; a fused kernel the bundle lacks with no TVM to build it; autograd recording --
+With :data:`SWAP_FUSED` on, a swap-AB tile at decode ("halves") fuses it too (8-row gate and
+up boxes). Elsewhere -- fused epilogues off; swap-AB tiles at decode, where the result is a few
+rows; the sm_100a twin; a fused kernel the bundle lacks with no TVM to build it; autograd recording --
 it is ``grouped_mm`` then :func:`tirx_gemm.op.grouped.swiglu_rows` (fp32, one rounding more).
 :func:`swiglu_plan` says which. The checks are grouped_mm's, one line each, before any launch.
 """
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 GATE_UP = ("halves", "interleaved")
 FUSED_ARCHS = ("sm_90a",)
+# SwiGLU in the epilogue of a swap-AB (decode) tile too, "halves" only (v14's 8-row gate and
+# up boxes): off until tests/test_gpu_grouped.py's swap_swiglu cases pass on a GPU
+SWAP_FUSED = False
 _calls: dict = {}
 _CALLS_MAX = 1 << 10
 
@@ -35,7 +39,7 @@ def swiglu_plan(rows: int, E: int, N2: int, K: int, dtype: str, layout: str, arc
     step, kw = G.choose_grouped(rows, E, N2, K, dtype, layout, arch, sm_count)
     if arch not in FUSED_ARCHS:
         return None, f"{arch}: SwiGLU is fused on {', '.join(FUSED_ARCHS)} only"
-    if kw.get("SWAP_AB"):
+    if kw.get("SWAP_AB") and not (SWAP_FUSED and gate_up == "halves"):
         return None, "swap-AB tile (decode): grouped_mm, then SwiGLU with torch ops"
     kw = {k: v for k, v in kw.items() if k != "TMA_STORE"}  # SWIGLU stores N/2 columns guarded
     return step, {**kw, "SWIGLU": gate_up}
@@ -59,12 +63,14 @@ def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
     if not GE.ENABLED or torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _unfused(a, b, offs, counts, layout, gate_up, sync)  # grouped_mm says why not
     key = (layout, a.shape, b.shape, b.stride(), a.dtype, a.get_device(), offs is None,
-           counts is None, gate_up)
-    call = _calls.get(key)
+           counts is None, gate_up, SWAP_FUSED)
+    call = _calls.get(key, False)
+    if call is None:  # a shape seen before that runs unfused: grouped_mm checks the call
+        return _unfused(a, b, offs, counts, layout, gate_up, sync)
     p = G.check_grouped(a, b, offs, counts, layout)
     if p.M == 0:
         return _unfused(a, b, offs, counts, layout, gate_up, sync)
-    if call is None:
+    if call is False:
         arch, sm_count = G._gpu(a.device)
         rows = p.M if p.layout == "contiguous" else p.E * p.M
         step, kw = swiglu_plan(rows, p.E, p.N, p.K, p.dtype, p.layout, arch, sm_count, gate_up)

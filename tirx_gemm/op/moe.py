@@ -19,16 +19,16 @@ transformers' stacked experts (MixtralExperts, Qwen3MoeExperts) -- and its forwa
 theirs takes: ``(hidden_states (T, H), top_k_index (T, k), top_k_weights (T, k))``. It runs
 an MoE MLP as two grouped launches and torch ops, never reading the routing on the host:
 
-1. permute: the T*k (token, slot) pairs sorted by expert (a stable argsort), each expert's
-   row count by ``scatter_add_`` and their cumulative ends (``offs``, int32) by ``cumsum``;
+1. permute: the T*k (token, slot) pairs sorted by expert (a stable sort), each expert's
+   cumulative row end (``offs``, int32) by ``searchsorted`` of 0..E-1 in the sorted ids;
    the rows of the activations gathered in that order (``index_select``);
 2. gate/up: ``silu(gate) * up`` of ``rows @ gate_up_proj`` (M = T*k, N = 2I): with the fused
    epilogues on (grouped_epilogue.ENABLED), on sm_90a past decode one launch with SwiGLU in
    v14's epilogue (grouped_swiglu), else ``grouped_mm`` then the SwiGLU in fp32 with torch ops;
 3. down: ``grouped_mm(h, down_proj, scale=weights)``, each row times its top-k weight (float32;
    with the fused epilogues on, in the kernel's epilogue before the one rounding);
-4. unpermute: the rows scattered back to (token, slot) order and summed over the k slots in
-   fp32 (deterministic, no atomics).
+4. unpermute: the rows scattered back to (token, slot) order and summed over the k slots
+   with fp32 accumulation (deterministic, no atomics).
 
 Where the kernels cannot serve a call (CPU tensors, float32, autograd recording, a GPU other
 than sm_90a or sm_100a) the forward runs the same steps with torch's grouped_mm
@@ -133,19 +133,37 @@ def permute(top_k_index, num_experts: int):
         if lo < 0 or hi >= num_experts:
             raise ValueError(f"top_k_index holds expert ids {lo}..{hi}, outside 0.."
                              f"{num_experts - 1} ({num_experts} experts)")
-    flat = top_k_index.reshape(-1).long()
-    order = torch.argsort(flat, stable=True)
-    counts = torch.zeros(num_experts, dtype=torch.int32, device=flat.device)
-    counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
-    return order, torch.cumsum(counts, 0, dtype=torch.int32)
+    flat = top_k_index.reshape(-1)
+    if flat.dtype not in (torch.int64, torch.int32):  # 0..E-1 must fit the ids' dtype
+        flat = flat.long()
+    ids, order = torch.sort(flat, stable=True)
+    # expert e's cumulative row end: how many sorted ids are <= e (two launches, no counts)
+    return order, torch.searchsorted(ids, _expert_ids(num_experts, ids), right=True,
+                                     out_int32=True)
+
+
+_ids: dict = {}
+
+
+def _expert_ids(num_experts: int, like):
+    """0..E-1 in ``like``'s dtype and device, made once per (E, dtype, device) outside a CUDA
+    graph capture (a tensor made during one would live in the graph's memory pool)."""
+    key = (num_experts, like.dtype, like.device)
+    hit = _ids.get(key)
+    if hit is None:
+        hit = torch.arange(num_experts, dtype=like.dtype, device=like.device)
+        if not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
+            _ids[key] = hit
+    return hit
 
 
 def unpermute(rows, order, tokens: int, k: int):
     """The (T, H) sum over each token's k slots of ``rows`` (T*k, H), given in ``order``
-    (:func:`permute`): scattered back, then summed in fp32 and rounded once."""
+    (:func:`permute`): scattered back, then summed in fp32 and rounded once (torch's sum of
+    a 16-bit tensor accumulates in fp32: two launches, no fp32 copy)."""
     back = torch.empty_like(rows)
     back.index_copy_(0, order, rows)
-    return back.view(tokens, k, rows.shape[-1]).float().sum(1).to(rows.dtype)
+    return back.view(tokens, k, rows.shape[-1]).sum(1)
 
 
 def _torch_grouped(a, w_t, offs):
