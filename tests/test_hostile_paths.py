@@ -23,6 +23,7 @@ NOT_PATHS = {
     "meta.json": "an artefact a build writes",
     "error.json": "what a failed build worker writes",
     "manifest.json": "what an export writes",
+    "cards.json": "the card record an export writes beside its manifest",
     "helpers_mutant.py": "a mutant's generated helpers",
     "tirx_gemm.mutant_blackwell_": "the name prefix of that copy, loaded inside the package",
     "_mutant.py": "the suffix of a mutant's generated step file",

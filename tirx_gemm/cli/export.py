@@ -20,6 +20,21 @@ def _python_version(text: str) -> str:
     return text.strip()
 
 
+def _cards_arg(text: str) -> tuple[str, ...]:
+    """--card's value (tirx_gemm.op.cards.card_keys), checked before any build."""
+    import argparse
+    from tirx_gemm.op import cards
+    if "auto" in text.lower():  # the GPU here: torch, if this machine has it, sees it
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            pass
+    try:
+        return cards.card_keys(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--card ")) from None
+
+
 def register(sub) -> None:
     sp = sub.add_parser("export", help="build + bundle kernels for a GPU host without TVM")
     add_step_args(sp)
@@ -37,6 +52,11 @@ def register(sub) -> None:
                     help="instrumented builds for `tirx-gemm trace` (sm_90a v4 on): "
                          "every role records its event times into an extra operand; "
                          "never picked by run/bench/regress")
+    sp.add_argument("--card", default=None, type=_cards_arg, metavar="CARDS",
+                    help="with --suite: the cards whose picks the bundle gets, comma-separated: "
+                         "h100, h200, all, auto (the GPU here); default h200, the card matmul "
+                         "assumes unless told. The bundle records them (cards.json): on a GPU "
+                         "of a card every suite export was made for, matmul chooses for it")
     add_suite_args(sp)
     add_watchdog(sp)
     sp.set_defaults(fn=cmd_export, dtype=None, shapes=None)  # None: not given (cmd_export)
@@ -57,16 +77,30 @@ def cmd_export(args) -> int:
                          "128x128x64 only): export one step with --mnk, or --all with --shapes")
     out = Path(args.out)
     bundle.check_out_dir(out)
+    if args.card is not None and args.suite is None:
+        raise ValueError("--card adds the kernels the chooser picks on a card for a suite: "
+                         "use it with --suite FILE (named steps export exactly those)")
+    from tirx_gemm.op.keywords import MENU_ARCHES
+    if args.card is not None and args.arch not in MENU_ARCHES:
+        raise ValueError(f"--card names {', '.join(MENU_ARCHES)} cards (the H100, the H200); "
+                         f"on --arch {args.arch} the chooser has no card: leave --card out")
     if args.suite is not None:  # the kernels `bench --suite` / tirx_gemm.matmul will ask for
         from tirx_gemm import splitk
-        from tirx_gemm.op import suite
+        from tirx_gemm.op import cards
         sms = args.num_sms or splitk.DEFAULT_SM_COUNT[args.arch]
-        reqs = suite.export_requests(suite.load_suite(args.suite or None), args.target,
-                                     args.arch, sms)
+        keys = args.card or (cards.FITTED_ON,)
+        reqs = suite_requests(args.suite or None, args.target, args.arch, sms, keys)
+        previous = cards.read_record(out)
+        had_kernels = (out / bundle_format.MANIFEST).exists()
         n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
                           ffi_wheel_python=args.ffi_wheel, watchdog_ms=args.watchdog_ms)
+        what = {"suite": str(args.suite or "tirx_gemm/op/suites/models.json"),
+                "target": args.target, "arch": args.arch, "sm_count": sms, "kernels": n}
+        cards.record_export(out, keys, what, previous, had_kernels)
         digest = bundle_format.manifest_sha256(out)
-        print(f"exported {n} kernels for the suite ({args.target}, {sms} SMs) to {out}/ "
+        held = ", ".join(cards.bundle_cards(out)) or "no one card"
+        print(f"exported {n} kernels for the suite ({args.target}, {sms} SMs, the picks of "
+              f"{', '.join(keys)}; the bundle is for {held}) to {out}/ "
               f"(manifest sha256 {digest}). On the GPU host: python -m tirx_gemm.cli bench "
               f"--suite {args.suite or ''} --target {args.target} --arch {args.arch} --bundle "
               f"{out} --expect-sha256 {digest}".replace("  ", " "))
@@ -86,3 +120,20 @@ def cmd_export(args) -> int:
           f"{'trace' if getattr(args, 'timeline', False) else 'run'} <step> --arch "
           f"{args.arch}{dt} --bundle {out} --expect-sha256 {digest}")
     return 0
+
+
+def suite_requests(path, target: str, arch: str, sm_count: int, keys) -> list[tuple]:
+    """suite.export_requests of the suite at ``path`` (None: the packaged one) for each card
+    of ``keys`` (tirx_gemm.op.cards.CARDS: each card's picks, planned as if matmul assumed it),
+    each kernel once, in order."""
+    from tirx_gemm.op import cards, suite
+    loaded = suite.load_suite(path)
+    out, seen = [], set()
+    for key in keys:
+        with cards.assuming(key):
+            for step, mnk, kwargs in suite.export_requests(loaded, target, arch, sm_count):
+                ident = (step.key, tuple(mnk), tuple(sorted(kwargs.items())))
+                if ident not in seen:
+                    seen.add(ident)
+                    out.append((step, mnk, kwargs))
+    return out

@@ -252,6 +252,9 @@ def export(requests, out: Path, *, jobs=None, progress=True, ffi_wheel_python=No
         os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes it private; a bundle is not
         try:
             kernels, wheels = _previous_kernels(out, progress)
+            record = out / "cards.json"  # tirx_gemm.op.cards.RECORD: the cards suite exports picked for
+            if record.is_file() and not record.is_symlink():
+                shutil.copyfile(record, stage / "cards.json")
             files: dict[str, str] = {}
             for e in kernels:
                 files[e["lib"]] = _copy_checked(out / e["lib"], stage / e["lib"], e["sha256"])

@@ -6,12 +6,25 @@ card's bandwidth over the H200's, so an H200 chooses as before and an H100 sees 
 ``card="auto"`` with a GPU (torch imported): the SM count and L2 size come from
 ``torch.cuda.get_device_properties`` and the bandwidth from :data:`CARDS` by the device's name
 (torch does not report it); a name (an export, the CLI's ``--card``): from :data:`CARDS`.
+
+Bundles and the card matmul assumes: ``tirx-gemm export --suite FILE --card h100,h200`` adds
+each named card's picks and records the cards in the bundle (:data:`RECORD`, beside the
+manifest). On a GPU host matmul chooses for the GPU present where every suite export into its
+bundle was made for that card (:func:`assumed`), else for the fitted card (the H200), as
+before; :func:`pick` is its choice, with one :class:`CardWarning` a process where the bundle
+lacks the GPU's pick (it then runs the pick the bundle holds).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import json
+import os
 import sys
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 MIB = 1 << 20
 
@@ -67,13 +80,14 @@ def from_device(index: int | None = None) -> Card | None:
 def resolve(card: str | Card | None = None) -> Card:
     """The Card for ``card``: a Card as is, a name of :data:`CARDS` ("h100", "h200"), "auto"
     (the current GPU if an imported torch sees one, else the fitted card), or None: the
-    fitted card (the H200). None stays the fitted card on every GPU, so that matmul asks
-    for the kernels an exported bundle holds; the H100's scaled model is opt-in until an
-    H100 run has checked its picks (lab/cost_model_fit)."""
+    fitted card (the H200), or inside :func:`assuming` its card. None stays the fitted card
+    on every GPU, so that matmul asks for the kernels an exported bundle holds; the H100's
+    scaled model is opt-in (an export with ``--card h100``: :func:`assumed`) until an H100
+    run has checked its picks (lab/cost_model_error_classes: the card A/B)."""
     if isinstance(card, Card):
         return card
     if card is None:
-        return CARDS[FITTED_ON]
+        return _ASSUMING.get() or CARDS[FITTED_ON]
     key = str(card).lower()
     if key == "auto":
         return from_device() or CARDS[FITTED_ON]
@@ -96,3 +110,205 @@ def for_arch(card, arch: str, sm_count: int | None) -> tuple[Card, int]:
 def bandwidth_scale(card: Card) -> float:
     """The card's HBM bandwidth over the fitted card's (1.0 on the H200 exactly)."""
     return card.hbm_tb_s / CARDS[FITTED_ON].hbm_tb_s
+
+
+# --------------------------------------------------------------------------------------
+# exports for a card, and the card matmul assumes on a GPU host
+# --------------------------------------------------------------------------------------
+_ASSUMING: contextvars.ContextVar = contextvars.ContextVar("tirx_gemm_card", default=None)
+RECORD = "cards.json"  # in a bundle: the cards each `tirx-gemm export --suite` picked for
+RECORD_FORMAT = 1
+
+
+@contextlib.contextmanager
+def assuming(card):
+    """Inside, ``card=None`` (every caller that names no card: suite plans, matmul.variants)
+    means ``card``: what ``tirx-gemm export --card`` plans each card's picks under."""
+    token = _ASSUMING.set(resolve(card))
+    try:
+        yield
+    finally:
+        _ASSUMING.reset(token)
+
+
+def card_keys(text: str) -> tuple[str, ...]:
+    """``--card``'s value: card names of :data:`CARDS`, comma-separated, or "all" (every
+    card), or "auto" (the GPU an imported torch sees); a ValueError naming the choices."""
+    choices = f"{', '.join(CARDS)}, all or auto (several: h100,h200)"
+    keys = []
+    for word in str(text).lower().replace(" ", "").split(","):
+        if word == "all":
+            keys += list(CARDS)
+        elif word == "auto":
+            here = from_device()
+            key = here and key_of(here)
+            if key is None:
+                why = ("no GPU is visible here" if here is None
+                       else f"{here.name} is not a card of the table")
+                raise ValueError(f"--card auto: {why}; name the GPU host's card: {choices}")
+            keys.append(key)
+        elif word in CARDS:
+            keys.append(word)
+        else:
+            raise ValueError(f"--card {word!r} is not a card: choose {choices}")
+    return tuple(dict.fromkeys(keys))
+
+
+def key_of(card: Card) -> str | None:
+    """The key of :data:`CARDS` whose card has ``card``'s device name, or None."""
+    return next((k for k, c in CARDS.items() if c.name == card.name), None)
+
+
+def read_record(bundle) -> dict | None:
+    """The bundle's card record, or None where it has none (or an unreadable one)."""
+    try:
+        data = json.loads((Path(bundle) / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    exports = data.get("exports") if isinstance(data, dict) else None
+    if not isinstance(exports, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("cards"), list) for e in exports):
+        return None
+    return data
+
+
+def bundle_cards(bundle) -> tuple[str, ...]:
+    """The cards whose picks every recorded suite export into ``bundle`` added (the record's
+    intersection, in CARDS order); a bundle without a record: the fitted card (every export
+    before ``--card`` planned for it)."""
+    data = read_record(bundle)
+    if data is None or not data["exports"]:
+        return (FITTED_ON,)
+    common = set(CARDS)
+    for e in data["exports"]:
+        common &= set(e["cards"])
+    return tuple(k for k in CARDS if k in common)
+
+
+def record_export(bundle, keys, what: dict, previous: dict | None, had_kernels: bool) -> dict:
+    """Add one suite export for ``keys`` to ``bundle``'s record and write it (atomically).
+    ``previous``: the record read before the export (an export rebuilds the bundle folder,
+    so the file may be gone); ``had_kernels``: the bundle held kernels then, so a missing
+    record means earlier exports for the fitted card."""
+    bundle = Path(bundle)
+    data = read_record(bundle) or previous
+    if data is None:
+        data = {"format": RECORD_FORMAT, "exports": []}
+        if had_kernels:
+            data["exports"].append({"cards": [FITTED_ON], "what": "exports before the record"})
+    data["exports"].append({"cards": list(keys), **what})
+    tmp = bundle / f".{RECORD}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, bundle / RECORD)
+    return data
+
+
+def assumed(bundle=None, index: int | None = None) -> Card:
+    """The card matmul chooses for when not told one: the GPU present (:func:`from_device`,
+    GPU ``index``) where it is a card of :data:`CARDS` and ``bundle`` (the one kernels come
+    from) was exported for it (:func:`bundle_cards`); otherwise the fitted card, whose
+    ``source`` then names the GPU present and the bundle's cards. Without a GPU or a bundle:
+    the fitted card."""
+    here = from_device(index)
+    fitted = CARDS[FITTED_ON]
+    if here is None or bundle is None:
+        return fitted
+    key, have = key_of(here), bundle_cards(bundle)
+    if key is not None and key in have:
+        return replace(here, source=f"{here.source}; the bundle was exported for it")
+    if key == FITTED_ON:
+        return fitted
+    return replace(fitted, source=(f"table; assumed: the GPU is {here.name}, the bundle was "
+                                   f"exported for {', '.join(have) or 'no one card'}"
+                                   + (f" (`tirx-gemm export --card {key}` adds its picks)"
+                                      if key else "")))
+
+
+class CardWarning(UserWarning):
+    """matmul runs another card's pick than the GPU present's (its bundle lacks it)."""
+
+
+_warned = False
+_libs: dict = {}
+
+
+def _bundle_libs(bundle) -> frozenset:
+    """The library names a bundle's manifest lists (cached by the manifest's mtime)."""
+    from tirx_gemm import bundle_format
+    path = Path(bundle) / bundle_format.MANIFEST
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return frozenset()
+    hit = _libs.get(str(path))
+    if hit is None or hit[0] != stamp:
+        try:
+            names = frozenset(e.get("lib") for e in bundle_format.read_manifest(Path(bundle))
+                              ["kernels"] if isinstance(e, dict))
+        except ValueError:
+            names = frozenset()
+        hit = _libs[str(path)] = (stamp, names)
+    return hit[1]
+
+
+def in_bundle(bundle, step_id: str, arch: str, mnk, kwargs: dict) -> bool:
+    """Whether ``bundle``'s manifest lists the kernel (step, arch, kwargs) of a call at ``mnk``
+    (built at keywords.build_shape; a normal build). Loading checks the bundle in full."""
+    from tirx_gemm.bundle_format import lib_name
+    from tirx_gemm.op.keywords import build_shape
+    return lib_name(step_id, arch, *build_shape(tuple(mnk), kwargs), kwargs) in \
+        _bundle_libs(bundle)
+
+
+def _warn_once(text: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(text, CardWarning, stacklevel=2)
+
+
+def pick(choose, M: int, N: int, K: int, dtype: str, arch: str, sm_count: int,
+         epilogue: dict | None = None, *, bundle=None,
+         index: int | None = None) -> tuple[str, dict]:
+    """matmul's ``(step_id, kwargs)`` for a call on GPU ``index``: ``choose`` (rules.choose,
+    passed in, as the rules import this module) on the :func:`assumed` card. Where that is the
+    GPU's card but the bundle lacks its pick and holds the fitted card's: the fitted card's.
+    Where the bundle was not exported for the GPU's card: the fitted card's pick, as before.
+    Either way, where the GPU's pick is not what runs, one :class:`CardWarning` line a process
+    names the card, the shape and the export to make."""
+    card = assumed(bundle, index)
+    step_id, kw = choose(M, N, K, dtype, arch, sm_count, epilogue, card=card)
+    here = from_device(index) if bundle is not None else None
+    key = here and key_of(here)
+    if key is None or key == FITTED_ON:
+        return step_id, kw
+    fitted = CARDS[FITTED_ON]
+    export = f"`tirx-gemm export --suite FILE --card {key},{FITTED_ON}` with FILE listing it"
+    if card.name == here.name:
+        if in_bundle(bundle, step_id, arch, (M, N, K), kw):
+            return step_id, kw
+        f_id, f_kw = choose(M, N, K, dtype, arch, sm_count, epilogue, card=fitted)
+        if (f_id, f_kw) != (step_id, kw) and in_bundle(bundle, f_id, arch, (M, N, K), f_kw):
+            _warn_once(f"tirx_gemm: bundle {bundle} lacks the {here.name}'s pick for "
+                       f"{M}x{N}x{K} ({_kernel(step_id, arch, kw)}); matmul runs the "
+                       f"{fitted.name}'s ({_kernel(f_id, arch, f_kw)}) where it lacks one; "
+                       f"{export}")
+            return f_id, f_kw
+        return step_id, kw
+    if _warned:  # the fitted card's pick runs either way: the other card's is not needed
+        return step_id, kw
+    h_id, h_kw = choose(M, N, K, dtype, arch, sm_count, epilogue, card=here)
+    if (h_id, h_kw) != (step_id, kw):
+        _warn_once(f"tirx_gemm: bundle {bundle} was exported for "
+                   f"{', '.join(bundle_cards(bundle)) or 'no one card'}, not this {here.name}: "
+                   f"matmul chooses as on the {fitted.name} ({M}x{N}x{K}: "
+                   f"{_kernel(step_id, arch, kw)}; this card's pick: {_kernel(h_id, arch, h_kw)})"
+                   f"; {export}")
+    return step_id, kw
+
+
+def _kernel(step_id: str, arch: str, kw: dict) -> str:
+    """The kernel's name as profilers show it (what explain prints)."""
+    from tirx_gemm import registry
+    from tirx_gemm.compile.names import kernel_symbol
+    return kernel_symbol(registry.get(step_id, arch), kw)

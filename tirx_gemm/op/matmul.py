@@ -65,7 +65,7 @@ from tirx_gemm import epilogue as E
 from tirx_gemm import registry, spec, splitk
 from tirx_gemm.kernels import kernel_for
 from tirx_gemm.numerics import DTYPES
-from tirx_gemm.op import cost_model as _cm
+from tirx_gemm.op import cards as _cards, cost_model as _cm
 from tirx_gemm.op import rules as _rules
 # the choice of step and keywords (pure Python), reachable as tirx_gemm.matmul.<name> too
 from tirx_gemm.op.keywords import (  # noqa: F401
@@ -81,7 +81,6 @@ from tirx_gemm.op.operands import (  # noqa: F401
     fuse_gate_up, mark_gate_up, out_overlaps)
 # transposed operands (NN, NT, TN, TT): v15 in place on sm_90a, and the layout-aware explain
 from tirx_gemm.op import layouts as _layouts
-from tirx_gemm.op.layouts import explain  # noqa: F401
 
 __all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs", "check_step",
            "synchronize", "choose", "explain", "variants", "step_kwargs", "runtime_m",
@@ -98,7 +97,7 @@ def _pick(M, N, K, dtype, arch, sm_count, step):
     """(Step, builder keywords) of a call: :func:`choose`'s pick, or the forced ``step``
     (``matmul(..., step=...)``) with its keywords, v12's tile and v11's split chosen here."""
     if step is None:
-        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count)
+        step_id, kwargs = _cards.pick(choose, M, N, K, dtype, arch, sm_count, bundle=bundle_path())
         return registry.get(step_id, arch), kwargs
     st = registry.get(step, arch)
     kwargs = step_kwargs(st, dtype, sm_count)
@@ -184,6 +183,14 @@ def bundle_path() -> Path | None:
         return _bundle_override
     from tirx_gemm import settings
     return settings.get(BUNDLE_ENV)  # a Path, or None when unset
+
+
+def explain(M, N, K, dtype="float16", arch="sm_90a", sm_count=None, epilogue=None, *,
+            card=None, layout="NN") -> str:
+    """layouts.explain on the card matmul assumes here (tirx_gemm.op.cards.assumed: the GPU
+    present where the bundle was exported for it, else the H200) unless ``card`` names one."""
+    return _layouts.explain(M, N, K, dtype, arch, sm_count, epilogue, layout=layout,
+                            card=_cards.assumed(bundle_path()) if card is None else card)
 
 
 def clear_cache() -> None:
@@ -565,7 +572,8 @@ def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, 
         return out
     arch, sm_count = _gpu_arch(a.device)
     if step is None:
-        step_id, kwargs = choose(M, N, K, dtype, arch, sm_count, epi)
+        step_id, kwargs = _cards.pick(choose, M, N, K, dtype, arch, sm_count, epi,
+                                      bundle=bundle_path())
     else:
         step_id, kwargs = choose_epilogue_on(step, M, N, K, dtype, arch, sm_count, epi)
     st = registry.get(step_id, arch)
