@@ -362,19 +362,24 @@ def test_act_approx_is_picked_for_bf16_gelu_tanh_at_the_timed_tiles_only():
         == "tirx_v12_bf16_m128n256_smembias_gelutanh_approx"
 
 
-def test_the_erf_form_patch_applies_and_adds_gelu_to_the_approx_forms(tmp_path):
-    """lab/fused_epilogues/patches/act_approx.patch (the erf form, opt-in) still applies and
-    puts gelu beside gelu_tanh in epilogue.APPROX_ACTS, with its device function."""
+def _apply_lab_patch(tmp_path, rel_patch: str) -> None:
+    """Copy the files a lab patch changes into ``tmp_path`` and ``git apply`` it there; fails
+    with git's message when it no longer applies to this checkout."""
     import re
     import subprocess
     root = Path(__file__).resolve().parents[1]
-    patch = root / "lab" / "fused_epilogues" / "patches" / "act_approx.patch"
-    text = patch.read_text(encoding="utf-8")
-    for rel in re.findall(r"^--- a/(\S+)", text, re.M):
+    patch = root / rel_patch
+    for rel in re.findall(r"^--- a/(\S+)", patch.read_text(encoding="utf-8"), re.M):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes((root / rel).read_bytes())
     out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, f"{rel_patch} no longer applies: {out.stderr}"
+
+
+def test_the_erf_form_patch_applies_and_adds_gelu_to_the_approx_forms(tmp_path):
+    """lab/fused_epilogues/patches/act_approx.patch (the erf form, opt-in) still applies and
+    puts gelu beside gelu_tanh in epilogue.APPROX_ACTS, with its device function."""
+    _apply_lab_patch(tmp_path, "lab/fused_epilogues/patches/act_approx.patch")
     assert 'APPROX_ACTS = ("gelu_tanh", "gelu")' in (tmp_path / "tirx_gemm/epilogue.py").read_text()
     assert '_ACT_FN["gelu_approx"]' in (tmp_path / "tirx_gemm/hopper/fused.py").read_text()
     assert E.APPROX_ACTS == ("gelu_tanh",)
@@ -475,3 +480,15 @@ def test_clock_windows_takes_each_windows_samples_after_it_settles():
              "local_start": "2026/12/06 04:55:01.000"}
     (row,) = clocks.windows([probe, {"kind": "summary"}], clocks.parse_samples(lines))
     assert row["samples"] == 2 and row["sm_mhz"] == 1750 and row["power_w"] == 695
+
+
+def test_the_swap_ab_bias_patch_applies_and_lets_v12_take_a_bias_on_swap_tiles(tmp_path):
+    """lab/serving_stacks/patches/swap_bias.patch (v12's swap-AB tiles with the bias along the
+    fragment's rows: built, not yet timed or picked) still applies; without it v12 refuses any
+    epilogue on a swap-AB tile in one line."""
+    _apply_lab_patch(tmp_path, "lab/serving_stacks/patches/swap_bias.patch")
+    assert "SWAP_BIAS = SWAP_AB and HAS_BIAS" in (tmp_path / "steps/sm90a/hgemm_v12.py").read_text()
+    assert "def epilogue_bias_act_rows" in (tmp_path / "tirx_gemm/hopper/fused.py").read_text()
+    from steps.sm90a.hgemm_v12 import hgemm_v12
+    with pytest.raises(ValueError, match="SWAP_AB=True takes no fused epilogue"):
+        hgemm_v12(8, 256, 512, BLK_M=64, BLK_N=16, SWAP_AB=True, BIAS="bfloat16")

@@ -235,8 +235,12 @@ STEP = registry.get("v13", "sm_90a")
     ({"PROMOTE": 3}, "PROMOTE=3 must be 0 or a multiple of 4"),
     ({"SCALE": "block", "PROMOTE": 0}, "use PROMOTE=4"),
     ({"SCALE": "block", "BLK_N": 96}, "BLK_N=96 with SCALE='block'"),
-    ({"PROMOTE": 4, "BLK_N": 256}, "use BLK_N <= 128 (PROMOTE_OVERLAP=False: <= 160) or "
+    ({"PROMOTE": 4, "BLK_N": 256}, "use BLK_N <= 144 (PROMOTE_OVERLAP=False: <= 208) or "
                                    "PROMOTE=0"),
+    ({"PROMOTE_OVERLAP": False, "BLK_N": 224}, "224 registers per thread for acc and tmp (> 216): "
+                                               "use BLK_N <= 208"),
+    ({"SCALE": "block", "BLK_N": 160}, "BLK_N=160 with SCALE='block'"),
+    ({"SCALE": "block", "BLK_N": 192}, "BLK_N=192 with PROMOTE=4 needs 288 registers"),
     ({"dtype": "float32"}, "choose float16 or bfloat16"),
 ])
 def test_builder_refuses_bad_keywords(kw, needle):
@@ -707,46 +711,14 @@ def _lab_module(name):
     return mod
 
 
-def test_stagger_builder_refusals():
+def test_the_staggered_consumers_are_the_study_patch_not_a_v13_keyword():
+    """STAGGER (measured no faster, not picked) left v13: its builder refuses the keyword, and
+    lab/fp8_on_hopper/patches/stagger.patch puts it back (tests/test_lab.py applies it)."""
     pytest.importorskip("tvm")
-    build = STEP.builder()
-    with pytest.raises(ValueError, match="STAGGER=1 must be True or False"):
-        build(256, 256, 1024, STAGGER=1)
-    for kw in ({"BLK_M": 64, "BLK_N": 64}, {"PROMOTE_OVERLAP": False},
-               {"SPLIT_K": 2, "L2_GROUP": 7}, {"SCALE": "block", "EARLY_SCALES": True},
-               {"PROMOTE": 0}, {"CLUSTER": 2}):
-        with pytest.raises(ValueError, match="STAGGER=True offsets the second consumer"):
-            build(256, 256, 4096, STAGGER=True, **kw)
-
-
-def test_stagger_offsets_only_the_second_consumer():
-    """STAGGER=True (the lab's candidate): consumer 1 runs its own copy of the overlapped mainloop (a
-    single stage, the pairs, a single stage: twice the wgmma sites, behind a branch on the warpgroup);
-    STAGGER=False is the pick's TIR unchanged."""
-    pytest.importorskip("tvm")
-    for mode in numerics.FP8_SCALES:
-        kw = fp8.choose_fp8(4096, mode, False, N=4096, K=4096)
-        plain = STEP.build_primfunc(1000, 1024, 1024, **kw).script()
-        assert STEP.build_primfunc(1000, 1024, 1024, STAGGER=False, **kw).script() == plain
-        stag = STEP.build_primfunc(1000, 1024, 1024, STAGGER=True, **kw).script()
-        site = 'T.ptx.wgmma("commit_group"'
-        assert stag.count(site) == 2 * plain.count(site) > 0
-        assert "if wg_id == 1:" in stag and "if wg_id == 1:" not in plain
-
-
-@pytest.mark.parametrize("mode", ["tensor", "row"])
-def test_stagger_build_issues_twice_the_wgmma_sites_without_spills(mode):
-    pytest.importorskip("tvm")
-    from tirx_gemm.compile.api import build_many
-    base = fp8.choose_fp8(4096, mode, False, N=4096, K=4096)
-    pick, stag = build_many([(STEP, (256, 256, 256), base),
-                             (STEP, (256, 256, 256), {**base, "STAGGER": True})])
-    for res in (pick, stag):
-        if isinstance(res, Exception):
-            raise res
-    q = "QGMMA.64x128x32.F32.E4M3.E4M3"
-    assert stag.sass_counts.get(q) == 2 * pick.sass_counts.get(q, 0) > 0
-    assert stag.spill_stores == 0 and stag.spill_loads == 0
+    with pytest.raises(TypeError, match="STAGGER"):
+        STEP.builder()(256, 256, 1024, STAGGER=True)
+    lab = _lab_module("fp8_lab_variants")
+    assert "STAGGER" in lab.stagger_check_kwargs("tensor")[1]
 
 
 def test_the_promotion_candidates_are_the_stagger_and_the_isolating_variants():
@@ -762,6 +734,71 @@ def test_the_promotion_candidates_are_the_stagger_and_the_isolating_variants():
     assert got["no promotion"]["PROMOTE"] == 0 and got["no promotion 128x256"]["BLK_N"] == 256
     assert got["serial every 2nd stage"]["PROMOTE"] == 8
     assert not got["serial every stage"]["PROMOTE_OVERLAP"]
+
+
+@pytest.mark.parametrize("mode,width,overlap,sites", [
+    ("tensor", 144, True, 16), ("row", 144, True, 16),
+    ("tensor", 192, False, 4), ("row", 192, False, 4), ("block", 192, False, 4)])
+def test_the_wide_promoted_tiles_issue_one_wgmma_per_k_step_without_spills(mode, width, overlap, sites):
+    """The widest promoted tiles that fit the registers (lab/fp8_on_hopper, wide promoted tiles): one
+    m64nWk32 wgmma per k32 step (the overlapped loop peels a stage pair: 4 stages of 4 sites; the serial
+    loop one stage) and no spills, block scales across two blocks of B included."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    kw = {**fp8.choose_fp8(4096, mode, False, N=4096, K=4096), "BLK_N": width}
+    if not overlap:
+        kw["PROMOTE_OVERLAP"] = False
+    (res,) = build_many([(STEP, (256, 384, 512), kw)])
+    if isinstance(res, Exception):
+        raise res
+    wgmmas = {k: v for k, v in res.sass_counts.items() if k.startswith("QGMMA")}
+    assert wgmmas == {f"QGMMA.64x{width}x32.F32.E4M3.E4M3": sites}
+    assert res.spill_stores == 0 and res.spill_loads == 0
+
+
+def test_only_a_serial_tile_past_160_columns_stores_the_previous_tile_before_its_mainloop():
+    """128 columns keep the serial loop's store behind stage 1's wgmmas; 192 store before the loop."""
+    pytest.importorskip("tvm")
+    for mode in numerics.FP8_SCALES:
+        kw = {**fp8.choose_fp8(4096, mode, False, N=4096, K=4096), "PROMOTE_OVERLAP": False}
+        serial = STEP.build_primfunc(1000, 1024, 1024, **kw).script()
+        wide = STEP.build_primfunc(1000, 1024, 1024, **{**kw, "BLK_N": 192}).script()
+        # the serial loop's store sits under `if k == EPI_AT` for 128 columns only
+        assert "if k == T.min(1, " in serial and "if k == T.min(1, " not in wide
+
+
+def test_the_wide_candidates_and_their_checks():
+    lab = _lab_module("fp8_lab_variants")
+    for mode in numerics.FP8_SCALES:
+        pick = fp8.choose_fp8(8192, mode, False, N=8192, K=28672)
+        got = dict(lab.wide_candidates(8192, 8192, 28672, mode))
+        assert got["serial 128x192"] == {**pick, "PROMOTE_OVERLAP": False, "BLK_N": 192}
+        assert ("overlapped 128x144" in got) == (mode != "block")
+        assert ("no promotion 128x256" in got) == (mode == "tensor")
+        assert lab.wide_candidates(16, 4096, 14336, mode) == []
+        assert lab.wide_check_kwargs(mode)[1]["BLK_N"] == 192
+        assert (lab.wide_check_kwargs(mode, width=144) is None) == (mode == "block")
+
+
+def test_the_wide_rule_needs_the_geomean_the_floor_and_every_check():
+    summ = _lab_module("fp8_wide_summary")
+    checks = [{"kind": "wide_check", "scale": "tensor", "ok": True},
+              {"kind": "wide144_check", "scale": "tensor", "ok": True}]
+
+    def case(g192, g144):
+        return {"kind": "fp8_case", "M": 4096, "N": 4096, "K": 4096, "verified": True, "tflops": 900.0,
+                "device": "NVIDIA H100", "ratio_to_torch": 0.8, "suite": {"scale": "tensor", "file": "a.json", "name": "s"},
+                "candidates": {"serial 128x192": {"ms": 1.0, "ratio_to_pick": g192},
+                               "overlapped 128x144": {"ms": 1.0, "ratio_to_pick": g144}}}
+
+    def verdict(chk, cases):
+        return [r for r in summ.summarize(chk, cases) if r["set"] == "all"][0]["adopt"]
+    assert verdict(checks, [case(1.10, 1.05), case(1.06, 1.04)]) == "serial 128x192"
+    assert verdict(checks, [case(1.10, 1.05), case(0.97, 1.04)]) == "overlapped 128x144"  # floor
+    assert verdict(checks, [case(1.02, 1.01), case(1.03, 1.02)]) is None                # geomean
+    bad = [checks[0], {**checks[1], "ok": False}]
+    assert verdict(bad, [case(1.00, 1.10), case(1.00, 1.10)]) is None                   # its check
+    assert verdict(checks[1:], [case(1.10, 1.00), case(1.10, 1.00)]) is None            # unchecked
 
 
 def _case(scale, gain, file="a.json", verified=True):

@@ -231,6 +231,10 @@ FUSED_CASES = [
                                               SWIGLU="halves")),
     ("swap_swiglu_halves_masked", "masked", dict(BLK_M=64, BLK_N=8, SWAP_AB=True,
                                                  SWIGLU="halves")),
+    ("cluster_pair_tma_store", "contiguous", dict(BLK_M=64, BLK_N=256, TMA_STORE=True,
+                                                  CLUSTER=2)),
+    ("cluster_pair_masked_fused", "masked", dict(BLK_M=128, BLK_N=128, ROW_SCALE=True,
+                                                 BIAS=True, CLUSTER=2)),
 ]
 FUSED_ROWS = 333  # a's rows (contiguous) or rows per expert (masked): partial tiles
 

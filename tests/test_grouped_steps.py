@@ -113,6 +113,34 @@ def test_refusals_in_one_line(arch):
             step.build_primfunc(256, 256, 512, SWIGLU="interleaved", SWAP_AB=True, BLK_N=16)
 
 
+def test_cluster_pairs_refusals_and_multicast_boxes():
+    """CLUSTER=2 (sm_90a): each CTA of a pair loads its own token rows and half of the
+    weight tile multicast to both (one 3-D multicast TMA per stage, the other load unicast),
+    the walk counts 2 * BLK_M-row units over SM_COUNT / 2 pairs; refusals in one line."""
+    from tirx_gemm.compile.api import build
+    step = registry.get("v14", "sm_90a")
+    for kw, msg in ((dict(CLUSTER=4), "CLUSTER=4 must be 1 or 2"),
+                    (dict(CLUSTER=True), "CLUSTER=True must be 1 or 2"),
+                    (dict(CLUSTER=2, SWAP_AB=True, BLK_N=16), "CLUSTER=2 pairs plain tiles"),
+                    (dict(CLUSTER=2, SWIGLU="halves"), "CLUSTER=2 pairs plain tiles"),
+                    (dict(CLUSTER=2, FP8_BLOCK=True, dtype="bfloat16"), "CLUSTER=2 pairs"),
+                    (dict(CLUSTER=2, BLK_N=136), "BLK_N=136 a multiple of 16"),
+                    (dict(CLUSTER=2, SM_COUNT=131), "SM_COUNT=131 is not a multiple")):
+        with pytest.raises(ValueError, match=msg) as info:
+            step.build_primfunc(256, 256, 512, **kw)
+        assert "\n" not in str(info.value)
+    text = step.build_primfunc(512, 256, 512, BLK_M=64, BLK_N=256, CLUSTER=2).script()
+    loads = [ln for ln in text.splitlines() if "copy_async(" in ln and ", B[" in ln]
+    assert len(loads) == 1 and "cta_mask=3" in loads[0] and "rank * 128" in loads[0], loads
+    for kw in (dict(BLK_M=64, BLK_N=256, TMA_STORE=True), dict(LAYOUT="masked", BIAS=True)):
+        r = build("v14", 1024, 1024, 1024, arch="sm_90a", CLUSTER=2, **kw)
+        ops = r.sass_counts
+        assert r.spill_stores == 0 and r.spill_loads == 0, kw
+        a_box = "UTMALDG.3D" if kw.get("LAYOUT") == "masked" else "UTMALDG.2D"
+        assert ops.get("UTMALDG.3D.MULTICAST") == 1 and ops.get(a_box) == 1, ops
+        assert ops.get("UTMALDG.2D.MULTICAST") is None, ops
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "masked"])
 def test_fused_epilogue_operands_sm90a(layout):
     """ROW_SCALE and BIAS add their operands after routing, in that order: scale float32 with

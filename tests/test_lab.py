@@ -191,12 +191,18 @@ LAB_PATCHES = _lab_patches()
 def test_a_lab_only_keyword_is_not_in_the_builder_and_a_script_asking_for_it_names_its_patch():
     have = LAB_PATCHES.builder_keywords()
     assert {"BLK_M", "SWAP_AB", "CLUSTER", "SPLIT_K"} <= have
-    assert not set(LAB_PATCHES.PATCH_OF) & have, set(LAB_PATCHES.PATCH_OF) & have
+    for keyword in LAB_PATCHES.PATCH_OF:
+        assert keyword not in LAB_PATCHES.builder_keywords(LAB_PATCHES.builder_of(keyword)), keyword
+    assert {"SCALE", "PROMOTE_OVERLAP", "CLUSTER"} <= LAB_PATCHES.builder_keywords(
+        LAB_PATCHES.BUILDERS["v13"])
     with pytest.raises(SystemExit) as err:
         LAB_PATCHES.require([{"BLK_M": 64}, {"BLK_M": 64, "MMA_LAG": 2}])
     assert "lab/mma_lag_and_l2_hints/patches/mma_lag.patch" in str(err.value)
     assert "\n" not in str(err.value)
     LAB_PATCHES.require([{"BLK_M": 64, "CLUSTER": 2}])  # builder keywords: nothing to apply
+    with pytest.raises(SystemExit) as err:
+        LAB_PATCHES.require([{"SCALE": "block", "STAGGER": True}])
+    assert "hgemm_v13.py" in str(err.value) and "fp8_on_hopper/patches/stagger.patch" in str(err.value)
     out = subprocess.run([sys.executable, "lab/tools/h200_variants.py", "export",
                           "lab/mma_lag_and_l2_hints/suites/mmalag.json", "--out", "/nonexistent/x"],
                          cwd=ROOT, capture_output=True, text=True)
@@ -212,7 +218,7 @@ def test_each_lab_patch_applies_and_puts_its_keyword_back(keyword, tmp_path):
         (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
     out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, f"{patch.relative_to(ROOT)} no longer applies: {out.stderr}"
-    assert keyword in LAB_PATCHES.builder_keywords(tmp_path / "steps" / "sm90a" / "hgemm_v12.py")
+    assert keyword in LAB_PATCHES.builder_keywords(LAB_PATCHES.builder_of(keyword, tmp_path))
 
 
 # ---- the H100 A/B runs of lab/cta_clusters

@@ -533,7 +533,8 @@ STEPS: list[Step] = [
     Step("v14", "sm_90a", "grouped GEMM (mixture of experts): E experts' GEMMs in one persistent launch, the walk over (expert, token tile, weight tile) computed on the device from offs / counts (no host sync, CUDA-graph replayable), zero-row experts cost nothing, stores bounded per expert; contiguous and masked layouts, swap-AB for decode",
          "N, K multiples of 8; 1 <= E <= 256; LAYOUT contiguous|masked; BLK_M 64|128; BLK_N "
          "a multiple of 8 in [8, 256]; STORE_STEPS, SWIGLU, TMA_STORE on plain (not swap-AB) "
-         "tiles; SWIGLU: N, BLK_N multiples of 16", (1024, 1024, 1024),
+         "tiles; SWIGLU: N, BLK_N multiples of 16; CLUSTER 1|2 (CTA pairs, the weight tile "
+         "multicast) on plain tiles, BLK_N a multiple of 16", (1024, 1024, 1024),
          ((16, 14336, 4096), (512, 768, 2048), (1000, 1000, 1000)), ((4096, 14336, 4096),),
          _EDGE_BAD, ("HGMMA", "WARPGROUP.ARRIVE", "UTMALDG", "SYNCS.ARRIVE",
                      "HGMMA.64x128x16", "BAR.SYNC", "UTMALDG.3D"), ("UTMASTG", "STSM"),

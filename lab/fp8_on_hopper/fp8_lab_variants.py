@@ -92,3 +92,36 @@ def stagger_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tupl
     from tirx_gemm.op import fp8
     kw = fp8.choose_fp8(4096, mode, False, "bfloat16", sm_count, N=4096, K=4096)
     return kw, {**kw, "STAGGER": True}
+
+
+def wide_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat16",
+                    sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
+    """(name, v13 keywords) timed beside choose_fp8's 128 x 128 pick at M > 128 (fp8_suite_run.py
+    --candidates wide): the widest promoted tiles that fit a consumer's registers. 128 x 192 with one
+    partial sum promoted every stage (PROMOTE_OVERLAP=False: 96 + 96 registers a thread, the previous
+    tile stored before the mainloop; with block scales it straddles two blocks of B); per tensor and
+    rowwise 128 x 144 with the overlapped promotion (acc, tmp0, tmp1: 3 x 72 registers; with block
+    scales it spills, so it is not timed there); per tensor also 128 x 256 without promotion (the
+    width's ceiling)."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
+    if M <= fp8.SMALL_M or (kw["BLK_M"], kw["BLK_N"]) != (128, 128) or "SPLIT_K" in kw:
+        return []
+    out = [("serial 128x192", {**kw, "PROMOTE_OVERLAP": False, "BLK_N": 192})]
+    if mode != "block":
+        out.insert(0, ("overlapped 128x144", {**kw, "BLK_N": 144}))
+    if mode == "tensor":
+        out.append(("no promotion 128x256", {**kw, "PROMOTE": 0, "BLK_N": 256}))
+    return out
+
+
+def wide_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH],
+                      width: int = 192) -> tuple[dict, dict] | None:
+    """(the 128 x 128 pick of a scale kind, its wide candidate of ``width`` columns: 192 promoted
+    every stage, 144 overlapped): what fp8_pair_check.py --variant wide / wide144 runs at its edge
+    shapes; None where wide_candidates has no such tile (144 with block scales)."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(4096, mode, False, "bfloat16", sm_count, N=4096, K=4096)
+    if width == 144:
+        return None if mode == "block" else (kw, {**kw, "BLK_N": 144})
+    return kw, {**kw, "PROMOTE_OVERLAP": False, "BLK_N": 192}

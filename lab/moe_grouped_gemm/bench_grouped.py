@@ -123,7 +123,8 @@ def variant_name(v: dict) -> str:
     return (tile + (" swap" if v.get("SWAP_AB") else "")
             + (f" group {v['GROUP']}" if "GROUP" in v else "")
             + (f" stores over {v['STORE_STEPS']} steps" if v.get("STORE_STEPS", 1) > 1 else "")
-            + (" tma store" if v.get("TMA_STORE") else ""))
+            + (" tma store" if v.get("TMA_STORE") else "")
+            + (f" cluster {v['CLUSTER']}" if v.get("CLUSTER", 1) > 1 else ""))
 
 
 def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):

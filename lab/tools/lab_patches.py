@@ -1,6 +1,6 @@
-"""Which lab patch puts back a v12 keyword that left the builder: the keywords matmul never
-picked (steps/sm90a/hgemm_v12.py keeps what matmul runs or the lesson teaches) live on as a
-patch in the study that decided against them. A lab script that builds such a variant calls
+"""Which lab patch puts back a keyword that left a step's builder: the keywords the op never
+picked (steps/sm90a/hgemm_v12.py and hgemm_v13.py keep what matmul and matmul_fp8 run or the
+lesson teaches) live on as a patch in the study that decided against them. A lab script that builds such a variant calls
 require() first: without the patch applied it stops with a one-line error naming the patch.
 
     git apply lab/<study>/patches/<name>.patch     # then export the variants
@@ -14,8 +14,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "steps" / "sm90a" / "hgemm_v12.py"
+BUILDERS = {"v12": BUILDER, "v13": ROOT / "steps" / "sm90a" / "hgemm_v13.py"}
 
-# keyword -> the patch (path from the repository root) that adds it back to hgemm_v12
+# keyword -> the patch (path from the repository root) that adds it back to its step's builder
 PATCH_OF = {
     "MMA_LAG": "lab/mma_lag_and_l2_hints/patches/mma_lag.patch",
     "L2_PROMO": "lab/mma_lag_and_l2_hints/patches/tma_hints.patch",
@@ -24,33 +25,44 @@ PATCH_OF = {
     "PAIR_ALONG": "lab/cta_clusters/patches/pair_along_n.patch",
     "STREAM_K_ALL": "lab/stream_k_tail/patches/stream_k_all.patch",
     "EPI_SPREAD": "lab/fused_epilogues/patches/epi_spread.patch",
+    "STAGGER": "lab/fp8_on_hopper/patches/stagger.patch",
 }
+# keyword -> the step whose builder the patch changes (v12 where not named)
+STEP_OF = {"STAGGER": "v13"}
+
+
+def builder_of(keyword: str, root: Path = ROOT) -> Path:
+    """The builder file (under ``root``) that ``keyword``'s patch adds it back to."""
+    return root / BUILDERS[STEP_OF.get(keyword, "v12")].relative_to(ROOT)
 
 
 def builder_keywords(path: Path = BUILDER) -> set[str]:
-    """The keyword arguments hgemm_v12 takes in this checkout (patched or not)."""
+    """The keyword arguments the builder in ``path`` (hgemm_vN.py: hgemm_vN) takes in this
+    checkout (patched or not)."""
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.FunctionDef) and node.name == "hgemm_v12":
+        if isinstance(node, ast.FunctionDef) and node.name == path.stem:
             args = node.args
             return {a.arg for a in args.args + args.kwonlyargs}
-    raise LookupError(f"{path}: no hgemm_v12")
+    raise LookupError(f"{path}: no {path.stem}")
 
 
 class PatchNeeded(SystemExit):
     """A variant asks for a keyword the builder takes only with a lab patch applied."""
 
 
-def missing(kwargs_list, path: Path = BUILDER) -> dict[str, str]:
-    """{keyword: patch} for every lab-only keyword the variants use that the builder lacks."""
-    have = builder_keywords(path)
+def missing(kwargs_list, root: Path = ROOT) -> dict[str, str]:
+    """{keyword: patch} for every lab-only keyword the variants use that its builder (under
+    ``root``) lacks."""
     used = {k for kw in kwargs_list for k in kw}
-    return {k: PATCH_OF[k] for k in sorted(used) if k in PATCH_OF and k not in have}
+    return {k: PATCH_OF[k] for k in sorted(used)
+            if k in PATCH_OF and k not in builder_keywords(builder_of(k, root))}
 
 
-def require(kwargs_list, path: Path = BUILDER) -> None:
+def require(kwargs_list, root: Path = ROOT) -> None:
     """Stop with one line (exit status 1) when a variant needs a patch that is not applied."""
-    need = missing(kwargs_list, path)
+    need = missing(kwargs_list, root)
     if need:
         patches = sorted(set(need.values()))
-        raise PatchNeeded(f"error: {', '.join(need)} left steps/sm90a/hgemm_v12.py; "
+        files = sorted({str(builder_of(k).relative_to(ROOT)) for k in need})
+        raise PatchNeeded(f"error: {', '.join(need)} left {' and '.join(files)}; "
                           f"`git apply {' '.join(patches)}` first (the study's variant patch)")

@@ -19,14 +19,16 @@ AUTO_DEPTH_MAX = 16
 THIN_A_DEPTH_MAX = 32         # A_ROWS < BLK_M: stages of B alone, as many as fit up to this
 SCALES = ("tensor", "row", "block")
 SCALE_BLOCK = 128             # block scaling: 1x128 blocks of A, 128x128 blocks of B
-# block scaling reads one scale of B per 128 columns: a tile must lie in one block of B
-# (256 would cover two, but its promoted accumulators do not fit the registers)
-BLOCK_BLK_NS = (16, 32, 64, 128)
+# block scaling reads one scale of B per 128 columns: a tile lies in one block of B, or (144,
+# 192) in two, from a runtime offset (256 would cover two, but its accumulators do not fit)
+BLOCK_BLK_NS = (16, 32, 64, 128, 144, 192)
 # registers a consumer thread may give to the accumulators (acc, tmp0, tmp1) in the mainloop
-# before the kernel spills (232 after setmaxnreg, minus addresses, indices and scales)
-PROMOTED_REGS_MAX = 200
-PIPELINED_BLK_N_MAX = 128     # PROMOTE_OVERLAP: 3 x BLK_N / 2 <= PROMOTED_REGS_MAX
+# before the kernel spills (232 after setmaxnreg, minus addresses, indices and scales; 216:
+# the overlapped 128 x 144, built without spills)
+PROMOTED_REGS_MAX = 216
+PIPELINED_BLK_N_MAX = 144     # PROMOTE_OVERLAP: 3 x BLK_N / 2 <= PROMOTED_REGS_MAX
 SERIAL_BLK_N_MAX = 160        # serial promotion: 2 x BLK_N / 2 + BLK_N / 4
+SERIAL_WIDE_BLK_N_MAX = 208   # wider: the previous tile stored before the mainloop (2 x BLK_N / 2)
 
 
 def scale_shapes(scale: str, M, N, K):
@@ -47,7 +49,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
               RUNTIME_NK: bool = False, L2_GROUP: int = 8, PRODUCER_REGS: int = 40,
               CONSUMER_REGS: int = 232, PROMOTE_OVERLAP: bool | None = None,
               SPLIT_K: int = 1, EARLY_SCALES: bool | None = None, A_ROWS: int | None = None,
-              CLUSTER: int = 1, STAGGER: bool = False):
+              CLUSTER: int = 1):
     """Step card -- v13, fp8 (e4m3) with scales and promotion.
 
     Changes from v12: A (M x K) and B (N x K) are e4m3, both K-major, passed as uint8 (a
@@ -66,17 +68,17 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       tiles, BLK_M * BLK_N) fp32 after SB) and counts it on CNT ((tiles * BLK_M / 64,) int32,
       zero at launch); the last sums them in split order, scales, stores D. EARLY_SCALES.
     A_ROWS (BLK_M 64; 8|16|32), M <= A_ROWS: thin A stages (the lesson; picked at M <= 16).
-    CLUSTER=2: v12's CTA pair along M, B's halves multicast; STAGGER: consumer 1 drains a
-      stage apart from consumer 0 (stage 0 alone, then 2j+1, 2j+2). Neither is picked (H100).
+    CLUSTER=2: v12's CTA pair along M, B's halves multicast; not picked (H100).
     Barriers: v12's; tma2mma counts 1 (expect_tx (A_ROWS + BLK_N) x 128 bytes, a stage past K
       included), mma2tma BLK_M // 64; overlapped: stages released after wait_group 1 / 0.
     Constraints: any M >= 1; N a multiple of 8; K a multiple of 16; dtype float16 or bfloat16;
       PROMOTE 0 or a multiple of 4 ("block": 4); BLK_M 64 or 128; BLK_N a multiple of 16 in
-      [16, 256] ("block": 16-128); accumulators within the register budget (overlapped: BLK_N
-      <= 128; serial: <= 160); PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH >= 2 within 227 KiB;
+      [16, 256] ("block": 16-128, 144, 192); accumulators within the register budget
+      (overlapped: BLK_N <= 144; serial: <= 208, past 160 the previous tile stored first);
+      PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH >= 2 within 227 KiB;
       RUNTIME_M / RUNTIME_NK as v12; SPLIT_K > 1: PROMOTE_OVERLAP, an L2_GROUP that does not
       divide it, ceil(K_TILES / 2) >= SPLIT_K; CLUSTER=2: SPLIT_K 1, full A stages, SM_COUNT
-      even; STAGGER: PROMOTE_OVERLAP, BLK_M 128, SPLIT_K 1, EARLY_SCALES off, CLUSTER 1.
+      even.
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024``; every SCALE: matmul_fp8.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
@@ -140,13 +142,6 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             raise ValueError(f"CLUSTER={CLUSTER} takes SPLIT_K=1 and full A stages (A_ROWS = "
                              f"BLK_M): a pair shares whole tiles of B")
         W.check_cluster_pool(SM_COUNT, CLUSTER)
-    if not isinstance(STAGGER, bool):
-        raise ValueError(f"STAGGER={STAGGER!r} must be True or False")
-    if STAGGER and not (PIPELINED and BLK_M == 128 and SPLIT_K == 1 and not EARLY
-                        and CLUSTER == 1):
-        raise ValueError("STAGGER=True offsets the second consumer's stage pairs: it takes the "
-                         "overlapped promotion, BLK_M=128, SPLIT_K=1, EARLY_SCALES=False and "
-                         "CLUSTER=1")
     if SPLIT_K > 1 and not PIPELINED:
         raise ValueError(f"SPLIT_K={SPLIT_K} needs the overlapped promotion (PROMOTE=4, "
                          f"PROMOTE_OVERLAP): a unit is whole pairs of 128-K stages")
@@ -163,10 +158,15 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     # promoted registers per thread: pipelined, acc + tmp0 + tmp1 are live together in
     # the mainloop (the packed tile is stored before it); serial, acc + tmp + packed
     PROMOTED_LIVE = 3 * ACC_REGS if PIPELINED else 2 * ACC_REGS + PACKED_REGS
+    # a serial tile wider than SERIAL_BLK_N_MAX stores the previous tile before its mainloop,
+    # so packed is dead there (acc + tmp then fit: 128 x 192 holds 96 + 96 a thread)
+    WB_FIRST = PROMOTED and not PIPELINED and PROMOTED_LIVE > PROMOTED_REGS_MAX
+    if WB_FIRST:
+        PROMOTED_LIVE = 2 * ACC_REGS
     if PROMOTED and PROMOTED_LIVE > PROMOTED_REGS_MAX:
         what, limit = ("acc, tmp0 and tmp1", f"{PIPELINED_BLK_N_MAX} (PROMOTE_OVERLAP=False: "
-                       f"<= {SERIAL_BLK_N_MAX})") if PIPELINED else \
-            ("acc, tmp and the packed tile", SERIAL_BLK_N_MAX)
+                       f"<= {SERIAL_WIDE_BLK_N_MAX})") if PIPELINED else \
+            ("acc and tmp", SERIAL_WIDE_BLK_N_MAX)
         raise ValueError(f"BLK_N={BLK_N} with PROMOTE={PROMOTE} needs {PROMOTED_LIVE} "
                          f"registers per thread for {what} (> {PROMOTED_REGS_MAX}): use "
                          f"BLK_N <= {limit} or PROMOTE=0")
@@ -233,14 +233,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         return scheduler.m_idx % M_TILES, 2 * p0, 2 * ((split + 1) * K_PAIRS // S - p0)
     SA_SHAPE, SB_SHAPE = scale_shapes(SCALE, M_DIM, N_DIM, K_DIM)
     IS_TENSOR, IS_ROW, IS_BLOCK = SCALE == "tensor", SCALE == "row", SCALE == "block"
+    STRADDLE = IS_BLOCK and 128 % BLK_N != 0  # a tile's columns in two blocks of B
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, A_ROWS, BLK_K), W.FP8_STORAGE)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
     D_layout = H.swizzled_layout((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype)
-
-    def lead_alone(consumer):
-        # STAGGER: consumer 1 runs the offset mainloop (a runtime test); else nothing changes
-        return consumer == 1 if STAGGER else False
 
     @T.inline
     def release(mma2tma, stage, tid_in_wg):
@@ -251,6 +248,14 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         else:
             if tid_in_wg == 0:
                 mma2tma.arrive(stage)
+
+    @T.inline
+    def promote_block(acc, tmp, first, sav, sbv, n_st):
+        # block scales: a tile in one block of B, or (BLK_N 144, 192) across two from n_st % 128
+        if STRADDLE:
+            W.promote_fragment_block_straddle(acc, tmp, BLK_N, first, sav, sbv, n_st % 128)
+        else:
+            W.promote_fragment_block(acc, tmp, BLK_N, first, sav, sbv)
 
     @T.inline
     def gemm(A, B, D, SA, SB, WS, CNT):
@@ -353,108 +358,70 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                 m_st = T.meta_var((m_tile * CLUSTER + rank) * BLK_M)
                 n_st = T.meta_var(scheduler.n_idx * BLK_N)
                 if PIPELINED:
-                    if lead_alone(consumer):
-                        # --- STAGGER, consumer 1: stage 0 promoted alone, then the pairs (2j+1,
-                        # 2j+2), then the last stage alone; consumer 0 drains after odd stages,
-                        # this one after even ones, so one of them always has wgmmas queued ---
-                        held = ring.stage
-                        tma2mma.wait(ring.stage, ring.phase, "consumer")
-                        W.mma_fence()
-                        W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                         False, 1, BLK_N)
-                        W.mma_commit()
-                        ring.advance()
-                        if pending == 1:  # the previous tile's writeback, behind stage 0's wgmmas
-                            if TMA_CHUNKS > 0:
-                                W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0,
-                                                    prev_n, TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
-                                                    warp_id, lane_id, tid_in_wg, 1 + consumer)
-                            if TAIL_J > 0:
-                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
-                                                       warp_id, lane_id)
-                            pending = 0
-                        if IS_BLOCK:
-                            W.load_block_scales(sav, sbv, SA, SB, k0, KB_DIM, m_st + row0, n_st,
-                                                BLK_N, M_DIM, N_DIM, warp_id, lane_id)
-                        W.mma_wait(0)
-                        release(mma2tma, held, tid_in_wg)
-                        held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
-                        W.fence_operands(tmp0, ACC_REGS)
-                        if IS_BLOCK:
-                            W.promote_fragment_block(acc, tmp0, BLK_N, True, sav, sbv)
-                        else:
-                            W.promote_fragment(acc, tmp0, ACC_REGS, True, T.float32(1))
-                        for j in T.serial(n_loads // 2 - 1, annotations=H.ROLLED):
-                            tma2mma.wait(ring.stage, ring.phase, "consumer")
-                            W.mma_fence()
-                            W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                             + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                             W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                             False, 1, BLK_N)
-                            W.mma_commit()
-                            ring.advance()
-                            tma2mma.wait(ring.stage, ring.phase, "consumer")
-                            W.mma_fence()
-                            W.wgmma_fp8_tile(tmp1, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                             + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                             W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                             False, 1, BLK_N)
-                            W.mma_commit()
-                            ring.advance()
-                            if IS_BLOCK:
-                                W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j + 1, KB_DIM,
-                                                    m_st + row0, n_st, BLK_N, M_DIM, N_DIM,
-                                                    warp_id, lane_id)
-                            W.mma_wait(1)
-                            release(mma2tma, held, tid_in_wg)
-                            held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
-                            W.fence_operands(tmp0, ACC_REGS)
-                            if IS_BLOCK:
-                                W.promote_fragment_block(acc, tmp0, BLK_N, False, sav, sbv)
-                                W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j + 2, KB_DIM,
-                                                    m_st + row0, n_st, BLK_N, M_DIM, N_DIM,
-                                                    warp_id, lane_id)
-                            else:
-                                W.promote_fragment(acc, tmp0, ACC_REGS, False, T.float32(1))
-                            W.mma_wait(0)
-                            release(mma2tma, held, tid_in_wg)
-                            held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
-                            W.fence_operands(tmp1, ACC_REGS)
-                            if IS_BLOCK:
-                                W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
-                            else:
-                                W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
-                        tma2mma.wait(ring.stage, ring.phase, "consumer")
-                        W.mma_fence()
-                        W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                         False, 1, BLK_N)
-                        W.mma_commit()
-                        ring.advance()
-                        if IS_BLOCK:
-                            W.load_block_scales(sav, sbv, SA, SB, k0 + n_loads - 1, KB_DIM,
-                                                m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
-                                                lane_id)
-                        W.mma_wait(0)
-                        release(mma2tma, held, tid_in_wg)
-                        W.fence_operands(tmp0, ACC_REGS)
-                        if IS_BLOCK:
-                            W.promote_fragment_block(acc, tmp0, BLK_N, False, sav, sbv)
-                        else:
-                            W.promote_fragment(acc, tmp0, ACC_REGS, False, T.float32(1))
+                    # --- promoted mainloop, two stages per iteration: stage 2j into tmp0 and 2j+1
+                    # into tmp1 are queued together; tmp0 is promoted (wait_group 1) while the
+                    # tensor core runs tmp1's wgmmas, then tmp1 (wait_group 0). ptxas tracks wgmma
+                    # groups only within one loop iteration (a tmp read after a wait for a group
+                    # of the previous iteration serializes every wgmma), and each tmp is written
+                    # by straight-line wgmmas only. K_LOADS (even) stages: an odd K_TILES gets one
+                    # stage past K (zero-filled by TMA). `held`: the oldest stage not released.
+                    held = ring.stage
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
+                    W.mma_fence()
+                    W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                     + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                     W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                     False, 1, BLK_N)
+                    W.mma_commit()
+                    ring.advance()
+                    tma2mma.wait(ring.stage, ring.phase, "consumer")
+                    W.mma_fence()
+                    W.wgmma_fp8_tile(tmp1, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                     + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                                     W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
+                                     False, 1, BLK_N)
+                    W.mma_commit()
+                    ring.advance()
+                    # the previous tile's writeback, behind the first pair's wgmmas (the pair is
+                    # peeled: `packed` dies before the loop, where acc, tmp0 and tmp1 fill the
+                    # registers)
+                    if pending == 1:
+                        if TMA_CHUNKS > 0:
+                            W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
+                                                TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
+                                                tid_in_wg, 1 + consumer)
+                        if TAIL_J > 0:
+                            W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
+                                                   BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+                        pending = 0
+                    if IS_BLOCK:  # the scales of this K block
+                        W.load_block_scales(sav, sbv, SA, SB, k0, KB_DIM, m_st + row0, n_st,
+                                            BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                    if EARLY:  # and of the next, before any wait
+                        W.load_block_scales(sav1, sbv1, SA, SB, k0 + 1, KB_DIM, m_st + row0,
+                                            n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                    W.mma_wait(1)
+                    release(mma2tma, held, tid_in_wg)
+                    held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                    W.fence_operands(tmp0, ACC_REGS)
+                    if IS_BLOCK:
+                        promote_block(acc, tmp0, True, sav, sbv, n_st)
                     else:
-                        # --- promoted mainloop, two stages per iteration: stage 2j into tmp0 and 2j+1
-                        # into tmp1 are queued together; tmp0 is promoted (wait_group 1) while the
-                        # tensor core runs tmp1's wgmmas, then tmp1 (wait_group 0). ptxas tracks wgmma
-                        # groups only within one loop iteration (a tmp read after a wait for a group
-                        # of the previous iteration serializes every wgmma), and each tmp is written
-                        # by straight-line wgmmas only. K_LOADS (even) stages: an odd K_TILES gets one
-                        # stage past K (zero-filled by TMA). `held`: the oldest stage not released.
-                        held = ring.stage
+                        W.promote_fragment(acc, tmp0, ACC_REGS, True, T.float32(1))
+                    if IS_BLOCK and not EARLY:  # the scales of this K block
+                        W.load_block_scales(sav, sbv, SA, SB, k0 + 1, KB_DIM, m_st + row0,
+                                            n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                    W.mma_wait(0)
+                    release(mma2tma, held, tid_in_wg)
+                    held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                    W.fence_operands(tmp1, ACC_REGS)
+                    if EARLY:
+                        promote_block(acc, tmp1, False, sav1, sbv1, n_st)
+                    elif IS_BLOCK:
+                        promote_block(acc, tmp1, False, sav, sbv, n_st)
+                    else:
+                        W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
+                    for j in T.serial(1, n_loads // 2, annotations=H.ROLLED):
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
                         W.mma_fence()
                         W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
@@ -471,96 +438,51 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                          False, 1, BLK_N)
                         W.mma_commit()
                         ring.advance()
-                        # the previous tile's writeback, behind the first pair's wgmmas (the pair is
-                        # peeled: `packed` dies before the loop, where acc, tmp0 and tmp1 fill the
-                        # registers)
-                        if pending == 1:
-                            if TMA_CHUNKS > 0:
-                                W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
-                                                    TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
-                                                    tid_in_wg, 1 + consumer)
-                            if TAIL_J > 0:
-                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
-                                                       BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
-                            pending = 0
                         if IS_BLOCK:  # the scales of this K block
-                            W.load_block_scales(sav, sbv, SA, SB, k0, KB_DIM, m_st + row0, n_st,
-                                                BLK_N, M_DIM, N_DIM, warp_id, lane_id)
-                        if EARLY:  # and of the next, before any wait
-                            W.load_block_scales(sav1, sbv1, SA, SB, k0 + 1, KB_DIM, m_st + row0,
+                            W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j, KB_DIM, m_st + row0,
                                                 n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                        if EARLY:  # and of the next, before any wait
+                            W.load_block_scales(sav1, sbv1, SA, SB, k0 + 2 * j + 1, KB_DIM,
+                                                m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
+                                                lane_id)
                         W.mma_wait(1)
                         release(mma2tma, held, tid_in_wg)
                         held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                         W.fence_operands(tmp0, ACC_REGS)
                         if IS_BLOCK:
-                            W.promote_fragment_block(acc, tmp0, BLK_N, True, sav, sbv)
+                            promote_block(acc, tmp0, False, sav, sbv, n_st)
                         else:
-                            W.promote_fragment(acc, tmp0, ACC_REGS, True, T.float32(1))
+                            W.promote_fragment(acc, tmp0, ACC_REGS, False, T.float32(1))
                         if IS_BLOCK and not EARLY:  # the scales of this K block
-                            W.load_block_scales(sav, sbv, SA, SB, k0 + 1, KB_DIM, m_st + row0,
-                                                n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
+                            W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j + 1, KB_DIM,
+                                                m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
+                                                lane_id)
                         W.mma_wait(0)
                         release(mma2tma, held, tid_in_wg)
                         held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                         W.fence_operands(tmp1, ACC_REGS)
                         if EARLY:
-                            W.promote_fragment_block(acc, tmp1, BLK_N, False, sav1, sbv1)
+                            promote_block(acc, tmp1, False, sav1, sbv1, n_st)
                         elif IS_BLOCK:
-                            W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
+                            promote_block(acc, tmp1, False, sav, sbv, n_st)
                         else:
                             W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
-                        for j in T.serial(1, n_loads // 2, annotations=H.ROLLED):
-                            tma2mma.wait(ring.stage, ring.phase, "consumer")
-                            W.mma_fence()
-                            W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                             + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                             W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                             False, 1, BLK_N)
-                            W.mma_commit()
-                            ring.advance()
-                            tma2mma.wait(ring.stage, ring.phase, "consumer")
-                            W.mma_fence()
-                            W.wgmma_fp8_tile(tmp1, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                             + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                             W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                             False, 1, BLK_N)
-                            W.mma_commit()
-                            ring.advance()
-                            if IS_BLOCK:  # the scales of this K block
-                                W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j, KB_DIM, m_st + row0,
-                                                    n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
-                            if EARLY:  # and of the next, before any wait
-                                W.load_block_scales(sav1, sbv1, SA, SB, k0 + 2 * j + 1, KB_DIM,
-                                                    m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
-                                                    lane_id)
-                            W.mma_wait(1)
-                            release(mma2tma, held, tid_in_wg)
-                            held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
-                            W.fence_operands(tmp0, ACC_REGS)
-                            if IS_BLOCK:
-                                W.promote_fragment_block(acc, tmp0, BLK_N, False, sav, sbv)
-                            else:
-                                W.promote_fragment(acc, tmp0, ACC_REGS, False, T.float32(1))
-                            if IS_BLOCK and not EARLY:  # the scales of this K block
-                                W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j + 1, KB_DIM,
-                                                    m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
-                                                    lane_id)
-                            W.mma_wait(0)
-                            release(mma2tma, held, tid_in_wg)
-                            held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
-                            W.fence_operands(tmp1, ACC_REGS)
-                            if EARLY:
-                                W.promote_fragment_block(acc, tmp1, BLK_N, False, sav1, sbv1)
-                            elif IS_BLOCK:
-                                W.promote_fragment_block(acc, tmp1, BLK_N, False, sav, sbv)
-                            else:
-                                W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
                 elif PROMOTED:
                     # --- serial promotion (PROMOTE_OVERLAP=False, any PROMOTE): each
                     # interval's last stage waits for all its wgmmas (wait_group 0) and
                     # promotes tmp0; the tensor core idles meanwhile unless the other
                     # consumer warpgroup has wgmmas queued ---
+                    if WB_FIRST:  # the previous tile's writeback, before acc and tmp0 fill
+                        if pending == 1:  # the registers (in the loop, packed would stay live)
+                            if TMA_CHUNKS > 0:
+                                W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0,
+                                                    prev_n, TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                    warp_id, lane_id, tid_in_wg, 1 + consumer)
+                            if TAIL_J > 0:
+                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
+                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
+                                                       warp_id, lane_id)
+                            pending = 0
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
                         W.mma_fence()
@@ -571,20 +493,21 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                                          W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                          k % P_STAGES > 0, 1, BLK_N)
                         W.mma_commit()
-                        if k == EPI_AT:
-                            if pending == 1:
-                                # --- writeback of the previous tile, behind the wgmmas ---
-                                if TMA_CHUNKS > 0:
-                                    W.store_packed_tile(D, Dstage, consumer, packed,
-                                                        prev_m + row0, prev_n,
-                                                        TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
-                                                        warp_id, lane_id, tid_in_wg,
-                                                        1 + consumer)
-                                if TAIL_J > 0:
-                                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                           TMA_CHUNKS * 8, BLK_N // 8, M_DIM,
-                                                           N_DIM, warp_id, lane_id)
-                                pending = 0
+                        if not WB_FIRST:  # (else stored before the loop)
+                            if k == EPI_AT:
+                                if pending == 1:
+                                    # --- writeback of the previous tile, behind the wgmmas ---
+                                    if TMA_CHUNKS > 0:
+                                        W.store_packed_tile(D, Dstage, consumer, packed,
+                                                            prev_m + row0, prev_n,
+                                                            TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
+                                                            warp_id, lane_id, tid_in_wg,
+                                                            1 + consumer)
+                                    if TAIL_J > 0:
+                                        W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
+                                                               TMA_CHUNKS * 8, BLK_N // 8, M_DIM,
+                                                               N_DIM, warp_id, lane_id)
+                                    pending = 0
                         if (k + 1) % P_STAGES == 0 or k == K_TILES - 1:
                             # --- promotion: the interval's wgmmas are done, tmp0 -> acc ---
                             if IS_BLOCK:  # this K block's scales, read under the wgmmas
@@ -603,7 +526,7 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                             holding = 0
                             W.fence_operands(tmp0, ACC_REGS)
                             if IS_BLOCK:
-                                W.promote_fragment_block(acc, tmp0, BLK_N, k == 0, sav, sbv)
+                                promote_block(acc, tmp0, k == 0, sav, sbv, n_st)
                             else:
                                 W.promote_fragment(acc, tmp0, ACC_REGS, k < P_STAGES,
                                                    T.float32(1))

@@ -16,6 +16,7 @@ from tirx_gemm import hopper as W
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 8, 256
 AUTO_DEPTH_MAX = 16           # v12's: a decode tile's stage is small, keep many in flight
+PAIR = 2                      # CLUSTER=2: CTAs of a pair sharing the weight tile (off by default)
 
 
 def check_walk(E, LAYOUT, BLK_M):
@@ -35,7 +36,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
               PIPE_DEPTH: int | None = None, SM_COUNT: int = 132, RUNTIME_M: bool = True,
               GROUP: int = 8, SWAP_AB: bool = False, TMA_STORE: bool = False,
               STORE_STEPS: int = 1, ROW_SCALE: bool = False, BIAS: bool = False,
-              SWIGLU: str | None = None, FP8_BLOCK: bool = False,
+              SWIGLU: str | None = None, FP8_BLOCK: bool = False, CLUSTER: int = 1,
               PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
     """Step card -- v14, grouped GEMM (mixture of experts).
 
@@ -59,17 +60,25 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       gate/up weight of N rows, D (M, N/2) = silu(gate) * up ("halves": gate rows [0, N/2),
       up [N/2, N), two boxes per tile; "interleaved": 8 gate rows, 8 up rows, ...); "halves"
       on swap-AB: 8-row boxes, 8 gate then 8 up rows, a feature's pair 8 fragment rows apart.
+    CLUSTER=2 (not picked; lesson): token-tile pairs multicast the weight tile; plain, BLK_N%16=0.
     FP8_BLOCK=True (hgemm_v14_fp8_block): e4m3 A, B (uint8), DeepGEMM's block scales SA (M or
       E*M, K/128), SB (E*ceil(N/128), K/128) after routing, promoted per 128-K stage as v13.
-    Barriers: v7's tma2mma / mma2tma ring; the scan's CTA barriers run before the roles split.
+    Barriers: v7's ring; the scan's CTA barriers first. Run: ``tirx-gemm build v14 --arch sm_90a``.
     Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; BLK_M 64 | 128;
       BLK_N a multiple of 8 in [8, 256]; TMA_STORE, STORE_STEPS on plain (not swap-AB) tiles,
       SWIGLU too but "halves"; SWIGLU without TMA_STORE, BIAS, ROW_SCALE, N (a plain tile's
-      BLK_N) a multiple of 16; GROUP >= 1; ring within 227 KiB.
-    Run: ``tirx-gemm build v14 --arch sm_90a``; the op is tirx_gemm's grouped_mm.
+      BLK_N) a multiple of 16; GROUP >= 1; ring within 227 KiB. The op: grouped_mm.
     """
     if not isinstance(FP8_BLOCK, bool):
         raise ValueError(f"FP8_BLOCK={FP8_BLOCK!r} must be True or False")
+    if isinstance(CLUSTER, bool) or CLUSTER not in (1, PAIR):
+        raise ValueError(f"CLUSTER={CLUSTER!r} must be 1 or {PAIR} (CTA pairs "
+                         f"sharing the weight tile by multicast)")
+    if CLUSTER > 1 and (FP8_BLOCK or SWAP_AB or SWIGLU or BLK_N % 16):
+        raise ValueError(f"CLUSTER={CLUSTER} pairs plain tiles on one weight tile: no "
+                         f"FP8_BLOCK, SWAP_AB or SWIGLU, BLK_N={BLK_N} a multiple of 16")
+    if CLUSTER > 1:
+        W.check_cluster_pool(SM_COUNT)
     if FP8_BLOCK:
         if SWAP_AB or TMA_STORE or STORE_STEPS != 1 or ROW_SCALE or BIAS or SWIGLU:
             raise ValueError("FP8_BLOCK=True is built for plain tiles only: no SWAP_AB, "
@@ -115,6 +124,9 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     if HALVES:  # a unit's weight tile: W_BLK/2 gate rows at at[3], as many up rows at +N/2
         W_BLK = W_BLK // 2
     W_TILES = H.ceil_div(N // 2 if HALVES else N, W_BLK)
+    WALK_TOK = TOK * CLUSTER     # the walk's token tile: a pair's rows with CLUSTER=2
+    POOL = SM_COUNT // CLUSTER   # walkers: CTAs, or pairs
+    B_HALF = BLK_N // CLUSTER
     OUT_N, N_D = (BLK_N // 2, N // 2) if SWIGLU else (BLK_N, N)  # D's tile width and columns
     A_STAGE_BYTES = W.tile_bytes(BLK_M, BLK_K)
     B_STAGE_BYTES = W.tile_bytes(BLK_N, BLK_K)
@@ -168,10 +180,25 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                                 lane_id, MASKED, 0)
 
     @T.inline
+    def release(mma2tma, stage, tid_in_wg):
+        # a consumer's wgmmas have read `stage`: free it for the producer (CLUSTER=2: in
+        # both CTAs, whose multicasts both write it)
+        if CLUSTER > 1:
+            W.release_stage_in_cluster(mma2tma, stage, tid_in_wg)
+        else:
+            if tid_in_wg == 0:
+                mma2tma.arrive(stage)
+
+    @T.inline
     def body(A, B, D, routing, S, Bias):
         # the kernel; S (ROW_SCALE) and Bias (BIAS) are None where not asked for
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
+        if CLUSTER > 1:
+            rank, _unused = T.cta_id_in_cluster([CLUSTER, 1])  # this CTA's place in the pair
+        else:
+            rank = T.meta_var(0)
+        walker = T.meta_var(bx // CLUSTER)
         wg_id = T.warpgroup_id([NUM_CONSUMERS + 1])  # consumers first, producer last
         warp_id = T.warp_id_in_wg([4])
         lane_id = T.lane_id([32])
@@ -182,7 +209,8 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
         #   both boxes); the consumers' threads wait, from phase 0.
         # mma2tma[s]: thread 0 of each consumer warpgroup arrives once its wgmmas have read
         #   stage s; the producer waits from phase 1 (every stage starts empty).
-        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS)
+        #   CLUSTER=2: in both CTAs of the pair (the peer's multicast writes this stage too)
+        stages = H.Ring(pool, PIPE_DEPTH, "tma2mma", 1, "mma2tma", NUM_CONSUMERS * CLUSTER)
         tma2mma, mma2tma = stages.full, stages.empty
         Asmem, Bsmem = W.walk_stages(pool, PIPE_DEPTH, BLK_M, BLK_N, BLK_K, dtype, A_layout,
                                      B_layout)
@@ -195,8 +223,8 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
 
         # --- the walk's length, on the device: thread e reads expert e's rows ---
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
-        W.start_walk(stages, scan, bounds, routing, wg_id, tid_in_wg, PRODUCER, E, TOK, M_DIM,
-                     MASKED)
+        W.start_walk(stages, scan, bounds, routing, wg_id, tid_in_wg, PRODUCER, E, WALK_TOK,
+                     M_DIM, MASKED, CLUSTER > 1)
         total = T.meta_var(W.walk_length(scan, E, W_TILES))
         at = T.alloc_local((4,), "int32")  # (expert, token row, expert's row end, weight row)
 
@@ -205,15 +233,22 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             # --- load (producer): one thread, PIPE_DEPTH stages ahead, across units ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
-                t: T.int32 = bx
+                t: T.int32 = walker
                 while t < total:
-                    W.tile_at(at, scan, bounds, t, E, TOK, W_TILES, W_BLK, GROUP)
+                    W.tile_at(at, scan, bounds, t, E, WALK_TOK, W_TILES, W_BLK, GROUP)
+                    at[1] = at[1] + rank * TOK  # CLUSTER=2: the pair's second token tile
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         if HALVES and SWAP_AB:  # 16-row groups: 8 gate rows, their 8 up rows
                             W.tma_load_gate_up_swap(Asmem, Bsmem, ring.stage, A, B, at,
                                                     k * BLK_K, tma2mma.ptr(ring.stage), BLK_M,
                                                     BLK_N, BLK_K, N // 2, MASKED)
+                        elif CLUSTER > 1:
+                            W.tma_load_unit_multicast(
+                                Asmem[ring.stage, :, :],
+                                Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :], A, B,
+                                at, k * BLK_K, tma2mma.ptr(ring.stage), BLK_M, B_HALF, BLK_K,
+                                BLK_N, rank, MASKED)
                         elif HALVES:
                             W.tma_load_gate_up(Asmem, Bsmem, ring.stage, A, B, at, k * BLK_K,
                                                tma2mma.ptr(ring.stage), BLK_M, BLK_N // 2,
@@ -223,7 +258,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                                             A, B, at, k * BLK_K, tma2mma.ptr(ring.stage),
                                             BLK_M, BLK_N, BLK_K, SWAP_AB, MASKED)
                         ring.advance()
-                    t = t + SM_COUNT
+                    t = t + POOL
 
         with WarpgroupRole(wg_id < NUM_CONSUMERS, True,
                            regs=CONSUMER_REGS if SPLIT_REGS else None, increase=True):
@@ -239,9 +274,10 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             ring = PipelineState(PIPE_DEPTH, 0)
             held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
             pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
-            u: T.int32 = bx
+            u: T.int32 = walker
             while u < total:
-                W.tile_at(at, scan, bounds, u, E, TOK, W_TILES, W_BLK, GROUP)
+                W.tile_at(at, scan, bounds, u, E, WALK_TOK, W_TILES, W_BLK, GROUP)
+                at[1] = at[1] + rank * TOK
                 for k in T.serial(K_TILES, annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
                     W.mma_fence()
@@ -268,13 +304,11 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                             pending = 0
                     W.mma_wait(1)
                     if k > 0:
-                        if tid_in_wg == 0:
-                            mma2tma.arrive(held)
+                        release(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
                 W.mma_wait(0)
-                if tid_in_wg == 0:
-                    mma2tma.arrive(held)
+                release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)
                 if ROW_SCALE or BIAS:  # fp32, before the one rounding
                     W.apply_row_epilogue(acc, S, Bias, at[0], at[3 if SWAP_AB else 1] + row0,
@@ -296,12 +330,16 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                         prev[i] = at[i]
                     if FUSE_SWIGLU and not HALVES:
                         prev[3] = at[3] // 2  # D's first column of the unit
-                u = u + SM_COUNT
+                u = u + POOL
             if pending == 1:
                 store_unit(D, Dstage, packed, prev, consumer, warp_id, lane_id, tid_in_wg)
             if TMA_STORE:
                 if tid_in_wg == 0:
                     H.store_wait(0)  # every TMA store has read its staging tile
+        if CLUSTER > 1:
+            # the peer multicasts into this CTA's stages and arrives on its barriers until
+            # it is done: neither CTA exits (and frees its shared memory) before both are
+            T.cuda.cluster_sync()
 
     S_SHAPE = (E, M_DIM) if MASKED else (M_DIM,)
     if ROW_SCALE and BIAS:

@@ -54,7 +54,7 @@ KEY_SOURCES = {"sm_100a": ("helpers.py", "blackwell/__init__.py", "blackwell/tcg
                            "blackwell/stores.py", "blackwell/cluster.py", "blackwell/clc.py",
                            "blackwell/fused.py", "blackwell/fp8.py", "blackwell/grouped.py",
                            "blackwell/layouts.py", "hopper/fp8.py", "hopper/grouped.py", "hopper/layouts.py",
-                           "hopper/wgmma.py", "hopper/fused.py", "hopper/stores.py", "timeline.py",
+                           "hopper/wgmma.py", "hopper/fused.py", "hopper/stores.py", "hopper/cluster.py", "timeline.py",
                            "splitk.py", "streamk.py", "pdl.py", "epilogue.py", "spec.py", "numerics.py",
                            "compile/pipeline.py", "compile/names.py", "compile/cudalibs.py"),
                "sm_90a": ("helpers.py", "hopper/__init__.py", "hopper/wgmma.py",

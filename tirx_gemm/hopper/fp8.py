@@ -92,8 +92,9 @@ def load_block_scales(sav, sbv, SA, SB, kb, KB, row0, n_st, n: int, M, N, warp_i
     the promotion's wait_group so their latency hides under the wgmmas. sav[h] = SA[row,
     kb] for its rows row0 + 16w + l//4 + 8h (h = 0, 1); sbv[t] = SB[n_st // 128 + t, kb]
     for the ceil(n / 128) blocks of B the tile's columns lie in (n divides 128 or is 256,
-    n_st is a multiple of n). Rows past M, blocks past N and a K block kb >= KB (the
-    zero-filled stage of an odd K_TILES) read 0 (never stored, or multiplying zeros)."""
+    n_st is a multiple of n; or n = 192: two blocks from n_st // 128). Rows past M, blocks
+    past N and a K block kb >= KB (the zero-filled stage of an odd K_TILES) read 0 (never
+    stored, or multiplying zeros)."""
     for h in T.unroll(2):
         row = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
         sav[h] = T.if_then_else(T.And(row < M, kb < KB), SA[row, kb], T.float32(0))
@@ -113,6 +114,19 @@ def promote_fragment_block(acc, tmp, n: int, first, sav, sbv):
                 acc[4 * j + 2 * h + e] = (
                     T.if_then_else(first, T.float32(0), acc[4 * j + 2 * h + e])
                     + tmp[4 * j + 2 * h + e] * (sav[h] * sbv[(8 * j) // 128]))
+
+
+@T.inline
+def promote_fragment_block_straddle(acc, tmp, n: int, first, sav, sbv, off):
+    """promote_fragment_block for a tile that straddles two blocks of B at a runtime offset
+    (n = 192: ``off`` = n_st % 128, 0 or 64): column 8j takes sbv[1] from 128 - off on."""
+    for j in T.unroll(n // 8):
+        sb = T.meta_var(T.if_then_else(off + 8 * j >= 128, sbv[1], sbv[0]))
+        for h in T.unroll(2):
+            for e in T.unroll(2):
+                acc[4 * j + 2 * h + e] = (
+                    T.if_then_else(first, T.float32(0), acc[4 * j + 2 * h + e])
+                    + tmp[4 * j + 2 * h + e] * (sav[h] * sb))
 
 
 @T.inline

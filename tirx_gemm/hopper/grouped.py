@@ -17,6 +17,8 @@ replay picks up new routing written into the same tensor.
   only below the expert's row end, so no tile writes another expert's rows;
   ``tma_load_gate_up_swap`` / ``store_transposed_swiglu``: SwiGLU on a swap-AB tile (decode),
   gate and up rows of a feature 8 rows apart in one thread's fragment.
+* ``tma_load_unit_multicast``: CLUSTER=2, a pair of CTAs on adjacent token tiles of one
+  expert, each loading half of the shared weight tile and multicasting it to both.
 * ``walk_stages``, ``walk_tables``, ``start_walk``, ``walk_length``: the set-up both v14
   kernels (16-bit and FP8_BLOCK) share: the ring's tiles, the scan's tables, the barrier
   init and the scan, the walk's length; ``queue_fp8_stage``: one e4m3 stage's
@@ -25,6 +27,7 @@ replay picks up new routing written into the same tensor.
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from .cluster import publish_setup_cluster
 from .fp8 import wgmma_fp8_tile
 from .wgmma import DESC_M64_STEP, desc_advance, mma_commit, mma_fence, publish_setup
 
@@ -123,13 +126,18 @@ def walk_tables(pool, E: int):
 
 @T.inline
 def start_walk(stages, scan, bounds, R, wg_id, tid_in_wg, producer: int, E: int, TOK: int, M,
-               masked: bool):
+               masked: bool, cluster: bool = False):
     """Every thread, before the roles split: the producer's thread 0 inits the ring, the
-    setup is published, and the CTA scans the routing tensor R (scan_experts)."""
+    setup is published (``cluster``: cluster-wide, the peer multicasts into this CTA's
+    stages and arrives on its barriers), and the CTA scans the routing tensor R
+    (scan_experts)."""
     if wg_id == producer:
         if tid_in_wg == 0:
             stages.init()
-    publish_setup()
+    if cluster:
+        publish_setup_cluster()
+    else:
+        publish_setup()
     scan_experts(scan, bounds, R, wg_id * 128 + tid_in_wg, E, TOK, M, masked)
 
 
@@ -180,6 +188,25 @@ def tma_load_unit(Asmem, Bsmem, A, B, at, k_st, bar, MMA_M: int, MMA_N: int, BLK
                           dispatch="tma_explicit", mbar=bar)
         Tx.copy_async(Bsmem, B[at[0], at[3]:at[3] + MMA_N, k_st:k_st + BLK_K],
                       dispatch="tma_explicit", mbar=bar)
+
+
+@T.inline
+def tma_load_unit_multicast(Asmem, Bsmem_half, A, B, at, k_st, bar, BLK_M: int, B_ROWS: int,
+                            BLK_K: int, BLK_N: int, rank, masked: bool):
+    """One thread per CTA of a pair (CLUSTER=2, plain tiles): the stage's byte count on
+    ``bar`` (the own A tile and the whole BLK_N-row weight tile, half of it written by the
+    peer's multicast), the own token rows A[at[1]..] unicast, and the expert's weight rows
+    B[at[0], at[3] + rank * B_ROWS..] multicast into the same offset of both CTAs."""
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, T.uint32((BLK_M + BLK_N) * BLK_K * 2))
+    if masked:
+        Tx.copy_async(Asmem, A[at[0], at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    else:
+        Tx.copy_async(Asmem, A[at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    Tx.copy_async(Bsmem_half, B[at[0], at[3] + rank * B_ROWS:at[3] + (rank + 1) * B_ROWS,
+                                k_st:k_st + BLK_K],
+                  dispatch="tma_explicit", mbar=bar, cta_mask=3)
 
 
 @T.inline
