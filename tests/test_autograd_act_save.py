@@ -158,6 +158,58 @@ def test_fallbacks_keep_the_recompute_path(stand_in, monkeypatch, why):
         _close(x, r)
 
 
+@pytest.mark.parametrize("missing", [False, True])
+def test_compiled_training_step_keeps_z(stand_in, monkeypatch, missing):
+    """torch.compile(fullgraph=True, aot_eager) of a step with silu and a bias: the traced forward
+    is the save op (one graph node, the kernel asked for once while tracing) and the traced
+    backward is elementwise from z (no recompute, fused or not); where the kernel is missing the
+    compiled step keeps the recompute path. The gradients equal eager's and torch's."""
+    if missing:
+        monkeypatch.setattr(AS, "kernel", lambda *args: None)
+    nodes = []
+    real = AS.OP
+    AS.OP = lambda *a: nodes.append(a[-1]) or real(*a)
+    try:
+        g = torch.Generator().manual_seed(4)
+        w = (torch.randn(64, 32, generator=g) / 6).bfloat16().requires_grad_()
+        bias = torch.randn(64, generator=g).bfloat16().requires_grad_()
+        x = torch.randn(40, 32, generator=g).bfloat16().requires_grad_()
+
+        def step(x):
+            return AG.matmul(x, w, bias, "silu").float().square().sum()
+
+        torch._dynamo.reset()
+        torch.compile(step, fullgraph=True, backend="aot_eager")(x).backward()
+    finally:
+        AS.OP = real
+    if missing:
+        assert nodes == [] and SAVED == [] and [f[3] for f in FUSED] == ["silu"]
+    else:  # traced once, ran once; the backward neither recomputed nor ran a forward GEMM
+        assert nodes == ["silu"] and SAVED == [(40, 64, 32, "silu", True)] and FUSED == []
+        assert [g[2] for g in GEMMS] == [None, None]  # dgrad and wgrad only
+    compiled = [t.grad.clone() for t in (x, w, bias)]
+    for t in (x, w, bias):
+        t.grad = None
+    step(x).backward()
+    ref = [t.detach().float().requires_grad_() for t in (x, w, bias)]
+    F.silu(F.linear(*ref)).square().sum().backward()
+    for got, t, r in zip(compiled, (x, w, bias), ref):
+        torch.testing.assert_close(got, t.grad)
+        _close(got, r.grad)
+
+
+def test_compiled_inference_keeps_the_plain_kernel(stand_in):
+    """Compiled without grad, the fused epilogue's op runs (no z is written)."""
+    w = torch.randn(64, 32).bfloat16()
+    x = torch.randn(40, 32).bfloat16()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        y = torch.compile(lambda x: AG.matmul(x, w, None, "gelu"), fullgraph=True,
+                          backend="aot_eager")(x)
+    assert SAVED == [] and [g[2] for g in GEMMS] == ["gelu"]
+    _close(y, F.gelu(x.float() @ w.float().T))
+
+
 def test_not_applied_on_cpu_or_odd_shapes():
     """act_save.applies: a CPU tensor (no GPU arch), N or K not a multiple of 8, a bias in
     another dtype, fp32 operands: the recompute path."""

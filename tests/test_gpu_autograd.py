@@ -108,16 +108,27 @@ FUSED_ACT_CASES = (("gelu", torch.bfloat16, True), ("gelu_tanh", torch.bfloat16,
                    ("gelu_tanh", torch.float16, False), ("silu", torch.float16, False))
 
 
+@pytest.mark.parametrize("build", ("cta_pair", "one_cta"))
 @pytest.mark.parametrize("act,dtype,bias", FUSED_ACT_CASES, ids=str)
 @pytest.mark.parametrize("M", (1, 77, 500))
-def test_act_save_grads(M, act, dtype, bias):
+def test_act_save_grads(M, act, dtype, bias, build):
     """The forward that keeps z (tirx_gemm.op.act_save: v15's ACT_SAVE writes y = act(z) and z
     from one accumulator; no forced step, so autograd takes it) and the elementwise backward
     from z: y and every gradient against torch's at TOL, ragged M, and the save kernel (not the
-    recompute) is the one that ran."""
+    recompute) is the one that ran; on v15's CTA pair (v9's build) and on one CTA (the
+    backward's LAYOUT_TUNE)."""
     from tirx_gemm.op import act_grad as AGR
     from tirx_gemm.op import act_save as AS
     from tirx_gemm.op import autograd as AG
+    prev = AS.TUNE
+    AS.TUNE = {} if build == "cta_pair" else dict(AG.LAYOUT_TUNE)
+    try:
+        _act_save_case(M, act, dtype, bias, AS, AG, AGR)
+    finally:
+        AS.TUNE = prev
+
+
+def _act_save_case(M, act, dtype, bias, AS, AG, AGR):
     N, K = 256, 512
     ours = _leaves(*[(M, K), (N, K)] + ([(N,)] if bias else []), dtype=dtype, seed=M + 17)
     ref = _twins(ours)
@@ -370,6 +381,39 @@ def test_compiled_op_on_a_transposed_view():
     _sync()
     _close("compiled NT", got_nt, (x.float() @ w.float()).to(torch.bfloat16))
     _close("compiled TN", got_tn, (xt.t().float() @ w.float()).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("backend", ("aot_eager", "inductor"))
+def test_compiled_training_step_act_save(backend):
+    """torch.compile(fullgraph=True) of a step with gelu and a bias (no forced step): the traced
+    forward is tirx_gemm::act_save_mm (y and the kept z from one kernel), the traced backward
+    forms dz from z elementwise (no recompute node); loss and every gradient against torch's
+    at TOL (test_act_save_grads' layer: its kernels)."""
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import act_save as AS
+    from tirx_gemm.op import autograd as AG
+    M, N, K = 77, 256, 512
+    ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=8)
+    ref = _twins(ours)
+    saved, recomputed = [], []
+    real_op, real_agr = AS.OP, AGR.OP
+    AS.OP = lambda *a: saved.append(a[-1]) or real_op(*a)
+    AGR.OP = lambda *a: recomputed.append(a[-1]) or real_agr(*a)
+    try:
+        torch._dynamo.reset()
+        loss = torch.compile(lambda x, w, b: AG.matmul(x, w, b, "gelu").float().square().sum(),
+                             fullgraph=True, backend=backend)(*ours)
+        loss.backward()
+    finally:
+        AS.OP, AGR.OP = real_op, real_agr
+    want = F.gelu(F.linear(*ref)).float().square().sum()
+    want.backward()
+    _sync()
+    if DEVICE == "cuda":  # (the CPU replay of lab/training_backward/export.py: any path)
+        assert saved == ["gelu"] and recomputed == [], (saved, recomputed)
+    assert abs(loss.item() - want.item()) <= TOL * abs(want.item())
+    for name, o, r in zip(("input", "weight", "bias"), ours, ref):
+        _close(f"compiled {backend} save {name}", o.grad, r.grad)
 
 
 @pytest.mark.parametrize("backend", ("aot_eager", "inductor"))

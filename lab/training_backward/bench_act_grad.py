@@ -23,7 +23,11 @@ tokens, bf16, in one run on one card:
   keeps z (tirx_gemm.op.act_save) is off in these arms;
 * ``--save`` (run_save): forward + backward with the saved pre-activation (``fwdbwd_save``:
   v15's ACT_SAVE forward, torch's elementwise act backward, dgrad and wgrad on v15) against
-  the recompute (``fwdbwd_fused``) and torch, and the forwards alone, gelu and silu only.
+  the recompute (``fwdbwd_fused``) and torch, and the forwards alone, gelu and silu only;
+  ``fwd_save_pair`` / ``fwdbwd_save_pair``: the same with the save kernel on v15's CTA pair;
+* ``--compiled`` (run_compiled): the forward torch.compile'd (inductor, fullgraph) and its
+  compiled backward: ``cfwdbwd_save`` (the saved z), ``cfwdbwd_fused`` (the recompute),
+  ``cfwdbwd_torch`` (torch's F.linear + activation compiled), ``fwdbwd_torch`` (eager).
 
 dz_* are timed in CUDA graphs (GRAPH_CALLS calls a graph, the median of REPS replays: GPU
 time), fwdbwd_* with back-to-back calls between CUDA events (autograd's host work included
@@ -34,6 +38,7 @@ on the fwdbwd_fused and fwdbwd_unfused rows; a case that fails leaves a ``what: 
 
     python lab/training_backward/bench_act_grad.py --out records/act_grad.jsonl [--budget-s 60]
     python lab/training_backward/bench_act_grad.py --save --out records/act_save.jsonl
+    python lab/training_backward/bench_act_grad.py --compiled --out records/act_save_compiled.jsonl
     python lab/training_backward/bench_act_grad.py --requests   # the kernels, for the bundle
 """
 
@@ -100,7 +105,8 @@ def save_requests(sm_count: int = 132) -> list:
     wgrad kernels are :func:`requests`' and the tests' own."""
     from tirx_gemm.op import act_save as AS
     N, K = SAVE_TEST_LAYER
-    reqs = [AS.request(4096, N, K, dt, act, bias, sm_count) for act, dt, bias in SAVE_TEST_CASES]
+    reqs = [AS.request(4096, N, K, dt, act, bias, sm_count, tune=tune)
+            for act, dt, bias in SAVE_TEST_CASES for tune in (None, SAVE_PAIR_TUNE)]
     reqs += [AS.request(4096, N, K, "bfloat16", act, False, sm_count, tune=tune)
              for _model, _layer, N, K in LAYERS for act in ACTS
              for tune in (None, SAVE_PAIR_TUNE)]
@@ -308,7 +314,7 @@ def run_save(out: Path, budget_s: float, tokens=TOKENS) -> int:
                         times["fwd_infer"] = B._time_events(infer, torch, B.GRAPH_CALLS)
                         times["fwd_torch"] = B._time_events(
                             lambda: torch_act[act](F.linear(xs, ws)), torch, B.GRAPH_CALLS)
-                        AS.TUNE = SAVE_PAIR_TUNE  # the same forward on v15's CTA pair
+                        prev, AS.TUNE = AS.TUNE, SAVE_PAIR_TUNE  # the same on v15's CTA pair
                         try:
                             if not AS.applies(xs, ws, None, act, None, AG._arch(xs.device)):
                                 raise RuntimeError("the CTA-pair save kernel is not loaded")
@@ -316,10 +322,20 @@ def run_save(out: Path, budget_s: float, tokens=TOKENS) -> int:
                                      torch_act[act](F.linear(xs, ws)))
                             times["fwd_save_pair"] = B._time_events(
                                 lambda: AG.matmul(xs, ws, None, act), torch, B.GRAPH_CALLS)
+                            xs.grad = ws.grad = None
+                            step()  # forward + backward with the pair's forward, checked
+                            got = (xs.grad.clone(), ws.grad.clone())
+                            xs.grad = ws.grad = None
+                            torch_step()
+                            B._check(f"{layer} {act} M={M} dx pair", got[0], xs.grad)
+                            B._check(f"{layer} {act} M={M} dw pair", got[1], ws.grad)
+                            del got
+                            times["fwdbwd_save_pair"] = B._time_events(step, torch,
+                                                                       B.GRAPH_CALLS)
                         except Exception as e:  # noqa: BLE001 (printed; the other rows stand)
-                            print(f"  fwd_save_pair FAILED: {type(e).__name__}: {str(e)[:200]}")
+                            print(f"  save_pair FAILED: {type(e).__name__}: {str(e)[:200]}")
                         finally:
-                            AS.TUNE = None
+                            AS.TUNE = prev
                         xs.grad = ws.grad = None
                     except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
                         print(f"{model} {layer} {act} M={M} FAILED: {type(e).__name__}: "
@@ -349,12 +365,120 @@ def run_save(out: Path, budget_s: float, tokens=TOKENS) -> int:
                           f" recompute {times['fwdbwd_fused']:.3f} torch "
                           f"{times['fwdbwd_torch']:.3f} ms (x{ratio:.3f} torch); "
                           f"fwd save {times['fwd_save']:.3f} infer "
-                          f"{times['fwd_infer']:.3f} torch {times['fwd_torch']:.3f} ms", flush=True)
+                          f"{times['fwd_infer']:.3f} torch {times['fwd_torch']:.3f} ms; pair fwd "
+                          f"{times.get('fwd_save_pair', float('nan')):.3f} fwd+bwd "
+                          f"{times.get('fwdbwd_save_pair', float('nan')):.3f} ms", flush=True)
                     n += 1
                     del x, w, dy, xs, ws
                     torch.cuda.empty_cache()
     return n
 
+
+
+def run_compiled(out: Path, budget_s: float, tokens=TOKENS) -> int:
+    """torch.compile (inductor, fullgraph) of the forward of act(x @ w.T) with its backward
+    (autograd's compiled backward graph): with the saved z (cfwdbwd_save), with the recompute
+    (cfwdbwd_fused, the save path off) and torch's own compiled (cfwdbwd_torch), torch eager
+    as a reference (fwdbwd_torch); dx, dw of the save arm checked against torch's first."""
+    import torch
+    import torch.nn.functional as F
+
+    import bench as B
+    from tirx_gemm.op import act_save as AS
+    from tirx_gemm.op import autograd as AG
+    card = torch.cuda.get_device_name(0)
+    date = datetime.date.today().isoformat()
+    t_end = time.monotonic() + budget_s
+    bf = torch.bfloat16
+    torch_act = {"gelu": F.gelu, "silu": F.silu}
+    n = 0
+    with out.open("a") as f:
+        for M in tokens:
+            for model, layer, N, K in LAYERS:
+                for act in ACTS:
+                    if time.monotonic() > t_end:
+                        print(f"budget spent: stopped before {model} {layer} {act} M={M}")
+                        return n
+                    times = {}
+                    try:
+                        g = torch.Generator(device="cuda").manual_seed(M + N + K)
+                        x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
+                        w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
+                        dy = torch.randn(M, N, device="cuda", dtype=bf, generator=g)
+                        xs, ws = x.requires_grad_(), w.requires_grad_()
+
+                        def ours(x, w):
+                            return AG.matmul(x, w, None, act)
+
+                        def theirs(x, w):
+                            return torch_act[act](F.linear(x, w))
+
+                        def arm(fn, reset=True):  # (a reset re-reads act_save.ENABLED)
+                            if reset:
+                                torch._dynamo.reset()
+                            c = torch.compile(fn, fullgraph=True)
+
+                            def step():
+                                c(xs, ws).backward(dy)
+                            step()
+                            return step
+                        saved = []
+                        real = AS.OP
+                        AS.OP = lambda *a: saved.append(a[-1]) or real(*a)
+                        try:
+                            step = arm(ours)
+                        finally:
+                            AS.OP = real
+                        if saved != [act]:
+                            raise RuntimeError(f"the compiled step did not trace the save op: "
+                                               f"{saved}")
+                        got = (xs.grad.clone(), ws.grad.clone())
+                        xs.grad = ws.grad = None
+                        torch_step = arm(theirs, reset=False)
+                        B._check(f"{layer} {act} M={M} compiled dx", got[0], xs.grad)
+                        B._check(f"{layer} {act} M={M} compiled dw", got[1], ws.grad)
+                        del got
+                        times["cfwdbwd_save"] = B._time_events(step, torch, B.GRAPH_CALLS)
+                        times["cfwdbwd_torch"] = B._time_events(torch_step, torch,
+                                                                B.GRAPH_CALLS)
+                        times["fwdbwd_torch"] = B._time_events(
+                            lambda: theirs(xs, ws).backward(dy), torch, B.GRAPH_CALLS)
+                        AS.set_enabled(False)
+                        try:
+                            times["cfwdbwd_fused"] = B._time_events(arm(ours), torch,
+                                                                    B.GRAPH_CALLS)
+                        finally:
+                            AS.set_enabled(True)
+                            torch._dynamo.reset()
+                        xs.grad = ws.grad = None
+                    except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
+                        print(f"{model} {layer} {act} M={M} FAILED: {type(e).__name__}: "
+                              f"{str(e)[:300]}", flush=True)
+                        f.write(json.dumps({"date": date, "card": card, "model": model,
+                                            "layer": layer, "act": act, "M": M, "N": N, "K": K,
+                                            "what": "compiled_error", "error":
+                                            f"{type(e).__name__}: {str(e)[:300]}"}) + "\n")
+                        f.flush()
+                        torch.cuda.empty_cache()
+                        if "cfwdbwd_torch" not in times:
+                            continue
+                    for what, ms in times.items():
+                        flop = 6 * M * N * K
+                        rec = {"date": date, "card": card, "model": model, "layer": layer,
+                               "act": act, "M": M, "N": N, "K": K, "dtype": "bfloat16",
+                               "what": what, "timing": "events", "ms": round(ms, 4),
+                               "tflops": round(flop / ms / 1e9, 1),
+                               "compile": "inductor, fullgraph"}
+                        if what != "cfwdbwd_torch":
+                            rec["vs_torch"] = round(times["cfwdbwd_torch"] / ms, 3)
+                        f.write(json.dumps(rec) + "\n")
+                        f.flush()
+                    print(f"{model} {layer} {act} M={M} compiled: " + " ".join(
+                        f"{k} {v:.3f}" for k, v in times.items()) + " ms", flush=True)
+                    n += 1
+                    del x, w, dy, xs, ws
+                    torch.cuda.empty_cache()
+    return n
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -364,6 +488,8 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", action="store_true", help="print the kernels and exit")
     ap.add_argument("--save", action="store_true",
                     help="forward + backward with the saved pre-activation (run_save) only")
+    ap.add_argument("--compiled", action="store_true",
+                    help="torch.compile'd forward + backward against torch compiled (run_compiled)")
     args = ap.parse_args(argv)
     tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else TOKENS
     if args.requests:
@@ -372,7 +498,8 @@ def main(argv=None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required")
-    n = (run_save if args.save else run)(args.out, args.budget_s, tokens)
+    n = (run_compiled if args.compiled else run_save if args.save else run)(
+        args.out, args.budget_s, tokens)
     print(f"{n} cases recorded in {args.out}")
     return 0
 

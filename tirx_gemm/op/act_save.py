@@ -11,10 +11,12 @@ torch's own elementwise gradient (``aten.gelu_backward`` / ``aten.silu_backward`
 dy and z), then dgrad and wgrad on v15 as before. **Memory: z costs one M x N tensor in the
 operands' dtype, as torch's Linear + activation keeps.**
 
-When it runs (:func:`applies`): grad mode records the call, eager (not under torch.compile, which
-keeps the recompute path of tirx_gemm.op.act_grad), sm_90a, gelu / gelu_tanh / silu (relu's
-backward needs no z: its mask is ``y > 0``), fp16 / bf16 operands, the bias in their dtype,
-N and K multiples of 8, operands contiguous and 16-byte aligned, the output in the operands'
+When it runs (:func:`applies`): grad mode records the call (eager, or traced by torch.compile:
+the op has a fake kernel and its registered backward traces, so a compiled training step keeps z
+too; the kernel's presence is asked once while tracing, :func:`found`), sm_90a, gelu /
+gelu_tanh / silu (relu's backward needs no z: its mask is ``y > 0``), fp16 / bf16 operands,
+the bias in their dtype, N and K multiples of 8, operands contiguous and 16-byte aligned (while
+tracing there is no pointer: the op copies a misaligned one), the output in the operands'
 dtype, and the kernel found (built here, or in the bundle): where it is missing the call keeps
 the recompute path, so a bundle without it still trains. :data:`ENABLED` switches it off (the
 A/B of lab/training_backward). Inference (no grad) keeps the plain fused-epilogue kernel.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import torch
 
 __all__ = ["ENABLED", "ACTS", "OP", "set_enabled", "kwargs", "request", "applies", "kernel",
-           "forward", "dz"]
+           "found", "forward", "dz"]
 
 ENABLED = True
 TUNE: dict | None = None  # v15's tune keywords (None: the backward's LAYOUT_TUNE; {}: v9's pair)
@@ -89,8 +91,17 @@ def kernel(dtype, M: int, N: int, K: int, act: str, bias: bool, device):
     return _kernels[key]
 
 
+@torch.compiler.assume_constant_result  # dynamo asks once while tracing: a constant in the graph
+def found(N: int, K: int, act: str, dtype: str, bias: bool, device) -> bool:
+    """Whether the save kernel of (N, K, act, ``dtype`` by name, bias) loads on ``device`` (M is
+    a run-time argument of the kernel: any M loads the same one)."""
+    return kernel(getattr(torch, dtype), 1, N, K, act, bias, device) is not None
+
+
 def _readable(t) -> bool:
-    return t.is_contiguous() and t.data_ptr() % 16 == 0
+    """Contiguous and (eager) 16-byte aligned; while tracing there is no data pointer: the op
+    copies a misaligned operand when it runs (:func:`_run`)."""
+    return t.is_contiguous() and (torch.compiler.is_compiling() or t.data_ptr() % 16 == 0)
 
 
 def applies(a, b, bias, act, out_dtype, arch: str | None) -> bool:
@@ -99,7 +110,7 @@ def applies(a, b, bias, act, out_dtype, arch: str | None) -> bool:
     if not ENABLED or act not in ACTS or a.dtype not in _DTYPES or b.dtype != a.dtype \
             or (bias is not None and bias.dtype != a.dtype) \
             or out_dtype not in (None, a.dtype) or arch != "sm_90a" \
-            or torch.compiler.is_compiling() or a.dim() != 2 or b.dim() != 2:
+            or a.dim() != 2 or b.dim() != 2:
         return False
     M, K = a.shape
     N = b.shape[0]
@@ -108,6 +119,9 @@ def applies(a, b, bias, act, out_dtype, arch: str | None) -> bool:
         return False
     if not all(_readable(t) for t in (a, b) + (() if bias is None else (bias,))):
         return False
+    if torch.compiler.is_compiling():
+        return found(int(N), int(K), act, str(a.dtype).removeprefix("torch."),
+                     bias is not None, a.device)
     return kernel(a.dtype, M, N, K, act, bias is not None, a.device) is not None
 
 
@@ -115,6 +129,13 @@ def _run(a, b, bias, act):
     M, K = a.shape
     N = b.shape[0]
     fn = kernel(a.dtype, M, N, K, act, bias is not None, a.device)
+    if fn is None:  # (applies said found: a bundle changed under a compiled graph)
+        raise RuntimeError(f"act_save_mm: the {act} save kernel for N={N}, K={K}, {a.dtype} is "
+                           f"not in the bundle any more; recompile (torch._dynamo.reset())")
+    # a traced graph may hand in an operand at an offset (a view): the TMA reads 16-byte aligned
+    a, b = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (a, b))
+    if bias is not None and bias.data_ptr() % 16:
+        bias = bias.clone()
     y, z = a.new_empty((M, N)), a.new_empty((M, N))
     fn(a, b, y, z, *(() if bias is None else (bias.view(torch.int32),)))
     return y, z

@@ -43,8 +43,9 @@ backward calls them through the op ``torch.ops.tirx_gemm.layout_mm``, defined he
 keeps the pre-activation ``z = a @ b.T + bias``: one kernel writes ``y = act(z)`` and ``z``
 (tirx_gemm.op.act_save; **z costs one M x N tensor in the operands' dtype, as torch's Linear +
 activation keeps**) and the backward forms ``dz = dy * act'(z)`` elementwise (torch's own
-activation backward), then dgrad and wgrad as below. Where that kernel is not found (a bundle
-without it), under torch.compile, or with an fp32 output, the backward recomputes ``z``: on
+activation backward), then dgrad and wgrad as below; a compiled training step keeps it too (the
+op traces with its fake kernel and backward). Where that kernel is not found (a bundle
+without it), or with an fp32 output or a forced step, the backward recomputes ``z``: on
 sm_90a one kernel does that and forms ``dz`` in its epilogue, stored in the operands' dtype
 (tirx_gemm.op.act_grad: dy and bias in the operands' dtype); elsewhere the GEMM writes ``z``
 in fp32 (bias fused) and torch forms ``dz``. relu needs no GEMM: its mask is ``y > 0``. SwiGLU forms the
@@ -446,7 +447,7 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
     kernel directly. Arguments and errors as tirx_gemm.matmul.matmul's."""
     check_trainable(a=a, b=b, bias=bias)
     if _records(a, b, bias) or torch.compiler.is_compiling():
-        if activation in _AS.ACTS and step is None and not torch.compiler.is_compiling() \
+        if activation in _AS.ACTS and step is None and _records(a, b, bias) \
                 and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) \
                 and _AS.applies(a, b, bias, activation, out_dtype, _arch(a.device)):
             return _AS.forward(a, b, bias, activation)[0]  # keeps z: an elementwise backward
