@@ -286,3 +286,22 @@ def test_the_generation_profile_counts_gpu_work_its_idle_gaps_and_graph_launches
     assert (s["graph_launches"], s["graph_launch_cpu_us"]) == (2, 7.0)
     assert s["top_kernels"] == [{"name": "tirx_v12_bf16_m64n16", "count": 2, "us": 10.0}]
     assert gb.summarize_events([], GPU)["kernels"] == 0
+
+
+def test_the_decode_linears_study_names_each_paths_kernels_by_the_gaps_between_calls():
+    """lab/serving_stacks/decode_linears.py: the kernels of one profiled eager call per path,
+    told apart by the idle gap the script leaves after each call; a count of runs that does
+    not match the paths names none of them."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "lab" / "serving_stacks" / "decode_linears.py"
+    spec = importlib.util.spec_from_file_location("decode_linears", path)
+    dl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dl)
+    ev = [(0.0, 4.0, "nvjet_bias"), (2000.0, 3.0, "tirx_v12_bf16_m64n16_swap_kernel"),
+          (2004.0, 1.0, "elementwise_add"), (4100.0, 5.0, "tirx_v12_bf16_m64n16_bias_kernel")]
+    got = dl.group_by_gaps(ev, ["F.linear", "tirx+add", "tirx"], 1000.0)
+    assert got == {"F.linear": ["nvjet_bias"],
+                   "tirx+add": ["tirx_v12_bf16_m64n16_swap_kernel", "elementwise_add"],
+                   "tirx": ["tirx_v12_bf16_m64n16_bias_kernel"]}
+    assert dl.group_by_gaps(ev, ["F.linear", "tirx"], 1000.0) == {"F.linear": ["?"], "tirx": ["?"]}

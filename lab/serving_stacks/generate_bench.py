@@ -19,6 +19,10 @@ skips during each model's warm-up. --profile-tokens N: after a mode's timed runs
 new tokens per model under torch.profiler; a ``kind: profile`` record per model gives the GPU kernels
 (count, busy time, the span from the first kernel's start to the last one's end, so span - busy = the
 GPU's idle gaps), cudaGraphLaunch calls on the host, and the kernels that took the most time.
+--cpu-profile-tokens N: one more generate of N new tokens per model under cProfile (the host's Python
+time, function by function); a ``kind: cpu_profile`` record per model gives the functions with the
+most own time and, in the patched model's, the functions whose own time exceeds torch's run the most.
+--tirx-bias unfused: the patched layers add their bias after the GEMM instead of in v12's epilogue.
 Modes:
 
   eager        the default dynamic cache, no compile
@@ -125,6 +129,36 @@ def profile_generate(model, ids, new, mode, torch, top=12) -> dict:
     return {"wall_ms": round(wall * 1e3, 3), **summarize_events(raw, cuda, top)}
 
 
+def cpu_profile_generate(model, ids, new, mode, torch, top=25) -> dict:
+    """One generate of ``new`` tokens under cProfile: wall time and, per function
+    (``file:line(name)``), calls, own time and cumulative time in ms; the ``top`` by own time
+    and by cumulative time, and ``_own`` (every function's own ms) for the comparison."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    _, wall = generate(model, ids, new, mode, torch)
+    prof.disable()
+    rows = {f"{Path(f).name}:{line}({fn})": (nc, tt * 1e3, ct * 1e3)
+            for (f, line, fn), (_cc, nc, tt, ct, _callers) in pstats.Stats(prof).stats.items()}
+
+    def table(key):
+        best = sorted(rows.items(), key=lambda kv: -kv[1][key])[:top]
+        return [{"fn": n[:160], "calls": c, "own_ms": round(t, 2), "cum_ms": round(u, 2)}
+                for n, (c, t, u) in best]
+    return {"wall_ms": round(wall * 1e3, 3), "own_ms_total": round(sum(r[1] for r in rows.values()), 1),
+            "top_own": table(1), "top_cum": table(2), "_own": {n: r[1] for n, r in rows.items()},
+            "_calls": {n: r[0] for n, r in rows.items()}}
+
+
+def own_time_over(ours: dict, theirs: dict, top=25) -> list:
+    """The functions whose own time in ``ours`` exceeds that in ``theirs`` the most (ms)."""
+    extra = {n: t - theirs["_own"].get(n, 0.0) for n, t in ours["_own"].items()}
+    best = sorted(extra.items(), key=lambda kv: -kv[1])[:top]
+    return [{"fn": n[:160], "extra_ms": round(d, 2), "calls": ours["_calls"][n],
+             "calls_torch": theirs["_calls"].get(n, 0)} for n, d in best]
+
+
 def summarize_events(raw, cuda, top=12) -> dict:
     """(device type, start us, duration us, name) events -> the GPU activities' count, busy
     time (their durations summed: one stream, no overlap), span (first start to last end),
@@ -172,6 +206,14 @@ def main() -> int:
     ap.add_argument("--profile-tokens", type=int, default=0,
                     help="after each mode's timed runs, profile one generate of this many new "
                          "tokens per model (a kind=profile record each; 0: none)")
+    ap.add_argument("--cpu-profile-tokens", type=int, default=0,
+                    help="after each mode's timed runs, one generate of this many new tokens per "
+                         "model under cProfile (a kind=cpu_profile record each; 0: none)")
+    ap.add_argument("--tirx-bias", choices=("fused", "unfused"), default="fused",
+                    help="unfused: the patched layers add the bias after the GEMM (one torch add, "
+                         "which torch.compile may fuse into the next pointwise kernel) instead of "
+                         "v12's fused epilogue, eagerly and while torch.compile traces (the "
+                         "record's tirx_bias)")
     ap.add_argument("--print-suite", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -191,6 +233,9 @@ def main() -> int:
     t0 = time.time()
     if args.no_cudnn_sdp:
         torch.backends.cuda.enable_cudnn_sdp(False)
+    if args.tirx_bias == "unfused":  # the layers' per-device answer, set before any call asks
+        from tirx_gemm.op import nn as tnn
+        tnn._fused_bias[torch.cuda.current_device()] = False
     p = torch.cuda.get_device_properties(0)
     card = f"{p.name} ({p.multi_processor_count} SMs)"
     print(card, "torch", torch.__version__, "transformers", transformers.__version__, flush=True)
@@ -233,7 +278,7 @@ def main() -> int:
                        transformers.__version__, "model": name, "layers": layers,
                        "full_layers": MODELS[name][3], "batch": batch, "mode": mode,
                        "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens,
-                       "reps": args.reps,
+                       "reps": args.reps, "tirx_bias": args.tirx_bias,
                        "cudnn_sdp": torch.backends.cuda.cudnn_sdp_enabled()}
                 pair = {"torch": ref, "tirx": ours}
                 # warm-up (and the compile) of both first; torch's as long as a timed run:
@@ -285,6 +330,22 @@ def main() -> int:
                                     **profile_generate(pair[who], ids, args.profile_tokens,
                                                        mode, torch))
                         print(json.dumps(prof), flush=True)
+                        if out:
+                            out.write(json.dumps(prof) + "\n")
+                            out.flush()
+                if args.cpu_profile_tokens > 0:
+                    got = {who: cpu_profile_generate(pair[who], ids, args.cpu_profile_tokens,
+                                                     mode, torch) for who in ("torch", "tirx")}
+                    for who in ("torch", "tirx"):
+                        prof = {k: rec[k] for k in ("card", "torch", "transformers", "model",
+                                                    "layers", "batch", "mode", "cudnn_sdp",
+                                                    "tirx_bias")}
+                        prof.update({"kind": "cpu_profile", "who": who,
+                                     "new_tokens": args.cpu_profile_tokens},
+                                    **{k: v for k, v in got[who].items() if not k.startswith("_")})
+                        if who == "tirx":
+                            prof["own_over_torch"] = own_time_over(got["tirx"], got["torch"])
+                        print(json.dumps(prof)[:4000], flush=True)
                         if out:
                             out.write(json.dumps(prof) + "\n")
                             out.flush()

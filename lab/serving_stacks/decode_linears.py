@@ -1,0 +1,165 @@
+"""Each Linear of a generation model's decode step under CUDA graphs: tirx_gemm.matmul's pick against F.linear.
+
+For every (N, K) of one decoder layer and the LM head of a model of generate_bench.py (``layer_shapes``), at
+M = --tokens (decode at batch 1, 8, 32), bf16: the CUDA-graph time per call of F.linear and of
+tirx_gemm.matmul, without a bias and, for the layers that have one (Qwen's q/k/v projections), with it
+(F.linear's bias, cuBLASLt's epilogue; matmul's fused v12 epilogue; and matmul then a separate add, what the
+patched layer runs where the epilogue is not fused). Each path's graph holds --calls back-to-back calls; the
+graphs are replayed in alternating order (tirx_gemm.op.fp8_bench.graph_times, median of its rounds). Before
+timing, one eager call per path runs under torch.profiler with a gap after it, so the record names the GPU
+kernels each path launched (cuBLAS's nvjet / cutlass names, tirx's ``tirx_v12_...``) and matmul's
+``explain`` line. A record per (model, M, layer, bias): ``us`` per path and ``tirx_over_torch``
+(F.linear's time / matmul's: above 1 where tirx is faster).
+
+    TIRX_GEMM_BUNDLE=B python3 lab/serving_stacks/decode_linears.py --models qwen0.5b --out F.jsonl
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+GAP_S = 0.002  # host sleep between the profiled calls: their kernels fall in separate time windows
+
+
+def kernel_names(torch, paths: dict) -> dict:
+    """{path: [kernel names]}: one eager call per path under torch.profiler, grouped by time gaps."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for fn in paths.values():
+            fn()
+            torch.cuda.synchronize()
+            time.sleep(GAP_S)
+    cuda = torch.autograd.DeviceType.CUDA
+    try:
+        ev = sorted((e.start_ns() / 1e3, e.duration_ns() / 1e3, e.name())
+                    for e in prof.profiler.kineto_results.events() if e.device_type() == cuda)
+    except AttributeError:
+        ev = sorted((e.time_range.start, e.time_range.elapsed_us(), e.name)
+                    for e in prof.events() if e.device_type == cuda)
+    return group_by_gaps(ev, list(paths), GAP_S * 1e6 / 2)
+
+
+def group_by_gaps(events, names, gap_us: float) -> dict:
+    """(start us, duration us, kernel name) events sorted by start -> {names[i]: the kernels of
+    the i-th run of activity, runs split where the GPU idled over ``gap_us``}; every name "?"
+    when the runs do not number one per name (nothing is guessed)."""
+    groups, last = [], None
+    for start, dur, name in events:
+        if last is None or start - last > gap_us:
+            groups.append([])
+        groups[-1].append(name[:120])
+        last = start + dur
+    if len(groups) != len(names):
+        return {n: ["?"] for n in names}
+    return dict(zip(names, groups))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="qwen0.5b")
+    ap.add_argument("--tokens", default="1,8,32")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=60.0)
+    ap.add_argument("--between", action="store_true",
+                    help="a one-element torch add after every call in the graphs (and alone, "
+                         "timed the same way and subtracted: ``us``): each GEMM then follows a "
+                         "kernel that does not overlap its start (programmatic dependent launch), "
+                         "as in a model's decode step, not its own previous call")
+    ap.add_argument("--swap-bias", action="store_true",
+                    help="with a bias, also v12's swap-AB tile with the bias in its epilogue "
+                         "(export_swap_bias.py's kernels, called directly)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+    import tirx_gemm.matmul as mm
+    from tirx_gemm.op.fp8_bench import graph_times
+    from generate_bench import layer_shapes
+    from export_swap_bias import swap_bias_kwargs
+    from tirx_gemm import registry
+
+    t0 = time.time()
+    p = torch.cuda.get_device_properties(0)
+    card = f"{p.name} ({p.multi_processor_count} SMs)"
+    print(card, "torch", torch.__version__, flush=True)
+    out = open(args.out, "a") if args.out else None
+    bf = torch.bfloat16
+    for model in args.models.split(","):
+        for M in (int(m) for m in args.tokens.split(",")):
+            for N, K, layer, has_bias in layer_shapes(model):
+                if time.time() - t0 > args.budget_s:
+                    print(f"budget spent: {model} M={M} {layer} and later not run", flush=True)
+                    return 0
+                g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
+                a = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
+                w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
+                b = torch.randn(N, device="cuda", dtype=bf, generator=g) * 0.5
+                for bias in ((False, True) if has_bias else (False,)):
+                    rec = {"card": card, "torch": torch.__version__, "kind": "decode_linear",
+                           "between": args.between,
+                           "model": model, "layer": layer, "M": M, "N": N, "K": K, "bias": bias,
+                           "calls": args.calls}
+                    if bias:
+                        paths = {"F.linear": lambda: F.linear(a, w, b),
+                                 "tirx": lambda: mm.matmul(a, w, b),
+                                 "tirx+add": lambda: mm.matmul(a, w).add_(b)}
+                        got = swap_bias_kwargs(min(M, 32), 896, 896, p.multi_processor_count)
+                        if args.swap_bias and got is not None:  # v12 SWAP_AB + BIAS, if exported
+                            try:
+                                kern = mm._load(registry.get(got[0], "sm_90a"), (M, N, K),
+                                                got[1]).kernel
+                                y = torch.empty(M, N, device="cuda", dtype=bf)
+                                paths["tirx swap+bias"] = lambda: kern(a, w, y, b)
+                                rec["swap_bias_kwargs"] = got[1]
+                                kern(a, w, y, b)
+                                mm.synchronize()
+                                rec["swap_bias_max_abs_err"] = round(float(
+                                    (y.float() - F.linear(a, w, b).float()).abs().max()), 5)
+                            except Exception as e:  # noqa: BLE001 - not in the bundle: noted
+                                print(f"swap+bias not run: {str(e).splitlines()[0][:200]}")
+                    else:
+                        paths = {"F.linear": lambda: F.linear(a, w), "tirx": lambda: mm.matmul(a, w)}
+                    try:
+                        ref = F.linear(a, w, b if bias else None).float()
+                        err = (mm.matmul(a, w, b if bias else None, sync=True).float() - ref).abs().max()
+                        rec["max_abs_err"] = round(float(err), 5)
+                        rec["explain"] = mm.explain(M, N, K, "bfloat16", epilogue=(
+                            {"BIAS": "bfloat16"} if bias else None)).splitlines()[0]
+                        try:
+                            rec["kernels"] = kernel_names(torch, paths)
+                        except Exception as e:  # noqa: BLE001 - the names are a side dish
+                            rec["kernels"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                        if args.between:
+                            tiny = torch.zeros(1, device="cuda")
+                            gap = lambda: tiny.add_(1)  # noqa: E731
+                            lists = [[f for _ in range(args.calls) for f in (fn, gap)]
+                                     for fn in paths.values()] + [[gap, gap] * args.calls]
+                            ts = graph_times(lists)  # per list entry: (GEMM + add) / 2; add
+                            rec["between_add_us"] = round(ts[-1] * 1e3, 3)
+                            ts = [2 * t - ts[-1] for t in ts[:-1]]  # per GEMM, the add's time out
+                        else:
+                            ts = graph_times([[fn] * args.calls for fn in paths.values()])
+                    except Exception as e:  # noqa: BLE001 - a record of what failed, then on
+                        rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                        print(json.dumps(rec), flush=True)
+                        if out:
+                            out.write(json.dumps(rec) + "\n")
+                        continue
+                    rec["us"] = {n: round(t * 1e3, 3) for n, t in zip(paths, ts)}
+                    rec["tirx_over_torch"] = round(ts[0] / ts[1], 4)
+                    print(f"{model} M={M:<3} {layer:<20} {N}x{K} bias={bias!s:<5} "
+                          + "  ".join(f"{n} {v:7.2f}" for n, v in rec["us"].items())
+                          + f"  x{rec['tirx_over_torch']:.3f}  {rec['kernels']}", flush=True)
+                    if out:
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
