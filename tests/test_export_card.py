@@ -243,3 +243,18 @@ def test_a_pick_the_cards_bundle_lacks_falls_back_to_the_fitted_cards_and_warns(
     assert len(got) == 1 and "lacks the NVIDIA H100 80GB HBM3's pick" in str(got[0].message)
     # a pick neither card's kernel is there for: the GPU's, whose load error names it
     assert _pick(*DECODE[1], bundle) == rules.choose(*DECODE[1], "bfloat16", card="h100")
+
+
+def test_the_suite_bench_plans_the_picks_matmul_runs_from_the_same_bundle(on_h100, tmp_path,
+                                                                          suite_file):
+    """`tirx-gemm bench --suite --target matmul` on an H100 with a bundle exported for it times
+    the H100's picks (suite.plan through cards.pick, as matmul), not the fitted card's."""
+    from tirx_gemm.op import suite
+    bundle = _bundle(tmp_path / "b", [(M, N, K, "h100") for M, N, K in DECODE], ["h100"])
+    one = suite_file
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [(it.step.id, it.kwargs) for it in suite.plan(one, "matmul", "sm_90a", 132, bundle)]
+    assert got == [rules.choose(M, N, K, "bfloat16", card="h100") for M, N, K in DECODE]
+    assert [(it.step.id, it.kwargs) for it in suite.plan(one, "matmul", "sm_90a", 132)] \
+        == [rules.choose(M, N, K, "bfloat16") for M, N, K in DECODE]

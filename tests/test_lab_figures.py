@@ -495,10 +495,13 @@ def test_pdl_exit_trigger_figures_are_computed_from_their_records():
 def test_split_pdl_trigger_figures_are_computed_from_their_records():
     """The figures matmul_choice's PDL_EXIT_NOTE and README quote for the K splits' PDL
     trigger, recomputed from the H200 call's records (each case the mean of its passes' log
-    ratios, exit over start); the start side's kernels are what matmul picks today, the exit
-    side's the same kernels with PDL_TRIGGER="exit"."""
+    ratios, exit over start); the start side's kernels are what matmul picks with the token
+    tiles of swap-AB splits in steps of 16, as when the records ran (today's step of 8 moves the
+    200- and 300-token cases to 200- and 152-wide tiles), the exit side's the same kernels with
+    PDL_TRIGGER="exit"."""
     chooser = _rule_figures()
     from tirx_gemm import matmul as mm
+    from tirx_gemm.op import cost_model
     per: dict = {}
     for r in _lab_records("lab/pdl_exit_trigger/records/matmul_graph_h200_splitpdl.jsonl"):
         per.setdefault((r["M"], r["N"], r["K"], r["dtype"]), {}).setdefault(
@@ -508,7 +511,11 @@ def test_split_pdl_trigger_figures_are_computed_from_their_records():
     groups: dict = {"swap": [], "short": [], "long": []}
     for (M, N, K, dt), v in per.items():
         kw = v["start"][0]["kwargs"]
-        assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == kw and kw["SPLIT_K"] > 1
+        step, cost_model.WIDE_SWAP_STEP = cost_model.WIDE_SWAP_STEP, 16
+        try:
+            assert mm.choose(M, N, K, dt, "sm_90a", 132)[1] == kw and kw["SPLIT_K"] > 1
+        finally:
+            cost_model.WIDE_SWAP_STEP = step
         assert all(r["kwargs"] == {**kw, "PDL_TRIGGER": "exit"} for r in v["exit"])
         assert len(v["start"]) == len(v["exit"]) == 2
         gain = math.exp(_mean_log_ratio(v["exit"]) - _mean_log_ratio(v["start"]))

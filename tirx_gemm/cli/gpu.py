@@ -172,9 +172,14 @@ def _bench_suite(args) -> int:
               f"{target} --arch sm_90a --bundle build/bundle`".replace("  ", " "),
               file=sys.stderr)
         return 2
-    out = suite.bench_suite(args.suite or None, args.target, bundle=args.bundle,
-                            log=_progress_log(args), results_dir=args.results,
-                            record=args.record)
+    from tirx_gemm.op import cards
+    import torch  # noqa: F401 - cards.from_device asks an imported torch for the GPU
+    log = _progress_log(args)
+    with cards.present() as card:  # matmul's picks for this GPU's card, not the fitted one's
+        if args.target == suite.MATMUL:
+            log(f"card: {(cards.assumed(args.bundle) if args.bundle else card).line()}")
+        out = suite.bench_suite(args.suite or None, args.target, bundle=args.bundle,
+                                log=log, results_dir=args.results, record=args.record)
     recs = out["records"]
     return 0 if not out["failed"] and recs and all(r.get("verified") for r in recs) else 1
 

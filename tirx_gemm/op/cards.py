@@ -12,7 +12,8 @@ each named card's picks and records the cards in the bundle (:data:`RECORD`, bes
 manifest). On a GPU host matmul chooses for the GPU present where every suite export into its
 bundle was made for that card (:func:`assumed`), else for the fitted card (the H200), as
 before; :func:`pick` is its choice, with one :class:`CardWarning` a process where the bundle
-lacks the GPU's pick (it then runs the pick the bundle holds).
+lacks the GPU's pick (it then runs the pick the bundle holds). ``tirx-gemm bench --suite --target
+matmul`` plans under :func:`present`: for the GPU it times on, whatever the bundle's record.
 """
 
 from __future__ import annotations
@@ -131,6 +132,29 @@ def assuming(card):
         _ASSUMING.reset(token)
 
 
+_PRESENT: contextvars.ContextVar = contextvars.ContextVar("tirx_gemm_present", default=False)
+
+
+@contextlib.contextmanager
+def present(index: int | None = None):
+    """Inside, every plan is for the GPU present (GPU ``index``), whatever a bundle was
+    exported for: ``card=None`` means it (:func:`assuming`) and :func:`assumed` is it where it
+    is a card of :data:`CARDS` (:func:`pick` then runs its pick where the bundle holds it,
+    else the fitted card's with one CardWarning). What `tirx-gemm bench --suite --target
+    matmul` plans under: the suite measures the picks of the card it runs on. Yields that
+    card (the fitted card where no GPU is visible: nothing changes then)."""
+    here = from_device(index)
+    if here is None:
+        yield CARDS[FITTED_ON]
+        return
+    token = _PRESENT.set(True)
+    try:
+        with assuming(here):
+            yield here
+    finally:
+        _PRESENT.reset(token)
+
+
 def card_keys(text: str) -> tuple[str, ...]:
     """``--card``'s value: card names of :data:`CARDS`, comma-separated, or "all" (every
     card), or "auto" (the GPU an imported torch sees); a ValueError naming the choices."""
@@ -216,6 +240,9 @@ def assumed(bundle=None, index: int | None = None) -> Card:
     key, have = key_of(here), bundle_cards(bundle)
     if key is not None and key in have:
         return replace(here, source=f"{here.source}; the bundle was exported for it")
+    if key is not None and _PRESENT.get():
+        return replace(here, source=f"{here.source}; planned for the GPU present (the bundle "
+                                    f"was exported for {', '.join(have) or 'no one card'})")
     if key == FITTED_ON:
         return fitted
     return replace(fitted, source=(f"table; assumed: the GPU is {here.name}, the bundle was "

@@ -366,19 +366,21 @@ def best_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
 
 
 # swap-AB splits past decode (tirx_gemm.op.rules' K-split rule): the tokens in the fewest
-# pieces (of at most 256, a multiple of 16) up to WIDE_SWAP_MAX_M; a unit needs a ring of
-# WIDE_SWAP_MIN_STAGES (lab/split_k_decode)
+# pieces (of at most 256, a multiple of 8, 56 taken as 64: it ran behind 64, lab/split_k_decode)
+# up to WIDE_SWAP_MAX_M; a unit needs a ring of WIDE_SWAP_MIN_STAGES (lab/split_k_decode). The
+# step of 8 (not 16): lab/cost_model_error_classes, suites/token_step_ab.json (H100 A/B)
 WIDE_SWAP_MAX_M = 512
-WIDE_SWAP_STEP = 16
+WIDE_SWAP_STEP = 8
 WIDE_SWAP_ROWS = (64, 128)
 WIDE_SWAP_MIN_STAGES = 5
 
 
 def wide_swap_tokens(M: int, extra_pieces: int = 0) -> int:
     """The token tile of a swap-AB split at M tokens: M cut into the fewest pieces of at
-    most 256 (plus ``extra_pieces``), each rounded up to WIDE_SWAP_STEP."""
+    most 256 (plus ``extra_pieces``), each rounded up to WIDE_SWAP_STEP (56 to 64)."""
     pieces = _ceil_div(M, 256) + extra_pieces
-    return _ceil_div(_ceil_div(M, pieces), WIDE_SWAP_STEP) * WIDE_SWAP_STEP
+    tokens = _ceil_div(_ceil_div(M, pieces), WIDE_SWAP_STEP) * WIDE_SWAP_STEP
+    return 64 if tokens == 56 else tokens
 
 
 def wide_swap_token_tiles(M: int) -> tuple[int, ...]:

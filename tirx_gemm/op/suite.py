@@ -43,7 +43,7 @@ from typing import Callable, NamedTuple
 
 from tirx_gemm import registry, spec
 from tirx_gemm.report import tables
-from tirx_gemm.op import layouts as _layouts
+from tirx_gemm.op import cards as _cards, layouts as _layouts
 from tirx_gemm.op.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose,
                               choose_epilogue_on, step_kwargs,
                               variants)
@@ -331,11 +331,12 @@ def target_step(target: str, arch: str) -> registry.Step:
                          f"({ids})") from None
 
 
-def plan(suite, target: str, arch: str, sm_count: int) -> list[Item]:
+def plan(suite, target: str, arch: str, sm_count: int, bundle=None) -> list[Item]:
     """One Item (step, shape, kwargs, dtype) per case of ``suite`` (Suite.cases() order) on
     a GPU of ``arch`` with ``sm_count`` SMs. ``target`` "matmul": the step and keywords
-    tirx_gemm.matmul would run (matmul.choose); a step id ("v9"): that step, with the dtype
-    and the SM count (matmul.step_kwargs)."""
+    tirx_gemm.matmul would run with kernels from ``bundle`` (matmul.choose on the card
+    cards.pick assumes: the GPU present where the bundle was exported for it); a step id
+    ("v9"): that step, with the dtype and the SM count (matmul.step_kwargs)."""
     suite = _as_suite(suite)
     if arch not in registry.ARCHES:
         raise ValueError(f"unknown arch {arch!r}: choose one of {', '.join(registry.ARCHES)}")
@@ -346,7 +347,8 @@ def plan(suite, target: str, arch: str, sm_count: int) -> list[Item]:
     items = []
     for e, dtype in suite.cases():
         if fixed is None:
-            step_id, kw = choose(e.M, e.N, e.K, dtype, arch, sm_count)
+            step_id, kw = (choose(e.M, e.N, e.K, dtype, arch, sm_count) if bundle is None else
+                           _cards.pick(choose, e.M, e.N, e.K, dtype, arch, sm_count, bundle=bundle))
             step = registry.get(step_id, arch)
         else:
             step, kw = fixed, step_kwargs(fixed, dtype, sm_count)
@@ -541,7 +543,7 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
     if arch is None:
         raise device.DeviceMismatchError(f"cannot run suite {suite.name}: {why}")
     info = device.check_device(arch, query_smi=False)
-    items = plan(suite, target, arch, info["sm_count"])
+    items = plan(suite, target, arch, info["sm_count"], bundle)
     recs, failed, paths = [], [], set()
     for i, ((entry, dtype), it) in enumerate(zip(suite.cases(), items), 1):
         log(f"[{i}/{len(items)}] {entry.label} {dtype} {it.step.key} {_kw_text(it.kwargs)} "
