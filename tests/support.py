@@ -27,3 +27,19 @@ def one_line_error(out, needle):
     assert "Traceback" not in out.stderr
     lines = [ln for ln in out.stderr.strip().splitlines() if not PROGRESS.match(ln)]
     assert len(lines) == 1 and "error:" in lines[0] and needle in lines[0], out.stderr
+
+
+# decode shapes where the H100 and the H200 pick different kernels (the H100 runs the
+# non-persistent kernel where a split in two would hold under 48 K steps a unit;
+# lab/split_k_decode): the suite the card tests of bench and export plan
+CARD_DECODE = [(5, 4096, 4096), (45, 2816, 2048)]
+
+
+def write_card_suite(path: Path, name: str) -> Path:
+    """The decode suite of CARD_DECODE (bfloat16) written to ``path`` as a suite file."""
+    import json
+    path.write_text(json.dumps({
+        "name": name, "description": f"decode shapes for the {name} tests", "dtypes": ["bfloat16"],
+        "shapes": [{"M": M, "N": N, "K": K, "model": "test", "layer": "q_proj", "why": "decode",
+                    "all_m": False} for M, N, K in CARD_DECODE]}))
+    return path

@@ -17,21 +17,15 @@ from tirx_gemm.bundle_format import FORMAT, MANIFEST, lib_name
 from tirx_gemm.cli import gpu
 from tirx_gemm.op import cards, rules, suite
 from tirx_gemm.op.keywords import build_shape
+from support import CARD_DECODE, write_card_suite
 
-# decode shapes where the H100 and the H200 pick different kernels (lab/split_k_decode)
-DECODE = [(5, 4096, 4096), (45, 2816, 2048)]
-SUITE = {"name": "bench_cards", "description": "decode shapes for the bench card tests",
-         "dtypes": ["bfloat16"],
-         "shapes": [{"M": M, "N": N, "K": K, "model": "test", "layer": "q_proj", "why": "decode",
-                     "all_m": False} for M, N, K in DECODE]}
+DECODE = CARD_DECODE
 H100 = replace(cards.CARDS["h100"], source="device properties; bandwidth from the table")
 
 
 @pytest.fixture
 def suite_file(tmp_path) -> Path:
-    path = tmp_path / "suite.json"
-    path.write_text(json.dumps(SUITE))
-    return path
+    return write_card_suite(tmp_path / "suite.json", "bench_cards")
 
 
 @pytest.fixture

@@ -17,22 +17,14 @@ from tirx_gemm import cli
 from tirx_gemm.bundle_format import FORMAT, MANIFEST, lib_name
 from tirx_gemm.op import cards, rules
 from tirx_gemm.op.keywords import build_shape
+from support import CARD_DECODE, write_card_suite
 
-# decode shapes where the two cards pick differently (the H100 runs the non-persistent kernel
-# where a split in two would hold under 48 K steps a unit; lab/split_k_decode), and one where
-# they agree
-DECODE = [(5, 4096, 4096), (45, 2816, 2048)]
-SUITE = {"name": "cards", "description": "decode shapes for the --card tests",
-         "dtypes": ["bfloat16"],
-         "shapes": [{"M": M, "N": N, "K": K, "model": "test", "layer": "q_proj", "why": "decode",
-                     "all_m": False} for M, N, K in DECODE]}
+DECODE = CARD_DECODE
 
 
 @pytest.fixture
 def suite_file(tmp_path) -> Path:
-    path = tmp_path / "suite.json"
-    path.write_text(json.dumps(SUITE))
-    return path
+    return write_card_suite(tmp_path / "suite.json", "cards")
 
 
 @pytest.fixture
