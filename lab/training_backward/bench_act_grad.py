@@ -61,13 +61,62 @@ SWIGLU_LAYERS = (("llama3_8b", "gate_up", 28672, 4096), ("qwen2.5_7b", "gate_up"
 TOKENS = (4096, 8192, 16384)
 
 
-def cases(tokens=TOKENS):
+def cases(tokens=TOKENS, swiglu: bool = True):
+    """(model, layer, act, M, N, K): per M, LAYERS with each of ACTS, then (``swiglu``)
+    SWIGLU_LAYERS."""
     for M in tokens:
         for model, layer, N, K in LAYERS:
             for act in ACTS:
                 yield model, layer, act, M, N, K
-        for model, layer, N, K in SWIGLU_LAYERS:
-            yield model, layer, "swiglu", M, N, K
+        if swiglu:
+            for model, layer, N, K in SWIGLU_LAYERS:
+                yield model, layer, "swiglu", M, N, K
+
+
+def _todo(torch, budget_s: float, tokens, swiglu: bool = True):
+    """The cases a run times (:func:`cases`) until ``budget_s`` from now is spent (the first one
+    left out said), each as (its records' head: date, card and the case, the case)."""
+    card = torch.cuda.get_device_name(0)
+    date = datetime.date.today().isoformat()
+    t_end = time.monotonic() + budget_s
+
+    def each():
+        for model, layer, act, M, N, K in cases(tokens, swiglu):
+            if time.monotonic() > t_end:
+                print(f"budget spent: stopped before {model} {layer} {act} M={M}")
+                return
+            yield ({"date": date, "card": card, "model": model, "layer": layer, "act": act,
+                    "M": M, "N": N, "K": K}, (model, layer, act, M, N, K))
+    return each()
+
+
+def _inputs(torch, M: int, N: int, K: int, dy_cols: int):
+    """x (M x K), w (N x K, over sqrt(K)) and dy (M x dy_cols), bf16 on the GPU, seeded by the
+    shape: every run draws the same ones for a case."""
+    bf = torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
+    w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
+    return x, w, torch.randn(M, dy_cols, device="cuda", dtype=bf, generator=g)
+
+
+def _row(head: dict, what: str, timing: str, ms: float, flop: int) -> dict:
+    """A timed row: the case's ``head`` fields, then what, how, ms and TFLOP/s."""
+    return {**head, "dtype": "bfloat16", "what": what, "timing": timing, "ms": round(ms, 4),
+            "tflops": round(flop / ms / 1e9, 1)}
+
+
+def _write(f, rec: dict) -> None:
+    f.write(json.dumps(rec) + "\n")
+    f.flush()
+
+
+def _failed(f, head: dict, what: str, e: Exception) -> None:
+    """A case that failed: said, and its row (``what``, the error) written."""
+    why = f"{type(e).__name__}: {str(e)[:300]}"
+    print(f"{head['model']} {head['layer']} {head['act']} M={head['M']} FAILED: {why}",
+          flush=True)
+    _write(f, {**head, "what": what, "error": why})
 
 
 def requests(sm_count: int = 132, tokens=TOKENS) -> list:
@@ -122,26 +171,17 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
     from tirx_gemm.op import act_grad as AGR
     from tirx_gemm.op import act_save as AS
     from tirx_gemm.op import autograd as AG
-    card = torch.cuda.get_device_name(0)
-    date = datetime.date.today().isoformat()
-    t_end = time.monotonic() + budget_s
-    bf = torch.bfloat16
+    todo = _todo(torch, budget_s, tokens)
     torch_act = {"gelu": F.gelu, "silu": F.silu}
     default = AGR.PREFETCH
     n = 0
     with out.open("a") as f:
-        for model, layer, act, M, N, K in cases(tokens):
-            if time.monotonic() > t_end:
-                print(f"budget spent: stopped before {model} {layer} {act} M={M}")
-                break
+        for head, (model, layer, act, M, N, K) in todo:
             try:
-                g = torch.Generator(device="cuda").manual_seed(M + N + K)
-                x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
-                w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
                 sw = act == "swiglu"  # w: the fused gate/up weight, dy: M x N/2
+                x, w, dy = _inputs(torch, M, N, K, N // 2 if sw else N)
                 if sw:  # tirx_gemm::swiglu takes only a weight fuse_gate_up made (marked)
                     w = fuse_gate_up(w[:N // 2], w[N // 2:])
-                dy = torch.randn(M, N // 2 if sw else N, device="cuda", dtype=bf, generator=g)
                 arch = AG._arch(x.device)
 
                 def fused():
@@ -204,10 +244,7 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
                 how["fwdbwd_torch"] = "events"
                 for what, ms in times.items():
                     flop = (2 if what.startswith("dz") else 6) * M * N * K  # N: the weight's rows
-                    rec = {"date": date, "card": card, "model": model, "layer": layer, "act": act,
-                           "M": M, "N": N, "K": K, "dtype": "bfloat16", "what": what,
-                           "timing": how[what], "ms": round(ms, 4),
-                           "tflops": round(flop / ms / 1e9, 1)}
+                    rec = _row(head, what, how[what], ms, flop)
                     if what.endswith("_fused") or what == "dz_prefetch":
                         base = "dz_unfused" if what == "dz_prefetch" else what.replace("fused",
                                                                                        "unfused")
@@ -216,8 +253,7 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
                         rec["vs_torch"] = round(times["fwdbwd_torch"] / ms, 3)
                     if what == "fwdbwd_fused":
                         rec["act_grad_prefetch"] = default and not sw
-                    f.write(json.dumps(rec) + "\n")
-                    f.flush()
+                    _write(f, rec)
                 speedup = times["dz_unfused"] / times["dz_fused"]
                 pf = times.get("dz_prefetch")
                 print(f"{model} {layer} {act} M={M}: dz fused {times['dz_fused']:.3f} ms "
@@ -227,12 +263,7 @@ def run(out: Path, budget_s: float, tokens=TOKENS) -> int:
                       f"{times['fwdbwd_unfused']:.3f} vs torch {times['fwdbwd_torch']:.3f} ms",
                       flush=True)
             except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
-                print(f"{model} {layer} {act} M={M} FAILED: {type(e).__name__}: {str(e)[:300]}",
-                      flush=True)
-                f.write(json.dumps({"date": date, "card": card, "model": model, "layer": layer,
-                                    "act": act, "M": M, "N": N, "K": K, "what": "error",
-                                    "error": f"{type(e).__name__}: {str(e)[:300]}"}) + "\n")
-                f.flush()
+                _failed(f, head, "error", e)
                 torch.cuda.empty_cache()
                 continue
             n += 1
@@ -263,116 +294,89 @@ def run_save(out: Path, budget_s: float, tokens=TOKENS) -> int:
     import bench as B
     from tirx_gemm.op import act_save as AS
     from tirx_gemm.op import autograd as AG
-    card = torch.cuda.get_device_name(0)
-    date = datetime.date.today().isoformat()
-    t_end = time.monotonic() + budget_s
-    bf = torch.bfloat16
+    todo = _todo(torch, budget_s, tokens, swiglu=False)
     torch_act = {"gelu": F.gelu, "silu": F.silu}
     n = 0
     with out.open("a") as f:
-        for M in tokens:
-            for model, layer, N, K in LAYERS:
-                for act in ACTS:
-                    if time.monotonic() > t_end:
-                        print(f"budget spent: stopped before {model} {layer} {act} M={M}")
-                        return n
-                    try:
-                        g = torch.Generator(device="cuda").manual_seed(M + N + K)
-                        x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
-                        w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
-                        dy = torch.randn(M, N, device="cuda", dtype=bf, generator=g)
-                        xs, ws = x.requires_grad_(), w.requires_grad_()
-                        if not AS.applies(xs, ws, None, act, None, AG._arch(xs.device)):
-                            raise RuntimeError("the save kernel does not apply here")
+        for head, (model, layer, act, M, N, K) in todo:
+            try:
+                x, w, dy = _inputs(torch, M, N, K, N)
+                xs, ws = x.requires_grad_(), w.requires_grad_()
+                if not AS.applies(xs, ws, None, act, None, AG._arch(xs.device)):
+                    raise RuntimeError("the save kernel does not apply here")
 
-                        def step():
-                            AG.matmul(xs, ws, None, act).backward(dy)
+                def step():
+                    AG.matmul(xs, ws, None, act).backward(dy)
 
-                        def torch_step():
-                            torch_act[act](F.linear(xs, ws)).backward(dy)
+                def torch_step():
+                    torch_act[act](F.linear(xs, ws)).backward(dy)
 
-                        step()
-                        got = (xs.grad.clone(), ws.grad.clone())
-                        xs.grad = ws.grad = None
-                        torch_step()
-                        B._check(f"{layer} {act} M={M} dx", got[0], xs.grad)
-                        B._check(f"{layer} {act} M={M} dw", got[1], ws.grad)
-                        del got
-                        times = {"fwdbwd_save": B._time_events(step, torch, B.GRAPH_CALLS)}
-                        AS.set_enabled(False)
-                        try:
-                            times["fwdbwd_fused"] = B._time_events(step, torch, B.GRAPH_CALLS)
-                        finally:
-                            AS.set_enabled(True)
-                        times["fwdbwd_torch"] = B._time_events(torch_step, torch, B.GRAPH_CALLS)
-                        times["fwd_save"] = B._time_events(
-                            lambda: AG.matmul(xs, ws, None, act), torch, B.GRAPH_CALLS)
+                def check_grads(what=""):  # dx and dw of step() against torch_step()'s
+                    xs.grad = ws.grad = None
+                    step()
+                    got = (xs.grad.clone(), ws.grad.clone())
+                    xs.grad = ws.grad = None
+                    torch_step()
+                    B._check(f"{layer} {act} M={M} dx{what}", got[0], xs.grad)
+                    B._check(f"{layer} {act} M={M} dw{what}", got[1], ws.grad)
 
-                        def infer():
-                            with torch.no_grad():
-                                AG.matmul(xs, ws, None, act)
-                        times["fwd_infer"] = B._time_events(infer, torch, B.GRAPH_CALLS)
-                        times["fwd_torch"] = B._time_events(
-                            lambda: torch_act[act](F.linear(xs, ws)), torch, B.GRAPH_CALLS)
-                        prev, AS.TUNE = AS.TUNE, SAVE_PAIR_TUNE  # the same on v15's CTA pair
-                        try:
-                            if not AS.applies(xs, ws, None, act, None, AG._arch(xs.device)):
-                                raise RuntimeError("the CTA-pair save kernel is not loaded")
-                            B._check(f"{layer} {act} M={M} y pair", AG.matmul(xs, ws, None, act),
-                                     torch_act[act](F.linear(xs, ws)))
-                            times["fwd_save_pair"] = B._time_events(
-                                lambda: AG.matmul(xs, ws, None, act), torch, B.GRAPH_CALLS)
-                            xs.grad = ws.grad = None
-                            step()  # forward + backward with the pair's forward, checked
-                            got = (xs.grad.clone(), ws.grad.clone())
-                            xs.grad = ws.grad = None
-                            torch_step()
-                            B._check(f"{layer} {act} M={M} dx pair", got[0], xs.grad)
-                            B._check(f"{layer} {act} M={M} dw pair", got[1], ws.grad)
-                            del got
-                            times["fwdbwd_save_pair"] = B._time_events(step, torch,
-                                                                       B.GRAPH_CALLS)
-                        except Exception as e:  # noqa: BLE001 (printed; the other rows stand)
-                            print(f"  save_pair FAILED: {type(e).__name__}: {str(e)[:200]}")
-                        finally:
-                            AS.TUNE = prev
-                        xs.grad = ws.grad = None
-                    except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
-                        print(f"{model} {layer} {act} M={M} FAILED: {type(e).__name__}: "
-                              f"{str(e)[:300]}", flush=True)
-                        f.write(json.dumps({"date": date, "card": card, "model": model,
-                                            "layer": layer, "act": act, "M": M, "N": N, "K": K,
-                                            "what": "error", "error":
-                                            f"{type(e).__name__}: {str(e)[:300]}"}) + "\n")
-                        f.flush()
-                        torch.cuda.empty_cache()
-                        continue
-                    for what, ms in times.items():
-                        flop = (6 if what.startswith("fwdbwd") else 2) * M * N * K
-                        rec = {"date": date, "card": card, "model": model, "layer": layer,
-                               "act": act, "M": M, "N": N, "K": K, "dtype": "bfloat16",
-                               "what": what, "timing": "events", "ms": round(ms, 4),
-                               "tflops": round(flop / ms / 1e9, 1)}
-                        kind = what.split("_")[0]
-                        if not what.endswith("_torch"):
-                            rec["vs_torch"] = round(times[f"{kind}_torch"] / ms, 3)
-                        if what == "fwdbwd_save":
-                            rec["speedup"] = round(times["fwdbwd_fused"] / ms, 3)
-                        f.write(json.dumps(rec) + "\n")
-                        f.flush()
-                    ratio = times["fwdbwd_torch"] / times["fwdbwd_save"]
-                    print(f"{model} {layer} {act} M={M}: fwd+bwd save {times['fwdbwd_save']:.3f}"
-                          f" recompute {times['fwdbwd_fused']:.3f} torch "
-                          f"{times['fwdbwd_torch']:.3f} ms (x{ratio:.3f} torch); "
-                          f"fwd save {times['fwd_save']:.3f} infer "
-                          f"{times['fwd_infer']:.3f} torch {times['fwd_torch']:.3f} ms; pair fwd "
-                          f"{times.get('fwd_save_pair', float('nan')):.3f} fwd+bwd "
-                          f"{times.get('fwdbwd_save_pair', float('nan')):.3f} ms", flush=True)
-                    n += 1
-                    del x, w, dy, xs, ws
-                    torch.cuda.empty_cache()
+                check_grads()
+                times = {"fwdbwd_save": B._time_events(step, torch, B.GRAPH_CALLS)}
+                AS.set_enabled(False)
+                try:
+                    times["fwdbwd_fused"] = B._time_events(step, torch, B.GRAPH_CALLS)
+                finally:
+                    AS.set_enabled(True)
+                times["fwdbwd_torch"] = B._time_events(torch_step, torch, B.GRAPH_CALLS)
+                times["fwd_save"] = B._time_events(
+                    lambda: AG.matmul(xs, ws, None, act), torch, B.GRAPH_CALLS)
+
+                def infer():
+                    with torch.no_grad():
+                        AG.matmul(xs, ws, None, act)
+                times["fwd_infer"] = B._time_events(infer, torch, B.GRAPH_CALLS)
+                times["fwd_torch"] = B._time_events(
+                    lambda: torch_act[act](F.linear(xs, ws)), torch, B.GRAPH_CALLS)
+                prev, AS.TUNE = AS.TUNE, SAVE_PAIR_TUNE  # the same on v15's CTA pair
+                try:
+                    if not AS.applies(xs, ws, None, act, None, AG._arch(xs.device)):
+                        raise RuntimeError("the CTA-pair save kernel is not loaded")
+                    B._check(f"{layer} {act} M={M} y pair", AG.matmul(xs, ws, None, act),
+                             torch_act[act](F.linear(xs, ws)))
+                    times["fwd_save_pair"] = B._time_events(
+                        lambda: AG.matmul(xs, ws, None, act), torch, B.GRAPH_CALLS)
+                    check_grads(" pair")  # forward + backward with the pair's forward
+                    times["fwdbwd_save_pair"] = B._time_events(step, torch, B.GRAPH_CALLS)
+                except Exception as e:  # noqa: BLE001 (printed; the other rows stand)
+                    print(f"  save_pair FAILED: {type(e).__name__}: {str(e)[:200]}")
+                finally:
+                    AS.TUNE = prev
+                xs.grad = ws.grad = None
+            except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
+                _failed(f, head, "error", e)
+                torch.cuda.empty_cache()
+                continue
+            for what, ms in times.items():
+                flop = (6 if what.startswith("fwdbwd") else 2) * M * N * K
+                rec = _row(head, what, "events", ms, flop)
+                kind = what.split("_")[0]
+                if not what.endswith("_torch"):
+                    rec["vs_torch"] = round(times[f"{kind}_torch"] / ms, 3)
+                if what == "fwdbwd_save":
+                    rec["speedup"] = round(times["fwdbwd_fused"] / ms, 3)
+                _write(f, rec)
+            ratio = times["fwdbwd_torch"] / times["fwdbwd_save"]
+            print(f"{model} {layer} {act} M={M}: fwd+bwd save {times['fwdbwd_save']:.3f}"
+                  f" recompute {times['fwdbwd_fused']:.3f} torch "
+                  f"{times['fwdbwd_torch']:.3f} ms (x{ratio:.3f} torch); "
+                  f"fwd save {times['fwd_save']:.3f} infer "
+                  f"{times['fwd_infer']:.3f} torch {times['fwd_torch']:.3f} ms; pair fwd "
+                  f"{times.get('fwd_save_pair', float('nan')):.3f} fwd+bwd "
+                  f"{times.get('fwdbwd_save_pair', float('nan')):.3f} ms", flush=True)
+            n += 1
+            del x, w, dy, xs, ws
+            torch.cuda.empty_cache()
     return n
-
 
 
 def run_compiled(out: Path, budget_s: float, tokens=TOKENS) -> int:
@@ -386,99 +390,75 @@ def run_compiled(out: Path, budget_s: float, tokens=TOKENS) -> int:
     import bench as B
     from tirx_gemm.op import act_save as AS
     from tirx_gemm.op import autograd as AG
-    card = torch.cuda.get_device_name(0)
-    date = datetime.date.today().isoformat()
-    t_end = time.monotonic() + budget_s
-    bf = torch.bfloat16
+    todo = _todo(torch, budget_s, tokens, swiglu=False)
     torch_act = {"gelu": F.gelu, "silu": F.silu}
     n = 0
     with out.open("a") as f:
-        for M in tokens:
-            for model, layer, N, K in LAYERS:
-                for act in ACTS:
-                    if time.monotonic() > t_end:
-                        print(f"budget spent: stopped before {model} {layer} {act} M={M}")
-                        return n
-                    times = {}
-                    try:
-                        g = torch.Generator(device="cuda").manual_seed(M + N + K)
-                        x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
-                        w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
-                        dy = torch.randn(M, N, device="cuda", dtype=bf, generator=g)
-                        xs, ws = x.requires_grad_(), w.requires_grad_()
+        for head, (model, layer, act, M, N, K) in todo:
+            times = {}
+            try:
+                x, w, dy = _inputs(torch, M, N, K, N)
+                xs, ws = x.requires_grad_(), w.requires_grad_()
 
-                        def ours(x, w):
-                            return AG.matmul(x, w, None, act)
+                def ours(x, w):
+                    return AG.matmul(x, w, None, act)
 
-                        def theirs(x, w):
-                            return torch_act[act](F.linear(x, w))
+                def theirs(x, w):
+                    return torch_act[act](F.linear(x, w))
 
-                        def arm(fn, reset=True):  # (a reset re-reads act_save.ENABLED)
-                            if reset:
-                                torch._dynamo.reset()
-                            c = torch.compile(fn, fullgraph=True)
+                def arm(fn, reset=True):  # (a reset re-reads act_save.ENABLED)
+                    if reset:
+                        torch._dynamo.reset()
+                    c = torch.compile(fn, fullgraph=True)
 
-                            def step():
-                                c(xs, ws).backward(dy)
-                            step()
-                            return step
-                        saved = []
-                        real = AS.OP
-                        AS.OP = lambda *a: saved.append(a[-1]) or real(*a)
-                        try:
-                            step = arm(ours)
-                        finally:
-                            AS.OP = real
-                        if saved != [act]:
-                            raise RuntimeError(f"the compiled step did not trace the save op: "
-                                               f"{saved}")
-                        got = (xs.grad.clone(), ws.grad.clone())
-                        xs.grad = ws.grad = None
-                        torch_step = arm(theirs, reset=False)
-                        B._check(f"{layer} {act} M={M} compiled dx", got[0], xs.grad)
-                        B._check(f"{layer} {act} M={M} compiled dw", got[1], ws.grad)
-                        del got
-                        times["cfwdbwd_save"] = B._time_events(step, torch, B.GRAPH_CALLS)
-                        times["cfwdbwd_torch"] = B._time_events(torch_step, torch,
-                                                                B.GRAPH_CALLS)
-                        times["fwdbwd_torch"] = B._time_events(
-                            lambda: theirs(xs, ws).backward(dy), torch, B.GRAPH_CALLS)
-                        AS.set_enabled(False)
-                        try:
-                            times["cfwdbwd_fused"] = B._time_events(arm(ours), torch,
-                                                                    B.GRAPH_CALLS)
-                        finally:
-                            AS.set_enabled(True)
-                            torch._dynamo.reset()
-                        xs.grad = ws.grad = None
-                    except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
-                        print(f"{model} {layer} {act} M={M} FAILED: {type(e).__name__}: "
-                              f"{str(e)[:300]}", flush=True)
-                        f.write(json.dumps({"date": date, "card": card, "model": model,
-                                            "layer": layer, "act": act, "M": M, "N": N, "K": K,
-                                            "what": "compiled_error", "error":
-                                            f"{type(e).__name__}: {str(e)[:300]}"}) + "\n")
-                        f.flush()
-                        torch.cuda.empty_cache()
-                        if "cfwdbwd_torch" not in times:
-                            continue
-                    for what, ms in times.items():
-                        flop = 6 * M * N * K
-                        rec = {"date": date, "card": card, "model": model, "layer": layer,
-                               "act": act, "M": M, "N": N, "K": K, "dtype": "bfloat16",
-                               "what": what, "timing": "events", "ms": round(ms, 4),
-                               "tflops": round(flop / ms / 1e9, 1),
-                               "compile": "inductor, fullgraph"}
-                        if what != "cfwdbwd_torch":
-                            rec["vs_torch"] = round(times["cfwdbwd_torch"] / ms, 3)
-                        f.write(json.dumps(rec) + "\n")
-                        f.flush()
-                    print(f"{model} {layer} {act} M={M} compiled: " + " ".join(
-                        f"{k} {v:.3f}" for k, v in times.items()) + " ms", flush=True)
-                    n += 1
-                    del x, w, dy, xs, ws
-                    torch.cuda.empty_cache()
+                    def step():
+                        c(xs, ws).backward(dy)
+                    step()
+                    return step
+                saved = []
+                real = AS.OP
+                AS.OP = lambda *a: saved.append(a[-1]) or real(*a)
+                try:
+                    step = arm(ours)
+                finally:
+                    AS.OP = real
+                if saved != [act]:
+                    raise RuntimeError(f"the compiled step did not trace the save op: {saved}")
+                got = (xs.grad.clone(), ws.grad.clone())
+                xs.grad = ws.grad = None
+                torch_step = arm(theirs, reset=False)
+                B._check(f"{layer} {act} M={M} compiled dx", got[0], xs.grad)
+                B._check(f"{layer} {act} M={M} compiled dw", got[1], ws.grad)
+                del got
+                times["cfwdbwd_save"] = B._time_events(step, torch, B.GRAPH_CALLS)
+                times["cfwdbwd_torch"] = B._time_events(torch_step, torch, B.GRAPH_CALLS)
+                times["fwdbwd_torch"] = B._time_events(
+                    lambda: theirs(xs, ws).backward(dy), torch, B.GRAPH_CALLS)
+                AS.set_enabled(False)
+                try:
+                    times["cfwdbwd_fused"] = B._time_events(arm(ours), torch, B.GRAPH_CALLS)
+                finally:
+                    AS.set_enabled(True)
+                    torch._dynamo.reset()
+                xs.grad = ws.grad = None
+            except Exception as e:  # noqa: BLE001 (recorded; the next case runs)
+                _failed(f, head, "compiled_error", e)
+                torch.cuda.empty_cache()
+                if "cfwdbwd_torch" not in times:
+                    continue
+            for what, ms in times.items():
+                rec = {**_row(head, what, "events", ms, 6 * M * N * K),
+                       "compile": "inductor, fullgraph"}
+                if what != "cfwdbwd_torch":
+                    rec["vs_torch"] = round(times["cfwdbwd_torch"] / ms, 3)
+                _write(f, rec)
+            print(f"{model} {layer} {act} M={M} compiled: " + " ".join(
+                f"{k} {v:.3f}" for k, v in times.items()) + " ms", flush=True)
+            n += 1
+            del x, w, dy, xs, ws
+            torch.cuda.empty_cache()
     return n
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
