@@ -14,43 +14,24 @@ tensor), the pick's and the pair's TFLOP/s at the largest case, and the rule's v
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import sys
 
+from fp8_summaries import geomean, main as summary_main, scale_sets, torch_geomeans  # this folder
+
 RULE_GAIN = 1.02  # at least 2% faster than the pick at every case (the README's rule)
-
-
-def _geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
-
-def _load(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def summarize(checks: list[dict], cases: list[dict]) -> list[dict]:
     """The per-kind summary records (module docstring)."""
     checked = [c for c in checks if c.get("kind") == "pair_check"]
     out = []
-    for scale in ("tensor", "row", "block"):
-        mine = [c for c in checked if c["scale"] == scale]
-        run = [r for r in cases if r.get("kind") == "fp8_case" and r["suite"]["scale"] == scale]
-        files = sorted({_file(r) for r in run})
-        for which in ["all"] + files:
-            here = [r for r in run if which in ("all", _file(r))]
-            rows = [r for r in here if r.get("verified")
-                    and "ms" in r.get("candidates", {}).get("pair", {})]
-            if rows:  # a case whose pick failed its check or whose pair was not timed: untimed
-                out.append({**_summary(scale, which, rows, mine), "untimed": len(here) - len(rows)})
-                out[-1]["adopt"] = out[-1]["adopt"] and out[-1]["untimed"] == 0
+    for scale, which, mine, here in scale_sets(checked, cases):
+        rows = [r for r in here if r.get("verified")
+                and "ms" in r.get("candidates", {}).get("pair", {})]
+        if rows:  # a case whose pick failed its check or whose pair was not timed: untimed
+            out.append({**_summary(scale, which, rows, mine), "untimed": len(here) - len(rows)})
+            out[-1]["adopt"] = out[-1]["adopt"] and out[-1]["untimed"] == 0
     return out
-
-
-def _file(r: dict) -> str:
-    return r["suite"].get("file", r["suite"]["name"])
 
 
 def _summary(scale: str, which: str, rows: list[dict], mine: list[dict]) -> dict:
@@ -60,36 +41,20 @@ def _summary(scale: str, which: str, rows: list[dict], mine: list[dict]) -> dict
            "n": len(rows),
            "checks": len(mine), "checks_ok": sum(bool(c.get("ok")) for c in mine),
            "checks_equal": sum(bool(c.get("pair_equals_pick")) for c in mine),
-           "geomean_ratio_to_pick": _geomean(gain), "min_ratio_to_pick": min(gain),
+           "geomean_ratio_to_pick": geomean(gain), "min_ratio_to_pick": min(gain),
            "max_ratio_to_pick": max(gain),
            "cases_at_rule_gain": sum(g >= RULE_GAIN for g in gain),
            "largest": f"{big['M']}x{big['N']}x{big['K']}",
            "largest_pick_tflops": big["tflops"],
            "largest_pair_tflops": big["tflops"] * big["candidates"]["pair"]["ratio_to_pick"]}
-    for key in ("ratio_to_torch", "ratio_to_torch_tensor"):
-        both = [r for r in rows if r.get(key)]
-        if both:
-            rec[f"pick_geomean_{key}"] = _geomean([r[key] for r in both])
-            rec[f"pair_geomean_{key}"] = _geomean(
-                [r[key] * r["candidates"]["pair"]["ratio_to_pick"] for r in both])
+    rec.update(torch_geomeans(rows, "pair", lambda r: r["candidates"]["pair"]["ratio_to_pick"]))
     rec["adopt"] = bool(mine) and rec["checks_ok"] == len(mine) \
         and rec["cases_at_rule_gain"] == len(rows)
     return rec
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("check")
-    ap.add_argument("ab", nargs="+")
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    cases = [r for p in a.ab for r in _load(p)]
-    recs = summarize(_load(a.check), cases)
-    with open(a.out, "w", encoding="utf-8") as f:
-        for rec in recs:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
-            print(json.dumps(rec, sort_keys=True))
-    return 0
+    return summary_main(summarize, __doc__.splitlines()[0], argv, mode="w", missing_ok=False)
 
 
 if __name__ == "__main__":

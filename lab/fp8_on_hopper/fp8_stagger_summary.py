@@ -17,88 +17,54 @@ the largest case, and the verdict (adopt, set "all" only).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import sys
+
+from fp8_summaries import geomean, main as summary_main, scale_sets, torch_geomeans  # this folder
 
 RULE_GEOMEAN = 1.03  # at least 3% faster in geomean over a kind's A/B cases ...
 RULE_FLOOR = 0.98    # ... and no case more than 2% slower (the README's rule)
 CANDIDATE = "stagger"
 
 
-def _geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
-
-def _load(path):
-    """The records of a JSON-lines file; none for a file a run cut short never wrote."""
-    import os
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _file(r: dict) -> str:
-    return r["suite"].get("file", r["suite"]["name"])
+def meets_rule(gains: list[float]) -> bool:
+    """The rule's speed terms over a kind's cases (each the pick's time over the candidate's):
+    a geomean of at least RULE_GEOMEAN and none under RULE_FLOOR."""
+    return geomean(gains) >= RULE_GEOMEAN and min(gains) >= RULE_FLOOR
 
 
 def summarize(checks: list[dict], cases: list[dict]) -> list[dict]:
     """The per-kind summary records (module docstring)."""
     checked = [c for c in checks if c.get("kind") == "stagger_check"]
     out = []
-    for scale in ("tensor", "row", "block"):
-        mine = [c for c in checked if c["scale"] == scale]
-        run = [r for r in cases if r.get("kind") == "fp8_case" and r["suite"]["scale"] == scale
-               and r.get("candidates")]
-        for which in ["all"] + sorted({_file(r) for r in run}):
-            here = [r for r in run if which in ("all", _file(r))]
-            rows = [r for r in here if r.get("verified") and "ms" in r["candidates"].get(CANDIDATE, {})]
-            if not rows:
-                continue
-            rec = {"kind": "stagger_summary", "scale": scale, "set": which, "device": rows[0]["device"],
-                   "n": len(rows), "untimed": len(here) - len(rows), "checks": len(mine),
-                   "checks_ok": sum(bool(c.get("ok")) for c in mine),
-                   "checks_equal": sum(bool(c.get("stagger_equals_pick")) for c in mine)}
-            names = sorted({n for r in here for n, c in r["candidates"].items() if "ms" in c})
-            for n in names:
-                g = [r["candidates"][n]["ratio_to_pick"] for r in here if "ms" in r["candidates"].get(n, {})]
-                rec[f"{n}: geomean_ratio_to_pick"] = _geomean(g)
-                rec[f"{n}: min_ratio_to_pick"], rec[f"{n}: max_ratio_to_pick"] = min(g), max(g)
-            big = max(rows, key=lambda r: r["M"] * r["N"] * r["K"])
-            gain = lambda r: r["candidates"][CANDIDATE]["ratio_to_pick"]  # noqa: E731
-            rec.update({"largest": f"{big['M']}x{big['N']}x{big['K']}", "largest_pick_tflops": big["tflops"],
-                        "largest_stagger_tflops": big["tflops"] * gain(big),
-                        "largest_torch_tflops": big.get("torch_tflops")})
-            for key in ("ratio_to_torch", "ratio_to_torch_tensor"):
-                both = [r for r in rows if r.get(key)]
-                if both:
-                    rec[f"pick_geomean_{key}"] = _geomean([r[key] for r in both])
-                    rec[f"stagger_geomean_{key}"] = _geomean([r[key] * gain(r) for r in both])
-            if which == "all":
-                g = [gain(r) for r in rows]
-                rec["adopt"] = bool(mine) and rec["checks_ok"] == len(mine) \
-                    and rec["checks_equal"] == len(mine) and rec["untimed"] == 0 \
-                    and _geomean(g) >= RULE_GEOMEAN and min(g) >= RULE_FLOOR
-            out.append(rec)
+    for scale, which, mine, here in scale_sets(checked, [r for r in cases if r.get("candidates")]):
+        rows = [r for r in here if r.get("verified") and "ms" in r["candidates"].get(CANDIDATE, {})]
+        if not rows:
+            continue
+        rec = {"kind": "stagger_summary", "scale": scale, "set": which, "device": rows[0]["device"],
+               "n": len(rows), "untimed": len(here) - len(rows), "checks": len(mine),
+               "checks_ok": sum(bool(c.get("ok")) for c in mine),
+               "checks_equal": sum(bool(c.get("stagger_equals_pick")) for c in mine)}
+        names = sorted({n for r in here for n, c in r["candidates"].items() if "ms" in c})
+        for n in names:
+            g = [r["candidates"][n]["ratio_to_pick"] for r in here if "ms" in r["candidates"].get(n, {})]
+            rec[f"{n}: geomean_ratio_to_pick"] = geomean(g)
+            rec[f"{n}: min_ratio_to_pick"], rec[f"{n}: max_ratio_to_pick"] = min(g), max(g)
+        big = max(rows, key=lambda r: r["M"] * r["N"] * r["K"])
+        gain = lambda r: r["candidates"][CANDIDATE]["ratio_to_pick"]  # noqa: E731
+        rec.update({"largest": f"{big['M']}x{big['N']}x{big['K']}", "largest_pick_tflops": big["tflops"],
+                    "largest_stagger_tflops": big["tflops"] * gain(big),
+                    "largest_torch_tflops": big.get("torch_tflops")})
+        rec.update(torch_geomeans(rows, "stagger", gain))
+        if which == "all":
+            g = [gain(r) for r in rows]
+            rec["adopt"] = bool(mine) and rec["checks_ok"] == len(mine) \
+                and rec["checks_equal"] == len(mine) and rec["untimed"] == 0 and meets_rule(g)
+        out.append(rec)
     return out
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("check")
-    ap.add_argument("ab", nargs="+")
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    checks = _load(a.check)
-    cases = [r for p in a.ab for r in _load(p)]
-    recs = summarize(checks, cases)
-    with open(a.out, "a", encoding="utf-8") as f:
-        for r in recs:
-            f.write(json.dumps(r, sort_keys=True) + "\n")
-            print(json.dumps(r, sort_keys=True))
-    return 0
+    return summary_main(summarize, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

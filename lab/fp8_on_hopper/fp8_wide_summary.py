@@ -5,8 +5,8 @@ Reads fp8_suite_run.py --candidates wide records and `fp8_pair_check.py --varian
 rule is the README's "Rule (set before the run)" of the section on wide promoted tiles: a candidate (ADOPTABLE)
 becomes choose_fp8's pick at M >= 2048 for a kind only if every check of it in that kind passed (within the fp8
 tolerance) and over every A/B case of that kind (suite and held out, a case not timed counting against it) the
-pick's time over the candidate's has a geomean of at least RULE_GEOMEAN and no case under RULE_FLOOR; of two
-that do, the faster in geomean.
+pick's time over the candidate's has a geomean of at least RULE_GEOMEAN and no case under RULE_FLOOR
+(fp8_stagger_summary.meets_rule); of two that do, the faster in geomean.
 
   python lab/fp8_on_hopper/fp8_wide_summary.py CHECK.jsonl AB.jsonl [AB.jsonl ...] --out F.jsonl
 
@@ -17,11 +17,10 @@ candidate's name or null, set "all" only).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
-from fp8_stagger_summary import RULE_FLOOR, RULE_GEOMEAN, _file, _geomean, _load  # this folder
+from fp8_stagger_summary import meets_rule  # this folder
+from fp8_summaries import geomean, main as summary_main, scale_sets
 
 # the candidates the rule may adopt (fp8_lab_variants.wide_candidates' names) and their checks' kinds
 ADOPTABLE = {"serial 128x192": "wide_check", "overlapped 128x144": "wide144_check"}
@@ -31,55 +30,40 @@ def summarize(checks: list[dict], cases: list[dict]) -> list[dict]:
     """The per-kind summary records (module docstring)."""
     checked = [c for c in checks if c.get("kind") in ADOPTABLE.values()]
     out = []
-    for scale in ("tensor", "row", "block"):
-        mine = [c for c in checked if c["scale"] == scale]
-        run = [r for r in cases if r.get("kind") == "fp8_case" and r["suite"]["scale"] == scale
-               and r.get("candidates")]
-        for which in ["all"] + sorted({_file(r) for r in run}):
-            here = [r for r in run if which in ("all", _file(r))]
-            if not here:
-                continue
-            rec = {"kind": "wide_summary", "scale": scale, "set": which, "device": here[0]["device"],
-                   "n": len(here), "checks": len(mine), "checks_ok": sum(bool(c.get("ok")) for c in mine)}
-            names = sorted({n for r in here for n, c in r["candidates"].items() if "ms" in c})
-            for n in names:
-                timed = [r for r in here if r.get("verified") and "ms" in r["candidates"].get(n, {})]
-                g = [r["candidates"][n]["ratio_to_pick"] for r in timed]
-                rec[f"{n}: n"], rec[f"{n}: untimed"] = len(g), len(here) - len(g)
-                rec[f"{n}: geomean_ratio_to_pick"] = _geomean(g)
-                rec[f"{n}: min_ratio_to_pick"], rec[f"{n}: max_ratio_to_pick"] = min(g), max(g)
-                for key in ("ratio_to_torch", "ratio_to_torch_tensor"):
-                    both = [r for r in timed if r.get(key)]
-                    if both:
-                        rec[f"pick_geomean_{key}"] = _geomean([r[key] for r in here if r.get(key)])
-                        rec[f"{n}: geomean_{key}"] = _geomean(
-                            [r[key] * r["candidates"][n]["ratio_to_pick"] for r in both])
-            if which == "all":  # of the candidates that meet the rule, the fastest (geomean)
-                passing = []
-                for n, kind in ADOPTABLE.items():
-                    mine_n = [c for c in mine if c["kind"] == kind]
-                    g = [r["candidates"][n]["ratio_to_pick"] for r in here
-                         if r.get("verified") and "ms" in r["candidates"].get(n, {})]
-                    if mine_n and all(c.get("ok") for c in mine_n) and g and len(g) == len(here) \
-                            and _geomean(g) >= RULE_GEOMEAN and min(g) >= RULE_FLOOR:
-                        passing.append((_geomean(g), n))
-                rec["adopt"] = max(passing)[1] if passing else None
-            out.append(rec)
+    for scale, which, mine, here in scale_sets(checked, [r for r in cases if r.get("candidates")]):
+        if not here:
+            continue
+        rec = {"kind": "wide_summary", "scale": scale, "set": which, "device": here[0]["device"],
+               "n": len(here), "checks": len(mine), "checks_ok": sum(bool(c.get("ok")) for c in mine)}
+        names = sorted({n for r in here for n, c in r["candidates"].items() if "ms" in c})
+        for n in names:
+            timed = [r for r in here if r.get("verified") and "ms" in r["candidates"].get(n, {})]
+            g = [r["candidates"][n]["ratio_to_pick"] for r in timed]
+            rec[f"{n}: n"], rec[f"{n}: untimed"] = len(g), len(here) - len(g)
+            rec[f"{n}: geomean_ratio_to_pick"] = geomean(g)
+            rec[f"{n}: min_ratio_to_pick"], rec[f"{n}: max_ratio_to_pick"] = min(g), max(g)
+            for key in ("ratio_to_torch", "ratio_to_torch_tensor"):
+                both = [r for r in timed if r.get(key)]
+                if both:
+                    rec[f"pick_geomean_{key}"] = geomean([r[key] for r in here if r.get(key)])
+                    rec[f"{n}: geomean_{key}"] = geomean(
+                        [r[key] * r["candidates"][n]["ratio_to_pick"] for r in both])
+        if which == "all":  # of the candidates that meet the rule, the fastest (geomean)
+            passing = []
+            for n, kind in ADOPTABLE.items():
+                mine_n = [c for c in mine if c["kind"] == kind]
+                g = [r["candidates"][n]["ratio_to_pick"] for r in here
+                     if r.get("verified") and "ms" in r["candidates"].get(n, {})]
+                if mine_n and all(c.get("ok") for c in mine_n) and g and len(g) == len(here) \
+                        and meets_rule(g):
+                    passing.append((geomean(g), n))
+            rec["adopt"] = max(passing)[1] if passing else None
+        out.append(rec)
     return out
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("check")
-    ap.add_argument("ab", nargs="+")
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    recs = summarize(_load(a.check), [r for p in a.ab for r in _load(p)])
-    with open(a.out, "a", encoding="utf-8") as f:
-        for r in recs:
-            f.write(json.dumps(r, sort_keys=True) + "\n")
-            print(json.dumps(r, sort_keys=True))
-    return 0
+    return summary_main(summarize, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
