@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 SHAPES = ((777, 1000, 2056), (300, 4104, 64), (1000, 4096, 1024), (1, 264, 128))
 EPILOGUES = ({"BIAS": "bfloat16", "ACT": "gelu"}, {"BIAS": "bfloat16", "ACT": "gelu_tanh"},
@@ -40,12 +41,10 @@ def main() -> int:
     from tirx_gemm import epilogue as E
     from tirx_gemm import registry
     from tirx_gemm.op.rules import choose
+    from gpu_host import linear_operands, start
 
     t0 = time.time()
-    p = torch.cuda.get_device_properties(0)
-    card = f"{p.name} ({p.multi_processor_count} SMs)"
-    print(card, "torch", torch.__version__, flush=True)
-    out = open(args.out, "a") if args.out else None
+    p, card, out = start(torch, args.out)
     step = registry.get("v12", "sm_90a")
     tiles = {}
     for M in (int(m) for m in args.tokens.split(",")):
@@ -67,11 +66,7 @@ def main() -> int:
             for (M, N, K) in SHAPES:
                 if time.time() - t0 > args.budget_s:
                     return verdict(" (budget spent: the rest not checked)")
-                g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
-                a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
-                w = (torch.randn(N, K, device="cuda", dtype=torch.bfloat16, generator=g)
-                     / K ** 0.5).contiguous()
-                bias = torch.randn(N, device="cuda", dtype=torch.bfloat16, generator=g) * 0.5
+                a, w, bias = linear_operands(torch, M, N, K, M * 7 + N)
                 ys = {}
                 for smem in (False, True):
                     kern = mm._load(step, (M, N, K), {**tile, **epi, **extra, "BIAS_SMEM": smem}

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 
 def main() -> int:
@@ -61,21 +62,16 @@ def main() -> int:
     import tirx_gemm.matmul as mm
     from tirx_gemm import epilogue as E
     from tirx_gemm.op.rules import explain
+    from gpu_host import linear_operands, start
 
     t0 = time.time()
-    p = torch.cuda.get_device_properties(0)
-    card = f"{p.name} ({p.multi_processor_count} SMs)"
-    print(card, "torch", torch.__version__, flush=True)
-    out = open(args.out, "a") if args.out else None
+    p, card, out = start(torch, args.out)
     N, K, bf = args.n, args.k, torch.bfloat16
     for M in (int(m) for m in args.tokens.split(",")):
         if time.time() - t0 > args.budget_s:
             print(f"budget spent: M={M} and later not run", flush=True)
             break
-        g = torch.Generator(device="cuda").manual_seed(M)
-        a = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
-        w = (torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5).contiguous()
-        bias = torch.randn(N, device="cuda", dtype=bf, generator=g) * 0.5
+        a, w, bias = linear_operands(torch, M, N, K, M)
         wt = w.t()
 
         def on_gelu_tile(epi, extra=None, tile_of=None):  # matmul's v12 tile for bias + gelu

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 GAP_S = 0.002  # host sleep between the profiled calls: their kernels fall in separate time windows
 
@@ -82,12 +83,10 @@ def main() -> int:
     from generate_bench import layer_shapes
     from export_swap_bias import swap_bias_kwargs
     from tirx_gemm import registry
+    from gpu_host import linear_operands, start
 
     t0 = time.time()
-    p = torch.cuda.get_device_properties(0)
-    card = f"{p.name} ({p.multi_processor_count} SMs)"
-    print(card, "torch", torch.__version__, flush=True)
-    out = open(args.out, "a") if args.out else None
+    p, card, out = start(torch, args.out)
     bf = torch.bfloat16
     for model in args.models.split(","):
         for M in (int(m) for m in args.tokens.split(",")):
@@ -95,10 +94,7 @@ def main() -> int:
                 if time.time() - t0 > args.budget_s:
                     print(f"budget spent: {model} M={M} {layer} and later not run", flush=True)
                     return 0
-                g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
-                a = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
-                w = torch.randn(N, K, device="cuda", dtype=bf, generator=g) / K ** 0.5
-                b = torch.randn(N, device="cuda", dtype=bf, generator=g) * 0.5
+                a, w, b = linear_operands(torch, M, N, K, M * 7 + N)
                 for bias in ((False, True) if has_bias else (False,)):
                     rec = {"card": card, "torch": torch.__version__, "kind": "decode_linear",
                            "between": args.between,
