@@ -75,17 +75,16 @@ def request(M: int, N: int, K: int, dtype: str, act: str, bias: bool,
 
 def kernel(dtype, M: int, N: int, K: int, act: str, bias: bool, device):
     """The loaded kernel ``fn(a, b, dz, dy_words, bias_words)`` (bias_words only with a
-    bias), kept per (N, K, act, dtype, bias, device): matmul's loader (build cache or
-    bundle) and its arch probe."""
+    bias), the one :func:`request` names, kept per (N, K, act, dtype, bias, device):
+    matmul's loader (build cache or bundle) and its arch probe."""
     from tirx_gemm.op import matmul as MM
     bundle = MM.bundle_path()
     key = (N, K, act, dtype, bias, device, bundle, PREFETCH)
     hit = _kernels.get(key)
     if hit is None:
-        from tirx_gemm import registry
         arch, sm_count = MM._gpu_arch(device)
-        st = registry.get("v15", arch)
-        kw = kwargs(st, str(dtype).removeprefix("torch."), sm_count, act, bias)
+        st, _, kw = request(M, N, K, str(dtype).removeprefix("torch."), act, bias, sm_count,
+                            arch)
         hit = _kernels[key] = MM._load(st, (M, N, K), kw).kernel
     return hit
 

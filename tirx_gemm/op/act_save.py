@@ -71,16 +71,15 @@ def request(M: int, N: int, K: int, dtype: str, act: str, bias: bool,
 
 
 def kernel(dtype, M: int, N: int, K: int, act: str, bias: bool, device):
-    """The loaded kernel ``fn(a, b, y, z, bias_words)`` (bias_words only with a bias), or None
-    where it is neither in the bundle nor buildable here (remembered per (N, K, act, dtype,
-    bias, device, bundle, :data:`TUNE`))."""
+    """The loaded kernel ``fn(a, b, y, z, bias_words)`` (bias_words only with a bias), the one
+    :func:`request` names, or None where it is neither in the bundle nor buildable here
+    (remembered per (N, K, act, dtype, bias, device, bundle, :data:`TUNE`))."""
     from tirx_gemm.op import matmul as MM
     key = (N, K, act, dtype, bias, device, MM.bundle_path(), str(TUNE))
     if key not in _kernels:
-        from tirx_gemm import registry
         arch, sm_count = MM._gpu_arch(device)
-        st = registry.get("v15", arch)
-        kw = kwargs(st, str(dtype).removeprefix("torch."), sm_count, act, bias)
+        st, _, kw = request(M, N, K, str(dtype).removeprefix("torch."), act, bias, sm_count,
+                            arch)
         from tirx_gemm.run.workspace import capturing
         if capturing():  # a graph capture cannot load a module: matmul's one-line error
             return MM._load(st, (M, N, K), kw).kernel
