@@ -162,13 +162,14 @@ def test_fused_act_grad_falls_back(stand_in, monkeypatch, why):
         _close(x, r)
 
 
-def test_compiled_training_step_keeps_the_fused_kernel(stand_in):
-    """torch.compile(fullgraph=True, aot_eager) of a step with a fused activation: the traced
-    backward forms dz through the op tirx_gemm::act_grad_mm (a graph node that runs the fused
-    kernel); the gradients equal eager's and torch's."""
+def compiled_silu_step(owner):
+    """torch.compile(fullgraph=True, aot_eager) of one training step through AG.matmul (silu
+    and a bias, x 40 x 32, w 64 x 32), run once with ``owner.OP``'s calls recorded: (the act
+    of each recorded call, the step, its tensors (x, w, bias), their compiled gradients).
+    tests/test_autograd_act_save.py's compiled step is this one too."""
     nodes = []
-    real = AGR.OP
-    AGR.OP = lambda *a: nodes.append(a[-1]) or real(*a)
+    real = owner.OP
+    owner.OP = lambda *a: nodes.append(a[-1]) or real(*a)
     try:
         g = torch.Generator().manual_seed(4)
         w = (torch.randn(64, 32, generator=g) / 6).bfloat16().requires_grad_()
@@ -181,17 +182,30 @@ def test_compiled_training_step_keeps_the_fused_kernel(stand_in):
         torch._dynamo.reset()
         torch.compile(step, fullgraph=True, backend="aot_eager")(x).backward()
     finally:
-        AGR.OP = real
-    assert nodes == ["silu"] and [f[3] for f in FUSED] == ["silu"]  # traced once, ran once
-    compiled = [t.grad.clone() for t in (x, w, bias)]
-    for t in (x, w, bias):
+        owner.OP = real
+    return nodes, step, (x, w, bias), [t.grad.clone() for t in (x, w, bias)]
+
+
+def assert_grads_as_eager_and_torch(step, tensors, compiled):
+    """The compiled gradients equal eager's (the step run again, uncompiled) and are torch's
+    in fp32 at :func:`_close`'s tolerance."""
+    for t in tensors:
         t.grad = None
-    step(x).backward()
-    ref = [t.detach().float().requires_grad_() for t in (x, w, bias)]
+    step(tensors[0]).backward()
+    ref = [t.detach().float().requires_grad_() for t in tensors]
     F.silu(F.linear(*ref)).square().sum().backward()
-    for got, t, r in zip(compiled, (x, w, bias), ref):
+    for got, t, r in zip(compiled, tensors, ref):
         torch.testing.assert_close(got, t.grad)
         _close(got, r.grad)
+
+
+def test_compiled_training_step_keeps_the_fused_kernel(stand_in):
+    """torch.compile(fullgraph=True, aot_eager) of a step with a fused activation: the traced
+    backward forms dz through the op tirx_gemm::act_grad_mm (a graph node that runs the fused
+    kernel); the gradients equal eager's and torch's."""
+    nodes, step, tensors, compiled = compiled_silu_step(AGR)
+    assert nodes == ["silu"] and [f[3] for f in FUSED] == ["silu"]  # traced once, ran once
+    assert_grads_as_eager_and_torch(step, tensors, compiled)
 
 
 def test_act_grad_op_fake_refuses_in_one_line():

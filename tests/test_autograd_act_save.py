@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from test_autograd_act_grad import (  # tests/ is on sys.path under pytest
+    assert_grads_as_eager_and_torch, compiled_silu_step)
 from tirx_gemm.op import act_grad as AGR
 from tirx_gemm.op import act_save as AS
 from tirx_gemm.op import autograd as AG
@@ -166,36 +168,13 @@ def test_compiled_training_step_keeps_z(stand_in, monkeypatch, missing):
     compiled step keeps the recompute path. The gradients equal eager's and torch's."""
     if missing:
         monkeypatch.setattr(AS, "kernel", lambda *args: None)
-    nodes = []
-    real = AS.OP
-    AS.OP = lambda *a: nodes.append(a[-1]) or real(*a)
-    try:
-        g = torch.Generator().manual_seed(4)
-        w = (torch.randn(64, 32, generator=g) / 6).bfloat16().requires_grad_()
-        bias = torch.randn(64, generator=g).bfloat16().requires_grad_()
-        x = torch.randn(40, 32, generator=g).bfloat16().requires_grad_()
-
-        def step(x):
-            return AG.matmul(x, w, bias, "silu").float().square().sum()
-
-        torch._dynamo.reset()
-        torch.compile(step, fullgraph=True, backend="aot_eager")(x).backward()
-    finally:
-        AS.OP = real
+    nodes, step, tensors, compiled = compiled_silu_step(AS)
     if missing:
         assert nodes == [] and SAVED == [] and [f[3] for f in FUSED] == ["silu"]
     else:  # traced once, ran once; the backward neither recomputed nor ran a forward GEMM
         assert nodes == ["silu"] and SAVED == [(40, 64, 32, "silu", True)] and FUSED == []
         assert [g[2] for g in GEMMS] == [None, None]  # dgrad and wgrad only
-    compiled = [t.grad.clone() for t in (x, w, bias)]
-    for t in (x, w, bias):
-        t.grad = None
-    step(x).backward()
-    ref = [t.detach().float().requires_grad_() for t in (x, w, bias)]
-    F.silu(F.linear(*ref)).square().sum().backward()
-    for got, t, r in zip(compiled, (x, w, bias), ref):
-        torch.testing.assert_close(got, t.grad)
-        _close(got, r.grad)
+    assert_grads_as_eager_and_torch(step, tensors, compiled)
 
 
 def test_compiled_inference_keeps_the_plain_kernel(stand_in):
