@@ -197,6 +197,70 @@ def test_swap_ab_swiglu_loads_gate_and_up_rows_in_8_row_boxes():
     assert "\n" not in str(info.value)
 
 
+def test_sm100a_mx_refusals_in_one_line():
+    """SCALE="mx" (sm_100a): plain tiles, K in whole scale blocks, one SF atom per weight
+    tile; every refusal one line."""
+    step = registry.get("v14", "sm_100a")
+    for kw, K, msg in ((dict(SCALE="tensor"), 512, "SCALE='tensor' must be None"),
+                       (dict(SCALE="mx", SWAP_AB=True, BLK_N=16), 512, "no SWAP_AB"),
+                       (dict(SCALE="mx"), 400, "K=400 is not a multiple of 32"),
+                       (dict(SCALE="mx", BLK_N=64), 512, "BLK_N=64 with SCALE='mx' must be 128"),
+                       (dict(SCALE="mx", dtype="float32"), 512, "dtype='float32'"),
+                       (dict(SCALE="mx", E=0), 512, "E=0 must be an int"),
+                       (dict(SCALE="mx", LAYOUT="ragged"), 512, "LAYOUT='ragged'"),
+                       (dict(SCALE="mx", PIPE_DEPTH=9), 512, "PIPE_DEPTH=9")):
+        with pytest.raises(ValueError, match=msg) as info:
+            step.build_primfunc(256, 256, K, **kw)
+        assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_sm100a_mx_operands_and_loads(layout):
+    """SCALE="mx": A, B e4m3 bytes; SFA (blocked, run-time rows; masked one block per expert)
+    and SFB (E, blocked) after routing; the weight rows and SFB's atom by 3-D TMA boxes,
+    SFA's atom gathered by the producer warp (token tiles start at any row)."""
+    step = registry.get("v14", "sm_100a")
+    text = step.build_primfunc(512, 256, 640, E=6, LAYOUT=layout, SCALE="mx").script()
+    sig = next(ln for ln in text.splitlines() if "def kernel" in ln)
+    a = '(6, "M", 640)' if layout == "masked" else '("M", 640)'
+    sfa = '(6, "SFA_ROWS", 128)' if layout == "masked" else '("SFA_ROWS", 128)'
+    for want in (f'A: T.Buffer({a}, "uint8")', 'B: T.Buffer((6, 256, 640), "uint8")',
+                 f'SFA: T.Buffer({sfa}, "uint8")', 'SFB: T.Buffer((6, 40, 128), "uint8")'):
+        assert want in sig, (want, sig)
+    assert sig.index("routing:") < sig.index("SFA:") < sig.index("SFB:")
+    loads = [ln for ln in text.splitlines() if "copy_async(" in ln and "smem" in ln.lower()]
+    assert any(", B[at[0], at[3]:" in ln for ln in loads), loads
+    assert any(", SFB[at[0], " in ln for ln in loads), loads
+    assert not any(", SFA[" in ln for ln in loads), loads  # SFA: thread loads, not TMA
+    # tma2mma completes on 1 + 32 arrivals: the expect_tx and each producer lane's SFA bytes
+    assert 'stages_full_buf[s])), T.uint32(33), "init"' in text
+
+
+def test_host_model_mx_check_needs_the_scales():
+    """The MXFP8 model: the float64 reference with the decoded scale factors passes a
+    correct output, and the same output computed without the scales fails."""
+    import numpy as np
+    from tirx_gemm import numerics
+    kw = {"E": 3, "SCALE": "mx"}
+    A, B, D, x = G.grouped_inputs_np(200, 40, 320, kw, "random", 2, "bfloat16")
+    R = x["routing"]
+    assert x["SFA"].shape == (2 * 3 * 4, 128) and x["SFB"].shape == (3, 3 * 4, 128)
+    start, plain = 0, D.copy()
+    a = numerics.fp8_from_bytes_np(A).astype(np.float64)
+    for e in range(3):
+        sfa = numerics.mx_unblock_sf_np(x["SFA"], 200, 320)[start:R[e]]
+        sfb = numerics.mx_unblock_sf_np(x["SFB"][e], 40, 320)
+        b = numerics.fp8_from_bytes_np(B[e]).astype(np.float64)
+        D[start:R[e]] = numerics.reference_mx_np(numerics.fp8_from_bytes_np(A[start:R[e]]),
+                                                 numerics.fp8_from_bytes_np(B[e]), sfa, sfb)
+        plain[start:R[e]] = a[start:R[e]] @ b.T
+        start = R[e]
+    assert G.grouped_check_np(D, A, B, R, kw, "bfloat16", "random", scales=x).ok
+    assert not G.grouped_check_np(plain, A, B, R, kw, "bfloat16", "random", scales=x).ok
+    with pytest.raises(ValueError, match="needs scales"):
+        G.grouped_check_np(D, A, B, R, kw, "bfloat16", "random")
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_operands_and_3d_weight_boxes(arch):
     step = registry.get("v14", arch)
@@ -221,7 +285,8 @@ SASS_CASES = {
                dict(BLK_N=256, SWIGLU="halves"), dict(SWIGLU="interleaved", STORE_STEPS=2),
                dict(FP8_BLOCK=True, dtype="bfloat16"), dict(FP8_BLOCK=True, BLK_M=64, E=128,
                                                                       LAYOUT="masked")],
-    "sm_100a": [dict(), dict(LAYOUT="masked", BLK_N=64), dict(SWAP_AB=True, BLK_N=16)],
+    "sm_100a": [dict(), dict(LAYOUT="masked", BLK_N=64), dict(SWAP_AB=True, BLK_N=16),
+                dict(SCALE="mx"), dict(SCALE="mx", LAYOUT="masked", dtype="bfloat16", E=128)],
 }
 
 
@@ -244,6 +309,15 @@ def test_builds_keep_the_sass_promises(arch):
             assert any(k.startswith(f"QGMMA.64x{kw.get('BLK_N', 128)}x32.F32.E4M3.E4M3")
                        for k in ops), sorted(ops)
             assert not any(k.startswith("HGMMA") for k in ops), sorted(ops)
+        # SCALE="mx": block-scaled e4m3 MMAs on one CTA (UTCQMMA, 4 of K = 32 per stage, no
+        # 16-bit UTCHMMA), and a tcgen05.cp per stage for SFA's atom and one for SFB's
+        if kw.get("SCALE") == "mx":
+            src = r.cuda_source
+            assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X" in src
+            assert "tcgen05.cp.cta_group::1.32x128b.warpx4" in src
+            assert "cta_group::2" not in src and "kind::f8f6f4" not in src
+            assert ops.get("UTCQMMA") == 4 and not any(k.startswith("UTCHMMA") for k in ops), ops
+            assert sum(n for k, n in ops.items() if k.startswith("UTCCP")) == 2, ops
         if not kw:  # the registry build: every promise of the row
             for p in step.sass_expect:
                 assert any(k.startswith(p) for k in ops), (p, sorted(ops))
@@ -274,7 +348,8 @@ def test_sm100a_twin_is_numsim_clean(case):
     A, B, D, extra = G.grouped_inputs_np(M, N, K, kw, "random", 0, dtype)
     ops = {"A": A, "B": B, "D": D, **extra}
     res = Engine(max_workers="auto").run(transpile(func), {**ops, "D": D.copy()})
-    cmp = G.grouped_check_np(res.outputs["D"], A, B, extra["routing"], kw, dtype, "random")
+    cmp = G.grouped_check_np(res.outputs["D"], A, B, extra["routing"], kw, dtype, "random",
+                             scales=extra)
     assert res.verdict == "clean", res.diagnostics
     assert cmp.ok, cmp.summary()
     for check in (synccheck, racecheck):

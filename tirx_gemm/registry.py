@@ -541,10 +541,14 @@ STEPS: list[Step] = [
          sm_count_kwarg="SM_COUNT", grouped=True),
     # v14 (sm_100a): the tcgen05 twin. Sim cases (routing: hopper.grouped.routing_rows, an empty
     # expert each): contiguous, more units than CTAs, a partial K step; masked; swap-AB with N
-    # off the 128-row weight tile; bf16, one CTA walking every unit (phases wrap)
-    Step("v14", "sm_100a", "grouped GEMM (mixture of experts): the tcgen05 twin of sm_90a's v14, the walk over (expert, token tile, weight tile) computed on the device from offs / counts, every accumulator row stored only below its expert's row end; contiguous and masked layouts, swap-AB for decode",
+    # off the 128-row weight tile; bf16, one CTA walking every unit (phases wrap). SCALE="mx"
+    # (MXFP8): contiguous, token tiles starting off the 128-row SF atoms (the gathered SFA),
+    # 4 K stages (the last 32 of K) through a 2-stage ring, 2 weight tiles; masked in bf16
+    # with N off the weight tile (SFB's padded atom), 3 K stages
+    Step("v14", "sm_100a", "grouped GEMM (mixture of experts): the tcgen05 twin of sm_90a's v14, the walk over (expert, token tile, weight tile) computed on the device from offs / counts, every accumulator row stored only below its expert's row end; contiguous and masked layouts, swap-AB for decode; SCALE=\"mx\": MXFP8 operands, block-scaled MMA with UE8M0 scale factors in TMEM",
          "N, K multiples of 8; 1 <= E <= 256; LAYOUT contiguous|masked; BLK_N a multiple of "
-         "16 in [16, 256]", (1024, 1024, 1024),
+         "16 in [16, 256]; SCALE='mx': K a multiple of 32, BLK_N 128, plain tiles",
+         (1024, 1024, 1024),
          ((16, 14336, 4096), (512, 768, 2048), (1000, 1000, 1000)), ((4096, 14336, 4096),),
          _EDGE_BAD, ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK", "UTMALDG.3D", "BAR.SYNC"),
          ("UTMASTG",), sm_count_kwarg="SM_COUNT", grouped=True,
@@ -555,7 +559,11 @@ STEPS: list[Step] = [
                     ((40, 136, 64), (("E", 3), ("SWAP_AB", True), ("BLK_N", 16),
                                      ("SM_COUNT", 2))),
                     ((200, 32, 128), (("E", 5), ("SM_COUNT", 1), ("PIPE_DEPTH", 3),
-                                      ("BLK_N", 32), ("dtype", "bfloat16"))))),
+                                      ("BLK_N", 32), ("dtype", "bfloat16"))),
+                    ((300, 256, 416), (("E", 4), ("SCALE", "mx"), ("SM_COUNT", 2),
+                                       ("PIPE_DEPTH", 2))),
+                    ((160, 136, 320), (("E", 3), ("LAYOUT", "masked"), ("SCALE", "mx"),
+                                       ("SM_COUNT", 2), ("dtype", "bfloat16"))))),
     # v15 (sm_90a, operand layouts): v9 with A_MAJOR / B_MAJOR "K" | "MN" (an MN-major
     # operand is the transposed tensor, (K, M) or (K, N)); registry builds use K-major both
     # (v9's kernel), the layout tests (tests/test_layout_step.py) build the other three

@@ -128,3 +128,21 @@ def mma_tile_mx_pair(tmem, col, Asmem, Bsmem, SFA, SFB, MMA_N, accum):
     # each CTA), N = MMA_N, UE8M0 SFs from each CTA's TMEM (SFA its own rows, SFB all MMA_N)
     Tx.gemm_async(tmem[:, col:col + MMA_N], Asmem, Bsmem, SFA, SFB, accum=accum,
                   dispatch="tcgen05", cta_group=2)
+
+
+# --- cta_group::1 forms (v14 SCALE="mx": one CTA per 128-row tile, its own TMEM) ---
+@T.inline
+def mx_sf_to_tmem(sf_tmem, sf_smem):
+    # one thread: tcgen05.cp.cta_group::1 of one stage's SFs, this CTA's SMEM atom(s) into
+    # its TMEM (32x128b.warpx4 per 128-row atom; ordered before the same thread's later
+    # tcgen05.mma, tracked by its tcgen05.commit)
+    Tx.copy_async(sf_tmem, sf_smem, cta_group=1)
+
+
+@T.inline
+def mma_tile_mx(tmem, col, Asmem, Bsmem, SFA, SFB, BLK_N, accum):
+    # one thread: kind::mxf8f6f4.block_scale, M = 128 (this CTA's rows), N = BLK_N, UE8M0
+    # SFs of A's 128 rows and B's BLK_N rows from this CTA's TMEM, fp32 into tmem columns
+    # [col, col + BLK_N)
+    Tx.gemm_async(tmem[:, col:col + BLK_N], Asmem, Bsmem, SFA, SFB, accum=accum,
+                  dispatch="tcgen05", cta_group=1)

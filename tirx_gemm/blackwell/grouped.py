@@ -1,10 +1,14 @@
 """Grouped GEMM (v14, sm_100a): the tile walk is sm_90a's (tirx_gemm/hopper/grouped.py: shared
 memory and CTA barriers only, nothing arch-specific), re-exported here so that the twin reads
 ``W.scan_experts`` / ``W.tile_at`` like sm_90a's step; the stores are the TMEM epilogue's
-(one thread per accumulator row), bounded by the expert's row end."""
+(one thread per accumulator row), bounded by the expert's row end. SCALE="mx" (block-scaled
+MXFP8) adds the scale factors' loads (load_sfa_atom, tma_load_mx_unit) and re-exports fp8.py's
+cta_group::1 forms (mx_sf_to_tmem, mma_tile_mx) beside them."""
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from .fp8 import (  # noqa: F401 (v14 SCALE="mx" reads them from here)
+    MX_SF_ATOM_BYTES, MX_SF_BOX, MX_SF_ROWS, mma_tile_mx, mx_sf_to_tmem)
 from tirx_gemm.hopper.grouped import (  # noqa: F401 (the one home of the walk)
     BOUND_ROWS, E_MAX, LAYOUTS, log2_ceil, python_walk, scan_experts, tile_at, tma_load_unit)
 
@@ -35,3 +39,59 @@ def store_column_bounded(Dcol, D, e, m0, n, ROWS: int, row_end, N, masked: bool)
                     D[e, m0 + j, n] = Dcol[j]
                 else:
                     D[m0 + j, n] = Dcol[j]
+
+
+# --- v14 SCALE="mx": the scale factors of a unit's stage ---
+# A token tile starts at any row (its expert's first row + 128 t), so its 128 rows' SFs
+# straddle two 128-row atoms of SFA's blocked order: no TMA box holds them. The producer
+# warp gathers them instead, each lane 16 bytes of the stage's atom; a weight tile starts
+# on a multiple of 128 rows (BLK_N = 128), so its SFs are one atom of SFB: a TMA box.
+@T.inline
+def load_sfa_atom(SFAsmem, stage, SFA, at, k, K_TILES: int, lane, masked: bool):
+    """The producer warp, every lane: stage k's UE8M0 SFs of unit ``at``'s 128 token rows
+    into SFAsmem[stage] ((PIPE_DEPTH, 4, 128) uint8), one atom in tcgen05.cp's order (byte
+    16 l + 4 i + j: tile row 32 i + l, SF 4 k + j), lane l its 16 bytes; each row's 4 bytes
+    read from SFA's blocked order (numerics.mx_block_sf_np: row r in atom (r // 128, k) at
+    byte 16 (r % 32) + 4 (r % 128 // 32)); masked: SFA[at[0]]. Rows at or past the expert's
+    row end read nothing and get e = 127 (their outputs are never stored), as do rows whose
+    atom lies past SFA's rows (a short operand is never read out of bounds). A proxy fence
+    on each side: the slot's last reader was tcgen05.cp (the async proxy; the caller waited
+    for its commit), and the next one is too."""
+    T.ptx.fence.proxy.async_.shared__cta()  # the previous tcgen05.cp's reads, then our writes
+    for i in T.unroll(4):
+        r = T.meta_var(at[1] + 32 * i + lane)
+        dst_c = T.meta_var(lane % 8 * 16 + 4 * i)
+        src_r = T.meta_var((r // 128 * K_TILES + k) * 4 + r % 32 // 8)
+        src_c = T.meta_var(r % 8 * 16 + r % 128 // 32 * 4)
+        if r < at[2] and src_r < SFA.shape[len(SFA.shape) - 2]:
+            for j in T.unroll(4):
+                if masked:
+                    SFAsmem[stage, lane // 8, dst_c + j] = SFA[at[0], src_r, src_c + j]
+                else:
+                    SFAsmem[stage, lane // 8, dst_c + j] = SFA[src_r, src_c + j]
+        else:
+            for j in T.unroll(4):
+                SFAsmem[stage, lane // 8, dst_c + j] = T.uint8(127)
+    T.ptx.fence.proxy.async_.shared__cta()  # our writes, then the next tcgen05.cp's reads
+
+
+@T.inline
+def tma_load_mx_unit(Asmem, Bsmem, SFBsmem, A, B, SFB, at, k, bar, BLK_M: int, BLK_K: int,
+                     K_TILES: int, masked: bool):
+    """One thread: the stage's byte count on ``bar`` ((BLK_M + 128) x BLK_K e4m3 and one SF
+    atom; boxes past A's rows, N or K zero-filled and counted), then unit ``at``'s token rows
+    A[at[1].., k BLK_K..] (masked: A[at[0], ...]), its expert's 128 weight rows
+    B[at[0], at[3].., ...] and their SF atom (at[3] / 128, k) of SFB[at[0]]."""
+    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+        bar, T.uint32((BLK_M + MX_SF_ROWS) * BLK_K + MX_SF_ATOM_BYTES))
+    if masked:
+        Tx.copy_async(Asmem, A[at[0], at[1]:at[1] + BLK_M, k * BLK_K:(k + 1) * BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    else:
+        Tx.copy_async(Asmem, A[at[1]:at[1] + BLK_M, k * BLK_K:(k + 1) * BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    Tx.copy_async(Bsmem, B[at[0], at[3]:at[3] + MX_SF_ROWS, k * BLK_K:(k + 1) * BLK_K],
+                  dispatch="tma_explicit", mbar=bar)
+    r = T.meta_var((at[3] // MX_SF_ROWS * K_TILES + k) * MX_SF_BOX[0])
+    Tx.copy_async(SFBsmem, SFB[at[0], r:r + MX_SF_BOX[0], :], dispatch="tma_explicit",
+                  mbar=bar)

@@ -423,9 +423,12 @@ def routing_tensor_np(rows, layout: str):
 def grouped_inputs_np(M: int, N: int, K: int, kwargs: dict, kind: str, seed: int,
                       dtype: str):
     """(A, B, D, {"routing": routing}) of a grouped case: numerics' inputs per expert (B (E, N, K),
-    A (M, K) or (E, M, K)), D all NaN, the routing of routing_rows."""
+    A (M, K) or (E, M, K)), D all NaN, the routing of routing_rows. SCALE="mx" (sm_100a):
+    grouped_mx_inputs_np's."""
     import numpy as np
     from tirx_gemm import numerics
+    if kwargs.get("SCALE") == "mx":
+        return grouped_mx_inputs_np(M, N, K, kwargs, seed, dtype)
     E, layout = int(kwargs.get("E", 8)), kwargs.get("LAYOUT", "contiguous")
     rows = routing_rows(E, M, layout, seed)
     As, Bs = [], []
@@ -456,11 +459,21 @@ class GroupedCompare:
         return f"{self.inner.summary()} ({self.owned} owned rows){extra}"
 
 
-def grouped_check_np(out, A, B, R, kwargs: dict, dtype: str, kind: str) -> GroupedCompare:
-    """Compare a grouped output with the per-expert fp32 reference (numerics' rules)."""
+def grouped_check_np(out, A, B, R, kwargs: dict, dtype: str, kind: str,
+                     scales: dict | None = None) -> GroupedCompare:
+    """Compare a grouped output with the per-expert fp32 reference (numerics' rules).
+    SCALE="mx": ``scales`` holds the blocked SFA and SFB (grouped_mx_inputs_np's), the
+    reference is numerics.reference_mx_np's float64 sum per expert with the decoded scale
+    factors, compared under v13's fp8 tolerances."""
     import numpy as np
     from tirx_gemm import numerics
     layout = kwargs.get("LAYOUT", "contiguous")
+    mx = kwargs.get("SCALE") == "mx"
+    if mx and scales is None:
+        raise ValueError("grouped_check_np: SCALE='mx' needs scales={'SFA': ..., 'SFB': ...}")
+    ref_of = _mx_reference(A, B, scales, layout) if mx else (
+        lambda e, lo, hi: numerics.reference_np(A[e, lo:hi] if layout == "masked"
+                                                else A[lo:hi], B[e]))
     out = np.asarray(out, dtype=np.float32)
     got, ref = [], []
     owned = np.zeros(out.shape[:-1], dtype=bool)
@@ -469,15 +482,65 @@ def grouped_check_np(out, A, B, R, kwargs: dict, dtype: str, kind: str) -> Group
         if layout == "masked":
             r = int(R[e])
             got.append(out[e, :r])
-            ref.append(numerics.reference_np(A[e, :r], B[e]))
+            ref.append(ref_of(e, 0, r))
             owned[e, :r] = True
         else:
             end = int(R[e])
             got.append(out[start:end])
-            ref.append(numerics.reference_np(A[start:end], B[e]))
+            ref.append(ref_of(e, start, end))
             owned[start:end] = True
             start = end
     stray = int(np.count_nonzero(~np.isnan(out[~owned])))
-    inner = numerics.compare_np(np.concatenate(got), np.concatenate(ref), dtype=dtype,
-                                exact=kind == "int")
+    if mx:
+        inner = numerics.compare_fp8_np(np.concatenate(got), np.concatenate(ref),
+                                        out_dtype=dtype, K=A.shape[-1],
+                                        promote=numerics.fp8_promote(kwargs))
+    else:
+        inner = numerics.compare_np(np.concatenate(got), np.concatenate(ref), dtype=dtype,
+                                    exact=kind == "int")
     return GroupedCompare(inner, stray, int(owned.sum()))
+
+
+# --- SCALE="mx" (sm_100a v14): e4m3 operands with v13's UE8M0 scale factors ---
+def grouped_mx_inputs_np(M: int, N: int, K: int, kwargs: dict, seed: int, dtype: str):
+    """(A, B, D, {"routing", "SFA", "SFB"}) of a grouped MXFP8 case: A (M, K) (masked
+    (E, M, K)) and B (E, N, K) e4m3 as uint8 bytes, quantized per 32 of K by
+    numerics.make_mx_inputs_np; SFA the blocked SFs (numerics.mx_block_sf_np) of A's rows
+    (masked: one block per expert, stacked), SFB expert e's blocked SFs stacked; D all NaN;
+    the routing of routing_rows."""
+    import numpy as np
+    from tirx_gemm import numerics
+    E, layout = int(kwargs.get("E", 8)), kwargs.get("LAYOUT", "contiguous")
+    rows = routing_rows(E, M, layout, seed)
+    As, SFAs, Bs, SFBs = [], [], [], []
+    for e in range(E if layout == "masked" else 1):
+        a, _, sfa, _, _ = numerics.make_mx_inputs_np(M, 1, K, seed * 1000 + e, dtype)
+        As.append(numerics.fp8_bytes_np(a))
+        SFAs.append(numerics.mx_block_sf_np(sfa, K))
+    for e in range(E):
+        _, b, _, sfb, _ = numerics.make_mx_inputs_np(1, N, K, seed * 1000 + 500 + e, dtype)
+        Bs.append(numerics.fp8_bytes_np(b))
+        SFBs.append(numerics.mx_block_sf_np(sfb, K))
+    masked = layout == "masked"
+    A = np.stack(As) if masked else As[0]
+    SFA = np.stack(SFAs) if masked else SFAs[0]
+    D = np.full((E, M, N) if masked else (M, N), np.nan, dtype=numerics.np_dtype(dtype))
+    return A, np.stack(Bs), D, {"routing": routing_tensor_np(rows, layout), "SFA": SFA,
+                                "SFB": np.stack(SFBs)}
+
+
+def _mx_reference(A, B, scales, layout: str):
+    """(e, lo, hi) -> the float64 reference of expert e's rows [lo, hi) (masked: of A[e]):
+    numerics.reference_mx_np on the e4m3 values and the unblocked scale factors."""
+    from tirx_gemm import numerics
+    K = A.shape[-1]
+    masked = layout == "masked"
+    rows = A.shape[-2]
+
+    def ref(e, lo, hi):
+        a = numerics.fp8_from_bytes_np(A[e] if masked else A)
+        sfa = numerics.mx_unblock_sf_np(scales["SFA"][e] if masked else scales["SFA"], rows, K)
+        b = numerics.fp8_from_bytes_np(B[e])
+        sfb = numerics.mx_unblock_sf_np(scales["SFB"][e], B.shape[1], K)
+        return numerics.reference_mx_np(a[lo:hi], b, sfa[lo:hi], sfb)
+    return ref

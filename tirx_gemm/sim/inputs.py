@@ -85,18 +85,25 @@ def case_inputs_np(case: SimCase, kind: str, seed: int):
 
 def input_kinds(case: SimCase) -> tuple[str, ...]:
     """The input kinds a case runs: numerics.INPUT_KINDS (random, small integers); an fp8
-    case (registry.Step.fp8) runs one set, randn quantized to e4m3 with its scales
-    (numerics.make_fp8_inputs_np): the exact small-integer check has no fp8 twin here."""
-    return ("random",) if case.step.fp8 else numerics.INPUT_KINDS
+    case (registry.Step.fp8, or v14 SCALE="mx") runs one set, randn quantized to e4m3 with its
+    scales (numerics.make_fp8_inputs_np, make_mx_inputs_np): the exact small-integer check has
+    no fp8 twin here."""
+    return ("random",) if _is_fp8(case) else numerics.INPUT_KINDS
+
+
+def _is_fp8(case: SimCase) -> bool:
+    """An fp8 step (v13), or a grouped case with e4m3 operands (v14 SCALE="mx")."""
+    return case.step.fp8 or (case.step.grouped and dict(case.kwargs).get("SCALE") == "mx")
 
 
 def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
     """The compare of one case's output: a plain case by numerics' rules (exact for the
     small-integer inputs); an epilogue case against epilogue.reference_np under
     epilogue.tolerance (its functions are not exact even on integer inputs)."""
-    if case.step.grouped:  # v14: each expert's rows against its own weight
+    if case.step.grouped:  # v14: each expert's rows against its own weight (mx: and scales)
         from tirx_gemm.hopper.grouped import grouped_check_np
-        return grouped_check_np(out, A, B, extra["routing"], dict(case.kwargs), case.dtype, kind)
+        return grouped_check_np(out, A, B, extra["routing"], dict(case.kwargs), case.dtype, kind,
+                                scales=extra)
     kw = dict(case.kwargs)
     if case.step.fp8 and kw.get("SCALE") == "mx":  # 2**(sf - 127) per 32 of K, float64 sums
         ref = numerics.reference_mx_np(
