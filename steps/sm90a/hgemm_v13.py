@@ -258,6 +258,25 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
             W.promote_fragment_block(acc, tmp, BLK_N, first, sav, sbv)
 
     @T.inline
+    def wgmma_stage(tmp, desc_a, desc_b, stage, consumer, accumulate):
+        # one ring stage's k32 wgmmas (m64 x BLK_N x 32 each) of this consumer into `tmp`
+        W.mma_fence()
+        W.wgmma_fp8_tile(tmp, W.desc_advance(desc_a[0], stage * A_STAGE_BYTES)
+                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                         W.desc_advance(desc_b[0], stage * B_STAGE_BYTES), accumulate, 1, BLK_N)
+        W.mma_commit()
+
+    @T.inline
+    def store_tile(D, Dstage, consumer, packed, m0, n0, warp_id, lane_id, tid_in_wg):
+        # a packed tile -> D: TMA stores of whole EPI_COLS chunks, guarded stores past them
+        if TMA_CHUNKS > 0:
+            W.store_packed_tile(D, Dstage, consumer, packed, m0, n0, TMA_CHUNKS * W.EPI_COLS,
+                                EPI_BUFS, warp_id, lane_id, tid_in_wg, 1 + consumer)
+        if TAIL_J > 0:
+            W.store_packed_guarded(D, packed, m0, n0, TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
+                                   warp_id, lane_id)
+
+    @T.inline
     def gemm(A, B, D, SA, SB, WS, CNT):
         T.device_entry()
         bx = T.cta_id([NUM_CTAS])
@@ -287,6 +306,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         if TMA_CHUNKS > 0:
             Dstage = T.meta_var(pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS),
                                            dtype, layout=D_layout))
+        else:  # no TMA-stored chunk (BLK_N < EPI_COLS): store_tile never reads it
+            Dstage = T.meta_var(None)
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
@@ -367,32 +388,17 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     # stage past K (zero-filled by TMA). `held`: the oldest stage not released.
                     held = ring.stage
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
-                    W.mma_fence()
-                    W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                     + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                     W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                     False, 1, BLK_N)
-                    W.mma_commit()
+                    wgmma_stage(tmp0, desc_a, desc_b, ring.stage, consumer, False)
                     ring.advance()
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
-                    W.mma_fence()
-                    W.wgmma_fp8_tile(tmp1, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                     + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                     W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                     False, 1, BLK_N)
-                    W.mma_commit()
+                    wgmma_stage(tmp1, desc_a, desc_b, ring.stage, consumer, False)
                     ring.advance()
                     # the previous tile's writeback, behind the first pair's wgmmas (the pair is
                     # peeled: `packed` dies before the loop, where acc, tmp0 and tmp1 fill the
                     # registers)
                     if pending == 1:
-                        if TMA_CHUNKS > 0:
-                            W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
-                                                TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
-                                                tid_in_wg, 1 + consumer)
-                        if TAIL_J > 0:
-                            W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
-                                                   BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+                        store_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, warp_id,
+                                   lane_id, tid_in_wg)
                         pending = 0
                     if IS_BLOCK:  # the scales of this K block
                         W.load_block_scales(sav, sbv, SA, SB, k0, KB_DIM, m_st + row0, n_st,
@@ -423,20 +429,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
                     for j in T.serial(1, n_loads // 2, annotations=H.ROLLED):
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
-                        W.mma_fence()
-                        W.wgmma_fp8_tile(tmp0, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                         False, 1, BLK_N)
-                        W.mma_commit()
+                        wgmma_stage(tmp0, desc_a, desc_b, ring.stage, consumer, False)
                         ring.advance()
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
-                        W.mma_fence()
-                        W.wgmma_fp8_tile(tmp1, W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                         False, 1, BLK_N)
-                        W.mma_commit()
+                        wgmma_stage(tmp1, desc_a, desc_b, ring.stage, consumer, False)
                         ring.advance()
                         if IS_BLOCK:  # the scales of this K block
                             W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j, KB_DIM, m_st + row0,
@@ -474,39 +470,19 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     # consumer warpgroup has wgmmas queued ---
                     if WB_FIRST:  # the previous tile's writeback, before acc and tmp0 fill
                         if pending == 1:  # the registers (in the loop, packed would stay live)
-                            if TMA_CHUNKS > 0:
-                                W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0,
-                                                    prev_n, TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
-                                                    warp_id, lane_id, tid_in_wg, 1 + consumer)
-                            if TAIL_J > 0:
-                                W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                       TMA_CHUNKS * 8, BLK_N // 8, M_DIM, N_DIM,
-                                                       warp_id, lane_id)
+                            store_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, warp_id,
+                                       lane_id, tid_in_wg)
                             pending = 0
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
-                        W.mma_fence()
                         # the first stage of a promotion interval overwrites tmp0
-                        W.wgmma_fp8_tile(tmp0,
-                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                         k % P_STAGES > 0, 1, BLK_N)
-                        W.mma_commit()
+                        wgmma_stage(tmp0, desc_a, desc_b, ring.stage, consumer, k % P_STAGES > 0)
                         if not WB_FIRST:  # (else stored before the loop)
                             if k == EPI_AT:
                                 if pending == 1:
                                     # --- writeback of the previous tile, behind the wgmmas ---
-                                    if TMA_CHUNKS > 0:
-                                        W.store_packed_tile(D, Dstage, consumer, packed,
-                                                            prev_m + row0, prev_n,
-                                                            TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
-                                                            warp_id, lane_id, tid_in_wg,
-                                                            1 + consumer)
-                                    if TAIL_J > 0:
-                                        W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                               TMA_CHUNKS * 8, BLK_N // 8, M_DIM,
-                                                               N_DIM, warp_id, lane_id)
+                                    store_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
+                                               warp_id, lane_id, tid_in_wg)
                                     pending = 0
                         if (k + 1) % P_STAGES == 0 or k == K_TILES - 1:
                             # --- promotion: the interval's wgmmas are done, tmp0 -> acc ---
@@ -546,26 +522,12 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
 
                         # --- compute: 4 k32 wgmmas of m64nBLK_Nk32 per consumer ---
-                        W.mma_fence()
-                        W.wgmma_fp8_tile(acc,
-                                         W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP),
-                                         W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
-                                         k > 0, 1, BLK_N)
-                        W.mma_commit()
+                        wgmma_stage(acc, desc_a, desc_b, ring.stage, consumer, k > 0)
                         if k == EPI_AT:
                             if pending == 1:
                                 # --- writeback of the previous tile, behind the queued wgmmas ---
-                                if TMA_CHUNKS > 0:
-                                    W.store_packed_tile(D, Dstage, consumer, packed,
-                                                        prev_m + row0, prev_n,
-                                                        TMA_CHUNKS * W.EPI_COLS, EPI_BUFS,
-                                                        warp_id, lane_id, tid_in_wg,
-                                                        1 + consumer)
-                                if TAIL_J > 0:
-                                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n,
-                                                           TMA_CHUNKS * 8, BLK_N // 8, M_DIM,
-                                                           N_DIM, warp_id, lane_id)
+                                store_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
+                                           warp_id, lane_id, tid_in_wg)
                                 pending = 0
                         # v12's release: slice k-1 is done, its stage goes back
                         W.mma_wait(1)
@@ -610,13 +572,8 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
 
             # --- writeback of the last tile, then every store must have completed ---
             if pending == 1:
-                if TMA_CHUNKS > 0:
-                    W.store_packed_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n,
-                                        TMA_CHUNKS * W.EPI_COLS, EPI_BUFS, warp_id, lane_id,
-                                        tid_in_wg, 1 + consumer)
-                if TAIL_J > 0:
-                    W.store_packed_guarded(D, packed, prev_m + row0, prev_n, TMA_CHUNKS * 8,
-                                           BLK_N // 8, M_DIM, N_DIM, warp_id, lane_id)
+                store_tile(D, Dstage, consumer, packed, prev_m + row0, prev_n, warp_id,
+                           lane_id, tid_in_wg)
             # --- free: SMEM is released at exit, so the last TMA store must have read it ---
             if tid_in_wg == 0:
                 H.store_wait(0)
