@@ -160,6 +160,15 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                              "    Tx.copy_async(sf_tmem, sf_smem, cta_group=1)\n"),),
            must_flag=("numsim", "race"),
            case=((512, 256, 512), (("SM_COUNT", 2), ("PIPE_DEPTH", 3), ("SCALE", "mx")))),
+    Mutant("mx-grouped-no-sfa-fence", "v14",
+           "the producer warp's SFA stores reach the next tcgen05.cp without a proxy fence: "
+           "generic-proxy writes read by the async proxy",
+           blackwell_edits=(("grouped.py",
+                             "    T.ptx.fence.proxy.async_.shared__cta()  # our writes, then the "
+                             "next tcgen05.cp's reads\n", ""),),
+           must_flag=("race",), numbers_right=True,
+           case=((300, 256, 416), (("E", 4), ("SCALE", "mx"), ("SM_COUNT", 2),
+                                   ("PIPE_DEPTH", 2)))),
 )}
 
 
