@@ -13,8 +13,6 @@ from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
 
-MX = W.grouped  # SCALE="mx": the walk's module, with the scale factors' verbs beside it
-
 BLK_N_STEP, BLK_N_MAX = 16, 256  # tcgen05.mma cta_group::1, M = 128: N % 16 == 0, <= 256
 READ_MAX = 64  # accumulator columns per tcgen05.ld
 
@@ -234,13 +232,15 @@ def hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT, RUNTIME
       B 2**(sfb - 127) in fp32, rounded once to ``dtype``.
     A stage is 128 of K (one 128-byte swizzle row of e4m3) plus its SFs: SFB's atom of the
       weight tile by TMA (a weight tile starts on a multiple of 128 rows), SFA's gathered by
-      the producer warp (MX.load_sfa_atom: a token tile starts at any row, its rows straddle
+      the producer warp (W.load_sfa_atom: a token tile starts at any row, its rows straddle
       two atoms; a proxy fence on each side of its writes), each lane arrives: tma2mma 1 + 32.
     TMEM: accumulators at columns 0 and 128, SF rings from 256 (4 + 4 columns a stage); the
       MMA warp copies a stage's SFs into TMEM (tcgen05.cp) before its 4 MMAs; the commit that
       frees the stage also frees its SF slot.
     Constraints: K a multiple of 32 (one SF per 32 of K, no partial block); N a multiple of 8;
       dtype float16 | bfloat16 (D); BLK_N 128; plain tiles (no SWAP_AB); v14's E, LAYOUT, GROUP.
+    SFA must hold numerics.mx_block_sf_np's rows for every token row (masked: per expert): a row
+      past SFA's end reads as scale 1 (e = 127), not as an error; the caller sizes it.
     """
     BLK_K = W.FP8_BLK_K
     dtype = H.check_fp8_contract(M, N, K, dtype)
@@ -344,11 +344,11 @@ def hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT, RUNTIME
                     W.tile_at(at, scan, bounds, t, E, BLK_M, W_TILES, BLK_N, GROUP)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "TMA producer")
-                        MX.load_sfa_atom(SFAsmem, ring.stage, SFA, at, k, K_TILES, lane_id,
+                        W.load_sfa_atom(SFAsmem, ring.stage, SFA, at, k, K_TILES, lane_id,
                                          MASKED)
                         tma2mma.arrive(ring.stage)
                         if T.cuda.elect_sync():
-                            MX.tma_load_mx_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
+                            W.tma_load_mx_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                                 SFBsmem[ring.stage, :, :], A, B, SFB, at, k,
                                                 tma2mma.ptr(ring.stage), BLK_M, BLK_K, K_TILES,
                                                 MASKED)
@@ -367,9 +367,9 @@ def hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT, RUNTIME
                         tma2mma.wait(ring.stage, ring.phase, "MMA issuer")
                         W.tcgen05_fence_after_sync()
                         if T.cuda.elect_sync():
-                            MX.mx_sf_to_tmem(sfa_t[ring.stage, :, :], SFAview[ring.stage, :, :])
-                            MX.mx_sf_to_tmem(sfb_t[ring.stage, :, :], SFBview[ring.stage, :, :])
-                            MX.mma_tile_mx(tmem, acc.stage * ACC_COLS, Asmem8[ring.stage, :, :],
+                            W.mx_sf_to_tmem(sfa_t[ring.stage, :, :], SFAview[ring.stage, :, :])
+                            W.mx_sf_to_tmem(sfb_t[ring.stage, :, :], SFBview[ring.stage, :, :])
+                            W.mma_tile_mx(tmem, acc.stage * ACC_COLS, Asmem8[ring.stage, :, :],
                                            Bsmem8[ring.stage, :, :], sfa_t[ring.stage, :, :],
                                            sfb_t[ring.stage, :, :], BLK_N, k != 0)
                             # stage s (SMEM and SF slot) is free once these are done
