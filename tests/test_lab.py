@@ -221,6 +221,25 @@ def test_each_lab_patch_applies_and_puts_its_keyword_back(keyword, tmp_path):
     assert keyword in LAB_PATCHES.builder_keywords(LAB_PATCHES.builder_of(keyword, tmp_path))
 
 
+
+def test_the_gelu_variants_patches_apply_in_the_order_their_export_script_gives(tmp_path):
+    """export_gelu_variants.py's docstring applies epi_defer.patch, then act_approx.patch (the
+    erf form of ACT_APPROX, stacked on the deferred epilogue's fused.py): both go on in that
+    order, and the builder and epilogue.APPROX_ACTS then hold what the script exports."""
+    script = (ROOT / "lab/fused_epilogues/export_gelu_variants.py").read_text(encoding="utf-8")
+    order = re.search(r"git apply (\S+) (\S+)", script).groups()
+    assert [Path(p).name for p in order] == ["epi_defer.patch", "act_approx.patch"], order
+    for patch in order:
+        for rel in re.findall(r"^--- a/(\S+)", (ROOT / patch).read_text(encoding="utf-8"), re.M):
+            if not (tmp_path / rel).exists():
+                (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
+    out = subprocess.run(["git", "apply", *(str(ROOT / p) for p in order)], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "EPI_DEFER" in LAB_PATCHES.builder_keywords(tmp_path / "steps/sm90a/hgemm_v12.py")
+    assert re.search(r"APPROX_ACTS = \([^)]*\"gelu\"", (tmp_path / "tirx_gemm/epilogue.py").read_text())
+
 # ---- the H100 A/B runs of lab/cta_clusters
 
 def test_the_cluster_ab_tables_hold_what_the_records_and_the_run_log_give():

@@ -25,6 +25,7 @@ PATCH_OF = {
     "PAIR_ALONG": "lab/cta_clusters/patches/pair_along_n.patch",
     "STREAM_K_ALL": "lab/stream_k_tail/patches/stream_k_all.patch",
     "EPI_SPREAD": "lab/fused_epilogues/patches/epi_spread.patch",
+    "EPI_DEFER": "lab/fused_epilogues/patches/epi_defer.patch",
     "STAGGER": "lab/fp8_on_hopper/patches/stagger.patch",
 }
 # keyword -> the step whose builder the patch changes (v12 where not named)
