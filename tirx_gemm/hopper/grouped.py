@@ -162,6 +162,18 @@ def queue_fp8_stage(tmp, ring, full, desc_a, desc_b, consumer, a_stage_bytes: in
 
 
 @T.inline
+def tma_load_tokens(dst, A, at, rows: int, k_st, BLK_K: int, bar, masked: bool):
+    """One thread: unit ``at``'s ``rows`` token rows at K k_st into ``dst`` by TMA on ``bar``:
+    A[at[1]..] (masked: A[at[0], at[1]..], a 3-D box); rows past A's end are zero-filled."""
+    if masked:
+        Tx.copy_async(dst, A[at[0], at[1]:at[1] + rows, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+    else:
+        Tx.copy_async(dst, A[at[1]:at[1] + rows, k_st:k_st + BLK_K],
+                      dispatch="tma_explicit", mbar=bar)
+
+
+@T.inline
 def tma_load_unit(Asmem, Bsmem, A, B, at, k_st, bar, MMA_M: int, MMA_N: int, BLK_K: int,
                   swap: bool, masked: bool):
     """One thread: the stage's byte count on ``bar``, then unit ``at``'s two boxes at K k_st
@@ -173,19 +185,9 @@ def tma_load_unit(Asmem, Bsmem, A, B, at, k_st, bar, MMA_M: int, MMA_N: int, BLK
     if swap:
         Tx.copy_async(Asmem, B[at[0], at[3]:at[3] + MMA_M, k_st:k_st + BLK_K],
                       dispatch="tma_explicit", mbar=bar)
-        if masked:
-            Tx.copy_async(Bsmem, A[at[0], at[1]:at[1] + MMA_N, k_st:k_st + BLK_K],
-                          dispatch="tma_explicit", mbar=bar)
-        else:
-            Tx.copy_async(Bsmem, A[at[1]:at[1] + MMA_N, k_st:k_st + BLK_K],
-                          dispatch="tma_explicit", mbar=bar)
+        tma_load_tokens(Bsmem, A, at, MMA_N, k_st, BLK_K, bar, masked)
     else:
-        if masked:
-            Tx.copy_async(Asmem, A[at[0], at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
-                          dispatch="tma_explicit", mbar=bar)
-        else:
-            Tx.copy_async(Asmem, A[at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
-                          dispatch="tma_explicit", mbar=bar)
+        tma_load_tokens(Asmem, A, at, MMA_M, k_st, BLK_K, bar, masked)
         Tx.copy_async(Bsmem, B[at[0], at[3]:at[3] + MMA_N, k_st:k_st + BLK_K],
                       dispatch="tma_explicit", mbar=bar)
 
@@ -198,12 +200,7 @@ def tma_load_unit_multicast(Asmem, Bsmem_half, A, B, at, k_st, bar, BLK_M: int, 
     peer's multicast), the own token rows A[at[1]..] unicast, and the expert's weight rows
     B[at[0], at[3] + rank * B_ROWS..] multicast into the same offset of both CTAs."""
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, T.uint32((BLK_M + BLK_N) * BLK_K * 2))
-    if masked:
-        Tx.copy_async(Asmem, A[at[0], at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
-    else:
-        Tx.copy_async(Asmem, A[at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
+    tma_load_tokens(Asmem, A, at, BLK_M, k_st, BLK_K, bar, masked)
     Tx.copy_async(Bsmem_half, B[at[0], at[3] + rank * B_ROWS:at[3] + (rank + 1) * B_ROWS,
                                 k_st:k_st + BLK_K],
                   dispatch="tma_explicit", mbar=bar, cta_mask=3)
@@ -217,12 +214,7 @@ def tma_load_fp8_unit(Asmem, Bsmem, A, B, at, k_st, bar, BLK_M: int, BLK_N: int,
     rows A[at[1].., k_st..] (masked: A[at[0], at[1].., k_st..]) and its expert's weight rows
     B[at[0], at[3].., k_st..]."""
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, T.uint32((BLK_M + BLK_N) * BLK_K))
-    if masked:
-        Tx.copy_async(Asmem, A[at[0], at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
-    else:
-        Tx.copy_async(Asmem, A[at[1]:at[1] + BLK_M, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
+    tma_load_tokens(Asmem, A, at, BLK_M, k_st, BLK_K, bar, masked)
     Tx.copy_async(Bsmem, B[at[0], at[3]:at[3] + BLK_N, k_st:k_st + BLK_K],
                   dispatch="tma_explicit", mbar=bar)
 
@@ -238,12 +230,7 @@ def tma_load_gate_up(Asmem, Bsmem, stage, A, B, at, k_st, bar, MMA_M: int, HALF:
     of D past N_HALF, never stored."""
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(
         bar, T.uint32((MMA_M + 2 * HALF) * BLK_K * 2))
-    if masked:
-        Tx.copy_async(Asmem[stage, :, :], A[at[0], at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
-    else:
-        Tx.copy_async(Asmem[stage, :, :], A[at[1]:at[1] + MMA_M, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
+    tma_load_tokens(Asmem[stage, :, :], A, at, MMA_M, k_st, BLK_K, bar, masked)
     Tx.copy_async(Bsmem[stage, 0:HALF, :], B[at[0], at[3]:at[3] + HALF, k_st:k_st + BLK_K],
                   dispatch="tma_explicit", mbar=bar)
     Tx.copy_async(Bsmem[stage, HALF:2 * HALF, :],
@@ -263,12 +250,7 @@ def tma_load_gate_up_swap(Asmem, Bsmem, stage, A, B, at, k_st, bar, BLK_M: int, 
     box past N_HALF reads up rows, an up box past B's rows is zero-filled: features past
     N_HALF, never stored."""
     T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, T.uint32((BLK_M + TOK) * BLK_K * 2))
-    if masked:
-        Tx.copy_async(Bsmem[stage, :, :], A[at[0], at[1]:at[1] + TOK, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
-    else:
-        Tx.copy_async(Bsmem[stage, :, :], A[at[1]:at[1] + TOK, k_st:k_st + BLK_K],
-                      dispatch="tma_explicit", mbar=bar)
+    tma_load_tokens(Bsmem[stage, :, :], A, at, TOK, k_st, BLK_K, bar, masked)
     for q in T.unroll(BLK_M // 16):
         Tx.copy_async(Asmem[stage, 16 * q:16 * q + 8, :],
                       B[at[0], at[3] + 8 * q:at[3] + 8 * q + 8, k_st:k_st + BLK_K],
