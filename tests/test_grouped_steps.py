@@ -318,6 +318,9 @@ def test_builds_keep_the_sass_promises(arch):
             assert "cta_group::2" not in src and "kind::f8f6f4" not in src
             assert ops.get("UTCQMMA") == 4 and not any(k.startswith("UTCHMMA") for k in ops), ops
             assert sum(n for k, n in ops.items() if k.startswith("UTCCP")) == 2, ops
+            # SFA gathered one 32-bit word per row (no byte loads), after the stage's TMA
+            assert not any(k.startswith("LDG") and ".U8" in k for k in ops), sorted(ops)
+            assert src.rindex("cp_async_bulk_tensor_g2s") < src.index("(uint)2139062143")
         if not kw:  # the registry build: every promise of the row
             for p in step.sass_expect:
                 assert any(k.startswith(p) for k in ops), (p, sorted(ops))

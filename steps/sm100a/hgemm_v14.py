@@ -232,8 +232,9 @@ def hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT, RUNTIME
       B 2**(sfb - 127) in fp32, rounded once to ``dtype``.
     A stage is 128 of K (one 128-byte swizzle row of e4m3) plus its SFs: SFB's atom of the
       weight tile by TMA (a weight tile starts on a multiple of 128 rows), SFA's gathered by
-      the producer warp (W.load_sfa_atom: a token tile starts at any row, its rows straddle
-      two atoms; a proxy fence on each side of its writes), each lane arrives: tma2mma 1 + 32.
+      the producer warp once its elected lane issued that TMA (W.load_sfa_atom: a token tile
+      starts at any row, its rows straddle two atoms; one 32-bit load a row; a proxy fence on
+      each side of its writes), each lane arrives: tma2mma 1 + 32.
     TMEM: accumulators at columns 0 and 128, SF rings from 256 (4 + 4 columns a stage); the
       MMA warp copies a stage's SFs into TMEM (tcgen05.cp) before its 4 MMAs; the commit that
       frees the stage also frees its SF slot.
@@ -344,14 +345,16 @@ def hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT, RUNTIME
                     W.tile_at(at, scan, bounds, t, E, BLK_M, W_TILES, BLK_N, GROUP)
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "TMA producer")
-                        W.load_sfa_atom(SFAsmem, ring.stage, SFA, at, k, K_TILES, lane_id,
-                                         MASKED)
-                        tma2mma.arrive(ring.stage)
+                        # the TMA first (its bytes in flight), then the lanes gather SFA
+                        # into a disjoint buffer while they land
                         if T.cuda.elect_sync():
                             W.tma_load_mx_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
                                                 SFBsmem[ring.stage, :, :], A, B, SFB, at, k,
                                                 tma2mma.ptr(ring.stage), BLK_M, BLK_K, K_TILES,
                                                 MASKED)
+                        W.load_sfa_atom(SFAsmem, ring.stage, SFA, at, k, K_TILES, lane_id,
+                                         MASKED)
+                        tma2mma.arrive(ring.stage)
                         ring.advance()
                     t = t + SM_COUNT
             elif warp_id == 0:

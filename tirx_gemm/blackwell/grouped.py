@@ -52,26 +52,27 @@ def load_sfa_atom(SFAsmem, stage, SFA, at, k, K_TILES: int, lane, masked: bool):
     into SFAsmem[stage] ((PIPE_DEPTH, 4, 128) uint8), one atom in tcgen05.cp's order (byte
     16 l + 4 i + j: tile row 32 i + l, SF 4 k + j), lane l its 16 bytes; each row's 4 bytes
     read from SFA's blocked order (numerics.mx_block_sf_np: row r in atom (r // 128, k) at
-    byte 16 (r % 32) + 4 (r % 128 // 32)); masked: SFA[at[0]]. Rows at or past the expert's
-    row end read nothing and get e = 127 (their outputs are never stored), as do rows whose
-    atom lies past SFA's rows (a short operand is never read out of bounds). A proxy fence
-    on each side: the slot's last reader was tcgen05.cp (the async proxy; the caller waited
-    for its commit), and the next one is too."""
+    byte 16 (r % 32) + 4 (r % 128 // 32)) as one 32-bit word (its offset a multiple of 4 in
+    128-byte rows: SFA's base must be 4-byte aligned); masked: SFA[at[0]]. Rows at or past
+    the expert's row end read nothing and get e = 127 in all 4 bytes (their outputs are never
+    stored), as do rows whose atom lies past SFA's rows (a short operand is never read out of
+    bounds). A proxy fence on each side: the slot's last reader was tcgen05.cp (the async
+    proxy; the caller waited for its commit), and the next one is too."""
+    src32 = SFA.view("uint32")      # (.., rows, 32) words: word w holds bytes 4 w .. 4 w + 3
+    dst32 = SFAsmem.view("uint32")  # (PIPE_DEPTH, 4, 32)
     T.ptx.fence.proxy.async_.shared__cta()  # the previous tcgen05.cp's reads, then our writes
     for i in T.unroll(4):
         r = T.meta_var(at[1] + 32 * i + lane)
-        dst_c = T.meta_var(lane % 8 * 16 + 4 * i)
+        dst_w = T.meta_var(lane % 8 * 4 + i)
         src_r = T.meta_var((r // 128 * K_TILES + k) * 4 + r % 32 // 8)
-        src_c = T.meta_var(r % 8 * 16 + r % 128 // 32 * 4)
+        src_w = T.meta_var(r % 8 * 4 + r % 128 // 32)
         if r < at[2] and src_r < SFA.shape[len(SFA.shape) - 2]:
-            for j in T.unroll(4):
-                if masked:
-                    SFAsmem[stage, lane // 8, dst_c + j] = SFA[at[0], src_r, src_c + j]
-                else:
-                    SFAsmem[stage, lane // 8, dst_c + j] = SFA[src_r, src_c + j]
+            if masked:
+                dst32[stage, lane // 8, dst_w] = src32[at[0], src_r, src_w]
+            else:
+                dst32[stage, lane // 8, dst_w] = src32[src_r, src_w]
         else:
-            for j in T.unroll(4):
-                SFAsmem[stage, lane // 8, dst_c + j] = T.uint8(127)
+            dst32[stage, lane // 8, dst_w] = T.uint32(0x7F7F7F7F)  # 4 bytes of e = 127
     T.ptx.fence.proxy.async_.shared__cta()  # our writes, then the next tcgen05.cp's reads
 
 
