@@ -10,7 +10,9 @@ value (invisible when the Markdown is rendered, readable in the source):
   the arrival count of the one mbarrier the row names, as the step's builder declares it
   (a full/empty ``H.Ring(...)``, ``H.Barriers(...)`` with ``.init(n)``, v10's
   ``W.ClusterLaunchControl(...)``), evaluated with the builder's defaults; the row's arch
-  is its section's ("## Barriers: sm_100a");
+  is its section's ("## Barriers: sm_100a"); ``<!-- count hgemm_v14_mx tma2mma -->`1 + 32` =
+  33<!-- /count -->`` anywhere in that section: the count of that mbarrier as a second
+  builder of the step's file (another mode's kernel, ``hgemm_<step>_*``) declares it;
 - a build figure, ``<!-- build:smem_kib v7@sm_100a -->161<!-- /build -->``: a field of
   the step's canonical build in goldens/expectations/build.json (``tirx-gemm regress
   --cpu --update``): smem_kib (shared memory per CTA, KiB rounded), registers, threads,
@@ -67,6 +69,7 @@ LESSONS_DIR = ROOT / "steps" / "lessons"
 EXPECTATIONS_PATH = ROOT / "goldens" / "expectations" / "build.json"
 
 COUNT = re.compile(r"<!-- count -->(.*?)<!-- /count -->")
+COUNT_OF = re.compile(r"<!-- count (\w+) (\w+) -->(.*?)<!-- /count -->")
 BUILD = re.compile(r"<!-- build:(\w+) (v\d+)@(sm_\w+) -->(.*?)<!-- /build -->")
 # the header's four fields may be split over lines (a long sentence breaks inside the comment,
 # where a reader of the rendered page sees nothing); the value stays on one line
@@ -102,12 +105,13 @@ def _builder_fn(src: str, builder) -> ast.FunctionDef:
                 if isinstance(n, ast.FunctionDef) and n.name == builder.__name__)
 
 
-def builder_constants(src: str, builder) -> dict:
+def builder_constants(src: str, builder, caller: dict | None = None) -> dict:
     """The builder's defaults and the plain constants its body assigns before the kernel
     (``CTA_PAIR = W.CTA_PAIR``, ``CLC_READERS = CTA_PAIR * (32 + 32 + 128) + 32``), evaluated
-    in order; an assignment that needs more than those is skipped."""
+    in order; an assignment that needs more than those is skipped. ``caller``: a second
+    builder's names come first from the step builder that calls it (its defaults)."""
     from tirx_gemm import blackwell, helpers, hopper
-    ns = {"W": blackwell if "blackwell as W" in src else hopper, "H": helpers}
+    ns = {**(caller or {}), "W": blackwell if "blackwell as W" in src else hopper, "H": helpers}
     ns.update({k: p.default for k, p in inspect.signature(builder).parameters.items()
                if p.default is not inspect.Parameter.empty})
     for node in _builder_fn(src, builder).body:
@@ -130,11 +134,28 @@ def step_source(step) -> str:
         encoding="utf-8")
 
 
-def declared_counts(step) -> dict[str, str | None]:
-    """{mbarrier name: the expression of its arrival count (None: not found)} as the step's
-    builder declares them."""
+def builders(step) -> list:
+    """The step's builder, then each second builder its file defines for another mode
+    (``hgemm_v14_mx``: functions named ``hgemm_<step>_*``), in file order."""
+    import importlib
+    mod = importlib.import_module(step.module)
+    return [step.builder()] + [getattr(mod, n.name) for n in ast.parse(step_source(step)).body
+                               if isinstance(n, ast.FunctionDef)
+                               and n.name.startswith(f"hgemm_{step.id}_")]
+
+
+def builder_ns(step, builder) -> dict:
+    """builder_constants of one of builders(step); a second one's seeded with the step's."""
     src = step_source(step)
-    fn = _builder_fn(src, step.builder())
+    ns = builder_constants(src, step.builder())
+    return ns if builder is step.builder() else builder_constants(src, builder, ns)
+
+
+def declared_counts(step, builder=None) -> dict[str, str | None]:
+    """{mbarrier name: the expression of its arrival count (None: not found)} as the step's
+    builder (or ``builder``, one of builders(step)) declares them."""
+    src = step_source(step)
+    fn = _builder_fn(src, builder or step.builder())
     body = ast.get_source_segment(src, fn)
     inits = dict(_INIT.findall(body))
     counts = {name: inits.get(var) for var, name in _DECL.findall(body)}
@@ -176,7 +197,7 @@ def _render_counts(step_id: str, text: str, where: str) -> str:
     out, pos = [], 0
     for arch, start, end in barrier_sections(text):
         section = text[start:end]
-        if "<!-- count -->" not in section:
+        if "<!-- count" not in section:
             continue
         step = registry.get(step_id, arch)
         counts = declared_counts(step)
@@ -195,10 +216,22 @@ def _render_counts(step_id: str, text: str, where: str) -> str:
                 raise RenderError(f"{where}: {step.key} declares {names[0]} without a count")
             text_ = count_text(expr, count_value(step, expr, ns))
             lines[i] = COUNT.sub(lambda m: f"<!-- count -->{text_}<!-- /count -->", line)
-        out.append(text[pos:start] + "\n".join(lines))
+        out.append(text[pos:start] + COUNT_OF.sub(
+            lambda m: _count_of(step, m.group(1), m.group(2), where), "\n".join(lines)))
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def _count_of(step, builder_name: str, name: str, where: str) -> str:
+    # a second builder's count marker, filled (see the module's docstring)
+    builder = next((b for b in builders(step)[1:] if b.__name__ == builder_name), None)
+    expr = None if builder is None else declared_counts(step, builder).get(name)
+    if expr is None:
+        raise RenderError(f"{where}: {step.key} has no second builder {builder_name} that "
+                          f"declares {name} with a count")
+    value = count_value(step, expr, builder_ns(step, builder))
+    return f"<!-- count {builder_name} {name} -->{count_text(expr, value)}<!-- /count -->"
 
 
 # --------------------------------------------------------------------------------------
