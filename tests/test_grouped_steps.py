@@ -328,47 +328,6 @@ def test_builds_keep_the_sass_promises(arch):
                 assert not any(k.startswith(p) for k in ops), (p, sorted(ops))
 
 
-# --- the barrier notes of the second builders (hgemm_v14_mx, hgemm_v14_fp8_block) ----------
-def _render_docs():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "scripts" / "render_docs.py"
-    spec = importlib.util.spec_from_file_location("render_docs", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-def test_a_second_builders_own_count_is_rendered_from_it(arch):
-    """A count the mode's builder declares unlike the step builder (sm_100a SCALE="mx":
-    tma2mma 1 + 32; sm_90a FP8_BLOCK: none at the defaults) has a count marker for that
-    builder in the lesson's barrier section, which render_docs fills and --check holds."""
-    rd = _render_docs()
-    step = registry.get("v14", arch)
-    main, *others = rd.builders(step)
-    assert [b.__name__ for b in others] == [{"sm_90a": "hgemm_v14_fp8_block",
-                                             "sm_100a": "hgemm_v14_mx"}[arch]]
-    text = (rd.LESSONS_DIR / "v14.md").read_text(encoding="utf-8")
-    section = next(text[a:b] for sec, a, b in rd.barrier_sections(text) if sec == arch)
-    counts, ns = rd.declared_counts(step), rd.builder_ns(step, main)
-    for b in others:
-        for name, expr in rd.declared_counts(step, b).items():
-            differs = (rd.count_value(step, expr, rd.builder_ns(step, b))
-                       != rd.count_value(step, counts[name], ns))
-            assert differs == (f"<!-- count {b.__name__} {name} -->" in section), (b, name)
-
-
-def test_a_wrong_mx_count_in_the_lesson_is_stale(tmp_path):
-    rd = _render_docs()
-    text = (rd.LESSONS_DIR / "v14.md").read_text(encoding="utf-8")
-    right = "<!-- count hgemm_v14_mx tma2mma -->`1 + 32` = 33<!-- /count -->"
-    assert right in text
-    wrong = tmp_path / "v14.md"
-    wrong.write_text(text.replace(right, right.replace("33", "32")), encoding="utf-8")
-    assert rd.render_lesson(wrong) == text
-
-
 # --- NumSim (sm_100a), where tirx-harness is installed -------------------------------------
 def _numsim_reason():
     from tirx_gemm.sim import gate
