@@ -224,8 +224,9 @@ def test_each_lab_patch_applies_and_puts_its_keyword_back(keyword, tmp_path):
 
 def test_the_gelu_variants_patches_apply_in_the_order_their_export_script_gives(tmp_path):
     """export_gelu_variants.py's docstring applies epi_defer.patch, then act_approx.patch (the
-    erf form of ACT_APPROX, stacked on the deferred epilogue's fused.py): both go on in that
-    order, and the builder and epilogue.APPROX_ACTS then hold what the script exports."""
+    erf form of ACT_APPROX; each also applies alone: tests/test_epilogue.py, lab_patches.PATCH_OF):
+    both go on in that order, and the builder and epilogue.APPROX_ACTS then hold what the script
+    exports."""
     script = (ROOT / "lab/fused_epilogues/export_gelu_variants.py").read_text(encoding="utf-8")
     order = re.search(r"git apply (\S+) (\S+)", script).groups()
     assert [Path(p).name for p in order] == ["epi_defer.patch", "act_approx.patch"], order
