@@ -195,17 +195,10 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                 W.tile_at(at, scan, bounds, t, E, TOK, W_TILES, W_BLK, GROUP)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                for c in T.unroll(BLK_N // READ):
-                    Dreg = T.alloc_local((READ,), dtype)
-                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + c * READ, READ, Dreg)
-                    if SWAP_AB:
-                        # D's transpose: accumulator row tid_in_wg is D's column at[3] +
-                        # tid_in_wg (a weight row), its columns D's rows at[1].. (tokens)
-                        W.store_column_bounded(Dreg, D, at[0], at[1] + c * READ,
-                                               at[3] + tid_in_wg, READ, at[2], N, MASKED)
-                    else:
-                        W.store_row_bounded(Dreg, D, at[0], at[1] + tid_in_wg,
-                                            at[3] + c * READ, READ, at[2], N, MASKED)
+                # SWAP_AB: D's transpose, accumulator row tid_in_wg is D's column at[3] +
+                # tid_in_wg (a weight row), its columns D's rows at[1].. (tokens)
+                W.store_unit_bounded(tmem, acc.stage * ACC_COLS, D, at, tid_in_wg, dtype, BLK_N,
+                                     READ, N, SWAP_AB, MASKED)
                 # every tcgen05.ld of this accumulator has completed: hand it back
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
@@ -392,11 +385,8 @@ def hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT, RUNTIME
                 W.tile_at(at, scan, bounds, t, E, BLK_M, W_TILES, BLK_N, GROUP)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                for c in T.unroll(BLK_N // READ):
-                    Dreg = T.alloc_local((READ,), dtype)
-                    W.tmem_to_registers(tmem, acc.stage * ACC_COLS + c * READ, READ, Dreg)
-                    W.store_row_bounded(Dreg, D, at[0], at[1] + tid_in_wg, at[3] + c * READ,
-                                        READ, at[2], N, MASKED)
+                W.store_unit_bounded(tmem, acc.stage * ACC_COLS, D, at, tid_in_wg, dtype, BLK_N,
+                                     READ, N, False, MASKED)
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
                 acc.advance()

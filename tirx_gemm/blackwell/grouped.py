@@ -7,6 +7,7 @@ cta_group::1 forms (mx_sf_to_tmem, mma_tile_mx) beside them."""
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from .tcgen05 import tmem_to_registers
 from .fp8 import (  # noqa: F401 (v14 SCALE="mx" reads them from here)
     MX_SF_ATOM_BYTES, MX_SF_BOX, MX_SF_ROWS, mma_tile_mx, mx_sf_to_tmem)
 from tirx_gemm.hopper.grouped import (  # noqa: F401 (the one home of the walk)
@@ -39,6 +40,23 @@ def store_column_bounded(Dcol, D, e, m0, n, ROWS: int, row_end, N, masked: bool)
                     D[e, m0 + j, n] = Dcol[j]
                 else:
                     D[m0 + j, n] = Dcol[j]
+
+
+@T.inline
+def store_unit_bounded(tmem, col, D, at, tid_in_wg, dtype, COLS: int, READ: int, N, swap: bool,
+                       masked: bool):
+    """One epilogue thread: its accumulator row of unit ``at`` (COLS TMEM columns from ``col``,
+    READ per tcgen05.ld) to D, bounded by the unit's expert: D's row at[1] + tid_in_wg from
+    column at[3] (``swap``: the row is D's column at[3] + tid_in_wg, tokens from at[1])."""
+    for c in T.unroll(COLS // READ):
+        Dreg = T.alloc_local((READ,), dtype)
+        tmem_to_registers(tmem, col + c * READ, READ, Dreg)
+        if swap:
+            store_column_bounded(Dreg, D, at[0], at[1] + c * READ, at[3] + tid_in_wg, READ,
+                                 at[2], N, masked)
+        else:
+            store_row_bounded(Dreg, D, at[0], at[1] + tid_in_wg, at[3] + c * READ, READ, at[2],
+                              N, masked)
 
 
 # --- v14 SCALE="mx": the scale factors of a unit's stage ---
