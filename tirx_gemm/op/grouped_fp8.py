@@ -18,7 +18,8 @@ The masked layout (DeepGEMM's ``m_grouped_fp8_gemm_nt_masked``): ``a`` (E, T, K)
 
 The torch custom op (``torch.ops.tirx_gemm.grouped_mm``, op/moe.py) carries ``scale_a`` and
 ``scale_b``, so torch.compile traces an fp8 call too. Not built here: bias, scale and SwiGLU on
-fp8, sm_100a (its v14 twin is 16-bit; v13 has MXFP8 on NumSim, no grouped form).
+fp8, sm_100a (v14's twin there has an MXFP8 form, ``SCALE="mx"``: UE8M0 scales per 32 of K,
+checked on NumSim only and not served here).
 :func:`quantize_rows` and :func:`quantize_experts` make such operands from real tensors.
 """
 
@@ -193,7 +194,9 @@ def grouped_mm_fp8(a, b, offs=None, *, scale_a=None, scale_b=None, out_dtype=Non
         scale=scale)
     arch, sm_count = _gpu(a.device)
     if arch != ARCH:
-        raise ValueError(f"fp8 grouped_mm runs on sm_90a (Hopper) only: this GPU is {arch}")
+        raise ValueError(f"fp8 grouped_mm runs on sm_90a (Hopper) only: this GPU is {arch}; "
+                         "sm_100a's v14 MXFP8 twin (SCALE='mx') is checked on NumSim only, "
+                         "not served by grouped_mm yet")
     masked = layout == "masked"
     if out is None:
         out = torch.empty((E, M, N) if masked else (M, N), dtype=odt, device=a.device)
