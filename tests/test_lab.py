@@ -259,3 +259,28 @@ def test_the_cluster_ab_section_quotes_each_suites_rule_as_stated_before_the_run
         desc = json.loads((LAB / "cta_clusters" / "suites" / f"{name}.json").read_text())["description"]
         rule = desc[desc.index("Decided before the run:"):]
         assert " ".join(rule.split()) in " ".join(text.split()), name
+
+
+# ---- lab/bf16_ceiling
+
+def test_the_ceiling_table_names_each_paths_best_sustained_shape_and_their_ratio(tmp_path):
+    """ceiling.py table: one row per record, and the line comparing tirx's best sustained shape
+    with torch's (the run's ceiling); burst records never count as the ceiling."""
+    import importlib.util
+    import json
+    spec = importlib.util.spec_from_file_location("ceiling", LAB / "bf16_ceiling" / "ceiling.py")
+    ceiling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ceiling)
+    recs = [dict(card="GPU X", M=m, N=8192, K=8192, mode=mode, path=path, ms=1.0, tflops=t,
+                 sm_mhz=1500, power_w=690.0, reasons=["sw_power_cap"], frac_of_clock_peak=0.8)
+            for m, mode, path, t in ((8192, "sustained", "torch.mm", 700.0),
+                                     (8192, "sustained", "tirx", 680.0),
+                                     (4096, "sustained", "torch.mm", 650.0),
+                                     (4096, "sustained", "tirx", 690.0),
+                                     (4096, "burst", "torch.mm", 900.0))]
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = ceiling.table([f])
+    assert out.count("| 8192x8192x8192 |") == 2 and out.count("| 4096x8192x8192 |") == 3
+    assert "torch's best sustained shape: 8192x8192x8192 700 TFLOP/s" in out
+    assert "tirx's best: 4096x8192x8192 690 TFLOP/s = 0.986 of torch's best (GPU X)" in out
