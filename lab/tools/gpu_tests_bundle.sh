@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU tests of every op module (test_gpu_op, test_gpu_grouped, test_serving_gpu, test_fp8_gpu,
+# test_gpu_autograd with test_layout_step) from ONE bundle, and the device's 64 MiB limit on what
+# travels: the checkout is about 42 MiB, so the bundle (about 28 MiB of kernels, runtime and
+# wheel) travels packed (tar.xz, about 5.5 MiB) and is unpacked there.
+#
+#   bash lab/tools/gpu_tests_bundle.sh export [B]   # here (TVM): every test's kernels into B
+#                                                   # (default .gpu/all), then B.tar.xz
+#   bash lab/tools/gpu_tests_bundle.sh run [B]      # GPU host: unpack B.tar.xz if B is absent,
+#                                                   # then each test file as a stage
+#                                                   # (lab/tools/stage.sh; logs in $OUT/tests.tgz)
+#
+# The study runs queued beside the tests add their own kernels to the same bundle before it is
+# packed (each study's README names its export command), e.g. lab/bf16_ceiling's suite.
+set -uo pipefail
+cmd=${1:-}
+B=${2:-.gpu/all}
+case "$cmd" in
+export)
+  set -e
+  tmp=$(mktemp -d)
+  python scripts/bench_model.py --print-shapes > "$tmp/llama8b_block.json"
+  tirx-gemm export --suite "$tmp/llama8b_block.json" --arch sm_90a --num-sms 132 --ffi-wheel 3.12 \
+    --jobs 2 --out "$B"
+  python lab/moe_grouped_gemm/export_bundle.py --tests --fp8 --out "$B" --jobs 2
+  tirx-gemm export --suite lab/serving_stacks/suites/serving_block.json --arch sm_90a \
+    --num-sms 132 --jobs 2 --out "$B"
+  tirx-gemm export --suite tirx_gemm/op/suites/fp8-models.json --arch sm_90a --num-sms 132 \
+    --jobs 2 --out "$B"
+  python lab/training_backward/export.py --out "$B" --what tests,layouts --jobs 2
+  tar -C "$(dirname "$B")" -cJf "$B.tar.xz" "$(basename "$B")"
+  ls -l "$B.tar.xz"
+  ;;
+run)
+  [ -d "$B" ] || tar -C "$(dirname "$B")" -xJf "$B.tar.xz" || exit 3
+  . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/stage.sh"
+  lab_begin tests "$B"
+  export TIRX_GEMM_BUNDLE=$PWD/$B
+  PT=(python3 -m pytest -m gpu -q -p no:cacheprovider)
+  stage t_op 110 "${PT[@]}" tests/test_gpu_op.py; snap
+  stage t_grouped 130 "${PT[@]}" tests/test_gpu_grouped.py; snap
+  stage t_serving 130 "${PT[@]}" tests/test_serving_gpu.py; snap
+  stage t_fp8 70 "${PT[@]}" tests/test_fp8_gpu.py; snap
+  stage t_train 110 "${PT[@]}" tests/test_gpu_autograd.py tests/test_layout_step.py
+  ;;
+*)
+  echo "usage: bash lab/tools/gpu_tests_bundle.sh export|run [BUNDLE]" >&2
+  exit 2
+  ;;
+esac
