@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU tests of every op module (test_gpu_op, test_gpu_grouped, test_serving_gpu, test_fp8_gpu,
 # test_gpu_autograd with test_layout_step) from ONE bundle, and the device's 64 MiB limit on what
-# travels: the checkout is about 42 MiB, so the bundle (about 28 MiB of kernels, runtime and
-# wheel) travels packed (tar.xz, about 5.5 MiB) and is unpacked there.
+# travels: the checkout is about 42 MiB, so the bundle (357 kernels with the runtime and the
+# wheel, about 22 MiB) travels packed (tar.xz, about 5 MiB) and is unpacked there.
 #
 #   bash lab/tools/gpu_tests_bundle.sh export [B]   # here (TVM): every test's kernels into B
 #                                                   # (default .gpu/all), then B.tar.xz
