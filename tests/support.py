@@ -1,5 +1,5 @@
 """Helpers the test files share (one copy each; fixtures are in tests/conftest.py):
-running the CLI as a user does and reading its one-line errors."""
+running the CLI as a user does and reading its one-line errors, loading a script as a module."""
 import os
 import re
 import subprocess
@@ -10,6 +10,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # a progress line (tirx_gemm/progress.py) a slow machine may print before an error
 PROGRESS = re.compile(r"^\S.*(: still working|: \d+/\d+ done.*), elapsed \d+ s$")
+
+
+def load_script(rel: str, name: str | None = None):
+    """The script at ``rel`` (a path under the checkout, e.g. "scripts/render_docs.py")
+    imported as a module named ``name`` (default: the file's stem)."""
+    import importlib.util
+    path = ROOT / rel
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def cli(*args, env=None, timeout=300):

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
+from support import load_script
 
 from tirx_gemm import registry
 from tirx_gemm.report import published
@@ -369,16 +370,7 @@ def test_the_register_check_fails_on_a_drifted_figure(monkeypatch):
 # scripts/render_docs.py fills every count cell (<!-- count -->...<!-- /count -->) from the
 # builder's declaration (H.Ring's two counts, H.Barriers' .init(n), W.ClusterLaunchControl);
 # here: every declared mbarrier has a row, no count is hand-typed, and the files are fresh.
-def _render_docs():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("render_docs",
-                                                  ROOT / "scripts" / "render_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-RENDER_DOCS = _render_docs()
+RENDER_DOCS = load_script("scripts/render_docs.py")
 
 
 def _builder_constants(src: str, builder) -> dict:

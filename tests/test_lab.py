@@ -1,25 +1,18 @@
 """The lab: one folder per study under lab/, each with a README whose figures are rendered
 from its records, and a generated index; every study's own check runs here."""
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "lab"
 
 
-def _render_docs():
-    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "scripts" / "render_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-RENDER_DOCS = _render_docs()
+RENDER_DOCS = load_script("scripts/render_docs.py")
 STUDIES = sorted(p for p in LAB.iterdir() if p.is_dir())
 
 
@@ -91,9 +84,7 @@ def test_the_records_read_from_logs_are_fresh():
 def test_the_cost_model_is_fitted_to_the_studys_records():
     """scripts/fit_chooser.py reads the sweeps it fits from lab/cost_model_fit/records/, and
     --check refits tirx_gemm/op/chooser_h200.json from them."""
-    spec = importlib.util.spec_from_file_location("fit_chooser", ROOT / "scripts" / "fit_chooser.py")
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
+    fit = load_script("scripts/fit_chooser.py")
     home = LAB / "cost_model_fit" / "records"
     for path in (*fit.SWEEPS, fit.V10_SWEEP, fit.SHORTK_SWEEP, fit.MIDK_SWEEP, fit.PDL_SWEEP,
                  fit.SPLIT_SWEEP):
@@ -108,9 +99,7 @@ def test_the_cost_model_fit_readme_quotes_the_models_error_and_floor_as_the_fit_
     and with the HBM floor, and its 128x28672x8192 predictions at 128x224 are what
     scripts/fit_chooser.py and the cost model compute from the study's records."""
     from tirx_gemm.op import cost_model as cm
-    spec = importlib.util.spec_from_file_location("fit_chooser", ROOT / "scripts" / "fit_chooser.py")
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
+    fit = load_script("scripts/fit_chooser.py")
     samples, _ = fit.load()
     text = (LAB / "cost_model_fit" / "README.md").read_text(encoding="utf-8")
     prose = re.sub(r"\s+", " ", re.sub(r"<!-- /?rec[^>]*-->", "", text))
@@ -179,10 +168,7 @@ def test_a_study_readme_and_its_patches_carry_no_history_labels(study):
 # ---- the lab-only keywords of v12: each a patch in its study, and the scripts say which
 
 def _lab_patches():
-    spec = importlib.util.spec_from_file_location("lab_patches", LAB / "tools" / "lab_patches.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("lab/tools/lab_patches.py")
 
 
 LAB_PATCHES = _lab_patches()
@@ -266,11 +252,8 @@ def test_the_cluster_ab_section_quotes_each_suites_rule_as_stated_before_the_run
 def test_the_ceiling_table_names_each_paths_best_sustained_shape_and_their_ratio(tmp_path):
     """ceiling.py table: one row per record, and the line comparing tirx's best sustained shape
     with torch's (the run's ceiling); burst records never count as the ceiling."""
-    import importlib.util
     import json
-    spec = importlib.util.spec_from_file_location("ceiling", LAB / "bf16_ceiling" / "ceiling.py")
-    ceiling = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ceiling)
+    ceiling = load_script("lab/bf16_ceiling/ceiling.py")
     recs = [dict(card="GPU X", M=m, N=8192, K=8192, mode=mode, path=path, ms=1.0, tflops=t,
                  sm_mhz=1500, power_w=690.0, reasons=["sw_power_cap"], frac_of_clock_peak=0.8)
             for m, mode, path, t in ((8192, "sustained", "torch.mm", 700.0),

@@ -2,25 +2,12 @@
 hgemm_v14_fp8_block): where one declares a barrier count unlike the step builder's, the lesson's
 barrier section carries a count marker for it, which scripts/render_docs.py fills from that
 builder and --check holds fresh; a wrong count in such a marker renders back to the right one."""
-import importlib.util
-from pathlib import Path
-
 import pytest
+from support import load_script
 
 from tirx_gemm import registry
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _render_docs():
-    spec = importlib.util.spec_from_file_location("render_docs",
-                                                  ROOT / "scripts" / "render_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-RD = _render_docs()
+RD = load_script("scripts/render_docs.py")
 WITH_SECOND = [s for s in registry.STEPS if len(RD.builders(s)) > 1]
 
 
