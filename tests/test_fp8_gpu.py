@@ -4,9 +4,11 @@ real-scale activations (outlier channels), CUDA-graph capture and replay,
 torch.compile(fullgraph=True), patch_fp8 on a small model, and the errors before launch.
 
 Skipped without a CUDA GPU of arch sm_90a, or without kernels (no TIRX_GEMM_BUNDLE and no TVM).
-The kernels take the whole shape at run time, so a bundle of the fp8 suite serves every test:
+The kernels take the whole shape at run time, so a bundle of every kernel matmul_fp8 can pick
+serves every test (a bundle of the fp8 suite alone lacks the splits this module's small layers
+pick, e.g. SPLIT_K 4 at 16x512x1024):
 
-    tirx-gemm export --suite tirx_gemm/op/suites/fp8-models.json --arch sm_90a --out DIR
+    python lab/fp8_on_hopper/fp8_export.py --out DIR --no-run-shapes
     TIRX_GEMM_BUNDLE=DIR python -m pytest -m gpu tests/test_fp8_gpu.py
 """
 import importlib.util
