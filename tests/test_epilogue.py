@@ -482,13 +482,23 @@ def test_clock_windows_takes_each_windows_samples_after_it_settles():
     assert row["samples"] == 2 and row["sm_mhz"] == 1750 and row["power_w"] == 695
 
 
-def test_the_swap_ab_bias_patch_applies_and_lets_v12_take_a_bias_on_swap_tiles(tmp_path):
-    """lab/serving_stacks/patches/swap_bias.patch (v12's swap-AB tiles with the bias along the
-    fragment's rows: built, not yet timed or picked) still applies; without it v12 refuses any
-    epilogue on a swap-AB tile in one line."""
-    _apply_lab_patch(tmp_path, "lab/serving_stacks/patches/swap_bias.patch")
-    assert "SWAP_BIAS = SWAP_AB and HAS_BIAS" in (tmp_path / "steps/sm90a/hgemm_v12.py").read_text()
-    assert "def epilogue_bias_act_rows" in (tmp_path / "tirx_gemm/hopper/fused.py").read_text()
+def test_v12_adds_a_swap_ab_tiles_bias_along_the_fragment_rows():
+    """A swap-AB tile holds D's transpose: a fragment row is a column of D (a weight row), so
+    its bias is loaded by the fragment's row (m_st + 16 warp + lane/4 + 8h: two values per
+    thread) and added to both of the row's accumulators in every 8-column block; the non-swap
+    tile's bias goes by the fragment's column (8j + 2(lane % 4) + e)."""
+    import re
     from steps.sm90a.hgemm_v12 import hgemm_v12
-    with pytest.raises(ValueError, match="SWAP_AB=True takes no fused epilogue"):
-        hgemm_v12(8, 256, 512, BLK_M=64, BLK_N=16, SWAP_AB=True, BIAS="bfloat16")
+
+    def bias_code(**kw):
+        text = hgemm_v12(8, 896, 896, BLK_M=64, BLK_N=16, dtype="bfloat16", BIAS="bfloat16",
+                         **kw).script()
+        loads = [ln.strip() for ln in text.splitlines() if "bias[" in ln]
+        adds = re.findall(r"acc\[4 \* j \+ 2 \* h \+ e\] \+ \w+\[([^\]]+)\]", text)
+        return loads, adds
+    loads, adds = bias_code(SWAP_AB=True, SPLIT_K=1, PIPE_DEPTH=8)
+    assert len(loads) == 1 and "warp_id * 16 + lane_id // 4 + 8 * h" in loads[0], loads
+    assert "lane_id % 4" not in loads[0] and adds == ["h"], adds
+    loads, adds = bias_code()
+    assert loads and all("lane_id % 4" in ln and "warp_id" not in ln for ln in loads), loads
+    assert adds == ["2 * j + e"], adds

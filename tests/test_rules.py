@@ -428,6 +428,40 @@ def test_matmul_asks_for_shift_last_on_every_data_parallel_one_cta_tile():
         assert "SHIFT_LAST" not in kw and kw["BIAS"] == "float32", (mnk, kw)
 
 
+def test_a_bias_alone_at_decode_rides_the_plain_swap_ab_kernel():
+    """Rule swap_ab_bias: a bias alone where the plain GEMM runs the decode rule's
+    non-persistent swap-AB kernel (SPLIT_K=1) runs that kernel with the bias in v12's epilogue
+    (no SHIFT_LAST): at the decode bias layers lab/serving_stacks timed on an H100 it is the
+    kernel timed there (records/swap_bias_between_h100.jsonl, swap_bias_kwargs). Not with an
+    activation, nor where the plain GEMM splits K or runs the persistent swap-AB kernel; and
+    matmul(..., step="v12") keeps the model-best one-CTA tile, the comparison's other side."""
+    from tirx_gemm.op import rules
+    bias = {"BIAS": "bfloat16"}
+    path = ROOT / "lab/serving_stacks/records/swap_bias_between_h100.jsonl"
+    timed = [r for r in map(json.loads, path.read_text().splitlines()) if "swap_bias_kwargs" in r]
+    assert {(r["M"], r["N"], r["K"]) for r in timed} == {(M, N, 896) for M in (1, 8, 32)
+                                                         for N in (896, 128)}
+    for r in timed:
+        for card in ("h100", None):
+            why = []
+            step, kw = rules.choose(r["M"], r["N"], r["K"], "bfloat16", "sm_90a", 132, bias,
+                                    why=why, card=card)
+            assert (step, kw) == ("v12", r["swap_bias_kwargs"]), (r["M"], r["N"], card, kw)
+            _, plain = rules.choose(r["M"], r["N"], r["K"], "bfloat16", "sm_90a", 132, card=card)
+            assert kw == {**{k: v for k, v in plain.items() if k != "SHIFT_LAST"}, **bias}
+            assert len(why) == 1 and "[swap_ab_bias: lab/serving_stacks]" in why[0], why
+        forced = rules.choose_epilogue_on("v12", r["M"], r["N"], r["K"], "bfloat16", "sm_90a",
+                                          132, bias)[1]
+        assert (forced["BLK_M"], forced["BLK_N"]) == (64, 16) and "SWAP_AB" not in forced
+    for mnk, epi, plain_split in (((8, 896, 896), {**bias, "ACT": "silu"}, 1),  # with ACT
+                                  ((64, 896, 896), bias, None),   # the persistent swap-AB kernel
+                                  ((8, 896, 4864), bias, 9)):     # a K split (the H100's)
+        _, plain = rules.choose(*mnk, "bfloat16", "sm_90a", 132, card="h100")
+        assert plain["SWAP_AB"] and plain.get("SPLIT_K") == plain_split, (mnk, plain)
+        kw = rules.choose(*mnk, "bfloat16", "sm_90a", 132, epi, card="h100")[1]
+        assert "SWAP_AB" not in kw and kw["BIAS"] == "bfloat16", (mnk, kw)
+
+
 def test_tall_swap_split_plans():
     """Where the 128-row swap-AB split applies: a decode weight of more 64-row tiles than
     half the SMs, S >= 3 units of at least TALL_SPLIT_MIN_K_STEPS K steps; elsewhere the
@@ -520,8 +554,9 @@ def test_every_rule_names_its_study_and_is_reachable():
         for arch in ("sm_90a", "sm_100a"):
             shape = rules.Shape(M, N, K, "bfloat16", arch, 132 if arch == "sm_90a" else 148, {})
             seen |= {r.name for r, _ in rules.walk(shape)[1]}
-    epi = rules.Shape(1000, 4096, 4096, "bfloat16", "sm_90a", 132, {"BIAS": "float16"})
-    seen |= {r.name for r, _ in rules.walk(epi)[1]}
+    for mnk in ((1000, 4096, 4096), (8, 896, 896)):  # a bias; at decode on the swap-AB kernel
+        epi = rules.Shape(*mnk, "bfloat16", "sm_90a", 132, {"BIAS": "float16"})
+        seen |= {r.name for r, _ in rules.walk(epi)[1]}
     assert seen == set(names) - {"epilogue_on_v10"}  # EPILOGUE_STEP is "v12" (not measured)
 
 

@@ -305,3 +305,24 @@ def test_the_decode_linears_study_names_each_paths_kernels_by_the_gaps_between_c
                    "tirx+add": ["tirx_v12_bf16_m64n16_swap_kernel", "elementwise_add"],
                    "tirx": ["tirx_v12_bf16_m64n16_bias_kernel"]}
     assert dl.group_by_gaps(ev, ["F.linear", "tirx"], 1000.0) == {"F.linear": ["?"], "tirx": ["?"]}
+
+
+def test_the_decode_bias_suite_exports_both_sides_of_the_bias_tile_comparison():
+    """lab/serving_stacks/suites/decode_bias_tiles.json: for each decode bias layer the
+    bundle holds matmul's pick (the swap-AB kernel with the bias, what decode_linears.py times
+    as "tirx") and v12's non-swap bias tile (``"epilogue_steps": ["v12"]``, its --bias-tile
+    path), both built with N and K at run time."""
+    from pathlib import Path
+    from tirx_gemm import matmul as mm
+    from tirx_gemm.op.suite import export_requests, load_suite
+    path = Path(__file__).resolve().parents[1] / "lab/serving_stacks/suites/decode_bias_tiles.json"
+    got = {tuple(sorted(kw.items())) for _, _, kw in export_requests(path, "matmul", "sm_90a", 132)}
+    for e in load_suite(path).entries:
+        for step in (None, "v12"):
+            if step is None:
+                kw = mm.choose(e.M, e.N, e.K, "bfloat16", "sm_90a", 132, {"BIAS": "bfloat16"})[1]
+            else:
+                kw = mm.choose_epilogue_on(step, e.M, e.N, e.K, "bfloat16", "sm_90a", 132,
+                                           {"BIAS": "bfloat16"})[1]
+            assert kw.get("SWAP_AB", False) == (step is None) and kw["RUNTIME_NK"], (e, kw)
+            assert tuple(sorted(kw.items())) in got, (e.M, e.N, step)

@@ -15,8 +15,14 @@ ROOT = Path(__file__).parents[1]
 def test_swap_ab_refusals_in_one_line():
     pytest.importorskip("tvm")
     step = registry.get("v12", "sm_90a")
-    with pytest.raises(ValueError, match="SWAP_AB=True takes no fused epilogue"):
-        step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=8, SWAP_AB=True, ACT="relu")
+    # a swap-AB tile takes BIAS (with or without ACT) in registers, no other epilogue
+    for epi in ({"ACT": "relu"}, {"BIAS": "bfloat16", "OUT_DTYPE": "float32"},
+                {"BIAS": "bfloat16", "BIAS_SMEM": True}, {"BIAS": "bfloat16", "SWAP_TMA": True},
+                {"SWIGLU": True}):
+        with pytest.raises(ValueError, match="SWAP_AB=True takes no fused epilogue but BIAS") as e:
+            step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=16, SWAP_AB=True, **epi)
+        assert "\n" not in str(e.value), epi
+    step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=16, SWAP_AB=True, BIAS="float16", ACT="relu")
     with pytest.raises(ValueError, match="BLK_N=12 must be a multiple of 8"):
         step.build_primfunc(8, 256, 512, BLK_M=64, BLK_N=12, SWAP_AB=True)
     with pytest.raises(ValueError, match="BLK_N=20 must be a multiple of 8"):

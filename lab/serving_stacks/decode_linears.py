@@ -9,7 +9,10 @@ graphs are replayed in alternating order (tirx_gemm.op.fp8_bench.graph_times, me
 timing, one eager call per path runs under torch.profiler with a gap after it, so the record names the GPU
 kernels each path launched (cuBLAS's nvjet / cutlass names, tirx's ``tirx_v12_...``) and matmul's
 ``explain`` line. A record per (model, M, layer, bias): ``us`` per path and ``tirx_over_torch``
-(F.linear's time / matmul's: above 1 where tirx is faster).
+(F.linear's time / matmul's: above 1 where tirx is faster). --bias-tile adds, with a bias, v12's non-swap
+bias tile (``matmul(..., step="v12")``: the epilogue rule's model-best one-CTA tile), which matmul's
+swap-AB bias kernel (rule swap_ab_bias) replaced at decode; a bundle holds it where its suite lists
+``"epilogue_steps": ["v12"]`` (suites/decode_bias_tiles.json).
 
     TIRX_GEMM_BUNDLE=B python3 lab/serving_stacks/decode_linears.py --models qwen0.5b --out F.jsonl
 """
@@ -71,9 +74,9 @@ def main() -> int:
                          "timed the same way and subtracted: ``us``): each GEMM then follows a "
                          "kernel that does not overlap its start (programmatic dependent launch), "
                          "as in a model's decode step, not its own previous call")
-    ap.add_argument("--swap-bias", action="store_true",
-                    help="with a bias, also v12's swap-AB tile with the bias in its epilogue "
-                         "(export_swap_bias.py's kernels, called directly)")
+    ap.add_argument("--bias-tile", action="store_true",
+                    help="with a bias, also v12's non-swap bias tile (matmul(..., step='v12')), "
+                         "if the bundle holds it")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -81,13 +84,10 @@ def main() -> int:
     import tirx_gemm.matmul as mm
     from tirx_gemm.op.fp8_bench import graph_times
     from generate_bench import layer_shapes
-    from export_swap_bias import swap_bias_kwargs
-    from tirx_gemm import registry
     from gpu_host import linear_operands, start
 
     t0 = time.time()
-    p, card, out = start(torch, args.out)
-    bf = torch.bfloat16
+    _, card, out = start(torch, args.out)
     for model in args.models.split(","):
         for M in (int(m) for m in args.tokens.split(",")):
             for N, K, layer, has_bias in layer_shapes(model):
@@ -104,20 +104,14 @@ def main() -> int:
                         paths = {"F.linear": lambda: F.linear(a, w, b),
                                  "tirx": lambda: mm.matmul(a, w, b),
                                  "tirx+add": lambda: mm.matmul(a, w).add_(b)}
-                        got = swap_bias_kwargs(min(M, 32), 896, 896, p.multi_processor_count)
-                        if args.swap_bias and got is not None:  # v12 SWAP_AB + BIAS, if exported
+                        if args.bias_tile:  # v12's non-swap bias tile, if exported
                             try:
-                                kern = mm._load(registry.get(got[0], "sm_90a"), (M, N, K),
-                                                got[1]).kernel
-                                y = torch.empty(M, N, device="cuda", dtype=bf)
-                                paths["tirx swap+bias"] = lambda: kern(a, w, y, b)
-                                rec["swap_bias_kwargs"] = got[1]
-                                kern(a, w, y, b)
-                                mm.synchronize()
-                                rec["swap_bias_max_abs_err"] = round(float(
+                                y = mm.matmul(a, w, b, step="v12", sync=True)
+                                paths["tirx bias tile"] = lambda: mm.matmul(a, w, b, step="v12")
+                                rec["bias_tile_max_abs_err"] = round(float(
                                     (y.float() - F.linear(a, w, b).float()).abs().max()), 5)
                             except Exception as e:  # noqa: BLE001 - not in the bundle: noted
-                                print(f"swap+bias not run: {str(e).splitlines()[0][:200]}")
+                                print(f"bias tile not run: {str(e).splitlines()[0][:200]}")
                     else:
                         paths = {"F.linear": lambda: F.linear(a, w), "tirx": lambda: mm.matmul(a, w)}
                     try:

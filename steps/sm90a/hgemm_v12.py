@@ -98,9 +98,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                          f"2**-11 is under bfloat16's rounding only; the erf gelu stays exact)")
     # the activation's device function: ACT_APPROX's one-MUFU form (hopper/fused.py)
     ACT_FN = E.approx_act(epi["ACT"]) if ACT_APPROX else epi["ACT"]
-    if SWAP_AB and HAS_EPI:
-        raise ValueError(f"SWAP_AB=True takes no fused epilogue ({E.tag(epi)}): its tiles "
-                         "hold D's transpose and store it element by element")
+    if SWAP_AB and HAS_EPI and (not HAS_BIAS or SWIGLU_ON or OUT_F32 or SWAP_TMA):
+        raise ValueError(f"SWAP_AB=True takes no fused epilogue but BIAS, with or without ACT "
+                         f"({E.tag(epi)}{', BIAS_SMEM' if BIAS_SMEM else ''}"
+                         f"{', SWAP_TMA' if SWAP_TMA else ''}): its tiles hold D's transpose, "
+                         "stored element by element, the bias along the fragment's rows")
+    SWAP_BIAS = SWAP_AB and HAS_BIAS  # the bias along the fragment's rows (D's columns)
     if isinstance(BLK_M, bool) or not isinstance(BLK_M, int) or BLK_M not in BLK_MS:
         raise ValueError(f"BLK_M={BLK_M!r} must be 64 or 128 (one or two consumer "
                          f"warpgroups of 64 rows)")
@@ -617,7 +620,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             acc = T.alloc_local((ACC_REGS,), H.ACC_DTYPE)  # the accumulator: registers
             packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
             if HAS_BIAS:  # this tile's bias values, fp32: 2 per 8-column block
-                bvals = T.meta_var(T.alloc_local((BLK_N // 4,), H.ACC_DTYPE))
+                # (SWAP_AB: one per fragment row of the thread, 2)
+                bvals = T.meta_var(T.alloc_local((2 if SWAP_BIAS else BLK_N // 4,),
+                                                 H.ACC_DTYPE))
             if BIAS_SMEM:
                 bring = PipelineState(BIAS_BUFS, 0)
             desc_a = T.alloc_local((1,), "uint64")
@@ -677,8 +682,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     # wgmmas (when they followed it, ptxas spread them through the math
                     # after the wait); the fence (an asm reading and writing each value)
                     # keeps them on this side of it
-                    W.load_bias_fragment(bvals, BLK_N, bias, n_st, N_DIM, lane_id)
-                    W.fence_operands(bvals, BLK_N // 4)
+                    if SWAP_BIAS:
+                        W.load_bias_rows(bvals, bias, m_st + row0, N_DIM, warp_id, lane_id)
+                        W.fence_operands(bvals, 2)
+                    else:
+                        W.load_bias_fragment(bvals, BLK_N, bias, n_st, N_DIM, lane_id)
+                        W.fence_operands(bvals, BLK_N // 4)
                 W.mma_wait(0)  # the tile's last slice is done too
                 release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
@@ -699,7 +708,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     # --- the fused epilogue, on the fp32 accumulators, before the cast ---
                     if SWIGLU_ON:
                         W.epilogue_swiglu(acc, BLK_N)
-                    if BIAS_ACT:
+                    if SWAP_BIAS:
+                        W.epilogue_bias_act_rows(acc, BLK_N, bvals, ACT_FN)
+                    elif BIAS_ACT:
                         W.epilogue_bias_act(acc, BLK_N, bvals if HAS_BIAS else None,
                                             ACT_FN)
                 if S > 1:

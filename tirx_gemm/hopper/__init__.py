@@ -77,6 +77,7 @@ from .wgmma import (  # noqa: F401
     fence_operands, mma_commit, mma_fence, mma_wait, publish_setup, publish_smem_writes,
     tile_bytes, wgmma_name, wgmma_tile)
 from .fused import epilogue_bias_act_smem, load_bias_tile_smem  # noqa: F401 (v12's BIAS_SMEM)
+from .fused import epilogue_bias_act_rows, load_bias_rows  # noqa: F401 (v12's SWAP_AB bias)
 
 # the list the single hopper.py built, in its order
 __all__ = [
@@ -121,6 +122,8 @@ __all__ = [
     "epilogue_bias_act",
     "load_bias_tile_smem",
     "epilogue_bias_act_smem",
+    "load_bias_rows",
+    "epilogue_bias_act_rows",
     "epilogue_swiglu",
     "store_fragment_f32_guarded",
     "store_fragment_transposed_guarded",

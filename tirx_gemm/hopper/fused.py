@@ -96,6 +96,31 @@ def epilogue_bias_act(acc, n: int, bvals, act):
 
 
 @T.inline
+def load_bias_rows(bvals, bias, r_st, N, warp_id, lane_id):
+    """bvals[h] <- bias[r_st + 16w + l/4 + 8h] as fp32 (0 past N): a swap-AB fragment's bias
+    (SWAP_AB: fragment rows are D's columns, so the bias runs along the rows; each thread
+    holds two rows, h = 0, 1, of its warp's 16)."""
+    for h in T.unroll(2):
+        r = T.meta_var(r_st + warp_id * 16 + lane_id // 4 + 8 * h)
+        bvals[h] = T.if_then_else(r < N, T.Cast(ACC_DTYPE, bias[r]), T.float32(0))
+
+
+@T.inline
+def epilogue_bias_act_rows(acc, n: int, bvals, act):
+    """acc[4j+2h+e] <- act(acc[4j+2h+e] + bvals[h]) over a 64 x n swap-AB fragment, the
+    bias of fragment row h from :func:`load_bias_rows`; ``act`` None: no activation."""
+    for j in T.unroll(n // 8):
+        for e in T.unroll(2):
+            for h in T.unroll(2):
+                if act is not None:
+                    acc[4 * j + 2 * h + e] = T.cuda.func_call(
+                        _ACT_FN[act][0], acc[4 * j + 2 * h + e] + bvals[h],
+                        source_code=_ACT_FN[act][1], return_type=ACC_DTYPE)
+                else:
+                    acc[4 * j + 2 * h + e] = acc[4 * j + 2 * h + e] + bvals[h]
+
+
+@T.inline
 def load_bias_tile_smem(bias_s, stage, n: int, bias, col0, N, lane_id):
     """bias_s[stage, c] <- bias[col0 + c] as fp32 (0 past N), c < n: one warp (lane l takes
     c = 32i + l) copies a tile's bias into a shared buffer the consumers' epilogue reads

@@ -47,7 +47,8 @@ Fused epilogues (the rules and references: tirx_gemm/epilogue.py):
 gate/up weight (:func:`fuse_gate_up`; fuse once per model and pass ``fused=``). v12
 (sm_90a's tile menu) builds every epilogue and v10 (ping-pong) BIAS and ACT; v9 and v11
 have none, so :func:`choose` routes a call with an epilogue to v12's best tile
-(``cost_model.best_tile``), or to v10 where ``rules.epilogue_step`` says so (only once
+(``cost_model.best_tile``), a bias alone at decode to the plain GEMM's swap-AB kernel
+(the ``swap_ab_bias`` rule), or to v10 where ``rules.epilogue_step`` says so (only once
 ``rules.EPILOGUE_STEP`` is set to "v10"; off until measured). ``step="v10"`` or
 ``step="v12"`` forces one of them; ``step="v9"`` with an epilogue is refused. On sm_100a
 matmul has no epilogue kernels yet (refused in one line).

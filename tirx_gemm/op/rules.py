@@ -10,9 +10,8 @@ Pure Python (no TVM; torch only if imported, for the card); the predicted times 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Callable
 
 from tirx_gemm import epilogue as E
 from tirx_gemm import registry, splitk
@@ -26,6 +25,7 @@ from tirx_gemm.op.keywords import (CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, 
                                    PINGPONG, SPLIT_K, TILE_MENU, V9_CLUSTER_TILE, V11_L2_GROUP,
                                    _check_problem, _menu_split, _pool, _registered, dtype_name, epilogue_picks,
                                    epilogue_picks_why, runtime_m, step_kwargs)
+from tirx_gemm.op.plan import Plan, Rule
 
 __all__ = ["RULES", "Rule", "Plan", "Shape", "walk", "choose", "explain", "choose_epilogue_on"]
 
@@ -264,6 +264,10 @@ class Shape:
         return misaligned_cluster_tile(self.M, self.N, self.K, self.sm_count)
 
     @cached_property
+    def plain(self) -> Plan:  # the kernel the same GEMM gets without an epilogue
+        return walk(replace(self, epi={}))[0]
+
+    @cached_property
     def kernel_n(self) -> int:  # the kernel's GEMM columns (SwiGLU: gate and up)
         return E.kernel_n(self.N, self.epi)
 
@@ -288,31 +292,6 @@ class Shape:
         return variant if variant["SPLIT_K"] > 1 else None
 
 
-@dataclass(frozen=True)
-class Plan:
-    """The kernel picked so far: its step, its builder keywords and the rule that picked it.
-    A rule never edits one: :meth:`but` returns a new plan."""
-    step: str
-    kw: dict
-    by: str
-
-    def but(self, drop: tuple = (), **kw) -> Plan:
-        return Plan(self.step, {**{k: v for k, v in self.kw.items() if k not in drop}, **kw},
-                    self.by)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One rule: ``kind`` "pick" (the first that applies picks the kernel) or "adjust"
-    (applies to the kernel picked); ``study`` is its folder under lab/."""
-    name: str
-    kind: str
-    study: str
-    applies: Callable[[Shape, Plan | None], bool]
-    apply: Callable[[Shape, Plan | None], Plan]
-    why: Callable[[Shape, Plan], str]  # one line, given the plan this rule returned
-
-
 def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -326,6 +305,16 @@ def _plain_v12(s: Shape, p: Plan) -> bool:  # a v12 kernel of a plain GEMM (no e
 
 
 # -- the picks -------------------------------------------------------------------------
+def _swap_bias(s: Shape) -> bool:
+    """Whether a bias alone rides the decode rule's non-persistent swap-AB kernel (SPLIT_K=1),
+    the plain GEMM's pick, with the bias along the fragment's rows (D's columns): exact and
+    faster than the non-swap bias tile at every decode layer timed (lab/serving_stacks)."""
+    if set(s.epi) != {"BIAS"}:  # (first: the plain GEMM's walk asks this rule too)
+        return False
+    kw = s.plain.kw
+    return s.plain.by == "k_split" and kw.get("SWAP_AB", False) and kw["SPLIT_K"] == 1
+
+
 def _epilogue_tile(s: Shape, by: str) -> Plan:
     pick = cm.best_tile(s.M, s.kernel_n, s.K, s.pool, EPILOGUE_TILE_STEP)
     bm, bn, _ = cm.tile(pick)
@@ -480,6 +469,12 @@ RULES: tuple[Rule, ...] = (
          lambda s, p: bool(s.epi) and epilogue_step(s.M, s.kernel_n, s.K, s.epi, s.pool) == V10,
          lambda s, p: Plan(PINGPONG, {**s.base(PINGPONG), **s.epi}, "epilogue_on_v10"),
          lambda s, p: f"a fused epilogue ({E.tag(s.epi)}) on v10's ping-pong (epilogue_step)"),
+    Rule("swap_ab_bias", PICK, "serving_stacks", lambda s, p: _swap_bias(s),
+         lambda s, p: Plan(TILE_MENU, {**s.plain.but(drop=("SHIFT_LAST",)).kw, **s.epi},
+                           "swap_ab_bias"),
+         lambda s, p: (f"a bias alone ({E.tag(s.epi)}) where the plain GEMM runs the "
+                       "non-persistent swap-AB kernel: that kernel (no SHIFT_LAST), the bias "
+                       "along its fragment's rows, D's columns")),
     Rule("epilogue_on_v12", PICK, "fused_epilogues",
          lambda s, p: bool(s.epi),
          lambda s, p: _epilogue_tile(s, "epilogue_on_v12"),
@@ -590,7 +585,8 @@ def choose(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
     bfloat16 adds ``{"dtype": "bfloat16"}``. A ValueError for a shape no step takes (N or K
     not a multiple of 8), an unknown dtype or arch. ``epilogue``: a fused epilogue's builder
     keywords (tirx_gemm.epilogue; N is the output's columns): v12's fastest one-CTA tile for
-    the kernel's GEMM (SwiGLU: M x 2N x K), never v9 or v11, with the keywords added.
+    the kernel's GEMM (SwiGLU: M x 2N x K), never v9 or v11, with the keywords added; a bias
+    alone where the plain GEMM runs the non-persistent swap-AB kernel: that kernel.
     ``why``: a list that gets each applied rule's line (what :func:`explain` prints).
     """
     dtype, (card, sm_count) = dtype_name(dtype), cards.for_arch(card, arch, sm_count)
@@ -630,8 +626,9 @@ def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a"
 def choose_epilogue_on(step_id: str, M: int, N: int, K: int, dtype: str, arch: str,
                        sm_count: int, epilogue: dict, *, card=None) -> tuple[str, dict]:
     """``(step_id, kwargs)`` of a fused epilogue forced onto ``step_id`` ("v12": its
-    model-best tile, as :func:`choose` without the v10 rule; "v10": its default 128x128
-    ping-pong tiles, BIAS / ACT only): what ``matmul(..., step=...)`` runs."""
+    model-best one-CTA tile, the epilogue_on_v12 rule's, never the swap_ab_bias rule's kernel;
+    "v10": its default 128x128 ping-pong tiles, BIAS / ACT only): what
+    ``matmul(..., step=...)`` runs."""
     dtype, (card, sm_count) = dtype_name(dtype), cards.for_arch(card, arch, sm_count)
     _check_problem(M, N, K, dtype, arch, sm_count)
     epi = E.epilogue_kwargs(epilogue or {})
