@@ -14,7 +14,8 @@ from tirx_gemm.op import torch_op
 
 ACTS = ("gelu", "gelu_tanh", "silu")
 GEMMS: list = []   # the forward matmul calls of the CPU reference op
-FUSED: list = []   # the stand-in kernel's calls: (M, N, K, act, bias, operand shapes, dtypes)
+FUSED: list = []   # the stand-in kernel's calls: (M, N, K, act, bias[, "dbias"])
+PARTS: list = []   # the partials the stand-in wrote (ACT_GRAD_DBIAS builds)
 
 
 def _act(z, act):
@@ -28,16 +29,22 @@ def _ref_matmul(a, b, step=None, bias=None, activation=None, out_dtype=None):
     return (z if activation is None else _act(z, activation)).to(out_dtype or a.dtype)
 
 
-def _fake_kernel(dtype, M, N, K, act, bias, device):
+def _fake_kernel(dtype, M, N, K, act, bias, device, dbias=False):
     """The fused kernel's CPU stand-in: the operands as the GPU kernel takes them (dy and
-    bias as int32 words), dz = dy * act'(z) from torch's autograd of the activation."""
-    def run(a, b, out, dy_words, *bias_words):
+    bias as int32 words), dz = dy * act'(z) from torch's autograd of the activation; with
+    ``dbias`` also the fp32 partials (act_grad.dbias_partials of dz as stored)."""
+    def run(a, b, out, dy_words, *rest):
         words = N // 4 if act == AGR.SWIGLU else N // 2  # two 16-bit values a word
         assert dy_words.dtype == torch.int32 and dy_words.shape == (M, words)
-        assert len(bias_words) == int(bias) and out.shape == (M, N) and out.dtype == dtype
-        FUSED.append((M, N, K, act, bias))
-        out.copy_(AGR.reference(a, b, dy_words.view(dtype), bias_words[0].view(dtype)
+        assert len(rest) == int(bias) + int(dbias) and out.shape == (M, N) and out.dtype == dtype
+        FUSED.append((M, N, K, act, bias) + (("dbias",) if dbias else ()))
+        out.copy_(AGR.reference(a, b, dy_words.view(dtype), rest[0].view(dtype)
                                 if bias else None, act))
+        if dbias:
+            parts = rest[1]
+            assert parts.dtype == torch.float32 and parts.shape == ((M + 15) // 16, N)
+            parts.copy_(AGR.dbias_partials(out))
+            PARTS.append(parts)
     return run
 
 
@@ -55,6 +62,7 @@ def stand_in(monkeypatch):
     (the recompute path these tests are about; tests/test_autograd_act_save.py has the other)."""
     GEMMS.clear()
     FUSED.clear()
+    PARTS.clear()
     lib = torch.library.Library("tirx_gemm", "IMPL")
     lib.impl("matmul", _ref_matmul, "CPU")
     monkeypatch.setattr(AG, "_arch", lambda device: "sm_90a")
@@ -340,3 +348,171 @@ def test_swiglu_grad_build_and_refusals():
     src = r.cuda_path.read_text()
     assert src.count("tirx_gemm_dswiglu_gate_bfloat16(acc") == 32  # 256 columns / 16 x 2 rows
     assert src.count("tirx_gemm_dswiglu_up_bfloat16(acc") == 32
+
+
+# --- the bias gradient from the kernel's column sums (act_grad.DBIAS, v15's ACT_GRAD_DBIAS) ---
+def _dbias_step(M, act="gelu", bias_grad=True, main_grad=False, seed=7):
+    """One backward of AG.matmul(a, w, bias, act) (a M x 32, w 64 x 32); (a, w, bias) and
+    their fp32 twins' torch gradients."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, 32, generator=g).bfloat16().requires_grad_()
+    w = (torch.randn(64, 32, generator=g) / 6).bfloat16().requires_grad_()
+    bias = torch.randn(64, generator=g).bfloat16().requires_grad_(bias_grad)
+    if main_grad:
+        bias.main_grad = torch.zeros(64)
+    dy = torch.randn(M, 64, generator=g).bfloat16()
+    AG.matmul(a, w, bias, act).backward(dy)
+    ref = [t.detach().float().requires_grad_() for t in (a, w, bias)]
+    _act(F.linear(*ref), act).backward(dy.float())
+    return (a, w, bias), [t.grad for t in ref]
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("M", [1, 17, 40])
+def test_dbias_flag_takes_the_bias_gradient_from_the_partials(stand_in, monkeypatch, act, M):
+    """act_grad.DBIAS on: the kernel built with ACT_GRAD_DBIAS runs (once), the bias gradient
+    is the sum of its partials (exactly, in fp32 then the bias's dtype), every gradient as
+    torch's at bf16's tolerance."""
+    monkeypatch.setattr(AGR, "DBIAS", True)
+    (a, w, bias), ref = _dbias_step(M, act)
+    assert FUSED == [(M, 64, 32, act, True, "dbias")] and len(PARTS) == 1
+    assert torch.equal(bias.grad, PARTS[0].sum(0).to(bias.dtype))
+    for x, r in zip((a, w, bias), ref):
+        _close(x.grad, r)
+
+
+def test_dbias_gradient_comes_from_the_partials_alone(stand_in, monkeypatch):
+    """What the kernel writes into the partials is the bias gradient: a stand-in whose partials
+    are 1 / ceil(M/16) everywhere gives a bias gradient of ones, whatever dz is."""
+    monkeypatch.setattr(AGR, "DBIAS", True)
+    fake = AGR.kernel
+
+    def ones(*args, **kw):
+        run = fake(*args, **kw)
+        return lambda *ts: run(*ts) or ts[-1].fill_(1 / ts[-1].shape[0])
+    monkeypatch.setattr(AGR, "kernel", ones)
+    (_, _, bias), _ = _dbias_step(40)
+    assert torch.equal(bias.grad, torch.ones(64, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("why", ["off", "no bias grad", "relu", "arch"])
+def test_dbias_not_taken(stand_in, monkeypatch, why):
+    """Without the flag (the default), without a bias that needs a gradient, for relu (no
+    fused kernel) or off sm_90a: no ACT_GRAD_DBIAS build, the bias gradient (if any) from dz;
+    the same gradients."""
+    monkeypatch.setattr(AGR, "DBIAS", why != "off")
+    act = "relu" if why == "relu" else "gelu"
+    if why == "arch":
+        monkeypatch.setattr(AG, "_arch", lambda device: "sm_100a")
+    (a, w, bias), ref = _dbias_step(24, act, bias_grad=why != "no bias grad")
+    assert PARTS == [] and all("dbias" not in f for f in FUSED)
+    assert FUSED == ([(24, 64, 32, act, True)] if why in ("off", "no bias grad") else [])
+    for x, r in zip((a, w, bias), ref):
+        if x.requires_grad:
+            _close(x.grad, r)
+
+
+def test_dbias_into_main_grad(stand_in, monkeypatch):
+    """A bias with a main_grad buffer: the partials' sum is added into it in place (fp32, no
+    rounding to the bias's dtype), the bias's .grad stays None."""
+    monkeypatch.setattr(AGR, "DBIAS", True)
+    (_, _, bias), ref = _dbias_step(33, main_grad=True)
+    assert bias.grad is None and len(PARTS) == 1
+    assert torch.equal(bias.main_grad, PARTS[0].sum(0))
+    _close(bias.main_grad, ref[2])
+
+
+def test_compiled_training_step_keeps_the_dbias_kernel(stand_in, monkeypatch):
+    """torch.compile(fullgraph=True, aot_eager) with act_grad.DBIAS on: the traced backward calls
+    tirx_gemm::act_grad_dbias_mm (dz and the partials as one graph node, its fake giving both
+    shapes); the gradients equal eager's and torch's."""
+    monkeypatch.setattr(AGR, "DBIAS", True)
+    nodes = []
+    real = AGR.OP_DBIAS
+    monkeypatch.setattr(AGR, "OP_DBIAS", lambda *a: nodes.append(a[-1]) or real(*a))
+    _, step, tensors, compiled = compiled_silu_step(AGR)
+    assert nodes == ["silu"] and FUSED == [(40, 64, 32, "silu", True, "dbias")]
+    assert_grads_as_eager_and_torch(step, tensors, compiled)
+
+
+def test_act_grad_dbias_op_fake_shapes_and_refusal():
+    m = lambda *s: torch.empty(s, device="meta", dtype=torch.bfloat16)  # noqa: E731
+    for M in (1, 16, 17, 300):
+        dz, parts = AGR.OP_DBIAS(m(M, 16), m(24, 16), m(M, 24), m(24), "gelu")
+        assert tuple(dz.shape) == (M, 24) and dz.dtype == torch.bfloat16
+        assert tuple(parts.shape) == (-(-M // 16), 24) and parts.dtype == torch.float32
+    with pytest.raises(ValueError, match="act_grad_dbias_mm: .*bias \\(b rows,\\)"):
+        AGR.OP_DBIAS(m(5, 16), m(24, 16), m(5, 24), m(16), "gelu")
+    with pytest.raises(ValueError, match="act_grad_dbias_mm: .*act one of gelu"):
+        AGR.OP_DBIAS(m(5, 16), m(24, 16), m(5, 24), m(24), "swiglu")
+
+
+def test_dbias_partials_reference():
+    """act_grad.dbias_partials (the stand-ins' model of the kernel): row r sums dz's rows
+    16r .. 16r + 15 in fp32, the last block short at a ragged M."""
+    dz = torch.arange(17 * 3, dtype=torch.float32).view(17, 3).bfloat16()
+    parts = AGR.dbias_partials(dz)
+    assert parts.dtype == torch.float32 and parts.shape == (2, 3)
+    torch.testing.assert_close(parts[0], dz[:16].float().sum(0))
+    torch.testing.assert_close(parts[1], dz[16].float())
+    assert AGR.dbias_partials(dz[:1]).shape == (1, 3)
+
+
+def test_dbias_request_is_what_kernel_loads(monkeypatch):
+    """kernel(..., dbias=True) loads exactly the build request(..., dbias=True) names (one
+    keyword set: ACT_GRAD_DBIAS with the bias, the prefetch as act_grad.PREFETCH); the
+    kernel without dbias is another cache entry."""
+    from tirx_gemm.op import matmul as MM
+    loaded = []
+
+    class Loaded:
+        kernel = "fn"
+    monkeypatch.setattr(MM, "_gpu_arch", lambda device: ("sm_90a", 132))
+    monkeypatch.setattr(MM, "_load", lambda st, mnk, kw: loaded.append((st, kw)) or Loaded)
+    monkeypatch.setattr(AGR, "_kernels", {})
+    for dbias in (True, False, True):
+        AGR.kernel(torch.bfloat16, 300, 264, 320, "gelu", True, "dev", dbias=dbias)
+    assert len(loaded) == 2  # the third call is the first's cache entry
+    st, _, kw = AGR.request(300, 264, 320, "bfloat16", "gelu", True, 132, dbias=True)
+    assert loaded[0] == (st, kw) and kw["ACT_GRAD_DBIAS"] is True and kw["BIAS"] == "bfloat16"
+    assert kw["ACT_GRAD_PREFETCH"] is True
+    assert "ACT_GRAD_DBIAS" not in loaded[1][1]
+    assert "ACT_GRAD_DBIAS" not in AGR.request(300, 264, 320, "bfloat16", "gelu", True)[2]
+
+
+@pytest.mark.skipif(not HAVE_TVM, reason="the builders need TVM")
+def test_act_grad_dbias_refusals():
+    """ACT_GRAD_DBIAS only with ACT_GRAD gelu / gelu_tanh / silu and a BIAS, as a bool."""
+    from steps.sm90a.hgemm_v15 import hgemm_v15
+    from tirx_gemm.hopper import layouts as HL
+    assert AGR.DBIAS_ROWS == HL.DBIAS_ROWS  # the op's copy of the kernel's row block
+    bf = {"dtype": "bfloat16"}
+    for bad in ({}, {"ACT_GRAD": "swiglu"}, {"ACT_GRAD": "gelu"},
+                {"ACT_SAVE": "gelu", "BIAS": "bfloat16"}):
+        with pytest.raises(ValueError, match="ACT_GRAD_DBIAS=True: .*only with ACT_GRAD one of "
+                                             "gelu, gelu_tanh, silu and a BIAS"):
+            hgemm_v15(512, 512, 320, ACT_GRAD_DBIAS=True, **bf, **bad)
+    with pytest.raises(ValueError, match="ACT_GRAD_DBIAS='yes': True or False"):
+        hgemm_v15(512, 512, 320, ACT_GRAD="gelu", BIAS="bfloat16", ACT_GRAD_DBIAS="yes", **bf)
+
+
+@pytest.mark.skipif(not HAVE_TVM, reason="the builders need TVM")
+@pytest.mark.parametrize("act,dtype,M,N,extra", [
+    ("gelu", "bfloat16", 512, 512, {"RUNTIME_M": True, "ACT_GRAD_PREFETCH": True}),
+    ("silu", "float16", 300, 264, {})])
+def test_act_grad_dbias_builds(act, dtype, M, N, extra):
+    """The build with ACT_GRAD_DBIAS compiles without spills (the op's: M at run time, dy
+    prefetched; and M, N fixed and ragged, dy loaded after the wait): per 64-column chunk 14
+    shuffles (SHFL.BFLY: 8 + 4 + 2) and one 8-byte store a lane (STG.E.64), no atomics;
+    DBP an fp32 operand after the bias."""
+    from tirx_gemm.compile.api import build
+    r = build("v15", M, N, 320, arch="sm_90a", SM_COUNT=4, dtype=dtype, CLUSTER=1, PDL=True,
+              ACT_GRAD=act, BIAS=dtype, ACT_GRAD_DBIAS=True, **extra)
+    assert r.spill_stores == 0 and r.spill_loads == 0
+    chunks = 256 // 64
+    assert r.sass_counts.get("SHFL.BFLY", 0) == 14 * chunks
+    assert r.sass_counts.get("STG.E.64", 0) == chunks
+    assert not [op for op in r.sass_counts if "ATOM" in op or "RED" in op.split(".")[0]]
+    src = r.cuda_path.read_text()
+    assert src.count("tirx_gemm_halve_sum(s") == 14 * chunks
+    assert "int* __restrict__ bias_ptr" in src and "float* __restrict__ DBP_ptr" in src

@@ -333,32 +333,114 @@ def test_fused_act_grad_without_prefetch(M, act, dtype, bias):
         _close(f"without prefetch {act} {name} M={M}", o.grad, r.grad)
 
 
+# the bias gradient from the fused kernel's column sums (act_grad.DBIAS, v15's
+# ACT_GRAD_DBIAS): ragged M, N past one 256-column tile (264: a second tile of 8 columns)
+DBIAS_LAYER = (264, 320)  # (N, K)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("act", ("gelu", "silu"))
+@pytest.mark.parametrize("M", (1, 17, 300))
+def test_fused_act_grad_dbias(M, act, dtype):
+    """With act_grad.DBIAS on, the backward of act(a @ b.T + bias) takes the bias gradient
+    from the kernel's 16-row column sums of dz (the kernel built with ACT_GRAD_DBIAS is the one
+    that ran); every gradient, the bias's first, against torch's at TOL."""
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import autograd as AG
+    N, K = DBIAS_LAYER
+    ours = _leaves((M, K), (N, K), (N,), dtype=dtype, seed=M + 23)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    ran = []
+    real, default = AGR.kernel, AGR.DBIAS
+    AGR.kernel = lambda *a, **k: ran.append(a[:1] + a[4:6] + (k.get("dbias", False),)) \
+        or real(*a, **k)
+    AGR.DBIAS = True
+    try:
+        AG.matmul(*ours, act, step="v12").backward(dy)
+    finally:
+        AGR.kernel, AGR.DBIAS = real, default
+    z = F.linear(*ref)
+    (F.silu(z) if act == "silu" else F.gelu(z)).backward(dy)
+    _sync()
+    assert ran == [(dtype, act, True, True)]
+    for name, o, r in zip(("bias", "weight", "input"), ours[::-1], ref[::-1]):
+        _close(f"dbias {act} {name} M={M}", o.grad, r.grad)
+
+
+@pytest.mark.parametrize("act", ("gelu", "silu"))
+@pytest.mark.parametrize("M", (1, 17, 300))
+def test_dbias_partials_are_dz_row_sums(M, act):
+    """The kernel's partials themselves: fp32, ceil(M/16) x N, each row the column sums of 16
+    rows of the dz it stored (act_grad.dbias_partials of that dz, up to fp32 summation order:
+    1e-5 of the row block's absolute sum), and dz as act_grad.reference's at TOL."""
+    from tirx_gemm.op import act_grad as AGR
+    from tirx_gemm.op import autograd as AG
+    N, K = DBIAS_LAYER
+    a, w, bias = (t.detach() for t in _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16,
+                                                seed=M + 29))
+    dy = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+    default, AGR.DBIAS = AGR.DBIAS, True
+    try:
+        got = AGR.dz_dbias(a, w, dy, bias, act, AG._arch(a.device))
+    finally:
+        AGR.DBIAS = default
+    _sync()
+    assert got is not None
+    dz, parts = got
+    assert parts.dtype == torch.float32 and tuple(parts.shape) == ((M + 15) // 16, N)
+    want = AGR.dbias_partials(dz)
+    scale = AGR.dbias_partials(dz.abs())
+    err = (parts - want).abs()
+    assert bool((err <= 1e-5 * scale + 1e-30).all()), f"max error {err.max().item():.3g}"
+    _close(f"dbias dz {act} M={M}", dz, AGR.reference(a, w, dy, bias, act).to(dz.dtype))
+
+
+def test_compiled_training_step_fused_dbias():
+    """torch.compile(fullgraph=True, aot_eager) of a step with gelu and act_grad.DBIAS on: the
+    traced backward calls tirx_gemm::act_grad_dbias_mm (dz and the column sums as one graph
+    node); loss and every gradient against torch's at TOL (test_fused_act_grad_dbias' layer,
+    bf16: its kernels)."""
+    from tirx_gemm.op import act_grad as AGR
+    default, AGR.DBIAS = AGR.DBIAS, True
+    try:
+        _compiled_gelu_step(17, *DBIAS_LAYER, 5, "OP_DBIAS", "compiled dbias gelu")
+    finally:
+        AGR.DBIAS = default
+
+
 def test_compiled_training_step_fused_act_grad():
     """torch.compile(fullgraph=True, aot_eager) of a step with gelu: the traced backward forms
     dz through tirx_gemm::act_grad_mm (the fused kernel as a graph node); loss and every
     gradient against torch's at TOL (test_activation_grads' layer: its kernels)."""
+    _compiled_gelu_step(77, 256, 512, 1, "OP", "compiled fused gelu")
+
+
+def _compiled_gelu_step(M, N, K, seed, op, what):
+    """torch.compile(fullgraph=True, aot_eager) of gelu(x @ w.T + b).square().sum() through
+    AG.matmul (step v12, bf16), its backward: traced through act_grad's op ``op`` (once, for
+    gelu); loss and every gradient against torch's at TOL."""
     from tirx_gemm.op import act_grad as AGR
     from tirx_gemm.op import autograd as AG
-    M, N, K = 77, 256, 512
-    ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=1)
+    ours = _leaves((M, K), (N, K), (N,), dtype=torch.bfloat16, seed=seed)
     ref = _twins(ours)
     nodes = []
-    real = AGR.OP
-    AGR.OP = lambda *a: nodes.append(a[-1]) or real(*a)
+    real = getattr(AGR, op)
+    setattr(AGR, op, lambda *a: nodes.append(a[-1]) or real(*a))
     try:
         torch._dynamo.reset()
         loss = torch.compile(lambda x, w, b: AG.matmul(x, w, b, "gelu", step="v12").float()
                              .square().sum(), fullgraph=True, backend="aot_eager")(*ours)
         loss.backward()
     finally:
-        AGR.OP = real
+        setattr(AGR, op, real)
     want = F.gelu(F.linear(*ref)).float().square().sum()
     want.backward()
     _sync()
     assert nodes == ["gelu"]
     assert abs(loss.item() - want.item()) <= TOL * abs(want.item())
     for name, o, r in zip(("input", "weight", "bias"), ours, ref):
-        _close(f"compiled fused gelu {name}", o.grad, r.grad)
+        _close(f"{what} {name}", o.grad, r.grad)
 
 
 def test_compiled_op_on_a_transposed_view():

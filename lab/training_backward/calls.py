@@ -58,13 +58,15 @@ def recording():
         b = b_store.float().T if b_mn else b_store.float()
         return (a @ b.T).to(a_store.dtype)
 
-    def act_grad(dtype, M, N, K, act, bias, device):  # tirx_gemm.op.act_grad's fused kernel
-        calls.append(("act_grad", M, N, K, dtype, bias, act, None,
+    def act_grad(dtype, M, N, K, act, bias, device, dbias=False):  # op.act_grad's fused kernel
+        calls.append(("act_grad", M, N, K, dtype, bias, act, dbias,
                       "v15_prefetch" if AGR.PREFETCH and act in AGR.ACTS else "v15"))
 
-        def run(a, b, out, dy_words, *bias_words):
+        def run(a, b, out, dy_words, *rest):  # rest: bias words, then (dbias) the partials
             out.copy_(AGR.reference(a, b, dy_words.view(dtype),
-                                    bias_words[0].view(dtype) if bias_words else None, act))
+                                    rest[0].view(dtype) if rest else None, act))
+            if dbias:
+                rest[1].copy_(AGR.dbias_partials(out))
         return run
 
     def act_save(dtype, M, N, K, act, bias, device):  # tirx_gemm.op.act_save's forward kernel
@@ -103,10 +105,12 @@ def requests(calls, sm_count: int = 132):
         if M == 0:
             continue
         dtype = str(dt).removeprefix("torch.")
-        if op == "act_grad":  # v15 with ACT_GRAD: bias_dt holds whether there is a bias, step
-            from tirx_gemm.op import act_grad as AGR  # "v15" or "v15_prefetch"
-            out.extend(r for r in [AGR.request(M, N, K, dtype, act, bias_dt, sm_count, ARCH,
-                                               step == "v15_prefetch")] if _once(seen, r))
+        if op == "act_grad":  # v15 with ACT_GRAD: bias_dt holds whether there is a bias,
+            # out_dt whether ACT_GRAD_DBIAS, step "v15" or "v15_prefetch"
+            from tirx_gemm.op import act_grad as AGR
+            r = AGR.request(M, N, K, dtype, act, bias_dt, sm_count, ARCH,
+                            step == "v15_prefetch", bool(out_dt))
+            out.extend([r] if _once(seen, r) else [])
             continue
         if op == "act_save":  # v15 with ACT_SAVE: bias_dt holds whether there is a bias
             from tirx_gemm.op import act_save as AS

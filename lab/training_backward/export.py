@@ -2,7 +2,9 @@
 tests/test_gpu_autograd.py (its test bodies replayed on the CPU through calls.py's recording
 reference kernels; each test's own checks run too, against torch on the CPU), of curve.py
 (one training step replayed likewise), of tests/test_layout_step.py (its LAYOUT_CASES in
-the four layouts), of bench.py (its GEMM list) and of bench_act_grad.py.
+the four layouts), of bench.py (its GEMM list) and of bench_act_grad.py. A part of a test
+name replays those tests only: ``--what dbias`` the kernels of the bias-gradient tests
+(act_grad.DBIAS, v15's ACT_GRAD_DBIAS), their forward, dgrad and wgrad included.
 
     python lab/training_backward/export.py --out DIR
                                            [--what tests,layouts,curve,bench,bench_act_grad,act_save]
@@ -39,10 +41,12 @@ def _test_module():
 # not replayed on the CPU: test_matmul_layouts calls tirx_gemm.matmul (matmul_layout_requests);
 # test_compiled_training_step calls test_linear_grads' kernels (its M=77 bf16 bias layer);
 # test_compiled_op_on_a_transposed_view test_matmul_layouts' (NT and TN, its first case, bf16);
-# test_compiled_training_step_fused_act_grad test_activation_grads' (gelu, M=77)
+# test_compiled_training_step_fused_act_grad test_activation_grads' (gelu, M=77);
+# test_compiled_training_step_fused_dbias test_fused_act_grad_dbias' (gelu, bf16)
 NOT_REPLAYED = ("test_matmul_layouts", "test_compiled_training_step",
                 "test_compiled_op_on_a_transposed_view",
-                "test_compiled_training_step_fused_act_grad")
+                "test_compiled_training_step_fused_act_grad",
+                "test_compiled_training_step_fused_dbias")
 
 
 def matmul_layout_requests(mod, sm_count: int, seen: set) -> list:
@@ -92,8 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="list the kernels, build nothing")
     ap.add_argument("--jobs", type=int, default=1, help="parallel builds (default 1)")
     ap.add_argument("--what", default="tests,layouts,curve,bench",
-                    help="tests | TEST_NAME_PART (those GPU tests only), matmul_layouts, "
-                         "layouts, curve, bench, bench_act_grad, act_save")
+                    help="tests | TEST_NAME_PART (those GPU tests only, e.g. dbias), "
+                         "matmul_layouts, layouts, curve, bench, bench_act_grad, act_save")
     ap.add_argument("--tokens", default=None, help="bench.py's token counts (default: all)")
     args = ap.parse_args(argv)
     what = args.what.split(",")

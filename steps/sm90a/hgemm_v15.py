@@ -20,7 +20,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
               L2_GROUP: int = 8, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
               RUNTIME_M: bool = False, CLUSTER: int = W.CLUSTER_SIZE, PDL: bool = False,
               RUNTIME_K: bool = False, ACT_GRAD=None, BIAS=False,
-              ACT_GRAD_PREFETCH: bool = False, ACT_SAVE=None):
+              ACT_GRAD_PREFETCH: bool = False, ACT_SAVE=None, ACT_GRAD_DBIAS: bool = False):
     """Step card -- v15, operand layouts.
 
     Changes from v9: the kernel reads A and B in either major order (A_MAJOR, B_MAJOR in
@@ -48,8 +48,8 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
       token count needs no padding); dtype float16 or bfloat16.
     Training options (off; K-major A, B; BIAS False or dtype, an int32 view; see the lesson):
       ACT_GRAD (gelu, gelu_tanh, silu, swiglu): D = DY * act'(A @ B.T + bias), operands A, B,
-      D, DY, bias; ACT_GRAD_PREFETCH. ACT_SAVE (relu, gelu, gelu_tanh, silu): the forward that
-      keeps its pre-activation, D = act(z), Z = z = A @ B.T + bias from one accumulator.
+      D, DY, bias; ACT_GRAD_PREFETCH; ACT_GRAD_DBIAS (with BIAS): + DBP, D's 16-row column sums.
+      ACT_SAVE (relu, gelu, gelu_tanh, silu): the forward keeping z: D = act(z), Z = A @ B.T + bias.
     Run: ``tirx-gemm run v15 --arch sm_90a --mnk 4096,4096,4096`` (K-major both: v9's kernel).
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
@@ -75,6 +75,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
         raise ValueError(f"ACT_GRAD_PREFETCH={ACT_GRAD_PREFETCH!r}: True or False, True only "
                          f"with ACT_GRAD")
     HL.check_act_save(ACT_SAVE, ACT_GRAD, A_MN, B_MN)
+    HL.check_act_grad_dbias(ACT_GRAD_DBIAS, ACT_GRAD, BIAS)
     if BIAS and ((ACT_GRAD is None and ACT_SAVE is None) or BIAS != dtype):
         raise ValueError(f"BIAS={BIAS!r}: v15 takes a bias only with ACT_GRAD or ACT_SAVE, in "
                          f"the operands' dtype ({dtype!r})")
@@ -122,9 +123,9 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                 mma2tma.arrive(stage)
 
     # the kernel body; DY and bias are None without ACT_GRAD and BIAS (no such operands), Z
-    # without ACT_SAVE
+    # without ACT_SAVE, DBP without ACT_GRAD_DBIAS
     @T.inline
-    def gemm(A, B, D, DY, bias, Z=None):
+    def gemm(A, B, D, DY, bias, Z=None, DBP=None):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         if CLUSTER > 1:
@@ -254,6 +255,9 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                     HL.epilogue_act_grad(packed, acc, BLK_N, DY, bias, ACT_GRAD, dtype,
                                          m_st + row0, n_st, M, N, warp_id, lane_id,
                                          ACT_GRAD_PREFETCH)
+                    if ACT_GRAD_DBIAS:  # each warp's 16-row column sums of dz, as packed
+                        HL.store_dbias_partials(DBP, packed, BLK_N, dtype, m_st + row0, n_st,
+                                                M, N, warp_id, lane_id)
                 elif ACT_SAVE is not None:  # z = acc + bias stored now, act(z) packed for D
                     HL.epilogue_act_save(Z, Dstage, consumer, packed, acc, BLK_N, bias,
                                          ACT_SAVE, dtype, m_st + row0, n_st, N, EPI_BUFS,
@@ -290,6 +294,14 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                    B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
                    D: T.Buffer((M, N), dtype), Z: T.Buffer((M, N), dtype)):
             gemm(A, B, D, None, None, Z)
+    elif ACT_GRAD_DBIAS:  # DBP: one fp32 row of column sums per 16 rows of D
+        @T.prim_func
+        def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+                   B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+                   D: T.Buffer((M, N), dtype), DY: T.Buffer((M, N // 2), "int32"),
+                   bias: T.Buffer((N // 2,), "int32"),
+                   DBP: T.Buffer(((M + HL.DBIAS_ROWS - 1) // HL.DBIAS_ROWS, N), H.ACC_DTYPE)):
+            gemm(A, B, D, DY, bias, None, DBP)
     elif ACT_GRAD is not None and BIAS:
         @T.prim_func
         def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),

@@ -34,7 +34,7 @@ from tirx_gemm.epilogue import gelu_constants  # shared: no TVM, numpy only
 from ..helpers import ACC_DTYPE
 from .. import timeline as TL
 from .fused import epilogue_bias_act  # (read only: the forward epilogue's activations)
-from .stores import pack_fragment, store_packed_tile
+from .stores import _ST_GLOBAL_F32X2_SRC, pack_fragment, store_packed_tile
 from .wgmma import (DESC_K16_STEP, DESC_LBO, DESC_M64_STEP, DESC_SBO, ELEM_BYTES,
                     SWIZZLE_128B, SWIZZLE_ROW_ELEMS, WGMMA_K, wgmma_name)
 
@@ -437,3 +437,74 @@ def epilogue_act_save(Z, Dstage, wg, packed, acc, n: int, bias2, act, dtype, row
                       bar_id)
     epilogue_bias_act(acc, n, None, act)
     pack_fragment(packed, acc, n // 2, dtype)
+
+
+# --- the bias gradient's column sums (v15's ACT_GRAD_DBIAS, beside ACT_GRAD's dz) ---
+# The bias's gradient is dz.sum(0): a pass over all of dz after the kernel. With ACT_GRAD_DBIAS
+# the epilogue also sums each warp's 16 rows of dz per column (the packed values, as stored)
+# into DBP (ceil(M/16), N) fp32, and the bias gradient is DBP.sum(0): 1/16 of dz's rows, in a
+# fixed order (no atomics, no shared memory, no barrier). In wgmma's fragment the 8 lanes of
+# one lane % 4 hold the same columns in the warp's 8 row pairs (g = lane // 4: rows g, g + 8),
+# so the sum is over lane bits 2, 3, 4. Per 64-column chunk (8 column blocks j) a thread adds
+# its two rows (16 values: 2 per block), then halves the set three times: at lane bit m (16,
+# 8, 4) it keeps the blocks whose j bit (2, 1, 0) equals its own lane bit, sends the others to
+# lane ^ m and adds what comes back (8 + 4 + 2 shuffles, where a full butterfly of every value
+# takes 48). Lane l ends with the warp's sums of block j = l // 4, columns 8j + 2(l % 4), +1:
+# the 32 lanes cover the chunk's 64 columns in order, one 8-byte store each (256 bytes a warp).
+DBIAS_ROWS = 16  # rows summed into one DBP row: one warp's rows of a wgmma fragment
+
+_HALVE_SUM_SRC = """
+__device__ __forceinline__ float tirx_gemm_halve_sum(float lo, float hi, int lane, int m) {
+  bool up = (lane & m) != 0;
+  return (up ? hi : lo) + __shfl_xor_sync(0xffffffffu, up ? lo : hi, m);
+}
+"""
+
+
+def check_act_grad_dbias(dbias, act, bias) -> None:
+    """ACT_GRAD_DBIAS: True or False, True only with ACT_GRAD one of :data:`ACT_GRADS` and a
+    BIAS (the column sums of dz are the bias's gradient); a one-line ValueError otherwise."""
+    if not isinstance(dbias, bool) or (dbias and (act not in ACT_GRADS or not bias)):
+        raise ValueError(f"ACT_GRAD_DBIAS={dbias!r}: True or False, True only with ACT_GRAD one "
+                         f"of {', '.join(ACT_GRADS)} and a BIAS (dz's column sums are the "
+                         f"bias's gradient; ACT_GRAD={act!r}, BIAS={bias!r})")
+
+
+def _word_value(word, dtype: str, half: int):
+    # the low (0) or high (1) ``dtype`` value of a 32-bit word, as fp32
+    name, src = _WORD_FN[dtype][half]
+    return T.cuda.func_call(name, word, source_code=src, return_type=ACC_DTYPE)
+
+
+@T.inline
+def _halve(s, pairs: int, far: int, lane_id, m: int):
+    # s[2i+e] <- the sum over lanes {l, l ^ m} of the value of block i or i + far, whichever
+    # lane bit m picks (i < pairs, e = 0, 1)
+    for i in T.unroll(pairs):
+        for e in T.unroll(2):
+            s[2 * i + e] = T.cuda.func_call("tirx_gemm_halve_sum", s[2 * i + e],
+                                            s[2 * (i + far) + e], lane_id, m,
+                                            source_code=_HALVE_SUM_SRC, return_type=ACC_DTYPE)
+
+
+@T.inline
+def store_dbias_partials(DBP, packed, n: int, dtype, row0, col0, M, N, warp_id, lane_id):
+    """DBP[(row0 + 16w) / 16, c] <- the sum of the 16 dz values of warp w's rows in column c,
+    for the 64 x n fragment at (row0, col0) whose dz ``packed`` holds (epilogue_act_grad's
+    words, rows past M 0), c < N; a warp whose rows all lie past M stores nothing. The
+    shuffles run in every lane (the guards come after them)."""
+    s = T.alloc_local((16,), ACC_DTYPE)
+    r = T.meta_var(row0 + warp_id * DBIAS_ROWS)  # the warp's first row, a multiple of 16
+    for c in T.unroll(n // 64):
+        for jj in T.unroll(8):  # rows h = 0, 1 of block 8c + jj: its columns e = 0, 1
+            w0 = T.meta_var(T.Cast("int32", packed[2 * (8 * c + jj)]))
+            w1 = T.meta_var(T.Cast("int32", packed[2 * (8 * c + jj) + 1]))
+            s[2 * jj] = _word_value(w0, dtype, 0) + _word_value(w1, dtype, 0)
+            s[2 * jj + 1] = _word_value(w0, dtype, 1) + _word_value(w1, dtype, 1)
+        _halve(s, 4, 4, lane_id, 16)  # j bit 2 <- lane bit 4
+        _halve(s, 2, 2, lane_id, 8)   # j bit 1 <- lane bit 3
+        _halve(s, 1, 1, lane_id, 4)   # j bit 0 <- lane bit 2: block j = 8c + lane // 4
+        col = T.meta_var(col0 + 64 * c + 8 * (lane_id // 4) + 2 * (lane_id % 4))
+        if T.And(r < M, col < N):
+            T.cuda.func_call("tirx_gemm_st_global_f32x2", DBP.ptr_to([r // DBIAS_ROWS, 0]),
+                             col, s[0], s[1], source_code=_ST_GLOBAL_F32X2_SRC)

@@ -13,7 +13,9 @@ the incoming gradient ``dy`` (M x N), with ``dz = dy * act'(z)``:
 * **wgrad** ``db = dz.T @ a`` (N x K) runs as ``matmul(dz.T, a.T)``: its reduction dimension is
   the token count M, accumulated in fp32 by the kernel (a split over tokens, where the chooser
   picks v11, reduces in a fixed order: no atomics, the same bits on every run);
-* **bias** ``dbias = dz.sum(0)`` (torch's reduction, fp32 accumulation, deterministic).
+* **bias** ``dbias = dz.sum(0)`` (torch's reduction, fp32 accumulation, deterministic); with
+  tirx_gemm.op.act_grad.DBIAS on (off by default), where the fused activation gradient runs, the
+  sum of that kernel's 16-row column sums instead (no pass over dz).
 
 **Layouts: read in place by v15 (the default on sm_90a), or by copy.** matmul's kernels read
 K-major operands only (each row of A and B contiguous along the reduction dimension).
@@ -270,9 +272,11 @@ def _dgrad(dz, b):
     return _gemm(dz, _k_major_t(b))
 
 
-def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool):
+def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool, dbias_parts=None):
     """(db, dbias) from dz (M x N, a's dtype, contiguous): wgrad on the kernels, fp32
-    accumulation over the tokens, into ``main_grad`` in place where the parameter has one."""
+    accumulation over the tokens, into ``main_grad`` in place where the parameter has one.
+    ``dbias_parts``: fp32 column sums of dz's row blocks (act_grad.dz_dbias), summed for the
+    bias gradient instead of dz itself."""
     db = dbias = None
     if needs_b:
         mg = _main_grad(b)
@@ -290,7 +294,7 @@ def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool):
                 db = _gemm(dzt, at)
     if needs_bias:
         mg = _main_grad(bias)
-        g = dz.sum(0, dtype=torch.float32)
+        g = dz.sum(0, dtype=torch.float32) if dbias_parts is None else dbias_parts.sum(0)
         if mg is not None:
             mg.add_(g)
         else:
@@ -338,15 +342,21 @@ def _backward_matmul(ctx, dy):
     needs_a, needs_b, needs_bias = ctx.needs
     dz = dy.to(a.dtype)
     act = ctx.activation
+    parts = None  # the bias gradient's column sums, where the fused kernel wrote them
     if act == "relu":
         dz = dz * (y > 0)
     elif act is not None:
-        dz = _AG.dz(a, b, dy, bias, act, _arch(a.device), _traced(a))  # one kernel on sm_90a
+        got = _AG.dz_dbias(a, b, dy, bias, act, _arch(a.device), _traced(a)) \
+            if needs_bias else None  # None unless act_grad.DBIAS is on and the kernel applies
+        if got is not None:
+            dz, parts = got
+        else:
+            dz = _AG.dz(a, b, dy, bias, act, _arch(a.device), _traced(a))  # one kernel, sm_90a
         if dz is None:
             dz = act_dz_unfused(a, b, dy, bias, act)
     dz = dz.contiguous()
     da = _dgrad(dz, b) if needs_a else None
-    db, dbias = _weight_grads(dz, a, b, bias, needs_b, needs_bias)
+    db, dbias = _weight_grads(dz, a, b, bias, needs_b, needs_bias, parts)
     return da, db, None, dbias, None, None
 
 
