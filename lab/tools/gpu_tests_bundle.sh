@@ -10,6 +10,9 @@
 #                                                   # then each test file as a stage
 #                                                   # (lab/tools/stage.sh; logs in $OUT/tests.tgz)
 #
+# Every suite export names --card all: the bundle then holds both cards' picks and records both
+# (tirx_gemm.op.cards), so matmul runs the H100's picks on an H100 and the H200's on an H200.
+#
 # The study runs queued beside the tests add their own kernels to the same bundle before it is
 # packed (each study's README names its export command), e.g. lab/bf16_ceiling's suite.
 set -uo pipefail
@@ -20,12 +23,12 @@ export)
   set -e
   tmp=$(mktemp -d)
   python scripts/bench_model.py --print-shapes > "$tmp/llama8b_block.json"
-  tirx-gemm export --suite "$tmp/llama8b_block.json" --arch sm_90a --num-sms 132 --ffi-wheel 3.12 \
+  tirx-gemm export --suite "$tmp/llama8b_block.json" --arch sm_90a --card all --num-sms 132 --ffi-wheel 3.12 \
     --jobs 2 --out "$B"
   python lab/moe_grouped_gemm/export_bundle.py --tests --fp8 --out "$B" --jobs 2
-  tirx-gemm export --suite lab/serving_stacks/suites/serving_block.json --arch sm_90a \
+  tirx-gemm export --suite lab/serving_stacks/suites/serving_block.json --arch sm_90a --card all \
     --num-sms 132 --jobs 2 --out "$B"
-  tirx-gemm export --suite tirx_gemm/op/suites/fp8-models.json --arch sm_90a --num-sms 132 \
+  tirx-gemm export --suite tirx_gemm/op/suites/fp8-models.json --arch sm_90a --card all --num-sms 132 \
     --jobs 2 --out "$B"
   # every kernel matmul_fp8 can pick (run-time shapes): the fp8 tests' small layers pick splits
   # the fp8 suite's layers never do
