@@ -404,36 +404,8 @@ def patch_fp8(module: torch.nn.Module, scale: str = "row", *, strict: bool = Fal
     _check_scale_kind(scale)
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"patch_fp8 takes a torch.nn.Module, got {type(module).__name__}")
-    report = _nn.Report(module)
-    done: dict = {}
-    seen: set = set()
-    plan = []
-    todo = [("", None, "", module)]
-    while todo:
-        name, parent, attr, m = todo.pop(0)
-        if isinstance(m, torch.nn.Linear) or isinstance(m, Fp8Linear):
-            if id(m) in done:
-                new, first = done[id(m)]
-                if new is not None:
-                    report.replaced.append((name, f"the same layer as {first}"))
-            else:
-                new, note = _replacement(m, scale, strict)
-                done[id(m)] = (new, name)
-                (report.kept if new is None else report.replaced).append((name, note))
-            if new is not None:
-                plan.append((parent, attr, m, new))
-            continue
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
-        for child_attr, child in list(m._modules.items()):
-            if child is not None:
-                todo.append((f"{name}.{child_attr}" if name else child_attr, m, child_attr,
-                             child))
-    _nn._apply(plan, report)
-    if verbose:
-        print(report)
-    return report
+    return _nn.walk(module, lambda m: isinstance(m, (torch.nn.Linear, Fp8Linear)),
+                    lambda m: _replacement(m, scale, strict), verbose)
 
 
 _nn.EXTENSIONS["fp8"] = patch_fp8  # tirx_gemm.patch(model, fp8=...) calls it

@@ -305,6 +305,14 @@ def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = Fals
         return EXTENSIONS["fp8"](module, fp8, strict=strict, verbose=verbose)
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"patch takes a torch.nn.Module, got {type(module).__name__}")
+    return walk(module, lambda m: isinstance(m, torch.nn.Linear),
+                lambda m: _replacement(m, strict), verbose)
+
+
+def walk(module: torch.nn.Module, is_layer, replacement, verbose: bool) -> Report:
+    """patch's walk, shared with patch_fp8: every submodule for which ``is_layer`` holds is
+    offered to ``replacement`` (returns (new layer, note) or (None, why it is kept)), once
+    however many names it has; then every replacement is put in place, all or nothing."""
     report = Report(module)
     done: dict = {}  # id(old layer) -> (replacement or None, the name it was first seen at)
     seen: set = set()
@@ -312,13 +320,13 @@ def patch(module: torch.nn.Module, *, strict: bool = False, verbose: bool = Fals
     todo = [("", None, "", module)]
     while todo:
         name, parent, attr, m = todo.pop(0)
-        if isinstance(m, torch.nn.Linear):
+        if is_layer(m):
             if id(m) in done:  # one layer under several names: one replacement
                 new, first = done[id(m)]
                 if new is not None:
                     report.replaced.append((name, f"the same layer as {first}"))
             else:
-                new, note = _replacement(m, strict)
+                new, note = replacement(m)
                 done[id(m)] = (new, name)
                 (report.kept if new is None else report.replaced).append((name, note))
             if new is not None:
