@@ -94,6 +94,17 @@ ENTRY_KEYS = {"kind", "model", "layer", "why", "E", "top_k", "N", "K", "tokens",
 # --------------------------------------------------------------------------------------
 # the pick: v14's tile from the tokens per expert (no torch)
 # --------------------------------------------------------------------------------------
+def _check_experts_rows(E: int, N: int, K: int, whose: str) -> None:
+    """E within E_MAX and N, K whole 16-byte rows (the pick's and the call's check)."""
+    if E > E_MAX:
+        raise ValueError(f"{whose}E={E} experts: the grouped kernel takes at most E_MAX={E_MAX}; "
+                         f"split the experts into groups of at most {E_MAX}, one call each")
+    for name, v in (("K", K), ("N", N)):
+        if v % ROW_MULTIPLE:
+            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs 16-byte "
+                             f"rows; pad {name} with zeros to {_ceil_div(v, 8) * 8}")
+
+
 def _check_numbers(rows, E, N, K, dtype, layout, arch, sm_count) -> None:
     if arch not in spec.SM_COUNT:  # first: an unknown arch has no SM count to default to
         raise ValueError(f"arch={arch!r}: the grouped kernel runs on {' or '.join(spec.SM_COUNT)}")
@@ -101,13 +112,7 @@ def _check_numbers(rows, E, N, K, dtype, layout, arch, sm_count) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "rows" else 1):
             kind = "non-negative" if name == "rows" else "positive"
             raise ValueError(f"{name}={v!r} must be a {kind} int")
-    if E > E_MAX:
-        raise ValueError(f"E={E} experts: the grouped kernel takes at most E_MAX={E_MAX}; split "
-                         f"the experts into groups of at most {E_MAX} (one call each)")
-    for name, v in (("N", N), ("K", K)):
-        if v % ROW_MULTIPLE:
-            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs 16-byte "
-                             f"rows; pad {name} with zeros to {_ceil_div(v, 8) * 8}")
+    _check_experts_rows(E, N, K, "")
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: choose {' or '.join(map(repr, LAYOUTS))}")
     check_dtype(dtype)
@@ -347,13 +352,7 @@ def check_grouped_shapes(a, b, offs=None, counts=None, layout=None, bias=None, s
     N = weight.shape[1]
     if E < 1:
         raise ValueError("b has 0 experts")
-    if E > E_MAX:
-        raise ValueError(f"b has E={E} experts: the grouped kernel takes at most E_MAX={E_MAX}; "
-                         f"split the experts into groups of at most {E_MAX}, one call each")
-    for name, v in (("K", K), ("N", N)):
-        if v % ROW_MULTIPLE:
-            raise ValueError(f"{name}={v} is not a multiple of {ROW_MULTIPLE}: TMA needs 16-byte "
-                             f"rows; pad {name} with zeros to {_ceil_div(v, 8) * 8}")
+    _check_experts_rows(E, N, K, "b has ")
     index = offs if offs is not None else counts
     if index is not None:
         name = "offs" if offs is not None else "counts"
