@@ -39,6 +39,10 @@ def register(sub) -> None:
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="cases simulated at once, each in its own process (default: the "
                         "machine's cores, at most 4; 1 runs them one by one in this process)")
+    from tirx_gemm.sim.disk import CACHE_MAX_GIB
+    p.add_argument("--cache-max-gib", type=float, default=CACHE_MAX_GIB,
+                   help="keep NumSim's kernel cache under this many GiB after the run, the least "
+                        f"recently used entries deleted first, never this run's (default {CACHE_MAX_GIB:g})")
     p.add_argument("--record", action="store_true",
                    help="append the rows to results/sim/numsim-cpu.jsonl (README table)")
     p.set_defaults(fn=cmd_sim)
@@ -95,6 +99,11 @@ def cmd_sim(args) -> int:
         raise ValueError("name a step (e.g. v4) or pass --all")
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed} must be >= 0")
+    from tirx_gemm.sim import disk
+    cache_max = getattr(args, "cache_max_gib", None)
+    cache_max = disk.CACHE_MAX_GIB if cache_max is None else cache_max
+    if not 0 < cache_max < float("inf"):
+        raise ValueError(f"--cache-max-gib {cache_max:g} must be a positive number of GiB")
     dtype = getattr(args, "dtype", None)
     cases = [c for s in steps for c in cases_for(s, mnk, dtype)]
     if args.mutant:
@@ -146,6 +155,7 @@ def cmd_sim(args) -> int:
           f"{time.time() - t0:.0f} s; full checker text: {log_path}")
     print("A pass proves numbers and synchronization on a CPU model of sm_100a; it measures "
           "no speed and is not silicon.")
+    print(disk.cap_line(cache_max, keep_since=t0))
     if args.record:
         print(f"records appended to {append_records(rows, args.seed, checks)}")
     return 1 if bad else 0
