@@ -17,7 +17,15 @@ alternatives to time beside the pick, each named by a short spec:
 - ``s:BMxBN/S`` a v12 K split in S (``sw:BMxBN/S``: swap-AB, BN the token tile; S=1 the
   non-persistent swap-AB kernel);
 - ``w:BMxBN`` the persistent swap-AB kernel (BM weight rows, BN tokens);
-- ``v9``; ``card:h100`` the pick of the H100 card (tirx_gemm.op.cards).
+- ``v9``; ``card:h100`` the pick of the H100 card (tirx_gemm.op.cards);
+- ``pick+KEY=VALUE[+KEY=VALUE...]`` the pick with some build keywords changed (an int, True or
+  False; ``KEY=-`` drops the keyword), e.g. ``pick+PIPE_DEPTH=4`` or ``pick+PDL=False``.
+
+``plan --card h100`` plans the picks of that card (default: the package's default card).
+``run --between`` puts a one-element torch add after every launch in each graph, times the
+adds alone the same way and subtracts them: each kernel then starts after a kernel that does
+not overlap its start, as in a model's decode step, not after its own previous launch (where
+programmatic dependent launch hides part of a launch's fixed cost).
 
 Every alternative gets the keywords matmul would build it with had the rules picked it (the
 rules' adjustments: PDL, tails, the last token tile, N and K at build time), so it differs
@@ -158,21 +166,40 @@ def label(kw: dict, step: str) -> str:
     return out
 
 
-def plan_case(case: dict, dtype: str, before: dict | None = None) -> dict:
+def _overridden(kw: dict, spec: str) -> dict:
+    """The keywords of a ``pick+KEY=VALUE+...`` alternative: ``kw`` with those changed."""
+    out = dict(kw)
+    for item in spec.split("+")[1:]:
+        key, eq, text = item.partition("=")
+        if not eq or not key.isupper():
+            raise ValueError(f"alternative {spec!r}: write pick+KEY=VALUE (e.g. pick+PDL=False)")
+        if text == "-":
+            out.pop(key, None)
+        elif text in ("True", "False"):
+            out[key] = text == "True"
+        else:
+            out[key] = int(text)
+    return out
+
+
+def plan_case(case: dict, dtype: str, before: dict | None = None, card=None) -> dict:
     """One case's candidates: the pick, the alternatives, and ``before`` (a plan's pick at
-    the same case, as the package before chose it) where given."""
+    the same case, as the package before chose it) where given; ``card``: whose picks."""
     from tirx_gemm.op import cost_model as cm, rules as R, cards
     M, N, K = case["M"], case["N"], case["K"]
     shape = R.Shape(M, N, K, dtype, "sm_90a", 132, {})
     cands = []
-    step, kw = R.choose(M, N, K, dtype)
+    step, kw = R.choose(M, N, K, dtype, card=card)
     name, rating = _pick_rating(kw, step)
     cands.append(("pick", step, kw, name, rating))
     if before is not None:
         cands.append(("before", before["step"], before["kwargs"],
                       *_pick_rating(before["kwargs"], before["step"])))
     for spec in case.get("alternatives", ()):
-        if spec.startswith("card:"):
+        if spec.startswith("pick+"):
+            k = _overridden(kw, spec)
+            cands.append((spec, step, k, *_pick_rating(k, step)))
+        elif spec.startswith("card:"):
             st, k = R.choose(M, N, K, dtype, card=spec[5:])
             nm, rt = _pick_rating(k, st)
             cands.append((spec, st, k, nm, rt))
@@ -184,7 +211,8 @@ def plan_case(case: dict, dtype: str, before: dict | None = None) -> dict:
         if key in seen:  # an alternative the pick already is: one kernel, both names
             seen[key]["specs"].append(spec)
             continue
-        c = {"label": label(k, st), "specs": [spec], "step": st, "kwargs": k,
+        name = label(k, st) + (spec[4:] if spec.startswith("pick+") else "")
+        c = {"label": name, "specs": [spec], "step": st, "kwargs": k,
              "pred_us": {card: predicted(rt, nm, k, M, N, K, card) for card in CARDS},
              "rows_slowdown": _slowdown(st, k, rt, K)}
         seen[key] = c
@@ -197,15 +225,18 @@ def plan_case(case: dict, dtype: str, before: dict | None = None) -> dict:
             "hbm_floor_us": floor, "candidates": out}
 
 
-def plan(suite: Path, out: Path, before_path: Path | None = None) -> int:
+def plan(suite: Path, out: Path, before_path: Path | None = None, card=None) -> int:
     data = json.loads(suite.read_text())
     before = {}
     if before_path is not None:  # the picks of an earlier plan: timed beside the new ones
         for c in json.loads(before_path.read_text())["cases"]:
             before[(c["M"], c["N"], c["K"], c["dtype"])] = c["candidates"][0]
-    cases = [plan_case(c, dt, before.get((c["M"], c["N"], c["K"], dt)))
+    cases = [plan_case(c, dt, before.get((c["M"], c["N"], c["K"], dt)), card)
              for c in data["cases"] for dt in c.get("dtypes", data["dtypes"])]
-    out.write_text(json.dumps({"suite": data["name"], "cases": cases}, indent=1) + "\n")
+    doc = {"suite": data["name"], "cases": cases}
+    if card is not None:
+        doc["card"] = card
+    out.write_text(json.dumps(doc, indent=1) + "\n")
     n = sum(len(c["candidates"]) for c in cases)
     print(f"{len(cases)} cases, {n} candidates -> {out}")
     for c in cases:
@@ -242,7 +273,21 @@ def export(plan_path: Path, out: Path, wheels: bool) -> int:
 
 
 # -- the run (GPU host: torch, the bundle, no TVM) ------------------------------------------
-def run(plan_path: Path, out: Path, budget_s: float, only: str | None) -> int:
+def _between(fn_lists):
+    """Kernel ms per launch of each list with a one-element add after every launch, the adds'
+    own time subtracted ((kernel + add) / 2 per entry, the adds alone timed the same way), and
+    the adds' ms."""
+    import torch
+    from v12_sweep import _graphs_interleaved
+    tiny = torch.zeros(1, device="cuda")
+    gap = lambda: tiny.add_(1)  # noqa: E731
+    lists = [[f for fn in fns for f in (fn, gap)] for fns in fn_lists]
+    ts = _graphs_interleaved(lists + [[gap, gap] * len(fn_lists[0])])
+    return [2 * t - ts[-1] for t in ts[:-1]], ts[-1]
+
+
+def run(plan_path: Path, out: Path, budget_s: float, only: str | None,
+        between: bool = False) -> int:
     import torch
     from tirx_gemm import registry
     from tirx_gemm.op import matmul as mm
@@ -290,14 +335,19 @@ def run(plan_path: Path, out: Path, budget_s: float, only: str | None) -> int:
             fns.append([lambda a=a, b=b, d=d, k=kern, ws=ws: k(a, b, d, *ws)
                         for a, b, d in pick])
             names.append(x["label"])
-        times = _graphs_interleaved(fns)
+        add_ms = None
+        if between:
+            times, add_ms = _between(fns)
+        else:
+            times = _graphs_interleaved(fns)
         t_torch = times[0]
         for nm, t in zip(names[1:], times[1:]):
             rec[nm].update(ms=t, ratio=t_torch / t)
         line = {"class": c["class"], "M": M, "N": N, "K": K, "dtype": dtype,
                 "torch_ms": t_torch, "hbm_floor_us": c["hbm_floor_us"], "card": card,
                 "pick": c["candidates"][0]["label"], "candidates": rec, "mode": "cuda_graph",
-                "timing": "interleaved", "device": dev, "torch": torch.__version__,
+                "timing": "interleaved_between" if between else "interleaved",
+                "between_add_ms": add_ms, "device": dev, "torch": torch.__version__,
                 "suite": doc["suite"], "date": time.strftime("%Y-%m-%d")}
         with open(out, "a") as f:
             f.write(json.dumps(line) + "\n")
@@ -437,6 +487,8 @@ def main(argv) -> int:
     a.add_argument("--out", type=Path, required=True)
     a.add_argument("--before", type=Path, default=None,
                    help="a plan whose picks are timed beside this one's (the package before)")
+    a.add_argument("--card", choices=CARDS, default=None,
+                   help="plan that card's picks (default: the package's default card)")
     e = sub.add_parser("export")
     e.add_argument("plan", type=Path)
     e.add_argument("--out", type=Path, required=True)
@@ -447,17 +499,19 @@ def main(argv) -> int:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--budget-s", type=float, default=50)
     r.add_argument("--only", default=None, help="classes to run, comma-separated")
+    r.add_argument("--between", action="store_true",
+                   help="a one-element add after every launch, its time subtracted")
     t = sub.add_parser("table")
     t.add_argument("records", nargs="+")
     m = sub.add_parser("readme", help="render README.md's tables from the records")
     m.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
     if args.cmd == "plan":
-        return plan(args.suite, args.out, args.before)
+        return plan(args.suite, args.out, args.before, args.card)
     if args.cmd == "export":
         return export(args.plan, args.out, not args.no_wheels)
     if args.cmd == "run":
-        return run(args.plan, args.out, args.budget_s, args.only)
+        return run(args.plan, args.out, args.budget_s, args.only, args.between)
     if args.cmd == "readme":
         return readme(args.check)
     return table(args.records)

@@ -1,0 +1,37 @@
+"""lab/decode_fixed_cost's plans: what error_classes.py plan writes from the suite today (a
+rule or cost-model change that moves a pick shows up here, not on the GPU host), and every
+"pick+KEY=VALUE" candidate differs from the pick in the keywords it names only."""
+import json
+from pathlib import Path
+
+import pytest
+from support import load_script
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDY = ROOT / "lab" / "decode_fixed_cost"
+EC = load_script("lab/cost_model_error_classes/error_classes.py")
+
+
+@pytest.mark.parametrize("card", ["h100", "h200"])
+def test_the_committed_plan_is_what_plan_writes(card, tmp_path):
+    out = tmp_path / "plan.json"
+    assert EC.plan(STUDY / "suites" / "fixed_cost.json", out, None, card) == 0
+    assert json.loads(out.read_text()) == json.loads((STUDY / "suites" / f"plan_{card}.json").read_text()), \
+        f"lab/decode_fixed_cost/suites/plan_{card}.json is stale: rerun the plan command of its README"
+
+
+def test_a_changed_keyword_candidate_changes_only_that_keyword():
+    doc = json.loads((STUDY / "suites" / "plan_h100.json").read_text())
+    assert doc["card"] == "h100" and len(doc["cases"]) == 24
+    for case in doc["cases"]:
+        pick = case["candidates"][0]
+        assert pick["specs"][0] == "pick"
+        for cand in case["candidates"][1:]:
+            for spec in cand["specs"]:
+                want = EC._overridden(pick["kwargs"], spec)
+                assert cand["kwargs"] == want and cand["step"] == pick["step"], (case["M"], spec)
+            assert cand["label"].startswith(pick["label"] + "+")
+    assert EC._overridden({"A": 1, "PDL": True}, "pick+PDL=False+A=-+PIPE_DEPTH=4") == {
+        "PDL": False, "PIPE_DEPTH": 4}
+    with pytest.raises(ValueError, match="pick\\+KEY=VALUE"):
+        EC._overridden({}, "pick+depth4")
