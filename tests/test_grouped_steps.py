@@ -141,11 +141,12 @@ def test_cluster_pairs_refusals_and_multicast_boxes():
         assert ops.get("UTMALDG.2D.MULTICAST") is None, ops
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("layout", ["contiguous", "masked"])
-def test_fused_epilogue_operands_sm90a(layout):
+def test_fused_epilogue_operands(layout, arch):
     """ROW_SCALE and BIAS add their operands after routing, in that order: scale float32 with
     one value per row of D, bias (E, N) in D's dtype; the epilogue reads them clamped."""
-    step = registry.get("v14", "sm_90a")
+    step = registry.get("v14", arch)
     rows = '6, M' if layout == "masked" else 'M'
     for kw, extra in ((dict(ROW_SCALE=True, BIAS=True),
                        [f'scale: T.Buffer(({rows}' + (',)' if layout != "masked" else ')'),
@@ -163,11 +164,12 @@ def test_fused_epilogue_operands_sm90a(layout):
         assert '"float32"' in sig if kw.get("ROW_SCALE") else True
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("gate_up", ["halves", "interleaved"])
-def test_swiglu_output_and_boxes(gate_up):
+def test_swiglu_output_and_boxes(gate_up, arch):
     """SWIGLU: D is N/2 wide; "halves" loads each weight tile as two boxes of BLK_N/2 rows (gate
     at the tile's row, up N/2 rows further), "interleaved" as one box."""
-    step = registry.get("v14", "sm_90a")
+    step = registry.get("v14", arch)
     text = step.build_primfunc(512, 256, 512, SWIGLU=gate_up).script()
     sig = next(ln for ln in text.splitlines() if "def kernel" in ln)
     assert "D: T.Buffer((M, 128)" in sig and "B: T.Buffer((8, 256, 512)" in sig
@@ -195,6 +197,79 @@ def test_swap_ab_swiglu_loads_gate_and_up_rows_in_8_row_boxes():
     with pytest.raises(ValueError, match="halves") as info:
         step.build_primfunc(512, 256, 512, SWIGLU="interleaved", SWAP_AB=True, BLK_N=16)
     assert "\n" not in str(info.value)
+
+
+def test_sm100a_epilogue_refusals_in_one_line():
+    """sm_100a's fused epilogue (ROW_SCALE, BIAS, SWIGLU) is built on plain 16-bit tiles: a
+    swap-AB or MXFP8 tile with it, SwiGLU with the row scale or bias or an N off 16, and a
+    bad keyword value are refused in one line, in sm_90a's words."""
+    step = registry.get("v14", "sm_100a")
+    for kw, N, msg in ((dict(ROW_SCALE=1), 256, "ROW_SCALE=1 must be True or False"),
+                       (dict(BIAS="float16"), 256, "BIAS='float16' must be True or False"),
+                       (dict(SWIGLU="gelu"), 256, "SWIGLU='gelu' must be None, 'halves' or"),
+                       (dict(SWIGLU=True), 256, "SWIGLU=True must be None, 'halves' or"),
+                       (dict(SWIGLU="halves", ROW_SCALE=True), 256, "pairs gate and up"),
+                       (dict(SWIGLU="interleaved", BIAS=True), 256, "pairs gate and up"),
+                       (dict(SWIGLU="halves", SWAP_AB=True, BLK_N=16), 256, "no SWAP_AB, ROW"),
+                       (dict(SWIGLU="interleaved"), 264, "N=264 a multiple of 16"),
+                       (dict(ROW_SCALE=True, SWAP_AB=True, BLK_N=16), 256, "no SWAP_AB"),
+                       (dict(BIAS=True, SWAP_AB=True, BLK_N=16), 256, "no SWAP_AB"),
+                       (dict(SCALE="mx", ROW_SCALE=True), 256, "no SWAP_AB, ROW_SCALE, BIAS"),
+                       (dict(SCALE="mx", SWIGLU="halves"), 256, "no SWAP_AB, ROW_SCALE, BIAS")):
+        with pytest.raises(ValueError, match=msg) as info:
+            step.build_primfunc(256, N, 512, **kw)
+        assert "\n" not in str(info.value)
+
+
+def test_sm100a_epilogue_reads_tmem_in_fp32_before_the_bounded_store():
+    """The epilogue's order on sm_100a: fp32 TMEM loads, the row scale read once per row
+    (clamped to the expert's rows), the bias per column (clamped to N), then the cast and
+    the bounded 16-byte stores; "halves" reads the gate and up halves of a row as two loads."""
+    step = registry.get("v14", "sm_100a")
+    text = step.build_primfunc(512, 48, 128, E=3, BLK_N=32, ROW_SCALE=True, BIAS=True).script()
+    body = text[text.index("mbarrier_wait(T.address_of(accs_full_buf[acc_stage])"):]
+    order = [body.index(x) for x in ("scale[T.min(at[1] + (warp_id * 32 + lane_id), at[2] - 1)]",
+                                     "T.wg.copy_async(", "bias[at[0], T.min(", "* f",
+                                     'T.Cast("float16", acc[j])', "T.tile.copy(D[")]
+    assert order == sorted(order), order
+    text = step.build_primfunc(512, 80, 128, E=3, BLK_N=32, SWIGLU="halves").script()
+    loads = [ln for ln in text.splitlines() if "T.wg.copy_async(" in ln]
+    assert len(loads) == 2 and "acc_stage * 256 + 16 + c * 16" in loads[1], loads
+    assert "T.exp(" in text and "D: T.Buffer((M, 40)" in text
+
+
+def test_host_model_epilogue_reference():
+    """The host model's epilogue (grouped_epilogue_np): an output computed by the formula per
+    expert passes; the same without the bias, the scale or with gate and up swapped fails."""
+    import numpy as np
+    for kw in ({"E": 3, "ROW_SCALE": True, "BIAS": True},
+               {"E": 3, "LAYOUT": "masked", "ROW_SCALE": True, "BIAS": True},
+               {"E": 3, "SWIGLU": "halves"}, {"E": 3, "LAYOUT": "masked", "SWIGLU": "interleaved"}):
+        masked = kw.get("LAYOUT") == "masked"
+        A, B, D, x = G.grouped_inputs_np(100, 32, 64, kw, "random", 1, "float16")
+        R = x["routing"]
+        assert D.shape[-1] == (16 if kw.get("SWIGLU") else 32)
+        good, bad, start = D.copy(), D.copy(), 0
+        for e in range(3):
+            lo, hi = (0, int(R[e])) if masked else (start, int(R[e]))
+            acc = (A[e] if masked else A)[lo:hi].astype(np.float32) @ B[e].astype(np.float32).T
+            silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
+            if kw.get("SWIGLU") == "halves":
+                out, wrong = silu(acc[:, :16]) * acc[:, 16:], silu(acc[:, 16:]) * acc[:, :16]
+            elif kw.get("SWIGLU"):
+                g = acc.reshape(-1, 2, 2, 8)
+                out = (silu(g[:, :, 0]) * g[:, :, 1]).reshape(-1, 16)
+                wrong = (silu(g[:, :, 1]) * g[:, :, 0]).reshape(-1, 16)
+            else:
+                s = (x["scale"][e] if masked else x["scale"])[lo:hi, None]
+                out, wrong = (acc + x["bias"][e].astype(np.float32)) * s, acc * s
+            (good[e] if masked else good)[lo:hi] = out
+            (bad[e] if masked else bad)[lo:hi] = wrong
+            start = hi
+        assert G.grouped_check_np(good, A, B, R, kw, "float16", "random", scales=x).ok, kw
+        assert not G.grouped_check_np(bad, A, B, R, kw, "float16", "random", scales=x).ok, kw
+    with pytest.raises(ValueError, match="ROW_SCALE=True needs scales"):
+        G.grouped_check_np(good, A, B, R, {"E": 3, "ROW_SCALE": True}, "float16", "random")
 
 
 def test_sm100a_mx_refusals_in_one_line():
@@ -286,7 +361,10 @@ SASS_CASES = {
                dict(FP8_BLOCK=True, dtype="bfloat16"), dict(FP8_BLOCK=True, BLK_M=64, E=128,
                                                                       LAYOUT="masked")],
     "sm_100a": [dict(), dict(LAYOUT="masked", BLK_N=64), dict(SWAP_AB=True, BLK_N=16),
-                dict(SCALE="mx"), dict(SCALE="mx", LAYOUT="masked", dtype="bfloat16", E=128)],
+                dict(SCALE="mx"), dict(SCALE="mx", LAYOUT="masked", dtype="bfloat16", E=128),
+                dict(BLK_N=256, ROW_SCALE=True, BIAS=True, dtype="bfloat16"),
+                dict(LAYOUT="masked", ROW_SCALE=True), dict(BLK_N=256, SWIGLU="halves"),
+                dict(SWIGLU="interleaved", LAYOUT="masked", dtype="bfloat16")],
 }
 
 

@@ -544,10 +544,13 @@ STEPS: list[Step] = [
     # off the 128-row weight tile; bf16, one CTA walking every unit (phases wrap). SCALE="mx"
     # (MXFP8): contiguous, token tiles starting off the 128-row SF atoms (the gathered SFA),
     # 4 K stages (the last 32 of K) through a 2-stage ring, 2 weight tiles; masked in bf16
-    # with N off the weight tile (SFB's padded atom), 3 K stages
+    # with N off the weight tile (SFB's padded atom), 3 K stages. The fused epilogue: ROW_SCALE
+    # + BIAS in bf16, N off the weight tile (bias reads clamped); masked SWIGLU="halves", the
+    # last gate box reaching past N/2 and its up box past N (zero-filled)
     Step("v14", "sm_100a", "grouped GEMM (mixture of experts): the tcgen05 twin of sm_90a's v14, the walk over (expert, token tile, weight tile) computed on the device from offs / counts, every accumulator row stored only below its expert's row end; contiguous and masked layouts, swap-AB for decode; SCALE=\"mx\": MXFP8 operands, block-scaled MMA with UE8M0 scale factors in TMEM",
          "N, K multiples of 8; 1 <= E <= 256; LAYOUT contiguous|masked; BLK_N a multiple of "
-         "16 in [16, 256]; K a multiple of 32, BLK_N 128, plain tiles when SCALE='mx'",
+         "16 in [16, 256]; K a multiple of 32, BLK_N 128, plain tiles when SCALE='mx'; "
+         "ROW_SCALE, BIAS, SWIGLU on plain 16-bit tiles, SWIGLU: N a multiple of 16",
          (1024, 1024, 1024),
          ((16, 14336, 4096), (512, 768, 2048), (1000, 1000, 1000)), ((4096, 14336, 4096),),
          _EDGE_BAD, ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK", "UTMALDG.3D", "BAR.SYNC"),
@@ -563,7 +566,12 @@ STEPS: list[Step] = [
                     ((300, 256, 416), (("E", 4), ("SCALE", "mx"), ("SM_COUNT", 2),
                                        ("PIPE_DEPTH", 2))),
                     ((160, 136, 320), (("E", 3), ("LAYOUT", "masked"), ("SCALE", "mx"),
-                                       ("SM_COUNT", 2), ("dtype", "bfloat16"))))),
+                                       ("SM_COUNT", 2), ("dtype", "bfloat16"))),
+                    ((200, 48, 128), (("E", 3), ("SM_COUNT", 2), ("BLK_N", 32),
+                                      ("ROW_SCALE", True), ("BIAS", True),
+                                      ("dtype", "bfloat16"))),
+                    ((96, 80, 128), (("E", 3), ("LAYOUT", "masked"), ("SM_COUNT", 2),
+                                     ("BLK_N", 32), ("SWIGLU", "halves"))))),
     # v15 (sm_90a, operand layouts): v9 with A_MAJOR / B_MAJOR "K" | "MN" (an MN-major
     # operand is the transposed tensor, (K, M) or (K, N)); registry builds use K-major both
     # (v9's kernel), the layout tests (tests/test_layout_step.py) build the other three

@@ -39,44 +39,47 @@ def default_pipe_depth(BLK_N: int = 128, E: int = 8) -> int:
 def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
               LAYOUT: str = "contiguous", BLK_N: int = 128, PIPE_DEPTH: int | None = None,
               SM_COUNT: int = 148, RUNTIME_M: bool = True, GROUP: int = 8,
-              SWAP_AB: bool = False, SCALE: str | None = None):
+              SWAP_AB: bool = False, SCALE: str | None = None, ROW_SCALE: bool = False,
+              BIAS: bool = False, SWIGLU: str | None = None):
     """Step card -- v14, grouped GEMM (mixture of experts).
 
-    Changes from v7: D_e = A_e @ B[e].T for every expert e in one launch (B: (E, N, K),
-      K-major). The walk: every thread reads one expert's rows from the routing tensor
-      (W.scan_experts), the CTA scans the token-tile counts into prefix sums in shared
-      memory, and unit t = bx, bx + SM_COUNT, ... is found by binary search (W.tile_at):
-      (expert, token tile, weight tile), GROUP token tiles of one expert per weight column.
-      The TMA producer, the MMA issuer and the epilogue compute the same walk. B[e]'s tile:
-      a 3-D TMA box (W.tma_load_unit). The epilogue stores each row from the registers only
-      below its expert's row end (W.store_row_bounded; v7's TMA store goes). From v12: BLK_N,
-      the ring as deep as fits, the accumulators at TMEM columns 0 and 256, swap-AB.
+    Changes from v7: D_e = A_e @ B[e].T for every expert e in one launch (B (E, N, K),
+      K-major). Every thread reads one expert's rows from the routing tensor (W.scan_experts),
+      the CTA scans the token-tile counts into prefix sums in shared memory, and unit t = bx,
+      bx + SM_COUNT, ... is found by binary search (W.tile_at): (expert, token tile, weight
+      tile), GROUP token tiles per weight column; the TMA producer, the MMA issuer and the
+      epilogue walk alike. B[e]'s tile: a 3-D TMA box. Each row is stored from the registers
+      only below its expert's row end (W.store_row_bounded; v7's TMA store goes). From v12:
+      BLK_N, the ring as deep as fits, the accumulators at TMEM columns 0 and 256, swap-AB.
     Base: v7 (v12 is a superset): its diff shows the walk with the least else around it.
-    Layouts: LAYOUT="contiguous": (A (M, K) rows sorted by expert, B, D (M, N), offs int32
-      (E,) cumulative row ends: expert e owns rows [offs[e-1], offs[e]), offs[-1] = 0).
-      LAYOUT="masked": (A (E, M, K), B, D (E, M, N), counts int32 (E,)): expert e owns rows
-      [0, counts[e]). Rows no expert owns are not written. M is the runtime row count
-      (RUNTIME_M=True); routing values are clamped to [0, M] in the kernel.
+    Layouts: "contiguous": A (M, K) rows sorted by expert, D (M, N), offs int32 (E,)
+      cumulative row ends; "masked": A (E, M, K), D (E, M, N), counts int32 (E,). Rows no
+      expert owns are not written; M at run time; routing clamped to [0, M] in the kernel.
     Decode (SWAP_AB=True): the MMA's 128 rows walk the expert's weight rows, its BLK_N
       columns (16..64) the expert's tokens; one thread per weight row stores D's column.
+    Epilogue, sm_90a's keywords and operands (A, B, D, routing[, scale][, bias]), plain tiles:
+      TMEM -> fp32 registers -> BIAS=True + bias (E, N), ROW_SCALE=True x scale (M,) float32
+      (masked (E, M)), or SWIGLU="halves" | "interleaved" silu(gate) * up (D N/2 wide) -> one
+      cast -> the bounded store (W.store_unit_epilogue). Not with SWAP_AB or SCALE="mx".
     Barriers (v7's, stage and phase by PipelineState):
       tma2mma[s] TMA -> MMA, expect_tx of (128 + BLK_N) x 64 x 2 bytes, MMA waits phase 0;
       mma2tma[s] MMA -> TMA, tcgen05.commit frees stage s, producer waits from phase 1;
       mma2ld[a]  MMA -> epilogue, tcgen05.commit after a unit's last MMA, phase 0;
       ld2mma[a]  epilogue -> MMA, 128 arrivals once every column was read; the MMA warp
                  waits from phase 1. The scan's CTA barriers run before the roles split.
-    Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; LAYOUT
-      contiguous or masked; BLK_N a multiple of 16 in [16, 256]; GROUP >= 1.
-    FP8: SCALE="mx" (hgemm_v14_mx): e4m3 A, B, v13's UE8M0 scale factors SFA, SFB after routing;
-      v13's keyword on this arch, not sm_90a's FP8_BLOCK (DeepGEMM's fp32 block scales).
-    Run: ``tirx-gemm build v14``; NumSim: the cases of tests/test_grouped_steps.py.
+    Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; LAYOUT contiguous
+      or masked; BLK_N a multiple of 16 in [16, 256]; GROUP >= 1; SWIGLU: N % 16 == 0.
+    FP8: SCALE="mx" (hgemm_v14_mx): e4m3 A, B, v13's UE8M0 SFs SFA, SFB after routing (v13's
+      keyword on this arch). Run: ``tirx-gemm build v14``; NumSim: tests/test_grouped_steps.py.
     """
     ACC_STAGES, ACC_COLS = 2, W.TMEM_COLS // 2  # accumulator a at TMEM column 256 * a
     if SCALE is not None:
         if SCALE != "mx":
             raise ValueError(f"SCALE={SCALE!r} must be None (16-bit operands) or 'mx' (MXFP8)")
-        if SWAP_AB is not False:
-            raise ValueError("SCALE='mx' is built for plain tiles only: no SWAP_AB")
+        if SWAP_AB is not False or ROW_SCALE is not False or BIAS is not False \
+                or SWIGLU is not None:
+            raise ValueError("SCALE='mx' is built for plain tiles only: no SWAP_AB, ROW_SCALE, "
+                             "BIAS or SWIGLU")
         return hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT,
                             RUNTIME_M, GROUP)
     H.check_edge_shape(M, N, K, dtype)
@@ -89,14 +92,28 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             or not BLK_N_STEP <= BLK_N <= BLK_N_MAX:
         raise ValueError(f"BLK_N={BLK_N!r} must be a multiple of {BLK_N_STEP} in "
                          f"[{BLK_N_STEP}, {BLK_N_MAX}] (tcgen05.mma at M=128)")
-    for name, flag in (("RUNTIME_M", RUNTIME_M), ("SWAP_AB", SWAP_AB)):
+    for name, flag in (("RUNTIME_M", RUNTIME_M), ("SWAP_AB", SWAP_AB), ("ROW_SCALE", ROW_SCALE),
+                       ("BIAS", BIAS)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name}={flag!r} must be True or False")
+    if SWIGLU not in (None, "halves", "interleaved"):
+        raise ValueError(f"SWIGLU={SWIGLU!r} must be None, 'halves' or 'interleaved'")
+    if SWIGLU and (SWAP_AB or ROW_SCALE or BIAS or N % 16):
+        raise ValueError(f"SWIGLU={SWIGLU!r} pairs gate and up columns of a plain tile: no "
+                         f"SWAP_AB, ROW_SCALE or BIAS; N={N} a multiple of 16")
+    if SWAP_AB and (ROW_SCALE or BIAS):
+        raise ValueError("ROW_SCALE and BIAS are built for plain tiles on sm_100a (one D row per "
+                         "epilogue thread): no SWAP_AB")
     H.check_positive_ints(SM_COUNT=SM_COUNT, GROUP=GROUP)
     MASKED = LAYOUT == "masked"
-    READ = min(READ_MAX, BLK_N & -BLK_N)  # 16, 32 or 64 columns: divides BLK_N
+    HALVES, EPILOGUE = SWIGLU == "halves", bool(ROW_SCALE or BIAS or SWIGLU)
     TOK, W_BLK = (BLK_N, BLK_M) if SWAP_AB else (BLK_M, BLK_N)  # D's rows, columns per unit
-    W_TILES = H.ceil_div(N, W_BLK)
+    if HALVES:  # a unit's weight tile: W_BLK/2 gate rows at at[3], as many up rows at +N/2
+        W_BLK = W_BLK // 2
+    READ_OF = BLK_N // 2 if HALVES else BLK_N  # accumulator columns read per ld chunk walk
+    READ = min(READ_MAX, READ_OF & -READ_OF)  # 8 (halves), 16, 32 or 64 columns: divides it
+    W_TILES = H.ceil_div(N // 2 if HALVES else N, W_BLK)
+    N_D = N // 2 if SWIGLU else N  # D's columns
     STAGE_BYTES, SCAN_BYTES = stage_bytes(BLK_N), scan_bytes(E)
     if PIPE_DEPTH is None:
         PIPE_DEPTH = default_pipe_depth(BLK_N, E)
@@ -104,14 +121,15 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     K_TILES = H.ceil_div(K, BLK_K)
     M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
     A_SHAPE = (E, M_DIM, K) if MASKED else (M_DIM, K)
-    D_SHAPE = (E, M_DIM, N) if MASKED else (M_DIM, N)
+    D_SHAPE = (E, M_DIM, N_D) if MASKED else (M_DIM, N_D)
+    S_SHAPE = (E, M_DIM) if MASKED else (M_DIM,)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), dtype)
 
-    @T.prim_func
-    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-               D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
+    @T.inline
+    def body(A, B, D, routing, S, Bias):
+        # the kernel; S (ROW_SCALE) and Bias (BIAS) are None where not asked for
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([2])
@@ -159,9 +177,15 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                     for k in T.serial(K_TILES, annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "TMA producer")
                         if T.cuda.elect_sync():
-                            W.tma_load_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
-                                            A, B, at, k * BLK_K, tma2mma.ptr(ring.stage),
-                                            BLK_M, BLK_N, BLK_K, SWAP_AB, MASKED)
+                            if HALVES:  # gate rows at[3].., up rows N/2 + at[3].. (2 boxes)
+                                W.tma_load_gate_up(Asmem, Bsmem, ring.stage, A, B, at,
+                                                   k * BLK_K, tma2mma.ptr(ring.stage), BLK_M,
+                                                   W_BLK, BLK_K, N // 2, MASKED)
+                            else:
+                                W.tma_load_unit(Asmem[ring.stage, :, :],
+                                                Bsmem[ring.stage, :, :], A, B, at, k * BLK_K,
+                                                tma2mma.ptr(ring.stage), BLK_M, BLK_N, BLK_K,
+                                                SWAP_AB, MASKED)
                         ring.advance()
                     t = t + SM_COUNT
             elif warp_id == 0:
@@ -195,10 +219,14 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                 W.tile_at(at, scan, bounds, t, E, TOK, W_TILES, W_BLK, GROUP)
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
-                # SWAP_AB: D's transpose, accumulator row tid_in_wg is D's column at[3] +
-                # tid_in_wg (a weight row), its columns D's rows at[1].. (tokens)
-                W.store_unit_bounded(tmem, acc.stage * ACC_COLS, D, at, tid_in_wg, dtype, BLK_N,
-                                     READ, N, SWAP_AB, MASKED)
+                if EPILOGUE:  # TMEM -> fp32 registers -> bias, scale or SwiGLU -> cast -> D
+                    W.store_unit_epilogue(tmem, acc.stage * ACC_COLS, D, at, tid_in_wg, S, Bias,
+                                          BLK_N, READ, N_D, SWIGLU, MASKED)
+                else:
+                    # SWAP_AB: D's transpose, accumulator row tid_in_wg is D's column at[3] +
+                    # tid_in_wg (a weight row), its columns D's rows at[1].. (tokens)
+                    W.store_unit_bounded(tmem, acc.stage * ACC_COLS, D, at, tid_in_wg, dtype,
+                                         BLK_N, READ, N, SWAP_AB, MASKED)
                 # every tcgen05.ld of this accumulator has completed: hand it back
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
@@ -210,6 +238,31 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
         if wg_id == 0:
             if warp_id == 0:
                 W.tmem_free(tmem_addr)
+
+    # operands (A, B, D, routing[, scale][, bias]): sm_90a's v14 order
+    if ROW_SCALE and BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+                   scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype)):
+            body(A, B, D, routing, scale, bias)
+    elif ROW_SCALE:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+                   scale: T.Buffer(S_SHAPE, "float32")):
+            body(A, B, D, routing, scale, None)
+    elif BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+                   bias: T.Buffer((E, N), dtype)):
+            body(A, B, D, routing, None, bias)
+    else:
+        @T.prim_func
+        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
+            body(A, B, D, routing, None, None)
 
     return kernel
 

@@ -8,7 +8,7 @@ The pieces every sm_100a step needs live in this package once, one module per jo
 
 * ``tcgen05``: TMEM allocation and the accumulator view, the setup publication
   (``publish_setup``, ``publish_smem_writes``, ``reclaim_smem``), the MMA issue and commit
-  verbs, the tcgen05 fences, ``tmem_to_registers``,
+  verbs, the tcgen05 fences, ``tmem_to_fp32``, ``tmem_to_registers``,
 * ``stores``: the epilogues (TMEM -> GMEM, or registers -> swizzled SMEM -> one TMA store
   of a tile, a band of rows or a 128-byte box) and the guarded row stores,
 * ``cluster``: the 2-CTA (``cta_group::2``) forms of v8 / v9 (pair-wide TMEM, cluster
@@ -39,7 +39,7 @@ from .fp8 import (  # noqa: F401
     MX_SF_BOX, MX_SF_DTYPE, MX_SF_K, MX_SF_ROWS, MX_SF_STORAGE, MX_SF_VEC, fp8_scaled_chunk,
     mma_tile_mx, mma_tile_mx_pair, mx_sf_cols, mx_sf_gmem_shape, mx_sf_layouts, mx_sf_tmem,
     mx_sf_to_tmem, mx_sf_to_tmem_pair)
-from .grouped import (BOUND_ROWS, E_MAX, LAYOUTS, load_sfa_atom, log2_ceil, scan_experts, store_column_bounded, store_row_bounded, store_unit_bounded, tile_at, tma_load_mx_unit, tma_load_unit)  # noqa: F401,E501
+from .grouped import (BOUND_ROWS, E_MAX, LAYOUTS, load_sfa_atom, log2_ceil, scan_experts, store_column_bounded, store_row_bounded, store_unit_bounded, store_unit_epilogue, tile_at, tma_load_gate_up, tma_load_mx_unit, tma_load_unit)  # noqa: F401,E501
 from .layouts import (MAJORS, check_layout_shape, check_major, expect_stage_bytes, mma_tile_major, smem_shape, tma_load_operand)  # noqa: F401,E501
 from .fused import (  # noqa: F401
     _ERFC_P, EPI_ROW_BYTES, TMEM_READ_N, _erfc_nonneg, activation, epilogue_chunks,
@@ -50,7 +50,7 @@ from .stores import (  # noqa: F401
 from .tcgen05 import (  # noqa: F401
     TMEM_COLS, mma_commit, mma_tile, mma_tile_at, publish_setup, publish_smem_writes,
     reclaim_smem, tcgen05_cta_sync, tcgen05_fence_after_sync, tcgen05_fence_before_sync,
-    tmem_accumulator, tmem_alloc, tmem_free, tmem_to_registers)
+    tmem_accumulator, tmem_alloc, tmem_free, tmem_to_fp32, tmem_to_registers)
 
 # the names the single blackwell.py defined, in its order
 __all__ = [

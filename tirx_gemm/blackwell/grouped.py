@@ -1,17 +1,23 @@
 """Grouped GEMM (v14, sm_100a): the tile walk is sm_90a's (tirx_gemm/hopper/grouped.py: shared
 memory and CTA barriers only, nothing arch-specific), re-exported here so that the twin reads
 ``W.scan_experts`` / ``W.tile_at`` like sm_90a's step; the stores are the TMEM epilogue's
-(one thread per accumulator row), bounded by the expert's row end. SCALE="mx" (block-scaled
+(one thread per accumulator row), bounded by the expert's row end; store_unit_epilogue adds
+sm_90a's fused epilogue (ROW_SCALE, BIAS, SWIGLU) in fp32 before the cast, and the SWIGLU
+"halves" weight tile is sm_90a's tma_load_gate_up. SCALE="mx" (block-scaled
 MXFP8) adds the scale factors' loads (load_sfa_atom, tma_load_mx_unit) and re-exports fp8.py's
 cta_group::1 forms (mx_sf_to_tmem, mma_tile_mx) beside them."""
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
-from .tcgen05 import tmem_to_registers
+from tirx_gemm.epilogue import SWIGLU_GROUP
+from ..helpers import ACC_DTYPE
+from .fused import activation
+from .tcgen05 import tmem_to_fp32, tmem_to_registers
 from .fp8 import (  # noqa: F401 (v14 SCALE="mx" reads them from here)
     MX_SF_ATOM_BYTES, MX_SF_BOX, MX_SF_ROWS, mma_tile_mx, mx_sf_to_tmem)
 from tirx_gemm.hopper.grouped import (  # noqa: F401 (the one home of the walk)
-    BOUND_ROWS, E_MAX, LAYOUTS, log2_ceil, python_walk, scan_experts, tile_at, tma_load_unit)
+    BOUND_ROWS, E_MAX, LAYOUTS, log2_ceil, python_walk, scan_experts, tile_at, tma_load_gate_up,
+    tma_load_unit)
 
 
 @T.inline
@@ -56,6 +62,62 @@ def store_unit_bounded(tmem, col, D, at, tid_in_wg, dtype, COLS: int, READ: int,
                                  at[2], N, masked)
         else:
             store_row_bounded(Dreg, D, at[0], at[1] + tid_in_wg, at[3] + c * READ, READ, at[2],
+                              N, masked)
+
+
+# --- v14's fused epilogue (ROW_SCALE, BIAS, SWIGLU) on plain tiles: where each step runs ---
+# TMEM --tcgen05.ld--> fp32 registers (one D row per thread) --bias, row scale or
+# silu(gate) * up, in fp32--> one rounding to D's dtype --> store_row_bounded (below the
+# expert's row end). The keywords, operands and reference are sm_90a's v14
+# (hopper.grouped.grouped_epilogue_np, the host model).
+@T.inline
+def store_unit_epilogue(tmem, col, D, at, tid_in_wg, scale, bias, COLS: int, READ: int, N,
+                        swiglu, masked: bool):
+    """One epilogue thread, a plain tile: its accumulator row of unit ``at`` (COLS TMEM
+    columns from ``col``, READ fp32 columns per tcgen05.ld) through the epilogue in fp32, one
+    rounding, and the bounded store of D's row m = at[1] + tid_in_wg (N: D's width).
+    ``swiglu`` None: (acc + bias[e, n]) * scale[m], ``bias`` (E, N) in D's dtype and
+      ``scale`` (M,) float32 (masked (E, M)), either None (not applied); the reads are clamped
+      below N and the expert's row end (rows and columns past them are never stored).
+    "halves": gate columns [0, COLS/2), up [COLS/2, COLS) (tma_load_gate_up's two boxes) ->
+      silu(gate) * up at D's columns at[3]..; "interleaved": SWIGLU_GROUP gate columns, then
+      as many up columns, ... -> D's columns at[3]/2..."""
+    if scale is not None:
+        f = T.alloc_local((1,), ACC_DTYPE)  # this row's routing weight
+        if masked:
+            f[0] = scale[at[0], T.min(at[1] + tid_in_wg, at[2] - 1)]
+        else:
+            f[0] = scale[T.min(at[1] + tid_in_wg, at[2] - 1)]
+    for c in T.unroll((COLS // 2 if swiglu == "halves" else COLS) // READ):
+        acc = T.alloc_local((READ,), ACC_DTYPE)
+        tmem_to_fp32(tmem, col + c * READ, READ, acc)
+        if swiglu == "halves":
+            up = T.alloc_local((READ,), ACC_DTYPE)
+            tmem_to_fp32(tmem, col + COLS // 2 + c * READ, READ, up)
+            Dout = T.alloc_local((READ,), D.dtype)
+            for j in T.unroll(READ):
+                Dout[j] = T.cast(activation(acc[j], "silu") * up[j], D.dtype)
+            store_row_bounded(Dout, D, at[0], at[1] + tid_in_wg, at[3] + c * READ, READ, at[2],
+                              N, masked)
+        elif swiglu == "interleaved":
+            Dout = T.alloc_local((READ // 2,), D.dtype)
+            for j in T.unroll(READ // 2):
+                g = T.meta_var(acc[j // SWIGLU_GROUP * 2 * SWIGLU_GROUP + j % SWIGLU_GROUP])
+                u = T.meta_var(acc[j // SWIGLU_GROUP * 2 * SWIGLU_GROUP + SWIGLU_GROUP
+                                   + j % SWIGLU_GROUP])
+                Dout[j] = T.cast(activation(g, "silu") * u, D.dtype)
+            store_row_bounded(Dout, D, at[0], at[1] + tid_in_wg, at[3] // 2 + c * (READ // 2),
+                              READ // 2, at[2], N, masked)
+        else:
+            Dout = T.alloc_local((READ,), D.dtype)
+            for j in T.unroll(READ):
+                if bias is not None:
+                    acc[j] = acc[j] + T.cast(bias[at[0], T.min(at[3] + c * READ + j, N - 1)],
+                                             ACC_DTYPE)
+                if scale is not None:
+                    acc[j] = acc[j] * f[0]
+                Dout[j] = T.cast(acc[j], D.dtype)
+            store_row_bounded(Dout, D, at[0], at[1] + tid_in_wg, at[3] + c * READ, READ, at[2],
                               N, masked)
 
 

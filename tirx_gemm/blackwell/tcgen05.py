@@ -95,14 +95,20 @@ def mma_tile(tmem, Asmem, Bsmem, BLK_N, accum):
 
 
 @T.inline
-def tmem_to_registers(tmem, col, BLK_N, Dreg_out):
+def tmem_to_fp32(tmem, col, BLK_N, Dreg):
     # each thread of the warpgroup reads one accumulator row (TMEM lane = row) from
-    # columns [col, col + BLK_N) as fp32, waits for the asynchronous tcgen05.ld, then
-    # narrows to Dreg_out's dtype, the output dtype (fp16 or bf16)
-    Dreg = T.alloc_local((BLK_N,), ACC_DTYPE)
+    # columns [col, col + BLK_N) into its fp32 registers Dreg (BLK_N of ACC_DTYPE) and
+    # waits for the asynchronous tcgen05.ld
     Dreg_wg = Dreg.view(128, BLK_N, layout=TileLayout(S[(128, BLK_N): (1 @ tid_in_wg, 1)]))
     Tx.wg.copy_async(Dreg_wg[:, :], tmem[:, col:col + BLK_N])
     T.ptx["tcgen05.wait::ld.sync.aligned"]()
+
+
+@T.inline
+def tmem_to_registers(tmem, col, BLK_N, Dreg_out):
+    # tmem_to_fp32, then narrowed to Dreg_out's dtype, the output dtype (fp16 or bf16)
+    Dreg = T.alloc_local((BLK_N,), ACC_DTYPE)
+    tmem_to_fp32(tmem, col, BLK_N, Dreg)
     Tx.cast(Dreg_out[:], Dreg[:])
 
 

@@ -404,9 +404,11 @@ def routing_tensor_np(rows, layout: str):
 
 def grouped_inputs_np(M: int, N: int, K: int, kwargs: dict, kind: str, seed: int,
                       dtype: str):
-    """(A, B, D, {"routing": routing}) of a grouped case: numerics' inputs per expert (B (E, N, K),
-    A (M, K) or (E, M, K)), D all NaN, the routing of routing_rows. SCALE="mx" (sm_100a):
-    grouped_mx_inputs_np's."""
+    """(A, B, D, {"routing": routing[, "scale"][, "bias"]}) of a grouped case: numerics'
+    inputs per expert (B (E, N, K), A (M, K) or (E, M, K)), D all NaN (N/2 wide with SWIGLU),
+    the routing of routing_rows; ROW_SCALE: scale float32 in [0.5, 1.5), (M,) or masked
+    (E, M); BIAS: bias (E, N) in D's dtype (epilogue.make_bias_np per expert).
+    SCALE="mx" (sm_100a): grouped_mx_inputs_np's."""
     import numpy as np
     from tirx_gemm import numerics
     if kwargs.get("SCALE") == "mx":
@@ -422,9 +424,39 @@ def grouped_inputs_np(M: int, N: int, K: int, kwargs: dict, kind: str, seed: int
         Bs.append(b)
     A = np.stack(As) if layout == "masked" else As[0]
     B = np.stack(Bs)
-    D = np.full((E, M, N) if layout == "masked" else (M, N), np.nan,
+    n_d = N // 2 if kwargs.get("SWIGLU") else N
+    D = np.full((E, M, n_d) if layout == "masked" else (M, n_d), np.nan,
                 dtype=numerics.np_dtype(dtype))
-    return A, B, D, {"routing": routing_tensor_np(rows, layout)}
+    extra = {"routing": routing_tensor_np(rows, layout)}
+    if kwargs.get("ROW_SCALE"):
+        rng = np.random.default_rng(int(seed) + 104729)
+        extra["scale"] = (rng.random((E, M) if layout == "masked" else (M,)) + 0.5).astype(
+            np.float32)
+    if kwargs.get("BIAS"):
+        from tirx_gemm import epilogue as EPI
+        extra["bias"] = np.stack([EPI.make_bias_np(N, dtype, seed * 1000 + e) for e in range(E)])
+    return A, B, D, extra
+
+
+def grouped_epilogue_np(acc, kwargs: dict, bias_e=None, scale_rows=None):
+    """What v14's fused epilogue (both arches) makes of an expert's fp32 rows ``acc`` (rows,
+    N), as float32 before the one rounding: SWIGLU "halves" ([gate | up] columns) or
+    "interleaved" (groups of epilogue.SWIGLU_GROUP) -> silu(gate) * up, N/2 wide; otherwise
+    (acc + bias_e) * scale_rows[:, None] (BIAS: bias_e (N,); ROW_SCALE: scale_rows (rows,))."""
+    import numpy as np
+    from tirx_gemm import epilogue as EPI
+    acc = np.asarray(acc, dtype=np.float32)
+    if kwargs.get("SWIGLU") == "halves":
+        gate, up = np.split(acc, 2, axis=-1)
+        return EPI.swiglu_np(gate, up)
+    if kwargs.get("SWIGLU") == "interleaved":
+        gate, up = EPI.split_gate_up_np(acc.T)
+        return EPI.swiglu_np(gate.T, up.T)
+    out = EPI.apply_np(acc, bias_e if kwargs.get("BIAS") else None)
+    if kwargs.get("ROW_SCALE"):
+        out = (out.astype(np.float64) * np.asarray(scale_rows, np.float64)[:, None]).astype(
+            np.float32)
+    return out
 
 
 class GroupedCompare:
@@ -446,16 +478,33 @@ def grouped_check_np(out, A, B, R, kwargs: dict, dtype: str, kind: str,
     """Compare a grouped output with the per-expert fp32 reference (numerics' rules).
     SCALE="mx": ``scales`` holds the blocked SFA and SFB (grouped_mx_inputs_np's), the
     reference is numerics.reference_mx_np's float64 sum per expert with the decoded scale
-    factors, compared under v13's fp8 tolerances."""
+    factors, compared under v13's fp8 tolerances. ROW_SCALE, BIAS, SWIGLU: ``scales`` holds
+    grouped_inputs_np's ``scale`` / ``bias``, the reference is grouped_epilogue_np's,
+    compared under epilogue.tolerance (not exact, even on integer inputs)."""
     import numpy as np
+    from tirx_gemm import epilogue as EPI
     from tirx_gemm import numerics
     layout = kwargs.get("LAYOUT", "contiguous")
     mx = kwargs.get("SCALE") == "mx"
     if mx and scales is None:
         raise ValueError("grouped_check_np: SCALE='mx' needs scales={'SFA': ..., 'SFB': ...}")
-    ref_of = _mx_reference(A, B, scales, layout) if mx else (
-        lambda e, lo, hi: numerics.reference_np(A[e, lo:hi] if layout == "masked"
-                                                else A[lo:hi], B[e]))
+    extra = scales or {}
+    for key, name in (("ROW_SCALE", "scale"), ("BIAS", "bias")):
+        if kwargs.get(key) and name not in extra:
+            raise ValueError(f"grouped_check_np: {key}=True needs scales={{{name!r}: ...}} "
+                             f"(grouped_inputs_np's)")
+
+    def plain_of(e, lo, hi):
+        return numerics.reference_np(A[e, lo:hi] if layout == "masked" else A[lo:hi], B[e])
+
+    def fused_of(e, lo, hi):
+        s = extra.get("scale")
+        rows = None if s is None else (s[e, lo:hi] if layout == "masked" else s[lo:hi])
+        b = extra.get("bias")
+        return grouped_epilogue_np(plain_of(e, lo, hi), kwargs, None if b is None else b[e],
+                                   rows)
+    epi = any(kwargs.get(k) for k in ("ROW_SCALE", "BIAS", "SWIGLU"))
+    ref_of = _mx_reference(A, B, scales, layout) if mx else (fused_of if epi else plain_of)
     out = np.asarray(out, dtype=np.float32)
     got, ref = [], []
     owned = np.zeros(out.shape[:-1], dtype=bool)
@@ -477,6 +526,10 @@ def grouped_check_np(out, A, B, R, kwargs: dict, dtype: str, kind: str,
         inner = numerics.compare_fp8_np(np.concatenate(got), np.concatenate(ref),
                                         out_dtype=dtype, K=A.shape[-1],
                                         promote=numerics.fp8_promote(kwargs))
+    elif epi:
+        inner = EPI.compare_np(np.concatenate(got), np.concatenate(ref),
+                               {"SWIGLU": True} if kwargs.get("SWIGLU") else {}, dtype,
+                               K=A.shape[-1])
     else:
         inner = numerics.compare_np(np.concatenate(got), np.concatenate(ref), dtype=dtype,
                                     exact=kind == "int")

@@ -54,7 +54,8 @@ def case_inputs_np(case: SimCase, kind: str, seed: int):
     under SWIGLU (its gate and up halves interleaved by epilogue.interleave_gate_up_np),
     D (all NaN) has the out dtype, and ``extra`` holds the ``bias`` operand (N,) of the
     BIAS dtype (the kernel takes it by name after D)."""
-    if case.step.grouped:  # v14: per-expert operands (tirx_gemm/hopper/grouped.py's model)
+    if case.step.grouped:  # v14: per-expert operands (tirx_gemm/hopper/grouped.py's model,
+        # with the epilogue's scale / bias and D N/2 wide under SWIGLU)
         from tirx_gemm.hopper.grouped import grouped_inputs_np
         return grouped_inputs_np(case.M, case.N, case.K, dict(case.kwargs), kind, seed, case.dtype)
     kw = dict(case.kwargs)
@@ -100,7 +101,8 @@ def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
     """The compare of one case's output: a plain case by numerics' rules (exact for the
     small-integer inputs); an epilogue case against epilogue.reference_np under
     epilogue.tolerance (its functions are not exact even on integer inputs)."""
-    if case.step.grouped:  # v14: each expert's rows against its own weight (mx: and scales)
+    if case.step.grouped:  # v14: each expert's rows against its own weight (mx: and scales;
+        # ROW_SCALE, BIAS, SWIGLU: through hopper.grouped.grouped_epilogue_np, tolerances)
         from tirx_gemm.hopper.grouped import grouped_check_np
         return grouped_check_np(out, A, B, extra["routing"], dict(case.kwargs), case.dtype, kind,
                                 scales=extra)
