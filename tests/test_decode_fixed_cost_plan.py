@@ -35,3 +35,19 @@ def test_a_changed_keyword_candidate_changes_only_that_keyword():
         "PDL": False, "PIPE_DEPTH": 4}
     with pytest.raises(ValueError, match="pick\\+KEY=VALUE"):
         EC._overridden({}, "pick+depth4")
+
+
+def test_between_subtracts_the_gap_kernels_time():
+    """run --between: each list's launches alternate with the gap; the timer gives the mean
+    per entry of a list, and the kernel's own time comes back with the gap's taken out."""
+    cost = {}
+
+    def fn(ms):
+        f = lambda: None  # noqa: E731
+        cost[f] = ms
+        return f
+
+    gap = fn(0.5)
+    timer = lambda lists: [sum(cost[f] for f in fl) / len(fl) for fl in lists]  # noqa: E731
+    kernels, gap_ms = EC._between([[fn(3.0)] * 4, [fn(4.25)] * 4], gap=gap, timer=timer)
+    assert kernels == [3.0, 4.25] and gap_ms == 0.5

@@ -273,16 +273,18 @@ def export(plan_path: Path, out: Path, wheels: bool) -> int:
 
 
 # -- the run (GPU host: torch, the bundle, no TVM) ------------------------------------------
-def _between(fn_lists):
-    """Kernel ms per launch of each list with a one-element add after every launch, the adds'
-    own time subtracted ((kernel + add) / 2 per entry, the adds alone timed the same way), and
-    the adds' ms."""
-    import torch
-    from v12_sweep import _graphs_interleaved
-    tiny = torch.zeros(1, device="cuda")
-    gap = lambda: tiny.add_(1)  # noqa: E731
+def _between(fn_lists, gap=None, timer=None):
+    """Kernel ms per launch of each list with ``gap`` (a one-element add) after every launch,
+    the gaps' own time subtracted ((kernel + gap) / 2 per entry, the gaps alone timed the same
+    way), and the gap's ms. ``timer``: v12_sweep._graphs_interleaved."""
+    if gap is None:
+        import torch
+        tiny = torch.zeros(1, device="cuda")
+        gap = lambda: tiny.add_(1)  # noqa: E731
+    if timer is None:
+        from v12_sweep import _graphs_interleaved as timer
     lists = [[f for fn in fns for f in (fn, gap)] for fns in fn_lists]
-    ts = _graphs_interleaved(lists + [[gap, gap] * len(fn_lists[0])])
+    ts = timer(lists + [[gap, gap] * len(fn_lists[0])])
     return [2 * t - ts[-1] for t in ts[:-1]], ts[-1]
 
 
