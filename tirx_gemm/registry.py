@@ -550,7 +550,7 @@ STEPS: list[Step] = [
     Step("v14", "sm_100a", "grouped GEMM (mixture of experts): the tcgen05 twin of sm_90a's v14, the walk over (expert, token tile, weight tile) computed on the device from offs / counts, every accumulator row stored only below its expert's row end; contiguous and masked layouts, swap-AB for decode; SCALE=\"mx\": MXFP8 operands, block-scaled MMA with UE8M0 scale factors in TMEM",
          "N, K multiples of 8; 1 <= E <= 256; LAYOUT contiguous|masked; BLK_N a multiple of "
          "16 in [16, 256]; K a multiple of 32, BLK_N 128, plain tiles when SCALE='mx'; "
-         "ROW_SCALE, BIAS, SWIGLU on plain 16-bit tiles, SWIGLU: N a multiple of 16",
+         "ROW_SCALE, BIAS, SWIGLU on plain 16-bit tiles; N a multiple of 16 when SWIGLU",
          (1024, 1024, 1024),
          ((16, 14336, 4096), (512, 768, 2048), (1000, 1000, 1000)), ((4096, 14336, 4096),),
          _EDGE_BAD, ("UTCHMMA", "UTCBAR", "LDTM", "SYNCS.PHASECHK", "UTMALDG.3D", "BAR.SYNC"),
