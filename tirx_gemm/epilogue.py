@@ -433,7 +433,9 @@ def training_reference_np(A: np.ndarray, B: np.ndarray, kwargs: dict,
                           bias: np.ndarray | None = None) -> dict:
     """{output name: fp32 expected value} of a v15 training build: {"D": dy * act'(z)} for
     ACT_GRAD, {"D": act(z), "Z": z} for ACT_SAVE, z = A @ B.T + bias in fp32 (bias (N,) in
-    its dtype or None; dy (M, N) for ACT_GRAD)."""
+    its dtype or None; dy (M, N) for ACT_GRAD). ACT_GRAD="swiglu": B is the fused gate/up
+    weight (:func:`interleave_gate_up_np`'s rows), dy (M, N/2), and D holds d gate and d up
+    at the gate's and the up's columns."""
     kind, act = training_act(kwargs) or (None, None)
     if kind is None:
         raise ValueError("training_reference_np: the keywords name neither ACT_GRAD nor ACT_SAVE")
@@ -441,6 +443,14 @@ def training_reference_np(A: np.ndarray, B: np.ndarray, kwargs: dict,
     if kind == "ACT_SAVE":
         return {"D": act_np(z, act).astype(np.float32), "Z": z}
     d = np.asarray(dy).astype(np.float32).astype(np.float64)
+    if act == "swiglu":  # z: the fused gate/up product; dy one value per gate/up pair
+        M, N2 = z.shape
+        pairs = z.astype(np.float64).reshape(M, N2 // SWIGLU_TILE_STEP, 2, SWIGLU_GROUP)
+        g, u = pairs[:, :, 0], pairs[:, :, 1]
+        s = 1.0 / (1.0 + np.exp(-g))
+        d = d.reshape(M, N2 // SWIGLU_TILE_STEP, SWIGLU_GROUP)
+        dz = np.stack((d * u * s * (1.0 + g * (1.0 - s)), d * g * s), axis=2)
+        return {"D": dz.reshape(M, N2).astype(np.float32)}
     return {"D": (d * act_grad_np(z, act)).astype(np.float32)}
 
 
@@ -450,4 +460,6 @@ def training_compare_np(out: np.ndarray, ref: np.ndarray, kwargs: dict, name: st
     function after the accumulator) at the plain epilogue's tolerance, D at its activation's
     (for ACT_GRAD: the note at TRAINING_KEYWORDS)."""
     _, act = training_act(kwargs)
+    if act == "swiglu":
+        return compare_np(out, ref, {"SWIGLU": True}, in_dtype, K)
     return compare_np(out, ref, {"ACT": None if name == "Z" else act}, in_dtype, K)

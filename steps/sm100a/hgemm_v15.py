@@ -32,11 +32,11 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
         chunks, SBO between 8-row K groups) and the instruction descriptor's major bits.
       Roles, barriers, the double-buffered TMEM accumulator and the epilogue are v7's.
     Training options (sm_90a's; off; A, B K-major; BIAS False or dtype, an int32 view):
-      ACT_GRAD (gelu, gelu_tanh, silu): D = DY * act'(z), operands A, B, D, DY, bias;
-      ACT_SAVE (relu, gelu, gelu_tanh, silu): D = act(z), Z = z; z = A @ B.T + bias. Each
-      epilogue thread reads its accumulator row from TMEM as fp32, adds the bias, frees the
-      accumulator, then forms dy * act'(z) (or z, act(z)) in fp32 registers, rounds once
-      and TMA-stores as v7 (blackwell/act_grad.py). No SwiGLU gradient, no ACT_GRAD_DBIAS.
+      ACT_GRAD (gelu, gelu_tanh, silu, swiglu): D = DY * act'(z), operands A, B, D, DY,
+      bias; ACT_SAVE (relu, gelu, gelu_tanh, silu): D = act(z), Z = z; z = A @ B.T + bias.
+      Each epilogue thread reads its accumulator row from TMEM as fp32, adds the bias, frees
+      the accumulator, then forms dy * act'(z) (or z, act(z)) in fp32 registers, rounds once
+      and TMA-stores as v7 (blackwell/act_grad.py). No ACT_GRAD_DBIAS here.
     Why: a Linear layer's backward GEMMs read the weight (dgrad) and the tokens and output
       gradient (wgrad) transposed; the sm_90a twin (hgemm_v15 there) is the one matmul's
       autograd runs, this one is its NumSim-checked Blackwell form.
@@ -50,7 +50,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     A_MN, B_MN = W.check_major("A_MAJOR", A_MAJOR), W.check_major("B_MAJOR", B_MAJOR)
-    AG.check_training(ACT_GRAD, ACT_SAVE, BIAS, ACT_GRAD_DBIAS, dtype, A_MN, B_MN)
+    AG.check_training(ACT_GRAD, ACT_SAVE, BIAS, ACT_GRAD_DBIAS, dtype, N, A_MN, B_MN)
     W.check_layout_shape(M, N, K, dtype, A_MN, B_MN)  # K any when both are MN-major
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES,
                        BLK_M * BLK_N * H.ELEM_BYTES)
@@ -63,11 +63,13 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
     TRAINING = ACT_GRAD is not None or ACT_SAVE is not None
     HAS_BIAS = bool(BIAS)
+    # D's columns per dy word: 2 (two dy values), 4 for SwiGLU (dy has one value per pair)
+    DY_PER_WORD = 4 if ACT_GRAD == AG.SWIGLU_GRAD else 2
 
     @T.prim_func
     def kernel(A: T.Buffer((K, M) if A_MN else (M, K), dtype),
                B: T.Buffer((K, N) if B_MN else (N, K), dtype),
-               D: T.Buffer((M, N), dtype), DY: T.Buffer((M, N // 2), "int32"),
+               D: T.Buffer((M, N), dtype), DY: T.Buffer((M, N // DY_PER_WORD), "int32"),
                Z: T.Buffer((M, N), dtype), bias: T.Buffer((N // 2,), "int32")):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
@@ -167,7 +169,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                     W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
-                if ACT_GRAD is not None:  # D = dy * act'(z)
+                if ACT_GRAD == AG.SWIGLU_GRAD:  # d gate, d up of the fused product
+                    AG.swiglu_grad_row(z, BLK_N, Dreg_out, DY, dtype, m_st + tid_in_wg, n_st,
+                                       M, N)
+                elif ACT_GRAD is not None:  # D = dy * act'(z)
                     AG.act_grad_row(z, BLK_N, Dreg_out, DY, ACT_GRAD, dtype,
                                     m_st + tid_in_wg, n_st, M, N)
                 if ACT_SAVE is not None:  # Z = z stored first, then D = act(z)

@@ -11,10 +11,12 @@ of 128 fp32 accumulators, then, per column c, in fp32 registers:
 
 and rounds once to the operands' dtype. DY and the bias come as sm_90a's int32 views (two
 16-bit neighbours a word: DY (M, N/2), bias (N/2,)), so one caller serves both arches; here
-they are read through a 16-bit view of the same memory (:func:`halves`), one value per
-column, since a thread walks its row column by column. act' is written with exp, division
-and compares only (NumSim models exp, not erf or tanh), gelu's Phi from the forward's erfc
-fit (blackwell/fused.py).
+they are read through a 16-bit view of the same memory (``T.decl_buffer`` on the word
+buffer's data), one value per column, since a thread walks its row column by column. act'
+is written with exp, division and compares only (NumSim models exp, not erf or tanh),
+gelu's Phi from the forward's erfc fit (blackwell/fused.py). ACT_GRAD="swiglu": B is the
+fused gate/up weight, so a row holds each group of 8 gate columns next to its 8 up columns
+and a thread forms both gradients of a pair from one dy value (DY (M, N/4) words).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tvm.tirx.layout import S, TileLayout, tid_in_wg
 from ..helpers import ACC_DTYPE
 from ..hopper.layouts import (ACT_GRADS, ACT_SAVES, SWIGLU_GRAD,  # noqa: F401 (one home)
                               check_act_grad, check_act_save)
+from ..epilogue import SWIGLU_GROUP, SWIGLU_TILE_STEP
 from .fused import _erfc_nonneg, activation
 
 _INV_SQRT2 = 0.7071067811865476
@@ -34,14 +37,15 @@ _TANH_2C = 1.5957691216057308        # 2 sqrt(2 / pi): gelu_tanh's s = sigmoid(2
 _TANH_3A = 0.134145                  # 3 * 0.044715: dy/dx = c (1 + 3a x^2)
 
 
-def check_training(act_grad, act_save, bias, dbias, dtype: str, a_mn: bool, b_mn: bool):
+def check_training(act_grad, act_save, bias, dbias, dtype: str, N: int, a_mn: bool,
+                   b_mn: bool):
     """sm_90a's checks of ACT_GRAD, ACT_SAVE and BIAS (the same one-line messages), plus
-    sm_100a's refusals of what this build does not have: SwiGLU's gradient and the bias
-    gradient's column sums (ACT_GRAD_DBIAS)."""
+    sm_100a's refusal of what this build does not have: the bias gradient's column sums
+    (ACT_GRAD_DBIAS)."""
     check_act_grad(act_grad, a_mn, b_mn)
-    if act_grad == SWIGLU_GRAD:
-        raise ValueError("ACT_GRAD='swiglu' is sm_90a's (hgemm_v15 there): the sm_100a v15 "
-                         f"builds {', '.join(ACT_GRADS)}")
+    if act_grad == SWIGLU_GRAD and (bias or N % SWIGLU_TILE_STEP):
+        raise ValueError(f"ACT_GRAD='swiglu' (B the fused gate/up weight, N = {N} its rows: a "
+                         f"multiple of {SWIGLU_TILE_STEP}) takes no BIAS")
     check_act_save(act_save, act_grad, a_mn, b_mn)
     if dbias is not False:
         raise ValueError(f"ACT_GRAD_DBIAS={dbias!r}: the bias gradient's column sums are "
@@ -109,3 +113,25 @@ def act_row(z, n, Dout, act, dtype):
     """Dout[j] <- act(z[j]) in fp32 (the forward epilogue's activation), rounded once."""
     for j in T.unroll(n):
         Dout[j] = T.cast(activation(z[j], act), dtype)
+
+
+@T.inline
+def swiglu_grad_row(z, n, Dout, DY2, dtype, row, n_st, M, N):
+    """SwiGLU's gradient over this thread's row of the fused gate/up product (z: n columns
+    from column ``n_st`` of D's N = 2 x outputs; epilogue.SWIGLU_GROUP gate columns, then as
+    many up columns, per group pair): with s = sigmoid(g), Dout <- dy * u * s (1 + g (1 - s))
+    at g's column and dy * g * s at u's, dy[row, o] of the pair's output o (DY2: the int32
+    view of dy, (M, N/2) values; 0 past M or N), in fp32, rounded once to ``dtype``."""
+    dy = T.decl_buffer((M, N // 2), dtype, data=DY2.data)
+    r = T.alloc_local((2,), ACC_DTYPE)
+    for t in T.unroll(n // SWIGLU_TILE_STEP):
+        for e in T.unroll(SWIGLU_GROUP):
+            g = T.meta_var(z[SWIGLU_TILE_STEP * t + e])
+            u = T.meta_var(z[SWIGLU_TILE_STEP * t + SWIGLU_GROUP + e])
+            o = T.meta_var(n_st // 2 + SWIGLU_GROUP * t + e)  # the pair's output column
+            r[0] = T.if_then_else(T.And(row < M, 2 * o < N), T.cast(dy[row, o], ACC_DTYPE),
+                                  T.float32(0.0))
+            r[1] = T.float32(1.0) / (T.float32(1.0) + T.exp(T.float32(0.0) - g))
+            Dout[SWIGLU_TILE_STEP * t + e] = T.cast(
+                r[0] * u * r[1] * (T.float32(1.0) + g * (T.float32(1.0) - r[1])), dtype)
+            Dout[SWIGLU_TILE_STEP * t + SWIGLU_GROUP + e] = T.cast(r[0] * g * r[1], dtype)

@@ -93,7 +93,8 @@ def _training_inputs_np(case: SimCase, kind: str, seed: int):
     A, B, _ = numerics.make_inputs_np(case.M, case.N, case.K, kind, seed, case.dtype)
     D = np.full((case.M, case.N), np.nan, dtype=numerics.np_dtype(case.dtype))
     if E.training_act(kw)[0] == "ACT_GRAD":
-        extra = {"DY": E.make_dy_np(case.M, case.N, case.dtype, seed).view(np.int32)}
+        dy_cols = case.N // 2 if kw["ACT_GRAD"] == "swiglu" else case.N  # SwiGLU: per pair
+        extra = {"DY": E.make_dy_np(case.M, dy_cols, case.dtype, seed).view(np.int32)}
     else:
         extra = {"Z": D.copy()}
     if kw.get("BIAS"):
