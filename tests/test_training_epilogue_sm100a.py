@@ -12,7 +12,7 @@ from tirx_gemm import registry
 
 HAS_TVM = importlib.util.find_spec("tvm") is not None
 needs_tvm = pytest.mark.skipif(not HAS_TVM, reason="builds need TVM")
-SHAPE = (200, 136, 128)
+SHAPE = (200, 144, 128)  # M, N off the 128 x 128 tile grid; N a multiple of 16 (SwiGLU)
 
 
 def _build(**kw):
@@ -44,13 +44,17 @@ def test_refusals_mirror_sm90a(kw):
 
 
 @needs_tvm
-@pytest.mark.parametrize("kw, err", [
-    (dict(ACT_GRAD="swiglu"), "ACT_GRAD='swiglu' is sm_90a's"),
-    (dict(ACT_GRAD="gelu", BIAS="float16", ACT_GRAD_DBIAS=True), "ACT_GRAD_DBIAS=True: the bias"),
-])
-def test_refusals_of_what_sm100a_does_not_build(kw, err):
-    msg = _refusal("sm_100a", kw)
-    assert "\n" not in msg and msg.startswith(err)
+def test_swiglu_refusal_in_sm90a_words():
+    """sm_90a also names ACT_GRAD_PREFETCH, a keyword sm_100a does not have."""
+    msg = _refusal("sm_100a", dict(ACT_GRAD="swiglu", BIAS="float16"))
+    assert "\n" not in msg and msg.endswith("takes no BIAS")
+    assert _refusal("sm_90a", dict(ACT_GRAD="swiglu", BIAS="float16")).startswith(msg)
+
+
+@needs_tvm
+def test_no_dbias_on_sm100a():
+    msg = _refusal("sm_100a", dict(ACT_GRAD="gelu", BIAS="float16", ACT_GRAD_DBIAS=True))
+    assert "\n" not in msg and msg.startswith("ACT_GRAD_DBIAS=True: the bias")
 
 
 @needs_tvm
@@ -58,6 +62,7 @@ def test_refusals_of_what_sm100a_does_not_build(kw, err):
     ({}, ["A", "B", "D"]),
     (dict(ACT_GRAD="silu"), ["A", "B", "D", "DY"]),
     (dict(ACT_GRAD="gelu_tanh", BIAS="float16"), ["A", "B", "D", "DY", "bias"]),
+    (dict(ACT_GRAD="swiglu"), ["A", "B", "D", "DY"]),
     (dict(ACT_SAVE="relu"), ["A", "B", "D", "Z"]),
     (dict(ACT_SAVE="gelu", BIAS="bfloat16", dtype="bfloat16"), ["A", "B", "D", "Z", "bias"]),
 ])
@@ -68,19 +73,21 @@ def test_operands_in_sm90a_order(kw, names):
     assert [p.name for p in f.params] == names
     shapes = {p.name: (tuple(int(x) for x in p.shape), str(p.dtype)) for p in f.params}
     M, N, _ = SHAPE
-    assert shapes.get("DY", ((M, N // 2), "int32")) == ((M, N // 2), "int32")
+    words = N // 4 if kw.get("ACT_GRAD") == "swiglu" else N // 2  # SwiGLU: dy per pair
+    assert shapes.get("DY", ((M, words), "int32")) == ((M, words), "int32")
     assert shapes.get("bias", ((N // 2,), "int32")) == ((N // 2,), "int32")
     assert shapes.get("Z", ((M, N), shapes["D"][1])) == ((M, N), shapes["D"][1])
 
 
 @needs_tvm
 def test_builds_compile_without_spills():
-    """nvcc's view (NumSim models no registers): both epilogues leave v15's 56/224 setmaxnreg
+    """nvcc's view (NumSim models no registers): the epilogues leave v15's 56/224 setmaxnreg
     split its entry registers, spill nothing, load TMEM, evaluate exp and store through TMA."""
     from tirx_gemm.compile.api import build_many
     st = registry.get("v15", "sm_100a")
     reqs = [(st, SHAPE, dict(SM_COUNT=2, ACT_GRAD="gelu", BIAS="float16")),
-            (st, SHAPE, dict(SM_COUNT=2, ACT_SAVE="silu", BIAS="bfloat16", dtype="bfloat16"))]
+            (st, SHAPE, dict(SM_COUNT=2, ACT_SAVE="silu", BIAS="bfloat16", dtype="bfloat16")),
+            (st, SHAPE, dict(SM_COUNT=2, ACT_GRAD="swiglu"))]
     for (_, shape, kw), r in zip(reqs, build_many(reqs, jobs=2)):
         if isinstance(r, Exception):
             raise r
@@ -96,7 +103,7 @@ def test_sim_cases_cover_both_training_epilogues():
     assert len([kw for kw in cases if E.training_act(kw)]) <= 2  # CI simulates each
 
 
-@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu", "swiglu"])
 def test_numpy_gradient_is_torchs(act):
     """epilogue.act_grad_np (the sim gate's reference) against op.act_grad.reference (torch's
     autograd, the GPU tests' reference) on the same z and dy."""
@@ -105,7 +112,7 @@ def test_numpy_gradient_is_torchs(act):
     rng = np.random.default_rng(3)
     a = rng.standard_normal((64, 32)).astype(np.float32)
     b = rng.standard_normal((48, 32)).astype(np.float32) / 4
-    dy = rng.standard_normal((64, 48)).astype(np.float32)
+    dy = rng.standard_normal((64, 24 if act == "swiglu" else 48)).astype(np.float32)
     want = AGR.reference(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(dy), None,
                          act).double().numpy()
     got = E.training_reference_np(a, b, {"ACT_GRAD": act}, dy)["D"]
@@ -135,7 +142,8 @@ def _model(case, A, B, extra, act_of=None):
 ])
 def test_sim_gate_operands_and_compare(kw, dtype):
     """The gate's operands for a training case (DY or Z beside D, the int32 views) and its
-    compare: a model of the right epilogue passes, one of the wrong function fails."""
+    compare: a model of the right epilogue passes, one of the wrong function fails (SwiGLU's
+    reference: test_numpy_gradient_is_torchs)."""
     from tirx_gemm.sim.cases import SimCase
     from tirx_gemm.sim.inputs import case_inputs_np, check_output_np
     case = SimCase(registry.get("v15", "sm_100a"), 24, 16, 32, (("SM_COUNT", 2),) + kw)
@@ -156,3 +164,13 @@ def test_sim_gate_operands_and_compare(kw, dtype):
                                    outputs=wrong_z).ok
         relu = _model(case, A, B, extra, act_of="relu")
         assert not check_output_np(case, relu["D"], A, B, extra, "random", outputs=good).ok
+
+
+def test_sim_gate_swiglu_operands():
+    from tirx_gemm.sim.cases import SimCase
+    from tirx_gemm.sim.inputs import case_inputs_np
+    case = SimCase(registry.get("v15", "sm_100a"), 24, 32, 32,
+                   (("SM_COUNT", 2), ("ACT_GRAD", "swiglu")))
+    A, B, D, extra = case_inputs_np(case, "random", 0)
+    assert B.shape == (32, 32) and D.shape == (24, 32) and set(extra) == {"DY"}
+    assert extra["DY"].dtype == np.int32 and extra["DY"].shape == (24, 8)
