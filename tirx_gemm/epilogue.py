@@ -454,6 +454,17 @@ def training_reference_np(A: np.ndarray, B: np.ndarray, kwargs: dict,
     return {"D": (d * act_grad_np(z, act)).astype(np.float32)}
 
 
+def dbias_partials_np(dz: np.ndarray, rows: int) -> np.ndarray:
+    """ACT_GRAD_DBIAS's pieces of the bias gradient: fp32 (ceil(M/rows), N), row r the column
+    sums of dz's rows rows*r .. rows*r + rows - 1 (dz as stored; rows past M 0), so that
+    their sum(0) is dz.sum(0). Its torch twin: tirx_gemm.op.act_grad.dbias_partials."""
+    dz = np.asarray(dz, dtype=np.float32)
+    M, N = dz.shape
+    pad = np.zeros((-(-M // rows) * rows, N), dtype=np.float64)
+    pad[:M] = dz
+    return pad.reshape(-1, rows, N).sum(1).astype(np.float32)
+
+
 def training_compare_np(out: np.ndarray, ref: np.ndarray, kwargs: dict, name: str,
                         in_dtype: str, K: int = DEFAULT_K) -> numerics.CompareResult:
     """One output of a training build against :func:`training_reference_np`'s: Z (no

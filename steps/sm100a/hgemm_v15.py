@@ -36,7 +36,8 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
       bias; ACT_SAVE (relu, gelu, gelu_tanh, silu): D = act(z), Z = z; z = A @ B.T + bias.
       Each epilogue thread reads its accumulator row from TMEM as fp32, adds the bias, frees
       the accumulator, then forms dy * act'(z) (or z, act(z)) in fp32 registers, rounds once
-      and TMA-stores as v7 (blackwell/act_grad.py). No ACT_GRAD_DBIAS here.
+      and TMA-stores as v7 (blackwell/act_grad.py). ACT_GRAD_DBIAS (with BIAS): + DBP, the
+      16-row column sums of the staged dz, one thread per column.
     Why: a Linear layer's backward GEMMs read the weight (dgrad) and the tokens and output
       gradient (wgrad) transposed; the sm_90a twin (hgemm_v15 there) is the one matmul's
       autograd runs, this one is its NumSim-checked Blackwell form.
@@ -70,7 +71,8 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     def kernel(A: T.Buffer((K, M) if A_MN else (M, K), dtype),
                B: T.Buffer((K, N) if B_MN else (N, K), dtype),
                D: T.Buffer((M, N), dtype), DY: T.Buffer((M, N // DY_PER_WORD), "int32"),
-               Z: T.Buffer((M, N), dtype), bias: T.Buffer((N // 2,), "int32")):
+               Z: T.Buffer((M, N), dtype), bias: T.Buffer((N // 2,), "int32"),
+               DBP: T.Buffer((H.ceil_div(M, AG.DBIAS_ROWS), N), H.ACC_DTYPE)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([2])
@@ -180,7 +182,12 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                     W.store_tile_via_tma(Dreg_out, Dsmem, Z, m_st, n_st, BLK_M, BLK_N,
                                          tid_in_wg, 1)
                     AG.act_row(z, BLK_N, Dreg_out, ACT_SAVE, dtype)
-                W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
+                if ACT_GRAD_DBIAS:  # and each 16 rows' column sums of dz, as staged
+                    AG.store_tile_and_column_sums(Dreg_out, Dsmem, D, DBP, m_st, n_st, BLK_M,
+                                                  BLK_N, M, N, tid_in_wg, 1)
+                else:
+                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N,
+                                         tid_in_wg, 1)
                 acc.advance()
                 scheduler.next_tile()
 
@@ -190,9 +197,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             if warp_id == 0:
                 W.tmem_free(tmem_addr)
 
-    # operands: A, B, D, then DY (ACT_GRAD) or Z (ACT_SAVE), then bias (BIAS): sm_90a's order
+    # operands: A, B, D, then DY (ACT_GRAD) or Z (ACT_SAVE), bias (BIAS), DBP (ACT_GRAD_DBIAS):
+    # sm_90a's order
     for name, used in (("DY", ACT_GRAD is not None), ("Z", ACT_SAVE is not None),
-                       ("bias", HAS_BIAS)):
+                       ("bias", HAS_BIAS), ("DBP", ACT_GRAD_DBIAS)):
         if not used:
             kernel = W.without_operand(kernel, name)
     return kernel

@@ -17,6 +17,8 @@ is written with exp, division and compares only (NumSim models exp, not erf or t
 gelu's Phi from the forward's erfc fit (blackwell/fused.py). ACT_GRAD="swiglu": B is the
 fused gate/up weight, so a row holds each group of 8 gate columns next to its 8 up columns
 and a thread forms both gradients of a pair from one dy value (DY (M, N/4) words).
+ACT_GRAD_DBIAS: the 16-row column sums of dz (sm_90a's DBP) from the staged tile, a thread
+per column (:func:`store_tile_and_column_sums`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import S, TileLayout, tid_in_wg
 
 from ..helpers import ACC_DTYPE
-from ..hopper.layouts import (ACT_GRADS, ACT_SAVES, SWIGLU_GRAD,  # noqa: F401 (one home)
-                              check_act_grad, check_act_save)
+from ..helpers import tma_store_swizzled
+from ..hopper.layouts import (ACT_GRADS, ACT_SAVES, DBIAS_ROWS,  # noqa: F401 (one home)
+                              SWIGLU_GRAD, check_act_grad, check_act_grad_dbias,
+                              check_act_save)
 from ..epilogue import SWIGLU_GROUP, SWIGLU_TILE_STEP
 from .fused import _erfc_nonneg, activation
 
@@ -39,17 +43,14 @@ _TANH_3A = 0.134145                  # 3 * 0.044715: dy/dx = c (1 + 3a x^2)
 
 def check_training(act_grad, act_save, bias, dbias, dtype: str, N: int, a_mn: bool,
                    b_mn: bool):
-    """sm_90a's checks of ACT_GRAD, ACT_SAVE and BIAS (the same one-line messages), plus
-    sm_100a's refusal of what this build does not have: the bias gradient's column sums
-    (ACT_GRAD_DBIAS)."""
+    """sm_90a's checks of ACT_GRAD, ACT_SAVE, ACT_GRAD_DBIAS and BIAS (the same one-line
+    messages)."""
     check_act_grad(act_grad, a_mn, b_mn)
     if act_grad == SWIGLU_GRAD and (bias or N % SWIGLU_TILE_STEP):
         raise ValueError(f"ACT_GRAD='swiglu' (B the fused gate/up weight, N = {N} its rows: a "
                          f"multiple of {SWIGLU_TILE_STEP}) takes no BIAS")
     check_act_save(act_save, act_grad, a_mn, b_mn)
-    if dbias is not False:
-        raise ValueError(f"ACT_GRAD_DBIAS={dbias!r}: the bias gradient's column sums are "
-                         f"sm_90a's (hgemm_v15 there); the sm_100a v15 takes False")
+    check_act_grad_dbias(dbias, act_grad, bias)
     if bias and ((act_grad is None and act_save is None) or bias != dtype):
         raise ValueError(f"BIAS={bias!r}: v15 takes a bias only with ACT_GRAD or ACT_SAVE, in "
                          f"the operands' dtype ({dtype!r})")
@@ -135,3 +136,33 @@ def swiglu_grad_row(z, n, Dout, DY2, dtype, row, n_st, M, N):
             Dout[SWIGLU_TILE_STEP * t + e] = T.cast(
                 r[0] * u * r[1] * (T.float32(1.0) + g * (T.float32(1.0) - r[1])), dtype)
             Dout[SWIGLU_TILE_STEP * t + SWIGLU_GROUP + e] = T.cast(r[0] * g * r[1], dtype)
+
+
+@T.inline
+def store_tile_and_column_sums(Dout, Dsmem, D, DBP, m_st, n_st, BLK_M, BLK_N, M, N, row,
+                               bar_id):
+    """stores.store_tile_via_tma, and between its two barriers, while the TMA store reads the
+    staged tile, the bias gradient's pieces (ACT_GRAD_DBIAS): thread ``row`` sums column
+    ``row`` of the staged dz (the values as stored; rows past M hold 0) over each block of
+    DBIAS_ROWS rows, in fp32, into DBP[(m_st + 16 b) / 16, n_st + row], for blocks starting
+    before M and columns before N. A thread per column: no shuffles, no atomics, a fixed
+    order of additions."""
+    Tx.copy(Dsmem[row, 0:BLK_N], Dout[:])
+    T.ptx.fence.proxy.async_.shared__cta()
+    T.cuda.warpgroup_sync(bar_id)
+    if row < 32:
+        if T.cuda.elect_sync():
+            tma_store_swizzled(D, Dsmem, 0, m_st, n_st, BLK_M, BLK_N)
+            T.ptx.cp.async_.bulk.commit_group()
+    s = T.alloc_local((1,), ACC_DTYPE)
+    for b in T.unroll(BLK_M // DBIAS_ROWS):
+        s[0] = T.float32(0.0)
+        for r in T.unroll(DBIAS_ROWS):
+            s[0] = s[0] + T.cast(Dsmem[DBIAS_ROWS * b + r, row], ACC_DTYPE)
+        if T.And(m_st + DBIAS_ROWS * b < M, n_st + row < N):
+            DBP[m_st // DBIAS_ROWS + b, n_st + row] = s[0]
+    if row < 32:
+        if T.cuda.elect_sync():
+            # Dsmem may be overwritten only after the store has read it
+            T.ptx.cp.async_.bulk.wait_group(0)
+    T.cuda.warpgroup_sync(bar_id)

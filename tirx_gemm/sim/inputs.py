@@ -99,12 +99,21 @@ def _training_inputs_np(case: SimCase, kind: str, seed: int):
         extra = {"Z": D.copy()}
     if kw.get("BIAS"):
         extra["bias"] = E.make_bias_np(case.N, case.dtype, seed).view(np.int32)
+    if kw.get("ACT_GRAD_DBIAS"):  # the bias gradient's pieces, fp32, all NaN before the run
+        extra["DBP"] = np.full((-(-case.M // _dbias_rows()), case.N), np.nan, np.float32)
     return A, B, D, extra
+
+
+def _dbias_rows() -> int:
+    from tirx_gemm.hopper.layouts import DBIAS_ROWS  # (TVM: the gate builds kernels anyway)
+    return DBIAS_ROWS
 
 
 def _training_check_np(case: SimCase, out, A, B, extra: dict, outputs: dict):
     """D (and for ACT_SAVE Z, from the simulator's ``outputs``) against
-    epilogue.training_reference_np: the first that fails, else the one further off."""
+    epilogue.training_reference_np, and with ACT_GRAD_DBIAS the DBP ``outputs`` holds
+    against epilogue.dbias_partials_np of that D: the first that fails, else the one further
+    off."""
     kw = dict(case.kwargs)
     half = numerics.np_dtype(case.dtype)
     dy = extra["DY"].view(half) if "DY" in extra else None
@@ -112,6 +121,11 @@ def _training_check_np(case: SimCase, out, A, B, extra: dict, outputs: dict):
     refs = E.training_reference_np(A, B, kw, dy, bias)
     got = {"D": out, **({"Z": np.asarray(outputs["Z"])} if "Z" in refs else {})}
     cmps = [E.training_compare_np(got[n], refs[n], kw, n, case.dtype, K=case.K) for n in refs]
+    if "DBP" in extra:  # the column sums of D as the kernel stored it, up to fp32 order
+        parts = E.dbias_partials_np(np.asarray(out, dtype=np.float32), _dbias_rows())
+        atol = 1e-5 * _dbias_rows() * float(np.nanmax(np.abs(np.asarray(out, np.float32))))
+        cmps.append(numerics.compare_np(np.asarray(outputs["DBP"]), parts, dtype=case.dtype,
+                                        rtol=1e-5, atol=atol, max_rel_err=None))
     bad = [c for c in cmps if not c.ok]
     return bad[0] if bad else max(cmps, key=lambda c: c.rel_frobenius_error)
 
