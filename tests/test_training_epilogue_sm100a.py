@@ -35,6 +35,8 @@ def _refusal(arch: str, kw: dict) -> str:
     dict(ACT_SAVE="gelu", B_MAJOR="MN"),
     dict(BIAS="float16"),
     dict(ACT_GRAD="gelu", BIAS="float32"),
+    dict(ACT_GRAD="gelu", ACT_GRAD_DBIAS=True),
+    dict(ACT_GRAD="swiglu", ACT_GRAD_DBIAS=True),
 ], ids=str)
 def test_refusals_mirror_sm90a(kw):
     """What both arches refuse, each in one line and in the same words."""
@@ -52,17 +54,13 @@ def test_swiglu_refusal_in_sm90a_words():
 
 
 @needs_tvm
-def test_no_dbias_on_sm100a():
-    msg = _refusal("sm_100a", dict(ACT_GRAD="gelu", BIAS="float16", ACT_GRAD_DBIAS=True))
-    assert "\n" not in msg and msg.startswith("ACT_GRAD_DBIAS=True: the bias")
-
-
-@needs_tvm
 @pytest.mark.parametrize("kw, names", [
     ({}, ["A", "B", "D"]),
     (dict(ACT_GRAD="silu"), ["A", "B", "D", "DY"]),
     (dict(ACT_GRAD="gelu_tanh", BIAS="float16"), ["A", "B", "D", "DY", "bias"]),
     (dict(ACT_GRAD="swiglu"), ["A", "B", "D", "DY"]),
+    (dict(ACT_GRAD="gelu", BIAS="float16", ACT_GRAD_DBIAS=True), ["A", "B", "D", "DY", "bias",
+                                                                  "DBP"]),
     (dict(ACT_SAVE="relu"), ["A", "B", "D", "Z"]),
     (dict(ACT_SAVE="gelu", BIAS="bfloat16", dtype="bfloat16"), ["A", "B", "D", "Z", "bias"]),
 ])
@@ -77,6 +75,7 @@ def test_operands_in_sm90a_order(kw, names):
     assert shapes.get("DY", ((M, words), "int32")) == ((M, words), "int32")
     assert shapes.get("bias", ((N // 2,), "int32")) == ((N // 2,), "int32")
     assert shapes.get("Z", ((M, N), shapes["D"][1])) == ((M, N), shapes["D"][1])
+    assert shapes.get("DBP", ((-(-M // 16), N), "float32")) == ((-(-M // 16), N), "float32")
 
 
 @needs_tvm
@@ -87,7 +86,8 @@ def test_builds_compile_without_spills():
     st = registry.get("v15", "sm_100a")
     reqs = [(st, SHAPE, dict(SM_COUNT=2, ACT_GRAD="gelu", BIAS="float16")),
             (st, SHAPE, dict(SM_COUNT=2, ACT_SAVE="silu", BIAS="bfloat16", dtype="bfloat16")),
-            (st, SHAPE, dict(SM_COUNT=2, ACT_GRAD="swiglu"))]
+            (st, SHAPE, dict(SM_COUNT=2, ACT_GRAD="swiglu")),
+            (st, SHAPE, dict(SM_COUNT=2, ACT_GRAD="silu", BIAS="float16", ACT_GRAD_DBIAS=True))]
     for (_, shape, kw), r in zip(reqs, build_many(reqs, jobs=2)):
         if isinstance(r, Exception):
             raise r
@@ -174,3 +174,22 @@ def test_sim_gate_swiglu_operands():
     A, B, D, extra = case_inputs_np(case, "random", 0)
     assert B.shape == (32, 32) and D.shape == (24, 32) and set(extra) == {"DY"}
     assert extra["DY"].dtype == np.int32 and extra["DY"].shape == (24, 8)
+
+
+def test_dbias_partials_are_torchs():
+    """epilogue.dbias_partials_np (the gate's) against op.act_grad.dbias_partials (the GPU
+    tests'), M not a multiple of 16; and the gate's DBP operand (NaN until the kernel writes)."""
+    torch = pytest.importorskip("torch")
+    from tirx_gemm.op import act_grad as AGR
+    dz = np.random.default_rng(5).standard_normal((37, 24)).astype(np.float32)
+    np.testing.assert_allclose(E.dbias_partials_np(dz, AGR.DBIAS_ROWS),
+                               AGR.dbias_partials(torch.from_numpy(dz)).numpy(), rtol=1e-6,
+                               atol=1e-6)
+    if HAS_TVM:
+        from tirx_gemm.sim.cases import SimCase
+        from tirx_gemm.sim.inputs import case_inputs_np
+        case = SimCase(registry.get("v15", "sm_100a"), 37, 16, 32,
+                       (("SM_COUNT", 2), ("ACT_GRAD", "gelu"), ("BIAS", "float16"),
+                        ("ACT_GRAD_DBIAS", True)))
+        extra = case_inputs_np(case, "random", 0)[3]
+        assert extra["DBP"].shape == (3, 16) and np.isnan(extra["DBP"]).all()
