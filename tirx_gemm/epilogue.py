@@ -384,3 +384,93 @@ def compare_np(out: np.ndarray, ref: np.ndarray, kwargs: dict, in_dtype: str,
                                dtype=in_dtype if od == "float32" else od,
                                rtol=tol.rtol, atol=tol.atol_scale * rms,
                                max_rel_err=tol.max_rel_err)
+
+
+# ---- v15's training epilogues (ACT_GRAD, ACT_SAVE; hgemm_v15 on both arches) -----------------
+# ACT_GRAD=act: D = dy * act'(z), z = A @ B.T + bias (operands A, B, D, DY, bias); ACT_SAVE=act:
+# D = act(z) and Z = z (operands A, B, D, Z, bias). DY and bias are passed as int32 views (two
+# 16-bit values a word: DY (M, N/2), bias (N/2,)). torch's form of the gradient is
+# tirx_gemm.op.act_grad.reference (tests/test_training_epilogue.py holds the two equal).
+TRAINING_KEYWORDS = ("ACT_GRAD", "ACT_SAVE")
+# ACT_GRAD's tolerance is its activation's (tolerance with ACT=act): an accumulation error in
+# z moves dz by |dy| * |act''| (max |act''|: gelu 0.80, gelu_tanh 0.80, silu 0.50), for
+# make_dy_np's dy (rms 0.5) within 2x of what SLOPE and RMS_RATIO allow, inside ACC_SLACK's
+# 16x margin; at the simulated K the term is under 1/50 of the output rounding
+
+
+def training_act(kwargs: dict) -> tuple[str, str] | None:
+    """("ACT_GRAD" or "ACT_SAVE", act) of a v15 build's keywords, or None for neither."""
+    for k in TRAINING_KEYWORDS:
+        if kwargs.get(k) is not None:
+            return k, kwargs[k]
+    return None
+
+
+def act_grad_np(x: np.ndarray, act: str) -> np.ndarray:
+    """act'(x) in float64 for the gradients v15 fuses (gelu, gelu_tanh, silu)."""
+    x = np.asarray(x, dtype=np.float64)
+    if act == "gelu":
+        return 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) \
+            + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    if act == "gelu_tanh":
+        c = math.sqrt(2.0 / math.pi)
+        t = np.tanh(c * (x + 0.044715 * x ** 3))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x)
+    if act == "silu":
+        s = 1.0 / (1.0 + np.exp(-x))
+        return s * (1.0 + x * (1.0 - s))
+    raise ValueError(f"no activation gradient for {act!r}: gelu, gelu_tanh or silu")
+
+
+def make_dy_np(M: int, N: int, dtype: str, seed: int = 0) -> np.ndarray:
+    """An upstream gradient dy (M, N) of ``dtype``, rms 0.5 (as :func:`make_bias_np`)."""
+    rng = np.random.default_rng(int(seed) + 104729)
+    return (rng.standard_normal((M, N)) * 0.5).astype(numerics.np_dtype(dtype))
+
+
+def training_reference_np(A: np.ndarray, B: np.ndarray, kwargs: dict,
+                          dy: np.ndarray | None = None,
+                          bias: np.ndarray | None = None) -> dict:
+    """{output name: fp32 expected value} of a v15 training build: {"D": dy * act'(z)} for
+    ACT_GRAD, {"D": act(z), "Z": z} for ACT_SAVE, z = A @ B.T + bias in fp32 (bias (N,) in
+    its dtype or None; dy (M, N) for ACT_GRAD). ACT_GRAD="swiglu": B is the fused gate/up
+    weight (:func:`interleave_gate_up_np`'s rows), dy (M, N/2), and D holds d gate and d up
+    at the gate's and the up's columns."""
+    kind, act = training_act(kwargs) or (None, None)
+    if kind is None:
+        raise ValueError("training_reference_np: the keywords name neither ACT_GRAD nor ACT_SAVE")
+    z = apply_np(numerics.reference_np(A, B), bias, None)
+    if kind == "ACT_SAVE":
+        return {"D": act_np(z, act).astype(np.float32), "Z": z}
+    d = np.asarray(dy).astype(np.float32).astype(np.float64)
+    if act == "swiglu":  # z: the fused gate/up product; dy one value per gate/up pair
+        M, N2 = z.shape
+        pairs = z.astype(np.float64).reshape(M, N2 // SWIGLU_TILE_STEP, 2, SWIGLU_GROUP)
+        g, u = pairs[:, :, 0], pairs[:, :, 1]
+        s = 1.0 / (1.0 + np.exp(-g))
+        d = d.reshape(M, N2 // SWIGLU_TILE_STEP, SWIGLU_GROUP)
+        dz = np.stack((d * u * s * (1.0 + g * (1.0 - s)), d * g * s), axis=2)
+        return {"D": dz.reshape(M, N2).astype(np.float32)}
+    return {"D": (d * act_grad_np(z, act)).astype(np.float32)}
+
+
+def dbias_partials_np(dz: np.ndarray, rows: int) -> np.ndarray:
+    """ACT_GRAD_DBIAS's pieces of the bias gradient: fp32 (ceil(M/rows), N), row r the column
+    sums of dz's rows rows*r .. rows*r + rows - 1 (dz as stored; rows past M 0), so that
+    their sum(0) is dz.sum(0). Its torch twin: tirx_gemm.op.act_grad.dbias_partials."""
+    dz = np.asarray(dz, dtype=np.float32)
+    M, N = dz.shape
+    pad = np.zeros((-(-M // rows) * rows, N), dtype=np.float64)
+    pad[:M] = dz
+    return pad.reshape(-1, rows, N).sum(1).astype(np.float32)
+
+
+def training_compare_np(out: np.ndarray, ref: np.ndarray, kwargs: dict, name: str,
+                        in_dtype: str, K: int = DEFAULT_K) -> numerics.CompareResult:
+    """One output of a training build against :func:`training_reference_np`'s: Z (no
+    function after the accumulator) at the plain epilogue's tolerance, D at its activation's
+    (for ACT_GRAD: the note at TRAINING_KEYWORDS)."""
+    _, act = training_act(kwargs)
+    if act == "swiglu":
+        return compare_np(out, ref, {"SWIGLU": True}, in_dtype, K)
+    return compare_np(out, ref, {"ACT": None if name == "Z" else act}, in_dtype, K)

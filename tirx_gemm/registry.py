@@ -587,7 +587,8 @@ STEPS: list[Step] = [
     # with M, N off the tile grid, a partial last K step and a 3-stage ring (4 K steps); TN (A
     # MN-major) with 6 tiles on 2 CTAs (phases wrap across tiles); TT with K = 100 (not a
     # multiple of 8: K is every operand's outer dimension, the last box zero-filled); NN
-    # (v7's kernel); TT in bf16
+    # (v7's kernel); TT in bf16; the training epilogues (K-major both, M and N off the tile
+    # grid, 4 tiles on 2 CTAs): ACT_GRAD gelu with a bias, ACT_SAVE silu with a bias in bf16
     Step("v15", "sm_100a", "operand layouts: A and B K-major or MN-major (stored transposed) on v7's kernel; TMA loads an MN-major tile as it lies, in boxes of 64 MN elements, and the tcgen05 shared-memory and instruction descriptors (LBO / SBO, the a_major / b_major bits) say which way each operand lies: NN, NT, TN, TT without a copy",
          "any M >= 1; N a multiple of 8 (TMA: 16-byte row strides); K a multiple of 8 when "
          "an operand is K-major (any K when both are MN-major); M a multiple of 8 when "
@@ -603,7 +604,11 @@ STEPS: list[Step] = [
                     ((128, 256, 100), (("SM_COUNT", 2), ("A_MAJOR", "MN"), ("B_MAJOR", "MN"))),
                     ((256, 256, 192), (("SM_COUNT", 2),)),
                     ((256, 256, 192), (("SM_COUNT", 2), ("A_MAJOR", "MN"), ("B_MAJOR", "MN"),
-                                       ("dtype", "bfloat16"))))),
+                                       ("dtype", "bfloat16"))),
+                    ((200, 136, 128), (("SM_COUNT", 2), ("ACT_GRAD", "gelu"),
+                                       ("BIAS", "float16"))),
+                    ((200, 136, 128), (("SM_COUNT", 2), ("ACT_SAVE", "silu"),
+                                       ("BIAS", "bfloat16"), ("dtype", "bfloat16"))))),
 ]
 
 

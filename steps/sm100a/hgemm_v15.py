@@ -5,15 +5,18 @@ stage tile stays as it lies in SMEM, and the MMA's shared-memory descriptor and 
 descriptor (the a_major / b_major bits) say which way it lies.
 """
 from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
 
 from tirx_gemm import blackwell as W
 from tirx_gemm import helpers as H
+from tirx_gemm.blackwell import act_grad as AG
 
 
 def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K",
-              B_MAJOR: str = "K", PIPE_DEPTH: int = 4, SM_COUNT: int = 148):
+              B_MAJOR: str = "K", PIPE_DEPTH: int = 4, SM_COUNT: int = 148, ACT_GRAD=None,
+              BIAS=False, ACT_SAVE=None, ACT_GRAD_DBIAS: bool = False):
     """Step card -- v15, operand layouts.
 
     Changes from v7: the kernel reads A and B in either major order (A_MAJOR, B_MAJOR in
@@ -28,6 +31,13 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
         tcgen05 lowering then encodes the MN-major shared-memory descriptor (LBO between MN
         chunks, SBO between 8-row K groups) and the instruction descriptor's major bits.
       Roles, barriers, the double-buffered TMEM accumulator and the epilogue are v7's.
+    Training options (sm_90a's; off; A, B K-major; BIAS False or dtype, an int32 view):
+      ACT_GRAD (gelu, gelu_tanh, silu, swiglu): D = DY * act'(z), operands A, B, D, DY,
+      bias; ACT_SAVE (relu, gelu, gelu_tanh, silu): D = act(z), Z = z; z = A @ B.T + bias.
+      Each epilogue thread reads its accumulator row from TMEM as fp32, adds the bias, frees
+      the accumulator, then forms dy * act'(z) (or z, act(z)) in fp32 registers, rounds once
+      and TMA-stores as v7 (blackwell/act_grad.py). ACT_GRAD_DBIAS (with BIAS): + DBP, the
+      16-row column sums of the staged dz, one thread per column.
     Why: a Linear layer's backward GEMMs read the weight (dgrad) and the tokens and output
       gradient (wgrad) transposed; the sm_90a twin (hgemm_v15 there) is the one matmul's
       autograd runs, this one is its NumSim-checked Blackwell form.
@@ -41,6 +51,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     PRODUCER_REGS, EPILOGUE_REGS = 56, 224
     K_TILES = H.ceil_div(K, BLK_K)  # the last K tile is zero-filled past K
     A_MN, B_MN = W.check_major("A_MAJOR", A_MAJOR), W.check_major("B_MAJOR", B_MAJOR)
+    AG.check_training(ACT_GRAD, ACT_SAVE, BIAS, ACT_GRAD_DBIAS, dtype, N, A_MN, B_MN)
     W.check_layout_shape(M, N, K, dtype, A_MN, B_MN)  # K any when both are MN-major
     H.check_pipe_depth(PIPE_DEPTH, (BLK_M + BLK_N) * BLK_K * H.ELEM_BYTES,
                        BLK_M * BLK_N * H.ELEM_BYTES)
@@ -51,11 +62,17 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
     A_layout = H.swizzled_layout(A_SMEM, dtype)
     B_layout = H.swizzled_layout(B_SMEM, dtype)
     D_layout = H.swizzled_layout((BLK_M, BLK_N), dtype)
+    TRAINING = ACT_GRAD is not None or ACT_SAVE is not None
+    HAS_BIAS = bool(BIAS)
+    # D's columns per dy word: 2 (two dy values), 4 for SwiGLU (dy has one value per pair)
+    DY_PER_WORD = 4 if ACT_GRAD == AG.SWIGLU_GRAD else 2
 
     @T.prim_func
     def kernel(A: T.Buffer((K, M) if A_MN else (M, K), dtype),
                B: T.Buffer((K, N) if B_MN else (N, K), dtype),
-               D: T.Buffer((M, N), dtype)):
+               D: T.Buffer((M, N), dtype), DY: T.Buffer((M, N // DY_PER_WORD), "int32"),
+               Z: T.Buffer((M, N), dtype), bias: T.Buffer((N // 2,), "int32"),
+               DBP: T.Buffer((H.ceil_div(M, AG.DBIAS_ROWS), N), H.ACC_DTYPE)):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         wg_id = T.warpgroup_id([2])
@@ -145,10 +162,32 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                 mma2ld.wait(acc.stage, acc.phase, "epilogue")
                 W.tcgen05_fence_after_sync()
                 Dreg_out = T.alloc_local((BLK_N,), dtype)
-                W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
+                if TRAINING:
+                    # this thread's row: z = acc + bias in fp32 registers (act_grad.py)
+                    z = T.alloc_local((BLK_N,), H.ACC_DTYPE)
+                    AG.pre_activation_row(tmem, acc.stage * BLK_N, BLK_N, z, bias, HAS_BIAS,
+                                          dtype, n_st, N)
+                else:
+                    W.tmem_to_registers(tmem, acc.stage * BLK_N, BLK_N, Dreg_out)
                 W.tcgen05_fence_before_sync()
                 ld2mma.arrive(acc.stage)
-                W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N, tid_in_wg, 1)
+                if ACT_GRAD == AG.SWIGLU_GRAD:  # d gate, d up of the fused product
+                    AG.swiglu_grad_row(z, BLK_N, Dreg_out, DY, dtype, m_st + tid_in_wg, n_st,
+                                       M, N)
+                elif ACT_GRAD is not None:  # D = dy * act'(z)
+                    AG.act_grad_row(z, BLK_N, Dreg_out, DY, ACT_GRAD, dtype,
+                                    m_st + tid_in_wg, n_st, M, N)
+                if ACT_SAVE is not None:  # Z = z stored first, then D = act(z)
+                    Tx.cast(Dreg_out[:], z[:])
+                    W.store_tile_via_tma(Dreg_out, Dsmem, Z, m_st, n_st, BLK_M, BLK_N,
+                                         tid_in_wg, 1)
+                    AG.act_row(z, BLK_N, Dreg_out, ACT_SAVE, dtype)
+                if ACT_GRAD_DBIAS:  # and each 16 rows' column sums of dz, as staged
+                    AG.store_tile_and_column_sums(Dreg_out, Dsmem, D, DBP, m_st, n_st, BLK_M,
+                                                  BLK_N, M, N, tid_in_wg, 1)
+                else:
+                    W.store_tile_via_tma(Dreg_out, Dsmem, D, m_st, n_st, BLK_M, BLK_N,
+                                         tid_in_wg, 1)
                 acc.advance()
                 scheduler.next_tile()
 
@@ -158,4 +197,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             if warp_id == 0:
                 W.tmem_free(tmem_addr)
 
+    # operands: A, B, D, then DY (ACT_GRAD) or Z (ACT_SAVE), bias (BIAS), DBP (ACT_GRAD_DBIAS):
+    # sm_90a's order
+    for name, used in (("DY", ACT_GRAD is not None), ("Z", ACT_SAVE is not None),
+                       ("bias", HAS_BIAS), ("DBP", ACT_GRAD_DBIAS)):
+        if not used:
+            kernel = W.without_operand(kernel, name)
     return kernel

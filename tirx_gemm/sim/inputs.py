@@ -70,6 +70,8 @@ def case_inputs_np(case: SimCase, kind: str, seed: int):
             case.M, case.N, case.K, kw.get("SCALE", "tensor"), seed, case.dtype)
         return (numerics.fp8_bytes_np(Aq), numerics.fp8_bytes_np(Bq), D,
                 {"SA": sa, "SB": sb})
+    if E.training_act(kw) is not None:  # v15's ACT_GRAD / ACT_SAVE: DY or Z, bias words
+        return _training_inputs_np(case, kind, seed)
     epi = E.validate(kw)
     dtype = case.dtype
     if epi["SWIGLU"]:
@@ -82,6 +84,51 @@ def case_inputs_np(case: SimCase, kind: str, seed: int):
                 dtype=np.float32 if od == "float32" else numerics.np_dtype(od))
     extra = {"bias": E.make_bias_np(case.N, epi["BIAS"], seed)} if epi["BIAS"] else {}
     return A, B, D, extra
+
+
+def _training_inputs_np(case: SimCase, kind: str, seed: int):
+    """(A, B, D, extra) of a v15 training case (tirx_gemm.epilogue's training section):
+    extra holds DY (ACT_GRAD: epilogue.make_dy_np's dy) or Z (ACT_SAVE: all NaN, as D), and
+    with BIAS the bias, DY and bias as the int32 views the kernel takes (two values a word)."""
+    kw = dict(case.kwargs)
+    A, B, _ = numerics.make_inputs_np(case.M, case.N, case.K, kind, seed, case.dtype)
+    D = np.full((case.M, case.N), np.nan, dtype=numerics.np_dtype(case.dtype))
+    if E.training_act(kw)[0] == "ACT_GRAD":
+        dy_cols = case.N // 2 if kw["ACT_GRAD"] == "swiglu" else case.N  # SwiGLU: per pair
+        extra = {"DY": E.make_dy_np(case.M, dy_cols, case.dtype, seed).view(np.int32)}
+    else:
+        extra = {"Z": D.copy()}
+    if kw.get("BIAS"):
+        extra["bias"] = E.make_bias_np(case.N, case.dtype, seed).view(np.int32)
+    if kw.get("ACT_GRAD_DBIAS"):  # the bias gradient's pieces, fp32, all NaN before the run
+        extra["DBP"] = np.full((-(-case.M // _dbias_rows()), case.N), np.nan, np.float32)
+    return A, B, D, extra
+
+
+def _dbias_rows() -> int:
+    from tirx_gemm.hopper.layouts import DBIAS_ROWS  # (TVM: the gate builds kernels anyway)
+    return DBIAS_ROWS
+
+
+def _training_check_np(case: SimCase, out, A, B, extra: dict, outputs: dict):
+    """D (and for ACT_SAVE Z, from the simulator's ``outputs``) against
+    epilogue.training_reference_np, and with ACT_GRAD_DBIAS the DBP ``outputs`` holds
+    against epilogue.dbias_partials_np of that D: the first that fails, else the one further
+    off."""
+    kw = dict(case.kwargs)
+    half = numerics.np_dtype(case.dtype)
+    dy = extra["DY"].view(half) if "DY" in extra else None
+    bias = extra["bias"].view(half) if "bias" in extra else None
+    refs = E.training_reference_np(A, B, kw, dy, bias)
+    got = {"D": out, **({"Z": np.asarray(outputs["Z"])} if "Z" in refs else {})}
+    cmps = [E.training_compare_np(got[n], refs[n], kw, n, case.dtype, K=case.K) for n in refs]
+    if "DBP" in extra:  # the column sums of D as the kernel stored it, up to fp32 order
+        parts = E.dbias_partials_np(np.asarray(out, dtype=np.float32), _dbias_rows())
+        atol = 1e-5 * _dbias_rows() * float(np.nanmax(np.abs(np.asarray(out, np.float32))))
+        cmps.append(numerics.compare_np(np.asarray(outputs["DBP"]), parts, dtype=case.dtype,
+                                        rtol=1e-5, atol=atol, max_rel_err=None))
+    bad = [c for c in cmps if not c.ok]
+    return bad[0] if bad else max(cmps, key=lambda c: c.rel_frobenius_error)
 
 
 def input_kinds(case: SimCase) -> tuple[str, ...]:
@@ -97,10 +144,13 @@ def _is_fp8(case: SimCase) -> bool:
     return case.step.fp8 or (case.step.grouped and dict(case.kwargs).get("SCALE") == "mx")
 
 
-def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
+def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str,
+                    outputs: dict | None = None):
     """The compare of one case's output: a plain case by numerics' rules (exact for the
     small-integer inputs); an epilogue case against epilogue.reference_np under
-    epilogue.tolerance (its functions are not exact even on integer inputs)."""
+    epilogue.tolerance (its functions are not exact even on integer inputs); a v15
+    training case (ACT_GRAD, ACT_SAVE) against epilogue.training_reference_np, with the
+    Z that ``outputs`` (the simulator's, by name) holds for ACT_SAVE."""
     if case.step.grouped:  # v14: each expert's rows against its own weight (mx: and scales;
         # ROW_SCALE, BIAS, SWIGLU: through hopper.grouped.grouped_epilogue_np, tolerances)
         from tirx_gemm.hopper.grouped import grouped_check_np
@@ -120,6 +170,8 @@ def check_output_np(case: SimCase, out, A, B, extra: dict, kind: str):
                                         extra["SB"], kw.get("SCALE", "tensor"))
         return numerics.compare_fp8_np(out, ref, out_dtype=case.dtype, K=case.K,
                                        promote=numerics.fp8_promote(kw))
+    if E.training_act(kw) is not None:
+        return _training_check_np(case, out, A, B, extra, outputs or {})
     if E.is_plain(kw):
         return numerics.compare_np(out, numerics.reference_np(A, B), dtype=case.dtype,
                                    exact=kind == "int")

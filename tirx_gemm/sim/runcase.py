@@ -102,7 +102,7 @@ def _run_case(case: SimCase, *, checks, seed: int, log, engine) -> SimRow:
 
     def operands(A, B, D, extra=None):
         """The kernel's arguments by name: A, B, a fresh copy of D, the epilogue's bias
-        (when the case has BIAS), then each workspace operand
+        (when the case has BIAS; v15's training cases: DY or Z too), then each workspace operand
         (registry.Step.workspace_specs): counters zero-filled, scratch poisoned with NaN,
         as the GPU check passes them. An MN-major operand (v15's A_MAJOR / B_MAJOR "MN")
         is passed as the stored transpose the kernel reads; the check compares against
@@ -122,7 +122,8 @@ def _run_case(case: SimCase, *, checks, seed: int, log, engine) -> SimRow:
             for kind, (A, B, D) in inputs.items():
                 res = engine.run(module, operands(A, B, D, extras[kind]))
                 out = np.asarray(res.outputs["D"])
-                cmp = check_output_np(case, out, A, B, extras[kind], kind)
+                cmp = check_output_np(case, out, A, B, extras[kind], kind,
+                                      outputs=res.outputs)
                 log(f"--- numsim {kind} inputs ({case.label}, seed {seed}) ---\n"
                     f"{cmp.summary()}\ndiagnostics: {res.diagnostics}\n")
                 if kind == "random":
