@@ -16,7 +16,11 @@ The pieces every sm_100a step needs live in this package once, one module per jo
 * ``clc``: v10's Cluster Launch Control scheduler (``W.ClusterLaunchControl``),
 * ``fused``: the fused epilogue (bias, activation, SwiGLU in fp32) and
   ``without_operand``,
-* ``fp8``: v13's e4m3 constants and scaled epilogue, MXFP8's block scale factors.
+* ``fp8``: v13's e4m3 constants and scaled epilogue, MXFP8's block scale factors,
+* ``grouped``: v14's walk (sm_90a's, re-exported), bounded stores and fused epilogue,
+* ``layouts``: v15's MN-major operands (TMA boxes, MMA descriptors),
+* ``act_grad``: v15's training epilogues (the activation's gradient, the saved z, the bias
+  gradient's partial sums).
 Every name is re-exported here: a step imports ``from tirx_gemm import blackwell as W``
 and calls ``W.<name>`` whichever module holds it, next to :mod:`tirx_gemm.helpers`
 (``H``: validation, layouts, barriers, TMA), exactly as the sm_90a steps import
