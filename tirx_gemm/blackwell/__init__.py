@@ -20,8 +20,9 @@ The pieces every sm_100a step needs live in this package once, one module per jo
 * ``grouped``: v14's walk (sm_90a's, re-exported), bounded stores and fused epilogue,
 * ``layouts``: v15's MN-major operands (TMA boxes, MMA descriptors),
 * ``act_grad``: v15's training epilogues (the activation's gradient, the saved z, the bias
-  gradient's partial sums).
-Every name is re-exported here: a step imports ``from tirx_gemm import blackwell as W``
+  gradient's partial sums), which the step imports as a module (``AG``), as sm_90a's v15
+  imports ``hopper.layouts``.
+Every other name is re-exported here: a step imports ``from tirx_gemm import blackwell as W``
 and calls ``W.<name>`` whichever module holds it, next to :mod:`tirx_gemm.helpers`
 (``H``: validation, layouts, barriers, TMA), exactly as the sm_90a steps import
 :mod:`tirx_gemm.hopper`; a verb that exists on both arches has one name in both packages
