@@ -239,31 +239,17 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             if warp_id == 0:
                 W.tmem_free(tmem_addr)
 
-    # operands (A, B, D, routing[, scale][, bias]): sm_90a's v14 order
-    if ROW_SCALE and BIAS:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
-                   scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype)):
-            body(A, B, D, routing, scale, bias)
-    elif ROW_SCALE:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
-                   scale: T.Buffer(S_SHAPE, "float32")):
-            body(A, B, D, routing, scale, None)
-    elif BIAS:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
-                   bias: T.Buffer((E, N), dtype)):
-            body(A, B, D, routing, None, bias)
-    else:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
-            body(A, B, D, routing, None, None)
+    # operands (A, B, D, routing[, scale][, bias]): sm_90a's v14 order; one source, the
+    # operands not asked for dropped (W.without_operand, as v9 and v15 do)
+    @T.prim_func
+    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+               D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+               scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype)):
+        body(A, B, D, routing, scale if ROW_SCALE else None, bias if BIAS else None)
 
+    for name, used in (("scale", ROW_SCALE), ("bias", BIAS)):
+        if not used:
+            kernel = W.without_operand(kernel, name)
     return kernel
 
 
