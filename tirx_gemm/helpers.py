@@ -560,3 +560,23 @@ def splitk_retire_spread(CNT, count_i, done_i, SPLIT_K):
     if done[0] == SPLIT_K - 1:
         CNT[count_i] = 0
         CNT[done_i] = 0
+
+
+def without_operand(func, name: str):
+    """``func`` with its parameter ``name`` removed, refused (ValueError) if the body reads
+    or writes that buffer: how one builder source serves the operand lists with and without
+    an optional operand (v9's ``bias``; v14's ``scale``, ``bias``, ``WS``, ``CNT``) and still
+    compiles the plain kernel unchanged."""
+    from tvm import tirx
+    import tvm.tirx.analysis  # noqa: F401
+    params = list(func.params)
+    var = next((p for p in params if p.name == name), None)
+    if var is None:
+        raise ValueError(f"the kernel has no operand {name!r}")
+    handles = (var, getattr(var, "data", var))
+    used = [v for v in tirx.analysis.undefined_vars(func.body)
+            if any(v.same_as(h) for h in handles)]
+    if used:
+        raise ValueError(f"operand {name!r} is used by the kernel body: it cannot be dropped")
+    return tirx.PrimFunc([p for p in params if not p.same_as(var)], func.body, func.ret_type,
+                         func.attrs)

@@ -1,4 +1,4 @@
-"""v9's fused epilogue: chunk sizes, exp-only activations, the bias/act/SwiGLU fill, without_operand."""
+"""v9's fused epilogue: chunk sizes, exp-only activations, the bias/act/SwiGLU fill (without_operand: helpers)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import S, TileLayout, tid_in_wg
 
-from ..helpers import ACC_DTYPE
+from ..helpers import ACC_DTYPE, without_operand  # noqa: F401 (re-exported)
 
 
 # --- the fused epilogue: bias, activation, SwiGLU, fp32 output ---
@@ -117,22 +117,3 @@ def fused_epilogue_chunk(act, bias_dtype, swiglu: bool, group: int, READS: int,
                     Dout[r * READ_N + j] = T.cast(activation(acc[j], act), out_dtype)
 
     return fill
-
-
-def without_operand(func, name: str):
-    """``func`` with its parameter ``name`` removed, refused (ValueError) if the body reads
-    or writes that buffer: how one builder source serves the operand lists with and without
-    an optional operand (v9's ``bias``) and still compiles the plain kernel unchanged."""
-    from tvm import tirx
-    import tvm.tirx.analysis  # noqa: F401
-    params = list(func.params)
-    var = next((p for p in params if p.name == name), None)
-    if var is None:
-        raise ValueError(f"the kernel has no operand {name!r}")
-    handles = (var, getattr(var, "data", var))
-    used = [v for v in tirx.analysis.undefined_vars(func.body)
-            if any(v.same_as(h) for h in handles)]
-    if used:
-        raise ValueError(f"operand {name!r} is used by the kernel body: it cannot be dropped")
-    return tirx.PrimFunc([p for p in params if not p.same_as(var)], func.body, func.ret_type,
-                         func.attrs)
