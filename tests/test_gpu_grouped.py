@@ -235,6 +235,13 @@ FUSED_CASES = [
                                                   CLUSTER=2)),
     ("cluster_pair_masked_fused", "masked", dict(BLK_M=128, BLK_N=128, ROW_SCALE=True,
                                                  BIAS=True, CLUSTER=2)),
+    # TAIL_SPLIT: at these sizes the walk is one wave, all of it tail: every tile in 2 pieces
+    ("tail_split_tma_store", "contiguous", dict(BLK_M=128, BLK_N=256, TMA_STORE=True,
+                                                TAIL_SPLIT=2)),
+    ("tail_split_fused", "contiguous", dict(BLK_M=128, BLK_N=256, ROW_SCALE=True, BIAS=True,
+                                            TAIL_SPLIT=2)),
+    ("tail_split_swiglu_masked", "masked", dict(BLK_M=128, BLK_N=256, SWIGLU="halves",
+                                                TAIL_SPLIT=2)),
 ]
 FUSED_ROWS = 333  # a's rows (contiguous) or rows per expert (masked): partial tiles
 
@@ -247,6 +254,25 @@ def fused_kernel_keywords(layout, tile, sm_count=132):
     kw = {k: v for k, v in kw.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP",
                                                    "TMA_STORE")}
     return {**kw, **tile}
+
+
+def workspace(kw, N, K):
+    """The workspace operands of a v14 build (TAIL_SPLIT's WS and CNT; none without it),
+    counters zeroed, slabs poisoned with NaN (every slab a launch reads it wrote first)."""
+    from tirx_gemm import registry
+    return [torch.zeros(shape, dtype=torch.int32, device="cuda") if dt == "int32" else
+            torch.full(shape, float("nan"), dtype=torch.float32, device="cuda")
+            for _, shape, dt in registry.get("v14", "sm_90a").workspace_specs(0, N, K, kw)]
+
+
+def check_workspace_after(ws, name, out, launch):
+    """TAIL_SPLIT: every counter back at zero, and a second launch gives the same bits (the
+    pieces summed in K order whichever finished last)."""
+    if ws:
+        assert int(ws[1].abs().sum()) == 0, f"{name}: counters left non-zero"
+        first = out.clone()
+        _serve(launch)
+        assert torch.equal(out.nan_to_num(7.0), first.nan_to_num(7.0)), f"{name}: not repeatable"
 
 
 def fused_reference(acc, kw, bias_e, scale_rows):
@@ -274,6 +300,7 @@ def test_fused_epilogue_kernels(kernels, name, layout, tile):
     M, ND = FUSED_ROWS, N // 2 if tile.get("SWIGLU") else N
     kw = fused_kernel_keywords(layout, tile, _gpu_arch(torch.device("cuda"))[1])
     kernel = _serve(lambda: G._load("v14", "sm_90a", N, K, kw)[0])
+    ws = workspace(kw, N, K)
     g = torch.Generator(device="cuda").manual_seed(5)
     w = torch.randn(E, N, K, device="cuda", dtype=BF16, generator=g) / K ** 0.5
     bias = torch.randn(E, N, device="cuda", dtype=BF16, generator=g)
@@ -284,7 +311,8 @@ def test_fused_epilogue_kernels(kernels, name, layout, tile):
         offs = routing(M - 20, E, seed=3)  # the last 20 rows belong to no expert
         scale = torch.rand(M, device="cuda", generator=g) + 0.5
         out = torch.full((M, ND), float("nan"), device="cuda", dtype=BF16)
-        _serve(lambda: kernel(a, w, out, offs, *ops_of(scale)))
+        launch = lambda: kernel(a, w, out, offs, *ops_of(scale), *ws)  # noqa: E731
+        _serve(launch)
         start = 0
         for e, end in enumerate(offs.tolist()):
             if end > start:
@@ -293,13 +321,15 @@ def test_fused_epilogue_kernels(kernels, name, layout, tile):
                 assert rel_err(out[start:end], want) < TOL, (name, e)
             start = end
         assert out[start:].isnan().all(), f"{name}: rows past offs[-1] were written"
+        check_workspace_after(ws, name, out, launch)
     else:
         a = torch.randn(E, M, K, device="cuda", dtype=BF16, generator=g)
         counts = torch.tensor([M, 0, 1, 17, M - 1, 64, 65, 200], dtype=torch.int32,
                               device="cuda")
         scale = torch.rand(E, M, device="cuda", generator=g) + 0.5
         out = torch.full((E, M, ND), float("nan"), device="cuda", dtype=BF16)
-        _serve(lambda: kernel(a, w, out, counts, *ops_of(scale)))
+        launch = lambda: kernel(a, w, out, counts, *ops_of(scale), *ws)  # noqa: E731
+        _serve(launch)
         for e in range(E):
             c = int(counts[e])
             if c:
@@ -307,6 +337,46 @@ def test_fused_epilogue_kernels(kernels, name, layout, tile):
                                        scale[e, :c])
                 assert rel_err(out[e, :c], want) < TOL, (name, e)
             assert out[e, c:].isnan().all(), f"{name}: expert {e}'s rows past counts written"
+        check_workspace_after(ws, name, out, launch)
+
+
+# TAIL_SPLIT where the walk is several waves: (E, N, K, rows, hot expert or None, keywords);
+# the last wave's tiles are cut in K (tail * TAIL_SPLIT <= 132 at these routings), the rest run
+# whole. lab/moe_grouped_gemm/export_bundle.py --tests exports these too.
+TAIL_CASES = [
+    (8, 1024, 1024, 40 * 128, 3, dict(BLK_M=128, BLK_N=256, TMA_STORE=True, TAIL_SPLIT=4)),
+    (8, 1024, 1024, 4321, None, dict(BLK_M=128, BLK_N=256, TMA_STORE=True, TAIL_SPLIT=4)),
+    (8, 1024, 1024, 4321, None, dict(BLK_M=128, BLK_N=256, TAIL_SPLIT=3, ROW_SCALE=True)),
+]
+
+
+def tail_kernel_keywords(E, N, K, rows, tile, sm_count=132):
+    """The v14 keywords of a TAIL_CASES case: the op's base keywords with the case's."""
+    from tirx_gemm.op.grouped import choose_grouped
+    _, kw = choose_grouped(rows, E, N, K, "bfloat16", "contiguous", "sm_90a", sm_count)
+    kw = {k: v for k, v in kw.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP",
+                                                   "TMA_STORE")}
+    return {**kw, **tile}
+
+
+@pytest.mark.parametrize("E,N,K,rows,hot,tile", TAIL_CASES)
+def test_tail_split_after_whole_waves(kernels, E, N, K, rows, hot, tile):
+    """Whole waves, then the tail's pieces: every expert's rows against fp32 torch, counters
+    back at zero, the same bits on a second launch."""
+    from tirx_gemm.op import grouped as G
+    from tirx_gemm.op.operands import _gpu_arch
+    kw = tail_kernel_keywords(E, N, K, rows, tile, _gpu_arch(torch.device("cuda"))[1])
+    kernel = _serve(lambda: G._load("v14", "sm_90a", N, K, kw)[0])
+    ws = workspace(kw, N, K)
+    a, w = operands(rows, E, N, K, BF16, seed=11)
+    offs = routing(rows, E, seed=4, hot=hot)
+    scale = torch.rand(rows, device="cuda") + 0.5
+    out = torch.full((rows, N), float("nan"), device="cuda", dtype=BF16)
+    launch = lambda: kernel(a, w, out, offs, *([scale] * bool(kw.get("ROW_SCALE"))), *ws)  # noqa
+    _serve(launch)
+    want = reference(a, w, offs) * (scale[:, None] if kw.get("ROW_SCALE") else 1)
+    assert rel_err(out, want) < TOL
+    check_workspace_after(ws, "tail", out, launch)
 
 
 def test_graph_replay_follows_new_routing(kernels):

@@ -426,11 +426,13 @@ STEPS: list[Step] = [
          "N, K multiples of 8; 1 <= E <= 256; LAYOUT contiguous|masked; BLK_M 64|128; BLK_N "
          "a multiple of 8 in [8, 256]; STORE_STEPS, SWIGLU, TMA_STORE on plain (not swap-AB) "
          "tiles; SWIGLU: N, BLK_N multiples of 16; CLUSTER 1|2 (CTA pairs, the weight tile "
-         "multicast) on plain tiles, BLK_N a multiple of 16", (1024, 1024, 1024),
+         "multicast) on plain tiles, BLK_N a multiple of 16; TAIL_SPLIT=S on plain tiles, "
+         "BLK_N a multiple of 64, K >= 256 S", (1024, 1024, 1024),
          ((16, 14336, 4096), (512, 768, 2048), (1000, 1000, 1000)), ((4096, 14336, 4096),),
          _EDGE_BAD, ("HGMMA", "WARPGROUP.ARRIVE", "UTMALDG", "SYNCS.ARRIVE",
                      "HGMMA.64x128x16", "BAR.SYNC", "UTMALDG.3D"), ("UTMASTG", "STSM"),
-         sm_count_kwarg="SM_COUNT", grouped=True),
+         sm_count_kwarg="SM_COUNT", grouped=True,
+         workspace="tirx_gemm.splitk:workspace_specs_v14"),  # TAIL_SPLIT's WS, CNT
     # v14 (sm_100a): the tcgen05 twin. Sim cases (routing: hopper.grouped.routing_rows, an empty
     # expert each): contiguous, more units than CTAs, a partial K step; masked; swap-AB with N
     # off the 128-row weight tile; bf16, one CTA walking every unit (phases wrap). SCALE="mx"

@@ -292,6 +292,22 @@ def workspace_specs_sm90a(M: int, N: int, K: int, kwargs: dict | None = None):
     return workspace_specs(M, N, K, kwargs, arch="sm_90a")
 
 
+def workspace_specs_v14(M: int, N: int, K: int, kwargs: dict | None = None):
+    """The extra operands of sm_90a v14 after routing (and its epilogue's operands):
+    TAIL_SPLIT=S > 1 cuts each tile of the walk's last wave into S K ranges when the tail
+    times S fits the pool of SM_COUNT CTAs, so at most SM_COUNT // S tiles are ever split:
+    WS (S, SM_COUNT // S, BLK_M * BLK_N) float32 (slab [p, j]: piece p of tail tile j, v11's
+    thread-major chunks) and CNT (SM_COUNT // S * BLK_M // 64,) int32, zero at launch and
+    at exit. M does not enter: the walk's length is read on the device. Else none."""
+    kwargs = dict(kwargs or {})
+    split = kwargs.get("TAIL_SPLIT") or 1
+    if split == 1:
+        return ()
+    bm, bn = kwargs.get("BLK_M") or 128, kwargs.get("BLK_N") or 128  # the builder's defaults
+    tiles = (kwargs.get("SM_COUNT") or 132) // split
+    return (("WS", (split, tiles, bm * bn), "float32"), ("CNT", (tiles * (bm // 64),), "int32"))
+
+
 def l2_group_for(split: int, preferred: int = 8) -> int:
     """An L2 group size for a SPLIT_K > 1 build with M at run time: ``preferred`` unless it
     divides the split (the scheduler's tail rows would fold to a division by zero), else

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from export_bundle import variant_keywords  # noqa: E402 (no torch, no TVM)
+from tirx_gemm import registry  # noqa: E402
 
 CEILING = 795.0  # TFLOP/s: torch.matmul's best bf16 shape on an H100 and an H200
 WORK_MS = 2.0    # the work per graph replay the launch count aims at
@@ -124,7 +125,8 @@ def variant_name(v: dict) -> str:
             + (f" group {v['GROUP']}" if "GROUP" in v else "")
             + (f" stores over {v['STORE_STEPS']} steps" if v.get("STORE_STEPS", 1) > 1 else "")
             + (" tma store" if v.get("TMA_STORE") else "")
-            + (f" cluster {v['CLUSTER']}" if v.get("CLUSTER", 1) > 1 else ""))
+            + (f" cluster {v['CLUSTER']}" if v.get("CLUSTER", 1) > 1 else "")
+            + (f" tail split {v['TAIL_SPLIT']}" if v.get("TAIL_SPLIT", 1) > 1 else ""))
 
 
 def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
@@ -174,7 +176,10 @@ def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
             variant_errors[name] = str(exc).splitlines()[0][:200]
             continue
         outs[name] = torch.empty(rows, N, device="cuda", dtype=dtype)
-        fns[name] = [lambda i=i, vk=vk, o=outs[name]: vk(a, w, o, offs[i % 3]) for i in range(L)]
+        ws = [torch.zeros(shape, dtype=getattr(torch, dt), device="cuda") for _, shape, dt
+              in registry.get("v14", "sm_90a").workspace_specs(rows, N, K, kw)]  # TAIL_SPLIT's
+        fns[name] = [lambda i=i, vk=vk, o=outs[name], ws=ws: vk(a, w, o, offs[i % 3], *ws)
+                     for i in range(L)]
     # checks: each method's result for routing 0 against the loop's (fp32 accumulate both)
     fns["loop"][0]()
     ref = outs["loop"].clone()
@@ -206,7 +211,7 @@ def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
            "launches_per_graph": L, "t_us": t, "tflops": tf, "check_rel_err": check,
            "torch_grouped_mm_note": why_torch, "floor_us": floor_us,
            "tokens_per_active_expert": rows / max(1, statistics.mean(active)),
-           "kernel": kernel, "tirx_error": tirx_error}
+           "kernel": kernel, "tirx_error": tirx_error, "routing": spec}
     if variants:
         rec["variant_errors"] = variant_errors
     if t["tirx"]:
@@ -227,6 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-tirx", action="store_true")
     ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--routing-seed", type=int, default=ROUTING["seed"],
+                    help="the routing draw's seed (another seed: a held-out routing)")
     ap.add_argument("--variants", help="a tile-variants file (suites/tile_variants.json): only "
                     "its cases run, each variant timed beside the pick")
     args = ap.parse_args(argv)
@@ -259,7 +266,8 @@ def main(argv=None) -> int:
                 print(f"budget of {args.budget_s:g} s spent after {done} cases", flush=True)
                 return 0
             try:
-                rec = bench_case(entry, T, dtype, w, ROUTING, not args.no_tirx, card, variants)
+                rec = bench_case(entry, T, dtype, w, {**ROUTING, "seed": args.routing_seed},
+                                 not args.no_tirx, card, variants)
             except Exception as exc:  # noqa: BLE001 -- one case's failure is recorded, not fatal
                 rec = {"model": entry["model"], "layer": entry["layer"], "tokens": T,
                        "dtype": args.dtype, "device": torch.cuda.get_device_name(),

@@ -79,7 +79,8 @@ def fp8_requests(suite, arch="sm_90a", sm_count=132):
 
 
 def fused_test_cases():
-    """tests/test_gpu_grouped.py's FUSED_CASES as (N, K, keywords): the kernels it launches."""
+    """tests/test_gpu_grouped.py's FUSED_CASES and TAIL_CASES as (N, K, keywords): the kernels
+    it launches directly."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("gpu_grouped", ROOT / "tests" /
                                                   "test_gpu_grouped.py")
@@ -87,7 +88,9 @@ def fused_test_cases():
     sys.path.insert(0, str(ROOT / "tests"))  # the test module imports its CPU twin
     spec.loader.exec_module(mod)
     E, N, K = mod.SHAPES[0]
-    return [(N, K, mod.fused_kernel_keywords(layout, tile)) for _, layout, tile in mod.FUSED_CASES]
+    return ([(N, K, mod.fused_kernel_keywords(layout, tile)) for _, layout, tile in mod.FUSED_CASES]
+            + [(n, k, mod.tail_kernel_keywords(e, n, k, rows, tile))
+               for e, n, k, rows, _, tile in mod.TAIL_CASES])
 
 
 def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132, fp8=False):

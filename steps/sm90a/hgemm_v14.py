@@ -17,6 +17,8 @@ BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 8, 256
 AUTO_DEPTH_MAX = 16           # v12's: a decode tile's stage is small, keep many in flight
 PAIR = 2                      # CLUSTER=2: CTAs of a pair sharing the weight tile (off by default)
+TAIL_MIN_STEPS = 4            # TAIL_SPLIT: K steps (of 64) a piece of a last-wave tile has at least
+TAIL_IN_FLIGHT = 8            # TAIL_SPLIT: slab chunks (4 floats) a reducing thread loads at once
 
 
 def check_walk(E, LAYOUT, BLK_M):
@@ -37,7 +39,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
               GROUP: int = 8, SWAP_AB: bool = False, TMA_STORE: bool = False,
               STORE_STEPS: int = 1, ROW_SCALE: bool = False, BIAS: bool = False,
               SWIGLU: str | None = None, FP8_BLOCK: bool = False, CLUSTER: int = 1,
-              PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
+              TAIL_SPLIT: int = 1, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232):
     """Step card -- v14, grouped GEMM (mixture of experts).
 
     Changes from v7: D_e = A_e @ B[e].T for every expert e in one launch (B (E, N, K),
@@ -52,22 +54,22 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       expert owns are not written; M at run time; routing clamped to [0, M] in the kernel.
     Loads: a token box may read rows past its expert's end; those rows are never stored.
     SWAP_AB=True (decode): MMA rows walk weight rows, columns tokens; D's transpose stored.
-    TMA_STORE=True: 64-row blocks wholly inside their expert go out by stmatrix + TMA store.
-    STORE_STEPS=S: the guarded stores split by columns over the next unit's first S K steps.
+    TMA_STORE=True: 64-row blocks inside their expert by stmatrix + TMA store; STORE_STEPS=S:
+      the guarded stores split by columns over the next unit's first S K steps.
     Epilogue, fp32 before the one rounding: BIAS=True adds bias (E, N) (D's dtype);
       ROW_SCALE=True multiplies D's rows by scale (M,) float32 (masked (E, M)); operands
       (A, B, D, routing[, scale][, bias]). SWIGLU="halves" | "interleaved": B[e] a fused
       gate/up weight of N rows, D (M, N/2) = silu(gate) * up ("halves": gate rows [0, N/2),
       up [N/2, N), two boxes per tile; "interleaved": 8 gate rows, 8 up rows, ...); "halves"
       on swap-AB: 8-row boxes, 8 gate then 8 up rows, a feature's pair 8 fragment rows apart.
-    CLUSTER=2 (not picked; lesson): token-tile pairs multicast the weight tile; plain, BLK_N%16=0.
+    CLUSTER=2, TAIL_SPLIT=S (not picked; lesson): pair multicast; last-wave tiles cut along K.
     FP8_BLOCK=True (hgemm_v14_fp8_block): e4m3 A, B (uint8), DeepGEMM's block scales SA (M or
       E*M, K/128), SB (E*ceil(N/128), K/128) after routing, promoted per 128-K stage as v13.
     Barriers: v7's ring; the scan's CTA barriers first. Run: ``tirx-gemm build v14 --arch sm_90a``.
-    Constraints: N, K multiples of 8; float16 or bfloat16; 1 <= E <= 256; BLK_M 64 | 128;
-      BLK_N a multiple of 8 in [8, 256]; TMA_STORE, STORE_STEPS on plain (not swap-AB) tiles,
-      SWIGLU too but "halves"; SWIGLU without TMA_STORE, BIAS, ROW_SCALE, N (a plain tile's
-      BLK_N) a multiple of 16; GROUP >= 1; ring within 227 KiB. The op: grouped_mm.
+    Constraints: N, K % 8 == 0; fp16 | bf16; 1 <= E <= 256; BLK_M 64 | 128; BLK_N % 8 == 0 in
+      [8, 256]; TMA_STORE, STORE_STEPS, SWIGLU on plain tiles (swap-AB: SWIGLU "halves"); SWIGLU
+      without TMA_STORE, BIAS, ROW_SCALE, N and a plain BLK_N % 16 == 0; GROUP >= 1; ring <= 227
+      KiB; CLUSTER: plain, BLK_N % 16 == 0; TAIL_SPLIT: plain, BLK_N % 64 == 0, K >= 256 S.
     """
     if not isinstance(FP8_BLOCK, bool):
         raise ValueError(f"FP8_BLOCK={FP8_BLOCK!r} must be True or False")
@@ -80,9 +82,10 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     if CLUSTER > 1:
         W.check_cluster_pool(SM_COUNT)
     if FP8_BLOCK:
-        if SWAP_AB or TMA_STORE or STORE_STEPS != 1 or ROW_SCALE or BIAS or SWIGLU:
+        if SWAP_AB or TMA_STORE or STORE_STEPS != 1 or ROW_SCALE or BIAS or SWIGLU \
+                or TAIL_SPLIT != 1:
             raise ValueError("FP8_BLOCK=True is built for plain tiles only: no SWAP_AB, "
-                             "TMA_STORE, STORE_STEPS, ROW_SCALE, BIAS or SWIGLU")
+                             "TMA_STORE, STORE_STEPS, ROW_SCALE, BIAS, SWIGLU or TAIL_SPLIT")
         return hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH,
                                    SM_COUNT, RUNTIME_M, GROUP, PRODUCER_REGS, CONSUMER_REGS)
     BLK_K = W.SWIZZLE_ROW_ELEMS
@@ -135,14 +138,28 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     EPI_BUFS = 2 if (BLK_N // W.EPI_COLS) % 2 == 0 else 1  # TMA_STORE's staging tiles
     STAGING = NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS) \
         if TMA_STORE else 0
+    ARRIVALS = 16 if TAIL_SPLIT > 1 else 0   # TAIL_SPLIT: the counts seen, one per consumer
     if PIPE_DEPTH is None:
-        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, SCAN_BYTES + STAGING))
+        PIPE_DEPTH = min(AUTO_DEPTH_MAX, H.ring_stages(STAGE_BYTES, SCAN_BYTES + STAGING
+                                                       + ARRIVALS))
     W.check_ring_for_wait_one(PIPE_DEPTH)
-    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, SCAN_BYTES + STAGING)
+    H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, SCAN_BYTES + STAGING + ARRIVALS)
     SPLIT_REGS = NUM_CONSUMERS > 1 and BLK_N > 128  # v12's rule
     if SPLIT_REGS:
         W.check_reg_split(PRODUCER_REGS, CONSUMER_REGS, NUM_CONSUMERS)
     K_TILES = H.ceil_div(K, BLK_K)
+    if isinstance(TAIL_SPLIT, bool) or not isinstance(TAIL_SPLIT, int) or TAIL_SPLIT < 1:
+        raise ValueError(f"TAIL_SPLIT={TAIL_SPLIT!r} must be an int >= 1 (K ranges per tile of "
+                         f"the last wave; 1: none)")
+    SPLIT = TAIL_SPLIT > 1
+    if SPLIT and (SWAP_AB or CLUSTER > 1 or STORE_STEPS > 1 or BLK_N % 64
+                  or K_TILES < TAIL_SPLIT * TAIL_MIN_STEPS):
+        raise ValueError(f"TAIL_SPLIT={TAIL_SPLIT} cuts plain tiles along K: no SWAP_AB, "
+                         f"CLUSTER or STORE_STEPS, BLK_N a multiple of 64, and K at least "
+                         f"{TAIL_SPLIT * TAIL_MIN_STEPS * BLK_K} ({TAIL_MIN_STEPS} K steps of "
+                         f"{BLK_K} a piece), got K={K}")
+    TAIL_TILES = POOL // TAIL_SPLIT  # last-wave tiles that can be split (tail * S <= POOL)
+    HALF = W.WGMMA_M * BLK_N         # floats of one consumer's half of a slab
     EPI_AT = min(1, K_TILES - 1)
     # part c of the previous unit's stores (8-column blocks [c*J/S, (c+1)*J/S)) at K step
     # min(EPI_AT + c, K_TILES - 1): parts past the unit's last K step share that step
@@ -189,9 +206,76 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             if tid_in_wg == 0:
                 mma2tma.arrive(stage)
 
+    # TAIL_SPLIT's plan and pieces; with TAIL_SPLIT=1 the walk's unit is its tile and the K
+    # range all of K (the plain functions below then give back the kernel's own expressions)
     @T.inline
-    def body(A, B, D, routing, S, Bias):
-        # the kernel; S (ROW_SCALE) and Bias (BIAS) are None where not asked for
+    def tail_plan(plan, total):
+        # plan <- (data-parallel units, all units): when the walk's last wave has tail tiles
+        # and tail * TAIL_SPLIT fits the pool, each tail tile is cut into TAIL_SPLIT pieces
+        tail: T.int32 = T.truncmod(total, POOL)
+        plan[0] = total
+        plan[1] = total
+        if T.And(tail > 0, tail * TAIL_SPLIT <= POOL):
+            plan[0] = total - tail
+            plan[1] = total - tail + tail * TAIL_SPLIT
+
+    @T.inline
+    def locate(piece, u, plan):
+        # piece <- (walk tile, first K step, K steps, tail tile j or -1, piece index p) of
+        # unit u: a data-parallel unit is its tile; unit plan[0] + j * S + p is piece p of
+        # the walk's tile plan[0] + j, K steps [p * K_TILES / S, (p + 1) * K_TILES / S)
+        piece[0] = u
+        piece[1] = 0
+        piece[2] = K_TILES
+        piece[3] = -1
+        piece[4] = 0
+        if u >= plan[0]:
+            piece[3] = T.truncdiv(u - plan[0], TAIL_SPLIT)
+            piece[4] = T.truncmod(u - plan[0], TAIL_SPLIT)
+            piece[0] = plan[0] + piece[3]
+            piece[1] = T.truncdiv(piece[4] * K_TILES, TAIL_SPLIT)
+            piece[2] = T.truncdiv((piece[4] + 1) * K_TILES, TAIL_SPLIT) - piece[1]
+
+    def units(plan, total):
+        return plan[1] if SPLIT else total
+
+    def tile_of(piece, u):
+        return piece[0] if SPLIT else u
+
+    def steps_of(piece):
+        return piece[2] if SPLIT else K_TILES
+
+    def k_at(piece, k):
+        return (piece[1] + k) * BLK_K if SPLIT else k * BLK_K
+
+    def stores_now(last):
+        return last[0] == 1 if SPLIT else True
+
+    @T.inline
+    def settle_piece(WS, CNT, arrivals, last, piece, acc, consumer, tid_in_wg):
+        # a tail piece: this half's fp32 partial -> slab WS[p, j], counted on CNT (acq_rel);
+        # the half that counts last sums the TAIL_SPLIT slabs in K order into acc, zeroes
+        # the counter for the next launch and stores the tile (last[0] = 1)
+        last[0] = 1
+        if piece[3] >= 0:
+            H.splitk_publish(WS, piece[4], piece[3], consumer * HALF, acc, ACC_REGS, tid_in_wg)
+            T.cuda.warpgroup_sync(1 + consumer)  # every slab store before the count
+            if tid_in_wg == 0:
+                H.splitk_count_arrival(arrivals, consumer,
+                                       CNT.ptr_to([piece[3] * NUM_CONSUMERS + consumer]))
+            T.cuda.warpgroup_sync(1 + consumer)  # the count (and acquire) to all
+            last[0] = 0
+            if H.splitk_is_last(arrivals, consumer, TAIL_SPLIT):
+                last[0] = 1
+                H.splitk_reduce_slabs(WS, piece[3], consumer * HALF, acc, ACC_REGS,
+                                      TAIL_SPLIT, TAIL_IN_FLIGHT, tid_in_wg)
+                if tid_in_wg == 0:
+                    CNT[piece[3] * NUM_CONSUMERS + consumer] = 0
+
+    @T.inline
+    def body(A, B, D, routing, S, Bias, WS, CNT):
+        # the kernel; S (ROW_SCALE), Bias (BIAS), WS and CNT (TAIL_SPLIT) are None where not
+        # asked for
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         if CLUSTER > 1:
@@ -219,6 +303,10 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                                            dtype, layout=D_layout))
         else:
             Dstage = T.meta_var(None)
+        if SPLIT:  # before the walk's tables, which commit the pool
+            arrivals = T.meta_var(pool.alloc((NUM_CONSUMERS,), "int32"))
+        else:
+            arrivals = T.meta_var(None)
         scan, bounds = W.walk_tables(pool, E)
 
         # --- the walk's length, on the device: thread e reads expert e's rows ---
@@ -233,29 +321,39 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             # --- load (producer): one thread, PIPE_DEPTH stages ahead, across units ---
             if tid_in_wg == 0:
                 ring = PipelineState(PIPE_DEPTH, 1)
+                if SPLIT:
+                    plan = T.alloc_local((2,), "int32")
+                    piece = T.alloc_local((5,), "int32")
+                    tail_plan(plan, total)
+                else:
+                    plan = T.meta_var(None)
+                    piece = T.meta_var(None)
                 t: T.int32 = walker
-                while t < total:
-                    W.tile_at(at, scan, bounds, t, E, WALK_TOK, W_TILES, W_BLK, GROUP)
+                while t < units(plan, total):
+                    if SPLIT:
+                        locate(piece, t, plan)
+                    W.tile_at(at, scan, bounds, tile_of(piece, t), E, WALK_TOK, W_TILES, W_BLK,
+                              GROUP)
                     at[1] = at[1] + rank * TOK  # CLUSTER=2: the pair's second token tile
-                    for k in T.serial(K_TILES, annotations=H.ROLLED):
+                    for k in T.serial(steps_of(piece), annotations=H.ROLLED):
                         mma2tma.wait(ring.stage, ring.phase, "producer")
                         if HALVES and SWAP_AB:  # 16-row groups: 8 gate rows, their 8 up rows
                             W.tma_load_gate_up_swap(Asmem, Bsmem, ring.stage, A, B, at,
-                                                    k * BLK_K, tma2mma.ptr(ring.stage), BLK_M,
+                                                    k_at(piece, k), tma2mma.ptr(ring.stage), BLK_M,
                                                     BLK_N, BLK_K, N // 2, MASKED)
                         elif CLUSTER > 1:
                             W.tma_load_unit_multicast(
                                 Asmem[ring.stage, :, :],
                                 Bsmem[ring.stage, rank * B_HALF:(rank + 1) * B_HALF, :], A, B,
-                                at, k * BLK_K, tma2mma.ptr(ring.stage), BLK_M, B_HALF, BLK_K,
+                                at, k_at(piece, k), tma2mma.ptr(ring.stage), BLK_M, B_HALF, BLK_K,
                                 BLK_N, rank, MASKED)
                         elif HALVES:
-                            W.tma_load_gate_up(Asmem, Bsmem, ring.stage, A, B, at, k * BLK_K,
+                            W.tma_load_gate_up(Asmem, Bsmem, ring.stage, A, B, at, k_at(piece, k),
                                                tma2mma.ptr(ring.stage), BLK_M, BLK_N // 2,
                                                BLK_K, N // 2, MASKED)
                         else:
                             W.tma_load_unit(Asmem[ring.stage, :, :], Bsmem[ring.stage, :, :],
-                                            A, B, at, k * BLK_K, tma2mma.ptr(ring.stage),
+                                            A, B, at, k_at(piece, k), tma2mma.ptr(ring.stage),
                                             BLK_M, BLK_N, BLK_K, SWAP_AB, MASKED)
                         ring.advance()
                     t = t + POOL
@@ -274,11 +372,23 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             ring = PipelineState(PIPE_DEPTH, 0)
             held: T.int32 = 0      # stage of the slice whose wgmmas may still be running
             pending: T.int32 = 0   # 1 while `packed` holds a tile not yet stored
+            if SPLIT:
+                plan = T.alloc_local((2,), "int32")
+                piece = T.alloc_local((5,), "int32")
+                last = T.alloc_local((1,), "int32")  # 1: this unit's tile is stored now
+                tail_plan(plan, total)
+            else:
+                plan = T.meta_var(None)
+                piece = T.meta_var(None)
+                last = T.meta_var(None)
             u: T.int32 = walker
-            while u < total:
-                W.tile_at(at, scan, bounds, u, E, WALK_TOK, W_TILES, W_BLK, GROUP)
+            while u < units(plan, total):
+                if SPLIT:
+                    locate(piece, u, plan)
+                W.tile_at(at, scan, bounds, tile_of(piece, u), E, WALK_TOK, W_TILES, W_BLK,
+                          GROUP)
                 at[1] = at[1] + rank * TOK
-                for k in T.serial(K_TILES, annotations=H.ROLLED):
+                for k in T.serial(steps_of(piece), annotations=H.ROLLED):
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
                     W.mma_fence()
                     W.wgmma_tile(acc,
@@ -310,26 +420,29 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                 W.mma_wait(0)
                 release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)
-                if ROW_SCALE or BIAS:  # fp32, before the one rounding
-                    W.apply_row_epilogue(acc, S, Bias, at[0], at[3 if SWAP_AB else 1] + row0,
-                                         at[1 if SWAP_AB else 3], BLK_N, at[2], N, warp_id,
-                                         lane_id, MASKED, SWAP_AB)
-                if SWAP_AB and FUSE_SWIGLU:  # features at[3] + 32 * consumer.., in fp32
-                    W.store_transposed_swiglu(D, at[0], acc, at[3] + consumer * (W.WGMMA_M // 2),
-                                              at[1], BLK_N, at[2], N // 2, warp_id, lane_id,
-                                              MASKED)
-                elif SWAP_AB:  # D's transpose: weight rows at[3].., tokens at[1]..
-                    W.store_transposed_rows(D, at[0], acc, at[3] + row0, at[1], BLK_N, at[2],
-                                            N, warp_id, lane_id, MASKED)
-                else:
-                    if FUSE_SWIGLU:  # acc[: BLK_N / 2] <- silu(gate) * up, D's columns
-                        W.swiglu_fragment(acc, BLK_N, HALVES)
-                    W.pack_fragment(packed, acc, OUT_N // 4, dtype)
-                    pending = 1
-                    for i in T.unroll(4):
-                        prev[i] = at[i]
-                    if FUSE_SWIGLU and not HALVES:
-                        prev[3] = at[3] // 2  # D's first column of the unit
+                if SPLIT:
+                    settle_piece(WS, CNT, arrivals, last, piece, acc, consumer, tid_in_wg)
+                if stores_now(last):  # always, without TAIL_SPLIT
+                    if ROW_SCALE or BIAS:  # fp32, before the one rounding
+                        W.apply_row_epilogue(acc, S, Bias, at[0], at[3 if SWAP_AB else 1] + row0,
+                                             at[1 if SWAP_AB else 3], BLK_N, at[2], N, warp_id,
+                                             lane_id, MASKED, SWAP_AB)
+                    if SWAP_AB and FUSE_SWIGLU:  # features at[3] + 32 * consumer.., in fp32
+                        W.store_transposed_swiglu(D, at[0], acc, at[3] + consumer * (W.WGMMA_M // 2),
+                                                  at[1], BLK_N, at[2], N // 2, warp_id, lane_id,
+                                                  MASKED)
+                    elif SWAP_AB:  # D's transpose: weight rows at[3].., tokens at[1]..
+                        W.store_transposed_rows(D, at[0], acc, at[3] + row0, at[1], BLK_N, at[2],
+                                                N, warp_id, lane_id, MASKED)
+                    else:
+                        if FUSE_SWIGLU:  # acc[: BLK_N / 2] <- silu(gate) * up, D's columns
+                            W.swiglu_fragment(acc, BLK_N, HALVES)
+                        W.pack_fragment(packed, acc, OUT_N // 4, dtype)
+                        pending = 1
+                        for i in T.unroll(4):
+                            prev[i] = at[i]
+                        if FUSE_SWIGLU and not HALVES:
+                            prev[3] = at[3] // 2  # D's first column of the unit
                 u = u + POOL
             if pending == 1:
                 store_unit(D, Dstage, packed, prev, consumer, warp_id, lane_id, tid_in_wg)
@@ -342,30 +455,21 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
             T.cuda.cluster_sync()
 
     S_SHAPE = (E, M_DIM) if MASKED else (M_DIM,)
-    if ROW_SCALE and BIAS:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
-                   scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype)):
-            body(A, B, D, routing, scale, bias)
-    elif ROW_SCALE:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
-                   scale: T.Buffer(S_SHAPE, "float32")):
-            body(A, B, D, routing, scale, None)
-    elif BIAS:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
-                   bias: T.Buffer((E, N), dtype)):
-            body(A, B, D, routing, None, bias)
-    else:
-        @T.prim_func
-        def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
-                   D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32")):
-            body(A, B, D, routing, None, None)
 
+    # operands (A, B, D, routing[, scale][, bias][, WS, CNT]): one source, the operands not
+    # asked for dropped (H.without_operand)
+    @T.prim_func
+    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+               D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
+               scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype),
+               WS: T.Buffer((max(TAIL_SPLIT, 1), max(TAIL_TILES, 1), BLK_M * BLK_N), H.ACC_DTYPE),
+               CNT: T.Buffer((max(TAIL_TILES, 1) * NUM_CONSUMERS,), "int32")):
+        body(A, B, D, routing, scale if ROW_SCALE else None, bias if BIAS else None,
+             WS if SPLIT else None, CNT if SPLIT else None)
+
+    for name, used in (("scale", ROW_SCALE), ("bias", BIAS), ("WS", SPLIT), ("CNT", SPLIT)):
+        if not used:
+            kernel = H.without_operand(kernel, name)
     return kernel
 
 

@@ -1,0 +1,99 @@
+"""v14's TAIL_SPLIT (sm_90a) on the CPU: the plan of the last wave's pieces (a Python twin of the
+kernel's tail_plan and locate, checked for cover and slab use at every walk length), the
+builder's refusals and operands, the build (the counter's atomic, no spills), the workspace
+the registry gives, and the study's decision as its records' verdict. On silicon:
+tests/test_gpu_grouped.py (TAIL_SPLIT cases), lab/moe_grouped_gemm."""
+import json
+from pathlib import Path
+
+import pytest
+from support import load_script
+
+from tirx_gemm import registry, splitk
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pieces(total: int, pool: int, S: int, k_tiles: int):
+    """The units of a walk of ``total`` tiles as the kernel's tail_plan and locate compute them:
+    [(unit, tile, first K step, K steps, tail tile j or -1, piece p)]."""
+    tail = total % pool
+    dp, units = total, total
+    if tail > 0 and tail * S <= pool:
+        dp, units = total - tail, total - tail + tail * S
+    out = []
+    for u in range(units):
+        if u < dp:
+            out.append((u, u, 0, k_tiles, -1, 0))
+        else:
+            j, p = divmod(u - dp, S)
+            k0 = p * k_tiles // S
+            out.append((u, dp + j, k0, (p + 1) * k_tiles // S - k0, j, p))
+    return out
+
+
+@pytest.mark.parametrize("S,k_tiles", [(2, 8), (3, 12), (4, 16), (4, 224)])
+def test_every_tile_is_covered_once_and_the_pieces_stay_in_one_wave(S, k_tiles):
+    pool = 132
+    for total in range(0, 3 * pool + 7):
+        units = pieces(total, pool, S, k_tiles)
+        cover = {}
+        for u, tile, k0, steps, j, p in units:
+            assert steps >= k_tiles // S >= 4 or k_tiles < 4 * S
+            cover.setdefault(tile, []).append((k0, steps))
+        assert sorted(cover) == list(range(total))
+        for tile, ranges in cover.items():  # K ranges in order, end to end, all of K
+            ranges.sort()
+            assert ranges[0][0] == 0 and sum(s for _, s in ranges) == k_tiles
+            assert all(a[0] + a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        split = [x for x in units if x[4] >= 0]
+        if split:  # one wave: each piece on its own CTA, slabs and counters in the workspace
+            assert len(split) <= pool and len({u % pool for u, *_ in split}) == len(split)
+            assert max(j for *_, j, _ in split) < pool // S
+            assert len({(j, p) for *_, j, p in split}) == len(split)
+
+
+def test_workspace_specs_size_the_kernels_operands():
+    assert splitk.workspace_specs_v14(0, 4096, 14336, {}) == ()
+    ws = splitk.workspace_specs_v14(0, 4096, 14336, {"TAIL_SPLIT": 4, "BLK_M": 128, "BLK_N": 256})
+    assert ws == (("WS", (4, 33, 128 * 256), "float32"), ("CNT", (66,), "int32"))
+    step = registry.get("v14", "sm_90a")
+    assert step.workspace_specs(0, 1024, 1024, {"TAIL_SPLIT": 3, "SM_COUNT": 130}) == (
+        ("WS", (3, 43, 128 * 128), "float32"), ("CNT", (86,), "int32"))
+
+
+def test_builder_refusals_operands_and_build():
+    pytest.importorskip("tvm")
+    step = registry.get("v14", "sm_90a")
+    for kw, msg in ((dict(TAIL_SPLIT=0), "TAIL_SPLIT=0 must be an int >= 1"),
+                    (dict(TAIL_SPLIT=True), "TAIL_SPLIT=True must be an int"),
+                    (dict(TAIL_SPLIT=2, SWAP_AB=True, BLK_N=16), "cuts plain tiles along K"),
+                    (dict(TAIL_SPLIT=2, BLK_N=200), "BLK_N a multiple of 64"),
+                    (dict(TAIL_SPLIT=4, BLK_N=128), "K=512"),  # 8 K steps: 2 a piece
+                    (dict(TAIL_SPLIT=2, FP8_BLOCK=True, dtype="bfloat16"), "TAIL_SPLIT")):
+        with pytest.raises(ValueError, match=msg) as info:
+            step.build_primfunc(256, 256, 512, **kw)
+        assert "\n" not in str(info.value)
+    f = step.build_primfunc(256, 1024, 1024, BLK_N=256, TAIL_SPLIT=4, ROW_SCALE=True)
+    assert [p.name for p in f.params] == ["A", "B", "D", "routing", "scale", "WS", "CNT"]
+    assert [p.name for p in step.build_primfunc(256, 1024, 1024).params] == ["A", "B", "D", "routing"]
+    from tirx_gemm.compile.api import build
+    r = build("v14", 1024, 1024, 1024, arch="sm_90a", BLK_N=256, TMA_STORE=True, TAIL_SPLIT=4)
+    assert r.spill_stores == 0 and r.spill_loads == 0
+    assert r.sass_counts.get("ATOMG.E.ADD.S32.STRONG.GPU") == 1, r.sass_counts
+    plain = build("v14", 1024, 1024, 1024, arch="sm_90a", BLK_N=256, TMA_STORE=True)
+    assert not any(k.startswith("ATOMG") for k in plain.sass_counts)
+
+
+def test_the_decision_is_the_rule_runs_verdict():
+    """lab/moe_grouped_gemm/tail_split.py on the committed rule run: every result checked, no
+    case over 2% slower, the geomean under 1.01: not adopted, so choose_grouped never asks."""
+    V = load_script("lab/moe_grouped_gemm/tail_split.py")
+    path = ROOT / "lab/moe_grouped_gemm/records/tail_split_rule_h100_bfloat16.jsonl"
+    table = V.rows(json.loads(x) for x in path.read_text().splitlines())
+    assert len(table) == 16 and {row[3] for row in table} == {0, 100}
+    ok, gm, worst = V.verdict(table)
+    assert not ok and gm < V.GEOMEAN and worst <= V.WORST and all(row[-1] for row in table)
+    from tirx_gemm.op.grouped import choose_grouped
+    for rows, E, N, K in ((8192, 8, 4096, 14336), (1024, 8, 28672, 4096), (32768, 256, 4096, 7168)):
+        assert "TAIL_SPLIT" not in choose_grouped(rows, E, N, K, "bfloat16")[1]
