@@ -51,3 +51,18 @@ def test_between_subtracts_the_gap_kernels_time():
     timer = lambda lists: [sum(cost[f] for f in fl) / len(fl) for fl in lists]  # noqa: E731
     kernels, gap_ms = EC._between([[fn(3.0)] * 4, [fn(4.25)] * 4], gap=gap, timer=timer)
     assert kernels == [3.0, 4.25] and gap_ms == 0.5
+
+
+def test_the_decision_is_the_records_verdict():
+    """verdict.py on the committed records: PDL=False alone passes the --between rule on the
+    H100, and fails the back-to-back bar (geomean of the old pick's time over the new one's
+    under 0.98), so the rules keep PDL on the decode kernels of both cards."""
+    from tirx_gemm.op import rules
+    V = load_script("lab/decode_fixed_cost/verdict.py")
+    rows = lambda name: [json.loads(x) for x in (STUDY / "records" / name).read_text().splitlines()]  # noqa: E731
+    table, card = V.tally(rows("fixed_cost_h100.jsonl"))
+    assert card == "h100" and [c for c, t in table.items() if V.passes(t)] == ["PDL=False"]
+    gm, lowest = V.pair(rows("public_decode_pdl_h100.jsonl"))
+    assert gm < 0.98 and lowest >= 0.93
+    for card in ("h100", "h200"):
+        assert rules.choose(1, 896, 896, "bfloat16", card=card)[1]["PDL"] is True
