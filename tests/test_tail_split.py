@@ -15,12 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pieces(total: int, pool: int, S: int, k_tiles: int):
-    """The units of a walk of ``total`` tiles as the kernel's tail_plan and locate compute them:
+    """The units of a walk of ``total`` tiles as the kernel computes them (its plan from
+    splitk.tail_split_plan, the kernel's own text; its locate written out here):
     [(unit, tile, first K step, K steps, tail tile j or -1, piece p)]."""
-    tail = total % pool
-    dp, units = total, total
-    if tail > 0 and tail * S <= pool:
-        dp, units = total - tail, total - tail + tail * S
+    dp, units = splitk.tail_split_plan(total, pool, S)
     out = []
     for u in range(units):
         if u < dp:
@@ -51,6 +49,21 @@ def test_every_tile_is_covered_once_and_the_pieces_stay_in_one_wave(S, k_tiles):
             assert len(split) <= pool and len({u % pool for u, *_ in split}) == len(split)
             assert max(j for *_, j, _ in split) < pool // S
             assert len({(j, p) for *_, j, p in split}) == len(split)
+
+
+def test_the_cut_engages_where_it_is_predicted_to_pay():
+    """tail_split_plan: a tail that fits the pool is cut where the idle share of the last wave,
+    times what the pieces save of a tile, over the walk's waves is at least 1/TAIL_MIN_GAIN."""
+    pool = 132
+    assert splitk.tail_split_plan(1088, pool, 4) == (1056, 1056 + 32 * 4)   # 9 waves, tail 32
+    assert splitk.tail_split_plan(1056, pool, 4) == (1056, 1056)             # no tail
+    assert splitk.tail_split_plan(1090, pool, 4) == (1090, 1090)             # tail 34: 136 > 132
+    assert splitk.tail_split_plan(7952, pool, 4) == (7952, 7952)             # 61 waves: < 2%
+    for total in range(1, 60 * pool):
+        dp, units = splitk.tail_split_plan(total, pool, 4)
+        tail, waves = total % pool, -(-total // pool)
+        gain = (pool - tail) / pool * 3 / 4 / waves
+        assert (units != total) == (0 < tail <= pool // 4 and gain >= 1 / splitk.TAIL_MIN_GAIN)
 
 
 def test_workspace_specs_size_the_kernels_operands():

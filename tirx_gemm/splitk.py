@@ -292,6 +292,24 @@ def workspace_specs_sm90a(M: int, N: int, K: int, kwargs: dict | None = None):
     return workspace_specs(M, N, K, kwargs, arch="sm_90a")
 
 
+TAIL_MIN_GAIN = 50  # v14 TAIL_SPLIT cuts the last wave only where it saves 1/50 of the walk
+
+
+def tail_split_plan(total, pool: int, split: int, ops=streamk.PY):
+    """(data-parallel units, all units) of v14's walk of ``total`` tiles over ``pool`` CTAs
+    with TAIL_SPLIT=``split``: the ``tail = total % pool`` tiles of the last wave are each cut
+    into ``split`` K ranges where they fit the pool (``tail * split <= pool``) and the cut is
+    predicted to save at least 1/TAIL_MIN_GAIN of the walk: the wave's idle share ``(pool -
+    tail) / pool`` times the share of a tile the pieces save, ``(split - 1) / split``, over
+    the walk's waves. Else (total, total). ``ops``: Python's (the tests, the bench) or TIR's
+    (the kernel, where ``total`` is read on the device)."""
+    tail = total % pool
+    waves = (total + pool - 1) // pool
+    on = ops.and_(ops.and_(tail > 0, tail * split <= pool),
+                  TAIL_MIN_GAIN * (pool - tail) * (split - 1) >= pool * split * waves)
+    return ops.select(on, total - tail, total), ops.select(on, total - tail + tail * split, total)
+
+
 def workspace_specs_v14(M: int, N: int, K: int, kwargs: dict | None = None):
     """The extra operands of sm_90a v14 after routing (and its epilogue's operands):
     TAIL_SPLIT=S > 1 cuts each tile of the walk's last wave into S K ranges when the tail

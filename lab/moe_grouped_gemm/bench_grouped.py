@@ -165,7 +165,7 @@ def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
         _, kernel = choose_grouped(rows, E, N, K, str(dtype).removeprefix("torch."))
         fns["tirx"] = [lambda i=i: grouped_mm(a, w_t, offs[i % 3], out=outs["tirx"])
                        for i in range(L)]
-    variant_errors = {}
+    variant_errors, engaged = {}, {}
     for v in variants if tirx else ():  # the pick's keywords with the variant's
         from tirx_gemm.op import grouped as G
         kw = variant_keywords(kernel, v)  # export_bundle's: what the export built
@@ -175,6 +175,11 @@ def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
         except ValueError as exc:  # not in the bundle: said in the record, the rest still run
             variant_errors[name] = str(exc).splitlines()[0][:200]
             continue
+        if kw.get("TAIL_SPLIT", 1) > 1:  # per routing: did the device cut the last wave?
+            from tirx_gemm import splitk
+            tiles = [sum(-(-int(c) // kw["BLK_M"]) for c in cs) * -(-N // kw["BLK_N"]) for cs in counts]
+            engaged[name] = [splitk.tail_split_plan(t, kw["SM_COUNT"], kw["TAIL_SPLIT"])[1] != t
+                             for t in tiles]
         outs[name] = torch.empty(rows, N, device="cuda", dtype=dtype)
         ws = [torch.zeros(shape, dtype=getattr(torch, dt), device="cuda") for _, shape, dt
               in registry.get("v14", "sm_90a").workspace_specs(rows, N, K, kw)]  # TAIL_SPLIT's
@@ -214,6 +219,7 @@ def bench_case(entry, T, dtype, w, spec, tirx, card, variants=()):
            "kernel": kernel, "tirx_error": tirx_error, "routing": spec}
     if variants:
         rec["variant_errors"] = variant_errors
+        rec["tail_split_engaged"] = engaged
     if t["tirx"]:
         rec["ratio_vs_torch_grouped_mm"] = t["torch_grouped_mm"] / t["tirx"] \
             if t["torch_grouped_mm"] else None

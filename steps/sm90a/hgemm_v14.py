@@ -12,6 +12,7 @@ from tvm.backend.cuda.lang import PipelineState, WarpgroupRole
 
 from tirx_gemm import helpers as H
 from tirx_gemm import hopper as W
+from tirx_gemm import splitk, streamk
 
 BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 8, 256
@@ -62,7 +63,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
       gate/up weight of N rows, D (M, N/2) = silu(gate) * up ("halves": gate rows [0, N/2),
       up [N/2, N), two boxes per tile; "interleaved": 8 gate rows, 8 up rows, ...); "halves"
       on swap-AB: 8-row boxes, 8 gate then 8 up rows, a feature's pair 8 fragment rows apart.
-    CLUSTER=2, TAIL_SPLIT=S (not picked; lesson): pair multicast; last-wave tiles cut along K.
+    CLUSTER=2, TAIL_SPLIT=S (lesson): pair multicast; last-wave tiles cut along K where it pays.
     FP8_BLOCK=True (hgemm_v14_fp8_block): e4m3 A, B (uint8), DeepGEMM's block scales SA (M or
       E*M, K/128), SB (E*ceil(N/128), K/128) after routing, promoted per 128-K stage as v13.
     Barriers: v7's ring; the scan's CTA barriers first. Run: ``tirx-gemm build v14 --arch sm_90a``.
@@ -210,14 +211,12 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     # range all of K (the plain functions below then give back the kernel's own expressions)
     @T.inline
     def tail_plan(plan, total):
-        # plan <- (data-parallel units, all units): when the walk's last wave has tail tiles
-        # and tail * TAIL_SPLIT fits the pool, each tail tile is cut into TAIL_SPLIT pieces
-        tail: T.int32 = T.truncmod(total, POOL)
-        plan[0] = total
-        plan[1] = total
-        if T.And(tail > 0, tail * TAIL_SPLIT <= POOL):
-            plan[0] = total - tail
-            plan[1] = total - tail + tail * TAIL_SPLIT
+        # plan <- (data-parallel units, all units): each tile of the walk's last wave cut
+        # into TAIL_SPLIT pieces where they fit the pool and the cut is predicted to pay
+        # (tirx_gemm/splitk.py: tail_split_plan, one text for the kernel and the host)
+        dp, units_all = splitk.tail_split_plan(total, POOL, TAIL_SPLIT, streamk.tir_ops(T))
+        plan[0] = dp
+        plan[1] = units_all
 
     @T.inline
     def locate(piece, u, plan):
