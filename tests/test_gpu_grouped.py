@@ -571,3 +571,27 @@ def test_fp8_refusals_on_cuda_tensors():
     with pytest.raises(ValueError, match="K=192 is not a multiple of 128"):
         grouped_mm(qa[:, :192].contiguous(), qw[:, :, :192].contiguous(), offs,
                    scale_a=sa, scale_b=sw)
+
+
+def test_tail_split_through_the_op(kernels, monkeypatch):
+    """grouped_mm with choose_grouped's TAIL_SPLIT on: the workspace comes from the op (per
+    stream eagerly, fresh under capture), eager and in a CUDA graph replayed with new routing."""
+    from tirx_gemm.op import grouped as G
+    monkeypatch.setattr(G, "TAIL_SPLIT", 4)
+    G.clear_cache()
+    E, N, K, rows = TAIL_CASES[0][:4]
+    assert G.choose_grouped(rows, E, N, K, "bfloat16")[1]["TAIL_SPLIT"] == 4
+    a, w = operands(rows, E, N, K, BF16, seed=12)
+    w_t = w.transpose(1, 2)  # torch's (E, K, N): with N == K the op reads a 3-D weight so
+    offs = routing(rows, E, seed=4, hot=3)
+    out = _serve(lambda: G.grouped_mm(a, w_t, offs))
+    assert rel_err(out, reference(a, w, offs)) < TOL
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        G.grouped_mm(a, w_t, offs, out=out)
+    for seed in (5, 6):
+        offs.copy_(routing(rows, E, seed=seed))
+        g.replay()
+        _sync()
+        assert rel_err(out, reference(a, w, offs)) < TOL
+    G.clear_cache()

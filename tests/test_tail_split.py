@@ -107,6 +107,21 @@ def test_the_decision_is_the_rule_runs_verdict():
     assert len(table) == 16 and {row[3] for row in table} == {0, 100}
     ok, gm, worst = V.verdict(table)
     assert not ok and gm < V.GEOMEAN and worst <= V.WORST and all(row[-1] for row in table)
-    from tirx_gemm.op.grouped import choose_grouped
+    held = ROOT / "lab/moe_grouped_gemm/records/tail_split_heldout_h100_bfloat16.jsonl"
+    ok, gm, worst, cut = V.heldout(json.loads(x) for x in held.read_text().splitlines())
+    assert not ok and cut == 5 and gm < V.HELDOUT_GEOMEAN and worst <= V.WORST
+    from tirx_gemm.op import grouped as G
+    assert G.TAIL_SPLIT == 1
     for rows, E, N, K in ((8192, 8, 4096, 14336), (1024, 8, 28672, 4096), (32768, 256, 4096, 7168)):
-        assert "TAIL_SPLIT" not in choose_grouped(rows, E, N, K, "bfloat16")[1]
+        assert "TAIL_SPLIT" not in G.choose_grouped(rows, E, N, K, "bfloat16")[1]
+
+
+def test_the_switch_puts_it_on_plain_tiles_with_16_k_steps(monkeypatch):
+    """grouped.TAIL_SPLIT > 1 (off by default): plain tiles of at least 16 K steps take it, and
+    explain says so; swap-AB tiles (decode) and shallow K do not."""
+    from tirx_gemm.op import grouped as G
+    monkeypatch.setattr(G, "TAIL_SPLIT", 4)
+    assert G.choose_grouped(8192, 8, 4096, 14336, "bfloat16")[1]["TAIL_SPLIT"] == 4
+    assert "TAIL_SPLIT=4" in G.explain_grouped(8192, 8, 4096, 14336, "bfloat16")
+    assert "TAIL_SPLIT" not in G.choose_grouped(16, 8, 4096, 14336, "bfloat16")[1]   # swap-AB
+    assert "TAIL_SPLIT" not in G.choose_grouped(8192, 8, 4096, 960, "bfloat16")[1]   # 15 steps

@@ -11,6 +11,7 @@ from tirx_gemm.op.keywords import NOMINAL_M
 
 _lock = threading.Lock()
 _kernels: dict = {}
+_workspaces: dict = {}  # (step, arch, N, K, keywords, device index) -> run.workspace.CallWorkspace
 
 
 def gpu(device) -> tuple[str, int]:
@@ -35,7 +36,27 @@ def load(step_id: str, arch: str, N: int, K: int, kwargs: dict):
     return hit
 
 
+def workspace(step_id: str, arch: str, N: int, K: int, kwargs: dict, device):
+    """() for a build without workspace operands, else the operands' CallWorkspace (v14
+    TAIL_SPLIT's slabs and counters, registry.Step.workspace_specs; M does not enter): one set
+    per stream eagerly, fresh per call under graph capture (tirx_gemm.run.workspace), shared by
+    every call of one kernel on one device."""
+    step = registry.get(step_id, arch)
+    if not step.workspace_specs(0, N, K, kwargs):
+        return ()
+    index = device.index if device.index is not None else 0
+    key = (step_id, arch, N, K, tuple(sorted(kwargs.items())), index)
+    with _lock:
+        hit = _workspaces.get(key)
+        if hit is None:
+            from tirx_gemm.run.workspace import CallWorkspace, Workspaces
+            specs = Workspaces(lambda M, n, k: step.workspace_specs(M, n, k, kwargs), True)
+            hit = _workspaces[key] = CallWorkspace(specs, 0, N, K, index)
+    return hit
+
+
 def clear() -> None:
-    """Forget every loaded grouped kernel (after changing the bundle)."""
+    """Forget every loaded grouped kernel and its workspace (after changing the bundle)."""
     with _lock:
         _kernels.clear()
+        _workspaces.clear()

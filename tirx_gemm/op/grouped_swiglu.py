@@ -76,8 +76,9 @@ def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
         step, kw = swiglu_plan(rows, p.E, p.N, p.K, p.dtype, p.layout, arch, sm_count, gate_up)
         kernel = None
         if step is not None:
-            try:
-                kernel, _ = G._load(step, arch, p.N, p.K, kw)
+            try:  # the kernel with its workspace (TAIL_SPLIT's; () without)
+                kernel = (G._load(step, arch, p.N, p.K, kw)[0],
+                          G.GK.workspace(step, arch, p.N, p.K, kw, a.device))
             except (ValueError, RuntimeError):  # not in the bundle and no TVM here
                 kernel = None
         if len(_calls) >= _CALLS_MAX:
@@ -90,7 +91,8 @@ def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
     if G._checking() and not torch.cuda.is_current_stream_capturing():
         G.check_routing(p, offs, counts)
     weight = p.weight if not p.copy and p.weight.is_contiguous() else p.weight.contiguous()
-    call(a, weight, out, G._index(p, offs, counts, a))
+    kernel, ws = call
+    kernel(a, weight, out, G._index(p, offs, counts, a), *(ws if ws.__class__ is tuple else ws.get()))
     if sync:
         from tirx_gemm.op.matmul import synchronize
         synchronize(a.device, what="v14 SWIGLU")
