@@ -293,6 +293,7 @@ def workspace_specs_sm90a(M: int, N: int, K: int, kwargs: dict | None = None):
 
 
 TAIL_MIN_GAIN = 50  # v14 TAIL_SPLIT cuts the last wave only where it saves 1/50 of the walk
+TAIL_MIN_STEPS = 4  # and builds only where a piece has at least this many K steps of 64
 
 
 def tail_split_plan(total, pool: int, split: int, ops=streamk.PY):

@@ -18,7 +18,6 @@ BLK_MS = (64, 128)            # one or two consumer warpgroups of 64 rows
 BLK_N_STEP, BLK_N_MAX = 8, 256
 AUTO_DEPTH_MAX = 16           # v12's: a decode tile's stage is small, keep many in flight
 PAIR = 2                      # CLUSTER=2: CTAs of a pair sharing the weight tile (off by default)
-TAIL_MIN_STEPS = 4            # TAIL_SPLIT: K steps (of 64) a piece of a last-wave tile has at least
 TAIL_IN_FLIGHT = 8            # TAIL_SPLIT: slab chunks (4 floats) a reducing thread loads at once
 
 
@@ -154,10 +153,10 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
                          f"the last wave; 1: none)")
     SPLIT = TAIL_SPLIT > 1
     if SPLIT and (SWAP_AB or CLUSTER > 1 or STORE_STEPS > 1 or BLK_N % 64
-                  or K_TILES < TAIL_SPLIT * TAIL_MIN_STEPS):
+                  or K_TILES < TAIL_SPLIT * splitk.TAIL_MIN_STEPS):
         raise ValueError(f"TAIL_SPLIT={TAIL_SPLIT} cuts plain tiles along K: no SWAP_AB, "
                          f"CLUSTER or STORE_STEPS, BLK_N a multiple of 64, and K at least "
-                         f"{TAIL_SPLIT * TAIL_MIN_STEPS * BLK_K} ({TAIL_MIN_STEPS} K steps of "
+                         f"{TAIL_SPLIT * splitk.TAIL_MIN_STEPS * BLK_K} ({splitk.TAIL_MIN_STEPS} K steps of "
                          f"{BLK_K} a piece), got K={K}")
     TAIL_TILES = POOL // TAIL_SPLIT  # last-wave tiles that can be split (tail * S <= POOL)
     HALF = W.WGMMA_M * BLK_N         # floats of one consumer's half of a slab

@@ -56,7 +56,7 @@ import threading
 from typing import NamedTuple
 
 from tirx_gemm import epilogue as EPI
-from tirx_gemm import registry, settings, spec
+from tirx_gemm import registry, settings, spec, splitk
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 from tirx_gemm.op import grouped_epilogue as GE
@@ -175,10 +175,12 @@ def choose_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
             lines.append("TMA_STORE: 64-row blocks inside their expert go out by TMA store "
                          "(faster than guarded stores at every 128x256 case timed: "
                          "lab/moe_grouped_gemm)")
-        if TAIL_SPLIT > 1 and not tile.get("SWAP_AB") and _ceil_div(K, 64) >= 4 * TAIL_SPLIT:
+        if TAIL_SPLIT > 1 and not tile.get("SWAP_AB") \
+                and _ceil_div(K, 64) >= splitk.TAIL_MIN_STEPS * TAIL_SPLIT:
             tile["TAIL_SPLIT"] = TAIL_SPLIT
             lines.append(f"TAIL_SPLIT={TAIL_SPLIT}: the device cuts the last wave's tiles along K "
-                         f"where that saves 2% of the walk or more (lab/moe_grouped_gemm)")
+                         f"where that saves {1 / splitk.TAIL_MIN_GAIN:.0%} of the walk or more "
+                         f"(lab/moe_grouped_gemm)")
     if why is not None:
         why.extend(lines)
     return GROUPED_STEP, {**dtype_kwargs(dtype), "E": E, "LAYOUT": layout, **tile,
@@ -572,7 +574,8 @@ def grouped_mm(a, b, offs=None, *, counts=None, layout: str | None = None, bias=
         weight = weight.contiguous()  # an N-major b: copied at every call (module docstring)
     try:
         kernel(a, weight, out, _index(p, offs, counts, a),
-               *GE.kernel_operands(p, fused, bias, scale), *(ws if ws.__class__ is tuple else ws.get()))
+               *GE.kernel_operands(p, fused, bias, scale),
+               *(ws if ws.__class__ is tuple else ws.get()))
     except Exception as exc:  # the kernel's host code refused an operand: say which
         check_grouped(a, b, offs, counts, layout, bias, scale, out_dtype, out)
         from tirx_gemm.run.errors import KernelLaunchError

@@ -92,7 +92,8 @@ def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
         G.check_routing(p, offs, counts)
     weight = p.weight if not p.copy and p.weight.is_contiguous() else p.weight.contiguous()
     kernel, ws = call
-    kernel(a, weight, out, G._index(p, offs, counts, a), *(ws if ws.__class__ is tuple else ws.get()))
+    kernel(a, weight, out, G._index(p, offs, counts, a),
+           *(ws if ws.__class__ is tuple else ws.get()))
     if sync:
         from tirx_gemm.op.matmul import synchronize
         synchronize(a.device, what="v14 SWIGLU")
