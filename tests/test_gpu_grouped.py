@@ -246,11 +246,12 @@ FUSED_CASES = [
 FUSED_ROWS = 333  # a's rows (contiguous) or rows per expert (masked): partial tiles
 
 
-def fused_kernel_keywords(layout, tile, sm_count=132):
-    """The v14 keywords of a FUSED_CASES case: the op's base keywords with the case's."""
+def fused_kernel_keywords(layout, tile, sm_count=132, shape=None, rows=FUSED_ROWS):
+    """The v14 keywords of a FUSED_CASES case (TAIL_CASES: its own (E, N, K) ``shape`` and
+    ``rows``): the op's base keywords with the case's."""
     from tirx_gemm.op.grouped import choose_grouped
-    E, N, K = SHAPES[0]
-    _, kw = choose_grouped(FUSED_ROWS, E, N, K, "bfloat16", layout, "sm_90a", sm_count)
+    E, N, K = shape or SHAPES[0]
+    _, kw = choose_grouped(rows, E, N, K, "bfloat16", layout, "sm_90a", sm_count)
     kw = {k: v for k, v in kw.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP",
                                                    "TMA_STORE")}
     return {**kw, **tile}
@@ -350,22 +351,14 @@ TAIL_CASES = [
 ]
 
 
-def tail_kernel_keywords(E, N, K, rows, tile, sm_count=132):
-    """The v14 keywords of a TAIL_CASES case: the op's base keywords with the case's."""
-    from tirx_gemm.op.grouped import choose_grouped
-    _, kw = choose_grouped(rows, E, N, K, "bfloat16", "contiguous", "sm_90a", sm_count)
-    kw = {k: v for k, v in kw.items() if k not in ("BLK_M", "BLK_N", "SWAP_AB", "GROUP",
-                                                   "TMA_STORE")}
-    return {**kw, **tile}
-
-
 @pytest.mark.parametrize("E,N,K,rows,hot,tile", TAIL_CASES)
 def test_tail_split_after_whole_waves(kernels, E, N, K, rows, hot, tile):
     """Whole waves, then the tail's pieces: every expert's rows against fp32 torch, counters
     back at zero, the same bits on a second launch."""
     from tirx_gemm.op import grouped as G
     from tirx_gemm.op.operands import _gpu_arch
-    kw = tail_kernel_keywords(E, N, K, rows, tile, _gpu_arch(torch.device("cuda"))[1])
+    sm_count = _gpu_arch(torch.device("cuda"))[1]
+    kw = fused_kernel_keywords("contiguous", tile, sm_count, (E, N, K), rows)
     kernel = _serve(lambda: G._load("v14", "sm_90a", N, K, kw)[0])
     ws = workspace(kw, N, K)
     a, w = operands(rows, E, N, K, BF16, seed=11)

@@ -125,3 +125,13 @@ def test_the_switch_puts_it_on_plain_tiles_with_16_k_steps(monkeypatch):
     assert "TAIL_SPLIT=4" in G.explain_grouped(8192, 8, 4096, 14336, "bfloat16")
     assert "TAIL_SPLIT" not in G.choose_grouped(16, 8, 4096, 14336, "bfloat16")[1]   # swap-AB
     assert "TAIL_SPLIT" not in G.choose_grouped(8192, 8, 4096, 960, "bfloat16")[1]   # 15 steps
+
+
+def test_the_texts_state_the_constants():
+    """The gain bar and the piece floor are written out in the registry's constraints, the card
+    and the lesson and study README: each as the constants in splitk say."""
+    bar, k_min = f"{1 / splitk.TAIL_MIN_GAIN:.0%}", f"K >= {splitk.TAIL_MIN_STEPS * 64} S"
+    assert k_min in registry.get("v14", "sm_90a").constraints
+    assert k_min in (ROOT / "steps/sm90a/hgemm_v14.py").read_text()
+    assert f"saves {bar} or more" in (ROOT / "steps/lessons/v14.md").read_text()
+    assert f"only where that is at least {bar}" in (ROOT / "lab/moe_grouped_gemm/README.md").read_text()

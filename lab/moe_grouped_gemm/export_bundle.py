@@ -89,7 +89,7 @@ def fused_test_cases():
     spec.loader.exec_module(mod)
     E, N, K = mod.SHAPES[0]
     return ([(N, K, mod.fused_kernel_keywords(layout, tile)) for _, layout, tile in mod.FUSED_CASES]
-            + [(n, k, mod.tail_kernel_keywords(e, n, k, rows, tile))
+            + [(n, k, mod.fused_kernel_keywords("contiguous", tile, shape=(e, n, k), rows=rows))
                for e, n, k, rows, _, tile in mod.TAIL_CASES])
 
 

@@ -44,14 +44,13 @@ def workspace(step_id: str, arch: str, N: int, K: int, kwargs: dict, device):
     step = registry.get(step_id, arch)
     if not step.workspace_specs(0, N, K, kwargs):
         return ()
-    index = device.index if device.index is not None else 0
-    key = (step_id, arch, N, K, tuple(sorted(kwargs.items())), index)
+    key = (step_id, arch, N, K, tuple(sorted(kwargs.items())), device.index)
     with _lock:
         hit = _workspaces.get(key)
         if hit is None:
-            from tirx_gemm.run.workspace import CallWorkspace, Workspaces
+            from tirx_gemm.run.workspace import Workspaces
             specs = Workspaces(lambda M, n, k: step.workspace_specs(M, n, k, kwargs), True)
-            hit = _workspaces[key] = CallWorkspace(specs, 0, N, K, index)
+            hit = _workspaces[key] = specs.for_call(0, N, K, device)
     return hit
 
 

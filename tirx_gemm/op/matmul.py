@@ -264,11 +264,7 @@ class _Loaded:
 
     def workspace(self, M: int, N: int, K: int, device):
         """() for a kernel without workspace operands, else the call's CallWorkspace."""
-        if not self.ws.any(M, N, K):
-            return ()
-        from tirx_gemm.run.workspace import CallWorkspace
-        index = device.index if device.index is not None else _torch.cuda.current_device()
-        return CallWorkspace(self.ws, M, N, K, index)
+        return self.ws.for_call(M, N, K, device)
 
 
 def _load(step: registry.Step, mnk, kwargs: dict) -> _Loaded:

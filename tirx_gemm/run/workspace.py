@@ -75,6 +75,16 @@ class Workspaces:
     def any(self, M: int, N: int, K: int) -> bool:
         return bool(self.specs(M, N, K))
 
+    def for_call(self, M: int, N: int, K: int, device):
+        """() where the kernel has no workspace operands at (M, N, K), else a
+        :class:`CallWorkspace` on ``device`` (a torch device; no index: the current one)."""
+        if not self.any(M, N, K):
+            return ()
+        index = device.index
+        if index is None:
+            index = (_torch or _bind()).cuda.current_device()
+        return CallWorkspace(self, M, N, K, index)
+
     def fresh(self, M: int, N: int, K: int, device_index: int) -> tuple:
         """Per-call buffers from the caching allocator on the current stream (counters zeroed,
         scratch uninitialised): what a captured launch uses."""
