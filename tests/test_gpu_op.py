@@ -183,6 +183,37 @@ def test_patch_on_a_small_model():
     assert sum(getattr(m, "fallbacks", 0) for m in model.modules()) == 0
 
 
+# a bias where the decode rule splits K (rule split_bias): Qwen2.5-7B-sized k/v projections
+# at 1, 8 and 32 tokens, a 3B-sized q projection and StarCoder2-7B's c_proj (128-row tiles; the
+# suites decode_split_bias.json and decode_split_bias_check.json of lab/serving_stacks)
+SPLIT_BIAS = ((1, 512, 3584), (8, 512, 3584), (32, 512, 3584), (1, 2048, 2048), (1, 4608, 18432))
+
+
+@pytest.mark.parametrize("M,N,K", SPLIT_BIAS, ids=[f"{m}x{n}x{k}" for m, n, k in SPLIT_BIAS])
+def test_a_bias_on_the_decode_split_matches_torch_and_repeats_its_bits(M, N, K):
+    """matmul(a, w, bias) where the plain GEMM splits K runs that split with the bias (the
+    kernel name says ``_split<S>_bias``): within TOL of F.linear, within the epilogue's
+    tolerance of float64, the same bits on a second call (the reduction's fixed order), and
+    the plain call after it unchanged (the counters back at zero)."""
+    import tirx_gemm.matmul as mm
+    from tirx_gemm import epilogue as E
+    from tirx_gemm.op.rules import explain
+    a, w = _operands(M, N, K, BF16, seed=M + N)
+    b = torch.randn(N, device="cuda", dtype=BF16) * 0.5
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kernel = explain(M, N, K, "bfloat16", "sm_90a", sms, {"BIAS": "bfloat16"}).splitlines()[1]
+    assert "_swap_split" in kernel and kernel.endswith("_bias_kernel"), kernel
+    got = _serve(lambda: mm.matmul(a, w, b))
+    again = _serve(lambda: mm.matmul(a, w, b))
+    assert torch.equal(got, again)
+    assert rel_err(got, F.linear(a, w, b)) < TOL
+    ref = (a.double() @ w.double().t() + b.double()).float().cpu().numpy()
+    res = E.compare_np(got.float().cpu().numpy(), ref, {"BIAS": "bfloat16"}, "bfloat16", K=K)
+    assert res.ok, f"{kernel.split()[-1]}: {res.reason}"
+    plain = _serve(lambda: mm.matmul(a, w))
+    assert rel_err(plain, F.linear(a, w)) < TOL
+
+
 # gelu_tanh's one-MUFU epilogue (v12 ACT_APPROX), matmul's pick for a bf16 gelu_tanh at 128 x 128
 # and 128 x 256 tiles: 4096 x 1024 layers at 512 tokens (128 x 128), 1000 (a ragged last row
 # block) and 2048 (128 x 256)

@@ -455,11 +455,27 @@ def test_a_bias_alone_at_decode_rides_the_plain_swap_ab_kernel():
         assert (forced["BLK_M"], forced["BLK_N"]) == (64, 16) and "SWAP_AB" not in forced
     for mnk, epi, plain_split in (((8, 896, 896), {**bias, "ACT": "silu"}, 1),  # with ACT
                                   ((64, 896, 896), bias, None),   # the persistent swap-AB kernel
-                                  ((8, 896, 4864), bias, 9)):     # a K split (the H100's)
+                                  ((8, 896, 4864), {**bias, "ACT": "gelu"}, 9)):  # split + ACT
         _, plain = rules.choose(*mnk, "bfloat16", "sm_90a", 132, card="h100")
         assert plain["SWAP_AB"] and plain.get("SPLIT_K") == plain_split, (mnk, plain)
         kw = rules.choose(*mnk, "bfloat16", "sm_90a", 132, epi, card="h100")[1]
         assert "SWAP_AB" not in kw and kw["BIAS"] == "bfloat16", (mnk, kw)
+
+
+def test_a_bias_alone_where_decode_splits_k_rides_the_split():
+    """Rule split_bias: a bias alone where the plain GEMM runs the decode rule's swap-AB K
+    split runs that split, the bias added by its reduction (Qwen-sized k/v projections and
+    down projections at 1-32 tokens, both cards); the plain keywords unchanged but the bias."""
+    from tirx_gemm.op import rules
+    bias = {"BIAS": "bfloat16"}
+    for mnk in ((1, 512, 3584), (32, 512, 3584), (8, 896, 4864), (1, 256, 2048)):
+        for card in ("h100", "h200"):
+            _, plain = rules.choose(*mnk, "bfloat16", "sm_90a", 132, card=card)
+            assert plain["SWAP_AB"] and plain["SPLIT_K"] > 1, (mnk, card, plain)
+            why = []
+            step, kw = rules.choose(*mnk, "bfloat16", "sm_90a", 132, bias, why=why, card=card)
+            assert (step, kw) == ("v12", {**plain, **bias}), (mnk, card, kw)
+            assert len(why) == 1 and "[split_bias: lab/serving_stacks]" in why[0], why
 
 
 def test_tall_swap_split_plans():
@@ -554,7 +570,8 @@ def test_every_rule_names_its_study_and_is_reachable():
         for arch in ("sm_90a", "sm_100a"):
             shape = rules.Shape(M, N, K, "bfloat16", arch, 132 if arch == "sm_90a" else 148, {})
             seen |= {r.name for r, _ in rules.walk(shape)[1]}
-    for mnk in ((1000, 4096, 4096), (8, 896, 896)):  # a bias; at decode on the swap-AB kernel
+    for mnk in ((1000, 4096, 4096), (8, 896, 896), (1, 512, 3584)):  # a bias; on the decode
+        # swap-AB kernel; on its K split
         epi = rules.Shape(*mnk, "bfloat16", "sm_90a", 132, {"BIAS": "float16"})
         seen |= {r.name for r, _ in rules.walk(epi)[1]}
     assert seen == set(names) - {"epilogue_on_v10"}  # EPILOGUE_STEP is "v12" (not measured)

@@ -49,6 +49,22 @@ def test_split_kernel_grid_and_operands():
     assert "T.cta_id([128 * ((M + 32 - 1) // 32)])" in rt
 
 
+def test_a_split_kernel_takes_the_bias_after_its_reduction():
+    """SPLIT_K > 1 with a BIAS: the bias is an operand between D and the workspace,
+    read only by the reduction (the units publish plain partial sums), and the swap-AB split
+    reads it along D's columns, the tile's rows."""
+    step = _v12()
+    s = step.build_primfunc(1, 512, 3584, BLK_M=64, BLK_N=8, SWAP_AB=True, SPLIT_K=7,
+                            RUNTIME_M=True, BIAS="bfloat16").script()
+    params = s[s.index("def kernel("):s.index("):", s.index("def kernel("))]
+    assert params.index("D: T.Buffer") < params.index("bias: T.Buffer") < params.index("WS:")
+    assert params.index("WS:") < params.index("CNT:")
+    assert s.count("bias[") >= 1
+    plain = step.build_primfunc(1, 512, 3584, BLK_M=64, BLK_N=8, SWAP_AB=True, SPLIT_K=7,
+                                RUNTIME_M=True).script()
+    assert "bias" not in plain
+
+
 def test_a_short_unit_gets_a_short_ring():
     """SPLIT_K with a static K: the default ring holds no more stages than a unit's K steps
     (two at least), so that several CTAs fit on an SM; the persistent kernel's fills SMEM."""
@@ -65,8 +81,11 @@ def test_a_short_unit_gets_a_short_ring():
 @pytest.mark.parametrize("kw,match", [
     ({"SPLIT_K": 2, "STREAM_K": True}, "SPLIT_K takes no STREAM_K or CLUSTER > 1"),
     ({"SPLIT_K": 2, "CLUSTER": 2}, "SPLIT_K takes no STREAM_K or CLUSTER > 1"),
-    ({"SPLIT_K": 2, "ACT": "relu"}, "takes no fused epilogue or RUNTIME_NK"),
-    ({"SPLIT_K": 2, "RUNTIME_NK": True}, "takes no fused epilogue or RUNTIME_NK"),
+    ({"SPLIT_K": 2, "ACT": "relu"}, "takes a BIAS alone as its epilogue"),
+    ({"SPLIT_K": 2, "BIAS": "bfloat16", "ACT": "silu"}, "takes a BIAS alone as its epilogue"),
+    ({"SPLIT_K": 2, "BIAS": "float32", "OUT_DTYPE": "float32"}, "takes a BIAS alone"),
+    ({"SPLIT_K": 2, "BIAS": "float32", "BIAS_SMEM": True}, "takes a BIAS alone"),
+    ({"SPLIT_K": 2, "RUNTIME_NK": True}, r"takes a BIAS alone as its epilogue \(plain\) and no RUNTIME_NK"),
     ({"SPLIT_K": 0}, "SPLIT_K=0 must be positive"),
     ({"SPLIT_K": 16, "RUNTIME_M": True}, "needs an L2_GROUP that does not divide it"),
     ({"SPLIT_K": 64}, "needs tiles x SPLIT_K <= SM_COUNT"),

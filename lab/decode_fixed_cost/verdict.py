@@ -2,6 +2,7 @@
 
     python lab/decode_fixed_cost/verdict.py records/fixed_cost_h100.jsonl
     python lab/decode_fixed_cost/verdict.py --pair records/public_decode_pdl_h100.jsonl
+    python lab/decode_fixed_cost/verdict.py --max-n 4096 FILE.jsonl [...]   # only cases with N <= 4096
 
 For each changed keyword (a candidate ``pick+KEY=VALUE[+...]``, named by what follows the pick's
 label): in each class (``suite``, ``held_out``), the share of cases where it is at least 2% faster
@@ -71,7 +72,11 @@ def main(argv) -> int:
         print(f"the alternative's time over the pick's: geomean {gm:.3f}; the pick's lowest ratio "
               f"to torch {lowest:.3f}")
         return 0
-    records = [json.loads(line) for p in argv for line in open(p) if line.strip()]
+    max_n = None
+    if argv[:1] == ["--max-n"]:  # a rule's scope: the cases whose weight has at most N rows
+        max_n, argv = int(argv[1]), argv[2:]
+    records = [r for r in (json.loads(line) for p in argv for line in open(p) if line.strip())
+               if max_n is None or r["N"] <= max_n]
     table, card = tally(records)
     for change, by_class in table.items():
         cells = ", ".join(f"{cls}: {faster}/{n} faster by 2%, worst {worst:.3f}x the pick's time"

@@ -53,11 +53,17 @@ MODELS = {
     "llama1b": ("llama", 2048, 8192, 16, 32, 8, 128256, True),
     "qwen7b": ("qwen2", 3584, 18944, 28, 28, 4, 152064, False),
 }
+# configs timed only Linear by Linear (decode_linears.py), never generated: held-out Qwen2.5 sizes
+LINEARS_ONLY = {
+    "qwen1.5b": ("qwen2", 1536, 8960, 28, 12, 2, 151936, True),
+    "qwen3b": ("qwen2", 2048, 11008, 36, 16, 2, 151936, True),
+    "qwen14b": ("qwen2", 5120, 13824, 48, 40, 8, 152064, False),
+}
 
 
 def layer_shapes(name):
     """(N, K, layer, bias) of every Linear of one decoder layer and the LM head."""
-    fam, h, inter, _, heads, kv, vocab, _ = MODELS[name]
+    fam, h, inter, _, heads, kv, vocab, _ = {**MODELS, **LINEARS_ONLY}[name]
     d = h // heads
     bias = fam == "qwen2"
     return [(heads * d, h, "q_proj", bias), (kv * d, h, "k_proj / v_proj", bias),

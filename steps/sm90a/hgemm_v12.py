@@ -65,8 +65,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     Constraints: any M >= 1; N, K multiples of 8 (SWIGLU: B has 2N rows); float16 or
       bfloat16; CLUSTER 1, 2 or 4 (SM_COUNT a multiple; no epilogue or PREFETCH_MAPS; 2:
       BLK_N a multiple of 16); STREAM_K: no CLUSTER > 1 or epilogue; SPLIT_K: no STREAM_K or
-      CLUSTER (S>1: no epilogue or RUNTIME_NK; tiles x S <= SMs); SWAP_TMA: BLK_N % 16 == 0,
-      S = 1; ring plus staging within 227 KiB; setmaxnreg only for BLK_M=128, BLK_N > 128.
+      CLUSTER (S>1: a BIAS alone, on the sums; no RUNTIME_NK; tiles x S <= SMs); SWAP_TMA:
+      BLK_N % 16 == 0, S = 1; ring plus staging within 227 KiB; setmaxnreg only for BLK_M=128, BLK_N > 128.
     Run: ``tirx-gemm run v12 --arch sm_90a --mnk 1024,1024,1024``.
     BIAS_SMEM: a producer warp stages each tile's bias in smem (ring bias_full / bias_empty).
     ACT_APPROX: gelu_tanh with one MUFU (tanh.approx), bfloat16 D only (lab/fused_epilogues).
@@ -170,9 +170,12 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # its simplifier then proves zero at a run-time M (a build error)
             raise ValueError(f"SPLIT_K={SPLIT_K} with RUNTIME_M needs an L2_GROUP that does "
                              f"not divide it, got {L2_GROUP} (splitk.l2_group_for)")
-        if SPLIT_K > 1 and (HAS_EPI or RUNTIME_NK):
-            raise ValueError(f"SPLIT_K={SPLIT_K} takes no fused epilogue or RUNTIME_NK (its "
-                             "reduction stores plain sums; its split of K is fixed at build)")
+        if SPLIT_K > 1 and ((HAS_EPI and not (HAS_BIAS and E.is_plain({**epi, "BIAS": None})))
+                            or BIAS_SMEM or RUNTIME_NK):
+            raise ValueError(f"SPLIT_K={SPLIT_K} takes a BIAS alone as its epilogue ({E.tag(epi)}"
+                             f"{', BIAS_SMEM' if BIAS_SMEM else ''}) and no RUNTIME_NK (its "
+                             "reduction adds the bias to the summed bands; its split of K is "
+                             "fixed at build)")
     S = SPLIT_K or 1                       # K splits per tile (1: none)
     NUM_CONSUMERS = BLK_M // W.WGMMA_M    # consumer warpgroups, 64 rows each
     PRODUCER = NUM_CONSUMERS              # the producer is the last warpgroup
@@ -375,7 +378,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                         + chunk[i])
 
     @T.inline
-    def split_fixup(D, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st, consumer,
+    def split_fixup(D, bias, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st, consumer,
                     tid_in_wg):
         # SPLIT_K > 1, a consumer warpgroup after its unit's K range (v11's "spread"):
         # publish the partial half, count it, wait for all S, sum its band in split order,
@@ -395,6 +398,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             band = T.alloc_local((BAND_ITERS * CHUNK,), H.ACC_DTYPE)
             H.splitk_reduce_band(WS, tile, consumer * HALF, band, q0, q1, S, GROUP,
                                  tid_in_wg, BAND_ITERS)
+            if HAS_BIAS:  # the bias on the sums, before the cast
+                W.epilogue_bias_band(band, bias, q0, q1, m_st, n_st, consumer * W.WGMMA_M,
+                                     ROWS_DIM, COLS_DIM, BAND_ITERS, tid_in_wg, SWAP_AB)
             H.splitk_store_band(D, band, q0, q1, m_st, n_st, consumer * W.WGMMA_M,
                                 ROWS_DIM, COLS_DIM, BAND_ITERS, tid_in_wg, SWAP_AB)
             T.cuda.warpgroup_sync(1 + consumer)  # the half's threads are past their band
@@ -677,7 +683,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                         release(mma2tma, held, tid_in_wg)
                     held = ring.stage
                     ring.advance()
-                if HAS_BIAS:
+                if HAS_BIAS and S == 1:  # (S > 1: the reduction adds it)
                     # the bias loads go out before the last wait, in flight under the last
                     # wgmmas (when they followed it, ptxas spread them through the math
                     # after the wait); the fence (an asm reading and writing each value)
@@ -692,7 +698,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                 release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
                 if S > 1:
-                    split_fixup(D, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st,
+                    split_fixup(D, bias, WS, CNT, arrivals, acc, scheduler, m_tile, m_st, n_st,
                                 consumer, tid_in_wg)
                 if BIAS_SMEM:
                     # --- the fused epilogue, the tile's bias from its shared buffer; then
@@ -704,7 +710,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                     if lane_id == 0:
                         bias_ring.empty.arrive(bring.stage)
                     bring.advance()
-                if HAS_EPI:
+                if HAS_EPI and S == 1:
                     # --- the fused epilogue, on the fp32 accumulators, before the cast ---
                     if SWIGLU_ON:
                         W.epilogue_swiglu(acc, BLK_N)
@@ -827,7 +833,14 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
             # are done: no CTA may exit (releasing its SMEM) before all are
             T.cuda.cluster_sync()
 
-    if S > 1:
+    if S > 1 and BIAS:
+        @T.prim_func
+        def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
+                   D: T.Buffer((M_DIM, N_DIM), dtype), bias: T.Buffer((N_DIM,), BIAS),
+                   WS: T.Buffer((S, WS_TILES, BLK_M * BLK_N), H.ACC_DTYPE),
+                   CNT: T.Buffer((CNT_LEN,), "int32")):
+            gemm(A, B, D, bias, WS, CNT)
+    elif S > 1:
         @T.prim_func
         def kernel(A: T.Buffer((M_DIM, K_DIM), dtype), B: T.Buffer((N_DIM, K_DIM), dtype),
                    D: T.Buffer((M_DIM, N_DIM), dtype),

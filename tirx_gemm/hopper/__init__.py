@@ -78,6 +78,7 @@ from .wgmma import (  # noqa: F401
     tile_bytes, wgmma_name, wgmma_tile)
 from .fused import epilogue_bias_act_smem, load_bias_tile_smem  # noqa: F401 (v12's BIAS_SMEM)
 from .fused import epilogue_bias_act_rows, load_bias_rows  # noqa: F401 (v12's SWAP_AB bias)
+from .fused import epilogue_bias_band  # noqa: F401 (v12's K split: the bias after the sum)
 
 # the list the single hopper.py built, in its order
 __all__ = [

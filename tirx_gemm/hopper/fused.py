@@ -121,6 +121,28 @@ def epilogue_bias_act_rows(acc, n: int, bvals, act):
 
 
 @T.inline
+def epilogue_bias_band(band, bias, q0, q1, m_st, n_st, row_off, ROWS, COLS, BAND_ITERS, tid,
+                       transposed: bool):
+    """v12's K split: the bias added to this thread's reduced chunks of a 64-row half before
+    helpers.splitk_store_band stores them (its element map: chunk q = q0 + tid + 128 i holds
+    rows row_off + 16w + l//4 + 8h, columns 8j + 2(l%4) + e, j = q // 128, t = q % 128 =
+    32w + l). The bias runs along D's columns: the tile's columns, or (``transposed``, swap-AB)
+    its rows; elements past ROWS or COLS get none (they are not stored)."""
+    for i in T.unroll(BAND_ITERS):
+        q = T.meta_var(q0 + i * 128 + tid)
+        if q < q1:
+            t = T.meta_var(q % 128)
+            for h in T.unroll(2):
+                r = T.meta_var(m_st + row_off + t // 32 * 16 + t % 32 // 4 + 8 * h)
+                for e in T.unroll(2):
+                    c = T.meta_var(n_st + q // 128 * 8 + t % 32 % 4 * 2 + e)
+                    at = T.meta_var(r if transposed else c)
+                    band[i * 4 + 2 * h + e] = band[i * 4 + 2 * h + e] + T.if_then_else(
+                        at < (ROWS if transposed else COLS), T.Cast(ACC_DTYPE, bias[at]),
+                        T.float32(0))
+
+
+@T.inline
 def load_bias_tile_smem(bias_s, stage, n: int, bias, col0, N, lane_id):
     """bias_s[stage, c] <- bias[col0 + c] as fp32 (0 past N), c < n: one warp (lane l takes
     c = 32i + l) copies a tile's bias into a shared buffer the consumers' epilogue reads

@@ -510,14 +510,11 @@ def _epilogue_call(a, b, bias, activation, out_dtype, swiglu: bool, step, out, s
         lean = False
     if lean:
         if out is None:
-            out = a.new_empty(call.workspace[0], dtype=call.workspace[1])
+            out = a.new_empty(call.shape[0], dtype=call.shape[1])
         elif out_overlaps(out, a, b, bias):
             check_no_overlap(out, a=a, b=b, bias=bias)
         try:
-            if bias is not None:
-                call.kernel(a, b, out, bias)
-            else:
-                call.kernel(a, b, out)
+            _epilogue_launch(call, a, b, out, bias)
         except Exception as exc:
             _epilogue_checks(a, b, bias, activation, out_dtype, swiglu, out)
             _raise_launch(call, exc)
@@ -575,23 +572,31 @@ def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, 
         step_id, kwargs = choose_epilogue_on(step, M, N, K, dtype, arch, sm_count, epi)
     st = registry.get(step_id, arch)
     loaded = _load(st, (M, N, K), kwargs)
-    # an epilogue call's "workspace" slot holds what the lean path allocates: (shape, dtype)
-    call = _Call(loaded.kernel, ((M, N), res_dtype),
-                 f"{_describe(st, (M, N, K), kwargs)} at M={M}")
+    # an epilogue call's "shape" slot holds what the lean path allocates: (shape, dtype)
+    call = _Call(loaded.kernel, loaded.workspace(M, N, K, a.device),
+                 f"{_describe(st, (M, N, K), kwargs)} at M={M}", ((M, N), res_dtype))
     if key is not None:
         if len(_calls) >= _CALLS_MAX:
             _calls.clear()
         _calls[key] = call
     try:
-        if bias is not None:
-            call.kernel(a, b, out, bias)
-        else:
-            call.kernel(a, b, out)
+        _epilogue_launch(call, a, b, out, bias)
     except Exception as exc:
         _raise_launch(call, exc)
     if sync:
         synchronize(a.device, what=call.label)
     return out
+
+
+def _epilogue_launch(call: _Call, a, b, out, bias) -> None:
+    # the kernel's operands: D, the bias if any, then the workspace (a K split's slabs and
+    # counters: v12 adds the bias to the summed bands)
+    ws = call.workspace
+    ws = ws if ws.__class__ is tuple else ws.get()
+    if bias is not None:
+        call.kernel(a, b, out, bias, *ws)
+    else:
+        call.kernel(a, b, out, *ws)
 
 
 def swiglu(a, w_gate=None, w_up=None, *, fused=None, out_dtype=None, out=None,

@@ -305,14 +305,11 @@ def _plain_v12(s: Shape, p: Plan) -> bool:  # a v12 kernel of a plain GEMM (no e
 
 
 # -- the picks -------------------------------------------------------------------------
-def _swap_bias(s: Shape) -> bool:
-    """Whether a bias alone rides the decode rule's non-persistent swap-AB kernel (SPLIT_K=1),
-    the plain GEMM's pick, with the bias along the fragment's rows (D's columns): exact and
-    faster than the non-swap bias tile at every decode layer timed (lab/serving_stacks)."""
-    if set(s.epi) != {"BIAS"}:  # (first: the plain GEMM's walk asks this rule too)
-        return False
-    kw = s.plain.kw
-    return s.plain.by == "k_split" and kw.get("SWAP_AB", False) and kw["SPLIT_K"] == 1
+def _decode_bias(s: Shape, split: bool) -> bool:
+    """A bias alone rides the plain GEMM's decode swap-AB kernel: the non-persistent one
+    (``split`` False; the bias along D's columns) or the K split (added to the summed bands)."""
+    return (set(s.epi) == {"BIAS"} and s.plain.by == "k_split"  # (epi first: plain's walk asks)
+            and s.plain.kw.get("SWAP_AB", False) and (s.plain.kw["SPLIT_K"] > 1) == split)
 
 
 def _epilogue_tile(s: Shape, by: str) -> Plan:
@@ -469,12 +466,17 @@ RULES: tuple[Rule, ...] = (
          lambda s, p: bool(s.epi) and epilogue_step(s.M, s.kernel_n, s.K, s.epi, s.pool) == V10,
          lambda s, p: Plan(PINGPONG, {**s.base(PINGPONG), **s.epi}, "epilogue_on_v10"),
          lambda s, p: f"a fused epilogue ({E.tag(s.epi)}) on v10's ping-pong (epilogue_step)"),
-    Rule("swap_ab_bias", PICK, "serving_stacks", lambda s, p: _swap_bias(s),
+    Rule("swap_ab_bias", PICK, "serving_stacks", lambda s, p: _decode_bias(s, False),
          lambda s, p: Plan(TILE_MENU, {**s.plain.but(drop=("SHIFT_LAST",)).kw, **s.epi},
                            "swap_ab_bias"),
          lambda s, p: (f"a bias alone ({E.tag(s.epi)}) where the plain GEMM runs the "
                        "non-persistent swap-AB kernel: that kernel (no SHIFT_LAST), the bias "
                        "along its fragment's rows, D's columns")),
+    Rule("split_bias", PICK, "serving_stacks", lambda s, p: _decode_bias(s, True),
+         lambda s, p: Plan(TILE_MENU, {**s.plain.kw, **s.epi}, "split_bias"),
+         lambda s, p: (f"a bias alone ({E.tag(s.epi)}) where the plain GEMM splits K in "
+                       f"{s.plain.kw['SPLIT_K']} with swap-AB tiles: that split, the bias added "
+                       "to the summed bands before the cast")),
     Rule("epilogue_on_v12", PICK, "fused_epilogues",
          lambda s, p: bool(s.epi),
          lambda s, p: _epilogue_tile(s, "epilogue_on_v12"),
