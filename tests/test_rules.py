@@ -160,8 +160,8 @@ def test_split_plans_keep_every_unit_resident_and_a_usable_l2_group():
 
 
 def test_swap_ab_splits_past_decode():
-    """rules.best_wide_swap_split: between the decode token tiles and WIDE_SWAP_MAX_M
-    tokens a split may run swapped tiles holding the tokens in few pieces of a multiple of
+    """cost_model.best_wide_swap_split as the rules call it: between the decode token tiles
+    and WIDE_SWAP_MAX_M tokens a split may run swapped tiles holding the tokens in few pieces of a multiple of
     8 (56 taken as 64); the measured picks (lab/split_k_decode) and the ring rule that keeps 128x256
     units out."""
     from tirx_gemm.op import cost_model as cm, rules
@@ -179,11 +179,11 @@ def test_swap_ab_splits_past_decode():
         assert (kw["BLK_M"], kw["BLK_N"], kw["SPLIT_K"]) == tile, (mnk, kw)
         assert "RUNTIME_NK" not in kw and kw["RUNTIME_M"]
     # a 128x256 unit is no candidate (4 stages): 256x5120x13824 stays data-parallel
-    assert rules.best_wide_swap_split(256, 5120, 13824) is None
+    assert cm.best_wide_swap_split(256, 5120, 13824, 132, rules.SWAP_AB_TILES[-1]) is None
     assert "SPLIT_K" not in mm.choose(256, 5120, 13824, "bfloat16", "sm_90a", 132)[1]
     # outside the range: decode's own rules, and no swapped split past 512 tokens
-    assert rules.best_wide_swap_split(96, 4096, 14336) is None
-    assert rules.best_wide_swap_split(513, 4096, 14336) is None
+    assert cm.best_wide_swap_split(96, 4096, 14336, 132, rules.SWAP_AB_TILES[-1]) is None
+    assert cm.best_wide_swap_split(513, 4096, 14336, 132, rules.SWAP_AB_TILES[-1]) is None
 
 
 def test_ring_stages_is_the_depth_check_pipe_depth_allows():
@@ -464,18 +464,31 @@ def test_a_bias_alone_at_decode_rides_the_plain_swap_ab_kernel():
 
 def test_a_bias_alone_where_decode_splits_k_rides_the_split():
     """Rule split_bias: a bias alone where the plain GEMM runs the decode rule's swap-AB K
-    split runs that split, the bias added by its reduction (Qwen-sized k/v projections and
-    down projections at 1-32 tokens, both cards); the plain keywords unchanged but the bias."""
+    split at K >= SPLIT_BIAS_MIN_K runs that split, the bias added by its reduction (both
+    cards; the plain keywords unchanged but the bias); at a shorter K v12's bias tile stays.
+    The bound is the records' verdict: the first run fails as a whole and passes at K >= 3072,
+    the held-out check run passes (lab/serving_stacks/split_bias_verdict.py)."""
     from tirx_gemm.op import rules
     bias = {"BIAS": "bfloat16"}
-    for mnk in ((1, 512, 3584), (32, 512, 3584), (8, 896, 4864), (1, 256, 2048)):
+    for mnk in ((1, 512, 3584), (32, 512, 3584), (8, 896, 4864), (1, 4608, 18432), (1, 256, 2048)):
         for card in ("h100", "h200"):
             _, plain = rules.choose(*mnk, "bfloat16", "sm_90a", 132, card=card)
             assert plain["SWAP_AB"] and plain["SPLIT_K"] > 1, (mnk, card, plain)
             why = []
             step, kw = rules.choose(*mnk, "bfloat16", "sm_90a", 132, bias, why=why, card=card)
-            assert (step, kw) == ("v12", {**plain, **bias}), (mnk, card, kw)
-            assert len(why) == 1 and "[split_bias: lab/serving_stacks]" in why[0], why
+            if mnk[2] >= rules.SPLIT_BIAS_MIN_K:
+                assert (step, kw) == ("v12", {**plain, **bias}), (mnk, card, kw)
+                assert len(why) == 1 and "[split_bias: lab/serving_stacks]" in why[0], why
+            else:
+                assert "SWAP_AB" not in kw and "[epilogue_on_v12:" in why[0], (mnk, card, why)
+    sys.path.insert(0, str(ROOT / "lab" / "serving_stacks"))
+    import split_bias_verdict as v
+    rec = ROOT / "lab/serving_stacks/records"
+    first = [json.loads(x) for x in (rec / "split_bias_h100.jsonl").read_text().splitlines()]
+    check = [json.loads(x) for x in (rec / "split_bias_check_h100.jsonl").read_text().splitlines()]
+    assert not v.passes(v.tally(first))
+    assert v.passes(v.tally([r for r in first if r["K"] >= rules.SPLIT_BIAS_MIN_K]))
+    assert v.passes(v.tally(check)) and min(r["K"] for r in check) >= rules.SPLIT_BIAS_MIN_K
 
 
 def test_tall_swap_split_plans():
@@ -753,14 +766,39 @@ def test_the_h100_card_runs_short_two_way_decode_splits_unsplit():
     from tirx_gemm.op import cards, rules
     pair = cards.CARDS["h100"].decode_pair_min_k_steps
     assert rules.split_plan(5, 4096, 4096, 132, pair) == (64, 16, True, 1, rules.SWAP_NP_DEPTH)
+    assert rules.split_plan(5, 4096, 4096, 132, pair, 12) == (64, 16, True, 1, 12)
     assert rules.split_plan(5, 4096, 4096) == (64, 8, True, 2, None)           # the H200: 32 steps
     assert rules.split_plan(2, 4096, 14336, 132, pair) == (64, 8, True, 2, None)  # 112 steps
     assert rules.split_plan(5, 1024, 4096, 132, pair)[3] == 8                  # k/v: stays
     assert rules.split_plan(53, 4096, 3584, 132, pair)[3] == 2                 # past 48 tokens
     _, kw = rules.choose(5, 4096, 4096, "bfloat16", card="h100")
-    assert kw["SPLIT_K"] == 1 and kw["PIPE_DEPTH"] == rules.SWAP_NP_DEPTH
+    assert kw["SPLIT_K"] == 1 and kw["PIPE_DEPTH"] == cards.CARDS["h100"].decode_np_deep_ring
     for mnk in ((5, 4096, 4096), (45, 2816, 2048), (2, 4096, 14336), (5, 1024, 4096)):
         assert rules.choose(*mnk, "bfloat16") == rules.choose(*mnk, "bfloat16", card="h200")
+
+
+def test_the_h100_card_deepens_the_decode_ring_where_its_runs_gained():
+    """The H100 card's non-persistent swap-AB kernel takes a 12-stage ring at weights of
+    36-64 tiles of 64 rows (lab/decode_ring_depth: both runs' verdicts pass there), keeps 8
+    at 80 tiles (slower there) and under 36 (not timed); the H200 card keeps 8 throughout.
+    The verdicts are computed from the records: the second rule's scope passes, the first
+    rule (every size) does not."""
+    from tirx_gemm.op import cards, rules
+    assert cards.CARDS["h100"].decode_np_deep_ring == 12 and cards.CARDS["h200"].decode_np_deep_ring is None
+    for (M, N, K), depth in (((1, 3584, 3584), 12), ((8, 2304, 2048), 12), ((40, 4096, 3072), 12),
+                             ((1, 5120, 5120), 8), ((1, 896, 896), 8), ((1, 2048, 2304), None)):
+        kw = rules.choose(M, N, K, "bfloat16", card="h100")[1]
+        assert kw.get("PIPE_DEPTH") == depth, (M, N, K, kw)
+        assert rules.choose(M, N, K, "bfloat16", card="h200")[1].get("PIPE_DEPTH") in (8, None)
+    sys.path.insert(0, str(ROOT / "lab" / "decode_fixed_cost"))
+    import verdict
+    rec = ROOT / "lab/decode_ring_depth/records"
+    for timing in ("between", "b2b"):
+        first = [json.loads(x) for x in (rec / f"ring_depth_{timing}_h100.jsonl").read_text().splitlines()]
+        check = [json.loads(x) for x in (rec / f"ring_depth_check_{timing}_h100.jsonl").read_text().splitlines()]
+        assert not verdict.passes(verdict.tally(first)[0]["PIPE_DEPTH=12"])
+        assert verdict.passes(verdict.tally([r for r in first if r["N"] <= 4096])[0]["PIPE_DEPTH=12"])
+        assert verdict.passes(verdict.tally(check)[0]["PIPE_DEPTH=12"])
 
 
 def test_the_h100_decode_split_verdict_is_computed_from_its_records():

@@ -49,9 +49,10 @@ def tally(records):
 
 
 def passes(by_class) -> bool:
-    """The rule: in every class, all correct, >= 3/4 of the cases 2% faster, none 1% slower."""
+    """The rule: in every class, all correct, >= 3/4 of the cases 2% faster, none 1% slower;
+    a held-out class present (a check run holds only that one)."""
     return all(ok and n and faster >= SHARE * n and worst <= SLOWER
-               for n, faster, worst, ok in by_class.values()) and {"suite", "held_out"} <= set(by_class)
+               for n, faster, worst, ok in by_class.values()) and "held_out" in by_class
 
 
 def pair(records) -> tuple[float, float]:

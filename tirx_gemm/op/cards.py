@@ -41,6 +41,10 @@ class Card:
     # the K steps a unit of a two-way decode split holds at least, at up to
     # rules.SWAP_NP_MAX_M tokens (fewer: the non-persistent swap-AB kernel; lab/split_k_decode)
     decode_pair_min_k_steps: int = 8
+    # the non-persistent swap-AB kernel's ring where the weight has DEEP_RING_TILES tiles of 64
+    # rows (one CTA per SM, at most half the SMs pulling it); None: the rules' SWAP_NP_DEPTH
+    # throughout (lab/decode_ring_depth)
+    decode_np_deep_ring: int | None = None
 
     def line(self) -> str:
         return (f"{self.name}: {self.sms} SMs, {self.l2_bytes / MIB:g} MiB L2, "
@@ -52,8 +56,12 @@ class Card:
 # H200's 4.8, and 50 MB of L2
 CARDS = {
     "h200": Card("NVIDIA H200", 132, 60 * MIB, 4.8),
-    "h100": Card("NVIDIA H100 80GB HBM3", 132, 50 * MIB, 3.35, decode_pair_min_k_steps=48),
+    "h100": Card("NVIDIA H100 80GB HBM3", 132, 50 * MIB, 3.35, decode_pair_min_k_steps=48,
+                 decode_np_deep_ring=12),
 }
+# the tile counts the deeper ring was timed at and won (at 80 it ran slower; fewer than 36 were
+# not timed: lab/decode_ring_depth)
+DEEP_RING_TILES = range(36, 65)
 FITTED_ON = "h200"  # the card the cost model's figures were fitted on (chooser_h200.json)
 
 
@@ -74,8 +82,9 @@ def from_device(index: int | None = None) -> Card | None:
     bandwidth = (known or CARDS[FITTED_ON]).hbm_tb_s
     source = ("device properties; bandwidth from the table" if known else
               f"device properties; bandwidth unknown, {CARDS[FITTED_ON].name}'s assumed")
+    base = known or CARDS[FITTED_ON]
     return Card(props.name, props.multi_processor_count, props.L2_cache_size, bandwidth, source,
-                (known or CARDS[FITTED_ON]).decode_pair_min_k_steps)
+                base.decode_pair_min_k_steps, base.decode_np_deep_ring)
 
 
 def resolve(card: str | Card | None = None) -> Card:

@@ -40,7 +40,8 @@ SWAP_SPLIT_TILES = tuple(t for t in SWAP_AB_TILES if t != 56)
 SWAP_SPLIT_ROWS = 64      # swap-AB split and non-persistent tiles: 64 weight rows
 SWAP_NP_MAX_M = 48        # the non-persistent swap-AB kernel up to this many tokens
 SWAP_NP_MIN_TOKENS = 16   # its token tile at least this wide (8 packs 3 CTAs an SM, slow)
-SWAP_NP_DEPTH = 8         # and its ring this deep
+SWAP_NP_DEPTH = 8         # and its ring this deep (a card may deepen it: cards.Card)
+SPLIT_BIAS_MIN_K = 3072   # a bias rides the decode K split from this K on (rule split_bias)
 # 128-row swap-AB splits where the 64-row grid leaves SMs idle, only with units of at least
 # 48 K steps and 1.5x the CTAs (shorter units ran behind: lab/split_k_decode)
 TALL_SPLIT_MIN_K_STEPS = 48
@@ -58,10 +59,8 @@ DP_SWAP_MIN_M = 128
 SWAP_CLUSTER = 4
 SWAP_CLUSTER_MAX_FILL = 2 / 3
 SWAP_CLUSTER_MAX_CLUSTERS = 30
-# misaligned K rows (not whole 128-byte lines, cost_model.misaligned_rows) double the L2-to-SM
-# traffic: a CTA pair halves B's share of it; clusters of SWAP_CLUSTER along M share the B tile
-# instead where they fit (at most SWAP_CLUSTER_MAX_CLUSTERS, SWAP_CLUSTER row tiles at least):
-# geomean 1.129x the pairs fp16, 1.131x bf16 at 12 misaligned-K shapes on an H100 (lab/cta_clusters)
+# misaligned K rows (cost_model.misaligned_rows): a CTA pair, or clusters of SWAP_CLUSTER along M
+# where they fit, share the B tile (lab/cta_clusters)
 # v10's ping-pong hides each tile's epilogue; with K <= PINGPONG_MAX_K by rule, past it by
 # the model (cost_model.pingpong_band: lab/v10_ping_pong_band)
 PINGPONG_MAX_K = cm.PINGPONG_MAX_K
@@ -112,10 +111,6 @@ def swap_stream_k(M: int, N: int, sm_count: int = SMS_H200) -> bool:
     return tiles is not None and tiles > sm_count and 0 < tiles % sm_count < sm_count / 2
 
 
-def swap_clusters(N: int, rows: int) -> int:
-    return _ceil_div(N, rows * SWAP_CLUSTER)  # clusters along a weight of N rows
-
-
 def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
     """The weight tile (64 or 128 rows) of the persistent swap-AB kernel in clusters of
     SWAP_CLUSTER along the weight, or None where it runs one CTA per tile."""
@@ -124,7 +119,7 @@ def swap_cluster_rows(M: int, N: int, sm_count: int = SMS_H200) -> int | None:
             or last_wave_fill(tiles, sm_count) > SWAP_CLUSTER_MAX_FILL):
         return None
     return next((rows for rows in (64, 128)
-                 if swap_clusters(N, rows) <= SWAP_CLUSTER_MAX_CLUSTERS), None)
+                 if _ceil_div(N, rows * SWAP_CLUSTER) <= SWAP_CLUSTER_MAX_CLUSTERS), None)
 
 
 def wants_pingpong(M: int, N: int, K: int, sm_count: int = SMS_H200) -> bool:
@@ -155,11 +150,6 @@ def dp_swap_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> tuple[int,
     return bm, bn
 
 
-def best_wide_swap_split(M: int, N: int, K: int, sm_count: int = SMS_H200):
-    """cost_model.best_wide_swap_split past the decode token tiles (SWAP_AB_TILES)."""
-    return cm.best_wide_swap_split(M, N, K, sm_count, SWAP_AB_TILES[-1])
-
-
 def misaligned_cluster_tile(M: int, N: int, K: int, sm_count: int = SMS_H200) -> str | None:
     """The one-CTA tile ("BMxBN") that clusters of SWAP_CLUSTER along M run at a misaligned
     K: the model's fastest with at least SWAP_CLUSTER row tiles and at most
@@ -179,10 +169,11 @@ def m_clusters(M: int, N: int, cand: str) -> int:
     return _ceil_div(_ceil_div(M, bm), SWAP_CLUSTER) * _ceil_div(N, bn)
 
 
-def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200, pair_min_steps: int = 8):
-    """v12's SPLIT_K plan, or None: ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH or None)``, S = 1
-    being the non-persistent swap-AB kernel. Every plan keeps tiles x S <= sm_count; a split in
-    two at <= SWAP_NP_MAX_M tokens, units of ``pair_min_steps`` K steps (the card's) or more."""
+def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200, pair_min_steps: int = 8,
+               deep_ring: int | None = None):
+    """v12's SPLIT_K plan, or None: ``(BLK_M, BLK_N, SWAP_AB, S, PIPE_DEPTH or None)``, S = 1 the
+    non-persistent swap-AB kernel (ring ``deep_ring`` deep, the card's, at cards.DEEP_RING_TILES
+    tiles). tiles x S <= sm_count; a split in two at <= SWAP_NP_MAX_M tokens: units >= pair_min_steps."""
     k_tiles = _ceil_div(K, BLK_K)
     swap = swap_ab_tile(M, N, sm_count)
     if swap is not None:  # decode: swap-AB splits, or the non-persistent kernel
@@ -200,12 +191,14 @@ def split_plan(M: int, N: int, K: int, sm_count: int = SMS_H200, pair_min_steps:
             if split >= 2 and tall * split >= TALL_SPLIT_MIN_GAIN * min(tiles, sm_count):
                 return 2 * SWAP_SPLIT_ROWS, tokens, True, split, None
         if M <= SWAP_NP_MAX_M:
-            return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1, SWAP_NP_DEPTH)
+            deep = deep_ring is not None and tiles in cards.DEEP_RING_TILES
+            return (SWAP_SPLIT_ROWS, max(SWAP_NP_MIN_TOKENS, swap[1]), True, 1,
+                    deep_ring if deep else SWAP_NP_DEPTH)
         return None
     # the split model against the data-parallel one (what the rest of the rules go by)
+    wide = cm.best_wide_swap_split(M, N, K, sm_count, SWAP_AB_TILES[-1])  # past decode's tiles
     picks = [(p, swapped) for p, swapped in ((cm.best_split(M, N, K, sm_count), False),
-                                             (best_wide_swap_split(M, N, K, sm_count), True))
-             if p is not None]
+                                             (wide, True)) if p is not None]
     if not picks:
         return None
     best, swapped = min(picks, key=lambda ps: ps[0])
@@ -256,8 +249,9 @@ class Shape:
 
     @cached_property
     def split(self):
-        pair = self.card.decode_pair_min_k_steps
-        return split_plan(self.M, self.N, self.K, self.pool, pair) if self.menu else None
+        c = self.card
+        return (split_plan(self.M, self.N, self.K, self.pool, c.decode_pair_min_k_steps,
+                           c.decode_np_deep_ring) if self.menu else None)
 
     @cached_property
     def m_cluster_tile(self) -> str | None:  # the misaligned-K clusters' tile (or None)
@@ -307,9 +301,11 @@ def _plain_v12(s: Shape, p: Plan) -> bool:  # a v12 kernel of a plain GEMM (no e
 # -- the picks -------------------------------------------------------------------------
 def _decode_bias(s: Shape, split: bool) -> bool:
     """A bias alone rides the plain GEMM's decode swap-AB kernel: the non-persistent one
-    (``split`` False; the bias along D's columns) or the K split (added to the summed bands)."""
+    (``split`` False; the bias along D's columns) or, at K >= SPLIT_BIAS_MIN_K, the K split
+    (added to the summed bands; at a shorter K v12's bias tile ran faster: lab/serving_stacks)."""
     return (set(s.epi) == {"BIAS"} and s.plain.by == "k_split"  # (epi first: plain's walk asks)
-            and s.plain.kw.get("SWAP_AB", False) and (s.plain.kw["SPLIT_K"] > 1) == split)
+            and s.plain.kw.get("SWAP_AB", False) and (s.plain.kw["SPLIT_K"] > 1) == split
+            and (not split or s.K >= SPLIT_BIAS_MIN_K))
 
 
 def _epilogue_tile(s: Shape, by: str) -> Plan:
@@ -327,12 +323,13 @@ def _split(s: Shape, p) -> Plan:
 
 
 def _split_why(s: Shape, p: Plan) -> str:
-    bm, bn, swap, split, _ = s.split
+    bm, bn, swap, split, depth = s.split
     M, N, K, pool = s.M, s.N, s.K, s.pool
     tiles = _ceil_div(N, bm) * _ceil_div(M, bn) if swap else _ceil_div(M, bm) * _ceil_div(N, bn)
     if split == 1:
         return (f"{_count(M, 'token')} <= {SWAP_NP_MAX_M}: the non-persistent swap-AB kernel, "
-                f"one CTA per {bm}-row weight tile and {bn}-token tile ({_count(tiles, 'CTA')})")
+                f"one CTA per {bm}-row weight tile and {bn}-token tile ({_count(tiles, 'CTA')}), "
+                f"a {depth}-stage ring")
     what = (f"swap-AB {bm}-row weight {'tile' if tiles == 1 else 'tiles'} by {bn} tokens"
             if swap else f"{bm}x{bn} {'tile' if tiles == 1 else 'tiles'}")
     t = cm.predict_split(bm, bn, split, M, N, K)
@@ -433,7 +430,7 @@ def _cluster_why(s: Shape, p: Plan) -> str:
             f"{_count(tiles, 'tile')}, the last wave on {s.pool} SMs "
             f"{last_wave_fill(tiles, s.pool):.0%} full (at most {SWAP_CLUSTER_MAX_FILL:.0%}): "
             f"clusters of {SWAP_CLUSTER} along the weight share the token tile "
-            f"({_count(swap_clusters(s.N, p.kw['BLK_M']), 'cluster')}, at most the "
+            f"({_count(_ceil_div(s.N, p.kw['BLK_M'] * SWAP_CLUSTER), 'cluster')}, at most the "
             f"{SWAP_CLUSTER_MAX_CLUSTERS} the H200 holds at once)")
 
 
@@ -474,9 +471,9 @@ RULES: tuple[Rule, ...] = (
                        "along its fragment's rows, D's columns")),
     Rule("split_bias", PICK, "serving_stacks", lambda s, p: _decode_bias(s, True),
          lambda s, p: Plan(TILE_MENU, {**s.plain.kw, **s.epi}, "split_bias"),
-         lambda s, p: (f"a bias alone ({E.tag(s.epi)}) where the plain GEMM splits K in "
-                       f"{s.plain.kw['SPLIT_K']} with swap-AB tiles: that split, the bias added "
-                       "to the summed bands before the cast")),
+         lambda s, p: (f"a bias alone ({E.tag(s.epi)}) where the plain GEMM splits K={s.K} >= "
+                       f"{SPLIT_BIAS_MIN_K} in {s.plain.kw['SPLIT_K']} with swap-AB tiles: that "
+                       "split, the bias added to the summed bands before the cast")),
     Rule("epilogue_on_v12", PICK, "fused_epilogues",
          lambda s, p: bool(s.epi),
          lambda s, p: _epilogue_tile(s, "epilogue_on_v12"),
