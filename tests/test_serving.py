@@ -95,6 +95,8 @@ def cpu_cuda(monkeypatch):
     monkeypatch.setattr(W, "_zeros_on", zeros_on)
     monkeypatch.setattr(W, "_device", lambda index: torch.device("cpu"))
     monkeypatch.setattr(W, "_torch", torch)
+    monkeypatch.setattr(W, "_arenas", {})
+    monkeypatch.setattr(W, "_spent_warned", set())
     return state
 
 
@@ -326,3 +328,53 @@ def test_the_decode_bias_suite_exports_both_sides_of_the_bias_tile_comparison():
                                            {"BIAS": "bfloat16"})[1]
             assert kw.get("SWAP_AB", False) == (step is None) and kw["RUNTIME_NK"], (e, kw)
             assert tuple(sorted(kw.items())) in got, (e.M, e.N, step)
+
+
+def test_captured_launches_take_their_own_zero_counters_from_the_arena(cpu_cuda):
+    """The first eager call makes the device's capture arena (zeroed, off the calling thread);
+    each captured launch's counters are then a slice of it that no other launch gets, aligned,
+    zero, with no fill of their own; the scratch is fresh per launch."""
+    step, kw, ws = _v11()
+    call = W.CallWorkspace(ws, 100, 256, 16384, 0)
+    call.get()
+    arena = W._arenas[0]
+    assert arena.tensor.numel() == W.ARENA_COUNTERS and W.arena_used(0) == 0
+    made = len(cpu_cuda["threads"])
+    cpu_cuda["capturing"] = True
+    one, two = call.get(), call.get()
+    assert len(cpu_cuda["threads"]) == made  # nothing made or filled while capturing
+    (n_cnt,) = [_numel for _, shape, dt in step.workspace_specs(100, 256, 16384, kw)
+                if dt == "int32" for _numel in [W._numel(shape)]]
+    base = arena.tensor.data_ptr()
+    offs = []
+    for got in (one, two):
+        (cnt,) = [t for t in got if not t.is_floating_point()]
+        assert cnt.numel() == n_cnt and int(cnt.abs().sum()) == 0
+        offs.append((cnt.data_ptr() - base) // 4)
+    assert offs[0] % W.ARENA_ALIGN == 0 and offs[1] % W.ARENA_ALIGN == 0
+    assert offs[1] >= offs[0] + n_cnt  # disjoint
+    assert W.arena_used(0) == 2 * (-(-n_cnt // W.ARENA_ALIGN) * W.ARENA_ALIGN)
+    assert one[0].data_ptr() != two[0].data_ptr()  # the scratch: fresh per launch
+
+
+def test_a_spent_arena_falls_back_to_a_zeroed_tensor_and_warns_once(cpu_cuda, monkeypatch):
+    step, kw, ws = _v11()
+    (n_cnt,) = [W._numel(shape) for _, shape, dt in step.workspace_specs(100, 256, 16384, kw)
+                if dt == "int32"]
+    monkeypatch.setattr(W, "ARENA_COUNTERS", -(-n_cnt // W.ARENA_ALIGN) * W.ARENA_ALIGN)
+    call = W.CallWorkspace(ws, 100, 256, 16384, 0)
+    call.get()
+    cpu_cuda["capturing"] = True
+    first = call.get()  # the arena's only slice
+    with pytest.warns(RuntimeWarning, match="counters set aside for captured launches"):
+        second = call.get()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        third = call.get()  # warned once only
+    base = W._arenas[0].tensor
+    for got, inside in ((first, True), (second, False), (third, False)):
+        (cnt,) = [t for t in got if not t.is_floating_point()]
+        assert int(cnt.abs().sum()) == 0
+        assert (base.data_ptr() <= cnt.data_ptr() < base.data_ptr() + 4 * base.numel()) == inside
+

@@ -169,6 +169,39 @@ def test_two_cuda_graphs_share_one_pool():
                 assert rel_err(y, ref(x)) < TOL, f"{shape} replay seed {seed}"
 
 
+def test_a_captured_split_call_replays_its_kernel_alone():
+    """The decode block's split-K GEMM captured in a graph: its counters come from the
+    device's capture arena (run/workspace.py), so a replay launches the tirx kernel and
+    nothing else (no fill), and replays with new inputs match torch, interleaved with eager
+    calls of the same shape (which use their stream's own counters)."""
+    import tirx_gemm.torch_op as op
+    from torch.profiler import ProfilerActivity, profile
+    from tirx_gemm.run import workspace as W
+    torch.manual_seed(5)
+    w = torch.randn(H, INTER, device="cuda", dtype=BF16) / INTER ** 0.5
+    x = torch.randn(1, INTER, device="cuda", dtype=BF16)
+    _serve(lambda: op.matmul(x, w))
+    used = W.arena_used(torch.cuda.current_device())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = op.matmul(x, w)
+    assert W.arena_used(torch.cuda.current_device()) > used
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        g.replay()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert names and all(n.startswith("tirx_") for n in names), names
+    assert any("_split" in n for n in names), names
+    for seed in (6, 7, 8):
+        x.copy_(torch.randn(1, INTER, device="cuda", dtype=BF16, generator=torch.Generator(
+            device="cuda").manual_seed(seed)))
+        g.replay()
+        eager = op.matmul(x, w)
+        _serve(lambda: None)
+        want = F.linear(x, w)
+        assert rel_err(y, want) < TOL and rel_err(eager, want) < TOL, f"seed {seed}"
+
+
 def test_two_streams_overlapping_get_their_own_workspace():
     """The decode block's split-K GEMM queued on two streams at once, many times: each stream
     first sleeps, then writes its input, then calls the op; every output matches torch. A

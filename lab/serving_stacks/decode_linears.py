@@ -14,7 +14,8 @@ bias tile (``matmul(..., step="v12")``: the epilogue rule's model-best one-CTA t
 swap-AB bias kernel (rule swap_ab_bias) replaced at decode; a bundle holds it where its suite lists
 ``"epilogue_steps": ["v12"]`` (suites/decode_bias_tiles.json). --rotate: each call of a graph reads the next of
 enough copies of the weight to hold ROTATE_BYTES (twice an H100's 50 MB L2), as a model's decode step reads
-each layer's weight from HBM; without it one weight is repeated and stays in the L2 where it fits.
+each layer's weight from HBM; without it one weight is repeated and stays in the L2 where it fits. --arena-ab adds
+matmul's call captured without the capture arena of tirx_gemm/run/workspace.py ("tirx fill").
 
     TIRX_GEMM_BUNDLE=B python3 lab/serving_stacks/decode_linears.py --models qwen0.5b --out F.jsonl
 """
@@ -51,6 +52,28 @@ def kernel_names(torch, paths: dict) -> dict:
     return group_by_gaps(ev, list(paths), GAP_S * 1e6 / 2)
 
 
+def without_arena(f, w):
+    """f(w) with the device's capture arena out of reach (run/workspace.py), so that a call
+    captured here zeroes its counters by a fill in the graph; the arena put back after."""
+    import warnings
+    from tirx_gemm.run import workspace as W
+    import torch
+    dev = torch.cuda.current_device()
+    held = W._arenas.get(dev)
+    W._arenas[dev] = W.Arena(torch.empty(0, dtype=torch.int32, device="cuda"))
+    W._spent_warned.add(dev)  # (no warning: this empty arena is the point)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return f(w)
+    finally:
+        if held is not None:
+            W._arenas[dev] = held
+        else:  # none was made yet: the next eager call makes the real one
+            W._arenas.pop(dev, None)
+        W._spent_warned.discard(dev)
+
+
 def group_by_gaps(events, names, gap_us: float) -> dict:
     """(start us, duration us, kernel name) events sorted by start -> {names[i]: the kernels of
     the i-th run of activity, runs split where the GPU idled over ``gap_us``}; every name "?"
@@ -84,6 +107,9 @@ def main() -> int:
     ap.add_argument("--suite", default=None,
                     help="time a suite's shapes (model, layer, M, N, K; a bias where it lists an "
                          "epilogue) instead of --models x --tokens")
+    ap.add_argument("--arena-ab", action="store_true",
+                    help="also matmul's call captured without the capture arena (its counters "
+                         "zeroed by a fill in the graph, as before the arena): 'tirx fill'")
     ap.add_argument("--rotate", action="store_true",
                     help="each call reads the next of ROTATE_BYTES of weight copies (from HBM)")
     ap.add_argument("--out", default=None)
@@ -134,6 +160,8 @@ def main() -> int:
                             print(f"bias tile not run: {str(e).splitlines()[0][:200]}")
                 else:
                     paths = {"F.linear": lambda w: F.linear(a, w), "tirx": lambda w: mm.matmul(a, w)}
+                if args.arena_ab:  # the same call, captured with a fill of its own counters
+                    paths["tirx fill"] = lambda w, f=paths["tirx"]: without_arena(f, w)
                 # each path's calls, the i-th reading weight copy i mod copies
                 seqs = [[(lambda f=f, w=ws[i % copies]: f(w)) for i in range(calls)]
                         for f in paths.values()]

@@ -17,11 +17,17 @@ serving stack, so the rule is one place, here:
   the cudagraph pool not tracked as outputs"); the helper's allocation comes from the ordinary
   caching allocator, and the caller's stream waits for its zero-fill before the kernel.
 * **While the current stream captures a CUDA graph** (``torch.cuda.graph``, reduce-overhead's
-  recording): fresh tensors from the caching allocator on the capturing stream, so in the
-  graph's own pool; the counters zeroed by a captured fill, the scratch left uninitialised (read
-  only after written), both freed when the call returns. A graph therefore holds no buffer that
-  another graph, stream or eager call shares, graphs may share one pool, and replays on any
-  stream are safe. The price is one small fill per replayed launch of a workspace kernel.
+  recording): the scratch a fresh tensor from the caching allocator on the capturing stream, so
+  in the graph's own pool, left uninitialised (read only after written) and freed when the call
+  returns; the counters a slice of the device's capture arena that this captured launch keeps
+  for good. The arena (ARENA_COUNTERS int32 counters a device, a persistent buffer made once,
+  like the eager sets, on the first eager call) is zero when made, and every kernel leaves its
+  counters zero at exit, so a slice is zero at every replay: the graph holds the kernel alone,
+  no fill before it. No two captured launches share a slice, so graphs may share one pool and
+  replay on any stream. (One graph's executable launched on two streams at once would share
+  its slices; CUDA orders the launches of one executable graph.) When the arena is spent, a
+  captured launch zeroes counters of its own from the graph's pool by a captured fill, and
+  the first such capture warns.
 
 Torch is imported when the first workspace is made (the module itself imports only threading).
 """
@@ -30,9 +36,11 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["Workspaces", "CallWorkspace", "capturing"]
+__all__ = ["Workspaces", "CallWorkspace", "capturing", "ARENA_COUNTERS"]
 
 _torch = None
+ARENA_COUNTERS = 1 << 18  # int32 counters a device sets aside for captured launches (1 MiB)
+ARENA_ALIGN = 32          # each captured launch's slice starts at a multiple of 128 bytes
 
 
 def _bind():
@@ -86,12 +94,20 @@ class Workspaces:
         return CallWorkspace(self, M, N, K, index)
 
     def fresh(self, M: int, N: int, K: int, device_index: int) -> tuple:
-        """Per-call buffers from the caching allocator on the current stream (counters zeroed,
-        scratch uninitialised): what a captured launch uses."""
+        """A captured launch's buffers: scratch from the caching allocator on the current
+        stream (uninitialised), counters from the device's capture arena (zero; see the
+        module docstring), or zeroed from the allocator once the arena is spent."""
         torch = _torch or _bind()
         device = _device(device_index)
-        return tuple((torch.zeros if dt.startswith("int") else torch.empty)(
-            shape, dtype=getattr(torch, dt), device=device) for _, shape, dt in self.specs(M, N, K))
+        out = []
+        for _, shape, dt in self.specs(M, N, K):
+            if not dt.startswith("int"):
+                out.append(torch.empty(shape, dtype=getattr(torch, dt), device=device))
+                continue
+            part = _arena_take(device_index, _numel(shape)) if dt == "int32" else None
+            out.append(part.view(shape) if part is not None else
+                       torch.zeros(shape, dtype=getattr(torch, dt), device=device))
+        return tuple(out)
 
     def persistent(self, M: int, N: int, K: int, device_index: int) -> tuple:
         """The buffers of the current stream on ``device_index``, made (or grown) once."""
@@ -111,7 +127,68 @@ class Workspaces:
                                   for h, w in zip(have, specs))
             tensors = aside(lambda: _zeros_on(specs, device_index, stream))
             self._held[key] = (specs, tensors)
-            return tensors
+        _arena_for(device_index, stream)  # made before any capture: every kernel runs eagerly first
+        return tensors
+
+
+def _numel(shape) -> int:
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
+class Arena:
+    """A device's zeroed int32 counters for captured launches: :meth:`take` hands out slices
+    for good (ARENA_ALIGN-aligned), None once the rest is too short."""
+
+    def __init__(self, tensor):
+        self.tensor, self.used = tensor, 0
+
+    def take(self, n: int):
+        size = -(-n // ARENA_ALIGN) * ARENA_ALIGN
+        if self.used + size > self.tensor.numel():
+            return None
+        part = self.tensor[self.used:self.used + n]
+        self.used += size
+        return part
+
+
+_arenas: dict = {}  # device index -> Arena
+_arena_lock = threading.Lock()
+_spent_warned: set = set()
+
+
+def _arena_for(device_index: int, stream) -> Arena:
+    """The device's capture arena, made (zeroed, outside every pool) on first need."""
+    with _arena_lock:
+        arena = _arenas.get(device_index)
+        if arena is None:
+            spec = (("ARENA", (ARENA_COUNTERS,), "int32"),)
+            arena = _arenas[device_index] = Arena(
+                aside(lambda: _zeros_on(spec, device_index, stream))[0])
+        return arena
+
+
+def _arena_take(device_index: int, n: int):
+    """``n`` zero counters of the device's arena for a captured launch, or None (no arena yet,
+    or spent: the caller zeroes its own; the first spent capture warns)."""
+    with _arena_lock:
+        arena = _arenas.get(device_index)
+        part = arena.take(n) if arena is not None else None
+        if part is None and arena is not None and device_index not in _spent_warned:
+            _spent_warned.add(device_index)
+            import warnings
+            warnings.warn(f"tirx_gemm: the {ARENA_COUNTERS} counters set aside for captured "
+                          f"launches on cuda:{device_index} are spent; later captures zero "
+                          f"their counters by a fill in the graph", RuntimeWarning, stacklevel=3)
+        return part
+
+
+def arena_used(device_index: int = 0) -> int:
+    """How many counters of the device's capture arena captured launches hold (0: none yet)."""
+    arena = _arenas.get(device_index)
+    return 0 if arena is None else arena.used
 
 
 def _device(device_index: int):
