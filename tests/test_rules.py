@@ -827,3 +827,15 @@ def test_the_cards_decode_split_floors_are_the_rules_own_constants():
     assert cards.Card.decode_pair_min_k_steps == cm.SPLIT_MIN_K_STEPS
     assert cards.CARDS["h200"].decode_pair_min_k_steps == cm.SPLIT_MIN_K_STEPS
     assert cards.CARDS["h100"].decode_pair_min_k_steps == rules.TALL_SPLIT_MIN_K_STEPS
+
+
+def test_the_studies_state_the_decode_bounds_the_code_holds():
+    """One home per fact: the READMEs that decided split_bias's K bound and the H100 card's
+    deeper ring quote the constants the code holds (a change of one fails here)."""
+    from tirx_gemm.op import cards, rules
+    serving = (ROOT / "lab/serving_stacks/README.md").read_text()
+    assert f"K >= {rules.SPLIT_BIAS_MIN_K}" in serving and "rules.SPLIT_BIAS_MIN_K" in serving
+    ring = (ROOT / "lab/decode_ring_depth/README.md").read_text()
+    tiles = cards.DEEP_RING_TILES
+    assert f"decode_np_deep_ring={cards.CARDS['h100'].decode_np_deep_ring}" in ring
+    assert f"{tiles.start}-{tiles.stop - 1} tiles" in ring and "cards.DEEP_RING_TILES" in ring
