@@ -378,3 +378,22 @@ def test_a_spent_arena_falls_back_to_a_zeroed_tensor_and_warns_once(cpu_cuda, mo
         assert int(cnt.abs().sum()) == 0
         assert (base.data_ptr() <= cnt.data_ptr() < base.data_ptr() + 4 * base.numel()) == inside
 
+
+
+def test_the_capture_arena_verdict_is_the_records_and_the_readme_quotes_it():
+    """lab/serving_stacks/arena_verdict.py over the arena A/B's records passes (the arena
+    stays), and the README quotes its geomean and worst gain and its range as computed."""
+    import json
+    import sys
+    from pathlib import Path
+    ROOT = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(ROOT / "lab" / "serving_stacks"))
+    import arena_verdict as v
+    recs = [json.loads(x) for x in (ROOT / "lab/serving_stacks/records/capture_arena_h100.jsonl")
+            .read_text().splitlines()]
+    gains = [g for _, g in v.gains(recs)]
+    assert len(gains) == 24 and v.passes(recs)
+    text = (ROOT / "lab/serving_stacks/README.md").read_text()
+    quoted = (f"over the arena's was {min(gains):.2f}-{max(gains):.2f}, geomean "
+              f"{v.geomean(gains):.2f}")
+    assert quoted in " ".join(text.split()), quoted
