@@ -38,6 +38,7 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
               BIAS_SMEM: bool = False,
               OUT_DTYPE=None, SWIGLU: bool = False, SWAP_AB: bool = False, CLUSTER: int = 1,
               STREAM_K: bool = False, PDL: bool = False, PDL_TRIGGER: str = "start",
+              PDL_ATTR: bool = True,
               SPLIT_K: int | None = None, PREFETCH_MAPS: bool = False,
               SWAP_TMA: bool = False, TAIL_TMA: bool = False, SHIFT_LAST: bool = False):
     """Step card -- v12, a tile menu.
@@ -54,7 +55,8 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     SPLIT_K=S: a CTA per unit (unit s = K range s of a tile); S>1: v11's "spread" sum.
       STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut in K units of >= 8.
     PDL (tirx_gemm/pdl.py): waits after the prologue, then lets the next launch
-      (PDL_TRIGGER="exit": as CTAs exit). PREFETCH_MAPS: prefetch.tensormap of A's and B's
+      (PDL_TRIGGER="exit": as CTAs exit); PDL_ATTR=False launches it without PDL's attribute
+      (the wait a no-op, the trigger kept: after a kernel that is not ours). PREFETCH_MAPS: prefetch.tensormap of A's and B's
       maps. SHIFT_LAST: a token tile reaching past M starts at M - its width.
     Why: the tile count decides how many SMs work (1024^3: 32 of 132 with v9's 256x256
       pairs, 128 with 128x64); smaller tiles cost bytes per MAC, 2 x (1/BLK_M + 1/BLK_N).
@@ -156,6 +158,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
     if PDL_TRIGGER not in ("start", "exit") or (PDL_TRIGGER != "start" and not PDL):
         raise ValueError(f"PDL_TRIGGER={PDL_TRIGGER!r}: 'start' (the default) or 'exit', the "
                          f"latter with PDL=True only")
+    if PDL_ATTR is not True and (PDL_ATTR is not False or not PDL):
+        raise ValueError(f"PDL_ATTR={PDL_ATTR!r}: True (the default), or False with PDL=True "
+                         f"(launched without the attribute, the body's trigger kept)")
     if not isinstance(STREAM_K, bool):
         raise ValueError(f"STREAM_K={STREAM_K!r} must be True or False")
     if STREAM_K and (CLUSTER != 1 or HAS_EPI):
@@ -870,4 +875,4 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
                    D: T.Buffer((M_DIM, N_DIM), dtype)):
             gemm(A, B, D, None, None, None)
 
-    return P.with_launch(kernel, PDL, CLUSTER)
+    return P.with_launch(kernel, PDL and PDL_ATTR, CLUSTER)

@@ -125,15 +125,17 @@ def cmd_export(args) -> int:
 def suite_requests(path, target: str, arch: str, sm_count: int, keys) -> list[tuple]:
     """suite.export_requests of the suite at ``path`` (None: the packaged one) for each card
     of ``keys`` (tirx_gemm.op.cards.CARDS: each card's picks, planned as if matmul assumed it),
-    each kernel once, in order."""
-    from tirx_gemm.op import cards, suite
+    each kernel once, in order; a kernel with a launch-site twin (tirx_gemm.op.launch_site)
+    is followed by its twin."""
+    from tirx_gemm.op import cards, launch_site, suite
     loaded = suite.load_suite(path)
     out, seen = [], set()
     for key in keys:
         with cards.assuming(key):
             for step, mnk, kwargs in suite.export_requests(loaded, target, arch, sm_count):
-                ident = (step.key, tuple(mnk), tuple(sorted(kwargs.items())))
-                if ident not in seen:
-                    seen.add(ident)
-                    out.append((step, mnk, kwargs))
+                for kw in (kwargs, launch_site.twin_kwargs(step.id, kwargs)):
+                    ident = kw and (step.key, tuple(mnk), tuple(sorted(kw.items())))
+                    if ident and ident not in seen:
+                        seen.add(ident)
+                        out.append((step, mnk, kw))
     return out

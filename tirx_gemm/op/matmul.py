@@ -81,7 +81,7 @@ from tirx_gemm.op.operands import (  # noqa: F401
     check_dense, check_gate_up, check_no_overlap, check_operands, check_step, epilogue_kwargs,
     fuse_gate_up, mark_gate_up, out_overlaps)
 # transposed operands (NN, NT, TN, TT): v15 in place on sm_90a, and the layout-aware explain
-from tirx_gemm.op import layouts as _layouts
+from tirx_gemm.op import launch_site as _site, layouts as _layouts
 
 __all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs", "check_step",
            "synchronize", "choose", "explain", "variants", "step_kwargs", "runtime_m",
@@ -290,12 +290,22 @@ def _load(step: registry.Step, mnk, kwargs: dict) -> _Loaded:
 # --------------------------------------------------------------------------------------
 class _Call:
     """What a call of one (M, N, K, dtype, device, step) needs once validated: the kernel,
-    its workspace (() or a run.workspace.CallWorkspace), a label for errors and the output's
-    shape (M, N)."""
-    __slots__ = ("kernel", "workspace", "label", "shape")
+    its workspace (() or a run.workspace.CallWorkspace), a label for errors, the output's
+    shape (M, N) and the kernel's launch-site twin (op.launch_site; None where none runs)."""
+    __slots__ = ("kernel", "workspace", "label", "shape", "lone")
 
-    def __init__(self, kernel, workspace, label, shape=None):
+    def __init__(self, kernel, workspace, label, shape=None, lone=None):
         self.kernel, self.workspace, self.label, self.shape = kernel, workspace, label, shape
+        self.lone = lone
+
+
+def _twin(step, mnk, kwargs):
+    """The pick's launch-site twin, loaded, where MODE runs one and the bundle has it."""
+    tw = None if _site.MODE == "always" else _site.twin_kwargs(step.id, kwargs)
+    try:
+        return None if tw is None else _load(step, mnk, tw).kernel
+    except ValueError:  # a bundle exported without it: the pick runs
+        return None
 
 
 _calls: dict = {}
@@ -340,7 +350,8 @@ def _first_call(a, b, out, step, key):
     st, kwargs = _pick(M, N, K, dtype, arch, sm_count, step)
     loaded = _load(st, (M, N, K), kwargs)
     call = _Call(loaded.kernel, loaded.workspace(M, N, K, a.device),
-                 f"{_describe(st, (M, N, K), kwargs)} at M={M}", (M, N))
+                 f"{_describe(st, (M, N, K), kwargs)} at M={M}", (M, N),
+                 _twin(st, (M, N, K), kwargs))
     key = key if key is not None else _fast_key(a, b, out, step)
     if key is not None and a.is_cuda:
         if len(_calls) >= _CALLS_MAX:
@@ -350,9 +361,9 @@ def _first_call(a, b, out, step, key):
 
 
 def _launch(call: _Call, a, b, out, sync: bool) -> None:
-    ws = call.workspace
+    ws, k = call.workspace, call.kernel if call.lone is None else _site.kernel(call, a, out)
     try:
-        call.kernel(a, b, out, *(ws if ws.__class__ is tuple else ws.get()))
+        k(a, b, out, *(ws if ws.__class__ is tuple else ws.get()))
     except Exception as exc:
         _refused(call, a, b, out, exc)
     if sync:
@@ -447,9 +458,9 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
                 out = a.new_empty(call.shape)
             elif out_overlaps(out, a, b):
                 check_no_overlap(out, a=a, b=b)
-            ws = call.workspace
+            ws, k = call.workspace, call.kernel if call.lone is None else _site.kernel(call, a, out)
             try:
-                call.kernel(a, b, out, *(ws if ws.__class__ is tuple else ws.get()))
+                k(a, b, out, *(ws if ws.__class__ is tuple else ws.get()))
             except Exception as exc:
                 if _layouts.has_transposed(a, b):  # the kernel's host code refused the view
                     return _transposed(a, b, out, step, sync)
@@ -574,7 +585,8 @@ def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, 
     loaded = _load(st, (M, N, K), kwargs)
     # an epilogue call's "shape" slot holds what the lean path allocates: (shape, dtype)
     call = _Call(loaded.kernel, loaded.workspace(M, N, K, a.device),
-                 f"{_describe(st, (M, N, K), kwargs)} at M={M}", ((M, N), res_dtype))
+                 f"{_describe(st, (M, N, K), kwargs)} at M={M}", ((M, N), res_dtype),
+                 _twin(st, (M, N, K), kwargs))
     if key is not None:
         if len(_calls) >= _CALLS_MAX:
             _calls.clear()
@@ -591,12 +603,12 @@ def _epilogue_first(a, b, bias, activation, out_dtype, swiglu, step, out, sync, 
 def _epilogue_launch(call: _Call, a, b, out, bias) -> None:
     # the kernel's operands: D, the bias if any, then the workspace (a K split's slabs and
     # counters: v12 adds the bias to the summed bands)
-    ws = call.workspace
+    ws, k = call.workspace, call.kernel if call.lone is None else _site.kernel(call, a, out)
     ws = ws if ws.__class__ is tuple else ws.get()
     if bias is not None:
-        call.kernel(a, b, out, bias, *ws)
+        k(a, b, out, bias, *ws)
     else:
-        call.kernel(a, b, out, *ws)
+        k(a, b, out, *ws)
 
 
 def swiglu(a, w_gate=None, w_up=None, *, fused=None, out_dtype=None, out=None,
