@@ -11,6 +11,7 @@ directly).
 --variants FILE: the tile variants bench_grouped.py --variants times at that file's cases.
 --fp8: the fp8 kernels (v14 FP8_BLOCK) of tests/test_gpu_grouped.py's FP8_CASES and of
 bench_grouped_fp8.py's default layers and token counts (FP8_TEST_CALLS, FP8_BENCH).
+--ffi-wheel PYVER: the apache-tvm-ffi wheel for the GPU host's Python too (as tirx-gemm export's).
 --list prints the requests without building. The export adds to the bundle (locked, atomic).
 """
 import argparse
@@ -179,6 +180,8 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--fp8", action="store_true", help="the fp8 kernels (FP8_TEST_CALLS, FP8_BENCH)")
     ap.add_argument("--variants", help="a tile-variants file: its kernels too (needs --suite)")
+    ap.add_argument("--ffi-wheel", metavar="PYVER", help="add the apache-tvm-ffi wheel for this "
+                    "Python (e.g. 3.12) to the bundle")
     args = ap.parse_args(argv)
     reqs = requests(args.suite, args.dtypes, args.tests, fp8=args.fp8)
     if args.variants:
@@ -193,7 +196,8 @@ def main(argv=None) -> int:
     if args.list:
         return 0
     from tirx_gemm.compile.bundle import export
-    export(reqs, Path(args.out), jobs=args.jobs)  # returns the kernel count, not an exit status
+    export(reqs, Path(args.out), jobs=args.jobs,  # returns the kernel count, not an exit status
+           ffi_wheel_python=args.ffi_wheel)
     return 0
 
 
