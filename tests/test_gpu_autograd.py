@@ -520,3 +520,33 @@ def test_compiled_training_step(backend):
     assert abs(loss.item() - want.item()) <= TOL * abs(want.item())
     for name, o, r in zip(("input", "weight", "bias"), ours, ref):
         _close(f"compiled {backend} {name}", o.grad, r.grad)
+
+
+# the bias gradient beside wgrad (tirx_gemm.op.wgrad_dbias, v15's WGRAD_DBIAS): the saved-z path
+# (gelu) and a Linear with no activation, ragged M, N past one 128-row tile (DBIAS_LAYER)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("act", (None, "gelu"))
+@pytest.mark.parametrize("M", (1, 17, 300, 1000))
+def test_wgrad_dbias_grads(M, act, dtype):
+    """With wgrad_dbias on, wgrad's kernel (built with WGRAD_DBIAS) also gives the bias
+    gradient (the kernel ran, once); every gradient, the bias's first, against torch's at TOL."""
+    from tirx_gemm.op import autograd as AG
+    from tirx_gemm.op import wgrad_dbias as WD
+    N, K = DBIAS_LAYER
+    ours = _leaves((M, K), (N, K), (N,), dtype=dtype, seed=M + 31)
+    ref = _twins(ours)
+    dy = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    ran = []
+    real, default = WD.kernel, WD.ENABLED
+    WD.kernel = lambda *a: ran.append(a[1:4]) or real(*a)
+    WD.ENABLED = True
+    try:
+        AG.matmul(*ours, act).backward(dy)
+    finally:
+        WD.kernel, WD.ENABLED = real, default
+    z = F.linear(*ref)
+    (z if act is None else F.gelu(z)).backward(dy)
+    _sync()
+    assert ran == [(N, K, M)], ran
+    for name, o, r in zip(("bias", "weight", "input"), ours[::-1], ref[::-1]):
+        _close(f"wgrad_dbias {act} {name} M={M}", o.grad, r.grad)

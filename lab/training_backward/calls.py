@@ -78,18 +78,28 @@ def recording():
             y.copy_(_act(z.float(), act))
         return run
 
+    def wgrad_dbias(dtype, N, K, M, device):  # tirx_gemm.op.wgrad_dbias's kernel
+        calls.append(("wgrad_dbias", M, N, K, dtype, None, None, None, "v15"))
+
+        def run(dz, a, db, dbias):
+            db.copy_(dz.float().T @ a.float())
+            dbias.copy_(dz.float().sum(0))
+        return run
+
     from tirx_gemm.op import act_grad as AGR
     from tirx_gemm.op import act_save as AS
+    from tirx_gemm.op import wgrad_dbias as WD
     lib.impl("act_save_mm", AS._run, "CPU")
-    old = AG._arch, AG._gemm_layout, AGR.kernel, AS.kernel
+    old = AG._arch, AG._gemm_layout, AGR.kernel, AS.kernel, WD.kernel
     AG._arch = lambda device: ARCH
     AG._gemm_layout = layout
     AGR.kernel = act_grad
     AS.kernel = act_save
+    WD.kernel = wgrad_dbias
     try:
         yield calls
     finally:
-        AG._arch, AG._gemm_layout, AGR.kernel, AS.kernel = old
+        AG._arch, AG._gemm_layout, AGR.kernel, AS.kernel, WD.kernel = old
         lib._destroy()
 
 
@@ -116,6 +126,10 @@ def requests(calls, sm_count: int = 132):
             from tirx_gemm.op import act_save as AS
             out.extend(r for r in [AS.request(M, N, K, dtype, act, bias_dt, sm_count, ARCH)]
                        if _once(seen, r))
+            continue
+        if op == "wgrad_dbias":  # v15 with WGRAD_DBIAS: wgrad of N x K over M tokens
+            from tirx_gemm.op import wgrad_dbias as WD
+            out.extend(r for r in [WD.request(N, K, M, dtype, sm_count, ARCH)] if _once(seen, r))
             continue
         if op == "layout":  # v15: bias_dt, act, out_dt hold a_mn, b_mn, tune
             out.extend(r for r in [layout_request(M, N, K, dtype, bias_dt, act, sm_count,

@@ -4,11 +4,13 @@ reference kernels; each test's own checks run too, against torch on the CPU), of
 (one training step replayed likewise), of tests/test_layout_step.py (its LAYOUT_CASES in
 the four layouts), of bench.py (its GEMM list) and of bench_act_grad.py. A part of a test
 name replays those tests only: ``--what dbias`` the kernels of the bias-gradient tests
-(act_grad.DBIAS, v15's ACT_GRAD_DBIAS), their forward, dgrad and wgrad included.
+(act_grad.DBIAS, v15's ACT_GRAD_DBIAS), their forward, dgrad and wgrad included;
+``bench_wgrad_dbias`` adds that benchmark's kernels. ``--ffi-wheel 3.12`` puts TVM's FFI wheel
+for the GPU host's Python into the bundle (wheels/).
 
     python lab/training_backward/export.py --out DIR
                                            [--what tests,layouts,curve,bench,bench_act_grad,act_save]
-                                           [--tokens 4096,16384]
+                                           [--tokens 4096,16384] [--ffi-wheel 3.12]
                                            [--dry-run]
 """
 
@@ -97,12 +99,15 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="parallel builds (default 1)")
     ap.add_argument("--what", default="tests,layouts,curve,bench",
                     help="tests | TEST_NAME_PART (those GPU tests only, e.g. dbias), "
-                         "matmul_layouts, layouts, curve, bench, bench_act_grad, act_save")
+                         "matmul_layouts, layouts, curve, bench, bench_act_grad, act_save, "
+                         "bench_wgrad_dbias")
     ap.add_argument("--tokens", default=None, help="bench.py's token counts (default: all)")
+    ap.add_argument("--ffi-wheel", default=None, metavar="PY",
+                    help="add apache-tvm-ffi's wheel for this Python (e.g. 3.12) to the bundle")
     args = ap.parse_args(argv)
     what = args.what.split(",")
     known = {"tests", "layouts", "curve", "bench", "matmul_layouts", "bench_act_grad",
-             "act_save"}
+             "act_save", "bench_wgrad_dbias"}
     rec = replay(_test_module()) if "tests" in what else []
     for part in set(what) - known:
         rec += replay(_test_module(), only=part)
@@ -143,13 +148,17 @@ def main(argv=None) -> int:
     if "act_save" in what:  # v15's ACT_SAVE forwards: the GPU tests' and bench_act_grad's
         import bench_act_grad
         reqs += [r for r in bench_act_grad.save_requests(args.sm_count) if C._once(seen, r)]
+    if "bench_wgrad_dbias" in what:
+        import bench_wgrad_dbias
+        reqs += [r for r in bench_wgrad_dbias.requests(args.sm_count) if C._once(seen, r)]
     print(f"{len(rec)} GEMM calls recorded, {len(reqs)} kernels")
     for st, shape, kw in reqs:
         print(f"  {st.key} {shape} {kw}")
     if args.dry_run:
         return 0
     from tirx_gemm.compile import bundle
-    n = bundle.export(reqs, Path(args.out), jobs=args.jobs, progress=True)
+    n = bundle.export(reqs, Path(args.out), jobs=args.jobs, progress=True,
+                      ffi_wheel_python=args.ffi_wheel)
     print(f"exported {n} kernels to {args.out}")
     return 0
 

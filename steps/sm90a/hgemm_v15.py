@@ -20,7 +20,8 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
               L2_GROUP: int = 8, PRODUCER_REGS: int = 40, CONSUMER_REGS: int = 232,
               RUNTIME_M: bool = False, CLUSTER: int = W.CLUSTER_SIZE, PDL: bool = False,
               RUNTIME_K: bool = False, ACT_GRAD=None, BIAS=False,
-              ACT_GRAD_PREFETCH: bool = False, ACT_SAVE=None, ACT_GRAD_DBIAS: bool = False):
+              ACT_GRAD_PREFETCH: bool = False, ACT_SAVE=None, ACT_GRAD_DBIAS: bool = False,
+              WGRAD_DBIAS: bool = False):
     """Step card -- v15, operand layouts.
 
     Changes from v9: the kernel reads A and B in either major order (A_MAJOR, B_MAJOR in
@@ -38,8 +39,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
       Everything else (roles, barriers, the epilogue, the scheduler) is v9's.
     Speed options (v12's, off by default so the lesson is v9 + the layout): CLUSTER=1, PDL=True,
       RUNTIME_K=True (one wgrad kernel for every token count); the lesson says why.
-    Why: a Linear's backward is two GEMMs on transposed operands (dgrad = dY @ W, wgrad =
-      dY.T @ X); without this a copy of each operand precedes every backward GEMM.
+    Why: a Linear's backward (dgrad = dY @ W, wgrad = dY.T @ X) then copies no operand first.
     Contracts/Barriers: v9's; one expect_tx covers an MN-major load's boxes.
     Constraints: v9's (CLUSTER 1 or 2; PDL with CLUSTER=1), except: M a multiple of 8 when
       A_MAJOR="MN" (A's rows are then M elements: TMA's 16-byte row stride; with RUNTIME_M
@@ -50,6 +50,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
       ACT_GRAD (gelu, gelu_tanh, silu, swiglu): D = DY * act'(A @ B.T + bias), operands A, B,
       D, DY, bias; ACT_GRAD_PREFETCH; ACT_GRAD_DBIAS (with BIAS): + DBP, D's 16-row column sums.
       ACT_SAVE (relu, gelu, gelu_tanh, silu): the forward keeping z: D = act(z), Z = A @ B.T + bias.
+      WGRAD_DBIAS (plain D, RUNTIME_K): + DB, A's fp32 row sums over K (wgrad's A = dz.T: dbias).
     Run: ``tirx-gemm run v15 --arch sm_90a --mnk 4096,4096,4096`` (K-major both: v9's kernel).
     """
     BLK_M, BLK_N, BLK_K = 128, 256, 64   # per CTA, as v7
@@ -76,6 +77,7 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                          f"with ACT_GRAD")
     HL.check_act_save(ACT_SAVE, ACT_GRAD, A_MN, B_MN)
     HL.check_act_grad_dbias(ACT_GRAD_DBIAS, ACT_GRAD, BIAS)
+    HL.check_wgrad_dbias(WGRAD_DBIAS, ACT_GRAD, ACT_SAVE, BIAS, RUNTIME_K)
     if BIAS and ((ACT_GRAD is None and ACT_SAVE is None) or BIAS != dtype):
         raise ValueError(f"BIAS={BIAS!r}: v15 takes a bias only with ACT_GRAD or ACT_SAVE, in "
                          f"the operands' dtype ({dtype!r})")
@@ -92,7 +94,8 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                          f"chunks of a {BLK_N}-column tile (use 1, 2 or 4)")
     W.check_ring_for_wait_one(PIPE_DEPTH)
     H.check_pipe_depth(PIPE_DEPTH, A_STAGE_BYTES + B_STAGE_BYTES,
-                       NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS))
+                       NUM_CONSUMERS * EPI_BUFS * W.tile_bytes(W.WGMMA_M, W.EPI_COLS)
+                       + (HL.ONES_BYTES if WGRAD_DBIAS else 0))
     H.check_positive_ints(SM_COUNT=SM_COUNT, L2_GROUP=L2_GROUP)
     if CLUSTER > 1:
         W.check_cluster_pool(SM_COUNT)
@@ -123,9 +126,9 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                 mma2tma.arrive(stage)
 
     # the kernel body; DY and bias are None without ACT_GRAD and BIAS (no such operands), Z
-    # without ACT_SAVE, DBP without ACT_GRAD_DBIAS
+    # without ACT_SAVE, DBP without ACT_GRAD_DBIAS, DB without WGRAD_DBIAS
     @T.inline
-    def gemm(A, B, D, DY, bias, Z=None, DBP=None):
+    def gemm(A, B, D, DY, bias, Z=None, DBP=None, DB=None):
         T.device_entry()
         bx = T.cta_id([SM_COUNT])
         if CLUSTER > 1:
@@ -155,12 +158,16 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
         Bsmem = pool.alloc(B_SMEM, dtype, layout=B_layout)
         Dstage = pool.alloc((NUM_CONSUMERS, EPI_BUFS, W.WGMMA_M, W.EPI_COLS), dtype,
                             layout=D_layout)
+        if WGRAD_DBIAS:  # the row-sum wgmma's B: ones (HL.fill_ones), 1 KiB on a 1 KiB boundary
+            Ones = pool.alloc(HL.ONES_TILE, dtype)
         pool.commit()
 
         tid_in_wg = T.meta_var(warp_id * 32 + lane_id)
         if wg_id == PRODUCER:
             if tid_in_wg == 0:
                 stages.init()
+            if WGRAD_DBIAS:
+                HL.fill_ones(Ones, tid_in_wg, dtype)
         if CLUSTER > 1:  # the peer signals these barriers: publish the inits cluster-wide
             W.publish_setup_cluster()
         else:
@@ -204,6 +211,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
             packed = T.alloc_local((PACKED_REGS,), "uint32")  # the previous tile, 2 x 16-bit
             desc_a = T.alloc_local((1,), "uint64")
             desc_b = T.alloc_local((1,), "uint64")
+            if WGRAD_DBIAS:  # A's running row sums (tiles of n_idx 0) and the ones tile
+                rs = T.alloc_local((HL.ROWSUM_REGS,), H.ACC_DTYPE)
+                desc_o = T.alloc_local((1,), "uint64")
+                W.encode_desc_major(desc_o, Ones.ptr_to([0, 0]), W.DESC_LBO, W.DESC_SBO)
             W.encode_desc_major(desc_a, Asmem.ptr_to([0] * len(A_SMEM)), A_LBO, A_SBO)
             W.encode_desc_major(desc_b, Bsmem.ptr_to([0] * len(B_SMEM)), B_LBO, B_SBO)
             ring = PipelineState(PIPE_DEPTH, 0)
@@ -220,9 +231,16 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                     # --- compute: 4 k16 slices of m64n256k16, each operand's own k16 step
                     # and transpose bit; k=0 overwrites (scale-d 0) ---
                     W.mma_fence()
-                    W.wgmma_tile_major(acc,
-                                       W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
-                                       + T.Cast("uint64", consumer * W.DESC_M64_STEP),
+                    slice_a = T.meta_var(W.desc_advance(desc_a[0], ring.stage * A_STAGE_BYTES)
+                                         + T.Cast("uint64", consumer * W.DESC_M64_STEP))
+                    # WGRAD_DBIAS: the row sums first, fenced in their branch, so the group's last
+                    # wgmma is D's as without them (ptxas then keeps the wgmmas in flight)
+                    if WGRAD_DBIAS:
+                        if scheduler.n_idx == 0:  # the same A slice against ones: row sums
+                            W.mma_fence()
+                            HL.wgmma_rowsum(rs, slice_a, desc_o[0], k > 0, dtype, A_K16,
+                                            int(A_MN))
+                    W.wgmma_tile_major(acc, slice_a,
                                        W.desc_advance(desc_b[0], ring.stage * B_STAGE_BYTES),
                                        k > 0, 1, BLK_N, dtype, A_K16, B_K16, int(A_MN),
                                        int(B_MN))
@@ -247,6 +265,10 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                 W.mma_wait(0)  # the tile's last slice is done too
                 release(mma2tma, held, tid_in_wg)
                 W.fence_operands(acc, ACC_REGS)  # acc reads below are ordered after the wait
+                if WGRAD_DBIAS:
+                    if scheduler.n_idx == 0:  # A's row sums over all of K: DB, fp32
+                        W.fence_operands(rs, HL.ROWSUM_REGS)
+                        HL.store_rowsums(DB, rs, m_st + row0, M, warp_id, lane_id)
                 # free the accumulators for the next tile's wgmmas: fp32 -> 2 x dtype
                 if ACT_GRAD == HL.SWIGLU_GRAD:  # dg, du of the fused gate/up product
                     HL.epilogue_swiglu_grad(packed, acc, BLK_N, DY, dtype, m_st + row0, n_st,
@@ -302,6 +324,12 @@ def hgemm_v15(M: int, N: int, K: int, dtype: str = "float16", A_MAJOR: str = "K"
                    bias: T.Buffer((N // 2,), "int32"),
                    DBP: T.Buffer(((M + HL.DBIAS_ROWS - 1) // HL.DBIAS_ROWS, N), H.ACC_DTYPE)):
             gemm(A, B, D, DY, bias, None, DBP)
+    elif WGRAD_DBIAS:  # DB: A's row sums, fp32
+        @T.prim_func
+        def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),
+                   B: T.Buffer(W.gmem_shape(N, K, B_MN), dtype),
+                   D: T.Buffer((M, N), dtype), DB: T.Buffer((M,), H.ACC_DTYPE)):
+            gemm(A, B, D, None, None, None, None, DB)
     elif ACT_GRAD is not None and BIAS:
         @T.prim_func
         def kernel(A: T.Buffer(W.gmem_shape(M, K, A_MN), dtype),

@@ -508,3 +508,62 @@ def store_dbias_partials(DBP, packed, n: int, dtype, row0, col0, M, N, warp_id, 
         if T.And(r < M, col < N):
             T.cuda.func_call("tirx_gemm_st_global_f32x2", DBP.ptr_to([r // DBIAS_ROWS, 0]),
                              col, s[0], s[1], source_code=_ST_GLOBAL_F32X2_SRC)
+
+
+# --- the bias gradient beside wgrad (v15's WGRAD_DBIAS) ---
+# wgrad is D = dz.T @ x: A is dz read MN-major, reduced over the tokens, and the bias gradient
+# dz.sum(0) is A @ 1, the row sums of A over K. With WGRAD_DBIAS the tiles of the first column
+# of tiles (n_idx 0) issue, beside each k16 slice's m64n256k16, one m64n8k16 on the same A slice
+# against a tile of ones in SMEM: its 4 accumulators a thread hold the running row sums (all 8
+# columns alike), fp32, reduced over K by the tensor core in k order. No pass over dz after the
+# GEMM, no atomics, the same bits every run. A tile of ones reads as ones in any layout, so the
+# ones tile is one 1 KiB swizzle atom read at the same place by every k16 slice (k step 0).
+ONES_TILE = (8, SWIZZLE_ROW_ELEMS)  # B of the row-sum wgmma: 8 rows (m64n8k16, the narrowest)
+ONES_BYTES = ONES_TILE[0] * ONES_TILE[1] * ELEM_BYTES  # 1 KiB
+ROWSUM_REGS = ONES_TILE[0] // 2  # fp32 accumulators a thread of the m64n8 row-sum wgmma
+
+
+def check_wgrad_dbias(dbias, act_grad, act_save, bias, runtime_k) -> None:
+    """WGRAD_DBIAS: True or False, True only for a plain GEMM (no ACT_GRAD, ACT_SAVE or BIAS:
+    its D is wgrad's, A's row sums the bias's gradient) with K at run time (wgrad's build: with
+    K fixed ptxas serializes the wgmmas around the branch of the row sums); a one-line
+    ValueError otherwise."""
+    if not isinstance(dbias, bool) or (dbias and (act_grad is not None or act_save is not None
+                                                  or bias)):
+        raise ValueError(f"WGRAD_DBIAS={dbias!r}: True or False, True only without ACT_GRAD, "
+                         f"ACT_SAVE and BIAS (A's row sums beside a plain D = A @ B.T; "
+                         f"ACT_GRAD={act_grad!r}, ACT_SAVE={act_save!r}, BIAS={bias!r})")
+    if dbias and runtime_k is not True:
+        raise ValueError("WGRAD_DBIAS=True needs RUNTIME_K=True (wgrad's build; with K fixed "
+                         "ptxas serializes the wgmmas around the row sums' branch)")
+
+
+@T.inline
+def fill_ones(Ones, tid, dtype):
+    # the 128 threads of one warpgroup, once: every element of the ONES_TILE tile <- 1, then
+    # each writer fences its stores into the async proxy (the wgmmas read them after the CTA
+    # barrier of publish_setup)
+    for i in T.unroll(ONES_BYTES // ELEM_BYTES // 128):
+        idx = T.meta_var(tid * (ONES_BYTES // ELEM_BYTES // 128) + i)
+        Ones[idx // ONES_TILE[1], idx % ONES_TILE[1]] = T.Cast(dtype, T.float32(1))
+    T.ptx.fence.proxy.async_.shared__cta()
+
+
+@T.inline
+def wgmma_rowsum(rs, desc_a, desc_ones, accumulate, dtype: str, k_step_a: int, trans_a: int):
+    """rs (ROWSUM_REGS) <- (accumulate: +=) the row sums of the 64-row A slice ``desc_a`` over
+    one 64-wide K step: wgmma_tile_major with n = 8 against the ones tile (k step 0)."""
+    wgmma_tile_major(rs, desc_a, desc_ones, accumulate, 1, ONES_TILE[0], dtype, k_step_a, 0,
+                     trans_a, 0)
+
+
+@T.inline
+def store_rowsums(DB, rs, row0, M, warp_id, lane_id):
+    """DB[r] <- A's row sum of row r (fp32) for warp w's 16 rows of the 64 at row0, r < M: in
+    the m64n8 fragment rs[2h] holds row 16w + l // 4 + 8h (column 2(l % 4), all alike), so
+    the lanes of l % 4 == 0 store two rows each."""
+    if lane_id % 4 == 0:
+        for h in T.unroll(2):
+            r = T.meta_var(row0 + warp_id * 16 + lane_id // 4 + 8 * h)
+            if r < M:
+                DB[r] = rs[2 * h]

@@ -14,8 +14,10 @@ the incoming gradient ``dy`` (M x N), with ``dz = dy * act'(z)``:
   the token count M, accumulated in fp32 by the kernel (a split over tokens, where the chooser
   picks v11, reduces in a fixed order: no atomics, the same bits on every run);
 * **bias** ``dbias = dz.sum(0)`` (torch's reduction, fp32 accumulation, deterministic); with
+  tirx_gemm.op.wgrad_dbias.ENABLED (off by default), where wgrad runs in place on v15, from wgrad's
+  own kernel (a row-sum wgmma beside the product: no pass over dz, every path); else with
   tirx_gemm.op.act_grad.DBIAS on (off by default), where the fused activation gradient runs, the
-  sum of that kernel's 16-row column sums instead (no pass over dz).
+  sum of that kernel's 16-row column sums (no pass over dz).
 
 **Layouts: read in place by v15 (the default on sm_90a), or by copy.** matmul's kernels read
 K-major operands only (each row of A and B contiguous along the reduction dimension).
@@ -85,6 +87,7 @@ import torch
 from tirx_gemm import epilogue as E
 from tirx_gemm.op import act_grad as _AG
 from tirx_gemm.op import act_save as _AS
+from tirx_gemm.op import wgrad_dbias as _WD
 from tirx_gemm.op import torch_op
 from tirx_gemm.op.keywords import ROW_MULTIPLE
 
@@ -276,15 +279,19 @@ def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool, dbias_parts=N
     """(db, dbias) from dz (M x N, a's dtype, contiguous): wgrad on the kernels, fp32
     accumulation over the tokens, into ``main_grad`` in place where the parameter has one.
     ``dbias_parts``: fp32 column sums of dz's row blocks (act_grad.dz_dbias), summed for the
-    bias gradient instead of dz itself."""
-    db = dbias = None
+    bias gradient instead of dz itself; without them, where wgrad_dbias applies, the bias
+    gradient comes from wgrad's kernel."""
+    db = dbias = g = None
     if needs_b:
         mg = _main_grad(b)
         if dz.shape[0] == 0:
             db = None if mg is not None else torch.zeros_like(b)
         elif mg is None and _layout_in_place(dz.device) and _layout_readable(dz) \
                 and _layout_readable(a):
-            db = _in_place(dz, True, a, True)  # dz.T @ a, both read transposed
+            if needs_bias and dbias_parts is None and _WD.applies(dz, a, _arch(dz.device), False):
+                db, g = _WD.wgrad_dbias(dz, a, _traced(dz))  # dz.T @ a and dz.sum(0), one kernel
+            else:
+                db = _in_place(dz, True, a, True)  # dz.T @ a, both read transposed
         else:
             dzt = _k_major_t(dz, ROW_MULTIPLE)   # N x Mp
             at = _k_major_t(a, ROW_MULTIPLE)     # K x Mp
@@ -294,7 +301,8 @@ def _weight_grads(dz, a, b, bias, needs_b: bool, needs_bias: bool, dbias_parts=N
                 db = _gemm(dzt, at)
     if needs_bias:
         mg = _main_grad(bias)
-        g = dz.sum(0, dtype=torch.float32) if dbias_parts is None else dbias_parts.sum(0)
+        if g is None:
+            g = dz.sum(0, dtype=torch.float32) if dbias_parts is None else dbias_parts.sum(0)
         if mg is not None:
             mg.add_(g)
         else:

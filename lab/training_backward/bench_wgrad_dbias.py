@@ -1,0 +1,146 @@
+"""The bias gradient beside wgrad: from wgrad's own kernel, or from a pass over dz after it.
+
+For a Linear with a bias, the weight and bias gradients from dz (M x N) and x (M x K), bf16,
+at the up projections of SUITE (the three models of bench_dbias.py) and HELD_OUT (three MLP
+up projections not measured before), 4096 to 16384 tokens, in one run on one card, each arm
+timed in CUDA graphs (bench.py's ``_time``: GPU time):
+
+* ``wgrad_sum``: what the backward runs by default: wgrad on v15 in place (K at run time),
+  then ``dz.sum(0)`` in fp32 (autograd._weight_grads);
+* ``wgrad_dbias``: v15 built with WGRAD_DBIAS (tirx_gemm.op.wgrad_dbias): db and dbias;
+* ``wgrad_torch``: the peer, ``dz.T @ x`` and ``dz.sum(0)`` in fp32 by torch.
+
+Before timing, a case must be correct: db of the two tirx arms bitwise equal and within 2e-2
+of max |torch's|, dbias within 1e-3 of max |dz.sum(0)| (fp32 sums in another order); a case
+that fails writes a ``what: "error"`` row. Records: one JSON line per (layer, M, arm) with
+ms; the wgrad_dbias row has ``speedup`` (wgrad_sum's time / its own) and ``vs_torch``.
+The rule is stated in this folder's README before the first run.
+
+    python lab/training_backward/bench_wgrad_dbias.py --out F.jsonl [--budget-s 150]
+    python lab/training_backward/bench_wgrad_dbias.py --export DIR   # its kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+# (model, layer, N, K): MLP up projections
+SUITE = (("gpt2_xl", "c_fc", 6400, 1600), ("bert_large", "intermediate", 4096, 1024),
+         ("phi2", "fc1", 10240, 2560))
+HELD_OUT = (("llama3.2_3b", "up", 8192, 3072), ("mistral_7b", "up", 14336, 4096),
+            ("qwen2.5_14b", "up", 13824, 5120))
+TOKENS = (4096, 8192, 16384)
+TOL = 2e-2
+
+
+def requests(sm_count: int = 132) -> list:
+    """The bundle.export requests of both tirx arms' kernels (one each per layer)."""
+    from tirx_gemm.op import wgrad_dbias as WD
+    from calls import layout_request
+    out = []
+    for _model, _layer, N, K in SUITE + HELD_OUT:
+        out.append(layout_request(N, K, TOKENS[0], "bfloat16", True, True, sm_count))
+        out.append(WD.request(N, K, TOKENS[0], "bfloat16", sm_count))
+    return out
+
+
+def _case(torch, B, AG, WD, M, N, K):
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    bf = torch.bfloat16
+    x = torch.randn(M, K, device="cuda", dtype=bf, generator=g)
+    dz = torch.randn(M, N, device="cuda", dtype=bf, generator=g)
+
+    def summed():
+        return AG._in_place(dz, True, x, True), dz.sum(0, dtype=torch.float32)
+
+    def fused():
+        return WD.run(dz, x)
+
+    def peer():
+        return dz.T @ x, dz.sum(0, dtype=torch.float32)
+
+    (db0, s0), (db1, s1), (db2, _) = summed(), fused(), peer()
+    if not torch.equal(db0, db1):
+        raise AssertionError("db differs between the plain and the WGRAD_DBIAS build")
+    err_db = float((db1.float() - db2.float()).abs().max() / db2.float().abs().max())
+    if err_db > TOL:
+        raise AssertionError(f"db off torch's by {err_db:.2e} of max |db|")
+    err = float((s1 - s0).abs().max() / s0.abs().max().clamp_min(1e-30))
+    if err > 1e-3:
+        raise AssertionError(f"bias gradient off by {err:.2e} of max |dz.sum(0)|")
+    times = {w: B._time(f, torch) for w, f in (("wgrad_sum", summed), ("wgrad_dbias", fused),
+                                               ("wgrad_torch", peer))}
+    return times, err, err_db
+
+
+def run(out: Path, budget_s: float) -> int:
+    import torch
+
+    import bench as B
+    from tirx_gemm.op import autograd as AG
+    from tirx_gemm.op import wgrad_dbias as WD
+    card, date = torch.cuda.get_device_name(0), datetime.date.today().isoformat()
+    t_end = time.monotonic() + budget_s
+    n = 0
+    with out.open("a") as f:
+        for M in TOKENS:
+            for cls, layers in (("suite", SUITE), ("held_out", HELD_OUT)):
+                for model, layer, N, K in layers:
+                    if time.monotonic() > t_end:
+                        print(f"budget spent: stopped before {model} {layer} M={M}")
+                        return n
+                    head = {"date": date, "card": card, "class": cls, "model": model,
+                            "layer": layer, "M": M, "N": N, "K": K, "dtype": "bfloat16"}
+                    try:
+                        times, err, err_db = _case(torch, B, AG, WD, M, N, K)
+                        t0, t1, t2 = (times[w][0] for w in ("wgrad_sum", "wgrad_dbias",
+                                                            "wgrad_torch"))
+                        for what, (ms, how) in times.items():
+                            extra = {"speedup": round(t0 / t1, 4), "vs_torch": round(t2 / t1, 4),
+                                     "db_rel_err": err, "dw_rel_err": err_db} \
+                                if what == "wgrad_dbias" else {}
+                            tf = 2 * M * N * K / ms / 1e9
+                            f.write(json.dumps({**head, "what": what, "timing": how,
+                                                "ms": round(ms, 4), "tflops": round(tf, 1),
+                                                **extra}) + "\n")
+                        f.flush()
+                        n += 1
+                        print(f"{cls} {model} {layer} M={M}: sum {t0:.3f} ms, fused {t1:.3f} ms "
+                              f"({t0 / t1:.3f}x), torch {t2:.3f} ms (fused {t2 / t1:.3f}x "
+                              f"torch); db rel err {err:.1e}", flush=True)
+                    except Exception as e:  # noqa: BLE001 (the row says it; the others stand)
+                        why = f"{type(e).__name__}: {str(e)[:300]}"
+                        print(f"{model} {layer} M={M} FAILED: {why}", flush=True)
+                        f.write(json.dumps({**head, "what": "error", "error": why}) + "\n")
+    return n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="records (JSON lines, appended)")
+    ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--export", metavar="DIR", help="export both tirx arms' kernels into DIR")
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args(argv)
+    if a.export:
+        from tirx_gemm.compile import bundle
+        n = bundle.export(requests(), Path(a.export), jobs=a.jobs, progress=True)
+        print(f"exported {n} kernels to {a.export}")
+        return 0
+    if a.out is None:
+        ap.error("--out F.jsonl (or --export DIR)")
+    n = run(a.out, a.budget_s)
+    print(f"{n} cases timed into {a.out}")
+    return 0 if n else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
