@@ -5,6 +5,7 @@ fp8 wgmma; the sm_100a twin's refusals and one build whose SASS carries the f8f6
 tcgen05.mma (UTCQMMA). No GPU: correctness on the H200 is lab/fp8_on_hopper/fp8_h200.py's, on
 sm_100a the simulation gate's (tests/test_sim.py, tirx-gemm sim v13)."""
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -818,3 +819,60 @@ def test_the_stagger_rule_needs_the_geomean_the_floor_and_every_check():
     assert not verdict([{**ok[0], "stagger_equals_pick": False}], [_case("tensor", 1.1)])
     assert not verdict(ok, [_case("tensor", 1.1), _case("tensor", 1.1, verified=False)])  # untimed
     assert not verdict([], [_case("tensor", 1.1)])
+
+
+def test_the_overlapped_promotion_every_second_stage_builds_its_contract():
+    """v13's PROMOTE_OVERLAP at PROMOTE=8 (lab/fp8_on_hopper, the promotion interval at large M): per tensor
+    and rowwise, four stages an iteration (the peeled group and the loop: 8 stages of 4 m64n128k32 sites),
+    the same two wait_group sites, no spills; refused with block scales, a K split or a ring under 4."""
+    pytest.importorskip("tvm")
+    from tirx_gemm.compile.api import build_many
+    for kw, needle in (({"SCALE": "block", "PROMOTE": 8, "PROMOTE_OVERLAP": True}, "use PROMOTE=4"),
+                       ({"PROMOTE": 8, "PROMOTE_OVERLAP": True, "BLK_M": 64, "BLK_N": 32, "SPLIT_K": 2,
+                         "L2_GROUP": 3}, "SPLIT_K=2 with PROMOTE=8"),
+                       ({"PROMOTE": 8, "PROMOTE_OVERLAP": True, "PIPE_DEPTH": 3}, "use PIPE_DEPTH >= 4"),
+                       ({"PROMOTE": 12, "PROMOTE_OVERLAP": True}, "use PROMOTE=4 or 8")):
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            STEP.builder()(256, 256, 256, **kw)
+    reqs = [(STEP, (256, 384, 512), {**fp8.choose_fp8(4096, m, False, N=4096, K=4096), "PROMOTE": 8,
+                                     "PROMOTE_OVERLAP": True}) for m in ("tensor", "row")]
+    for res in build_many(reqs):
+        if isinstance(res, Exception):
+            raise res
+        assert {k: v for k, v in res.sass_counts.items() if k.startswith("QGMMA")} == {
+            "QGMMA.64x128x32.F32.E4M3.E4M3": 32}
+        assert res.sass_counts.get("WARPGROUP.DEPBAR.LE") == 4
+        assert res.spill_stores == 0 and res.spill_loads == 0
+
+
+def test_the_interval_candidates_and_their_rule():
+    lab = _lab_module("fp8_lab_variants")
+    for mode in ("tensor", "row", "block"):
+        pick = fp8.choose_fp8(8192, mode, False, N=8192, K=28672)
+        got = dict(lab.interval_candidates(8192, 8192, 28672, mode))
+        assert got["L2 group 4"] == {**pick, "L2_GROUP": 4} and got["L2 group 16"] == {**pick, "L2_GROUP": 16}
+        assert ("overlapped every 2nd stage" in got) == (mode != "block")
+        assert lab.interval_candidates(16, 4096, 14336, mode) == []
+        assert (lab.interval_check_kwargs(mode) is None) == (mode == "block")
+    assert lab.interval_check_kwargs("tensor")[1] == {**lab.interval_check_kwargs("tensor")[0], "PROMOTE": 8,
+                                                      "PROMOTE_OVERLAP": True}
+    summ = _lab_module("fp8_interval_summary")
+
+    def case(scale, g8, g4, g16, verified=True):
+        c = {"L2 group 4": {"ms": 1.0, "ratio_to_pick": g4}, "L2 group 16": {"ms": 1.0, "ratio_to_pick": g16}}
+        if g8 is not None:
+            c["overlapped every 2nd stage"] = {"ms": 1.0, "ratio_to_pick": g8}
+        return {"kind": "fp8_case", "M": 8192, "N": 8192, "K": 8192, "verified": verified, "device": "NVIDIA H100",
+                "ratio_to_torch": 0.85, "suite": {"scale": scale, "file": "a.json", "name": "s"}, "candidates": c}
+    ok = [{"kind": "interval_check", "scale": "tensor", "ok": True}]
+
+    def verdict(chk, cases):
+        return [r for r in summ.summarize(chk, cases) if r["set"] == "all"][0]["adopt"]
+    assert verdict(ok, [case("tensor", 1.05, 1.0, 1.04), case("tensor", 1.04, 1.0, 1.05)]) == [
+        "overlapped every 2nd stage", "L2 group 16"]
+    assert verdict(ok, [case("tensor", 1.10, 1.0, 1.0), case("tensor", 0.97, 1.0, 1.0)]) == []   # floor
+    assert verdict(ok, [case("tensor", 1.02, 1.0, 1.0), case("tensor", 1.03, 1.0, 1.0)]) == []   # geomean
+    assert verdict([{**ok[0], "ok": False}], [case("tensor", 1.1, 1.0, 1.0)]) == []              # its check
+    assert verdict([], [case("tensor", 1.1, 1.0, 1.0)]) == []                                    # no check
+    assert verdict(ok, [case("tensor", 1.1, 1.0, 1.0), case("tensor", 1.1, 1.0, 1.0, False)]) == []
+    assert verdict([], [case("block", None, 1.04, 1.06), case("block", None, 1.03, 1.05)]) == ["L2 group 16"]

@@ -18,7 +18,9 @@ the picks of the suite's own cases only, not of every M) the staggered pick and 
 isolating variants at M > 128 (fp8_lab_variants.promotion_candidates), the kernels
 `fp8_pair_check.py --variant stagger` runs and fp8_trace.py's instrumented builds (the staggered
 builds need `git apply lab/fp8_on_hopper/patches/stagger.patch` first: STAGGER left v13, and the
-export says so in one line without it). With --probe: the variants fp8_probe.py times.
+export says so in one line without it); --interval (the suite's own picks too) the promotion every
+second stage and the L2 groups at M > 128 (fp8_lab_variants.interval_candidates) and the kernels
+`fp8_pair_check.py --variant interval` runs. With --probe: the variants fp8_probe.py times.
 
   .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8/bundle [--suite FILE --candidates]
 """
@@ -39,15 +41,17 @@ from tirx_gemm.compile import bundle
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import lab_patches  # noqa: E402  (STAGGER: lab/fp8_on_hopper/patches/stagger.patch applied first)
 from fp8_lab_variants import (cluster_candidates, lab_variant_requests, lab_variants,  # noqa: E402,F401
+                              interval_candidates, interval_check_kwargs,
                               pair_check_kwargs, promotion_candidates, stagger_check_kwargs,
                               thin_candidates, wide_candidates, wide_check_kwargs)  # (this folder)
 
 
 def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool = False,
-                   cluster: bool = False, promotion: bool = False, wide: bool = False):
+                   cluster: bool = False, promotion: bool = False, wide: bool = False,
+                   interval: bool = False):
     s = suites.load_suite(path)
     step = registry.get(fp8.FP8_STEP, fp8.ARCH)
-    if promotion or wide:  # only the picks of the suite's own cases (a smaller bundle)
+    if promotion or wide or interval:  # only the picks of the suite's own cases (a smaller bundle)
         reqs = [(step, build_shape(e.shape, kw), kw) for e, dt, mode in s.fp8_cases()
                 for kw in [fp8.choose_fp8(e.M, mode, False, dt, sms, N=e.N, K=e.K)]]
     else:
@@ -89,6 +93,11 @@ def suite_requests(path, sms: int, candidates: bool, split_path=None, thin: bool
         add([(at, "bfloat16", m) for m in fp8.numerics.FP8_SCALES],
             lambda M, N, K, mode, dt, n: [(None, kw) for w in (192, 144)
                                           for kw in wide_check_kwargs(mode, n, w) or ()])
+    if interval:
+        add(s.fp8_cases(), interval_candidates)
+        at = SimpleNamespace(M=4096, N=4096, K=4096, shape=(4096, 4096, 4096))
+        add([(at, "bfloat16", m) for m in fp8.numerics.FP8_SCALES],
+            lambda M, N, K, mode, dt, n: [(None, kw) for kw in interval_check_kwargs(mode, n) or ()])
     if split_path:
         sp = suites.load_suite(split_path)
         add(sp.fp8_cases(), lambda M, N, K, mode, dt, n: [(None, fp8.choose_fp8(
@@ -121,6 +130,10 @@ def main(argv=None) -> int:
                     help="--suite: also the widest promoted tiles at M > 128 "
                          "(fp8_lab_variants.wide_candidates) and the kernels "
                          "`fp8_pair_check.py --variant wide` runs (the picks of the suite's cases only)")
+    ap.add_argument("--interval", action="store_true",
+                    help="--suite: also the promotion every second stage and the L2 groups at M > 128 "
+                         "(fp8_lab_variants.interval_candidates) and the kernels `fp8_pair_check.py "
+                         "--variant interval` runs (the picks of the suite's cases only)")
     ap.add_argument("--split-suite", default=None,
                     help="--suite: also the picks and K-split candidates of this suite's fp8 "
                          "cases (fp8.split_candidates)")
@@ -139,7 +152,7 @@ def main(argv=None) -> int:
         reqs, seen = [], set()
         for path in a.suite:
             for r in suite_requests(path, a.num_sms, a.candidates, a.split_suite, a.thin,
-                                    a.cluster, a.promotion, a.wide):
+                                    a.cluster, a.promotion, a.wide, a.interval):
                 if tuple(sorted(r[2].items())) not in seen:
                     seen.add(tuple(sorted(r[2].items())))
                     reqs.append(r)

@@ -125,3 +125,30 @@ def wide_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH],
     if width == 144:
         return None if mode == "block" else (kw, {**kw, "BLK_N": 144})
     return kw, {**kw, "PROMOTE_OVERLAP": False, "BLK_N": 192}
+
+
+def interval_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat16",
+                        sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
+    """(name, v13 keywords) timed beside choose_fp8's 128 x 128 pick at M > 128 (fp8_suite_run.py
+    --candidates interval): per tensor and rowwise the overlapped promotion every second stage
+    (PROMOTE=8: stages 4j, 4j+1 into tmp0 and 4j+2, 4j+3 into tmp1, so both consumers drain the
+    tensor core once per four stages instead of per pair; the same registers); in every kind the
+    pick with the scheduler's L2 group at 4 and 16 rows instead of 8 (never timed at large M)."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
+    if M <= fp8.SMALL_M or (kw["BLK_M"], kw["BLK_N"]) != (128, 128) or "SPLIT_K" in kw:
+        return []
+    out = [] if mode == "block" else [
+        ("overlapped every 2nd stage", {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": True})]
+    return out + [("L2 group 4", {**kw, "L2_GROUP": 4}), ("L2 group 16", {**kw, "L2_GROUP": 16})]
+
+
+def interval_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[dict, dict] | None:
+    """(the 128 x 128 pick of a scale kind, the same promoted every second stage, overlapped): what
+    fp8_pair_check.py --variant interval runs at its edge shapes; None with block scales (each 128-K
+    block has its own scales, so PROMOTE is 4 there)."""
+    from tirx_gemm.op import fp8
+    if mode == "block":
+        return None
+    kw = fp8.choose_fp8(4096, mode, False, "bfloat16", sm_count, N=4096, K=4096)
+    return kw, {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": True}

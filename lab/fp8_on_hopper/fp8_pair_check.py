@@ -13,6 +13,9 @@ shape of a single K stage (the offset consumer's first and last stages are the s
 --variant wide: the pick and the 128 x 192 tile promoted every stage (fp8_lab_variants.wide_check_kwargs), at the
 stagger check's shapes (N off the tile: with block scales a tile straddles two blocks of B), kind "wide_check";
 --variant wide144: the same of the overlapped 128 x 144 tile (per tensor and rowwise), kind "wide144_check".
+--variant interval: the pick promoted every second stage, overlapped (fp8_lab_variants.interval_check_kwargs;
+per tensor and rowwise) at the stagger check's shapes (K of 1, 3, 8 and 9 stages: 3, 1, 0 and 3 zero stages
+past K), kind "interval_check".
 """
 from __future__ import annotations
 
@@ -25,8 +28,8 @@ import torch
 from tirx_gemm import numerics
 from tirx_gemm.op import fp8, fp8_bench
 
-from fp8_lab_variants import (pair_check_kwargs, stagger_check_kwargs,  # this folder (sys.path[0])
-                              wide_check_kwargs)
+from fp8_lab_variants import (interval_check_kwargs, pair_check_kwargs,  # this folder (sys.path[0])
+                              stagger_check_kwargs, wide_check_kwargs)
 
 # (M, N, K): 33 row tiles (17 pairs, the last half past M), N and K off the tile (9 K stages:
 # the overlapped promotion's zero stage), two row tiles (one pair) at M just over 128
@@ -37,21 +40,23 @@ STAGGER_SHAPES = SHAPES[:3] + ((300, 520, 128),) + SHAPES[3:]
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--variant", choices=("pair", "stagger", "wide", "wide144"),
+    ap.add_argument("--variant", choices=("pair", "stagger", "wide", "wide144", "interval"),
                     default="pair")
     a = ap.parse_args(argv)
     kwargs_of, shapes, kind = {"pair": (pair_check_kwargs, SHAPES, "pair_check"),
                                "stagger": (stagger_check_kwargs, STAGGER_SHAPES, "stagger_check"),
                                "wide": (wide_check_kwargs, STAGGER_SHAPES, "wide_check"),
                                "wide144": (lambda m, n: wide_check_kwargs(m, n, 144), STAGGER_SHAPES,
-                                           "wide144_check")}[a.variant]
+                                           "wide144_check"),
+                               "interval": (interval_check_kwargs, STAGGER_SHAPES,
+                                            "interval_check")}[a.variant]
     name = torch.cuda.get_device_name()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bad = 0
     with open(a.out, "a", encoding="utf-8") as f:
         for M, N, K in shapes:
             for mode in numerics.FP8_SCALES:
-                if kwargs_of(mode, sms) is None:  # (wide144: not a block-scale candidate)
+                if kwargs_of(mode, sms) is None:  # (wide144, interval: not block-scale candidates)
                     continue
                 pick, pair = kwargs_of(mode, sms)
                 inputs = fp8_bench.make_inputs(M, N, K, mode, 3)

@@ -3,7 +3,7 @@
 one JSON line per case, then a summary line per scale kind.
 
   TIRX_GEMM_BUNDLE=B python3 lab/fp8_on_hopper/fp8_suite_run.py SUITE --out F.jsonl \
-      [--candidates tiles|split|early|previous|thin|cluster|promotion|wide ...] [--budget-s S]
+      [--candidates tiles|split|early|previous|thin|cluster|promotion|wide|interval ...] [--budget-s S]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--candidates", nargs="+",
                     choices=("tiles", "split", "early", "previous", "thin", "cluster", "promotion",
-                             "wide"),
+                             "wide", "interval"),
                     default=(), help="time beside each pick: the tile candidates "
                     "(fp8.tile_candidates), its K splits (fp8.split_candidates), for block "
                     "scales at large M the EARLY_SCALES=True tile (early), the pick before "
@@ -34,7 +34,8 @@ def main(argv=None) -> int:
                     "M > 128 the pick on a CTA pair (cluster: fp8_lab_variants.cluster_candidates), "
                     "the staggered pick and the promotion's isolating variants (promotion: "
                     "fp8_lab_variants.promotion_candidates), the widest promoted tiles (wide: "
-                    "fp8_lab_variants.wide_candidates); several may be named")
+                    "fp8_lab_variants.wide_candidates), the promotion every second stage and the "
+                    "L2 groups (interval: fp8_lab_variants.interval_candidates); several may be named")
     ap.add_argument("--budget-s", type=float, default=None)
     a = ap.parse_args(argv)
     s = suites.load_suite(a.suite)
@@ -51,12 +52,12 @@ def main(argv=None) -> int:
         if M > fp8.SMALL_M and (kw["BLK_M"], kw["BLK_N"]) != (128, 128):
             return [("previous", {**kw, "BLK_M": 128, "BLK_N": 128})]
         return []
-    from fp8_lab_variants import (cluster_candidates, promotion_candidates,  # this folder (sys.path[0])
-                                  thin_candidates, wide_candidates)
+    from fp8_lab_variants import (cluster_candidates, interval_candidates,  # this folder (sys.path[0])
+                                  promotion_candidates, thin_candidates, wide_candidates)
     fns = [{"tiles": fp8.tile_candidates, "split": fp8.split_candidates, "early": early,
             "previous": previous, "thin": thin_candidates,
             "cluster": cluster_candidates, "promotion": promotion_candidates,
-            "wide": wide_candidates}[c] for c in a.candidates]
+            "wide": wide_candidates, "interval": interval_candidates}[c] for c in a.candidates]
     extra = (lambda M, N, K, mode: [c for fn in fns for c in fn(M, N, K, mode, "bfloat16", sms)]) \
         if fns else None
     t0 = time.time()
