@@ -54,10 +54,9 @@ def hgemm_v12(M: int, N: int, K: int, dtype: str = "float16", BLK_M: int = 128,
       its columns the tokens, D's transpose (SWAP_TMA: stmatrix .trans + TMA stores).
     SPLIT_K=S: a CTA per unit (unit s = K range s of a tile); S>1: v11's "spread" sum.
       STREAM_K (tirx_gemm/streamk.py): a tail wave under half full cut in K units of >= 8.
-    PDL (tirx_gemm/pdl.py): waits after the prologue, then lets the next launch
-      (PDL_TRIGGER="exit": as CTAs exit); PDL_ATTR=False launches it without PDL's attribute
-      (the wait a no-op, the trigger kept: after a kernel that is not ours). PREFETCH_MAPS: prefetch.tensormap of A's and B's
-      maps. SHIFT_LAST: a token tile reaching past M starts at M - its width.
+    PDL (tirx_gemm/pdl.py): waits after the prologue, then lets the next launch (PDL_TRIGGER=
+      "exit": as CTAs exit; PDL_ATTR=False: launched without the attribute, trigger kept).
+      PREFETCH_MAPS: prefetch.tensormap of A's and B's maps. SHIFT_LAST: a token tile reaching past M starts at M - its width.
     Why: the tile count decides how many SMs work (1024^3: 32 of 132 with v9's 256x256
       pairs, 128 with 128x64); smaller tiles cost bytes per MAC, 2 x (1/BLK_M + 1/BLK_N).
       The tile menu, swap-AB and the K split answer that count, picked per shape by matmul

@@ -76,11 +76,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
       PROMOTE 0 or a multiple of 4 ("block": 4); BLK_M 64 or 128; BLK_N a multiple of 16 in
       [16, 256] ("block": 16-128, 144, 192); accumulators within the register budget
       (overlapped: BLK_N <= 144; serial: <= 208, past 160 the previous tile stored first);
-      PROMOTE_OVERLAP needs PROMOTE=4 or 8 (8: not "block", SPLIT_K 1, PIPE_DEPTH >= 4);
-      PIPE_DEPTH >= 2 within 227 KiB;
+      PROMOTE_OVERLAP needs PROMOTE=4 or 8 (8: not "block", SPLIT_K 1, PIPE_DEPTH >= 4); PIPE_DEPTH >= 2 within 227 KiB;
       RUNTIME_M / RUNTIME_NK as v12; SPLIT_K > 1: PROMOTE_OVERLAP, an L2_GROUP that does not
-      divide it, ceil(K_TILES / 2) >= SPLIT_K; CLUSTER=2: SPLIT_K 1, full A stages, SM_COUNT
-      even.
+      divide it, ceil(K_TILES / 2) >= SPLIT_K; CLUSTER=2: SPLIT_K 1, full A stages, even SM_COUNT.
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024``; every SCALE: matmul_fp8.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage

@@ -11,9 +11,9 @@ is --replays replays between CUDA events, the figure the median of --reps sample
 step. Every arm's output is checked against torch's (max relative error of the stack's update,
 bf16 tolerance --tol) before it is timed.
 
-  python lab/pdl_call_site/decode_stack.py --print-suite > S.json   # the suite to export
-  TIRX_GEMM_BUNDLE=B python lab/pdl_call_site/decode_stack.py --out F.jsonl [--models ...]
-  python lab/pdl_call_site/decode_stack.py --verdict F.jsonl         # the rule of the README
+  python lab/pdl_launch_site/decode_stack.py --print-suite > S.json   # the suite to export
+  TIRX_GEMM_BUNDLE=B python lab/pdl_launch_site/decode_stack.py --out F.jsonl [--models ...]
+  python lab/pdl_launch_site/decode_stack.py --verdict F.jsonl         # the rule of the README
 """
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ def suite(models, batches) -> dict:
             for m in batches:
                 e = shapes.setdefault((m, n, k), {
                     "M": m, "N": n, "K": k, "model": f"{name}-sized config", "layer": layer,
-                    "why": "a Linear of the decode stack lab/pdl_call_site times", "all_m": False})
+                    "why": "a Linear of the decode stack lab/pdl_launch_site times", "all_m": False})
                 if layer not in e["layer"]:
                     e["layer"] += f", {layer}"
                 if bias:
                     e["epilogues"] = [{"BIAS": "bfloat16"}]
     return {"name": "decode_stack", "description": "the Linear layers of "
-            "lab/pdl_call_site/decode_stack.py at its batches", "dtypes": ["bfloat16"],
+            "lab/pdl_launch_site/decode_stack.py at its batches", "dtypes": ["bfloat16"],
             "shapes": list(shapes.values())}
 
 
