@@ -66,8 +66,7 @@ from tirx_gemm import epilogue as E
 from tirx_gemm import registry, spec, splitk
 from tirx_gemm.kernels import kernel_for
 from tirx_gemm.numerics import DTYPES
-from tirx_gemm.op import cards as _cards, cost_model as _cm
-from tirx_gemm.op import rules as _rules
+from tirx_gemm.op import cards as _cards, cost_model as _cm, rules as _rules
 # the choice of step and keywords (pure Python), reachable as tirx_gemm.matmul.<name> too
 from tirx_gemm.op.keywords import (  # noqa: F401
     CLUSTER_SIZE, DATA_PARALLEL, EPILOGUE_STEPS, MENU_ARCHES, NOMINAL_K, NOMINAL_M, NOMINAL_N,
@@ -309,6 +308,7 @@ def _twin(step, mnk, kwargs):
 
 
 _calls: dict = {}
+_site.CALL_CACHES.append(_calls)  # a mode change drops the calls seen (op.launch_site)
 _CALLS_MAX = 1 << 16  # distinct (shape, dtype, device, step) keys kept; then start afresh
 _torch = None  # torch, bound on the first call (importing this module imports no torch)
 
