@@ -55,6 +55,22 @@ def test_site_keeps_the_attribute_only_after_one_of_ours(mode):
     assert launch_site.kernel(_C, x, k) == "twin"
 
 
+class _Inference(_T):  # torch.inference_mode's tensors keep no version counter
+    @property
+    def _version(self):
+        raise RuntimeError("Inference tensors do not track version counter.")
+
+    @_version.setter
+    def _version(self, value):
+        pass
+
+
+def test_an_inference_tensor_is_judged_by_its_pointer(mode):
+    mode("site")
+    x = _Inference(0x1000)
+    assert [launch_site.kernel(_C, x, _T(a)) for a in (0x2000, 0x3000)] == ["twin", "pick"]
+
+
 @pytest.mark.parametrize("m, want", [("always", "pick"), ("never", "twin")])
 def test_the_other_modes_ignore_the_site(mode, m, want):
     mode(m)
@@ -101,3 +117,24 @@ def test_v12_without_the_attribute_keeps_its_trigger():
     assert "launch_dependents" in without.script()
     with pytest.raises(ValueError, match="PDL_ATTR=False"):
         st.build_primfunc(128, 256, 256, **dict(kw, PDL=False, PDL_ATTR=False))
+
+
+def test_the_study_quotes_its_records_and_its_verdict():
+    """lab/pdl_launch_site/README.md: the rule's figures as decode_stack.py --verdict computes
+    them from the records, and the verdict (fail: MODE stays "always")."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    recs = [json.loads(x) for x in
+            (root / "lab/pdl_launch_site/records/decode_stack_h100.jsonl").read_text().splitlines()]
+    text = " ".join((root / "lab/pdl_launch_site/README.md").read_text().split())
+    for cls in ("suite", "held_out"):
+        g = [r["us"]["always"] / r["us"]["site"] for r in recs if r["class"] == cls]
+        gm = math.exp(sum(map(math.log, g)) / len(g))
+        assert f"{gm:.3f} (lowest {min(g):.3f}" in text, (cls, gm, min(g))
+        assert gm < 1.01 or min(g) < 0.995  # the rule fails in each class
+    slowest = sum(r["us"]["never"] >= max(r["us"]["always"], r["us"]["site"]) for r in recs)
+    assert f"slowest arm at {slowest} of {len(recs)} cases" in text
+    assert launch_site.MODE == "always" and re.search(r"Decision: Not adopted", text)

@@ -48,7 +48,11 @@ def set_mode(mode: str) -> None:
 def kernel(call, a, out):
     """The kernel ``call`` launches for A ``a`` into ``out``: its pick or its twin
     (``call.lone``, None where it has none), by :data:`MODE`; notes the launch."""
-    last, ptr, version = _last, a.data_ptr(), a._version
+    last, ptr = _last, a.data_ptr()
+    try:
+        version = a._version
+    except RuntimeError:  # an inference tensor keeps no version counter: its pointer alone
+        version = -2
     ours = (ptr == last[0] and version == last[1]) or ptr == last[2]
     last[0], last[1], last[2] = ptr, version, out.data_ptr()
     if MODE == "always" or (ours and MODE == "site"):

@@ -41,7 +41,6 @@ SWAP_SPLIT_ROWS = 64      # swap-AB split and non-persistent tiles: 64 weight ro
 SWAP_NP_MAX_M = 48        # the non-persistent swap-AB kernel up to this many tokens
 SWAP_NP_MIN_TOKENS = 16   # its token tile at least this wide (8 packs 3 CTAs an SM, slow)
 SWAP_NP_DEPTH = 8         # and its ring this deep (a card may deepen it: cards.Card)
-SPLIT_BIAS_MIN_K = 3072   # a bias rides the decode K split from this K on (rule split_bias)
 # 128-row swap-AB splits where the 64-row grid leaves SMs idle, only with units of at least
 # 48 K steps and 1.5x the CTAs (shorter units ran behind: lab/split_k_decode)
 TALL_SPLIT_MIN_K_STEPS = 48
@@ -301,11 +300,10 @@ def _plain_v12(s: Shape, p: Plan) -> bool:  # a v12 kernel of a plain GEMM (no e
 # -- the picks -------------------------------------------------------------------------
 def _decode_bias(s: Shape, split: bool) -> bool:
     """A bias alone rides the plain GEMM's decode swap-AB kernel: the non-persistent one
-    (``split`` False; the bias along D's columns) or, at K >= SPLIT_BIAS_MIN_K, the K split
-    (added to the summed bands; at a shorter K v12's bias tile ran faster: lab/serving_stacks)."""
+    (``split`` False; the bias along D's columns) or the K split (added to the summed bands;
+    at every K, with split-K counters kept by captured graphs: lab/serving_stacks)."""
     return (set(s.epi) == {"BIAS"} and s.plain.by == "k_split"  # (epi first: plain's walk asks)
-            and s.plain.kw.get("SWAP_AB", False) and (s.plain.kw["SPLIT_K"] > 1) == split
-            and (not split or s.K >= SPLIT_BIAS_MIN_K))
+            and s.plain.kw.get("SWAP_AB", False) and (s.plain.kw["SPLIT_K"] > 1) == split)
 
 
 def _epilogue_tile(s: Shape, by: str) -> Plan:
@@ -471,8 +469,8 @@ RULES: tuple[Rule, ...] = (
                        "along its fragment's rows, D's columns")),
     Rule("split_bias", PICK, "serving_stacks", lambda s, p: _decode_bias(s, True),
          lambda s, p: Plan(TILE_MENU, {**s.plain.kw, **s.epi}, "split_bias"),
-         lambda s, p: (f"a bias alone ({E.tag(s.epi)}) where the plain GEMM splits K={s.K} >= "
-                       f"{SPLIT_BIAS_MIN_K} in {s.plain.kw['SPLIT_K']} with swap-AB tiles: that "
+         lambda s, p: (f"a bias alone ({E.tag(s.epi)}) where the plain GEMM splits K={s.K} "
+                       f"in {s.plain.kw['SPLIT_K']} with swap-AB tiles: that "
                        "split, the bias added to the summed bands before the cast")),
     Rule("epilogue_on_v12", PICK, "fused_epilogues",
          lambda s, p: bool(s.epi),
