@@ -4,6 +4,10 @@ does not apply), the compiled step's node, and (with TVM and nvcc here) the buil
 comparison with torch's gradients: tests/test_gpu_autograd.py (test_wgrad_dbias_grads).
 """
 import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -254,3 +258,60 @@ def test_wgrad_dbias_builds(dtype, extra):
     assert r.sass_counts.get("STG.E", 0) == 2
     assert not [op for op in r.sass_counts if "ATOM" in op or "RED" in op.split(".")[0]]
     assert "float* __restrict__ DB_ptr" in r.cuda_path.read_text()
+
+
+LAB = Path(__file__).resolve().parents[1] / "lab" / "training_backward"
+RECORD = LAB / "records" / "wgrad_dbias_h100.jsonl"
+
+
+def _geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _fused_rows():
+    rows = [json.loads(line) for line in RECORD.read_text().splitlines() if line.strip()]
+    assert not [r for r in rows if r["what"] == "error"]
+    return [r for r in rows if r["what"] == "wgrad_dbias"]
+
+
+def test_rule_verdict_from_the_record():
+    """The README's rule, computed from the H100 record: 18 correct cases (bias gradient within
+    1e-3 of max |dz.sum(0)|), geomean speedup >= 1.02 over all and over the held-out cases, none
+    under 0.98. It fails (cases under 0.98) and ENABLED stays off; the README shows the
+    geomeans and the least speedup as computed here."""
+    fused = _fused_rows()
+    assert len(fused) == 18 and {r["card"] for r in fused} == {"NVIDIA H100 80GB HBM3"}
+    assert max(r["db_rel_err"] for r in fused) <= 1e-3
+    speedup = [r["speedup"] for r in fused]
+    held = [r["speedup"] for r in fused if r["class"] == "held_out"]
+    g_all, g_held, least = _geomean(speedup), _geomean(held), min(speedup)
+    verdict = g_all >= 1.02 and g_held >= 1.02 and least >= 0.98
+    assert not verdict and WD.ENABLED is False
+    readme = (LAB / "README.md").read_text()
+    for value in (g_all, g_held, least):
+        assert f"-->{value:.3f}<!-- /rec -->x" in readme, value
+    assert "The decision: not adopted by its rule (a case under 0.98)" in readme
+
+
+def test_bounded_rule_quote_and_cases():
+    """The bounded rule's quoted figures (M*K <= BOUND in the H100 record: count, geomean and
+    least speedup) are the record's; every case of its held-out set lies within the bound and
+    none is a shape the record timed."""
+    sys.path.insert(0, str(LAB))
+    try:
+        import bench_wgrad_dbias as BW
+    finally:
+        sys.path.remove(str(LAB))
+    fused = _fused_rows()
+    inside = [r["speedup"] for r in fused if r["M"] * r["K"] <= BW.BOUND]
+    beyond_losses = [r for r in fused if r["speedup"] < 1 and r["M"] * r["K"] <= BW.BOUND]
+    assert not beyond_losses
+    quote = (f"`M*K <= 2**{int(math.log2(BW.BOUND))}`: {len(inside)} cases, geomean "
+             f"{_geomean(inside):.3f}, least {min(inside):.3f}")
+    readme = " ".join((LAB / "README.md").read_text().split())
+    assert quote in readme, quote
+    bounded = BW.cases("bounded")
+    assert len(bounded) == 15 and f"{len(bounded)} cases" in readme
+    timed = {(r["N"], r["K"]) for r in fused}
+    assert all(M * K <= BW.BOUND and (N, K) not in timed for *_, M, N, K in bounded)
+    assert len(BW.cases("all")) == 18

@@ -5,8 +5,9 @@ reference kernels; each test's own checks run too, against torch on the CPU), of
 the four layouts), of bench.py (its GEMM list) and of bench_act_grad.py. A part of a test
 name replays those tests only: ``--what dbias`` the kernels of the bias-gradient tests
 (act_grad.DBIAS, v15's ACT_GRAD_DBIAS), their forward, dgrad and wgrad included;
-``bench_wgrad_dbias`` adds that benchmark's kernels. ``--ffi-wheel 3.12`` puts TVM's FFI wheel
-for the GPU host's Python into the bundle (wheels/).
+``bench_wgrad_dbias`` adds that benchmark's kernels (``--cases bounded``: its BOUNDED set
+only). ``--ffi-wheel 3.12`` puts TVM's FFI wheel for the GPU host's Python into the bundle
+(wheels/).
 
     python lab/training_backward/export.py --out DIR
                                            [--what tests,layouts,curve,bench,bench_act_grad,act_save]
@@ -102,6 +103,8 @@ def main(argv=None) -> int:
                          "matmul_layouts, layouts, curve, bench, bench_act_grad, act_save, "
                          "bench_wgrad_dbias")
     ap.add_argument("--tokens", default=None, help="bench.py's token counts (default: all)")
+    ap.add_argument("--cases", default="all",
+                    help="bench_wgrad_dbias.py's case set (all, bounded)")
     ap.add_argument("--ffi-wheel", default=None, metavar="PY",
                     help="add apache-tvm-ffi's wheel for this Python (e.g. 3.12) to the bundle")
     args = ap.parse_args(argv)
@@ -150,7 +153,8 @@ def main(argv=None) -> int:
         reqs += [r for r in bench_act_grad.save_requests(args.sm_count) if C._once(seen, r)]
     if "bench_wgrad_dbias" in what:
         import bench_wgrad_dbias
-        reqs += [r for r in bench_wgrad_dbias.requests(args.sm_count) if C._once(seen, r)]
+        reqs += [r for r in bench_wgrad_dbias.requests(args.sm_count, args.cases)
+                 if C._once(seen, r)]
     print(f"{len(rec)} GEMM calls recorded, {len(reqs)} kernels")
     for st, shape, kw in reqs:
         print(f"  {st.key} {shape} {kw}")
