@@ -821,28 +821,56 @@ def test_the_stagger_rule_needs_the_geomean_the_floor_and_every_check():
     assert not verdict([], [_case("tensor", 1.1)])
 
 
-def test_the_overlapped_promotion_every_second_stage_builds_its_contract():
-    """v13's PROMOTE_OVERLAP at PROMOTE=8 (lab/fp8_on_hopper, the promotion interval at large M): per tensor
-    and rowwise, four stages an iteration (the peeled group and the loop: 8 stages of 4 m64n128k32 sites),
-    the same two wait_group sites, no spills; refused with block scales, a K split or a ring under 4."""
+def _lab_patched_v13(patch: str, tmp_path: Path) -> Path:
+    """steps/sm90a/hgemm_v13.py copied under ``tmp_path`` with the lab patch applied (as
+    tests/test_lab.py applies the lab's patches); the patched file's path."""
+    import subprocess
+    step = tmp_path / "steps" / "sm90a" / "hgemm_v13.py"
+    step.parent.mkdir(parents=True)
+    step.write_bytes((ROOT / "steps" / "sm90a" / "hgemm_v13.py").read_bytes())
+    out = subprocess.run(["git", "apply", str(ROOT / patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, f"{patch} no longer applies: {out.stderr}"
+    return step
+
+
+def test_the_overlapped_promotion_every_second_stage_is_the_study_patch(tmp_path):
+    """PROMOTE=8 with PROMOTE_OVERLAP (measured, not picked: lab/fp8_on_hopper, the promotion every second
+    stage) left v13: lab/fp8_on_hopper/patches/promote_interval.patch applies to the step and puts it
+    back, and lab_patches asks for that patch in one line until it is applied. With TVM: the step refuses
+    it, and the patched builder builds it per tensor and rowwise and refuses it with block scales, a K
+    split or a ring under 4."""
+    patch = "lab/fp8_on_hopper/patches/promote_interval.patch"
+    step = _lab_patched_v13(patch, tmp_path)
+    sys.path.insert(0, str(ROOT / "lab" / "tools"))
+    try:
+        import lab_patches
+    finally:
+        sys.path.remove(str(ROOT / "lab" / "tools"))
+    interval = {"PROMOTE": 8, "PROMOTE_OVERLAP": True}
+    assert lab_patches.missing([interval]) == {"PROMOTE=8 with PROMOTE_OVERLAP": patch}
+    assert lab_patches.missing([interval], tmp_path) == {}
+    assert lab_patches.missing([{"PROMOTE": 8, "PROMOTE_OVERLAP": False}]) == {}  # the serial one stays
+    with pytest.raises(SystemExit, match=re.escape(f"`git apply {patch}` first")):
+        lab_patches.require([interval])
     pytest.importorskip("tvm")
-    from tirx_gemm.compile.api import build_many
-    for kw, needle in (({"SCALE": "block", "PROMOTE": 8, "PROMOTE_OVERLAP": True}, "use PROMOTE=4"),
-                       ({"PROMOTE": 8, "PROMOTE_OVERLAP": True, "BLK_M": 64, "BLK_N": 32, "SPLIT_K": 2,
-                         "L2_GROUP": 3}, "SPLIT_K=2 with PROMOTE=8"),
-                       ({"PROMOTE": 8, "PROMOTE_OVERLAP": True, "PIPE_DEPTH": 3}, "use PIPE_DEPTH >= 4"),
-                       ({"PROMOTE": 12, "PROMOTE_OVERLAP": True}, "use PROMOTE=4 or 8")):
+    with pytest.raises(ValueError, match=re.escape("use PROMOTE=4 or PROMOTE_OVERLAP=False")):
+        STEP.builder()(256, 256, 256, **interval)
+    spec = importlib.util.spec_from_file_location("hgemm_v13_promote_interval", step)
+    patched = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(patched)
+    for kw, needle in (({"SCALE": "block"}, "use PROMOTE=4"),
+                       ({"BLK_M": 64, "BLK_N": 32, "SPLIT_K": 2, "L2_GROUP": 3}, "SPLIT_K=2 with PROMOTE=8"),
+                       ({"PIPE_DEPTH": 3}, "use PIPE_DEPTH >= 4")):
         with pytest.raises(ValueError, match=re.escape(needle)):
-            STEP.builder()(256, 256, 256, **kw)
-    reqs = [(STEP, (256, 384, 512), {**fp8.choose_fp8(4096, m, False, N=4096, K=4096), "PROMOTE": 8,
-                                     "PROMOTE_OVERLAP": True}) for m in ("tensor", "row")]
-    for res in build_many(reqs):
-        if isinstance(res, Exception):
-            raise res
-        assert {k: v for k, v in res.sass_counts.items() if k.startswith("QGMMA")} == {
-            "QGMMA.64x128x32.F32.E4M3.E4M3": 32}
-        assert res.sass_counts.get("WARPGROUP.DEPBAR.LE") == 4
-        assert res.spill_stores == 0 and res.spill_loads == 0
+            patched.hgemm_v13(256, 256, 256, **interval, **kw)
+    for mode in ("tensor", "row"):
+        kw = {**fp8.choose_fp8(4096, mode, False, N=4096, K=4096), **interval}
+        # four stages an iteration (the peeled group and the loop: 8 stage sites, the pick's 4), and
+        # tmp0 is promoted once both of its stages' wgmma groups are done (wait_group 2)
+        got, pick = (f.script() for f in (patched.hgemm_v13(256, 384, 512, **kw),
+                                          STEP.build_primfunc(256, 384, 512, **{**kw, "PROMOTE": 4})))
+        assert [t.count("T.ptx.wgmma(tmp") for t in (got, pick)] == [8, 4], mode
+        assert 'T.ptx.wgmma(2, "wait_group"' in got and 'T.ptx.wgmma(2, "wait_group"' not in pick
 
 
 def test_the_interval_candidates_and_their_rule():
@@ -876,3 +904,22 @@ def test_the_interval_candidates_and_their_rule():
     assert verdict([], [case("tensor", 1.1, 1.0, 1.0)]) == []                                    # no check
     assert verdict(ok, [case("tensor", 1.1, 1.0, 1.0), case("tensor", 1.1, 1.0, 1.0, False)]) == []
     assert verdict([], [case("block", None, 1.04, 1.06), case("block", None, 1.03, 1.05)]) == ["L2 group 16"]
+
+
+def test_the_interval_readme_quotes_the_ratios_by_depth_from_the_records():
+    """lab/fp8_on_hopper's section on the promotion every second stage quotes per K band the candidates'
+    speed over the pick's (NVIDIA H100 80GB HBM3); fp8_interval_summary.by_depth computes them here from
+    the committed A/B records."""
+    import json
+    summ = _lab_module("fp8_interval_summary")
+    lab = ROOT / "lab" / "fp8_on_hopper"
+    cases = [json.loads(line) for name in ("suite", "heldout")
+             for line in (lab / "records" / f"fp8_interval_{name}_h100.jsonl").read_text().splitlines() if line.strip()]
+    readme = " ".join((lab / "README.md").read_text(encoding="utf-8").split())
+    for scale, name, label in (("tensor", "overlapped every 2nd stage", "Per tensor, by K band"),
+                               ("row", "overlapped every 2nd stage", "Rowwise:"),
+                               ("tensor", "L2 group 16", "per tensor L2 group 16 by K band:"),
+                               ("row", "L2 group 4", "rowwise L2 group 4:")):
+        text = summ.by_depth(cases, scale, name)
+        assert text.count("cases") == 3, text
+        assert text in readme, f"{label}: {text}"

@@ -15,7 +15,8 @@ groups, only the faster in geomean may be adopted.
 One record per scale kind and set (kind "interval_summary"; set "all" or an A/B suite file's name): n, geomean /
 min / max of ratio_to_pick of each candidate (above 1: faster than the pick), the pick's and each candidate's
 geomean speed against torch._scaled_mm (block also against torch's per tensor), and the verdict (adopt: the
-list of candidates the rule adopts, set "all" only).
+list of candidates the rule adopts, set "all" only). by_depth: the same ratios per K band, as the README
+quotes them.
 """
 from __future__ import annotations
 
@@ -67,6 +68,24 @@ def summarize(checks: list[dict], cases: list[dict]) -> list[dict]:
             rec["adopt"] = adopt
         out.append(rec)
     return out
+
+
+# the K bands by_depth reports (the A/B's shapes: K of 512 to 3584, 4096 to 7168, 8192 to 29568)
+K_BANDS = ((0, 4096, "K < 4096"), (4096, 8192, "4096 <= K < 8192"), (8192, None, "K >= 8192"))
+
+
+def by_depth(cases: list[dict], scale: str, name: str) -> str:
+    """One candidate's speed over the pick's in one scale kind, per K band of the timed A/B cases:
+    "K < 4096: 0.888 (0.793 to 0.995, 2 cases); ..." (geomean, min and max of ratio_to_pick; the
+    README quotes it, tests/test_fp8.py computes it from the records)."""
+    parts = []
+    for lo, hi, label in K_BANDS:
+        g = [r["candidates"][name]["ratio_to_pick"] for r in cases
+             if r.get("kind") == "fp8_case" and r.get("verified") and r["suite"]["scale"] == scale
+             and lo <= r["K"] and (hi is None or r["K"] < hi) and "ms" in r.get("candidates", {}).get(name, {})]
+        if g:
+            parts.append(f"{label}: {geomean(g):.3f} ({min(g):.3f} to {max(g):.3f}, {len(g)} cases)")
+    return "; ".join(parts)
 
 
 def main(argv=None) -> int:

@@ -132,8 +132,9 @@ def interval_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfl
     """(name, v13 keywords) timed beside choose_fp8's 128 x 128 pick at M > 128 (fp8_suite_run.py
     --candidates interval): per tensor and rowwise the overlapped promotion every second stage
     (PROMOTE=8: stages 4j, 4j+1 into tmp0 and 4j+2, 4j+3 into tmp1, so both consumers drain the
-    tensor core once per four stages instead of per pair; the same registers); in every kind the
-    pick with the scheduler's L2 group at 4 and 16 rows instead of 8 (never timed at large M)."""
+    tensor core once per four stages instead of per pair; the same registers; v13 takes it with
+    patches/promote_interval.patch applied, which fp8_export.py asks for in one line); in every kind
+    the pick with the scheduler's L2 group at 4 and 16 rows instead of 8 (never timed at large M)."""
     from tirx_gemm.op import fp8
     kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
     if M <= fp8.SMALL_M or (kw["BLK_M"], kw["BLK_N"]) != (128, 128) or "SPLIT_K" in kw:
@@ -145,8 +146,8 @@ def interval_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfl
 
 def interval_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[dict, dict] | None:
     """(the 128 x 128 pick of a scale kind, the same promoted every second stage, overlapped): what
-    fp8_pair_check.py --variant interval runs at its edge shapes; None with block scales (each 128-K
-    block has its own scales, so PROMOTE is 4 there)."""
+    fp8_pair_check.py --variant interval runs at its edge shapes (the second: patches/promote_interval.patch);
+    None with block scales (each 128-K block has its own scales, so PROMOTE is 4 there)."""
     from tirx_gemm.op import fp8
     if mode == "block":
         return None

@@ -1,6 +1,7 @@
 """Which lab patch puts back a keyword that left a step's builder: the keywords the op never
 picked (steps/sm90a/hgemm_v12.py and hgemm_v13.py keep what matmul and matmul_fp8 run or the
-lesson teaches) live on as a patch in the study that decided against them. A lab script that builds such a variant calls
+lesson teaches) live on as a patch in the study that decided against them, and so do keyword values the op never picked
+(VALUE_PATCH_OF: a builder refuses them without the patch). A lab script that builds such a variant calls
 require() first: without the patch applied it stops with a one-line error naming the patch.
 
     git apply lab/<study>/patches/<name>.patch     # then export the variants
@@ -28,8 +29,16 @@ PATCH_OF = {
     "EPI_DEFER": "lab/fused_epilogues/patches/epi_defer.patch",
     "STAGGER": "lab/fp8_on_hopper/patches/stagger.patch",
 }
-# keyword -> the step whose builder the patch changes (v12 where not named)
-STEP_OF = {"STAGGER": "v13"}
+# a keyword value the step's builder refuses without a lab patch: {name: (the patch, a test on a
+# variant's keywords, a line only the patched builder holds)}
+VALUE_PATCH_OF = {
+    "PROMOTE=8 with PROMOTE_OVERLAP": (
+        "lab/fp8_on_hopper/patches/promote_interval.patch",
+        lambda kw: kw.get("PROMOTE") == 8 and kw.get("PROMOTE_OVERLAP") is True,
+        "if PROMOTE_OVERLAP and PROMOTE not in (4, 8):"),
+}
+# keyword (or value name) -> the step whose builder the patch changes (v12 where not named)
+STEP_OF = {"STAGGER": "v13", "PROMOTE=8 with PROMOTE_OVERLAP": "v13"}
 
 
 def builder_of(keyword: str, root: Path = ROOT) -> Path:
@@ -51,12 +60,23 @@ class PatchNeeded(SystemExit):
     """A variant asks for a keyword the builder takes only with a lab patch applied."""
 
 
+def value_applied(name: str, root: Path = ROOT) -> bool:
+    """Whether the builder under ``root`` takes the lab-only keyword value ``name``
+    (VALUE_PATCH_OF: its patch applied)."""
+    return VALUE_PATCH_OF[name][2] in builder_of(name, root).read_text(encoding="utf-8")
+
+
 def missing(kwargs_list, root: Path = ROOT) -> dict[str, str]:
-    """{keyword: patch} for every lab-only keyword the variants use that its builder (under
-    ``root``) lacks."""
+    """{keyword or value name: patch} for every lab-only keyword (or keyword value) the variants
+    use that its builder (under ``root``) lacks."""
+    kwargs_list = list(kwargs_list)
     used = {k for kw in kwargs_list for k in kw}
-    return {k: PATCH_OF[k] for k in sorted(used)
+    need = {k: PATCH_OF[k] for k in sorted(used)
             if k in PATCH_OF and k not in builder_keywords(builder_of(k, root))}
+    for name, (patch, wants, _) in VALUE_PATCH_OF.items():
+        if any(wants(kw) for kw in kwargs_list) and not value_applied(name, root):
+            need[name] = patch
+    return need
 
 
 def require(kwargs_list, root: Path = ROOT) -> None:
