@@ -87,7 +87,7 @@ def test_set_mode_refuses_an_unknown_mode_and_drops_the_calls(mode):
     assert "sentinel" not in matmul._calls
 
 
-def test_a_suite_export_carries_each_twin(tmp_path):
+def test_a_suite_export_carries_each_twin_when_asked(tmp_path):
     import json
     from tirx_gemm.cli.export import suite_requests
     suite = {"name": "t", "description": "decode", "dtypes": ["bfloat16"],
@@ -95,7 +95,9 @@ def test_a_suite_export_carries_each_twin(tmp_path):
                          "all_m": False}]}
     path = tmp_path / "s.json"
     path.write_text(json.dumps(suite))
-    reqs = suite_requests(str(path), "matmul", "sm_90a", 132, ("h100",))
+    assert not any(kw.get("PDL_ATTR") is False  # twins only when asked (--pdl-twins)
+                   for _, _, kw in suite_requests(str(path), "matmul", "sm_90a", 132, ("h100",)))
+    reqs = suite_requests(str(path), "matmul", "sm_90a", 132, ("h100",), twins=True)
     kws = [kw for _, _, kw in reqs]
     picks = [kw for kw in kws if kw.get("PDL_ATTR", True)]
     with_twin = [kw for kw in picks if launch_site.twin_kwargs("v12", kw)]

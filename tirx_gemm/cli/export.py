@@ -57,6 +57,10 @@ def register(sub) -> None:
                          "h100, h200, all, auto (the GPU here); default h200, the card matmul "
                          "assumes unless told. The bundle records them (cards.json): on a GPU "
                          "of a card every suite export was made for, matmul chooses for it")
+    sp.add_argument("--pdl-twins", action="store_true",
+                    help="with --suite: also each short kernel's twin without PDL's launch "
+                         "attribute, for tirx_gemm.op.launch_site's modes 'site' and 'never' "
+                         "(off by default: matmul launches the picks as built)")
     add_suite_args(sp)
     add_watchdog(sp)
     sp.set_defaults(fn=cmd_export, dtype=None, shapes=None)  # None: not given (cmd_export)
@@ -89,7 +93,8 @@ def cmd_export(args) -> int:
         from tirx_gemm.op import cards
         sms = args.num_sms or splitk.DEFAULT_SM_COUNT[args.arch]
         keys = args.card or (cards.FITTED_ON,)
-        reqs = suite_requests(args.suite or None, args.target, args.arch, sms, keys)
+        reqs = suite_requests(args.suite or None, args.target, args.arch, sms, keys,
+                              twins=args.pdl_twins)
         previous = cards.read_record(out)
         had_kernels = (out / bundle_format.MANIFEST).exists()
         n = bundle.export(reqs, out, jobs=args.jobs, progress=not args.quiet,
@@ -122,18 +127,19 @@ def cmd_export(args) -> int:
     return 0
 
 
-def suite_requests(path, target: str, arch: str, sm_count: int, keys) -> list[tuple]:
+def suite_requests(path, target: str, arch: str, sm_count: int, keys,
+                   twins: bool = False) -> list[tuple]:
     """suite.export_requests of the suite at ``path`` (None: the packaged one) for each card
     of ``keys`` (tirx_gemm.op.cards.CARDS: each card's picks, planned as if matmul assumed it),
-    each kernel once, in order; a kernel with a launch-site twin (tirx_gemm.op.launch_site)
-    is followed by its twin."""
+    each kernel once, in order; with ``twins`` a kernel with a launch-site twin
+    (tirx_gemm.op.launch_site) is followed by its twin."""
     from tirx_gemm.op import cards, launch_site, suite
     loaded = suite.load_suite(path)
     out, seen = [], set()
     for key in keys:
         with cards.assuming(key):
             for step, mnk, kwargs in suite.export_requests(loaded, target, arch, sm_count):
-                for kw in (kwargs, launch_site.twin_kwargs(step.id, kwargs)):
+                for kw in (kwargs, twins and launch_site.twin_kwargs(step.id, kwargs)):
                     ident = kw and (step.key, tuple(mnk), tuple(sorted(kw.items())))
                     if ident and ident not in seen:
                         seen.add(ident)

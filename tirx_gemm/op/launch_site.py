@@ -13,7 +13,8 @@ still start early). The choice moves time only: both kernels wait for the previo
 
 ``MODE``: "site" (the choice above), "always" (every call with the attribute, the picks as
 built) or "never" (every call that has a twin runs it); :func:`set_mode` changes it. A bundle
-without a pick's twin runs the pick. Pure Python: no torch, no TVM.
+without a pick's twin runs the pick (`tirx-gemm export --suite ... --pdl-twins` adds them).
+Pure Python: no torch, no TVM.
 """
 
 from __future__ import annotations
