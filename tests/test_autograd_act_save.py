@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from test_autograd_act_grad import (  # tests/ is on sys.path under pytest
-    assert_grads_as_eager_and_torch, compiled_silu_step)
+    _close, assert_grads_as_eager_and_torch, compiled_silu_step)
 from tirx_gemm.op import act_grad as AGR
 from tirx_gemm.op import act_save as AS
 from tirx_gemm.op import autograd as AG
@@ -72,11 +72,6 @@ def stand_in(monkeypatch):
     finally:
         lib._destroy()
 
-
-def _close(got, want, tol=2e-2):
-    """tests/test_gpu_autograd.py's rule: max |got - want| <= tol * max |want|."""
-    err = (got.float() - want).abs().max().item()
-    assert err <= tol * want.abs().max().item() + 1e-6, err
 
 
 def _grads(M, N, K, act, bias, dtype=torch.bfloat16, out_dtype=None, step=None, seed=0):

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from test_autograd_act_grad import _close  # tests/ is on sys.path under pytest
 from tirx_gemm.op import act_save as AS
 from tirx_gemm.op import autograd as AG
 from tirx_gemm.op import wgrad_dbias as WD
@@ -77,11 +78,6 @@ def stand_in(monkeypatch):
     finally:
         lib._destroy()
 
-
-def _close(got, want, tol=2e-2):
-    """tests/test_gpu_autograd.py's rule: max |got - want| <= tol * max |want|."""
-    err = (got.float() - want).abs().max().item()
-    assert err <= tol * want.abs().max().item() + 1e-6, err
 
 
 def _step(M, act, dtype=torch.bfloat16, N=24, K=16, seed=3, main_grad=False):

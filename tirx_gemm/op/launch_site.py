@@ -3,8 +3,8 @@
 A short decode kernel built with PDL (tirx_gemm/pdl.py) starts its prologue under the kernel
 before it, if that kernel triggers (ours do, at their start). After a kernel that does not
 trigger -- a model's norm, activation or attention, none of them ours -- the launch with PDL's
-attribute waits as any other does and pays for the attribute: about 0.6 us a call on an H100
-(lab/decode_fixed_cost). The op cannot see what torch launched, but it can see what it read:
+attribute waits as any other does and pays for the attribute (lab/decode_fixed_cost
+measured it). The op cannot see what torch launched, but it can see what it read:
 a call whose A is the A the op's last such launch read (unchanged since: same data pointer
 and version), or the D it wrote, comes right after one of ours in a model (q, k and v of one
 hidden state; gate and up), so it keeps the attribute; any other call runs the pick's twin,
