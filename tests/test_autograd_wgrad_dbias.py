@@ -122,7 +122,7 @@ def test_bias_gradient_is_the_kernels(stand_in, monkeypatch):
 
 
 @pytest.mark.parametrize("why", ("off", "no bias grad", "weight main_grad", "not sm_90a",
-                                 "copies", "K fixed"))
+                                 "copies", "K fixed", "over the bound"))
 def test_not_taken(stand_in, monkeypatch, why):
     """Off, a frozen bias, a weight with main_grad (fp32 wgrad on the copies), another arch,
     the layout copies or wgrad's K fixed: no wgrad_dbias kernel, the bias gradient (if any)
@@ -135,6 +135,8 @@ def test_not_taken(stand_in, monkeypatch, why):
         monkeypatch.setattr(AG, "_arch", lambda device: "sm_100a")
     if why == "copies":
         monkeypatch.setattr(AG, "LAYOUT_STEP", None)
+    if why == "over the bound":  # 40 tokens x 16 in-features, one over
+        monkeypatch.setattr(WD, "BOUND", 40 * 16 - 1)
     g = torch.Generator().manual_seed(5)
     a = torch.randn(40, 16, generator=g).to(torch.bfloat16).requires_grad_()
     w = (torch.randn(24, 16, generator=g) / 4).to(torch.bfloat16).requires_grad_()

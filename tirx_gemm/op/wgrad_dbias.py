@@ -11,7 +11,7 @@ kernel writes the bias gradient, fp32 (N,). Deterministic: one CTA sums each col
 tokens in token order; no atomics, no partials.
 
 When it runs (:func:`applies`): :data:`ENABLED` (off until the A/B of lab/training_backward
-says otherwise), sm_90a, the in-place wgrad would run (v15, no ``main_grad`` on the weight) with
+says otherwise), the call's tokens x in-features (dz's rows x a's columns) at most :data:`BOUND`, sm_90a, the in-place wgrad would run (v15, no ``main_grad`` on the weight) with
 K at run time (layouts.WGRAD_RUNTIME_K), and both the weight and the bias need a gradient. The bias's own ``main_grad``, if any, gets the
 fp32 sum added. While torch.compile traces the backward, the op :data:`OP` (two outputs).
 """
@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["ENABLED", "OP", "set_enabled", "tune", "request", "kernel", "applies", "run",
+__all__ = ["ENABLED", "BOUND", "OP", "set_enabled", "tune", "request", "kernel", "applies", "run",
            "wgrad_dbias"]
 
 ENABLED = False  # off by the rule of lab/training_backward (GPU tests pass on an H100; the A/B failed)
+# the largest tokens x in-features (M x K, the size of the layer's input) where the kernel runs:
+# its gain over wgrad + dz.sum(0) falls as both grow (lab/training_backward, "A bounded rule")
+BOUND = 2 ** 25
 _kernels: dict = {}  # (N, K, dtype, device, bundle, tune) -> kernel
 
 
@@ -64,8 +67,10 @@ def kernel(dtype, N: int, K: int, M: int, device):
 
 def applies(dz, a, device_arch: str | None, weight_main_grad: bool) -> bool:
     """Whether :func:`wgrad_dbias` runs: :data:`ENABLED`, ``device_arch`` sm_90a, no
-    ``main_grad`` on the weight; the caller has checked that v15 reads dz and a in place."""
+    ``main_grad`` on the weight, tokens x in-features at most :data:`BOUND`; the caller has
+    checked that v15 reads dz and a in place."""
     return ENABLED and device_arch == "sm_90a" and not weight_main_grad and dz.shape[0] > 0 \
+        and dz.shape[0] * a.shape[1] <= BOUND \
         and tune().get("RUNTIME_K") is True  # v15 builds WGRAD_DBIAS with K at run time only
 
 
