@@ -153,3 +153,16 @@ def interval_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tup
         return None
     kw = fp8.choose_fp8(4096, mode, False, "bfloat16", sm_count, N=4096, K=4096)
     return kw, {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": True}
+
+
+def interval_case_kwargs(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat16",
+                         sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[dict, dict] | None:
+    """(choose_fp8's pick at this shape, the same promoted every second stage, overlapped): the pair
+    interval_candidates times there, which `fp8_pair_check.py --variant interval --suite FILE` also checks
+    against torch's dequantized product at each of the suite's cases; None where interval_candidates has
+    no such candidate (block scales, a pick that is not 128 x 128)."""
+    from tirx_gemm.op import fp8
+    kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
+    cand = dict(interval_candidates(M, N, K, mode, out_dtype, sm_count)).get(
+        "overlapped every 2nd stage")
+    return None if cand is None else (kw, cand)
