@@ -2,6 +2,7 @@
 
     python lab/moe_grouped_gemm/tail_split.py records/tail_split_rule_h100_bfloat16.jsonl
     python lab/moe_grouped_gemm/tail_split.py --heldout records/tail_split_heldout_h100_bfloat16.jsonl
+    python lab/moe_grouped_gemm/tail_split.py --deep-k records/tail_split_deep_k_CARD_bfloat16.jsonl
 
 The rule (set before its run; lab/moe_grouped_gemm/README.md, "The last wave cut along K"):
 TAIL_SPLIT=4 goes into choose_grouped for plain 16-bit tiles with K >= 4096 if, in one run
@@ -16,12 +17,21 @@ suites/tail_split_heldout.json with --routing-seed 200, every result within 1e-2
 at the cases where the condition cut the last wave in at least two of the three routings
 (each record's ``tail_split_engaged``) a geomean of the pick's time over the variant's of at
 least 1.02; and no case, the controls included, more than 2% slower than the pick.
+
+``--deep-k`` (the cut bounded to deep K, set before its run; README "The cut at deep K only"):
+TAIL_SPLIT=4 goes into choose_grouped for plain 16-bit 128x256 contiguous tiles only where
+K >= 8192 if, in one run of suites/tail_split_deep_k.json with --routing-seed 400 (every case
+of the suite recorded), every result of the variant is within 1e-2 of the loop's, the geomean
+of the pick's time over the variant's at the cases where the cut engages (each record's
+``tail_split_engaged`` true in every routing) is at least 1.02, and no case, the controls
+included, has the pick's time over the variant's under 0.98. :func:`deep_k` applies it.
 """
 from __future__ import annotations
 
 import json
 import math
 import sys
+from pathlib import Path
 
 VARIANT = "variant:pick tail split 4"
 GEOMEAN, WORST, TOL = 1.01, 1.02, 1e-2
@@ -66,7 +76,76 @@ def heldout(records) -> tuple[bool, float, float, int]:
     return ok, gm, worst, len(gains)
 
 
+DEEP_K_SUITE = Path(__file__).resolve().parent / "suites" / "tail_split_deep_k.json"
+DEEP_K_SEED, DEEP_K_MIN = 400, 8192
+DEEP_K_GEOMEAN, DEEP_K_WORST = 1.02, 0.98  # pick's time over the variant's: geomean at the cut cases, floor
+
+
+def deep_k_cases(suite=DEEP_K_SUITE):
+    """(model, N, K, tokens) of every case of the deep-K suite, in its order."""
+    return [(s["model"], s["N"], s["K"], t) for s in json.loads(Path(suite).read_text())["shapes"]
+            for t in s["tokens"]]
+
+
+def deep_k_table(records, seed=DEEP_K_SEED):
+    """{(model, N, K, tokens): (pick us, variant us, variant's error, engaged per routing)} of the
+    records of routing ``seed`` with the pick and the variant both timed; the last record of a
+    case wins."""
+    out = {}
+    for r in records:
+        t, err = r.get("t_us") or {}, r.get("check_rel_err") or {}
+        if (r.get("routing") or {}).get("seed", 0) != seed or not t.get("tirx") or not t.get(VARIANT):
+            continue
+        out[(r["model"], r["N"], r["K"], r["tokens"])] = (
+            t["tirx"], t[VARIANT], err.get(VARIANT, math.inf),
+            list((r.get("tail_split_engaged") or {}).get(VARIANT, [])))
+    return out
+
+
+def deep_k(records, suite=DEEP_K_SUITE) -> tuple[str, dict, list[str]]:
+    """The deep-K rule over bench_grouped.py records: ("passes" | "does not pass" | "undecided",
+    the figures, the reasons). Undecided while a case of the suite is not in the records (with
+    --routing-seed 400). Figures: cut (the cases where the cut engaged in every routing),
+    geomean (the pick's time over the variant's there), worst (its least value over every case)
+    and worst_case, max_err (the variant's largest error against the loop), cases."""
+    tab, need = deep_k_table(records), deep_k_cases(suite)
+    missing = [c for c in need if c not in tab]
+    if missing:
+        return "undecided", {"cases": len(need) - len(missing)}, [
+            f"not timed with routing seed {DEEP_K_SEED}: {m} N={n} K={k} tokens={t}" for m, n, k, t in missing]
+    why = [f"{c}: K under {DEEP_K_MIN}" for c in need if c[2] < DEEP_K_MIN]
+    for c in need:
+        p, v, err, _ = tab[c]
+        if not err <= TOL:
+            why.append(f"{c}: the variant's result {err:.3g} from the loop's (over {TOL})")
+        if p / v < DEEP_K_WORST:
+            why.append(f"{c}: the pick's time over the variant's {p / v:.3f} (under {DEEP_K_WORST})")
+    cut = [c for c in need if tab[c][3] and all(tab[c][3])]
+    gm = math.exp(sum(math.log(tab[c][0] / tab[c][1]) for c in cut) / len(cut)) if cut else 0.0
+    if gm < DEEP_K_GEOMEAN:
+        why.append(f"geomean of the pick's time over the variant's at the {len(cut)} cut cases {gm:.3f} "
+                   f"(under {DEEP_K_GEOMEAN})")
+    worst_case = min(need, key=lambda c: tab[c][0] / tab[c][1])
+    figures = {"cases": len(need), "cut": len(cut), "geomean": gm,
+               "worst": tab[worst_case][0] / tab[worst_case][1], "worst_case": worst_case,
+               "max_err": max(tab[c][2] for c in need)}
+    return ("does not pass" if why else "passes"), figures, why
+
+
 def main(argv) -> int:
+    if argv[:1] == ["--deep-k"]:
+        records = [json.loads(x) for p in argv[1:] for x in open(p) if x.strip()]
+        tab = deep_k_table(records)
+        for (model, n, k, t), (p, v, err, eng) in tab.items():
+            print(f"{model:14} N={n:5d} K={k:5d} T={t:5d}: pick {p:9.1f} us, split {v:9.1f} us, "
+                  f"gain {p / v:.3f}, error {err:.4f}, cut in {sum(eng)} of {len(eng)} routings")
+        result, fig, why = deep_k(records)
+        if "geomean" in fig:
+            print(f"{fig['cut']} cut cases of {fig['cases']}: geomean gain {fig['geomean']:.3f} (at least "
+                  f"{DEEP_K_GEOMEAN}); least gain {fig['worst']:.3f} at {fig['worst_case']} (none under "
+                  f"{DEEP_K_WORST}); largest error {fig['max_err']:.4f} (at most {TOL})")
+        print(f"-> {result}" + "".join(f"\n   {w}" for w in why))
+        return 0
     if argv[:1] == ["--heldout"]:
         ok, gm, worst, n = heldout(json.loads(x) for p in argv[1:] for x in open(p) if x.strip())
         print(f"{n} cases cut: geomean gain {gm:.3f}; worst over all cases {worst:.3f}x the pick's "
