@@ -35,8 +35,12 @@ of the gate/up output with torch ops. The routing is never read on the host.
 
 The contract, checked before any launch, one line each: a, b tensors of one dtype (float16 or
 bfloat16) on one CUDA GPU; a 2-D with ``offs`` or 3-D with ``counts``; b 3-D with a's K; E at
-most :data:`E_MAX`; N and K multiples of 8; offs and counts 1-D int32 of E elements on a's
-device; a contiguous, every base address 16-byte aligned. What would need a sync is the
+most :data:`E_MAX`; N and K multiples of 8; the result at most 2^31-1 elements (the stores'
+int32 offsets: :func:`check_result_size`); offs and counts 1-D int32 of E elements on a's
+device; a contiguous, every base address 16-byte aligned. An expert's weight may be any size
+on sm_90a (v14's tensor maps take 64-bit strides: Grok-1's 6144 x 32768 experts); sm_100a's
+twin still computes them in int32 and refuses N*K >= 2^27 and a masked T*K >= 2^30
+(:func:`choose_grouped`). What would need a sync is the
 caller's contract -- offs non-decreasing, ``0 <= offs[e] <= M``, ``0 <= counts[e] <= T`` --
 and is checked too (a sync per call) with ``TIRX_GEMM_CHECK=1`` (skipped while a CUDA graph
 is being captured).
@@ -62,12 +66,14 @@ from tirx_gemm.numerics import DTYPES, check_dtype
 from tirx_gemm.op import grouped_epilogue as GE
 from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
 from tirx_gemm.op import grouped_kernels as GK
+from tirx_gemm.op.grouped_limits import check_result_size, check_twin_strides
 from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
 from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
                                    check_no_overlap, mark_gate_up)
 
 __all__ = ["grouped_mm", "fuse_gate_up_experts", "choose_grouped",
            "explain_grouped", "grouped_variants", "suite_builds", "check_grouped", "check_grouped_shapes",
+           "check_result_size",
            "Problem", "GROUPED_STEP", "LAYOUTS", "E_MAX", "CHECK_ENV"]
 
 GROUPED_STEP = "v14"
@@ -162,6 +168,7 @@ def choose_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
     _check_numbers(rows, E, N, K, dtype, layout, arch, sm_count)
     pool = _pool(sm_count)
     if arch == "sm_100a":  # the tcgen05 twin: 128 token rows, no swap-AB (NumSim only)
+        check_twin_strides(rows, E, N, K, layout)
         wide = rows / E > DECODE_TOKENS and N >= WIDE_TILE[1]
         tile = {"BLK_N": WIDE_TILE[1] if wide else WIDE_SMALL_TILE[1]}
         why_n = ("the wide tile" if wide else
@@ -374,6 +381,7 @@ def check_grouped_shapes(a, b, offs=None, counts=None, layout=None, bias=None, s
         raise ValueError(f"a is {tuple(a.shape)} but b has {E} experts: a masked a is (E, T, K)")
     M = a.shape[-2]
     out_shape = (M, N) if layout == "contiguous" else (E, M, N)
+    check_result_size(layout, M, N, E)
     if bias is not None:
         if _name(bias) is None and bias.dtype != torch.float32:
             raise TypeError(f"bias has dtype {bias.dtype}: take float16, bfloat16 or float32")

@@ -166,6 +166,8 @@ def check_grouped_fp8(a, b, offs=None, scale_a=None, scale_b=None, out_dtype=Non
         raise ValueError("a and the (E, N, K) weights must be contiguous (K innermost): pass "
                          "a.contiguous(), and b as w.transpose(1, 2) of a contiguous w")
     out_shape = (E, M, N) if masked else (M, N)
+    from tirx_gemm.op.grouped import check_result_size
+    check_result_size(layout, M, N, E)
     if out is not None and (tuple(out.shape) != out_shape or out.dtype != odt
                             or not out.is_contiguous()):
         raise ValueError(f"out is {tuple(out.shape)} {out.dtype}, expected {out_shape} {odt}, "

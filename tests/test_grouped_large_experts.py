@@ -1,0 +1,284 @@
+"""Experts past 2^27 elements each -- Grok-1's down projection (E=8 of N x K = 6144 x 32768),
+Jamba-1.5-Large's (E=16 of 24576 x 8192) -- on v14 sm_90a: TVM derives a tensor map's byte
+strides from the operand's extents in their type, so int32 extents overflowed an expert's
+weight stride (N*K elements x 16 bits: globalStrides[1] < 0, refused at compile time) and a
+masked a's T*K*2 bytes (computed on the host at run time: wrapped past 2^30 elements). v14
+declares the extents of its TMA-read operands int64 (steps/sm90a/hgemm_v14.py: wide): the
+strides are 64-bit and the device code is unchanged. What is still limited is refused before
+any build or launch, one line each: the result's int32 store offsets (more than 2^31-1
+elements) and sm_100a's twin, whose extents are still int32.
+
+On the CPU: the op's checks (meta tensors, no memory), the tensor maps TVM lowers to (no nvcc),
+and (nvcc) full builds of the kernels the op picks for Grok-1. Correctness on silicon:
+tests/test_gpu_grouped.py."""
+import importlib
+import importlib.util
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tirx_gemm.op import grouped as G  # noqa: E402
+from tirx_gemm.op import grouped_fp8 as GF  # noqa: E402
+from tirx_gemm.op.keywords import INT32_MAX  # noqa: E402
+
+HAVE_TVM = importlib.util.find_spec("tvm") is not None
+needs_tvm = pytest.mark.skipif(not HAVE_TVM, reason="the builders need TVM")
+
+BF16 = torch.bfloat16
+GROK = (8, 6144, 32768)        # E, N, K: the down projection, N*K = 3 * 2^26 > 2^27
+JAMBA_UP = (16, 2 * 24576, 8192)  # the fused gate/up weight: N*K = 3 * 2^28
+T_BIG = 40960                   # masked rows per expert: T*K > 2^30, E*T*N < 2^31
+
+
+def meta(*shape, dtype=BF16):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def one_line(exc_type, match, fn, *args, **kw):
+    with pytest.raises(exc_type, match=match) as info:
+        fn(*args, **kw)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+# -- the op: Grok-1's experts pass the checks and the pick, in both orientations of b ----------
+@pytest.mark.parametrize("orient", ["torch (E, K, N) view", "linear (E, N, K)"])
+def test_grok_weights_pass_the_call_checks(orient):
+    E, N, K = GROK
+    w = meta(E, N, K)
+    b = w.transpose(1, 2) if orient.startswith("torch") else w
+    offs = meta(E, dtype=torch.int32)
+    p = G.check_grouped_shapes(meta(4096, K), b, offs)
+    assert (p.E, p.N, p.K, p.copy, p.out_shape) == (E, N, K, False, (4096, N))
+    p = G.check_grouped_shapes(meta(E, T_BIG, K), b, counts=offs)
+    assert p.layout == "masked" and p.out_shape == (E, T_BIG, N) and T_BIG * K > 2 ** 30
+
+
+@pytest.mark.parametrize("layout", G.LAYOUTS)
+def test_grok_and_jamba_are_picked_and_explained_on_sm90a(layout):
+    for E, N, K in (GROK, JAMBA_UP):
+        for tokens in (1, 64, 4096, T_BIG if layout == "masked" else 16384):
+            rows = tokens * 2 if layout == "contiguous" else E * tokens
+            step, kw = G.choose_grouped(rows, E, N, K, "bfloat16", layout, "sm_90a")
+            assert step == "v14" and kw["E"] == E and kw["LAYOUT"] == layout
+        assert G.explain_grouped(rows, E, N, K, "bfloat16", layout).startswith(f"{rows} rows")
+
+
+# -- what is still limited: one line each, before any build or launch ---------------------
+def test_a_result_past_int32_store_offsets_is_refused():
+    E, N, K = GROK
+    w64, offs = meta(E, N, 64), meta(E, dtype=torch.int32)
+    rows = INT32_MAX // N
+    G.check_grouped_shapes(meta(rows, 64), w64, offs)  # the most rows that fit
+    msg = one_line(ValueError, rf"the result \({rows + 1}, {N}\) holds .* past 2\^31-1: .*int32 "
+                   rf"offsets; split a's rows into calls of at most {rows} rows",
+                   G.check_grouped_shapes, meta(rows + 1, 64), w64, offs)
+    assert "clamp(offs" in msg
+    T = INT32_MAX // (E * N) + 1  # 8 experts do not fit, 7 do
+    one_line(ValueError, rf"the result \({E}, {T}, {N}\) .* split the experts into calls of at "
+             rf"most {E - 1} ", G.check_grouped_shapes, meta(E, T, 64), w64,
+             counts=offs)
+    T = INT32_MAX // N + 1  # not even one expert fits: split its rows
+    one_line(ValueError, rf"split a's T={T} rows per expert into calls of at most {T - 1} rows",
+             G.check_grouped_shapes, meta(E, T, 64), w64, counts=offs)
+    # the eager call refuses it before any launch (check_grouped runs check_grouped_shapes)
+    one_line(ValueError, "past 2\\^31-1", G.check_grouped, meta(rows + 1, 64), w64,
+             offs, require_cuda=False)
+
+
+def test_fp8_result_past_int32_store_offsets_is_refused():
+    E, N, K = 8, 6144, 256
+    f8 = torch.float8_e4m3fn
+    rows = INT32_MAX // N + 1
+    sb = meta(E, N // 128, K // 128, dtype=torch.float32)
+    one_line(ValueError, rf"the result \({rows}, {N}\) holds", GF.check_grouped_fp8,
+             meta(rows, K, dtype=f8), meta(E, N, K, dtype=f8), meta(E, dtype=torch.int32),
+             meta(rows, K // 128, dtype=torch.float32), sb, require_cuda=False)
+
+
+def test_sm100a_twin_refuses_what_its_int32_strides_cannot_hold():
+    E, N, K = GROK
+    msg = one_line(ValueError, r"an expert's weight N\*K = 6144\*32768 = 201326592 elements: "
+                   r"sm_100a's v14 twin takes fewer than 2\^27", G.choose_grouped, 4096, E, N,
+                   K, "bfloat16", "contiguous", "sm_100a")
+    parts = int(re.search(r"at most (\d+) rows", msg).group(1))
+    assert parts == 4088 and parts * K < 2 ** 27 <= (parts + 8) * K
+    G.choose_grouped(4096, E, parts, K, "bfloat16", "contiguous", "sm_100a")  # the way out
+    one_line(ValueError, r"a masked a's T\*K = 32768\*32768 .* fewer than 2\^30",
+             G.choose_grouped, E * 32768, E, 1024, K, "bfloat16", "masked", "sm_100a")
+    G.choose_grouped(E * 32767, E, 1024, K, "bfloat16", "masked", "sm_100a")
+    G.choose_grouped(4096, E, N, K, "bfloat16", "contiguous", "sm_90a")  # v14 takes it
+
+
+# -- TVM: the tensor maps' strides, lowered without nvcc ----------------------------------
+def _lower(arch, N, K, **kw):
+    """The kernel through TVM's tirx lowering (no nvcc); the lowered module's script."""
+    import tvm
+    from tirx_gemm import registry
+    func = registry.get("v14", arch).build_primfunc(1024, N, K, **kw).with_attr(
+        "global_symbol", "k")
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    mod = tvm.tirx.transform.BindTarget(target)(tvm.IRModule({"main": func}))
+    with target:
+        return tvm.tirx.get_tir_pipeline("tirx")[0](mod).script()
+
+
+def _tensor_maps(monkeypatch, arch, N, K, **kw):
+    """{operand: TVM's TensorMapSpec} of every TMA the kernel issues, as TVM validates them."""
+    from tvm.backend.cuda.tile_primitive.copy_async import tma
+    tma = vars(tma).get("__tvm_backend_module__", tma)  # the module itself, not TVM's alias
+    specs, check = {}, tma._validate_explicit
+
+    def record(spec, stage):
+        specs.setdefault(spec.descriptor_name, spec)
+        return check(spec, stage)
+    monkeypatch.setattr(tma, "_validate_explicit", record)
+    _lower(arch, N, K, **kw)
+    return specs
+
+
+CASES = [(GROK, dict(dtype="bfloat16", BLK_N=256, TMA_STORE=True), 2),
+         (GROK, dict(dtype="bfloat16", LAYOUT="masked", SWAP_AB=True, BLK_M=64, BLK_N=16), 2),
+         (JAMBA_UP, dict(dtype="bfloat16", BLK_N=256, SWIGLU="halves", LAYOUT="masked"), 2),
+         (GROK, dict(dtype="bfloat16", FP8_BLOCK=True, LAYOUT="masked"), 1)]
+
+
+@needs_tvm
+@pytest.mark.parametrize("shape,kw,nbytes", CASES,
+                         ids=["grok-contiguous", "grok-masked-swap", "jamba-swiglu-masked",
+                              "grok-fp8-masked"])
+def test_tensor_maps_take_64_bit_strides(monkeypatch, shape, kw, nbytes):
+    import tvm
+    from tvm.sym import Analyzer
+    E, N, K = shape
+    specs = _tensor_maps(monkeypatch, "sm_90a", N, K, E=E, **kw)
+    b = specs["B"]
+    assert [int(s) for s in b.global_strides] == [K * nbytes, N * K * nbytes]
+    assert all(str(s.ty) == "int64" for s in b.global_strides), b.global_strides
+    a = specs["A"]
+    assert int(a.global_strides[0]) == K * nbytes
+    if kw.get("LAYOUT") == "masked":  # the expert stride T*K*bytes, with T at run time
+        assert all(str(s.ty) == "int64" for s in a.global_strides), a.global_strides
+        ana = Analyzer()
+        stride = a.global_strides[1]
+        m = next(d for d in a.global_dims if not isinstance(d, tvm.tirx.IntImm))
+        T = 2 ** 32 // (K * nbytes) + 1  # the stride past 2^32 bytes: wrapped in int32
+        ana.bind(m, T)
+        assert int(ana.simplify(stride)) == T * K * nbytes > 2 ** 32
+
+
+@needs_tvm
+def test_the_sm100a_twin_still_has_int32_strides(monkeypatch):
+    """The op refuses these shapes on sm_100a (test above) because the twin's extents are
+    still int32: once the twin takes wide extents too (steps/sm100a/hgemm_v14.py, behind its
+    NumSim gate), drop grouped_limits.check_twin_strides and this test."""
+    with pytest.raises(Exception, match=r"globalStrides\[1\]=-\d+ must be non-negative"):
+        _lower("sm_100a", GROK[1], GROK[2], E=GROK[0], dtype="bfloat16")
+
+
+def _device_text(script: str) -> str:
+    """The lowered kernel past the host's tensor-map encodes, its CSE names renumbered."""
+    body = script[script.index("\n", script.rindex("tensormap_encode_tiled")):]
+    names: dict = {}
+    return re.sub(r"cse_v\d+", lambda m: names.setdefault(m.group(0), f"cse#{len(names)}"),
+                  body)
+
+
+@needs_tvm
+@pytest.mark.parametrize("kw", [dict(), dict(LAYOUT="masked", dtype="bfloat16"),
+                                dict(FP8_BLOCK=True, LAYOUT="masked", BLK_M=64)],
+                         ids=["contiguous", "masked", "fp8-masked"])
+def test_wide_extents_change_no_device_code(monkeypatch, kw):
+    """The int64 extents change the host's tensor-map encodes and argument checks only: the
+    kernel lowers to the same code as with int32 extents (so the same SASS, registers)."""
+    from tirx_gemm import registry
+    module = importlib.import_module(registry.get("v14", "sm_90a").module)
+    wide = _lower("sm_90a", 1024, 1024, **kw)
+    monkeypatch.setattr(module, "wide", lambda *dims: tuple(dims))  # the int32 extents
+    narrow = _lower("sm_90a", 1024, 1024, **kw)
+    assert "T.int64(1024)" in wide and "T.int64(1024)" not in narrow
+    assert _device_text(wide) == _device_text(narrow)
+
+
+# -- nvcc: the kernels the op picks for Grok-1 build --------------------------------------
+@needs_tvm
+def test_grok_builds_the_picked_kernels():
+    from tirx_gemm import registry
+    from tirx_gemm.compile.api import build_many
+    E, N, K = GROK
+    step = registry.get("v14", "sm_90a")
+    kws = []
+    for layout in G.LAYOUTS:
+        for tokens in (8, 8192):  # decode (swap-AB) and prefill (the wide tile)
+            rows = tokens * 2 if layout == "contiguous" else E * tokens
+            kws.append(G.choose_grouped(rows, E, N, K, "bfloat16", layout)[1])
+    kws += [dict(E=E, dtype="bfloat16", FP8_BLOCK=True, LAYOUT="masked"),
+            dict(E=E, dtype="bfloat16", CLUSTER=2)]
+    out = build_many([(step, (1024, N, K), kw) for kw in kws])
+    for kw, r in zip(kws, out):
+        assert not isinstance(r, Exception), (kw, r)
+        assert r.spill_stores == 0 and r.spill_loads == 0, kw
+        assert any(k.startswith("UTMALDG.3D") for k in r.sass_counts), (kw, sorted(r.sass_counts))
+
+
+# -- on an sm_90a GPU (marked gpu): the results of experts past 2^27 elements --------------
+def _sm90a_kernels():
+    """Skip unless an sm_90a GPU and v14's kernels (TVM here, or TIRX_GEMM_BUNDLE) are at hand."""
+    import os
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90a GPU (compute capability 9.0)")
+    if not os.environ.get("TIRX_GEMM_BUNDLE") and not HAVE_TVM:
+        pytest.skip("no kernels: set TIRX_GEMM_BUNDLE or install TVM")
+
+
+def _rel_err(got, want) -> float:
+    got, want = got.float(), want.float()
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-6))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [16, 1536], ids=["decode-swap-ab", "prefill-wide"])
+def test_gpu_grok_contiguous_matches_torch(rows):
+    """Every expert's rows, the last expert's weight 7 * 6144 * 32768 * 2 bytes (2.8 GiB) in:
+    an expert stride that int32 bytes could not hold; b as torch's (E, K, N) view."""
+    _sm90a_kernels()
+    from tirx_gemm.op.grouped import grouped_mm
+    E, N, K = GROK
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    w = torch.randn(E, N, K, device="cuda", dtype=BF16, generator=g) / K ** 0.5
+    a = torch.randn(rows, K, device="cuda", dtype=BF16, generator=g)
+    counts = torch.full((E,), rows // E, dtype=torch.int64)
+    counts[0], counts[-1] = counts[0] - 1, counts[-1] + 1  # uneven, the last expert fullest
+    offs = counts.cumsum(0).to(torch.int32).cuda()
+    got = grouped_mm(a, w.transpose(1, 2), offs, sync=True)
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        want = a[start:end].float() @ w[e].float().T
+        assert _rel_err(got[start:end], want) < 2e-2, f"expert {e}"
+        start = end
+
+
+@pytest.mark.gpu
+def test_gpu_masked_expert_stride_past_2_31_bytes_matches_torch():
+    """Masked a (E, T, K) with T*K*2 = 2.5 GiB per expert (computed in int32 on the host it
+    would wrap): expert 1's rows start past 2^31 bytes."""
+    _sm90a_kernels()
+    from tirx_gemm.op.grouped import grouped_mm
+    E, T, N, K = 2, T_BIG, 256, GROK[2]
+    assert T * K * 2 > 2 ** 31
+    g = torch.Generator(device="cuda").manual_seed(1)
+    a = torch.zeros(E, T, K, device="cuda", dtype=BF16)  # 5 GiB
+    counts = [37, 300]
+    for e, c in enumerate(counts):
+        a[e, :c] = torch.randn(c, K, device="cuda", dtype=BF16, generator=g)
+    w = torch.randn(E, N, K, device="cuda", dtype=BF16, generator=g) / K ** 0.5
+    out = torch.full((E, T, N), float("nan"), dtype=BF16, device="cuda")
+    grouped_mm(a, w, counts=torch.tensor(counts, dtype=torch.int32, device="cuda"),
+               layout="masked", out=out, sync=True)
+    for e, c in enumerate(counts):
+        assert _rel_err(out[e, :c], a[e, :c].float() @ w[e].float().T) < 2e-2, f"expert {e}"
+        assert out[e, c:c + 1024].isnan().all(), f"expert {e}: rows past counts written"
