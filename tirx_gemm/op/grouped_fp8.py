@@ -29,6 +29,7 @@ from tirx_gemm import numerics, spec
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.op import grouped_kernels as GK
 from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
+from tirx_gemm.op.grouped_limits import check_result_size
 from tirx_gemm.op.keywords import NOMINAL_M, _ceil_div, _pool
 
 __all__ = ["grouped_mm_fp8", "choose_grouped_fp8", "check_grouped_fp8", "fp8_builds",
@@ -166,7 +167,6 @@ def check_grouped_fp8(a, b, offs=None, scale_a=None, scale_b=None, out_dtype=Non
         raise ValueError("a and the (E, N, K) weights must be contiguous (K innermost): pass "
                          "a.contiguous(), and b as w.transpose(1, 2) of a contiguous w")
     out_shape = (E, M, N) if masked else (M, N)
-    from tirx_gemm.op.grouped import check_result_size
     check_result_size(layout, M, N, E)
     if out is not None and (tuple(out.shape) != out_shape or out.dtype != odt
                             or not out.is_contiguous()):
