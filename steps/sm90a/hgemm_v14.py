@@ -21,14 +21,21 @@ PAIR = 2                      # CLUSTER=2: CTAs of a pair sharing the weight til
 TAIL_IN_FLIGHT = 8            # TAIL_SPLIT: slab chunks (4 floats) a reducing thread loads at once
 
 
-def wide(*dims):
-    """A TMA-loaded operand's shape, its constant extents int64. TVM derives the tensor
-    map's byte strides from the extents (an expert's weight: N * K elements x 16 bits) in
-    the extents' type: int32 overflowed from 2^27 bf16 elements per expert (Grok-1's down
-    projection, N x K = 6144 x 32768: globalStrides[1] < 0, refused at compile time), and
-    a masked A's M * K on the host at run time past 2^30. int64 extents compute them in 64
-    bits; the kernel's code is unchanged (the TMA coordinates stay int32)."""
-    return tuple(T.int64(d) if isinstance(d, int) else d for d in dims)
+WIDE_FROM_BITS = 1 << 31      # an expert's weight this many bits or more: int64 extents (below)
+
+
+def weight_shape(E, N, K, bits):
+    """B's shape (E, N, K), its extents int64 where an expert's weight holds WIDE_FROM_BITS
+    or more. TVM derives a tensor map's byte strides from the extents in their own type, so
+    with int32 extents the expert stride (N * K elements x bits) overflowed from 2^27 16-bit
+    elements (Grok-1's down projection, 6144 x 32768: globalStrides[1] < 0, refused at compile
+    time). int64 extents change the host's tensor-map encode and argument checks only: the
+    device code and the TMA coordinates (int32) are the same. Smaller weights keep int32
+    extents, so their kernels are the ones timed and checked before. (A masked A's expert
+    stride, T * K at run time, stays int32: the op refuses T * K past it, grouped_limits.)"""
+    if N * K * bits < WIDE_FROM_BITS:
+        return (E, N, K)
+    return tuple(T.int64(d) for d in (E, N, K))
 
 
 def check_walk(E, LAYOUT, BLK_M):
@@ -176,7 +183,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     LAST_PART_AT = min(EPI_AT + STORE_STEPS - 1, K_TILES - 1)
     PART_COLS = OUT_N // STORE_STEPS
     M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
-    A_SHAPE = wide(E, M_DIM, K) if MASKED else (M_DIM, K)  # masked: M*K int64 (wide)
+    A_SHAPE = (E, M_DIM, K) if MASKED else (M_DIM, K)
     D_SHAPE = (E, M_DIM, N_D) if MASKED else (M_DIM, N_D)
 
     A_layout = H.swizzled_layout((PIPE_DEPTH, BLK_M, BLK_K), dtype)
@@ -467,7 +474,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     # operands (A, B, D, routing[, scale][, bias][, WS, CNT]): one source, the operands not
     # asked for dropped (H.without_operand)
     @T.prim_func
-    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer(wide(E, N, K), dtype),
+    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer(weight_shape(E, N, K, 16), dtype),
                D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
                scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype),
                WS: T.Buffer((max(TAIL_SPLIT, 1), max(TAIL_TILES, 1), BLK_M * BLK_N), H.ACC_DTYPE),
@@ -528,7 +535,7 @@ def hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH, SM_
     SB_ROWS = E * NB
     MASKED = LAYOUT == "masked"
     M_DIM = tvm.tirx.Var("M", "int32") if RUNTIME_M else M
-    A_SHAPE = wide(E, M_DIM, K) if MASKED else (M_DIM, K)  # masked: M*K int64 (wide)
+    A_SHAPE = (E, M_DIM, K) if MASKED else (M_DIM, K)
     D_SHAPE = (E, M_DIM, N) if MASKED else (M_DIM, N)
     # SA's rows: masked, expert e's at e * M (the (E, M, K/128) scales flattened by the caller)
     SA_ROWS = H.runtime_extent("SA_ROWS") if MASKED else M_DIM
@@ -570,7 +577,8 @@ def hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH, SM_
                           B_STAGE_BYTES, BLK_N)
 
     @T.prim_func
-    def kernel(A: T.Buffer(A_SHAPE, W.FP8_STORAGE), B: T.Buffer(wide(E, N, K), W.FP8_STORAGE),
+    def kernel(A: T.Buffer(A_SHAPE, W.FP8_STORAGE),
+               B: T.Buffer(weight_shape(E, N, K, 8), W.FP8_STORAGE),
                D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
                SA: T.Buffer((SA_ROWS, KB), "float32"), SB: T.Buffer((SB_ROWS, KB), "float32")):
         T.device_entry()

@@ -37,10 +37,9 @@ The contract, checked before any launch, one line each: a, b tensors of one dtyp
 bfloat16) on one CUDA GPU; a 2-D with ``offs`` or 3-D with ``counts``; b 3-D with a's K; E at
 most :data:`E_MAX`; N and K multiples of 8; the result at most 2^31-1 elements (the stores'
 int32 offsets: :func:`check_result_size`); offs and counts 1-D int32 of E elements on a's
-device; a contiguous, every base address 16-byte aligned. An expert's weight may be any size
-on sm_90a (v14's tensor maps take 64-bit strides: Grok-1's 6144 x 32768 experts); sm_100a's
-twin still computes them in int32 and refuses N*K >= 2^27 and a masked T*K >= 2^30
-(:func:`choose_grouped`). What would need a sync is the
+device; a contiguous, every base address 16-byte aligned; a masked a's expert T*K*2 bytes under
+2^31. An expert's weight may be any size on sm_90a (int64 tensor-map strides where needed:
+Grok-1's 6144 x 32768 experts); sm_100a's twin refuses N*K >= 2^27 (tirx_gemm.op.grouped_limits). What would need a sync is the
 caller's contract -- offs non-decreasing, ``0 <= offs[e] <= M``, ``0 <= counts[e] <= T`` --
 and is checked too (a sync per call) with ``TIRX_GEMM_CHECK=1`` (skipped while a CUDA graph
 is being captured).
@@ -66,7 +65,8 @@ from tirx_gemm.numerics import DTYPES, check_dtype
 from tirx_gemm.op import grouped_epilogue as GE
 from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
 from tirx_gemm.op import grouped_kernels as GK
-from tirx_gemm.op.grouped_limits import check_result_size, check_twin_strides
+from tirx_gemm.op.grouped_limits import (check_masked_stride, check_result_size,
+                                         check_twin_strides)
 from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
 from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
                                    check_no_overlap, mark_gate_up)
@@ -166,9 +166,11 @@ def choose_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
     dtype = dtype_name(dtype)
     sm_count = spec.SM_COUNT.get(arch, 0) if sm_count is None else sm_count
     _check_numbers(rows, E, N, K, dtype, layout, arch, sm_count)
+    if layout == "masked":
+        check_masked_stride(rows // E, K, 2)
     pool = _pool(sm_count)
     if arch == "sm_100a":  # the tcgen05 twin: 128 token rows, no swap-AB (NumSim only)
-        check_twin_strides(rows, E, N, K, layout)
+        check_twin_strides(N, K)
         wide = rows / E > DECODE_TOKENS and N >= WIDE_TILE[1]
         tile = {"BLK_N": WIDE_TILE[1] if wide else WIDE_SMALL_TILE[1]}
         why_n = ("the wide tile" if wide else
@@ -382,6 +384,8 @@ def check_grouped_shapes(a, b, offs=None, counts=None, layout=None, bias=None, s
     M = a.shape[-2]
     out_shape = (M, N) if layout == "contiguous" else (E, M, N)
     check_result_size(layout, M, N, E)
+    if layout == "masked":
+        check_masked_stride(M, K, 2)
     if bias is not None:
         if _name(bias) is None and bias.dtype != torch.float32:
             raise TypeError(f"bias has dtype {bias.dtype}: take float16, bfloat16 or float32")

@@ -29,7 +29,7 @@ from tirx_gemm import numerics, spec
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.op import grouped_kernels as GK
 from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
-from tirx_gemm.op.grouped_limits import check_result_size
+from tirx_gemm.op.grouped_limits import check_masked_stride, check_result_size
 from tirx_gemm.op.keywords import NOMINAL_M, _ceil_div, _pool
 
 __all__ = ["grouped_mm_fp8", "choose_grouped_fp8", "check_grouped_fp8", "fp8_builds",
@@ -168,6 +168,8 @@ def check_grouped_fp8(a, b, offs=None, scale_a=None, scale_b=None, out_dtype=Non
                          "a.contiguous(), and b as w.transpose(1, 2) of a contiguous w")
     out_shape = (E, M, N) if masked else (M, N)
     check_result_size(layout, M, N, E)
+    if masked:
+        check_masked_stride(M, K, 1)
     if out is not None and (tuple(out.shape) != out_shape or out.dtype != odt
                             or not out.is_contiguous()):
         raise ValueError(f"out is {tuple(out.shape)} {out.dtype}, expected {out_shape} {odt}, "

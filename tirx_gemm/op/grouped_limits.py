@@ -1,20 +1,22 @@
 """The grouped kernel's (v14's) size limits, checked before any build or launch, one line each.
 
-The operands v14 reads by TMA (a, b) have no size limit on sm_90a: its tensor maps take 64-bit
-strides (``wide`` in steps/sm90a/hgemm_v14.py). Two limits remain: the result's bounded stores
-address it with int32 element offsets (:func:`check_result_size`, every arch), and sm_100a's
-twin still builds its tensor maps from int32 extents (:func:`check_twin_strides`).
+An expert's weight has no size limit on sm_90a: v14 builds its tensor map from int64 extents
+where its stride needs them (``weight_shape`` in steps/sm90a/hgemm_v14.py). Three limits
+remain: the result's bounded stores address it with int32 element offsets
+(:func:`check_result_size`), a masked a's expert stride (T x K at run time) is computed in
+int32 bytes on the host (:func:`check_masked_stride`), both on every arch; and sm_100a's twin
+still builds its weight's tensor map from int32 extents (:func:`check_twin_strides`).
 """
 
 from __future__ import annotations
 
 from tirx_gemm.op.keywords import INT32_MAX
 
-__all__ = ["TWIN_STRIDE_BITS", "check_result_size", "check_twin_strides"]
+__all__ = ["TWIN_STRIDE_BITS", "check_result_size", "check_masked_stride", "check_twin_strides"]
 
-# sm_100a's v14 twin: TVM computes its tensor maps' byte strides from int32 extents, an
-# expert's weight N*K elements x 16 bits at compile time (refused from 2^27 elements) and a
-# masked a's T*K x 2 bytes at run time (wrapping from 2^30); v14 sm_90a's extents are int64
+# TVM computes a tensor map's byte strides from the extents in their type: with int32 ones an
+# expert's weight N*K elements x 16 bits at compile time (refused from 2^27 elements; sm_100a's
+# twin) and a masked a's T*K x element bytes at run time (wrapping from 2^31 bytes; both arches)
 TWIN_STRIDE_BITS = 1 << 31
 
 
@@ -39,7 +41,18 @@ def check_result_size(layout: str, M: int, N: int, E: int, what: str = "the resu
                      f"kernel's stores address it with int32 offsets; {way}")
 
 
-def check_twin_strides(rows: int, E: int, N: int, K: int, layout: str) -> None:
+def check_masked_stride(T: int, K: int, elem_bytes: int) -> None:
+    """A masked a (E, T, K): its expert stride T*K*elem_bytes within int32 (the host computes it
+    in int32 at run time: past it the stride would wrap and the kernel read elsewhere); a
+    one-line ValueError with the way out."""
+    if T * K * elem_bytes >= 2 ** 31:
+        raise ValueError(f"a masked a's T*K = {T}*{K} = {T * K} elements per expert is "
+                         f"{T * K * elem_bytes} bytes, past the grouped kernel's int32 expert "
+                         f"stride (2^31 bytes); use at most {(2 ** 31 - 1) // (K * elem_bytes)} "
+                         f"rows per expert (T) or layout='contiguous'")
+
+
+def check_twin_strides(N: int, K: int) -> None:
     """sm_100a's twin: the byte strides of its tensor maps within int32 (TWIN_STRIDE_BITS);
     a one-line ValueError naming the operand and the way out."""
     if N * K * 16 >= TWIN_STRIDE_BITS:
@@ -48,8 +61,3 @@ def check_twin_strides(rows: int, E: int, N: int, K: int, layout: str) -> None:
                          f"bits); split the experts' N into parts of at most "
                          f"{(TWIN_STRIDE_BITS // 16 - 1) // K // 8 * 8} rows, one call each, or "
                          f"run on sm_90a")
-    T = rows // E
-    if layout == "masked" and T * K * 2 >= TWIN_STRIDE_BITS:
-        raise ValueError(f"a masked a's T*K = {T}*{K} = {T * K} elements per expert: sm_100a's "
-                         f"v14 twin takes fewer than 2^30 (its tensor map's expert stride is "
-                         f"int32 bytes); use fewer rows per expert (T) or layout='contiguous'")
