@@ -252,3 +252,12 @@ def test_gpu_grok_contiguous_matches_torch(rows):
         want = a[start:end].float() @ w[e].float().T
         assert _rel_err(got[start:end], want) < 2e-2, f"expert {e}"
         start = end
+
+
+def test_the_step_widens_where_the_op_says_int32_strides_end():
+    """One bound, two homes that must agree: v14 sm_90a widens a weight's extents from
+    WIDE_FROM_BITS, the op's limits (sm_100a's twin, a masked a) stop at INT32_STRIDE_BITS."""
+    from tirx_gemm import registry
+    from tirx_gemm.op import grouped_limits as GL
+    module = importlib.import_module(registry.get("v14", "sm_90a").module)
+    assert module.WIDE_FROM_BITS == GL.INT32_STRIDE_BITS

@@ -39,10 +39,10 @@ most :data:`E_MAX`; N and K multiples of 8; the result at most 2^31-1 elements (
 int32 offsets: :func:`check_result_size`); offs and counts 1-D int32 of E elements on a's
 device; a contiguous, every base address 16-byte aligned; a masked a's expert T*K*2 bytes under
 2^31. An expert's weight may be any size on sm_90a (int64 tensor-map strides where needed:
-Grok-1's 6144 x 32768 experts); sm_100a's twin refuses N*K >= 2^27 (tirx_gemm.op.grouped_limits). What would need a sync is the
-caller's contract -- offs non-decreasing, ``0 <= offs[e] <= M``, ``0 <= counts[e] <= T`` --
-and is checked too (a sync per call) with ``TIRX_GEMM_CHECK=1`` (skipped while a CUDA graph
-is being captured).
+Grok-1's 6144 x 32768 experts); sm_100a's twin refuses N*K >= 2^27 (tirx_gemm.op.grouped_limits).
+What would need a sync is the caller's contract -- offs non-decreasing, ``0 <= offs[e] <= M``,
+``0 <= counts[e] <= T`` -- and is checked too (a sync per call) with ``TIRX_GEMM_CHECK=1``
+(skipped while a CUDA graph is being captured).
 
 The kernel: :func:`choose_grouped` picks v14's tile from the tokens per expert, estimated on
 the host as rows / E (narrow tiles at decode, wide at prefill), and :func:`explain_grouped`

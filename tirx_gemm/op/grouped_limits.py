@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from tirx_gemm.op.keywords import INT32_MAX
 
-__all__ = ["TWIN_STRIDE_BITS", "check_result_size", "check_masked_stride", "check_twin_strides"]
+__all__ = ["INT32_STRIDE_BITS", "check_result_size", "check_masked_stride", "check_twin_strides"]
 
-# TVM computes a tensor map's byte strides from the extents in their type: with int32 ones an
-# expert's weight N*K elements x 16 bits at compile time (refused from 2^27 elements; sm_100a's
-# twin) and a masked a's T*K x element bytes at run time (wrapping from 2^31 bytes; both arches)
-TWIN_STRIDE_BITS = 1 << 31
+# TVM computes a tensor map's strides from the extents in their type: with int32 ones a product
+# this large overflows -- an expert's weight N*K elements x 16 bits at compile time (sm_100a's
+# twin; v14 sm_90a's WIDE_FROM_BITS, the same bound, widens it) and a masked a's T*K x element
+# bytes on the host at run time (both arches)
+INT32_STRIDE_BITS = 1 << 31
 
 
 def check_result_size(layout: str, M: int, N: int, E: int, what: str = "the result") -> None:
     """The result within v14's int32 store offsets: its bounded stores address D[row, col]
     (masked: D[e, row, col]) in int32 element offsets, which past 2^31-1 elements would wrap
-    and write elsewhere. A one-line ValueError with the split that fits. (The operands read
-    by TMA -- a, b -- have no such limit: their tensor maps take 64-bit strides.)"""
+    and write elsewhere. A one-line ValueError with the split that fits."""
     rows = M if layout == "contiguous" else E * M
     if rows * N <= INT32_MAX:
         return
@@ -45,19 +45,20 @@ def check_masked_stride(T: int, K: int, elem_bytes: int) -> None:
     """A masked a (E, T, K): its expert stride T*K*elem_bytes within int32 (the host computes it
     in int32 at run time: past it the stride would wrap and the kernel read elsewhere); a
     one-line ValueError with the way out."""
-    if T * K * elem_bytes >= 2 ** 31:
+    limit = INT32_STRIDE_BITS  # the host's int32 product counts bytes here, not bits
+    if T * K * elem_bytes >= limit:
         raise ValueError(f"a masked a's T*K = {T}*{K} = {T * K} elements per expert is "
                          f"{T * K * elem_bytes} bytes, past the grouped kernel's int32 expert "
-                         f"stride (2^31 bytes); use at most {(2 ** 31 - 1) // (K * elem_bytes)} "
+                         f"stride (2^31 bytes); use at most {(limit - 1) // (K * elem_bytes)} "
                          f"rows per expert (T) or layout='contiguous'")
 
 
 def check_twin_strides(N: int, K: int) -> None:
-    """sm_100a's twin: the byte strides of its tensor maps within int32 (TWIN_STRIDE_BITS);
+    """sm_100a's twin: the byte strides of its tensor maps within int32 (INT32_STRIDE_BITS);
     a one-line ValueError naming the operand and the way out."""
-    if N * K * 16 >= TWIN_STRIDE_BITS:
+    if N * K * 16 >= INT32_STRIDE_BITS:
         raise ValueError(f"an expert's weight N*K = {N}*{K} = {N * K} elements: sm_100a's v14 twin "
                          f"takes fewer than 2^27 (its tensor map's expert stride is int32 "
                          f"bits); split the experts' N into parts of at most "
-                         f"{(TWIN_STRIDE_BITS // 16 - 1) // K // 8 * 8} rows, one call each, or "
+                         f"{(INT32_STRIDE_BITS // 16 - 1) // K // 8 * 8} rows, one call each, or "
                          f"run on sm_90a")

@@ -11,9 +11,11 @@ kernel writes the bias gradient, fp32 (N,). Deterministic: one CTA sums each col
 tokens in token order; no atomics, no partials.
 
 When it runs (:func:`applies`): :data:`ENABLED` (off until the A/B of lab/training_backward
-says otherwise), the call's tokens x in-features (dz's rows x a's columns) at most :data:`BOUND`, sm_90a, the in-place wgrad would run (v15, no ``main_grad`` on the weight) with
-K at run time (layouts.WGRAD_RUNTIME_K), and both the weight and the bias need a gradient. The bias's own ``main_grad``, if any, gets the
-fp32 sum added. While torch.compile traces the backward, the op :data:`OP` (two outputs).
+says otherwise), the call's tokens x in-features (dz's rows x a's columns) at most :data:`BOUND`,
+sm_90a, the in-place wgrad would run (v15, no ``main_grad`` on the weight) with K at run time
+(layouts.WGRAD_RUNTIME_K), and both the weight and the bias need a gradient. The bias's own
+``main_grad``, if any, gets the fp32 sum added. While torch.compile traces the backward, the op
+:data:`OP` (two outputs).
 """
 
 from __future__ import annotations
