@@ -1,16 +1,16 @@
 """Experts past 2^27 elements each -- Grok-1's down projection (E=8 of N x K = 6144 x 32768),
-Jamba-1.5-Large's (E=16 of 24576 x 8192) -- on v14 sm_90a: TVM derives a tensor map's byte
-strides from the operand's extents in their type, so int32 extents overflowed an expert's
+Jamba-1.5-Large's (E=16 of 24576 x 8192) -- on v14, both arches: TVM derives a tensor map's
+byte strides from the operand's extents in their type, so int32 extents overflowed an expert's
 weight stride (N*K elements x 16 bits: globalStrides[1] < 0, refused at compile time). v14
-declares the weight's extents int64 where its stride needs it (steps/sm90a/hgemm_v14.py:
+declares the weight's extents int64 where its stride needs it (tirx_gemm/hopper/grouped.py:
 weight_shape): the strides are 64-bit, the device code is unchanged, and smaller weights keep
 the kernels built before. What is still limited is refused before any build or launch, one
-line each: the result's int32 store offsets (more than 2^31-1 elements), a masked a's expert
-stride (T*K bytes, computed in int32 on the host) and sm_100a's twin, whose extents are int32.
+line each: the result's int32 store offsets (more than 2^31-1 elements) and a masked a's
+expert stride (T*K bytes, computed in int32 on the host).
 
 On the CPU: the op's checks (meta tensors, no memory), the tensor maps TVM lowers to (no nvcc),
 and (nvcc) full builds of the kernels the op picks for Grok-1. Correctness on silicon:
-tests/test_gpu_grouped.py."""
+tests/test_gpu_grouped.py; sm_100a's twin with wide extents on NumSim: lab/moe_grouped_gemm."""
 import importlib
 import importlib.util
 import re
@@ -101,19 +101,15 @@ def test_fp8_result_past_int32_store_offsets_is_refused():
              meta(rows, K // 128, dtype=torch.float32), sb, require_cuda=False)
 
 
-def test_sm100a_twin_refuses_what_its_int32_strides_cannot_hold():
+def test_sm100a_twin_takes_grok_and_both_arches_refuse_a_masked_stride_past_int32():
+    for E, N, K in (GROK, JAMBA_UP):  # the twin's weight extents widen as sm_90a's do
+        step, kw = G.choose_grouped(4096, E, N, K, "bfloat16", "contiguous", "sm_100a")
+        assert step == "v14" and kw["E"] == E
     E, N, K = GROK
-    msg = one_line(ValueError, r"an expert's weight N\*K = 6144\*32768 = 201326592 elements: "
-                   r"sm_100a's v14 twin takes fewer than 2\^27", G.choose_grouped, 4096, E, N,
-                   K, "bfloat16", "contiguous", "sm_100a")
-    parts = int(re.search(r"at most (\d+) rows", msg).group(1))
-    assert parts == 4088 and parts * K < 2 ** 27 <= (parts + 8) * K
-    G.choose_grouped(4096, E, parts, K, "bfloat16", "contiguous", "sm_100a")  # the way out
     for arch in ("sm_100a", "sm_90a"):  # a masked a's expert stride: every arch
         one_line(ValueError, r"a masked a's T\*K = 32768\*32768 .* int32 expert stride",
                  G.choose_grouped, E * 32768, E, 1024, K, "bfloat16", "masked", arch)
         G.choose_grouped(E * 32767, E, 1024, K, "bfloat16", "masked", arch)
-    G.choose_grouped(4096, E, N, K, "bfloat16", "contiguous", "sm_90a")  # v14 takes it
 
 
 # -- TVM: the tensor maps' strides, lowered without nvcc ----------------------------------
@@ -143,30 +139,27 @@ def _tensor_maps(monkeypatch, arch, N, K, **kw):
     return specs
 
 
-CASES = [(GROK, dict(dtype="bfloat16", BLK_N=256, TMA_STORE=True), 2),
-         (GROK, dict(dtype="bfloat16", LAYOUT="masked", SWAP_AB=True, BLK_M=64, BLK_N=16), 2),
-         (JAMBA_UP, dict(dtype="bfloat16", BLK_N=256, SWIGLU="halves", LAYOUT="masked"), 2)]
+CASES = [("sm_90a", GROK, dict(dtype="bfloat16", BLK_N=256, TMA_STORE=True), 2),
+         ("sm_90a", GROK, dict(dtype="bfloat16", LAYOUT="masked", SWAP_AB=True, BLK_M=64,
+                               BLK_N=16), 2),
+         ("sm_90a", JAMBA_UP, dict(dtype="bfloat16", BLK_N=256, SWIGLU="halves",
+                                   LAYOUT="masked"), 2),
+         ("sm_100a", GROK, dict(dtype="bfloat16", BLK_N=256), 2),
+         ("sm_100a", GROK, dict(dtype="bfloat16", LAYOUT="masked", SWAP_AB=True, BLK_N=16), 2),
+         ("sm_100a", JAMBA_UP, dict(SCALE="mx"), 1)]  # e4m3: wide from N*K = 2^28
 
 
 @needs_tvm
-@pytest.mark.parametrize("shape,kw,nbytes", CASES,
-                         ids=["grok-contiguous", "grok-masked-swap", "jamba-swiglu-masked"])
-def test_tensor_maps_take_64_bit_strides(monkeypatch, shape, kw, nbytes):
+@pytest.mark.parametrize("arch,shape,kw,nbytes", CASES,
+                         ids=["grok-contiguous", "grok-masked-swap", "jamba-swiglu-masked",
+                              "twin-grok-contiguous", "twin-grok-masked-swap", "twin-jamba-mx"])
+def test_tensor_maps_take_64_bit_strides(monkeypatch, arch, shape, kw, nbytes):
     E, N, K = shape
-    specs = _tensor_maps(monkeypatch, "sm_90a", N, K, E=E, **kw)
+    specs = _tensor_maps(monkeypatch, arch, N, K, E=E, **kw)
     b = specs["B"]
     assert [int(s) for s in b.global_strides] == [K * nbytes, N * K * nbytes]
     assert all(str(s.ty) == "int64" for s in b.global_strides), b.global_strides
     assert int(specs["A"].global_strides[0]) == K * nbytes
-
-
-@needs_tvm
-def test_the_sm100a_twin_still_has_int32_strides(monkeypatch):
-    """The op refuses these shapes on sm_100a (test above) because the twin's extents are
-    still int32: once the twin takes wide extents too (steps/sm100a/hgemm_v14.py, behind its
-    NumSim gate), drop grouped_limits.check_twin_strides and this test."""
-    with pytest.raises(Exception, match=r"globalStrides\[1\]=-\d+ must be non-negative"):
-        _lower("sm_100a", GROK[1], GROK[2], E=GROK[0], dtype="bfloat16")
 
 
 def _device_text(script: str) -> str:
@@ -178,18 +171,22 @@ def _device_text(script: str) -> str:
 
 
 @needs_tvm
-@pytest.mark.parametrize("kw", [dict(), dict(LAYOUT="masked", dtype="bfloat16"),
-                                dict(FP8_BLOCK=True, LAYOUT="masked", BLK_M=64)],
-                         ids=["contiguous", "masked", "fp8-masked"])
-def test_wide_extents_change_no_device_code(monkeypatch, kw):
+@pytest.mark.parametrize("arch,kw", [("sm_90a", dict()),
+                                     ("sm_90a", dict(LAYOUT="masked", dtype="bfloat16")),
+                                     ("sm_90a", dict(FP8_BLOCK=True, LAYOUT="masked", BLK_M=64)),
+                                     ("sm_100a", dict()),
+                                     ("sm_100a", dict(LAYOUT="masked", dtype="bfloat16")),
+                                     ("sm_100a", dict(SCALE="mx"))],
+                         ids=["contiguous", "masked", "fp8-masked", "twin-contiguous",
+                              "twin-masked", "twin-mx"])
+def test_wide_extents_change_no_device_code(monkeypatch, arch, kw):
     """A weight under the bound keeps int32 extents (the kernels built before, host code and
     all); int64 ones, forced here at the same shape, change the host's tensor-map encodes and
     argument checks only: the kernel lowers to the same code (so the same SASS, registers)."""
-    from tirx_gemm import registry
-    module = importlib.import_module(registry.get("v14", "sm_90a").module)
-    narrow = _lower("sm_90a", 1024, 1024, **kw)
-    monkeypatch.setattr(module, "WIDE_FROM_BITS", 0)  # every weight wide
-    wide = _lower("sm_90a", 1024, 1024, **kw)
+    from tirx_gemm.hopper import grouped as HG
+    narrow = _lower(arch, 1024, 1024, **kw)
+    monkeypatch.setattr(HG, "WIDE_FROM_BITS", 0)  # every weight wide
+    wide = _lower(arch, 1024, 1024, **kw)
     assert "T.int64(1024)" in wide and "T.int64(1024)" not in narrow
     assert _device_text(wide) == _device_text(narrow)
 
@@ -254,10 +251,9 @@ def test_gpu_grok_contiguous_matches_torch(rows):
         start = end
 
 
-def test_the_step_widens_where_the_op_says_int32_strides_end():
-    """One bound, two homes that must agree: v14 sm_90a widens a weight's extents from
-    WIDE_FROM_BITS, the op's limits (sm_100a's twin, a masked a) stop at INT32_STRIDE_BITS."""
-    from tirx_gemm import registry
+def test_the_steps_widen_where_the_op_says_int32_strides_end():
+    """One bound, two homes that must agree: v14 widens a weight's extents from
+    WIDE_FROM_BITS, the op's masked-a limit stops at INT32_STRIDE_BITS."""
+    from tirx_gemm.hopper import grouped as HG
     from tirx_gemm.op import grouped_limits as GL
-    module = importlib.import_module(registry.get("v14", "sm_90a").module)
-    assert module.WIDE_FROM_BITS == GL.INT32_STRIDE_BITS
+    assert HG.WIDE_FROM_BITS == GL.INT32_STRIDE_BITS

@@ -242,7 +242,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     # operands (A, B, D, routing[, scale][, bias]): sm_90a's v14 order; one source, the
     # operands not asked for dropped (W.without_operand, as v9 and v15 do)
     @T.prim_func
-    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer((E, N, K), dtype),
+    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer(W.weight_shape(E, N, K, 16), dtype),
                D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
                scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype)):
         body(A, B, D, routing, scale if ROW_SCALE else None, bias if BIAS else None)
@@ -316,7 +316,8 @@ def hgemm_v14_mx(M, N, K, dtype, E, LAYOUT, BLK_N, PIPE_DEPTH, SM_COUNT, RUNTIME
     B_layout = H.swizzled_layout((PIPE_DEPTH, BLK_N, BLK_K), W.FP8_STORAGE)
 
     @T.prim_func
-    def kernel(A: T.Buffer(A_SHAPE, W.FP8_STORAGE), B: T.Buffer((E, N, K), W.FP8_STORAGE),
+    def kernel(A: T.Buffer(A_SHAPE, W.FP8_STORAGE),
+               B: T.Buffer(W.weight_shape(E, N, K, 8), W.FP8_STORAGE),
                D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
                SFA: T.Buffer(SFA_SHAPE, W.MX_SF_STORAGE),
                SFB: T.Buffer(SFB_SHAPE, W.MX_SF_STORAGE)):

@@ -21,23 +21,6 @@ PAIR = 2                      # CLUSTER=2: CTAs of a pair sharing the weight til
 TAIL_IN_FLIGHT = 8            # TAIL_SPLIT: slab chunks (4 floats) a reducing thread loads at once
 
 
-WIDE_FROM_BITS = 1 << 31      # an expert's weight this many bits or more: int64 extents (below)
-
-
-def weight_shape(E, N, K, bits):
-    """B's shape (E, N, K), its extents int64 where an expert's weight holds WIDE_FROM_BITS
-    or more. TVM derives a tensor map's byte strides from the extents in their own type, so
-    with int32 extents the expert stride (N * K elements x bits) overflowed from 2^27 16-bit
-    elements (Grok-1's down projection, 6144 x 32768: globalStrides[1] < 0, refused at compile
-    time). int64 extents change the host's tensor-map encode and argument checks only: the
-    device code and the TMA coordinates (int32) are the same. Smaller weights keep int32
-    extents, so their kernels are the ones timed and checked before. (A masked A's expert
-    stride, T * K at run time, stays int32: the op refuses T * K past it, grouped_limits.)"""
-    if N * K * bits < WIDE_FROM_BITS:
-        return (E, N, K)
-    return tuple(T.int64(d) for d in (E, N, K))
-
-
 def check_walk(E, LAYOUT, BLK_M):
     """The walk's own constraints, both kernels (16-bit and FP8_BLOCK): E, LAYOUT, BLK_M."""
     if isinstance(E, bool) or not isinstance(E, int) or not 1 <= E <= W.E_MAX:
@@ -474,7 +457,7 @@ def hgemm_v14(M: int, N: int, K: int, dtype: str = "float16", E: int = 8,
     # operands (A, B, D, routing[, scale][, bias][, WS, CNT]): one source, the operands not
     # asked for dropped (H.without_operand)
     @T.prim_func
-    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer(weight_shape(E, N, K, 16), dtype),
+    def kernel(A: T.Buffer(A_SHAPE, dtype), B: T.Buffer(W.weight_shape(E, N, K, 16), dtype),
                D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
                scale: T.Buffer(S_SHAPE, "float32"), bias: T.Buffer((E, N), dtype),
                WS: T.Buffer((max(TAIL_SPLIT, 1), max(TAIL_TILES, 1), BLK_M * BLK_N), H.ACC_DTYPE),
@@ -578,7 +561,7 @@ def hgemm_v14_fp8_block(M, N, K, dtype, E, LAYOUT, BLK_M, BLK_N, PIPE_DEPTH, SM_
 
     @T.prim_func
     def kernel(A: T.Buffer(A_SHAPE, W.FP8_STORAGE),
-               B: T.Buffer(weight_shape(E, N, K, 8), W.FP8_STORAGE),
+               B: T.Buffer(W.weight_shape(E, N, K, 8), W.FP8_STORAGE),
                D: T.Buffer(D_SHAPE, dtype), routing: T.Buffer((E,), "int32"),
                SA: T.Buffer((SA_ROWS, KB), "float32"), SB: T.Buffer((SB_ROWS, KB), "float32")):
         T.device_entry()

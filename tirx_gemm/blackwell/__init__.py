@@ -44,7 +44,7 @@ from .fp8 import (  # noqa: F401
     MX_SF_BOX, MX_SF_DTYPE, MX_SF_K, MX_SF_ROWS, MX_SF_STORAGE, MX_SF_VEC, fp8_scaled_chunk,
     mma_tile_mx, mma_tile_mx_pair, mx_sf_cols, mx_sf_gmem_shape, mx_sf_layouts, mx_sf_tmem,
     mx_sf_to_tmem, mx_sf_to_tmem_pair)
-from .grouped import (BOUND_ROWS, E_MAX, LAYOUTS, load_sfa_atom, log2_ceil, scan_experts, store_column_bounded, store_row_bounded, store_unit_bounded, store_unit_epilogue, tile_at, tma_load_gate_up, tma_load_mx_unit, tma_load_unit)  # noqa: F401,E501
+from .grouped import (BOUND_ROWS, E_MAX, LAYOUTS, load_sfa_atom, log2_ceil, scan_experts, store_column_bounded, store_row_bounded, store_unit_bounded, store_unit_epilogue, tile_at, tma_load_gate_up, tma_load_mx_unit, tma_load_unit, weight_shape)  # noqa: F401,E501
 from .layouts import (MAJORS, check_layout_shape, check_major, expect_stage_bytes, mma_tile_major, smem_shape, tma_load_operand)  # noqa: F401,E501
 from .fused import (  # noqa: F401
     _ERFC_P, EPI_ROW_BYTES, TMEM_READ_N, _erfc_nonneg, activation, epilogue_chunks,

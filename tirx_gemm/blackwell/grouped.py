@@ -17,7 +17,7 @@ from .fp8 import (  # noqa: F401 (v14 SCALE="mx" reads them from here)
     MX_SF_ATOM_BYTES, MX_SF_BOX, MX_SF_ROWS, mma_tile_mx, mx_sf_to_tmem)
 from tirx_gemm.hopper.grouped import (  # noqa: F401 (the one home of the walk)
     BOUND_ROWS, E_MAX, LAYOUTS, log2_ceil, python_walk, scan_experts, tile_at, tma_load_gate_up,
-    tma_load_unit)
+    tma_load_unit, weight_shape)
 
 
 @T.inline

@@ -23,6 +23,8 @@ replay picks up new routing written into the same tensor.
   kernels (16-bit and FP8_BLOCK) share: the ring's tiles, the scan's tables, the barrier
   init and the scan, the walk's length; ``queue_fp8_stage``: one e4m3 stage's
   wgmmas into a promotion tile (v13's pipelined mainloop issues the same).
+* ``weight_shape``: the stacked weight's extents, int64 where an expert's weight needs them
+  (both arches' v14).
 """
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
@@ -34,6 +36,21 @@ from .wgmma import DESC_M64_STEP, desc_advance, mma_commit, mma_fence, publish_s
 E_MAX = 256       # experts per launch: one scanning thread per expert (256 threads at least)
 LAYOUTS = ("contiguous", "masked")
 BOUND_ROWS = 3    # shared-memory words per expert: row start, row end, spare (alignment)
+WIDE_FROM_BITS = 1 << 31  # an expert's weight this many bits or more: int64 extents (below)
+
+
+def weight_shape(E, N, K, bits):
+    """B's shape (E, N, K), its extents int64 where an expert's weight holds WIDE_FROM_BITS
+    or more. TVM derives a tensor map's byte strides from the extents in their own type, so
+    with int32 extents the expert stride (N * K elements x bits) overflowed from 2^27 16-bit
+    elements (Grok-1's down projection, 6144 x 32768: globalStrides[1] < 0, refused at compile
+    time). int64 extents change the host's tensor-map encode and argument checks only: the
+    device code and the TMA coordinates (int32) are the same. Smaller weights keep int32
+    extents, so their kernels are the ones checked before. (A masked A's expert stride,
+    T * K at run time, stays int32: the op refuses T * K past it, op/grouped_limits.py.)"""
+    if N * K * bits < WIDE_FROM_BITS:
+        return (E, N, K)
+    return tuple(T.int64(d) for d in (E, N, K))
 
 
 def log2_ceil(n: int) -> int:

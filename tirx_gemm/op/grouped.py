@@ -38,8 +38,8 @@ bfloat16) on one CUDA GPU; a 2-D with ``offs`` or 3-D with ``counts``; b 3-D wit
 most :data:`E_MAX`; N and K multiples of 8; the result at most 2^31-1 elements (the stores'
 int32 offsets: :func:`check_result_size`); offs and counts 1-D int32 of E elements on a's
 device; a contiguous, every base address 16-byte aligned; a masked a's expert T*K*2 bytes under
-2^31. An expert's weight may be any size on sm_90a (int64 tensor-map strides where needed:
-Grok-1's 6144 x 32768 experts); sm_100a's twin refuses N*K >= 2^27 (tirx_gemm.op.grouped_limits).
+2^31. An expert's weight may be any size (int64 tensor-map strides where needed: Grok-1's
+6144 x 32768 experts).
 What would need a sync is the caller's contract -- offs non-decreasing, ``0 <= offs[e] <= M``,
 ``0 <= counts[e] <= T`` -- and is checked too (a sync per call) with ``TIRX_GEMM_CHECK=1``
 (skipped while a CUDA graph is being captured).
@@ -65,8 +65,7 @@ from tirx_gemm.numerics import DTYPES, check_dtype
 from tirx_gemm.op import grouped_epilogue as GE
 from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
 from tirx_gemm.op import grouped_kernels as GK
-from tirx_gemm.op.grouped_limits import (check_masked_stride, check_result_size,
-                                         check_twin_strides)
+from tirx_gemm.op.grouped_limits import check_masked_stride, check_result_size
 from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
 from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
                                    check_no_overlap, mark_gate_up)
@@ -170,7 +169,6 @@ def choose_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
         check_masked_stride(rows // E, K, 2)
     pool = _pool(sm_count)
     if arch == "sm_100a":  # the tcgen05 twin: 128 token rows, no swap-AB (NumSim only)
-        check_twin_strides(N, K)
         wide = rows / E > DECODE_TOKENS and N >= WIDE_TILE[1]
         tile = {"BLK_N": WIDE_TILE[1] if wide else WIDE_SMALL_TILE[1]}
         why_n = ("the wide tile" if wide else

@@ -1,23 +1,22 @@
 """The grouped kernel's (v14's) size limits, checked before any build or launch, one line each.
 
-An expert's weight has no size limit on sm_90a: v14 builds its tensor map from int64 extents
-where its stride needs them (``weight_shape`` in steps/sm90a/hgemm_v14.py). Three limits
-remain: the result's bounded stores address it with int32 element offsets
-(:func:`check_result_size`), a masked a's expert stride (T x K at run time) is computed in
-int32 bytes on the host (:func:`check_masked_stride`), both on every arch; and sm_100a's twin
-still builds its weight's tensor map from int32 extents (:func:`check_twin_strides`).
+An expert's weight has no size limit: both arches' v14 build its tensor map from int64 extents
+where its stride needs them (``weight_shape`` in tirx_gemm/hopper/grouped.py). Two limits
+remain, on every arch: the result's bounded stores address it with int32 element offsets
+(:func:`check_result_size`), and a masked a's expert stride (T x K at run time) is computed in
+int32 bytes on the host (:func:`check_masked_stride`).
 """
 
 from __future__ import annotations
 
 from tirx_gemm.op.keywords import INT32_MAX
 
-__all__ = ["INT32_STRIDE_BITS", "check_result_size", "check_masked_stride", "check_twin_strides"]
+__all__ = ["INT32_STRIDE_BITS", "check_result_size", "check_masked_stride"]
 
 # TVM computes a tensor map's strides from the extents in their type: with int32 ones a product
-# this large overflows -- an expert's weight N*K elements x 16 bits at compile time (sm_100a's
-# twin; v14 sm_90a's WIDE_FROM_BITS, the same bound, widens it) and a masked a's T*K x element
-# bytes on the host at run time (both arches)
+# this large overflows -- an expert's weight N*K elements x 16 bits at compile time (v14's
+# WIDE_FROM_BITS, the same bound, widens it) and a masked a's T*K x element bytes on the host
+# at run time (both arches)
 INT32_STRIDE_BITS = 1 << 31
 
 
@@ -52,13 +51,3 @@ def check_masked_stride(T: int, K: int, elem_bytes: int) -> None:
                          f"stride (2^31 bytes); use at most {(limit - 1) // (K * elem_bytes)} "
                          f"rows per expert (T) or layout='contiguous'")
 
-
-def check_twin_strides(N: int, K: int) -> None:
-    """sm_100a's twin: the byte strides of its tensor maps within int32 (INT32_STRIDE_BITS);
-    a one-line ValueError naming the operand and the way out."""
-    if N * K * 16 >= INT32_STRIDE_BITS:
-        raise ValueError(f"an expert's weight N*K = {N}*{K} = {N * K} elements: sm_100a's v14 twin "
-                         f"takes fewer than 2^27 (its tensor map's expert stride is int32 "
-                         f"bits); split the experts' N into parts of at most "
-                         f"{(INT32_STRIDE_BITS // 16 - 1) // K // 8 * 8} rows, one call each, or "
-                         f"run on sm_90a")
