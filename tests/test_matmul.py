@@ -74,7 +74,8 @@ def test_valid_operands_give_the_problem():
                       r"zeros to 104"),
     ("N", ValueError, r"N=130 is not a multiple of 8: the rows of out .* to 136"),
     ("misaligned", ValueError, r"a's data pointer is not 16-byte aligned"),
-    ("grad", ValueError, r"matmul has no backward: call it under torch.no_grad\(\)"),
+    ("grad", ValueError, r"this direct kernel call records no gradient: call "
+                         r"tirx_gemm.matmul\(a, b, ...\) or tirx_gemm.nn.Linear"),
 ])
 def test_bad_operands_are_refused_in_one_line(case, exc, pattern):
     a, b = ops()
@@ -855,7 +856,7 @@ def test_transposed_views_are_refused_in_one_line_where_nothing_reads_them(monke
     _refusal(r"b has strides \(5, 80\): neither row-major nor the transpose",
              lambda: mm.matmul(at.T, torch.randn(40, 80).to(bf).T[::5]))
     grad = at.clone().requires_grad_()
-    _refusal("matmul has no backward", lambda: mm.matmul(grad.T, b))
+    _refusal("direct kernel call records no gradient", lambda: mm.matmul(grad.T, b))
     _refusal(r"a is a transposed view \(layout TN\): the fused epilogues \(v12\) read K-major "
              r".* pass a.contiguous\(\), or call matmul\(a, b\)",
              lambda: mm.matmul(at.T, b, activation="relu"))

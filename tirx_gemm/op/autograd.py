@@ -65,7 +65,9 @@ gradient computed with an fp32 output and added in place into ``main_grad``
 (``main_grad += dz.T @ a``, in the order of the backward calls); the op then returns no
 gradient for it (``.grad`` stays None), as Megatron-style gradient accumulation fusion does.
 On sm_100a, where matmul has no fp32-output kernels yet, the product is rounded to the
-operands' dtype before the add.
+operands' dtype before the add. Eager only: a traced backward cannot see the attribute, so
+under torch.compile a ``main_grad`` is refused in one line (fullgraph) or its call runs eagerly
+(a graph break), never passed over.
 
 Refused, one line each: double backward (``create_graph=True``: the backward is not itself
 differentiable; use torch.nn.functional.linear for higher-order gradients), float8 operands
@@ -452,6 +454,20 @@ def check_trainable(**tensors) -> None:
                             f"master copy")
 
 
+def check_no_main_grad_traced(**params) -> None:
+    """Under torch.compile a parameter's ``main_grad`` would be passed over (the traced backward
+    sees fake tensors without the attribute, so the gradient would go to ``.grad``): a one-line
+    ValueError instead, naming the parameter and the way out."""
+    if not torch.compiler.is_compiling():
+        return
+    for name, p in params.items():
+        if p is not None and getattr(p, "main_grad", None) is not None:
+            raise ValueError(f"{name} has a main_grad: tirx_gemm accumulates into main_grad in "
+                             f"eager mode only (under torch.compile the gradient would go to "
+                             f"{name}.grad instead); run the step eagerly, or drop main_grad "
+                             f"and read {name}.grad")
+
+
 def _records(*tensors) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
@@ -464,6 +480,7 @@ def matmul(a, b, bias=None, activation: str | None = None, out_dtype=None, *,
     ``torch.ops.tirx_gemm.matmul``, whose backward this module registers; otherwise the
     kernel directly. Arguments and errors as tirx_gemm.matmul.matmul's."""
     check_trainable(a=a, b=b, bias=bias)
+    check_no_main_grad_traced(b=b, bias=bias)
     if _records(a, b, bias) or torch.compiler.is_compiling():
         if activation in _AS.ACTS and step is None and _records(a, b, bias) \
                 and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) \
@@ -488,6 +505,7 @@ def linear(x, weight, bias=None, *, step: str | None = None, fuse_bias: bool = T
     epilogue where ``fuse_bias`` and the GPU has the epilogue kernels (sm_90a), else added
     by torch after the GEMM."""
     check_trainable(input=x, weight=weight, bias=bias)
+    check_no_main_grad_traced(weight=weight, bias=bias)
     if weight.dim() != 2:
         raise ValueError(f"weight must be 2-D (out_features x in_features), got shape "
                          f"{tuple(weight.shape)}")

@@ -227,9 +227,7 @@ def _checks(a, b, out, step, probe):
         if t.data_ptr() % O.ALIGN_BYTES:
             raise ValueError(f"{name}'s data pointer is not {O.ALIGN_BYTES}-byte aligned (a "
                              f"view at an odd offset?): TMA needs it; pass {name}.clone()")
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        raise ValueError("matmul has no backward: call it under torch.no_grad() or "
-                         "torch.inference_mode(), or pass detached tensors")
+    O.check_no_grad(a, b)
     if out is not None:
         O._check_out(out, M, N, a.dtype, a.device)
         O.check_no_overlap(out, a=a, b=b)

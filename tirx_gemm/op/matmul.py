@@ -36,9 +36,9 @@ tensor (NT, TN, TT); on sm_90a v15 reads it in place, no copy, and :func:`explai
 The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 ``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
 :func:`choose` and the suite planning (tirx_gemm.op.suite) run on a build machine without torch.
-Not autograd-aware: inputs that require grad are refused while grad mode is on. The kernel
-runs on the stream apache-tvm-ffi uses for torch tensors (torch's current stream; CUDA
-graph capture records it).
+Calling the module, ``tirx_gemm.matmul(a, b)``, is differentiable (tirx_gemm/matmul.py); the
+function :func:`matmul` records no gradient. The kernel runs on apache-tvm-ffi's stream for
+torch tensors (torch's current stream; CUDA graph capture records it).
 
 Fused epilogues (the rules and references: tirx_gemm/epilogue.py):
 ``matmul(a, b, bias=..., activation=..., out_dtype=...)`` computes

@@ -3,7 +3,7 @@
 ``Linear`` is a ``torch.nn.Linear`` (a subclass: same constructor, parameters, state_dict
 keys, ``extra_repr``) whose forward runs ``tirx_gemm.torch_op.matmul`` when it can: input and
 weight on one CUDA GPU of arch sm_90a or sm_100a, one dtype, fp16 or bf16, in- and
-out-features multiples of 8, and nothing for autograd to record. The input's leading
+out-features multiples of 8 (a call autograd records: the differentiable op). The input's leading
 dimensions are flattened to the GEMM's M (a non-contiguous input is copied first, as
 F.linear would read it). **The bias** is fused into the GEMM's epilogue on sm_90a (added to
 the fp32 accumulator before the cast, one kernel: tirx_gemm.matmul's ``bias=``, v12 only);
@@ -50,6 +50,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from tirx_gemm.op import autograd as AG  # registers the op's backward (a layer's own import)
 from tirx_gemm.op import torch_op
 from tirx_gemm.op.matmul import ROW_MULTIPLE, V9_CLUSTER_TILE
 
@@ -214,7 +215,6 @@ class Linear(torch.nn.Linear):
             return self._fallback(x, why)
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
                 b is not None and b.requires_grad)):  # training: forward, dgrad, wgrad on the kernels
-            from tirx_gemm.op import autograd as AG
             return AG.linear(x, w, b, fuse_bias=fuses_bias(x.device))
         a = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if not a.is_contiguous():  # reshape may give a strided view (a slice of rows, e.g.
@@ -241,7 +241,6 @@ class Linear(torch.nn.Linear):
         index = x.device.index if x.device.index is not None else 0
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad or (
                 self.bias is not None and self.bias.requires_grad)):
-            from tirx_gemm.op import autograd as AG  # the op's backward is registered
             return AG.linear(x, self.weight, self.bias, fuse_bias=bool(_fused_bias.get(index)))
         a = x.reshape(-1, self.in_features).contiguous()
         if self.bias is not None and _fused_bias.get(index):

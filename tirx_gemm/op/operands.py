@@ -37,9 +37,7 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
                              f"at an odd offset?): TMA needs it; pass {name}.clone()")
     if out is not None:
         check_no_overlap(out, a=a, b=b)
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        raise ValueError("matmul has no backward: call it under torch.no_grad() or "
-                         "torch.inference_mode(), or pass detached tensors")
+    check_no_grad(a, b)
     check_out_grad(out)
     return M, N, K, _dtype_name(a)
 
@@ -76,6 +74,16 @@ def check_step(step) -> None:
     if sid not in ids:
         raise ValueError(f"there is no step {step!r}: the steps are {', '.join(ids)} (or "
                          f"step=None for choose's pick)")
+
+
+def check_no_grad(a, b) -> None:
+    """The direct kernel call records no gradient: a one-line ValueError, while grad mode is
+    on, for operands that require grad, naming the differentiable calls."""
+    import torch
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        raise ValueError("this direct kernel call records no gradient: call tirx_gemm.matmul(a, "
+                         "b, ...) or tirx_gemm.nn.Linear to train through it, or run it under "
+                         "torch.no_grad() or with detached tensors")
 
 
 def check_out_grad(out) -> None:
@@ -264,8 +272,9 @@ def check_bias(bias, N: int, device=None) -> None:
         raise ValueError(f"bias is not contiguous (stride {bias.stride()}): pass "
                          f"bias.contiguous()")
     if bias.requires_grad and torch.is_grad_enabled():
-        raise ValueError("matmul has no backward: call it under torch.no_grad() or "
-                         "torch.inference_mode(), or pass a detached bias")
+        raise ValueError("bias requires grad and this direct kernel call records no "
+                         "gradient: call tirx_gemm.matmul(a, b, bias=...) or tirx_gemm.nn.Linear "
+                         "to train through it, or pass bias.detach()")
 
 
 def _check_out(out, M: int, N: int, dtype, device) -> None:

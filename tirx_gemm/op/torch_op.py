@@ -35,7 +35,8 @@ calls this module's :func:`matmul` or uses :class:`tirx_gemm.nn.Linear`.
 The backward is tirx_gemm.op.autograd's, registered through :func:`register_autograd`: a call
 that records no gradient costs one boxed Python call, not the two of torch.library.register_autograd
 (lab/serving_stacks measures both on a GPU host). This module's
-eager :func:`matmul`, like tirx_gemm.matmul, refuses inputs that require grad while grad mode is on.
+eager :func:`matmul` runs the kernel directly and refuses inputs that require grad while grad mode
+is on; the differentiable calls are ``tirx_gemm.matmul(a, b)`` and ``tirx_gemm.nn.Linear``.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ SWIGLU_NAME = "tirx_gemm::swiglu"
 # implementation in three Python kernels (autograd, ADInplaceOrView, the backend's aliasing
 # check), each a boxed call from the dispatcher; here the dispatcher makes one, to the
 # CompositeExplicitAutograd kernel below (every backend: a CPU tensor gets matmul's one-line
-# refusal), and autograd is torch's C++ fallback (the op has no backward; matmul refuses inputs
-# that require grad while grad mode is on). The fake (meta) kernels are register_fake's.
+# refusal); its Autograd kernel is the backward of tirx_gemm.op.autograd (:func:`register_autograd`,
+# loaded with tirx_gemm.torch_op and tirx_gemm.nn). The fake (meta) kernels are register_fake's.
 _LIB = torch.library.Library("tirx_gemm", "DEF")
 _LIB.define("matmul(Tensor a, Tensor b, str? step=None, Tensor? bias=None, str? activation=None, "
             "ScalarType? out_dtype=None) -> Tensor")
