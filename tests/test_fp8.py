@@ -99,6 +99,26 @@ def test_shape_contract():
         _check(a, b, sa, sb, out=torch.empty(1, 1, dtype=torch.bfloat16))
 
 
+@pytest.mark.parametrize("name", ["a", "b", "scale_a", "scale_b"])
+def test_an_operand_that_requires_grad_is_named_with_the_way_out(name):
+    """The refusal said "matmul_fp8 has no backward" without naming the operand that
+    requires grad."""
+    ops = dict(zip(("a", "b", "scale_a", "scale_b"), _ops()))
+    try:
+        ops[name].requires_grad_()
+    except RuntimeError:
+        pytest.skip("this torch refuses requires_grad on float8 tensors itself")
+    with pytest.raises(ValueError) as e:
+        _check(*ops.values())
+    msg = str(e.value)
+    assert msg.startswith(f"{name} requires grad and matmul_fp8 has no backward: "), msg
+    assert f"pass {name}.detach()" in msg and "tirx_gemm.nn.Linear" in msg and "\n" not in msg
+    with torch.no_grad():  # outside grad mode the same operands pass
+        assert _check(*ops.values())[3] == "tensor"
+    ops[name] = ops[name].detach()
+    assert _check(*ops.values())[3] == "tensor"
+
+
 def test_cpu_tensors_are_refused_with_the_fix():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

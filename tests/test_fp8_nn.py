@@ -134,6 +134,40 @@ def test_the_layer_op_fake_gives_shapes_and_the_eager_errors():
             fp8_nn.LAYER_OP(x, w, torch.empty(()), torch.empty(3), "tensor", torch.bfloat16)
 
 
+@pytest.mark.parametrize("M,N,K,needle", [
+    (7, 16, 136, "K=136 is not a multiple of 16"),
+    (7, 12, 128, "N=12 is not a multiple of 8"),
+])
+def test_the_fakes_refuse_the_shapes_eager_refuses_with_its_message(M, N, K, needle):
+    """The fake implementation took K or N that are not a multiple of what TMA needs (eager
+    refuses them), so torch.compile traced a call that could only fail at run time."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    a, b = torch.zeros(M, K).to(E4M3), torch.zeros(N, K).to(E4M3)
+    with pytest.raises(ValueError, match=needle) as eager:
+        fp8.check_fp8_operands(a, b, torch.ones(()), torch.ones(()), torch.bfloat16,
+                               require_cuda=False)
+    with FakeTensorMode():
+        fa, fb = torch.empty(M, K, dtype=E4M3), torch.empty(N, K, dtype=E4M3)
+        with pytest.raises(ValueError) as fake:
+            fp8_nn.OP(fa, fb, torch.empty(()), torch.empty(()))
+        with pytest.raises(ValueError) as layer:
+            fp8_nn.LAYER_OP(torch.empty(M, K, dtype=torch.bfloat16), fb, torch.empty(1, N),
+                            None, "row", torch.bfloat16)
+    assert str(fake.value) == str(layer.value) == str(eager.value)
+    assert "\n" not in str(fake.value)
+
+
+def test_torch_compile_refuses_a_bad_k_while_tracing():
+    """At trace time (a fake-tensor error), not when the compiled call runs."""
+    def call(a, b, sa, sb):
+        return fp8_nn.OP(a, b, sa, sb)
+    torch._dynamo.reset()
+    compiled = torch.compile(call, backend="eager", fullgraph=True)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match="K=136 is not a multiple"):
+        compiled(torch.zeros(7, 136).to(E4M3), torch.zeros(16, 136).to(E4M3), torch.ones(()),
+                 torch.ones(()))
+
+
 def _cxx_compiler():
     import os
     import shutil

@@ -116,6 +116,54 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
                        require_cuda: bool = True) -> tuple[int, int, int, str, str]:
     """(M, N, K, scale mode, out dtype name), or a one-line TypeError / ValueError."""
     import torch
+    ops = check_fp8_tensors(a, b, scale_a, scale_b, out)
+    odt = check_fp8_types(a, b, scale_a, scale_b, out_dtype, out)
+    if require_cuda:
+        off = [name for name, t in ops if t.device.type != "cuda"]
+        if off and not torch.cuda.is_available():
+            raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
+                             f"CUDA GPU: matmul_fp8 runs on an sm_90a GPU; here use "
+                             f"torch._scaled_mm or dequantize and torch.matmul")
+        for name, t in ops:
+            if t.device.type != "cuda":
+                raise ValueError(f"{name} is on {t.device}: matmul_fp8 runs on a CUDA GPU "
+                                 f"({name}.cuda())")
+        devices = sorted({str(t.device) for _, t in ops})
+        if len(devices) > 1:
+            raise ValueError(f"the operands are on {', '.join(devices)}: put them (and the "
+                             f"scales) on one GPU")
+    M, N, K, mode = check_fp8_shapes(a, b, scale_a, scale_b, out)
+    for name, t in ops:
+        if not t.is_contiguous():
+            raise ValueError(f"{name} is not contiguous (strides {t.stride()}): pass "
+                             f"{name}.contiguous()")
+    for name, t in ops:
+        if name.startswith("scale"):
+            continue
+        if t.data_ptr() % ALIGN_BYTES:
+            raise ValueError(f"{name}'s data pointer is not {ALIGN_BYTES}-byte aligned: "
+                             f"TMA needs it; pass {name}.clone()")
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if t.data_ptr() % 4:
+            raise ValueError(f"{name}'s data pointer is not 4-byte aligned: pass "
+                             f"{name}.clone()")
+    if out is not None:
+        check_no_overlap(out, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
+    grad = [name for name, t in ops if t.requires_grad] if torch.is_grad_enabled() else []
+    if grad:
+        n = grad[0]
+        raise ValueError(f"{n} requires grad and matmul_fp8 has no backward: pass "
+                         f"{n}.detach() (or call it under torch.no_grad()); to train, train "
+                         f"in bf16 (tirx_gemm.nn.Linear) and quantize after")
+    if checks_enabled():
+        check_scales_finite(scale_a, scale_b)
+    return M, N, K, mode, odt
+
+
+def check_fp8_tensors(a, b, scale_a, scale_b, out=None) -> list:
+    """[(name, tensor)] of a call's operands: a one-line TypeError for one that is not a
+    dense torch.Tensor."""
+    import torch
     ops = [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)]
     if out is not None:
         ops.append(("out", out))
@@ -123,11 +171,18 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     check_dense(ops)
+    return ops
+
+
+def check_fp8_types(a, b, scale_a, scale_b, out_dtype, out=None) -> str:
+    """The out dtype's name, or a one-line TypeError for a dtype matmul_fp8 does not take
+    (tensors as check_fp8_tensors passed; no data read: the custom op's fake implementation
+    runs it too)."""
+    import torch
     if not isinstance(out_dtype, torch.dtype) or \
             str(out_dtype).removeprefix("torch.") not in OUT_DTYPES:
         raise TypeError(f"out_dtype={out_dtype!r}: matmul_fp8 returns torch.bfloat16 or "
                         f"torch.float16")
-    odt = str(out_dtype).removeprefix("torch.")
     for name, t in (("a", a), ("b", b)):
         if t.dtype != torch.float8_e4m3fn:
             if "e5m2" in str(t.dtype):
@@ -144,20 +199,12 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
     if out is not None and out.dtype != out_dtype:
         raise TypeError(f"out has dtype {out.dtype} but out_dtype is {out_dtype}: pass "
                         f"out_dtype={out.dtype}, or an out of {out_dtype}")
-    if require_cuda:
-        off = [name for name, t in ops if t.device.type != "cuda"]
-        if off and not torch.cuda.is_available():
-            raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
-                             f"CUDA GPU: matmul_fp8 runs on an sm_90a GPU; here use "
-                             f"torch._scaled_mm or dequantize and torch.matmul")
-        for name, t in ops:
-            if t.device.type != "cuda":
-                raise ValueError(f"{name} is on {t.device}: matmul_fp8 runs on a CUDA GPU "
-                                 f"({name}.cuda())")
-        devices = sorted({str(t.device) for _, t in ops})
-        if len(devices) > 1:
-            raise ValueError(f"the operands are on {', '.join(devices)}: put them (and the "
-                             f"scales) on one GPU")
+    return str(out_dtype).removeprefix("torch.")
+
+
+def check_fp8_shapes(a, b, scale_a, scale_b, out=None) -> tuple[int, int, int, str]:
+    """(M, N, K, scale mode), or a one-line ValueError for shapes matmul_fp8 does not take
+    (no data read: the custom op's fake implementation runs it too)."""
     for name, t in (("a", a), ("b", b)):
         if t.dim() != 2:
             raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
@@ -178,28 +225,7 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
     mode = scale_mode(scale_a.shape, scale_b.shape, M, N, K)
     if mode == "block" and K % SCALE_BLOCK:
         raise ValueError(f"K={K} with block scales: {block_k_rule()}")
-    for name, t in ops:
-        if not t.is_contiguous():
-            raise ValueError(f"{name} is not contiguous (strides {t.stride()}): pass "
-                             f"{name}.contiguous()")
-    for name, t in ops:
-        if name.startswith("scale"):
-            continue
-        if t.data_ptr() % ALIGN_BYTES:
-            raise ValueError(f"{name}'s data pointer is not {ALIGN_BYTES}-byte aligned: "
-                             f"TMA needs it; pass {name}.clone()")
-    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if t.data_ptr() % 4:
-            raise ValueError(f"{name}'s data pointer is not 4-byte aligned: pass "
-                             f"{name}.clone()")
-    if out is not None:
-        check_no_overlap(out, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
-    if torch.is_grad_enabled() and any(t.requires_grad for _, t in ops):
-        raise ValueError("matmul_fp8 has no backward: call it under torch.no_grad() or "
-                         "pass detached tensors")
-    if checks_enabled():
-        check_scales_finite(scale_a, scale_b)
-    return M, N, K, mode, odt
+    return M, N, K, mode
 
 
 def block_k_rule() -> str:

@@ -13,8 +13,9 @@ dtype it returns (``out_dtype``: the original layer's, bf16 or fp16). Its scale 
 * ``"tensor"``: one scale for the weight and one per call for the activations.
 
 Make one with ``Fp8Linear.from_linear(layer, scale="row")`` (quantizes the weight once: amax
-/ 448 per group) or ``Fp8Linear.from_checkpoint(weight_fp8, weight_scale, bias=None)`` (the
-kind read from the scale's shape; bf16/fp16 scales are widened to fp32 once).
+/ 448 per group) or ``Fp8Linear.from_checkpoint(weight_fp8, weight_scale, bias=None,
+scale=None)`` (the kind read from the scale's shape, or named by ``scale=`` where the shape fits
+two kinds; bf16/fp16 scales are widened to fp32 once).
 
 forward(x): the activations are quantized by torch ops (amax per token or per 1x128 block,
 scale, cast to e4m3; their time is part of the layer's), then ``tirx_gemm.matmul_fp8``, then
@@ -72,27 +73,12 @@ OP = torch.ops.tirx_gemm.matmul_fp8.default
 
 
 def check_fake(a, b, scale_a, scale_b, out_dtype) -> None:
-    """matmul_fp8's checks that need no data (types, dtypes, shapes, scale kind): one line
-    each, as in eager mode."""
-    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in (("a", a), ("b", b)):
-        if t.dtype != E4M3:
-            raise TypeError(f"{name} has dtype {t.dtype}: matmul_fp8 takes torch.float8_e4m3fn")
-        if t.dim() != 2:
-            raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
-    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} has dtype {t.dtype}: scales are torch.float32")
-    if out_dtype not in (None, torch.bfloat16, torch.float16):
-        raise TypeError(f"out_dtype={out_dtype!r}: matmul_fp8 returns bfloat16 or float16")
-    (M, K), (N, Kb) = a.shape, b.shape
-    if K != Kb:
-        raise ValueError(f"a is {M}x{K} but b is {N}x{Kb}: both need K columns")
-    mode = fp8.scale_mode(scale_a.shape, scale_b.shape, M, N, K)
-    if mode == "block" and K % fp8.SCALE_BLOCK:
-        raise ValueError(f"K={K} with block scales: {fp8.block_k_rule()}")
+    """matmul_fp8's checks that need no data (types, dtypes, shapes, scale kind): eager's own
+    (fp8.check_fp8_tensors, check_fp8_types, check_fp8_shapes), so a traced call fails where
+    an eager one would, with the same one-line message."""
+    fp8.check_fp8_tensors(a, b, scale_a, scale_b)
+    fp8.check_fp8_types(a, b, scale_a, scale_b, out_dtype or torch.bfloat16)
+    fp8.check_fp8_shapes(a, b, scale_a, scale_b)
 
 
 @torch.library.custom_op(LAYER_NAME, mutates_args=())
@@ -239,11 +225,14 @@ class Fp8Linear(torch.nn.Module):
         return new
 
     @classmethod
-    def from_checkpoint(cls, weight_fp8, weight_scale, bias=None, *, out_dtype=torch.bfloat16,
-                        strict: bool = False) -> "Fp8Linear":
+    def from_checkpoint(cls, weight_fp8, weight_scale, bias=None, *, scale=None,
+                        out_dtype=torch.bfloat16, strict: bool = False) -> "Fp8Linear":
         """From an fp8 checkpoint's tensors: ``weight_fp8`` (N, K) float8_e4m3fn and its
-        dequantization ``weight_scale``: () or (1,) per tensor, (N,), (N, 1) or (1, N) per
-        channel, (ceil(N/128), K/128) per 128x128 block. One-line errors otherwise."""
+        dequantization ``weight_scale``: one element per tensor, (N,), (N, 1) or (1, N) per
+        channel, (ceil(N/128), K/128) per 128x128 block. ``scale`` ("tensor", "row" or
+        "block", as from_linear's) names the kind; None reads it from the shape, and a shape
+        that fits two kinds ((1, N) is also the block shape where N <= 128 and K/128 = N) is
+        refused: pass scale=. One-line errors otherwise."""
         if not isinstance(weight_fp8, torch.Tensor) or not isinstance(weight_scale,
                                                                       torch.Tensor):
             raise TypeError("weight_fp8 and weight_scale must be torch.Tensors")
@@ -258,18 +247,7 @@ class Fp8Linear(torch.nn.Module):
             raise TypeError(f"weight_scale has dtype {weight_scale.dtype}: expected float32 "
                             f"(bfloat16/float16 are widened)")
         N, K = weight_fp8.shape
-        ss = tuple(weight_scale.shape)
-        nb, kb = -(-N // fp8.SCALE_BLOCK), -(-K // fp8.SCALE_BLOCK)
-        if weight_scale.numel() == 1 and len(ss) <= 2:
-            scale, ws = "tensor", weight_scale.reshape(())
-        elif ss in ((N,), (N, 1), (1, N)):
-            scale, ws = "row", weight_scale.reshape(N)
-        elif ss == (nb, kb):
-            scale, ws = "block", weight_scale
-        else:
-            raise ValueError(f"weight_scale has shape {ss}, which fits no scale kind of a "
-                             f"{N}x{K} weight: () per tensor, ({N},) or ({N}, 1) per channel, "
-                             f"({nb}, {kb}) per 128x128 block")
+        scale, ws = _checkpoint_scale_kind(weight_scale, N, K, scale)
         new = cls(K, N, bias=bias is not None, scale=scale, out_dtype=out_dtype,
                   device="meta", strict=strict)
         new.weight = weight_fp8.contiguous()
@@ -338,6 +316,39 @@ class Fp8Linear(torch.nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, scale={self.scale!r}, "
                 f"out_dtype={self.out_dtype}" + (", strict=True" if self.strict else ""))
+
+
+def _checkpoint_scale_kind(weight_scale, N: int, K: int, scale):
+    """(scale kind, weight_scale reshaped for it) of a checkpoint's scale for an N x K weight:
+    the kind ``scale`` names, or with None the one kind its shape fits. A one-element scale is
+    one scale for the whole weight whichever kind it also fits (per tensor); a (1, N) scale
+    that is also the block shape means two different weights, so None refuses it."""
+    if scale is not None:
+        _check_scale_kind(scale)
+    ss = tuple(weight_scale.shape)
+    nb, kb = -(-N // fp8.SCALE_BLOCK), -(-K // fp8.SCALE_BLOCK)
+    fits = [kind for kind, ok in (("tensor", weight_scale.numel() == 1 and len(ss) <= 2),
+                                  ("row", ss in ((N,), (N, 1), (1, N))),
+                                  ("block", ss == (nb, kb))) if ok]
+    if scale is None and len(fits) > 1 and "tensor" not in fits:
+        raise ValueError(f"weight_scale has shape {ss}, which fits both {fits[0]!r} and "
+                         f"{fits[1]!r} scales of a {N}x{K} weight: pass scale={fits[0]!r} "
+                         f"or scale={fits[1]!r} to from_checkpoint")
+    if scale is None and not fits:
+        raise ValueError(f"weight_scale has shape {ss}, which fits no scale kind of a "
+                         f"{N}x{K} weight: () per tensor, ({N},) or ({N}, 1) per channel, "
+                         f"({nb}, {kb}) per 128x128 block")
+    if scale is not None and scale not in fits:
+        want = {"tensor": "one element", "row": f"({N},), ({N}, 1) or (1, {N})",
+                "block": f"({nb}, {kb})"}[scale]
+        fix = (f"pass {' or '.join(f'scale={k!r}' for k in fits)}, which its shape fits"
+               if fits else "check that this scale tensor belongs to this weight")
+        raise ValueError(f"weight_scale has shape {ss}, but a {scale!r} scale of a {N}x{K} "
+                         f"weight is {want}: {fix}")
+    scale = scale or fits[0]
+    if scale == "tensor":
+        return scale, weight_scale.reshape(())
+    return scale, weight_scale.reshape(N) if scale == "row" else weight_scale
 
 
 def _check_features(K: int, N: int, scale: str) -> None:
