@@ -16,6 +16,27 @@ V12 = registry.get("v12", "sm_90a")
 V9 = registry.get("v9", "sm_90a")
 
 
+def test_v15_kernel_names_say_the_layout_and_the_backward_epilogue():
+    """dgrad (NT), wgrad (TN, TT) and the backward's epilogues are told apart in a profile,
+    and explain prints the name of the kernel a transposed call runs."""
+    from tirx_gemm.op import autograd as AG
+    from tirx_gemm.op import layouts as L
+    v15 = registry.get("v15", "sm_90a")
+    kw = dict(AG.LAYOUT_TUNE, dtype="bfloat16")
+    names = {lay: kernel_name(v15, {**kw, **L.kwargs_for(lay, "bfloat16", 132)})
+             for lay in ("NN", "NT", "TN", "TT")}
+    assert len(set(names.values())) == 4, names
+    assert names["NT"].endswith("_nt") and "_tn" in names["TN"] and "_tt" in names["TT"]
+    assert kernel_name(v15, {"ACT_GRAD": "gelu", "BIAS": True}) == "tirx_v15_f16_m128n256_bias_dgelu"
+    assert kernel_name(v15, {"ACT_SAVE": "gelu_tanh", "BIAS": True}).endswith("_bias_savegelutanh")
+    assert kernel_name(v15, {"B_MAJOR": "MN", "RUNTIME_K": True, "WGRAD_DBIAS": True}) \
+        .endswith("_nt_runtimek_dbias")
+    text = L.explain(4096, 4096, 4096, "bfloat16", layout="TT")
+    _, kw_tt = L.choose(4096, 4096, 4096, "bfloat16", layout="TT")
+    assert f"  kernel: {kernel_symbol(v15, kw_tt)}" in text.splitlines()
+    assert "_tt" in kernel_symbol(v15, kw_tt)
+
+
 def test_kernel_name_says_step_dtype_tile_swap_split_and_epilogue():
     kw = {"dtype": "bfloat16", "BLK_M": 128, "BLK_N": 192, "SWAP_AB": True, "SPLIT_K": 2,
           "RUNTIME_M": True, "PDL": True, "SM_COUNT": 132}

@@ -32,10 +32,12 @@ def kernel_name(step, kwargs: dict | None = None, dtype: str | None = None,
                 epilogue: dict | None = None) -> str:
     """The global symbol of the kernel ``step`` (a registry.Step, or a step id such as "v12")
     builds with builder keywords ``kwargs``: ``tirx_<step>_<dtype>_m<BLK_M>n<BLK_N>`` then, when
-    set, ``swap`` (SWAP_AB), ``split<S>`` (SPLIT_K > 1), ``streamk``, the epilogue (``bias``,
-    or ``smembias`` with v12's BIAS_SMEM, the activation, ``approx`` with ACT_APPROX, ``swiglu``,
-    ``f32out``) and
-    ``timeline`` for an instrumented build.
+    set, the operand layout (``nt``, ``tn``, ``tt``: v15's A_MAJOR / B_MAJOR "MN", the op's
+    layout letters), ``runtimek`` (RUNTIME_K), ``swap`` (SWAP_AB), ``split<S>`` (SPLIT_K > 1),
+    ``streamk``, the epilogue (``bias``, or ``smembias`` with v12's BIAS_SMEM, the activation,
+    ``approx`` with ACT_APPROX, v15's ``d<act>`` (ACT_GRAD), ``save<act>`` (ACT_SAVE) and
+    ``dbias`` (ACT_GRAD_DBIAS, WGRAD_DBIAS), ``swiglu``, ``f32out``) and ``timeline`` for an
+    instrumented build.
 
     ``dtype``: the operand dtype when ``kwargs`` has none ("dtype" in kwargs wins; float16 by
     default). ``epilogue``: fused-epilogue keywords (BIAS, ACT, OUT_DTYPE, SWIGLU) merged over
@@ -49,6 +51,11 @@ def kernel_name(step, kwargs: dict | None = None, dtype: str | None = None,
     parts = [PREFIX, sid, _DTYPES.get(dt, _word(dt))]
     if bm and bn:
         parts.append(f"m{int(bm)}n{int(bn)}")
+    layout = "".join("t" if kw.get(k) == "MN" else "n" for k in ("A_MAJOR", "B_MAJOR"))
+    if layout != "nn":  # v15: which operand is read MN-major (a transposed view), as op layouts
+        parts.append(layout)
+    if kw.get("RUNTIME_K"):
+        parts.append("runtimek")
     if kw.get("SWAP_AB"):
         parts.append("swap")
     split = kw.get("SPLIT_K") or 1
@@ -63,6 +70,11 @@ def kernel_name(step, kwargs: dict | None = None, dtype: str | None = None,
         parts.append(_ACTS.get(act, _word(act)))
         if kw.get("ACT_APPROX"):
             parts.append("approx")
+    for key, word in (("ACT_GRAD", "d"), ("ACT_SAVE", "save")):  # v15's backward epilogues
+        if kw.get(key):
+            parts.append(word + _ACTS.get(kw[key], _word(kw[key])))
+    if kw.get("ACT_GRAD_DBIAS") or kw.get("WGRAD_DBIAS"):
+        parts.append("dbias")
     if kw.get("SWIGLU"):
         parts.append("swiglu")
     if kw.get("OUT_DTYPE"):

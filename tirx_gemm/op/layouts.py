@@ -285,6 +285,8 @@ def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a"
         return rules.explain(M, N, K, dtype, arch, sm_count, epilogue, card=card) + (
             "\n  layout: NN (a and b row-major, K-major, as the chooser's kernels read them; "
             "a transposed operand runs v15: layout='NT', 'TN' or 'TT')")
+    from tirx_gemm import registry
+    from tirx_gemm.compile.names import kernel_symbol
     from tirx_gemm.op import cards
     from tirx_gemm.op.keywords import dtype_name
     dtype = dtype_name(dtype)
@@ -298,6 +300,7 @@ def explain(M: int, N: int, K: int, dtype: str = "float16", arch: str = "sm_90a"
     return "\n".join([
         f"{M}x{N}x{K} {dtype} on {arch} ({sm_count} SMs), layout {layout}: {STEP} {keys}",
         f"  card: {card.line()}",
+        f"  kernel: {kernel_symbol(registry.get(STEP, arch), kw)}",
         f"  - layout {layout}: {' and '.join(t)} read in place by {STEP} (operand layouts, "
         f"steps/sm90a/hgemm_v15.py): TMA boxes of 64 MN elements and the wgmma transpose bits, "
         f"no copy",
