@@ -247,7 +247,9 @@ def test_fused_epilogues_are_on_by_default_and_can_be_turned_off(cpu_launch, mon
     from tirx_gemm.op import grouped_epilogue as GE
     from tirx_gemm.op import grouped_swiglu as GS
     assert GE.ENABLED is True
-    assert "BIAS, ROW_SCALE;" in G.explain_grouped(10, 4, 16, 32, "bfloat16")
+    swiglu = ("SWIGLU (grouped_swiglu.swiglu_mm, not on swap-AB tiles unless "  # 2.5 rows per expert
+              "grouped_swiglu.SWAP_FUSED)")
+    assert f"BIAS, ROW_SCALE, {swiglu};" in G.explain_grouped(10, 4, 16, 32, "bfloat16")
     monkeypatch.setattr(GE, "ENABLED", False)
     a, w, offs = _operands()
     G.grouped_mm(a, w, offs, bias=torch.randn(4, 16).to(BF16), scale=torch.rand(10))
@@ -256,7 +258,7 @@ def test_fused_epilogues_are_on_by_default_and_can_be_turned_off(cpu_launch, mon
     GS.swiglu_mm(big, torch.randn(2, 32, 32).to(BF16), torch.tensor([100, 300],
                                                                    dtype=torch.int32))
     assert all(not (set(k) & {"ROW_SCALE", "BIAS", "SWIGLU"}) for k in cpu_launch.loads)
-    assert "BIAS, ROW_SCALE (off: grouped_epilogue.ENABLED)" in G.explain_grouped(
+    assert f"BIAS, ROW_SCALE, {swiglu} (off: grouped_epilogue.ENABLED)" in G.explain_grouped(
         10, 4, 16, 32, "bfloat16")
 
 
@@ -283,8 +285,10 @@ def test_bias_and_scale_fused_on_sm90a(cpu_launch, fused_on):
     assert [("ROW_SCALE" in k, "BIAS" in k) for k in cpu_launch.loads] == [(False, False)]
     torch.testing.assert_close(got.float(), (ref + bias32[owner]) * scale.float()[:, None],
                                atol=3e-2, rtol=3e-2)
-    assert "fused epilogues of v14 on sm_90a: BIAS, ROW_SCALE;" in G.explain_grouped(
+    assert "fused epilogues of v14 on sm_90a: BIAS, ROW_SCALE, SWIGLU" in G.explain_grouped(
         10, 4, 16, 32, "bfloat16")
+    wide = G.explain_grouped(8192, 8, 28672, 4096, "bfloat16")  # SwiGLU fused on this tile
+    assert "BIAS, ROW_SCALE, SWIGLU (grouped_swiglu.swiglu_mm);" in wide
     assert "fused epilogues of v14 on sm_100a: none" in G.explain_grouped(
         10, 4, 16, 32, "bfloat16", arch="sm_100a")
 
@@ -422,7 +426,7 @@ def test_explain_says_why():
 def test_suite_builds():
     entry = {"kind": "grouped", "model": "Mixtral-8x7B", "layer": "gate/up", "E": 8,
              "top_k": 2, "N": 28672, "K": 4096, "tokens": [1, 16, 128, 4096, 16384],
-             "dtypes": ["bfloat16"]}
+             "dtypes": ["bfloat16"], "all_m": False}  # the entry's own tokens only
     builds = G.suite_builds(entry)
     tiles = [(kw["BLK_M"], kw["BLK_N"]) for _, _, kw in builds]
     assert tiles == [(128, 8), (128, 64), G.WIDE_TILE]  # one per tile, M at run time
@@ -432,7 +436,9 @@ def test_suite_builds():
     for bad, match in (({"kind": "dense"}, "expected 'grouped'"),
                        ({"top_k": 9}, "top_k=9 must be an int from 1 to E=8"),
                        ({"tokens": []}, "tokens=\\[\\] must be"),
-                       ({"E": 512}, "E_MAX"), ({"colour": 1}, "unknown key 'colour'")):
+                       ({"E": 512}, "E_MAX"), ({"colour": 1}, "unknown key 'colour'"),
+                       ({"E": 512, "all_m": True}, "grouped entry Mixtral-8x7B gate/up: .*E_MAX"),
+                       ({"all_m": "yes"}, "all_m='yes' must be true or false")):
         with pytest.raises(ValueError, match=match):
             G.suite_builds({**entry, **bad})
 

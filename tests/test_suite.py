@@ -308,3 +308,34 @@ def test_an_entry_s_transposed_layouts_add_v15_s_kernels_on_sm_90a(tmp_path):
     fp8 = {**entry, "kind": "fp8", "scales": ["tensor"], "layouts": ["NT"]}
     with pytest.raises(ValueError, match="layouts are for gemm entries"):
         suite.load_suite(write(tmp_path, {**base, "shapes": [fp8]}))
+
+
+def test_bench_suite_skips_grouped_entries_and_names_the_lab_scripts(tmp_path, monkeypatch):
+    """A grouped entry is skipped, not failed (the CLI's exit follows "failed"): its row says
+    which lab scripts time it, by a path that exists, with this suite file."""
+    from tirx_gemm.run import device, loader, runner
+    grouped = {"kind": "grouped", "model": "Mixtral-8x7B", "layer": "gate/up", "why": "w",
+               "E": 8, "top_k": 2, "N": 28672, "K": 4096, "tokens": [1, 4096]}
+    path = write(tmp_path, {"name": "mixed", "dtypes": ["bfloat16"], "shapes": [GOOD, grouped]})
+    monkeypatch.setattr(device, "gpu_arch", lambda: ("sm_90a", ""))
+    monkeypatch.setattr(device, "check_device", lambda arch, query_smi=True: {
+        "name": "NVIDIA H200", "sm_count": 132, "index": 0})
+    monkeypatch.setattr(matmul, "kernel_source", lambda step, mnk, kw, bundle: (
+        Path("k.so"), {"step": step.id, "arch": step.arch, "M": mnk[0], "N": mnk[1],
+                       "K": mnk[2], "kwargs": kw}))
+    monkeypatch.setattr(loader, "load_kernel", lambda lib: lib)
+    monkeypatch.setattr(runner, "run_step", lambda kernel, meta, **kw: {
+        **{k: meta[k] for k in ("step", "arch", "M", "N", "K")}, "device": "NVIDIA H200",
+        "verified": True, "tflops": 1.0, "torch_tflops": 1.0, "ratio_to_torch": 1.0})
+    lines = []
+    out = suite.bench_suite(path, "matmul", log=lines.append, record=False)
+    assert out["failed"] == [] and len(out["records"]) == 1
+    [(case, why)] = out["skipped"]
+    assert case == "grouped Mixtral-8x7B gate/up" and "\n" not in why
+    scripts = re.findall(r"lab/moe_grouped_gemm/\w+\.py", why)
+    assert scripts == ["lab/moe_grouped_gemm/bench_grouped.py",
+                       "lab/moe_grouped_gemm/bench_moe_mlp.py"]
+    assert all((ROOT / s).is_file() for s in scripts)
+    assert f"--suite {path}" in why and "tirx_gemm.op.grouped's benchmark" not in why
+    assert f"SKIPPED: {why}" in out["table"] and "1 case(s) skipped" in out["table"]
+    assert "not run" not in out["table"]

@@ -30,8 +30,9 @@ each result row after the bias (a top-k routing weight on the down projection's 
 ``out_dtype`` None or the operands' dtype (torch's grouped_mm refuses float32 too). On
 sm_90a v14 fuses bias and scale (:data:`KERNEL_EPILOGUE`, in fp32 before the one rounding;
 on unless grouped_epilogue.ENABLED is set False); otherwise, or where the fused kernel
-cannot be had, they are torch ops after the launch (tirx_gemm/op/grouped_epilogue.py). :func:`grouped_swiglu` takes the SwiGLU
-of the gate/up output with torch ops. The routing is never read on the host.
+cannot be had, they are torch ops after the launch (tirx_gemm/op/grouped_epilogue.py).
+SwiGLU over a gate/up weight: tirx_gemm/op/grouped_swiglu.py (fused too on sm_90a's wide
+tiles). The routing is never read on the host.
 
 The contract, checked before any launch, one line each: a, b tensors of one dtype (float16 or
 bfloat16) on one CUDA GPU; a 2-D with ``offs`` or 3-D with ``counts``; b 3-D with a's K; E at
@@ -48,9 +49,9 @@ The kernel: :func:`choose_grouped` picks v14's tile from the tokens per expert, 
 the host as rows / E (narrow tiles at decode, wide at prefill), and :func:`explain_grouped`
 says why. One kernel per (E, N, K, dtype, layout, tile) serves every M (M at run time), from
 the build cache or a bundle; :func:`suite_builds` lists what a suite entry of kind "grouped"
-needs (``tirx-gemm export --suite``). Importing this module imports neither torch nor TVM.
-The custom op ``torch.ops.tirx_gemm.grouped_mm`` and ``tirx_gemm.nn.Experts`` live in
-tirx_gemm/op/moe.py.
+needs (``tirx-gemm export --suite``: the kernels of every token count, as for dense entries).
+Importing this module imports neither torch nor TVM. The custom op
+``torch.ops.tirx_gemm.grouped_mm`` and ``tirx_gemm.nn.Experts`` live in tirx_gemm/op/moe.py.
 """
 
 from __future__ import annotations
@@ -63,22 +64,21 @@ from tirx_gemm import registry, settings, spec, splitk
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.numerics import DTYPES, check_dtype
 from tirx_gemm.op import grouped_epilogue as GE
-from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
+from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch)
 from tirx_gemm.op import grouped_kernels as GK
-from tirx_gemm.op.grouped_limits import check_masked_stride, check_result_size
+from tirx_gemm.op.grouped_limits import (CHECK_ENV, check_masked_stride,  # noqa: F401
+                                         check_result_size, check_routing, checking as _checking)
 from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
 from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_experts,
                                    check_no_overlap, mark_gate_up)
 
-__all__ = ["grouped_mm", "fuse_gate_up_experts", "choose_grouped",
-           "explain_grouped", "grouped_variants", "suite_builds", "check_grouped", "check_grouped_shapes",
-           "check_result_size",
-           "Problem", "GROUPED_STEP", "LAYOUTS", "E_MAX", "CHECK_ENV"]
+__all__ = ["grouped_mm", "fuse_gate_up_experts", "choose_grouped", "explain_grouped",
+           "grouped_variants", "suite_builds", "check_grouped", "check_grouped_shapes",
+           "check_result_size", "Problem", "GROUPED_STEP", "LAYOUTS", "E_MAX", "CHECK_ENV"]
 
 GROUPED_STEP = "v14"
 LAYOUTS = ("contiguous", "masked")
 E_MAX = 256  # the experts one kernel takes (DeepSeek-V3's 256)
-CHECK_ENV = "TIRX_GEMM_CHECK"
 # the tile menu (v14's builder: BLK_M 64 | 128, BLK_N 8..256 by 8, SWAP_AB): at most
 # DECODE_TOKENS tokens per expert, swap-AB -- the weight's rows are the MMA's M (BLK_M: 128
 # where those tiles still give every SM DECODE_TALL_WAVES units, else 64), the expert's tokens
@@ -204,26 +204,40 @@ def explain_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
     keys = " ".join(f"{k}={v}" for k, v in kw.items() if k not in ("dtype", "RUNTIME_M"))
     head = (f"{rows} rows x {E} experts of {N}x{K} {dtype_name(dtype)}, {layout}, on {arch}: "
             f"{step} {keys} (M at run time: one kernel serves every token count)")
-    fused = (", ".join(sorted(KERNEL_EPILOGUE)) + ("" if GE.ENABLED else " (off: grouped_epilogue"
-             ".ENABLED)") if arch in GE.FUSED_ARCHS else "none")
+    names = sorted(KERNEL_EPILOGUE) + ["SWIGLU (grouped_swiglu.swiglu_mm" + (
+        ", not on swap-AB tiles unless grouped_swiglu.SWAP_FUSED)" if kw.get("SWAP_AB") else ")")]
+    fused = (", ".join(names) + ("" if GE.ENABLED else " (off: grouped_epilogue.ENABLED)")
+             if arch in GE.FUSED_ARCHS else "none")
     tail = f"fused epilogues of {step} on {arch}: {fused}; the rest with torch ops after the launch"
     return "\n".join([head] + [f"  - {w}" for w in why] + [f"  - {tail}"])
 
 
 def grouped_variants(E: int, N: int, K: int, top_k: int = 1, dtype="float16",
                      layout: str = "contiguous", arch: str = "sm_90a",
-                     sm_count: int | None = None, max_tokens: int = 16384):
+                     sm_count: int | None = None, max_tokens: int | None = 16384):
     """Every ``(step_id, kwargs, first tokens, last tokens)`` that :func:`choose_grouped`
     picks for a layer of E experts (N x K weights, ``top_k`` experts per token) over
-    1 .. ``max_tokens`` tokens, in order: what a bundle needs to serve every token count."""
-    out = []
-    for t in range(1, max_tokens + 1):
+    1 .. ``max_tokens`` tokens, in order: what a bundle needs to serve every token count.
+    ``max_tokens=None``: up to where the pick stops changing (past DECODE_TOKENS per expert
+    with the wide tile, N under its width, or sm_100a: tile counts only grow with the rows)
+    or the first token count it refuses (a masked buffer past its size limit)."""
+    out, t = [], 0
+    while max_tokens is None or t < max_tokens:
+        t += 1
         rows = t * top_k if layout == "contiguous" else E * t
-        step, kw = choose_grouped(rows, E, N, K, dtype, layout, arch, sm_count)
+        try:
+            step, kw = choose_grouped(rows, E, N, K, dtype, layout, arch, sm_count)
+        except ValueError:
+            if max_tokens is not None or not out:
+                raise
+            break
         if out and out[-1][0] == step and out[-1][1] == kw:
             out[-1][3] = t
         else:
             out.append([step, kw, t, t])
+        if max_tokens is None and rows / E > DECODE_TOKENS and (
+                arch == "sm_100a" or N < WIDE_TILE[1] or kw["BLK_N"] == WIDE_TILE[1]):
+            break
     return [tuple(v) for v in out]
 
 
@@ -234,8 +248,9 @@ def suite_builds(entry: dict) -> list[tuple[str, tuple[int, int, int], dict]]:
     "dtypes": ["bfloat16"], "arch": "sm_90a", "sm_count": 132}`` (top_k, layout, dtypes,
     arch and sm_count optional: 1, contiguous, both dtypes, sm_90a, the arch's SMs; model,
     layer and why are text). Contiguous: rows = tokens x top_k; masked: a buffer of
-    ``tokens`` rows per expert (any routing fits it), rows = E x tokens. ``"all_m": true``
-    adds every kernel of 1 .. max(tokens) tokens (:func:`grouped_variants`)."""
+    ``tokens`` rows per expert (any routing fits it), rows = E x tokens. Every kernel the pick
+    makes at any token count is added (:func:`grouped_variants`; decode's swap-AB token tiles
+    too), as for dense entries; ``"all_m": false`` keeps to the entry's own tokens."""
     if not isinstance(entry, dict):
         raise ValueError(f"a grouped suite entry must be a JSON object, got "
                          f"{type(entry).__name__}")
@@ -266,22 +281,21 @@ def suite_builds(entry: dict) -> list[tuple[str, tuple[int, int, int], dict]]:
                          f"{', '.join(DTYPES)}")
     layout, arch = entry.get("layout", "contiguous"), entry.get("arch", "sm_90a")
     sm_count = entry.get("sm_count")
-    all_m = entry.get("all_m", False)
+    all_m = entry.get("all_m", True)
     if not isinstance(all_m, bool):
         raise ValueError(f"{at}: all_m={all_m!r} must be true or false")
-    if all_m:
-        tokens = sorted(set(tokens) | {v[2] for dt in dtypes for v in grouped_variants(
-            E, entry["N"], entry["K"], top_k, dt, layout, arch, sm_count, max(tokens))})
     out, seen = [], set()
     for dt in dtypes:
-        for t in tokens:
+        try:
+            ts = tokens if not all_m else sorted(set(tokens) | {v[2] for v in grouped_variants(
+                E, entry["N"], entry["K"], top_k, dt, layout, arch, sm_count, None)})
             # masked: a buffer of `tokens` rows per expert (what any routing fits), E of them
-            rows = t * top_k if layout == "contiguous" else E * t
-            try:
-                step, kw = choose_grouped(rows, E, entry["N"], entry["K"], dt, layout, arch,
-                                          sm_count)
-            except ValueError as exc:
-                raise ValueError(f"{at}: {exc}") from None
+            picks = [choose_grouped(t * top_k if layout == "contiguous" else E * t, E,
+                                    entry["N"], entry["K"], dt, layout, arch, sm_count)
+                     for t in ts]
+        except ValueError as exc:
+            raise ValueError(f"{at}: {exc}") from None
+        for step, kw in picks:
             key = (step, tuple(sorted(kw.items())))
             if key not in seen:
                 seen.add(key)
@@ -454,40 +468,6 @@ def check_grouped(a, b, offs=None, counts=None, layout=None, bias=None, scale=No
     return p
 
 
-def _checking() -> bool:
-    """Whether TIRX_GEMM_CHECK asks for the checks that sync (off while the setting is not
-    declared in tirx_gemm/settings.py, as tirx_gemm.op.fp8 reads it)."""
-    return CHECK_ENV in settings.TABLE and bool(settings.get(CHECK_ENV))
-
-
-def check_routing(p: Problem, offs=None, counts=None) -> None:
-    """The checks that read offs / counts (a sync), one-line ValueErrors: what
-    ``TIRX_GEMM_CHECK=1`` adds before each launch."""
-    import torch
-    if offs is not None:
-        o = offs.detach().to("cpu", torch.int64)
-        prev = torch.cat([o.new_zeros(1), o[:-1]])
-        bad = (o < prev).nonzero()
-        if o.numel() and int(o[0]) < 0:
-            raise ValueError(f"offs[0]={int(o[0])} is negative: offs are cumulative row ends, "
-                             f"0 <= offs[0] <= ... <= offs[-1] <= {p.M} (a's rows)")
-        if bad.numel():
-            e = int(bad[0])
-            raise ValueError(f"offs decreases at expert {e} (offs[{e - 1}]={int(o[e - 1])} > "
-                             f"offs[{e}]={int(o[e])}): offs are cumulative row ends, "
-                             f"non-decreasing (torch.cumsum of the counts)")
-        if o.numel() and int(o[-1]) > p.M:
-            raise ValueError(f"offs[-1]={int(o[-1])} is past a's {p.M} rows: the last expert "
-                             f"would read rows that do not exist")
-    if counts is not None:
-        c = counts.detach().to("cpu", torch.int64)
-        bad = ((c < 0) | (c > p.M)).nonzero()
-        if bad.numel():
-            e = int(bad[0])
-            raise ValueError(f"counts[{e}]={int(c[e])} is outside 0..{p.M} (the rows per expert "
-                             f"of a, shape {(p.E, p.M, p.K)})")
-
-
 # --------------------------------------------------------------------------------------
 # kernels: built here or read from a bundle (matmul's resolver), loaded once per process
 # --------------------------------------------------------------------------------------
@@ -501,6 +481,14 @@ def clear_cache() -> None:
     with _lock:
         _calls.clear()
     GK.clear()
+
+
+def call_key(layout, out_dtype, grad: bool, *tensors) -> tuple:
+    """The remembered call's key: each operand's (shape, strides, dtype, device, whether it
+    needs a gradient with ``grad`` on) or None, so that a call whose operands differ in any
+    of those is checked again (data pointers, read at every call, aside)."""
+    return (layout, out_dtype) + tuple(None if t is None else (
+        t.shape, t.stride(), t.dtype, t.device, grad and t.requires_grad) for t in tensors)
 
 
 def _index(p: Problem, offs, counts, a):
@@ -544,17 +532,14 @@ def grouped_mm(a, b, offs=None, *, counts=None, layout: str | None = None, bias=
                               sync=sync)
     key = None
     try:
-        key = (layout, a.shape, b.shape, b.stride(), a.dtype, a.get_device(),
-               offs is None, counts is None,
-               None if bias is None else (bias.shape, bias.dtype),
-               None if scale is None else (scale.shape, scale.dtype), out_dtype)
+        key = call_key(layout, out_dtype, torch.is_grad_enabled(), a, b, offs, counts, bias,
+                       scale, out)
         call = _calls.get(key)
     except (AttributeError, TypeError, RuntimeError):
         call = None
     checking = _checking()
-    if call is not None and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)) \
-            and not (a.data_ptr() | (0 if out is None else out.data_ptr())) & (ALIGN_BYTES - 1) \
-            and (out is None or out.shape == call[1].out_shape) and not checking:
+    if call is not None and not checking and not (a.data_ptr() | b.data_ptr() | (
+            0 if out is None else out.data_ptr())) & (ALIGN_BYTES - 1):
         p = call[1]
     else:
         p = check_grouped(a, b, offs, counts, layout, bias, scale, out_dtype, out)

@@ -21,6 +21,9 @@ The torch custom op (``torch.ops.tirx_gemm.grouped_mm``, op/moe.py) carries ``sc
 fp8, sm_100a (v14's twin there has an MXFP8 form, ``SCALE="mx"``: UE8M0 scales per 32 of K,
 checked on NumSim only and not served here).
 :func:`quantize_rows` and :func:`quantize_experts` make such operands from real tensors.
+The checks are grouped_mm's where they apply, one line each: ``TIRX_GEMM_CHECK=1`` adds the
+routing's (:func:`check_routing`, shared with the bf16 path) and finite, positive scales
+(tirx_gemm.op.fp8.check_scales_finite), a sync per call, skipped while a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from __future__ import annotations
 from tirx_gemm import numerics, spec
 from tirx_gemm.kernels import dtype_kwargs
 from tirx_gemm.op import grouped_kernels as GK
-from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch _load)
-from tirx_gemm.op.grouped_limits import check_masked_stride, check_result_size
+from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch)
+from tirx_gemm.op.grouped_limits import (check_masked_stride, check_result_size,
+                                         check_routing, checking)
 from tirx_gemm.op.keywords import NOMINAL_M, _ceil_div, _pool
 
-__all__ = ["grouped_mm_fp8", "choose_grouped_fp8", "check_grouped_fp8", "fp8_builds",
-           "quantize_rows", "quantize_experts", "is_fp8", "SCALE_BLOCK", "ARCH"]
+__all__ = ["grouped_mm_fp8", "choose_grouped_fp8", "check_grouped_fp8", "check_fp8_data",
+           "check_routing", "fp8_builds", "quantize_rows", "quantize_experts", "is_fp8",
+           "SCALE_BLOCK", "ARCH"]
 
 ARCH = "sm_90a"
 SCALE_BLOCK = numerics.FP8_BLOCK   # 128: the 1x128 and 128x128 blocks of the scales
@@ -179,9 +184,24 @@ def check_grouped_fp8(a, b, offs=None, scale_a=None, scale_b=None, out_dtype=Non
                         ("scale_b", scale_b), ("out", out)):
             if t is not None and (t.device.type != "cuda" or t.device != a.device):
                 raise ValueError(f"{name} is on {t.device}: every operand on a's CUDA GPU")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (scale_a, scale_b)):
-        raise ValueError("grouped_mm has no backward: call it under torch.no_grad()")
+    if torch.is_grad_enabled():
+        for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b),
+                        ("out", out)):
+            if t is not None and t.requires_grad:
+                raise ValueError(f"{name} requires grad but fp8 grouped_mm has no backward: call "
+                                 f"it under torch.no_grad() or pass {name}.detach()")
     return layout, M, N, K, E, weight, odt
+
+
+def check_fp8_data(layout, M, N, K, E, offs=None, counts=None, scale_a=None,
+                   scale_b=None) -> None:
+    """What ``TIRX_GEMM_CHECK=1`` adds before an fp8 launch (a sync; the caller skips it
+    while a CUDA graph is captured): :func:`check_routing` on offs / counts, then every scale
+    finite and > 0 (tirx_gemm.op.fp8.check_scales_finite), one-line ValueErrors."""
+    from types import SimpleNamespace
+    from tirx_gemm.op.fp8 import check_scales_finite
+    check_routing(SimpleNamespace(M=M, E=E, K=K), offs, counts)
+    check_scales_finite(scale_a, scale_b)
 
 
 def clear_cache() -> None:
@@ -201,6 +221,9 @@ def grouped_mm_fp8(a, b, offs=None, *, scale_a=None, scale_b=None, out_dtype=Non
         raise ValueError(f"fp8 grouped_mm runs on sm_90a (Hopper) only: this GPU is {arch}; "
                          "sm_100a's v14 MXFP8 twin (SCALE='mx') is checked on NumSim only, "
                          "not served by grouped_mm yet")
+    if checking() and not (torch.cuda.is_available()
+                            and torch.cuda.is_current_stream_capturing()):
+        check_fp8_data(layout, M, N, K, E, offs, counts, scale_a, scale_b)
     masked = layout == "masked"
     if out is None:
         out = torch.empty((E, M, N) if masked else (M, N), dtype=odt, device=a.device)

@@ -4,14 +4,19 @@ An expert's weight has no size limit: both arches' v14 build its tensor map from
 where its stride needs them (``weight_shape`` in tirx_gemm/hopper/grouped.py). Two limits
 remain, on every arch: the result's bounded stores address it with int32 element offsets
 (:func:`check_result_size`), and a masked a's expert stride (T x K at run time) is computed in
-int32 bytes on the host (:func:`check_masked_stride`).
+int32 bytes on the host (:func:`check_masked_stride`). And what ``TIRX_GEMM_CHECK=1`` adds before
+each launch, bf16 and fp8 alike (:func:`checking`): :func:`check_routing` reads offs / counts.
 """
 
 from __future__ import annotations
 
+from tirx_gemm import settings
 from tirx_gemm.op.keywords import INT32_MAX
 
-__all__ = ["INT32_STRIDE_BITS", "check_result_size", "check_masked_stride"]
+__all__ = ["INT32_STRIDE_BITS", "CHECK_ENV", "check_result_size", "check_masked_stride",
+           "checking", "check_routing"]
+
+CHECK_ENV = "TIRX_GEMM_CHECK"
 
 # TVM computes a tensor map's strides from the extents in their type: with int32 ones a product
 # this large overflows -- an expert's weight N*K elements x 16 bits at compile time (v14's
@@ -51,3 +56,37 @@ def check_masked_stride(T: int, K: int, elem_bytes: int) -> None:
                          f"stride (2^31 bytes); use at most {(limit - 1) // (K * elem_bytes)} "
                          f"rows per expert (T) or layout='contiguous'")
 
+
+def checking() -> bool:
+    """Whether TIRX_GEMM_CHECK asks for the checks that sync (off while the setting is not
+    declared in tirx_gemm/settings.py, as tirx_gemm.op.fp8 reads it)."""
+    return CHECK_ENV in settings.TABLE and bool(settings.get(CHECK_ENV))
+
+
+def check_routing(p, offs=None, counts=None) -> None:
+    """The checks that read offs / counts (a sync), one-line ValueErrors: what
+    ``TIRX_GEMM_CHECK=1`` adds before each launch of grouped_mm, bf16 and fp8 alike (``p``:
+    a tirx_gemm.op.grouped.Problem; its M, E and K are read)."""
+    import torch
+    if offs is not None:
+        o = offs.detach().to("cpu", torch.int64)
+        prev = torch.cat([o.new_zeros(1), o[:-1]])
+        bad = (o < prev).nonzero()
+        if o.numel() and int(o[0]) < 0:
+            raise ValueError(f"offs[0]={int(o[0])} is negative: offs are cumulative row ends, "
+                             f"0 <= offs[0] <= ... <= offs[-1] <= {p.M} (a's rows)")
+        if bad.numel():
+            e = int(bad[0])
+            raise ValueError(f"offs decreases at expert {e} (offs[{e - 1}]={int(o[e - 1])} > "
+                             f"offs[{e}]={int(o[e])}): offs are cumulative row ends, "
+                             f"non-decreasing (torch.cumsum of the counts)")
+        if o.numel() and int(o[-1]) > p.M:
+            raise ValueError(f"offs[-1]={int(o[-1])} is past a's {p.M} rows: the last expert "
+                             f"would read rows that do not exist")
+    if counts is not None:
+        c = counts.detach().to("cpu", torch.int64)
+        bad = ((c < 0) | (c > p.M)).nonzero()
+        if bad.numel():
+            e = int(bad[0])
+            raise ValueError(f"counts[{e}]={int(c[e])} is outside 0..{p.M} (the rows per expert "
+                             f"of a, shape {(p.E, p.M, p.K)})")

@@ -45,8 +45,7 @@ from tirx_gemm import registry, spec
 from tirx_gemm.report import tables
 from tirx_gemm.op import cards as _cards, layouts as _layouts
 from tirx_gemm.op.matmul import (NOMINAL_M, ROW_MULTIPLE, build_shape, choose,
-                              choose_epilogue_on, step_kwargs,
-                              variants)
+                                 choose_epilogue_on, step_kwargs, variants)
 from tirx_gemm.numerics import DTYPES
 
 __all__ = ["DEFAULT_SUITE", "MATMUL", "Entry", "Suite", "Item", "load_suite", "plan",
@@ -484,9 +483,9 @@ def _case_dtype(r) -> str:
     return s.get("dtype", "?") + (f" e4m3 {s['scale']}" if s.get("scale") else "")
 
 
-def format_table(records, failed=()) -> str:
-    """The suite's text table (one row per record, then one per case that could not run)
-    and the summary line."""
+def format_table(records, failed=(), skipped=()) -> str:
+    """The suite's text table (one row per record, then one per case that could not run or
+    was skipped, as (case, why)) and the summary line."""
     f = tables.fmt
     rows = [[f"{r['M']}x{r['N']}x{r['K']}", _case_dtype(r), r["step"],
              _kw_text(r.get("build_kwargs") or {}),
@@ -496,12 +495,13 @@ def format_table(records, failed=()) -> str:
     rows += [[f"{it.shape[0]}x{it.shape[1]}x{it.shape[2]}", it.dtype, it.step.id,
               _kw_text(it.kwargs), f"NOT RUN: {why}"] if isinstance(it, Item)
              else [str(it), "", "", "", f"NOT RUN: {why}"] for it, why in failed]
+    rows += [[str(it), "", "", "", f"SKIPPED: {why}"] for it, why in skipped]
     s = summarize(records)
     line = (f"geomean ratio to torch {s['geomean_ratio']:.3f}, min {s['min_ratio']:.3f} "
             f"({s['min_case']}), over {s['n']} checked and timed case(s)"
             if s["n"] else "no case was checked and timed: no ratio to torch")
-    if failed:
-        line += f"; {len(failed)} case(s) not run"
+    line += f"; {len(failed)} case(s) not run" if failed else ""
+    line += f"; {len(skipped)} case(s) skipped" if skipped else ""
     for scale in FP8_SCALES:  # fp8: each scale kind against torch's same kind
         part = [r for r in records if (r.get("suite") or {}).get("scale") == scale]
         f8 = summarize(part)
@@ -529,13 +529,11 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
     is reported and skipped; a kernel that fails on the GPU stops the run. With ``record``
     each record, with a "suite" field (name, file, target, model, layer, dtype), is
     appended to ``results_dir``/suites/<device>.jsonl. Logs the table and the geomean and
-    minimum ratio to torch; returns {"records", "failed": [(Item, reason)], "summary",
-    "table"}.
+    minimum ratio to torch; returns {"records", "failed": [(Item, reason)], "skipped":
+    [(grouped entry, the lab script that times it)], "summary", "table"}.
     """
-    from tirx_gemm.run import device
-    from tirx_gemm.run import loader
+    from tirx_gemm.run import device, loader, runner
     from tirx_gemm.report import records as rec_io
-    from tirx_gemm.run import runner
     from tirx_gemm.compile.api import BuildError
     from tirx_gemm.op.matmul import kernel_source
     suite = _as_suite(path)
@@ -576,16 +574,18 @@ def bench_suite(path=None, target: str = MATMUL, *, bundle=None,
             if record:
                 paths.add(str(rec_io.append_record(rec, Path(results_dir) / RECORDS_SUBDIR)))
         failed += f_failed
-    for e in suite.grouped():
-        failed.append((f"grouped {e.model} {e.layer}", "grouped entries are timed by "
-                       "tirx_gemm.op.grouped's benchmark, not here"))
-    table = format_table(recs, failed)
+    note = (f"not timed here: run lab/moe_grouped_gemm/bench_grouped.py --suite "
+            f"{suite.path or 'FILE'} --out OUT.jsonl (the expert GEMMs) or "
+            f"lab/moe_grouped_gemm/bench_moe_mlp.py --out OUT.jsonl (a whole MoE block)")
+    skipped = [(f"grouped {e.model} {e.layer}", note) for e in suite.grouped()]
+    table = format_table(recs, failed, skipped)
     log("\n" + table)
     log(f"device: {info['name']} ({arch}, {info['sm_count']} SMs); suite {suite.name}, "
         f"target {target}")
     if paths:
         log(f"records appended to {', '.join(sorted(paths))}")
-    return {"records": recs, "failed": failed, "summary": summarize(recs), "table": table}
+    return {"records": recs, "failed": failed, "skipped": skipped, "summary": summarize(recs),
+            "table": table}
 
 
 # --------------------------------------------------------------------------------------
