@@ -61,7 +61,7 @@ from .fp8 import (  # noqa: F401
     FP8_BLK_K, FP8_OUT_DTYPES, FP8_STORAGE, FP8_WGMMA_K, fp8_tile_bytes, load_block_scales,
     promote_fragment, promote_fragment_block, promote_fragment_block_straddle, scale_fragment,
     scale_fragment_rows_cols, tma_load_fp8_multicast_b, tma_load_fp8_tiles, wgmma_fp8_name, wgmma_fp8_tile)
-from .grouped import (E_MAX, LAYOUTS, BOUND_ROWS, log2_ceil, scan_experts, tile_at, tma_load_unit, tma_load_unit_multicast, store_packed_rows, store_transposed_rows, apply_row_epilogue, tma_load_gate_up, tma_load_gate_up_swap, store_transposed_swiglu, swiglu_fragment, tma_load_fp8_unit, walk_stages, walk_tables, start_walk, walk_length, queue_fp8_stage, weight_shape)  # noqa: F401,E501
+from .grouped import (E_MAX, LAYOUTS, BOUND_ROWS, log2_ceil, scan_experts, tile_at, tma_load_unit, tma_load_unit_multicast, store_packed_rows, store_transposed_rows, apply_row_epilogue, tma_load_gate_up, tma_load_gate_up_swap, store_transposed_swiglu, swiglu_fragment, tma_load_fp8_unit, walk_stages, walk_tables, start_walk, walk_length, queue_fp8_stage)  # noqa: F401,E501
 from .fused import _ACT_FN, epilogue_bias_act, epilogue_swiglu, load_bias_fragment  # noqa: F401
 from .layouts import (MAJORS, MN_CHUNK, check_layout_shape, check_major, check_mn_rows, desc_steps, encode_desc_major, expect_stage_bytes, gmem_shape, smem_shape, tma_load_operand, wgmma_tile_major)  # noqa: F401,E501
 from .stores import (  # noqa: F401
@@ -79,6 +79,7 @@ from .wgmma import (  # noqa: F401
 from .fused import epilogue_bias_act_smem, load_bias_tile_smem  # noqa: F401 (v12's BIAS_SMEM)
 from .fused import epilogue_bias_act_rows, load_bias_rows  # noqa: F401 (v12's SWAP_AB bias)
 from .fused import epilogue_bias_band  # noqa: F401 (v12's K split: the bias after the sum)
+from .grouped import weight_shape  # noqa: F401 (v14: the weight's extents, int64 where needed)
 
 # the list the single hopper.py built, in its order
 __all__ = [
