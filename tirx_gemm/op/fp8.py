@@ -69,7 +69,7 @@ from __future__ import annotations
 import threading
 
 from tirx_gemm import numerics, registry, spec
-from tirx_gemm.op.operands import check_dense, check_no_overlap
+from tirx_gemm.op.operands import check_dense, check_devices, check_no_overlap
 
 __all__ = ["matmul_fp8", "scale_mode", "check_fp8_operands", "choose_fp8", "explain_fp8",
            "small_m_width", "variants", "suite_requests", "tile_candidates", "export_requests",
@@ -119,19 +119,8 @@ def check_fp8_operands(a, b, scale_a, scale_b, out_dtype, out=None, *,
     ops = check_fp8_tensors(a, b, scale_a, scale_b, out)
     odt = check_fp8_types(a, b, scale_a, scale_b, out_dtype, out)
     if require_cuda:
-        off = [name for name, t in ops if t.device.type != "cuda"]
-        if off and not torch.cuda.is_available():
-            raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
-                             f"CUDA GPU: matmul_fp8 runs on an sm_90a GPU; here use "
-                             f"torch._scaled_mm or dequantize and torch.matmul")
-        for name, t in ops:
-            if t.device.type != "cuda":
-                raise ValueError(f"{name} is on {t.device}: matmul_fp8 runs on a CUDA GPU "
-                                 f"({name}.cuda())")
-        devices = sorted({str(t.device) for _, t in ops})
-        if len(devices) > 1:
-            raise ValueError(f"the operands are on {', '.join(devices)}: put them (and the "
-                             f"scales) on one GPU")
+        check_devices(ops, "matmul_fp8", "an sm_90a GPU",
+                      "torch._scaled_mm or dequantize and torch.matmul", "them (and the scales)")
     M, N, K, mode = check_fp8_shapes(a, b, scale_a, scale_b, out)
     for name, t in ops:
         if not t.is_contiguous():

@@ -42,21 +42,23 @@ def check_operands(a, b, out=None, *, require_cuda: bool = True) -> tuple[int, i
     return M, N, K, _dtype_name(a)
 
 
-def check_devices(ops) -> None:
-    """One-line ValueErrors for ``ops`` [(name, tensor)] not all on one CUDA GPU."""
+def check_devices(ops, op: str = "matmul", gpus: str = "an sm_90a or sm_100a GPU",
+                  instead: str = "torch.nn.functional.linear", them: str = "them") -> None:
+    """One-line ValueErrors for ``ops`` [(name, tensor)] not all on one CUDA GPU: ``op`` runs
+    on ``gpus``; ``instead`` is what to use on a machine without one; ``them``: what to move."""
     import torch
     off = [name for name, t in ops if t.device.type != "cuda"]
     if off and not torch.cuda.is_available():
         raise ValueError(f"{', '.join(off)} on {ops[0][1].device} and this machine has no "
-                         f"CUDA GPU (torch {torch.__version__}): tirx_gemm.matmul runs on "
-                         "an sm_90a or sm_100a GPU; here use torch.nn.functional.linear")
+                         f"CUDA GPU (torch {torch.__version__}): tirx_gemm.{op} runs on "
+                         f"{gpus}; here use {instead}")
     for name, t in ops:
         if t.device.type != "cuda":
-            raise ValueError(f"{name} is on {t.device}: matmul runs on a CUDA GPU "
+            raise ValueError(f"{name} is on {t.device}: {op} runs on a CUDA GPU "
                              f"({name}.cuda())")
     devices = sorted({str(t.device) for _, t in ops})
     if len(devices) > 1:
-        raise ValueError(f"the operands are on {', '.join(devices)}: put them on one GPU")
+        raise ValueError(f"the operands are on {', '.join(devices)}: put {them} on one GPU")
 
 
 def check_step(step) -> None:
