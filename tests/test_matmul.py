@@ -877,11 +877,13 @@ def test_explain_says_the_layout_and_what_runs():
     assert text.splitlines()[-1].startswith("  layout: NN (a and b row-major, K-major")
     for lay, majors in (("NT", "A_MAJOR=K B_MAJOR=MN"), ("TN", "A_MAJOR=MN B_MAJOR=K"),
                         ("TT", "A_MAJOR=MN B_MAJOR=MN")):
-        head, card, *why = mm.explain(8192, 4096, 4096, "bfloat16", layout=lay).splitlines()
+        head, card, kernel, *why = mm.explain(8192, 4096, 4096, "bfloat16",
+                                              layout=lay).splitlines()
         assert head.startswith(f"8192x4096x4096 bfloat16 on sm_90a (132 SMs), layout {lay}: "
                                f"v15 RUNTIME_M=True {majors} CLUSTER=1 PDL=True")
         assert ("RUNTIME_K=True" in head) == (lay == "TT") and card.startswith("  card: ")
         assert f"layout {lay}: " in why[0] and "read in place by v15" in why[0]
+        assert kernel.startswith("  kernel: tirx_v15_bf16_") and f"_{lay.lower()}" in kernel
     assert "layout TT" in mm.explain(4096, 4096, 333, layout="TT")  # any K for TT
     from tirx_gemm.op import layouts as L
     assert L.choose(4096, 4096, 4096, "bfloat16") == mm.choose(4096, 4096, 4096, "bfloat16")
@@ -890,6 +892,27 @@ def test_explain_says_the_layout_and_what_runs():
     _refusal("on sm_100a matmul reads K-major operands only",
              lambda: mm.explain(4096, 4096, 4096, arch="sm_100a", layout="NT"))
     _refusal("layout 'NX': one of NN, NT, TN, TT", lambda: mm.explain(64, 64, 64, layout="NX"))
+
+
+def test_choose_takes_the_layout():
+    """The public choose takes ``layout=`` as explain does: a transposed layout is v15 with
+    layouts.choose's keywords; NN (the default) is rules.choose's pick, epilogue or not."""
+    from tirx_gemm.op import layouts as L
+    for lay in ("NT", "TN", "TT"):
+        got = mm.choose(8192, 4096, 4096, "bfloat16", layout=lay)
+        assert got == L.choose(8192, 4096, 4096, "bfloat16", layout=lay)
+        assert got == ("v15", L.kwargs_for(lay, "bfloat16"))
+    assert mm.choose(4096, 4096, 333, layout="TT")[0] == "v15"  # any K for TT
+    assert mm.choose(64, 4096, 4096, "float16", "sm_90a", 114, card="h100", layout="TT") == (
+        L.choose(64, 4096, 4096, "float16", "sm_90a", 114, card="h100", layout="TT"))
+    epi = {"BIAS": "float16", "ACT": "gelu"}
+    for args in ((8192, 4096, 4096, "bfloat16"), (5, 4096, 4096), (8192, 8192, 8192,
+                 "float16", "sm_100a", 148), (64, 4096, 4096, "float16", "sm_90a", 132, epi)):
+        assert mm.choose(*args) == mm.choose(*args, layout="NN") == rules.choose(*args)
+    _refusal("the fused epilogues", lambda: mm.choose(64, 4096, 4096, epilogue=epi, layout="TN"))
+    _refusal("layout 'NX': one of NN, NT, TN, TT", lambda: mm.choose(64, 64, 64, layout="NX"))
+    _refusal("on sm_100a matmul reads K-major operands only",
+             lambda: mm.choose(4096, 4096, 4096, arch="sm_100a", layout="NT"))
 
 
 def test_suite_layouts_give_v15_requests_on_sm90a_only():

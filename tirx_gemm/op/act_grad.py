@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import torch
 
+from tirx_gemm.op.launch_site import new_cache
+
 __all__ = ["ENABLED", "ACTS", "SWIGLU", "OP", "OP_DBIAS", "DBIAS", "DBIAS_ROWS", "set_enabled",
            "kwargs", "request", "applies", "dz", "dz_dbias", "kernel", "reference",
            "dbias_partials"]
@@ -44,9 +46,10 @@ PREFETCH = True  # v15's ACT_GRAD_PREFETCH (dy loaded under the last wgmmas) for
 ACTS = ("gelu", "gelu_tanh", "silu")  # hopper/layouts.ACT_GRADS (that module imports TVM)
 SWIGLU = "swiglu"  # act for tirx_gemm::swiglu's backward: b the fused gate/up weight
 DBIAS = False  # v15's ACT_GRAD_DBIAS: the bias gradient from the kernel's column sums (not yet run)
-DBIAS_ROWS = 16  # dz rows per row of those sums: hopper/layouts.DBIAS_ROWS (that module imports TVM)
+# dz rows per row of those sums: hopper/layouts.DBIAS_ROWS (that module imports TVM)
+DBIAS_ROWS = 16
 _DTYPES = (torch.float16, torch.bfloat16)
-_kernels: dict = {}  # (N, K, act, dtype, bias, device, bundle, PREFETCH, dbias) -> kernel
+_kernels: dict = new_cache()  # (N, K, act, dtype, bias, device, bundle, PREFETCH, dbias) -> kernel
 
 
 def set_enabled(on: bool) -> None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from tirx_gemm.op.launch_site import new_cache
+
 __all__ = ["ENABLED", "ACTS", "OP", "set_enabled", "kwargs", "request", "applies", "kernel",
            "found", "forward", "dz"]
 
@@ -33,7 +35,9 @@ ENABLED = True
 TUNE: dict | None = None  # v15's tune keywords (None: the backward's LAYOUT_TUNE; {}: v9's pair)
 ACTS = ("gelu", "gelu_tanh", "silu")  # (relu's backward reads y > 0: no z needed)
 _DTYPES = (torch.float16, torch.bfloat16)
-_kernels: dict = {}  # (N, K, act, dtype, bias, device, bundle, TUNE) -> kernel, or None
+# (N, K, act, dtype, bias, device, bundle, TUNE) -> kernel, or None where missing (the recompute
+# path; matmul.clear_cache forgets the misses too, so the next call looks again)
+_kernels: dict = new_cache()
 
 
 def set_enabled(on: bool) -> None:

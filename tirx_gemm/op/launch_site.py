@@ -14,14 +14,18 @@ still start early). The choice moves time only: both kernels wait for the previo
 ``MODE``: "site" (the choice above), "always" (every call with the attribute, the picks as
 built) or "never" (every call that has a twin runs it); :func:`set_mode` changes it. A bundle
 without a pick's twin runs the pick (`tirx-gemm export --suite ... --pdl-twins` adds them).
-Pure Python: no torch, no TVM.
+
+The op's caches are registered here too (:func:`new_cache`): caches of calls seen, which a mode
+change drops, and each op module's cache of loaded kernels, which :func:`clear`
+(tirx_gemm.matmul.clear_cache) empties with them. Pure Python: no torch, no TVM.
 """
 
 from __future__ import annotations
 
 MODES = ("site", "always", "never")
 MODE = "always"
-CALL_CACHES: list = []  # the op's caches of calls seen (tirx_gemm.op.matmul adds its own)
+CALL_CACHES: list = []  # the op's caches of calls seen (new_cache(calls=True))
+KERNEL_CACHES: list = []  # the op's caches of loaded kernels (new_cache())
 # the op's last launch that had a twin: A's data pointer, A's version, D's data pointer
 _last = [0, -1, 0]
 
@@ -33,6 +37,22 @@ def twin_kwargs(step_id: str, kwargs: dict) -> dict | None:
             and kwargs.get("PDL_TRIGGER", "start") == "start" and kwargs.get("CLUSTER", 1) == 1):
         return {**kwargs, "PDL_ATTR": False}
     return None
+
+
+def new_cache(calls: bool = False) -> dict:
+    """An empty cache dict of loaded kernels (with ``calls``: of calls seen), registered in
+    :data:`KERNEL_CACHES` (:data:`CALL_CACHES`) so that :func:`clear` empties it."""
+    cache: dict = {}
+    (CALL_CACHES if calls else KERNEL_CACHES).append(cache)
+    return cache
+
+
+def clear(lock, kernels: bool = True) -> None:
+    """Under ``lock`` (matmul's loader lock), empty every cache of calls seen and, with
+    ``kernels``, every cache of loaded kernels (the build cache on disk is kept)."""
+    with lock:
+        for cache in CALL_CACHES + (KERNEL_CACHES if kernels else []):
+            cache.clear()
 
 
 def set_mode(mode: str) -> None:

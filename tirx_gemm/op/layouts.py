@@ -27,6 +27,7 @@ Imports neither torch nor TVM at import time (tirx_gemm.matmul's rule).
 from __future__ import annotations
 
 from tirx_gemm.op.keywords import ROW_MULTIPLE
+from tirx_gemm.op.launch_site import new_cache
 
 __all__ = ["LAYOUTS", "STEP", "layout_of", "has_transposed", "check_shape", "matmul",
            "choose", "explain", "kwargs_for", "refuse_epilogue", "check_view_step",
@@ -72,7 +73,7 @@ def layout_shape(rows_a: int, rows_b: int, red: int, kw: dict) -> tuple[int, int
     return (rows_a, rows_b, NOMINAL_K if kw.get("RUNTIME_K") else red)
 
 
-_layout_kernels: dict = {}  # (N, K or None, majors, dtype, device, tune, bundle) -> kernel
+_layout_kernels: dict = new_cache()  # (N, K or None, majors, dtype, device, tune, bundle) -> kernel
 
 
 def layout_kernel(dtype, rows_a: int, rows_b: int, red: int, a_mn: bool, b_mn: bool, device,

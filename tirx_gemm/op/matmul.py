@@ -30,8 +30,8 @@ on NumSim): one kernel per (step, keywords, dtype, N, K) serves every token coun
 ``tirx-gemm export --suite`` puts in a bundle.
 
 Operand layouts (tirx_gemm.op.layouts): a or b may be the transposed view of a row-major
-tensor (NT, TN, TT); on sm_90a v15 reads it in place, no copy, and :func:`explain` takes
-``layout=``; elsewhere, or with a fused epilogue, a one-line error names the operand.
+tensor (NT, TN, TT): v15 reads it in place on sm_90a, no copy (:func:`choose`, :func:`explain`
+take ``layout=``); elsewhere, or with a fused epilogue, a one-line error names the operand.
 
 The module is callable, so ``import tirx_gemm; tirx_gemm.matmul(a, b)`` and
 ``tirx_gemm.matmul.use_bundle(path)`` both work. Importing it imports neither torch nor TVM:
@@ -73,14 +73,15 @@ from tirx_gemm.op.keywords import (  # noqa: F401
     PINGPONG, ROW_MULTIPLE, RUNTIME_M_STEPS, RUNTIME_NK_STEPS, SPLIT_K, SPLIT_MENU, TILE_MENU,
     V9_CLUSTER_TILE, V11_L2_GROUP, _ceil_div, _check_problem, _menu_split, _pool, _registered,
     build_shape, runtime_m, step_kwargs)
-from tirx_gemm.op.rules import RULES, choose, choose_epilogue_on  # noqa: F401
+from tirx_gemm.op.rules import RULES, choose_epilogue_on  # noqa: F401
 # the checks of a call's tensors, reachable as tirx_gemm.matmul.<name> too
 from tirx_gemm.op.operands import (  # noqa: F401
     ALIGN_BYTES, _bias_dtype, _check_out, _dtype_name, _gpu_arch, _out_dtype_name, check_bias,
     check_dense, check_gate_up, check_no_overlap, check_operands, check_step, epilogue_kwargs,
     fuse_gate_up, mark_gate_up, out_overlaps)
-# transposed operands (NN, NT, TN, TT): v15 in place on sm_90a, and the layout-aware explain
+# transposed operands (NN, NT, TN, TT): v15 in place on sm_90a; choose and explain take layout=
 from tirx_gemm.op import launch_site as _site, layouts as _layouts
+from tirx_gemm.op.layouts import choose
 
 __all__ = ["matmul", "swiglu", "fuse_gate_up", "epilogue_kwargs", "check_step",
            "synchronize", "choose", "explain", "variants", "step_kwargs", "runtime_m",
@@ -160,7 +161,7 @@ def variants(N: int, K: int, dtype: str = "float16", arch: str = "sm_90a",
 # --------------------------------------------------------------------------------------
 _bundle_override: Path | None = None
 _lock = threading.Lock()
-_kernels: dict = {}
+_kernels: dict = _site.new_cache()
 
 
 def use_bundle(path) -> None:
@@ -174,7 +175,7 @@ def use_bundle(path) -> None:
         from tirx_gemm.bundle_format import load_manifest
         load_manifest(Path(path))  # not a bundle: say so now, not at the first call
     _bundle_override = None if path is None else Path(path)
-    _calls.clear()  # calls remember kernels: the next call of each shape looks again
+    _site.clear(_lock, kernels=False)  # calls remember kernels: each shape looks again
 
 
 def bundle_path() -> Path | None:
@@ -194,11 +195,10 @@ def explain(M, N, K, dtype="float16", arch="sm_90a", sm_count=None, epilogue=Non
 
 
 def clear_cache() -> None:
-    """Forget the loaded kernels (the build cache on disk is kept). Needed after changing
-    ``$TIRX_GEMM_BUNDLE`` in a running process (use_bundle does it itself)."""
-    with _lock:
-        _kernels.clear()
-        _calls.clear()
+    """Forget the calls seen and the loaded kernels: matmul's, its transposed calls', its
+    backward's (op.launch_site.KERNEL_CACHES; the build cache on disk is kept). Needed after
+    a bundle is re-exported at its path or ``$TIRX_GEMM_BUNDLE`` changes in a running process."""
+    _site.clear(_lock)
 
 
 def _describe(step: registry.Step, mnk, kwargs: dict) -> str:
@@ -307,8 +307,7 @@ def _twin(step, mnk, kwargs):
         return None
 
 
-_calls: dict = {}
-_site.CALL_CACHES.append(_calls)  # a mode change drops the calls seen (op.launch_site)
+_calls: dict = _site.new_cache(calls=True)  # a mode change drops them (op.launch_site)
 _CALLS_MAX = 1 << 16  # distinct (shape, dtype, device, step) keys kept; then start afresh
 _torch = None  # torch, bound on the first call (importing this module imports no torch)
 

@@ -25,11 +25,11 @@ import torch
 __all__ = ["ENABLED", "BOUND", "OP", "set_enabled", "tune", "request", "kernel", "applies", "run",
            "wgrad_dbias"]
 
-ENABLED = False  # off by the rule of lab/training_backward (GPU tests pass on an H100; the A/B failed)
+# off by the rule of lab/training_backward (GPU tests pass on an H100; the A/B failed)
+ENABLED = False
 # the largest tokens x in-features (M x K, the size of the layer's input) where the kernel runs:
 # its gain over wgrad + dz.sum(0) falls as both grow (lab/training_backward, "A bounded rule")
 BOUND = 2 ** 25
-_kernels: dict = {}  # (N, K, dtype, device, bundle, tune) -> kernel
 
 
 def set_enabled(on: bool) -> None:
