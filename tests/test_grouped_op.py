@@ -247,8 +247,9 @@ def test_fused_epilogues_are_on_by_default_and_can_be_turned_off(cpu_launch, mon
     from tirx_gemm.op import grouped_epilogue as GE
     from tirx_gemm.op import grouped_swiglu as GS
     assert GE.ENABLED is True
-    swiglu = ("SWIGLU (grouped_swiglu.swiglu_mm, not on swap-AB tiles unless "  # 2.5 rows per expert
-              "grouped_swiglu.SWAP_FUSED)")
+    # 2.5 rows per expert: a swap-AB tile
+    swiglu = ("SWIGLU (grouped_swiglu.swiglu_mm, not on swap-AB tiles unless "
+              "grouped_epilogue.SWAP_FUSED)")
     assert f"BIAS, ROW_SCALE, {swiglu};" in G.explain_grouped(10, 4, 16, 32, "bfloat16")
     monkeypatch.setattr(GE, "ENABLED", False)
     a, w, offs = _operands()
@@ -294,7 +295,8 @@ def test_bias_and_scale_fused_on_sm90a(cpu_launch, fused_on):
 
 
 def test_fused_kernel_missing_falls_back_unfused(cpu_launch, fused_on, monkeypatch):
-    """A fused kernel the bundle lacks (no TVM to build it): the plain kernel, then torch ops."""
+    """A fused kernel the bundle lacks (no TVM to build it): the plain kernel, then torch ops,
+    and a warning naming the suite key that exports it."""
     plain = G._load
 
     def load(step_id, arch, N, K, kwargs):
@@ -304,7 +306,8 @@ def test_fused_kernel_missing_falls_back_unfused(cpu_launch, fused_on, monkeypat
     monkeypatch.setattr(G, "_load", load)
     a, w, offs = _operands()
     scale = torch.rand(10)
-    got = G.grouped_mm(a, w, offs, scale=scale)
+    with pytest.warns(UserWarning, match=r'"epilogues": \[\{"ROW_SCALE": true\}\]'):
+        got = G.grouped_mm(a, w, offs, scale=scale)
     ref = _reference(a, w.transpose(1, 2), offs) * scale[:, None]
     torch.testing.assert_close(got.float(), ref, atol=3e-2, rtol=3e-2)
     assert [("ROW_SCALE" in k) for k in cpu_launch.loads] == [False]
@@ -337,10 +340,10 @@ def test_swiglu_fused_past_decode(cpu_launch, fused_on, gate_up):
 
 @pytest.mark.parametrize("gate_up", ["halves", "interleaved"])
 def test_swiglu_fused_at_decode_with_swap_fused(cpu_launch, fused_on, gate_up, monkeypatch):
-    """grouped_swiglu.SWAP_FUSED on: at decode (swap-AB) a "halves" gate/up is one launch of
+    """grouped_epilogue.SWAP_FUSED on: at decode (swap-AB) a "halves" gate/up is one launch of
     the swap-AB SWIGLU kernel writing (M, I); "interleaved" stays grouped_mm, then
     swiglu_rows. The flag is part of the remembered call: turning it off takes effect."""
-    from tirx_gemm.op import grouped_swiglu as GS
+    from tirx_gemm.op import grouped_epilogue as GE, grouped_swiglu as GS
     g = torch.Generator().manual_seed(5)
     E, I, K, M = 2, 16, 32, 6
     wg, wu = (torch.randn(E, I, K, generator=g).to(BF16) for _ in range(2))
@@ -351,7 +354,7 @@ def test_swiglu_fused_at_decode_with_swap_fused(cpu_launch, fused_on, gate_up, m
         a, wu.transpose(1, 2), offs)
     GS._calls.clear()
     for on in (True, False):
-        monkeypatch.setattr(GS, "SWAP_FUSED", on)
+        monkeypatch.setattr(GE, "SWAP_FUSED", on)
         cpu_launch.loads.clear()
         got = GS.swiglu_mm(a, w.transpose(1, 2), offs, gate_up=gate_up)
         torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)

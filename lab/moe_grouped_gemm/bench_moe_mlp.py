@@ -22,7 +22,7 @@ sort, one ``torch.nn.functional.grouped_mm`` per projection, no host sync. With
 graph (``ms_grouped_mm_eager``, ``ms_grouped_mm_graph``, ``rel_err_grouped_mm`` against the
 loop), and ``speedup_vs_grouped_mm_graph`` is its graphed time over the patched block's.
 ``--swap-swiglu`` times the patched block a second time with SwiGLU fused on the swap-AB decode
-tiles (grouped_swiglu.SWAP_FUSED): ``ms_swap_swiglu_eager``, ``ms_swap_swiglu_graph``,
+tiles (grouped_epilogue.SWAP_FUSED): ``ms_swap_swiglu_eager``, ``ms_swap_swiglu_graph``,
 ``rel_err_swap_swiglu``, ``speedup_vs_<peer>_<mode>_swap_swiglu``.
 """
 import argparse
@@ -172,13 +172,13 @@ def time_peer(hf, x, want, peer, rec):
 
 
 def time_swap_swiglu(ours, x, want, rec):
-    """The patched block again with grouped_swiglu.SWAP_FUSED on (SwiGLU in the epilogue of the
+    """The patched block again with grouped_epilogue.SWAP_FUSED on (SwiGLU in the epilogue of the
     swap-AB gate/up tiles at decode), eager and graphed, into rec as ``*_swap_swiglu*``
     fields; put back after. A failure is recorded as ``swap_swiglu_note``."""
-    from tirx_gemm.op import grouped as G, grouped_swiglu as GS
-    before = GS.SWAP_FUSED
+    from tirx_gemm.op import grouped as G, grouped_epilogue as GE, grouped_swiglu as GS
+    before = GE.SWAP_FUSED
     try:
-        GS.SWAP_FUSED = True
+        GE.SWAP_FUSED = True
         G._calls.clear()
         GS._calls.clear()
         with torch.no_grad():
@@ -190,7 +190,7 @@ def time_swap_swiglu(ours, x, want, rec):
     except Exception as exc:  # noqa: BLE001 -- recorded beside the default path's figures
         rec["swap_swiglu_note"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     finally:
-        GS.SWAP_FUSED = before
+        GE.SWAP_FUSED = before
         G._calls.clear()
         GS._calls.clear()
 
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
                     "(tirx_gemm.op.grouped_epilogue.ENABLED, the op's default); without it the "
                     "bench turns them off: torch ops after the launches")
     ap.add_argument("--swap-swiglu", action="store_true", help="also time the patched block "
-                    "with grouped_swiglu.SWAP_FUSED on (SwiGLU fused on the swap-AB decode tiles)")
+                    "with grouped_epilogue.SWAP_FUSED on (SwiGLU fused on the swap-AB decode tiles)")
     args = ap.parse_args(argv)
     from tirx_gemm.op import grouped as G, grouped_epilogue as GE, grouped_swiglu as GS
     GE.ENABLED = args.fused

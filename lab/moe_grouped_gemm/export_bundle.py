@@ -4,10 +4,11 @@
         --suite lab/moe_grouped_gemm/suites/moe_experts.json --dtypes bfloat16 --tests --out DIR
 
 --suite: every kernel tirx_gemm.op.grouped.suite_builds lists for the suite's grouped entries
-(one per tile the pick takes over the entry's token counts, M at run time); --tests: the
-kernels tests/test_gpu_grouped.py asks for (TEST_CALLS, its calls' rows, experts and shapes;
-FUSED_CALLS and SWIGLU_CALLS, the calls with a fused epilogue; its FUSED_CASES, launched
-directly).
+(one per tile the pick takes over the entry's token counts, M at run time; an entry's
+"epilogues" and "fp8" keys add its fused and fp8 kernels, as for `tirx-gemm export --suite`);
+--tests: the kernels tests/test_gpu_grouped.py asks for (TEST_CALLS, its calls' rows, experts
+and shapes; FUSED_CALLS and SWIGLU_CALLS, the calls with a fused epilogue, through the op's
+grouped.fused_call; its FUSED_CASES, launched directly).
 --variants FILE: the tile variants bench_grouped.py --variants times at that file's cases.
 --fp8: the fp8 kernels (v14 FP8_BLOCK) of tests/test_gpu_grouped.py's FP8_CASES and of
 bench_grouped_fp8.py's default layers and token counts (FP8_TEST_CALLS, FP8_BENCH).
@@ -41,18 +42,20 @@ TEST_CALLS = (
     + [(t * 4, 32, 512, 256, ("bfloat16",), "contiguous") for t in (1, 16, 300)])
 
 
-# (rows, E, N, K, epilogue keywords) of the fused calls: the op's bias-and-scale test, the
-# Experts tests' down projections (the row scale), the MoE block bench's down projections
+# (rows, E, N, K, epilogue) of the fused calls, in a grouped suite entry's "epilogues" form
+# (grouped_epilogue.suite_epilogue): the op's bias-and-scale test, the Experts tests' down
+# projections (the row scale), the MoE block bench's down projections
 FUSED_CALLS = (
     [(256, 8, 1024, 512, {"ROW_SCALE": True, "BIAS": True})]
     + [(t * 2, 8, 512, 1024, {"ROW_SCALE": True}) for t in (1, 16, 64, 300)]
     + [(t * 4, 32, 512, 256, {"ROW_SCALE": True}) for t in (1, 16, 300)]
     + [(t * 2, 8, 4096, 14336, {"ROW_SCALE": True}) for t in (1, 16, 4096)]
     + [(t * 8, 128, 2048, 768, {"ROW_SCALE": True}) for t in (1, 16, 4096)])
-# (rows, E, 2I, K) of the gate/up calls with SwiGLU fused ("halves": Experts' gate_up_proj)
-# where the pick is a wide tile: the Experts tests' and the MoE block bench's
-SWIGLU_CALLS = ([(t * 2, 8, 2048, 512) for t in (64, 300)] + [(4096 * 2, 8, 28672, 4096)]
-                + [(4096 * 8, 128, 1536, 2048)])
+# (rows, E, 2I, K, epilogue) of the gate/up calls with SwiGLU fused ("halves": Experts'
+# gate_up_proj) where the pick is a wide tile: the Experts tests' and the MoE block bench's
+SWIGLU_CALLS = [(rows, E, n2, K, {"SWIGLU": "halves"}) for rows, E, n2, K in (
+    [(t * 2, 8, 2048, 512) for t in (64, 300)] + [(4096 * 2, 8, 28672, 4096)]
+    + [(4096 * 8, 128, 1536, 2048)])]
 
 
 # (rows, E, N, K, out dtype, layout) of the fp8 tests' launches (contiguous: a has rows + 5
@@ -119,20 +122,13 @@ def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132, 
                     continue
                 step_id, kw = G.choose_grouped(rows, E, N, K, dt, layout, arch, sm_count)
                 add(step_id, (NOMINAL_M, N, K), kw)
-        for rows, E, N, K, epi in FUSED_CALLS:
+        for rows, E, N, K, epi in (*FUSED_CALLS, *SWIGLU_CALLS):
             if dtypes and "bfloat16" not in dtypes:
                 continue
-            step_id, kw = G.choose_grouped(rows, E, N, K, "bfloat16", "contiguous", arch,
-                                           sm_count)
-            add(step_id, (NOMINAL_M, N, K), {**kw, **epi})
-        from tirx_gemm.op.grouped_swiglu import swiglu_plan
-        for rows, E, N2, K in SWIGLU_CALLS:
-            if dtypes and "bfloat16" not in dtypes:
-                continue
-            step_id, kw = swiglu_plan(rows, E, N2, K, "bfloat16", "contiguous", arch, sm_count,
-                                      "halves")
-            if step_id is not None:
-                add(step_id, (NOMINAL_M, N2, K), kw)
+            # the kernel the op looks up for the call (None: the op runs it unfused)
+            call = G.fused_call(rows, E, N, K, "bfloat16", "contiguous", arch, sm_count, epi)
+            if call is not None:
+                add(call[0], (NOMINAL_M, N, K), call[1])
         for N, K, kw in fused_test_cases():
             add("v14", (NOMINAL_M, N, K), kw)
     if fp8:
@@ -178,7 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / ".gpu" / "bundle"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--list", action="store_true")
-    ap.add_argument("--fp8", action="store_true", help="the fp8 kernels (FP8_TEST_CALLS, FP8_BENCH)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="the fp8 kernels (FP8_TEST_CALLS, FP8_BENCH)")
     ap.add_argument("--variants", help="a tile-variants file: its kernels too (needs --suite)")
     ap.add_argument("--ffi-wheel", metavar="PYVER", help="add the apache-tvm-ffi wheel for this "
                     "Python (e.g. 3.12) to the bundle")

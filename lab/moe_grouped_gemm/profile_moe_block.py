@@ -12,7 +12,7 @@ order), ``gate_up`` (grouped_swiglu.swiglu_mm), ``down`` (grouped_mm with the ro
 The host path's changes are timed beside their baselines on the same inputs: ``permute`` /
 ``permute_before`` (argsort, scatter_add counts, cumsum), ``unpermute`` / ``unpermute_before``
 (an fp32 copy before the sum), ``swiglu_rows`` / ``swiglu_rows_before`` (five launches); and
-with ``--swap-swiglu``, ``gate_up_swap_fused``: the gate/up with grouped_swiglu.SWAP_FUSED on
+with ``--swap-swiglu``, ``gate_up_swap_fused``: the gate/up with grouped_epilogue.SWAP_FUSED on
 (SwiGLU in the epilogue of the swap-AB decode tile: one launch).
 For each piece:
 
@@ -133,13 +133,13 @@ def swiglu_rows_before(h):
 
 
 def swap_fused(fn):
-    """fn() with grouped_swiglu.SWAP_FUSED on (SwiGLU in the swap-AB decode tile's epilogue)."""
-    from tirx_gemm.op import grouped_swiglu as GS
-    before, GS.SWAP_FUSED = GS.SWAP_FUSED, True
+    """fn() with grouped_epilogue.SWAP_FUSED on (SwiGLU in the swap-AB decode tile's epilogue)."""
+    from tirx_gemm.op import grouped_epilogue as GE
+    before, GE.SWAP_FUSED = GE.SWAP_FUSED, True
     try:
         return fn()
     finally:
-        GS.SWAP_FUSED = before
+        GE.SWAP_FUSED = before
 
 
 def pieces(experts, x, idx, w, swap_swiglu=False):
@@ -221,7 +221,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", nargs="*", type=int, default=[1, 16])
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--swap-swiglu", action="store_true",
-                    help="also the gate/up with grouped_swiglu.SWAP_FUSED on")
+                    help="also the gate/up with grouped_epilogue.SWAP_FUSED on")
     args = ap.parse_args(argv)
     from tirx_gemm.op.moe import patch_moe
     t0, done = time.monotonic(), 0

@@ -30,7 +30,8 @@ each result row after the bias (a top-k routing weight on the down projection's 
 ``out_dtype`` None or the operands' dtype (torch's grouped_mm refuses float32 too). On
 sm_90a v14 fuses bias and scale (:data:`KERNEL_EPILOGUE`, in fp32 before the one rounding;
 on unless grouped_epilogue.ENABLED is set False); otherwise, or where the fused kernel
-cannot be had, they are torch ops after the launch (tirx_gemm/op/grouped_epilogue.py).
+cannot be had, they are torch ops after the launch (tirx_gemm/op/grouped_epilogue.py; a
+fused kernel neither the bundle holds nor TVM here builds warns once, naming its suite key).
 SwiGLU over a gate/up weight: tirx_gemm/op/grouped_swiglu.py (fused too on sm_90a's wide
 tiles). The routing is never read on the host.
 
@@ -49,7 +50,8 @@ The kernel: :func:`choose_grouped` picks v14's tile from the tokens per expert, 
 the host as rows / E (narrow tiles at decode, wide at prefill), and :func:`explain_grouped`
 says why. One kernel per (E, N, K, dtype, layout, tile) serves every M (M at run time), from
 the build cache or a bundle; :func:`suite_builds` lists what a suite entry of kind "grouped"
-needs (``tirx-gemm export --suite``: the kernels of every token count, as for dense entries).
+needs (``tirx-gemm export --suite``: the kernels of every token count, as for dense entries;
+its "epilogues" and "fp8" keys: the fused and the fp8 kernels too).
 Importing this module imports neither torch nor TVM. The custom op
 ``torch.ops.tirx_gemm.grouped_mm`` and ``tirx_gemm.nn.Experts`` live in tirx_gemm/op/moe.py.
 """
@@ -66,6 +68,8 @@ from tirx_gemm.numerics import DTYPES, check_dtype
 from tirx_gemm.op import grouped_epilogue as GE
 from tirx_gemm.op.grouped_kernels import gpu as _gpu, load as _load  # noqa: F401 (tests patch)
 from tirx_gemm.op import grouped_kernels as GK
+from tirx_gemm.op.grouped_kernels import ENTRY_KEYS  # noqa: F401 (suite_entry's keys)
+from tirx_gemm.op.grouped_epilogue import swiglu_rows  # noqa: F401 (SwiGLU with torch ops)
 from tirx_gemm.op.grouped_limits import (CHECK_ENV, check_masked_stride,  # noqa: F401
                                          check_result_size, check_routing, checking as _checking)
 from tirx_gemm.op.keywords import NOMINAL_M, ROW_MULTIPLE, _ceil_div, _pool, dtype_name
@@ -73,8 +77,9 @@ from tirx_gemm.op.operands import (ALIGN_BYTES, check_dense, check_gate_up_exper
                                    check_no_overlap, mark_gate_up)
 
 __all__ = ["grouped_mm", "fuse_gate_up_experts", "choose_grouped", "explain_grouped",
-           "grouped_variants", "suite_builds", "check_grouped", "check_grouped_shapes",
-           "check_result_size", "Problem", "GROUPED_STEP", "LAYOUTS", "E_MAX", "CHECK_ENV"]
+           "grouped_variants", "suite_builds", "fused_call", "swiglu_plan", "check_grouped",
+           "check_grouped_shapes", "check_result_size", "Problem", "GROUPED_STEP", "LAYOUTS",
+           "E_MAX", "CHECK_ENV"]
 
 GROUPED_STEP = "v14"
 LAYOUTS = ("contiguous", "masked")
@@ -93,8 +98,6 @@ WIDE_TILE = (128, 256)
 WIDE_SMALL_TILE = (128, 128)
 TAIL_SPLIT = 1  # v14's last-wave K cut on plain 16-bit tiles (1: off; lab/moe_grouped_gemm's rule)
 KERNEL_EPILOGUE = frozenset(GE.FUSED_KEYWORDS)  # v14 sm_90a's epilogue keywords
-ENTRY_KEYS = {"kind", "model", "layer", "why", "E", "top_k", "N", "K", "tokens", "layout",
-              "dtypes", "arch", "sm_count", "all_m"}
 
 
 # --------------------------------------------------------------------------------------
@@ -205,7 +208,7 @@ def explain_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
     head = (f"{rows} rows x {E} experts of {N}x{K} {dtype_name(dtype)}, {layout}, on {arch}: "
             f"{step} {keys} (M at run time: one kernel serves every token count)")
     names = sorted(KERNEL_EPILOGUE) + ["SWIGLU (grouped_swiglu.swiglu_mm" + (
-        ", not on swap-AB tiles unless grouped_swiglu.SWAP_FUSED)" if kw.get("SWAP_AB") else ")")]
+        ", not on swap-AB tiles unless grouped_epilogue.SWAP_FUSED)" if kw.get("SWAP_AB") else ")")]
     fused = (", ".join(names) + ("" if GE.ENABLED else " (off: grouped_epilogue.ENABLED)")
              if arch in GE.FUSED_ARCHS else "none")
     tail = f"fused epilogues of {step} on {arch}: {fused}; the rest with torch ops after the launch"
@@ -241,65 +244,76 @@ def grouped_variants(E: int, N: int, K: int, top_k: int = 1, dtype="float16",
     return [tuple(v) for v in out]
 
 
+def swiglu_plan(rows: int, E: int, N2: int, K: int, dtype: str, layout: str, arch: str,
+                sm_count: int | None, gate_up: str):
+    """(step, keywords with SWIGLU) of grouped_swiglu's fused launch for a gate/up of N2 = 2I
+    rows per expert, or (None, why not) where the call runs unfused."""
+    if gate_up not in GE.GATE_UP:
+        raise ValueError(f"gate_up={gate_up!r}: choose {' or '.join(map(repr, GE.GATE_UP))}")
+    if N2 % 16:
+        raise ValueError(f"the gate/up weight has {N2} rows per expert: 2I with I a multiple "
+                         f"of 8")
+    step, kw = choose_grouped(rows, E, N2, K, dtype, layout, arch, sm_count)
+    if arch not in GE.FUSED_ARCHS:
+        return None, f"{arch}: SwiGLU is fused on {', '.join(GE.FUSED_ARCHS)} only"
+    if kw.get("SWAP_AB") and not (GE.SWAP_FUSED and gate_up == "halves"):
+        return None, "swap-AB tile (decode): grouped_mm, then SwiGLU with torch ops"
+    kw = {k: v for k, v in kw.items() if k != "TMA_STORE"}  # SWIGLU stores N/2 columns guarded
+    return step, {**kw, "SWIGLU": gate_up}
+
+
+def fused_call(rows: int, E: int, N: int, K: int, dtype, layout: str, arch: str,
+               sm_count: int | None, epilogue: dict):
+    """(step, keywords) of the fused kernel the op looks up for a call of ``rows`` rows with
+    ``epilogue`` (a suite entry's form, grouped_epilogue.suite_epilogue), or None where the op
+    runs that call unfused on the plain kernel: the pick with grouped_epilogue.fused_keywords
+    (a bias in the operands' dtype), or :func:`swiglu_plan` (N: the gate/up weight's 2I)."""
+    from types import SimpleNamespace
+    if "SWIGLU" in epilogue:
+        step, kw = swiglu_plan(rows, E, N, K, dtype_name(dtype), layout, arch, sm_count,
+                               epilogue["SWIGLU"])
+        return None if step is None else (step, kw)
+    step, kw = choose_grouped(rows, E, N, K, dtype, layout, arch, sm_count)
+    like = SimpleNamespace(dtype=dtype_name(dtype))  # an operand in the operands' dtype
+    fused = GE.fused_keywords(arch, dtype_name(dtype), like if epilogue.get("BIAS") else None,
+                              like if epilogue.get("ROW_SCALE") else None)
+    return (step, {**kw, **fused}) if fused else None
+
+
 def suite_builds(entry: dict) -> list[tuple[str, tuple[int, int, int], dict]]:
     """The kernels a suite entry of kind "grouped" needs, each once: ``(step id, (M, N, K)
-    to build, builder keywords)``. The entry: ``{"kind": "grouped", "E": 8, "top_k": 2,
-    "N": 28672, "K": 4096, "tokens": [1, 16, ...], "layout": "contiguous",
-    "dtypes": ["bfloat16"], "arch": "sm_90a", "sm_count": 132}`` (top_k, layout, dtypes,
-    arch and sm_count optional: 1, contiguous, both dtypes, sm_90a, the arch's SMs; model,
-    layer and why are text). Contiguous: rows = tokens x top_k; masked: a buffer of
-    ``tokens`` rows per expert (any routing fits it), rows = E x tokens. Every kernel the pick
-    makes at any token count is added (:func:`grouped_variants`; decode's swap-AB token tiles
-    too), as for dense entries; ``"all_m": false`` keeps to the entry's own tokens."""
-    if not isinstance(entry, dict):
-        raise ValueError(f"a grouped suite entry must be a JSON object, got "
-                         f"{type(entry).__name__}")
-    at = f"grouped entry {entry.get('model', '')!s} {entry.get('layer', '')!s}".rstrip()
-    unknown = sorted(set(entry) - ENTRY_KEYS)
-    if unknown:
-        raise ValueError(f"{at}: unknown key {unknown[0]!r} (a grouped entry has "
-                         f"{', '.join(sorted(ENTRY_KEYS))})")
-    if entry.get("kind") != "grouped":
-        raise ValueError(f"{at}: kind={entry.get('kind')!r}, expected 'grouped'")
-    for k in ("E", "N", "K", "tokens"):
-        if k not in entry:
-            raise ValueError(f"{at}: {k!r} is missing")
-    tokens = entry["tokens"]
-    tokens = [tokens] if isinstance(tokens, int) and not isinstance(tokens, bool) else tokens
-    if not isinstance(tokens, list) or not tokens or any(
-            isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in tokens):
-        raise ValueError(f"{at}: tokens={entry['tokens']!r} must be a positive int or a "
-                         f"non-empty list of them")
-    E, top_k = entry["E"], entry.get("top_k", 1)
-    if isinstance(E, bool) or not isinstance(E, int) or E < 1:
-        raise ValueError(f"{at}: E={E!r} must be a positive int")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= E:
-        raise ValueError(f"{at}: top_k={top_k!r} must be an int from 1 to E={E}")
-    dtypes = entry.get("dtypes", list(DTYPES))
-    if not isinstance(dtypes, list) or not dtypes or any(d not in DTYPES for d in dtypes):
-        raise ValueError(f"{at}: dtypes={dtypes!r} must be a non-empty list of "
-                         f"{', '.join(DTYPES)}")
-    layout, arch = entry.get("layout", "contiguous"), entry.get("arch", "sm_90a")
-    sm_count = entry.get("sm_count")
-    all_m = entry.get("all_m", True)
-    if not isinstance(all_m, bool):
-        raise ValueError(f"{at}: all_m={all_m!r} must be true or false")
+    to build, builder keywords)``; the entry checked by grouped_kernels.suite_entry (its keys
+    there). Contiguous: rows = tokens x top_k; masked: a buffer of ``tokens`` rows per expert
+    (any routing fits it), rows = E x tokens. Every kernel the pick makes at any token count
+    is added (:func:`grouped_variants`; decode's swap-AB token tiles too), as for dense
+    entries; ``"all_m": false`` keeps to the entry's own tokens. ``"epilogues"`` (the layer's
+    fused calls: ``{"ROW_SCALE": true}``, ``{"BIAS": true}``, both, ``{"SWIGLU": "halves" |
+    "interleaved"}`` with N the gate/up 2I) adds the fused kernel the op looks up for each at
+    those token counts (:func:`fused_call`). ``"fp8": true``: e4m3 operands with block scales,
+    "dtypes" the output dtypes: grouped_fp8's kernels instead (grouped_fp8.fp8_suite_builds)."""
+    e = GK.suite_entry(entry)
+    if e.fp8:
+        from tirx_gemm.op.grouped_fp8 import fp8_suite_builds
+        return fp8_suite_builds(e)
     out, seen = [], set()
-    for dt in dtypes:
+    for dt in e.dtypes:
         try:
-            ts = tokens if not all_m else sorted(set(tokens) | {v[2] for v in grouped_variants(
-                E, entry["N"], entry["K"], top_k, dt, layout, arch, sm_count, None)})
+            ts = e.tokens if not e.all_m else sorted(set(e.tokens) | {v[2] for v in (
+                grouped_variants(e.E, e.N, e.K, e.top_k, dt, e.layout, e.arch, e.sm_count,
+                                 None))})
             # masked: a buffer of `tokens` rows per expert (what any routing fits), E of them
-            picks = [choose_grouped(t * top_k if layout == "contiguous" else E * t, E,
-                                    entry["N"], entry["K"], dt, layout, arch, sm_count)
-                     for t in ts]
+            rows = [t * e.top_k if e.layout == "contiguous" else e.E * t for t in ts]
+            picks = [choose_grouped(r, e.E, e.N, e.K, dt, e.layout, e.arch, e.sm_count)
+                     for r in rows]
+            picks += [fused_call(r, e.E, e.N, e.K, dt, e.layout, e.arch, e.sm_count, epi)
+                      for epi in e.epilogues for r in rows]
         except ValueError as exc:
-            raise ValueError(f"{at}: {exc}") from None
-        for step, kw in picks:
+            raise ValueError(f"{e.at}: {exc}") from None
+        for step, kw in filter(None, picks):  # None: a call the op runs unfused
             key = (step, tuple(sorted(kw.items())))
             if key not in seen:
                 seen.add(key)
-                out.append((step, (NOMINAL_M, entry["N"], entry["K"]), kw))
+                out.append((step, (NOMINAL_M, e.N, e.K), kw))
     return out
 
 
@@ -508,8 +522,8 @@ def _load_fused(step_id, arch, p: Problem, kwargs, bias, scale):
     if fused:
         try:
             return (*_load(step_id, arch, p.N, p.K, {**kwargs, **fused}), fused)
-        except (ValueError, RuntimeError):  # not in the bundle and no TVM here: unfused
-            pass
+        except (ValueError, RuntimeError) as exc:  # not in the bundle and no TVM here: unfused
+            GK.warn_unfused(step_id, arch, p.N, p.K, {**kwargs, **fused}, fused, exc)
     return (*_load(step_id, arch, p.N, p.K, kwargs), {})
 
 
@@ -608,21 +622,3 @@ def fuse_gate_up_experts(w_gate, w_up):
     return mark_gate_up(torch.stack((w_gate.reshape(E, N // G, G, K),  # for grouped_swiglu
                                      w_up.reshape(E, N // G, G, K)), dim=2).reshape(E, 2 * N, K)
                         .contiguous())
-
-
-def swiglu_rows(h, interleaved: bool = True):
-    """``silu(gate) * up`` of a gate/up result h (..., 2N), in fp32, rounded once to h's
-    dtype: interleaved in groups of 8 columns (:func:`fuse_gate_up_experts`) or, with
-    ``interleaved=False``, [gate | up] halves (a checkpoint's concatenated gate_up_proj)."""
-    import torch
-    import torch.nn.functional as F
-    n2 = h.shape[-1]
-    if interleaved:
-        g = h.unflatten(-1, (n2 // (2 * EPI.SWIGLU_GROUP), 2, EPI.SWIGLU_GROUP))
-        gate, up = g.select(-2, 0).flatten(-2), g.select(-2, 1).flatten(-2)
-    else:
-        gate, up = h.chunk(2, dim=-1)
-    gf = gate.float()
-    act = F.silu(gf, inplace=gf is not gate)  # in place on gate's fp32 copy (never on h)
-    out = torch.empty(up.shape, dtype=h.dtype, device=h.device)
-    return torch.mul(act, up, out=out)  # in fp32 (up read exactly), rounded once into out

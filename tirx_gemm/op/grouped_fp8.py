@@ -17,8 +17,9 @@ The masked layout (DeepGEMM's ``m_grouped_fp8_gemm_nt_masked``): ``a`` (E, T, K)
 (E,) int32 (None: every row), ``scale_a`` (E, T, K/128); the result (E, T, N).
 
 The torch custom op (``torch.ops.tirx_gemm.grouped_mm``, op/moe.py) carries ``scale_a`` and
-``scale_b``, so torch.compile traces an fp8 call too. Not built here: bias, scale and SwiGLU on
-fp8, sm_100a (v14's twin there has an MXFP8 form, ``SCALE="mx"``: UE8M0 scales per 32 of K,
+``scale_b``, so torch.compile traces an fp8 call too. A grouped suite entry with ``"fp8": true``
+exports these kernels (op/grouped_kernels.suite_builds). Not built here: bias, scale and SwiGLU
+on fp8, sm_100a (v14's twin there has an MXFP8 form, ``SCALE="mx"``: UE8M0 scales per 32 of K,
 checked on NumSim only and not served here).
 :func:`quantize_rows` and :func:`quantize_experts` make such operands from real tensors.
 The checks are grouped_mm's where they apply, one line each: ``TIRX_GEMM_CHECK=1`` adds the
@@ -37,8 +38,8 @@ from tirx_gemm.op.grouped_limits import (check_masked_stride, check_result_size,
 from tirx_gemm.op.keywords import NOMINAL_M, _ceil_div, _pool
 
 __all__ = ["grouped_mm_fp8", "choose_grouped_fp8", "check_grouped_fp8", "check_fp8_data",
-           "check_routing", "fp8_builds", "quantize_rows", "quantize_experts", "is_fp8",
-           "SCALE_BLOCK", "ARCH"]
+           "check_routing", "fp8_builds", "fp8_token_counts", "quantize_rows", "quantize_experts",
+           "is_fp8", "SCALE_BLOCK", "ARCH"]
 
 ARCH = "sm_90a"
 SCALE_BLOCK = numerics.FP8_BLOCK   # 128: the 1x128 and 128x128 blocks of the scales
@@ -81,18 +82,47 @@ def choose_grouped_fp8(rows: int, E: int, N: int, K: int, out_dtype="bfloat16",
                    "SM_COUNT": _pool(sm_count), "RUNTIME_M": True}
 
 
+def fp8_token_counts(E: int, top_k: int = 1, layout: str = "contiguous") -> list[int]:
+    """The first token count of each tile :func:`choose_grouped_fp8` picks over all of them
+    (BLK_M 64 up to DECODE_TOKENS tokens per expert, 128 past): a bundle holding the picks at
+    these counts serves every count. Masked: ``tokens`` rows per expert."""
+    per_expert = DECODE_TOKENS * E // top_k if layout == "contiguous" else DECODE_TOKENS
+    return [1, per_expert + 1]
+
+
 def fp8_builds(E: int, N: int, K: int, tokens, top_k: int = 1, out_dtypes=("bfloat16",),
-               sm_count: int | None = None):
-    """[(step id, (M, N, K), keywords)] the calls of ``tokens`` x ``top_k`` rows need, once each."""
+               sm_count: int | None = None, layout: str = "contiguous"):
+    """[(step id, (M, N, K), keywords)] the calls of ``tokens`` x ``top_k`` rows need (masked:
+    E x ``tokens`` rows, a buffer of ``tokens`` per expert), once each."""
     out, seen = [], set()
     for dt in out_dtypes:
         for t in tokens:
-            step, kw = choose_grouped_fp8(t * top_k, E, N, K, dt, sm_count)
+            rows = t * top_k if layout == "contiguous" else E * t
+            step, kw = choose_grouped_fp8(rows, E, N, K, dt, sm_count, layout=layout)
             key = tuple(sorted(kw.items()))
             if key not in seen:
                 seen.add(key)
                 out.append((step, (NOMINAL_M, N, K), kw))
     return out
+
+
+def fp8_suite_builds(entry) -> list:
+    """The kernels of a grouped suite entry with ``"fp8": true`` (a checked
+    grouped_kernels.SuiteEntry; "dtypes" the output dtypes, as in fp8 suites): the picks at
+    its tokens and, with all_m, at :func:`fp8_token_counts` (every tile of every count)."""
+    at = entry.at
+    if entry.epilogues:
+        raise ValueError(f"{at}: an fp8 entry has no epilogues (fp8 grouped_mm fuses none): "
+                         f"list the fused calls on the layer's 16-bit entry")
+    if entry.arch != ARCH:
+        raise ValueError(f"{at}: arch={entry.arch!r}: fp8 grouped_mm runs on {ARCH} only; drop "
+                         f"\"fp8\" or the arch")
+    more = fp8_token_counts(entry.E, entry.top_k, entry.layout) if entry.all_m else ()
+    try:
+        return fp8_builds(entry.E, entry.N, entry.K, sorted(set(entry.tokens) | set(more)),
+                          entry.top_k, tuple(entry.dtypes), entry.sm_count, entry.layout)
+    except ValueError as exc:
+        raise ValueError(f"{at}: {exc}") from None
 
 
 def check_grouped_fp8(a, b, offs=None, scale_a=None, scale_b=None, out_dtype=None, out=None, *,

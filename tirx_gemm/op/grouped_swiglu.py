@@ -8,41 +8,24 @@ returns the (M, I) (masked: (E, T, I)) result. With grouped_epilogue.ENABLED on 
 default), on sm_90a where the pick is a wide tile (more than grouped's
 DECODE_TOKENS tokens per expert), one launch of v14 with ``SWIGLU`` computes it in the epilogue
 in fp32 and writes only the I columns (the 2I-wide gate/up result never reaches memory).
-With :data:`SWAP_FUSED` on, a swap-AB tile at decode ("halves") fuses it too (8-row gate and
-up boxes). Elsewhere -- fused epilogues off; swap-AB tiles at decode, where the result is a few
-rows; the sm_100a twin; a fused kernel the bundle lacks with no TVM to build it; autograd recording --
-it is ``grouped_mm`` then :func:`tirx_gemm.op.grouped.swiglu_rows` (fp32, one rounding more).
-:func:`swiglu_plan` says which. The checks are grouped_mm's, one line each, before any launch.
+With grouped_epilogue.SWAP_FUSED on, a swap-AB tile at
+decode ("halves") fuses it too (8-row gate and up boxes). Elsewhere -- fused epilogues off;
+swap-AB tiles at decode, where the result is a few rows; the sm_100a twin; a fused kernel the
+bundle lacks with no TVM to build it (it warns once, naming the suite key that exports it:
+grouped_kernels.warn_unfused); autograd recording -- it is ``grouped_mm`` then
+:func:`tirx_gemm.op.grouped.swiglu_rows` (fp32, one rounding more).
+:func:`swiglu_plan` (grouped's) says which. The checks are grouped_mm's, one line each, before
+any launch.
 """
 
 from __future__ import annotations
 
-GATE_UP = ("halves", "interleaved")
-FUSED_ARCHS = ("sm_90a",)
-# SwiGLU in the epilogue of a swap-AB (decode) tile too, "halves" only (v14's 8-row gate and
-# up boxes): off until tests/test_gpu_grouped.py's swap_swiglu cases pass on a GPU
-SWAP_FUSED = False
+from tirx_gemm.op import grouped_epilogue as GE
+from tirx_gemm.op.grouped import swiglu_plan  # noqa: F401 (the plan's home is grouped)
+from tirx_gemm.op.grouped_epilogue import FUSED_ARCHS, GATE_UP  # noqa: F401
+
 _calls: dict = {}
 _CALLS_MAX = 1 << 10
-
-
-def swiglu_plan(rows: int, E: int, N2: int, K: int, dtype: str, layout: str, arch: str,
-                sm_count: int | None, gate_up: str):
-    """(step, keywords with SWIGLU) of the fused launch for a gate/up of N2 = 2I rows per expert,
-    or (None, why not) where the call runs unfused."""
-    from tirx_gemm.op import grouped as G
-    if gate_up not in GATE_UP:
-        raise ValueError(f"gate_up={gate_up!r}: choose {' or '.join(map(repr, GATE_UP))}")
-    if N2 % 16:
-        raise ValueError(f"the gate/up weight has {N2} rows per expert: 2I with I a multiple "
-                         f"of 8")
-    step, kw = G.choose_grouped(rows, E, N2, K, dtype, layout, arch, sm_count)
-    if arch not in FUSED_ARCHS:
-        return None, f"{arch}: SwiGLU is fused on {', '.join(FUSED_ARCHS)} only"
-    if kw.get("SWAP_AB") and not (SWAP_FUSED and gate_up == "halves"):
-        return None, "swap-AB tile (decode): grouped_mm, then SwiGLU with torch ops"
-    kw = {k: v for k, v in kw.items() if k != "TMA_STORE"}  # SWIGLU stores N/2 columns guarded
-    return step, {**kw, "SWIGLU": gate_up}
 
 
 def _unfused(a, b, offs, counts, layout, gate_up, sync):
@@ -59,11 +42,10 @@ def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
     from tirx_gemm.op import grouped as G
     if gate_up not in GATE_UP:
         raise ValueError(f"gate_up={gate_up!r}: choose {' or '.join(map(repr, GATE_UP))}")
-    from tirx_gemm.op import grouped_epilogue as GE
     if not GE.ENABLED or torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _unfused(a, b, offs, counts, layout, gate_up, sync)  # grouped_mm says why not
     key = (layout, a.shape, b.shape, b.stride(), a.dtype, a.get_device(), offs is None,
-           counts is None, gate_up, SWAP_FUSED)
+           counts is None, gate_up, GE.SWAP_FUSED)
     call = _calls.get(key, False)
     if call is None:  # a shape seen before that runs unfused: grouped_mm checks the call
         return _unfused(a, b, offs, counts, layout, gate_up, sync)
@@ -79,7 +61,8 @@ def swiglu_mm(a, b, offs=None, *, counts=None, layout: str | None = None,
             try:  # the kernel with its workspace (TAIL_SPLIT's; () without)
                 kernel = (G._load(step, arch, p.N, p.K, kw)[0],
                           G.GK.workspace(step, arch, p.N, p.K, kw, a.device))
-            except (ValueError, RuntimeError):  # not in the bundle and no TVM here
+            except (ValueError, RuntimeError) as exc:  # not in the bundle and no TVM here
+                G.GK.warn_unfused(step, arch, p.N, p.K, kw, {"SWIGLU": gate_up}, exc)
                 kernel = None
         if len(_calls) >= _CALLS_MAX:
             _calls.clear()
