@@ -497,12 +497,21 @@ def clear_cache() -> None:
     GK.clear()
 
 
-def call_key(layout, out_dtype, grad: bool, *tensors) -> tuple:
-    """The remembered call's key: each operand's (shape, strides, dtype, device, whether it
-    needs a gradient with ``grad`` on) or None, so that a call whose operands differ in any
-    of those is checked again (data pointers, read at every call, aside)."""
-    return (layout, out_dtype) + tuple(None if t is None else (
-        t.shape, t.stride(), t.dtype, t.device, grad and t.requires_grad) for t in tensors)
+def call_key(layout, out_dtype, grad: bool, a, b, offs, counts, bias, scale, out) -> tuple:
+    """The remembered call's key: what decides whether a call is valid (shapes, dtypes,
+    devices; strides of a, b and the routing; whether an operand needs a gradient while
+    ``grad``), so that a call differing in any of those is checked again. Written out flat:
+    it runs on every call (data pointers are read at every call)."""
+    return (layout, out_dtype, grad and (a.requires_grad or b.requires_grad), a.shape,
+            a.stride(), a.dtype, a.get_device(), b.shape, b.stride(), b.dtype, b.get_device(),
+            offs if offs is None else (offs.shape, offs.stride(), offs.dtype, offs.get_device()),
+            counts if counts is None else (counts.shape, counts.stride(), counts.dtype,
+                                           counts.get_device()),
+            bias if bias is None else (bias.shape, bias.dtype, bias.get_device(),
+                                       grad and bias.requires_grad),
+            scale if scale is None else (scale.shape, scale.dtype, scale.get_device(),
+                                         grad and scale.requires_grad),
+            out if out is None else (out.shape, out.dtype, out.get_device()))
 
 
 def _index(p: Problem, offs, counts, a):
