@@ -9,8 +9,14 @@ line each: the result's int32 store offsets (more than 2^31-1 elements) and a ma
 expert stride (T*K bytes, computed in int32 on the host).
 
 On the CPU: the op's checks (meta tensors, no memory), the tensor maps TVM lowers to (no nvcc),
-and (nvcc) full builds of the kernels the op picks for Grok-1. Correctness on silicon:
-tests/test_gpu_grouped.py; sm_100a's twin with wide extents on NumSim: lab/moe_grouped_gemm."""
+and (nvcc) full builds of the kernels the op picks for Grok-1. Correctness on silicon: the
+gpu-marked test below, with the kernels of
+
+    python lab/moe_grouped_gemm/export_bundle.py --suite \
+        lab/moe_grouped_gemm/suites/large_experts_gpu.json --own-tokens --out DIR
+    TIRX_GEMM_BUNDLE=DIR python -m pytest -m gpu tests/test_grouped_large_experts.py
+
+and tests/test_gpu_grouped.py; sm_100a's twin with wide extents on NumSim: lab/moe_grouped_gemm."""
 import importlib
 import importlib.util
 import re

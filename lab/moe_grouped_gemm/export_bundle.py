@@ -9,6 +9,8 @@
 --tests: the kernels tests/test_gpu_grouped.py asks for (TEST_CALLS, its calls' rows, experts
 and shapes; FUSED_CALLS and SWIGLU_CALLS, the calls with a fused epilogue, through the op's
 grouped.fused_call; its FUSED_CASES, launched directly).
+--own-tokens: each suite entry's own token counts only ("all_m": false), the kernels a bench of
+those counts launches, not every tile a call of any count could take.
 --variants FILE: the tile variants bench_grouped.py --variants times at that file's cases.
 --fp8: the fp8 kernels (v14 FP8_BLOCK) of tests/test_gpu_grouped.py's FP8_CASES and of
 bench_grouped_fp8.py's default layers and token counts (FP8_TEST_CALLS, FP8_BENCH).
@@ -97,7 +99,8 @@ def fused_test_cases():
                for e, n, k, rows, _, tile in mod.TAIL_CASES])
 
 
-def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132, fp8=False):
+def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132, fp8=False,
+             own_tokens=False):
     """[(Step, (M, N, K), kwargs)] for the export, each once, in order."""
     out, seen = [], set()
 
@@ -113,6 +116,8 @@ def requests(suite=None, dtypes=None, tests=False, arch="sm_90a", sm_count=132, 
             entry = {k: v for k, v in entry.items()}
             entry["dtypes"] = list(dtypes or entry.get("dtypes") or data.get("dtypes"))
             entry.update(arch=arch, sm_count=sm_count)
+            if own_tokens:
+                entry["all_m"] = False
             for step_id, mnk, kw in G.suite_builds(entry):
                 add(step_id, mnk, kw)
     if tests:
@@ -176,11 +181,14 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--fp8", action="store_true",
                     help="the fp8 kernels (FP8_TEST_CALLS, FP8_BENCH)")
+    ap.add_argument("--own-tokens", action="store_true",
+                    help="each suite entry's own token counts only (all_m false)")
     ap.add_argument("--variants", help="a tile-variants file: its kernels too (needs --suite)")
     ap.add_argument("--ffi-wheel", metavar="PYVER", help="add the apache-tvm-ffi wheel for this "
                     "Python (e.g. 3.12) to the bundle")
     args = ap.parse_args(argv)
-    reqs = requests(args.suite, args.dtypes, args.tests, fp8=args.fp8)
+    reqs = requests(args.suite, args.dtypes, args.tests, fp8=args.fp8,
+                    own_tokens=args.own_tokens)
     if args.variants:
         have = {(r[0].key, r[1], tuple(sorted(r[2].items()))) for r in reqs}
         for r in variant_requests(args.suite, args.variants, tuple(args.dtypes or ("bfloat16",))):
