@@ -779,3 +779,34 @@ def test_run_side_modules_never_import_tvm(module):
         for name in names:
             assert name != "tvm" and not name.startswith("tvm."), \
                 f"tirx_gemm/{module}.py line {node.lineno} imports {name}"
+
+def _grouped_kernel(seen):
+    """A stand-in for v14's f(A, B_e, D, offs): each expert's rows against its own weight."""
+    def f(A, Be, D, offs, *ws):
+        seen.append((tuple(Be.shape), offs.tolist(), len(ws)))
+        start = 0
+        for e, end in enumerate(offs.tolist()):
+            D[start:end] = (A[start:end].float() @ Be[e].float().T).to(D.dtype)
+            start = end
+    return f
+
+
+def test_grouped_operands_run_v14_on_dense_operands():
+    """The runner's check of v14: B copied to each of the build's experts, M split evenly
+    (offs the row ends), so the kernel's D is A @ B.T; the weight copies are kept per set."""
+    seen = []
+    g = runner.GroupedOperands(_grouped_kernel(seen), {"E": 3, "dtype": "float16"})
+    A, B = torch.randn(10, 16), torch.randn(24, 16)
+    D = torch.full((10, 24), float("nan"))
+    g(A, B, D)
+    assert seen == [((3, 24, 16), [4, 7, 10], 0)]
+    assert torch.allclose(D, A @ B.T, atol=1e-5)
+    g.prepare([(A, B, D)])
+    assert len([k for k in g._held if k[0] != "offs"]) == 1  # one copy for one weight
+    assert runner.GroupedOperands(_grouped_kernel([]), {}).E == runner.registry.GROUPED_E
+
+
+@pytest.mark.parametrize("kw", [{"LAYOUT": "masked"}, {"BIAS": True}, {"SWIGLU": "halves"}])
+def test_grouped_operands_refuse_masked_and_fused_builds(kw):
+    with pytest.raises(ValueError, match="plain contiguous builds"):
+        runner.GroupedOperands(lambda *a: None, kw)

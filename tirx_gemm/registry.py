@@ -18,6 +18,9 @@ ARCHES = spec.ARCHES
 Shape = tuple[int, int, int]
 
 
+GROUPED_E = 8  # the experts of a grouped build that names no E (v14's builders' default)
+
+
 @dataclass(frozen=True)
 class Step:
     id: str                 # "v1" .. "v11"
@@ -51,7 +54,8 @@ class Step:
     # side quantizes its 2-byte inputs for them (run.runner.Fp8Operands)
     fp8: bool = False
     # grouped steps (v14): B is (E, N, K), the routing tensor (offs / counts) follows D; the
-    # sim and GPU checks build their operands with tirx_gemm.hopper.grouped's model
+    # sim checks build their operands with tirx_gemm.hopper.grouped's model, the GPU runner
+    # with run.runner.GroupedOperands (E: the build's, GROUPED_E where it names none)
     grouped: bool = False
     # the step this one changes (its card's "Changes from vN", its notebook's diff and SASS
     # comparison, scripts/diff_sizes.py); None for the first step. Declared once, in _BASES

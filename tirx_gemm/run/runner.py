@@ -107,6 +107,55 @@ class Fp8Operands:
         qa, qb, sa, sb = self._operands(A, B)
         self.kernel(qa, qb, D, sa, sb, *workspace)
 
+
+class GroupedOperands:
+    """A grouped step's kernel (registry Step.grouped: sm_90a v14, f(A, B_e, D, offs)) run on
+    the runner's dense operands as f(A, B, D): every one of the build's E experts gets a copy
+    of B (B_e is (E, N, K)) and the M rows are split evenly over them (contiguous layout, offs
+    the experts' row ends), so D = A @ B.T and the dense check holds unchanged. The timed
+    launch does the dense problem's flops as E experts of about M / E rows, each reading its
+    own weight: E times the weight bytes of the torch.matmul it is timed against. The copies
+    are made per input set before the timing (prepare); masked and fused builds are refused."""
+
+    MAX_HELD = 1024
+
+    def __init__(self, kernel, kwargs: dict | None):
+        kw = dict(kwargs or {})
+        fused = [k for k in ("ROW_SCALE", "BIAS", "SWIGLU", "FP8_BLOCK") if kw.get(k)]
+        if kw.get("LAYOUT", "contiguous") != "contiguous" or fused:
+            raise ValueError(f"the runner checks and times v14's plain contiguous builds; this "
+                             f"one is {kw.get('LAYOUT', 'contiguous')}{' with ' if fused else ''}"
+                             f"{', '.join(fused)} (its GPU tests: tests/test_gpu_grouped.py)")
+        self.kernel, self.E = kernel, int(kw.get("E", registry.GROUPED_E))
+        self._held: dict = {}
+
+    def _weights(self, B):
+        key = (B.data_ptr(), B._version)
+        held = self._held.get(key)
+        if held is None:
+            if len(self._held) >= self.MAX_HELD:
+                self._held.clear()
+            held = self._held[key] = B.unsqueeze(0).expand(self.E, -1, -1).contiguous()
+        return held
+
+    def _offs(self, M: int, device):
+        key = ("offs", M, device)
+        if key not in self._held:
+            counts = [M // self.E + (e < M % self.E) for e in range(self.E)]
+            self._held[key] = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(
+                device=device, dtype=torch.int32)
+        return self._held[key]
+
+    def prepare(self, sets) -> None:
+        """Copy every timed input set's weight before the timing starts."""
+        for A, B, *_ in sets:
+            self._weights(B)
+            self._offs(A.shape[0], A.device)
+
+    def __call__(self, A, B, D, *workspace):
+        self.kernel(A, self._weights(B), D, self._offs(A.shape[0], A.device), *workspace)
+
+
 # --------------------------------------------------------------------------------------
 # provenance
 # --------------------------------------------------------------------------------------
@@ -197,6 +246,10 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
                       "max_rel_err": tol.max_rel_err}
         log(f"fp8 step: A and B quantized to e4m3 (power-of-two {step.dtype(m.kwargs)} "
             f"round trip), tolerances {tol}")
+    if step.grouped:  # v14: the dense operands as E experts' (GroupedOperands)
+        kernel = GroupedOperands(kernel, m.kwargs)
+        log(f"grouped step: B copied to each of {kernel.E} experts, the {M} rows split evenly "
+            f"over them, so D = A @ B.T")
     # the step's extra operands, zero-filled once; every launch below passes them after D
     workspace = make_workspace(workspace_specs(m), dev)
     ws_tensors = tuple(t for _, t in workspace)
@@ -237,7 +290,7 @@ def _run_step(kernel, m, *, log, check, time, warmup, iters, rounds, min_warmup_
         sets = _bench_sets(M, N, K, dtype, dev)
         for A, B, D in sets[:1]:
             validate_inputs(A, B, D, M, N, K, dtype=dtype)  # the timed loop calls it raw
-        if isinstance(kernel, Fp8Operands):  # quantized once per set, before any event
+        if isinstance(kernel, (Fp8Operands, GroupedOperands)):  # once per set, before any event
             kernel.prepare(sets)
         check_workspace(workspace_specs(m), workspace, dev)
         if torch_baseline:
