@@ -33,7 +33,7 @@ export)
   # every kernel matmul_fp8 can pick (run-time shapes): the fp8 tests' small layers pick splits
   # the fp8 suite's layers never do
   python lab/fp8_on_hopper/fp8_export.py --out "$B" --no-run-shapes --jobs 2
-  python lab/training_backward/export.py --out "$B" --what tests,layouts --jobs 2
+  python lab/training_backward/export.py --out "$B" --what tests,layouts,act_save --jobs 2
   tar -C "$(dirname "$B")" -cJf "$B.tar.xz" "$(basename "$B")"
   ls -l "$B.tar.xz"
   ;;
