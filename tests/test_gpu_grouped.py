@@ -567,10 +567,11 @@ def test_fp8_refusals_on_cuda_tensors():
 
 
 def test_tail_split_through_the_op(kernels, monkeypatch):
-    """grouped_mm with choose_grouped's TAIL_SPLIT on: the workspace comes from the op (per
-    stream eagerly, fresh under capture), eager and in a CUDA graph replayed with new routing."""
+    """grouped_mm with choose_grouped's TAIL_SPLIT (its deep-K bound lowered to this case's K
+    to keep the kernel small): the workspace comes from the op (per stream eagerly, fresh
+    under capture), eager and in a CUDA graph replayed with new routing."""
     from tirx_gemm.op import grouped as G
-    monkeypatch.setattr(G, "TAIL_SPLIT", 4)
+    monkeypatch.setattr(G, "TAIL_SPLIT_FROM_K", TAIL_CASES[0][2])
     G.clear_cache()
     E, N, K, rows = TAIL_CASES[0][:4]
     assert G.choose_grouped(rows, E, N, K, "bfloat16")[1]["TAIL_SPLIT"] == 4

@@ -180,10 +180,12 @@ def _device_text(script: str) -> str:
 @pytest.mark.parametrize("arch,kw", [("sm_90a", dict()),
                                      ("sm_90a", dict(LAYOUT="masked", dtype="bfloat16")),
                                      ("sm_90a", dict(FP8_BLOCK=True, LAYOUT="masked", BLK_M=64)),
+                                     ("sm_90a", dict(BLK_N=256, TMA_STORE=True, TAIL_SPLIT=4,
+                                                     dtype="bfloat16")),
                                      ("sm_100a", dict()),
                                      ("sm_100a", dict(LAYOUT="masked", dtype="bfloat16")),
                                      ("sm_100a", dict(SCALE="mx"))],
-                         ids=["contiguous", "masked", "fp8-masked", "twin-contiguous",
+                         ids=["contiguous", "masked", "fp8-masked", "tail-split", "twin-contiguous",
                               "twin-masked", "twin-mx"])
 def test_wide_extents_change_no_device_code(monkeypatch, arch, kw):
     """A weight under the bound keeps int32 extents (the kernels built before, host code and

@@ -99,8 +99,10 @@ def test_builder_refusals_operands_and_build():
 
 
 def test_the_decision_is_the_rule_runs_verdict():
-    """lab/moe_grouped_gemm/tail_split.py on the committed rule run: every result checked, no
-    case over 2% slower, the geomean under 1.01: not adopted, so choose_grouped never asks."""
+    """lab/moe_grouped_gemm/tail_split.py on the committed runs: the two rules at K >= 4096 did
+    not pass (every result checked, no case over 2% slower, the geomean short), the deep-K
+    rule did (all 12 cases of its suite recorded), so choose_grouped takes the cut from
+    K = TAIL_SPLIT_FROM_K = 8192 only."""
     V = load_script("lab/moe_grouped_gemm/tail_split.py")
     path = ROOT / "lab/moe_grouped_gemm/records/tail_split_rule_h100_bfloat16.jsonl"
     table = V.rows(json.loads(x) for x in path.read_text().splitlines())
@@ -110,21 +112,55 @@ def test_the_decision_is_the_rule_runs_verdict():
     held = ROOT / "lab/moe_grouped_gemm/records/tail_split_heldout_h100_bfloat16.jsonl"
     ok, gm, worst, cut = V.heldout(json.loads(x) for x in held.read_text().splitlines())
     assert not ok and cut == 5 and gm < V.HELDOUT_GEOMEAN and worst <= V.WORST
+    deep = ROOT / "lab/moe_grouped_gemm/records/tail_split_deep_k_h100_bfloat16.jsonl"
+    verdict, fig, why = V.deep_k(json.loads(x) for x in deep.read_text().splitlines())
+    assert verdict == "passes" and not why and fig["cases"] == 12 and fig["cut"] == 9
+    assert fig["geomean"] >= V.DEEP_K_GEOMEAN and fig["worst"] >= V.DEEP_K_WORST
     from tirx_gemm.op import grouped as G
-    assert G.TAIL_SPLIT == 1
-    for rows, E, N, K in ((8192, 8, 4096, 14336), (1024, 8, 28672, 4096), (32768, 256, 4096, 7168)):
+    assert (G.TAIL_SPLIT, G.TAIL_SPLIT_FROM_K) == (4, V.DEEP_K_MIN)
+    for rows, E, N, K in ((1024, 8, 28672, 4096), (32768, 256, 4096, 7168)):
         assert "TAIL_SPLIT" not in G.choose_grouped(rows, E, N, K, "bfloat16")[1]
 
 
-def test_the_switch_puts_it_on_plain_tiles_with_16_k_steps(monkeypatch):
-    """grouped.TAIL_SPLIT > 1 (off by default): plain tiles of at least 16 K steps take it, and
-    explain says so; swap-AB tiles (decode) and shallow K do not."""
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_pick_cuts_the_wide_contiguous_tile_at_deep_k_only(dtype):
+    """The deep-K rule in choose_grouped: Mixtral-8x7B's down projection (K = 14336) at 4096
+    tokens, top-2, takes TAIL_SPLIT=4 on its 128x256 tile (explain says so); its gate/up
+    (K = 4096), the swap-AB tile at few rows, the masked layout and the 128x128 tile do not."""
     from tirx_gemm.op import grouped as G
-    monkeypatch.setattr(G, "TAIL_SPLIT", 4)
-    assert G.choose_grouped(8192, 8, 4096, 14336, "bfloat16")[1]["TAIL_SPLIT"] == 4
-    assert "TAIL_SPLIT=4" in G.explain_grouped(8192, 8, 4096, 14336, "bfloat16")
-    assert "TAIL_SPLIT" not in G.choose_grouped(16, 8, 4096, 14336, "bfloat16")[1]   # swap-AB
-    assert "TAIL_SPLIT" not in G.choose_grouped(8192, 8, 4096, 960, "bfloat16")[1]   # 15 steps
+    kw = G.choose_grouped(4096 * 2, 8, 4096, 14336, dtype)[1]
+    assert (kw["BLK_M"], kw["BLK_N"], kw["LAYOUT"], kw["TAIL_SPLIT"]) == (128, 256, "contiguous", 4)
+    assert "TAIL_SPLIT=4 (K=14336 >= 8192)" in G.explain_grouped(4096 * 2, 8, 4096, 14336, dtype)
+    assert "TAIL_SPLIT" not in G.choose_grouped(4096 * 2, 8, 28672, 4096, dtype)[1]  # gate/up
+    kw = G.choose_grouped(16, 8, 4096, 14336, dtype)[1]
+    assert kw["SWAP_AB"] and "TAIL_SPLIT" not in kw                               # decode
+    kw = G.choose_grouped(8 * 1024, 8, 4096, 14336, dtype, "masked")[1]
+    assert (kw["BLK_M"], kw["BLK_N"]) == (128, 256) and "TAIL_SPLIT" not in kw    # masked
+    kw = G.choose_grouped(4096 * 2, 8, 128, 14336, dtype)[1]
+    assert kw["BLK_N"] == 128 and "TAIL_SPLIT" not in kw                          # N < 256
+    assert "TAIL_SPLIT" not in G.choose_grouped(8192, 8, 4096, 8192 - 64, dtype)[1]  # K < 8192
+    assert G.choose_grouped(8192, 8, 4096, 8192, dtype)[1]["TAIL_SPLIT"] == 4
+
+
+def test_the_op_sizes_the_cuts_workspace():
+    """What the op passes a TAIL_SPLIT pick (grouped_kernels.workspace): the registry's slabs
+    and counters for the picked keywords; () for a pick without the cut. The buffers
+    themselves (per stream, fresh under capture): tests/test_gpu_grouped.py."""
+    import torch
+
+    from tirx_gemm.op import grouped as G
+    step, kw = G.choose_grouped(4096 * 2, 8, 4096, 14336, "bfloat16")
+    specs = registry.get(step, "sm_90a").workspace_specs(0, 4096, 14336, kw)
+    assert specs and specs == splitk.workspace_specs_v14(0, 4096, 14336, kw)
+    G.clear_cache()
+    try:  # the device named with its index: nothing touches CUDA until a launch asks (get)
+        ws = G.GK.workspace(step, "sm_90a", 4096, 14336, kw, torch.device("cuda", 0))
+        assert (ws.N, ws.K, ws.index) == (4096, 14336, 0)
+        assert ws.owner.specs(0, 4096, 14336) == specs
+        _, plain = G.choose_grouped(4096 * 2, 8, 28672, 4096, "bfloat16")
+        assert G.GK.workspace(step, "sm_90a", 28672, 4096, plain, torch.device("cuda", 0)) == ()
+    finally:
+        G.clear_cache()
 
 
 def test_the_texts_state_the_constants():

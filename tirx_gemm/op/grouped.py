@@ -96,7 +96,8 @@ TOKEN_TILES, TOKEN_TILE_SKEW = (8, 16, 32, 64), 2
 DECODE_TALL_WAVES = 2
 WIDE_TILE = (128, 256)
 WIDE_SMALL_TILE = (128, 128)
-TAIL_SPLIT = 1  # v14's last-wave K cut on plain 16-bit tiles (1: off; lab/moe_grouped_gemm's rule)
+# v14's last-wave K cut, on the contiguous plain 16-bit 128x256 tile where K >= TAIL_SPLIT_FROM_K
+TAIL_SPLIT, TAIL_SPLIT_FROM_K = 4, 8192  # lab/moe_grouped_gemm, "The cut at deep K only"
 KERNEL_EPILOGUE = frozenset(GE.FUSED_KEYWORDS)  # v14 sm_90a's epilogue keywords
 
 
@@ -185,12 +186,14 @@ def choose_grouped(rows: int, E: int, N: int, K: int, dtype="float16",
             lines.append("TMA_STORE: 64-row blocks inside their expert go out by TMA store "
                          "(faster than guarded stores at every 128x256 case timed: "
                          "lab/moe_grouped_gemm)")
-        if TAIL_SPLIT > 1 and not tile.get("SWAP_AB") \
+        if TAIL_SPLIT > 1 and layout == "contiguous" and not tile.get("SWAP_AB") \
+                and (tile["BLK_M"], tile["BLK_N"]) == WIDE_TILE and K >= TAIL_SPLIT_FROM_K \
                 and _ceil_div(K, 64) >= splitk.TAIL_MIN_STEPS * TAIL_SPLIT:
             tile["TAIL_SPLIT"] = TAIL_SPLIT
-            lines.append(f"TAIL_SPLIT={TAIL_SPLIT}: the device cuts the last wave's tiles along K "
-                         f"where that saves {1 / splitk.TAIL_MIN_GAIN:.0%} of the walk or more "
-                         f"(lab/moe_grouped_gemm)")
+            lines.append(f"TAIL_SPLIT={TAIL_SPLIT} (K={K} >= {TAIL_SPLIT_FROM_K}): the device cuts "
+                         f"the last wave's tiles along K where that saves "
+                         f"{1 / splitk.TAIL_MIN_GAIN:.0%} of the walk or more, per routing "
+                         f"(measured on one H100: lab/moe_grouped_gemm)")
     if why is not None:
         why.extend(lines)
     return GROUPED_STEP, {**dtype_kwargs(dtype), "E": E, "LAYOUT": layout, **tile,
