@@ -131,14 +131,17 @@ def test_choose_and_export_cover_every_mode():
     kws = [kw for _, _, kw in reqs]
     # per mode and accumulation: the four small-M widths (promoted: those up to 64 also split
     # 2, 4, 8), the 128-row tile (block scales promote either way: one set) and, promoted,
-    # mid_m_tile's 128 x 64; per tensor promoted, each width with thin A stages of 8 and 16
-    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27 + 3 + 8
+    # mid_m_tile's 128 x 64; per tensor promoted, each width with thin A stages of 8 and 16;
+    # per tensor and rowwise promoted, the 128 x 128 tile at deep K (PROMOTE=8)
+    assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27 + 3 + 8 + 2
     for mode in numerics.FP8_SCALES:
         for fast in (False, True):
             for M in (1, 9, 16, 17, 64, 65, 512, 4096):
                 for N in (None, 576, 1536, 4096, 6144, 28672):
-                    kw = fp8.choose_fp8(M, mode, fast, N=N, K=7168)
-                    assert kw in kws, kw
+                    for K in (7168, 8192, 28672):
+                        kw = fp8.choose_fp8(M, mode, fast, N=N, K=K)
+                        assert kw in kws, kw
+                kw = fp8.choose_fp8(M, mode, fast, N=N, K=7168)
                 assert kw["PROMOTE"] == (0 if fast and mode != "block" else 4)
     with pytest.raises(TypeError, match="fast_accum"):
         fp8.choose_fp8(1, "row", 1)
@@ -841,54 +844,51 @@ def test_the_stagger_rule_needs_the_geomean_the_floor_and_every_check():
     assert not verdict([], [_case("tensor", 1.1)])
 
 
-def _lab_patched_v13(patch: str, tmp_path: Path) -> Path:
-    """steps/sm90a/hgemm_v13.py copied under ``tmp_path`` with the lab patch applied (as
-    tests/test_lab.py applies the lab's patches); the patched file's path."""
-    import subprocess
-    step = tmp_path / "steps" / "sm90a" / "hgemm_v13.py"
-    step.parent.mkdir(parents=True)
-    step.write_bytes((ROOT / "steps" / "sm90a" / "hgemm_v13.py").read_bytes())
-    out = subprocess.run(["git", "apply", str(ROOT / patch)], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, f"{patch} no longer applies: {out.stderr}"
-    return step
+def test_deep_k_promotes_every_second_stage_per_tensor_and_rowwise_only():
+    """The 128 x 128 pick per tensor and rowwise at K >= fp8.PROMOTE_EVERY_SECOND_FROM_K (8192) is
+    PROMOTE=8 overlapped (lab/fp8_on_hopper, "Promotion every second stage at deep K only"); below
+    it, with block scales, fast accumulation, other tiles and K splits it keeps PROMOTE=4 (or 0)."""
+    assert fp8.PROMOTE_EVERY_SECOND_FROM_K == 8192
+    deep = {"PROMOTE": 8, "PROMOTE_OVERLAP": True}
+    for mode in ("tensor", "row"):
+        for K in (8192, 28672):
+            kw = fp8.choose_fp8(4096, mode, False, N=4096, K=K)
+            assert kw == {**fp8.choose_fp8(4096, mode, False, N=4096, K=4096), **deep}, (mode, K)
+            assert "promoted every second 128-K stage, overlapped (PROMOTE=8" in \
+                fp8.explain_fp8(4096, 4096, K, mode)
+        for K in (4096, 8191):
+            kw = fp8.choose_fp8(4096, mode, False, N=4096, K=K)
+            assert kw["PROMOTE"] == 4 and "PROMOTE_OVERLAP" not in kw, (mode, K)
+            assert "every second" not in fp8.explain_fp8(4096, 4096, K, mode)
+        assert fp8.choose_fp8(4096, mode, True, N=4096, K=28672)["PROMOTE"] == 0   # fast accum
+        for M, N in ((512, 1536), (64, 4096), (1, 576)):  # 128 x 64, 64-row tiles, a K split
+            assert fp8.choose_fp8(M, mode, False, N=N, K=28672)["PROMOTE"] == 4, (M, N)
+    for K in (4096, 8191, 8192, 28672):
+        kw = fp8.choose_fp8(4096, "block", False, N=4096, K=K)
+        assert kw["PROMOTE"] == 4 and "PROMOTE_OVERLAP" not in kw
+    # the tolerance of its checks is the PROMOTE=8 one (fp8_bench.check: numerics.fp8_promote)
+    kw = fp8.choose_fp8(4096, "tensor", False, N=4096, K=8192)
+    assert numerics.fp8_promote(kw) == 8
 
 
-def test_the_overlapped_promotion_every_second_stage_is_the_study_patch(tmp_path):
-    """PROMOTE=8 with PROMOTE_OVERLAP (measured, not picked: lab/fp8_on_hopper, the promotion every second
-    stage) left v13: lab/fp8_on_hopper/patches/promote_interval.patch applies to the step and puts it
-    back, and lab_patches asks for that patch in one line until it is applied. With TVM: the step refuses
-    it, and the patched builder builds it per tensor and rowwise and refuses it with block scales, a K
-    split or a ring under 4."""
-    patch = "lab/fp8_on_hopper/patches/promote_interval.patch"
-    step = _lab_patched_v13(patch, tmp_path)
-    sys.path.insert(0, str(ROOT / "lab" / "tools"))
-    try:
-        import lab_patches
-    finally:
-        sys.path.remove(str(ROOT / "lab" / "tools"))
-    interval = {"PROMOTE": 8, "PROMOTE_OVERLAP": True}
-    assert lab_patches.missing([interval]) == {"PROMOTE=8 with PROMOTE_OVERLAP": patch}
-    assert lab_patches.missing([interval], tmp_path) == {}
-    assert lab_patches.missing([{"PROMOTE": 8, "PROMOTE_OVERLAP": False}]) == {}  # the serial one stays
-    with pytest.raises(SystemExit, match=re.escape(f"`git apply {patch}` first")):
-        lab_patches.require([interval])
+def test_v13_builds_the_overlapped_promotion_every_second_stage():
+    """v13 takes PROMOTE=8 overlapped per tensor and rowwise (the deep-K pick's build) and refuses it
+    with block scales, a K split or a ring under 4; its four stages an iteration sum in tmp0 and tmp1,
+    tmp0 promoted once both of its stages' wgmma groups are done (wait_group 2). No lab patch needed."""
     pytest.importorskip("tvm")
-    with pytest.raises(ValueError, match=re.escape("use PROMOTE=4 or PROMOTE_OVERLAP=False")):
-        STEP.builder()(256, 256, 256, **interval)
-    spec = importlib.util.spec_from_file_location("hgemm_v13_promote_interval", step)
-    patched = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(patched)
+    interval = {"PROMOTE": 8, "PROMOTE_OVERLAP": True}
     for kw, needle in (({"SCALE": "block"}, "use PROMOTE=4"),
                        ({"BLK_M": 64, "BLK_N": 32, "SPLIT_K": 2, "L2_GROUP": 3}, "SPLIT_K=2 with PROMOTE=8"),
-                       ({"PIPE_DEPTH": 3}, "use PIPE_DEPTH >= 4")):
+                       ({"PIPE_DEPTH": 3}, "use PIPE_DEPTH >= 4"),
+                       ({"PROMOTE": 12}, "use PROMOTE=4 or 8")):
         with pytest.raises(ValueError, match=re.escape(needle)):
-            patched.hgemm_v13(256, 256, 256, **interval, **kw)
+            STEP.builder()(256, 256, 256, **{**interval, **kw})
     for mode in ("tensor", "row"):
-        kw = {**fp8.choose_fp8(4096, mode, False, N=4096, K=4096), **interval}
-        # four stages an iteration (the peeled group and the loop: 8 stage sites, the pick's 4), and
-        # tmp0 is promoted once both of its stages' wgmma groups are done (wait_group 2)
-        got, pick = (f.script() for f in (patched.hgemm_v13(256, 384, 512, **kw),
-                                          STEP.build_primfunc(256, 384, 512, **{**kw, "PROMOTE": 4})))
+        kw = fp8.choose_fp8(4096, mode, False, N=4096, K=8192)
+        assert kw["PROMOTE"] == 8
+        got, pick = (STEP.build_primfunc(256, 384, 512, **k).script()
+                     for k in (kw, {**kw, "PROMOTE": 4, "PROMOTE_OVERLAP": True}))
+        # the peeled group and the loop: 8 stage sites (the PROMOTE=4 build's 4)
         assert [t.count("T.ptx.wgmma(tmp") for t in (got, pick)] == [8, 4], mode
         assert 'T.ptx.wgmma(2, "wait_group"' in got and 'T.ptx.wgmma(2, "wait_group"' not in pick
 
@@ -896,10 +896,20 @@ def test_the_overlapped_promotion_every_second_stage_is_the_study_patch(tmp_path
 def test_the_interval_candidates_and_their_rule():
     lab = _lab_module("fp8_lab_variants")
     for mode in ("tensor", "row", "block"):
-        pick = fp8.choose_fp8(8192, mode, False, N=8192, K=28672)
-        got = dict(lab.interval_candidates(8192, 8192, 28672, mode))
+        pick = fp8.choose_fp8(8192, mode, False, N=8192, K=7168)
+        got = dict(lab.interval_candidates(8192, 8192, 7168, mode))
         assert got["L2 group 4"] == {**pick, "L2_GROUP": 4} and got["L2 group 16"] == {**pick, "L2_GROUP": 16}
         assert ("overlapped every 2nd stage" in got) == (mode != "block")
+        # at K >= 8192 the pick is PROMOTE=8 overlapped (tensor, row): the candidate is PROMOTE=4
+        deep = fp8.choose_fp8(8192, mode, False, N=8192, K=28672)
+        got = dict(lab.interval_candidates(8192, 8192, 28672, mode))
+        assert "overlapped every 2nd stage" not in got
+        if mode != "block":
+            four = {k: v for k, v in deep.items() if k != "PROMOTE_OVERLAP"} | {"PROMOTE": 4}
+            assert got["promoted every stage (PROMOTE=4)"] == four
+            assert lab.interval_case_kwargs(8192, 8192, 28672, mode) == (deep, four)
+        else:
+            assert "promoted every stage (PROMOTE=4)" not in got
         assert lab.interval_candidates(16, 4096, 14336, mode) == []
         assert (lab.interval_check_kwargs(mode) is None) == (mode == "block")
     assert lab.interval_check_kwargs("tensor")[1] == {**lab.interval_check_kwargs("tensor")[0], "PROMOTE": 8,

@@ -20,9 +20,9 @@ isolating variants at M > 128 (fp8_lab_variants.promotion_candidates), the kerne
 builds need `git apply lab/fp8_on_hopper/patches/stagger.patch` first: STAGGER left v13, and the
 export says so in one line without it); --interval (the suite's own picks too) the promotion every
 second stage and the L2 groups at M > 128 (fp8_lab_variants.interval_candidates) and the kernels
-`fp8_pair_check.py --variant interval` runs (PROMOTE=8 with PROMOTE_OVERLAP needs `git apply
-lab/fp8_on_hopper/patches/promote_interval.patch` first; without it the export says so in one
-line). With --probe: the variants fp8_probe.py times.
+`fp8_pair_check.py --variant interval` runs (v13 builds PROMOTE=8 overlapped as it is: at
+K >= 8192 it is the pick, and the candidate the pick promoted every stage). With --probe: the
+variants fp8_probe.py times.
 
   .venv/bin/python lab/fp8_on_hopper/fp8_export.py --out .gpu/fp8/bundle [--suite FILE --candidates]
 """
@@ -41,7 +41,7 @@ from tirx_gemm.op.matmul import build_shape
 from tirx_gemm.compile import bundle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import lab_patches  # noqa: E402  (STAGGER, PROMOTE=8 overlapped: their patches in patches/ applied first)
+import lab_patches  # noqa: E402  (STAGGER: its patch in patches/ applied first)
 from fp8_lab_variants import (cluster_candidates, lab_variant_requests, lab_variants,  # noqa: E402,F401
                               interval_candidates, interval_check_kwargs,
                               pair_check_kwargs, promotion_candidates, stagger_check_kwargs,

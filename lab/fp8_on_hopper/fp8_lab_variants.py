@@ -132,21 +132,27 @@ def interval_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfl
     """(name, v13 keywords) timed beside choose_fp8's 128 x 128 pick at M > 128 (fp8_suite_run.py
     --candidates interval): per tensor and rowwise the overlapped promotion every second stage
     (PROMOTE=8: stages 4j, 4j+1 into tmp0 and 4j+2, 4j+3 into tmp1, so both consumers drain the
-    tensor core once per four stages instead of per pair; the same registers; v13 takes it with
-    patches/promote_interval.patch applied, which fp8_export.py asks for in one line); in every kind
-    the pick with the scheduler's L2 group at 4 and 16 rows instead of 8 (never timed at large M)."""
+    tensor core once per four stages instead of per pair; the same registers), or where the pick
+    already is that (K >= fp8.PROMOTE_EVERY_SECOND_FROM_K) the pick promoted every stage
+    (PROMOTE=4, "promoted every stage (PROMOTE=4)": fp8_deepk_verdict inverts its ratio); in every
+    kind the pick with the scheduler's L2 group at 4 and 16 rows instead of 8."""
     from tirx_gemm.op import fp8
     kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
     if M <= fp8.SMALL_M or (kw["BLK_M"], kw["BLK_N"]) != (128, 128) or "SPLIT_K" in kw:
         return []
-    out = [] if mode == "block" else [
-        ("overlapped every 2nd stage", {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": True})]
+    if mode == "block":
+        out = []
+    elif kw["PROMOTE"] == 8:
+        out = [("promoted every stage (PROMOTE=4)",
+                {k: v for k, v in kw.items() if k != "PROMOTE_OVERLAP"} | {"PROMOTE": 4})]
+    else:
+        out = [("overlapped every 2nd stage", {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": True})]
     return out + [("L2 group 4", {**kw, "L2_GROUP": 4}), ("L2 group 16", {**kw, "L2_GROUP": 16})]
 
 
 def interval_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[dict, dict] | None:
     """(the 128 x 128 pick of a scale kind, the same promoted every second stage, overlapped): what
-    fp8_pair_check.py --variant interval runs at its edge shapes (the second: patches/promote_interval.patch);
+    fp8_pair_check.py --variant interval runs at its edge shapes (K = 4096: the pick is PROMOTE=4);
     None with block scales (each 128-K block has its own scales, so PROMOTE is 4 there)."""
     from tirx_gemm.op import fp8
     if mode == "block":
@@ -157,12 +163,13 @@ def interval_check_kwargs(mode: str, sm_count: int = spec.SM_COUNT[ARCH]) -> tup
 
 def interval_case_kwargs(M: int, N: int, K: int, mode: str, out_dtype: str = "bfloat16",
                          sm_count: int = spec.SM_COUNT[ARCH]) -> tuple[dict, dict] | None:
-    """(choose_fp8's pick at this shape, the same promoted every second stage, overlapped): the pair
+    """(choose_fp8's pick at this shape, its interval candidate: the same promoted every second stage,
+    overlapped, or at K >= 8192, where the pick is that, promoted every stage): the pair
     interval_candidates times there, which `fp8_pair_check.py --variant interval --suite FILE` also checks
     against torch's dequantized product at each of the suite's cases; None where interval_candidates has
     no such candidate (block scales, a pick that is not 128 x 128)."""
     from tirx_gemm.op import fp8
     kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
-    cand = dict(interval_candidates(M, N, K, mode, out_dtype, sm_count)).get(
-        "overlapped every 2nd stage")
+    got = dict(interval_candidates(M, N, K, mode, out_dtype, sm_count))
+    cand = got.get("overlapped every 2nd stage") or got.get("promoted every stage (PROMOTE=4)")
     return None if cand is None else (kw, cand)

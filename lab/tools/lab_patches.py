@@ -31,14 +31,10 @@ PATCH_OF = {
 }
 # a keyword value the step's builder refuses without a lab patch: {name: (the patch, a test on a
 # variant's keywords, a line only the patched builder holds)}
-VALUE_PATCH_OF = {
-    "PROMOTE=8 with PROMOTE_OVERLAP": (
-        "lab/fp8_on_hopper/patches/promote_interval.patch",
-        lambda kw: kw.get("PROMOTE") == 8 and kw.get("PROMOTE_OVERLAP") is True,
-        "if PROMOTE_OVERLAP and PROMOTE not in (4, 8):"),
-}
+# (none at present: v13's PROMOTE=8 overlapped, once such a value, is matmul_fp8's deep-K pick)
+VALUE_PATCH_OF: dict = {}
 # keyword (or value name) -> the step whose builder the patch changes (v12 where not named)
-STEP_OF = {"STAGGER": "v13", "PROMOTE=8 with PROMOTE_OVERLAP": "v13"}
+STEP_OF = {"STAGGER": "v13"}
 
 
 def builder_of(keyword: str, root: Path = ROOT) -> Path:

@@ -63,21 +63,22 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         B, applied in the mainloop: acc += tmp * sa * sb per 128-K stage.
     Promotion (fp8 wgmma keeps ~14 bits of its sum): PROMOTE k32 wgmmas sum into ``tmp``, then
       acc += tmp * factor in fp32 (default 4; 0: fast). PROMOTE_OVERLAP (default at 4): stages
-      2j, 2j+1 into tmp0, tmp1, one promoted while the other's wgmmas run (odd K: a zero stage).
+      2j, 2j+1 into tmp0, tmp1, one promoted while the other's wgmmas run (zero stages pad K);
+      PROMOTE=8: 4j, 4j+1 into tmp0, 4j+2, 4j+3 into tmp1, a drain per 4 stages (deep K: op.fp8).
     SPLIT_K=S > 1: S units per tile; each publishes its fp32 tile to WS[s, tile] (WS: (S,
       tiles, BLK_M * BLK_N) fp32 after SB) and counts it on CNT ((tiles * BLK_M / 64,) int32,
       zero at launch); the last sums them in split order, scales, stores D. EARLY_SCALES.
     A_ROWS (BLK_M 64; 8|16|32), M <= A_ROWS: thin A stages (the lesson; picked at M <= 16).
     CLUSTER=2: v12's CTA pair along M, B's halves multicast; not picked (H100).
     Barriers: v12's; tma2mma counts 1 (expect_tx (A_ROWS + BLK_N) x 128 bytes, a stage past K
-      included), mma2tma BLK_M // 64; overlapped: stages released after wait_group 1 / 0.
+      included), mma2tma BLK_M // 64; overlapped: released after wait_group 1 / 0 (8: 2 / 0).
     Constraints: any M >= 1; N a multiple of 8; K a multiple of 16; dtype float16 or bfloat16;
       PROMOTE 0 or a multiple of 4 ("block": 4); BLK_M 64 or 128; BLK_N a multiple of 16 in
       [16, 256] ("block": 16-128, 144, 192); accumulators within the register budget
       (overlapped: BLK_N <= 144; serial: <= 208, past 160 the previous tile stored first);
-      PROMOTE_OVERLAP needs PROMOTE=4; PIPE_DEPTH >= 2 within 227 KiB;
-      RUNTIME_M / RUNTIME_NK as v12; SPLIT_K > 1: PROMOTE_OVERLAP, an L2_GROUP that does not
-      divide it, ceil(K_TILES / 2) >= SPLIT_K; CLUSTER=2: SPLIT_K 1, full A stages, even SM_COUNT.
+      PROMOTE_OVERLAP: PROMOTE 4 or 8 (8: SPLIT_K 1, PIPE_DEPTH >= 4); PIPE_DEPTH >= 2 within 227
+      KiB; RUNTIME_M / RUNTIME_NK as v12; SPLIT_K > 1: PROMOTE_OVERLAP, an L2_GROUP not dividing
+      it, ceil(K_TILES / 2) >= SPLIT_K; CLUSTER=2: SPLIT_K 1, full A stages, even SM_COUNT.
     Run: ``tirx-gemm run v13 --arch sm_90a --mnk 1024,1024,1024``; every SCALE: matmul_fp8.
     """
     BLK_K = W.FP8_BLK_K                  # 128: one 128-byte swizzle row of e4m3 per stage
@@ -112,10 +113,10 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         PROMOTE_OVERLAP = PROMOTE == 4
     if not isinstance(PROMOTE_OVERLAP, bool):
         raise ValueError(f"PROMOTE_OVERLAP={PROMOTE_OVERLAP!r} must be True or False")
-    if PROMOTE_OVERLAP and PROMOTE != 4:
+    if PROMOTE_OVERLAP and PROMOTE not in (4, 8):
         raise ValueError(f"PROMOTE_OVERLAP=True with PROMOTE={PROMOTE}: the overlapped "
-                         f"promotion promotes every stage; use PROMOTE=4 or "
-                         f"PROMOTE_OVERLAP=False")
+                         f"promotion promotes every stage or every second one; use PROMOTE=4 "
+                         f"or 8, or PROMOTE_OVERLAP=False")
     PIPELINED = PROMOTE_OVERLAP
     if EARLY_SCALES is None:
         EARLY_SCALES = False
@@ -149,6 +150,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                          f"fold by the group, which must not divide the split "
                          f"(splitk.l2_group_for)")
     P_STAGES = PROMOTE // 4               # stages summed in tmp per promotion
+    GROUP = 2 * P_STAGES                  # overlapped: stages per iteration (tmp0's, tmp1's)
+    if PIPELINED and P_STAGES > 1:
+        if SPLIT_K > 1:
+            raise ValueError(f"SPLIT_K={SPLIT_K} with PROMOTE={PROMOTE}: a split unit is whole "
+                             f"pairs of 128-K stages; use PROMOTE=4")
     NUM_CONSUMERS = BLK_M // W.WGMMA_M
     PRODUCER = NUM_CONSUMERS
     ACC_REGS = BLK_N // 2
@@ -181,6 +187,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
         PIPE_DEPTH = min(AUTO_DEPTH_MAX if A_ROWS == BLK_M else THIN_A_DEPTH_MAX,
                          H.ring_stages(STAGE_BYTES, STAGING))
     W.check_ring_for_wait_one(PIPE_DEPTH)
+    if PIPELINED and PIPE_DEPTH < GROUP:
+        raise ValueError(f"PIPE_DEPTH={PIPE_DEPTH} with PROMOTE={PROMOTE} overlapped: a consumer "
+                         f"holds {GROUP} stages before it releases one; use PIPE_DEPTH >= {GROUP}")
     H.check_pipe_depth(PIPE_DEPTH, STAGE_BYTES, STAGING)
     if A_ROWS < BLK_M and PIPE_DEPTH * B_STAGE_BYTES < W.fp8_tile_bytes(BLK_M - A_ROWS):
         raise ValueError(f"A_ROWS={A_ROWS}: the last stage's wgmma reads "
@@ -201,9 +210,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
     B_SHARE = BLK_N // CLUSTER             # rows of the B tile each CTA loads (a multiple of 8)
     N_TILES = (N_DIM + BLK_N - 1) // BLK_N
     K_TILES = (K_DIM + BLK_K - 1) // BLK_K  # the last K tile is zero-filled past K
-    # the pipelined promotion consumes stages in pairs: an odd K_TILES loads one more,
-    # wholly past K (zero-filled by TMA, its wgmmas add zeros)
-    K_LOADS = (K_TILES + 1) // 2 * 2 if PIPELINED else K_TILES
+    # the pipelined promotion consumes stages in pairs (PROMOTE=8: fours): an odd K_TILES loads
+    # one more, wholly past K (zero-filled by TMA, its wgmmas add zeros)
+    K_LOADS = (K_TILES + (GROUP - 1)) // GROUP * GROUP if PIPELINED else K_TILES
     KB_DIM = K_TILES                        # K blocks of the block scales
     EPI_AT = T.min(1, K_TILES - 1) if RUNTIME_NK else min(1, K_TILES - 1)
     NUM_CTAS = SM_COUNT if RUNTIME_M or RUNTIME_NK else \
@@ -264,6 +273,14 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                          + T.Cast("uint64", consumer * W.DESC_M64_STEP),
                          W.desc_advance(desc_b[0], stage * B_STAGE_BYTES), accumulate, 1, BLK_N)
         W.mma_commit()
+
+    @T.inline
+    def wgmma_more(tmp, desc_a, desc_b, tma2mma, ring, consumer):
+        # PROMOTE=8 overlapped: the interval's second stage, summed onto the first in `tmp`
+        if P_STAGES > 1:
+            tma2mma.wait(ring.stage, ring.phase, "consumer")
+            wgmma_stage(tmp, desc_a, desc_b, ring.stage, consumer, True)
+            ring.advance()
 
     @T.inline
     def store_tile(D, Dstage, consumer, packed, m0, n0, warp_id, lane_id, tid_in_wg):
@@ -389,9 +406,11 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
                     wgmma_stage(tmp0, desc_a, desc_b, ring.stage, consumer, False)
                     ring.advance()
+                    wgmma_more(tmp0, desc_a, desc_b, tma2mma, ring, consumer)
                     tma2mma.wait(ring.stage, ring.phase, "consumer")
                     wgmma_stage(tmp1, desc_a, desc_b, ring.stage, consumer, False)
                     ring.advance()
+                    wgmma_more(tmp1, desc_a, desc_b, tma2mma, ring, consumer)
                     # the previous tile's writeback, behind the first pair's wgmmas (the pair is
                     # peeled: `packed` dies before the loop, where acc, tmp0 and tmp1 fill the
                     # registers)
@@ -405,9 +424,12 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     if EARLY:  # and of the next, before any wait
                         W.load_block_scales(sav1, sbv1, SA, SB, k0 + 1, KB_DIM, m_st + row0,
                                             n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
-                    W.mma_wait(1)
+                    W.mma_wait(P_STAGES)  # tmp0's stages are done
                     release(mma2tma, held, tid_in_wg)
                     held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                    if P_STAGES > 1:
+                        release(mma2tma, held, tid_in_wg)
+                        held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                     W.fence_operands(tmp0, ACC_REGS)
                     if IS_BLOCK:
                         promote_block(acc, tmp0, True, sav, sbv, n_st)
@@ -419,6 +441,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                     W.mma_wait(0)
                     release(mma2tma, held, tid_in_wg)
                     held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                    if P_STAGES > 1:
+                        release(mma2tma, held, tid_in_wg)
+                        held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                     W.fence_operands(tmp1, ACC_REGS)
                     if EARLY:
                         promote_block(acc, tmp1, False, sav1, sbv1, n_st)
@@ -426,13 +451,15 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         promote_block(acc, tmp1, False, sav, sbv, n_st)
                     else:
                         W.promote_fragment(acc, tmp1, ACC_REGS, False, T.float32(1))
-                    for j in T.serial(1, n_loads // 2, annotations=H.ROLLED):
+                    for j in T.serial(1, n_loads // GROUP, annotations=H.ROLLED):
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
                         wgmma_stage(tmp0, desc_a, desc_b, ring.stage, consumer, False)
                         ring.advance()
+                        wgmma_more(tmp0, desc_a, desc_b, tma2mma, ring, consumer)
                         tma2mma.wait(ring.stage, ring.phase, "consumer")
                         wgmma_stage(tmp1, desc_a, desc_b, ring.stage, consumer, False)
                         ring.advance()
+                        wgmma_more(tmp1, desc_a, desc_b, tma2mma, ring, consumer)
                         if IS_BLOCK:  # the scales of this K block
                             W.load_block_scales(sav, sbv, SA, SB, k0 + 2 * j, KB_DIM, m_st + row0,
                                                 n_st, BLK_N, M_DIM, N_DIM, warp_id, lane_id)
@@ -440,9 +467,12 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                             W.load_block_scales(sav1, sbv1, SA, SB, k0 + 2 * j + 1, KB_DIM,
                                                 m_st + row0, n_st, BLK_N, M_DIM, N_DIM, warp_id,
                                                 lane_id)
-                        W.mma_wait(1)
+                        W.mma_wait(P_STAGES)  # tmp0's stages are done
                         release(mma2tma, held, tid_in_wg)
                         held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                        if P_STAGES > 1:
+                            release(mma2tma, held, tid_in_wg)
+                            held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                         W.fence_operands(tmp0, ACC_REGS)
                         if IS_BLOCK:
                             promote_block(acc, tmp0, False, sav, sbv, n_st)
@@ -455,6 +485,9 @@ def hgemm_v13(M: int, N: int, K: int, dtype: str = "float16", SCALE: str = "tens
                         W.mma_wait(0)
                         release(mma2tma, held, tid_in_wg)
                         held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
+                        if P_STAGES > 1:
+                            release(mma2tma, held, tid_in_wg)
+                            held = T.if_then_else(held == PIPE_DEPTH - 1, 0, held + 1)
                         W.fence_operands(tmp1, ACC_REGS)
                         if EARLY:
                             promote_block(acc, tmp1, False, sav1, sbv1, n_st)

@@ -27,6 +27,11 @@ Conventions: torch._scaled_mm's where they fit.
   tensor core's limited-precision partial sums into fp32 every 128 K (v13's PROMOTE=4,
   overlapped with the next stage's wgmmas); True keeps the whole K in the tensor core's
   accumulator (PROMOTE=0; per-tensor and rowwise only: block scaling always promotes).
+  Deep K (PROMOTE_EVERY_SECOND_FROM_K): the promoted 128 x 128 tile, unsplit, per tensor and
+  rowwise, at K >= 8192 promotes every second 128-K stage, overlapped (PROMOTE=8: a drain
+  per four stages; its tolerance is numerics.fp8_tolerances at PROMOTE=8). Measured on an
+  H100 on held-out shapes against PROMOTE=4 (lab/fp8_on_hopper/README.md, "Promotion every
+  second stage at deep K only"); below 8192 it lost at short K, so PROMOTE=4 stays there.
   Fast accumulation is outside the project's tolerance at deep K, like torch's
   use_fast_accum: measured on the H200 (lab/fp8_on_hopper/records/fp8_h200_1.jsonl),
   at K >= 2064 a few elements per million fall outside the tolerance derived from the
@@ -42,7 +47,7 @@ Conventions: torch._scaled_mm's where they fit.
   fast_accum without block scaling (an unpromoted 128x256 tile fits the registers; the
   overlapped promotion's acc + two partial sums fit up to BLK_N 128). One kernel per (mode,
   fast_accum, tile, out dtype) serves every shape: v13 is built with RUNTIME_M and
-  RUNTIME_NK, so a bundle holds 55 kernels per out dtype (:func:`export_requests`), and a
+  RUNTIME_NK, so a bundle holds 65 kernels per out dtype (:func:`export_requests`), and a
   suite's fp8 entries need only their picks (:func:`suite_requests`).
 * deep K at small M (:func:`split_k`): where even the narrowest tiles leave more than half
   the SMs idle, SPLIT_K = S units per tile each sum whole pairs of 128-K stages; the unit
@@ -280,6 +285,11 @@ def _choose(M, mode, fast_accum, out_dtype, sm_count, N, K, why: list) -> dict:
                    f"accumulators fit the registers)")
     kw = {"dtype": out_dtype, "SCALE": mode, "PROMOTE": promote, "BLK_M": blk_m,
           "BLK_N": blk_n, "RUNTIME_M": True, "RUNTIME_NK": True, "SM_COUNT": sm_count}
+    if (promote and mode != "block" and (blk_m, blk_n) == (128, 128) and split == 1
+            and K is not None and K >= PROMOTE_EVERY_SECOND_FROM_K):
+        kw.update(PROMOTE=8, PROMOTE_OVERLAP=True)
+        why.append(f"K={K} >= {PROMOTE_EVERY_SECOND_FROM_K}: promoted every second 128-K stage, "
+                   f"overlapped (PROMOTE=8: fp32 every 256 K; lab/fp8_on_hopper)")
     if split > 1:
         from tirx_gemm import splitk
         kw.update(SPLIT_K=split, L2_GROUP=splitk.l2_group_for(split))
@@ -287,6 +297,10 @@ def _choose(M, mode, fast_accum, out_dtype, sm_count, N, K, why: list) -> dict:
         kw["A_ROWS"] = rows
     return kw
 
+
+# the 128 x 128 pick per tensor and rowwise promotes every second stage (PROMOTE=8, overlapped)
+# from this K: lab/fp8_on_hopper/README.md, "Promotion every second stage at deep K only"
+PROMOTE_EVERY_SECOND_FROM_K = 8192
 
 # thin A stages (v13's A_ROWS) at M <= 16: 8 or 16 rows of A a stage, so more B stages fit; per
 # tensor (promoted, unsplit) 1.07-1.26x full A on an H100; rowwise gained < 2% at some shapes,
@@ -449,6 +463,9 @@ def export_requests(sm_count: int = spec.SM_COUNT[ARCH], out_dtypes=("bfloat16",
                 big = choose_fp8(SMALL_M + 1, mode, fast, odt, sm_count)
                 if big["PROMOTE"]:  # and the narrower mid-M tiles (mid_m_tile)
                     kws += [{**big, "BLK_M": bm, "BLK_N": bn} for bm, bn in MID_M_TILES]
+                # and its build at deep K (PROMOTE_EVERY_SECOND_FROM_K)
+                kws.append(choose_fp8(SMALL_M + 1, mode, fast, odt, sm_count,
+                                      K=PROMOTE_EVERY_SECOND_FROM_K))
                 for kw in kws + [big]:
                     key = tuple(sorted(kw.items()))
                     if key not in seen:
