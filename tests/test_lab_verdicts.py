@@ -69,3 +69,10 @@ def test_fp8_deep_k_verdict_fails_each_way(deepk, how):
     v = V.verdict(recs)
     assert not v["passes"] and v["reasons"]
     assert V.report(v).splitlines()[0] == "does not pass"
+
+
+def test_the_fp8_choice_takes_the_bound_its_rule_passed_at(deepk):
+    """One bound, two homes: matmul_fp8 promotes every second stage from the K the study's
+    rule was stated and passed at (fp8_deepk_verdict.BOUND_K)."""
+    from tirx_gemm.op import fp8
+    assert fp8.PROMOTE_EVERY_SECOND_FROM_K == deepk.BOUND_K
