@@ -22,7 +22,9 @@ case "$cmd" in
 export)
   set -e
   tmp=$(mktemp -d)
-  python scripts/bench_model.py --print-shapes > "$tmp/llama8b_block.json"
+  # the block's shapes in both 16-bit dtypes: tests/test_gpu_op.py checks every token count in each
+  python scripts/bench_model.py --print-shapes | python -c 'import json, sys; d = json.load(sys.stdin)
+d["dtypes"] = ["bfloat16", "float16"]; json.dump(d, sys.stdout)' > "$tmp/llama8b_block.json"
   tirx-gemm export --suite "$tmp/llama8b_block.json" --arch sm_90a --card all --num-sms 132 --ffi-wheel 3.12 \
     --jobs 2 --out "$B"
   python lab/moe_grouped_gemm/export_bundle.py --tests --fp8 --out "$B" --jobs 2
