@@ -134,6 +134,7 @@ def test_choose_and_export_cover_every_mode():
     # mid_m_tile's 128 x 64; per tensor promoted, each width with thin A stages of 8 and 16;
     # per tensor and rowwise promoted, the 128 x 128 tile at deep K (PROMOTE=8)
     assert len(kws) == len({tuple(sorted(k.items())) for k in kws}) == 25 + 27 + 3 + 8 + 2
+    assert f"a bundle holds {len(kws)} kernels per out dtype" in " ".join(fp8.__doc__.split())
     for mode in numerics.FP8_SCALES:
         for fast in (False, True):
             for M in (1, 9, 16, 17, 64, 65, 512, 4096):

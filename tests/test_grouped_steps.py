@@ -436,3 +436,14 @@ def test_sm100a_twin_is_numsim_clean(case):
     for check in (synccheck, racecheck):
         rep = check(func, {**ops, "D": D.copy()})
         assert rep.verdict == "clean", rep.format()
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_a_build_naming_no_e_has_the_registrys_experts(arch):
+    """One count, one home: both v14 builders' default E is registry.GROUPED_E, which the GPU
+    runner (run.runner.GroupedOperands) and the host model read for a build that names none."""
+    import inspect
+    builder = registry.get("v14", arch).builder()
+    assert inspect.signature(builder).parameters["E"].default == registry.GROUPED_E
+    _, B, _, _ = G.grouped_inputs_np(16, 8, 16, {}, "random", 0, "float16")  # the host model's
+    assert B.shape[0] == registry.GROUPED_E

@@ -32,10 +32,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE / "suites" / "fp8_deepk_heldout.json"
-CANDIDATE = "overlapped every 2nd stage"   # fp8_lab_variants.interval_candidates' name
-# its name where the pick is already PROMOTE=8 (K >= 8192 since the rule was adopted): the
-# PROMOTE=4 build is timed beside it, and the gain is the inverse of its ratio_to_pick
-FORMER = "promoted every stage (PROMOTE=4)"
 BOUND_K = 8192                             # read off the earlier run's records: K >= 8192 gained 1.085 per tensor
 RULE_GEOMEAN = {"tensor": 1.03, "row": 1.0}
 RULE_FLOOR = 0.98
@@ -43,6 +39,10 @@ CHECK_KIND = "interval_check"
 sys.path.insert(0, str(HERE))
 # the earlier run's interval check shapes, each per tensor and rowwise
 from fp8_pair_check import STAGGER_SHAPES as EDGE_SHAPES  # noqa: E402
+# the candidate's name in the records (fp8_lab_variants.interval_candidates); where the pick is
+# already PROMOTE=8 (K >= 8192 since the rule was adopted) the PROMOTE=4 build is timed beside
+# it under FORMER, and the gain is the inverse of its ratio_to_pick
+from fp8_lab_variants import EVERY_STAGE as FORMER, INTERVAL as CANDIDATE  # noqa: E402
 KINDS = ("tensor", "row")
 
 

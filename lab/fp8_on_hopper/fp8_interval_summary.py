@@ -23,9 +23,9 @@ from __future__ import annotations
 import sys
 
 from fp8_stagger_summary import meets_rule  # this folder
+from fp8_lab_variants import INTERVAL  # interval_candidates' name of the candidate
 from fp8_summaries import geomean, main as summary_main, scale_sets
 
-INTERVAL = "overlapped every 2nd stage"   # fp8_lab_variants.interval_candidates' names
 L2_GROUPS = ("L2 group 4", "L2 group 16")
 CHECK_KIND = "interval_check"
 

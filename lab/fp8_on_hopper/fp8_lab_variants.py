@@ -5,6 +5,10 @@ from __future__ import annotations
 from tirx_gemm import registry, spec
 from tirx_gemm.op.fp8 import ARCH, FP8_STEP
 
+# interval_candidates' names (fp8_deepk_verdict and fp8_interval_summary read records by them)
+INTERVAL = "overlapped every 2nd stage"       # PROMOTE=8 overlapped beside a PROMOTE=4 pick
+EVERY_STAGE = "promoted every stage (PROMOTE=4)"  # beside a PROMOTE=8 pick (K >= 8192)
+
 
 def lab_variants(sm_count: int = spec.SM_COUNT[ARCH]) -> list[tuple[str, dict]]:
     """(name, v13 keywords) of the per-tensor bf16 kernels lab/fp8_on_hopper/fp8_h200.py times
@@ -143,10 +147,10 @@ def interval_candidates(M: int, N: int, K: int, mode: str, out_dtype: str = "bfl
     if mode == "block":
         out = []
     elif kw["PROMOTE"] == 8:
-        out = [("promoted every stage (PROMOTE=4)",
+        out = [(EVERY_STAGE,
                 {k: v for k, v in kw.items() if k != "PROMOTE_OVERLAP"} | {"PROMOTE": 4})]
     else:
-        out = [("overlapped every 2nd stage", {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": True})]
+        out = [(INTERVAL, {**kw, "PROMOTE": 8, "PROMOTE_OVERLAP": True})]
     return out + [("L2 group 4", {**kw, "L2_GROUP": 4}), ("L2 group 16", {**kw, "L2_GROUP": 16})]
 
 
@@ -171,5 +175,5 @@ def interval_case_kwargs(M: int, N: int, K: int, mode: str, out_dtype: str = "bf
     from tirx_gemm.op import fp8
     kw = fp8.choose_fp8(M, mode, False, out_dtype, sm_count, N=N, K=K)
     got = dict(interval_candidates(M, N, K, mode, out_dtype, sm_count))
-    cand = got.get("overlapped every 2nd stage") or got.get("promoted every stage (PROMOTE=4)")
+    cand = got.get(INTERVAL) or got.get(EVERY_STAGE)
     return None if cand is None else (kw, cand)
